@@ -1,0 +1,102 @@
+// Command kc-janitor reconciles a container host against podman's view of
+// which containers are alive: it reaps stray supervisor trees, sweeps orphan
+// Kallichore sockets and audits abandoned kernel sessions. It is read-only
+// unless told otherwise.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/urfave/cli/v2"
+)
+
+// Exit codes shared by the commands (DESIGN §6).
+const (
+	exitOK      = 0
+	exitFailed  = 1
+	exitUsage   = 2
+	exitUnknown = 3
+)
+
+// version is set by the Makefile through -ldflags.
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args))
+}
+
+func run(args []string) int {
+	app := newApp()
+	err := app.Run(args)
+	if err == nil {
+		return exitOK
+	}
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) {
+		if msg := err.Error(); msg != "" {
+			fmt.Fprintln(os.Stderr, "kc-janitor:", msg)
+		}
+		return ec.ExitCode()
+	}
+	// Anything urfave/cli reports on its own is a usage error: unknown
+	// flag, bad value, missing argument.
+	fmt.Fprintln(os.Stderr, "kc-janitor:", err)
+	return exitUsage
+}
+
+func newApp() *cli.App {
+	return &cli.App{
+		Name:    "kc-janitor",
+		Usage:   "reap what container supervisors leave behind, with podman as ground truth",
+		Version: version,
+		Description: `kc-janitor finds supervisor process trees whose container is gone,
+orphan kc-*.sock sockets and abandoned kernel sessions. Every command is a
+dry run unless --apply (or its environment variable) is given; cull never
+kills anything. Every flag can also be set through the KC_* environment
+variable shown next to it, and global flags may come before or after the
+command name.`,
+		Flags:                globalFlags(),
+		Commands:             commands(),
+		EnableBashCompletion: true,
+		HideVersion:          false,
+		ExitErrHandler:       func(*cli.Context, error) {},
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			return cli.Exit(err.Error(), exitUsage)
+		},
+	}
+}
+
+// commands is the list of subcommands; each lives in its own file.
+func commands() []*cli.Command {
+	cmds := []*cli.Command{
+		reconcileCommand(),
+		sweepCommand(),
+		cullCommand(),
+		doctorCommand(),
+		statusCommand(),
+		watchCommand(),
+		versionCommand(),
+	}
+	for _, c := range cmds {
+		c.Flags = append(c.Flags, globalFlags()...)
+		if c.OnUsageError == nil {
+			c.OnUsageError = func(_ *cli.Context, err error, _ bool) error {
+				return cli.Exit(err.Error(), exitUsage)
+			}
+		}
+	}
+	return cmds
+}
+
+func versionCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "version",
+		Usage: "print the version",
+		Action: func(c *cli.Context) error {
+			fmt.Fprintln(c.App.Writer, "kc-janitor", version)
+			return nil
+		},
+	}
+}

@@ -1,0 +1,362 @@
+// Package trees finds supervisor trees: process groups that hold a process
+// carrying a container ID in its argv (an anchor) and at least one process
+// whose comm is in the supervisor set (DESIGN §4).
+//
+// A host has tens of thousands of processes and almost none of them matter,
+// so the scan reads files only where a decision needs them: one getpgid(2)
+// per process to group them, the leader's stat per group, and full
+// identities only for the few candidate groups. Options.Full switches to
+// the simple scan that reads every process; both make the same decisions
+// about what may be signalled, which the tests check.
+package trees
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/containerid"
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+)
+
+// WrapperComm is the comm of `kc-hook supervise`, which always counts as a
+// supervisor.
+const WrapperComm = "kc-hook"
+
+// ClockTicks is USER_HZ, the unit of start times in /proc/<pid>/stat. It is
+// 100 on every Linux architecture kc-watchman runs on.
+const ClockTicks = 100
+
+// Key is a process identity within its group, as recorded in the ledger.
+type Key struct {
+	PID        int
+	StartTicks uint64
+	PGID       int
+}
+
+// Options configure a scan.
+type Options struct {
+	// Root is the procfs mount; default /proc. Only the host's /proc can
+	// use getpgid(2); any other root is read from files.
+	Root string
+	// Comms is the supervisor set (comm values). WrapperComm is implied.
+	Comms []string
+	// Known attributes processes to containers by exact identity, for
+	// groups whose anchor has died (a crashed kcserver leaves its kernels,
+	// which carry no container ID). Built from ledger snapshots.
+	Known map[Key]string
+	// Full reads every process instead of only what decisions need.
+	Full bool
+	// Now overrides the clock for age computations (tests).
+	Now func() time.Time
+}
+
+// Tree is one supervisor tree (or a group that looks like one but must not
+// be touched; see Ambiguous and Foreign).
+type Tree struct {
+	PGID int
+	// ContainerID is the container the tree belongs to; empty when
+	// Ambiguous.
+	ContainerID string
+	// ContainerIDs lists every container ID seen in the group: from
+	// anchors' argv and from ledger matches.
+	ContainerIDs []string
+	// Ambiguous: members carry different container IDs. Never signalled.
+	Ambiguous bool
+	// Foreign: the group's leader is alive and is neither an anchor nor a
+	// supervisor (a shell that ran a supervisor by hand). Never
+	// signalled. Only the full scan reports these.
+	Foreign bool
+	// ByLedger: the container was known only from a ledger snapshot.
+	ByLedger bool
+	// UID is the real UID shared by all members, or -1 when they differ.
+	UID int
+	// Age is the youngest member's age; AgeKnown is false when it could
+	// not be read (the tree may be mid-create).
+	Age      time.Duration
+	AgeKnown bool
+	Members  []fingerprint.Identity
+}
+
+// Stats reports how much a scan read, for benchmarks and logs.
+type Stats struct {
+	Processes int
+	Groups    int
+	StatReads int
+	FullReads int
+	Duration  time.Duration
+}
+
+// Scan finds the supervisor trees on the host.
+func Scan(opt Options) ([]Tree, Stats, error) {
+	start := time.Now()
+	if opt.Root == "" {
+		opt.Root = fingerprint.DefaultRoot
+	}
+	s := scanner{opt: opt, comms: map[string]bool{WrapperComm: true}}
+	for _, c := range opt.Comms {
+		s.comms[c] = true
+	}
+	uptime, uptimeErr := readUptime(opt.Root)
+	pids, err := listPIDs(opt.Root)
+	if err != nil {
+		return nil, s.stats, err
+	}
+	s.stats.Processes = len(pids)
+	groups := s.group(pids)
+	s.stats.Groups = len(groups)
+
+	pgids := make([]int, 0, len(groups))
+	for pgid := range groups {
+		pgids = append(pgids, pgid)
+	}
+	sort.Ints(pgids)
+
+	var out []Tree
+	for _, pgid := range pgids {
+		t, ok := s.examine(pgid, groups[pgid])
+		if !ok {
+			continue
+		}
+		t.AgeKnown = t.AgeKnown && uptimeErr == nil
+		if t.AgeKnown {
+			t.Age = youngest(t.Members, uptime)
+		}
+		out = append(out, t)
+	}
+	s.stats.Duration = time.Since(start)
+	return out, s.stats, nil
+}
+
+type scanner struct {
+	opt   Options
+	comms map[string]bool
+	stats Stats
+}
+
+// group maps each PGID to its members. Processes that vanish are dropped.
+func (s *scanner) group(pids []int) map[int][]int {
+	groups := make(map[int][]int, len(pids)/2)
+	hostProc := s.opt.Root == fingerprint.DefaultRoot && !s.opt.Full
+	for _, pid := range pids {
+		var pgid int
+		if hostProc {
+			var err error
+			pgid, err = unix.Getpgid(pid)
+			if err != nil {
+				continue
+			}
+		} else {
+			st, err := fingerprint.ReadStat(s.opt.Root, pid)
+			s.stats.StatReads++
+			if err != nil {
+				continue
+			}
+			pgid = st.PGID
+		}
+		if pgid <= 0 {
+			continue // kernel threads
+		}
+		groups[pgid] = append(groups[pgid], pid)
+	}
+	return groups
+}
+
+// examine decides whether a group is a candidate and, if so, reads it.
+func (s *scanner) examine(pgid int, pids []int) (Tree, bool) {
+	leaderListed := slices.Contains(pids, pgid)
+	leaderLive := false
+	var leader fingerprint.Stat
+	if leaderListed {
+		st, err := fingerprint.ReadStat(s.opt.Root, pgid)
+		s.stats.StatReads++
+		if err == nil && st.PGID == pgid && !st.Zombie() {
+			leader, leaderLive = st, true
+		}
+	}
+
+	// A group led by a live non-supervisor is never ours to signal. The
+	// fast scan stops here; the full scan reads it to report it.
+	if leaderLive && !s.comms[leader.Comm] && !s.opt.Full {
+		return Tree{}, false
+	}
+	if !leaderLive || !s.comms[leader.Comm] {
+		if !s.interesting(pgid, pids) {
+			return Tree{}, false
+		}
+	}
+
+	t := Tree{PGID: pgid, UID: -2, AgeKnown: true}
+	for _, pid := range pids {
+		id, err := fingerprint.Read(s.opt.Root, pid)
+		s.stats.FullReads++
+		if err != nil {
+			if !errors.Is(err, fingerprint.ErrNotFound) {
+				t.AgeKnown = false
+			}
+			continue
+		}
+		if id.PGID != pgid || id.Zombie() {
+			continue
+		}
+		t.Members = append(t.Members, id)
+		switch {
+		case t.UID == -2:
+			t.UID = id.UID
+		case t.UID != id.UID:
+			t.UID = -1
+		}
+		for _, cid := range containerid.FromArgv(id.Argv) {
+			t.addID(cid)
+		}
+		if cid, ok := s.opt.Known[Key{PID: id.PID, StartTicks: id.StartTicks, PGID: pgid}]; ok {
+			if !slices.Contains(t.ContainerIDs, cid) {
+				t.ByLedger = true
+			}
+			t.addID(cid)
+		}
+	}
+	if len(t.Members) == 0 || !s.hasSupervisorOrKnown(t) {
+		return Tree{}, false
+	}
+	if t.UID == -2 {
+		t.UID = -1
+	}
+	// DESIGN §4 calls a group foreign when its live leader is neither an
+	// anchor nor a supervisor. kc-watchman is stricter: any live leader
+	// outside the supervisor set makes the group foreign, anchor or not.
+	// A wrapper that leads its supervisor's group must be named in the
+	// supervisor set to be reaped; this keeps the fast scan, which never
+	// reads such groups, in agreement with the full one.
+	t.Foreign = leaderLive && !s.comms[leader.Comm]
+	switch len(t.ContainerIDs) {
+	case 0:
+		// A supervisor with no container ID (e.g. a desktop Positron's own
+		// kcserver) is not a supervisor tree: nothing ties it to a
+		// container, so it is never ours.
+		return Tree{}, false
+	case 1:
+		t.ContainerID = t.ContainerIDs[0]
+		if t.ByLedger {
+			t.ByLedger = !anyAnchor(t.Members)
+		}
+	default:
+		t.Ambiguous = true
+	}
+	return t, true
+}
+
+// interesting is the cheap pre-check for groups without a live supervisor
+// leader: does any member have a supervisor comm or a ledger identity?
+func (s *scanner) interesting(pgid int, pids []int) bool {
+	for _, pid := range pids {
+		st, err := fingerprint.ReadStat(s.opt.Root, pid)
+		s.stats.StatReads++
+		if err != nil || st.PGID != pgid || st.Zombie() {
+			continue
+		}
+		if s.comms[st.Comm] {
+			return true
+		}
+		if _, ok := s.opt.Known[Key{PID: pid, StartTicks: st.StartTicks, PGID: pgid}]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *scanner) hasSupervisorOrKnown(t Tree) bool {
+	for _, m := range t.Members {
+		if s.comms[m.Comm] {
+			return true
+		}
+		if _, ok := s.opt.Known[Key{PID: m.PID, StartTicks: m.StartTicks, PGID: t.PGID}]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+func (t *Tree) addID(cid string) {
+	if !slices.Contains(t.ContainerIDs, cid) {
+		t.ContainerIDs = append(t.ContainerIDs, cid)
+	}
+}
+
+func anyAnchor(ms []fingerprint.Identity) bool {
+	for _, m := range ms {
+		if len(containerid.FromArgv(m.Argv)) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Signalable reports whether the tree may ever be signalled on the grounds
+// of its structure alone (liveness, age and ownership are the caller's).
+func (t Tree) Signalable() bool {
+	return !t.Ambiguous && !t.Foreign && t.ContainerID != "" && len(t.Members) > 0
+}
+
+func youngest(ms []fingerprint.Identity, uptime time.Duration) time.Duration {
+	var newest uint64
+	for _, m := range ms {
+		if m.StartTicks > newest {
+			newest = m.StartTicks
+		}
+	}
+	age := uptime - ticksToDuration(newest)
+	if age < 0 {
+		return 0
+	}
+	return age
+}
+
+func ticksToDuration(t uint64) time.Duration {
+	return time.Duration(t) * (time.Second / ClockTicks)
+}
+
+// listPIDs reads the numeric entries of root. Threads are not listed there,
+// only thread-group leaders.
+func listPIDs(root string) ([]int, error) {
+	f, err := os.Open(root)
+	if err != nil {
+		return nil, fmt.Errorf("reading process list: %w", err)
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, fmt.Errorf("reading process list: %w", err)
+	}
+	pids := make([]int, 0, len(names))
+	for _, n := range names {
+		if n == "" || n[0] < '0' || n[0] > '9' {
+			continue
+		}
+		pid, err := strconv.Atoi(n)
+		if err != nil {
+			continue
+		}
+		pids = append(pids, pid)
+	}
+	return pids, nil
+}
+
+// readUptime returns the time since boot from root/uptime.
+func readUptime(root string) (time.Duration, error) {
+	data, err := os.ReadFile(root + "/uptime")
+	if err != nil {
+		return 0, fmt.Errorf("reading uptime: %w", err)
+	}
+	var secs float64
+	if _, err := fmt.Sscanf(string(data), "%f", &secs); err != nil {
+		return 0, fmt.Errorf("parsing uptime %q: %w", data, err)
+	}
+	return time.Duration(secs * float64(time.Second)), nil
+}

@@ -1,0 +1,213 @@
+package hook
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/pgkill"
+	"github.com/kc-watchman/kc-watchman/internal/safeunlink"
+	"github.com/kc-watchman/kc-watchman/internal/trees"
+)
+
+// Config is the hook's configuration.
+type Config struct {
+	StateDir  string
+	Comms     []string
+	KillGrace time.Duration
+	// Deadline bounds a whole poststop run; it must stay below the
+	// descriptor's timeout.
+	Deadline time.Duration
+	// Root is the procfs mount; default /proc.
+	Root   string
+	Logger *slog.Logger
+}
+
+// Actions recorded per tree at poststop.
+const (
+	ActionReaped        = "reaped"
+	ActionGone          = "gone"
+	ActionWouldNotDie   = "would-not-die"
+	ActionSkipForeign   = "skipped-foreign"
+	ActionSkipAmbiguous = "skipped-ambiguous"
+	ActionSkipOtherUID  = "skipped-other-uid"
+)
+
+// Result is what one run did.
+type Result struct {
+	Trees []ledger.Tree
+	// Failed is set when a tree would not die: poststop then exits 1.
+	Failed bool
+}
+
+// Record handles the creation stages: it stamps the stage and, when the
+// runtime gave one, the init process's identity. Errors are bookkeeping
+// failures; the caller logs them and lets the container start.
+func Record(cfg Config, stage Stage, st *specs.State) error {
+	store, err := ledger.Open(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	var init *ledger.Process
+	if st.Pid > 0 {
+		s, err := fingerprint.ReadStat(root(cfg), st.Pid)
+		if err != nil {
+			return fmt.Errorf("reading init process %d: %w", st.Pid, err)
+		}
+		init = &ledger.Process{PID: s.PID, StartTicks: s.StartTicks, Comm: s.Comm}
+	}
+	return store.Update(st.ID, func(r *ledger.Record) error {
+		if r.Stages == nil {
+			r.Stages = map[string]time.Time{}
+		}
+		r.Stages[string(stage)] = time.Now().UTC()
+		if st.Bundle != "" {
+			r.Bundle = st.Bundle
+		}
+		if init != nil {
+			r.Init = init
+		}
+		return nil
+	})
+}
+
+// Poststop finds the container's supervisor trees, records them, reaps
+// them and unlinks their sockets once their owners are dead. It never calls
+// podman: the container is gone, and the State names it.
+func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) {
+	log := cfg.Logger
+	var res Result
+	store, err := ledger.Open(cfg.StateDir)
+	if err != nil {
+		return res, err
+	}
+	var known map[trees.Key]string
+	if rec, err := store.Load(st.ID); err == nil {
+		known = trees.KnownFrom([]*ledger.Record{rec}, store.CurrentBootID())
+	}
+	found, stats, err := trees.Scan(trees.Options{Root: root(cfg), Comms: cfg.Comms, Known: known})
+	if err != nil {
+		return res, err
+	}
+	log.Debug("scanned processes", "processes", stats.Processes, "groups", stats.Groups, "stat_reads", stats.StatReads, "duration", stats.Duration)
+
+	now := time.Now()
+	var mine []trees.Tree
+	for _, t := range found {
+		if slices.Contains(t.ContainerIDs, st.ID) {
+			mine = append(mine, t)
+		}
+	}
+	snaps := make([]ledger.Tree, len(mine))
+	sockets := make([][]socketFile, len(mine))
+	euid := os.Geteuid()
+	for i, t := range mine {
+		snaps[i] = t.Snapshot("poststop", now)
+		pids := make([]int, len(t.Members))
+		for j, m := range t.Members {
+			pids[j] = m.PID
+		}
+		for _, p := range trees.ListeningSockets(root(cfg), pids) {
+			snaps[i].Sockets = append(snaps[i].Sockets, p)
+			if f, err := safeunlink.Examine(p); err == nil {
+				sockets[i] = append(sockets[i], socketFile{path: p, file: f})
+			}
+		}
+		switch {
+		case t.Foreign:
+			snaps[i].Action = ActionSkipForeign
+		case t.Ambiguous:
+			snaps[i].Action = ActionSkipAmbiguous
+		case t.UID != euid && euid != 0:
+			snaps[i].Action = ActionSkipOtherUID
+		case t.UID < 0:
+			snaps[i].Action = ActionSkipOtherUID
+		}
+	}
+	// Record before signalling: if this hook is killed mid-run, the
+	// janitor still knows exactly which processes were this container's.
+	if err := store.Update(st.ID, func(r *ledger.Record) error {
+		stamp(r, StagePoststop)
+		r.Trees = snaps
+		return nil
+	}); err != nil {
+		log.Warn("could not record trees before reaping", "err", err)
+	}
+
+	var wg sync.WaitGroup
+	for i, t := range mine {
+		if snaps[i].Action != "" {
+			log.Info("not signalling tree", "pgid", t.PGID, "reason", snaps[i].Action, "container_ids", t.ContainerIDs)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := pgkill.Kill(ctx, pgkill.Group{PGID: t.PGID, Members: t.Stats()}, pgkill.Options{Root: root(cfg), Grace: cfg.KillGrace})
+			snaps[i].Action = string(r.Outcome)
+			if r.Err != nil {
+				snaps[i].Error = r.Err.Error()
+			}
+			log.Info("tree", "pgid", t.PGID, "action", r.Outcome, "signals", fmt.Sprint(r.Signals), "err", r.Err)
+			if r.Outcome == pgkill.WouldNotDie {
+				return
+			}
+			for _, s := range sockets[i] {
+				if err := safeunlink.Unlink(s.path, s.file); err != nil {
+					log.Warn("socket left in place", "path", s.path, "err", err)
+					continue
+				}
+				snaps[i].SocketsUnlinked = append(snaps[i].SocketsUnlinked, s.path)
+			}
+		}()
+	}
+	wg.Wait()
+
+	outcome := "nothing"
+	for _, s := range snaps {
+		switch s.Action {
+		case ActionWouldNotDie:
+			res.Failed = true
+			outcome = ActionWouldNotDie
+		case ActionReaped, ActionGone:
+			if outcome == "nothing" {
+				outcome = ActionReaped
+			}
+		}
+	}
+	res.Trees = snaps
+	err = store.Update(st.ID, func(r *ledger.Record) error {
+		stamp(r, StagePoststop)
+		r.Trees = snaps
+		r.Outcome = outcome
+		return nil
+	})
+	return res, err
+}
+
+type socketFile struct {
+	path string
+	file safeunlink.File
+}
+
+func stamp(r *ledger.Record, stage Stage) {
+	if r.Stages == nil {
+		r.Stages = map[string]time.Time{}
+	}
+	r.Stages[string(stage)] = time.Now().UTC()
+}
+
+func root(cfg Config) string {
+	if cfg.Root == "" {
+		return fingerprint.DefaultRoot
+	}
+	return cfg.Root
+}

@@ -1,0 +1,324 @@
+// Package ledger stores what kc-watchman knows about each container, one
+// JSON file per container under <state-dir>/containers (DESIGN §8).
+//
+// Hooks of many containers run at once and the janitor may run beside them,
+// so every change is a read-modify-write under an exclusive flock on the
+// directory's lock file, and every write is atomic: a temporary file in the
+// same directory, fsync, rename, fsync of the directory. A reader never
+// sees a torn record, and a writer killed at any point leaves either the old
+// record or the new one (plus, at worst, a stray temporary file that List
+// ignores and GC removes).
+package ledger
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/containerid"
+)
+
+// ErrBadID is returned for anything that is not a full container ID; it
+// keeps path traversal out of the state dir.
+var ErrBadID = errors.New("not a 64-character lowercase hex container ID")
+
+// Process is a recorded process identity.
+type Process struct {
+	PID        int    `json:"pid"`
+	StartTicks uint64 `json:"start_ticks"`
+	Comm       string `json:"comm,omitempty"`
+}
+
+// Tree is a supervisor tree as recorded at one point in time.
+type Tree struct {
+	PGID    int       `json:"pgid"`
+	UID     int       `json:"uid"`
+	Members []Process `json:"members"`
+	Sockets []string  `json:"sockets,omitempty"`
+	// Source says who recorded it: "poststop", "reconcile" or "supervise".
+	Source string    `json:"source"`
+	SeenAt time.Time `json:"seen_at"`
+	// Action and Error are the outcome of reaping it, when it was reaped
+	// ("reaped", "gone", "would-not-die", "skipped-foreign", ...).
+	Action string `json:"action,omitempty"`
+	Error  string `json:"error,omitempty"`
+	// SocketsUnlinked lists the sockets removed after the tree died.
+	SocketsUnlinked []string `json:"sockets_unlinked,omitempty"`
+}
+
+// Record is everything known about one container.
+type Record struct {
+	ContainerID string `json:"container_id"`
+	BootID      string `json:"boot_id"`
+	Bundle      string `json:"bundle,omitempty"`
+	// Init is the container's init process, recorded at createRuntime or
+	// poststart (poststop is given no pid).
+	Init *Process `json:"init,omitempty"`
+	// Stages maps a hook stage to when it last ran.
+	Stages map[string]time.Time `json:"stages,omitempty"`
+	// Supervisor is the `kc-hook supervise` wrapper, when the hook
+	// launched one.
+	Supervisor *Process `json:"supervisor,omitempty"`
+	// Trees is the latest snapshot of the container's supervisor trees.
+	Trees []Tree `json:"trees,omitempty"`
+	// Outcome summarises the last poststop: "reaped", "nothing",
+	// "would-not-die" or "partial".
+	Outcome   string    `json:"outcome,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Store is a ledger directory.
+type Store struct {
+	dir    string // <state-dir>/containers
+	bootID string
+}
+
+// Open prepares <stateDir>/containers (mode 0700) and reads the boot ID.
+func Open(stateDir string) (*Store, error) {
+	dir := filepath.Join(stateDir, "containers")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating ledger directory: %w", err)
+	}
+	// MkdirAll leaves an existing directory's mode alone; the ledger names
+	// processes to kill, so nobody else may write it.
+	if err := os.Chmod(stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("securing state directory: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("securing ledger directory: %w", err)
+	}
+	boot, err := BootID()
+	if err != nil {
+		return nil, err
+	}
+	return &Store{dir: dir, bootID: boot}, nil
+}
+
+// OpenReadOnly opens an existing ledger without creating anything.
+func OpenReadOnly(stateDir string) (*Store, error) {
+	dir := filepath.Join(stateDir, "containers")
+	if _, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("ledger directory: %w", err)
+	}
+	boot, err := BootID()
+	if err != nil {
+		return nil, err
+	}
+	return &Store{dir: dir, bootID: boot}, nil
+}
+
+// Dir returns the directory holding the records.
+func (s *Store) Dir() string { return s.dir }
+
+// CurrentBootID returns the boot ID records are stamped with.
+func (s *Store) CurrentBootID() string { return s.bootID }
+
+// BootID reads the kernel's boot ID; records from another boot are stale.
+func BootID() (string, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return "", fmt.Errorf("reading boot id: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+func (s *Store) path(id string) string { return filepath.Join(s.dir, id+".json") }
+
+// lock takes the ledger-wide exclusive lock. Records are small and writes
+// quick, so one lock is simpler than one per record and costs nothing.
+func (s *Store) lock() (func(), error) {
+	f, err := os.OpenFile(filepath.Join(s.dir, ".lock"), os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening ledger lock: %w", err)
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("locking ledger: %w", err)
+	}
+	return func() { f.Close() }, nil // closing releases the flock
+}
+
+// Load reads one record. A missing record is fs.ErrNotExist.
+func (s *Store) Load(id string) (*Record, error) {
+	if !containerid.Valid(id) {
+		return nil, ErrBadID
+	}
+	return s.load(s.path(id))
+}
+
+func (s *Store) load(path string) (*Record, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Record
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("ledger record %s: %w", filepath.Base(path), err)
+	}
+	if !containerid.Valid(r.ContainerID) || filepath.Base(path) != r.ContainerID+".json" {
+		return nil, fmt.Errorf("ledger record %s: container id %q does not match its file name", filepath.Base(path), r.ContainerID)
+	}
+	return &r, nil
+}
+
+// Update applies fn to the record of id (a fresh one stamped with the
+// current boot if none exists, or if the existing one is from another boot)
+// and writes the result atomically. fn returning an error aborts the write.
+func (s *Store) Update(id string, fn func(*Record) error) error {
+	if !containerid.Valid(id) {
+		return ErrBadID
+	}
+	unlock, err := s.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	r, err := s.load(s.path(id))
+	if err != nil || r.BootID != s.bootID {
+		// An unreadable record is replaced rather than blocking the hook
+		// forever; it could only have been written by a broken writer.
+		r = &Record{ContainerID: id}
+	}
+	r.BootID = s.bootID
+	if err := fn(r); err != nil {
+		return err
+	}
+	r.UpdatedAt = time.Now().UTC()
+	return s.write(r)
+}
+
+func (s *Store) write(r *Record) error {
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding ledger record: %w", err)
+	}
+	data = append(data, '\n')
+	tmp, err := os.CreateTemp(s.dir, ".tmp-"+r.ContainerID+"-*")
+	if err != nil {
+		return fmt.Errorf("writing ledger record: %w", err)
+	}
+	defer os.Remove(tmp.Name()) // no-op after the rename
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing ledger record: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("syncing ledger record: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing ledger record: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), s.path(r.ContainerID)); err != nil {
+		return fmt.Errorf("committing ledger record: %w", err)
+	}
+	return syncDir(s.dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("syncing ledger directory: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("syncing ledger directory: %w", err)
+	}
+	return nil
+}
+
+// List returns every readable record, and one error per record that could
+// not be read. Temporary files are skipped.
+func (s *Store) List() ([]*Record, []error) {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, []error{fmt.Errorf("reading ledger directory: %w", err)}
+	}
+	var recs []*Record
+	var errs []error
+	for _, e := range ents {
+		name := e.Name()
+		if !strings.HasSuffix(name, ".json") || !containerid.Valid(strings.TrimSuffix(name, ".json")) {
+			continue
+		}
+		r, err := s.load(filepath.Join(s.dir, name))
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		recs = append(recs, r)
+	}
+	return recs, errs
+}
+
+// Current reports whether r was written during this boot. Records from
+// another boot name processes that no longer exist; they must never be
+// used to signal anything.
+func (s *Store) Current(r *Record) bool { return r.BootID == s.bootID }
+
+// Remove deletes the record of id, under the lock, if keep returns false
+// for its current contents. It returns whether the record was removed.
+func (s *Store) Remove(id string, keep func(*Record) bool) (bool, error) {
+	if !containerid.Valid(id) {
+		return false, ErrBadID
+	}
+	unlock, err := s.lock()
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	r, err := s.load(s.path(id))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	case err != nil:
+		r = nil // unreadable: nothing in it to keep
+	}
+	if r != nil && keep != nil && keep(r) {
+		return false, nil
+	}
+	if err := os.Remove(s.path(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, fmt.Errorf("removing ledger record: %w", err)
+	}
+	return true, syncDir(s.dir)
+}
+
+// RemoveStaleTemps deletes temporary files left by writers that were
+// killed mid-write and are older than minAge.
+func (s *Store) RemoveStaleTemps(minAge time.Duration) int {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), ".tmp-") {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil || time.Since(info.ModTime()) < minAge {
+			continue
+		}
+		if os.Remove(filepath.Join(s.dir, e.Name())) == nil {
+			n++
+		}
+	}
+	return n
+}

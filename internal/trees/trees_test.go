@@ -1,0 +1,211 @@
+package trees
+
+import (
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+)
+
+const (
+	cidA = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	cidB = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+)
+
+// summary is what the decision tests compare.
+type summary struct {
+	PGID      int
+	Container string
+	Ambiguous bool
+	Foreign   bool
+	ByLedger  bool
+	UID       int
+	Members   []int
+}
+
+func summarise(ts []Tree) []summary {
+	var out []summary
+	for _, t := range ts {
+		s := summary{PGID: t.PGID, Container: t.ContainerID, Ambiguous: t.Ambiguous, Foreign: t.Foreign, ByLedger: t.ByLedger, UID: t.UID}
+		for _, m := range t.Members {
+			s.Members = append(s.Members, m.PID)
+		}
+		slices.Sort(s.Members)
+		out = append(out, s)
+	}
+	return out
+}
+
+func TestScanDecisions(t *testing.T) {
+	// Start ticks: 90000 ticks = 900s after boot; uptime is 1000s.
+	tests := []struct {
+		name  string
+		procs []proc
+		known map[Key]string
+		full  bool
+		want  []summary
+	}{
+		{
+			name: "kcserver leader with container id and kernels",
+			procs: []proc{
+				{pid: 100, pgid: 100, comm: "kcserver", start: 90000, argv: []string{"kcserver", "--container-id=" + cidA}},
+				{pid: 101, pgid: 100, comm: "python3", start: 90100, argv: []string{"python3", "-m", "ipykernel"}},
+			},
+			want: []summary{{PGID: 100, Container: cidA, UID: 0, Members: []int{100, 101}}},
+		},
+		{
+			name: "wrapper kc-hook always counts as a supervisor",
+			procs: []proc{
+				{pid: 100, pgid: 100, comm: "kc-hook", start: 90000, argv: []string{"kc-hook", "supervise", cidA, "1", "2", "--", "x"}},
+				{pid: 101, pgid: 100, comm: "x", start: 90000},
+			},
+			want: []summary{{PGID: 100, Container: cidA, UID: 0, Members: []int{100, 101}}},
+		},
+		{
+			name: "supervisor without container id is not ours",
+			procs: []proc{
+				{pid: 100, pgid: 100, comm: "kcserver", start: 90000, argv: []string{"kcserver"}},
+			},
+		},
+		{
+			name: "conmon is an anchor but never a supervisor",
+			procs: []proc{
+				{pid: 100, pgid: 100, comm: "conmon", start: 90000, argv: []string{"conmon", "-c", cidA, "-u", cidA}},
+			},
+		},
+		{
+			name: "container id embedded in a shell string is not a token",
+			procs: []proc{
+				{pid: 100, pgid: 100, comm: "kcserver", start: 90000, argv: []string{"kcserver", "-c", "run " + cidA}},
+			},
+		},
+		{
+			name: "two container ids make the tree ambiguous",
+			procs: []proc{
+				{pid: 100, pgid: 100, comm: "kcserver", start: 90000, argv: []string{"kcserver", cidA}},
+				{pid: 101, pgid: 100, comm: "kcserver", start: 90000, argv: []string{"kcserver", cidB}},
+			},
+			want: []summary{{PGID: 100, Ambiguous: true, UID: 0, Members: []int{100, 101}}},
+		},
+		{
+			name: "leader dead: group found through its supervisor member",
+			procs: []proc{
+				{pid: 101, pgid: 100, comm: "kcserver", start: 90000, argv: []string{"kcserver", cidA}},
+				{pid: 102, pgid: 100, comm: "sleep", start: 90000, argv: []string{"sleep", "1"}},
+			},
+			want: []summary{{PGID: 100, Container: cidA, UID: 0, Members: []int{101, 102}}},
+		},
+		{
+			name: "zombie leader counts as dead, zombie members are not members",
+			procs: []proc{
+				{pid: 100, pgid: 100, comm: "bash", state: 'Z', start: 90000},
+				{pid: 101, pgid: 100, comm: "kcserver", start: 90000, argv: []string{"kcserver", cidA}},
+				{pid: 102, pgid: 100, comm: "kcserver", state: 'Z', start: 90000},
+			},
+			want: []summary{{PGID: 100, Container: cidA, UID: 0, Members: []int{101}}},
+		},
+		{
+			name: "kernels of a crashed kcserver: attributed only by exact ledger identity",
+			procs: []proc{
+				{pid: 101, pgid: 100, comm: "python3", start: 90100},
+				{pid: 102, pgid: 100, comm: "python3", start: 90200},
+			},
+			known: map[Key]string{{PID: 101, StartTicks: 90100, PGID: 100}: cidA},
+			want:  []summary{{PGID: 100, Container: cidA, ByLedger: true, UID: 0, Members: []int{101, 102}}},
+		},
+		{
+			name: "ledger identity with another start time does not attribute",
+			procs: []proc{
+				{pid: 101, pgid: 100, comm: "python3", start: 90101},
+			},
+			known: map[Key]string{{PID: 101, StartTicks: 90100, PGID: 100}: cidA},
+		},
+		{
+			name: "ledger identity in another group does not attribute",
+			procs: []proc{
+				{pid: 101, pgid: 101, comm: "python3", start: 90100},
+			},
+			known: map[Key]string{{PID: 101, StartTicks: 90100, PGID: 100}: cidA},
+		},
+		{
+			name: "mixed uids",
+			procs: []proc{
+				{pid: 100, pgid: 100, comm: "kcserver", uid: 1000, start: 90000, argv: []string{"kcserver", cidA}},
+				{pid: 101, pgid: 100, comm: "sleep", uid: 0, start: 90000},
+			},
+			want: []summary{{PGID: 100, Container: cidA, UID: -1, Members: []int{100, 101}}},
+		},
+		{
+			name: "foreign group: invisible to the fast scan",
+			procs: []proc{
+				{pid: 100, pgid: 100, comm: "bash", start: 90000, argv: []string{"bash"}},
+				{pid: 101, pgid: 100, comm: "kcserver", start: 90000, argv: []string{"kcserver", cidA}},
+			},
+		},
+		{
+			name: "foreign group: reported by the full scan, never signalable",
+			full: true,
+			procs: []proc{
+				{pid: 100, pgid: 100, comm: "bash", start: 90000, argv: []string{"bash"}},
+				{pid: 101, pgid: 100, comm: "kcserver", start: 90000, argv: []string{"kcserver", cidA}},
+			},
+			want: []summary{{PGID: 100, Container: cidA, Foreign: true, UID: 0, Members: []int{100, 101}}},
+		},
+		{
+			name: "thread id listed as if it were a process is not a member",
+			procs: []proc{
+				{pid: 100, pgid: 100, comm: "kcserver", start: 90000, argv: []string{"kcserver", cidA}},
+				{pid: 105, pgid: 100, comm: "tokio-runtime-w", start: 90000, tgid: 100},
+			},
+			want: []summary{{PGID: 100, Container: cidA, UID: 0, Members: []int{100}}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := writeFixture(t, tt.procs)
+			got, _, err := Scan(Options{Root: root, Comms: []string{"kcserver"}, Known: tt.known, Full: tt.full})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s := summarise(got); !reflect.DeepEqual(s, tt.want) {
+				t.Errorf("Scan:\n got %+v\nwant %+v", s, tt.want)
+			}
+		})
+	}
+}
+
+func TestScanAge(t *testing.T) {
+	root := writeFixture(t, []proc{
+		{pid: 100, pgid: 100, comm: "kcserver", start: 90000, argv: []string{"kcserver", cidA}},
+		{pid: 101, pgid: 100, comm: "sleep", start: 95000},
+	})
+	got, _, err := Scan(Options{Root: root, Comms: []string{"kcserver"}})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("Scan = %v, %v", got, err)
+	}
+	// uptime 1000s, youngest started at 950s.
+	if !got[0].AgeKnown || got[0].Age != 50*time.Second {
+		t.Errorf("age = %v (known %v), want 50s", got[0].Age, got[0].AgeKnown)
+	}
+}
+
+func TestSignalable(t *testing.T) {
+	tests := []struct {
+		name string
+		tree Tree
+		want bool
+	}{
+		{"plain", Tree{ContainerID: cidA, Members: make([]fingerprint.Identity, 1)}, true},
+		{"ambiguous", Tree{Ambiguous: true, Members: make([]fingerprint.Identity, 1)}, false},
+		{"foreign", Tree{ContainerID: cidA, Foreign: true, Members: make([]fingerprint.Identity, 1)}, false},
+		{"no members", Tree{ContainerID: cidA}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.tree.Signalable(); got != tt.want {
+				t.Errorf("Signalable = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,318 @@
+// Package liveness asks podman which containers are alive. Its answer is
+// the janitor's ground truth: a supervisor tree whose container is not in
+// the live set is a stray.
+//
+// Query first asks the podman API service (the bindings), then falls back to
+// the podman CLI (`podman ps --all --no-trunc --format json`). If neither
+// answers, the error wraps ErrUnknown and callers must do nothing: an empty
+// or partial live set taken for the truth would turn every tree into a stray.
+package liveness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/containerid"
+)
+
+// ErrUnknown means neither the API nor the CLI told us which containers are
+// alive. Callers must not act on any tree when they see it.
+var ErrUnknown = errors.New("ground truth unknown")
+
+// Source says where a Set came from.
+type Source string
+
+const (
+	// SourceAPI: the podman API service, through the bindings.
+	SourceAPI Source = "api"
+	// SourceCLI: the podman CLI (`podman ps`), the fallback.
+	SourceCLI Source = "cli"
+)
+
+// DefaultTimeout bounds a whole Query when Options.Timeout is zero.
+const DefaultTimeout = 10 * time.Second
+
+// RootfulSocket is the rootful podman service's default socket.
+const RootfulSocket = "/run/podman/podman.sock"
+
+// UIDUnknown is Set.UID when the endpoint's owner cannot be determined (a
+// tcp URL): callers then have ground truth for no UID's trees.
+const UIDUnknown = -1
+
+// Set is podman's view of its containers at one moment.
+type Set struct {
+	// Source is where the answer came from: "api" or "cli".
+	Source Source
+	// Live holds the full (64 lowercase hex) IDs of the containers whose raw
+	// state is live (see IsLiveState). A container absent from Live is either
+	// not live or unknown to this podman.
+	Live map[string]bool
+	// States maps every listed container's full ID to podman's raw state
+	// string ("running", "exited", ...), live or not.
+	States map[string]string
+	// Ignored lists IDs podman printed that are not full container IDs;
+	// they are left out of Live and States (and logged).
+	Ignored []string
+	// UID owns the podman that answered, and is the only UID whose trees this
+	// Set is ground truth for: root's podman does not know a rootless user's
+	// containers (and vice versa), so another UID's supervisor tree is not a
+	// stray just because it is missing here. For a unix socket it is the
+	// socket file's owner; for the plain CLI fallback it is this process's
+	// effective UID (the UID podman picks its store by); UIDUnknown for tcp.
+	UID int
+	// Endpoint describes what was asked: the API URL, or the CLI command.
+	Endpoint string
+	// Took is how long the successful query took (the failed API attempt
+	// before a CLI answer not included).
+	Took time.Duration
+}
+
+// IsLive reports whether id is a live container in s.
+func (s Set) IsLive(id string) bool { return s.Live[id] }
+
+// liveStates are podman's raw container states that count as alive: the
+// container exists and its processes may run (or are about to, or are
+// being stopped). Anything else — exited, stopped, removing, unknown — is
+// not live.
+var liveStates = map[string]bool{
+	"created":     true,
+	"configured":  true,
+	"initialized": true,
+	"running":     true,
+	"paused":      true,
+	"stopping":    true,
+}
+
+// IsLiveState reports whether podman's raw state string (ListContainer.State
+// in the API, "State" in `podman ps --format json`; never the display
+// "Status") counts as live.
+func IsLiveState(state string) bool { return liveStates[state] }
+
+// Options configures Query. The zero value asks the default podman.
+type Options struct {
+	// URL of the podman API service: unix:///path or tcp://host:port.
+	// Empty: $CONTAINER_HOST, else DefaultURL().
+	URL string
+	// PodmanBin is the CLI for the fallback; default "podman" on $PATH.
+	PodmanBin string
+	// CLIArgs are global arguments put before "ps" in the CLI fallback. Nil
+	// means Query decides so that the CLI asks the same podman as URL: no
+	// arguments when URL is this process's default socket (the plain CLI
+	// reads that podman's store directly, which also works when the service
+	// is down), else "--url URL" (the CLI as a second client of the same
+	// service). Non-nil (even empty) is used verbatim, e.g. {"--root", R,
+	// "--runroot", RR} for a service started on private storage; the caller
+	// then vouches that it names the same podman as URL.
+	CLIArgs []string
+	// Timeout bounds the whole query (API attempt + CLI fallback); default
+	// DefaultTimeout. The API attempt gets at most half of it.
+	Timeout time.Duration
+	// Logger receives debug/warn lines; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultURL is the API socket of this process's own podman: the rootful
+// socket when running as root, else $XDG_RUNTIME_DIR/podman/podman.sock
+// (/run/user/<uid> when XDG_RUNTIME_DIR is unset).
+func DefaultURL() string {
+	if os.Geteuid() == 0 {
+		return "unix://" + RootfulSocket
+	}
+	dir := os.Getenv("XDG_RUNTIME_DIR")
+	if dir == "" {
+		dir = "/run/user/" + strconv.Itoa(os.Geteuid())
+	}
+	return "unix://" + filepath.Join(dir, "podman", "podman.sock")
+}
+
+// resolveURL applies the Options.URL defaults.
+func resolveURL(u string) string {
+	if u != "" {
+		return u
+	}
+	if env := os.Getenv("CONTAINER_HOST"); env != "" {
+		return env
+	}
+	return DefaultURL()
+}
+
+// endpoint is a parsed API URL.
+type endpoint struct {
+	raw    string
+	scheme string // "unix" or "tcp"
+	path   string // socket path for unix
+}
+
+func parseEndpoint(raw string) (endpoint, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return endpoint{}, fmt.Errorf("podman URL %q: %w", raw, err)
+	}
+	switch u.Scheme {
+	case "unix":
+		p := u.Path
+		if u.Host != "" { // unix://relative/path, as the bindings accept it
+			p = "/" + u.Host + u.Path
+		}
+		if p == "" || p == "/" {
+			return endpoint{}, fmt.Errorf("podman URL %q: no socket path", raw)
+		}
+		return endpoint{raw: raw, scheme: "unix", path: filepath.Clean(p)}, nil
+	case "tcp":
+		if u.Host == "" {
+			return endpoint{}, fmt.Errorf("podman URL %q: no host", raw)
+		}
+		return endpoint{raw: raw, scheme: "tcp"}, nil
+	default:
+		// ssh would need keys, known_hosts and a remote shell: not a janitor's
+		// business, and not something to block on from a cron job.
+		return endpoint{}, fmt.Errorf("podman URL %q: scheme %q not supported (unix or tcp)", raw, u.Scheme)
+	}
+}
+
+// isDefault reports whether ep is this process's own default podman socket,
+// which the plain CLI (no --url) reads from the same store.
+func (ep endpoint) isDefault() bool {
+	if ep.scheme != "unix" {
+		return false
+	}
+	def, err := parseEndpoint(DefaultURL())
+	return err == nil && def.path == ep.path
+}
+
+// cliGlobalArgs returns the global CLI arguments that make `podman ps` ask
+// the same podman as ep (see Options.CLIArgs).
+func cliGlobalArgs(ep endpoint, override []string) []string {
+	if override != nil {
+		return override
+	}
+	if ep.isDefault() {
+		return nil
+	}
+	return []string{"--url", ep.raw}
+}
+
+// Query asks podman which containers are alive: the API at opt.URL first,
+// then the CLI. It fails (wrapping ErrUnknown) only if both fail, and always
+// returns within opt.Timeout (plus a few milliseconds), however podman
+// behaves.
+func Query(ctx context.Context, opt Options) (Set, error) {
+	log := opt.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	timeout := opt.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	raw := resolveURL(opt.URL)
+	ep, epErr := parseEndpoint(raw)
+
+	// API.
+	var apiErr error
+	if epErr != nil {
+		apiErr = epErr
+	} else {
+		actx, acancel := context.WithTimeout(ctx, timeout/2)
+		set, err := queryAPI(actx, ep, log)
+		acancel()
+		if err == nil {
+			return set, nil
+		}
+		apiErr = err
+		log.Warn("podman API failed, trying the CLI", "url", raw, "err", err)
+	}
+
+	// CLI.
+	var args []string
+	switch {
+	case opt.CLIArgs != nil:
+		args = opt.CLIArgs
+	case epErr != nil:
+		// An unusable URL names no podman we could ask the same question.
+		return Set{}, fmt.Errorf("%w: %w", ErrUnknown, apiErr)
+	default:
+		args = cliGlobalArgs(ep, nil)
+	}
+	set, cliErr := queryCLI(ctx, opt.PodmanBin, args, log)
+	if cliErr != nil {
+		log.Warn("podman CLI failed", "err", cliErr)
+		return Set{}, fmt.Errorf("%w: api %s: %w; cli: %w", ErrUnknown, raw, apiErr, cliErr)
+	}
+	set.UID = os.Geteuid()
+	if opt.CLIArgs == nil && !ep.isDefault() {
+		// --url: the same service answered, so it is the same owner.
+		set.UID = ep.owner()
+	}
+	return set, nil
+}
+
+// owner is the UID owning the endpoint: the socket file's owner for unix,
+// UIDUnknown otherwise (or if the socket cannot be stat'ed).
+func (ep endpoint) owner() int {
+	if ep.scheme != "unix" {
+		return UIDUnknown
+	}
+	uid, err := socketOwner(ep.path)
+	if err != nil {
+		return UIDUnknown
+	}
+	return uid
+}
+
+// entry is one listed container, whatever the source.
+type entry struct {
+	ID    string
+	State string
+}
+
+// listing is the outcome of reading a container list.
+type listing struct {
+	Live    map[string]bool
+	States  map[string]string
+	Ignored []string
+}
+
+// fromEntries classifies entries. IDs that are not full container IDs are
+// ignored (podman never makes one; they mean mangled or truncated output),
+// but if every entry is one of those the whole list is rejected: that is
+// what a missing --no-trunc looks like, and a list we cannot match against
+// would make every tree look stray.
+func fromEntries(es []entry) (listing, error) {
+	l := listing{Live: map[string]bool{}, States: map[string]string{}}
+	for _, e := range es {
+		if !containerid.Valid(e.ID) {
+			l.Ignored = append(l.Ignored, e.ID)
+			continue
+		}
+		if e.State == "" {
+			// podman always names a state ("unknown" at worst); none means
+			// we are not reading the output we think we are.
+			return listing{}, fmt.Errorf("container %s: no state", e.ID)
+		}
+		l.States[e.ID] = e.State
+		if IsLiveState(e.State) {
+			l.Live[e.ID] = true
+		}
+	}
+	if len(es) > 0 && len(l.States) == 0 {
+		return listing{}, fmt.Errorf("none of the %d listed containers has a full 64-hex ID (truncated output?)", len(es))
+	}
+	return l, nil
+}
+
+func logIgnored(log *slog.Logger, src Source, ids []string) {
+	for _, id := range ids {
+		log.Warn("ignoring a listed container without a full ID", "source", src, "id", id)
+	}
+}

@@ -1,0 +1,202 @@
+package ledger
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+func id(n int) string { return fmt.Sprintf("%064x", n) }
+
+func TestOpenPermissions(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	if err := os.MkdirAll(state, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(id(1), func(r *Record) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]os.FileMode{
+		state:                                 0o700,
+		s.Dir():                               0o700,
+		filepath.Join(s.Dir(), id(1)+".json"): 0o600,
+	} {
+		info, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := info.Mode().Perm(); got != want {
+			t.Errorf("%s: mode %o, want %o", path, got, want)
+		}
+	}
+}
+
+func TestBadIDsNeverTouchTheDisk(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"", "../../etc/passwd", id(1)[:63], "X" + id(1)[1:], id(1) + "/x"} {
+		t.Run(bad, func(t *testing.T) {
+			called := false
+			err := s.Update(bad, func(*Record) error { called = true; return nil })
+			if !errors.Is(err, ErrBadID) || called {
+				t.Errorf("Update(%q) = %v (fn called %v), want ErrBadID", bad, err, called)
+			}
+			if _, err := s.Load(bad); !errors.Is(err, ErrBadID) {
+				t.Errorf("Load(%q) = %v", bad, err)
+			}
+		})
+	}
+	ents, _ := os.ReadDir(s.Dir())
+	for _, e := range ents {
+		if e.Name() != ".lock" {
+			t.Errorf("unexpected file %s", e.Name())
+		}
+	}
+}
+
+func TestUpdateRoundTrip(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Update(id(7), func(r *Record) error {
+		r.Init = &Process{PID: 42, StartTicks: 99, Comm: "sleep"}
+		r.Trees = []Tree{{PGID: 5, Members: []Process{{PID: 5, StartTicks: 1}}, Source: "poststop"}}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Load(id(7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ContainerID != id(7) || r.Init.PID != 42 || r.BootID != s.CurrentBootID() || len(r.Trees) != 1 {
+		t.Errorf("record = %+v", r)
+	}
+	// A failing fn leaves the record as it was.
+	sentinel := errors.New("no")
+	if err := s.Update(id(7), func(r *Record) error { r.Init = nil; return sentinel }); !errors.Is(err, sentinel) {
+		t.Fatal(err)
+	}
+	if r, _ := s.Load(id(7)); r.Init == nil {
+		t.Error("aborted update was written")
+	}
+}
+
+func TestOtherBootRecordIsReplaced(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := Record{ContainerID: id(3), BootID: "another-boot", Trees: []Tree{{PGID: 9, Members: []Process{{PID: 9}}}}}
+	data, _ := json.Marshal(old)
+	if err := os.WriteFile(filepath.Join(s.Dir(), id(3)+".json"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	recs, errs := s.List()
+	if len(recs) != 1 || len(errs) != 0 || s.Current(recs[0]) {
+		t.Fatalf("List = %v, %v; current = %v", recs, errs, s.Current(recs[0]))
+	}
+	if err := s.Update(id(3), func(r *Record) error {
+		if len(r.Trees) != 0 {
+			t.Error("update saw another boot's trees")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConcurrentUpdates runs many writers at once, as many hooks do when
+// many containers stop together: no update may be lost and no record torn.
+func TestConcurrentUpdates(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writers, records = 16, 4
+	var wg sync.WaitGroup
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Each goroutine opens the lock file itself, so flock contends
+			// exactly as between processes.
+			for r := 0; r < records; r++ {
+				err := s.Update(id(r), func(rec *Record) error {
+					if rec.Stages == nil {
+						rec.Stages = map[string]time.Time{}
+					}
+					rec.Stages[fmt.Sprintf("w%d", w)] = time.Now()
+					return nil
+				})
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	recs, errs := s.List()
+	if len(errs) != 0 || len(recs) != records {
+		t.Fatalf("List = %d records, errors %v", len(recs), errs)
+	}
+	for _, r := range recs {
+		if len(r.Stages) != writers {
+			t.Errorf("%s: %d of %d updates survived", r.ContainerID[:8], len(r.Stages), writers)
+		}
+	}
+}
+
+func TestListSkipsTempsAndReportsUnreadable(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(id(1), func(*Record) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(s.Dir(), ".tmp-"+id(2)+"-123"), []byte("{tor"), 0o600)
+	os.WriteFile(filepath.Join(s.Dir(), id(3)+".json"), []byte("{tor"), 0o600)
+	os.WriteFile(filepath.Join(s.Dir(), id(4)+".json"), []byte(`{"container_id":"`+id(5)+`"}`), 0o600)
+	recs, errs := s.List()
+	if len(recs) != 1 || len(errs) != 2 {
+		t.Errorf("List = %d records, %d errors (%v); want 1 and 2", len(recs), len(errs), errs)
+	}
+	if n := s.RemoveStaleTemps(0); n != 1 {
+		t.Errorf("RemoveStaleTemps = %d, want 1", n)
+	}
+}
+
+func TestRemove(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Update(id(1), func(r *Record) error { r.Outcome = "keep-me"; return nil })
+	if removed, err := s.Remove(id(1), func(r *Record) bool { return r.Outcome == "keep-me" }); removed || err != nil {
+		t.Errorf("Remove kept = %v, %v", removed, err)
+	}
+	if removed, err := s.Remove(id(1), nil); !removed || err != nil {
+		t.Errorf("Remove = %v, %v", removed, err)
+	}
+	if _, err := s.Load(id(1)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Load after Remove = %v", err)
+	}
+	if removed, err := s.Remove(id(1), nil); removed || err != nil {
+		t.Errorf("second Remove = %v, %v", removed, err)
+	}
+}

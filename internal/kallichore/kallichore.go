@@ -1,0 +1,380 @@
+// Package kallichore is a small read-only client for the Kallichore kernel
+// supervisor (kcserver): GET /status and GET /sessions, HTTP/1.1 over its
+// Unix socket, with short dial and total timeouts so that a hung supervisor
+// cannot stall a sweep.
+//
+// Decoding is tolerant of fields it does not know (newer Kallichore versions
+// add some) and of the older /sessions shape (a bare JSON list), and strict
+// about the fields kc-watchman bases decisions on: a /status answer without
+// process_id, or a session without session_id, status, connected or
+// idle_seconds, is an error (ErrShape), never a zero value.
+package kallichore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"syscall"
+	"time"
+)
+
+// Default timeouts. Both are short: Kallichore answers /status in well
+// under a millisecond when it is alive at all.
+const (
+	DefaultDialTimeout = 500 * time.Millisecond
+	DefaultTimeout     = 2 * time.Second
+)
+
+// MaxBody is the default bound on an answer read from a supervisor.
+const MaxBody = 32 << 20
+
+var (
+	// ErrBadJSON is returned (wrapped) when an answer is not valid JSON.
+	ErrBadJSON = errors.New("invalid JSON")
+	// ErrShape is returned (wrapped) when an answer is JSON but not the
+	// documented schema: wrong type, or a field decisions rely on missing.
+	ErrShape = errors.New("unexpected JSON shape")
+	// ErrTooLarge is returned (wrapped) when an answer exceeds MaxBody.
+	ErrTooLarge = errors.New("answer too large")
+)
+
+// HTTPError is returned for an answer whose status code is not 200.
+type HTTPError struct {
+	Code int
+	Body string // first bytes of the body, for the log
+}
+
+func (e *HTTPError) Error() string {
+	if e.Body == "" {
+		return fmt.Sprintf("HTTP %d", e.Code)
+	}
+	return fmt.Sprintf("HTTP %d: %s", e.Code, e.Body)
+}
+
+// ServerStatus is Kallichore's answer to GET /status.
+type ServerStatus struct {
+	Sessions      int    `json:"sessions"`
+	Active        int    `json:"active"`
+	Busy          bool   `json:"busy"`
+	IdleSeconds   int64  `json:"idle_seconds"`
+	BusySeconds   int64  `json:"busy_seconds"`
+	UptimeSeconds int64  `json:"uptime_seconds"`
+	Version       string `json:"version"`
+	ProcessID     int    `json:"process_id"`
+	Started       string `json:"started"`
+	ServerID      string `json:"server_id,omitempty"`
+}
+
+// SessionList is Kallichore's answer to GET /sessions.
+type SessionList struct {
+	Total    int             `json:"total"`
+	Sessions []ActiveSession `json:"sessions"`
+}
+
+// ActiveSession is one kernel session. Fields kc-watchman does not
+// interpret are kept raw.
+type ActiveSession struct {
+	SessionID          string          `json:"session_id"`
+	Argv               []string        `json:"argv,omitempty"`
+	Username           string          `json:"username,omitempty"`
+	DisplayName        string          `json:"display_name,omitempty"`
+	Language           string          `json:"language,omitempty"`
+	InterruptMode      string          `json:"interrupt_mode,omitempty"`
+	Connected          bool            `json:"connected"`
+	Started            string          `json:"started,omitempty"`
+	SessionMode        string          `json:"session_mode,omitempty"`
+	WorkingDirectory   string          `json:"working_directory,omitempty"`
+	InputPrompt        string          `json:"input_prompt,omitempty"`
+	ContinuationPrompt string          `json:"continuation_prompt,omitempty"`
+	ExecutionQueue     json.RawMessage `json:"execution_queue,omitempty"`
+	Status             string          `json:"status"`
+	KernelInfo         json.RawMessage `json:"kernel_info,omitempty"`
+	IdleSeconds        int64           `json:"idle_seconds"`
+	BusySeconds        int64           `json:"busy_seconds"`
+	ProcessID          int             `json:"process_id,omitempty"`
+	NotebookURI        string          `json:"notebook_uri,omitempty"`
+	SocketPath         string          `json:"socket_path,omitempty"`
+	ResourceUsage      *ResourceUsage  `json:"resource_usage,omitempty"`
+}
+
+// ResourceUsage is a session's last resource sample. The schema says
+// int64 throughout; fractional numbers are accepted and truncated.
+type ResourceUsage struct {
+	CPUPercent       Number `json:"cpu_percent"`
+	MemoryBytes      Number `json:"memory_bytes"`
+	ThreadCount      Number `json:"thread_count"`
+	SamplingPeriodMS Number `json:"sampling_period_ms"`
+	Timestamp        Number `json:"timestamp"`
+}
+
+// Number is an int64 that also decodes from a JSON number with a fraction
+// (truncated) or null (zero).
+type Number int64
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (n *Number) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*n = 0
+		return nil
+	}
+	if len(b) == 0 || b[0] == '"' {
+		return fmt.Errorf("want a number, got %s", b)
+	}
+	var v json.Number
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	if i, err := v.Int64(); err == nil {
+		*n = Number(i)
+		return nil
+	}
+	f, err := v.Float64()
+	if err != nil || f > 9.2e18 || f < -9.2e18 {
+		return fmt.Errorf("number %s out of range", v)
+	}
+	*n = Number(int64(f))
+	return nil
+}
+
+// MemoryBytes returns the session's sampled memory, 0 when unknown.
+func (s ActiveSession) MemoryBytes() int64 {
+	if s.ResourceUsage == nil {
+		return 0
+	}
+	return int64(s.ResourceUsage.MemoryBytes)
+}
+
+// wire types: pointers mark the fields that must be present.
+type wireStatus struct {
+	ServerStatus
+	ProcessID *int `json:"process_id"`
+}
+
+type wireSession struct {
+	ActiveSession
+	SessionID   *string `json:"session_id"`
+	Status      *string `json:"status"`
+	Connected   *bool   `json:"connected"`
+	IdleSeconds *int64  `json:"idle_seconds"`
+}
+
+type wireList struct {
+	Total    *int               `json:"total"`
+	Sessions *[]json.RawMessage `json:"sessions"`
+}
+
+// DecodeStatus decodes a /status answer.
+func DecodeStatus(data []byte) (ServerStatus, error) {
+	data = bytes.TrimSpace(data)
+	if !json.Valid(data) {
+		return ServerStatus{}, fmt.Errorf("status: %w", ErrBadJSON)
+	}
+	if len(data) == 0 || data[0] != '{' {
+		return ServerStatus{}, fmt.Errorf("status: %w: not a JSON object", ErrShape)
+	}
+	var w wireStatus
+	if err := json.Unmarshal(data, &w); err != nil {
+		return ServerStatus{}, fmt.Errorf("status: %w: %v", ErrShape, err)
+	}
+	if w.ProcessID == nil {
+		return ServerStatus{}, fmt.Errorf("status: %w: no process_id", ErrShape)
+	}
+	st := w.ServerStatus
+	st.ProcessID = *w.ProcessID
+	return st, nil
+}
+
+// DecodeSessions decodes a /sessions answer: {"total": n, "sessions": [...]}
+// or, from older Kallichore versions, a bare list of sessions. A missing
+// total is taken to be the number of sessions.
+func DecodeSessions(data []byte) (SessionList, error) {
+	data = bytes.TrimSpace(data)
+	if !json.Valid(data) {
+		return SessionList{}, fmt.Errorf("sessions: %w", ErrBadJSON)
+	}
+	var raw []json.RawMessage
+	total := -1
+	switch {
+	case len(data) > 0 && data[0] == '[':
+		if err := json.Unmarshal(data, &raw); err != nil {
+			return SessionList{}, fmt.Errorf("sessions: %w: %v", ErrShape, err)
+		}
+	case len(data) > 0 && data[0] == '{':
+		var w wireList
+		if err := json.Unmarshal(data, &w); err != nil {
+			return SessionList{}, fmt.Errorf("sessions: %w: %v", ErrShape, err)
+		}
+		if w.Sessions == nil {
+			return SessionList{}, fmt.Errorf("sessions: %w: object without a sessions list", ErrShape)
+		}
+		raw = *w.Sessions
+		if w.Total != nil {
+			total = *w.Total
+		}
+	default:
+		return SessionList{}, fmt.Errorf("sessions: %w: neither an object nor a list", ErrShape)
+	}
+	out := SessionList{Sessions: make([]ActiveSession, 0, len(raw))}
+	for i, r := range raw {
+		s, err := decodeSession(r)
+		if err != nil {
+			return SessionList{}, fmt.Errorf("sessions[%d]: %w", i, err)
+		}
+		out.Sessions = append(out.Sessions, s)
+	}
+	out.Total = total
+	if total < 0 {
+		out.Total = len(out.Sessions)
+	}
+	return out, nil
+}
+
+func decodeSession(r json.RawMessage) (ActiveSession, error) {
+	r = bytes.TrimSpace(r)
+	if len(r) == 0 || r[0] != '{' {
+		return ActiveSession{}, fmt.Errorf("%w: session is not an object", ErrShape)
+	}
+	var w wireSession
+	if err := json.Unmarshal(r, &w); err != nil {
+		return ActiveSession{}, fmt.Errorf("%w: %v", ErrShape, err)
+	}
+	switch {
+	case w.SessionID == nil || *w.SessionID == "":
+		return ActiveSession{}, fmt.Errorf("%w: no session_id", ErrShape)
+	case w.Status == nil:
+		return ActiveSession{}, fmt.Errorf("%w: session %q: no status", ErrShape, *w.SessionID)
+	case w.Connected == nil:
+		return ActiveSession{}, fmt.Errorf("%w: session %q: no connected", ErrShape, *w.SessionID)
+	case w.IdleSeconds == nil:
+		return ActiveSession{}, fmt.Errorf("%w: session %q: no idle_seconds", ErrShape, *w.SessionID)
+	}
+	s := w.ActiveSession
+	s.SessionID, s.Status, s.Connected, s.IdleSeconds = *w.SessionID, *w.Status, *w.Connected, *w.IdleSeconds
+	return s, nil
+}
+
+// Client talks to supervisors. The zero value uses the default timeouts.
+type Client struct {
+	// DialTimeout bounds connect(2) on the socket.
+	DialTimeout time.Duration
+	// Timeout bounds a whole request, connect to last byte.
+	Timeout time.Duration
+	// MaxBody bounds the answer's size (default MaxBody).
+	MaxBody int64
+}
+
+// DefaultClient is used by the package-level functions.
+var DefaultClient = &Client{}
+
+// Status asks the supervisor listening on socketPath for its status.
+func Status(ctx context.Context, socketPath string) (ServerStatus, error) {
+	return DefaultClient.Status(ctx, socketPath)
+}
+
+// Sessions asks the supervisor listening on socketPath for its sessions.
+func Sessions(ctx context.Context, socketPath string) (SessionList, error) {
+	return DefaultClient.Sessions(ctx, socketPath)
+}
+
+// Status performs GET /status.
+func (c *Client) Status(ctx context.Context, socketPath string) (ServerStatus, error) {
+	data, err := c.get(ctx, socketPath, "/status")
+	if err != nil {
+		return ServerStatus{}, err
+	}
+	st, err := DecodeStatus(data)
+	if err != nil {
+		return st, fmt.Errorf("%s: %w", socketPath, err)
+	}
+	return st, nil
+}
+
+// Sessions performs GET /sessions.
+func (c *Client) Sessions(ctx context.Context, socketPath string) (SessionList, error) {
+	data, err := c.get(ctx, socketPath, "/sessions")
+	if err != nil {
+		return SessionList{}, err
+	}
+	l, err := DecodeSessions(data)
+	if err != nil {
+		return l, fmt.Errorf("%s: %w", socketPath, err)
+	}
+	return l, nil
+}
+
+func (c *Client) timeouts() (dial, total time.Duration) {
+	dial, total = c.DialTimeout, c.Timeout
+	if dial <= 0 {
+		dial = DefaultDialTimeout
+	}
+	if total <= 0 {
+		total = DefaultTimeout
+	}
+	return dial, total
+}
+
+func (c *Client) get(ctx context.Context, socketPath, path string) ([]byte, error) {
+	dial, total := c.timeouts()
+	ctx, cancel := context.WithTimeout(ctx, total)
+	defer cancel()
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			d := net.Dialer{Timeout: dial}
+			return d.DialContext(ctx, "unix", socketPath)
+		},
+		DisableKeepAlives:  true,
+		DisableCompression: true,
+		MaxIdleConns:       -1,
+	}
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://localhost"+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s on %s: %w", path, socketPath, err)
+	}
+	defer resp.Body.Close()
+	limit := c.MaxBody
+	if limit <= 0 {
+		limit = MaxBody
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("GET %s on %s: reading answer: %w", path, socketPath, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		body := string(bytes.TrimSpace(data))
+		if len(body) > 200 {
+			body = body[:200] + "…"
+		}
+		return nil, fmt.Errorf("GET %s on %s: %w", path, socketPath, &HTTPError{Code: resp.StatusCode, Body: body})
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("GET %s on %s: %w (over %d bytes)", path, socketPath, ErrTooLarge, limit)
+	}
+	return data, nil
+}
+
+// IsRefused reports whether err is a refused connection: a socket file
+// with nothing listening on it.
+func IsRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
+
+// IsNotExist reports whether err says the socket path does not exist.
+func IsNotExist(err error) bool { return errors.Is(err, syscall.ENOENT) }
+
+// IsTimeout reports whether err is a dial or request timeout.
+func IsTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

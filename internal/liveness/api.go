@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
 	"os"
 	"syscall"
 	"time"
@@ -24,6 +26,13 @@ func queryAPI(ctx context.Context, ep endpoint, log *slog.Logger) (Set, error) {
 	start := time.Now()
 	ch := make(chan result, 1) // buffered: a late answer must not block the goroutine
 	go func() {
+		// Nobody listening is the common case (podman.socket not enabled):
+		// find out with one dial rather than through the bindings, which
+		// retry three times with pauses in between.
+		if err := probe(ctx, ep); err != nil {
+			ch <- result{err: fmt.Errorf("podman API %s: %w", ep.raw, err)}
+			return
+		}
 		l, err := listAPI(ctx, ep.raw)
 		ch <- result{l, err}
 	}()
@@ -74,6 +83,23 @@ func listAPI(ctx context.Context, uri string) (listing, error) {
 		return listing{}, fmt.Errorf("podman API %s: %w", uri, err)
 	}
 	return l, nil
+}
+
+// probe connects to ep once and hangs up.
+func probe(ctx context.Context, ep endpoint) error {
+	network, addr := "unix", ep.path
+	if ep.scheme == "tcp" {
+		u, err := url.Parse(ep.raw)
+		if err != nil {
+			return err
+		}
+		network, addr = "tcp", u.Host
+	}
+	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return err
+	}
+	return c.Close()
 }
 
 // socketOwner returns the UID owning the file at path (following symlinks,

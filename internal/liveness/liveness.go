@@ -112,7 +112,8 @@ type Options struct {
 	// then vouches that it names the same podman as URL.
 	CLIArgs []string
 	// Timeout bounds the whole query (API attempt + CLI fallback); default
-	// DefaultTimeout. The API attempt gets at most half of it.
+	// DefaultTimeout (or less if ctx expires sooner). The API attempt gets
+	// half of it, the CLI fallback the rest.
 	Timeout time.Duration
 	// Logger receives debug/warn lines; nil discards them.
 	Logger *slog.Logger
@@ -223,7 +224,13 @@ func Query(ctx context.Context, opt Options) (Set, error) {
 	if epErr != nil {
 		apiErr = epErr
 	} else {
-		actx, acancel := context.WithTimeout(ctx, timeout/2)
+		// Half of what is left (the caller's ctx may be shorter than
+		// Timeout), so that a hung service leaves the CLI time to answer.
+		budget := timeout / 2
+		if dl, ok := ctx.Deadline(); ok {
+			budget = time.Until(dl) / 2
+		}
+		actx, acancel := context.WithTimeout(ctx, budget)
 		set, err := queryAPI(actx, ep, log)
 		acancel()
 		if err == nil {
@@ -247,7 +254,7 @@ func Query(ctx context.Context, opt Options) (Set, error) {
 	set, cliErr := queryCLI(ctx, opt.PodmanBin, args, log)
 	if cliErr != nil {
 		log.Warn("podman CLI failed", "err", cliErr)
-		return Set{}, fmt.Errorf("%w: api %s: %w; cli: %w", ErrUnknown, raw, apiErr, cliErr)
+		return Set{}, fmt.Errorf("%w: %w; %w", ErrUnknown, apiErr, cliErr)
 	}
 	set.UID = os.Geteuid()
 	if opt.CLIArgs == nil && !ep.isDefault() {

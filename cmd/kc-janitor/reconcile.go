@@ -1,13 +1,200 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/liveness"
+	"github.com/kc-watchman/kc-watchman/internal/reconcile"
+)
 
 func reconcileCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "reconcile",
-		Usage: "not implemented yet",
-		Action: func(c *cli.Context) error {
-			return cli.Exit("reconcile: not implemented yet", exitFailed)
-		},
+		Usage: "find supervisor trees whose container is gone (podman is the ground truth) and, with --apply, reap them",
+		Description: `A tree is a stray when podman does not list its container as live
+(created, configured, initialized, running, paused or stopping), its age
+is known and above --min-age, its group is not led by a foreign process,
+and its processes belong to the UID whose podman was asked.
+
+Without --apply nothing is signalled: the strays are listed as would-reap.
+If podman cannot be asked (API down and no working CLI), nothing at all is
+done and the exit code is 3.
+
+Examples:
+   kc-janitor reconcile                      # dry run
+   kc-janitor reconcile --format json
+   kc-janitor reconcile --apply --kill-grace 10s`,
+		Flags: append([]cli.Flag{
+			&cli.BoolFlag{Name: "apply", Usage: "reap the strays (default: dry run)", EnvVars: []string{"KC_APPLY"}},
+		}, reconcileFlags()...),
+		Action: runReconcile,
 	}
 }
+
+// reconcileFlags are shared by reconcile, doctor and watch.
+func reconcileFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.DurationFlag{Name: "min-age", Value: 90 * time.Second, Usage: "leave trees younger than this alone", EnvVars: []string{"KC_MIN_AGE"}},
+		&cli.DurationFlag{Name: "kill-grace", Value: 5 * time.Second, Usage: "wait between SIGTERM and SIGKILL", EnvVars: []string{"KC_KILL_GRACE"}},
+		&cli.DurationFlag{Name: "podman-timeout", Value: 10 * time.Second, Usage: "bound on asking podman (API, then CLI)", EnvVars: []string{"KC_PODMAN_TIMEOUT"}},
+		&cli.StringSliceFlag{Name: "podman-arg", Usage: "global `ARG` for the podman CLI fallback, repeatable (e.g. --podman-arg=--root=/srv/storage)", EnvVars: []string{"KC_PODMAN_ARGS"}},
+		&cli.BoolFlag{Name: "full-scan", Usage: "read every process, also reporting foreign groups (slower)", EnvVars: []string{"KC_FULL_SCAN"}},
+	}
+}
+
+func runReconcile(c *cli.Context) error {
+	g, err := loadGlobals(c)
+	if err != nil {
+		return err
+	}
+	opt, err := reconcileOptions(c, g)
+	if err != nil {
+		return err
+	}
+	log, closeLog, err := newLogger(g, g.LogFile)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
+	opt.Apply = c.Bool("apply")
+	opt.Logger = log
+
+	rep, liveErr, err := reconcileOnce(c.Context, c, g, opt, log)
+	if liveErr != nil {
+		if g.JSON {
+			writeJSON(c.App.Writer, rep)
+		} else {
+			fmt.Fprintf(c.App.Writer, "ground truth unknown: %v\nnothing was touched.\n", liveErr)
+		}
+		return cli.Exit("", exitUnknown)
+	}
+	if err != nil {
+		return cli.Exit(err.Error(), exitFailed)
+	}
+	if g.JSON {
+		writeJSON(c.App.Writer, rep)
+	} else {
+		printReconcile(c.App.Writer, rep)
+	}
+	if rep.Failed() {
+		return cli.Exit("", exitFailed)
+	}
+	return nil
+}
+
+func reconcileOptions(c *cli.Context, g globals) (reconcile.Options, error) {
+	opt := reconcile.Options{
+		Comms:     g.SupervisorComms,
+		MinAge:    c.Duration("min-age"),
+		KillGrace: c.Duration("kill-grace"),
+		FullScan:  c.Bool("full-scan"),
+	}
+	if opt.MinAge < 0 {
+		return opt, usageErr("--min-age must not be negative")
+	}
+	if opt.KillGrace <= 0 {
+		return opt, usageErr("--kill-grace must be positive")
+	}
+	if c.Duration("podman-timeout") <= 0 {
+		return opt, usageErr("--podman-timeout must be positive")
+	}
+	return opt, nil
+}
+
+// queryLiveness asks podman which containers are alive.
+func queryLiveness(ctx context.Context, c *cli.Context, g globals, log *slog.Logger) (liveness.Set, error) {
+	lo := liveness.Options{URL: g.PodmanURL, Timeout: c.Duration("podman-timeout"), Logger: log}
+	if args := c.StringSlice("podman-arg"); len(args) > 0 {
+		lo.CLIArgs = args
+	}
+	return liveness.Query(ctx, lo)
+}
+
+// reconcileOnce asks podman, then runs reconcile. liveErr is set when the
+// ground truth is unknown; then nothing was done.
+func reconcileOnce(ctx context.Context, c *cli.Context, g globals, opt reconcile.Options, log *slog.Logger) (rep reconcile.Report, liveErr, err error) {
+	rep = reconcile.Report{DryRun: !opt.Apply, Trees: []reconcile.Tree{}}
+	live, err := queryLiveness(ctx, c, g, log)
+	if err != nil {
+		log.Error("ground truth unknown; nothing touched", "err", err)
+		return rep, err, nil
+	}
+	opt.Store = openStore(g.StateDir, opt.Apply, log)
+	rep, err = reconcile.Run(ctx, opt, live)
+	return rep, nil, err
+}
+
+// openStore opens the ledger. A dry run never creates the state dir; an
+// apply run does, since it records outcomes. Without a ledger reconcile
+// still works from /proc alone.
+func openStore(dir string, create bool, log *slog.Logger) *ledger.Store {
+	var s *ledger.Store
+	var err error
+	if create {
+		s, err = ledger.Open(dir)
+	} else {
+		s, err = ledger.OpenReadOnly(dir)
+	}
+	if err != nil {
+		log.Debug("running without the ledger", "dir", dir, "err", err)
+		return nil
+	}
+	return s
+}
+
+func writeJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func printReconcile(w io.Writer, rep reconcile.Report) {
+	mode := "dry run"
+	if !rep.DryRun {
+		mode = "apply"
+	}
+	fmt.Fprintf(w, "ground truth: podman %s; mode: %s\n", rep.Source, mode)
+	if len(rep.Trees) == 0 {
+		fmt.Fprintln(w, "no supervisor trees found")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CONTAINER\tPGID\tUID\tAGE\tMEMBERS\tACTION")
+	for _, t := range rep.Trees {
+		cid := t.ContainerID
+		if len(cid) > 12 {
+			cid = cid[:12]
+		}
+		if cid == "" {
+			cid = "-"
+		}
+		age := "?"
+		if t.AgeSeconds >= 0 {
+			age = (time.Duration(t.AgeSeconds) * time.Second).String()
+		}
+		var ms []string
+		for _, m := range t.Members {
+			ms = append(ms, fmt.Sprintf("%s(%d)", m.Comm, m.PID))
+		}
+		action := t.Action
+		if t.Error != nil {
+			action += ": " + *t.Error
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", cid, t.PGID, t.UID, age, strings.Join(ms, " "), action)
+	}
+	tw.Flush()
+	if n := rep.Count(reconcile.WouldReap); n > 0 {
+		fmt.Fprintf(w, "%d stray tree(s) would be reaped; run with --apply to reap them\n", n)
+	}
+}
+

@@ -1,0 +1,312 @@
+// Package reconcile compares the supervisor trees on the host with
+// podman's list of live containers and reaps the strays (DESIGN §4–§6, §8).
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/liveness"
+	"github.com/kc-watchman/kc-watchman/internal/pgkill"
+	"github.com/kc-watchman/kc-watchman/internal/safeunlink"
+	"github.com/kc-watchman/kc-watchman/internal/trees"
+)
+
+// Actions, as printed in the report (DESIGN §6). SkipAmbiguous is an
+// addition: a group whose members name two containers is never signalled.
+const (
+	WouldReap        = "would-reap"
+	Reaped           = "reaped"
+	Gone             = "gone"
+	WouldNotDie      = "would-not-die"
+	SkipLive         = "skipped-live"
+	SkipYoung        = "skipped-young"
+	SkipAgeUnknown   = "skipped-age-unknown"
+	SkipForeign      = "skipped-foreign"
+	SkipOtherUID     = "skipped-other-uid"
+	SkipAmbiguous    = "skipped-ambiguous"
+	defaultMinAge    = 90 * time.Second
+	defaultKillGrace = 5 * time.Second
+)
+
+// Options configure a run.
+type Options struct {
+	// Root is the procfs mount; default /proc.
+	Root  string
+	Comms []string
+	// MinAge: trees younger than this are left alone (they may be racing
+	// their container's registration). Default 90s.
+	MinAge    time.Duration
+	KillGrace time.Duration
+	Apply     bool
+	// FullScan reads every process (reports foreign groups too).
+	FullScan bool
+	// Store is the ledger; nil runs without one (no attribution of trees
+	// whose anchor died, no snapshots, no garbage collection).
+	Store  *ledger.Store
+	Logger *slog.Logger
+}
+
+// Member is one process of a reported tree.
+type Member struct {
+	PID        int    `json:"pid"`
+	StartTicks uint64 `json:"start_ticks"`
+	Comm       string `json:"comm"`
+}
+
+// Tree is one line of the report.
+type Tree struct {
+	ContainerID string   `json:"container_id"`
+	PGID        int      `json:"pgid"`
+	UID         int      `json:"uid"`
+	AgeSeconds  int64    `json:"age_seconds"`
+	Members     []Member `json:"members"`
+	Action      string   `json:"action"`
+	Error       *string  `json:"error"`
+
+	tree trees.Tree
+}
+
+// Report is the outcome of a run, printed as JSON with --format json.
+type Report struct {
+	LivenessKnown bool   `json:"liveness_known"`
+	Source        string `json:"source"`
+	DryRun        bool   `json:"dry_run"`
+	Trees         []Tree `json:"trees"`
+	// LedgerCollected counts ledger records garbage-collected (apply only).
+	LedgerCollected int `json:"ledger_collected"`
+}
+
+// Failed reports whether a tree would not die.
+func (r Report) Failed() bool {
+	for _, t := range r.Trees {
+		if t.Action == WouldNotDie {
+			return true
+		}
+	}
+	return false
+}
+
+// Count counts the trees with the given action.
+func (r Report) Count(action string) int {
+	n := 0
+	for _, t := range r.Trees {
+		if t.Action == action {
+			n++
+		}
+	}
+	return n
+}
+
+// Decide is the decision table for one tree. It is pure: the caller has
+// already established liveness.
+func Decide(t trees.Tree, live liveness.Set, minAge time.Duration) string {
+	switch {
+	case t.Ambiguous:
+		return SkipAmbiguous
+	case t.Foreign:
+		return SkipForeign
+	case live.IsLive(t.ContainerID):
+		return SkipLive
+	case t.UID < 0 || t.UID != live.UID:
+		return SkipOtherUID
+	case !t.AgeKnown:
+		return SkipAgeUnknown
+	case t.Age < minAge:
+		return SkipYoung
+	}
+	return WouldReap
+}
+
+// Run scans, decides and (with Apply) reaps. live must be a successful
+// liveness answer: with unknown ground truth the caller must not call Run.
+func Run(ctx context.Context, opt Options, live liveness.Set) (Report, error) {
+	if opt.MinAge == 0 {
+		opt.MinAge = defaultMinAge
+	}
+	if opt.KillGrace <= 0 {
+		opt.KillGrace = defaultKillGrace
+	}
+	if opt.Root == "" {
+		opt.Root = fingerprint.DefaultRoot
+	}
+	log := opt.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	rep := Report{LivenessKnown: true, Source: string(live.Source), DryRun: !opt.Apply, Trees: []Tree{}}
+
+	var records []*ledger.Record
+	var known map[trees.Key]string
+	if opt.Store != nil {
+		var errs []error
+		records, errs = opt.Store.List()
+		for _, err := range errs {
+			log.Warn("unreadable ledger record", "err", err)
+		}
+		known = trees.KnownFrom(records, opt.Store.CurrentBootID())
+	}
+	found, stats, err := trees.Scan(trees.Options{Root: opt.Root, Comms: opt.Comms, Known: known, Full: opt.FullScan})
+	if err != nil {
+		return rep, fmt.Errorf("scanning processes: %w", err)
+	}
+	log.Debug("scanned", "processes", stats.Processes, "groups", stats.Groups, "trees", len(found), "duration", stats.Duration)
+
+	for _, t := range found {
+		rt := Tree{ContainerID: t.ContainerID, PGID: t.PGID, UID: t.UID, Action: Decide(t, live, opt.MinAge), tree: t}
+		if t.AgeKnown {
+			rt.AgeSeconds = int64(t.Age / time.Second)
+		} else {
+			rt.AgeSeconds = -1
+		}
+		for _, m := range t.Members {
+			rt.Members = append(rt.Members, Member{PID: m.PID, StartTicks: m.StartTicks, Comm: m.Comm})
+		}
+		rep.Trees = append(rep.Trees, rt)
+	}
+
+	refreshSnapshots(opt, log, rep.Trees)
+	if opt.Apply {
+		reap(ctx, opt, log, rep.Trees)
+		rep.LedgerCollected = collect(opt, log, records, live)
+	}
+	return rep, nil
+}
+
+// refreshSnapshots records each live container's trees so that a later run
+// can still attribute them after their anchor dies (DESIGN §8). Dry runs
+// do this too: it changes nothing but the ledger.
+func refreshSnapshots(opt Options, log *slog.Logger, ts []Tree) {
+	if opt.Store == nil {
+		return
+	}
+	now := time.Now()
+	byContainer := map[string][]ledger.Tree{}
+	for _, t := range ts {
+		if t.Action == SkipLive && t.ContainerID != "" {
+			byContainer[t.ContainerID] = append(byContainer[t.ContainerID], t.tree.Snapshot("reconcile", now))
+		}
+	}
+	for id, snaps := range byContainer {
+		err := opt.Store.Update(id, func(r *ledger.Record) error {
+			r.Trees = snaps
+			return nil
+		})
+		if err != nil {
+			log.Warn("could not refresh ledger snapshot", "container", id, "err", err)
+		}
+	}
+}
+
+func reap(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) {
+	var wg sync.WaitGroup
+	for i := range ts {
+		if ts[i].Action != WouldReap {
+			continue
+		}
+		wg.Add(1)
+		go func(t *Tree) {
+			defer wg.Done()
+			var socks []socketFile
+			for _, p := range trees.ListeningSockets(opt.Root, pids(t.tree)) {
+				if f, err := safeunlink.Examine(p); err == nil {
+					socks = append(socks, socketFile{p, f})
+				}
+			}
+			r := pgkill.Kill(ctx, pgkill.Group{PGID: t.PGID, Members: t.tree.Stats()}, pgkill.Options{Root: opt.Root, Grace: opt.KillGrace})
+			t.Action = string(r.Outcome)
+			if r.Err != nil {
+				msg := r.Err.Error()
+				t.Error = &msg
+			}
+			log.Info("stray tree", "container", t.ContainerID, "pgid", t.PGID, "action", t.Action, "err", r.Err)
+			snap := t.tree.Snapshot("reconcile", time.Now())
+			snap.Action = t.Action
+			if t.Error != nil {
+				snap.Error = *t.Error
+			}
+			if r.Outcome != pgkill.WouldNotDie {
+				for _, s := range socks {
+					if err := safeunlink.Unlink(s.path, s.file); err != nil {
+						log.Warn("socket left in place", "path", s.path, "err", err)
+						continue
+					}
+					snap.SocketsUnlinked = append(snap.SocketsUnlinked, s.path)
+				}
+			}
+			if opt.Store != nil {
+				err := opt.Store.Update(t.ContainerID, func(rec *ledger.Record) error {
+					rec.Trees = []ledger.Tree{snap}
+					rec.Outcome = t.Action
+					return nil
+				})
+				if err != nil {
+					log.Warn("could not record outcome", "container", t.ContainerID, "err", err)
+				}
+			}
+		}(&ts[i])
+	}
+	wg.Wait()
+}
+
+type socketFile struct {
+	path string
+	file safeunlink.File
+}
+
+// collect removes ledger records that can no longer matter: from another
+// boot, or of a container that is not live and whose recorded trees are
+// all dead. Records touched within minAge are kept, so a container being
+// created right now is never forgotten.
+func collect(opt Options, log *slog.Logger, records []*ledger.Record, live liveness.Set) int {
+	if opt.Store == nil {
+		return 0
+	}
+	n := 0
+	for _, r := range records {
+		if live.IsLive(r.ContainerID) {
+			continue
+		}
+		removed, err := opt.Store.Remove(r.ContainerID, func(cur *ledger.Record) bool {
+			if !opt.Store.Current(cur) {
+				return false
+			}
+			if time.Since(cur.UpdatedAt) < opt.MinAge {
+				return true
+			}
+			return anyAlive(opt.Root, cur)
+		})
+		if err != nil {
+			log.Warn("could not collect ledger record", "container", r.ContainerID, "err", err)
+		}
+		if removed {
+			n++
+		}
+	}
+	opt.Store.RemoveStaleTemps(time.Hour)
+	return n
+}
+
+func anyAlive(root string, r *ledger.Record) bool {
+	for _, t := range r.Trees {
+		for _, m := range t.Members {
+			if fingerprint.Alive(root, fingerprint.Stat{PID: m.PID, StartTicks: m.StartTicks}) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func pids(t trees.Tree) []int {
+	out := make([]int, len(t.Members))
+	for i, m := range t.Members {
+		out[i] = m.PID
+	}
+	return out
+}

@@ -197,4 +197,3 @@ func printReconcile(w io.Writer, rep reconcile.Report) {
 		fmt.Fprintf(w, "%d stray tree(s) would be reaped; run with --apply to reap them\n", n)
 	}
 }
-

@@ -201,9 +201,15 @@ func cliGlobalArgs(ep endpoint, override []string) []string {
 }
 
 // Query asks podman which containers are alive: the API at opt.URL first,
-// then the CLI. It fails (wrapping ErrUnknown) only if both fail, and always
-// returns within opt.Timeout (plus a few milliseconds), however podman
-// behaves.
+// then the CLI (see Options.CLIArgs for which podman the CLI asks). It fails,
+// wrapping ErrUnknown, only if both fail — or if the URL is unusable and no
+// CLIArgs say which podman to ask instead. However podman behaves, it
+// returns within opt.Timeout (plus at most cliWaitDelay if a killed CLI's
+// escaped children hold its output open).
+//
+// Set.UID is the UID the answer is ground truth for: the socket's owner
+// when the API (or the CLI through --url) answered, this process's
+// effective UID when the plain CLI read its own store.
 func Query(ctx context.Context, opt Options) (Set, error) {
 	log := opt.Logger
 	if log == nil {
@@ -237,7 +243,8 @@ func Query(ctx context.Context, opt Options) (Set, error) {
 			return set, nil
 		}
 		apiErr = err
-		log.Warn("podman API failed, trying the CLI", "url", raw, "err", err)
+		// Expected where podman.socket is not enabled: not a warning.
+		log.Info("podman API failed, trying the CLI", "url", raw, "err", err)
 	}
 
 	// CLI.

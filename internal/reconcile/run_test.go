@@ -1,0 +1,112 @@
+package reconcile
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/liveness"
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
+)
+
+func findByPGID(rep Report, pgid int) *Tree {
+	for i := range rep.Trees {
+		if rep.Trees[i].PGID == pgid {
+			return &rep.Trees[i]
+		}
+	}
+	return nil
+}
+
+func alive(t *testing.T, ms []Member) int {
+	t.Helper()
+	n := 0
+	for _, m := range ms {
+		if fingerprint.Alive("/proc", fingerprint.Stat{PID: m.PID, StartTicks: m.StartTicks}) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestRunRealTrees runs reconcile against real fake-kcserver trees with a
+// liveness answer built by hand (the podman end-to-end tests cover the
+// real answer).
+func TestRunRealTrees(t *testing.T) {
+	stray := testkit.StartKCServer(t, t.TempDir(), "--container-id="+cidGone, "--children=1", "--stubborn-child")
+	kept := testkit.StartKCServer(t, t.TempDir(), "--container-id="+cidLive, "--children=1")
+	live := liveness.Set{Source: liveness.SourceAPI, Live: map[string]bool{cidLive: true}, UID: os.Geteuid()}
+	store, err := ledger.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := Options{Comms: []string{"kcserver"}, MinAge: time.Nanosecond, KillGrace: 300 * time.Millisecond, Store: store}
+	ctx := context.Background()
+
+	t.Run("young trees are left alone", func(t *testing.T) {
+		young := opt
+		young.MinAge = time.Hour
+		rep, err := Run(ctx, young, live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tr := findByPGID(rep, stray.PID); tr == nil || tr.Action != SkipYoung {
+			t.Fatalf("stray tree: %+v", tr)
+		}
+	})
+
+	t.Run("dry run lists and kills nothing", func(t *testing.T) {
+		rep, err := Run(ctx, opt, live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := findByPGID(rep, stray.PID)
+		if tr == nil || tr.Action != WouldReap || !rep.DryRun {
+			t.Fatalf("stray tree: %+v", tr)
+		}
+		if n := alive(t, tr.Members); n != len(tr.Members) || n < 3 {
+			t.Errorf("%d of %d members alive after a dry run", n, len(tr.Members))
+		}
+		if lt := findByPGID(rep, kept.PID); lt == nil || lt.Action != SkipLive {
+			t.Errorf("live tree: %+v", lt)
+		}
+		// The live container's snapshot was refreshed, dry run or not.
+		rec, err := store.Load(cidLive)
+		if err != nil || len(rec.Trees) != 1 || rec.Trees[0].PGID != kept.PID {
+			t.Errorf("live snapshot: %+v, %v", rec, err)
+		}
+	})
+
+	t.Run("apply reaps the stray, its socket, and only it", func(t *testing.T) {
+		apply := opt
+		apply.Apply = true
+		rep, err := Run(ctx, apply, live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := findByPGID(rep, stray.PID)
+		if tr == nil || tr.Action != Reaped {
+			t.Fatalf("stray tree: %+v", tr)
+		}
+		if n := alive(t, tr.Members); n != 0 {
+			t.Errorf("%d members survived", n)
+		}
+		if _, err := os.Lstat(stray.Socket); !os.IsNotExist(err) {
+			t.Errorf("stray socket still there: %v", err)
+		}
+		lt := findByPGID(rep, kept.PID)
+		if lt == nil || alive(t, lt.Members) != len(lt.Members) {
+			t.Errorf("live container's tree was harmed: %+v", lt)
+		}
+		if _, err := os.Lstat(kept.Socket); err != nil {
+			t.Errorf("live socket: %v", err)
+		}
+		rec, err := store.Load(cidGone)
+		if err != nil || rec.Outcome != Reaped {
+			t.Errorf("ledger after apply: %+v, %v", rec, err)
+		}
+	})
+}

@@ -1,0 +1,34 @@
+package sockets
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+)
+
+// PodmanInitPID asks the podman CLI for the host PID of a running
+// container's init process (podman inspect --format {{.State.Pid}}). A
+// container that is not running has PID 0 and is an error.
+func PodmanInitPID(ctx context.Context, podman, container string) (int, error) {
+	if podman == "" {
+		podman = "podman"
+	}
+	cmd := exec.CommandContext(ctx, podman, "inspect", "--type", "container", "--format", "{{.State.Pid}}", "--", container)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return 0, fmt.Errorf("podman inspect %s: %v: %s", container, err, strings.TrimSpace(stderr.String()))
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		return 0, fmt.Errorf("podman inspect %s: unexpected pid %q", container, strings.TrimSpace(string(out)))
+	}
+	if pid <= 0 {
+		return 0, fmt.Errorf("container %s is not running", container)
+	}
+	return pid, nil
+}

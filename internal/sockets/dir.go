@@ -1,0 +1,272 @@
+package sockets
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultDirs are the socket directories swept when none are given:
+// Kallichore's fallbacks ($XDG_RUNTIME_DIR, else the temp dir).
+var DefaultDirs = []string{"/tmp", "/run/user/*"}
+
+// Target is where socket directories are looked up.
+type Target struct {
+	// InitPID is the host PID of a container's init process. The socket
+	// directories are then resolved inside that container's root
+	// (/proc/<InitPID>/root, symlinks confined to it), socket owners are
+	// looked up in its PID namespace and listeners in its network
+	// namespace. 0 means the host.
+	InitPID int
+}
+
+// Container reports whether t is a container rather than the host.
+func (t Target) Container() bool { return t.InitPID > 0 }
+
+// dir is an open socket directory. Every later look-up, probe and unlink
+// goes through fd, so a directory renamed or replaced by a symlink after
+// it was opened cannot redirect them.
+type dir struct {
+	f     *os.File
+	fd    int
+	inner string // path inside the target (what a supervisor there bound)
+	shown string // host-visible path, for reports
+	uid   int    // owner of the directory
+	mode  uint32 // its permission bits
+	dev   uint64
+	ino   uint64
+}
+
+// fdPath is a short path that reaches name through the open directory:
+// connect(2) needs a path, and this one cannot be redirected by changes
+// to the directory's own path and stays short (sun_path holds 108 bytes).
+func (d *dir) fdPath(name string) string {
+	return "/proc/self/fd/" + strconv.Itoa(d.fd) + "/" + name
+}
+
+// ownerOK applies the ownership rule for sockets in d: in a directory that
+// is not world-writable (e.g. /run/user/<uid>) a socket must belong to the
+// directory's owner; in a world-writable one (sticky /tmp) any owner is
+// accepted, and UnlinkAt later insists on the owner recorded at
+// classification.
+func (d *dir) ownerOK(uid int) (bool, string) {
+	if d.mode&0o002 != 0 || uid == d.uid {
+		return true, ""
+	}
+	return false, fmt.Sprintf("owned by uid %d, not by the directory's owner (uid %d)", uid, d.uid)
+}
+
+func (d *dir) close() {
+	if d.f != nil {
+		d.f.Close()
+	}
+}
+
+// openDirs opens the directories that patterns name. A pattern may have
+// wildcards (filepath.Match syntax) in its last component; a pattern
+// without them names one directory, and failing to open it is an error.
+// Directories reached twice are opened once.
+func openDirs(t Target, patterns []string) ([]*dir, []error) {
+	var (
+		out  []*dir
+		errs []error
+		seen = map[[2]uint64]bool{}
+	)
+	var root *os.File
+	if t.Container() {
+		p := "/proc/" + strconv.Itoa(t.InitPID) + "/root"
+		fd, err := unix.Open(p, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, []error{fmt.Errorf("container root %s: %w", p, err)}
+		}
+		root = os.NewFile(uintptr(fd), p)
+		defer root.Close()
+	}
+	add := func(d *dir, err error) {
+		if err != nil {
+			errs = append(errs, err)
+			return
+		}
+		key := [2]uint64{d.dev, d.ino}
+		if seen[key] {
+			d.close()
+			return
+		}
+		seen[key] = true
+		out = append(out, d)
+	}
+	for _, pat := range patterns {
+		pat = filepath.Clean(pat)
+		if !filepath.IsAbs(pat) {
+			errs = append(errs, fmt.Errorf("socket directory %q is not absolute", pat))
+			continue
+		}
+		parent, last := filepath.Split(pat)
+		if hasMeta(parent) {
+			errs = append(errs, fmt.Errorf("socket directory %q: wildcards are only allowed in the last component", pat))
+			continue
+		}
+		if !hasMeta(last) {
+			add(openDir(root, pat))
+			continue
+		}
+		names, err := listNames(root, parent)
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("socket directory pattern %q: %w", pat, err))
+			}
+			continue
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			if ok, _ := filepath.Match(last, n); !ok {
+				continue
+			}
+			d, err := openDir(root, filepath.Join(parent, n))
+			if errors.Is(err, unix.ENOTDIR) {
+				continue
+			}
+			add(d, err)
+		}
+	}
+	return out, errs
+}
+
+func hasMeta(s string) bool { return strings.ContainsAny(s, `*?[\`) }
+
+// openDir opens inner (an absolute path inside the target).
+func openDir(root *os.File, inner string) (*dir, error) {
+	var (
+		fd    int
+		err   error
+		shown = inner
+	)
+	if root == nil {
+		fd, err = unix.Open(inner, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	} else {
+		shown = root.Name() + inner
+		fd, err = unix.Openat2(int(root.Fd()), strings.TrimPrefix(inner, "/"), &unix.OpenHow{
+			Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+		})
+	}
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: shown, Err: err}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, &fs.PathError{Op: "fstat", Path: shown, Err: err}
+	}
+	return &dir{
+		f: os.NewFile(uintptr(fd), shown), fd: fd,
+		inner: inner, shown: shown,
+		uid: int(st.Uid), mode: st.Mode & 0o7777,
+		dev: st.Dev, ino: st.Ino,
+	}, nil
+}
+
+// listNames lists a directory inside the target (or on the host).
+func listNames(root *os.File, inner string) ([]string, error) {
+	d, err := openDir(root, inner)
+	if err != nil {
+		return nil, err
+	}
+	defer d.close()
+	return d.f.Readdirnames(-1)
+}
+
+// entry is one kc-*.sock directory entry as lstat saw it.
+type entry struct {
+	dir     *dir
+	name    string
+	parsed  Name
+	mode    uint32 // file type bits (S_IFMT)
+	uid     int
+	dev     uint64
+	ino     uint64
+	changed time.Time // the later of ctime and mtime
+}
+
+// scan lists d's entries whose names parse as supervisor sockets and
+// lstats them (fstatat with AT_SYMLINK_NOFOLLOW, relative to d's fd).
+// Entries that vanish meanwhile are skipped.
+func (d *dir) scan() ([]*entry, error) {
+	// Readdirnames advances the descriptor's offset; rewind so a directory
+	// can be scanned again (and so the fd is left as found).
+	if _, err := d.f.Seek(0, 0); err != nil {
+		return nil, err
+	}
+	names, err := d.f.Readdirnames(-1)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", d.shown, err)
+	}
+	sort.Strings(names)
+	var out []*entry
+	for _, n := range names {
+		p, ok := ParseName(n)
+		if !ok {
+			continue
+		}
+		e, err := d.lstat(n)
+		if errors.Is(err, unix.ENOENT) {
+			continue
+		}
+		if err != nil {
+			return out, fmt.Errorf("lstat %s: %w", path.Join(d.shown, n), err)
+		}
+		e.parsed = p
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+func (d *dir) lstat(name string) (*entry, error) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil, err
+	}
+	changed := time.Unix(st.Mtim.Unix())
+	if c := time.Unix(st.Ctim.Unix()); c.After(changed) {
+		changed = c
+	}
+	return &entry{
+		dir: d, name: name,
+		mode: st.Mode & unix.S_IFMT, uid: int(st.Uid),
+		dev: st.Dev, ino: st.Ino, changed: changed,
+	}, nil
+}
+
+func (e *entry) isSocket() bool { return e.mode == unix.S_IFSOCK }
+
+func (e *entry) shownPath() string { return path.Join(e.dir.shown, e.name) }
+func (e *entry) innerPath() string { return path.Join(e.dir.inner, e.name) }
+
+func fileType(mode uint32) string {
+	switch mode {
+	case unix.S_IFSOCK:
+		return "socket"
+	case unix.S_IFLNK:
+		return "symlink"
+	case unix.S_IFREG:
+		return "regular file"
+	case unix.S_IFDIR:
+		return "directory"
+	case unix.S_IFIFO:
+		return "FIFO"
+	case unix.S_IFCHR:
+		return "character device"
+	case unix.S_IFBLK:
+		return "block device"
+	}
+	return fmt.Sprintf("file type %#o", mode)
+}

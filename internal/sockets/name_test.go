@@ -1,0 +1,69 @@
+package sockets
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseName(t *testing.T) {
+	tests := []struct {
+		name string
+		ok   bool
+		want Name
+	}{
+		{"kc-442.sock", true, Name{PID: 442, Kind: KindControl}},
+		{"kc-1.sock", true, Name{PID: 1, Kind: KindControl}},
+		{"kc-4194304.sock", true, Name{PID: 4194304, Kind: KindControl}},
+		{"kc-442.python-0.sock", true, Name{PID: 442, Kind: KindSession, Session: "python-0"}},
+		{"kc-442.R_1a2b3c.sock", true, Name{PID: 442, Kind: KindSession, Session: "R_1a2b3c"}},
+		{"kc-../../etc.sock", false, Name{}},
+		{"kc-1/../../etc.sock", false, Name{}},
+		{"kc-1.../x.sock", false, Name{}},
+		{"kc-1..sock", false, Name{}},
+		{"kc-1.a.b.sock", false, Name{}},
+		{"kc-1.a b.sock", false, Name{}},
+		{"kc-.sock", false, Name{}},
+		{"kc-0.sock", false, Name{}},
+		{"kc-0442.sock", false, Name{}},
+		{"kc--1.sock", false, Name{}},
+		{"kc-+1.sock", false, Name{}},
+		{"kc-4194305.sock", false, Name{}},
+		{"kc-99999999999999999999.sock", false, Name{}},
+		{"kc-1f3a9c.sock", false, Name{}}, // Kallichore's hashed long-path form
+		{"kc-442.sock.bak", false, Name{}},
+		{"kc-442", false, Name{}},
+		{"xkc-442.sock", false, Name{}},
+		{"KC-442.sock", false, Name{}},
+		{"kc-442.sock/", false, Name{}},
+		{"kc-442." + strings.Repeat("a", 65) + ".sock", false, Name{}},
+		{"", false, Name{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := ParseName(tt.name)
+			if ok != tt.ok || got != tt.want {
+				t.Errorf("ParseName(%q) = %+v, %v; want %+v, %v", tt.name, got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}
+
+func FuzzParseName(f *testing.F) {
+	f.Add("kc-442.sock")
+	f.Add("kc-442.python-0.sock")
+	f.Add("kc-../../etc.sock")
+	f.Fuzz(func(t *testing.T, s string) {
+		n, ok := ParseName(s)
+		if !ok {
+			return
+		}
+		for i := 0; i < len(s); i++ {
+			if s[i] == '/' || s[i] == 0 {
+				t.Fatalf("accepted %q", s)
+			}
+		}
+		if n.PID < 1 || n.PID > MaxPID {
+			t.Fatalf("pid %d from %q", n.PID, s)
+		}
+	})
+}

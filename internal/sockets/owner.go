@@ -1,0 +1,181 @@
+package sockets
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+)
+
+// say is one gate's opinion.
+type say int8
+
+const (
+	sayUnsure say = iota // the gate could not tell
+	sayStale             // the gate finds the socket orphaned
+	sayLive              // the gate finds a live supervisor behind it
+)
+
+func (s say) String() string {
+	switch s {
+	case sayStale:
+		return "stale"
+	case sayLive:
+		return "live"
+	}
+	return "unsure"
+}
+
+// ticksPerSecond is USER_HZ, the unit of /proc/<pid>/stat's starttime. It
+// is 100 on every Linux ABI.
+const ticksPerSecond = 100
+
+// startSlack absorbs rounding between a process's start time (10 ms ticks)
+// and a file's timestamps. A process counts as started after its socket
+// only when it started more than this after the socket last changed.
+const startSlack = time.Second
+
+// bootEpoch returns the wall-clock time of boot, to the nanosecond, in the
+// clock /proc/<pid>/stat's starttime counts in (CLOCK_BOOTTIME).
+func bootEpoch() (time.Time, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return time.Time{}, err
+	}
+	return time.Now().Add(-time.Duration(ts.Nano())), nil
+}
+
+// pidView maps PIDs as written in socket names (PIDs in the PID namespace
+// of whoever created the socket) to host PIDs.
+//
+// On the host the mapping is the identity. For a container, the name
+// carries a PID of the container's PID namespace, and /proc/<that pid> on
+// the host may be an unrelated process. The view is built once from the
+// host's /proc: every process whose /proc/<pid>/ns/pid is the container
+// init's PID namespace lists its PID in that namespace as the last field
+// of NSpid in /proc/<pid>/status. Only processes (thread-group leaders)
+// are listed in /proc, so a thread ID of the container never maps to
+// anything, which is the right answer: it is not a process. (The
+// container's own /proc is not used: it may be absent or be whatever the
+// container mounted there.)
+type pidView struct {
+	procRoot  string
+	container bool
+	hostOf    map[int]int // container PID -> host PID
+}
+
+func hostView(procRoot string) *pidView { return &pidView{procRoot: procRoot} }
+
+// containerView builds the view of initPID's PID namespace.
+func containerView(procRoot string, initPID int) (*pidView, error) {
+	want, err := os.Readlink(procRoot + "/" + strconv.Itoa(initPID) + "/ns/pid")
+	if err != nil {
+		return nil, fmt.Errorf("container init %d: %w", initPID, err)
+	}
+	self, err := os.Readlink(procRoot + "/self/ns/pid")
+	if err == nil && self == want {
+		// The container shares our PID namespace (--pid=host).
+		return hostView(procRoot), nil
+	}
+	v := &pidView{procRoot: procRoot, container: true, hostOf: map[int]int{}}
+	ents, err := os.ReadDir(procRoot)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		base := procRoot + "/" + e.Name()
+		ns, err := os.Readlink(base + "/ns/pid")
+		if err != nil || ns != want {
+			continue
+		}
+		inner, ok := nsPID(base + "/status")
+		if ok {
+			v.hostOf[inner] = pid
+		}
+	}
+	if _, ok := v.hostOf[1]; !ok {
+		return nil, fmt.Errorf("container init %d: no process found in its PID namespace", initPID)
+	}
+	return v, nil
+}
+
+// nsPID returns the innermost PID from the NSpid line of a status file.
+func nsPID(statusPath string) (int, bool) {
+	f, err := os.Open(statusPath)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Bytes()
+		if rest, ok := bytes.CutPrefix(line, []byte("NSpid:")); ok {
+			fields := bytes.Fields(rest)
+			if len(fields) == 0 {
+				return 0, false
+			}
+			n, err := strconv.Atoi(string(fields[len(fields)-1]))
+			return n, err == nil
+		}
+	}
+	return 0, false
+}
+
+// hostPID maps a PID from a socket name to a host PID.
+func (v *pidView) hostPID(pid int) (int, bool) {
+	if !v.container {
+		return pid, true
+	}
+	h, ok := v.hostOf[pid]
+	return h, ok
+}
+
+// ownerGate is gate 1: is the socket's named owner a live supervisor that
+// could have created it?
+func ownerGate(v *pidView, pid int, comms []string, changed, boot time.Time) (say, string) {
+	host, ok := v.hostPID(pid)
+	if !ok {
+		return sayStale, fmt.Sprintf("no process %d in the container", pid)
+	}
+	id, err := fingerprint.Read(v.procRoot, host)
+	return judgeOwner(pid, host, v.container, id, err, comms, changed, boot)
+}
+
+// judgeOwner is gate 1's decision on what /proc said about the owner.
+func judgeOwner(pid, host int, container bool, id fingerprint.Identity, err error, comms []string, changed, boot time.Time) (say, string) {
+	who := "pid " + strconv.Itoa(pid)
+	if container {
+		who += " (host pid " + strconv.Itoa(host) + ")"
+	}
+	switch {
+	case errors.Is(err, fingerprint.ErrNotFound):
+		return sayStale, "no process " + strconv.Itoa(pid)
+	case errors.Is(err, fingerprint.ErrNotProcess):
+		return sayStale, fmt.Sprintf("%s is a thread of process %d, not a process", who, id.TGID)
+	case err != nil:
+		return sayUnsure, fmt.Sprintf("cannot read %s: %v", who, err)
+	case id.Zombie():
+		return sayStale, fmt.Sprintf("%s (%s) is a zombie", who, id.Comm)
+	case !slices.Contains(comms, id.Comm):
+		return sayStale, fmt.Sprintf("%s is %q, not a supervisor (%s)", who, id.Comm, strings.Join(comms, ","))
+	}
+	start := boot.Add(time.Duration(id.StartTicks) * (time.Second / ticksPerSecond))
+	if start.After(changed.Add(startSlack)) {
+		return sayStale, fmt.Sprintf("%s (%s) started %s, after the socket was created %s: a recycled pid",
+			who, id.Comm, start.Format(time.RFC3339), changed.Format(time.RFC3339))
+	}
+	return sayLive, fmt.Sprintf("%s is a live %s", who, id.Comm)
+}

@@ -1,0 +1,621 @@
+package sockets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
+)
+
+// sessionTag is the <x> of the fake's default session socket.
+const sessionTag = "python-0"
+
+func TestSweepVerdicts(t *testing.T) {
+	tests := []struct {
+		name string
+		// setup creates sockets in dir and returns the paths expected
+		// with their verdicts.
+		setup       func(t *testing.T, dir string) map[string]Verdict
+		wantInCause string
+	}{
+		{
+			name: "live fake kcserver: control and session kept",
+			setup: func(t *testing.T, dir string) map[string]Verdict {
+				k := testkit.StartKCServer(t, dir, "--session-socket", "--children=1")
+				return map[string]Verdict{
+					k.Socket: VerdictLive,
+					filepath.Join(dir, fmt.Sprintf("kc-%d.%s.sock", k.PID, sessionTag)): VerdictLive,
+				}
+			},
+		},
+		{
+			name: "SIGKILLed kcserver: control and session stale",
+			setup: func(t *testing.T, dir string) map[string]Verdict {
+				k := testkit.StartKCServer(t, dir, "--session-socket")
+				k.Kill(t)
+				waitDead(t, k.PID)
+				return map[string]Verdict{
+					k.Socket: VerdictStale,
+					filepath.Join(dir, fmt.Sprintf("kc-%d.%s.sock", k.PID, sessionTag)): VerdictStale,
+				}
+			},
+			wantInCause: "connect refused",
+		},
+		{
+			name: "pid recycled by a non-kcserver process",
+			setup: func(t *testing.T, dir string) map[string]Verdict {
+				pid := startSleep(t)
+				return map[string]Verdict{orphanSocket(t, dir, fmt.Sprintf("kc-%d.sock", pid)): VerdictStale}
+			},
+			wantInCause: `"sleep", not a supervisor`,
+		},
+		{
+			name: "pid is a thread ID of another process",
+			setup: func(t *testing.T, dir string) map[string]Verdict {
+				tid := threadID(t)
+				return map[string]Verdict{orphanSocket(t, dir, fmt.Sprintf("kc-%d.sock", tid)): VerdictStale}
+			},
+			wantInCause: "is a thread of process",
+		},
+		{
+			name: "pid gone",
+			setup: func(t *testing.T, dir string) map[string]Verdict {
+				pid := deadPID(t)
+				return map[string]Verdict{orphanSocket(t, dir, fmt.Sprintf("kc-%d.sock", pid)): VerdictStale}
+			},
+			wantInCause: "no process",
+		},
+		{
+			name: "orphan session socket without control socket",
+			setup: func(t *testing.T, dir string) map[string]Verdict {
+				pid := deadPID(t)
+				return map[string]Verdict{orphanSocket(t, dir, fmt.Sprintf("kc-%d.abcdefgh.sock", pid)): VerdictStale}
+			},
+			wantInCause: "no control socket",
+		},
+		{
+			name: "listening, but the named owner is not a supervisor: gates disagree",
+			setup: func(t *testing.T, dir string) map[string]Verdict {
+				pid := startSleep(t)
+				return map[string]Verdict{listenSocket(t, dir, fmt.Sprintf("kc-%d.sock", pid)): VerdictUnknown}
+			},
+			wantInCause: "gates disagree",
+		},
+		{
+			name: "session socket of a live server that nobody listens on follows the server",
+			setup: func(t *testing.T, dir string) map[string]Verdict {
+				k := testkit.StartKCServer(t, dir)
+				return map[string]Verdict{
+					k.Socket: VerdictLive,
+					orphanSocket(t, dir, fmt.Sprintf("kc-%d.deadbeef.sock", k.PID)): VerdictLive,
+				}
+			},
+		},
+		{
+			name: "another live kcserver answers on the socket: process_id differs",
+			setup: func(t *testing.T, dir string) map[string]Verdict {
+				a := testkit.StartKCServer(t, t.TempDir())
+				b := testkit.StartKCServer(t, t.TempDir())
+				p := filepath.Join(dir, fmt.Sprintf("kc-%d.sock", a.PID))
+				if err := os.Link(b.Socket, p); err != nil {
+					t.Fatal(err)
+				}
+				return map[string]Verdict{p: VerdictUnknown}
+			},
+			wantInCause: "process_id",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			want := tt.setup(t, dir)
+			got := sweep(t, fastConfig(dir))
+			if len(got) != len(want) {
+				t.Errorf("swept %d sockets, want %d: %v", len(got), len(want), keys(got))
+			}
+			for p, v := range want {
+				s := got[p]
+				if s == nil {
+					t.Errorf("%s not found", p)
+					continue
+				}
+				if s.Verdict != v {
+					t.Errorf("%s: verdict %s (%s), want %s", p, s.Verdict, s.Reason, v)
+				}
+				if tt.wantInCause != "" && s.Kind == KindControl && !strings.Contains(s.Reason, tt.wantInCause) {
+					t.Errorf("%s: reason %q lacks %q", p, s.Reason, tt.wantInCause)
+				}
+				wantAction := ActionKept
+				if v == VerdictStale {
+					wantAction = ActionWouldUnlink
+				}
+				if s.Action != wantAction {
+					t.Errorf("%s: action %s, want %s (dry run)", p, s.Action, wantAction)
+				}
+				if !exists(p) {
+					t.Errorf("%s: removed by a dry run", p)
+				}
+			}
+
+			// With --apply exactly the stale ones go.
+			cfg := fastConfig(dir)
+			cfg.Apply = true
+			got = sweep(t, cfg)
+			for p, v := range want {
+				s := got[p]
+				if s == nil {
+					t.Errorf("%s not found on the second sweep", p)
+					continue
+				}
+				if v == VerdictStale {
+					if s.Action != ActionUnlinked || exists(p) {
+						t.Errorf("%s: action %s (%v), exists %v; want unlinked", p, s.Action, s.Err, exists(p))
+					}
+				} else if s.Action != ActionKept || !exists(p) {
+					t.Errorf("%s: action %s, exists %v; want kept", p, s.Action, exists(p))
+				}
+			}
+		})
+	}
+}
+
+func keys(m map[string]*Socket) []string {
+	var out []string
+	for k, s := range m {
+		out = append(out, k+"="+string(s.Verdict))
+	}
+	return out
+}
+
+func TestSweepHungServerIsBounded(t *testing.T) {
+	dir := t.TempDir()
+	k := testkit.StartKCServer(t, dir, "--hang")
+	cfg := Config{Dirs: []string{dir}, DialTimeout: 200 * time.Millisecond, Timeout: 500 * time.Millisecond, Pause: 100 * time.Millisecond, Apply: true}
+	start := time.Now()
+	got := sweep(t, cfg)
+	elapsed := time.Since(start)
+	s := got[k.Socket]
+	if s == nil {
+		t.Fatal("hung server's socket not reported")
+	}
+	if s.Verdict == VerdictStale || s.Action != ActionKept || !exists(k.Socket) {
+		t.Errorf("hung live kcserver: verdict %s action %s (%s)", s.Verdict, s.Action, s.Reason)
+	}
+	if !strings.Contains(s.Reason, "silent twice") || !strings.Contains(s.Reason, "live kcserver") {
+		t.Errorf("reason %q", s.Reason)
+	}
+	// Two timeouts and a pause, with generous room for a loaded machine.
+	if bound := 2*cfg.Timeout + cfg.Pause + 5*time.Second; elapsed > bound {
+		t.Errorf("sweep took %v, bound %v", elapsed, bound)
+	}
+}
+
+func TestSweepNeverUnlinksNonSockets(t *testing.T) {
+	dir := t.TempDir()
+	outside := t.TempDir()
+	target := orphanSocket(t, outside, "kc-999.sock")
+	if err := os.Symlink(target, filepath.Join(dir, "kc-1.sock")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kc-2.sock"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(filepath.Join(dir, "kc-3.sock"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "kc-4.sock"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	foreign := orphanSocket(t, dir, fmt.Sprintf("kc-%d.sock", deadPID(t)))
+	if err := os.Lchown(foreign, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	// Names that are not supervisor sockets are not looked at at all.
+	orphanSocket(t, dir, "kc-1f3a9c.sock")
+	orphanSocket(t, dir, "other.sock")
+
+	cfg := fastConfig(dir)
+	cfg.Apply = true
+	got := sweep(t, cfg)
+	if len(got) != 5 {
+		t.Errorf("reported %v, want the 5 kc-<pid>.sock entries", keys(got))
+	}
+	for _, n := range []string{"kc-1.sock", "kc-2.sock", "kc-3.sock", "kc-4.sock", filepath.Base(foreign)} {
+		p := filepath.Join(dir, n)
+		s := got[p]
+		if s == nil {
+			t.Errorf("%s not reported", n)
+			continue
+		}
+		if s.Action != ActionKept || !exists(p) {
+			t.Errorf("%s: action %s, exists %v (%s)", n, s.Action, exists(p), s.Reason)
+		}
+		t.Logf("%s: %s, %s: %s", n, s.Verdict, s.Action, s.Reason)
+	}
+	if s := got[foreign]; s != nil && (s.Verdict != VerdictStale || !strings.Contains(s.Reason, "uid 65534")) {
+		t.Errorf("foreign socket: %s %q", s.Verdict, s.Reason)
+	}
+	if !exists(target) {
+		t.Error("symlink target removed")
+	}
+}
+
+func TestSweepWorldWritableDirAcceptsAnyOwner(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	p := orphanSocket(t, dir, fmt.Sprintf("kc-%d.sock", deadPID(t)))
+	if err := os.Lchown(p, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	got := sweep(t, fastConfig(dir))
+	if s := got[p]; s == nil || s.Action != ActionWouldUnlink {
+		t.Fatalf("%+v", s)
+	}
+}
+
+func TestUnlinkAt(t *testing.T) {
+	dir := t.TempDir()
+	d, err := openDir(nil, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.close()
+	classify := func(name string) FileID {
+		e, err := d.lstat(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return FileID{Dev: e.dev, Ino: e.ino, UID: e.uid}
+	}
+
+	t.Run("same socket", func(t *testing.T) {
+		p := orphanSocket(t, dir, "kc-10.sock")
+		if err := UnlinkAt(d.fd, "kc-10.sock", classify("kc-10.sock")); err != nil || exists(p) {
+			t.Fatalf("err %v exists %v", err, exists(p))
+		}
+	})
+	t.Run("swapped for another inode", func(t *testing.T) {
+		p := orphanSocket(t, dir, "kc-11.sock")
+		id := classify("kc-11.sock")
+		other := orphanSocket(t, dir, "kc-12.sock")
+		if err := os.Rename(other, p); err != nil {
+			t.Fatal(err)
+		}
+		err := UnlinkAt(d.fd, "kc-11.sock", id)
+		if !errors.Is(err, ErrChanged) || !exists(p) {
+			t.Fatalf("err %v exists %v", err, exists(p))
+		}
+	})
+	t.Run("swapped for a symlink", func(t *testing.T) {
+		p := orphanSocket(t, dir, "kc-13.sock")
+		id := classify("kc-13.sock")
+		target := orphanSocket(t, t.TempDir(), "kc-14.sock")
+		os.Remove(p)
+		if err := os.Symlink(target, p); err != nil {
+			t.Fatal(err)
+		}
+		err := UnlinkAt(d.fd, "kc-13.sock", id)
+		if !errors.Is(err, ErrChanged) || !exists(p) || !exists(target) {
+			t.Fatalf("err %v", err)
+		}
+	})
+	t.Run("owner changed", func(t *testing.T) {
+		p := orphanSocket(t, dir, "kc-15.sock")
+		id := classify("kc-15.sock")
+		os.Lchown(p, 65534, 65534)
+		if err := UnlinkAt(d.fd, "kc-15.sock", id); !errors.Is(err, ErrChanged) || !exists(p) {
+			t.Fatalf("err %v", err)
+		}
+	})
+	t.Run("gone", func(t *testing.T) {
+		p := orphanSocket(t, dir, "kc-16.sock")
+		id := classify("kc-16.sock")
+		os.Remove(p)
+		if err := UnlinkAt(d.fd, "kc-16.sock", id); !errors.Is(err, ErrGone) {
+			t.Fatalf("err %v", err)
+		}
+	})
+	t.Run("bad names", func(t *testing.T) {
+		for _, n := range []string{"../kc-1.sock", "kc-../../etc.sock", "x/kc-1.sock", "passwd"} {
+			if err := UnlinkAt(d.fd, n, FileID{}); !errors.Is(err, ErrBadName) {
+				t.Errorf("%q: err %v", n, err)
+			}
+		}
+	})
+}
+
+func TestJudgeOwner(t *testing.T) {
+	boot := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	atTicks := func(sec int) uint64 { return uint64(sec * ticksPerSecond) }
+	created := boot.Add(100 * time.Second)
+	kc := fingerprint.Identity{Stat: fingerprint.Stat{PID: 5, Comm: "kcserver", State: 'S', StartTicks: atTicks(50)}, TGID: 5}
+	comms := []string{"kcserver"}
+	tests := []struct {
+		name string
+		id   func() fingerprint.Identity
+		err  error
+		want say
+	}{
+		{"live kcserver started before the socket", func() fingerprint.Identity { return kc }, nil, sayLive},
+		{"started just after, within slack", func() fingerprint.Identity { i := kc; i.StartTicks = atTicks(100) + 50; return i }, nil, sayLive},
+		{"started after the socket: recycled", func() fingerprint.Identity { i := kc; i.StartTicks = atTicks(102); return i }, nil, sayStale},
+		{"zombie", func() fingerprint.Identity { i := kc; i.State = 'Z'; return i }, nil, sayStale},
+		{"other comm", func() fingerprint.Identity { i := kc; i.Comm = "tokio-runtime-w"; return i }, nil, sayStale},
+		{"thread", func() fingerprint.Identity { i := kc; i.TGID = 4; return i }, fingerprint.ErrNotProcess, sayStale},
+		{"absent", func() fingerprint.Identity { return fingerprint.Identity{} }, fingerprint.ErrNotFound, sayStale},
+		{"unreadable", func() fingerprint.Identity { return fingerprint.Identity{} }, fingerprint.ErrMalformed, sayUnsure},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, why := judgeOwner(5, 5, false, tt.id(), tt.err, comms, created, boot)
+			if got != tt.want {
+				t.Errorf("got %s (%s), want %s", got, why, tt.want)
+			}
+		})
+	}
+}
+
+func TestCompose(t *testing.T) {
+	S, L, U := sayStale, sayLive, sayUnsure
+	tests := []struct {
+		g    [3]say
+		want Verdict
+	}{
+		{[3]say{S, S, S}, VerdictStale},
+		{[3]say{L, L, L}, VerdictLive},
+		{[3]say{L, L, S}, VerdictUnknown},
+		{[3]say{S, L, S}, VerdictUnknown},
+		{[3]say{S, S, L}, VerdictUnknown},
+		{[3]say{S, S, U}, VerdictUnknown},
+		{[3]say{U, U, U}, VerdictUnknown},
+	}
+	for _, tt := range tests {
+		if v, _ := compose(tt.g, [3]string{"a", "b", "c"}); v != tt.want {
+			t.Errorf("%v: %s, want %s", tt.g, v, tt.want)
+		}
+	}
+}
+
+func TestParseNetUnix(t *testing.T) {
+	in := `Num       RefCount Protocol Flags    Type St Inode Path
+0000000000000000: 00000002 00000000 00010000 0001 01 1001 /tmp/kc-1.sock
+0000000000000000: 00000002 00000000 00000000 0001 03 1002 /tmp/kc-2.sock
+0000000000000000: 00000002 00000000 00010000 0001 01 1003 @abstract
+0000000000000000: 00000002 00000000 00010000 0001 01 1004 /tmp/with space.sock
+0000000000000000: 00000003 00000000 00000000 0001 03 1005
+`
+	ls, err := parseNetUnix(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := listeners{"/tmp/kc-1.sock": true, "/tmp/with space.sock": true}
+	if len(ls) != len(want) {
+		t.Fatalf("%v", ls)
+	}
+	for k := range want {
+		if !ls[k] {
+			t.Errorf("missing %q", k)
+		}
+	}
+	// And the real file parses and lists a listener we own.
+	dir := t.TempDir()
+	p := listenSocket(t, dir, "kc-7.sock")
+	real, err := readListeners("/proc", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !real[p] {
+		t.Errorf("own listener %s not in /proc/self/net/unix", p)
+	}
+}
+
+func TestOpenDirsGlobAndErrors(t *testing.T) {
+	base := t.TempDir()
+	for _, n := range []string{"1000", "1001"} {
+		os.Mkdir(filepath.Join(base, n), 0o700)
+	}
+	os.WriteFile(filepath.Join(base, "file"), nil, 0o600)
+	dirs, errs := openDirs(Target{}, []string{filepath.Join(base, "*"), filepath.Join(base, "1000"), filepath.Join(base, "missing"), "relative", base + "/*/x"})
+	defer func() {
+		for _, d := range dirs {
+			d.close()
+		}
+	}()
+	if len(dirs) != 2 {
+		t.Errorf("opened %d dirs, want 2 (deduplicated, file skipped)", len(dirs))
+	}
+	if len(errs) != 3 {
+		t.Errorf("errors %v, want 3 (missing, relative, inner wildcard)", errs)
+	}
+}
+
+// TestSweepContainer runs a supervisor in a new PID namespace (as a
+// container's would be) and sweeps through /proc/<init>/root with the
+// namespace's PIDs.
+func TestSweepContainer(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root for a new PID namespace")
+	}
+	bin := testkit.BuildKCServer(t)
+	dir := t.TempDir()
+	ready := filepath.Join(t.TempDir(), "ready")
+	cmd := exec.Command("sh", "-c", `"$0" --socket-dir="$1" --ready-file="$2" --session-socket & wait`, bin, dir, ready)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+	if err := cmd.Start(); err != nil {
+		t.Skipf("cannot create a PID namespace: %v", err)
+	}
+	initPID := cmd.Process.Pid
+	t.Cleanup(func() {
+		// Killing a PID namespace's init kills everything in it.
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if data, err := os.ReadFile(ready); err == nil && strings.TrimSpace(string(data)) != "" {
+			if strings.TrimSpace(string(data)) != "2" {
+				t.Fatalf("kcserver has pid %s in its namespace, want 2", data)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("fake not ready")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	view, err := containerView("/proc", initPID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostKC, ok := view.hostPID(2)
+	if !ok {
+		t.Fatal("pid 2 not mapped")
+	}
+
+	// A host kcserver whose host PID names a socket inside the container:
+	// on the host that PID is a live kcserver, in the container nothing.
+	hostFake := testkit.StartKCServer(t, t.TempDir())
+	hostNamed := orphanSocket(t, dir, fmt.Sprintf("kc-%d.sock", hostFake.PID))
+	initNamed := orphanSocket(t, dir, "kc-1.sock")
+
+	root := "/proc/" + strconv.Itoa(initPID) + "/root"
+	shown := func(p string) string { return root + p }
+	control := filepath.Join(dir, "kc-2.sock")
+	session := filepath.Join(dir, "kc-2."+sessionTag+".sock")
+
+	cfg := fastConfig(dir)
+	cfg.Target = Target{InitPID: initPID}
+	got := sweep(t, cfg)
+	want := map[string]Verdict{
+		shown(control):   VerdictLive,
+		shown(session):   VerdictLive,
+		shown(hostNamed): VerdictStale,
+		shown(initNamed): VerdictStale,
+	}
+	for p, v := range want {
+		if s := got[p]; s == nil || s.Verdict != v {
+			t.Errorf("%s: %+v, want %s", p, s, v)
+		}
+	}
+	if s := got[shown(initNamed)]; s != nil && !strings.Contains(s.Reason, `"sh"`) {
+		t.Errorf("kc-1.sock: %s", s.Reason)
+	}
+	if s := got[shown(hostNamed)]; s != nil && !strings.Contains(s.Reason, "in the container") {
+		t.Errorf("%s: %s", hostNamed, s.Reason)
+	}
+
+	// On the host, kc-2.sock names kthreadd (or whatever has PID 2): not
+	// a supervisor, yet something listens: unknown, kept.
+	host := sweep(t, fastConfig(dir))
+	if s := host[control]; s == nil || s.Verdict != VerdictUnknown {
+		t.Errorf("host view of %s: %+v", control, s)
+	}
+
+	// SIGKILL the supervisor: its sockets become stale and go.
+	killPID(hostKC)
+	waitDead(t, hostKC)
+	cfg.Apply = true
+	got = sweep(t, cfg)
+	for _, p := range []string{control, session} {
+		s := got[shown(p)]
+		if s == nil || s.Verdict != VerdictStale || s.Action != ActionUnlinked || exists(p) {
+			t.Errorf("%s after SIGKILL: %+v", p, s)
+		}
+	}
+}
+
+func TestSweepContextCancelled(t *testing.T) {
+	dir := t.TempDir()
+	orphanSocket(t, dir, fmt.Sprintf("kc-%d.sock", deadPID(t)))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	cfg := fastConfig(dir)
+	cfg.Apply = true
+	rep, err := Sweep(ctx, cfg)
+	if err == nil {
+		t.Fatal("no error from a cancelled sweep")
+	}
+	for _, s := range rep.Sockets {
+		if s.Verdict == VerdictStale {
+			t.Errorf("%s judged stale without probing", s.Path)
+		}
+	}
+}
+
+// Benchmark: 1000 sockets, half stale, 10 hung supervisors. Live ones are
+// session sockets of 5 fake supervisors (98 sessions each) plus their
+// control sockets; stale ones are 250 orphans named after dead PIDs plus
+// the control and session sockets of 5 SIGKILLed fakes.
+func BenchmarkSweep1000(b *testing.B) {
+	dir := b.TempDir()
+	sessFile := func(n int) string {
+		var parts []string
+		for i := 0; i < n; i++ {
+			parts = append(parts, fmt.Sprintf(`{"session_id":"s%07d-x","status":"idle","connected":false,"idle_seconds":1}`, i))
+		}
+		f := filepath.Join(b.TempDir(), "s.json")
+		os.WriteFile(f, []byte("["+strings.Join(parts, ",")+"]"), 0o644)
+		return f
+	}
+	live := sessFile(97) // 5 × (1 + 97) = 490
+	for i := 0; i < 5; i++ {
+		testkit.StartKCServer(b, dir, "--session-socket", "--sessions="+live)
+	}
+	for i := 0; i < 10; i++ { // 10 hung control sockets: 500 not stale
+		testkit.StartKCServer(b, dir, "--hang")
+	}
+	dead := sessFile(49) // 5 × (1 + 49) = 250 stale
+	for i := 0; i < 5; i++ {
+		k := testkit.StartKCServer(b, dir, "--session-socket", "--sessions="+dead)
+		k.Kill(b)
+	}
+	seen := map[int]bool{}
+	for n := 0; n < 250; {
+		pid := deadPID(b)
+		if seen[pid] {
+			continue
+		}
+		seen[pid] = true
+		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, fmt.Sprintf("kc-%d.sock", pid)), Net: "unix"})
+		if err != nil {
+			continue
+		}
+		l.SetUnlinkOnClose(false)
+		l.Close()
+		n++
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1000 {
+		b.Fatalf("%d sockets, want 1000", len(ents))
+	}
+	cfg := Config{Dirs: []string{dir}} // default timeouts, workers
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		rep, err := Sweep(context.Background(), cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n := map[Verdict]int{}
+		for _, s := range rep.Sockets {
+			n[s.Verdict]++
+		}
+		if n[VerdictStale] != 500 || n[VerdictLive] != 490 || n[VerdictUnknown] != 10 {
+			b.Fatalf("verdicts %v", n)
+		}
+	}
+}

@@ -30,7 +30,6 @@ const (
 	SkipForeign      = "skipped-foreign"
 	SkipOtherUID     = "skipped-other-uid"
 	SkipAmbiguous    = "skipped-ambiguous"
-	defaultMinAge    = 90 * time.Second
 	defaultKillGrace = 5 * time.Second
 )
 
@@ -40,7 +39,8 @@ type Options struct {
 	Root  string
 	Comms []string
 	// MinAge: trees younger than this are left alone (they may be racing
-	// their container's registration). Default 90s.
+	// their container's registration). Zero disables the check; the CLI
+	// default is 90s.
 	MinAge    time.Duration
 	KillGrace time.Duration
 	Apply     bool
@@ -126,9 +126,6 @@ func Decide(t trees.Tree, live liveness.Set, minAge time.Duration) string {
 // Run scans, decides and (with Apply) reaps. live must be a successful
 // liveness answer: with unknown ground truth the caller must not call Run.
 func Run(ctx context.Context, opt Options, live liveness.Set) (Report, error) {
-	if opt.MinAge == 0 {
-		opt.MinAge = defaultMinAge
-	}
 	if opt.KillGrace <= 0 {
 		opt.KillGrace = defaultKillGrace
 	}

@@ -18,7 +18,7 @@
 //	--children N         start N children running "sleep 1000000" in the
 //	                     fake's process group; they carry no container ID
 //	--stubborn-child     start one extra child that ignores SIGTERM:
-//	                     sh -c 'trap "" TERM; while :; do sleep 1; done'
+//	                     sh -c 'trap "" TERM; exec sleep 1000000' (an ignored signal stays ignored across exec)
 //	--sessions FILE      JSON list of ActiveSession objects served by
 //	                     /sessions (default: one idle, disconnected session)
 //	--session-socket     also listen on DIR/kc-<pid>.<first 8 chars of the
@@ -158,7 +158,7 @@ func run(o options) error {
 		}
 	}
 	if o.stubborn {
-		if err := startChild("sh", "-c", `trap "" TERM; while :; do sleep 1; done`); err != nil {
+		if err := startChild("sh", "-c", `trap "" TERM; exec sleep 1000000`); err != nil {
 			unlinkAll()
 			return err
 		}

@@ -52,6 +52,7 @@ func run(args []string, stdin io.Reader, stderr io.Writer) int {
 			&cli.DurationFlag{Name: "deadline", Value: 20 * time.Second, Usage: "bound on a whole poststop run; keep it below the descriptor's timeout", EnvVars: []string{"KC_HOOK_DEADLINE"}},
 			&cli.StringFlag{Name: "log-file", Usage: "JSON-lines log `FILE` (default: STATE-DIR/kc-hook.log)", EnvVars: []string{"KC_HOOK_LOG"}},
 		},
+		Commands:        []*cli.Command{superviseCommand()},
 		HideHelpCommand: true,
 		ExitErrHandler:  func(*cli.Context, error) {},
 		Action: func(c *cli.Context) error {

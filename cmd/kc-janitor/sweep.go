@@ -1,13 +1,199 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
+)
+
+// Flags shared by sweep and cull to say where supervisors' sockets are.
+const (
+	flagSocketDir    = "socket-dir"
+	flagContainer    = "container"
+	flagContainerPID = "container-pid"
+	flagTimeout      = "timeout"
+	flagWorkers      = "workers"
+)
+
+func socketFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringSliceFlag{Name: flagSocketDir, Usage: "socket `DIR` to look in (repeatable; the last component may be a glob); default: /tmp and /run/user/*", EnvVars: []string{"KC_SOCKET_DIR"}},
+		&cli.StringFlag{Name: flagContainer, Usage: "look in the socket dirs inside container `NAME` (through /proc/<init pid>/root, with the container's PID and network namespaces)", EnvVars: []string{"KC_CONTAINER"}},
+		&cli.IntFlag{Name: flagContainerPID, Usage: "host `PID` of the container's init process (instead of asking podman)", EnvVars: []string{"KC_CONTAINER_PID"}, Hidden: true},
+		&cli.DurationFlag{Name: flagTimeout, Value: sockets.DefaultTimeout, Usage: "timeout of one request to a supervisor", EnvVars: []string{"KC_PROBE_TIMEOUT"}},
+		&cli.IntFlag{Name: flagWorkers, Value: sockets.DefaultWorkers, Usage: "sockets probed concurrently", EnvVars: []string{"KC_PROBE_WORKERS"}},
+	}
+}
 
 func sweepCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "sweep",
-		Usage: "not implemented yet",
-		Action: func(c *cli.Context) error {
-			return cli.Exit("sweep: not implemented yet", exitFailed)
-		},
+		Usage: "find orphan kc-*.sock supervisor sockets; unlink them with --apply",
+		Description: `A socket kc-<pid>.sock (control) or kc-<pid>.<x>.sock (session) is stale
+only when three gates agree: its owner <pid> is not a live supervisor (gone,
+a thread ID, a zombie, another program, or started after the socket was
+created); nothing listens on it; and GET /status is silent twice or answers
+with another process_id. Gates that disagree give "unknown": kept. Session
+sockets follow their server's control socket.
+
+Dry run unless --apply (KC_SWEEP=1 or KC_APPLY=1). Only sockets (never
+symlinks, FIFOs or regular files) owned by the expected uid and still the
+same inode as when classified are unlinked. KC_SWEEPER_LOG names a log file
+when --log-file is not given.
+
+Exit status: 0 ok; 1 an unlink failed or a socket directory could not be read.`,
+		Flags: append([]cli.Flag{
+			&cli.BoolFlag{Name: "apply", Usage: "unlink stale sockets (default: dry run)", EnvVars: []string{"KC_SWEEP", "KC_APPLY"}},
+		}, socketFlags()...),
+		Action: runSweep,
 	}
+}
+
+// sweepConfig builds the sockets configuration both sweep and cull use.
+func sweepConfig(c *cli.Context, g globals) (sockets.Config, error) {
+	cfg := sockets.Config{
+		Dirs:            c.StringSlice(flagSocketDir),
+		SupervisorComms: g.SupervisorComms,
+		Timeout:         c.Duration(flagTimeout),
+		Workers:         c.Int(flagWorkers),
+	}
+	if cfg.Timeout <= 0 {
+		return cfg, usageErr("--timeout must be positive")
+	}
+	if cfg.Workers <= 0 {
+		return cfg, usageErr("--workers must be positive")
+	}
+	if pid := c.Int(flagContainerPID); pid > 0 {
+		cfg.Target = sockets.Target{InitPID: pid}
+	} else if name := c.String(flagContainer); name != "" {
+		ctx, cancel := context.WithTimeout(c.Context, 30*time.Second)
+		defer cancel()
+		pid, err := sockets.PodmanInitPID(ctx, g.PodmanURL, name)
+		if err != nil {
+			return cfg, cli.Exit(err.Error(), exitFailed)
+		}
+		cfg.Target = sockets.Target{InitPID: pid}
+	}
+	return cfg, nil
+}
+
+// logFileOr returns the log file from --log-file, else from env.
+func logFileOr(g globals, env string) string {
+	if g.LogFile != "" {
+		return g.LogFile
+	}
+	return os.Getenv(env)
+}
+
+type sweepJSON struct {
+	DryRun  bool              `json:"dry_run"`
+	Sockets []sweepSocketJSON `json:"sockets"`
+}
+
+type sweepSocketJSON struct {
+	Path    string  `json:"path"`
+	PID     int     `json:"pid"`
+	Kind    string  `json:"kind"`
+	Verdict string  `json:"verdict"`
+	Reason  string  `json:"reason"`
+	Action  string  `json:"action"`
+	Error   *string `json:"error"`
+}
+
+func runSweep(c *cli.Context) error {
+	g, err := loadGlobals(c)
+	if err != nil {
+		return err
+	}
+	log, closeLog, err := newLogger(g, logFileOr(g, "KC_SWEEPER_LOG"))
+	if err != nil {
+		return err
+	}
+	defer closeLog()
+	cfg, err := sweepConfig(c, g)
+	if err != nil {
+		return err
+	}
+	cfg.Apply = c.Bool("apply")
+	cfg.Logger = log.With("cmd", "sweep")
+
+	rep, err := sockets.Sweep(c.Context, cfg)
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("sweep: %v", err), exitFailed)
+	}
+	for _, e := range rep.DirErrors {
+		log.Error("socket directory", "err", e)
+	}
+	if g.JSON {
+		err = writeSweepJSON(c.App.Writer, rep)
+	} else {
+		err = writeSweepText(c.App.Writer, rep)
+	}
+	if err != nil {
+		return cli.Exit(err.Error(), exitFailed)
+	}
+	switch {
+	case rep.Failed():
+		return cli.Exit("", exitFailed)
+	case len(rep.DirErrors) > 0:
+		return cli.Exit("", exitFailed)
+	}
+	return nil
+}
+
+func writeSweepJSON(w io.Writer, rep *sockets.Report) error {
+	out := sweepJSON{DryRun: rep.DryRun, Sockets: []sweepSocketJSON{}}
+	for _, s := range rep.Sockets {
+		j := sweepSocketJSON{
+			Path: s.Path, PID: s.PID, Kind: string(s.Kind), Verdict: string(s.Verdict),
+			Reason: s.Reason, Action: string(s.Action),
+		}
+		if s.Err != nil {
+			msg := s.Err.Error()
+			j.Error = &msg
+		}
+		out.Sockets = append(out.Sockets, j)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+func writeSweepText(w io.Writer, rep *sockets.Report) error {
+	count := map[sockets.Verdict]int{}
+	acted := 0
+	for _, s := range rep.Sockets {
+		count[s.Verdict]++
+		what := fmt.Sprintf("%s (%s, pid %d)", s.Path, s.Kind, s.PID)
+		var err error
+		switch s.Action {
+		case sockets.ActionWouldUnlink:
+			acted++
+			_, err = fmt.Fprintf(w, "[DRY-RUN] would unlink %s: %s\n", what, s.Reason)
+		case sockets.ActionUnlinked:
+			acted++
+			_, err = fmt.Fprintf(w, "unlinked %s: %s\n", what, s.Reason)
+		case sockets.ActionFailed:
+			_, err = fmt.Fprintf(w, "FAILED to unlink %s: %v (%s)\n", what, s.Err, s.Reason)
+		default:
+			_, err = fmt.Fprintf(w, "kept %s, %s: %s\n", what, s.Verdict, s.Reason)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	verb := "unlinked"
+	if rep.DryRun {
+		verb = "would unlink"
+	}
+	_, err := fmt.Fprintf(w, "%d sockets: %d live, %d stale, %d unknown; %s %d\n",
+		len(rep.Sockets), count[sockets.VerdictLive], count[sockets.VerdictStale], count[sockets.VerdictUnknown], verb, acted)
+	return err
 }

@@ -10,13 +10,16 @@ import (
 )
 
 // PodmanInitPID asks the podman CLI for the host PID of a running
-// container's init process (podman inspect --format {{.State.Pid}}). A
-// container that is not running has PID 0 and is an error.
-func PodmanInitPID(ctx context.Context, podman, container string) (int, error) {
-	if podman == "" {
-		podman = "podman"
+// container's init process (podman inspect --format {{.State.Pid}}); url,
+// when set, is passed as podman's --url. A container that is not running
+// has PID 0 and is an error.
+func PodmanInitPID(ctx context.Context, url, container string) (int, error) {
+	var args []string
+	if url != "" {
+		args = append(args, "--url", url)
 	}
-	cmd := exec.CommandContext(ctx, podman, "inspect", "--type", "container", "--format", "{{.State.Pid}}", "--", container)
+	args = append(args, "inspect", "--type", "container", "--format", "{{.State.Pid}}", "--", container)
+	cmd := exec.CommandContext(ctx, "podman", args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

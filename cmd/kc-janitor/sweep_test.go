@@ -1,0 +1,212 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
+)
+
+// runJanitorCapture runs kc-janitor with args as run() does, capturing
+// stdout, and returns the exit code.
+func runJanitorCapture(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	app := newApp()
+	var out bytes.Buffer
+	app.Writer = &out
+	app.ErrWriter = &out
+	err := app.Run(append([]string{"kc-janitor"}, args...))
+	code := exitOK
+	if err != nil {
+		var ec cli.ExitCoder
+		if errors.As(err, &ec) {
+			code = ec.ExitCode()
+		} else {
+			code = exitUsage
+		}
+		t.Logf("kc-janitor %s: %v", strings.Join(args, " "), err)
+	}
+	return code, out.String()
+}
+
+// orphanSock leaves a socket file with nothing listening at dir/name.
+func orphanSock(t *testing.T, dir, name string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: p, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetUnlinkOnClose(false)
+	l.Close()
+	return p
+}
+
+// goneSockName is kc-<pid>.sock for a PID whose process has exited.
+func goneSockName(t *testing.T) string {
+	t.Helper()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("kc-%d.sock", cmd.Process.Pid)
+}
+
+func decodeSweep(t *testing.T, out string) map[string]map[string]any {
+	t.Helper()
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatalf("not one JSON object: %v\n%s", err, out)
+	}
+	if got := sortedKeys(raw); !reflect.DeepEqual(got, []string{"dry_run", "sockets"}) {
+		t.Errorf("top-level keys %v", got)
+	}
+	if _, ok := raw["dry_run"].(bool); !ok {
+		t.Errorf("dry_run %v", raw["dry_run"])
+	}
+	list, ok := raw["sockets"].([]any)
+	if !ok {
+		t.Fatalf("sockets %v", raw["sockets"])
+	}
+	want := []string{"action", "error", "kind", "path", "pid", "reason", "verdict"}
+	byPath := map[string]map[string]any{}
+	for _, e := range list {
+		m := e.(map[string]any)
+		if got := sortedKeys(m); !reflect.DeepEqual(got, want) {
+			t.Errorf("socket keys %v, want %v", got, want)
+		}
+		byPath[m["path"].(string)] = m
+	}
+	return byPath
+}
+
+func sortedKeys(m map[string]any) []string {
+	var k []string
+	for key := range m {
+		k = append(k, key)
+	}
+	sort.Strings(k)
+	return k
+}
+
+func TestSweepCLI(t *testing.T) {
+	tests := []struct {
+		name       string
+		args       []string
+		env        map[string]string
+		wantDryRun bool
+	}{
+		{"dry run by default", []string{"sweep", "--format", "json"}, nil, true},
+		{"global flag before the command", []string{"--format", "json", "sweep"}, nil, true},
+		{"--apply", []string{"sweep", "--apply", "--format=json"}, nil, false},
+		{"KC_SWEEP=1", []string{"sweep", "--format", "json"}, map[string]string{"KC_SWEEP": "1"}, false},
+		{"KC_APPLY=1", []string{"sweep", "--format", "json"}, map[string]string{"KC_APPLY": "1"}, false},
+		{"KC_SWEEP=0", []string{"sweep", "--format", "json"}, map[string]string{"KC_SWEEP": "0"}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			dir := t.TempDir()
+			k := testkit.StartKCServer(t, dir)
+			stale := orphanSock(t, dir, goneSockName(t))
+			code, out := runJanitorCapture(t, append(tt.args, "--socket-dir", dir, "--timeout", "300ms")...)
+			if code != exitOK {
+				t.Fatalf("exit %d\n%s", code, out)
+			}
+			got := decodeSweep(t, out)
+			if len(got) != 2 {
+				t.Fatalf("%d sockets: %s", len(got), out)
+			}
+			live, st := got[k.Socket], got[stale]
+			if live["verdict"] != "live" || live["action"] != "kept" || live["kind"] != "control" ||
+				int(live["pid"].(float64)) != k.PID || live["error"] != nil {
+				t.Errorf("live: %v", live)
+			}
+			wantAction := "unlinked"
+			if tt.wantDryRun {
+				wantAction = "would-unlink"
+			}
+			if st["verdict"] != "stale" || st["action"] != wantAction || st["error"] != nil {
+				t.Errorf("stale: %v", st)
+			}
+			if _, err := os.Lstat(stale); (err == nil) != tt.wantDryRun {
+				t.Errorf("stale socket exists: %v, dry run %v", err == nil, tt.wantDryRun)
+			}
+		})
+	}
+}
+
+func TestSweepCLIText(t *testing.T) {
+	dir := t.TempDir()
+	stale := orphanSock(t, dir, goneSockName(t))
+	logFile := filepath.Join(t.TempDir(), "sweeper.log")
+	t.Setenv("KC_SWEEPER_LOG", logFile)
+	code, out := runJanitorCapture(t, "sweep", "--socket-dir", dir)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	if !strings.Contains(out, "[DRY-RUN] would unlink "+stale) {
+		t.Errorf("output lacks the dry-run line:\n%s", out)
+	}
+	data, err := os.ReadFile(logFile)
+	if err != nil || !strings.Contains(string(data), stale) {
+		t.Errorf("KC_SWEEPER_LOG: %v %q", err, data)
+	}
+}
+
+func TestSweepCLIExitCodes(t *testing.T) {
+	t.Run("usage", func(t *testing.T) {
+		for _, args := range [][]string{
+			{"sweep", "--format", "xml"},
+			{"sweep", "--no-such-flag"},
+			{"sweep", "--workers", "0"},
+		} {
+			if code, out := runJanitorCapture(t, args...); code != exitUsage {
+				t.Errorf("%v: exit %d, want %d: %s", args, code, exitUsage, out)
+			}
+		}
+	})
+	t.Run("missing explicit dir", func(t *testing.T) {
+		if code, _ := runJanitorCapture(t, "sweep", "--socket-dir", filepath.Join(t.TempDir(), "nope")); code != exitFailed {
+			t.Errorf("exit %d, want %d", code, exitFailed)
+		}
+	})
+	t.Run("unlink fails on a read-only mount", func(t *testing.T) {
+		src := t.TempDir()
+		stale := filepath.Base(orphanSock(t, src, goneSockName(t)))
+		ro := t.TempDir()
+		if err := unix.Mount(src, ro, "", unix.MS_BIND, ""); err != nil {
+			t.Skipf("bind mount: %v", err)
+		}
+		t.Cleanup(func() { unix.Unmount(ro, unix.MNT_DETACH) })
+		if err := unix.Mount("", ro, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
+			t.Skipf("remount read-only: %v", err)
+		}
+		code, out := runJanitorCapture(t, "sweep", "--apply", "--format", "json", "--socket-dir", ro, "--timeout", "300ms")
+		if code != exitFailed {
+			t.Fatalf("exit %d, want %d\n%s", code, exitFailed, out)
+		}
+		s := decodeSweep(t, out)[filepath.Join(ro, stale)]
+		if s == nil || s["action"] != "failed" || s["error"] == nil {
+			t.Errorf("%v", s)
+		}
+		if _, err := os.Lstat(filepath.Join(src, stale)); err != nil {
+			t.Errorf("socket gone: %v", err)
+		}
+	})
+}

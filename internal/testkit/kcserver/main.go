@@ -214,6 +214,9 @@ func loadSessions(file string) ([]map[string]any, error) {
 	if err := json.Unmarshal(data, &out); err != nil {
 		return nil, fmt.Errorf("%s: want a JSON list of objects: %w", file, err)
 	}
+	if out == nil {
+		out = []map[string]any{} // "null": serve an empty list, as Kallichore would
+	}
 	return out, nil
 }
 

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
+)
+
+func writeSessions(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "sessions.json")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const cullSessions = `[
+ {"session_id":"py-old","language":"python","status":"idle","connected":false,"idle_seconds":90000,
+  "working_directory":"/home/a","resource_usage":{"memory_bytes":1000}},
+ {"session_id":"py-edge","language":"python","status":"idle","connected":false,"idle_seconds":3600,
+  "resource_usage":{"memory_bytes":200}},
+ {"session_id":"r-conn","language":"r","status":"idle","connected":true,"idle_seconds":999999,
+  "resource_usage":{"memory_bytes":30}}
+]`
+
+type cullOut struct {
+	Threshold   int64 `json:"threshold_seconds"`
+	Supervisors []struct {
+		Socket     string  `json:"socket"`
+		PID        int     `json:"pid"`
+		Total      int     `json:"sessions_total"`
+		Memory     int64   `json:"memory_bytes"`
+		Error      *string `json:"error"`
+		Candidates []struct {
+			ID string `json:"session_id"`
+		} `json:"candidates"`
+	} `json:"supervisors"`
+}
+
+func checkCullKeys(t *testing.T, out string) {
+	t.Helper()
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatalf("not one JSON object: %v\n%s", err, out)
+	}
+	if got := sortedKeys(raw); !reflect.DeepEqual(got, []string{"supervisors", "threshold_seconds"}) {
+		t.Errorf("keys %v", got)
+	}
+	for _, s := range raw["supervisors"].([]any) {
+		m := s.(map[string]any)
+		if got := sortedKeys(m); !reflect.DeepEqual(got, []string{"candidates", "error", "memory_bytes", "pid", "sessions_total", "socket"}) {
+			t.Errorf("supervisor keys %v", got)
+		}
+		if _, ok := m["candidates"].([]any); !ok {
+			t.Errorf("candidates is %v, want a list", m["candidates"])
+		}
+		for _, c := range m["candidates"].([]any) {
+			want := []string{"connected", "idle_seconds", "language", "memory_bytes", "session_id", "status", "working_directory"}
+			if got := sortedKeys(c.(map[string]any)); !reflect.DeepEqual(got, want) {
+				t.Errorf("candidate keys %v", got)
+			}
+		}
+	}
+}
+
+func TestCullCLI(t *testing.T) {
+	dir := t.TempDir()
+	k := testkit.StartKCServer(t, dir, "--sessions="+writeSessions(t, cullSessions), "--session-socket")
+	tests := []struct {
+		name       string
+		args       []string
+		env        map[string]string
+		wantThresh int64
+		wantCands  []string
+	}{
+		{"default 24h", nil, nil, 86400, []string{"py-old"}},
+		{"--idle duration", []string{"--idle", "30m"}, nil, 1800, []string{"py-old", "py-edge"}},
+		{"--idle seconds", []string{"--idle", "3600"}, nil, 3600, []string{"py-old"}},
+		{"KC_IDLE_SECONDS", nil, map[string]string{"KC_IDLE_SECONDS": "3599"}, 3599, []string{"py-old", "py-edge"}},
+		{"flag beats env", []string{"--idle", "100000"}, map[string]string{"KC_IDLE_SECONDS": "1"}, 100000, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for key, v := range tt.env {
+				t.Setenv(key, v)
+			}
+			args := append([]string{"cull", "--format", "json", "--socket-dir", dir}, tt.args...)
+			code, out := runJanitorCapture(t, args...)
+			if code != exitOK {
+				t.Fatalf("exit %d\n%s", code, out)
+			}
+			checkCullKeys(t, out)
+			var got cullOut
+			json.Unmarshal([]byte(out), &got)
+			if got.Threshold != tt.wantThresh {
+				t.Errorf("threshold %d, want %d", got.Threshold, tt.wantThresh)
+			}
+			if len(got.Supervisors) != 1 {
+				t.Fatalf("supervisors: %s", out)
+			}
+			s := got.Supervisors[0]
+			if s.Socket != k.Socket || s.PID != k.PID || s.Total != 3 || s.Memory != 1230 || s.Error != nil {
+				t.Errorf("supervisor %+v", s)
+			}
+			var ids []string
+			for _, c := range s.Candidates {
+				ids = append(ids, c.ID)
+			}
+			if !reflect.DeepEqual(ids, tt.wantCands) {
+				t.Errorf("candidates %v, want %v", ids, tt.wantCands)
+			}
+		})
+	}
+}
+
+func TestCullCLIUnreadableSupervisor(t *testing.T) {
+	dir := t.TempDir()
+	good := testkit.StartKCServer(t, dir, "--sessions="+writeSessions(t, cullSessions))
+	dead := orphanSock(t, t.TempDir(), goneSockName(t))
+	hung := testkit.StartKCServer(t, t.TempDir(), "--hang")
+	code, out := runJanitorCapture(t, "cull", "--format", "json", "--timeout", "300ms",
+		"--socket", dead, "--socket", good.Socket, "--socket", hung.Socket)
+	if code != exitFailed {
+		t.Fatalf("exit %d, want %d\n%s", code, exitFailed, out)
+	}
+	checkCullKeys(t, out)
+	var got cullOut
+	json.Unmarshal([]byte(out), &got)
+	if len(got.Supervisors) != 3 {
+		t.Fatalf("%s", out)
+	}
+	if s := got.Supervisors[0]; s.Error == nil || s.Socket != dead {
+		t.Errorf("dead: %+v", s)
+	}
+	if s := got.Supervisors[1]; s.Error != nil || len(s.Candidates) != 1 || s.Memory != 1230 {
+		t.Errorf("good: %+v", s)
+	}
+	if s := got.Supervisors[2]; s.Error == nil {
+		t.Errorf("hung: %+v", s)
+	}
+}
+
+func TestCullCLIText(t *testing.T) {
+	dir := t.TempDir()
+	testkit.StartKCServer(t, dir, "--sessions="+writeSessions(t, cullSessions))
+	logFile := filepath.Join(t.TempDir(), "culler.log")
+	t.Setenv("KC_CULLER_LOG", logFile)
+	code, out := runJanitorCapture(t, "cull", "--socket-dir", dir)
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	for _, want := range []string{"SESSION", "LANGUAGE", "py-old", "python", "1d1h", "1000 B", "/home/a", "nothing was shut down"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "r-conn") || strings.Contains(out, "py-edge") {
+		t.Errorf("non-candidates listed:\n%s", out)
+	}
+	if data, err := os.ReadFile(logFile); err != nil || !strings.Contains(string(data), "py-old") {
+		t.Errorf("KC_CULLER_LOG: %v %q", err, data)
+	}
+}
+
+func TestCullCLIUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"cull", "--idle", "soon"},
+		{"cull", "--idle", "-5"},
+		{"cull", "--format", "yaml"},
+	} {
+		if code, out := runJanitorCapture(t, args...); code != exitUsage {
+			t.Errorf("%v: exit %d, want %d\n%s", args, code, exitUsage, out)
+		}
+	}
+	t.Setenv("KC_IDLE_SECONDS", "lots")
+	if code, _ := runJanitorCapture(t, "cull", "--socket-dir", t.TempDir()); code != exitUsage {
+		t.Errorf("bad KC_IDLE_SECONDS: exit %d", code)
+	}
+}
+
+func TestCullCLINoSupervisors(t *testing.T) {
+	code, out := runJanitorCapture(t, "cull", "--format", "json", "--socket-dir", t.TempDir())
+	if code != exitOK {
+		t.Fatalf("exit %d", code)
+	}
+	checkCullKeys(t, out)
+	if !strings.Contains(out, `"supervisors": []`) {
+		t.Errorf("%s", out)
+	}
+}

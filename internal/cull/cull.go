@@ -1,0 +1,110 @@
+// Package cull audits the kernel sessions of live Kallichore supervisors
+// for abandoned ones: disconnected, idle, and idle for longer than a
+// threshold. It reads GET /sessions and reports; it never shuts anything
+// down (reclaiming a session stays a human decision).
+package cull
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/kallichore"
+)
+
+// DefaultIdle is the default threshold: a day, as in the seed culler.
+const DefaultIdle = 24 * time.Hour
+
+// IsCandidate is the culling rule: connected == false, status == "idle"
+// and idle_seconds strictly greater than thresholdSeconds.
+func IsCandidate(s kallichore.ActiveSession, thresholdSeconds int64) bool {
+	return !s.Connected && s.Status == "idle" && s.IdleSeconds > thresholdSeconds
+}
+
+// ParseIdle parses a threshold: a bare non-negative integer is seconds
+// (KC_IDLE_SECONDS=86400, as the seed scripts take it), anything else a
+// Go duration ("24h", "90m"). It returns whole seconds.
+func ParseIdle(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, fmt.Errorf("empty idle threshold")
+	}
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		if n < 0 {
+			return 0, fmt.Errorf("idle threshold %q is negative", s)
+		}
+		return n, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("idle threshold %q: want seconds or a duration like 24h", s)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("idle threshold %q is negative", s)
+	}
+	return int64(d / time.Second), nil
+}
+
+// Source is one supervisor to audit.
+type Source struct {
+	Socket string // path of its control socket, as reported
+	PID    int    // its PID as named by the socket (0 if unknown)
+}
+
+// Supervisor is the audit of one supervisor.
+type Supervisor struct {
+	Source
+	// SessionsTotal is the total /sessions reports; MemoryBytes the sum of
+	// every session's sampled memory (candidates or not).
+	SessionsTotal int
+	MemoryBytes   int64
+	// Candidates are the sessions meeting the rule, in the server's order.
+	Candidates []kallichore.ActiveSession
+	// Err is set when /sessions could not be read; the rest is then zero.
+	Err error
+}
+
+// Audit reads /sessions from every source, at most workers at a time, and
+// returns one Supervisor per source in the same order.
+func Audit(ctx context.Context, c *kallichore.Client, sources []Source, thresholdSeconds int64, workers int) []Supervisor {
+	if c == nil {
+		c = kallichore.DefaultClient
+	}
+	if workers <= 0 {
+		workers = 16
+	}
+	out := make([]Supervisor, len(sources))
+	sem := make(chan struct{}, workers)
+	var wg sync.WaitGroup
+	for i, src := range sources {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			out[i] = audit(ctx, c, src, thresholdSeconds)
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func audit(ctx context.Context, c *kallichore.Client, src Source, threshold int64) Supervisor {
+	sup := Supervisor{Source: src}
+	l, err := c.Sessions(ctx, src.Socket)
+	if err != nil {
+		sup.Err = err
+		return sup
+	}
+	sup.SessionsTotal = l.Total
+	for _, s := range l.Sessions {
+		sup.MemoryBytes += s.MemoryBytes()
+		if IsCandidate(s, threshold) {
+			sup.Candidates = append(sup.Candidates, s)
+		}
+	}
+	return sup
+}

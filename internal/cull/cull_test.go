@@ -1,0 +1,152 @@
+package cull
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/kallichore"
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
+)
+
+func TestIsCandidate(t *testing.T) {
+	const day = 86400
+	tests := []struct {
+		name      string
+		connected bool
+		status    string
+		idle      int64
+		want      bool
+	}{
+		{"idle, disconnected, over threshold", false, "idle", day + 1, true},
+		{"exactly at threshold", false, "idle", day, false},
+		{"one second under", false, "idle", day - 1, false},
+		{"connected", true, "idle", day * 10, false},
+		{"busy", false, "busy", day * 10, false},
+		{"ready is not idle", false, "ready", day * 10, false},
+		{"starting", false, "starting", day * 10, false},
+		{"exited", false, "exited", day * 10, false},
+		{"offline", false, "offline", day * 10, false},
+		{"status case matters", false, "Idle", day * 10, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := kallichore.ActiveSession{SessionID: "s", Connected: tt.connected, Status: tt.status, IdleSeconds: tt.idle}
+			if got := IsCandidate(s, day); got != tt.want {
+				t.Errorf("IsCandidate = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	if !IsCandidate(kallichore.ActiveSession{Status: "idle", IdleSeconds: 1}, 0) {
+		t.Error("threshold 0: any idle second counts")
+	}
+}
+
+func TestParseIdle(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    int64
+		wantErr bool
+	}{
+		{"86400", 86400, false},
+		{"0", 0, false},
+		{"24h", 86400, false},
+		{"90m", 5400, false},
+		{"1.5s", 1, false},
+		{" 3600 ", 3600, false},
+		{"-1", 0, true},
+		{"-1h", 0, true},
+		{"", 0, true},
+		{"a day", 0, true},
+	}
+	for _, tt := range tests {
+		got, err := ParseIdle(tt.in)
+		if (err != nil) != tt.wantErr || got != tt.want {
+			t.Errorf("ParseIdle(%q) = %d, %v; want %d, err %v", tt.in, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+type sess struct {
+	ID        string `json:"session_id"`
+	Language  string `json:"language"`
+	Status    string `json:"status"`
+	Connected bool   `json:"connected"`
+	Idle      int64  `json:"idle_seconds"`
+	WD        string `json:"working_directory"`
+	Usage     *struct {
+		Mem int64 `json:"memory_bytes"`
+	} `json:"resource_usage,omitempty"`
+}
+
+func mem(n int64) *struct {
+	Mem int64 `json:"memory_bytes"`
+} {
+	return &struct {
+		Mem int64 `json:"memory_bytes"`
+	}{n}
+}
+
+func sessionsFile(t *testing.T, ss ...sess) string {
+	t.Helper()
+	if ss == nil {
+		ss = []sess{}
+	}
+	data, err := json.Marshal(ss)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "sessions.json")
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestAudit(t *testing.T) {
+	dir := t.TempDir()
+	a := testkit.StartKCServer(t, dir, "--sessions="+sessionsFile(t,
+		sess{ID: "py-old", Language: "python", Status: "idle", Idle: 90000, WD: "/home/a", Usage: mem(100)},
+		sess{ID: "py-edge", Language: "python", Status: "idle", Idle: 86400, Usage: mem(20)},
+		sess{ID: "r-conn", Language: "r", Status: "idle", Connected: true, Idle: 99999, Usage: mem(3)},
+		sess{ID: "r-busy", Language: "r", Status: "busy", Idle: 0},
+	))
+	b := testkit.StartKCServer(t, dir, "--sessions="+sessionsFile(t))
+	hung := testkit.StartKCServer(t, dir, "--hang")
+	orphan := filepath.Join(dir, "kc-1.sock")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: orphan, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetUnlinkOnClose(false)
+	l.Close()
+
+	srcs := []Source{{a.Socket, a.PID}, {b.Socket, b.PID}, {hung.Socket, hung.PID}, {orphan, 1}}
+	c := &kallichore.Client{Timeout: 300 * time.Millisecond}
+	got := Audit(context.Background(), c, srcs, 86400, 2)
+	if len(got) != 4 {
+		t.Fatalf("%d results", len(got))
+	}
+	if s := got[0]; s.Err != nil || s.SessionsTotal != 4 || s.MemoryBytes != 123 || len(s.Candidates) != 1 ||
+		s.Candidates[0].SessionID != "py-old" || s.Candidates[0].WorkingDirectory != "/home/a" || s.Candidates[0].MemoryBytes() != 100 {
+		t.Errorf("a: %+v", s)
+	}
+	if s := got[1]; s.Err != nil || s.SessionsTotal != 0 || s.MemoryBytes != 0 || len(s.Candidates) != 0 {
+		t.Errorf("b: %+v", s)
+	}
+	if s := got[2]; !kallichore.IsTimeout(s.Err) {
+		t.Errorf("hung: %+v", s)
+	}
+	if s := got[3]; !kallichore.IsRefused(s.Err) {
+		t.Errorf("orphan: %+v", s)
+	}
+	for i, s := range got {
+		if s.Socket != srcs[i].Socket || s.PID != srcs[i].PID {
+			t.Errorf("result %d is for %s, want %s", i, s.Socket, srcs[i].Socket)
+		}
+	}
+}

@@ -22,7 +22,9 @@ var ErrPidfdUnsupported = errors.New("pidfd_open not supported")
 // Pin opens a pidfd for want.PID and then re-verifies the identity. The
 // order matters: a PID recycled between an earlier read and pidfd_open
 // would pin the wrong process, and only a read made after opening proves
-// the pidfd refers to the recorded one.
+// the pidfd refers to the recorded one. A thread ID fails with
+// ErrNotProcess, a recycled PID with ErrRecycled, and a process that is
+// gone or a zombie with ErrNotFound.
 func Pin(root string, want Stat) (*Pinned, error) {
 	fd, err := unix.PidfdOpen(want.PID, 0)
 	if err != nil {
@@ -31,9 +33,17 @@ func Pin(root string, want Stat) (*Pinned, error) {
 			return nil, fmt.Errorf("pid %d: %w", want.PID, ErrNotFound)
 		case errors.Is(err, unix.ENOSYS):
 			return nil, ErrPidfdUnsupported
-		case errors.Is(err, unix.EINVAL):
-			// EINVAL: the number is a thread ID, not a thread-group leader.
-			return nil, fmt.Errorf("pid %d: %w", want.PID, ErrNotProcess)
+		case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
+			// The number is a thread ID, not a thread-group leader:
+			// EINVAL on older kernels, ENOENT on newer ones (seen on
+			// 6.18). Either way nothing is pinned; /proc tells which.
+			tgid, terr := readTGID(root, want.PID)
+			switch {
+			case terr == nil && tgid != want.PID:
+				return nil, fmt.Errorf("pid %d (thread of %d): %w", want.PID, tgid, ErrNotProcess)
+			case errors.Is(terr, ErrNotFound):
+				return nil, fmt.Errorf("pid %d: %w", want.PID, ErrNotFound)
+			}
 		}
 		return nil, fmt.Errorf("pidfd_open %d: %w", want.PID, err)
 	}
@@ -41,6 +51,12 @@ func Pin(root string, want Stat) (*Pinned, error) {
 	if err != nil {
 		unix.Close(fd)
 		return nil, err
+	}
+	if st.Zombie() {
+		// It has exited: there is nothing left to signal, and a pidfd
+		// signal to a zombie "succeeds" without effect.
+		unix.Close(fd)
+		return nil, fmt.Errorf("pid %d has exited (zombie): %w", want.PID, ErrNotFound)
 	}
 	return &Pinned{Stat: st, fd: fd}, nil
 }

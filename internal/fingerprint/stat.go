@@ -28,17 +28,29 @@ var ErrMalformed = errors.New("malformed /proc data")
 
 // Stat holds the fields of /proc/<pid>/stat that identity decisions use.
 type Stat struct {
-	PID        int
-	Comm       string
-	State      byte
-	PPID       int
-	PGID       int
-	SID        int
+	PID   int
+	Comm  string
+	State byte
+	PPID  int
+	PGID  int
+	SID   int
+	// Threads is num_threads: the live threads of the whole process. A
+	// thread-group leader that has exited while other threads run shows
+	// state Z with Threads > 1; the process is then still alive.
+	Threads    int
 	StartTicks uint64
 }
 
-// Zombie reports whether the process has exited but not been reaped.
-func (s Stat) Zombie() bool { return s.State == 'Z' || s.State == 'X' || s.State == 'x' }
+// Zombie reports whether the process has exited but not been reaped. The
+// state letter alone is not enough: when the main thread of a
+// multi-threaded process exits (pthread_exit, or SYS_exit on the main
+// thread) the leader shows state Z while the other threads, and so the
+// process, keep running. A zero Threads (a Stat built by hand) is read as a
+// single thread.
+func (s Stat) Zombie() bool {
+	dead := s.State == 'Z' || s.State == 'X' || s.State == 'x'
+	return dead && s.Threads <= 1
+}
 
 // ParseStat parses the contents of /proc/<pid>/stat. The comm field is
 // parsed up to the last ')' because comm itself may contain spaces and
@@ -50,9 +62,9 @@ func ParseStat(data []byte) (Stat, error) {
 	if open < 1 || end < open {
 		return s, fmt.Errorf("%w: no comm in stat", ErrMalformed)
 	}
-	pid, err := strconv.Atoi(string(bytes.TrimSpace(data[:open])))
+	pid, err := parsePID(bytes.TrimSpace(data[:open]))
 	if err != nil {
-		return s, fmt.Errorf("%w: pid: %v", ErrMalformed, err)
+		return s, err
 	}
 	s.PID = pid
 	s.Comm = string(data[open+1 : end])
@@ -77,11 +89,33 @@ func ParseStat(data []byte) (Stat, error) {
 		}
 		*dst = v
 	}
+	s.Threads, err = strconv.Atoi(string(fields[17]))
+	if err != nil {
+		return s, fmt.Errorf("%w: num_threads: %v", ErrMalformed, err)
+	}
 	s.StartTicks, err = strconv.ParseUint(string(fields[19]), 10, 64)
 	if err != nil {
 		return s, fmt.Errorf("%w: starttime: %v", ErrMalformed, err)
 	}
 	return s, nil
+}
+
+// parsePID accepts only a positive decimal number: strconv.Atoi would also
+// take a sign.
+func parsePID(b []byte) (int, error) {
+	if len(b) == 0 || len(b) > 10 {
+		return 0, fmt.Errorf("%w: pid %q", ErrMalformed, b)
+	}
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, fmt.Errorf("%w: pid %q", ErrMalformed, b)
+		}
+	}
+	pid, err := strconv.Atoi(string(b))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("%w: pid %q", ErrMalformed, b)
+	}
+	return pid, nil
 }
 
 // ReadStat reads and parses /proc/<pid>/stat under root (normally "/proc").
@@ -95,6 +129,9 @@ func ReadStat(root string, pid int) (Stat, error) {
 	s, err := ParseStat(data)
 	if err != nil {
 		return s, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	if s.PID != pid {
+		return s, fmt.Errorf("pid %d: stat reports pid %d: %w", pid, s.PID, ErrMalformed)
 	}
 	return s, nil
 }

@@ -94,8 +94,10 @@ func runCull(c *cli.Context) error {
 			sources = append(sources, src)
 		}
 	} else {
-		cfg.Logger = log
-		rep, err := sockets.Sweep(c.Context, cfg) // a dry run: classification only
+		// A dry run, for classification only; its per-socket records
+		// ("would unlink") belong to sweep's log, not cull's.
+		cfg.Logger = nil
+		rep, err := sockets.Sweep(c.Context, cfg)
 		if err != nil {
 			return cli.Exit(fmt.Sprintf("cull: finding supervisors: %v", err), exitFailed)
 		}

@@ -454,7 +454,7 @@ func TestSweepContainer(t *testing.T) {
 	bin := testkit.BuildKCServer(t)
 	dir := t.TempDir()
 	ready := filepath.Join(t.TempDir(), "ready")
-	cmd := exec.Command("sh", "-c", `"$0" --socket-dir="$1" --ready-file="$2" --session-socket & wait`, bin, dir, ready)
+	cmd := exec.Command("sh", "-c", `"$0" --socket-dir="$1" --ready-file="$2" --session-socket & exec sleep 1000000`, bin, dir, ready)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
 	if err := cmd.Start(); err != nil {
 		t.Skipf("cannot create a PID namespace: %v", err)
@@ -512,7 +512,7 @@ func TestSweepContainer(t *testing.T) {
 			t.Errorf("%s: %+v, want %s", p, s, v)
 		}
 	}
-	if s := got[shown(initNamed)]; s != nil && !strings.Contains(s.Reason, `"sh"`) {
+	if s := got[shown(initNamed)]; s != nil && !strings.Contains(s.Reason, `"sleep"`) {
 		t.Errorf("kc-1.sock: %s", s.Reason)
 	}
 	if s := got[shown(hostNamed)]; s != nil && !strings.Contains(s.Reason, "in the container") {
@@ -526,7 +526,8 @@ func TestSweepContainer(t *testing.T) {
 		t.Errorf("host view of %s: %+v", control, s)
 	}
 
-	// SIGKILL the supervisor: its sockets become stale and go.
+	// SIGKILL the supervisor: its sockets become stale and go. (The
+	// namespace's init, a sleep, never reaps it: it stays a zombie.)
 	killPID(hostKC)
 	waitDead(t, hostKC)
 	cfg.Apply = true
@@ -536,6 +537,9 @@ func TestSweepContainer(t *testing.T) {
 		if s == nil || s.Verdict != VerdictStale || s.Action != ActionUnlinked || exists(p) {
 			t.Errorf("%s after SIGKILL: %+v", p, s)
 		}
+	}
+	if s := got[shown(control)]; s != nil && !strings.Contains(s.Reason, "zombie") {
+		t.Errorf("reason %q, want the zombie named", s.Reason)
 	}
 }
 

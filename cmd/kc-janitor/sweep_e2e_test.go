@@ -1,0 +1,121 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/podmantest"
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
+)
+
+// TestSweepAndCullInRealContainer runs the fake supervisor inside a real
+// podman container and audits it from the host with --container NAME
+// (podman inspect for the init PID, /proc/<init>/root for the files, the
+// container's PID namespace for the owners).
+func TestSweepAndCullInRealContainer(t *testing.T) {
+	e := podmantest.New(t)
+	for _, kv := range e.EnvVars() {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	for _, k := range []string{"CONTAINER_HOST", "KC_PODMAN_URL"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+	bin := testkit.BuildKCServer(t)
+	name := "kcsweep-" + strconv.Itoa(os.Getpid())
+	id := e.Run(t, "--name", name, "-v", bin+":/kcserver:ro", "--",
+		"/bin/sh", "-c", "/kcserver --socket-dir=/tmp --session-socket --ready-file=/tmp/ready & exec /bin/sleep 100000")
+	t.Cleanup(func() { e.Remove(t, id) })
+	initPID := e.InitPID(t, id)
+	root := fmt.Sprintf("/proc/%d/root", initPID)
+
+	deadline := time.Now().Add(30 * time.Second)
+	var inner string
+	for {
+		if data, err := os.ReadFile(root + "/tmp/ready"); err == nil && strings.TrimSpace(string(data)) != "" {
+			inner = strings.TrimSpace(string(data))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("fake kcserver in the container never got ready")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	control := root + "/tmp/kc-" + inner + ".sock"
+	session := root + "/tmp/kc-" + inner + ".python-0.sock"
+	// An orphan inside the container, named after a PID nothing there has.
+	orphan := orphanSock(t, root+"/tmp", "kc-31999.sock")
+
+	code, out := runJanitorCapture(t, "sweep", "--container", name, "--socket-dir", "/tmp", "--format", "json", "--timeout", "500ms")
+	if code != exitOK {
+		t.Fatalf("sweep exit %d\n%s", code, out)
+	}
+	got := decodeSweep(t, out)
+	for p, want := range map[string]string{control: "live", session: "live", orphan: "stale"} {
+		if s := got[p]; s == nil || s["verdict"] != want {
+			t.Errorf("%s: %v, want %s", p, s, want)
+		}
+	}
+
+	code, out = runJanitorCapture(t, "cull", "--container", name, "--socket-dir", "/tmp", "--format", "json")
+	if code != exitOK {
+		t.Fatalf("cull exit %d\n%s", code, out)
+	}
+	var cr cullOut
+	if err := json.Unmarshal([]byte(out), &cr); err != nil {
+		t.Fatal(err)
+	}
+	if len(cr.Supervisors) != 1 || cr.Supervisors[0].Socket != control || len(cr.Supervisors[0].Candidates) != 1 {
+		t.Errorf("cull: %s", out)
+	}
+
+	// SIGKILL the supervisor (found as the init's kcserver child on the
+	// host): its sockets are stale and --apply removes them.
+	kc := 0
+	ents, _ := os.ReadDir("/proc")
+	for _, en := range ents {
+		pid, err := strconv.Atoi(en.Name())
+		if err != nil {
+			continue
+		}
+		if st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, pid); err == nil && st.PPID == initPID && st.Comm == "kcserver" {
+			kc = pid
+		}
+	}
+	if kc == 0 {
+		t.Fatal("kcserver not found on the host")
+	}
+	syscall.Kill(kc, syscall.SIGKILL)
+	for {
+		st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, kc)
+		if err != nil || st.Zombie() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("kcserver survived SIGKILL")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	code, out = runJanitorCapture(t, "sweep", "--container", name, "--socket-dir", "/tmp", "--format", "json", "--apply", "--timeout", "500ms")
+	if code != exitOK {
+		t.Fatalf("sweep --apply exit %d\n%s", code, out)
+	}
+	got = decodeSweep(t, out)
+	for _, p := range []string{control, session, orphan} {
+		if s := got[p]; s == nil || s["action"] != "unlinked" {
+			t.Errorf("%s: %v", p, s)
+		}
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("%s still exists", filepath.Base(p))
+		}
+	}
+}

@@ -1,0 +1,127 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/podmantest"
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
+)
+
+const otherContainer = "0000000000000000000000000000000000000000000000000000000000000042"
+
+// TestHookReapsTreeOnStop is the hook's end-to-end test: a real container,
+// a real supervisor tree on the host tagged with its ID, podman stop.
+func TestHookReapsTreeOnStop(t *testing.T) {
+	e := podmantest.New(t)
+	state := t.TempDir()
+	installHook(t, e, state)
+	id := e.Run(t)
+	sockDir := t.TempDir()
+
+	// --ignore-term: the supervisor survives SIGTERM, so it dies by SIGKILL
+	// without removing its socket, and the hook must unlink it.
+	k, tree := startTree(t, sockDir, id, "--ignore-term")
+	// A tree of another container, and a foreign group (a shell that ran a
+	// supervisor by hand) carrying this container's ID: both must survive.
+	_, other := startTree(t, t.TempDir(), otherContainer)
+	foreign := startForeign(t, id)
+
+	store, err := ledger.OpenReadOnly(state)
+	if err != nil {
+		t.Fatalf("createRuntime left no ledger: %v", err)
+	}
+	rec, err := store.Load(id)
+	if err != nil || rec.Init == nil || rec.Init.PID != e.InitPID(t, id) {
+		t.Fatalf("createRuntime record = %+v, %v; want init pid %d", rec, err, e.InitPID(t, id))
+	}
+
+	e.Stop(t, id)
+
+	waitAllDead(t, tree, 5*time.Second)
+	if _, err := os.Lstat(k.Socket); !os.IsNotExist(err) {
+		t.Errorf("socket %s survived the stop: %v", k.Socket, err)
+	}
+	if n := len(aliveOf(other)); n != len(other) {
+		t.Errorf("another container's tree lost %d members", len(other)-n)
+	}
+	if n := len(aliveOf(foreign)); n != len(foreign) {
+		t.Errorf("the foreign group lost %d members", len(foreign)-n)
+	}
+
+	rec, err = store.Load(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Outcome != "reaped" || rec.Stages["poststop"].IsZero() {
+		t.Errorf("record outcome %q, stages %v", rec.Outcome, rec.Stages)
+	}
+	var reaped *ledger.Tree
+	for i := range rec.Trees {
+		if rec.Trees[i].PGID == k.PID {
+			reaped = &rec.Trees[i]
+		}
+	}
+	if reaped == nil || reaped.Action != "reaped" || len(reaped.Members) < 4 {
+		t.Fatalf("ledger trees = %+v", rec.Trees)
+	}
+	if !slices.Contains(reaped.Sockets, k.Socket) || !slices.Contains(reaped.SocketsUnlinked, k.Socket) {
+		t.Errorf("ledger sockets %v, unlinked %v; want %s", reaped.Sockets, reaped.SocketsUnlinked, k.Socket)
+	}
+}
+
+// TestHookOnRestart checks that poststop fires on every stop: a tree
+// attached before each restart is gone after it, and the container keeps
+// working.
+func TestHookOnRestart(t *testing.T) {
+	e := podmantest.New(t)
+	state := t.TempDir()
+	installHook(t, e, state)
+	id := e.Run(t)
+	for i := 0; i < 2; i++ {
+		_, tree := startTree(t, t.TempDir(), id)
+		if _, err := e.Podman("restart", "-t", "0", id); err != nil {
+			t.Fatal(err)
+		}
+		waitAllDead(t, tree, 5*time.Second)
+		if st := e.State(t, id); st != "running" {
+			t.Fatalf("restart %d: container is %s", i, st)
+		}
+	}
+}
+
+// startForeign starts `sh -c 'kcserver … & wait'` in its own process group:
+// the shell leads the group, the supervisor carries the container ID.
+func startForeign(t *testing.T, id string) []fingerprint.Stat {
+	t.Helper()
+	bin := testkit.BuildKCServer(t)
+	cmd := exec.Command("sh", "-c", `"$0" --setsid=false --socket-dir "$1" --container-id="$2" & wait`, bin, t.TempDir(), id)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pgid := cmd.Process.Pid
+	t.Cleanup(func() {
+		killGroup(group(t, pgid))
+		cmd.Wait()
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ms := group(t, pgid)
+		for _, m := range ms {
+			if m.Comm == "kcserver" {
+				return ms
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("foreign group %d never got its kcserver", pgid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -259,3 +259,61 @@ func TestUnescapeMount(t *testing.T) {
 		}
 	}
 }
+
+func TestReapStaleEnv(t *testing.T) {
+	if err := Requirements(); err != nil {
+		New(t) // skips or fails as New does
+	}
+	bb, _ := staticBusybox()
+	podman, _ := lookTool("podman")
+	// An Env whose test binary died: laid out, a container running, an
+	// owner file that nobody holds a lock on.
+	dir, err := os.MkdirTemp("", dirPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := envAt(podman, dir)
+	t.Cleanup(func() { e.teardown(t.Logf) })
+	if err := e.layout(bb); err != nil {
+		t.Fatal(err)
+	}
+	id := e.Run(t)
+	pid := e.InitPID(t, id)
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte("1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A live Env next to it must survive the reaping.
+	live := New(t)
+	liveID := live.Run(t)
+
+	reapStaleEnvs(podman, t.Logf)
+
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stale dir %s not reaped: %v", dir, err)
+	}
+	waitFor(t, "stale container's init to die", 10*time.Second, func() bool { return dead(pid) })
+	if s := live.State(t, liveID); s != "running" {
+		t.Errorf("live Env's container is %q after reaping", s)
+	}
+}
+
+// A container that exits by itself gets its poststop hooks from conmon's
+// "podman container cleanup", with the hooks fixed at create time: the
+// descriptor may be gone by then.
+func TestPoststopHookOnSelfExit(t *testing.T) {
+	e := New(t)
+	marker := filepath.Join(e.Dir(), "exited.json")
+	script := filepath.Join(e.Dir(), "marker-hook.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nexec /bin/cat > \"$1\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	desc := e.WriteHook(t, "marker", script, []string{"marker-hook", marker}, nil, "poststop")
+	id := e.Run(t, "--", "/bin/sleep", "1")
+	if err := os.Remove(desc); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "poststop hook after the container exited by itself", 20*time.Second, func() bool {
+		b, err := os.ReadFile(marker)
+		return err == nil && bytes.Contains(b, []byte(id))
+	})
+}

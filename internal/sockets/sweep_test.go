@@ -623,3 +623,64 @@ func BenchmarkSweep1000(b *testing.B) {
 		}
 	}
 }
+
+// TestContainerRootConfinesSymlinks runs the fake supervisor chrooted
+// into a directory whose /tmp is an absolute symlink and whose /escape
+// points at /etc: through /proc/<pid>/root both must resolve inside the
+// chroot, never on the host.
+func TestContainerRootConfinesSymlinks(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root for chroot")
+	}
+	root := t.TempDir()
+	data, err := os.ReadFile(testkit.BuildKCServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "kcserver"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Mkdir(filepath.Join(root, "inside"), 0o700)
+	os.Symlink("/inside", filepath.Join(root, "tmp"))
+	os.Symlink("/etc", filepath.Join(root, "escape"))
+	cmd := exec.Command("/kcserver", "--socket-dir=/inside", "--ready-file=/inside/ready")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	deadline := time.Now().Add(15 * time.Second)
+	for !exists(filepath.Join(root, "inside", "ready")) {
+		if time.Now().After(deadline) {
+			t.Fatal("chrooted fake not ready")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	tg := Target{InitPID: cmd.Process.Pid}
+	dirs, errs := openDirs(tg, []string{"/tmp", "/escape", "/ins*"})
+	defer func() {
+		for _, d := range dirs {
+			d.close()
+		}
+	}()
+	var inside unix.Stat_t
+	unix.Stat(filepath.Join(root, "inside"), &inside)
+	if len(dirs) != 1 || dirs[0].ino != inside.Ino {
+		t.Errorf("opened %d dirs, want only <root>/inside (deduplicated)", len(dirs))
+	}
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "/escape") {
+		t.Errorf("errors %v, want /escape not found inside the root", errs)
+	}
+
+	cfg := fastConfig("/tmp")
+	cfg.Target = tg
+	got := sweep(t, cfg)
+	p := fmt.Sprintf("/proc/%d/root/tmp/kc-%d.sock", cmd.Process.Pid, cmd.Process.Pid)
+	if s := got[p]; s == nil || s.Verdict != VerdictLive {
+		t.Errorf("%s: %+v (%v)", p, s, keys(got))
+	}
+}

@@ -83,8 +83,9 @@ var watched = []os.Signal{
 const sentinel = syscall.SIGPWR
 
 // innocentMain is a bystander process: it reports every signal it
-// catches, answers "sync" with the number caught so far, and on
-// "thread N" starts OS threads until one has thread ID N.
+// catches, answers "sync" with the number caught so far, on "pgid N"
+// joins process group N, and on "thread N" starts OS threads until one
+// has thread ID N.
 func innocentMain() int {
 	var (
 		outMu sync.Mutex
@@ -122,6 +123,10 @@ func innocentMain() int {
 		if len(f) == 0 {
 			continue
 		}
+		arg := ""
+		if len(f) > 1 {
+			arg = f[1]
+		}
 		switch f[0] {
 		case "sync":
 			if err := unix.Kill(os.Getpid(), sentinel); err != nil {
@@ -134,8 +139,19 @@ func innocentMain() int {
 			case <-time.After(10 * time.Second):
 				say("error sentinel lost")
 			}
+		case "pgid":
+			// Join process group f[1] (or lead a new one with 0).
+			pgid, err := strconv.Atoi(arg)
+			if err == nil {
+				err = unix.Setpgid(0, pgid)
+			}
+			if err != nil {
+				say("error setpgid: %v", err)
+				continue
+			}
+			say("pgid ok")
 		case "thread":
-			n, err := strconv.Atoi(f[1])
+			n, err := strconv.Atoi(arg)
 			if err != nil {
 				say("error %v", err)
 				continue
@@ -354,6 +370,13 @@ func (i *Innocent) Caught() []string {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	return append([]string(nil), i.caught...)
+}
+
+// Setpgid moves the innocent into process group pgid (0: a new group it
+// leads).
+func (i *Innocent) Setpgid(pgid int) error {
+	_, err := i.command("pgid "+strconv.Itoa(pgid), 5*time.Second)
+	return err
 }
 
 // ThreadAt asks the innocent to start threads until one has thread ID n;

@@ -1,0 +1,316 @@
+package pgkill_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"reflect"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/pgkill"
+	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+)
+
+func TestMain(m *testing.M) {
+	proc.Main()
+	os.Exit(m.Run())
+}
+
+const (
+	root     = fingerprint.DefaultRoot
+	waitLong = 10 * time.Second
+)
+
+func sleepCmd() *exec.Cmd { return exec.Command("sleep", "1000") }
+
+// trapCmd is a `sleep` that ignores SIGTERM (the ignored disposition
+// survives exec).
+func trapCmd() *exec.Cmd { return exec.Command("sh", "-c", `trap "" TERM; exec sleep 1000`) }
+
+// startGroup starts cmds in one new process group led by the first, waits
+// until each has exec'd sleep, and returns the recorded group.
+func startGroup(t *testing.T, cmds ...*exec.Cmd) pgkill.Group {
+	t.Helper()
+	var g pgkill.Group
+	for i, cmd := range cmds {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: g.PGID}
+		proc.Start(t, cmd)
+		if i == 0 {
+			g.PGID = cmd.Process.Pid
+		}
+	}
+	for _, cmd := range cmds {
+		pid := cmd.Process.Pid
+		var st fingerprint.Stat
+		proc.WaitFor(t, waitLong, "pid "+strconv.Itoa(pid)+" to run sleep", func() bool {
+			s, err := fingerprint.ReadStat(root, pid)
+			st = s
+			return err == nil && s.Comm == "sleep"
+		})
+		if st.PGID != g.PGID {
+			t.Fatalf("test setup: pid %d in group %d, want %d", pid, st.PGID, g.PGID)
+		}
+		g.Members = append(g.Members, st)
+	}
+	return g
+}
+
+// startInnocent starts a bystander that reports the signals it catches.
+func startInnocent(t *testing.T, attr *syscall.SysProcAttr) (*proc.Innocent, fingerprint.Stat) {
+	t.Helper()
+	inn, err := proc.StartInnocent(attr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(inn.Close)
+	return inn, proc.MustStat(t, root, inn.PID)
+}
+
+// checkUntouched fails t unless the innocent is still the same running
+// process and has caught no signal.
+func checkUntouched(t *testing.T, inn *proc.Innocent, st fingerprint.Stat) {
+	t.Helper()
+	now, err := fingerprint.ReadStat(root, inn.PID)
+	if err != nil || !fingerprint.Same(now, st) || !fingerprint.Alive(root, st) {
+		t.Fatalf("innocent %d: gone or replaced (%+v, %v)", inn.PID, now, err)
+	}
+	if now.State == 'T' || now.State == 't' {
+		t.Fatalf("innocent %d is stopped", inn.PID)
+	}
+	n, err := inn.Sync()
+	if err != nil || n != 0 {
+		t.Fatalf("innocent %d caught %d signals %v (%v)", inn.PID, n, inn.Caught(), err)
+	}
+}
+
+// exitSignal reaps cmd and returns the signal that ended it.
+func exitSignal(t *testing.T, cmd *exec.Cmd) syscall.Signal {
+	t.Helper()
+	_ = cmd.Wait()
+	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ok || !ws.Signaled() {
+		t.Fatalf("pid %d: %v, not ended by a signal", cmd.Process.Pid, cmd.ProcessState)
+	}
+	return ws.Signal()
+}
+
+func wantResult(t *testing.T, got pgkill.Result, outcome pgkill.Outcome, signals []syscall.Signal, wantErr bool) {
+	t.Helper()
+	if got.Outcome != outcome || !reflect.DeepEqual(got.Signals, signals) || (got.Err != nil) != wantErr {
+		t.Fatalf("Kill = %+v; want outcome %s, signals %v, error %v", got, outcome, signals, wantErr)
+	}
+}
+
+func TestKillReapsGroup(t *testing.T) {
+	bystander, bst := startInnocent(t, &syscall.SysProcAttr{Setpgid: true})
+	cmds := []*exec.Cmd{sleepCmd(), sleepCmd(), sleepCmd()}
+	g := startGroup(t, cmds...)
+
+	res := pgkill.Kill(context.Background(), g, pgkill.Options{Grace: waitLong, Poll: 5 * time.Millisecond})
+	wantResult(t, res, pgkill.Reaped, []syscall.Signal{syscall.SIGTERM}, false)
+	if res.PGID != g.PGID {
+		t.Errorf("Result.PGID = %d, want %d", res.PGID, g.PGID)
+	}
+	for _, cmd := range cmds {
+		if sig := exitSignal(t, cmd); sig != syscall.SIGTERM {
+			t.Errorf("pid %d ended by %v, want SIGTERM", cmd.Process.Pid, sig)
+		}
+	}
+	checkUntouched(t, bystander, bst)
+}
+
+func TestKillEscalates(t *testing.T) {
+	cmds := []*exec.Cmd{trapCmd(), sleepCmd(), trapCmd()}
+	g := startGroup(t, cmds...)
+	for _, i := range []int{0, 2} {
+		mask, err := proc.SignalMask(root, cmds[i].Process.Pid, "SigIgn")
+		if err != nil || !proc.HasSignal(mask, syscall.SIGTERM) {
+			t.Fatalf("test setup: pid %d does not ignore SIGTERM (SigIgn %x, %v)", cmds[i].Process.Pid, mask, err)
+		}
+	}
+
+	const grace = 300 * time.Millisecond
+	start := time.Now()
+	res := pgkill.Kill(context.Background(), g, pgkill.Options{Grace: grace, Poll: 5 * time.Millisecond})
+	elapsed := time.Since(start)
+	wantResult(t, res, pgkill.Reaped, []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}, false)
+	if elapsed < grace {
+		t.Errorf("SIGKILL after %v, before the %v grace", elapsed, grace)
+	}
+	for i, want := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM, syscall.SIGKILL} {
+		if sig := exitSignal(t, cmds[i]); sig != want {
+			t.Errorf("member %d ended by %v, want %v", i, sig, want)
+		}
+	}
+}
+
+// TestKillExpiredContext: an expired context skips the grace.
+func TestKillExpiredContext(t *testing.T) {
+	g := startGroup(t, trapCmd(), trapCmd())
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	start := time.Now()
+	res := pgkill.Kill(ctx, g, pgkill.Options{Grace: time.Hour, Poll: 5 * time.Millisecond})
+	wantResult(t, res, pgkill.Reaped, []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}, false)
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("Kill took %v with an expired context", d)
+	}
+}
+
+func TestKillGone(t *testing.T) {
+	for _, reap := range []bool{true, false} {
+		name := map[bool]string{true: "members reaped", false: "members zombies"}[reap]
+		t.Run(name, func(t *testing.T) {
+			cmds := []*exec.Cmd{sleepCmd(), sleepCmd()}
+			g := startGroup(t, cmds...)
+			for _, cmd := range cmds {
+				if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+				if reap {
+					proc.Reap(cmd)
+					proc.WaitGone(t, root, cmd.Process.Pid, waitLong)
+				} else {
+					proc.WaitState(t, root, cmd.Process.Pid, "Z", waitLong)
+				}
+			}
+			res := pgkill.Kill(context.Background(), g, pgkill.Options{Grace: waitLong})
+			wantResult(t, res, pgkill.Gone, nil, false)
+		})
+	}
+}
+
+func TestKillRefuses(t *testing.T) {
+	inn, st := startInnocent(t, &syscall.SysProcAttr{Setpgid: true})
+	tests := []struct {
+		name string
+		g    pgkill.Group
+	}{
+		{"pgid 0", pgkill.Group{PGID: 0, Members: []fingerprint.Stat{st}}},
+		{"pgid 1", pgkill.Group{PGID: 1, Members: []fingerprint.Stat{st}}},
+		{"pgid -1", pgkill.Group{PGID: -1, Members: []fingerprint.Stat{st}}},
+		{"negative pgid", pgkill.Group{PGID: -st.PGID, Members: []fingerprint.Stat{st}}},
+		{"no members", pgkill.Group{PGID: st.PGID}},
+		{"empty members", pgkill.Group{PGID: st.PGID, Members: []fingerprint.Stat{}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := pgkill.Kill(context.Background(), tt.g, pgkill.Options{Grace: 100 * time.Millisecond})
+			wantResult(t, res, pgkill.WouldNotDie, nil, true)
+			checkUntouched(t, inn, st)
+		})
+	}
+}
+
+// TestKillInnocentOwnsGroup: the recorded PGID now belongs to an innocent
+// process group, and no recorded member is an original member of it. No
+// signal may be sent to anybody.
+func TestKillInnocentOwnsGroup(t *testing.T) {
+	inn, ist := startInnocent(t, &syscall.SysProcAttr{Setpgid: true})
+	if ist.PGID != inn.PID {
+		t.Fatalf("test setup: innocent %d in group %d", inn.PID, ist.PGID)
+	}
+	p := inn.PID
+
+	dead := func(reap bool) []fingerprint.Stat {
+		cmds := []*exec.Cmd{sleepCmd(), sleepCmd()}
+		g := startGroup(t, cmds...)
+		for _, cmd := range cmds {
+			if reap {
+				proc.Reap(cmd)
+			} else {
+				_ = cmd.Process.Signal(syscall.SIGKILL)
+				proc.WaitState(t, root, cmd.Process.Pid, "Z", waitLong)
+			}
+		}
+		for i := range g.Members {
+			g.Members[i].PGID = p
+		}
+		return g.Members
+	}
+	recycled := ist
+	recycled.StartTicks--
+
+	// A thread of the innocent, recorded with its own (true) identity.
+	var tid int
+	proc.WaitFor(t, waitLong, "a second thread in the innocent", func() bool {
+		tasks, _ := os.ReadDir(root + "/" + strconv.Itoa(p) + "/task")
+		for _, e := range tasks {
+			if n, err := strconv.Atoi(e.Name()); err == nil && n != p {
+				tid = n
+				return true
+			}
+		}
+		return false
+	})
+	thread := proc.MustStat(t, root, tid)
+	thread.PGID = p
+
+	// An original member that has left for a group of its own.
+	moved, mst := startInnocent(t, &syscall.SysProcAttr{Setpgid: true})
+	movedRec := mst
+	movedRec.PGID = p
+
+	tests := []struct {
+		name    string
+		members []fingerprint.Stat
+	}{
+		{"leader pid recycled", []fingerprint.Stat{recycled}},
+		{"members dead and reaped", dead(true)},
+		{"members zombies", dead(false)},
+		{"leader recycled, members dead", append([]fingerprint.Stat{recycled}, dead(true)...)},
+		{"member is a thread of the innocent", []fingerprint.Stat{thread}},
+		{"original member moved to another group", []fingerprint.Stat{movedRec}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := pgkill.Group{PGID: p, Members: tt.members}
+			res := pgkill.Kill(context.Background(), g, pgkill.Options{Grace: 100 * time.Millisecond, Poll: 5 * time.Millisecond})
+			wantResult(t, res, pgkill.Gone, nil, false)
+			checkUntouched(t, inn, ist)
+			checkUntouched(t, moved, mst)
+		})
+	}
+}
+
+// TestKillZombieLeader: a group whose leader's main thread has exited (the
+// leader shows state Z) while the process runs on is alive and must be
+// killed, not reported gone.
+func TestKillZombieLeader(t *testing.T) {
+	z, err := proc.StartZombieLeader(&syscall.SysProcAttr{Setpgid: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proc.Reap(z.Cmd) })
+	member := sleepCmd()
+	member.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: z.PID}
+	proc.Start(t, member)
+	proc.WaitFor(t, waitLong, "member to run sleep", func() bool {
+		s, err := fingerprint.ReadStat(root, member.Process.Pid)
+		return err == nil && s.Comm == "sleep"
+	})
+	g := pgkill.Group{PGID: z.PID, Members: []fingerprint.Stat{
+		proc.MustStat(t, root, z.PID),
+		proc.MustStat(t, root, member.Process.Pid),
+	}}
+	if st := g.Members[0]; st.State != 'Z' || st.Threads < 2 || st.PGID != z.PID {
+		t.Fatalf("test setup: leader %+v", st)
+	}
+
+	// Kill the sleep first, so that only the zombie-looking leader keeps
+	// the group provably ours.
+	if err := member.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	proc.WaitState(t, root, member.Process.Pid, "Z", waitLong)
+
+	res := pgkill.Kill(context.Background(), g, pgkill.Options{Grace: waitLong, Poll: 5 * time.Millisecond})
+	wantResult(t, res, pgkill.Reaped, []syscall.Signal{syscall.SIGTERM}, false)
+	if sig := exitSignal(t, z.Cmd); sig != syscall.SIGTERM {
+		t.Errorf("zombie-leader process ended by %v, want SIGTERM", sig)
+	}
+}

@@ -40,6 +40,7 @@ func waitFor(t *testing.T, what string, d time.Duration, ok func() bool) {
 }
 
 func TestRunStopPoststopHook(t *testing.T) {
+	t.Parallel()
 	e := New(t)
 
 	// A poststop hook that saves the runtime state it gets on stdin. Hooks
@@ -110,6 +111,7 @@ func TestRunStopPoststopHook(t *testing.T) {
 }
 
 func TestRunCommandAndEnviron(t *testing.T) {
+	t.Parallel()
 	e := New(t)
 	id := e.Run(t, "--label", "kc=1", "--", "/bin/sh", "-c", "echo hello > /tmp/out; exec sleep 100000")
 	waitFor(t, "container command to write /tmp/out", 10*time.Second, func() bool {
@@ -156,6 +158,7 @@ func get(t *testing.T, sock, path string) (string, error) {
 }
 
 func TestStartStopAPI(t *testing.T) {
+	t.Parallel()
 	e := New(t)
 	start := time.Now()
 	url := e.StartAPI(t)
@@ -207,6 +210,7 @@ func TestStartStopAPI(t *testing.T) {
 }
 
 func TestCleanupRemovesEverything(t *testing.T) {
+	t.Parallel()
 	var (
 		dir, sock string
 		pid       int
@@ -261,6 +265,7 @@ func TestUnescapeMount(t *testing.T) {
 }
 
 func TestReapStaleEnv(t *testing.T) {
+	t.Parallel()
 	if err := Requirements(); err != nil {
 		New(t) // skips or fails as New does
 	}
@@ -301,6 +306,7 @@ func TestReapStaleEnv(t *testing.T) {
 // "podman container cleanup", with the hooks fixed at create time: the
 // descriptor may be gone by then.
 func TestPoststopHookOnSelfExit(t *testing.T) {
+	t.Parallel()
 	e := New(t)
 	marker := filepath.Join(e.Dir(), "exited.json")
 	script := filepath.Join(e.Dir(), "marker-hook.sh")

@@ -175,7 +175,12 @@ func occupant(root string, pgid int, m fingerprint.Stat) (*fingerprint.Pinned, e
 
 func signalWhilePinned(root string, pgid int, pin *fingerprint.Pinned, sig syscall.Signal) error {
 	if err := pin.Signal(unix.SIGSTOP); err != nil {
-		return errNoOccupant
+		if errors.Is(err, fingerprint.ErrNotFound) {
+			return errNoOccupant // it exited after being pinned
+		}
+		// EPERM and the like: the group is there but not ours to
+		// signal. Reporting it gone would hide a tree that survives.
+		return err
 	}
 	stopped := waitStopped(root, pin.Stat)
 	// Always let the pinned member run again: it must receive SIGTERM, and

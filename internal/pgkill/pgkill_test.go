@@ -17,6 +17,9 @@ import (
 
 func TestMain(m *testing.M) {
 	proc.Main()
+	if spec := os.Getenv(killAsEnv); spec != "" {
+		os.Exit(killHelper(spec))
+	}
 	os.Exit(m.Run())
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
@@ -48,6 +49,7 @@ func reconcileFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "kill-grace", Value: 5 * time.Second, Usage: "wait between SIGTERM and SIGKILL", EnvVars: []string{"KC_KILL_GRACE"}},
 		&cli.DurationFlag{Name: "podman-timeout", Value: 10 * time.Second, Usage: "bound on asking podman (API, then CLI)", EnvVars: []string{"KC_PODMAN_TIMEOUT"}},
 		&cli.StringSliceFlag{Name: "podman-arg", Usage: "global `ARG` for the podman CLI fallback, repeatable (e.g. --podman-arg=--root=/srv/storage)", EnvVars: []string{"KC_PODMAN_ARGS"}},
+		&cli.StringSliceFlag{Name: "container", Usage: "only consider trees of this container `ID` (full 64-hex ID), repeatable", EnvVars: []string{"KC_RECONCILE_CONTAINERS"}},
 		&cli.BoolFlag{Name: "full-scan", Usage: "read every process, also reporting foreign groups (slower)", EnvVars: []string{"KC_FULL_SCAN"}},
 	}
 }
@@ -104,6 +106,15 @@ func reconcileOptions(c *cli.Context, g globals) (reconcile.Options, error) {
 	}
 	if opt.KillGrace <= 0 {
 		return opt, usageErr("--kill-grace must be positive")
+	}
+	for _, id := range c.StringSlice("container") {
+		if !containerid.Valid(id) {
+			return opt, usageErr("--container %q is not a full container ID (64 lowercase hex characters)", id)
+		}
+		if opt.Containers == nil {
+			opt.Containers = map[string]bool{}
+		}
+		opt.Containers[id] = true
 	}
 	if c.Duration("podman-timeout") <= 0 {
 		return opt, usageErr("--podman-timeout must be positive")

@@ -46,6 +46,9 @@ type Options struct {
 	Apply     bool
 	// FullScan reads every process (reports foreign groups too).
 	FullScan bool
+	// Containers, when not empty, limits the run to trees of these
+	// container IDs.
+	Containers map[string]bool
 	// Store is the ledger; nil runs without one (no attribution of trees
 	// whose anchor died, no snapshots, no garbage collection).
 	Store  *ledger.Store
@@ -155,6 +158,9 @@ func Run(ctx context.Context, opt Options, live liveness.Set) (Report, error) {
 	log.Debug("scanned", "processes", stats.Processes, "groups", stats.Groups, "trees", len(found), "duration", stats.Duration)
 
 	for _, t := range found {
+		if len(opt.Containers) > 0 && !anyIn(t.ContainerIDs, opt.Containers) {
+			continue
+		}
 		rt := Tree{ContainerID: t.ContainerID, PGID: t.PGID, UID: t.UID, Action: Decide(t, live, opt.MinAge), tree: t}
 		if t.AgeKnown {
 			rt.AgeSeconds = int64(t.Age / time.Second)
@@ -306,4 +312,13 @@ func pids(t trees.Tree) []int {
 		out[i] = m.PID
 	}
 	return out
+}
+
+func anyIn(ids []string, set map[string]bool) bool {
+	for _, id := range ids {
+		if set[id] {
+			return true
+		}
+	}
+	return false
 }

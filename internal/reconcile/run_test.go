@@ -36,14 +36,17 @@ func alive(t *testing.T, ms []Member) int {
 // liveness answer built by hand (the podman end-to-end tests cover the
 // real answer).
 func TestRunRealTrees(t *testing.T) {
-	stray := testkit.StartKCServer(t, t.TempDir(), "--container-id="+cidGone, "--children=1", "--stubborn-child")
-	kept := testkit.StartKCServer(t, t.TempDir(), "--container-id="+cidLive, "--children=1")
+	// A supervisor name of this test's own: Run with Apply must not reap the
+	// fake trees of tests running in parallel in other packages.
+	const comm = "kcsrv-reconcile"
+	stray := testkit.StartKCServer(t, t.TempDir(), "--comm="+comm, "--container-id="+cidGone, "--children=1", "--stubborn-child")
+	kept := testkit.StartKCServer(t, t.TempDir(), "--comm="+comm, "--container-id="+cidLive, "--children=1")
 	live := liveness.Set{Source: liveness.SourceAPI, Live: map[string]bool{cidLive: true}, UID: os.Geteuid()}
 	store, err := ledger.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	opt := Options{Comms: []string{"kcserver"}, MinAge: time.Nanosecond, KillGrace: 300 * time.Millisecond, Store: store}
+	opt := Options{Comms: []string{comm}, Containers: map[string]bool{cidGone: true, cidLive: true}, MinAge: time.Nanosecond, KillGrace: 300 * time.Millisecond, Store: store}
 	ctx := context.Background()
 
 	t.Run("young trees are left alone", func(t *testing.T) {

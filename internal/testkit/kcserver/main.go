@@ -25,6 +25,9 @@
 //	                     session id>.sock for every session
 //	--hang               accept connections and read requests, never answer
 //	--delay DUR          answer every request after DUR (e.g. 500ms)
+//	--comm NAME          set its own comm (via /proc/self/comm) before it is
+//	                     ready, so a test can give its trees a supervisor
+//	                     name no other test's janitor run will match
 //	--ready-file F       written (atomically) once every socket listens;
 //	                     contains the fake's pid and a newline
 //	--setsid             become a session (and process group) leader, like a
@@ -67,6 +70,7 @@ type options struct {
 	hang          bool
 	delay         time.Duration
 	readyFile     string
+	comm          string
 	setsid        bool
 	ignoreTerm    bool
 }
@@ -82,6 +86,7 @@ func main() {
 	fs.BoolVar(&o.sessionSocket, "session-socket", false, "also listen on kc-<pid>.<session id[:8]>.sock")
 	fs.BoolVar(&o.hang, "hang", false, "accept, never answer")
 	fs.DurationVar(&o.delay, "delay", 0, "answer after `DUR`")
+	fs.StringVar(&o.comm, "comm", "", "set own comm to `NAME` (at most 15 bytes)")
 	fs.StringVar(&o.readyFile, "ready-file", "", "write the pid to `FILE` once listening")
 	fs.BoolVar(&o.setsid, "setsid", true, "become a session leader")
 	fs.BoolVar(&o.ignoreTerm, "ignore-term", false, "ignore SIGTERM and SIGINT")
@@ -167,6 +172,13 @@ func run(o options) error {
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 	for _, l := range listeners {
 		go hs.Serve(l)
+	}
+	if o.comm != "" {
+		// Through /proc/self/comm, which names the thread-group leader;
+		// prctl(PR_SET_NAME) would rename whichever thread runs this.
+		if err := os.WriteFile("/proc/self/comm", []byte(o.comm), 0); err != nil {
+			return fmt.Errorf("--comm: %w", err)
+		}
 	}
 	if o.readyFile != "" {
 		if err := writeAtomic(o.readyFile, strconv.Itoa(pid)+"\n"); err != nil {

@@ -1,0 +1,325 @@
+// Package supervise is the prevention layer that ties a supervisor's life
+// to its container's (DESIGN §7): the allowlist that turns a container
+// annotation into a command, the argv of the `kc-hook supervise` wrapper,
+// and the wrapper itself, which runs the command as its child, watches the
+// container's init process and takes its whole process group down when
+// init dies or it is told to stop.
+//
+// Trust model. A container's annotations come from whoever runs podman
+// (for rootless podman: any local user), while the hook and the wrapper
+// run with the runtime's privileges (root for rootful podman). So the
+// annotation only *names* a supervisor; the command comes from the
+// allowlist file, which must be a regular file owned by root, not writable
+// by group or others, in a directory with the same properties. A file
+// failing any check is refused as a whole. The only values a container can
+// influence are the placeholders, and those come from the runtime's State
+// (a validated 64-hex container ID, a number), never from annotations.
+package supervise
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Annotation is the container annotation that opts a container in; its
+// value is the name of an allowlist entry.
+const Annotation = "io.kc-watchman.supervisor"
+
+// DefaultAllowlistFile is where the allowlist lives unless
+// --supervisors-file / KC_SUPERVISORS_FILE says otherwise.
+const DefaultAllowlistFile = "/etc/kc-watchman/supervisors.json"
+
+// maxAllowlistSize bounds the file; an allowlist is a few entries.
+const maxAllowlistSize = 1 << 20
+
+// Errors, wrapped with details.
+var (
+	// ErrUntrusted: the allowlist file (or its directory) could be written
+	// by someone other than root, or is not a regular file.
+	ErrUntrusted = errors.New("allowlist is not trusted")
+	// ErrInvalid: the allowlist does not parse or an entry is malformed.
+	ErrInvalid = errors.New("invalid allowlist")
+	// ErrNotAllowed: the annotation names no allowlist entry (or is not a
+	// well-formed name).
+	ErrNotAllowed = errors.New("supervisor not in the allowlist")
+)
+
+// Entry is one allowlisted supervisor, as written in the file.
+type Entry struct {
+	// Argv is the command; Argv[0] must be an absolute path. Elements may
+	// contain placeholders ({{container_id}}, {{init_pid}}).
+	Argv []string `json:"argv"`
+	// Env holds KEY=VALUE pairs added to a minimal environment (PATH).
+	// Values may contain placeholders.
+	Env []string `json:"env,omitempty"`
+	// MaxRestarts bounds how often a command that exits is started again
+	// (default 5; 0 means never).
+	MaxRestarts *int `json:"max_restarts,omitempty"`
+	// RestartDelay is the first backoff; it doubles after every restart
+	// up to a minute (default "1s").
+	RestartDelay string `json:"restart_delay,omitempty"`
+	// PdeathSig is the signal the command receives if the wrapper dies
+	// (TERM, KILL, INT or HUP; default TERM).
+	PdeathSig string `json:"pdeathsig,omitempty"`
+}
+
+// Allowlist is the parsed file: {"supervisors": {"<name>": Entry, ...}}.
+type Allowlist struct {
+	Supervisors map[string]Entry `json:"supervisors"`
+}
+
+// Command is an entry resolved for one container.
+type Command struct {
+	Name         string
+	Argv         []string
+	Env          []string
+	MaxRestarts  int
+	RestartDelay time.Duration
+	PdeathSig    syscall.Signal
+}
+
+// Vars are the values placeholders expand to.
+type Vars struct {
+	ContainerID string
+	InitPID     int
+}
+
+// Defaults for entries that leave a field out.
+const (
+	DefaultMaxRestarts  = 5
+	DefaultRestartDelay = time.Second
+)
+
+// DefaultPdeathSig is sent to the command when the wrapper dies.
+const DefaultPdeathSig = syscall.SIGTERM
+
+var (
+	nameRE        = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+	envKeyRE      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	placeholderRE = regexp.MustCompile(`\{\{\s*([A-Za-z0-9_]*)\s*\}\}`)
+)
+
+var placeholders = map[string]bool{"container_id": true, "init_pid": true}
+
+// LoadAllowlist opens path without following a symlink in its last
+// component, checks that the file and its directory are root-owned and not
+// writable by group or others, and parses and validates every entry.
+func LoadAllowlist(path string) (*Allowlist, error) {
+	return loadAllowlist(path, 0)
+}
+
+func loadAllowlist(path string, owner int) (*Allowlist, error) {
+	if !filepath.IsAbs(path) {
+		return nil, fmt.Errorf("%w: %s: not an absolute path", ErrUntrusted, path)
+	}
+	if err := checkOwner(filepath.Dir(path), owner, true); err != nil {
+		return nil, err
+	}
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) {
+			return nil, fmt.Errorf("%w: %s is a symlink", ErrUntrusted, path)
+		}
+		return nil, fmt.Errorf("opening allowlist: %w", &os.PathError{Op: "open", Path: path, Err: err})
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("allowlist %s: %w", path, err)
+	}
+	if err := trusted(path, &st, owner, false); err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxAllowlistSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading allowlist %s: %w", path, err)
+	}
+	if len(data) > maxAllowlistSize {
+		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrInvalid, path, maxAllowlistSize)
+	}
+	return ParseAllowlist(data)
+}
+
+func checkOwner(path string, owner int, dir bool) error {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return fmt.Errorf("allowlist directory: %w", &os.PathError{Op: "stat", Path: path, Err: err})
+	}
+	return trusted(path, &st, owner, dir)
+}
+
+func trusted(path string, st *unix.Stat_t, owner int, dir bool) error {
+	kind := uint32(unix.S_IFREG)
+	if dir {
+		kind = unix.S_IFDIR
+	}
+	if st.Mode&unix.S_IFMT != kind {
+		return fmt.Errorf("%w: %s is not a regular file", ErrUntrusted, path)
+	}
+	if int(st.Uid) != owner {
+		return fmt.Errorf("%w: %s is owned by uid %d, not %d", ErrUntrusted, path, st.Uid, owner)
+	}
+	if st.Mode&0o022 != 0 {
+		return fmt.Errorf("%w: %s is writable by group or others (mode %04o)", ErrUntrusted, path, st.Mode&0o7777)
+	}
+	return nil
+}
+
+// ParseAllowlist parses and validates allowlist contents. Unknown fields
+// are errors: a misspelt "max_restarts" must not silently mean "5".
+func ParseAllowlist(data []byte) (*Allowlist, error) {
+	var a Allowlist
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&a); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: trailing data after the object", ErrInvalid)
+	}
+	for name, e := range a.Supervisors {
+		if err := validate(name, e); err != nil {
+			return nil, fmt.Errorf("%w: supervisor %q: %v", ErrInvalid, name, err)
+		}
+	}
+	return &a, nil
+}
+
+func validate(name string, e Entry) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("name must match %s", nameRE)
+	}
+	if len(e.Argv) == 0 {
+		return errors.New("argv is empty")
+	}
+	if !filepath.IsAbs(e.Argv[0]) || strings.Contains(e.Argv[0], "{{") {
+		return fmt.Errorf("argv[0] %q must be an absolute path without placeholders", e.Argv[0])
+	}
+	for _, a := range e.Argv {
+		if err := checkPlaceholders(a); err != nil {
+			return err
+		}
+	}
+	for _, kv := range e.Env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || !envKeyRE.MatchString(k) {
+			return fmt.Errorf("env entry %q is not KEY=VALUE", kv)
+		}
+		if err := checkPlaceholders(v); err != nil {
+			return err
+		}
+	}
+	if e.MaxRestarts != nil && (*e.MaxRestarts < 0 || *e.MaxRestarts > 1000) {
+		return fmt.Errorf("max_restarts %d out of range 0..1000", *e.MaxRestarts)
+	}
+	if e.RestartDelay != "" {
+		d, err := time.ParseDuration(e.RestartDelay)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("restart_delay %q is not a positive duration", e.RestartDelay)
+		}
+	}
+	if e.PdeathSig != "" {
+		if _, err := ParseSignal(e.PdeathSig); err != nil {
+			return err
+		}
+	}
+	for _, s := range append(append([]string{}, e.Argv...), e.Env...) {
+		if strings.ContainsRune(s, 0) {
+			return errors.New("NUL byte in argv or env")
+		}
+	}
+	return nil
+}
+
+func checkPlaceholders(s string) error {
+	for _, m := range placeholderRE.FindAllStringSubmatch(s, -1) {
+		if !placeholders[m[1]] {
+			return fmt.Errorf("unknown placeholder %q (known: {{container_id}}, {{init_pid}})", m[0])
+		}
+	}
+	return nil
+}
+
+// ParseSignal maps TERM/SIGTERM (any case) and friends to the signals a
+// supervisor may be sent on its parent's death.
+func ParseSignal(s string) (syscall.Signal, error) {
+	switch strings.TrimPrefix(strings.ToUpper(strings.TrimSpace(s)), "SIG") {
+	case "TERM":
+		return syscall.SIGTERM, nil
+	case "KILL":
+		return syscall.SIGKILL, nil
+	case "INT":
+		return syscall.SIGINT, nil
+	case "HUP":
+		return syscall.SIGHUP, nil
+	}
+	return 0, fmt.Errorf("signal %q: want TERM, KILL, INT or HUP", s)
+}
+
+// SignalName is the inverse of ParseSignal.
+func SignalName(sig syscall.Signal) string {
+	switch sig {
+	case syscall.SIGKILL:
+		return "KILL"
+	case syscall.SIGINT:
+		return "INT"
+	case syscall.SIGHUP:
+		return "HUP"
+	}
+	return "TERM"
+}
+
+// Resolve returns the command the annotation value name selects, with
+// placeholders expanded. A name that is not in the allowlist (or not a
+// well-formed name at all) is ErrNotAllowed.
+func (a *Allowlist) Resolve(name string, v Vars) (Command, error) {
+	if !nameRE.MatchString(name) {
+		return Command{}, fmt.Errorf("%w: %.80q is not a supervisor name", ErrNotAllowed, name)
+	}
+	e, ok := a.Supervisors[name]
+	if !ok {
+		return Command{}, fmt.Errorf("%w: %q", ErrNotAllowed, name)
+	}
+	c := Command{Name: name, MaxRestarts: DefaultMaxRestarts, RestartDelay: DefaultRestartDelay, PdeathSig: DefaultPdeathSig}
+	for _, s := range e.Argv {
+		c.Argv = append(c.Argv, expand(s, v))
+	}
+	for _, s := range e.Env {
+		c.Env = append(c.Env, expand(s, v))
+	}
+	if e.MaxRestarts != nil {
+		c.MaxRestarts = *e.MaxRestarts
+	}
+	if e.RestartDelay != "" {
+		c.RestartDelay, _ = time.ParseDuration(e.RestartDelay) // validated at load
+	}
+	if e.PdeathSig != "" {
+		c.PdeathSig, _ = ParseSignal(e.PdeathSig) // validated at load
+	}
+	return c, nil
+}
+
+func expand(s string, v Vars) string {
+	return placeholderRE.ReplaceAllStringFunc(s, func(m string) string {
+		switch placeholderRE.FindStringSubmatch(m)[1] {
+		case "container_id":
+			return v.ContainerID
+		case "init_pid":
+			return strconv.Itoa(v.InitPID)
+		}
+		return m
+	})
+}

@@ -1,0 +1,520 @@
+package supervise
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
+)
+
+// Errors Run returns.
+var (
+	// ErrInitGone: the container's init process was already gone when the
+	// wrapper started; the command was never run.
+	ErrInitGone = errors.New("container init process is gone")
+	// ErrGaveUp: the command kept exiting and the restart budget is spent.
+	ErrGaveUp = errors.New("command kept exiting; restart budget spent")
+	// ErrWouldNotDie: members of the group survived SIGKILL.
+	ErrWouldNotDie = errors.New("group members survived SIGKILL")
+)
+
+// SnapshotSource is the ledger Tree.Source of the wrapper's snapshots.
+const SnapshotSource = "supervise"
+
+// Options configure Run. Spec is required; the rest have defaults.
+type Options struct {
+	Spec
+	// Env is the command's environment; nil inherits the wrapper's.
+	Env []string
+	// Dir is the command's working directory; default "/".
+	Dir string
+	// Stdout and Stderr are the command's; default the wrapper's own.
+	Stdout, Stderr *os.File
+	// Root is the procfs mount; default /proc.
+	Root string
+	// Store receives snapshots of the group; nil records nothing.
+	Store *ledger.Store
+	// KillGrace is the wait between SIGTERM and SIGKILL; default 5s.
+	KillGrace time.Duration
+	// KillWait bounds the wait after SIGKILL; default 3s.
+	KillWait time.Duration
+	// MaxRestarts bounds restarts of a command that exits (0: never).
+	MaxRestarts int
+	// RestartDelay is the first backoff (default 1s); it doubles per
+	// restart up to MaxRestartDelay (default 1m).
+	RestartDelay    time.Duration
+	MaxRestartDelay time.Duration
+	// StableAfter: a command that ran at least this long before exiting
+	// gets its restart budget back (default 10m).
+	StableAfter time.Duration
+	// PdeathSig is sent to the command if the wrapper dies; default TERM.
+	PdeathSig syscall.Signal
+	// InitPoll is the interval of the identity polling used when pidfds
+	// are not available (or ForcePoll is set); default 250ms.
+	InitPoll  time.Duration
+	ForcePoll bool
+	// Poll is the interval of liveness checks while tearing down; default
+	// 20ms.
+	Poll time.Duration
+	// Refresh is how often the ledger snapshot is refreshed; default 10s.
+	// It is written only when the membership changed.
+	Refresh time.Duration
+	Logger  *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.Dir == "" {
+		o.Dir = "/"
+	}
+	if o.Stdout == nil {
+		o.Stdout = os.Stdout
+	}
+	if o.Stderr == nil {
+		o.Stderr = os.Stderr
+	}
+	if o.Root == "" {
+		o.Root = fingerprint.DefaultRoot
+	}
+	if o.KillGrace <= 0 {
+		o.KillGrace = 5 * time.Second
+	}
+	if o.KillWait <= 0 {
+		o.KillWait = 3 * time.Second
+	}
+	if o.MaxRestarts < 0 {
+		o.MaxRestarts = 0
+	}
+	if o.RestartDelay <= 0 {
+		o.RestartDelay = DefaultRestartDelay
+	}
+	if o.MaxRestartDelay <= 0 {
+		o.MaxRestartDelay = time.Minute
+	}
+	if o.StableAfter <= 0 {
+		o.StableAfter = 10 * time.Minute
+	}
+	if o.PdeathSig == 0 {
+		o.PdeathSig = DefaultPdeathSig
+	}
+	if o.InitPoll <= 0 {
+		o.InitPoll = 250 * time.Millisecond
+	}
+	if o.Poll <= 0 {
+		o.Poll = 20 * time.Millisecond
+	}
+	if o.Refresh <= 0 {
+		o.Refresh = 10 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	}
+	return o
+}
+
+// Backoff returns the delay before restart number n (0-based).
+func Backoff(first, max time.Duration, n int) time.Duration {
+	d := first
+	for i := 0; i < n && d < max; i++ {
+		d *= 2
+	}
+	return min(d, max)
+}
+
+// Run is the wrapper: it makes sure the calling process leads its own
+// process group, starts the command as its child (with PdeathSig), and
+// returns once the container's init process has died or ctx is cancelled
+// (the caller cancels it on SIGTERM), after taking down every other
+// process of its group (SIGTERM, grace, SIGKILL). A command that exits is
+// restarted at most MaxRestarts times, with exponential backoff.
+//
+// Run signals its group member by member through pidfds and never with
+// killpg: the wrapper itself is in the group and must outlive it.
+func Run(ctx context.Context, o Options) error {
+	o = o.withDefaults()
+	if len(o.Command) == 0 {
+		return errors.New("no command")
+	}
+	r := &runner{o: o, log: o.Logger, snaps: map[int]string{}}
+	if err := r.lead(); err != nil {
+		return err
+	}
+
+	wctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	initDead, how, err := watchInit(wctx, o.Root, o.Init, o.ForcePoll, o.InitPoll)
+	if err != nil {
+		r.log.Warn("container init is gone; not starting the command", "init_pid", o.Init.PID, "err", err)
+		return err
+	}
+	r.log.Info("watching container init", "init_pid", o.Init.PID, "init_start_ticks", o.Init.StartTicks, "method", how)
+
+	restarts := 0
+	for {
+		var ran time.Duration
+		c, err := r.startChild()
+		if err != nil {
+			r.log.Error("command did not start", "argv0", o.Command[0], "err", err)
+		} else {
+			r.child = c
+			r.log.Info("command started", "pid", c.pid, "argv0", o.Command[0], "restart", restarts)
+			r.refresh()
+			switch reason := r.wait(ctx, initDead); reason {
+			case "init exited", "stop signal":
+				return r.shutdown(reason)
+			}
+			ran = time.Since(c.started)
+			// Whatever the command left in the group goes before the next
+			// start, while its unreaped zombie still pins its own group.
+			left := r.stopGroup()
+			st := c.reap()
+			r.child = nil
+			r.log.Warn("command exited", "pid", c.pid, "status", st.String(), "ran", ran.Round(time.Millisecond).String(), "left_alive", len(left))
+		}
+		if ran >= o.StableAfter {
+			restarts = 0
+		}
+		if restarts >= o.MaxRestarts {
+			r.log.Error("giving up: the command keeps exiting", "restarts", restarts, "max_restarts", o.MaxRestarts)
+			r.recordOutcome("gone", "")
+			return ErrGaveUp
+		}
+		delay := Backoff(o.RestartDelay, o.MaxRestartDelay, restarts)
+		restarts++
+		r.log.Info("restarting the command", "in", delay.String(), "restart", restarts, "max_restarts", o.MaxRestarts)
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-initDead:
+			t.Stop()
+			return r.shutdown("init exited")
+		case <-ctx.Done():
+			t.Stop()
+			return r.shutdown("stop signal")
+		}
+	}
+}
+
+type runner struct {
+	o     Options
+	log   *slog.Logger
+	self  fingerprint.Stat
+	child *child
+	// snaps remembers the membership last written per group, so the
+	// ledger is written only when it changes.
+	snaps map[int]string
+}
+
+// lead makes the wrapper the leader of its own process group. kc-hook
+// starts it with setsid; by hand it may be a shell's job, which already
+// leads its group, or a plain child, which must leave its parent's group
+// before it may signal "its" group.
+func (r *runner) lead() error {
+	pid := os.Getpid()
+	if pgid, err := unix.Getpgid(0); err != nil || pgid != pid {
+		if _, err := unix.Setsid(); err != nil {
+			return fmt.Errorf("becoming a session leader: %w", err)
+		}
+	}
+	st, err := fingerprint.ReadStat(r.o.Root, pid)
+	if err != nil {
+		return fmt.Errorf("reading own identity: %w", err)
+	}
+	if st.PGID != pid {
+		return fmt.Errorf("process group %d is not led by the wrapper (%d)", st.PGID, pid)
+	}
+	r.self = st
+	return nil
+}
+
+// wait returns why the child's run ended: "exited", "init exited" or
+// "stop signal". It refreshes the ledger snapshot meanwhile.
+func (r *runner) wait(ctx context.Context, initDead <-chan struct{}) string {
+	t := time.NewTicker(r.o.Refresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.child.exited:
+			return "exited"
+		case <-initDead:
+			return "init exited"
+		case <-ctx.Done():
+			return "stop signal"
+		case <-t.C:
+			r.refresh()
+		}
+	}
+}
+
+// shutdown takes the group down and records the outcome.
+func (r *runner) shutdown(reason string) error {
+	r.log.Info("taking the group down", "reason", reason)
+	left := r.stopGroup()
+	if r.child != nil {
+		select {
+		case <-r.child.exited:
+			st := r.child.reap()
+			r.log.Info("command ended", "pid", r.child.pid, "status", st.String())
+		case <-time.After(r.o.KillWait):
+			r.log.Error("command survived SIGKILL", "pid", r.child.pid)
+		}
+	}
+	if len(left) > 0 {
+		msg := describe(left)
+		r.log.Error("group members would not die", "members", msg)
+		r.recordOutcome("would-not-die", msg)
+		return fmt.Errorf("%w: %s", ErrWouldNotDie, msg)
+	}
+	r.log.Info("group down", "reason", reason)
+	r.recordOutcome("reaped", "")
+	return nil
+}
+
+// groups are the process groups the wrapper answers for: its own, and the
+// command's when the command left it (a supervisor that calls setsid
+// itself). The latter is safe to name only while the command is unreaped:
+// its zombie keeps the group ID from being reused.
+func (r *runner) groups() []int {
+	gs := []int{r.self.PGID}
+	if r.child != nil && !r.child.reaped {
+		if st, err := fingerprint.ReadStat(r.o.Root, r.child.pid); err == nil && st.PGID > 1 && st.PGID != r.self.PGID {
+			gs = append(gs, st.PGID)
+		}
+	}
+	return gs
+}
+
+// others lists the live members of the groups, except the wrapper.
+func (r *runner) others(groups []int) []fingerprint.Stat {
+	ms := GroupMembers(r.o.Root, groups...)
+	return slices.DeleteFunc(ms, func(m fingerprint.Stat) bool { return m.PID == r.self.PID })
+}
+
+// stopGroup sends SIGTERM to every other member of the groups, waits up to
+// the grace for all of them to die (members that appear meanwhile get
+// their SIGTERM too), then SIGKILLs the rest and waits up to KillWait. It
+// returns the members still alive. The command is not reaped here.
+func (r *runner) stopGroup() []fingerprint.Stat {
+	groups := r.groups()
+	termed := map[fingerprint.Stat]bool{}
+	left := r.phase(groups, syscall.SIGTERM, r.o.KillGrace, termed)
+	if len(left) == 0 {
+		return nil
+	}
+	r.log.Warn("members outlived the grace; sending SIGKILL", "members", describe(left))
+	return r.phase(groups, syscall.SIGKILL, r.o.KillWait, map[fingerprint.Stat]bool{})
+}
+
+func (r *runner) phase(groups []int, sig syscall.Signal, wait time.Duration, sent map[fingerprint.Stat]bool) []fingerprint.Stat {
+	deadline := time.Now().Add(wait)
+	t := time.NewTicker(r.o.Poll)
+	defer t.Stop()
+	for {
+		ms := r.others(groups)
+		if len(ms) == 0 {
+			return nil
+		}
+		for _, m := range ms {
+			key := fingerprint.Stat{PID: m.PID, StartTicks: m.StartTicks}
+			if sent[key] {
+				continue
+			}
+			sent[key] = true
+			if err := signalMember(r.o.Root, m, groups, sig); err != nil {
+				r.log.Debug("signal", "pid", m.PID, "sig", sig.String(), "err", err)
+			}
+		}
+		if time.Now().After(deadline) {
+			return ms
+		}
+		<-t.C
+	}
+}
+
+// signalMember signals m through a pidfd after re-verifying, with the
+// pidfd open, that it is the listed process and still in one of groups.
+func signalMember(root string, m fingerprint.Stat, groups []int, sig syscall.Signal) error {
+	pin, err := fingerprint.Pin(root, m)
+	if errors.Is(err, fingerprint.ErrPidfdUnsupported) {
+		st, err := fingerprint.Revalidate(root, m)
+		if err != nil || !slices.Contains(groups, st.PGID) {
+			return err
+		}
+		return unix.Kill(m.PID, sig)
+	}
+	if err != nil {
+		return err
+	}
+	defer pin.Close()
+	if !slices.Contains(groups, pin.PGID) {
+		return fmt.Errorf("pid %d left the group", m.PID)
+	}
+	return pin.Signal(sig)
+}
+
+func describe(ms []fingerprint.Stat) string {
+	parts := make([]string, len(ms))
+	for i, m := range ms {
+		parts[i] = strconv.Itoa(m.PID) + "(" + m.Comm + ")"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// child is the running command. Its exit is observed with
+// waitid(WNOWAIT), which leaves it a zombie until reap: until then its PID
+// and process group cannot be reused.
+type child struct {
+	cmd     *exec.Cmd
+	pid     int
+	started time.Time
+	exited  chan struct{}
+	release chan struct{}
+	reaped  bool
+	state   *os.ProcessState
+}
+
+func (r *runner) startChild() (*child, error) {
+	cmd := exec.Command(r.o.Command[0], r.o.Command[1:]...)
+	cmd.Env = r.o.Env
+	cmd.Dir = r.o.Dir
+	cmd.Stdout = r.o.Stdout
+	cmd.Stderr = r.o.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: r.o.PdeathSig}
+	c := &child{cmd: cmd, exited: make(chan struct{}), release: make(chan struct{})}
+	errc := make(chan error, 1)
+	go func() {
+		// The kernel sends the parent-death signal when the *thread*
+		// that forked the child exits, not the process: keep this
+		// thread, locked and alive, until the child has been reaped.
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			errc <- err
+			return // exits the locked thread; there is no child
+		}
+		errc <- nil
+		<-c.release
+		runtime.UnlockOSThread()
+	}()
+	if err := <-errc; err != nil {
+		return nil, err
+	}
+	c.pid = cmd.Process.Pid
+	c.started = time.Now()
+	go func() {
+		var info unix.Siginfo
+		for {
+			err := unix.Waitid(unix.P_PID, c.pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+			if !errors.Is(err, unix.EINTR) {
+				break
+			}
+		}
+		close(c.exited)
+	}()
+	return c, nil
+}
+
+// reap collects the exited child. It must only be called once exited is
+// closed.
+func (c *child) reap() *os.ProcessState {
+	if c.reaped {
+		return c.state
+	}
+	c.cmd.Wait() //nolint:errcheck // the state says it all
+	c.state = c.cmd.ProcessState
+	c.reaped = true
+	close(c.release)
+	if c.state == nil {
+		c.state = &os.ProcessState{}
+	}
+	return c.state
+}
+
+// refresh records the groups' membership in the ledger when it changed
+// (DESIGN §8: a crashed supervisor's kernels carry no container ID, and
+// only an exact identity match with this snapshot ties them to the
+// container).
+func (r *runner) refresh() {
+	if r.o.Store == nil {
+		return
+	}
+	now := time.Now().UTC()
+	var snaps []ledger.Tree
+	changed := false
+	for _, g := range r.groups() {
+		t := ledger.Tree{PGID: g, UID: -2, Source: SnapshotSource, SeenAt: now}
+		var key strings.Builder
+		for _, m := range GroupMembers(r.o.Root, g) {
+			id, err := fingerprint.Read(r.o.Root, m.PID)
+			if err != nil || id.StartTicks != m.StartTicks || id.PGID != g {
+				continue
+			}
+			t.Members = append(t.Members, ledger.Process{PID: id.PID, StartTicks: id.StartTicks, Comm: id.Comm})
+			switch {
+			case t.UID == -2:
+				t.UID = id.UID
+			case t.UID != id.UID:
+				t.UID = -1
+			}
+			fmt.Fprintf(&key, "%d:%d ", id.PID, id.StartTicks)
+		}
+		if t.UID == -2 {
+			t.UID = -1
+		}
+		if len(t.Members) == 0 {
+			continue
+		}
+		if r.snaps[g] != key.String() {
+			changed = true
+			r.snaps[g] = key.String()
+		}
+		snaps = append(snaps, t)
+	}
+	if !changed {
+		return
+	}
+	err := r.o.Store.Update(r.o.ContainerID, func(rec *ledger.Record) error {
+		rec.Trees = slices.DeleteFunc(rec.Trees, func(t ledger.Tree) bool {
+			return slices.ContainsFunc(snaps, func(s ledger.Tree) bool { return s.PGID == t.PGID })
+		})
+		rec.Trees = append(rec.Trees, snaps...)
+		return nil
+	})
+	if err != nil {
+		r.log.Warn("could not refresh the ledger snapshot", "err", err)
+		clear(r.snaps) // try again next time
+		return
+	}
+	r.log.Debug("ledger snapshot refreshed", "groups", len(snaps))
+}
+
+// recordOutcome marks the wrapper's snapshots with what became of them.
+func (r *runner) recordOutcome(action, msg string) {
+	if r.o.Store == nil || len(r.snaps) == 0 {
+		return
+	}
+	err := r.o.Store.Update(r.o.ContainerID, func(rec *ledger.Record) error {
+		for i := range rec.Trees {
+			t := &rec.Trees[i]
+			if _, ours := r.snaps[t.PGID]; ours && t.Source == SnapshotSource {
+				t.Action, t.Error = action, msg
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		r.log.Warn("could not record the outcome", "err", err)
+	}
+}

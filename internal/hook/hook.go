@@ -29,6 +29,10 @@ type Config struct {
 	// Root is the procfs mount; default /proc.
 	Root   string
 	Logger *slog.Logger
+	// SupervisorsFile is the allowlist of supervisors the
+	// io.kc-watchman.supervisor annotation may name (launch.go); default
+	// /etc/kc-watchman/supervisors.json.
+	SupervisorsFile string
 }
 
 // Actions recorded per tree at poststop.
@@ -64,7 +68,7 @@ func Record(cfg Config, stage Stage, st *specs.State) error {
 		}
 		init = &ledger.Process{PID: s.PID, StartTicks: s.StartTicks, Comm: s.Comm}
 	}
-	return store.Update(st.ID, func(r *ledger.Record) error {
+	err = store.Update(st.ID, func(r *ledger.Record) error {
 		if r.Stages == nil {
 			r.Stages = map[string]time.Time{}
 		}
@@ -77,6 +81,11 @@ func Record(cfg Config, stage Stage, st *specs.State) error {
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	launchSupervisor(cfg, stage, st, init) // logs its own failures; never fails the hook
+	return nil
 }
 
 // Poststop finds the container's supervisor trees, records them, reaps

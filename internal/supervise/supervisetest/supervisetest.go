@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,8 +34,9 @@ var (
 // BuildKCHook builds cmd/kc-hook (CGO_ENABLED=0) once per test binary into
 // a temporary directory, as a binary named exactly "kc-hook" so that the
 // wrapper's comm is trees.WrapperComm, and returns its path. The directory
-// is shared by the test binary's tests; call RemoveBuild from TestMain to
-// remove it.
+// is shared by the test binary's tests; RemoveBuild (from TestMain)
+// removes it, and otherwise the next build removes directories of test
+// binaries that have exited.
 func BuildKCHook(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() { buildDir, buildErr = build() })
@@ -51,8 +53,11 @@ func RemoveBuild() {
 	}
 }
 
+const buildDirPrefix = "kc-supervisetest-"
+
 func build() (string, error) {
-	dir, err := os.MkdirTemp("", "kc-supervisetest-")
+	removeStaleBuilds()
+	dir, err := os.MkdirTemp("", buildDirPrefix+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
 		return "", err
 	}
@@ -69,6 +74,20 @@ func build() (string, error) {
 		return "", fmt.Errorf("go build %s: %v: %s", KCHookPackage, err, strings.TrimSpace(stderr.String()))
 	}
 	return dir, nil
+}
+
+// removeStaleBuilds deletes build directories whose test binary is gone.
+func removeStaleBuilds() {
+	matches, _ := filepath.Glob(filepath.Join(os.TempDir(), buildDirPrefix+"*"))
+	for _, m := range matches {
+		pidStr, _, ok := strings.Cut(strings.TrimPrefix(filepath.Base(m), buildDirPrefix), "-")
+		if !ok || pidStr == strconv.Itoa(os.Getpid()) {
+			continue
+		}
+		if _, err := os.Stat("/proc/" + pidStr); os.IsNotExist(err) {
+			os.RemoveAll(m)
+		}
+	}
 }
 
 // Eventually polls cond every 10ms until it returns true or timeout

@@ -51,6 +51,7 @@ func run(args []string, stdin io.Reader, stderr io.Writer) int {
 			&cli.DurationFlag{Name: "kill-grace", Value: 5 * time.Second, Usage: "wait between SIGTERM and SIGKILL", EnvVars: []string{"KC_KILL_GRACE"}},
 			&cli.DurationFlag{Name: "deadline", Value: 20 * time.Second, Usage: "bound on a whole poststop run; keep it below the descriptor's timeout", EnvVars: []string{"KC_HOOK_DEADLINE"}},
 			&cli.StringFlag{Name: "log-file", Usage: "JSON-lines log `FILE` (default: STATE-DIR/kc-hook.log)", EnvVars: []string{"KC_HOOK_LOG"}},
+			&cli.StringFlag{Name: "supervisors-file", Value: "/etc/kc-watchman/supervisors.json", Usage: "root-owned allowlist `FILE` of the supervisors the io.kc-watchman.supervisor annotation may name", EnvVars: []string{"KC_SUPERVISORS_FILE"}},
 		},
 		Commands:        []*cli.Command{superviseCommand()},
 		HideHelpCommand: true,
@@ -61,6 +62,11 @@ func run(args []string, stdin io.Reader, stderr io.Writer) int {
 		},
 	}
 	if err := app.Run(args); err != nil {
+		var ec cli.ExitCoder
+		if errors.As(err, &ec) { // kc-hook supervise
+			fmt.Fprintln(stderr, err)
+			return ec.ExitCode()
+		}
 		fmt.Fprintln(stderr, "kc-hook:", err)
 		return exitBadInput
 	}
@@ -94,10 +100,11 @@ func runStage(c *cli.Context, stdin io.Reader, stderr io.Writer) int {
 
 	// Only now, with usable input, may anything be written.
 	cfg := hook.Config{
-		StateDir:  c.String("state-dir"),
-		Comms:     comms,
-		KillGrace: c.Duration("kill-grace"),
-		Deadline:  c.Duration("deadline"),
+		StateDir:        c.String("state-dir"),
+		Comms:           comms,
+		KillGrace:       c.Duration("kill-grace"),
+		Deadline:        c.Duration("deadline"),
+		SupervisorsFile: c.String("supervisors-file"),
 	}
 	logger, closeLog := openLog(cfg.StateDir, c.String("log-file"), stderr)
 	defer closeLog()

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestReconcileUsageErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+	}{
+		{"bad format", []string{"reconcile", "--format", "yaml"}},
+		{"bad format before the command", []string{"--format", "yaml", "reconcile"}},
+		{"bad log format", []string{"reconcile", "--log-format", "xml"}},
+		{"malformed min-age", []string{"reconcile", "--min-age", "soon"}},
+		{"negative min-age", []string{"reconcile", "--min-age", "-1s"}},
+		{"zero kill-grace", []string{"reconcile", "--kill-grace", "0s"}},
+		{"malformed kill-grace", []string{"reconcile", "--kill-grace", "5"}},
+		{"zero podman-timeout", []string{"reconcile", "--podman-timeout", "0s"}},
+		{"short container id", []string{"reconcile", "--container", "abc123"}},
+		{"empty supervisor comm", []string{"reconcile", "--supervisor-comm", " , "}},
+		{"supervisor comm too long", []string{"reconcile", "--supervisor-comm", "a-name-longer-than-15"}},
+		{"malformed apply", []string{"reconcile", "--apply=maybe"}},
+		{"unknown flag", []string{"reconcile", "--bogus"}},
+		{"empty state dir", []string{"reconcile", "--state-dir", ""}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out := runJanitorCapture(t, tt.args...)
+			if code != exitUsage {
+				t.Errorf("exit %d, want %d; output %q", code, exitUsage, out)
+			}
+		})
+	}
+}
+
+// TestReconcileUnreachable: with no podman to ask, nothing is scanned or
+// touched, and the exit code says "ground truth unknown".
+func TestReconcileUnreachable(t *testing.T) {
+	t.Setenv("PATH", t.TempDir()) // no podman CLI to fall back to
+	for _, args := range [][]string{
+		{"reconcile", "--podman-url", "unix:///nonexistent/podman.sock", "--format", "json", "--apply"},
+		{"--podman-url", "unix:///nonexistent/podman.sock", "--format", "json", "reconcile", "--apply"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			code, out := runJanitorCapture(t, args...)
+			if code != exitUnknown {
+				t.Fatalf("exit %d, want %d; output %q", code, exitUnknown, out)
+			}
+			var rep struct {
+				LivenessKnown bool  `json:"liveness_known"`
+				Trees         []any `json:"trees"`
+			}
+			if err := json.Unmarshal([]byte(out), &rep); err != nil {
+				t.Fatalf("global --format json not honoured: %v: %q", err, out)
+			}
+			if rep.LivenessKnown || len(rep.Trees) != 0 {
+				t.Errorf("report %+v", rep)
+			}
+		})
+	}
+}

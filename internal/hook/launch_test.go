@@ -3,6 +3,8 @@ package hook
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -23,6 +25,16 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
+
+// lcid is this test binary's own container ID: other packages' tests run
+// trees and poststops for the shared test ID in parallel.
+var lcid = func() string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}()
 
 type syncBuffer struct {
 	mu sync.Mutex
@@ -97,12 +109,12 @@ func newLaunchEnv(t *testing.T, allowlistMode os.FileMode) *launchEnv {
 	var mu sync.Mutex
 	t.Cleanup(func() {
 		if t.Failed() {
-			data, _ := os.ReadFile(SupervisorLog(e.cfg.StateDir, cid))
+			data, _ := os.ReadFile(SupervisorLog(e.cfg.StateDir, lcid))
 			t.Logf("hook log:\n%s\nwrapper log:\n%s", e.log.String(), data)
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if rec, err := e.store.Load(cid); err == nil && rec.Supervisor != nil {
+		if rec, err := e.store.Load(lcid); err == nil && rec.Supervisor != nil {
 			seen = append(seen, rec.Supervisor.PID)
 		}
 		for _, m := range supervise.GroupMembers(fingerprint.DefaultRoot, seen...) {
@@ -113,19 +125,19 @@ func newLaunchEnv(t *testing.T, allowlistMode os.FileMode) *launchEnv {
 }
 
 func (e *launchEnv) state(pid int) *specs.State {
-	return &specs.State{ID: cid, Pid: pid, Bundle: "/b", Annotations: map[string]string{supervise.Annotation: "fake"}}
+	return &specs.State{ID: lcid, Pid: pid, Bundle: "/b", Annotations: map[string]string{supervise.Annotation: "fake"}}
 }
 
 func (e *launchEnv) supervisor(t *testing.T) *ledger.Process {
 	t.Helper()
-	rec, err := e.store.Load(cid)
+	rec, err := e.store.Load(lcid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return rec.Supervisor
 }
 
-// wrappers lists the live supervisor trees of cid that hold a wrapper.
+// wrappers lists the live supervisor trees of lcid that hold a wrapper.
 func wrappers(t *testing.T) []trees.Tree {
 	t.Helper()
 	found, _, err := trees.Scan(trees.Options{Comms: []string{"kcserver"}})
@@ -134,7 +146,7 @@ func wrappers(t *testing.T) []trees.Tree {
 	}
 	var out []trees.Tree
 	for _, tr := range found {
-		if tr.ContainerID == cid && slices.ContainsFunc(tr.Members, func(m fingerprint.Identity) bool { return m.Comm == trees.WrapperComm }) {
+		if tr.ContainerID == lcid && slices.ContainsFunc(tr.Members, func(m fingerprint.Identity) bool { return m.Comm == trees.WrapperComm }) {
 			out = append(out, tr)
 		}
 	}
@@ -159,7 +171,7 @@ func TestLaunchRefused(t *testing.T) {
 			if err := Record(e.cfg, StageCreateRuntime, st); err != nil {
 				t.Fatalf("Record failed (the container must start anyway): %v", err)
 			}
-			rec, err := e.store.Load(cid)
+			rec, err := e.store.Load(lcid)
 			if err != nil || rec.Init == nil || rec.Init.PID != init.PID {
 				t.Fatalf("init not recorded: %+v %v", rec, err)
 			}
@@ -219,14 +231,14 @@ func TestLaunchOnePerContainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id.PGID != w1.PID || id.SID != w1.PID || !slices.Contains(id.Argv, cid) {
+	if id.PGID != w1.PID || id.SID != w1.PID || !slices.Contains(id.Argv, lcid) {
 		t.Fatalf("wrapper is not a session leader carrying the container ID: %+v", id)
 	}
 	supervisetest.Eventually(t, 15*time.Second, "wrapper tree with the fake never appeared", func() bool {
 		ws := wrappers(t)
 		return len(ws) == 1 && ws[0].PGID == w1.PID && len(ws[0].Members) == 3 // wrapper, fake, child
 	})
-	logData, _ := os.ReadFile(SupervisorLog(e.cfg.StateDir, cid))
+	logData, _ := os.ReadFile(SupervisorLog(e.cfg.StateDir, lcid))
 	if !strings.Contains(string(logData), "command started") {
 		t.Errorf("wrapper log lacks its start:\n%s", logData)
 	}
@@ -272,7 +284,7 @@ func TestLaunchOnePerContainer(t *testing.T) {
 
 	// poststop reaps the tree (the first prevention layer).
 	members := supervise.GroupMembers(fingerprint.DefaultRoot, w2.PID)
-	res, err := Poststop(context.Background(), e.cfg, &specs.State{ID: cid})
+	res, err := Poststop(context.Background(), e.cfg, &specs.State{ID: lcid})
 	if err != nil || res.Failed || len(res.Trees) != 1 || res.Trees[0].Action != ActionReaped {
 		t.Fatalf("poststop: %+v, %v", res, err)
 	}

@@ -1,6 +1,8 @@
 package supervise_test
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -20,7 +22,15 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
-const cid = "5ca1ab1e5ca1ab1e5ca1ab1e5ca1ab1e5ca1ab1e5ca1ab1e5ca1ab1e5ca1ab1e"
+// cid is this test binary's own container ID, so that no other package's
+// test (a poststop, a reconcile) ever takes these trees for its own.
+var cid = func() string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}()
 
 func TestMain(m *testing.M) {
 	code := m.Run()

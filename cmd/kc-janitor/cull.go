@@ -118,6 +118,7 @@ func runCull(c *cli.Context) error {
 
 	client := &kallichore.Client{Timeout: cfg.Timeout}
 	sups := cull.Audit(c.Context, client, sources, threshold, cfg.Workers)
+	recordCull(metricsOf(c), sups)
 	failed := false
 	for _, s := range sups {
 		if s.Err != nil {

@@ -57,7 +57,7 @@ dry run unless --apply (or its environment variable) is given; cull never
 kills anything. Every flag can also be set through the KC_* environment
 variable shown next to it, and global flags may come before or after the
 command name.`,
-		Flags:                globalFlags(),
+		Flags:                append(globalFlags(), metricsFlags()...),
 		Commands:             commands(),
 		EnableBashCompletion: true,
 		HideVersion:          false,
@@ -78,9 +78,15 @@ func commands() []*cli.Command {
 		statusCommand(),
 		watchCommand(),
 		versionCommand(),
+		manCommand(),
+		completionCommand(),
 	}
 	for _, c := range cmds {
 		c.Flags = append(c.Flags, globalFlags()...)
+		c.Flags = append(c.Flags, metricsFlags()...)
+		if c.Action != nil {
+			c.Action = withMetrics(c.Name, c.Action)
+		}
 		if c.OnUsageError == nil {
 			c.OnUsageError = func(_ *cli.Context, err error, _ bool) error {
 				return cli.Exit(err.Error(), exitUsage)

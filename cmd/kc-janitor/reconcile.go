@@ -72,6 +72,9 @@ func runReconcile(c *cli.Context) error {
 	opt.Logger = log
 
 	rep, liveErr, err := reconcileOnce(c.Context, c, g, opt, log)
+	if err == nil {
+		recordReconcile(metricsOf(c), rep, liveErr == nil)
+	}
 	if liveErr != nil {
 		if g.JSON {
 			writeJSON(c.App.Writer, rep)

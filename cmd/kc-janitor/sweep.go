@@ -128,6 +128,7 @@ func runSweep(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("sweep: %v", err), exitFailed)
 	}
+	recordSweep(metricsOf(c), rep)
 	for _, e := range rep.DirErrors {
 		log.Error("socket directory", "err", e)
 	}

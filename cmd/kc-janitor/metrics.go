@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kc-watchman/kc-watchman/internal/cull"
+	"github.com/kc-watchman/kc-watchman/internal/metrics"
+	"github.com/kc-watchman/kc-watchman/internal/reconcile"
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
+)
+
+const flagMetricsFile = "metrics-file"
+
+// metricsFlags are given to the app and to every command, like the global
+// flags.
+func metricsFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: flagMetricsFile, Usage: "write Prometheus metrics of this run to `FILE` (text format, replaced atomically, merged with the other commands' series) for node_exporter's textfile collector", EnvVars: []string{"KC_METRICS_FILE"}},
+	}
+}
+
+type metricsKey struct{}
+
+// metricsOf returns the run's metrics set; nil (which drops everything)
+// when --metrics-file is not given.
+func metricsOf(c *cli.Context) *metrics.Set {
+	if c == nil || c.Context == nil {
+		return nil
+	}
+	s, _ := c.Context.Value(metricsKey{}).(*metrics.Set)
+	return s
+}
+
+// withMetrics wraps a command's action: with --metrics-file it gives the
+// action a metrics set to fill, then records the run (time, duration,
+// success) and writes the file. A failure to write is logged on stderr and
+// does not change the command's exit code.
+func withMetrics(name string, action cli.ActionFunc) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		path := sharedString(c, flagMetricsFile)
+		switch name {
+		case "watch": // writes after every round itself
+			return action(c)
+		case "version", "man", "completion":
+			return action(c)
+		}
+		if path == "" {
+			return action(c)
+		}
+		s := metrics.New()
+		c.Context = context.WithValue(c.Context, metricsKey{}, s)
+		start := time.Now()
+		err := action(c)
+		ok := err == nil
+		var ec cli.ExitCoder
+		if errors.As(err, &ec) && ec.ExitCode() == 0 {
+			ok = true
+		}
+		s.Run(name, start, time.Now(), ok)
+		if werr := metrics.WriteFile(path, s); werr != nil {
+			warnf(c, "metrics: %v", werr)
+		}
+		return err
+	}
+}
+
+// recordReconcile records a reconcile report. known is false when podman
+// could not be asked (the report is then empty).
+func recordReconcile(s *metrics.Set, rep reconcile.Report, known bool) {
+	if s == nil {
+		return
+	}
+	s.Bool(metrics.GroundTruthKnown, known)
+	if !known {
+		// Nothing was looked at: the stray counts of the last run that
+		// could look stay as they were.
+		return
+	}
+	counts := map[string]int{}
+	for _, a := range []string{reconcile.WouldReap, reconcile.Reaped, reconcile.Gone, reconcile.WouldNotDie,
+		reconcile.SkipLive, reconcile.SkipYoung, reconcile.SkipAgeUnknown, reconcile.SkipForeign,
+		reconcile.SkipOtherUID, reconcile.SkipAmbiguous} {
+		counts[a] = 0 // every action present, so an old value never lingers
+	}
+	for _, t := range rep.Trees {
+		counts[t.Action]++
+	}
+	for a, n := range counts {
+		s.Set(metrics.Trees, float64(n), a)
+	}
+	found := counts[reconcile.WouldReap] + counts[reconcile.Reaped] + counts[reconcile.Gone] + counts[reconcile.WouldNotDie]
+	s.Set(metrics.StraysFound, float64(found))
+	s.Set(metrics.StraysReaped, float64(counts[reconcile.Reaped]+counts[reconcile.Gone]))
+	s.Set(metrics.StraysFailed, float64(counts[reconcile.WouldNotDie]))
+}
+
+// recordSweep records a sweep report.
+func recordSweep(s *metrics.Set, rep *sockets.Report) {
+	if s == nil || rep == nil {
+		return
+	}
+	verdicts := map[sockets.Verdict]int{sockets.VerdictLive: 0, sockets.VerdictStale: 0, sockets.VerdictUnknown: 0}
+	unlinked, failed := 0, 0
+	for _, k := range rep.Sockets {
+		verdicts[k.Verdict]++
+		switch k.Action {
+		case sockets.ActionUnlinked:
+			unlinked++
+		case sockets.ActionFailed:
+			failed++
+		}
+	}
+	for v, n := range verdicts {
+		s.Set(metrics.Sockets, float64(n), string(v))
+	}
+	s.Set(metrics.SocketsStale, float64(verdicts[sockets.VerdictStale]))
+	s.Set(metrics.SocketsUnlinked, float64(unlinked))
+	s.Set(metrics.SocketsFailed, float64(failed))
+}
+
+// recordCull records a cull audit.
+func recordCull(s *metrics.Set, sups []cull.Supervisor) {
+	if s == nil {
+		return
+	}
+	unreadable, sessions := 0, 0
+	var mem int64
+	for _, sup := range sups {
+		if sup.Err != nil {
+			unreadable++
+			continue
+		}
+		for _, c := range sup.Candidates {
+			sessions++
+			mem += c.MemoryBytes()
+		}
+	}
+	s.Set(metrics.Supervisors, float64(len(sups)))
+	s.Set(metrics.SupervisorsUnreadable, float64(unreadable))
+	s.Set(metrics.SessionsAbandoned, float64(sessions))
+	s.Set(metrics.SessionsAbandonedMemoryBytes, float64(mem))
+}
+
+// warnf prints a warning on the app's error writer.
+func warnf(c *cli.Context, format string, args ...any) {
+	w := c.App.ErrWriter
+	if w == nil {
+		w = os.Stderr
+	}
+	fmt.Fprintf(w, "kc-janitor: "+format+"\n", args...)
+}

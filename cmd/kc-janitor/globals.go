@@ -48,15 +48,35 @@ type globals struct {
 }
 
 // sharedString resolves a global flag given either after the command name
-// (the command's own copy) or before it (the app's copy). urfave/cli/v2
-// would otherwise only ever see the command's copy.
+// (the command's own copy) or before it (the app's copy); urfave/cli/v2
+// would otherwise only ever see the command's copy. A flag typed on the
+// command line beats the environment at either position: urfave/cli
+// reports both as "set", so a copy whose value differs from the
+// environment's is the one the user typed.
 func sharedString(c *cli.Context, name string) string {
+	env, fromEnv := envValue(name)
 	for _, lc := range c.Lineage() {
-		if lc.IsSet(name) {
+		if lc.IsSet(name) && (!fromEnv || lc.String(name) != env) {
 			return lc.String(name)
 		}
 	}
 	return c.String(name)
+}
+
+// envValue returns the value the environment gives the global flag name.
+func envValue(name string) (string, bool) {
+	for _, f := range globalFlags() {
+		sf, ok := f.(*cli.StringFlag)
+		if !ok || sf.Name != name {
+			continue
+		}
+		for _, ev := range sf.EnvVars {
+			if v, ok := os.LookupEnv(ev); ok {
+				return v, true
+			}
+		}
+	}
+	return "", false
 }
 
 func loadGlobals(c *cli.Context) (globals, error) {

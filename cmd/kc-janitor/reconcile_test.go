@@ -62,3 +62,21 @@ func TestReconcileUnreachable(t *testing.T) {
 		})
 	}
 }
+
+// TestFlagBeatsEnvironmentAtEitherPosition: a global flag typed before the
+// command wins over its environment variable, as one typed after it does.
+func TestFlagBeatsEnvironmentAtEitherPosition(t *testing.T) {
+	t.Setenv("KC_FORMAT", "text")
+	for _, args := range [][]string{
+		{"--format", "json", "reconcile", "--podman-url", "unix:///nonexistent/podman.sock"},
+		{"reconcile", "--format", "json", "--podman-url", "unix:///nonexistent/podman.sock"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			t.Setenv("PATH", t.TempDir())
+			_, out := runJanitorCapture(t, args...)
+			if !json.Valid([]byte(out)) {
+				t.Errorf("output is not JSON: %q", out)
+			}
+		})
+	}
+}

@@ -1,0 +1,165 @@
+package doctor
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
+)
+
+// BootTime reads the boot time from <procRoot>/stat (btime).
+func BootTime(procRoot string) (time.Time, error) {
+	data, err := os.ReadFile(procRoot + "/stat")
+	if err != nil {
+		return time.Time{}, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return time.Time{}, fmt.Errorf("btime %q: %w", v, err)
+			}
+			return time.Unix(n, 0), nil
+		}
+	}
+	return time.Time{}, errors.New("no btime in " + procRoot + "/stat")
+}
+
+// AliveInput is what HookAlive looks at.
+type AliveInput struct {
+	// StateDir and LogFile are where the hook writes (see HookStateDir).
+	StateDir, LogFile string
+	Boot              time.Time
+	// LiveContainers is how many containers podman lists as live; -1
+	// when podman could not be asked.
+	LiveContainers int
+	Now            time.Time
+}
+
+// hookRun is the latest evidence of a hook run.
+type hookRun struct {
+	stage string
+	at    time.Time
+}
+
+// logTail is how much of the end of the hook's log is read.
+const logTail = 1 << 20
+
+// readHookLog counts the hook's log lines written since boot and returns
+// the latest one.
+func readHookLog(path string, boot time.Time) (int, hookRun, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, hookRun{}, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > logTail {
+		if _, err := f.Seek(-logTail, io.SeekEnd); err != nil {
+			return 0, hookRun{}, err
+		}
+	}
+	n := 0
+	var last hookRun
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		var rec struct {
+			Time  time.Time `json:"time"`
+			Stage string    `json:"stage"`
+		}
+		if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &rec) != nil || rec.Stage == "" {
+			continue // a line cut by the seek, or not the hook's
+		}
+		if rec.Time.Before(boot) {
+			continue
+		}
+		n++
+		if rec.Time.After(last.at) {
+			last = hookRun{rec.Stage, rec.Time}
+		}
+	}
+	return n, last, sc.Err()
+}
+
+// readLedgerRuns counts the ledger records with a stage run since boot and
+// returns the latest stage.
+func readLedgerRuns(stateDir string, boot time.Time) (int, hookRun, error) {
+	st, err := ledger.OpenReadOnly(stateDir)
+	if err != nil {
+		return 0, hookRun{}, err
+	}
+	recs, _ := st.List()
+	n := 0
+	var last hookRun
+	for _, r := range recs {
+		if !st.Current(r) {
+			continue
+		}
+		counted := false
+		for stage, at := range r.Stages {
+			if at.Before(boot) {
+				continue
+			}
+			if !counted {
+				n++
+				counted = true
+			}
+			if at.After(last.at) {
+				last = hookRun{stage, at}
+			}
+		}
+	}
+	return n, last, nil
+}
+
+// HookAlive checks for evidence that the hook has run since boot: log lines
+// or ledger stages. Without any, it says why it cannot tell, or warns when
+// podman lists live containers the hook should have seen.
+func HookAlive(in AliveInput) Check {
+	if in.Now.IsZero() {
+		in.Now = time.Now()
+	}
+	logN, logLast, logErr := readHookLog(in.LogFile, in.Boot)
+	recN, recLast, recErr := readLedgerRuns(in.StateDir, in.Boot)
+	last := logLast
+	if recLast.at.After(last.at) {
+		last = recLast
+	}
+	var problems []string
+	if logErr != nil && !errors.Is(logErr, fs.ErrNotExist) {
+		problems = append(problems, "log: "+logErr.Error())
+	}
+	if recErr != nil && !errors.Is(recErr, fs.ErrNotExist) {
+		problems = append(problems, "ledger: "+recErr.Error())
+	}
+	if logN > 0 || recN > 0 {
+		c := newCheck(NameHookAlive, OK, "%s and %s since boot; last: %s %s ago",
+			plural(logN, "log line", "log lines"), plural(recN, "container recorded", "containers recorded"),
+			last.stage, in.Now.Sub(last.at).Round(time.Second))
+		c.Items = problems
+		return c
+	}
+	where := fmt.Sprintf("nothing since boot (%s) in %s or %s/containers", in.Boot.Format(time.RFC3339), in.LogFile, in.StateDir)
+	var c Check
+	switch {
+	case in.LiveContainers > 0:
+		c = newCheck(NameHookAlive, Warn, "%s, yet podman lists %s: the hook does not fire, or runs with another state dir",
+			where, plural(in.LiveContainers, "live container", "live containers"))
+	case in.LiveContainers == 0:
+		c = newCheck(NameHookAlive, OK, "cannot tell yet: %s, and no container is live", where)
+	default:
+		c = newCheck(NameHookAlive, Warn, "cannot tell: %s, and podman could not be asked for live containers", where)
+	}
+	c.Items = problems
+	return c
+}

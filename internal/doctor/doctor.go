@@ -1,0 +1,162 @@
+// Package doctor holds kc-janitor doctor's host checks and their verdicts:
+// is the hook installed so that podman actually runs it, has it run, can
+// podman be asked, is the ledger usable, and is anything left to clean up.
+//
+// Each check turns what it finds into a Check with a verdict (ok, warn,
+// error) and a one-line detail; the command prints one line per check and
+// exits with the worst verdict (0, 1, 2).
+package doctor
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Verdict of one check. Its numeric value is the exit code it stands for.
+type Verdict int
+
+// Verdicts, from best to worst.
+const (
+	OK    Verdict = 0
+	Warn  Verdict = 1
+	Error Verdict = 2
+)
+
+// String is the verdict as printed in the text report.
+func (v Verdict) String() string {
+	switch v {
+	case OK:
+		return "ok"
+	case Warn:
+		return "WARN"
+	}
+	return "ERROR"
+}
+
+// MarshalJSON renders the verdict as "ok", "warn" or "error".
+func (v Verdict) MarshalJSON() ([]byte, error) {
+	return json.Marshal(strings.ToLower(v.String()))
+}
+
+// UnmarshalJSON is MarshalJSON's inverse.
+func (v *Verdict) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	switch s {
+	case "ok":
+		*v = OK
+	case "warn":
+		*v = Warn
+	case "error":
+		*v = Error
+	default:
+		return fmt.Errorf("unknown verdict %q", s)
+	}
+	return nil
+}
+
+// Check is the outcome of one check.
+type Check struct {
+	// Name is the check's stable identifier (hook-installed, ...), used
+	// in JSON and as the metrics label.
+	Name string `json:"name"`
+	// Label is what the text report prints.
+	Label   string  `json:"label"`
+	Verdict Verdict `json:"verdict"`
+	// Detail says why, in one line.
+	Detail string `json:"detail"`
+	// Items are details worth a line each (the stray trees, the broken
+	// descriptors, ...).
+	Items []string `json:"items,omitempty"`
+}
+
+// Check names, in report order.
+const (
+	NameHookInstalled = "hook-installed"
+	NameHookAlive     = "hook-alive"
+	NamePodman        = "podman"
+	NameStateDir      = "state-dir"
+	NameStrays        = "stray-trees"
+	NameSockets       = "orphan-sockets"
+	NameSessions      = "abandoned-sessions"
+)
+
+// Names lists every check, in report order.
+var Names = []string{NameHookInstalled, NameHookAlive, NamePodman, NameStateDir, NameStrays, NameSockets, NameSessions}
+
+var labels = map[string]string{
+	NameHookInstalled: "hook installed",
+	NameHookAlive:     "hook alive",
+	NamePodman:        "podman ground truth",
+	NameStateDir:      "state dir and ledger",
+	NameStrays:        "orphaned supervisor trees",
+	NameSockets:       "orphan sockets",
+	NameSessions:      "abandoned sessions",
+}
+
+func newCheck(name string, v Verdict, format string, args ...any) Check {
+	return Check{Name: name, Label: labels[name], Verdict: v, Detail: fmt.Sprintf(format, args...)}
+}
+
+// Report is every check's outcome.
+type Report struct {
+	Checks []Check `json:"checks"`
+	// Worst is the worst verdict; the exit code is its value.
+	Worst Verdict `json:"worst"`
+	// Fix is true when --fix was given.
+	Fix bool `json:"fix"`
+}
+
+// Add appends a check and updates Worst.
+func (r *Report) Add(c Check) {
+	r.Checks = append(r.Checks, c)
+	if c.Verdict > r.Worst {
+		r.Worst = c.Verdict
+	}
+}
+
+// labelWidth is the width labels are padded to with dots.
+const labelWidth = 30
+
+// WriteText prints one line per check, `label .... verdict (detail)`, and
+// the items indented below it.
+func (r Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	for _, c := range r.Checks {
+		dots := labelWidth - len(c.Label) - 1
+		if dots < 3 {
+			dots = 3
+		}
+		fmt.Fprintf(&b, "%s %s %s", c.Label, strings.Repeat(".", dots), c.Verdict)
+		if c.Detail != "" {
+			fmt.Fprintf(&b, " (%s)", c.Detail)
+		}
+		b.WriteByte('\n')
+		for _, it := range c.Items {
+			fmt.Fprintf(&b, "    %s\n", it)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteJSON prints the report as one JSON object.
+func (r Report) WriteJSON(w io.Writer) error {
+	if r.Checks == nil {
+		r.Checks = []Check{}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, one)
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}

@@ -1,0 +1,433 @@
+package doctor
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/cull"
+	"github.com/kc-watchman/kc-watchman/internal/kallichore"
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/liveness"
+	"github.com/kc-watchman/kc-watchman/internal/reconcile"
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
+)
+
+// fakeHook is an executable standing in for the installed kc-hook.
+func fakeHook(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "kc-hook")
+	if err := os.WriteFile(p, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func descriptor(path, stage string, env ...string) string {
+	d := map[string]any{
+		"version": "1.0.0",
+		"hook":    map[string]any{"path": path, "args": []string{"kc-hook", stage}, "env": env, "timeout": 30},
+		"when":    map[string]any{"always": true},
+		"stages":  []string{stage},
+	}
+	b, _ := json.Marshal(d)
+	return string(b)
+}
+
+func write(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// installPair writes the two descriptors the repository ships.
+func installPair(t *testing.T, dir, hook string, env ...string) {
+	write(t, dir, "kc-hook-createruntime.json", descriptor(hook, "createRuntime", env...))
+	write(t, dir, "kc-hook-poststop.json", descriptor(hook, "poststop", env...))
+}
+
+func TestShippedDescriptorsAreValid(t *testing.T) {
+	files, _ := filepath.Glob("../../hooks.d/*.json")
+	if len(files) == 0 {
+		t.Fatal("no descriptors in hooks.d")
+	}
+	hook := fakeHook(t)
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data = bytes.ReplaceAll(data, []byte("/usr/local/libexec/oci/hooks.d/kc-hook"), []byte(hook))
+		if d := ParseDescriptor(f, data); !d.Valid() {
+			t.Errorf("%s: %v", f, d.Problems)
+		}
+	}
+}
+
+func TestHookInstalled(t *testing.T) {
+	state := "/run/kc-watchman"
+	for _, c := range []struct {
+		name  string
+		setup func(t *testing.T, dir string)
+		want  Verdict
+		text  string // in the detail or an item
+	}{
+		{"installed", func(t *testing.T, dir string) { installPair(t, dir, fakeHook(t)) }, OK, "kc-hook-poststop.json"},
+		{"no descriptor", func(t *testing.T, dir string) {
+			other := filepath.Join(t.TempDir(), "other-hook")
+			os.WriteFile(other, []byte("#!/bin/sh\n"), 0o755)
+			write(t, dir, "other.json", `{"version":"1.0.0","hook":{"path":"`+other+`"},"when":{"always":true},"stages":["poststop"]}`)
+		}, Error, "no kc-hook descriptor"},
+		{"no hooks dir at all", func(t *testing.T, dir string) {}, Error, "no kc-hook descriptor"},
+		{"binary missing", func(t *testing.T, dir string) {
+			installPair(t, dir, "/nonexistent/libexec/kc-hook")
+		}, Error, "does not exist: podman silently drops"},
+		{"binary not executable", func(t *testing.T, dir string) {
+			h := fakeHook(t)
+			os.Chmod(h, 0o644)
+			installPair(t, dir, h)
+		}, Error, "not executable"},
+		{"malformed descriptor", func(t *testing.T, dir string) {
+			write(t, dir, "kc-hook-poststop.json", `{"version": "1.0.0", "hook": {"path": "/x/kc-hook"`)
+			write(t, dir, "kc-hook-createruntime.json", descriptor(fakeHook(t), "createRuntime"))
+		}, Error, "malformed JSON"},
+		{"malformed next to a working pair", func(t *testing.T, dir string) {
+			installPair(t, dir, fakeHook(t))
+			write(t, dir, "kc-hook-old.json", `{"version": "1.0.0", "hook": `)
+		}, Warn, "malformed JSON"},
+		{"wrong version", func(t *testing.T, dir string) {
+			installPair(t, dir, fakeHook(t))
+			p := filepath.Join(dir, "kc-hook-poststop.json")
+			data, _ := os.ReadFile(p)
+			os.WriteFile(p, bytes.Replace(data, []byte(`"1.0.0"`), []byte(`"0.1.0"`), 1), 0o644)
+		}, Error, `version "0.1.0"`},
+		{"two stages in one file", func(t *testing.T, dir string) {
+			h := fakeHook(t)
+			write(t, dir, "kc-hook.json", `{"version":"1.0.0","hook":{"path":"`+h+`","args":["kc-hook","poststop"]},"when":{"always":true},"stages":["createRuntime","poststop"]}`)
+		}, Error, "same args"},
+		{"stage argument differs", func(t *testing.T, dir string) {
+			h := fakeHook(t)
+			write(t, dir, "kc-hook-createruntime.json", descriptor(h, "createRuntime"))
+			write(t, dir, "kc-hook-poststop.json", `{"version":"1.0.0","hook":{"path":"`+h+`","args":["kc-hook","createRuntime"]},"when":{"always":true},"stages":["poststop"]}`)
+		}, Error, "runs kc-hook as createRuntime"},
+		{"when matches nothing", func(t *testing.T, dir string) {
+			h := fakeHook(t)
+			write(t, dir, "kc-hook-createruntime.json", descriptor(h, "createRuntime"))
+			write(t, dir, "kc-hook-poststop.json", `{"version":"1.0.0","hook":{"path":"`+h+`","args":["kc-hook","poststop"]},"when":{"always":false},"stages":["poststop"]}`)
+		}, Error, "matches no container"},
+		{"bad annotation pattern", func(t *testing.T, dir string) {
+			h := fakeHook(t)
+			write(t, dir, "kc-hook-createruntime.json", descriptor(h, "createRuntime"))
+			write(t, dir, "kc-hook-poststop.json", `{"version":"1.0.0","hook":{"path":"`+h+`","args":["kc-hook","poststop"]},"when":{"annotations":{"(":"x"}},"stages":["poststop"]}`)
+		}, Error, "bad pattern"},
+		{"annotation-only is fine", func(t *testing.T, dir string) {
+			h := fakeHook(t)
+			write(t, dir, "kc-hook-createruntime.json", descriptor(h, "createRuntime"))
+			write(t, dir, "kc-hook-poststop.json", `{"version":"1.0.0","hook":{"path":"`+h+`","args":["kc-hook","poststop"]},"when":{"annotations":{"^io\\.kc-watchman\\.enable$":"^true$"}},"stages":["poststop"]}`)
+		}, OK, "only for containers matching annotation"},
+		{"only createRuntime", func(t *testing.T, dir string) {
+			write(t, dir, "kc-hook-createruntime.json", descriptor(fakeHook(t), "createRuntime"))
+		}, Error, "poststop not covered"},
+		{"only poststop", func(t *testing.T, dir string) {
+			write(t, dir, "kc-hook-poststop.json", descriptor(fakeHook(t), "poststop"))
+		}, Warn, "no init process"},
+		{"other state dir", func(t *testing.T, dir string) {
+			installPair(t, dir, fakeHook(t), "KC_STATE_DIR=/var/lib/elsewhere")
+		}, Warn, "the janitor reads /run/kc-watchman"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "hooks.d")
+			c.setup(t, dir)
+			got, _ := HookInstalled([]string{dir}, state)
+			all := got.Detail + "\n" + strings.Join(got.Items, "\n")
+			if got.Verdict != c.want || !strings.Contains(all, c.text) {
+				t.Errorf("verdict %v, want %v; want %q in:\n%s", got.Verdict, c.want, c.text, all)
+			}
+		})
+	}
+}
+
+// A descriptor in a directory of higher precedence masks one of the same
+// name, as podman does; a broken override breaks a good default.
+func TestHookInstalledMasking(t *testing.T) {
+	base := t.TempDir()
+	low, high := filepath.Join(base, "usr"), filepath.Join(base, "etc")
+	installPair(t, low, fakeHook(t))
+	write(t, high, "kc-hook-poststop.json", descriptor("/gone/kc-hook", "poststop"))
+	got, descs := HookInstalled([]string{low, high}, "/run/kc-watchman")
+	if got.Verdict != Error || !strings.Contains(strings.Join(got.Items, "\n"), "masked by "+filepath.Join(high, "kc-hook-poststop.json")) {
+		t.Errorf("%+v", got)
+	}
+	if len(descs) != 3 {
+		t.Errorf("%d descriptors, want 3", len(descs))
+	}
+}
+
+func TestHooksDirs(t *testing.T) {
+	if got := HooksDirs([]string{"/a"}, []string{"/b"}); strings.Join(got, ",") != "/a" {
+		t.Errorf("explicit: %v", got)
+	}
+	got := HooksDirs(nil, []string{DefaultHooksDir, "/srv/hooks"})
+	want := []string{DefaultHooksDir, OverrideHooksDir, "/srv/hooks"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+func TestHookStateDir(t *testing.T) {
+	dir := t.TempDir()
+	installPair(t, dir, fakeHook(t), "KC_STATE_DIR=/srv/kc", "KC_HOOK_LOG=/var/log/kc-hook.log")
+	descs, _ := FindDescriptors([]string{dir})
+	sd, lf := HookStateDir(descs, "/run/kc-watchman")
+	if sd != "/srv/kc" || lf != "/var/log/kc-hook.log" {
+		t.Errorf("got %s %s", sd, lf)
+	}
+	sd, lf = HookStateDir(nil, "/run/kc-watchman")
+	if sd != "/run/kc-watchman" || lf != "/run/kc-watchman/kc-hook.log" {
+		t.Errorf("default: %s %s", sd, lf)
+	}
+}
+
+func TestHookAlive(t *testing.T) {
+	boot := time.Now().Add(-time.Hour)
+	now := time.Now()
+	logLine := func(at time.Time, stage string) string {
+		b, _ := json.Marshal(map[string]any{"time": at, "level": "INFO", "msg": "recorded", "stage": stage, "container": strings.Repeat("a", 64)})
+		return string(b) + "\n"
+	}
+	t.Run("log lines since boot", func(t *testing.T) {
+		dir := t.TempDir()
+		log := write(t, dir, "kc-hook.log", logLine(boot.Add(-time.Minute), "poststop")+"garbage\n"+
+			logLine(now.Add(-2*time.Minute), "createRuntime")+logLine(now.Add(-time.Minute), "poststop"))
+		c := HookAlive(AliveInput{StateDir: dir, LogFile: log, Boot: boot, LiveContainers: 3, Now: now})
+		if c.Verdict != OK || !strings.Contains(c.Detail, "2 log lines") || !strings.Contains(c.Detail, "last: poststop 1m0s ago") {
+			t.Errorf("%+v", c)
+		}
+	})
+	t.Run("ledger stages since boot", func(t *testing.T) {
+		dir := t.TempDir()
+		st, err := ledger.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Update(strings.Repeat("b", 64), func(r *ledger.Record) error {
+			r.Stages = map[string]time.Time{"createRuntime": now.Add(-5 * time.Minute)}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		c := HookAlive(AliveInput{StateDir: dir, LogFile: filepath.Join(dir, "none.log"), Boot: boot, LiveContainers: 1, Now: now})
+		if c.Verdict != OK || !strings.Contains(c.Detail, "1 container recorded") {
+			t.Errorf("%+v", c)
+		}
+	})
+	for _, c := range []struct {
+		live int
+		want Verdict
+		text string
+	}{
+		{2, Warn, "the hook does not fire"},
+		{0, OK, "cannot tell yet"},
+		{-1, Warn, "podman could not be asked"},
+	} {
+		dir := t.TempDir()
+		log := write(t, dir, "kc-hook.log", logLine(boot.Add(-time.Minute), "poststop"))
+		got := HookAlive(AliveInput{StateDir: filepath.Join(dir, "missing"), LogFile: log, Boot: boot, LiveContainers: c.live, Now: now})
+		if got.Verdict != c.want || !strings.Contains(got.Detail, c.text) {
+			t.Errorf("live %d: %+v", c.live, got)
+		}
+	}
+}
+
+func TestBootTime(t *testing.T) {
+	bt, err := BootTime("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bt.After(time.Now()) || time.Since(bt) > 10*365*24*time.Hour {
+		t.Errorf("boot time %v", bt)
+	}
+}
+
+func TestStateDir(t *testing.T) {
+	t.Run("missing", func(t *testing.T) {
+		c := StateDir(filepath.Join(t.TempDir(), "nope"))
+		if c.Verdict != Warn || !strings.Contains(c.Detail, "does not exist") {
+			t.Errorf("%+v", c)
+		}
+	})
+	t.Run("not a directory", func(t *testing.T) {
+		c := StateDir(write(t, t.TempDir(), "f", "x"))
+		if c.Verdict != Error {
+			t.Errorf("%+v", c)
+		}
+	})
+	t.Run("good, with records", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "state")
+		st, err := ledger.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Update(strings.Repeat("c", 64), func(*ledger.Record) error { return nil })
+		c := StateDir(dir)
+		if c.Verdict != OK || !strings.Contains(c.Detail, "1 ledger record (1 from this boot)") {
+			t.Errorf("%+v", c)
+		}
+		ents, _ := os.ReadDir(filepath.Join(dir, "containers"))
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), ".doctor") {
+				t.Errorf("probe file left: %s", e.Name())
+			}
+		}
+	})
+	t.Run("unreadable record and loose mode", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "state")
+		if _, err := ledger.Open(dir); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(dir, "containers"), strings.Repeat("d", 64)+".json", "{torn")
+		os.Chmod(dir, 0o777)
+		c := StateDir(dir)
+		all := c.Detail + strings.Join(c.Items, "\n")
+		if c.Verdict != Warn || !strings.Contains(all, "unreadable record") || !strings.Contains(all, "mode 0777") {
+			t.Errorf("%+v", c)
+		}
+	})
+	if os.Geteuid() == 0 {
+		return // root writes anywhere: not-writable needs another user
+	}
+	t.Run("not writable", func(t *testing.T) {
+		dir := t.TempDir()
+		os.Chmod(dir, 0o500)
+		defer os.Chmod(dir, 0o700)
+		if c := StateDir(dir); c.Verdict != Error {
+			t.Errorf("%+v", c)
+		}
+	})
+}
+
+func TestPodmanVerdict(t *testing.T) {
+	if c := Podman(liveness.Set{}, liveness.ErrUnknown); c.Verdict != Warn || !strings.Contains(c.Detail, "could not be looked for") {
+		t.Errorf("unreachable: %+v", c)
+	}
+	set := liveness.Set{Source: liveness.SourceCLI, Endpoint: "podman ps", States: map[string]string{"x": "running"}, Live: map[string]bool{"x": true}}
+	if c := Podman(set, nil); c.Verdict != OK || !strings.Contains(c.Detail, "the CLI did") {
+		t.Errorf("cli: %+v", c)
+	}
+	set.UID = liveness.UIDUnknown
+	if c := Podman(set, nil); c.Verdict != Warn {
+		t.Errorf("tcp: %+v", c)
+	}
+}
+
+func TestStraysVerdict(t *testing.T) {
+	tree := func(action string) reconcile.Tree {
+		return reconcile.Tree{ContainerID: strings.Repeat("e", 64), PGID: 42, AgeSeconds: 100, Action: action,
+			Members: []reconcile.Member{{PID: 42, Comm: "kcserver"}}}
+	}
+	rep := func(actions ...string) reconcile.Report {
+		r := reconcile.Report{LivenessKnown: true}
+		for _, a := range actions {
+			r.Trees = append(r.Trees, tree(a))
+		}
+		return r
+	}
+	for _, c := range []struct {
+		name string
+		in   StraysInput
+		want Verdict
+		text string
+	}{
+		{"unknown", StraysInput{LivenessErr: errors.New("x")}, Warn, "not checked"},
+		{"none", StraysInput{Report: rep(reconcile.SkipLive, reconcile.SkipYoung)}, OK, "none (2 trees"},
+		{"dry", StraysInput{Report: rep(reconcile.WouldReap, reconcile.SkipLive)}, Warn, "1 stray tree:"},
+		{"fixed", StraysInput{Report: rep(reconcile.Reaped, reconcile.Gone), Fix: true}, OK, "fixed: reaped 2"},
+		{"would not die", StraysInput{Report: rep(reconcile.Reaped, reconcile.WouldNotDie), Fix: true}, Error, "1 would not die"},
+	} {
+		got := Strays(c.in)
+		if got.Verdict != c.want || !strings.Contains(got.Detail, c.text) {
+			t.Errorf("%s: %+v", c.name, got)
+		}
+	}
+	got := Strays(StraysInput{Report: rep(reconcile.WouldReap)})
+	if len(got.Items) != 1 || !strings.Contains(got.Items[0], "eeeeeeeeeeee pgid 42") || !strings.Contains(got.Items[0], "kcserver(42)") {
+		t.Errorf("items %q", got.Items)
+	}
+}
+
+func TestSocketsVerdict(t *testing.T) {
+	rep := &sockets.Report{Sockets: []*sockets.Socket{
+		{Path: "/tmp/kc-1.sock", PID: 1, Kind: sockets.KindControl, Verdict: sockets.VerdictLive},
+		{Path: "/tmp/kc-2.sock", PID: 2, Kind: sockets.KindControl, Verdict: sockets.VerdictStale, Reason: "gone"},
+	}}
+	c := Sockets(rep, nil)
+	if c.Verdict != Warn || !strings.Contains(c.Detail, "1 stale") || len(c.Items) != 1 {
+		t.Errorf("%+v", c)
+	}
+	rep.Sockets = rep.Sockets[:1]
+	if c := Sockets(rep, nil); c.Verdict != OK {
+		t.Errorf("%+v", c)
+	}
+	if c := Sockets(nil, errors.New("boom")); c.Verdict != Warn {
+		t.Errorf("%+v", c)
+	}
+}
+
+func TestSessionsVerdict(t *testing.T) {
+	idle := kallichore.ActiveSession{SessionID: "s1", Language: "python", Status: "idle", IdleSeconds: 90000}
+	sups := []cull.Supervisor{{Source: cull.Source{Socket: "/tmp/kc-1.sock", PID: 1}, SessionsTotal: 2, Candidates: []kallichore.ActiveSession{idle}}}
+	c := Sessions(sups, 86400, nil)
+	if c.Verdict != Warn || !strings.Contains(c.Detail, "1 session idle") || len(c.Items) != 1 {
+		t.Errorf("%+v", c)
+	}
+	sups[0].Candidates = nil
+	if c := Sessions(sups, 86400, nil); c.Verdict != OK || !strings.Contains(c.Detail, "0 sessions") {
+		t.Errorf("%+v", c)
+	}
+	sups[0].Err = errors.New("refused")
+	if c := Sessions(sups, 86400, nil); c.Verdict != Warn {
+		t.Errorf("%+v", c)
+	}
+}
+
+func TestReportOutput(t *testing.T) {
+	var r Report
+	r.Add(newCheck(NameHookInstalled, OK, "fine"))
+	r.Add(newCheck(NameStrays, Warn, "2 stray trees"))
+	r.Checks[1].Items = []string{"tree one"}
+	if r.Worst != Warn {
+		t.Errorf("worst %v", r.Worst)
+	}
+	var b bytes.Buffer
+	r.WriteText(&b)
+	want := "hook installed ............... ok (fine)\n" +
+		"orphaned supervisor trees .... WARN (2 stray trees)\n" +
+		"    tree one\n"
+	if b.String() != want {
+		t.Errorf("text:\n%s\nwant:\n%s", b.String(), want)
+	}
+	b.Reset()
+	r.Add(newCheck(NameStateDir, Error, "bad"))
+	r.WriteJSON(&b)
+	var back Report
+	if err := json.Unmarshal(b.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Worst != Error || len(back.Checks) != 3 || back.Checks[2].Name != NameStateDir {
+		t.Errorf("%+v", back)
+	}
+	if !strings.Contains(b.String(), `"verdict": "warn"`) {
+		t.Errorf("json: %s", b.String())
+	}
+}

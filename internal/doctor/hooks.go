@@ -1,0 +1,404 @@
+package doctor
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// Podman's and CRI-O's default hook directories, in increasing precedence:
+// a descriptor in OverrideHooksDir masks one of the same file name in
+// DefaultHooksDir (oci-hooks(5)).
+const (
+	DefaultHooksDir  = "/usr/share/containers/oci/hooks.d"
+	OverrideHooksDir = "/etc/containers/oci/hooks.d"
+)
+
+// HookName is the hook binary's name: a descriptor whose path or argv[0]
+// ends in it, or whose file name contains it, is kc-hook's.
+const HookName = "kc-hook"
+
+// oci-hooks(5) 1.0.0 stages.
+var validStages = map[string]bool{
+	"prestart": true, "createRuntime": true, "createContainer": true,
+	"startContainer": true, "poststart": true, "poststop": true,
+}
+
+// Stages at which kc-hook records the container's init process.
+var recordStages = []string{"createRuntime", "prestart", "poststart"}
+
+// Descriptor is one kc-hook descriptor as found on disk.
+type Descriptor struct {
+	// File is the descriptor's path.
+	File string `json:"file"`
+	// Path, Args, Env, Timeout and Stages are as declared.
+	Path    string   `json:"path,omitempty"`
+	Args    []string `json:"args,omitempty"`
+	Env     []string `json:"env,omitempty"`
+	Timeout *int     `json:"timeout,omitempty"`
+	Stages  []string `json:"stages,omitempty"`
+	// When describes the descriptor's condition in words.
+	When string `json:"when,omitempty"`
+	// Problems make podman drop or misuse the descriptor.
+	Problems []string `json:"problems,omitempty"`
+	// MaskedBy is set when a descriptor of the same file name in a
+	// directory of higher precedence hides this one.
+	MaskedBy string `json:"masked_by,omitempty"`
+}
+
+// Valid reports whether podman would load the descriptor and run it as
+// intended.
+func (d Descriptor) Valid() bool { return len(d.Problems) == 0 && d.MaskedBy == "" }
+
+// EnvValue returns the value of key in the descriptor's env, if set.
+func (d Descriptor) EnvValue(key string) (string, bool) {
+	v, ok := "", false
+	for _, kv := range d.Env {
+		if k, val, found := strings.Cut(kv, "="); found && k == key {
+			v, ok = val, true // the last one wins, as in execve's environ lookups
+		}
+	}
+	return v, ok
+}
+
+// descriptorJSON is the oci-hooks(5) 1.0.0 schema. Like podman, unknown
+// fields are ignored.
+type descriptorJSON struct {
+	Version *string `json:"version"`
+	Hook    *struct {
+		Path    string   `json:"path"`
+		Args    []string `json:"args"`
+		Env     []string `json:"env"`
+		Timeout *int     `json:"timeout"`
+	} `json:"hook"`
+	When *struct {
+		Always        *bool             `json:"always"`
+		Annotations   map[string]string `json:"annotations"`
+		Commands      []string          `json:"commands"`
+		HasBindMounts *bool             `json:"hasBindMounts"`
+	} `json:"when"`
+	Stages []string `json:"stages"`
+}
+
+// ParseDescriptor validates one descriptor's content (file is its path, for
+// messages). It checks what podman checks when it loads a descriptor —
+// version 1.0.0, a hook path that exists, compilable patterns, known stages
+// — and what makes kc-hook misbehave although podman loads it: a path that
+// is not an executable file, a when that matches nothing, several stages in
+// one file (podman passes them all the same args), and a stage argument
+// that differs from the stage.
+func ParseDescriptor(file string, data []byte) Descriptor {
+	d := Descriptor{File: file}
+	var j descriptorJSON
+	if err := json.Unmarshal(data, &j); err != nil {
+		d.Problems = append(d.Problems, "malformed JSON: "+err.Error())
+		return d
+	}
+	switch {
+	case j.Version == nil:
+		d.Problems = append(d.Problems, `no "version" (want "1.0.0")`)
+	case *j.Version != "1.0.0":
+		d.Problems = append(d.Problems, fmt.Sprintf("version %q, want \"1.0.0\"", *j.Version))
+	}
+	if j.Hook == nil {
+		d.Problems = append(d.Problems, `no "hook" object`)
+	} else {
+		d.Path, d.Args, d.Env, d.Timeout = j.Hook.Path, j.Hook.Args, j.Hook.Env, j.Hook.Timeout
+		d.Problems = append(d.Problems, checkPath(d.Path)...)
+		if d.Timeout != nil && *d.Timeout <= 0 {
+			d.Problems = append(d.Problems, fmt.Sprintf("hook.timeout %d: must be positive", *d.Timeout))
+		}
+	}
+	if j.When == nil {
+		d.Problems = append(d.Problems, `no "when": the hook matches no container`)
+	} else {
+		w := j.When
+		var conds []string
+		if w.Always != nil {
+			if *w.Always {
+				conds = append(conds, "always")
+			} else {
+				d.Problems = append(d.Problems, `when.always is false: the hook matches no container`)
+			}
+		}
+		for k, v := range w.Annotations {
+			for _, p := range []string{k, v} {
+				if _, err := regexp.Compile(p); err != nil {
+					d.Problems = append(d.Problems, fmt.Sprintf("when.annotations: bad pattern %q: %v", p, err))
+				}
+			}
+			conds = append(conds, fmt.Sprintf("annotation %s=%s", k, v))
+		}
+		for _, c := range w.Commands {
+			if _, err := regexp.Compile(c); err != nil {
+				d.Problems = append(d.Problems, fmt.Sprintf("when.commands: bad pattern %q: %v", c, err))
+			}
+			conds = append(conds, "command "+c)
+		}
+		if w.HasBindMounts != nil && *w.HasBindMounts {
+			conds = append(conds, "has bind mounts")
+		}
+		sort.Strings(conds)
+		if len(conds) == 0 && (w.Always == nil || *w.Always) {
+			d.Problems = append(d.Problems, `"when" sets no condition: the hook matches no container`)
+		}
+		d.When = strings.Join(conds, " and ")
+	}
+	d.Stages = j.Stages
+	switch {
+	case len(j.Stages) == 0:
+		d.Problems = append(d.Problems, `no "stages"`)
+	case len(j.Stages) > 1:
+		d.Problems = append(d.Problems, fmt.Sprintf("%d stages (%s) in one descriptor: podman passes every stage the same args, so kc-hook would run as one stage for all; use one file per stage",
+			len(j.Stages), strings.Join(j.Stages, ", ")))
+	}
+	for _, s := range j.Stages {
+		if !validStages[s] {
+			d.Problems = append(d.Problems, fmt.Sprintf("unknown stage %q", s))
+		}
+	}
+	if len(j.Stages) == 1 && validStages[j.Stages[0]] && j.Hook != nil {
+		if arg := stageArg(d.Args); arg != j.Stages[0] && !(arg == "prestart" && j.Stages[0] == "createRuntime") &&
+			!(arg == "createRuntime" && j.Stages[0] == "prestart") {
+			if arg == "" {
+				d.Problems = append(d.Problems, fmt.Sprintf("args %q name no stage: kc-hook needs its stage (%s) as the last argument", d.Args, j.Stages[0]))
+			} else {
+				d.Problems = append(d.Problems, fmt.Sprintf("registered for %s but runs kc-hook as %s (last argument)", j.Stages[0], arg))
+			}
+		}
+	}
+	return d
+}
+
+// stageArg is the stage kc-hook would run as: its last argument (argv[0]
+// excluded).
+func stageArg(args []string) string {
+	if len(args) < 2 {
+		return ""
+	}
+	return args[len(args)-1]
+}
+
+// checkPath returns why the hook binary at p would not run.
+func checkPath(p string) []string {
+	if p == "" {
+		return []string{`no hook.path`}
+	}
+	if !filepath.IsAbs(p) {
+		return []string{fmt.Sprintf("hook.path %s is not absolute", p)}
+	}
+	st, err := os.Stat(p)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return []string{fmt.Sprintf("hook.path %s does not exist: podman silently drops this descriptor (install the binary there, or fix the path)", p)}
+	case err != nil:
+		return []string{fmt.Sprintf("hook.path %s: %v", p, err)}
+	case !st.Mode().IsRegular():
+		return []string{fmt.Sprintf("hook.path %s is not a regular file (%s)", p, st.Mode().Type())}
+	case st.Mode().Perm()&0o111 == 0:
+		return []string{fmt.Sprintf("hook.path %s is not executable (mode %04o)", p, st.Mode().Perm())}
+	}
+	return nil
+}
+
+// isKCHook reports whether a descriptor file is kc-hook's: by its name, or
+// (for a file too broken to parse) by mentioning kc-hook at all.
+func isKCHook(name string, data []byte, d Descriptor) bool {
+	if strings.Contains(name, HookName) {
+		return true
+	}
+	if filepath.Base(d.Path) == HookName || (len(d.Args) > 0 && filepath.Base(d.Args[0]) == HookName) {
+		return true
+	}
+	return d.Path == "" && bytes.Contains(data, []byte(HookName))
+}
+
+// FindDescriptors reads the *.json descriptors of kc-hook in dirs, given
+// in increasing precedence (later dirs mask earlier ones by file name, as
+// podman does). Missing directories are skipped; other read errors are
+// returned.
+func FindDescriptors(dirs []string) ([]Descriptor, []error) {
+	var out []Descriptor
+	var errs []error
+	byName := map[string]int{} // file name -> index in out of the winner
+	for _, dir := range dirs {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		for _, e := range ents {
+			name := e.Name()
+			if !strings.HasSuffix(name, ".json") || e.IsDir() {
+				continue
+			}
+			file := filepath.Join(dir, name)
+			data, err := os.ReadFile(file)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			d := ParseDescriptor(file, data)
+			if i, seen := byName[name]; seen {
+				out[i].MaskedBy = file // ours or not, it hides ours
+			}
+			if !isKCHook(name, data, d) {
+				continue
+			}
+			byName[name] = len(out)
+			out = append(out, d)
+		}
+	}
+	return out, errs
+}
+
+// HooksDirs returns the directories doctor looks in, in increasing
+// precedence: explicit (--hooks-dir) replaces everything, as it does for
+// podman; otherwise the containers.conf hooks_dir entries and the two
+// defaults.
+func HooksDirs(explicit, conf []string) []string {
+	if len(explicit) > 0 {
+		return explicit
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, d := range append([]string{DefaultHooksDir, OverrideHooksDir}, conf...) {
+		d = filepath.Clean(d)
+		if !seen[d] {
+			seen[d] = true
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// HookInstalled checks that podman will run kc-hook at poststop (an error
+// otherwise) and at a stage that records the init process (a warning
+// otherwise). stateDir is the janitor's; a hook writing elsewhere is a
+// warning too, since the janitor would not read its ledger.
+func HookInstalled(dirs []string, stateDir string) (Check, []Descriptor) {
+	descs, errs := FindDescriptors(dirs)
+	where := strings.Join(dirs, ", ")
+	var items []string
+	for _, err := range errs {
+		items = append(items, "unreadable: "+err.Error())
+	}
+	byStage := map[string][]Descriptor{}
+	for _, d := range descs {
+		switch {
+		case d.MaskedBy != "":
+			items = append(items, fmt.Sprintf("%s: masked by %s", d.File, d.MaskedBy))
+		case !d.Valid():
+			for _, p := range d.Problems {
+				items = append(items, fmt.Sprintf("%s: %s", d.File, p))
+			}
+		default:
+			for _, s := range d.Stages {
+				byStage[s] = append(byStage[s], d)
+			}
+		}
+	}
+	if len(descs) == 0 {
+		c := newCheck(NameHookInstalled, Error, "no kc-hook descriptor in %s", where)
+		c.Items = items
+		return c, descs
+	}
+	post := byStage["poststop"]
+	if len(post) == 0 {
+		c := newCheck(NameHookInstalled, Error, "poststop not covered: podman will not run kc-hook when containers stop")
+		c.Items = items
+		return c, descs
+	}
+	verdict := OK
+	var notes []string
+	var recorders []Descriptor
+	for _, s := range recordStages {
+		recorders = append(recorders, byStage[s]...)
+	}
+	if len(recorders) == 0 {
+		verdict = Warn
+		notes = append(notes, "no createRuntime/poststart descriptor: the ledger gets no init process")
+	}
+	for s, ds := range byStage {
+		if len(ds) > 1 {
+			verdict = Warn
+			var files []string
+			for _, d := range ds {
+				files = append(files, d.File)
+			}
+			sort.Strings(files)
+			items = append(items, fmt.Sprintf("stage %s registered %d times (%s): the hook runs that often", s, len(ds), strings.Join(files, ", ")))
+		}
+	}
+	if len(items) > 0 && verdict == OK {
+		verdict = Warn // broken or masked descriptors next to working ones
+	}
+	for _, d := range append(post, recorders...) {
+		hookDir := stateDir
+		if v, ok := d.EnvValue("KC_STATE_DIR"); ok {
+			hookDir = v
+		}
+		if filepath.Clean(hookDir) != filepath.Clean(stateDir) {
+			verdict = Warn
+			items = append(items, fmt.Sprintf("%s: the hook keeps its ledger in %s, the janitor reads %s (--state-dir / KC_STATE_DIR)", d.File, hookDir, stateDir))
+		}
+	}
+	var files []string
+	for _, d := range post {
+		files = append(files, d.File)
+	}
+	for _, d := range recorders {
+		files = append(files, d.File)
+	}
+	detail := fmt.Sprintf("%s -> %s", strings.Join(files, ", "), post[0].Path)
+	if w := post[0].When; w != "" && w != "always" {
+		detail += "; only for containers matching " + w
+	}
+	if len(notes) > 0 {
+		detail += "; " + strings.Join(notes, "; ")
+	}
+	c := newCheck(NameHookInstalled, verdict, "%s", detail)
+	c.Items = items
+	return c, descs
+}
+
+// HookStateDir is the state dir the installed poststop hook writes (its
+// descriptor's KC_STATE_DIR), else def; and its log file (KC_HOOK_LOG, else
+// <state dir>/kc-hook.log).
+func HookStateDir(descs []Descriptor, def string) (stateDir, logFile string) {
+	stateDir = def
+	for _, d := range descs {
+		if !d.Valid() || !contains(d.Stages, "poststop") {
+			continue
+		}
+		if v, ok := d.EnvValue("KC_STATE_DIR"); ok && v != "" {
+			stateDir = v
+		}
+		if v, ok := d.EnvValue("KC_HOOK_LOG"); ok && v != "" {
+			logFile = v
+		}
+		break
+	}
+	if logFile == "" {
+		logFile = filepath.Join(stateDir, "kc-hook.log")
+	}
+	return stateDir, logFile
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,82 @@
+package doctor
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
+)
+
+// StateDir checks the janitor's state dir: present, a directory, writable
+// (a file is created and removed), not writable by others (the ledger
+// names processes to kill), and every ledger record readable.
+func StateDir(dir string) Check {
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return newCheck(NameStateDir, Warn, "%s does not exist: kc-hook creates it on its first run; until then reconcile has no ledger", dir)
+	case err != nil:
+		return newCheck(NameStateDir, Error, "%v", err)
+	case !st.IsDir():
+		return newCheck(NameStateDir, Error, "%s is not a directory", dir)
+	}
+	var items []string
+	verdict := OK
+	for _, d := range []string{dir, filepath.Join(dir, "containers")} {
+		if err := probeWritable(d); err != nil {
+			if errors.Is(err, fs.ErrNotExist) && d != dir {
+				continue // the hook creates it with the first record
+			}
+			return newCheck(NameStateDir, Error, "%s is not writable: %v", d, err)
+		}
+		if st, err := os.Stat(d); err == nil {
+			if st.Mode().Perm()&0o022 != 0 {
+				verdict = Warn
+				items = append(items, fmt.Sprintf("%s has mode %04o: others can write the ledger, which names processes to kill (want 0700)", d, st.Mode().Perm()))
+			}
+			if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Geteuid() {
+				verdict = Warn
+				items = append(items, fmt.Sprintf("%s is owned by uid %d, not %d", d, sys.Uid, os.Geteuid()))
+			}
+		}
+	}
+	store, err := ledger.OpenReadOnly(dir)
+	if err != nil {
+		c := newCheck(NameStateDir, verdict, "%s writable; no ledger records yet", dir)
+		c.Items = items
+		return c
+	}
+	recs, errs := store.List()
+	current := 0
+	for _, r := range recs {
+		if store.Current(r) {
+			current++
+		}
+	}
+	for _, e := range errs {
+		verdict = Warn
+		items = append(items, "unreadable record: "+e.Error())
+	}
+	detail := fmt.Sprintf("%s writable; %s (%d from this boot)", dir, plural(len(recs), "ledger record", "ledger records"), current)
+	if len(errs) > 0 {
+		detail += fmt.Sprintf("; %d unreadable (reconcile ignores them)", len(errs))
+	}
+	c := newCheck(NameStateDir, verdict, "%s", detail)
+	c.Items = items
+	return c
+}
+
+// probeWritable creates and removes a file in dir.
+func probeWritable(dir string) error {
+	f, err := os.CreateTemp(dir, ".doctor-probe-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}

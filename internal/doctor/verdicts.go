@@ -1,0 +1,160 @@
+package doctor
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/cull"
+	"github.com/kc-watchman/kc-watchman/internal/liveness"
+	"github.com/kc-watchman/kc-watchman/internal/reconcile"
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
+)
+
+// Podman turns a liveness answer into a check. Unreachable is a warning
+// that says what could not be checked, never a silent ok.
+func Podman(set liveness.Set, err error) Check {
+	if err != nil {
+		return newCheck(NamePodman, Warn, "unreachable, so stray trees could not be looked for (reconcile would touch nothing): %v", err)
+	}
+	detail := fmt.Sprintf("%s %s answered in %s: %s, %d live; ground truth for uid %d",
+		set.Source, set.Endpoint, set.Took.Round(time.Millisecond),
+		plural(len(set.States), "container", "containers"), len(set.Live), set.UID)
+	if set.UID == liveness.UIDUnknown {
+		return newCheck(NamePodman, Warn, "%s: the endpoint's owner is unknown (tcp), so no tree can be judged a stray", detail)
+	}
+	if set.Source == liveness.SourceCLI {
+		detail += " (the API did not answer; the CLI did)"
+	}
+	return newCheck(NamePodman, OK, "%s", detail)
+}
+
+// StraysInput is what the strays check looks at.
+type StraysInput struct {
+	// LivenessErr is set when podman could not be asked; Report is then
+	// meaningless.
+	LivenessErr error
+	Report      reconcile.Report
+	// Fix is true when the strays were reaped (reconcile --apply).
+	Fix bool
+}
+
+func describeTree(t reconcile.Tree) string {
+	cid := t.ContainerID
+	if len(cid) > 12 {
+		cid = cid[:12]
+	}
+	var ms []string
+	for _, m := range t.Members {
+		ms = append(ms, fmt.Sprintf("%s(%d)", m.Comm, m.PID))
+	}
+	age := "age ?"
+	if t.AgeSeconds >= 0 {
+		age = "age " + (time.Duration(t.AgeSeconds) * time.Second).String()
+	}
+	s := fmt.Sprintf("container %s pgid %d uid %d %s: %s: %s", cid, t.PGID, t.UID, age, strings.Join(ms, " "), t.Action)
+	if t.Error != nil {
+		s += ": " + *t.Error
+	}
+	return s
+}
+
+// Strays checks for supervisor trees whose container is gone.
+func Strays(in StraysInput) Check {
+	if in.LivenessErr != nil {
+		return newCheck(NameStrays, Warn, "not checked: podman ground truth unknown; nothing was touched")
+	}
+	rep := in.Report
+	var items []string
+	for _, t := range rep.Trees {
+		switch t.Action {
+		case reconcile.WouldReap, reconcile.Reaped, reconcile.Gone, reconcile.WouldNotDie:
+			items = append(items, describeTree(t))
+		}
+	}
+	others := len(rep.Trees) - len(items)
+	if len(items) == 0 {
+		return newCheck(NameStrays, OK, "none (%s with a live container, young, or not ours)", plural(others, "tree", "trees"))
+	}
+	var c Check
+	switch {
+	case !in.Fix:
+		c = newCheck(NameStrays, Warn, "%s: run kc-janitor doctor --fix or kc-janitor reconcile --apply to reap",
+			plural(len(items), "stray tree", "stray trees"))
+	case rep.Count(reconcile.WouldNotDie) > 0:
+		c = newCheck(NameStrays, Error, "reaped %d, %d would not die", rep.Count(reconcile.Reaped)+rep.Count(reconcile.Gone), rep.Count(reconcile.WouldNotDie))
+	default:
+		c = newCheck(NameStrays, OK, "fixed: reaped %s", plural(rep.Count(reconcile.Reaped)+rep.Count(reconcile.Gone), "stray tree", "stray trees"))
+	}
+	c.Items = items
+	return c
+}
+
+// Sockets checks for orphan kc-*.sock sockets (a dry-run sweep).
+func Sockets(rep *sockets.Report, err error) Check {
+	if err != nil {
+		return newCheck(NameSockets, Warn, "could not sweep: %v", err)
+	}
+	count := map[sockets.Verdict]int{}
+	var items []string
+	for _, s := range rep.Sockets {
+		count[s.Verdict]++
+		if s.Verdict == sockets.VerdictStale {
+			items = append(items, fmt.Sprintf("%s (%s, pid %d): %s", s.Path, s.Kind, s.PID, s.Reason))
+		}
+	}
+	for _, e := range rep.DirErrors {
+		items = append(items, "unreadable: "+e.Error())
+	}
+	summary := fmt.Sprintf("%s: %d live, %d stale, %d unknown", plural(len(rep.Sockets), "socket", "sockets"),
+		count[sockets.VerdictLive], count[sockets.VerdictStale], count[sockets.VerdictUnknown])
+	verdict := OK
+	if count[sockets.VerdictStale] > 0 {
+		verdict = Warn
+		summary += "; run kc-janitor sweep --apply to unlink the stale ones"
+	}
+	if len(rep.DirErrors) > 0 {
+		verdict = Warn
+	}
+	c := newCheck(NameSockets, verdict, "%s", summary)
+	c.Items = items
+	return c
+}
+
+// Sessions checks for abandoned kernel sessions (a cull audit).
+func Sessions(sups []cull.Supervisor, thresholdSeconds int64, err error) Check {
+	if err != nil {
+		return newCheck(NameSessions, Warn, "could not audit: %v", err)
+	}
+	n, unreadable := 0, 0
+	var mem int64
+	var items []string
+	for _, s := range sups {
+		if s.Err != nil {
+			unreadable++
+			items = append(items, fmt.Sprintf("%s (pid %d): cannot read sessions: %v", s.Socket, s.PID, s.Err))
+			continue
+		}
+		for _, c := range s.Candidates {
+			n++
+			mem += c.MemoryBytes()
+			items = append(items, fmt.Sprintf("%s (pid %d): session %s (%s) idle %ds, %d bytes, %s",
+				s.Socket, s.PID, c.SessionID, c.Language, c.IdleSeconds, c.MemoryBytes(), c.WorkingDirectory))
+		}
+	}
+	limit := time.Duration(thresholdSeconds) * time.Second
+	detail := fmt.Sprintf("%s idle and disconnected for more than %s in %s", plural(n, "session", "sessions"), limit,
+		plural(len(sups), "live supervisor", "live supervisors"))
+	verdict := OK
+	if n > 0 {
+		verdict = Warn
+		detail += fmt.Sprintf(", holding %d bytes; see kc-janitor cull", mem)
+	}
+	if unreadable > 0 {
+		verdict = Warn
+		detail += fmt.Sprintf("; %d unreadable", unreadable)
+	}
+	c := newCheck(NameSessions, verdict, "%s", detail)
+	c.Items = items
+	return c
+}

@@ -194,6 +194,7 @@ type entry struct {
 	uid     int
 	dev     uint64
 	ino     uint64
+	ctime   unix.Timespec
 	changed time.Time // the later of ctime and mtime
 }
 
@@ -242,7 +243,7 @@ func (d *dir) lstat(name string) (*entry, error) {
 	return &entry{
 		dir: d, name: name,
 		mode: st.Mode & unix.S_IFMT, uid: int(st.Uid),
-		dev: st.Dev, ino: st.Ino, changed: changed,
+		dev: st.Dev, ino: st.Ino, ctime: st.Ctim, changed: changed,
 	}, nil
 }
 

@@ -183,7 +183,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 		for _, e := range ents {
 			all = append(all, &Socket{
 				Path: e.shownPath(), PID: e.parsed.PID, Kind: e.parsed.Kind, Session: e.parsed.Session,
-				UID: e.uid, ID: FileID{Dev: e.dev, Ino: e.ino, UID: e.uid}, e: e,
+				UID: e.uid, ID: FileID{Dev: e.dev, Ino: e.ino, UID: e.uid, CtimeSec: e.ctime.Sec, CtimeNsec: e.ctime.Nsec}, e: e,
 			})
 		}
 	}

@@ -322,7 +322,7 @@ func TestPodmanVerdict(t *testing.T) {
 		t.Errorf("unreachable: %+v", c)
 	}
 	set := liveness.Set{Source: liveness.SourceCLI, Endpoint: "podman ps", States: map[string]string{"x": "running"}, Live: map[string]bool{"x": true}}
-	if c := Podman(set, nil); c.Verdict != OK || !strings.Contains(c.Detail, "the CLI did") {
+	if c := Podman(set, nil); c.Verdict != OK || !strings.Contains(c.Detail, "the API did not answer") {
 		t.Errorf("cli: %+v", c)
 	}
 	set.UID = liveness.UIDUnknown
@@ -350,7 +350,7 @@ func TestStraysVerdict(t *testing.T) {
 		text string
 	}{
 		{"unknown", StraysInput{LivenessErr: errors.New("x")}, Warn, "not checked"},
-		{"none", StraysInput{Report: rep(reconcile.SkipLive, reconcile.SkipYoung)}, OK, "none (2 trees"},
+		{"none", StraysInput{Report: rep(reconcile.SkipLive, reconcile.SkipYoung)}, OK, "none; 2 trees"},
 		{"dry", StraysInput{Report: rep(reconcile.WouldReap, reconcile.SkipLive)}, Warn, "1 stray tree:"},
 		{"fixed", StraysInput{Report: rep(reconcile.Reaped, reconcile.Gone), Fix: true}, OK, "fixed: reaped 2"},
 		{"would not die", StraysInput{Report: rep(reconcile.Reaped, reconcile.WouldNotDie), Fix: true}, Error, "1 would not die"},

@@ -17,14 +17,13 @@ func Podman(set liveness.Set, err error) Check {
 	if err != nil {
 		return newCheck(NamePodman, Warn, "unreachable, so stray trees could not be looked for (reconcile would touch nothing): %v", err)
 	}
-	detail := fmt.Sprintf("%s %s answered in %s: %s, %d live; ground truth for uid %d",
-		set.Source, set.Endpoint, set.Took.Round(time.Millisecond),
-		plural(len(set.States), "container", "containers"), len(set.Live), set.UID)
+	detail := fmt.Sprintf("%s %s: %s, %d live, uid %d (%s)", set.Source, set.Endpoint,
+		plural(len(set.States), "container", "containers"), len(set.Live), set.UID, set.Took.Round(time.Millisecond))
 	if set.UID == liveness.UIDUnknown {
 		return newCheck(NamePodman, Warn, "%s: the endpoint's owner is unknown (tcp), so no tree can be judged a stray", detail)
 	}
 	if set.Source == liveness.SourceCLI {
-		detail += " (the API did not answer; the CLI did)"
+		detail += "; the API did not answer"
 	}
 	return newCheck(NamePodman, OK, "%s", detail)
 }
@@ -73,8 +72,11 @@ func Strays(in StraysInput) Check {
 		}
 	}
 	others := len(rep.Trees) - len(items)
-	if len(items) == 0 {
-		return newCheck(NameStrays, OK, "none (%s with a live container, young, or not ours)", plural(others, "tree", "trees"))
+	switch {
+	case len(items) == 0 && others == 0:
+		return newCheck(NameStrays, OK, "none")
+	case len(items) == 0:
+		return newCheck(NameStrays, OK, "none; %s with a live container, young, or not ours", plural(others, "tree", "trees"))
 	}
 	var c Check
 	switch {
@@ -143,7 +145,7 @@ func Sessions(sups []cull.Supervisor, thresholdSeconds int64, err error) Check {
 		}
 	}
 	limit := time.Duration(thresholdSeconds) * time.Second
-	detail := fmt.Sprintf("%s idle and disconnected for more than %s in %s", plural(n, "session", "sessions"), limit,
+	detail := fmt.Sprintf("%s idle and disconnected for more than %s in %s", plural(n, "session", "sessions"), shortDuration(limit),
 		plural(len(sups), "live supervisor", "live supervisors"))
 	verdict := OK
 	if n > 0 {
@@ -157,4 +159,21 @@ func Sessions(sups []cull.Supervisor, thresholdSeconds int64, err error) Check {
 	c := newCheck(NameSessions, verdict, "%s", detail)
 	c.Items = items
 	return c
+}
+
+// ScanFailed is the strays check when /proc could not be scanned.
+func ScanFailed(err error) Check {
+	return newCheck(NameStrays, Error, "cannot scan processes: %v", err)
+}
+
+// shortDuration drops a duration's zero tails: 24h, 90m, 1h30m.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

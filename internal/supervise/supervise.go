@@ -70,8 +70,9 @@ type Options struct {
 	// Poll is the interval of liveness checks while tearing down; default
 	// 20ms.
 	Poll time.Duration
-	// Refresh is how often the ledger snapshot is refreshed; default 10s.
-	// It is written only when the membership changed.
+	// Refresh is how often the ledger snapshot is refreshed once the
+	// command has run a while (default 10s; the first refreshes come
+	// sooner). It is written only when the membership changed.
 	Refresh time.Duration
 	Logger  *slog.Logger
 }
@@ -241,9 +242,12 @@ func (r *runner) lead() error {
 }
 
 // wait returns why the child's run ended: "exited", "init exited" or
-// "stop signal". It refreshes the ledger snapshot meanwhile.
+// "stop signal". It refreshes the ledger snapshot meanwhile: often at
+// first, while the supervisor starts its first kernels, then every
+// Refresh.
 func (r *runner) wait(ctx context.Context, initDead <-chan struct{}) string {
-	t := time.NewTicker(r.o.Refresh)
+	every := min(250*time.Millisecond, r.o.Refresh)
+	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
 		select {
@@ -255,6 +259,8 @@ func (r *runner) wait(ctx context.Context, initDead <-chan struct{}) string {
 			return "stop signal"
 		case <-t.C:
 			r.refresh()
+			every = min(2*every, r.o.Refresh)
+			t.Reset(every)
 		}
 	}
 }

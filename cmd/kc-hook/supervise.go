@@ -32,8 +32,8 @@ func superviseCommand() *cli.Command {
 		Flags: []cli.Flag{
 			// Also accepted after "supervise"; when absent there, the
 			// global flags (and their environment variables) apply.
-			&cli.StringFlag{Name: "state-dir", Usage: "ledger `DIR` for the group's snapshots (default: the global --state-dir)"},
-			&cli.DurationFlag{Name: "kill-grace", Usage: "wait between SIGTERM and SIGKILL (default: the global --kill-grace)"},
+			&cli.StringFlag{Name: "state-dir", Usage: "ledger `DIR` for the group's snapshots", DefaultText: "the global --state-dir"},
+			&cli.DurationFlag{Name: "kill-grace", Usage: "wait between SIGTERM and SIGKILL", DefaultText: "the global --kill-grace"},
 			&cli.IntFlag{Name: "max-restarts", Value: supervise.DefaultMaxRestarts, Usage: "restarts of a COMMAND that exits before giving up (0: never restart)", EnvVars: []string{"KC_SUPERVISE_MAX_RESTARTS"}},
 			&cli.DurationFlag{Name: "restart-delay", Value: supervise.DefaultRestartDelay, Usage: "first backoff before a restart; doubles per restart", EnvVars: []string{"KC_SUPERVISE_RESTART_DELAY"}},
 			&cli.DurationFlag{Name: "max-restart-delay", Value: time.Minute, Usage: "cap on the backoff", EnvVars: []string{"KC_SUPERVISE_MAX_RESTART_DELAY"}},

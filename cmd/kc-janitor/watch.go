@@ -1,13 +1,285 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kc-watchman/kc-watchman/internal/cull"
+	"github.com/kc-watchman/kc-watchman/internal/kallichore"
+	"github.com/kc-watchman/kc-watchman/internal/metrics"
+	"github.com/kc-watchman/kc-watchman/internal/reconcile"
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
+)
 
 func watchCommand() *cli.Command {
+	flags := []cli.Flag{
+		&cli.DurationFlag{Name: "interval", Value: 15 * time.Minute, Usage: "time between the starts of two rounds", EnvVars: []string{"KC_WATCH_INTERVAL"}},
+		&cli.BoolFlag{Name: "reconcile-apply", Usage: "reap stray trees (default: dry run)", EnvVars: []string{"KC_RECONCILE_APPLY", "KC_APPLY"}},
+		&cli.BoolFlag{Name: "sweep-apply", Usage: "unlink stale sockets (default: dry run)", EnvVars: []string{"KC_SWEEP", "KC_APPLY"}},
+		&cli.BoolFlag{Name: "no-cull", Usage: "skip the session audit", EnvVars: []string{"KC_WATCH_NO_CULL"}},
+		&cli.BoolFlag{Name: "once", Usage: "run one round and exit with its worst exit code (for a systemd timer or cron)", EnvVars: []string{"KC_WATCH_ONCE"}},
+		&cli.StringFlag{Name: flagIdle, Value: "24h", Usage: "cull: report sessions idle longer than `DURATION` (or seconds)", EnvVars: []string{"KC_IDLE", "KC_IDLE_SECONDS"}},
+	}
+	flags = append(flags, reconcileFlags()...)
+	flags = append(flags, probeFlags()...)
 	return &cli.Command{
 		Name:  "watch",
-		Usage: "not implemented yet",
-		Action: func(c *cli.Context) error {
-			return cli.Exit("watch: not implemented yet", exitFailed)
-		},
+		Usage: "run reconcile, sweep and cull every --interval (for a systemd service or a DaemonSet)",
+		Description: `Each round runs reconcile, then sweep, then cull, with the same meaning
+and flags as the single commands; reconcile and sweep are dry runs unless
+--reconcile-apply / --sweep-apply (KC_APPLY=1 turns both on; cull never
+kills). Every round logs one summary line per step; --metrics-file is
+rewritten after every round.
+
+A round that fails (podman unreachable, an unreadable directory, a tree
+that would not die, even a crash inside a step) is logged and the next
+round runs on time. SIGTERM or SIGINT stop the loop after the current
+round (a second signal abandons it) and the exit status is 0.
+
+Examples:
+   kc-janitor watch --interval 15m
+   KC_APPLY=1 kc-janitor watch --interval 5m --metrics-file /var/lib/prometheus/node-exporter/kc-janitor.prom
+   kc-janitor watch --once                    # one round, for a timer`,
+		Flags:  flags,
+		Action: runWatch,
 	}
+}
+
+// watchConfig is everything a round needs, resolved once.
+type watchConfig struct {
+	g           globals
+	reconcile   reconcile.Options
+	sockets     sockets.Config
+	sweepApply  bool
+	cull        bool
+	threshold   int64
+	metricsFile string
+	flags       *cli.Context // for queryLiveness's flags
+}
+
+func runWatch(c *cli.Context) error {
+	g, err := loadGlobals(c)
+	if err != nil {
+		return err
+	}
+	opt, err := reconcileOptions(c, g)
+	if err != nil {
+		return err
+	}
+	scfg, err := probeConfig(c, g)
+	if err != nil {
+		return err
+	}
+	threshold, err := cull.ParseIdle(c.String(flagIdle))
+	if err != nil {
+		return usageErr("--idle: %v", err)
+	}
+	interval := c.Duration("interval")
+	if interval <= 0 {
+		return usageErr("--interval must be positive")
+	}
+	log, closeLog, err := newLogger(g, g.LogFile)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
+	log = log.With("cmd", "watch")
+	opt.Apply = c.Bool("reconcile-apply")
+	opt.Logger = log.With("step", "reconcile")
+	wc := watchConfig{
+		g: g, reconcile: opt, sockets: scfg, sweepApply: c.Bool("sweep-apply"), cull: !c.Bool("no-cull"),
+		threshold: threshold, metricsFile: sharedString(c, flagMetricsFile), flags: c,
+	}
+	round := func(ctx context.Context) int { return watchRound(ctx, wc, log) }
+
+	if c.Bool("once") {
+		if code := round(c.Context); code != exitOK {
+			return cli.Exit("", code)
+		}
+		return nil
+	}
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	stopping := make(chan struct{})
+	roundCtx, cancelRound := context.WithCancel(c.Context)
+	defer cancelRound()
+	go func() {
+		sig := <-sigs
+		log.Info("stopping after the current round", "signal", sig.String())
+		close(stopping)
+		sig = <-sigs
+		log.Warn("abandoning the current round", "signal", sig.String())
+		cancelRound()
+	}()
+	log.Info("watching", "interval", interval, "reconcile_apply", opt.Apply, "sweep_apply", wc.sweepApply, "cull", wc.cull)
+	watchLoop(roundCtx, stopping, interval, round, log)
+	log.Info("stopped")
+	return nil
+}
+
+// watchLoop runs round now and then every interval (measured from the
+// start of the previous round; a round longer than interval is followed by
+// the next at once) until stopping is closed. A round's outcome never ends
+// the loop.
+func watchLoop(ctx context.Context, stopping <-chan struct{}, interval time.Duration, round func(context.Context) int, log *slog.Logger) {
+	for n := 1; ; n++ {
+		start := time.Now()
+		code := round(ctx)
+		if code != exitOK {
+			log.Warn("round failed; the next one runs on time", "round", n, "exit", code)
+		}
+		select {
+		case <-stopping:
+			return
+		default:
+		}
+		wait := time.Until(start.Add(interval))
+		if wait < 0 {
+			wait = 0
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-stopping:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// watchRound runs reconcile, sweep and cull once and returns the worst
+// exit code of the three. Each step is guarded: a crash inside one is
+// logged as its failure.
+func watchRound(ctx context.Context, wc watchConfig, log *slog.Logger) int {
+	start := time.Now()
+	var ms *metrics.Set
+	if wc.metricsFile != "" {
+		ms = metrics.New()
+	}
+	worst := exitOK
+	note := func(code int) { // 3 (ground truth unknown) > 1 > 0
+		if code > worst {
+			worst = code
+		}
+	}
+
+	var liveControls []cull.Source
+	note(step(log, ms, "reconcile", func() int { return watchReconcile(ctx, wc, log, ms) }))
+	note(step(log, ms, "sweep", func() int {
+		code, srcs := watchSweep(ctx, wc, log, ms)
+		liveControls = srcs
+		return code
+	}))
+	if wc.cull {
+		note(step(log, ms, "cull", func() int { return watchCull(ctx, wc, log, ms, liveControls) }))
+	}
+	ms.Run("watch", start, time.Now(), worst == exitOK)
+	if ms != nil {
+		if err := metrics.WriteFile(wc.metricsFile, ms); err != nil {
+			log.Error("cannot write metrics", "file", wc.metricsFile, "err", err)
+		}
+	}
+	return worst
+}
+
+// step runs one step, turning a panic into a failure, and records its run.
+func step(log *slog.Logger, ms *metrics.Set, name string, f func() int) (code int) {
+	start := time.Now()
+	defer func() {
+		if r := recover(); r != nil {
+			log.Error("step crashed", "step", name, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			code = exitFailed
+		}
+		ms.Run(name, start, time.Now(), code == exitOK)
+	}()
+	return f()
+}
+
+func watchReconcile(ctx context.Context, wc watchConfig, log *slog.Logger, ms *metrics.Set) int {
+	rep, liveErr, err := reconcileOnce(ctx, wc.flags, wc.g, wc.reconcile, log.With("step", "reconcile"))
+	if liveErr != nil {
+		recordReconcile(ms, rep, false)
+		return exitUnknown // reconcileOnce logged it; nothing was touched
+	}
+	if err != nil {
+		log.Error("reconcile failed", "err", err)
+		return exitFailed
+	}
+	recordReconcile(ms, rep, true)
+	log.Info("reconcile", "source", rep.Source, "dry_run", rep.DryRun, "trees", len(rep.Trees),
+		"would_reap", rep.Count(reconcile.WouldReap), "reaped", rep.Count(reconcile.Reaped)+rep.Count(reconcile.Gone),
+		"would_not_die", rep.Count(reconcile.WouldNotDie), "ledger_collected", rep.LedgerCollected)
+	if rep.Failed() {
+		return exitFailed
+	}
+	return exitOK
+}
+
+func watchSweep(ctx context.Context, wc watchConfig, log *slog.Logger, ms *metrics.Set) (int, []cull.Source) {
+	cfg := wc.sockets
+	cfg.Apply = wc.sweepApply
+	cfg.Logger = log.With("step", "sweep")
+	rep, err := sockets.Sweep(ctx, cfg)
+	if err != nil {
+		log.Error("sweep failed", "err", err)
+		return exitFailed, nil
+	}
+	recordSweep(ms, rep)
+	count := map[sockets.Verdict]int{}
+	acted := 0
+	var live []cull.Source
+	for _, s := range rep.Sockets {
+		count[s.Verdict]++
+		if s.Action == sockets.ActionUnlinked || s.Action == sockets.ActionWouldUnlink {
+			acted++
+		}
+		if s.Kind == sockets.KindControl && s.Verdict == sockets.VerdictLive {
+			live = append(live, cull.Source{Socket: s.Path, PID: s.PID})
+		}
+	}
+	for _, e := range rep.DirErrors {
+		log.Error("socket directory", "step", "sweep", "err", e)
+	}
+	verb := "unlinked"
+	if rep.DryRun {
+		verb = "would_unlink"
+	}
+	log.Info("sweep", "dry_run", rep.DryRun, "sockets", len(rep.Sockets), "live", count[sockets.VerdictLive],
+		"stale", count[sockets.VerdictStale], "unknown", count[sockets.VerdictUnknown], verb, acted)
+	if rep.Failed() || len(rep.DirErrors) > 0 {
+		return exitFailed, live
+	}
+	return exitOK, live
+}
+
+func watchCull(ctx context.Context, wc watchConfig, log *slog.Logger, ms *metrics.Set, sources []cull.Source) int {
+	client := &kallichore.Client{Timeout: wc.sockets.Timeout}
+	sups := cull.Audit(ctx, client, sources, wc.threshold, wc.sockets.Workers)
+	recordCull(ms, sups)
+	code, n := exitOK, 0
+	for _, s := range sups {
+		if s.Err != nil {
+			code = exitFailed
+			log.Error("cannot read sessions", "step", "cull", "socket", s.Socket, "pid", s.PID, "err", s.Err)
+			continue
+		}
+		for _, cand := range s.Candidates {
+			n++
+			log.Info("cull candidate", "step", "cull", "socket", s.Socket, "pid", s.PID, "session_id", cand.SessionID,
+				"language", cand.Language, "idle_seconds", cand.IdleSeconds, "memory_bytes", cand.MemoryBytes(),
+				"working_directory", cand.WorkingDirectory)
+		}
+	}
+	log.Info("cull", "supervisors", len(sups), "abandoned_sessions", n, "threshold_seconds", wc.threshold)
+	return code
 }

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/metrics"
+)
+
+// TestWatchLoopSurvivesFailedRounds: rounds that fail or crash do not end
+// the loop; closing stopping does, after the current round.
+func TestWatchLoopSurvivesFailedRounds(t *testing.T) {
+	var n atomic.Int32
+	stopping := make(chan struct{})
+	ms := metrics.New()
+	round := func(ctx context.Context) int {
+		switch n.Add(1) {
+		case 1:
+			return exitUnknown // podman unreachable
+		case 2:
+			return step(slog.New(slog.DiscardHandler), ms, "reconcile", func() int { panic("boom") })
+		case 3:
+			return exitOK
+		default:
+			close(stopping)
+			return exitOK
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		watchLoop(context.Background(), stopping, 10*time.Millisecond, round, slog.New(slog.DiscardHandler))
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the loop did not stop")
+	}
+	if got := n.Load(); got != 4 {
+		t.Errorf("%d rounds, want 4", got)
+	}
+	fams, _ := ms.Gather()
+	found := false
+	for _, f := range fams {
+		if f.GetName() == metrics.RunSuccess {
+			found = f.Metric[0].GetGauge().GetValue() == 0
+		}
+	}
+	if !found {
+		t.Error("a crashed step was not recorded as a failed run")
+	}
+}
+
+// TestWatchLoopInterval: rounds start an interval apart, not an interval
+// after the previous round ended.
+func TestWatchLoopInterval(t *testing.T) {
+	var starts []time.Time
+	stopping := make(chan struct{})
+	round := func(context.Context) int {
+		starts = append(starts, time.Now())
+		time.Sleep(60 * time.Millisecond)
+		if len(starts) == 3 {
+			close(stopping)
+		}
+		return exitOK
+	}
+	watchLoop(context.Background(), stopping, 100*time.Millisecond, round, slog.New(slog.DiscardHandler))
+	if len(starts) != 3 {
+		t.Fatalf("%d rounds", len(starts))
+	}
+	for i := 1; i < len(starts); i++ {
+		if d := starts[i].Sub(starts[i-1]); d < 90*time.Millisecond || d > 150*time.Millisecond {
+			t.Errorf("round %d started %v after the previous one, want ~100ms", i+1, d)
+		}
+	}
+}
+
+// TestWatchCommand: the real command with podman unreachable keeps running
+// round after round, writes metrics after each, and stops cleanly (exit 0)
+// on SIGTERM.
+func TestWatchCommand(t *testing.T) {
+	dir := t.TempDir()
+	logFile := filepath.Join(dir, "watch.log")
+	mf := filepath.Join(dir, "kc.prom")
+	socks := t.TempDir()
+	orphanSock(t, socks, goneSockName(t))
+	t.Setenv("PATH", t.TempDir())
+
+	type result struct {
+		code int
+		out  string
+	}
+	res := make(chan result, 1)
+	go func() {
+		code, out := runJanitorCapture(t, "watch", "--interval", "100ms", "--podman-url", "unix:///nonexistent/podman.sock",
+			"--podman-timeout", "1s", "--socket-dir", socks, "--state-dir", filepath.Join(dir, "state"),
+			"--log-file", logFile, "--log-format", "json", "--metrics-file", mf)
+		res <- result{code, out}
+	}()
+	// Signal only once the handler is installed: it is before "watching"
+	// is logged, and SIGTERM without it would kill the test binary.
+	waitFor(t, func() bool { return countLines(logFile, `"msg":"round failed`) >= 3 })
+	if _, err := os.Stat(mf); err != nil {
+		t.Errorf("no metrics after three rounds: %v", err)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-res:
+		if r.code != exitOK {
+			t.Errorf("exit %d after SIGTERM, want 0: %s", r.code, r.out)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("watch did not stop on SIGTERM")
+	}
+	if countLines(logFile, `"msg":"stopped"`) != 1 {
+		data, _ := os.ReadFile(logFile)
+		t.Errorf("no clean stop in the log:\n%s", data)
+	}
+	fams := readMetrics(t, mf)
+	if v, ok := gauge(fams, metrics.GroundTruthKnown); !ok || v != 0 {
+		t.Errorf("ground truth known %v %v", v, ok)
+	}
+	if v, ok := gauge(fams, metrics.SocketsStale); !ok || v != 1 {
+		t.Errorf("stale sockets %v %v", v, ok)
+	}
+	for cmd, want := range map[string]float64{"reconcile": 0, "sweep": 1, "cull": 1, "watch": 0} {
+		if v, ok := gauge(fams, metrics.RunSuccess, "command", cmd); !ok || v != want {
+			t.Errorf("%s success %v %v, want %v", cmd, v, ok, want)
+		}
+	}
+}
+
+// TestWatchOnce: one round, the round's worst exit code; the dry-run
+// sweep keeps the orphan socket.
+func TestWatchOnce(t *testing.T) {
+	socks := t.TempDir()
+	sock := orphanSock(t, socks, goneSockName(t))
+	t.Setenv("PATH", t.TempDir())
+	code, _ := runJanitorCapture(t, "watch", "--once", "--podman-url", "unix:///nonexistent/podman.sock", "--socket-dir", socks)
+	if code != exitUnknown {
+		t.Errorf("exit %d, want 3 (ground truth unknown)", code)
+	}
+	if _, err := os.Lstat(sock); err != nil {
+		t.Errorf("a dry-run round removed the socket: %v", err)
+	}
+	code, _ = runJanitorCapture(t, "watch", "--once", "--podman-url", "unix:///nonexistent/podman.sock", "--socket-dir", socks, "--sweep-apply")
+	if code != exitUnknown {
+		t.Errorf("exit %d", code)
+	}
+	if _, err := os.Lstat(sock); err == nil {
+		t.Error("--sweep-apply left the stale socket")
+	}
+	if code, _ := runJanitorCapture(t, "watch", "--interval", "0s"); code != exitUsage {
+		t.Errorf("--interval 0s: exit %d, want 2", code)
+	}
+}
+
+func countLines(path, substr string) int {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(data), substr)
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -143,9 +143,9 @@ func TestDoctorText(t *testing.T) {
 // it silently) or that is not JSON is an error, exit 2.
 func TestDoctorBrokenHook(t *testing.T) {
 	for _, c := range []struct {
-		name  string
+		name   string
 		break_ func(h doctorHost)
-		text  string
+		text   string
 	}{
 		{"binary missing", func(h doctorHost) { os.Remove(h.hook) }, "podman silently drops this descriptor"},
 		{"malformed descriptor", func(h doctorHost) {

@@ -14,12 +14,20 @@ BINDIR      ?= $(PREFIX)/bin
 LIBEXECDIR  ?= $(PREFIX)/libexec
 HOOKDIR     ?= $(LIBEXECDIR)/oci/hooks.d
 HOOKSDDIR   ?= $(PREFIX)/share/containers/oci/hooks.d
+MANDIR      ?= $(PREFIX)/share/man
+UNITDIR     ?= $(PREFIX)/lib/systemd/system
+SYSCONFDIR  ?= /etc
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR  ?= $(PREFIX)/share/zsh/site-functions
+# The kc-janitor that generates the man page and completion scripts.
+JANITOR     ?= bin/kc-janitor
+UNITS       := contrib/systemd/kc-janitor.service contrib/systemd/kc-janitor.timer contrib/systemd/kc-janitor-watch.service
 
 # Test knobs: KC_E2E=1 makes missing podman a failure instead of a skip.
 TESTFLAGS   ?= -count=1 -timeout 15m
 PKGS        ?= ./...
 
-.PHONY: all build test vet fmt install uninstall demo bench clean
+.PHONY: all build test vet fmt install install-bin install-hooks install-units install-man install-completion uninstall demo bench clean
 
 all: build
 
@@ -37,18 +45,48 @@ test: vet
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
-install: build
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(HOOKDIR) $(DESTDIR)$(HOOKSDDIR)
+# Binaries, hook descriptors, systemd units (audit mode), the default
+# settings file (never overwritten), the man page and shell completion.
+install: build install-bin install-hooks install-units install-man install-completion
+
+install-bin:
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(HOOKDIR)
 	install -m 0755 bin/kc-janitor $(DESTDIR)$(BINDIR)/kc-janitor
 	install -m 0755 bin/kc-hook $(DESTDIR)$(HOOKDIR)/kc-hook
+
+install-hooks:
+	install -d $(DESTDIR)$(HOOKSDDIR)
 	for f in hooks.d/*.json; do \
 		sed 's|/usr/local/libexec/oci/hooks.d/kc-hook|$(HOOKDIR)/kc-hook|g' $$f > $(DESTDIR)$(HOOKSDDIR)/$$(basename $$f); \
 		chmod 0644 $(DESTDIR)$(HOOKSDDIR)/$$(basename $$f); \
 	done
 
+install-units:
+	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/default
+	for f in $(UNITS); do \
+		sed 's|/usr/local/bin/kc-janitor|$(BINDIR)/kc-janitor|g' $$f > $(DESTDIR)$(UNITDIR)/$$(basename $$f); \
+		chmod 0644 $(DESTDIR)$(UNITDIR)/$$(basename $$f); \
+	done
+	test -e $(DESTDIR)$(SYSCONFDIR)/default/kc-janitor || \
+		install -m 0644 contrib/systemd/kc-janitor.env $(DESTDIR)$(SYSCONFDIR)/default/kc-janitor
+
+install-man:
+	install -d $(DESTDIR)$(MANDIR)/man8
+	$(JANITOR) man > $(DESTDIR)$(MANDIR)/man8/kc-janitor.8
+	chmod 0644 $(DESTDIR)$(MANDIR)/man8/kc-janitor.8
+
+install-completion:
+	install -d $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR)
+	$(JANITOR) completion bash > $(DESTDIR)$(BASHCOMPDIR)/kc-janitor
+	$(JANITOR) completion zsh > $(DESTDIR)$(ZSHCOMPDIR)/_kc-janitor
+	chmod 0644 $(DESTDIR)$(BASHCOMPDIR)/kc-janitor $(DESTDIR)$(ZSHCOMPDIR)/_kc-janitor
+
+# Leaves $(SYSCONFDIR)/default/kc-janitor (the operator's settings) alone.
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/kc-janitor $(DESTDIR)$(HOOKDIR)/kc-hook
 	for f in hooks.d/*.json; do rm -f $(DESTDIR)$(HOOKSDDIR)/$$(basename $$f); done
+	for f in $(UNITS); do rm -f $(DESTDIR)$(UNITDIR)/$$(basename $$f); done
+	rm -f $(DESTDIR)$(MANDIR)/man8/kc-janitor.8 $(DESTDIR)$(BASHCOMPDIR)/kc-janitor $(DESTDIR)$(ZSHCOMPDIR)/_kc-janitor
 
 demo: build
 	./scripts/demo.sh

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+var units = []string{"kc-janitor.service", "kc-janitor.timer", "kc-janitor-watch.service"}
+
+const unitDir = "../../contrib/systemd"
+
+// TestUnitsVerify runs systemd-analyze verify on the units, with ExecStart
+// pointing at an existing executable as `make install` rewrites it.
+func TestUnitsVerify(t *testing.T) {
+	sa, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze not installed")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, u := range units {
+		data, err := os.ReadFile(filepath.Join(unitDir, u))
+		if err != nil {
+			t.Fatal(err)
+		}
+		data = []byte(strings.ReplaceAll(string(data), "/usr/local/bin/kc-janitor", self))
+		if err := os.WriteFile(filepath.Join(dir, u), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := []string{"verify", "--man=no"}
+	for _, u := range units {
+		args = append(args, filepath.Join(dir, u))
+	}
+	out, err := exec.Command(sa, args...).CombinedOutput()
+	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}
+
+// TestUnitsCommandLines: every ExecStart is a valid kc-janitor command
+// line, and the timer's service runs in audit mode.
+func TestUnitsCommandLines(t *testing.T) {
+	exec := regexp.MustCompile(`(?m)^ExecStart=/usr/local/bin/kc-janitor (.*)$`)
+	for _, u := range units {
+		if !strings.HasSuffix(u, ".service") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(unitDir, u))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := exec.FindStringSubmatch(string(data))
+		if m == nil {
+			t.Errorf("%s: no ExecStart=/usr/local/bin/kc-janitor (make install rewrites that path)", u)
+			continue
+		}
+		args := strings.Fields(m[1])
+		for _, a := range args {
+			if strings.Contains(a, "apply") {
+				t.Errorf("%s: %q: the shipped units must audit, not apply", u, a)
+			}
+		}
+		if code, out := runJanitorCapture(t, append(args, "--help")...); code != exitOK {
+			t.Errorf("%s: kc-janitor %s: exit %d: %s", u, m[1], code, out)
+		}
+	}
+}
+
+// TestEnvFileNamesRealVariables: every KC_ variable the settings file
+// offers is one a flag reads.
+func TestEnvFileNamesRealVariables(t *testing.T) {
+	known := map[string]bool{}
+	app := newApp()
+	for _, f := range app.Flags {
+		for _, e := range flagEnvVars(f) {
+			known[e] = true
+		}
+	}
+	for _, c := range app.Commands {
+		for _, f := range c.Flags {
+			for _, e := range flagEnvVars(f) {
+				known[e] = true
+			}
+		}
+	}
+	f, err := os.Open(filepath.Join(unitDir, "kc-janitor.env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	re := regexp.MustCompile(`^#?(KC_[A-Z_]+)=`)
+	n := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if m := re.FindStringSubmatch(line); m != nil {
+			n++
+			if !known[m[1]] {
+				t.Errorf("kc-janitor.env offers %s, which no flag reads", m[1])
+			}
+			if !strings.HasPrefix(line, "#") {
+				t.Errorf("kc-janitor.env sets %s: the shipped file must change nothing", m[1])
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("no variables found")
+	}
+}
+
+func flagEnvVars(f any) []string {
+	if e, ok := f.(interface{ GetEnvVars() []string }); ok {
+		return e.GetEnvVars()
+	}
+	return nil
+}
+
+// TestMakeInstallDestdir: `make install-units install-man
+// install-completion` into a DESTDIR, with another PREFIX, puts every file
+// in place with the binary path rewritten, and never overwrites the
+// operator's settings file.
+func TestMakeInstallDestdir(t *testing.T) {
+	mk, err := exec.LookPath("make")
+	if err != nil {
+		t.Skip("make not installed")
+	}
+	bin := filepath.Join(t.TempDir(), "kc-janitor")
+	build := exec.Command("go", "build", "-tags", "remote containers_image_openpgp", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	dest := t.TempDir()
+	settings := filepath.Join(dest, "etc/default/kc-janitor")
+	os.MkdirAll(filepath.Dir(settings), 0o755)
+	os.WriteFile(settings, []byte("KC_APPLY=1\n"), 0o644)
+	cmd := exec.Command(mk, "-C", "../..", "install-units", "install-man", "install-completion",
+		"DESTDIR="+dest, "PREFIX=/opt/kc", "JANITOR="+bin)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make: %v\n%s", err, out)
+	}
+	for _, f := range []string{
+		"opt/kc/lib/systemd/system/kc-janitor.service", "opt/kc/lib/systemd/system/kc-janitor.timer",
+		"opt/kc/lib/systemd/system/kc-janitor-watch.service", "opt/kc/share/man/man8/kc-janitor.8",
+		"opt/kc/share/bash-completion/completions/kc-janitor", "opt/kc/share/zsh/site-functions/_kc-janitor",
+	} {
+		data, err := os.ReadFile(filepath.Join(dest, f))
+		if err != nil {
+			t.Errorf("not installed: %v", err)
+			continue
+		}
+		if strings.Contains(string(data), "/usr/local/bin") {
+			t.Errorf("%s still names /usr/local/bin", f)
+		}
+		if strings.HasSuffix(f, ".service") && !strings.Contains(string(data), "ExecStart=/opt/kc/bin/kc-janitor") {
+			t.Errorf("%s: ExecStart not rewritten", f)
+		}
+	}
+	if data, _ := os.ReadFile(settings); string(data) != "KC_APPLY=1\n" {
+		t.Errorf("make install overwrote the operator's settings: %q", data)
+	}
+}

@@ -111,6 +111,10 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 	now := time.Now()
 	var mine []trees.Tree
 	for _, t := range found {
+		if t.HoldsCaller() {
+			log.Warn("not touching the hook's own process group", "pgid", t.PGID)
+			continue
+		}
 		if slices.Contains(t.ContainerIDs, st.ID) {
 			mine = append(mine, t)
 		}

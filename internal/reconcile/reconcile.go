@@ -158,6 +158,9 @@ func Run(ctx context.Context, opt Options, live liveness.Set) (Report, error) {
 	log.Debug("scanned", "processes", stats.Processes, "groups", stats.Groups, "trees", len(found), "duration", stats.Duration)
 
 	for _, t := range found {
+		if t.HoldsCaller() {
+			continue // never our own group, whatever it looks like
+		}
 		if len(opt.Containers) > 0 && !anyIn(t.ContainerIDs, opt.Containers) {
 			continue
 		}

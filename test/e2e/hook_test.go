@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -123,5 +124,48 @@ func startForeign(t *testing.T, id string) []fingerprint.Stat {
 			t.Fatalf("foreign group %d never got its kcserver", pgid)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestHookAfterContainerDiesByItself: when the container's init dies
+// without `podman stop` (killed, or exiting), conmon runs podman's cleanup,
+// which runs the poststop hook — from conmon's process group, whose members
+// carry the container ID. The hook must reap the tree and nothing of its
+// own group.
+func TestHookAfterContainerDiesByItself(t *testing.T) {
+	e := podmantest.New(t)
+	state := t.TempDir()
+	installHook(t, e, state)
+	id := e.Run(t)
+	_, tree := startTree(t, t.TempDir(), id)
+
+	if _, err := e.Podman("kill", "-s", "KILL", id); err != nil {
+		t.Fatal(err)
+	}
+	waitAllDead(t, tree, 20*time.Second)
+
+	store, err := ledger.OpenReadOnly(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		rec, err := store.Load(id)
+		if err == nil && rec.Outcome == "reaped" {
+			for _, tr := range rec.Trees {
+				if tr.Action != "reaped" && tr.Action != "gone" {
+					t.Errorf("tree %d recorded as %q (%s)", tr.PGID, tr.Action, tr.Error)
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no reaped outcome recorded: %+v, %v", rec, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	log, _ := os.ReadFile(state + "/kc-hook.log")
+	if strings.Contains(string(log), "own process group") {
+		t.Logf("the hook ran inside a group that looked like a tree (and left it alone):\n%s", log)
 	}
 }

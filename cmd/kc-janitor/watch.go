@@ -24,6 +24,7 @@ func watchCommand() *cli.Command {
 		&cli.DurationFlag{Name: "interval", Value: 15 * time.Minute, Usage: "time between the starts of two rounds", EnvVars: []string{"KC_WATCH_INTERVAL"}},
 		&cli.BoolFlag{Name: "reconcile-apply", Usage: "reap stray trees (default: dry run)", EnvVars: []string{"KC_RECONCILE_APPLY", "KC_APPLY"}},
 		&cli.BoolFlag{Name: "sweep-apply", Usage: "unlink stale sockets (default: dry run)", EnvVars: []string{"KC_SWEEP", "KC_APPLY"}},
+		&cli.BoolFlag{Name: "no-reconcile", Usage: "skip reconcile (where podman is not the container engine's ground truth, e.g. CRI-O nodes)", EnvVars: []string{"KC_WATCH_NO_RECONCILE"}},
 		&cli.BoolFlag{Name: "no-cull", Usage: "skip the session audit", EnvVars: []string{"KC_WATCH_NO_CULL"}},
 		&cli.BoolFlag{Name: "once", Usage: "run one round and exit with its worst exit code (for a systemd timer or cron)", EnvVars: []string{"KC_WATCH_ONCE"}},
 		&cli.StringFlag{Name: flagIdle, Value: "24h", Usage: "cull: report sessions idle longer than `DURATION` (or seconds)", EnvVars: []string{"KC_IDLE", "KC_IDLE_SECONDS"}},
@@ -33,7 +34,8 @@ func watchCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "watch",
 		Usage: "run reconcile, sweep and cull every --interval (for a systemd service or a DaemonSet)",
-		Description: `Each round runs reconcile, then sweep, then cull, with the same meaning
+		Description: `Each round runs reconcile, then sweep, then cull (--no-reconcile and
+--no-cull leave a step out), with the same meaning
 and flags as the single commands; reconcile and sweep are dry runs unless
 --reconcile-apply / --sweep-apply (KC_APPLY=1 turns both on; cull never
 kills). Every round logs one summary line per step; --metrics-file is
@@ -59,6 +61,7 @@ type watchConfig struct {
 	reconcile   reconcile.Options
 	sockets     sockets.Config
 	sweepApply  bool
+	reconcileOn bool
 	cull        bool
 	threshold   int64
 	metricsFile string
@@ -95,7 +98,7 @@ func runWatch(c *cli.Context) error {
 	opt.Apply = c.Bool("reconcile-apply")
 	opt.Logger = log.With("step", "reconcile")
 	wc := watchConfig{
-		g: g, reconcile: opt, sockets: scfg, sweepApply: c.Bool("sweep-apply"), cull: !c.Bool("no-cull"),
+		g: g, reconcile: opt, sockets: scfg, sweepApply: c.Bool("sweep-apply"), reconcileOn: !c.Bool("no-reconcile"), cull: !c.Bool("no-cull"),
 		threshold: threshold, metricsFile: sharedString(c, flagMetricsFile), flags: c,
 	}
 	round := func(ctx context.Context) int { return watchRound(ctx, wc, log) }
@@ -121,7 +124,8 @@ func runWatch(c *cli.Context) error {
 		log.Warn("abandoning the current round", "signal", sig.String())
 		cancelRound()
 	}()
-	log.Info("watching", "interval", interval, "reconcile_apply", opt.Apply, "sweep_apply", wc.sweepApply, "cull", wc.cull)
+	log.Info("watching", "interval", interval, "reconcile", wc.reconcileOn, "reconcile_apply", opt.Apply,
+		"sweep_apply", wc.sweepApply, "cull", wc.cull)
 	watchLoop(roundCtx, stopping, interval, round, log)
 	log.Info("stopped")
 	return nil
@@ -174,7 +178,9 @@ func watchRound(ctx context.Context, wc watchConfig, log *slog.Logger) int {
 	}
 
 	var liveControls []cull.Source
-	note(step(log, ms, "reconcile", func() int { return watchReconcile(ctx, wc, log, ms) }))
+	if wc.reconcileOn {
+		note(step(log, ms, "reconcile", func() int { return watchReconcile(ctx, wc, log, ms) }))
+	}
 	note(step(log, ms, "sweep", func() int {
 		code, srcs := watchSweep(ctx, wc, log, ms)
 		liveControls = srcs

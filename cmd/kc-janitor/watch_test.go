@@ -159,6 +159,11 @@ func TestWatchOnce(t *testing.T) {
 	if _, err := os.Lstat(sock); err == nil {
 		t.Error("--sweep-apply left the stale socket")
 	}
+	// Without reconcile, podman is not asked: the round succeeds.
+	code, _ = runJanitorCapture(t, "watch", "--once", "--no-reconcile", "--podman-url", "unix:///nonexistent/podman.sock", "--socket-dir", socks)
+	if code != exitOK {
+		t.Errorf("--no-reconcile: exit %d, want 0", code)
+	}
 	if code, _ := runJanitorCapture(t, "watch", "--interval", "0s"); code != exitUsage {
 		t.Errorf("--interval 0s: exit %d, want 2", code)
 	}

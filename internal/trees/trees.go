@@ -5,19 +5,26 @@
 // A host has tens of thousands of processes and almost none of them matter,
 // so the scan reads files only where a decision needs them: one getpgid(2)
 // per process to group them, the leader's stat per group, and full
-// identities only for the few candidate groups. Options.Full switches to
-// the simple scan that reads every process; both make the same decisions
-// about what may be signalled, which the tests check.
+// identities only for the few candidate groups. It reads those files with
+// one openat(2), read(2) and close(2) each into a reused buffer (see
+// procReader). Options.Full switches to the simple scan that reads every
+// process through package fingerprint; both make the same decisions about
+// what may be signalled, which the tests check.
 package trees
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -100,71 +107,154 @@ func Scan(opt Options) ([]Tree, Stats, error) {
 	if opt.Root == "" {
 		opt.Root = fingerprint.DefaultRoot
 	}
-	s := scanner{opt: opt, comms: map[string]bool{WrapperComm: true}}
+	comms := map[string]bool{WrapperComm: true}
 	for _, c := range opt.Comms {
-		s.comms[c] = true
+		comms[c] = true
 	}
+	var stats Stats
 	uptime, uptimeErr := readUptime(opt.Root)
 	pids, err := listPIDs(opt.Root)
 	if err != nil {
-		return nil, s.stats, err
+		return nil, stats, err
 	}
-	s.stats.Processes = len(pids)
-	groups := s.group(pids)
-	s.stats.Groups = len(groups)
+	stats.Processes = len(pids)
 
+	// The fast scan spreads its system calls over the CPUs: they are
+	// nearly all of its time, and every group is decided on its own.
+	// The full scan stays the simple, sequential reference.
+	workers := 1
+	if !opt.Full {
+		workers = max(1, min(runtime.GOMAXPROCS(0), len(pids)/minPIDsPerWorker))
+	}
+	ss := make([]*scanner, workers)
+	for i := range ss {
+		ss[i] = &scanner{opt: opt, comms: comms}
+		if !opt.Full {
+			ss[i].proc = newProcReader(opt.Root)
+			defer ss[i].proc.close()
+		}
+	}
+
+	groups := group(ss, pids)
+	stats.Groups = len(groups)
 	pgids := make([]int, 0, len(groups))
 	for pgid := range groups {
 		pgids = append(pgids, pgid)
 	}
 	sort.Ints(pgids)
 
+	found := make([]*Tree, len(pgids))
+	parallel(workers, func(w int) {
+		for i := w; i < len(pgids); i += workers {
+			if t, ok := ss[w].examine(pgids[i], groups[pgids[i]]); ok {
+				found[i] = &t
+			}
+		}
+	})
 	var out []Tree
-	for _, pgid := range pgids {
-		t, ok := s.examine(pgid, groups[pgid])
-		if !ok {
+	for _, t := range found {
+		if t == nil {
 			continue
 		}
 		t.AgeKnown = t.AgeKnown && uptimeErr == nil
 		if t.AgeKnown {
 			t.Age = youngest(t.Members, uptime)
 		}
-		out = append(out, t)
+		out = append(out, *t)
 	}
-	s.stats.Duration = time.Since(start)
-	return out, s.stats, nil
+	for _, s := range ss {
+		stats.StatReads += s.stats.StatReads
+		stats.FullReads += s.stats.FullReads
+	}
+	stats.Duration = time.Since(start)
+	return out, stats, nil
 }
 
+// minPIDsPerWorker: below this many processes per CPU, one goroutine is
+// faster than several.
+const minPIDsPerWorker = 1000
+
+// parallel runs f(0) … f(n-1) concurrently and waits for them.
+func parallel(n int, f func(w int)) {
+	var wg sync.WaitGroup
+	for w := 1; w < n; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(w)
+		}()
+	}
+	f(0)
+	wg.Wait()
+}
+
+// scanner reads and decides for one goroutine of a scan.
 type scanner struct {
 	opt   Options
 	comms map[string]bool
 	stats Stats
+	// proc is the fast scan's reader; nil for the full scan, which reads
+	// through package fingerprint.
+	proc *procReader
 }
 
-// group maps each PGID to its members. Processes that vanish are dropped.
-func (s *scanner) group(pids []int) map[int][]int {
+// readStat reads pid's stat: through the fast reader, or (full scan)
+// fingerprint.ReadStat.
+func (s *scanner) readStat(pid int) (fingerprint.Stat, error) {
+	s.stats.StatReads++
+	if s.proc != nil {
+		return s.proc.stat(pid)
+	}
+	return fingerprint.ReadStat(s.opt.Root, pid)
+}
+
+// readIdentity reads pid's full identity: through the fast reader, or
+// (full scan) fingerprint.Read.
+func (s *scanner) readIdentity(pid int) (fingerprint.Identity, error) {
+	s.stats.FullReads++
+	if s.proc != nil {
+		return s.proc.identity(pid)
+	}
+	return fingerprint.Read(s.opt.Root, pid)
+}
+
+// group maps each PGID to its members, in the order of pids. Processes
+// that vanish are dropped. On the host's /proc the fast scan asks
+// getpgid(2), spread over the scanners; otherwise (the full scan, or
+// another procfs root) it reads each process's stat.
+func group(ss []*scanner, pids []int) map[int][]int {
+	opt := ss[0].opt
+	pgidOf := make([]int, len(pids))
+	if opt.Root == fingerprint.DefaultRoot && !opt.Full {
+		chunk := (len(pids) + len(ss) - 1) / len(ss)
+		parallel(len(ss), func(w int) {
+			for i := w * chunk; i < min(len(pids), (w+1)*chunk); i++ {
+				// getpgid(2) never blocks: a raw call spares the
+				// scheduler hand-off, which costs more than the call.
+				r, _, errno := unix.RawSyscall(unix.SYS_GETPGID, uintptr(pids[i]), 0, 0)
+				if errno != 0 {
+					pgidOf[i] = -1
+					continue
+				}
+				pgidOf[i] = int(r)
+			}
+		})
+	} else {
+		for i, pid := range pids {
+			st, err := ss[0].readStat(pid)
+			if err != nil {
+				pgidOf[i] = -1
+				continue
+			}
+			pgidOf[i] = st.PGID
+		}
+	}
 	groups := make(map[int][]int, len(pids)/2)
-	hostProc := s.opt.Root == fingerprint.DefaultRoot && !s.opt.Full
-	for _, pid := range pids {
-		var pgid int
-		if hostProc {
-			var err error
-			pgid, err = unix.Getpgid(pid)
-			if err != nil {
-				continue
-			}
-		} else {
-			st, err := fingerprint.ReadStat(s.opt.Root, pid)
-			s.stats.StatReads++
-			if err != nil {
-				continue
-			}
-			pgid = st.PGID
-		}
+	for i, pgid := range pgidOf {
 		if pgid <= 0 {
-			continue // kernel threads
+			continue // gone, or a kernel thread
 		}
-		groups[pgid] = append(groups[pgid], pid)
+		groups[pgid] = append(groups[pgid], pids[i])
 	}
 	return groups
 }
@@ -175,8 +265,7 @@ func (s *scanner) examine(pgid int, pids []int) (Tree, bool) {
 	leaderLive := false
 	var leader fingerprint.Stat
 	if leaderListed {
-		st, err := fingerprint.ReadStat(s.opt.Root, pgid)
-		s.stats.StatReads++
+		st, err := s.readStat(pgid)
 		if err == nil && st.PGID == pgid && !st.Zombie() {
 			leader, leaderLive = st, true
 		}
@@ -195,8 +284,7 @@ func (s *scanner) examine(pgid int, pids []int) (Tree, bool) {
 
 	t := Tree{PGID: pgid, UID: -2, AgeKnown: true}
 	for _, pid := range pids {
-		id, err := fingerprint.Read(s.opt.Root, pid)
-		s.stats.FullReads++
+		id, err := s.readIdentity(pid)
 		if err != nil {
 			if !errors.Is(err, fingerprint.ErrNotFound) {
 				t.AgeKnown = false
@@ -257,8 +345,7 @@ func (s *scanner) examine(pgid int, pids []int) (Tree, bool) {
 // leader: does any member have a supervisor comm or a ledger identity?
 func (s *scanner) interesting(pgid int, pids []int) bool {
 	for _, pid := range pids {
-		st, err := fingerprint.ReadStat(s.opt.Root, pid)
-		s.stats.StatReads++
+		st, err := s.readStat(pid)
 		if err != nil || st.PGID != pgid || st.Zombie() {
 			continue
 		}
@@ -324,29 +411,62 @@ func ticksToDuration(t uint64) time.Duration {
 }
 
 // listPIDs reads the numeric entries of root. Threads are not listed there,
-// only thread-group leaders.
+// only thread-group leaders. It reads the directory with getdents64(2)
+// into a 64 KiB buffer and parses the names in place: a /proc with tens of
+// thousands of entries then takes a handful of calls and no allocation
+// per entry.
 func listPIDs(root string) ([]int, error) {
-	f, err := os.Open(root)
+	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("reading process list: %w", err)
+		return nil, fmt.Errorf("reading process list: %w", &os.PathError{Op: "open", Path: root, Err: err})
 	}
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	if err != nil {
-		return nil, fmt.Errorf("reading process list: %w", err)
-	}
-	pids := make([]int, 0, len(names))
-	for _, n := range names {
-		if n == "" || n[0] < '0' || n[0] > '9' {
+	defer unix.Close(fd)
+	buf := make([]byte, 64<<10)
+	pids := make([]int, 0, 1024)
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err == unix.EINTR {
 			continue
 		}
-		pid, err := strconv.Atoi(n)
 		if err != nil {
-			continue
+			return nil, fmt.Errorf("reading process list: %w", &os.PathError{Op: "getdents", Path: root, Err: err})
 		}
-		pids = append(pids, pid)
+		if n <= 0 {
+			return pids, nil
+		}
+		// struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2),
+		// d_type (1), d_name (NUL-terminated).
+		for off := 0; off+19 < n; {
+			reclen := int(binary.NativeEndian.Uint16(buf[off+16:]))
+			if reclen <= 0 || off+reclen > n {
+				break
+			}
+			name := buf[off+19 : off+reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			if pid, ok := parsePID(name); ok {
+				pids = append(pids, pid)
+			}
+			off += reclen
+		}
 	}
-	return pids, nil
+}
+
+// parsePID accepts what strconv.Atoi accepts of a name that starts with a
+// digit: decimal digits only, within int range.
+func parsePID(name []byte) (int, bool) {
+	if len(name) == 0 || len(name) > 18 {
+		return 0, false
+	}
+	v := 0
+	for _, c := range name {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + int(c-'0')
+	}
+	return v, true
 }
 
 // readUptime returns the time since boot from root/uptime.
@@ -396,4 +516,340 @@ func (t Tree) Stats() []fingerprint.Stat {
 		out[i] = m.Stat
 	}
 	return out
+}
+
+// procReader reads /proc files for the fast scan with one openat(2) (relative
+// to a descriptor of the procfs root), one read(2) and one close(2) each,
+// into a buffer it reuses. os.ReadFile, which package fingerprint uses,
+// makes about three times as many system calls per file (fstat twice,
+// fcntl, an epoll registration that procfs refuses, a read to see EOF),
+// and allocates a buffer each time; on a host with tens of thousands of
+// processes those calls are most of a scan's time.
+//
+// It returns exactly what fingerprint.ReadStat and fingerprint.Read return
+// (the same parsers, the same checks, the same error classes: ErrNotFound
+// for a process that is gone, ErrNotProcess for a thread ID, ErrMalformed
+// for unparsable data), so the scan's decisions do not depend on which
+// reader it used; TestFastScanMatchesFullScan and TestProcReaderMatchesFingerprint
+// check that.
+type procReader struct {
+	root  string
+	dirfd int // -1 when root could not be opened: paths are used instead
+	buf   []byte
+	name  []byte
+}
+
+func newProcReader(root string) *procReader {
+	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		fd = -1
+	}
+	return &procReader{root: root, dirfd: fd, buf: make([]byte, 4096), name: make([]byte, 0, 64)}
+}
+
+func (r *procReader) close() {
+	if r.dirfd >= 0 {
+		unix.Close(r.dirfd)
+		r.dirfd = -1
+	}
+}
+
+// read returns the contents of <root>/<pid>/<file>, valid until the next
+// call. stat and status are seq_file single records, which procfs hands
+// over whole in the first read(2) when the buffer is large enough: a
+// short first read is the whole file. cmdline is read to EOF.
+//
+// stat is read with raw system calls (no scheduler hand-off): reading
+// it never waits on the target process (unlike cmdline, which takes its
+// mmap lock), and the hand-offs the Go runtime makes around thousands of
+// short system calls cost more than the calls themselves.
+func (r *procReader) read(pid int, file string) ([]byte, error) {
+	single, raw := file != "cmdline", file == "stat"
+	r.name = strconv.AppendInt(r.name[:0], int64(pid), 10)
+	r.name = append(r.name, '/')
+	r.name = append(r.name, file...)
+	if r.dirfd < 0 {
+		r.name = append([]byte(r.root+"/"), r.name...)
+	}
+	r.name = append(r.name, 0)
+	fd, err := r.openat(r.name, raw)
+	if err != nil {
+		return nil, procErr(pid, err)
+	}
+	defer r.closefd(fd, raw)
+	n := 0
+	for {
+		if n == len(r.buf) {
+			r.buf = append(r.buf, make([]byte, len(r.buf))...)
+		}
+		m, err := r.readfd(fd, r.buf[n:], raw)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, procErr(pid, err)
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+		if single && n < len(r.buf) {
+			break
+		}
+	}
+	return r.buf[:n], nil
+}
+
+// openat opens the NUL-terminated path relative to the root descriptor
+// (an absolute path when there is none).
+func (r *procReader) openat(path []byte, raw bool) (int, error) {
+	dirfd := r.dirfd
+	if dirfd < 0 {
+		dirfd = unix.AT_FDCWD
+	}
+	for {
+		var fd uintptr
+		var errno unix.Errno
+		if raw {
+			fd, _, errno = unix.RawSyscall6(unix.SYS_OPENAT, uintptr(dirfd), uintptr(unsafe.Pointer(&path[0])), unix.O_RDONLY|unix.O_CLOEXEC, 0, 0, 0)
+		} else {
+			fd, _, errno = unix.Syscall6(unix.SYS_OPENAT, uintptr(dirfd), uintptr(unsafe.Pointer(&path[0])), unix.O_RDONLY|unix.O_CLOEXEC, 0, 0, 0)
+		}
+		if errno == unix.EINTR {
+			continue
+		}
+		if errno != 0 {
+			return -1, errno
+		}
+		return int(fd), nil
+	}
+}
+
+func (r *procReader) readfd(fd int, p []byte, raw bool) (int, error) {
+	var n uintptr
+	var errno unix.Errno
+	if raw {
+		n, _, errno = unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	} else {
+		n, _, errno = unix.Syscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	}
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
+}
+
+func (r *procReader) closefd(fd int, raw bool) {
+	if raw {
+		unix.RawSyscall(unix.SYS_CLOSE, uintptr(fd), 0, 0)
+		return
+	}
+	unix.Close(fd)
+}
+
+// procErr classifies a read error as package fingerprint does: a process
+// that is gone (ENOENT on open, ESRCH on read) is ErrNotFound.
+func procErr(pid int, err error) error {
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("pid %d: %w", pid, fingerprint.ErrNotFound)
+	}
+	return fmt.Errorf("pid %d: %w", pid, err)
+}
+
+// stat is fingerprint.ReadStat.
+func (r *procReader) stat(pid int) (fingerprint.Stat, error) {
+	data, err := r.read(pid, "stat")
+	if err != nil {
+		return fingerprint.Stat{}, err
+	}
+	st, err := parseStat(data)
+	if err != nil {
+		return st, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	if st.PID != pid {
+		return st, fmt.Errorf("pid %d: stat reports pid %d: %w", pid, st.PID, fingerprint.ErrMalformed)
+	}
+	return st, nil
+}
+
+// identity is fingerprint.Read: stat, then Tgid and Uid from status (a
+// thread ID is not a process), argv, and stat again (a PID recycled
+// between the reads shows another start time).
+func (r *procReader) identity(pid int) (fingerprint.Identity, error) {
+	var id fingerprint.Identity
+	st, err := r.stat(pid)
+	if err != nil {
+		return id, err
+	}
+	id.Stat = st
+	data, err := r.read(pid, "status")
+	if err != nil {
+		return id, err
+	}
+	if id.TGID, id.UID, err = parseStatusIDs(data); err != nil {
+		return id, fmt.Errorf("pid %d: status: %w", pid, err)
+	}
+	if id.TGID != pid {
+		return id, fmt.Errorf("pid %d (thread of %d): %w", pid, id.TGID, fingerprint.ErrNotProcess)
+	}
+	data, err = r.read(pid, "cmdline")
+	if err != nil {
+		return id, err
+	}
+	id.Argv = fingerprint.SplitArgv(data)
+	again, err := r.stat(pid)
+	if err != nil {
+		return id, err
+	}
+	if again.StartTicks != st.StartTicks {
+		return id, fmt.Errorf("pid %d was recycled while being read: %w", pid, fingerprint.ErrNotFound)
+	}
+	return id, nil
+}
+
+// parseStatusIDs returns the Tgid and the real UID (the first field of
+// Uid) from /proc/<pid>/status.
+func parseStatusIDs(data []byte) (tgid, uid int, err error) {
+	tgid, uid = -1, -1
+	for len(data) > 0 && (tgid < 0 || uid < 0) {
+		line := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i], data[i+1:]
+		} else {
+			data = nil
+		}
+		switch {
+		case bytes.HasPrefix(line, []byte("Tgid:")):
+			tgid, err = firstInt(line[len("Tgid:"):])
+		case bytes.HasPrefix(line, []byte("Uid:")):
+			uid, err = firstInt(line[len("Uid:"):])
+		}
+		if err != nil {
+			return -1, -1, err
+		}
+	}
+	if tgid < 0 || uid < 0 {
+		return -1, -1, fmt.Errorf("status lacks Tgid or Uid: %w", fingerprint.ErrMalformed)
+	}
+	return tgid, uid, nil
+}
+
+func firstInt(b []byte) (int, error) {
+	f := bytes.Fields(b)
+	if len(f) == 0 {
+		return 0, fmt.Errorf("%w: empty field", fingerprint.ErrMalformed)
+	}
+	v, err := strconv.Atoi(string(f[0]))
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", fingerprint.ErrMalformed, err)
+	}
+	return v, nil
+}
+
+// parseStat is fingerprint.ParseStat without its allocations (bytes.Fields
+// builds a slice of some fifty fields for each call, which on a large host
+// is most of what a scan allocates). It handles the well-formed case a
+// kernel writes: ASCII, unsigned decimal numbers. Anything else (other
+// whitespace, signs, overflow, too few fields, non-ASCII bytes) goes to
+// fingerprint.ParseStat, so the result, error included, is always the
+// one ParseStat gives; FuzzParseStat checks that.
+func parseStat(data []byte) (fingerprint.Stat, error) {
+	if st, ok := parseStatASCII(data); ok {
+		return st, nil
+	}
+	return fingerprint.ParseStat(data)
+}
+
+func parseStatASCII(data []byte) (fingerprint.Stat, bool) {
+	var st fingerprint.Stat
+	open := bytes.IndexByte(data, '(')
+	end := bytes.LastIndexByte(data, ')')
+	if open < 1 || end < open {
+		return st, false
+	}
+	head := trimASCIISpace(data[:open])
+	if len(head) == 0 || len(head) > 10 {
+		return st, false
+	}
+	pid, ok := decimal(head, 10)
+	if !ok || pid == 0 {
+		return st, false
+	}
+	st.PID = int(pid)
+	// Fields after the comm: 0 state, 1 ppid, 2 pgrp, 3 session, …,
+	// 17 num_threads, 18 itrealvalue, 19 starttime.
+	rest := data[end+1:]
+	for _, c := range rest {
+		if c >= 0x80 {
+			return st, false // bytes.Fields would apply Unicode spacing rules
+		}
+	}
+	var field [20][]byte
+	n := 0
+	for i := 0; i < len(rest) && n < len(field); {
+		for i < len(rest) && isASCIISpace(rest[i]) {
+			i++
+		}
+		j := i
+		for j < len(rest) && !isASCIISpace(rest[j]) {
+			j++
+		}
+		if j > i {
+			field[n] = rest[i:j]
+			n++
+		}
+		i = j
+	}
+	if n < len(field) || len(field[0]) != 1 {
+		return st, false
+	}
+	st.State = field[0][0]
+	for i, dst := range []*int{&st.PPID, &st.PGID, &st.SID, &st.Threads} {
+		f := field[1+i]
+		if i == 3 {
+			f = field[17]
+		}
+		v, ok := decimal(f, 18)
+		if !ok {
+			return st, false
+		}
+		*dst = int(v)
+	}
+	v, ok := decimal(field[19], 19)
+	if !ok {
+		return st, false
+	}
+	st.StartTicks = v
+	st.Comm = string(data[open+1 : end])
+	return st, true
+}
+
+// decimal parses 1 to maxLen ASCII digits.
+func decimal(b []byte, maxLen int) (uint64, bool) {
+	if len(b) == 0 || len(b) > maxLen {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	return v, true
+}
+
+// isASCIISpace is the ASCII white space of bytes.Fields.
+func isASCIISpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
+}
+
+func trimASCIISpace(b []byte) []byte {
+	for len(b) > 0 && isASCIISpace(b[0]) {
+		b = b[1:]
+	}
+	for len(b) > 0 && isASCIISpace(b[len(b)-1]) {
+		b = b[:len(b)-1]
+	}
+	return b
 }

@@ -1,0 +1,785 @@
+//go:build reliability
+
+package reliability
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+)
+
+const procRoot = "/proc"
+
+// ---------------------------------------------------------------------------
+// Binaries: kc-hook and kc-janitor built as the Makefile builds them, and
+// "supervisors" — copies of sleep(1) named after a private comm.
+
+const binEnv = "KC_REL_BIN" // set for helper processes: the binaries' dir
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+	ownBinDir bool
+
+	supMu   sync.Mutex
+	supBins = map[string]string{}
+)
+
+// binaries builds bin/kc-hook and bin/kc-janitor once (tags of the
+// Makefile, CGO_ENABLED=0) and returns their directory, which is 0755 so
+// that other users can run what is in it.
+func binaries(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		if d := os.Getenv(binEnv); d != "" {
+			binDir = d
+			return
+		}
+		binDir, buildErr = os.MkdirTemp("", "kc-rel-bin-")
+		if buildErr != nil {
+			return
+		}
+		ownBinDir = true
+		if buildErr = os.Chmod(binDir, 0o755); buildErr != nil {
+			return
+		}
+		for _, name := range []string{"kc-hook", "kc-janitor"} {
+			cmd := exec.Command("go", "build", "-tags", "remote containers_image_openpgp",
+				"-o", filepath.Join(binDir, name), "github.com/kc-watchman/kc-watchman/cmd/"+name)
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("building %s: %v: %s", name, err, out)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binDir
+}
+
+func hookBin(t testing.TB) string    { return filepath.Join(binaries(t), "kc-hook") }
+func janitorBin(t testing.TB) string { return filepath.Join(binaries(t), "kc-janitor") }
+
+func cleanupBinaries() {
+	if ownBinDir && binDir != "" {
+		os.RemoveAll(binDir)
+	}
+}
+
+// supervisorBin returns a copy of sleep(1) whose file name is comm, so the
+// processes it runs have that comm: a supervisor name no other package's
+// janitor run will ever match.
+func supervisorBin(t testing.TB, comm string) string {
+	t.Helper()
+	if len(comm) > 15 {
+		t.Fatalf("comm %q is longer than 15 bytes", comm)
+	}
+	supMu.Lock()
+	defer supMu.Unlock()
+	if p, ok := supBins[comm]; ok {
+		return p
+	}
+	dir := filepath.Join(binaries(t), "sup")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(sleep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, comm)
+	if err := os.WriteFile(p, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	supBins[comm] = p
+	return p
+}
+
+// ---------------------------------------------------------------------------
+// Processes.
+
+// child is a process this test started and alone reaps, so signalling it
+// by PID is safe until done is closed.
+type child struct {
+	Cmd  *exec.Cmd
+	PID  int
+	Stat fingerprint.Stat // identity right after start
+	done chan struct{}
+}
+
+// startChild starts path with argv (argv[0] included) and attr, reaps it
+// in the background, and reads its identity.
+func startChild(path string, argv []string, attr *syscall.SysProcAttr) (*child, error) {
+	cmd := &exec.Cmd{Path: path, Args: argv, SysProcAttr: attr}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &child{Cmd: cmd, PID: cmd.Process.Pid, done: make(chan struct{})}
+	go func() { cmd.Wait(); close(c.done) }()
+	st, err := fingerprint.ReadStat(procRoot, c.PID)
+	if err != nil {
+		c.Kill()
+		return nil, err
+	}
+	c.Stat = st
+	return c, nil
+}
+
+// Kill SIGKILLs the child (os.Process signals through a pidfd) and waits
+// until it is reaped.
+func (c *child) Kill() {
+	if c == nil {
+		return
+	}
+	_ = c.Cmd.Process.Kill()
+	<-c.done
+}
+
+// Dead reports whether the child has exited and been reaped.
+func (c *child) Dead() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// WaitDead waits until the child has been reaped.
+func (c *child) WaitDead(timeout time.Duration) bool {
+	select {
+	case <-c.done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
+}
+
+// startSupervisor starts a fake supervisor: a copy of sleep named comm
+// whose argv[0] carries the container ID, making it an anchor.
+func startSupervisor(t testing.TB, comm, cid string, attr *syscall.SysProcAttr) *child {
+	t.Helper()
+	c, err := startChild(supervisorBin(t, comm), []string{"--container-id=" + cid, "1000000"}, attr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Kill)
+	return c
+}
+
+// startKernel starts a plain sleep ("a kernel": no container ID, no
+// supervisor comm).
+func startKernel(t testing.TB, attr *syscall.SysProcAttr) *child {
+	t.Helper()
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := startChild(sleep, []string{"sleep", "1000000"}, attr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Kill)
+	return c
+}
+
+// groupMembers lists the live members of process group pgid.
+func groupMembers(pgid int) []fingerprint.Stat {
+	ents, _ := os.ReadDir(procRoot)
+	var out []fingerprint.Stat
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := fingerprint.ReadStat(procRoot, pid)
+		if err != nil || st.PGID != pgid || st.Zombie() {
+			continue
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// aliveOf returns the members of ms still alive as the same processes.
+func aliveOf(ms []fingerprint.Stat) []fingerprint.Stat {
+	var out []fingerprint.Stat
+	for _, m := range ms {
+		if fingerprint.Alive(procRoot, m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// killByIdentity SIGKILLs whichever of ms are still the recorded
+// processes, through a pidfd pinned after checking the start time.
+func killByIdentity(ms []fingerprint.Stat) {
+	for _, m := range ms {
+		if p, err := fingerprint.Pin(procRoot, m); err == nil {
+			p.Signal(syscall.SIGKILL)
+			p.Close()
+		}
+	}
+}
+
+// stoppedOf returns the members of ms that are stopped (state T or t).
+func stoppedOf(ms []fingerprint.Stat) []fingerprint.Stat {
+	var out []fingerprint.Stat
+	for _, m := range ms {
+		st, err := fingerprint.Revalidate(procRoot, m)
+		if err == nil && (st.State == 'T' || st.State == 't') {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// waitAllDead polls until none of ms is alive.
+func waitAllDead(ms []fingerprint.Stat, within time.Duration) bool {
+	return proc.Poll(within, func() bool { return len(aliveOf(ms)) == 0 })
+}
+
+// ---------------------------------------------------------------------------
+// Running kc-hook and kc-janitor.
+
+type toolRun struct {
+	Stdout, Stderr string
+	Code           int
+	Took           time.Duration
+}
+
+// runTool runs bin with args, env and stdin, bounded by 2 minutes.
+func runTool(t testing.TB, bin string, env []string, stdin string, args ...string) toolRun {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = env
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	err := cmd.Run()
+	r := toolRun{Stdout: out.String(), Stderr: errb.String(), Took: time.Since(start)}
+	if err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ctx.Err() != nil {
+			t.Fatalf("%s %s: %v (stderr %s)", filepath.Base(bin), strings.Join(args, " "), err, r.Stderr)
+		}
+		r.Code = ee.ExitCode()
+	}
+	return r
+}
+
+// hookState is the runtime-spec State a runtime gives kc-hook at poststop.
+func hookState(cid string) string {
+	return `{"ociVersion":"1.0.2","id":"` + cid + `","status":"stopped","bundle":"/nonexistent"}`
+}
+
+// fakePodman writes an executable "podman" with the given shell body into
+// a new directory and returns the directory (for PATH).
+func fakePodman(t testing.TB, body string) string {
+	t.Helper()
+	dir := t.TempDir()
+	script := "#!/bin/sh\n" + body + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "podman"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// noContainersPodman is a podman CLI that knows no containers at all:
+// every container ID asked about is gone.
+func noContainersPodman(t testing.TB) string { return fakePodman(t, `echo '[]'`) }
+
+// baseEnv is a minimal environment with PATH set to path.
+func baseEnv(path string, extra ...string) []string {
+	env := []string{"PATH=" + path, "HOME=/root", "LANG=C"}
+	return append(env, extra...)
+}
+
+// janitorGround are the reconcile flags that make a fake podman CLI on
+// PATH the ground truth: an API URL that does not exist and an explicit
+// (harmless) CLI argument, so the CLI's answer is ground truth for this
+// process's UID.
+func janitorGround() []string {
+	return []string{"--podman-url", "unix:///nonexistent/kc-rel/podman.sock", "--podman-arg=--log-level=error", "--podman-timeout", "5s"}
+}
+
+// newCID returns a random container ID.
+func newCID(t testing.TB) string {
+	t.Helper()
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// shortDir makes a short directory (Unix socket paths must stay under 108
+// bytes) removed when t ends.
+func shortDir(t testing.TB, prefix string) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+// ---------------------------------------------------------------------------
+// Bystanders: innocent processes that count every signal they receive.
+// They are this test binary run in a helper mode (see helperMain).
+
+const (
+	helperEnv = "KC_REL_HELPER"
+	commEnv   = "KC_REL_COMM"
+)
+
+// watched are the signals a bystander catches and reports. SIGURG (the Go
+// runtime's preemption signal), SIGCHLD and SIGPROF are left out; SIGSTOP
+// and SIGKILL cannot be caught and show as state T or as death.
+var watched = []os.Signal{
+	syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGUSR1,
+	syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM, syscall.SIGTERM,
+	syscall.SIGCONT, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU,
+	syscall.SIGWINCH,
+}
+
+// sentinel flushes a bystander's signal queue: the runtime hands pending
+// signals to os/signal in ascending order and SIGPWR is above every
+// watched one.
+const sentinel = syscall.SIGPWR
+
+func helperMain() {
+	switch os.Getenv(helperEnv) {
+	case "":
+		return
+	case "bystander":
+		os.Exit(bystanderMain())
+	}
+	fmt.Fprintf(os.Stderr, "unknown %s=%q\n", helperEnv, os.Getenv(helperEnv))
+	os.Exit(2)
+}
+
+func bystanderMain() int {
+	if c := os.Getenv(commEnv); c != "" {
+		if err := os.WriteFile("/proc/self/comm", []byte(c), 0); err != nil {
+			fmt.Fprintf(os.Stderr, "set comm: %v\n", err)
+			return 3
+		}
+	}
+	var outMu, mu sync.Mutex
+	count := 0
+	say := func(format string, args ...any) {
+		outMu.Lock()
+		defer outMu.Unlock()
+		fmt.Fprintf(os.Stdout, format+"\n", args...)
+	}
+	c := make(chan os.Signal, 1024)
+	signal.Notify(c, append(append([]os.Signal{}, watched...), sentinel)...)
+	synced := make(chan int, 1)
+	go func() {
+		for s := range c {
+			if s == sentinel {
+				mu.Lock()
+				synced <- count
+				mu.Unlock()
+				continue
+			}
+			mu.Lock()
+			count++
+			mu.Unlock()
+			say("sig %s", unix.SignalName(s.(syscall.Signal)))
+		}
+	}()
+	say("ready %d", os.Getpid())
+	forever := make(chan struct{})
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 {
+			continue
+		}
+		switch f[0] {
+		case "sync":
+			unix.Kill(os.Getpid(), sentinel)
+			select {
+			case n := <-synced:
+				say("sync %d", n)
+			case <-time.After(10 * time.Second):
+				say("error sentinel lost")
+			}
+		case "pgid":
+			n, err := strconv.Atoi(f[1])
+			if err == nil {
+				err = unix.Setpgid(0, n)
+			}
+			if err != nil {
+				say("error setpgid: %v", err)
+				continue
+			}
+			say("pgid ok")
+		case "thread":
+			n, err := strconv.Atoi(f[1])
+			if err != nil {
+				say("error %v", err)
+				continue
+			}
+			comm := ""
+			if len(f) > 2 {
+				comm = f[2]
+			}
+			say("%s", threadAt(n, comm, forever))
+		default:
+			say("error unknown command %q", f[0])
+		}
+	}
+	return 0
+}
+
+// threadAt starts OS threads until this process has one with ID n, names
+// it comm (when given) and parks the threads for the process's lifetime.
+func threadAt(n int, comm string, forever chan struct{}) string {
+	path := "/proc/self/task/" + strconv.Itoa(n)
+	name := func() string {
+		if comm != "" {
+			if err := os.WriteFile(path+"/comm", []byte(comm), 0); err != nil {
+				return "thread fail: comm: " + err.Error()
+			}
+		}
+		return "thread ok"
+	}
+	for range 64 {
+		if _, err := os.Lstat(path); err == nil {
+			return name()
+		}
+		got := make(chan int)
+		go func() {
+			runtime.LockOSThread()
+			got <- unix.Gettid()
+			<-forever
+		}()
+		if <-got == n {
+			return name()
+		}
+	}
+	if _, err := os.Lstat(path); err == nil {
+		return name()
+	}
+	return "thread fail"
+}
+
+// bystander is a running innocent process.
+type bystander struct {
+	*child
+	in      io.WriteCloser
+	replies chan string
+	mu      sync.Mutex
+	caught  []string
+}
+
+// startBystander starts a bystander with attr, optionally named comm.
+func startBystander(attr *syscall.SysProcAttr, comm string) (*bystander, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=bystander")
+	if comm != "" {
+		cmd.Env = append(cmd.Env, commEnv+"="+comm)
+	}
+	cmd.SysProcAttr = attr
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	b := &bystander{
+		child:   &child{Cmd: cmd, PID: cmd.Process.Pid, done: make(chan struct{})},
+		in:      in,
+		replies: make(chan string, 16),
+	}
+	readerDone := make(chan struct{})
+	go func() { b.read(out); close(readerDone) }()
+	go func() { <-readerDone; cmd.Wait(); close(b.done) }()
+	if _, err := b.reply(15 * time.Second); err != nil {
+		b.Kill()
+		return nil, fmt.Errorf("bystander %d did not start: %w", b.PID, err)
+	}
+	st, err := fingerprint.ReadStat(procRoot, b.PID)
+	if err != nil {
+		b.Kill()
+		return nil, err
+	}
+	b.Stat = st
+	return b, nil
+}
+
+func (b *bystander) read(out io.Reader) {
+	defer close(b.replies)
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		line := sc.Text()
+		if name, ok := strings.CutPrefix(line, "sig "); ok {
+			b.mu.Lock()
+			b.caught = append(b.caught, name)
+			b.mu.Unlock()
+			continue
+		}
+		b.replies <- line
+	}
+}
+
+func (b *bystander) reply(timeout time.Duration) (string, error) {
+	select {
+	case line, ok := <-b.replies:
+		if !ok {
+			return "", errors.New("bystander exited")
+		}
+		if strings.HasPrefix(line, "error ") || strings.HasPrefix(line, "thread fail") {
+			return "", errors.New(line)
+		}
+		return line, nil
+	case <-time.After(timeout):
+		return "", errors.New("bystander did not answer")
+	}
+}
+
+func (b *bystander) command(line string, timeout time.Duration) (string, error) {
+	if _, err := io.WriteString(b.in, line+"\n"); err != nil {
+		return "", err
+	}
+	return b.reply(timeout)
+}
+
+// Setpgid moves the bystander into group pgid (0: a group of its own).
+func (b *bystander) Setpgid(pgid int) error {
+	_, err := b.command("pgid "+strconv.Itoa(pgid), 5*time.Second)
+	return err
+}
+
+// ThreadAt makes the bystander start threads until one has ID n, named
+// comm; call proc.SetNextPID(procRoot, n) first.
+func (b *bystander) ThreadAt(n int, comm string) error {
+	_, err := b.command(strings.TrimSpace("thread "+strconv.Itoa(n)+" "+comm), 10*time.Second)
+	return err
+}
+
+// Caught lists the signals the bystander reported so far.
+func (b *bystander) Caught() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.caught...)
+}
+
+// Harm returns how many signals reached the bystander — every caught
+// signal, plus one for being dead, replaced or stopped — and a
+// description.
+func (b *bystander) Harm() (int, string) {
+	if b.Dead() {
+		return 1, fmt.Sprintf("bystander %d died", b.PID)
+	}
+	st, err := fingerprint.ReadStat(procRoot, b.PID)
+	if err != nil || st.StartTicks != b.Stat.StartTicks {
+		return 1, fmt.Sprintf("bystander %d gone or replaced (%v)", b.PID, err)
+	}
+	if st.State == 'T' || st.State == 't' {
+		return 1, fmt.Sprintf("bystander %d stopped", b.PID)
+	}
+	n, err := b.count()
+	if err != nil {
+		return 1, fmt.Sprintf("bystander %d: %v", b.PID, err)
+	}
+	if n > 0 {
+		return n, fmt.Sprintf("bystander %d caught %v", b.PID, b.Caught())
+	}
+	return 0, ""
+}
+
+// count returns the number of signals the bystander caught so far,
+// counting every signal queued to it before the call.
+func (b *bystander) count() (int, error) {
+	line, err := b.command("sync", 15*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(strings.TrimPrefix(line, "sync "))
+	if err != nil {
+		return 0, fmt.Errorf("bad reply %q", line)
+	}
+	return n, nil
+}
+
+// stopping reports whether pid is stopped or has a SIGSTOP on its way.
+func stopping(pid int) bool {
+	st, err := fingerprint.ReadStat(procRoot, pid)
+	if err != nil {
+		return false
+	}
+	if st.State == 'T' || st.State == 't' {
+		return true
+	}
+	return pending(pid, syscall.SIGSTOP)
+}
+
+// pending reports whether sig is pending for pid (or its thread group).
+func pending(pid int, sig syscall.Signal) bool {
+	for _, key := range []string{"ShdPnd", "SigPnd"} {
+		if m, err := proc.SignalMask(procRoot, pid, key); err == nil && proc.HasSignal(m, sig) {
+			return true
+		}
+	}
+	return false
+}
+
+// mustBystander starts a bystander or fails t; it is killed when t ends.
+func mustBystander(t testing.TB, attr *syscall.SysProcAttr, comm string) *bystander {
+	t.Helper()
+	b, err := startBystander(attr, comm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Kill)
+	return b
+}
+
+// inGroup is the SysProcAttr that puts a new process into group pgid.
+func inGroup(pgid int) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pgid: pgid}
+}
+
+// listingPodman is a podman CLI whose `ps` lists what the test last set
+// with the returned function (container ID -> raw podman state).
+func listingPodman(t testing.TB) (dir string, set func(states map[string]string)) {
+	t.Helper()
+	list := filepath.Join(t.TempDir(), "ps.json")
+	set = func(states map[string]string) {
+		type entry struct {
+			ID    string `json:"Id"`
+			State string `json:"State"`
+		}
+		es := []entry{}
+		for id, st := range states {
+			es = append(es, entry{id, st})
+		}
+		data, err := json.Marshal(es)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmp := list + ".tmp"
+		if err := os.WriteFile(tmp, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, list); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set(nil)
+	return fakePodman(t, "cat '"+list+"'"), set
+}
+
+// orphanSocket leaves a socket file at dir/name with nothing listening:
+// what a SIGKILLed supervisor leaves behind.
+func orphanSocket(t testing.TB, dir, name string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: p, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetUnlinkOnClose(false)
+	l.Close()
+	return p
+}
+
+// reconcileJSON is the part of `kc-janitor reconcile --format json` the
+// suite reads.
+type reconcileJSON struct {
+	LivenessKnown bool   `json:"liveness_known"`
+	Source        string `json:"source"`
+	DryRun        bool   `json:"dry_run"`
+	Trees         []struct {
+		ContainerID string `json:"container_id"`
+		PGID        int    `json:"pgid"`
+		UID         int    `json:"uid"`
+		Action      string `json:"action"`
+		Error       *string
+		Members     []struct {
+			PID        int    `json:"pid"`
+			StartTicks uint64 `json:"start_ticks"`
+			Comm       string `json:"comm"`
+		} `json:"members"`
+	} `json:"trees"`
+	LedgerCollected int `json:"ledger_collected"`
+}
+
+func (r reconcileJSON) action(pgid int) string {
+	for _, t := range r.Trees {
+		if t.PGID == pgid {
+			return t.Action
+		}
+	}
+	return ""
+}
+
+// sweepJSON is `kc-janitor sweep --format json`.
+type sweepJSON struct {
+	DryRun  bool `json:"dry_run"`
+	Sockets []struct {
+		Path    string  `json:"path"`
+		PID     int     `json:"pid"`
+		Kind    string  `json:"kind"`
+		Verdict string  `json:"verdict"`
+		Reason  string  `json:"reason"`
+		Action  string  `json:"action"`
+		Error   *string `json:"error"`
+	} `json:"sockets"`
+}
+
+func decodeJSON(t testing.TB, r toolRun, v any) {
+	t.Helper()
+	if err := json.Unmarshal([]byte(r.Stdout), v); err != nil {
+		t.Fatalf("no JSON (exit %d): %v\nstdout: %s\nstderr: %s", r.Code, err, r.Stdout, r.Stderr)
+	}
+}

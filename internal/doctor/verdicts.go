@@ -140,8 +140,9 @@ func Sessions(sups []cull.Supervisor, thresholdSeconds int64, err error) Check {
 		for _, c := range s.Candidates {
 			n++
 			mem += c.MemoryBytes()
-			items = append(items, fmt.Sprintf("%s (pid %d): session %s (%s) idle %ds, %d bytes, %s",
-				s.Socket, s.PID, c.SessionID, c.Language, c.IdleSeconds, c.MemoryBytes(), c.WorkingDirectory))
+			items = append(items, fmt.Sprintf("%s (pid %d): session %s (%s) idle %s, %s, %s",
+				s.Socket, s.PID, c.SessionID, c.Language, shortDuration(time.Duration(c.IdleSeconds)*time.Second),
+				humanBytes(c.MemoryBytes()), c.WorkingDirectory))
 		}
 	}
 	limit := time.Duration(thresholdSeconds) * time.Second
@@ -150,7 +151,7 @@ func Sessions(sups []cull.Supervisor, thresholdSeconds int64, err error) Check {
 	verdict := OK
 	if n > 0 {
 		verdict = Warn
-		detail += fmt.Sprintf(", holding %d bytes; see kc-janitor cull", mem)
+		detail += fmt.Sprintf(", holding %s; see kc-janitor cull", humanBytes(mem))
 	}
 	if unreadable > 0 {
 		verdict = Warn
@@ -176,4 +177,17 @@ func shortDuration(d time.Duration) string {
 		s = strings.TrimSuffix(s, "0m")
 	}
 	return s
+}
+
+// humanBytes renders n bytes in binary units: 512 B, 1.5 KiB, 200.0 MiB.
+func humanBytes(n int64) string {
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, unit := float64(n)/1024, 0
+	for v >= 1024 && unit < 5 {
+		v /= 1024
+		unit++
+	}
+	return fmt.Sprintf("%.1f %ciB", v, "KMGTP"[unit])
 }

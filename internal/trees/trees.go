@@ -273,10 +273,11 @@ func (s *scanner) examine(pgid int, pids []int) (Tree, bool) {
 
 	// A group led by a live non-supervisor is never ours to signal. The
 	// fast scan stops here; the full scan reads it to report it.
-	if leaderLive && !s.comms[leader.Comm] && !s.opt.Full {
+	leaderSup := leaderLive && s.supervisor(leader.PID, leader.Comm, nil)
+	if leaderLive && !leaderSup && !s.opt.Full {
 		return Tree{}, false
 	}
-	if !leaderLive || !s.comms[leader.Comm] {
+	if !leaderSup {
 		if !s.interesting(pgid, pids) {
 			return Tree{}, false
 		}
@@ -323,7 +324,7 @@ func (s *scanner) examine(pgid int, pids []int) (Tree, bool) {
 	// A wrapper that leads its supervisor's group must be named in the
 	// supervisor set to be reaped; this keeps the fast scan, which never
 	// reads such groups, in agreement with the full one.
-	t.Foreign = leaderLive && !s.comms[leader.Comm]
+	t.Foreign = leaderLive && !leaderSup
 	switch len(t.ContainerIDs) {
 	case 0:
 		// A supervisor with no container ID (e.g. a desktop Positron's own
@@ -349,7 +350,7 @@ func (s *scanner) interesting(pgid int, pids []int) bool {
 		if err != nil || st.PGID != pgid || st.Zombie() {
 			continue
 		}
-		if s.comms[st.Comm] {
+		if s.supervisor(pid, st.Comm, nil) {
 			return true
 		}
 		if _, ok := s.opt.Known[Key{PID: pid, StartTicks: st.StartTicks, PGID: pgid}]; ok {
@@ -361,10 +362,45 @@ func (s *scanner) interesting(pgid int, pids []int) bool {
 
 func (s *scanner) hasSupervisorOrKnown(t Tree) bool {
 	for _, m := range t.Members {
-		if s.comms[m.Comm] {
+		if s.supervisor(m.PID, m.Comm, m.Argv) {
 			return true
 		}
 		if _, ok := s.opt.Known[Key{PID: m.PID, StartTicks: m.StartTicks, PGID: t.PGID}]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// supervisor reports whether a process is in the supervisor set. A
+// process named kc-hook counts only as the `kc-hook supervise` wrapper:
+// kc-hook's own stages run under that name too, and at poststop one can sit
+// in a group whose other members carry the container ID (conmon's, with
+// podman's cleanup in it). argv is read when not given, and only then.
+func (s *scanner) supervisor(pid int, comm string, argv []string) bool {
+	if !s.comms[comm] {
+		return false
+	}
+	if comm != WrapperComm || slices.Contains(s.opt.Comms, WrapperComm) {
+		return true
+	}
+	if argv == nil {
+		var err error
+		if argv, err = fingerprint.ReadArgv(s.opt.Root, pid); err != nil {
+			return false
+		}
+	}
+	return IsWrapperArgv(argv)
+}
+
+// IsWrapperArgv reports whether argv is a `kc-hook … supervise …`
+// command line: "supervise" among the arguments before any "--".
+func IsWrapperArgv(argv []string) bool {
+	for _, a := range argv[min(1, len(argv)):] {
+		if a == "--" {
+			return false
+		}
+		if a == "supervise" {
 			return true
 		}
 	}

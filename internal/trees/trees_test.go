@@ -57,10 +57,25 @@ func TestScanDecisions(t *testing.T) {
 		{
 			name: "wrapper kc-hook always counts as a supervisor",
 			procs: []proc{
-				{pid: 100, pgid: 100, comm: "kc-hook", start: 90000, argv: []string{"kc-hook", "supervise", cidA, "1", "2", "--", "x"}},
+				{pid: 100, pgid: 100, comm: "kc-hook", start: 90000, argv: []string{"kc-hook", "--state-dir=/run/kc", "supervise", "--max-restarts=3", cidA, "1", "2", "--", "x"}},
 				{pid: 101, pgid: 100, comm: "x", start: 90000},
 			},
 			want: []summary{{PGID: 100, Container: cidA, UID: 0, Members: []int{100, 101}}},
+		},
+		{
+			name: "kc-hook running a stage is not a supervisor, even beside an anchor",
+			procs: []proc{
+				// conmon's group after conmon exited: podman's cleanup
+				// (carrying the ID) and the poststop hook it runs.
+				{pid: 101, pgid: 100, comm: "podman", start: 90000, argv: []string{"podman", "container", "cleanup", cidA}},
+				{pid: 102, pgid: 100, comm: "kc-hook", start: 90000, argv: []string{"kc-hook", "poststop"}},
+			},
+		},
+		{
+			name: "supervise after -- is the wrapped command's, not the wrapper's",
+			procs: []proc{
+				{pid: 100, pgid: 100, comm: "kc-hook", start: 90000, argv: []string{"kc-hook", "--", "supervise", cidA}},
+			},
 		},
 		{
 			name: "supervisor without container id is not ours",

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -222,6 +223,25 @@ func watchReconcile(ctx context.Context, wc watchConfig, log *slog.Logger, ms *m
 		return exitFailed
 	}
 	recordReconcile(ms, rep, true)
+	for _, t := range rep.Trees {
+		switch t.Action {
+		case reconcile.WouldReap, reconcile.WouldNotDie, reconcile.Reaped, reconcile.Gone:
+			var members []string
+			for _, m := range t.Members {
+				members = append(members, fmt.Sprintf("%s(%d)", m.Comm, m.PID))
+			}
+			lvl := slog.LevelInfo
+			if t.Action == reconcile.WouldNotDie {
+				lvl = slog.LevelError
+			}
+			attrs := []any{"step", "reconcile", "container", t.ContainerID, "pgid", t.PGID, "uid", t.UID,
+				"age_seconds", t.AgeSeconds, "members", strings.Join(members, " "), "action", t.Action}
+			if t.Error != nil {
+				attrs = append(attrs, "err", *t.Error)
+			}
+			log.Log(ctx, lvl, "stray tree", attrs...)
+		}
+	}
 	log.Info("reconcile", "source", rep.Source, "dry_run", rep.DryRun, "trees", len(rep.Trees),
 		"would_reap", rep.Count(reconcile.WouldReap), "reaped", rep.Count(reconcile.Reaped)+rep.Count(reconcile.Gone),
 		"would_not_die", rep.Count(reconcile.WouldNotDie), "ledger_collected", rep.LedgerCollected)

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// binRun is one run of a real binary as a child: wall time from start to
+// wait, and its peak RSS as wait4(2) reports it (ru_maxrss: the larger of
+// the child's own and that of any descendants it waited for).
+type binRun struct {
+	Wall     time.Duration
+	CPU      time.Duration // user + system, from wait4
+	MaxRSSKB int64
+	Exit     int
+	Stdout   []byte
+	Stderr   []byte
+}
+
+func runBinary(argv, env []string, dir string, stdin *os.File) (binRun, error) {
+	var r binRun
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env, cmd.Dir = env, dir
+	if stdin != nil {
+		cmd.Stdin = stdin
+	}
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	start := time.Now()
+	err := cmd.Run()
+	r.Wall = time.Since(start)
+	r.Stdout, r.Stderr = stdout.Bytes(), stderr.Bytes()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		return r, err
+	}
+	r.Exit = cmd.ProcessState.ExitCode()
+	r.CPU = rusageCPU(cmd.ProcessState)
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		r.MaxRSSKB = ru.Maxrss // KiB on Linux
+	}
+	return r, nil
+}
+
+func (r binRun) timing() timing { return timing{r.Wall, r.CPU} }
+
+func randomID() string {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// hookEnv is the environment a runtime gives kc-hook through the
+// descriptor (hooks.d sets PATH), plus the benchmark's state dir.
+func hookEnv(stateDir string) []string {
+	return []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "KC_STATE_DIR=" + stateDir}
+}
+
+// hookSample is one kc-hook poststop run.
+type hookSample struct {
+	binRun
+	Outcome string
+}
+
+// runHook runs `kc-hook poststop` for container id with a synthetic
+// runtime-spec State on stdin, the bundle as its working directory, as a
+// runtime does.
+func runHook(bin, tmp, stateDir, id string) (hookSample, error) {
+	var s hookSample
+	bundle := filepath.Join(tmp, "bundles", id[:12])
+	if err := os.MkdirAll(bundle, 0o755); err != nil {
+		return s, err
+	}
+	state := fmt.Sprintf(`{"ociVersion":"1.0.2","id":%q,"status":"stopped","bundle":%q,"annotations":{}}`, id, bundle)
+	stf := filepath.Join(bundle, "state.json")
+	if err := os.WriteFile(stf, []byte(state), 0o644); err != nil {
+		return s, err
+	}
+	in, err := os.Open(stf)
+	if err != nil {
+		return s, err
+	}
+	defer in.Close()
+	r, err := runBinary([]string{bin, "poststop"}, hookEnv(stateDir), bundle, in)
+	s.binRun = r
+	if err != nil {
+		return s, err
+	}
+	if r.Exit != 0 {
+		return s, fmt.Errorf("kc-hook poststop exited %d: %s", r.Exit, bytes.TrimSpace(r.Stderr))
+	}
+	data, err := os.ReadFile(filepath.Join(stateDir, "containers", id+".json"))
+	if err != nil {
+		return s, fmt.Errorf("kc-hook left no ledger record: %w", err)
+	}
+	var rec struct {
+		Outcome string `json:"outcome"`
+	}
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return s, fmt.Errorf("ledger record: %w", err)
+	}
+	s.Outcome = rec.Outcome
+	return s, nil
+}
+
+// janitorSample is one kc-janitor run with its parsed JSON report.
+type janitorSample struct {
+	binRun
+	Source  string
+	Actions map[string]int
+	Trees   int
+}
+
+func runReconcile(bin string, args, env []string) (janitorSample, error) {
+	var s janitorSample
+	argv := append([]string{bin, "reconcile", "--format", "json"}, args...)
+	r, err := runBinary(argv, env, "", nil)
+	s.binRun = r
+	if err != nil {
+		return s, err
+	}
+	if r.Exit != 0 {
+		return s, fmt.Errorf("kc-janitor reconcile exited %d: %s %s", r.Exit, bytes.TrimSpace(r.Stdout), bytes.TrimSpace(r.Stderr))
+	}
+	var rep struct {
+		Source string `json:"source"`
+		Trees  []struct {
+			Action string `json:"action"`
+		} `json:"trees"`
+	}
+	if err := json.Unmarshal(r.Stdout, &rep); err != nil {
+		return s, fmt.Errorf("reconcile JSON: %v: %.200s", err, r.Stdout)
+	}
+	s.Source, s.Trees, s.Actions = rep.Source, len(rep.Trees), map[string]int{}
+	for _, t := range rep.Trees {
+		s.Actions[t.Action]++
+	}
+	return s, nil
+}
+
+// sweepSample is one kc-janitor sweep run.
+type sweepSample struct {
+	binRun
+	Verdicts map[string]int
+	Actions  map[string]int
+	Sockets  int
+}
+
+func runSweep(bin, dir string, env []string) (sweepSample, error) {
+	var s sweepSample
+	r, err := runBinary([]string{bin, "sweep", "--socket-dir", dir, "--format", "json"}, env, "", nil)
+	s.binRun = r
+	if err != nil {
+		return s, err
+	}
+	if r.Exit != 0 {
+		return s, fmt.Errorf("kc-janitor sweep exited %d: %.300s", r.Exit, bytes.TrimSpace(r.Stderr))
+	}
+	var rep struct {
+		Sockets []struct {
+			Verdict string `json:"verdict"`
+			Action  string `json:"action"`
+		} `json:"sockets"`
+	}
+	if err := json.Unmarshal(r.Stdout, &rep); err != nil {
+		return s, fmt.Errorf("sweep JSON: %v: %.200s", err, r.Stdout)
+	}
+	s.Sockets, s.Verdicts, s.Actions = len(rep.Sockets), map[string]int{}, map[string]int{}
+	for _, k := range rep.Sockets {
+		s.Verdicts[k.Verdict]++
+		s.Actions[k.Action]++
+	}
+	return s, nil
+}

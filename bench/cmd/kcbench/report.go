@@ -1,0 +1,130 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// report prints the results as Markdown.
+func (b *bench) report(w io.Writer) {
+	r := &b.res
+	fmt.Fprintf(w, "\n## kcbench results\n\nCommand: `%s`\n\n", r.Command)
+	if len(r.Machine) > 0 {
+		fmt.Fprintln(w, "| machine | |\n|---|---|")
+		keys := make([]string, 0, len(r.Machine))
+		for k := range r.Machine {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(w, "| %s | %s |\n", k, r.Machine[k])
+		}
+		fmt.Fprintln(w)
+	}
+
+	if len(r.Scans) > 0 {
+		for _, kind := range []string{"wall", "CPU"} {
+			get := samples.wall
+			if kind == "CPU" {
+				get = samples.cpu
+			}
+			fmt.Fprintf(w, "### Tree scan, %s time (median of %d runs; in brackets: ÷ the project's fast scan)\n\n", kind, b.cfg.runs)
+			fmt.Fprintln(w, "| N (processes) | project fast | project full (`--full-scan`) | naive Go (stat+cmdline each) | `ps -e -o pid=,pgid=,lstart=,args=` | seed approach (Python, scan) | seed approach (Python, whole run) | load |")
+			fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
+			for _, s := range r.Scans {
+				f := get(s.Fast)
+				cell := func(v samples) string {
+					return fmt.Sprintf("%s (%.1f×)", ms(get(v)), ratio(get(v), f))
+				}
+				fmt.Fprintf(w, "| %d (%d) | %s | %s | %s | %s | %s | %s | %s |\n", s.N, s.Processes, ms(f), cell(s.Full), cell(s.Naive), cell(s.PS), cell(s.SeedScan), cell(s.SeedWall), s.Load)
+			}
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintln(w, "| N | fast scan reads | full scan reads | decisions |")
+		fmt.Fprintln(w, "|---|---|---|---|")
+		for _, s := range r.Scans {
+			fmt.Fprintf(w, "| %d | %d processes, %d groups: %d stat, %d full identities | %d stat, %d full identities | %s |\n",
+				s.N, s.FastStats.Processes, s.FastStats.Groups, s.FastStats.StatReads, s.FastStats.FullReads, s.FullStats.StatReads, s.FullStats.FullReads, s.Agreement)
+		}
+		fmt.Fprintln(w)
+	}
+
+	if len(r.Hooks) > 0 {
+		fmt.Fprintf(w, "### kc-hook poststop (the real binary, State on stdin; median of %d runs; CPU and peak RSS from wait4)\n\n", b.cfg.hookRuns)
+		fmt.Fprintln(w, "| N (processes) | no tree: wall | CPU | peak RSS | one 3-process tree: wall | CPU | peak RSS | load |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
+		for _, h := range r.Hooks {
+			fmt.Fprintf(w, "| %d (%d) | %s | %s | %s | %s | %s | %s | %s |\n", h.N, h.Processes, ms(h.NoTree.wall()), ms(h.NoTree.cpu()), mb(medianInt(h.NoTreeRSS)),
+				ms(h.Tree.wall()), ms(h.Tree.cpu()), mb(medianInt(h.TreeRSS)), h.Load)
+		}
+		fmt.Fprintln(w)
+	}
+
+	if len(r.Reconciles) > 0 {
+		fmt.Fprintf(w, "### kc-janitor reconcile, dry run, end to end (%d live containers with a tree each + %d strays; median of %d runs)\n\n", len(b.liveIDs), len(b.strayIDs), b.cfg.janitorRuns)
+		fmt.Fprintln(w, "| N (processes) | liveness path | wall | CPU | peak RSS | decisions | load |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+		for _, rr := range r.Reconciles {
+			var acts []string
+			for k, v := range rr.Actions {
+				acts = append(acts, fmt.Sprintf("%d %s", v, k))
+			}
+			slices.Sort(acts)
+			fmt.Fprintf(w, "| %d (%d) | %s (source %s) | %s | %s | %s | %s | %s |\n", rr.N, rr.Processes, rr.Path, rr.Source, ms(rr.Wall.wall()), ms(rr.Wall.cpu()), mb(medianInt(rr.RSS)), strings.Join(acts, ", "), rr.Load)
+		}
+		fmt.Fprintln(w)
+	}
+
+	if sw := r.Sweep; sw != nil {
+		fmt.Fprintf(w, "### kc-janitor sweep, dry run (%d sockets: %d live, %d hung, %d stale; median of %d runs)\n\n", sw.Sockets, sw.Live, sw.Hung, sw.Stale, b.cfg.sweepRuns)
+		fmt.Fprintln(w, "| wall | CPU | peak RSS | verdicts | seed approach (computed) | ratio (wall) | load |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+		var vs []string
+		for k, v := range sw.Verdicts {
+			vs = append(vs, fmt.Sprintf("%d %s", v, k))
+		}
+		slices.Sort(vs)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | ≥ %s | %.0f× | %s |\n\n", ms(sw.Wall.wall()), ms(sw.Wall.cpu()), mb(medianInt(sw.RSS)), strings.Join(vs, ", "), sw.SeedCost, ratio(sw.SeedCost, sw.Wall.wall()), sw.Load)
+	}
+
+	if len(r.OpCosts) > 0 {
+		fmt.Fprintln(w, "### What a scan is made of, on this machine (best of 5)")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "| N | getpid(2) | getpgid(2) | read /proc/<pid>/stat (openat+read+close) | one /proc entry (getdents64) | `kc-hook --version` (process start-up) |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|")
+		for i, c := range r.OpCosts {
+			n := 0
+			if i < len(r.Scans) {
+				n = r.Scans[i].N
+			}
+			fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s |\n", n, us(c.Syscall), us(c.Getpgid), us(c.StatRead), us(c.DirEntry), ms(c.GoStartup))
+		}
+		fmt.Fprintln(w)
+	}
+
+	l := r.Link
+	fmt.Fprintf(w, "### kc-hook's dependencies\n\n`go version -m bin/kc-hook`: %d modules, podman bindings %s; `go list -deps ./cmd/kc-hook`: %d packages, podman %s. Binary sizes: kc-hook %s, kc-janitor %s.\n\n",
+		l.Modules, okWord(l.VersionM, "absent", "PRESENT"), l.Packages, okWord(l.ListDeps, "absent", "PRESENT"), mb(l.HookBytes/1024), mb(l.JanitorBytes/1024))
+
+	if len(r.Targets) > 0 {
+		fmt.Fprintln(w, "### Targets\n\n| target | goal | measured | met |\n|---|---|---|---|")
+		for _, t := range r.Targets {
+			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", t.What, t.Goal, t.Measured, okWord(t.Met, "yes", "**no**"))
+		}
+		fmt.Fprintln(w)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "- note: %s\n", n)
+	}
+	for _, f := range r.Failures {
+		fmt.Fprintf(w, "- FAILURE: %s\n", f)
+	}
+}
+
+func us(d time.Duration) string { return fmt.Sprintf("%.2f µs", float64(d)/float64(time.Microsecond)) }
+
+func mb(kb int64) string { return fmt.Sprintf("%.1f MB", float64(kb)/1024) }

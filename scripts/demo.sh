@@ -109,8 +109,11 @@ PIDS+=($!)
 disown $!
 for _ in $(seq 100); do [ -S "$T/podman.sock" ] && break; sleep 0.1; done
 JF="--podman-url unix://$T/podman.sock --state-dir $T/state --podman-arg=--root=$T/storage --podman-arg=--runroot=$T/run --podman-arg=--storage-driver=vfs"
-show bin/kc-janitor reconcile $JF --min-age 0s 2>/dev/null || true
-show bin/kc-janitor reconcile $JF --min-age 0s --apply --kill-grace 2s 2>/dev/null
+# --container keeps the demo to its own containers: on a real host, every
+# stray would be reaped, including trees that are not the demo's.
+echo "(the demo passes --min-age 0s; the default 90s protects trees racing their container's start)"
+show bin/kc-janitor reconcile $JF --container "$ID2" --min-age 0s 2>/dev/null || true
+show bin/kc-janitor reconcile $JF --container "$ID2" --min-age 0s --apply --kill-grace 2s 2>/dev/null
 [ -z "$(tree_of "$SUP2")" ] && echo "tree $SUP2: gone" || tree_of "$SUP2"
 
 step "3. sockets: a supervisor killed with SIGKILL leaves its socket behind"
@@ -122,8 +125,7 @@ show bin/kc-janitor sweep --socket-dir "$T/sock" 2>/dev/null || true
 show bin/kc-janitor sweep --socket-dir "$T/sock" --apply 2>/dev/null || true
 kill -KILL -- "-$SUP3" 2>/dev/null || true
 
-if bin/kc-janitor doctor --help >/dev/null 2>&1 && ! bin/kc-janitor doctor --help 2>&1 | grep -q "not implemented"; then
-	step "4. doctor"
-	bin/kc-janitor doctor $JF --hooks-dir "$T/hooks" 2>/dev/null || true
-fi
+step "4. status and doctor: the operator's view of this (demo) host"
+show bin/kc-janitor status $JF --socket-dir "$T/sock" 2>/dev/null || true
+show bin/kc-janitor doctor $JF --hooks-dir "$T/hooks" --socket-dir "$T/sock" 2>/dev/null || true
 step "done: everything the demo started is being removed"

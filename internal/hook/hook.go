@@ -96,11 +96,17 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 	var res Result
 	store, err := ledger.Open(cfg.StateDir)
 	if err != nil {
-		return res, err
+		// The ledger is bookkeeping (DESIGN §6): with the state dir
+		// read-only or full the trees are still reaped. A ledger that can
+		// still be read still tells which kernels were this container's.
+		log.Warn("ledger unavailable; reaping without recording", "err", err)
+		store, _ = ledger.OpenReadOnly(cfg.StateDir)
 	}
 	var known map[trees.Key]string
-	if rec, err := store.Load(st.ID); err == nil {
-		known = trees.KnownFrom([]*ledger.Record{rec}, store.CurrentBootID())
+	if store != nil {
+		if rec, err := store.Load(st.ID); err == nil {
+			known = trees.KnownFrom([]*ledger.Record{rec}, store.CurrentBootID())
+		}
 	}
 	found, stats, err := trees.Scan(trees.Options{Root: root(cfg), Comms: cfg.Comms, Known: known})
 	if err != nil {
@@ -147,12 +153,14 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 	}
 	// Record before signalling: if this hook is killed mid-run, the
 	// janitor still knows exactly which processes were this container's.
-	if err := store.Update(st.ID, func(r *ledger.Record) error {
-		stamp(r, StagePoststop)
-		r.Trees = snaps
-		return nil
-	}); err != nil {
-		log.Warn("could not record trees before reaping", "err", err)
+	if store != nil {
+		if err := store.Update(st.ID, func(r *ledger.Record) error {
+			stamp(r, StagePoststop)
+			r.Trees = snaps
+			return nil
+		}); err != nil {
+			log.Warn("could not record trees before reaping", "err", err)
+		}
 	}
 
 	var wg sync.WaitGroup
@@ -197,13 +205,21 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 		}
 	}
 	res.Trees = snaps
+	if store == nil {
+		return res, nil
+	}
 	err = store.Update(st.ID, func(r *ledger.Record) error {
 		stamp(r, StagePoststop)
 		r.Trees = snaps
 		r.Outcome = outcome
 		return nil
 	})
-	return res, err
+	if err != nil {
+		// Bookkeeping: the trees were dealt with, which is what the
+		// exit status reports.
+		log.Warn("could not record the outcome", "err", err)
+	}
+	return res, nil
 }
 
 type socketFile struct {

@@ -116,7 +116,7 @@ func openDirs(t Target, patterns []string) ([]*dir, []error) {
 			continue
 		}
 		if !hasMeta(last) {
-			add(openDir(root, pat))
+			add(openDir(root, pat, false))
 			continue
 		}
 		names, err := listNames(root, parent)
@@ -131,8 +131,12 @@ func openDirs(t Target, patterns []string) ([]*dir, []error) {
 			if ok, _ := filepath.Match(last, n); !ok {
 				continue
 			}
-			d, err := openDir(root, filepath.Join(parent, n))
-			if errors.Is(err, unix.ENOTDIR) {
+			// A match that is a symlink is not followed: whoever can
+			// create entries next to the directories a glob is meant to
+			// match (a world-writable parent) could otherwise point the
+			// sweep at any directory on the host.
+			d, err := openDir(root, filepath.Join(parent, n), true)
+			if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
 				continue
 			}
 			add(d, err)
@@ -143,19 +147,24 @@ func openDirs(t Target, patterns []string) ([]*dir, []error) {
 
 func hasMeta(s string) bool { return strings.ContainsAny(s, `*?[\`) }
 
-// openDir opens inner (an absolute path inside the target).
-func openDir(root *os.File, inner string) (*dir, error) {
+// openDir opens inner (an absolute path inside the target). With
+// noFollow, a symlink as the last component is refused (ELOOP).
+func openDir(root *os.File, inner string, noFollow bool) (*dir, error) {
 	var (
 		fd    int
 		err   error
 		shown = inner
+		flags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC
 	)
+	if noFollow {
+		flags |= unix.O_NOFOLLOW
+	}
 	if root == nil {
-		fd, err = unix.Open(inner, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		fd, err = unix.Open(inner, flags, 0)
 	} else {
 		shown = root.Name() + inner
 		fd, err = unix.Openat2(int(root.Fd()), strings.TrimPrefix(inner, "/"), &unix.OpenHow{
-			Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
+			Flags:   uint64(flags),
 			Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
 		})
 	}
@@ -177,7 +186,7 @@ func openDir(root *os.File, inner string) (*dir, error) {
 
 // listNames lists a directory inside the target (or on the host).
 func listNames(root *os.File, inner string) ([]string, error) {
-	d, err := openDir(root, inner)
+	d, err := openDir(root, inner, false)
 	if err != nil {
 		return nil, err
 	}

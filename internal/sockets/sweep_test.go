@@ -270,7 +270,7 @@ func TestSweepWorldWritableDirAcceptsAnyOwner(t *testing.T) {
 
 func TestUnlinkAt(t *testing.T) {
 	dir := t.TempDir()
-	d, err := openDir(nil, dir)
+	d, err := openDir(nil, dir, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -430,6 +430,8 @@ func TestOpenDirsGlobAndErrors(t *testing.T) {
 		os.Mkdir(filepath.Join(base, n), 0o700)
 	}
 	os.WriteFile(filepath.Join(base, "file"), nil, 0o600)
+	// A glob match that is a symlink to a directory elsewhere is skipped.
+	os.Symlink(t.TempDir(), filepath.Join(base, "link"))
 	dirs, errs := openDirs(Target{}, []string{filepath.Join(base, "*"), filepath.Join(base, "1000"), filepath.Join(base, "missing"), "relative", base + "/*/x"})
 	defer func() {
 		for _, d := range dirs {
@@ -437,7 +439,7 @@ func TestOpenDirsGlobAndErrors(t *testing.T) {
 		}
 	}()
 	if len(dirs) != 2 {
-		t.Errorf("opened %d dirs, want 2 (deduplicated, file skipped)", len(dirs))
+		t.Errorf("opened %d dirs, want 2 (deduplicated, file and symlink skipped)", len(dirs))
 	}
 	if len(errs) != 3 {
 		t.Errorf("errors %v, want 3 (missing, relative, inner wildcard)", errs)

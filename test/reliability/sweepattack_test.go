@@ -66,7 +66,7 @@ func TestSweepUnderAttack(t *testing.T) {
 	const rounds = 4
 	var (
 		plantedN, swapped, unlinked, allowed, violations int
-		kinds                                             = map[string]int{}
+		kinds                                            = map[string]int{}
 	)
 	for round := 0; round < rounds; round++ {
 		base := shortDir(t, "kcrel-sw-")
@@ -83,11 +83,11 @@ func TestSweepUnderAttack(t *testing.T) {
 			}
 			return d
 		}
-		private := mk("priv", 0o755, 0)              // like /run/user/0
+		private := mk("priv", 0o755, 0)             // like /run/user/0
 		sticky := mk("tmp", 0o777|os.ModeSticky, 0) // like /tmp
-		userDir := mk("user", 0o700, nobody)         // like /run/user/65534
-		outside := mk("outside", 0o700, 0)           // never swept
-		globParent := mk("glob", 0o755, 0)           // swept as glob/*
+		userDir := mk("user", 0o700, nobody)        // like /run/user/65534
+		outside := mk("outside", 0o700, 0)          // never swept
+		globParent := mk("glob", 0o755, 0)          // swept as glob/*
 		if err := os.Mkdir(filepath.Join(globParent, "a"), 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -87,6 +87,9 @@ func runCull(c *cli.Context) error {
 	var sources []cull.Source
 	if paths := c.StringSlice("socket"); len(paths) > 0 {
 		for _, p := range paths {
+			if p == "" {
+				return usageErr("--socket must not be empty")
+			}
 			src := cull.Source{Socket: p}
 			if n, ok := sockets.ParseName(filepath.Base(p)); ok {
 				src.PID = n.PID

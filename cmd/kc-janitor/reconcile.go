@@ -122,7 +122,32 @@ func reconcileOptions(c *cli.Context, g globals) (reconcile.Options, error) {
 	if c.Duration("podman-timeout") <= 0 {
 		return opt, usageErr("--podman-timeout must be positive")
 	}
+	for _, a := range c.StringSlice("podman-arg") {
+		if a == "" {
+			return opt, usageErr("--podman-arg must not be empty")
+		}
+	}
+	if err := checkPodmanURL(g); err != nil {
+		return opt, err
+	}
+	// doctor, status and watch share these options and also look at
+	// sockets.
+	if err := checkSocketDirs(c); err != nil {
+		return opt, err
+	}
 	return opt, nil
+}
+
+// checkPodmanURL refuses a malformed --podman-url up front: it is a usage
+// error, not podman being unreachable.
+func checkPodmanURL(g globals) error {
+	if g.PodmanURL == "" {
+		return nil
+	}
+	if err := liveness.CheckURL(g.PodmanURL); err != nil {
+		return usageErr("--podman-url: %v", err)
+	}
+	return nil
 }
 
 // queryLiveness asks podman which containers are alive.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -70,9 +71,20 @@ func sweepConfig(c *cli.Context, g globals) (sockets.Config, error) {
 	if cfg.Workers <= 0 {
 		return cfg, usageErr("--workers must be positive")
 	}
-	if pid := c.Int(flagContainerPID); pid > 0 {
+	if err := checkSocketDirs(c); err != nil {
+		return cfg, err
+	}
+	if err := checkPodmanURL(g); err != nil {
+		return cfg, err
+	}
+	if pid := c.Int(flagContainerPID); pid < 0 {
+		return cfg, usageErr("--container-pid must not be negative")
+	} else if pid > 0 {
 		cfg.Target = sockets.Target{InitPID: pid}
 	} else if name := c.String(flagContainer); name != "" {
+		if !containerName.MatchString(name) {
+			return cfg, usageErr("--container %q is not a container name or ID", name)
+		}
 		ctx, cancel := context.WithTimeout(c.Context, 30*time.Second)
 		defer cancel()
 		pid, err := sockets.PodmanInitPID(ctx, g.PodmanURL, name)
@@ -82,6 +94,22 @@ func sweepConfig(c *cli.Context, g globals) (sockets.Config, error) {
 		cfg.Target = sockets.Target{InitPID: pid}
 	}
 	return cfg, nil
+}
+
+// containerName is what podman accepts as a container name (IDs, full or
+// short, match it too).
+var containerName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
+
+// checkSocketDirs refuses --socket-dir patterns the sweep could only
+// report as errors: empty, relative, wildcards before the last component,
+// a malformed glob.
+func checkSocketDirs(c *cli.Context) error {
+	for _, p := range c.StringSlice(flagSocketDir) {
+		if err := sockets.CheckDirPattern(p); err != nil {
+			return usageErr("--socket-dir: %v", err)
+		}
+	}
+	return nil
 }
 
 // logFileOr returns the log file from --log-file, else from env.

@@ -144,6 +144,14 @@ func resolveURL(u string) string {
 	return DefaultURL()
 }
 
+// CheckURL reports whether raw is a podman API URL Query can use
+// (unix:///path or tcp://host:port), so that a command line can refuse a
+// malformed one before anything runs.
+func CheckURL(raw string) error {
+	_, err := parseEndpoint(raw)
+	return err
+}
+
 // endpoint is a parsed API URL.
 type endpoint struct {
 	raw    string

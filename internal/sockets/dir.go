@@ -145,6 +145,23 @@ func openDirs(t Target, patterns []string) ([]*dir, []error) {
 	return out, errs
 }
 
+// CheckDirPattern reports whether pattern is a socket directory openDirs
+// can use: absolute, wildcards (filepath.Match syntax) only in the last
+// component, and a well-formed glob.
+func CheckDirPattern(pattern string) error {
+	if pattern == "" || !filepath.IsAbs(pattern) {
+		return fmt.Errorf("socket directory %q is not absolute", pattern)
+	}
+	parent, last := filepath.Split(filepath.Clean(pattern))
+	if hasMeta(parent) {
+		return fmt.Errorf("socket directory %q: wildcards are only allowed in the last component", pattern)
+	}
+	if _, err := filepath.Match(last, ""); err != nil {
+		return fmt.Errorf("socket directory %q: %w", pattern, err)
+	}
+	return nil
+}
+
 func hasMeta(s string) bool { return strings.ContainsAny(s, `*?[\`) }
 
 // openDir opens inner (an absolute path inside the target). With

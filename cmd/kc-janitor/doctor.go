@@ -71,7 +71,8 @@ func probeFlags() []cli.Flag {
 	return out
 }
 
-// probeConfig is sweepConfig for commands with probeFlags.
+// probeConfig builds the socket probing settings every command with
+// probeFlags shares; sweepConfig adds the container to look into.
 func probeConfig(c *cli.Context, g globals) (sockets.Config, error) {
 	cfg := sockets.Config{
 		Dirs:            c.StringSlice(flagSocketDir),
@@ -84,6 +85,9 @@ func probeConfig(c *cli.Context, g globals) (sockets.Config, error) {
 	}
 	if cfg.Workers <= 0 {
 		return cfg, usageErr("--workers must be positive")
+	}
+	if err := checkSocketDirs(c); err != nil {
+		return cfg, err
 	}
 	return cfg, nil
 }

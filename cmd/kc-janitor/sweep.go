@@ -57,21 +57,11 @@ Exit status: 0 ok; 1 an unlink failed or a socket directory could not be read.`,
 	}
 }
 
-// sweepConfig builds the sockets configuration both sweep and cull use.
+// sweepConfig builds the sockets configuration both sweep and cull use:
+// probeConfig plus the container to look into.
 func sweepConfig(c *cli.Context, g globals) (sockets.Config, error) {
-	cfg := sockets.Config{
-		Dirs:            c.StringSlice(flagSocketDir),
-		SupervisorComms: g.SupervisorComms,
-		Timeout:         c.Duration(flagTimeout),
-		Workers:         c.Int(flagWorkers),
-	}
-	if cfg.Timeout <= 0 {
-		return cfg, usageErr("--timeout must be positive")
-	}
-	if cfg.Workers <= 0 {
-		return cfg, usageErr("--workers must be positive")
-	}
-	if err := checkSocketDirs(c); err != nil {
+	cfg, err := probeConfig(c, g)
+	if err != nil {
 		return cfg, err
 	}
 	if err := checkPodmanURL(g); err != nil {

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,41 +13,57 @@ import (
 	"time"
 )
 
-// binRun is one run of a real binary as a child: wall time from start to
-// wait, and its peak RSS as wait4(2) reports it (ru_maxrss: the larger of
-// the child's own and that of any descendants it waited for).
+// binRun is one run of a real binary as a child: wall time, CPU time and
+// peak RSS as wait4(2) reports them, taken by the small bench/cmd/rusage
+// helper (see there why not by the harness itself).
 type binRun struct {
 	Wall     time.Duration
-	CPU      time.Duration // user + system, from wait4
+	CPU      time.Duration // user + system
 	MaxRSSKB int64
 	Exit     int
 	Stdout   []byte
 	Stderr   []byte
 }
 
+// rusageBin is the built bench/cmd/rusage helper.
+var rusageBin string
+
 func runBinary(argv, env []string, dir string, stdin *os.File) (binRun, error) {
 	var r binRun
+	out, err := os.CreateTemp("", "kcbench-rusage-")
+	if err != nil {
+		return r, err
+	}
+	out.Close()
+	defer os.Remove(out.Name())
 	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd := exec.Command(rusageBin, append([]string{out.Name()}, argv...)...)
 	cmd.Env, cmd.Dir = env, dir
 	if stdin != nil {
 		cmd.Stdin = stdin
 	}
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	start := time.Now()
-	err := cmd.Run()
-	r.Wall = time.Since(start)
+	err = cmd.Run()
 	r.Stdout, r.Stderr = stdout.Bytes(), stderr.Bytes()
-	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
+	if err != nil {
+		return r, fmt.Errorf("%s: %v: %s", argv[0], err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	data, err := os.ReadFile(out.Name())
+	if err != nil {
 		return r, err
 	}
-	r.Exit = cmd.ProcessState.ExitCode()
-	r.CPU = rusageCPU(cmd.ProcessState)
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		r.MaxRSSKB = ru.Maxrss // KiB on Linux
+	var u struct {
+		WallNS   int64 `json:"wall_ns"`
+		UserNS   int64 `json:"user_ns"`
+		SysNS    int64 `json:"sys_ns"`
+		MaxRSSKB int64 `json:"maxrss_kb"`
+		Exit     int   `json:"exit"`
 	}
+	if err := json.Unmarshal(data, &u); err != nil {
+		return r, fmt.Errorf("rusage output %q: %v", data, err)
+	}
+	r.Wall, r.CPU, r.MaxRSSKB, r.Exit = time.Duration(u.WallNS), time.Duration(u.UserNS+u.SysNS), u.MaxRSSKB, u.Exit
 	return r, nil
 }
 
@@ -119,7 +134,8 @@ func runHook(bin, tmp, stateDir, id string) (hookSample, error) {
 type janitorSample struct {
 	binRun
 	Source  string
-	Actions map[string]int
+	Actions map[string]int    // over all trees
+	ByID    map[string]string // container ID → action
 	Trees   int
 }
 
@@ -137,15 +153,17 @@ func runReconcile(bin string, args, env []string) (janitorSample, error) {
 	var rep struct {
 		Source string `json:"source"`
 		Trees  []struct {
-			Action string `json:"action"`
+			ContainerID string `json:"container_id"`
+			Action      string `json:"action"`
 		} `json:"trees"`
 	}
 	if err := json.Unmarshal(r.Stdout, &rep); err != nil {
 		return s, fmt.Errorf("reconcile JSON: %v: %.200s", err, r.Stdout)
 	}
-	s.Source, s.Trees, s.Actions = rep.Source, len(rep.Trees), map[string]int{}
+	s.Source, s.Trees, s.Actions, s.ByID = rep.Source, len(rep.Trees), map[string]int{}, map[string]string{}
 	for _, t := range rep.Trees {
 		s.Actions[t.Action]++
+		s.ByID[t.ContainerID] = t.Action
 	}
 	return s, nil
 }

@@ -320,16 +320,19 @@ func (b *bench) preflight() error {
 		m["cgroup_pids_max"] = pm
 	}
 
-	progress("building the fake supervisor (internal/testkit/kcserver)")
+	progress("building the fake supervisor (internal/testkit/kcserver) and the rusage helper (bench/cmd/rusage)")
 	b.kcserver = filepath.Join(b.tmp, "bin", "kcserver")
 	gobin, err := exec.LookPath("go")
 	if err != nil {
 		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
-	cmd := exec.Command(gobin, "build", "-o", b.kcserver, "./internal/testkit/kcserver")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build ./internal/testkit/kcserver: %v: %s", err, out)
+	rusageBin = filepath.Join(b.tmp, "bin", "rusage")
+	for out, pkg := range map[string]string{b.kcserver: "./internal/testkit/kcserver", rusageBin: "./bench/cmd/rusage"} {
+		cmd := exec.Command(gobin, "build", "-o", out, pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %v: %s", pkg, err, out)
+		}
 	}
 	return nil
 }

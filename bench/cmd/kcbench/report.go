@@ -65,7 +65,7 @@ func (b *bench) report(w io.Writer) {
 	}
 
 	if len(r.Reconciles) > 0 {
-		fmt.Fprintf(w, "### kc-janitor reconcile, dry run, end to end (%d live containers with a tree each + %d strays; median of %d runs)\n\n", len(b.liveIDs), len(b.strayIDs), b.cfg.janitorRuns)
+		fmt.Fprintf(w, "### kc-janitor reconcile, dry run, end to end (%d live containers with a tree each + %d strays; median of %d runs; decisions of the last run, over all trees on the host)\n\n", len(b.liveIDs), len(b.strayIDs), b.cfg.janitorRuns)
 		fmt.Fprintln(w, "| N (processes) | liveness path | wall | CPU | peak RSS | decisions | load |")
 		fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
 		for _, rr := range r.Reconciles {

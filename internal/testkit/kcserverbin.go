@@ -4,12 +4,10 @@ package testkit
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,76 +21,12 @@ import (
 // KCServerPackage is the import path of the fake supervisor.
 const KCServerPackage = "github.com/kc-watchman/kc-watchman/internal/testkit/kcserver"
 
-var (
-	buildOnce sync.Once
-	buildPath string
-	buildErr  error
-)
-
-// BuildKCServer builds the fake supervisor (package ./kcserver) with
-// CGO_ENABLED=0 into a temporary directory, as a binary named exactly
-// "kcserver" so that the processes it runs have comm "kcserver". It builds
-// once per test binary and returns the binary's path; a failed build fails
-// t. The directory outlives the test binary (tests in the binary share it);
-// the next build removes directories left by test binaries that have exited.
+// BuildKCServer builds the fake supervisor (package ./kcserver) as a
+// binary named exactly "kcserver", so that the processes it runs have comm
+// "kcserver" (see Build).
 func BuildKCServer(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() { buildPath, buildErr = buildKCServer() })
-	if buildErr != nil {
-		t.Fatalf("build fake kcserver: %v", buildErr)
-	}
-	return buildPath
-}
-
-const buildDirPrefix = "kc-testkit-kcserver-"
-
-func buildKCServer() (string, error) {
-	removeStaleBuilds()
-	dir, err := os.MkdirTemp("", buildDirPrefix+strconv.Itoa(os.Getpid())+"-")
-	if err != nil {
-		return "", err
-	}
-	out := filepath.Join(dir, "kcserver")
-	gobin, err := goTool()
-	if err != nil {
-		return "", err
-	}
-	cmd := exec.Command(gobin, "build", "-o", out, KCServerPackage)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		os.RemoveAll(dir)
-		return "", fmt.Errorf("go build %s: %v: %s", KCServerPackage, err, strings.TrimSpace(stderr.String()))
-	}
-	return out, nil
-}
-
-func goTool() (string, error) {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p, nil
-	}
-	p := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(p); err != nil {
-		return "", errors.New("no go tool in PATH or GOROOT")
-	}
-	return p, nil
-}
-
-// removeStaleBuilds deletes build directories whose test binary is gone.
-func removeStaleBuilds() {
-	matches, _ := filepath.Glob(filepath.Join(os.TempDir(), buildDirPrefix+"*"))
-	for _, m := range matches {
-		rest := strings.TrimPrefix(filepath.Base(m), buildDirPrefix)
-		pidStr, _, ok := strings.Cut(rest, "-")
-		pid, err := strconv.Atoi(pidStr)
-		if !ok || err != nil || pid == os.Getpid() {
-			continue
-		}
-		if _, err := os.Stat("/proc/" + pidStr); errors.Is(err, os.ErrNotExist) {
-			os.RemoveAll(m)
-		}
-	}
+	return Build(t, KCServerPackage, "kcserver")
 }
 
 // KCServer is a running fake supervisor started by StartKCServer.

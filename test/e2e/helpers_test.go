@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,51 +18,16 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
 )
 
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
-)
-
-// binaries builds bin/kc-hook and bin/kc-janitor once per test binary with
-// the Makefile's tags, and returns their directory.
-func binaries(t testing.TB) string {
+// bin builds (once per test binary) and returns the path of kc-hook or
+// kc-janitor, built as the Makefile builds them.
+func bin(t testing.TB, name string) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "kc-e2e-bin-")
-		if buildErr != nil {
-			return
-		}
-		for _, name := range []string{"kc-hook", "kc-janitor"} {
-			cmd := exec.Command("go", "build", "-tags", "remote containers_image_openpgp",
-				"-o", filepath.Join(binDir, name), "github.com/kc-watchman/kc-watchman/cmd/"+name)
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = &buildError{name: name, out: string(out), err: err}
-				return
-			}
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binDir
-}
-
-type buildError struct {
-	name, out string
-	err       error
-}
-
-func (e *buildError) Error() string {
-	return "building " + e.name + ": " + e.err.Error() + ": " + e.out
+	return testkit.Build(t, "github.com/kc-watchman/kc-watchman/cmd/"+name, name)
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	testkit.RemoveBuilds()
 	os.Exit(code)
 }
 
@@ -72,7 +36,7 @@ func TestMain(m *testing.M) {
 // at stateDir.
 func installHook(t *testing.T, e *podmantest.Env, stateDir string, extraEnv ...string) {
 	t.Helper()
-	hook := filepath.Join(binaries(t), "kc-hook")
+	hook := bin(t, "kc-hook")
 	descs, err := filepath.Glob("../../hooks.d/*.json")
 	if err != nil || len(descs) == 0 {
 		t.Fatalf("no descriptors in hooks.d: %v", err)
@@ -197,7 +161,7 @@ func killGroup(ms []fingerprint.Stat) {
 // the exit code.
 func janitor(t *testing.T, env []string, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(binaries(t), "kc-janitor"), args...)
+	cmd := exec.Command(bin(t, "kc-janitor"), args...)
 	cmd.Env = env
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

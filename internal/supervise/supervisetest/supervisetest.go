@@ -5,90 +5,29 @@
 package supervisetest
 
 import (
-	"bytes"
-	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
-	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/supervise"
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
 )
 
 // KCHookPackage is the import path of the hook binary.
-const KCHookPackage = "github.com/kc-watchman/kc-watchman/cmd/kc-hook"
+const KCHookPackage = testkit.KCHookPackage
 
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildErr  error
-)
-
-// BuildKCHook builds cmd/kc-hook (CGO_ENABLED=0) once per test binary into
-// a temporary directory, as a binary named exactly "kc-hook" so that the
-// wrapper's comm is trees.WrapperComm, and returns its path. The directory
-// is shared by the test binary's tests; RemoveBuild (from TestMain)
-// removes it, and otherwise the next build removes directories of test
-// binaries that have exited.
+// BuildKCHook builds cmd/kc-hook once per test binary as a binary named
+// exactly "kc-hook", so that the wrapper's comm is trees.WrapperComm, and
+// returns its path (see testkit.Build).
 func BuildKCHook(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() { buildDir, buildErr = build() })
-	if buildErr != nil {
-		t.Fatalf("build kc-hook: %v", buildErr)
-	}
-	return filepath.Join(buildDir, "kc-hook")
+	return testkit.Build(t, KCHookPackage, "kc-hook")
 }
 
-// RemoveBuild removes the directory BuildKCHook built into, if any.
-func RemoveBuild() {
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-}
-
-const buildDirPrefix = "kc-supervisetest-"
-
-func build() (string, error) {
-	removeStaleBuilds()
-	dir, err := os.MkdirTemp("", buildDirPrefix+strconv.Itoa(os.Getpid())+"-")
-	if err != nil {
-		return "", err
-	}
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	cmd := exec.Command(gobin, "build", "-tags", "remote containers_image_openpgp", "-o", filepath.Join(dir, "kc-hook"), KCHookPackage)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		os.RemoveAll(dir)
-		return "", fmt.Errorf("go build %s: %v: %s", KCHookPackage, err, strings.TrimSpace(stderr.String()))
-	}
-	return dir, nil
-}
-
-// removeStaleBuilds deletes build directories whose test binary is gone.
-func removeStaleBuilds() {
-	matches, _ := filepath.Glob(filepath.Join(os.TempDir(), buildDirPrefix+"*"))
-	for _, m := range matches {
-		pidStr, _, ok := strings.Cut(strings.TrimPrefix(filepath.Base(m), buildDirPrefix), "-")
-		if !ok || pidStr == strconv.Itoa(os.Getpid()) {
-			continue
-		}
-		if _, err := os.Stat("/proc/" + pidStr); os.IsNotExist(err) {
-			os.RemoveAll(m)
-		}
-	}
-}
+// RemoveBuild removes what BuildKCHook built; call it from TestMain.
+func RemoveBuild() { testkit.RemoveBuilds() }
 
 // Eventually polls cond every 10ms until it returns true or timeout
 // passes, then fails t with msg.

@@ -178,8 +178,10 @@ func TestCLIMalformedValues(t *testing.T) {
 				c.args = append(append([]string{}, args...), "--"+flag+"="+v)
 				cases = append(cases, c)
 				for _, env := range envs {
-					if v == "" || slices.Contains(base[cmd], "--"+flag) {
-						continue // an empty variable means "unset"; a flag beats its variable
+					// An empty variable means "unset"; a flag beats its
+					// variable; one malformed value per variable will do.
+					if v == "" || v != firstNonEmpty(values) || slices.Contains(base[cmd], "--"+flag) {
+						continue
 					}
 					ce := c
 					ce.env = env
@@ -350,4 +352,13 @@ func strconvQuote(s string) string {
 		return strconv.Quote(s)
 	}
 	return s
+}
+
+func firstNonEmpty(vs []string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
 }

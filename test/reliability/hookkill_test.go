@@ -30,7 +30,7 @@ const hookKillComm = "kcrel-hkill"
 // the ledger still ties to the container.
 func TestHookKilledMidRun(t *testing.T) {
 	state := t.TempDir()
-	env := baseEnv(noContainersPodman(t)+":/usr/bin:/bin", "KC_STATE_DIR="+state, "KC_SUPERVISOR_COMM="+hookKillComm, "KC_KILL_GRACE=100ms")
+	env := baseEnv(noContainersPodman(t)+":/usr/bin:/bin", "KC_STATE_DIR="+state, "KC_SUPERVISOR_COMM="+hookKillComm, "KC_KILL_GRACE=60ms")
 	store, err := ledger.Open(state)
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +128,7 @@ func TestHookKilledMidRun(t *testing.T) {
 
 		// The next reconcile reaps whatever the hook left.
 		r := runTool(t, janitorBin(t), env, "", append([]string{"reconcile", "--apply", "--format", "json", "--min-age", "0s",
-			"--kill-grace", "100ms", "--container", cid}, janitorGround()...)...)
+			"--kill-grace", "60ms", "--container", cid}, janitorGround()...)...)
 		if r.Code != 0 {
 			t.Errorf("trial %d (%s): reconcile exit %d: %s", i, phase, r.Code, r.Stderr)
 		}

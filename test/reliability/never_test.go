@@ -73,7 +73,7 @@ func TestNeverSignalled(t *testing.T) {
 		return rep, r
 	}
 
-	const rounds = 5
+	const rounds = 3
 	exposures := map[string]int{}
 	signals := 0
 	var harms []string

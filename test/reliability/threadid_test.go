@@ -90,7 +90,7 @@ func TestThreadIDCollision(t *testing.T) {
 	if sum.Signals != 0 || sum.TreesActedOn != 0 || sum.SocketsKept != 0 {
 		t.Errorf("signals %d, trees acted on %d, sockets kept %d; want 0", sum.Signals, sum.TreesActedOn, sum.SocketsKept)
 	}
-	if total < 8*len(threadVariants) {
+	if total < 6*len(threadVariants) {
 		t.Errorf("only %d trials", total)
 	}
 }
@@ -101,7 +101,7 @@ func threadHelper(t *testing.T) {
 	sum := threadSummary{Trials: map[string]int{}}
 	podmanDir, setPS := listingPodman(t)
 	state := t.TempDir()
-	const perVariant = 8
+	const perVariant = 6
 	for i := 0; i < perVariant*len(threadVariants); i++ {
 		v := threadVariants[i%len(threadVariants)]
 		for attempt := 0; ; attempt++ {

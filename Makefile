@@ -27,7 +27,7 @@ UNITS       := contrib/systemd/kc-janitor.service contrib/systemd/kc-janitor.tim
 TESTFLAGS   ?= -count=1 -timeout 15m
 PKGS        ?= ./...
 
-.PHONY: all build test vet fmt install install-bin install-hooks install-units install-man install-completion uninstall demo bench clean
+.PHONY: all build test vet fmt install install-bin install-hooks install-units install-man install-completion uninstall demo bench bench-harness reliability fuzz clean
 
 all: build
 
@@ -37,6 +37,7 @@ build:
 
 vet:
 	$(GO) vet $(GOFLAGS_ALL) ./...
+	$(GO) vet -tags "$(TAGS) reliability" ./test/reliability/
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { gofmt -l .; echo 'gofmt needed'; exit 1; }
 
 test: vet
@@ -93,6 +94,21 @@ demo: build
 
 bench:
 	$(GO) test $(GOFLAGS_ALL) -run '^$$' -bench . -benchmem ./...
+
+# The side-by-side harness of docs/PERFORMANCE.md (root; a few minutes).
+# BENCH_ARGS example: -n 1000,10000 -podman off
+bench-harness: build
+	$(GO) run $(GOFLAGS_ALL) ./bench/cmd/kcbench $(BENCH_ARGS)
+
+# The reliability suite of docs/RELIABILITY.md (root, real podman; a few
+# minutes). KC_RELIABILITY_REPORT=FILE also writes its figures to FILE.
+reliability:
+	$(GO) test -tags "$(TAGS) reliability" $(TESTFLAGS) -v ./test/reliability/
+
+# Every fuzz target for FUZZ_SECONDS each (the corpora are committed).
+FUZZ_SECONDS ?= 20
+fuzz:
+	./scripts/fuzz.sh $(FUZZ_SECONDS)
 
 clean:
 	rm -rf bin

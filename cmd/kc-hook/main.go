@@ -55,7 +55,9 @@ func run(args []string, stdin io.Reader, stderr io.Writer) int {
 		},
 		Commands:        []*cli.Command{superviseCommand()},
 		HideHelpCommand: true,
-		ExitErrHandler:  func(*cli.Context, error) {},
+		// A bad flag is one line on stderr (DESIGN §6), not the whole usage.
+		OnUsageError:   func(_ *cli.Context, err error, _ bool) error { return err },
+		ExitErrHandler: func(*cli.Context, error) {},
 		Action: func(c *cli.Context) error {
 			code = runStage(c, stdin, stderr)
 			return nil
@@ -87,9 +89,9 @@ func runStage(c *cli.Context, stdin io.Reader, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "kc-hook: --kill-grace and --deadline must be positive")
 		return exitBadInput
 	}
-	comms := splitComms(c.String("supervisor-comm"))
-	if len(comms) == 0 {
-		fmt.Fprintln(stderr, "kc-hook: --supervisor-comm names no process")
+	comms, err := checkCommon(c)
+	if err != nil {
+		fmt.Fprintln(stderr, "kc-hook:", err)
 		return exitBadInput
 	}
 	st, err := hook.ReadState(stdin)
@@ -134,6 +136,29 @@ func runStage(c *cli.Context, stdin io.Reader, stderr io.Writer) int {
 		return exitFailed
 	}
 	return exitOK
+}
+
+// checkCommon validates the settings every stage uses and returns the
+// supervisor names. Paths must be absolute: the runtime runs hooks with
+// the bundle as working directory, where a relative ledger would be lost
+// with the container.
+func checkCommon(c *cli.Context) ([]string, error) {
+	if sd := c.String("state-dir"); !filepath.IsAbs(sd) {
+		return nil, fmt.Errorf("--state-dir must be an absolute path, not %q (hooks run in the bundle directory)", sd)
+	}
+	if lf := c.String("log-file"); lf != "" && !filepath.IsAbs(lf) {
+		return nil, fmt.Errorf("--log-file must be an absolute path, not %q (hooks run in the bundle directory)", lf)
+	}
+	comms := splitComms(c.String("supervisor-comm"))
+	if len(comms) == 0 {
+		return nil, errors.New("--supervisor-comm names no process")
+	}
+	for _, name := range comms {
+		if len(name) > 15 {
+			return nil, fmt.Errorf("--supervisor-comm: %q is longer than the 15 bytes the kernel keeps of a process name", name)
+		}
+	}
+	return comms, nil
 }
 
 func splitComms(s string) []string {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"syscall"
 	"time"
@@ -73,6 +74,9 @@ func runSupervise(c *cli.Context) error {
 	}
 	if !c.IsSet("kill-grace") {
 		grace = parentContext(c).Duration("kill-grace")
+	}
+	if stateDir != "" && !filepath.IsAbs(stateDir) {
+		return cli.Exit(fmt.Sprintf("kc-hook supervise: --state-dir must be an absolute path, not %q", stateDir), exitUsage)
 	}
 	if c.Int("max-restarts") < 0 || grace <= 0 {
 		return cli.Exit("kc-hook supervise: --max-restarts must not be negative and --kill-grace must be positive", exitUsage)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -119,6 +120,11 @@ func runDoctor(c *cli.Context) error {
 	scfg, err := probeConfig(c, g)
 	if err != nil {
 		return err
+	}
+	for _, d := range c.StringSlice(flagHooksDir) {
+		if !filepath.IsAbs(d) {
+			return usageErr("--hooks-dir must be an absolute path, not %q", d)
+		}
 	}
 	log, closeLog, err := newLogger(g, g.LogFile)
 	if err != nil {

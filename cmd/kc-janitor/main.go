@@ -101,6 +101,20 @@ func versionCommand() *cli.Command {
 		Name:  "version",
 		Usage: "print the version",
 		Action: func(c *cli.Context) error {
+			// It takes the global flags like every command; a malformed
+			// one is an error here too, not silently ignored.
+			g, err := loadGlobals(c)
+			if err != nil {
+				return err
+			}
+			if err := checkPodmanURL(g); err != nil {
+				return err
+			}
+			_, closeLog, err := newLogger(g, g.LogFile)
+			if err != nil {
+				return err
+			}
+			closeLog()
 			fmt.Fprintln(c.App.Writer, "kc-janitor", version)
 			return nil
 		},

@@ -34,10 +34,10 @@ const wrapperPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 // init is already running.
 var errAlreadyRunning = errors.New("a supervisor for this init is already running")
 
-// SupervisorLog is where a container's wrapper (and its command) write:
-// <state-dir>/supervisors/<container-id>.log.
+// SupervisorLog is where a container's wrapper (and its command) write;
+// see ledger.SupervisorLog.
 func SupervisorLog(stateDir, containerID string) string {
-	return filepath.Join(stateDir, "supervisors", containerID+".log")
+	return ledger.SupervisorLog(stateDir, containerID)
 }
 
 // launchSupervisor starts `kc-hook supervise` for a container annotated

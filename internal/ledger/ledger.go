@@ -115,6 +115,13 @@ func OpenReadOnly(stateDir string) (*Store, error) {
 	return &Store{dir: dir, bootID: boot}, nil
 }
 
+// SupervisorLog is where a container's `kc-hook supervise` wrapper (and its
+// command) write: <state-dir>/supervisors/<container-id>.log. It belongs
+// to the container's record and goes with it.
+func SupervisorLog(stateDir, containerID string) string {
+	return filepath.Join(stateDir, "supervisors", containerID+".log")
+}
+
 // Dir returns the directory holding the records.
 func (s *Store) Dir() string { return s.dir }
 
@@ -296,6 +303,9 @@ func (s *Store) Remove(id string, keep func(*Record) bool) (bool, error) {
 	}
 	if err := os.Remove(s.path(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, fmt.Errorf("removing ledger record: %w", err)
+	}
+	if err := os.Remove(SupervisorLog(filepath.Dir(s.dir), id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return true, fmt.Errorf("removing supervisor log: %w", err)
 	}
 	return true, syncDir(s.dir)
 }

@@ -200,3 +200,33 @@ func TestRemove(t *testing.T) {
 		t.Errorf("second Remove = %v, %v", removed, err)
 	}
 }
+
+func TestRemoveTakesTheSupervisorLog(t *testing.T) {
+	state := t.TempDir()
+	s, err := Open(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(id(9), func(*Record) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	logPath := SupervisorLog(state, id(9))
+	other := SupervisorLog(state, id(10))
+	for _, p := range []string{logPath, other} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("log\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if removed, err := s.Remove(id(9), nil); !removed || err != nil {
+		t.Fatalf("Remove = %v, %v", removed, err)
+	}
+	if _, err := os.Stat(logPath); !os.IsNotExist(err) {
+		t.Errorf("supervisor log of the removed record survived: %v", err)
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Errorf("another container's supervisor log was removed: %v", err)
+	}
+}

@@ -275,7 +275,7 @@ func collect(opt Options, log *slog.Logger, records []*ledger.Record, live liven
 	}
 	n := 0
 	for _, r := range records {
-		if live.IsLive(r.ContainerID) {
+		if live.IsLive(r.ContainerID) || (len(opt.Containers) > 0 && !opt.Containers[r.ContainerID]) {
 			continue
 		}
 		removed, err := opt.Store.Remove(r.ContainerID, func(cur *ledger.Record) bool {
@@ -299,6 +299,9 @@ func collect(opt Options, log *slog.Logger, records []*ledger.Record, live liven
 }
 
 func anyAlive(root string, r *ledger.Record) bool {
+	if w := r.Supervisor; w != nil && fingerprint.Alive(root, fingerprint.Stat{PID: w.PID, StartTicks: w.StartTicks}) {
+		return true
+	}
 	for _, t := range r.Trees {
 		for _, m := range t.Members {
 			if fingerprint.Alive(root, fingerprint.Stat{PID: m.PID, StartTicks: m.StartTicks}) {

@@ -113,3 +113,41 @@ func TestRunRealTrees(t *testing.T) {
 		}
 	})
 }
+
+// TestCollectKeepsRecordsWithLiveWrappers: a record whose supervise
+// wrapper is still alive is kept, one whose processes are all dead goes.
+func TestCollectKeepsRecordsWithLiveWrappers(t *testing.T) {
+	store, err := ledger.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := fingerprint.ReadStat("/proc", os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const withWrapper = "3333333333333333333333333333333333333333333333333333333333333333"
+	const deadOnly = "4444444444444444444444444444444444444444444444444444444444444444"
+	store.Update(withWrapper, func(r *ledger.Record) error {
+		r.Supervisor = &ledger.Process{PID: self.PID, StartTicks: self.StartTicks}
+		return nil
+	})
+	store.Update(deadOnly, func(r *ledger.Record) error {
+		r.Supervisor = &ledger.Process{PID: self.PID, StartTicks: self.StartTicks + 1} // a recycled identity
+		return nil
+	})
+	live := liveness.Set{Source: liveness.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()}
+	opt := Options{Comms: []string{"kcsrv-collect"}, Containers: map[string]bool{withWrapper: true, deadOnly: true}, Store: store, Apply: true}
+	rep, err := Run(context.Background(), opt, live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.LedgerCollected != 1 {
+		t.Errorf("collected %d records, want 1", rep.LedgerCollected)
+	}
+	if _, err := store.Load(withWrapper); err != nil {
+		t.Errorf("record with a live wrapper was collected: %v", err)
+	}
+	if _, err := store.Load(deadOnly); err == nil {
+		t.Error("record naming only dead processes was kept")
+	}
+}

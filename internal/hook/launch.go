@@ -160,6 +160,13 @@ func liveWrapper(root string, p *ledger.Process, cid string) (fingerprint.Stat, 
 // wrapper take its own group down; SIGKILL follows after the grace).
 func stopWrapper(cfg Config, w fingerprint.Stat) error {
 	members := supervise.GroupMembers(root(cfg), w.PGID)
+	// The listing names the wrapper's group only if the wrapper still held
+	// it afterwards: a group number cannot be reused while a member (even
+	// a zombie) holds it, and a dead wrapper cannot come back. Otherwise
+	// the number may already be another group's, and its members innocents.
+	if st, err := fingerprint.Revalidate(root(cfg), w); err != nil || st.PGID != w.PGID || st.Zombie() {
+		return nil
+	}
 	found := false
 	for _, m := range members {
 		found = found || fingerprint.Same(m, w)

@@ -26,6 +26,13 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
 )
 
+// LockTimeout bounds the wait for the ledger lock.
+const LockTimeout = 5 * time.Second
+
+// ErrLocked is returned (wrapped) when the ledger lock could not be had
+// within LockTimeout.
+var ErrLocked = errors.New("ledger locked")
+
 // ErrBadID is returned for anything that is not a full container ID; it
 // keeps path traversal out of the state dir.
 var ErrBadID = errors.New("not a 64-character lowercase hex container ID")
@@ -82,16 +89,24 @@ type Store struct {
 }
 
 // Open prepares <stateDir>/containers (mode 0700) and reads the boot ID.
+// A state dir created here is made 0700; an existing one keeps its mode
+// (a mistaken --state-dir=/run must not make /run root-only; doctor warns
+// about a state dir others can write). The containers directory is the
+// ledger's own and is always 0700.
 func Open(stateDir string) (*Store, error) {
+	_, statErr := os.Stat(stateDir)
+	created := errors.Is(statErr, fs.ErrNotExist)
 	dir := filepath.Join(stateDir, "containers")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating ledger directory: %w", err)
 	}
+	if created {
+		if err := os.Chmod(stateDir, 0o700); err != nil {
+			return nil, fmt.Errorf("securing state directory: %w", err)
+		}
+	}
 	// MkdirAll leaves an existing directory's mode alone; the ledger names
 	// processes to kill, so nobody else may write it.
-	if err := os.Chmod(stateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("securing state directory: %w", err)
-	}
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("securing ledger directory: %w", err)
 	}
@@ -146,15 +161,23 @@ func (s *Store) lock() (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening ledger lock: %w", err)
 	}
+	// Bounded: a holder that was stopped (SIGSTOP, Ctrl-Z) must not hang
+	// every hook until the runtime's timeout fails container starts.
+	deadline := time.Now().Add(LockTimeout)
 	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
-		if !errors.Is(err, unix.EINTR) {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
 			break
 		}
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("locking ledger: %w", err)
+		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
+			f.Close()
+			return nil, fmt.Errorf("locking ledger: %w", err)
+		}
+		if time.Now().After(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("ledger held by another process for %v: %w", LockTimeout, ErrLocked)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	return func() { f.Close() }, nil // closing releases the flock
 }

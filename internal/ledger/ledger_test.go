@@ -10,15 +10,14 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func id(n int) string { return fmt.Sprintf("%064x", n) }
 
 func TestOpenPermissions(t *testing.T) {
-	state := filepath.Join(t.TempDir(), "state")
-	if err := os.MkdirAll(state, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	state := filepath.Join(t.TempDir(), "state") // created by Open
 	s, err := Open(state)
 	if err != nil {
 		t.Fatal(err)
@@ -228,5 +227,46 @@ func TestRemoveTakesTheSupervisorLog(t *testing.T) {
 	}
 	if _, err := os.Stat(other); err != nil {
 		t.Errorf("another container's supervisor log was removed: %v", err)
+	}
+}
+
+func TestOpenLeavesAnExistingStateDirModeAlone(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "shared")
+	if err := os.Mkdir(state, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(state); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := os.Stat(state); info.Mode().Perm() != 0o755 {
+		t.Errorf("existing state dir's mode changed to %o", info.Mode().Perm())
+	}
+	if info, _ := os.Stat(filepath.Join(state, "containers")); info.Mode().Perm() != 0o700 {
+		t.Errorf("ledger dir mode %o, want 700", info.Mode().Perm())
+	}
+}
+
+// TestLockWaitIsBounded: a lock holder that never lets go (stopped, say)
+// makes Update fail with ErrLocked instead of hanging the hook.
+func TestLockWaitIsBounded(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(s.Dir(), ".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = s.Update(id(1), func(*Record) error { return nil })
+	if !errors.Is(err, ErrLocked) {
+		t.Fatalf("Update under a held lock = %v, want ErrLocked", err)
+	}
+	if waited := time.Since(start); waited > LockTimeout+2*time.Second {
+		t.Errorf("waited %v", waited)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -247,7 +248,11 @@ func reap(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) {
 			}
 			if opt.Store != nil {
 				err := opt.Store.Update(t.ContainerID, func(rec *ledger.Record) error {
-					rec.Trees = []ledger.Tree{snap}
+					// Replace only this group's snapshot: a container can
+					// have several trees, reaped concurrently, and the
+					// others' members must stay attributable.
+					rec.Trees = slices.DeleteFunc(rec.Trees, func(lt ledger.Tree) bool { return lt.PGID == snap.PGID })
+					rec.Trees = append(rec.Trees, snap)
 					rec.Outcome = t.Action
 					return nil
 				})

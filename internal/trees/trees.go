@@ -22,6 +22,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -528,6 +529,12 @@ func KnownFrom(recs []*ledger.Record, bootID string) map[Key]string {
 			continue
 		}
 		for _, t := range r.Trees {
+			// A snapshot of a group that was not the container's to reap
+			// (ambiguous, foreign, another UID) must not make it so later,
+			// once its anchors are gone.
+			if strings.HasPrefix(t.Action, "skipped-") {
+				continue
+			}
 			for _, p := range t.Members {
 				m[Key{PID: p.PID, StartTicks: p.StartTicks, PGID: t.PGID}] = r.ContainerID
 			}

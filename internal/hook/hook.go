@@ -14,7 +14,6 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
-	"github.com/kc-watchman/kc-watchman/internal/safeunlink"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
@@ -126,19 +125,13 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 		}
 	}
 	snaps := make([]ledger.Tree, len(mine))
-	sockets := make([][]socketFile, len(mine))
+	sockets := make([][]trees.Socket, len(mine))
 	euid := os.Geteuid()
 	for i, t := range mine {
 		snaps[i] = t.Snapshot("poststop", now)
-		pids := make([]int, len(t.Members))
-		for j, m := range t.Members {
-			pids[j] = m.PID
-		}
-		for _, p := range trees.ListeningSockets(root(cfg), pids) {
-			snaps[i].Sockets = append(snaps[i].Sockets, p)
-			if f, err := safeunlink.Examine(p); err == nil {
-				sockets[i] = append(sockets[i], socketFile{path: p, file: f})
-			}
+		sockets[i] = trees.TreeSockets(root(cfg), t)
+		for _, s := range sockets[i] {
+			snaps[i].Sockets = append(snaps[i].Sockets, s.Path)
 		}
 		switch {
 		case t.Foreign:
@@ -182,11 +175,11 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 				return
 			}
 			for _, s := range sockets[i] {
-				if err := safeunlink.Unlink(s.path, s.file); err != nil {
-					log.Warn("socket left in place", "path", s.path, "err", err)
+				if err := trees.RemoveSocket(s); err != nil {
+					log.Warn("socket left in place", "path", s.Path, "err", err)
 					continue
 				}
-				snaps[i].SocketsUnlinked = append(snaps[i].SocketsUnlinked, s.path)
+				snaps[i].SocketsUnlinked = append(snaps[i].SocketsUnlinked, s.Path)
 			}
 		}()
 	}
@@ -220,11 +213,6 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 		log.Warn("could not record the outcome", "err", err)
 	}
 	return res, nil
-}
-
-type socketFile struct {
-	path string
-	file safeunlink.File
 }
 
 func stamp(r *ledger.Record, stage Stage) {

@@ -14,7 +14,6 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
-	"github.com/kc-watchman/kc-watchman/internal/safeunlink"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
@@ -219,12 +218,7 @@ func reap(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) {
 		wg.Add(1)
 		go func(t *Tree) {
 			defer wg.Done()
-			var socks []socketFile
-			for _, p := range trees.ListeningSockets(opt.Root, pids(t.tree)) {
-				if f, err := safeunlink.Examine(p); err == nil {
-					socks = append(socks, socketFile{p, f})
-				}
-			}
+			socks := trees.TreeSockets(opt.Root, t.tree)
 			r := pgkill.Kill(ctx, pgkill.Group{PGID: t.PGID, Members: t.tree.Stats()}, pgkill.Options{Root: opt.Root, Grace: opt.KillGrace})
 			t.Action = string(r.Outcome)
 			if r.Err != nil {
@@ -239,11 +233,11 @@ func reap(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) {
 			}
 			if r.Outcome != pgkill.WouldNotDie {
 				for _, s := range socks {
-					if err := safeunlink.Unlink(s.path, s.file); err != nil {
-						log.Warn("socket left in place", "path", s.path, "err", err)
+					if err := trees.RemoveSocket(s); err != nil {
+						log.Warn("socket left in place", "path", s.Path, "err", err)
 						continue
 					}
-					snap.SocketsUnlinked = append(snap.SocketsUnlinked, s.path)
+					snap.SocketsUnlinked = append(snap.SocketsUnlinked, s.Path)
 				}
 			}
 			if opt.Store != nil {
@@ -263,11 +257,6 @@ func reap(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) {
 		}(&ts[i])
 	}
 	wg.Wait()
-}
-
-type socketFile struct {
-	path string
-	file safeunlink.File
 }
 
 // collect removes ledger records that can no longer matter: from another

@@ -115,13 +115,23 @@ func lstatAt(dirfd int, name string) (unix.Stat_t, error) {
 	return st, nil
 }
 
-// openParent opens path's directory as an O_PATH descriptor, refusing a
-// symlink as its last component, and returns the file name within it.
+// openParent opens path's directory as an O_PATH descriptor without
+// following a symlink in any component (openat2 RESOLVE_NO_SYMLINKS; on
+// kernels before 5.6, only the last component is checked), and returns the
+// file name within it. A path through a symlink is refused, not resolved:
+// whoever can change a symlink on the way could otherwise redirect the
+// unlink between the examination and the act.
 func openParent(path string) (int, string, error) {
 	// Dir, not Split: a trailing slash would make open follow a symlinked
 	// last directory component despite O_NOFOLLOW.
 	dir, name := filepath.Dir(path), filepath.Base(path)
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := unix.Openat2(unix.AT_FDCWD, dir, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if errors.Is(err, unix.ENOSYS) {
+		fd, err = unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	}
 	if err != nil {
 		return -1, "", &fs.PathError{Op: "open", Path: dir, Err: err}
 	}

@@ -2,7 +2,6 @@ package trees
 
 import (
 	"reflect"
-	"slices"
 	"testing"
 
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
@@ -41,9 +40,9 @@ func TestScanRealSupervisor(t *testing.T) {
 	if findTree(got, bare.PID) != nil {
 		t.Errorf("a kcserver without a container ID was reported as a tree")
 	}
-	socks := ListeningSockets("/proc", []int{k.PID})
-	if !slices.Equal(socks, []string{k.Socket}) {
-		t.Errorf("ListeningSockets = %q, want [%q]", socks, k.Socket)
+	socks := TreeSockets("/proc", *tr)
+	if len(socks) != 1 || socks[0].Path != k.Socket || socks[0].Owner != k.PID {
+		t.Errorf("TreeSockets = %+v, want [%q] held by %d", socks, k.Socket, k.PID)
 	}
 	if stats.FullReads >= stats.Processes {
 		t.Errorf("fast scan read %d full identities for %d processes", stats.FullReads, stats.Processes)

@@ -2,24 +2,50 @@ package trees
 
 import (
 	"bufio"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/safeunlink"
 )
 
 // soAcceptCon is __SO_ACCEPTCON in the Flags column of /proc/net/unix: the
 // socket is listening.
 const soAcceptCon = 0x10000
 
-// ListeningSockets returns the paths of the kc-*.sock sockets that the given
-// processes hold open and listen on, as seen from their own mount
-// namespace. It reads /proc/<pid>/fd for socket inodes and the network
-// namespace's unix table of the first pid to map inodes to paths.
-func ListeningSockets(root string, pids []int) []string {
-	inodes := map[uint64]bool{}
-	for _, pid := range pids {
-		dir := root + "/" + strconv.Itoa(pid) + "/fd"
+// Socket is a kc-*.sock a tree's member listened on, examined before the
+// tree was killed.
+type Socket struct {
+	Path string
+	// Owner is the member whose descriptor held the socket.
+	Owner int
+	File  safeunlink.File
+}
+
+// TreeSockets returns the Kallichore sockets the tree's members listen on
+// and that may be removed once the tree is dead. The path of a bound socket
+// is whatever string the member passed to bind(2), so it is trusted only
+// as far as it can be checked: it must be absolute, clean and on one line
+// (the kernel prints it unescaped in /proc/net/unix); its name must be
+// kc-<pid>.sock or kc-<pid>.<x>.sock for the very member holding it, as
+// Kallichore names them; the member must share the caller's mount
+// namespace; and the file found there must be a socket owned by the
+// tree's UID. Anything else is left alone.
+func TreeSockets(root string, t Tree) []Socket {
+	if t.UID < 0 {
+		return nil
+	}
+	owner := map[uint64]int{}
+	for _, m := range t.Members {
+		if !sameMountNS(root, m.PID) {
+			continue
+		}
+		dir := root + "/" + strconv.Itoa(m.PID) + "/fd"
 		ents, err := os.ReadDir(dir)
 		if err != nil {
 			continue
@@ -29,32 +55,85 @@ func ListeningSockets(root string, pids []int) []string {
 			if err != nil || !strings.HasPrefix(link, "socket:[") {
 				continue
 			}
-			ino, err := strconv.ParseUint(strings.TrimSuffix(link[len("socket:["):], "]"), 10, 64)
-			if err == nil {
-				inodes[ino] = true
+			if ino, err := strconv.ParseUint(strings.TrimSuffix(link[len("socket:["):], "]"), 10, 64); err == nil {
+				owner[ino] = m.PID
 			}
 		}
 	}
-	if len(inodes) == 0 {
+	if len(owner) == 0 {
 		return nil
 	}
 	seen := map[string]bool{}
-	var out []string
-	for _, pid := range pids {
-		for _, e := range readUnixTable(root + "/" + strconv.Itoa(pid) + "/net/unix") {
-			if !inodes[e.inode] || e.flags&soAcceptCon == 0 || seen[e.path] {
+	var out []Socket
+	for _, m := range t.Members {
+		for _, e := range readUnixTable(root + "/" + strconv.Itoa(m.PID) + "/net/unix") {
+			pid, ok := owner[e.inode]
+			if !ok || e.flags&soAcceptCon == 0 || seen[e.path] || !plausiblePath(e.path, pid) {
 				continue
 			}
-			if name := filepath.Base(e.path); strings.HasPrefix(name, "kc-") && strings.HasSuffix(name, ".sock") {
-				seen[e.path] = true
-				out = append(out, e.path)
+			seen[e.path] = true
+			f, err := safeunlink.Examine(e.path)
+			if err != nil || f.UID != t.UID {
+				continue
 			}
+			out = append(out, Socket{Path: e.path, Owner: pid, File: f})
 		}
-		if len(out) > 0 {
+		if len(out) > 0 || len(seen) > 0 {
 			break
 		}
 	}
 	return out
+}
+
+// plausiblePath reports whether path is a clean absolute kc-<pid>.sock or
+// kc-<pid>.<x>.sock for owner.
+func plausiblePath(path string, owner int) bool {
+	if !filepath.IsAbs(path) || filepath.Clean(path) != path || strings.ContainsAny(path, "\n\x00") {
+		return false
+	}
+	name := filepath.Base(path)
+	prefix := "kc-" + strconv.Itoa(owner)
+	return name == prefix+".sock" ||
+		(strings.HasPrefix(name, prefix+".") && strings.HasSuffix(name, ".sock") && len(name) > len(prefix)+len("..sock"))
+}
+
+// sameMountNS reports whether pid sees the caller's mount namespace: a path
+// a member bound inside a private mount namespace names another file here.
+func sameMountNS(root string, pid int) bool {
+	theirs, err1 := os.Readlink(root + "/" + strconv.Itoa(pid) + "/ns/mnt")
+	ours, err2 := os.Readlink("/proc/self/ns/mnt")
+	return err1 == nil && err2 == nil && theirs == ours
+}
+
+// ErrStillListening is returned by RemoveSocket when something accepts
+// connections on the socket: it is not dead, whoever holds it.
+var ErrStillListening = errors.New("something still listens on it")
+
+// RemoveSocket unlinks s once its tree is dead: only if nothing listens on
+// it any more (connect is refused) and it is still the examined socket.
+func RemoveSocket(s Socket) error {
+	if err := refused(s.Path); err != nil {
+		return err
+	}
+	return safeunlink.Unlink(s.Path, s.File)
+}
+
+// refused connects to path and expects ECONNREFUSED, the answer of a
+// socket file whose listener is gone.
+func refused(path string) error {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	if err != nil {
+		return fmt.Errorf("probing %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	err = unix.Connect(fd, &unix.SockaddrUnix{Name: path})
+	switch {
+	case errors.Is(err, unix.ECONNREFUSED):
+		return nil
+	case err == nil, errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EINPROGRESS):
+		return fmt.Errorf("%s: %w", path, ErrStillListening)
+	}
+	return fmt.Errorf("probing %s: %w", path, err)
 }
 
 type unixEntry struct {

@@ -1,0 +1,135 @@
+package trees
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+)
+
+// listen binds a listening socket at path for the test's duration.
+func listen(t *testing.T, path string) *net.UnixListener {
+	t.Helper()
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// TestTreeSocketsRefusesWhatItCannotVouchFor: the test process plays the
+// tree's only member and binds sockets whose paths it chose, as a
+// supervisor's kernel running user code could.
+func TestTreeSocketsRefusesWhatItCannotVouchFor(t *testing.T) {
+	me, err := fingerprint.Read("/proc", os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree := Tree{PGID: me.PGID, UID: me.UID, Members: []fingerprint.Identity{me}}
+	dir := t.TempDir()
+	own := filepath.Join(dir, fmt.Sprintf("kc-%d.sock", me.PID))
+	session := filepath.Join(dir, fmt.Sprintf("kc-%d.abcd1234.sock", me.PID))
+	listen(t, own)
+	listen(t, session)
+
+	// Not this member's names, not this tree's owner, not reachable
+	// without a symlink.
+	listen(t, filepath.Join(dir, "kc-1.sock"))
+	listen(t, filepath.Join(dir, fmt.Sprintf("kc-%d0.sock", me.PID)))
+	listen(t, filepath.Join(dir, "other.sock"))
+	chowned := filepath.Join(t.TempDir(), fmt.Sprintf("kc-%d.sock", me.PID))
+	listen(t, chowned)
+	if err := os.Lchown(chowned, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	real := t.TempDir()
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	listen(t, filepath.Join(link, fmt.Sprintf("kc-%d.x.sock", me.PID)))
+
+	var got []string
+	for _, s := range TreeSockets("/proc", tree) {
+		got = append(got, s.Path)
+	}
+	slices.Sort(got)
+	want := []string{session, own}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("TreeSockets = %q, want %q", got, want)
+	}
+
+	t.Run("a listening socket is never removed", func(t *testing.T) {
+		socks := TreeSockets("/proc", tree)
+		if len(socks) == 0 {
+			t.Fatal("no sockets")
+		}
+		if err := RemoveSocket(socks[0]); !errors.Is(err, ErrStillListening) {
+			t.Errorf("RemoveSocket on a live socket = %v, want ErrStillListening", err)
+		}
+		if _, err := os.Lstat(socks[0].Path); err != nil {
+			t.Errorf("live socket removed: %v", err)
+		}
+	})
+
+	t.Run("a dead socket is removed", func(t *testing.T) {
+		p := filepath.Join(t.TempDir(), fmt.Sprintf("kc-%d.dead.sock", me.PID))
+		l := listen(t, p)
+		var target Socket
+		for _, s := range TreeSockets("/proc", tree) {
+			if s.Path == p {
+				target = s
+			}
+		}
+		if target.Path == "" {
+			t.Fatal("socket not found")
+		}
+		l.SetUnlinkOnClose(false)
+		l.Close()
+		if err := RemoveSocket(target); err != nil {
+			t.Fatalf("RemoveSocket = %v", err)
+		}
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("dead socket still there: %v", err)
+		}
+	})
+
+	t.Run("a tree of mixed UIDs gets no sockets", func(t *testing.T) {
+		mixed := tree
+		mixed.UID = -1
+		if s := TreeSockets("/proc", mixed); len(s) != 0 {
+			t.Errorf("TreeSockets = %+v", s)
+		}
+	})
+}
+
+func TestPlausiblePath(t *testing.T) {
+	tests := []struct {
+		path string
+		want bool
+	}{
+		{"/tmp/kc-42.sock", true},
+		{"/tmp/kc-42.abcd1234.sock", true},
+		{"/tmp/kc-42..sock", false},
+		{"/tmp/kc-420.sock", false},
+		{"/tmp/kc-4.sock", false},
+		{"tmp/kc-42.sock", false},
+		{"/tmp/../etc/kc-42.sock", false},
+		{"/tmp//kc-42.sock", false},
+		{"/tmp/x\n0: 0 0 10000 1 1 7 /run/user/1/kc-42.sock", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.path, func(t *testing.T) {
+			if got := plausiblePath(tt.path, 42); got != tt.want {
+				t.Errorf("plausiblePath(%q) = %v", tt.path, got)
+			}
+		})
+	}
+}

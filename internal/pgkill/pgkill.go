@@ -145,9 +145,16 @@ func Kill(ctx context.Context, g Group, opt Options) Result {
 // signalGroup sends sig to the group only while a pinned, stopped original
 // member proves the group is the recorded one.
 func signalGroup(root string, g Group, sig syscall.Signal) error {
+	var unsure error
 	for _, m := range g.Members {
 		pin, err := occupant(root, g.PGID, m)
 		if err != nil {
+			if !notOccupying(err) {
+				// Could not tell (no pidfd support, out of descriptors,
+				// an unreadable /proc entry): not proof the member is
+				// gone. Try the others, but never report the group gone.
+				unsure = err
+			}
 			continue
 		}
 		err = signalWhilePinned(root, g.PGID, pin, sig)
@@ -157,7 +164,18 @@ func signalGroup(root string, g Group, sig syscall.Signal) error {
 		}
 		return err
 	}
+	if unsure != nil {
+		return fmt.Errorf("group %d: cannot verify its members: %w", g.PGID, unsure)
+	}
 	return errNoOccupant
+}
+
+// notOccupying reports whether err proves the recorded member no longer
+// occupies the group: it is gone, its PID is another process's or a
+// thread's, or it moved out of the group or exited.
+func notOccupying(err error) bool {
+	return errors.Is(err, errNoOccupant) || errors.Is(err, fingerprint.ErrNotFound) ||
+		errors.Is(err, fingerprint.ErrRecycled) || errors.Is(err, fingerprint.ErrNotProcess)
 }
 
 // occupant pins m if it is alive, the recorded process, and still in pgid.
@@ -239,7 +257,12 @@ func waitDead(ctx context.Context, opt Options, g Group) bool {
 func alive(root string, g Group) []fingerprint.Stat {
 	var out []fingerprint.Stat
 	for _, m := range g.Members {
-		if fingerprint.Alive(root, m) {
+		st, err := fingerprint.Revalidate(root, m)
+		switch {
+		case err == nil && st.Zombie():
+		case err == nil, !notOccupying(err):
+			// Alive, or not provably dead: an unreadable member must not
+			// let a kill report success.
 			out = append(out, m)
 		}
 	}

@@ -42,10 +42,11 @@ func watchInit(ctx context.Context, root string, init fingerprint.Stat, forcePol
 				}
 			}()
 			return dead, WatchPidfd, nil
-		case errors.Is(err, fingerprint.ErrPidfdUnsupported):
-			// fall through to polling
-		default:
+		case errors.Is(err, fingerprint.ErrNotFound), errors.Is(err, fingerprint.ErrRecycled), errors.Is(err, fingerprint.ErrNotProcess):
 			return nil, "", fmt.Errorf("%w: %v", ErrInitGone, err)
+		default:
+			// No pidfd support, or none to be had right now (EMFILE):
+			// not proof that init is gone. Poll its identity instead.
 		}
 	}
 	if !fingerprint.Alive(root, init) {

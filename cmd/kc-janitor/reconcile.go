@@ -159,17 +159,28 @@ func queryLiveness(ctx context.Context, c *cli.Context, g globals, log *slog.Log
 	return liveness.Query(ctx, lo)
 }
 
-// reconcileOnce asks podman, then runs reconcile. liveErr is set when the
-// ground truth is unknown; then nothing was done.
+// reconcileOnce scans, asks podman, then decides and (with Apply) reaps.
+// liveErr is set when the ground truth is unknown; then nothing was done.
 func reconcileOnce(ctx context.Context, c *cli.Context, g globals, opt reconcile.Options, log *slog.Logger) (rep reconcile.Report, liveErr, err error) {
 	rep = reconcile.Report{DryRun: !opt.Apply, Trees: []reconcile.Tree{}}
+	// The scan only reads the ledger; nothing is created before podman
+	// has answered.
+	opt.Store = openStore(g.StateDir, false, log)
+	scanned, err := reconcile.Scan(opt)
+	if err != nil {
+		return rep, nil, err
+	}
 	live, err := queryLiveness(ctx, c, g, log)
 	if err != nil {
 		log.Error("ground truth unknown; nothing touched", "err", err)
 		return rep, err, nil
 	}
-	opt.Store = openStore(g.StateDir, opt.Apply, log)
-	rep, err = reconcile.Run(ctx, opt, live)
+	if opt.Apply && opt.Store == nil {
+		if s := openStore(g.StateDir, true, log); s != nil {
+			scanned.UseStore(s)
+		}
+	}
+	rep, err = scanned.Run(ctx, live)
 	return rep, nil, err
 }
 

@@ -126,9 +126,20 @@ func Decide(t trees.Tree, live liveness.Set, minAge time.Duration) string {
 	return WouldReap
 }
 
-// Run scans, decides and (with Apply) reaps. live must be a successful
-// liveness answer: with unknown ground truth the caller must not call Run.
-func Run(ctx context.Context, opt Options, live liveness.Set) (Report, error) {
+// Scanned is a scan of the host's supervisor trees, taken before podman is
+// asked which containers are alive.
+type Scanned struct {
+	opt     Options
+	log     *slog.Logger
+	records []*ledger.Record
+	found   []trees.Tree
+}
+
+// Scan reads the ledger and scans /proc. It changes nothing. Scanning
+// before asking podman closes a race: a container created after podman's
+// answer has its trees, if any, only in a later scan, so a tree found here
+// is either in podman's answer or really without a live container.
+func Scan(opt Options) (*Scanned, error) {
 	if opt.KillGrace <= 0 {
 		opt.KillGrace = defaultKillGrace
 	}
@@ -139,23 +150,50 @@ func Run(ctx context.Context, opt Options, live liveness.Set) (Report, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	rep := Report{LivenessKnown: true, Source: string(live.Source), DryRun: !opt.Apply, Trees: []Tree{}}
-
-	var records []*ledger.Record
+	sc := &Scanned{opt: opt, log: log}
 	var known map[trees.Key]string
 	if opt.Store != nil {
 		var errs []error
-		records, errs = opt.Store.List()
+		sc.records, errs = opt.Store.List()
 		for _, err := range errs {
 			log.Warn("unreadable ledger record", "err", err)
 		}
-		known = trees.KnownFrom(records, opt.Store.CurrentBootID())
+		known = trees.KnownFrom(sc.records, opt.Store.CurrentBootID())
 	}
 	found, stats, err := trees.Scan(trees.Options{Root: opt.Root, Comms: opt.Comms, Known: known, Full: opt.FullScan})
 	if err != nil {
-		return rep, fmt.Errorf("scanning processes: %w", err)
+		return nil, fmt.Errorf("scanning processes: %w", err)
 	}
 	log.Debug("scanned", "processes", stats.Processes, "groups", stats.Groups, "trees", len(found), "duration", stats.Duration)
+	sc.found = found
+	return sc, nil
+}
+
+// Run scans, decides and (with Apply) reaps. live must be a successful
+// liveness answer: with unknown ground truth the caller must not call Run.
+// Callers that ask podman themselves should Scan first and then call
+// Scanned.Run with podman's answer.
+func Run(ctx context.Context, opt Options, live liveness.Set) (Report, error) {
+	sc, err := Scan(opt)
+	if err != nil {
+		return Report{LivenessKnown: true, Source: string(live.Source), DryRun: !opt.Apply, Trees: []Tree{}}, err
+	}
+	return sc.Run(ctx, live)
+}
+
+// UseStore gives a scan taken without a ledger one to record outcomes in
+// (an apply run creates the state dir only once podman has answered).
+func (sc *Scanned) UseStore(s *ledger.Store) {
+	if sc.opt.Store == nil {
+		sc.opt.Store = s
+	}
+}
+
+// Run decides on the scanned trees with podman's answer and, with Apply,
+// reaps the strays.
+func (sc *Scanned) Run(ctx context.Context, live liveness.Set) (Report, error) {
+	opt, log, records, found := sc.opt, sc.log, sc.records, sc.found
+	rep := Report{LivenessKnown: true, Source: string(live.Source), DryRun: !opt.Apply, Trees: []Tree{}}
 
 	for _, t := range found {
 		if t.HoldsCaller() {

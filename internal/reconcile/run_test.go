@@ -151,3 +151,28 @@ func TestCollectKeepsRecordsWithLiveWrappers(t *testing.T) {
 		t.Error("record naming only dead processes was kept")
 	}
 }
+
+// TestScanBeforeAsking: a tree that appears after the scan — its container
+// may be younger than podman's answer — is not acted on by that run, even
+// with no minimum age.
+func TestScanBeforeAsking(t *testing.T) {
+	const comm = "kcsrv-order"
+	const cid = "5555555555555555555555555555555555555555555555555555555555555555"
+	opt := Options{Comms: []string{comm}, Containers: map[string]bool{cid: true}, Apply: true, KillGrace: 200 * time.Millisecond}
+	sc, err := Scan(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := testkit.StartKCServer(t, t.TempDir(), "--comm="+comm, "--container-id="+cid)
+	rep, err := sc.Run(context.Background(), liveness.Set{Source: liveness.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr := findByPGID(rep, late.PID); tr != nil {
+		t.Errorf("a tree born after the scan was acted on: %+v", tr)
+	}
+	self, err := fingerprint.ReadStat("/proc", late.PID)
+	if err != nil || self.Zombie() {
+		t.Errorf("the late tree's supervisor is gone: %v", err)
+	}
+}

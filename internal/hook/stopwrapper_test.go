@@ -1,0 +1,39 @@
+package hook
+
+import (
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+)
+
+// TestStopWrapperRefusesARecycledGroup: the recorded wrapper is gone and
+// an innocent process now leads a group with the wrapper's old PID and
+// PGID. Listing that group must not turn the innocent into an "original
+// member" that pgkill would then signal.
+func TestStopWrapperRefusesARecycledGroup(t *testing.T) {
+	cmd := exec.Command("sleep", "1000")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	innocent, err := fingerprint.ReadStat("/proc", cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The wrapper as recorded: same PID and group, an earlier start.
+	wrapper := innocent
+	wrapper.StartTicks--
+
+	cfg := Config{KillGrace: 100 * time.Millisecond, Deadline: time.Second}
+	if err := stopWrapper(cfg, wrapper); err != nil {
+		t.Fatalf("stopWrapper = %v", err)
+	}
+	st, err := fingerprint.ReadStat("/proc", innocent.PID)
+	if err != nil || !fingerprint.Same(st, innocent) || st.Zombie() || st.State == 'T' {
+		t.Fatalf("the innocent group leader was harmed: %+v, %v", st, err)
+	}
+}

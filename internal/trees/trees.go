@@ -13,21 +13,13 @@
 package trees
 
 import (
-	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"slices"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
@@ -114,40 +106,30 @@ func Scan(opt Options) ([]Tree, Stats, error) {
 	}
 	var stats Stats
 	uptime, uptimeErr := readUptime(opt.Root)
-	pids, err := listPIDs(opt.Root)
+
+	var (
+		ss    []*scanner
+		cands []candidate
+		err   error
+	)
+	if opt.Full {
+		ss = []*scanner{{opt: opt, comms: comms}}
+		cands, err = ss[0].fullGroups(&stats)
+	} else {
+		cands, ss, err = fastGroups(opt, comms, &stats)
+		for _, s := range ss {
+			defer s.proc.close()
+		}
+	}
 	if err != nil {
 		return nil, stats, err
 	}
-	stats.Processes = len(pids)
 
-	// The fast scan spreads its system calls over the CPUs: they are
-	// nearly all of its time, and every group is decided on its own.
-	// The full scan stays the simple, sequential reference.
-	workers := 1
-	if !opt.Full {
-		workers = max(1, min(runtime.GOMAXPROCS(0), len(pids)/minPIDsPerWorker))
-	}
-	ss := make([]*scanner, workers)
-	for i := range ss {
-		ss[i] = &scanner{opt: opt, comms: comms}
-		if !opt.Full {
-			ss[i].proc = newProcReader(opt.Root)
-			defer ss[i].proc.close()
-		}
-	}
-
-	groups := group(ss, pids)
-	stats.Groups = len(groups)
-	pgids := make([]int, 0, len(groups))
-	for pgid := range groups {
-		pgids = append(pgids, pgid)
-	}
-	sort.Ints(pgids)
-
-	found := make([]*Tree, len(pgids))
+	found := make([]*Tree, len(cands))
+	workers := len(ss)
 	parallel(workers, func(w int) {
-		for i := w; i < len(pgids); i += workers {
-			if t, ok := ss[w].examine(pgids[i], groups[pgids[i]]); ok {
+		for i := w; i < len(cands); i += workers {
+			if t, ok := ss[w].examine(cands[i]); ok {
 				found[i] = &t
 			}
 		}
@@ -171,9 +153,21 @@ func Scan(opt Options) ([]Tree, Stats, error) {
 	return out, stats, nil
 }
 
-// minPIDsPerWorker: below this many processes per CPU, one goroutine is
-// faster than several.
-const minPIDsPerWorker = 1000
+// candidate is a process group the decisions read: its members in the
+// order they were listed, and what is known of its leader.
+type candidate struct {
+	pgid   int
+	pids   []int
+	leader leaderMark
+}
+
+// leaderMark is what a stat read tells of a group leader.
+type leaderMark struct {
+	// live: the leader is in its group and not a zombie.
+	live bool
+	// sup: live, and in the supervisor set.
+	sup bool
+}
 
 // parallel runs f(0) … f(n-1) concurrently and waits for them.
 func parallel(n int, f func(w int)) {
@@ -219,62 +213,52 @@ func (s *scanner) readIdentity(pid int) (fingerprint.Identity, error) {
 	return fingerprint.Read(s.opt.Root, pid)
 }
 
-// group maps each PGID to its members, in the order of pids. Processes
-// that vanish are dropped. On the host's /proc the fast scan asks
-// getpgid(2), spread over the scanners; otherwise (the full scan, or
-// another procfs root) it reads each process's stat.
-func group(ss []*scanner, pids []int) map[int][]int {
-	opt := ss[0].opt
-	pgidOf := make([]int, len(pids))
-	if opt.Root == fingerprint.DefaultRoot && !opt.Full {
-		chunk := (len(pids) + len(ss) - 1) / len(ss)
-		parallel(len(ss), func(w int) {
-			for i := w * chunk; i < min(len(pids), (w+1)*chunk); i++ {
-				// getpgid(2) never blocks: a raw call spares the
-				// scheduler hand-off, which costs more than the call.
-				r, _, errno := unix.RawSyscall(unix.SYS_GETPGID, uintptr(pids[i]), 0, 0)
-				if errno != 0 {
-					pgidOf[i] = -1
-					continue
-				}
-				pgidOf[i] = int(r)
-			}
-		})
-	} else {
-		for i, pid := range pids {
-			st, err := ss[0].readStat(pid)
-			if err != nil {
-				pgidOf[i] = -1
-				continue
-			}
-			pgidOf[i] = st.PGID
-		}
+// leader reads the stat of a process that leads its group.
+func (s *scanner) leader(pid int) leaderMark {
+	st, err := s.readStat(pid)
+	if err != nil || st.PGID != pid || st.Zombie() {
+		return leaderMark{}
 	}
+	return leaderMark{live: true, sup: s.supervisor(pid, st.Comm, nil)}
+}
+
+// fullGroups is the simple grouping the full scan uses as the reference:
+// every process's stat, and every group a candidate, so that foreign
+// groups are reported too.
+func (s *scanner) fullGroups(stats *Stats) ([]candidate, error) {
+	pids, err := listPIDs(s.opt.Root)
+	if err != nil {
+		return nil, err
+	}
+	stats.Processes = len(pids)
 	groups := make(map[int][]int, len(pids)/2)
-	for i, pgid := range pgidOf {
-		if pgid <= 0 {
+	for _, pid := range pids {
+		st, err := s.readStat(pid)
+		if err != nil || st.PGID <= 0 {
 			continue // gone, or a kernel thread
 		}
-		groups[pgid] = append(groups[pgid], pids[i])
+		groups[st.PGID] = append(groups[st.PGID], pid)
 	}
-	return groups
+	stats.Groups = len(groups)
+	cands := make([]candidate, 0, len(groups))
+	for pgid, pids := range groups {
+		c := candidate{pgid: pgid, pids: pids}
+		if slices.Contains(pids, pgid) {
+			c.leader = s.leader(pgid)
+		}
+		cands = append(cands, c)
+	}
+	slices.SortFunc(cands, func(a, b candidate) int { return a.pgid - b.pgid })
+	return cands, nil
 }
 
 // examine decides whether a group is a candidate and, if so, reads it.
-func (s *scanner) examine(pgid int, pids []int) (Tree, bool) {
-	leaderListed := slices.Contains(pids, pgid)
-	leaderLive := false
-	var leader fingerprint.Stat
-	if leaderListed {
-		st, err := s.readStat(pgid)
-		if err == nil && st.PGID == pgid && !st.Zombie() {
-			leader, leaderLive = st, true
-		}
-	}
+func (s *scanner) examine(c candidate) (Tree, bool) {
+	pgid, pids := c.pgid, c.pids
+	leaderLive, leaderSup := c.leader.live, c.leader.sup
 
 	// A group led by a live non-supervisor is never ours to signal. The
 	// fast scan stops here; the full scan reads it to report it.
-	leaderSup := leaderLive && s.supervisor(leader.PID, leader.Comm, nil)
 	if leaderLive && !leaderSup && !s.opt.Full {
 		return Tree{}, false
 	}
@@ -447,65 +431,6 @@ func ticksToDuration(t uint64) time.Duration {
 	return time.Duration(t) * (time.Second / ClockTicks)
 }
 
-// listPIDs reads the numeric entries of root. Threads are not listed there,
-// only thread-group leaders. It reads the directory with getdents64(2)
-// into a 64 KiB buffer and parses the names in place: a /proc with tens of
-// thousands of entries then takes a handful of calls and no allocation
-// per entry.
-func listPIDs(root string) ([]int, error) {
-	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("reading process list: %w", &os.PathError{Op: "open", Path: root, Err: err})
-	}
-	defer unix.Close(fd)
-	buf := make([]byte, 64<<10)
-	pids := make([]int, 0, 1024)
-	for {
-		n, err := unix.Getdents(fd, buf)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reading process list: %w", &os.PathError{Op: "getdents", Path: root, Err: err})
-		}
-		if n <= 0 {
-			return pids, nil
-		}
-		// struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2),
-		// d_type (1), d_name (NUL-terminated).
-		for off := 0; off+19 < n; {
-			reclen := int(binary.NativeEndian.Uint16(buf[off+16:]))
-			if reclen <= 0 || off+reclen > n {
-				break
-			}
-			name := buf[off+19 : off+reclen]
-			if i := bytes.IndexByte(name, 0); i >= 0 {
-				name = name[:i]
-			}
-			if pid, ok := parsePID(name); ok {
-				pids = append(pids, pid)
-			}
-			off += reclen
-		}
-	}
-}
-
-// parsePID accepts what strconv.Atoi accepts of a name that starts with a
-// digit: decimal digits only, within int range.
-func parsePID(name []byte) (int, bool) {
-	if len(name) == 0 || len(name) > 18 {
-		return 0, false
-	}
-	v := 0
-	for _, c := range name {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		v = v*10 + int(c-'0')
-	}
-	return v, true
-}
-
 // readUptime returns the time since boot from root/uptime.
 func readUptime(root string) (time.Duration, error) {
 	data, err := os.ReadFile(root + "/uptime")
@@ -559,340 +484,4 @@ func (t Tree) Stats() []fingerprint.Stat {
 		out[i] = m.Stat
 	}
 	return out
-}
-
-// procReader reads /proc files for the fast scan with one openat(2) (relative
-// to a descriptor of the procfs root), one read(2) and one close(2) each,
-// into a buffer it reuses. os.ReadFile, which package fingerprint uses,
-// makes about three times as many system calls per file (fstat twice,
-// fcntl, an epoll registration that procfs refuses, a read to see EOF),
-// and allocates a buffer each time; on a host with tens of thousands of
-// processes those calls are most of a scan's time.
-//
-// It returns exactly what fingerprint.ReadStat and fingerprint.Read return
-// (the same parsers, the same checks, the same error classes: ErrNotFound
-// for a process that is gone, ErrNotProcess for a thread ID, ErrMalformed
-// for unparsable data), so the scan's decisions do not depend on which
-// reader it used; TestFastScanMatchesFullScan and TestProcReaderMatchesFingerprint
-// check that.
-type procReader struct {
-	root  string
-	dirfd int // -1 when root could not be opened: paths are used instead
-	buf   []byte
-	name  []byte
-}
-
-func newProcReader(root string) *procReader {
-	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		fd = -1
-	}
-	return &procReader{root: root, dirfd: fd, buf: make([]byte, 4096), name: make([]byte, 0, 64)}
-}
-
-func (r *procReader) close() {
-	if r.dirfd >= 0 {
-		unix.Close(r.dirfd)
-		r.dirfd = -1
-	}
-}
-
-// read returns the contents of <root>/<pid>/<file>, valid until the next
-// call. stat and status are seq_file single records, which procfs hands
-// over whole in the first read(2) when the buffer is large enough: a
-// short first read is the whole file. cmdline is read to EOF.
-//
-// stat is read with raw system calls (no scheduler hand-off): reading
-// it never waits on the target process (unlike cmdline, which takes its
-// mmap lock), and the hand-offs the Go runtime makes around thousands of
-// short system calls cost more than the calls themselves.
-func (r *procReader) read(pid int, file string) ([]byte, error) {
-	single, raw := file != "cmdline", file == "stat"
-	r.name = strconv.AppendInt(r.name[:0], int64(pid), 10)
-	r.name = append(r.name, '/')
-	r.name = append(r.name, file...)
-	if r.dirfd < 0 {
-		r.name = append([]byte(r.root+"/"), r.name...)
-	}
-	r.name = append(r.name, 0)
-	fd, err := r.openat(r.name, raw)
-	if err != nil {
-		return nil, procErr(pid, err)
-	}
-	defer r.closefd(fd, raw)
-	n := 0
-	for {
-		if n == len(r.buf) {
-			r.buf = append(r.buf, make([]byte, len(r.buf))...)
-		}
-		m, err := r.readfd(fd, r.buf[n:], raw)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, procErr(pid, err)
-		}
-		if m == 0 {
-			break
-		}
-		n += m
-		if single && n < len(r.buf) {
-			break
-		}
-	}
-	return r.buf[:n], nil
-}
-
-// openat opens the NUL-terminated path relative to the root descriptor
-// (an absolute path when there is none).
-func (r *procReader) openat(path []byte, raw bool) (int, error) {
-	dirfd := r.dirfd
-	if dirfd < 0 {
-		dirfd = unix.AT_FDCWD
-	}
-	for {
-		var fd uintptr
-		var errno unix.Errno
-		if raw {
-			fd, _, errno = unix.RawSyscall6(unix.SYS_OPENAT, uintptr(dirfd), uintptr(unsafe.Pointer(&path[0])), unix.O_RDONLY|unix.O_CLOEXEC, 0, 0, 0)
-		} else {
-			fd, _, errno = unix.Syscall6(unix.SYS_OPENAT, uintptr(dirfd), uintptr(unsafe.Pointer(&path[0])), unix.O_RDONLY|unix.O_CLOEXEC, 0, 0, 0)
-		}
-		if errno == unix.EINTR {
-			continue
-		}
-		if errno != 0 {
-			return -1, errno
-		}
-		return int(fd), nil
-	}
-}
-
-func (r *procReader) readfd(fd int, p []byte, raw bool) (int, error) {
-	var n uintptr
-	var errno unix.Errno
-	if raw {
-		n, _, errno = unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-	} else {
-		n, _, errno = unix.Syscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-	}
-	if errno != 0 {
-		return 0, errno
-	}
-	return int(n), nil
-}
-
-func (r *procReader) closefd(fd int, raw bool) {
-	if raw {
-		unix.RawSyscall(unix.SYS_CLOSE, uintptr(fd), 0, 0)
-		return
-	}
-	unix.Close(fd)
-}
-
-// procErr classifies a read error as package fingerprint does: a process
-// that is gone (ENOENT on open, ESRCH on read) is ErrNotFound.
-func procErr(pid int, err error) error {
-	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH) {
-		return fmt.Errorf("pid %d: %w", pid, fingerprint.ErrNotFound)
-	}
-	return fmt.Errorf("pid %d: %w", pid, err)
-}
-
-// stat is fingerprint.ReadStat.
-func (r *procReader) stat(pid int) (fingerprint.Stat, error) {
-	data, err := r.read(pid, "stat")
-	if err != nil {
-		return fingerprint.Stat{}, err
-	}
-	st, err := parseStat(data)
-	if err != nil {
-		return st, fmt.Errorf("pid %d: %w", pid, err)
-	}
-	if st.PID != pid {
-		return st, fmt.Errorf("pid %d: stat reports pid %d: %w", pid, st.PID, fingerprint.ErrMalformed)
-	}
-	return st, nil
-}
-
-// identity is fingerprint.Read: stat, then Tgid and Uid from status (a
-// thread ID is not a process), argv, and stat again (a PID recycled
-// between the reads shows another start time).
-func (r *procReader) identity(pid int) (fingerprint.Identity, error) {
-	var id fingerprint.Identity
-	st, err := r.stat(pid)
-	if err != nil {
-		return id, err
-	}
-	id.Stat = st
-	data, err := r.read(pid, "status")
-	if err != nil {
-		return id, err
-	}
-	if id.TGID, id.UID, err = parseStatusIDs(data); err != nil {
-		return id, fmt.Errorf("pid %d: status: %w", pid, err)
-	}
-	if id.TGID != pid {
-		return id, fmt.Errorf("pid %d (thread of %d): %w", pid, id.TGID, fingerprint.ErrNotProcess)
-	}
-	data, err = r.read(pid, "cmdline")
-	if err != nil {
-		return id, err
-	}
-	id.Argv = fingerprint.SplitArgv(data)
-	again, err := r.stat(pid)
-	if err != nil {
-		return id, err
-	}
-	if again.StartTicks != st.StartTicks {
-		return id, fmt.Errorf("pid %d was recycled while being read: %w", pid, fingerprint.ErrNotFound)
-	}
-	return id, nil
-}
-
-// parseStatusIDs returns the Tgid and the real UID (the first field of
-// Uid) from /proc/<pid>/status.
-func parseStatusIDs(data []byte) (tgid, uid int, err error) {
-	tgid, uid = -1, -1
-	for len(data) > 0 && (tgid < 0 || uid < 0) {
-		line := data
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			line, data = data[:i], data[i+1:]
-		} else {
-			data = nil
-		}
-		switch {
-		case bytes.HasPrefix(line, []byte("Tgid:")):
-			tgid, err = firstInt(line[len("Tgid:"):])
-		case bytes.HasPrefix(line, []byte("Uid:")):
-			uid, err = firstInt(line[len("Uid:"):])
-		}
-		if err != nil {
-			return -1, -1, err
-		}
-	}
-	if tgid < 0 || uid < 0 {
-		return -1, -1, fmt.Errorf("status lacks Tgid or Uid: %w", fingerprint.ErrMalformed)
-	}
-	return tgid, uid, nil
-}
-
-func firstInt(b []byte) (int, error) {
-	f := bytes.Fields(b)
-	if len(f) == 0 {
-		return 0, fmt.Errorf("%w: empty field", fingerprint.ErrMalformed)
-	}
-	v, err := strconv.Atoi(string(f[0]))
-	if err != nil {
-		return 0, fmt.Errorf("%w: %v", fingerprint.ErrMalformed, err)
-	}
-	return v, nil
-}
-
-// parseStat is fingerprint.ParseStat without its allocations (bytes.Fields
-// builds a slice of some fifty fields for each call, which on a large host
-// is most of what a scan allocates). It handles the well-formed case a
-// kernel writes: ASCII, unsigned decimal numbers. Anything else (other
-// whitespace, signs, overflow, too few fields, non-ASCII bytes) goes to
-// fingerprint.ParseStat, so the result, error included, is always the
-// one ParseStat gives; FuzzParseStat checks that.
-func parseStat(data []byte) (fingerprint.Stat, error) {
-	if st, ok := parseStatASCII(data); ok {
-		return st, nil
-	}
-	return fingerprint.ParseStat(data)
-}
-
-func parseStatASCII(data []byte) (fingerprint.Stat, bool) {
-	var st fingerprint.Stat
-	open := bytes.IndexByte(data, '(')
-	end := bytes.LastIndexByte(data, ')')
-	if open < 1 || end < open {
-		return st, false
-	}
-	head := trimASCIISpace(data[:open])
-	if len(head) == 0 || len(head) > 10 {
-		return st, false
-	}
-	pid, ok := decimal(head, 10)
-	if !ok || pid == 0 {
-		return st, false
-	}
-	st.PID = int(pid)
-	// Fields after the comm: 0 state, 1 ppid, 2 pgrp, 3 session, …,
-	// 17 num_threads, 18 itrealvalue, 19 starttime.
-	rest := data[end+1:]
-	for _, c := range rest {
-		if c >= 0x80 {
-			return st, false // bytes.Fields would apply Unicode spacing rules
-		}
-	}
-	var field [20][]byte
-	n := 0
-	for i := 0; i < len(rest) && n < len(field); {
-		for i < len(rest) && isASCIISpace(rest[i]) {
-			i++
-		}
-		j := i
-		for j < len(rest) && !isASCIISpace(rest[j]) {
-			j++
-		}
-		if j > i {
-			field[n] = rest[i:j]
-			n++
-		}
-		i = j
-	}
-	if n < len(field) || len(field[0]) != 1 {
-		return st, false
-	}
-	st.State = field[0][0]
-	for i, dst := range []*int{&st.PPID, &st.PGID, &st.SID, &st.Threads} {
-		f := field[1+i]
-		if i == 3 {
-			f = field[17]
-		}
-		v, ok := decimal(f, 18)
-		if !ok {
-			return st, false
-		}
-		*dst = int(v)
-	}
-	v, ok := decimal(field[19], 19)
-	if !ok {
-		return st, false
-	}
-	st.StartTicks = v
-	st.Comm = string(data[open+1 : end])
-	return st, true
-}
-
-// decimal parses 1 to maxLen ASCII digits.
-func decimal(b []byte, maxLen int) (uint64, bool) {
-	if len(b) == 0 || len(b) > maxLen {
-		return 0, false
-	}
-	var v uint64
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		v = v*10 + uint64(c-'0')
-	}
-	return v, true
-}
-
-// isASCIISpace is the ASCII white space of bytes.Fields.
-func isASCIISpace(c byte) bool {
-	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
-}
-
-func trimASCIISpace(b []byte) []byte {
-	for len(b) > 0 && isASCIISpace(b[0]) {
-		b = b[1:]
-	}
-	for len(b) > 0 && isASCIISpace(b[len(b)-1]) {
-		b = b[:len(b)-1]
-	}
-	return b
 }

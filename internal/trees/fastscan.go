@@ -29,6 +29,12 @@ const batchBytes = 16 << 10
 // faster than several.
 const minPIDsPerWorker = 1000
 
+// pipelineTuning overrides batchBytes, minPIDsPerWorker and the number of
+// goroutines (GOMAXPROCS) where not zero.
+type pipelineTuning struct {
+	batchBytes, minPIDsPerWorker, workers int
+}
+
 // batch is one getdents64(2) call's worth of processes and what the
 // first pass learned about them.
 type batch struct {
@@ -50,14 +56,23 @@ func fastGroups(opt Options, comms map[string]bool, stats *Stats) ([]candidate, 
 	newScanner := func() *scanner {
 		return &scanner{opt: opt, comms: comms, proc: newProcReader(opt.Root)}
 	}
+	bufSize, perWorker, maxWorkers := batchBytes, minPIDsPerWorker, runtime.GOMAXPROCS(0)
+	if t := opt.pipeline; t.batchBytes > 0 {
+		bufSize = t.batchBytes
+	}
+	if t := opt.pipeline; t.minPIDsPerWorker > 0 {
+		perWorker = t.minPIDsPerWorker
+	}
+	if t := opt.pipeline; t.workers > 0 {
+		maxWorkers = t.workers
+	}
 	ss := []*scanner{newScanner()}
-	l, err := openPIDLister(opt.Root, batchBytes)
+	l, err := openPIDLister(opt.Root, bufSize)
 	if err != nil {
 		return nil, ss, err
 	}
 	defer l.close()
 
-	maxWorkers := runtime.GOMAXPROCS(0)
 	queue := make(chan *batch, 64)
 	var (
 		batches []*batch
@@ -72,14 +87,14 @@ func fastGroups(opt Options, comms map[string]bool, stats *Stats) ([]candidate, 
 	var listErr error
 	for {
 		// A dirent for a PID takes at least 24 bytes.
-		b := &batch{pids: make([]int, 0, batchBytes/24)}
+		b := &batch{pids: make([]int, 0, bufSize/24)}
 		var done bool
 		if b.pids, done, listErr = l.next(b.pids); listErr != nil || done {
 			break
 		}
 		batches = append(batches, b)
 		listed += len(b.pids)
-		if len(ss) < maxWorkers && listed >= len(ss)*minPIDsPerWorker {
+		if len(ss) < maxWorkers && listed >= len(ss)*perWorker {
 			s := newScanner()
 			ss = append(ss, s)
 			wg.Add(1)

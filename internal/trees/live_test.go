@@ -1,6 +1,7 @@
 package trees
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -58,8 +59,18 @@ func TestFastScanMatchesFullScan(t *testing.T) {
 	}
 	testkit.StartKCServer(t, t.TempDir(), "--children=1")
 
+	for _, p := range pipelines {
+		t.Run(fmt.Sprintf("%+v", p), func(t *testing.T) { fastMatchesFull(t, p) })
+	}
+}
+
+func fastMatchesFull(t *testing.T, p pipelineTuning) {
 	signalable := func(full bool) []summary {
-		ts, _, err := Scan(Options{Comms: []string{"kcserver"}, Full: full})
+		opt := Options{Comms: []string{"kcserver"}, Full: full}
+		if !full {
+			opt.pipeline = p
+		}
+		ts, _, err := Scan(opt)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -56,6 +56,10 @@ type Options struct {
 	Full bool
 	// Now overrides the clock for age computations (tests).
 	Now func() time.Time
+
+	// pipeline overrides how the fast scan splits its work (tests force
+	// several goroutines and many batches on a small process table).
+	pipeline pipelineTuning
 }
 
 // Tree is one supervisor tree (or a group that looks like one but must not

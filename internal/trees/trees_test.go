@@ -1,12 +1,14 @@
 package trees
 
 import (
-	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"fmt"
 	"reflect"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
 )
 
 const (
@@ -169,6 +171,12 @@ func TestScanDecisions(t *testing.T) {
 			want: []summary{{PGID: 100, Container: cidA, Foreign: true, UID: 0, Members: []int{100, 101}}},
 		},
 		{
+			// Spread over batches in every position: a leader the fast
+			// scan failed to decide would make its group signalable.
+			name:  "many foreign groups: none visible to the fast scan",
+			procs: foreignGroups(12),
+		},
+		{
 			name: "thread id listed as if it were a process is not a member",
 			procs: []proc{
 				{pid: 100, pgid: 100, comm: "kcserver", start: 90000, argv: []string{"kcserver", cidA}},
@@ -178,17 +186,57 @@ func TestScanDecisions(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			root := writeFixture(t, tt.procs)
-			got, _, err := Scan(Options{Root: root, Comms: []string{"kcserver"}, Known: tt.known, Full: tt.full})
-			if err != nil {
-				t.Fatal(err)
+		for _, p := range pipelines {
+			if tt.full && p != (pipelineTuning{}) {
+				continue // the full scan has no pipeline
 			}
-			if s := summarise(got); !reflect.DeepEqual(s, tt.want) {
-				t.Errorf("Scan:\n got %+v\nwant %+v", s, tt.want)
-			}
-		})
+			t.Run(fmt.Sprintf("%s/%+v", tt.name, p), func(t *testing.T) {
+				root := writeFixture(t, withFiller(tt.procs))
+				got, _, err := Scan(Options{Root: root, Comms: []string{"kcserver"}, Known: tt.known, Full: tt.full, pipeline: p})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s := summarise(got); !reflect.DeepEqual(s, tt.want) {
+					t.Errorf("Scan:\n got %+v\nwant %+v", s, tt.want)
+				}
+			})
+		}
 	}
+}
+
+// foreignGroups makes n groups each led by a shell that started a
+// kcserver carrying a container ID.
+func foreignGroups(n int) []proc {
+	var out []proc
+	for i := range n {
+		pgid := 500 + 10*i
+		out = append(out,
+			proc{pid: pgid, pgid: pgid, comm: "bash", start: 90000, argv: []string{"bash"}},
+			proc{pid: pgid + 1, pgid: pgid, comm: "kcserver", start: 90000, argv: []string{"kcserver", cidA}})
+	}
+	return out
+}
+
+// pipelines are the fast scan's default split and two that force many
+// batches and several goroutines onto a small process table.
+var pipelines = []pipelineTuning{
+	{},
+	{batchBytes: 128, minPIDsPerWorker: 1, workers: 4},
+	{batchBytes: 512, minPIDsPerWorker: 8, workers: 2},
+}
+
+// withFiller adds processes that no decision should care about, so that a
+// small batch size spreads a fixture over several batches: lone shells and
+// a group of sleeps whose leader is gone.
+func withFiller(procs []proc) []proc {
+	out := slices.Clone(procs)
+	for pid := 2000; pid < 2040; pid++ {
+		out = append(out, proc{pid: pid, pgid: pid, comm: "sh", start: 80000, argv: []string{"sh"}})
+	}
+	for pid := 3001; pid < 3010; pid++ {
+		out = append(out, proc{pid: pid, pgid: 3000, comm: "sleep", start: 80000, argv: []string{"sleep", "1d"}})
+	}
+	return out
 }
 
 func TestScanAge(t *testing.T) {

@@ -146,7 +146,8 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 	}
 	// Record before signalling: if this hook is killed mid-run, the
 	// janitor still knows exactly which processes were this container's.
-	if store != nil {
+	// With nothing to signal, the outcome below is the only write needed.
+	if store != nil && len(mine) > 0 {
 		if err := store.Update(st.ID, func(r *ledger.Record) error {
 			stamp(r, StagePoststop)
 			r.Trees = snaps

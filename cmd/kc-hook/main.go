@@ -5,6 +5,15 @@
 // The runtime runs it with the container's State on stdin, the bundle as
 // its working directory and, unless the descriptor sets env, an empty
 // environment: every default below works without any.
+//
+// The command line is parsed with the standard library's flag package, not
+// urfave/cli as kc-janitor's is: kc-hook runs in every container's start
+// and stop path, and urfave/cli, with the template and markdown packages it
+// pulls in, was over a third of the binary's start-up time. The behaviour
+// is the one urfave/cli gave it — flags before the STAGE, each flag's
+// environment variable below the flag and above the default, the same
+// messages, help pages and exit statuses — so nothing that runs or tests
+// kc-hook sees a difference.
 package main
 
 import (
@@ -18,9 +27,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/urfave/cli/v2"
-
 	"github.com/kc-watchman/kc-watchman/internal/hook"
+	"github.com/kc-watchman/kc-watchman/internal/supervise"
 )
 
 // version is set by the Makefile through -ldflags.
@@ -30,66 +38,137 @@ const (
 	exitOK       = 0
 	exitFailed   = 1
 	exitBadInput = 2
+	// exitNoTopic is what urfave/cli answered `--help NAME` with when NAME
+	// was no command; kept so that nothing changes for a caller.
+	exitNoTopic = 3
 )
+
+const (
+	hookName      = "kc-hook"
+	hookUsage     = "OCI hook: record a container's init process, reap its supervisor trees when it stops"
+	hookUsageText = "kc-hook [options] STAGE < state.json\n\n" +
+		"STAGE is createRuntime (or its old name prestart), createContainer, startContainer, poststart or poststop."
+)
+
+// settings are the global options, after flags and environment.
+type settings struct {
+	stateDir        string
+	supervisorComm  string
+	killGrace       time.Duration
+	deadline        time.Duration
+	logFile         string
+	supervisorsFile string
+}
+
+func (s *settings) options() []option {
+	return []option{
+		{name: "state-dir", env: "KC_STATE_DIR", meta: "DIR", usage: "ledger DIR", str: &s.stateDir, strDef: "/run/kc-watchman"},
+		{name: "supervisor-comm", env: "KC_SUPERVISOR_COMM", meta: "NAMES", usage: "comma-separated supervisor process NAMES", str: &s.supervisorComm, strDef: "kcserver"},
+		{name: "kill-grace", env: "KC_KILL_GRACE", usage: "wait between SIGTERM and SIGKILL", dur: &s.killGrace, durDef: 5 * time.Second},
+		{name: "deadline", env: "KC_HOOK_DEADLINE", usage: "bound on a whole poststop run; keep it below the descriptor's timeout", dur: &s.deadline, durDef: 20 * time.Second},
+		{name: "log-file", env: "KC_HOOK_LOG", meta: "FILE", usage: "JSON-lines log FILE (default: STATE-DIR/kc-hook.log)", str: &s.logFile},
+		{name: "supervisors-file", env: "KC_SUPERVISORS_FILE", meta: "FILE", usage: "root-owned allowlist FILE of the supervisors the io.kc-watchman.supervisor annotation may name", str: &s.supervisorsFile, strDef: supervise.DefaultAllowlistFile},
+	}
+}
 
 func main() {
 	os.Exit(run(os.Args, os.Stdin, os.Stderr))
 }
 
-func run(args []string, stdin io.Reader, stderr io.Writer) int {
-	code := exitOK
-	app := &cli.App{
-		Name:      "kc-hook",
-		Usage:     "OCI hook: record a container's init process, reap its supervisor trees when it stops",
-		UsageText: "kc-hook [options] STAGE < state.json\n\nSTAGE is createRuntime (or its old name prestart), createContainer, startContainer, poststart or poststop.",
-		Version:   version,
-		Writer:    stderr,
-		ErrWriter: stderr,
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "state-dir", Value: "/run/kc-watchman", Usage: "ledger `DIR`", EnvVars: []string{"KC_STATE_DIR"}},
-			&cli.StringFlag{Name: "supervisor-comm", Value: "kcserver", Usage: "comma-separated supervisor process `NAMES`", EnvVars: []string{"KC_SUPERVISOR_COMM"}},
-			&cli.DurationFlag{Name: "kill-grace", Value: 5 * time.Second, Usage: "wait between SIGTERM and SIGKILL", EnvVars: []string{"KC_KILL_GRACE"}},
-			&cli.DurationFlag{Name: "deadline", Value: 20 * time.Second, Usage: "bound on a whole poststop run; keep it below the descriptor's timeout", EnvVars: []string{"KC_HOOK_DEADLINE"}},
-			&cli.StringFlag{Name: "log-file", Usage: "JSON-lines log `FILE` (default: STATE-DIR/kc-hook.log)", EnvVars: []string{"KC_HOOK_LOG"}},
-			&cli.StringFlag{Name: "supervisors-file", Value: "/etc/kc-watchman/supervisors.json", Usage: "root-owned allowlist `FILE` of the supervisors the io.kc-watchman.supervisor annotation may name", EnvVars: []string{"KC_SUPERVISORS_FILE"}},
-		},
-		Commands:        []*cli.Command{superviseCommand()},
-		HideHelpCommand: true,
-		// A bad flag is one line on stderr (DESIGN §6), not the whole usage.
-		OnUsageError:   func(_ *cli.Context, err error, _ bool) error { return err },
-		ExitErrHandler: func(*cli.Context, error) {},
-		Action: func(c *cli.Context) error {
-			code = runStage(c, stdin, stderr)
-			return nil
-		},
+// commandLine is kc-hook's command line before STAGE or "supervise".
+type commandLine struct {
+	settings
+	help, version bool
+	args          []string // STAGE, or "supervise" and its arguments
+}
+
+// parseCommandLine parses the global options in args (without the
+// program name), each flag over its environment variable over its default.
+// Parsing stops at the first argument that is not a flag: flags after
+// STAGE were never accepted.
+func parseCommandLine(args []string) (*commandLine, error) {
+	cl := &commandLine{}
+	opts := cl.options()
+	fs, err := newFlagSet(opts)
+	if err != nil {
+		return nil, err
 	}
-	if err := app.Run(args); err != nil {
-		var ec cli.ExitCoder
-		if errors.As(err, &ec) { // kc-hook supervise
-			fmt.Fprintln(stderr, err)
-			return ec.ExitCode()
-		}
+	if err := parse(fs, opts, args); err != nil {
+		return nil, err
+	}
+	cl.args = fs.Args()
+	return cl, nil
+}
+
+func (cl *commandLine) options() []option {
+	opts := append(cl.settings.options(), helpOption(&cl.help))
+	// A build without a version has no --version, as under urfave/cli.
+	if version != "" {
+		opts = append(opts, versionOption(&cl.version))
+	}
+	return opts
+}
+
+// run is the whole command. Everything it prints goes to stderr, help and
+// version included, as it always has: whoever reads them reads stderr.
+func run(args []string, stdin io.Reader, stderr io.Writer) int {
+	cl, err := parseCommandLine(args[1:])
+	if err != nil {
+		// A bad flag is one line on stderr (DESIGN §6), not the whole usage.
 		fmt.Fprintln(stderr, "kc-hook:", err)
 		return exitBadInput
 	}
-	return code
+	rest := cl.args
+	switch {
+	case cl.help:
+		if len(rest) == 0 {
+			io.WriteString(stderr, hookHelp())
+			return exitOK
+		}
+		if rest[0] != superviseName {
+			fmt.Fprintf(stderr, "No help topic for '%v'\n", rest[0])
+			return exitNoTopic
+		}
+		io.WriteString(stderr, superviseHelp(false))
+		return exitOK
+	case cl.version:
+		fmt.Fprintf(stderr, "%s version %s\n", hookName, version)
+		return exitOK
+	case len(rest) > 0 && rest[0] == superviseName:
+		return runSupervise(&cl.settings, rest[1:], stderr)
+	}
+	return runStage(&cl.settings, rest, stdin, stderr)
 }
 
-func runStage(c *cli.Context, stdin io.Reader, stderr io.Writer) int {
-	if c.NArg() != 1 {
+func hookHelp() string {
+	var cl commandLine
+	var b strings.Builder
+	fmt.Fprintf(&b, "NAME:\n   %s - %s\n\n", hookName, hookUsage)
+	fmt.Fprintf(&b, "USAGE:\n%s\n\n", indent(hookUsageText))
+	if version != "" {
+		fmt.Fprintf(&b, "VERSION:\n   %s\n\n", version)
+	}
+	fmt.Fprintf(&b, "COMMANDS:\n   %s  %s\n\n", superviseName, superviseUsage)
+	b.WriteString("GLOBAL OPTIONS:\n")
+	b.WriteString(optionLines(cl.options()))
+	return b.String()
+}
+
+func runStage(s *settings, args []string, stdin io.Reader, stderr io.Writer) int {
+	if len(args) != 1 {
 		fmt.Fprintln(stderr, "kc-hook: exactly one STAGE argument is required (see --help)")
 		return exitBadInput
 	}
-	stage, err := hook.ParseStage(c.Args().First())
+	stage, err := hook.ParseStage(args[0])
 	if err != nil {
 		fmt.Fprintln(stderr, "kc-hook:", err)
 		return exitBadInput
 	}
-	if c.Duration("kill-grace") <= 0 || c.Duration("deadline") <= 0 {
+	if s.killGrace <= 0 || s.deadline <= 0 {
 		fmt.Fprintln(stderr, "kc-hook: --kill-grace and --deadline must be positive")
 		return exitBadInput
 	}
-	comms, err := checkCommon(c)
+	comms, err := checkCommon(s)
 	if err != nil {
 		fmt.Fprintln(stderr, "kc-hook:", err)
 		return exitBadInput
@@ -102,13 +181,13 @@ func runStage(c *cli.Context, stdin io.Reader, stderr io.Writer) int {
 
 	// Only now, with usable input, may anything be written.
 	cfg := hook.Config{
-		StateDir:        c.String("state-dir"),
+		StateDir:        s.stateDir,
 		Comms:           comms,
-		KillGrace:       c.Duration("kill-grace"),
-		Deadline:        c.Duration("deadline"),
-		SupervisorsFile: c.String("supervisors-file"),
+		KillGrace:       s.killGrace,
+		Deadline:        s.deadline,
+		SupervisorsFile: s.supervisorsFile,
 	}
-	logger, closeLog := openLog(cfg.StateDir, c.String("log-file"), stderr)
+	logger, closeLog := openLog(cfg.StateDir, s.logFile, stderr)
 	defer closeLog()
 	cfg.Logger = logger.With("container", st.ID, "stage", string(stage))
 
@@ -142,14 +221,14 @@ func runStage(c *cli.Context, stdin io.Reader, stderr io.Writer) int {
 // supervisor names. Paths must be absolute: the runtime runs hooks with
 // the bundle as working directory, where a relative ledger would be lost
 // with the container.
-func checkCommon(c *cli.Context) ([]string, error) {
-	if sd := c.String("state-dir"); !filepath.IsAbs(sd) {
+func checkCommon(s *settings) ([]string, error) {
+	if sd := s.stateDir; !filepath.IsAbs(sd) {
 		return nil, fmt.Errorf("--state-dir must be an absolute path, not %q (hooks run in the bundle directory)", sd)
 	}
-	if lf := c.String("log-file"); lf != "" && !filepath.IsAbs(lf) {
+	if lf := s.logFile; lf != "" && !filepath.IsAbs(lf) {
 		return nil, fmt.Errorf("--log-file must be an absolute path, not %q (hooks run in the bundle directory)", lf)
 	}
-	comms := splitComms(c.String("supervisor-comm"))
+	comms := splitComms(s.supervisorComm)
 	if len(comms) == 0 {
 		return nil, errors.New("--supervisor-comm names no process")
 	}

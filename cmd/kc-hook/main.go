@@ -9,16 +9,15 @@
 // The command line is parsed with the standard library's flag package, not
 // urfave/cli as kc-janitor's is: kc-hook runs in every container's start
 // and stop path, and urfave/cli, with the template and markdown packages it
-// pulls in, was over a third of the binary's start-up time. The behaviour
-// is the one urfave/cli gave it — flags before the STAGE, each flag's
-// environment variable below the flag and above the default, the same
-// messages, help pages and exit statuses — so nothing that runs or tests
-// kc-hook sees a difference.
+// pulls in, was over a third of the binary's start-up time. Flags go
+// before STAGE, each flag's environment variable sits below the flag and
+// above the default, and every usage error is one line and exit status 2.
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -38,16 +37,24 @@ const (
 	exitOK       = 0
 	exitFailed   = 1
 	exitBadInput = 2
-	// exitNoTopic is what urfave/cli answered `--help NAME` with when NAME
-	// was no command; kept so that nothing changes for a caller.
-	exitNoTopic = 3
 )
 
 const (
-	hookName      = "kc-hook"
-	hookUsage     = "OCI hook: record a container's init process, reap its supervisor trees when it stops"
-	hookUsageText = "kc-hook [options] STAGE < state.json\n\n" +
-		"STAGE is createRuntime (or its old name prestart), createContainer, startContainer, poststart or poststop."
+	hookName = "kc-hook"
+	hookHelp = `Usage: kc-hook [options] STAGE < state.json
+       kc-hook [options] supervise [supervise options] CONTAINER-ID INIT-PID INIT-START-TICKS -- COMMAND...
+
+OCI hook: record a container's init process, reap its supervisor trees when
+it stops. The runtime runs it with the container's State on stdin.
+STAGE is createRuntime (or its old name prestart), createContainer,
+startContainer, poststart or poststop.
+
+Commands:
+   supervise  ` + superviseUsage + `
+              (see kc-hook supervise --help)
+
+Options:
+`
 )
 
 // settings are the global options, after flags and environment.
@@ -60,19 +67,14 @@ type settings struct {
 	supervisorsFile string
 }
 
-func (s *settings) options() []option {
-	return []option{
-		{name: "state-dir", env: "KC_STATE_DIR", meta: "DIR", usage: "ledger DIR", str: &s.stateDir, strDef: "/run/kc-watchman"},
-		{name: "supervisor-comm", env: "KC_SUPERVISOR_COMM", meta: "NAMES", usage: "comma-separated supervisor process NAMES", str: &s.supervisorComm, strDef: "kcserver"},
-		{name: "kill-grace", env: "KC_KILL_GRACE", usage: "wait between SIGTERM and SIGKILL", dur: &s.killGrace, durDef: 5 * time.Second},
-		{name: "deadline", env: "KC_HOOK_DEADLINE", usage: "bound on a whole poststop run; keep it below the descriptor's timeout", dur: &s.deadline, durDef: 20 * time.Second},
-		{name: "log-file", env: "KC_HOOK_LOG", meta: "FILE", usage: "JSON-lines log FILE (default: STATE-DIR/kc-hook.log)", str: &s.logFile},
-		{name: "supervisors-file", env: "KC_SUPERVISORS_FILE", meta: "FILE", usage: "root-owned allowlist FILE of the supervisors the io.kc-watchman.supervisor annotation may name", str: &s.supervisorsFile, strDef: supervise.DefaultAllowlistFile},
-	}
-}
-
-func main() {
-	os.Exit(run(os.Args, os.Stdin, os.Stderr))
+// hookEnv names the environment variable of each global flag.
+var hookEnv = map[string]string{
+	"state-dir":        "KC_STATE_DIR",
+	"supervisor-comm":  "KC_SUPERVISOR_COMM",
+	"kill-grace":       "KC_KILL_GRACE",
+	"deadline":         "KC_HOOK_DEADLINE",
+	"log-file":         "KC_HOOK_LOG",
+	"supervisors-file": "KC_SUPERVISORS_FILE",
 }
 
 // commandLine is kc-hook's command line before STAGE or "supervise".
@@ -82,96 +84,81 @@ type commandLine struct {
 	args          []string // STAGE, or "supervise" and its arguments
 }
 
-// parseCommandLine parses the global options in args (without the
-// program name), each flag over its environment variable over its default.
-// Parsing stops at the first argument that is not a flag: flags after
-// STAGE were never accepted.
+func (cl *commandLine) flagSet() *flag.FlagSet {
+	fs := newFlagSet(hookName)
+	fs.StringVar(&cl.stateDir, "state-dir", "/run/kc-watchman", "ledger `DIR`")
+	fs.StringVar(&cl.supervisorComm, "supervisor-comm", "kcserver", "comma-separated supervisor process `NAMES`")
+	fs.DurationVar(&cl.killGrace, "kill-grace", 5*time.Second, "wait between SIGTERM and SIGKILL")
+	fs.DurationVar(&cl.deadline, "deadline", 20*time.Second, "bound on a whole poststop run; keep it below the descriptor's timeout")
+	fs.StringVar(&cl.logFile, "log-file", "", "JSON-lines log `FILE` (default: STATE-DIR/kc-hook.log)")
+	fs.StringVar(&cl.supervisorsFile, "supervisors-file", supervise.DefaultAllowlistFile, "root-owned allowlist `FILE` of the supervisors the io.kc-watchman.supervisor annotation may name")
+	// No usage: writeHookHelp lists both names on one line.
+	fs.BoolVar(&cl.version, "version", false, "")
+	fs.BoolVar(&cl.version, "v", false, "")
+	return fs
+}
+
+func writeHookHelp(w io.Writer) {
+	io.WriteString(w, hookHelp)
+	writeOptions(w, new(commandLine).flagSet(), hookEnv, "--help, -h\tshow this help", "--version, -v\tprint the version")
+}
+
+func main() {
+	os.Exit(run(os.Args, os.Stdin, os.Stdout, os.Stderr))
+}
+
+// parseCommandLine parses the global options in args (without the program
+// name). Parsing stops at STAGE: flags after it are refused as extra
+// arguments, and supervise's flags are its own.
 func parseCommandLine(args []string) (*commandLine, error) {
 	cl := &commandLine{}
-	opts := cl.options()
-	fs, err := newFlagSet(opts)
+	rest, help, err := parse(cl.flagSet(), hookEnv, args)
 	if err != nil {
 		return nil, err
 	}
-	if err := parse(fs, opts, args); err != nil {
-		return nil, err
-	}
-	cl.args = fs.Args()
+	cl.args = rest
+	// A -h after "supervise" is supervise's.
+	cl.help = help || (!cl.supervise() && helpAsked(rest))
 	return cl, nil
 }
 
-func (cl *commandLine) options() []option {
-	opts := append(cl.settings.options(), helpOption(&cl.help))
-	// A build without a version has no --version, as under urfave/cli.
-	if version != "" {
-		opts = append(opts, versionOption(&cl.version))
-	}
-	return opts
+func (cl *commandLine) supervise() bool {
+	return len(cl.args) > 0 && cl.args[0] == superviseName
 }
 
-// run is the whole command. Everything it prints goes to stderr, help and
-// version included, as it always has: whoever reads them reads stderr.
-func run(args []string, stdin io.Reader, stderr io.Writer) int {
+// run is the whole command. Help and version go to stdout; errors and
+// logs to stderr, which the runtime keeps.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cl, err := parseCommandLine(args[1:])
-	if err != nil {
-		// A bad flag is one line on stderr (DESIGN §6), not the whole usage.
-		fmt.Fprintln(stderr, "kc-hook:", err)
-		return exitBadInput
-	}
-	rest := cl.args
 	switch {
+	case err != nil:
+		return usageError(stderr, hookName, err)
 	case cl.help:
-		if len(rest) == 0 {
-			io.WriteString(stderr, hookHelp())
-			return exitOK
-		}
-		if rest[0] != superviseName {
-			fmt.Fprintf(stderr, "No help topic for '%v'\n", rest[0])
-			return exitNoTopic
-		}
-		io.WriteString(stderr, superviseHelp(false))
+		writeHookHelp(stdout)
 		return exitOK
 	case cl.version:
-		fmt.Fprintf(stderr, "%s version %s\n", hookName, version)
+		fmt.Fprintf(stdout, "%s version %s\n", hookName, version)
 		return exitOK
-	case len(rest) > 0 && rest[0] == superviseName:
-		return runSupervise(&cl.settings, rest[1:], stderr)
+	case cl.supervise():
+		return runSupervise(&cl.settings, cl.args[1:], stdout, stderr)
 	}
-	return runStage(&cl.settings, rest, stdin, stderr)
-}
-
-func hookHelp() string {
-	var cl commandLine
-	var b strings.Builder
-	fmt.Fprintf(&b, "NAME:\n   %s - %s\n\n", hookName, hookUsage)
-	fmt.Fprintf(&b, "USAGE:\n%s\n\n", indent(hookUsageText))
-	if version != "" {
-		fmt.Fprintf(&b, "VERSION:\n   %s\n\n", version)
-	}
-	fmt.Fprintf(&b, "COMMANDS:\n   %s  %s\n\n", superviseName, superviseUsage)
-	b.WriteString("GLOBAL OPTIONS:\n")
-	b.WriteString(optionLines(cl.options()))
-	return b.String()
+	return runStage(&cl.settings, cl.args, stdin, stderr)
 }
 
 func runStage(s *settings, args []string, stdin io.Reader, stderr io.Writer) int {
 	if len(args) != 1 {
-		fmt.Fprintln(stderr, "kc-hook: exactly one STAGE argument is required (see --help)")
-		return exitBadInput
+		return usageError(stderr, hookName, fmt.Errorf("want one STAGE after the options, got %q", args))
 	}
 	stage, err := hook.ParseStage(args[0])
 	if err != nil {
-		fmt.Fprintln(stderr, "kc-hook:", err)
-		return exitBadInput
+		return usageError(stderr, hookName, err)
 	}
 	if s.killGrace <= 0 || s.deadline <= 0 {
-		fmt.Fprintln(stderr, "kc-hook: --kill-grace and --deadline must be positive")
-		return exitBadInput
+		return usageError(stderr, hookName, errors.New("--kill-grace and --deadline must be positive"))
 	}
 	comms, err := checkCommon(s)
 	if err != nil {
-		fmt.Fprintln(stderr, "kc-hook:", err)
-		return exitBadInput
+		return usageError(stderr, hookName, err)
 	}
 	st, err := hook.ReadState(stdin)
 	if err != nil {

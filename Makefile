@@ -75,6 +75,7 @@ install-man:
 	install -d $(DESTDIR)$(MANDIR)/man8
 	$(JANITOR) man > $(DESTDIR)$(MANDIR)/man8/kc-janitor.8
 	chmod 0644 $(DESTDIR)$(MANDIR)/man8/kc-janitor.8
+	install -m 0644 docs/man/kc-hook.8 $(DESTDIR)$(MANDIR)/man8/kc-hook.8
 
 install-completion:
 	install -d $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR)
@@ -87,7 +88,7 @@ uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/kc-janitor $(DESTDIR)$(HOOKDIR)/kc-hook
 	for f in hooks.d/*.json; do rm -f $(DESTDIR)$(HOOKSDDIR)/$$(basename $$f); done
 	for f in $(UNITS); do rm -f $(DESTDIR)$(UNITDIR)/$$(basename $$f); done
-	rm -f $(DESTDIR)$(MANDIR)/man8/kc-janitor.8 $(DESTDIR)$(BASHCOMPDIR)/kc-janitor $(DESTDIR)$(ZSHCOMPDIR)/_kc-janitor
+	rm -f $(DESTDIR)$(MANDIR)/man8/kc-janitor.8 $(DESTDIR)$(MANDIR)/man8/kc-hook.8 $(DESTDIR)$(BASHCOMPDIR)/kc-janitor $(DESTDIR)$(ZSHCOMPDIR)/_kc-janitor
 
 demo: build
 	./scripts/demo.sh

@@ -21,6 +21,7 @@ const (
 	flagContainerPID = "container-pid"
 	flagTimeout      = "timeout"
 	flagWorkers      = "workers"
+	flagHashedMinAge = "hashed-min-age"
 )
 
 func socketFlags() []cli.Flag {
@@ -44,6 +45,14 @@ created); nothing listens on it; and GET /status is silent twice or answers
 with another process_id. Gates that disagree give "unknown": kept. Session
 sockets follow their server's control socket.
 
+Kallichore names a session socket kc-<hex>.sock (taken as 8-64 lowercase hex
+digits, at least one a-f) when the usual path would be too long. That name
+carries no PID, so the owner cannot be checked: such a socket is stale only
+when nothing listens on it, GET /status is silent twice, and its ctime is at
+least --hashed-min-age old (a socket that is bound but not yet listening
+refuses connections too). Anything that listens or answers keeps it live. It
+is reported as kind "session" with pid 0.
+
 Dry run unless --apply (KC_SWEEP=1 or KC_APPLY=1). Only sockets (never
 symlinks, FIFOs or regular files) owned by the expected uid and still the
 same inode as when classified are unlinked. KC_SWEEPER_LOG names a log file
@@ -52,6 +61,7 @@ when --log-file is not given.
 Exit status: 0 ok; 1 an unlink failed or a socket directory could not be read.`,
 		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "apply", Usage: "unlink stale sockets (default: dry run)", EnvVars: []string{"KC_SWEEP", "KC_APPLY"}},
+			&cli.DurationFlag{Name: flagHashedMinAge, Value: sockets.DefaultHashedMinAge, Usage: "least age (since its ctime) at which a hashed-name kc-<hex>.sock may be stale", EnvVars: []string{"KC_SWEEP_HASHED_MIN_AGE"}},
 		}, socketFlags()...),
 		Action: runSweep,
 	}
@@ -130,6 +140,12 @@ func runSweep(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	// Zero or less would let a socket that is bound but not yet listening
+	// be unlinked under its server.
+	hashedMinAge := c.Duration(flagHashedMinAge)
+	if hashedMinAge <= 0 {
+		return usageErr("--%s must be positive", flagHashedMinAge)
+	}
 	log, closeLog, err := newLogger(g, logFileOr(g, "KC_SWEEPER_LOG"))
 	if err != nil {
 		return err
@@ -141,6 +157,7 @@ func runSweep(c *cli.Context) error {
 	}
 	cfg.Apply = c.Bool("apply")
 	cfg.Logger = log.With("cmd", "sweep")
+	cfg.HashedMinAge = hashedMinAge
 
 	rep, err := sockets.Sweep(c.Context, cfg)
 	if err != nil {
@@ -191,6 +208,9 @@ func writeSweepText(w io.Writer, rep *sockets.Report) error {
 	for _, s := range rep.Sockets {
 		count[s.Verdict]++
 		what := fmt.Sprintf("%s (%s, pid %d)", s.Path, s.Kind, s.PID)
+		if s.Hashed {
+			what = fmt.Sprintf("%s (%s, hashed name, no pid)", s.Path, s.Kind)
+		}
 		var err error
 		switch s.Action {
 		case sockets.ActionWouldUnlink:

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -175,6 +176,8 @@ func TestSweepCLIExitCodes(t *testing.T) {
 			{"sweep", "--format", "xml"},
 			{"sweep", "--no-such-flag"},
 			{"sweep", "--workers", "0"},
+			{"sweep", "--hashed-min-age", "0"},
+			{"sweep", "--hashed-min-age", "-1m"},
 		} {
 			if code, out := runJanitorCapture(t, args...); code != exitUsage {
 				t.Errorf("%v: exit %d, want %d: %s", args, code, exitUsage, out)
@@ -207,6 +210,84 @@ func TestSweepCLIExitCodes(t *testing.T) {
 		}
 		if _, err := os.Lstat(filepath.Join(src, stale)); err != nil {
 			t.Errorf("socket gone: %v", err)
+		}
+	})
+}
+
+// TestSweepCLIHashed runs sweep on a dead socket with Kallichore's hashed
+// name, kc-<hex>.sock. It was created just now, so only a minimum age
+// below its real age (1ns) lets it be stale; the default (2m) keeps it.
+func TestSweepCLIHashed(t *testing.T) {
+	tests := []struct {
+		name      string
+		args      []string
+		env       map[string]string
+		wantStale bool
+	}{
+		{"default minimum age keeps a fresh one", []string{"--apply"}, nil, false},
+		{"--hashed-min-age 1ns dry run", []string{"--hashed-min-age", "1ns"}, nil, true},
+		{"--hashed-min-age 1ns --apply", []string{"--apply", "--hashed-min-age=1ns"}, nil, true},
+		{"KC_SWEEP_HASHED_MIN_AGE=1ns", []string{"--apply"}, map[string]string{"KC_SWEEP_HASHED_MIN_AGE": "1ns"}, true},
+		{"the flag beats the environment", []string{"--apply", "--hashed-min-age", "1h"}, map[string]string{"KC_SWEEP_HASHED_MIN_AGE": "1ns"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			dir := t.TempDir()
+			p := orphanSock(t, dir, "kc-3fa9c2d17b604e81.sock")
+			args := append([]string{"sweep", "--format", "json", "--socket-dir", dir, "--timeout", "300ms"}, tt.args...)
+			code, out := runJanitorCapture(t, args...)
+			if code != exitOK {
+				t.Fatalf("exit %d\n%s", code, out)
+			}
+			s := decodeSweep(t, out)[p]
+			if s == nil {
+				t.Fatalf("not reported:\n%s", out)
+			}
+			if s["kind"] != "session" || s["pid"] != float64(0) || s["error"] != nil ||
+				!strings.HasPrefix(s["reason"].(string), "hashed name: no PID") {
+				t.Errorf("%v", s)
+			}
+			apply := slices.Contains(tt.args, "--apply")
+			wantVerdict, wantAction := "unknown", "kept"
+			switch {
+			case tt.wantStale && apply:
+				wantVerdict, wantAction = "stale", "unlinked"
+			case tt.wantStale:
+				wantVerdict, wantAction = "stale", "would-unlink"
+			}
+			if s["verdict"] != wantVerdict || s["action"] != wantAction {
+				t.Errorf("verdict %v action %v (%v), want %s %s", s["verdict"], s["action"], s["reason"], wantVerdict, wantAction)
+			}
+			if !tt.wantStale && !strings.Contains(s["reason"].(string), "minimum age") {
+				t.Errorf("reason %q does not name the minimum age", s["reason"])
+			}
+			if _, err := os.Lstat(p); (err == nil) != (wantAction != "unlinked") {
+				t.Errorf("exists %v after %s", err == nil, wantAction)
+			}
+		})
+	}
+
+	t.Run("text", func(t *testing.T) {
+		dir := t.TempDir()
+		p := orphanSock(t, dir, "kc-3fa9c2d17b604e81.sock")
+		code, out := runJanitorCapture(t, "sweep", "--socket-dir", dir, "--hashed-min-age", "1ns")
+		if code != exitOK {
+			t.Fatalf("exit %d: %s", code, out)
+		}
+		if want := "[DRY-RUN] would unlink " + p + " (session, hashed name, no pid): hashed name: no PID to check; connect refused"; !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	})
+
+	t.Run("help", func(t *testing.T) {
+		_, out := runJanitorCapture(t, "sweep", "--help")
+		for _, want := range []string{"--hashed-min-age", "KC_SWEEP_HASHED_MIN_AGE", "2m0s", "kc-<hex>.sock"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("sweep --help lacks %q", want)
+			}
 		}
 	})
 }

@@ -1,6 +1,7 @@
-// Package sockets finds Kallichore supervisor sockets (kc-<pid>.sock and
-// kc-<pid>.<x>.sock) in socket directories, on the host or inside a
-// container, decides which are orphans, and unlinks those safely.
+// Package sockets finds Kallichore supervisor sockets (kc-<pid>.sock,
+// kc-<pid>.<x>.sock and the hashed kc-<hex>.sock) in socket directories, on
+// the host or inside a container, decides which are orphans, and unlinks
+// those safely.
 //
 // A socket is stale only when three independent gates agree (DESIGN §9):
 //
@@ -18,6 +19,14 @@
 // Gates that disagree give the verdict "unknown": the socket is kept and
 // reported. Session sockets follow their server's control socket.
 //
+// A hashed name (kc-<hex>.sock, Kallichore's per-session name when the
+// usual path would be too long) names no PID, so gate 1 cannot be applied
+// and nothing ties it to a server. It is stale only when gates 2 and 3
+// both find it dead and its inode changed at least a minimum age ago
+// (Config.HashedMinAge): without an owner's start time there is nothing
+// else to tell a fresh socket, bound but not yet listening, from a dead
+// one. Anything that listens on it or answers /status makes it live.
+//
 // Unlinking happens relative to an open directory descriptor, never
 // following symlinks, and only if the entry is still a socket with the
 // same device, inode and owner as when it was classified (UnlinkAt).
@@ -34,7 +43,7 @@ type Kind string
 // Socket kinds.
 const (
 	KindControl Kind = "control" // kc-<pid>.sock
-	KindSession Kind = "session" // kc-<pid>.<x>.sock
+	KindSession Kind = "session" // kc-<pid>.<x>.sock, or the hashed kc-<hex>.sock
 )
 
 // MaxPID is the largest PID Linux can hand out (PID_MAX_LIMIT on 64-bit).
@@ -44,19 +53,37 @@ const MaxPID = 1 << 22
 // first 8 characters of the session ID; allow some slack.
 const maxSessionTag = 64
 
+// The length bounds of the <hex> in a hashed name kc-<hex>.sock. Kallichore
+// does not document the hash (kallichore-api.md says only "hex hash"), so
+// accept what any common hash printed in hex gives: a 32-bit hash is 8
+// digits, a 64-bit one up to 16, SHA-256 64. Shorter hex is too easily
+// something else to be swept on a guess.
+const (
+	minHashLen = 8
+	maxHashLen = 64
+)
+
 // Name is a parsed socket file name.
 type Name struct {
-	PID     int
+	PID     int // 0 for a hashed name
 	Kind    Kind
 	Session string // the <x> of a session socket
+	// Hash is the <hex> of a hashed name, kc-<hex>.sock (Kind is
+	// KindSession; PID and Session are empty).
+	Hash string
 }
 
+// Hashed reports whether n is a hashed name, which names no PID.
+func (n Name) Hashed() bool { return n.Hash != "" }
+
 // ParseName parses a socket file name (a single path component). It
-// accepts exactly "kc-<pid>.sock" and "kc-<pid>.<x>.sock", where <pid> is a
-// decimal PID without leading zeros in 1..MaxPID and <x> is 1–64 of
-// [A-Za-z0-9_-]. Anything else — path separators, "..", dots or other
-// characters in <x>, Kallichore's hashed long-path names
-// (kc-<hex hash>.sock, which name no PID) — is rejected.
+// accepts exactly "kc-<pid>.sock", "kc-<pid>.<x>.sock" and "kc-<hex>.sock",
+// where <pid> is a decimal PID without leading zeros in 1..MaxPID, <x> is
+// 1–64 of [A-Za-z0-9_-] and <hex> is 8–64 lowercase hex digits with at
+// least one of a–f (Kallichore's hashed name for a session socket whose
+// usual path would exceed 104 characters). Anything else — path
+// separators, "..", dots or other characters in <x>, uppercase, short or
+// all-decimal hex — is rejected.
 func ParseName(name string) (Name, bool) {
 	rest, ok := strings.CutPrefix(name, "kc-")
 	if !ok {
@@ -69,6 +96,9 @@ func ParseName(name string) (Name, bool) {
 	pidStr, tag, hasTag := strings.Cut(rest, ".")
 	pid, ok := parsePID(pidStr)
 	if !ok {
+		if !hasTag && validHash(rest) {
+			return Name{Kind: KindSession, Hash: rest}, true
+		}
 		return Name{}, false
 	}
 	if !hasTag {
@@ -109,4 +139,27 @@ func validTag(s string) bool {
 		}
 	}
 	return true
+}
+
+// validHash accepts lowercase hex only: Kallichore prints its hash that
+// way, and anything looser would only widen what the sweep may unlink.
+// All-decimal names are refused: they read as an out-of-range PID
+// (kc-99999999.sock), a look-alike the sweep has always ignored. The cost
+// is that the rare hash made only of digits (under 0.1% of 16-digit ones)
+// is left alone, as every hashed name was before.
+func validHash(s string) bool {
+	if len(s) < minHashLen || len(s) > maxHashLen {
+		return false
+	}
+	letter := false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= 'a' && c <= 'f':
+			letter = true
+		case c >= '0' && c <= '9':
+		default:
+			return false
+		}
+	}
+	return letter
 }

@@ -29,7 +29,24 @@ func TestParseName(t *testing.T) {
 		{"kc-+1.sock", false, Name{}},
 		{"kc-4194305.sock", false, Name{}},
 		{"kc-99999999999999999999.sock", false, Name{}},
-		{"kc-1f3a9c.sock", false, Name{}}, // Kallichore's hashed long-path form
+		// Kallichore's hashed form, kc-<hex>.sock: 8–64 lowercase hex.
+		{"kc-deadbeef.sock", true, Name{Kind: KindSession, Hash: "deadbeef"}},
+		{"kc-0123456789abcdef.sock", true, Name{Kind: KindSession, Hash: "0123456789abcdef"}},
+		{"kc-" + strings.Repeat("a", 64) + ".sock", true, Name{Kind: KindSession, Hash: strings.Repeat("a", 64)}},
+		{"kc-1234567a.sock", true, Name{Kind: KindSession, Hash: "1234567a"}},
+		{"kc-12345678.sock", false, Name{}}, // all decimal: an out-of-range PID, not a hash
+		{"kc-00000000.sock", false, Name{}},
+		{"kc-1f3a9c.sock", false, Name{}}, // hex, but too short for a hash
+		{"kc-deadbee.sock", false, Name{}},
+		{"kc-" + strings.Repeat("a", 65) + ".sock", false, Name{}},
+		{"kc-DEADBEEF.sock", false, Name{}},
+		{"kc-DeadBeef.sock", false, Name{}},
+		{"kc-deadbeeg.sock", false, Name{}},
+		{"kc-xyz.sock", false, Name{}},
+		{"kc-deadbeef.x.sock", false, Name{}},
+		{"kc-deadbeef.sock.bak", false, Name{}},
+		{"kc-dead beef.sock", false, Name{}},
+		{"kc-0xdeadbeef.sock", false, Name{}},
 		{"kc-442.sock.bak", false, Name{}},
 		{"kc-442", false, Name{}},
 		{"xkc-442.sock", false, Name{}},
@@ -52,6 +69,7 @@ func FuzzParseName(f *testing.F) {
 	f.Add("kc-442.sock")
 	f.Add("kc-442.python-0.sock")
 	f.Add("kc-../../etc.sock")
+	f.Add("kc-deadbeef.sock")
 	f.Fuzz(func(t *testing.T, s string) {
 		n, ok := ParseName(s)
 		if !ok {
@@ -61,6 +79,12 @@ func FuzzParseName(f *testing.F) {
 			if s[i] == '/' || s[i] == 0 {
 				t.Fatalf("accepted %q", s)
 			}
+		}
+		if n.Hashed() {
+			if n.PID != 0 || n.Kind != KindSession || s != "kc-"+n.Hash+".sock" || !validHash(n.Hash) {
+				t.Fatalf("hashed %+v from %q", n, s)
+			}
+			return
 		}
 		if n.PID < 1 || n.PID > MaxPID {
 			t.Fatalf("pid %d from %q", n.PID, s)

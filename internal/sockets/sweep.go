@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -41,6 +42,11 @@ const (
 	DefaultDialTimeout = 300 * time.Millisecond
 	DefaultTimeout     = time.Second
 	DefaultPause       = 200 * time.Millisecond
+	// DefaultHashedMinAge is how long a hashed-name socket must have
+	// existed before it may be called stale: far longer than any server
+	// takes from bind(2) to listen(2), short enough that leftovers go on
+	// the next sweep.
+	DefaultHashedMinAge = 2 * time.Minute
 )
 
 // Config configures a sweep.
@@ -59,6 +65,15 @@ type Config struct {
 	// DialTimeout bounds connect(2) in gates 2 and 3; Timeout bounds one
 	// GET /status; Pause separates gate 3's two attempts.
 	DialTimeout, Timeout, Pause time.Duration
+	// HashedMinAge is the least age (since the socket file's ctime) at
+	// which a hashed-name socket, kc-<hex>.sock, may be stale (default
+	// DefaultHashedMinAge). Such a name carries no PID, so there is no
+	// owner whose start time could show that a silent socket is merely
+	// new; its age is the only stand-in.
+	HashedMinAge time.Duration
+	// Now is the clock ages are measured against (nil: time.Now); tests
+	// set it to age sockets without waiting.
+	Now func() time.Time
 	// Apply unlinks stale sockets; otherwise the sweep is a dry run.
 	Apply bool
 	// Logger receives one record per socket (nil: discard).
@@ -80,6 +95,12 @@ func (c *Config) defaults() {
 	if c.Pause <= 0 {
 		c.Pause = DefaultPause
 	}
+	if c.HashedMinAge <= 0 {
+		c.HashedMinAge = DefaultHashedMinAge
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	if len(c.SupervisorComms) == 0 {
 		c.SupervisorComms = []string{"kcserver"}
 	}
@@ -94,9 +115,10 @@ func (c *Config) defaults() {
 // Socket is one swept socket file and what became of it.
 type Socket struct {
 	Path    string  // host-visible path
-	PID     int     // from the name, in the target's PID namespace
+	PID     int     // from the name, in the target's PID namespace; 0 if Hashed
 	Kind    Kind    // control or session
 	Session string  // <x> of a session socket
+	Hashed  bool    // a hashed name, kc-<hex>.sock: no PID, judged without gate 1
 	Verdict Verdict // live, stale or unknown
 	Reason  string  // why, gate by gate
 	Action  Action  // kept, would-unlink, unlinked or failed
@@ -137,6 +159,9 @@ func (r *Report) Failed() bool {
 func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 	cfg.defaults()
 	rep := &Report{DryRun: !cfg.Apply}
+	// Taken before the directories are read: a socket created while the
+	// sweep runs then looks younger, never older, than it is.
+	now := cfg.Now()
 
 	boot, err := bootEpoch()
 	if err != nil {
@@ -182,34 +207,43 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		for _, e := range ents {
 			all = append(all, &Socket{
-				Path: e.shownPath(), PID: e.parsed.PID, Kind: e.parsed.Kind, Session: e.parsed.Session,
+				Path: e.shownPath(), PID: e.parsed.PID, Kind: e.parsed.Kind, Session: e.parsed.Session, Hashed: e.parsed.Hashed(),
 				UID: e.uid, ID: FileID{Dev: e.dev, Ino: e.ino, UID: e.uid, CtimeSec: e.ctime.Sec, CtimeNsec: e.ctime.Nsec}, e: e,
 			})
 		}
 	}
 
 	client := &kallichore.Client{DialTimeout: cfg.DialTimeout, Timeout: cfg.Timeout}
-	var controls, sessions []*Socket
+	var controls, sessions, hashed []*Socket
 	for _, s := range all {
 		switch {
 		case !s.e.isSocket():
 			s.Verdict, s.Reason = VerdictUnknown, "not a socket ("+fileType(s.e.mode)+")"
+		case s.Hashed:
+			hashed = append(hashed, s)
 		case s.Kind == KindControl:
 			controls = append(controls, s)
 		default:
 			sessions = append(sessions, s)
 		}
 	}
+	// Hashed-name sockets have no server to follow, so they are probed
+	// like control sockets (gates 2 and 3, in the same rounds); gate 1
+	// needs a PID they do not have.
+	probed := append(append([]*Socket(nil), controls...), hashed...)
 
-	// Round 1: all three gates on control sockets (gate 3's first try).
-	pool(ctx, cfg.Workers, controls, func(s *Socket) {
-		s.gates[0], s.why[0] = ownerGate(view, s.PID, cfg.SupervisorComms, s.e.changed, boot)
+	// Round 1: all three gates on control sockets, gates 2 and 3 on
+	// hashed ones (gate 3's first try).
+	pool(ctx, cfg.Workers, probed, func(s *Socket) {
+		if !s.Hashed {
+			s.gates[0], s.why[0] = ownerGate(view, s.PID, cfg.SupervisorComms, s.e.changed, boot)
+		}
 		s.gates[1], s.why[1] = listenGate(s.e.dir.fdPath(s.e.name), s.e.innerPath(), ls, cfg.DialTimeout)
 		s.tries = append(s.tries, tryStatus(ctx, client, s.e.dir.fdPath(s.e.name)))
 	})
 	// Round 2, after one pause: a second try where the first was silent.
 	var again []*Socket
-	for _, s := range controls {
+	for _, s := range probed {
 		if len(s.tries) > 0 && !s.tries[0].answered {
 			again = append(again, s)
 		}
@@ -228,6 +262,10 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 		s.gates[2], s.why[2] = statusGate(s.PID, s.tries...)
 		s.Verdict, s.Reason = compose(s.gates, s.why)
 		byServer[serverKey{s.e.dir, s.PID}] = s
+	}
+	for _, s := range hashed {
+		changed := time.Unix(s.e.ctime.Unix())
+		s.Verdict, s.Reason = judgeHashed(s, now.Sub(changed), cfg.HashedMinAge)
 	}
 
 	// Session sockets follow their server's control socket in the same
@@ -286,9 +324,58 @@ func compose(g [3]say, why [3]string) (Verdict, string) {
 	return v, reason
 }
 
+// hashedHead starts every reason given for a hashed-name socket.
+const hashedHead = "hashed name: no PID to check"
+
+// judgeHashed decides on a hashed-name socket from gates 2 and 3 and its
+// age (since its ctime). Stale needs all three: connect refused, /status
+// silent twice, and at least minAge old. Listening or any answer means a
+// server has it: live. Everything else is unknown, and kept.
+func judgeHashed(s *Socket, age, minAge time.Duration) (Verdict, string) {
+	if len(s.tries) == 0 {
+		// Not probed (the sweep was cancelled): pool left its why.
+		return VerdictUnknown, hashedHead + "; " + s.why[0]
+	}
+	reason := hashedHead + "; " + s.why[1]
+	for _, t := range s.tries {
+		switch {
+		case t.answered && t.other != "":
+			return VerdictLive, reason + "; something answers /status: " + t.other
+		case t.answered:
+			return VerdictLive, reason + "; /status answers with process_id " + strconv.Itoa(t.pid)
+		}
+	}
+	if s.gates[1] == sayLive {
+		return VerdictLive, reason
+	}
+	// Nobody answered, so gate 3's wording for silence applies as is
+	// (the PID it is given only matters for answers).
+	g3, why3 := statusGate(0, s.tries...)
+	reason += "; " + why3
+	if s.gates[1] != sayStale || g3 != sayStale {
+		return VerdictUnknown, reason
+	}
+	// A socket between bind(2) and listen(2) refuses connections too;
+	// only age tells it from a dead one.
+	switch {
+	case age < 0:
+		// The clock was stepped back since: the age is unknown.
+		return VerdictUnknown, fmt.Sprintf("%s; but its ctime is %s in the future, so its age against the %s minimum age for hashed names is unknown",
+			reason, (-age).Round(time.Second), minAge)
+	case age < minAge:
+		return VerdictUnknown, fmt.Sprintf("%s; but its ctime is only %s old, under the %s minimum age for hashed names (it may be bound and not yet listening)",
+			reason, age.Round(time.Second), minAge)
+	}
+	return VerdictStale, fmt.Sprintf("%s; not listening, ctime %s old (minimum age %s)", reason, age.Round(time.Second), minAge)
+}
+
 // act decides and performs the action for one classified socket.
 func act(cfg Config, s *Socket) {
 	log := cfg.Logger.With("path", s.Path, "pid", s.PID, "kind", string(s.Kind), "verdict", string(s.Verdict), "reason", s.Reason)
+	if s.Hashed {
+		// pid=0 alone would read as a parse failure.
+		log = log.With("hashed", true)
+	}
 	s.Action = ActionKept
 	if s.Verdict != VerdictStale {
 		log.Debug("kept")

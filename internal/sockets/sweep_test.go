@@ -548,17 +548,22 @@ func TestSweepContainer(t *testing.T) {
 func TestSweepContextCancelled(t *testing.T) {
 	dir := t.TempDir()
 	orphanSocket(t, dir, fmt.Sprintf("kc-%d.sock", deadPID(t)))
+	hashed := orphanSocket(t, dir, hashedName)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	cfg := fastConfig(dir)
 	cfg.Apply = true
+	cfg.Now = agedAt(t, hashed, time.Hour) // old enough: only the probes are missing
 	rep, err := Sweep(ctx, cfg)
 	if err == nil {
 		t.Fatal("no error from a cancelled sweep")
 	}
+	if len(rep.Sockets) != 2 {
+		t.Errorf("%d sockets reported, want 2", len(rep.Sockets))
+	}
 	for _, s := range rep.Sockets {
-		if s.Verdict == VerdictStale {
-			t.Errorf("%s judged stale without probing", s.Path)
+		if s.Verdict == VerdictStale || !exists(s.Path) {
+			t.Errorf("%s judged %s without probing (%s)", s.Path, s.Verdict, s.Reason)
 		}
 	}
 }

@@ -50,7 +50,8 @@ type Options struct {
 	Root string
 	// Grace is how long to wait after SIGTERM before SIGKILL; default 5s.
 	Grace time.Duration
-	// Poll is the interval between liveness checks; default 20ms.
+	// Poll is the longest wait between liveness checks; default 20ms.
+	// A member's exit ends the wait early when it could be pinned.
 	Poll time.Duration
 	// KillWait bounds the wait after SIGKILL; default 3s.
 	KillWait time.Duration
@@ -235,20 +236,33 @@ func waitStopped(root string, want fingerprint.Stat) bool {
 	return false
 }
 
-// waitDead polls until no original member is alive or ctx is done.
+// waitDead reports whether every original member is dead, looking again
+// whenever a pinned member exits and at least every opt.Poll, until ctx is
+// done. kc-hook runs this in each container's stop path, where a fixed
+// tick would add most of an interval to every stop.
 func waitDead(ctx context.Context, opt Options, g Group) bool {
-	t := time.NewTicker(opt.Poll)
-	defer t.Stop()
+	w := newExitWatch(opt.Root)
+	defer w.close()
 	for {
-		if len(alive(opt.Root, g)) == 0 {
+		live := alive(opt.Root, g)
+		if len(live) == 0 {
 			return true
 		}
-		select {
-		case <-ctx.Done():
-			return len(alive(opt.Root, g)) == 0
-		case <-t.C:
+		if expired(ctx) {
+			return false
 		}
+		w.wait(ctx, live, opt.Poll)
 	}
+}
+
+// expired reports whether ctx is done or its deadline has passed; the
+// latter can be seen a moment before ctx's own timer marks it done.
+func expired(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // alive returns the original members that are still the recorded, living

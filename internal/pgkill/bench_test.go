@@ -3,10 +3,8 @@ package pgkill_test
 import (
 	"context"
 	"os/exec"
-	"syscall"
 	"testing"
 
-	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
 )
@@ -19,7 +17,7 @@ func BenchmarkKillTERMObedientGroup(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		cmds := []*exec.Cmd{sleepCmd(), sleepCmd(), sleepCmd()}
-		g := startGroupTB(b, cmds...)
+		g := startGroup(b, cmds...)
 		b.StartTimer()
 
 		res := pgkill.Kill(context.Background(), g, pgkill.Options{})
@@ -33,32 +31,4 @@ func BenchmarkKillTERMObedientGroup(b *testing.B) {
 		}
 		b.StartTimer()
 	}
-}
-
-// startGroupTB starts cmds in one new process group led by the first and
-// returns the group once every member has exec'd its program.
-func startGroupTB(tb testing.TB, cmds ...*exec.Cmd) pgkill.Group {
-	tb.Helper()
-	var g pgkill.Group
-	for i, cmd := range cmds {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: g.PGID}
-		proc.Start(tb, cmd)
-		if i == 0 {
-			g.PGID = cmd.Process.Pid
-		}
-	}
-	for _, cmd := range cmds {
-		pid := cmd.Process.Pid
-		var st fingerprint.Stat
-		proc.WaitFor(tb, waitLong, "the group's members to exec", func() bool {
-			s, err := fingerprint.ReadStat(root, pid)
-			st = s
-			return err == nil && s.Comm == "sleep"
-		})
-		if st.PGID != g.PGID {
-			tb.Fatalf("test setup: pid %d in group %d, want %d", pid, st.PGID, g.PGID)
-		}
-		g.Members = append(g.Members, st)
-	}
-	return g
 }

@@ -36,7 +36,7 @@ func trapCmd() *exec.Cmd { return exec.Command("sh", "-c", `trap "" TERM; exec s
 
 // startGroup starts cmds in one new process group led by the first, waits
 // until each has exec'd sleep, and returns the recorded group.
-func startGroup(t *testing.T, cmds ...*exec.Cmd) pgkill.Group {
+func startGroup(t testing.TB, cmds ...*exec.Cmd) pgkill.Group {
 	t.Helper()
 	var g pgkill.Group
 	for i, cmd := range cmds {

@@ -29,6 +29,7 @@ var malformed = map[string][]string{
 	"interval":       {"abc", "0s", "-1s"},
 	"deadline":       {"abc", "0s", "-1s"},
 	"idle":           {"abc", "-5", "1x"},
+	"hashed-min-age": {"abc", "0s", "-1s"},
 	// numbers
 	"workers":       {"x", "0", "-1"},
 	"container-pid": {"x", "-1"},

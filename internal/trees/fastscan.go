@@ -1,6 +1,7 @@
 package trees
 
 import (
+	"errors"
 	"runtime"
 	"slices"
 	"sync"
@@ -136,6 +137,10 @@ func (s *scanner) firstPass(b *batch) {
 			}
 		} else if st, err := s.readStat(pid); err == nil {
 			pgid = st.PGID
+		} else if !errors.Is(err, fingerprint.ErrNotFound) {
+			// Its group is unknown; if it leads one, that group must
+			// not look leaderless (see unreadableLeader).
+			b.leaders = append(b.leaders, leaderAt{pid: pid, mark: unreadableLeader})
 		}
 		b.pgids[i] = int32(pgid)
 		if pgid == pid {

@@ -17,6 +17,9 @@ type proc struct {
 	start          uint64
 	argv           []string
 	tgid           int // 0 means pid
+	// garbled replaces the stat file with bytes no parser accepts (a
+	// read that fails for another reason than the process being gone).
+	garbled bool
 }
 
 // writeFixture lays out a procfs-like tree under a temp dir, with an uptime
@@ -42,6 +45,9 @@ func writeFixture(t *testing.T, procs []proc) string {
 		}
 		stat := fmt.Sprintf("%d (%s) %c 1 %d %d 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 %d 1000 100 18446744073709551615\n",
 			p.pid, p.comm, state, p.pgid, p.pgid, p.start)
+		if p.garbled {
+			stat = "garbled\n"
+		}
 		status := fmt.Sprintf("Name:\t%s\nTgid:\t%d\nPid:\t%d\nUid:\t%d\t%d\t%d\t%d\n", p.comm, tgid, p.pid, p.uid, p.uid, p.uid, p.uid)
 		cmdline := strings.Join(p.argv, "\x00")
 		if len(p.argv) > 0 {

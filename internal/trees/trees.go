@@ -220,11 +220,22 @@ func (s *scanner) readIdentity(pid int) (fingerprint.Identity, error) {
 // leader reads the stat of a process that leads its group.
 func (s *scanner) leader(pid int) leaderMark {
 	st, err := s.readStat(pid)
-	if err != nil || st.PGID != pid || st.Zombie() {
+	switch {
+	case errors.Is(err, fingerprint.ErrNotFound):
+		return leaderMark{}
+	case err != nil:
+		return unreadableLeader
+	case st.PGID != pid || st.Zombie():
 		return leaderMark{}
 	}
 	return leaderMark{live: true, sup: s.supervisor(pid, st.Comm, nil)}
 }
+
+// unreadableLeader stands for a leader whose stat could not be read for
+// another reason than its being gone (out of descriptors, an I/O error,
+// garbled data). It may well be a live shell that ran a supervisor by
+// hand, so its group is taken as foreign: reported, never signalled.
+var unreadableLeader = leaderMark{live: true}
 
 // fullGroups is the simple grouping the full scan uses as the reference:
 // every process's stat, and every group a candidate, so that foreign
@@ -236,8 +247,14 @@ func (s *scanner) fullGroups(stats *Stats) ([]candidate, error) {
 	}
 	stats.Processes = len(pids)
 	groups := make(map[int][]int, len(pids)/2)
+	// A process whose stat cannot be read has no known group; if it
+	// leads one, that group must not look leaderless.
+	unreadable := map[int]bool{}
 	for _, pid := range pids {
 		st, err := s.readStat(pid)
+		if err != nil && !errors.Is(err, fingerprint.ErrNotFound) {
+			unreadable[pid] = true
+		}
 		if err != nil || st.PGID <= 0 {
 			continue // gone, or a kernel thread
 		}
@@ -247,8 +264,11 @@ func (s *scanner) fullGroups(stats *Stats) ([]candidate, error) {
 	cands := make([]candidate, 0, len(groups))
 	for pgid, pids := range groups {
 		c := candidate{pgid: pgid, pids: pids}
-		if slices.Contains(pids, pgid) {
+		switch {
+		case slices.Contains(pids, pgid):
 			c.leader = s.leader(pgid)
+		case unreadable[pgid]:
+			c.leader = unreadableLeader
 		}
 		cands = append(cands, c)
 	}
@@ -303,6 +323,20 @@ func (s *scanner) examine(c candidate) (Tree, bool) {
 	}
 	if len(t.Members) == 0 || !s.hasSupervisorOrKnown(t) {
 		return Tree{}, false
+	}
+	// A leader that read as gone, elsewhere or a zombie cannot read as a
+	// live member now, short of a flaky first read; if it does, this read
+	// decides, and a live leader outside the supervisor set settles the
+	// group as foreign here too.
+	if !leaderLive {
+		for _, m := range t.Members {
+			if m.PID == pgid {
+				leaderLive, leaderSup = true, s.supervisor(m.PID, m.Comm, m.Argv)
+			}
+		}
+		if leaderLive && !leaderSup && !s.opt.Full {
+			return Tree{}, false
+		}
 	}
 	if t.UID == -2 {
 		t.UID = -1

@@ -171,6 +171,22 @@ func TestScanDecisions(t *testing.T) {
 			want: []summary{{PGID: 100, Container: cidA, Foreign: true, UID: 0, Members: []int{100, 101}}},
 		},
 		{
+			name: "unreadable leader: the fast scan never offers its group",
+			procs: []proc{
+				{pid: 500, pgid: 500, comm: "bash", start: 90000, argv: []string{"bash"}, garbled: true},
+				{pid: 501, pgid: 500, comm: "kcserver", start: 90000, argv: []string{"kcserver", cidA}},
+			},
+		},
+		{
+			name: "unreadable leader: the full scan reports its group as foreign",
+			full: true,
+			procs: []proc{
+				{pid: 500, pgid: 500, comm: "bash", start: 90000, argv: []string{"bash"}, garbled: true},
+				{pid: 501, pgid: 500, comm: "kcserver", start: 90000, argv: []string{"kcserver", cidA}},
+			},
+			want: []summary{{PGID: 500, Container: cidA, Foreign: true, UID: 0, Members: []int{501}}},
+		},
+		{
 			// Spread over batches in every position: a leader the fast
 			// scan failed to decide would make its group signalable.
 			name:  "many foreign groups: none visible to the fast scan",
@@ -293,5 +309,45 @@ func TestKnownFromSkipsGroupsThatWereNotTheContainers(t *testing.T) {
 	want := map[Key]string{{PID: 10, StartTicks: 1, PGID: 10}: cidA, {PID: 40, StartTicks: 4, PGID: 40}: cidA}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("KnownFrom = %v, want %v", got, want)
+	}
+}
+
+// TestLeaderMark checks what one stat read of a group leader decides, with
+// both readers: a leader that cannot be read for another reason than being
+// gone must count as a live leader outside the supervisor set, so that its
+// group is never signalled.
+func TestLeaderMark(t *testing.T) {
+	root := writeFixture(t, []proc{
+		{pid: 100, pgid: 100, comm: "kcserver", start: 90000, argv: []string{"kcserver", cidA}},
+		{pid: 200, pgid: 200, comm: "bash", start: 90000, argv: []string{"bash"}},
+		{pid: 300, pgid: 300, comm: "bash", start: 90000, garbled: true},
+		{pid: 400, pgid: 400, comm: "kcserver", state: 'Z', start: 90000},
+		{pid: 500, pgid: 1, comm: "kcserver", start: 90000},
+	})
+	tests := []struct {
+		name string
+		pid  int
+		want leaderMark
+	}{
+		{"live supervisor", 100, leaderMark{live: true, sup: true}},
+		{"live foreign leader", 200, leaderMark{live: true}},
+		{"unreadable: taken for a live foreign leader", 300, unreadableLeader},
+		{"zombie", 400, leaderMark{}},
+		{"moved to another group", 500, leaderMark{}},
+		{"gone", 600, leaderMark{}},
+	}
+	for _, fast := range []bool{true, false} {
+		s := &scanner{opt: Options{Root: root, Comms: []string{"kcserver"}}, comms: map[string]bool{"kcserver": true, WrapperComm: true}}
+		if fast {
+			s.proc = newProcReader(root)
+			defer s.proc.close()
+		}
+		for _, tt := range tests {
+			t.Run(fmt.Sprintf("%s/fast=%v", tt.name, fast), func(t *testing.T) {
+				if got := s.leader(tt.pid); got != tt.want {
+					t.Errorf("leader(%d) = %+v, want %+v", tt.pid, got, tt.want)
+				}
+			})
+		}
 	}
 }

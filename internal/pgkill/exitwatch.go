@@ -40,6 +40,9 @@ type identity struct {
 	start uint64
 }
 
+// maxPins bounds the pidfds one wait holds.
+const maxPins = 64
+
 func newExitWatch(root string) *exitWatch {
 	return &exitWatch{root: root, tried: map[identity]bool{}, wake: -1}
 }
@@ -89,6 +92,12 @@ func (w *exitWatch) wait(ctx context.Context, live []fingerprint.Stat, limit tim
 // left to the ticker rather than retried on every round.
 func (w *exitWatch) pinNew(live []fingerprint.Stat) (exited bool) {
 	for _, m := range live {
+		if len(w.pins) >= maxPins {
+			// Trees are killed concurrently, and each needs a pidfd of
+			// its own to be signalled at all: a huge group must not
+			// take them all. The unpinned members only cost latency.
+			break
+		}
 		id := identity{m.PID, m.StartTicks}
 		if w.tried[id] {
 			continue

@@ -186,6 +186,14 @@ func TestKillWaitsOnExits(t *testing.T) {
 			signals: []syscall.Signal{syscall.SIGTERM},
 		},
 		{
+			// More members than one wait pins: the rest are seen by
+			// the ticks, and the outcome is the same.
+			name:    "more members than pidfds held at once",
+			members: slices.Repeat([]member{obedient}, 70),
+			grace:   waitLong,
+			signals: []syscall.Signal{syscall.SIGTERM},
+		},
+		{
 			name:    "one member ignores SIGTERM",
 			members: []member{obedient, stubborn, obedient},
 			grace:   200 * time.Millisecond,

@@ -41,17 +41,19 @@ func sweepCommand() *cli.Command {
 		Description: `A socket kc-<pid>.sock (control) or kc-<pid>.<x>.sock (session) is stale
 only when three gates agree: its owner <pid> is not a live supervisor (gone,
 a thread ID, a zombie, another program, or started after the socket was
-created); nothing listens on it; and GET /status is silent twice or answers
-with another process_id. Gates that disagree give "unknown": kept. Session
+created); nothing listens on it and no socket, in any state, is bound to its
+path (/proc/net/unix); and GET /status is silent twice or answers with
+another process_id. Gates that disagree give "unknown": kept. Session
 sockets follow their server's control socket.
 
 Kallichore names a session socket kc-<hex>.sock (taken as 8-64 lowercase hex
 digits, at least one a-f) when the usual path would be too long. That name
 carries no PID, so the owner cannot be checked: such a socket is stale only
-when nothing listens on it, GET /status is silent twice, and its ctime is at
-least --hashed-min-age old (a socket that is bound but not yet listening
-refuses connections too). Anything that listens or answers keeps it live. It
-is reported as kind "session" with pid 0.
+when nothing listens on it and no socket is bound to its path (one bound but
+not listening refuses connections too), GET /status is silent twice, and its
+ctime is at least --hashed-min-age old. Anything that listens, is bound to
+its path or answers keeps it live. It is reported as kind "session" with
+pid 0.
 
 Dry run unless --apply (KC_SWEEP=1 or KC_APPLY=1). Only sockets (never
 symlinks, FIFOs or regular files) owned by the expected uid and still the

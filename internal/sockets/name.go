@@ -10,9 +10,9 @@
 //     another process, or a zombie, or its comm is not in the supervisor
 //     set, or it started after the socket file was last changed (a recycled
 //     PID);
-//  2. nothing listens on it: connect(2) is refused (or, when connect gives
-//     no clear answer, no listener with that path in net/unix of the
-//     socket's network namespace);
+//  2. no live socket holds it: connect(2) is refused and no socket at all,
+//     listening or not, is bound to that path in net/unix of the socket's
+//     network namespace (a socket bound and not listening refuses too);
 //  3. GET /status is silent twice, a short pause apart, or answers with a
 //     process_id other than the PID in the name.
 //
@@ -23,9 +23,10 @@
 // usual path would be too long) names no PID, so gate 1 cannot be applied
 // and nothing ties it to a server. It is stale only when gates 2 and 3
 // both find it dead and its inode changed at least a minimum age ago
-// (Config.HashedMinAge): without an owner's start time there is nothing
-// else to tell a fresh socket, bound but not yet listening, from a dead
-// one. Anything that listens on it or answers /status makes it live.
+// (Config.HashedMinAge): without an owner's start time, the age is a
+// second line of defence behind net/unix against calling a fresh socket,
+// bound but not yet listening, dead. Anything that listens on it, is
+// bound to its path or answers /status makes it live.
 //
 // Unlinking happens relative to an open directory descriptor, never
 // following symlinks, and only if the entry is still a socket with the

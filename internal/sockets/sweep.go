@@ -173,14 +173,6 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, err
 		}
 	}
-	ls, err := readListeners(cfg.ProcRoot, cfg.Target.InitPID)
-	if err != nil {
-		// Gate 2 still has connect(2); without net/unix, ambiguous
-		// connect errors stay "unsure".
-		cfg.Logger.Warn("cannot read net/unix", "err", err)
-		ls = nil
-	}
-
 	patterns := cfg.Dirs
 	defaultDirs := len(patterns) == 0
 	if defaultDirs {
@@ -213,6 +205,18 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 
+	// Read after the scan: a socket file the scan saw was bound before
+	// this read, so if its socket is still open, net/unix lists it. (One
+	// bound later is a new file, which UnlinkAt tells from the one seen.)
+	nu, err := readNetUnix(cfg.ProcRoot, cfg.Target.InitPID)
+	if err != nil {
+		// Gate 2 still has connect(2), but without net/unix nothing tells
+		// a refusing socket that a process holds from a dead one: gate 2
+		// stays "unsure" for those.
+		cfg.Logger.Warn("cannot read net/unix", "err", err)
+		nu = nil
+	}
+
 	client := &kallichore.Client{DialTimeout: cfg.DialTimeout, Timeout: cfg.Timeout}
 	var controls, sessions, hashed []*Socket
 	for _, s := range all {
@@ -238,7 +242,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 		if !s.Hashed {
 			s.gates[0], s.why[0] = ownerGate(view, s.PID, cfg.SupervisorComms, s.e.changed, boot)
 		}
-		s.gates[1], s.why[1] = listenGate(s.e.dir.fdPath(s.e.name), s.e.innerPath(), ls, cfg.DialTimeout)
+		s.gates[1], s.why[1] = listenGate(s.e.dir.fdPath(s.e.name), s.e.innerPath(), nu, cfg.DialTimeout)
 		s.tries = append(s.tries, tryStatus(ctx, client, s.e.dir.fdPath(s.e.name)))
 	})
 	// Round 2, after one pause: a second try where the first was silent.
@@ -280,7 +284,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 		case srv != nil && srv.Verdict == VerdictUnknown:
 			s.Verdict, s.Reason = VerdictUnknown, "its server "+srv.e.name+" is unknown"
 		case srv != nil:
-			g, why := listenGate(dial, s.e.innerPath(), ls, cfg.DialTimeout)
+			g, why := listenGate(dial, s.e.innerPath(), nu, cfg.DialTimeout)
 			if g == sayStale {
 				s.Verdict, s.Reason = VerdictStale, "its server "+srv.e.name+" is stale; "+why
 			} else {
@@ -288,7 +292,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 			}
 		default:
 			s.gates[0], s.why[0] = ownerGate(view, s.PID, cfg.SupervisorComms, s.e.changed, boot)
-			s.gates[1], s.why[1] = listenGate(dial, s.e.innerPath(), ls, cfg.DialTimeout)
+			s.gates[1], s.why[1] = listenGate(dial, s.e.innerPath(), nu, cfg.DialTimeout)
 			s.gates[2], s.why[2] = sayStale, fmt.Sprintf("no control socket kc-%d.sock", s.PID)
 			s.Verdict, s.Reason = compose(s.gates, s.why)
 		}
@@ -328,9 +332,10 @@ func compose(g [3]say, why [3]string) (Verdict, string) {
 const hashedHead = "hashed name: no PID to check"
 
 // judgeHashed decides on a hashed-name socket from gates 2 and 3 and its
-// age (since its ctime). Stale needs all three: connect refused, /status
-// silent twice, and at least minAge old. Listening or any answer means a
-// server has it: live. Everything else is unknown, and kept.
+// age (since its ctime). Stale needs all three: connect refused with no
+// socket bound to the path in net/unix, /status silent twice, and at least
+// minAge old. Listening, a socket bound to the path, or any answer means a
+// process has it: live. Everything else is unknown, and kept.
 func judgeHashed(s *Socket, age, minAge time.Duration) (Verdict, string) {
 	if len(s.tries) == 0 {
 		// Not probed (the sweep was cancelled): pool left its why.
@@ -355,8 +360,10 @@ func judgeHashed(s *Socket, age, minAge time.Duration) (Verdict, string) {
 	if s.gates[1] != sayStale || g3 != sayStale {
 		return VerdictUnknown, reason
 	}
-	// A socket between bind(2) and listen(2) refuses connections too;
-	// only age tells it from a dead one.
+	// Gate 2 found no socket bound to the path, so a socket between
+	// bind(2) and listen(2) is already ruled out; the age stays as a
+	// second line of defence, for a binder net/unix cannot show (one that
+	// bound the file under another path, say through a symlink).
 	switch {
 	case age < 0:
 		// The clock was stepped back since: the age is unknown.

@@ -391,39 +391,6 @@ func TestCompose(t *testing.T) {
 	}
 }
 
-func TestParseNetUnix(t *testing.T) {
-	in := `Num       RefCount Protocol Flags    Type St Inode Path
-0000000000000000: 00000002 00000000 00010000 0001 01 1001 /tmp/kc-1.sock
-0000000000000000: 00000002 00000000 00000000 0001 03 1002 /tmp/kc-2.sock
-0000000000000000: 00000002 00000000 00010000 0001 01 1003 @abstract
-0000000000000000: 00000002 00000000 00010000 0001 01 1004 /tmp/with space.sock
-0000000000000000: 00000003 00000000 00000000 0001 03 1005
-`
-	ls, err := parseNetUnix(strings.NewReader(in))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := listeners{"/tmp/kc-1.sock": true, "/tmp/with space.sock": true}
-	if len(ls) != len(want) {
-		t.Fatalf("%v", ls)
-	}
-	for k := range want {
-		if !ls[k] {
-			t.Errorf("missing %q", k)
-		}
-	}
-	// And the real file parses and lists a listener we own.
-	dir := t.TempDir()
-	p := listenSocket(t, dir, "kc-7.sock")
-	real, err := readListeners("/proc", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !real[p] {
-		t.Errorf("own listener %s not in /proc/self/net/unix", p)
-	}
-}
-
 func TestOpenDirsGlobAndErrors(t *testing.T) {
 	base := t.TempDir()
 	for _, n := range []string{"1000", "1001"} {

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,6 +27,7 @@ const killAsEnv = "KC_PGKILL_KILL_HELPER"
 type killReport struct {
 	Outcome pgkill.Outcome
 	Signals []syscall.Signal
+	Joiners []fingerprint.Stat
 	Err     string
 }
 
@@ -36,7 +39,7 @@ func killHelper(spec string) int {
 		return 2
 	}
 	res := pgkill.Kill(context.Background(), g, pgkill.Options{Grace: 100 * time.Millisecond, Poll: 5 * time.Millisecond, KillWait: time.Second})
-	rep := killReport{Outcome: res.Outcome, Signals: res.Signals}
+	rep := killReport{Outcome: res.Outcome, Signals: res.Signals, Joiners: res.Joiners}
 	if res.Err != nil {
 		rep.Err = res.Err.Error()
 	}
@@ -54,6 +57,74 @@ func TestKillNotPermitted(t *testing.T) {
 	}
 	cmds := []*exec.Cmd{sleepCmd(), sleepCmd()}
 	g := startGroup(t, cmds...)
+	rep := killAsNobody(t, g)
+	if rep.Outcome != pgkill.WouldNotDie || len(rep.Signals) != 0 || !strings.Contains(rep.Err, "operation not permitted") {
+		t.Errorf("Kill as uid 65534 = %+v; want would-not-die with EPERM, no signal", rep)
+	}
+	for _, st := range g.Members {
+		now := proc.MustStat(t, root, st.PID)
+		if !fingerprint.Alive(root, st) || now.State != 'S' {
+			t.Errorf("member %d in state %c after a refused Kill", st.PID, now.State)
+		}
+	}
+}
+
+// TestKillJoinerNotPermitted: the group is the caller's (uid 65534) and
+// its members die on SIGTERM, but a root process joined it after it was
+// recorded. The caller cannot signal that joiner: Kill must report the
+// group would not die, with EPERM, rather than reaped.
+func TestKillJoinerNotPermitted(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run processes and the caller as another user")
+	}
+	nobody := &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}
+	cmds := []*exec.Cmd{sleepCmd(), sleepCmd()}
+	var g pgkill.Group
+	for _, cmd := range cmds {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: g.PGID, Credential: nobody}
+		proc.Start(t, cmd)
+		if g.PGID == 0 {
+			g.PGID = cmd.Process.Pid
+		}
+		pid := cmd.Process.Pid
+		var st fingerprint.Stat
+		proc.WaitFor(t, waitLong, "pid "+strconv.Itoa(pid)+" to run sleep", func() bool {
+			s, err := fingerprint.ReadStat(root, pid)
+			st = s
+			return err == nil && s.Comm == "sleep"
+		})
+		g.Members = append(g.Members, st)
+	}
+	joiner := startInGroup(t, trapCmd(), g.PGID)
+	if uid, err := proc.StatusField(root, joiner.Process.Pid, "Uid"); err != nil || !strings.HasPrefix(uid, "0\t") {
+		t.Fatalf("test setup: joiner %d has uids %q (%v), want root's", joiner.Process.Pid, uid, err)
+	}
+
+	rep := killAsNobody(t, g)
+	t.Logf("Kill as uid 65534: %s, signals %v: %s", rep.Outcome, rep.Signals, rep.Err)
+	if rep.Outcome != pgkill.WouldNotDie || !reflect.DeepEqual(rep.Signals, []syscall.Signal{syscall.SIGTERM}) ||
+		!strings.Contains(rep.Err, "operation not permitted") {
+		t.Errorf("Kill as uid 65534 = %+v; want would-not-die with EPERM after one SIGTERM", rep)
+	}
+	if len(rep.Joiners) != 1 || rep.Joiners[0].PID != joiner.Process.Pid {
+		t.Errorf("Kill reported joiners %+v, want only %d", rep.Joiners, joiner.Process.Pid)
+	}
+	for _, cmd := range cmds {
+		if sig := exitSignal(t, cmd); sig != syscall.SIGTERM {
+			t.Errorf("member %d ended by %v, want SIGTERM", cmd.Process.Pid, sig)
+		}
+	}
+	// Asleep, not stopped or dying (it may still have been starting up
+	// when Kill returned).
+	if st := proc.WaitState(t, root, joiner.Process.Pid, "S", waitLong); st.PGID != g.PGID {
+		t.Errorf("joiner %d left group %d for %d", st.PID, g.PGID, st.PGID)
+	}
+}
+
+// killAsNobody runs Kill on g in a copy of this test binary running as
+// uid 65534 and returns what it reported.
+func killAsNobody(t *testing.T, g pgkill.Group) killReport {
+	t.Helper()
 	spec, err := json.Marshal(g)
 	if err != nil {
 		t.Fatal(err)
@@ -85,15 +156,7 @@ func TestKillNotPermitted(t *testing.T) {
 	if err := json.Unmarshal(out, &rep); err != nil {
 		t.Fatalf("helper output %q: %v", out, err)
 	}
-	if rep.Outcome != pgkill.WouldNotDie || len(rep.Signals) != 0 || !strings.Contains(rep.Err, "operation not permitted") {
-		t.Errorf("Kill as uid 65534 = %+v; want would-not-die with EPERM, no signal", rep)
-	}
-	for _, st := range g.Members {
-		now := proc.MustStat(t, root, st.PID)
-		if !fingerprint.Alive(root, st) || now.State != 'S' {
-			t.Errorf("member %d in state %c after a refused Kill", st.PID, now.State)
-		}
-	}
+	return rep
 }
 
 func copyFile(dst string, mode os.FileMode) error {

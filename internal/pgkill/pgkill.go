@@ -9,12 +9,26 @@
 // Before every killpg this package pins such a member with a pidfd, stops it
 // (a stopped process cannot exit on its own, so the group cannot empty and
 // be reborn under us), re-verifies it, and only then signals the group.
+//
+// Processes can join the group after the scan: a child a member forked a
+// moment before the kill inherits the PGID. They get the group's SIGTERM,
+// but if every original dies of it while a joiner ignores it, no original
+// is left to vouch for the group's SIGKILL. Once the originals are dead,
+// Kill therefore looks for live processes still in the group and runs the
+// same SIGTERM, grace, SIGKILL on them, with them as the recorded members
+// — a few rounds at most. It only takes what it finds there for the
+// recorded group's while that is proven: the leader's pidfd still reaches
+// a non-empty group (its struct pid is the group's and, unlike the
+// number, is never given to a later group), or a recorded process, alive
+// or a zombie, is still in it after the search.
 package pgkill
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -28,12 +42,15 @@ import (
 type Outcome string
 
 const (
-	// Reaped: the group was signalled and every original member is dead.
+	// Reaped: the group was signalled, every original member is dead and
+	// no live process is left in it (zombies count as dead).
 	Reaped Outcome = "reaped"
 	// Gone: no original member occupied the group any more; nothing was
 	// signalled.
 	Gone Outcome = "gone"
-	// WouldNotDie: signalling failed (EPERM) or members survived SIGKILL.
+	// WouldNotDie: signalling failed (EPERM), members survived SIGKILL,
+	// processes were still in the group after the last round, or the
+	// group could not be searched or proven to be the recorded one.
 	WouldNotDie Outcome = "would-not-die"
 )
 
@@ -77,19 +94,41 @@ func (o Options) withDefaults() Options {
 type Result struct {
 	PGID    int
 	Outcome Outcome
-	// Signals lists the signals that were sent to the group, in order.
+	// Signals lists the signals that were sent to the group, in order,
+	// those of the rounds for joiners included.
 	Signals []syscall.Signal
+	// Joiners are the live processes found in the group once everything
+	// signalled before them was dead: they joined it after it was
+	// recorded. Each round of them got SIGTERM, grace, SIGKILL in turn.
+	Joiners []fingerprint.Stat
 	Err     error
 }
 
-// errNoOccupant means no original member is in the group any more.
-var errNoOccupant = errors.New("no original member occupies the group")
+// maxJoinerRounds bounds the rounds for joiners: a group that keeps
+// gaining processes is reported rather than chased for ever.
+const maxJoinerRounds = 3
+
+// pidfdSignalProcessGroup is PIDFD_SIGNAL_PROCESS_GROUP from
+// <linux/pidfd.h> (Linux 6.9); golang.org/x/sys does not define it.
+const pidfdSignalProcessGroup = 1 << 2
+
+// Test seams, nil outside tests: they let a test act at moments only Kill
+// knows — before it searches the group for joiners, and between finding
+// joiners and signalling them.
+var (
+	beforeJoinerScan func(round int)
+	joinersFound     func(round int, found []fingerprint.Stat)
+)
+
+// errNoOccupant means no recorded member is in the group any more.
+var errNoOccupant = errors.New("no recorded member occupies the group")
 
 // Kill sends SIGTERM to the group, waits up to the grace for every original
-// member to die, then sends SIGKILL. Each signal is preceded by the
-// revalidation described in the package comment. Kill honours ctx: when it
-// expires the group is killed at once and the result reflects the state at
-// that point.
+// member to die, then sends SIGKILL; then it does the same to processes
+// that joined the group meanwhile (see the package comment). Each signal
+// is preceded by the revalidation described there. Kill honours ctx: when
+// it expires the group is killed at once and the result reflects the state
+// at that point.
 func Kill(ctx context.Context, g Group, opt Options) Result {
 	opt = opt.withDefaults()
 	res := Result{PGID: g.PGID}
@@ -98,77 +137,360 @@ func Kill(ctx context.Context, g Group, opt Options) Result {
 		res.Err = fmt.Errorf("refusing to signal group %d with %d recorded members", g.PGID, len(g.Members))
 		return res
 	}
-
-	err := signalGroup(opt.Root, g, unix.SIGTERM)
-	switch {
-	case errors.Is(err, errNoOccupant):
-		res.Outcome = Gone
-		return res
-	case err != nil:
-		res.Outcome, res.Err = WouldNotDie, err
-		return res
+	k := &killer{opt: opt, pgid: g.PGID, res: &res}
+	defer k.close()
+	res.Outcome, res.Err = k.round(ctx, g.Members)
+	if res.Outcome == Reaped {
+		res.Outcome, res.Err = k.joiners(ctx, g.Members)
 	}
-	res.Signals = append(res.Signals, unix.SIGTERM)
-
-	graceCtx, cancel := context.WithTimeout(ctx, opt.Grace)
-	dead := waitDead(graceCtx, opt, g)
-	cancel()
-	if dead {
-		res.Outcome = Reaped
-		return res
-	}
-
-	err = signalGroup(opt.Root, g, unix.SIGKILL)
-	switch {
-	case errors.Is(err, errNoOccupant):
-		// The last original died between the poll and the revalidation.
-		res.Outcome = Reaped
-		return res
-	case err != nil:
-		res.Outcome, res.Err = WouldNotDie, err
-		return res
-	}
-	res.Signals = append(res.Signals, unix.SIGKILL)
-
-	// SIGKILL cannot be ignored; the wait only covers the kernel tearing
-	// the processes down. It is bounded even when ctx has already expired.
-	killCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opt.KillWait)
-	defer cancel()
-	if waitDead(killCtx, opt, g) {
-		res.Outcome = Reaped
-		return res
-	}
-	res.Outcome = WouldNotDie
-	res.Err = fmt.Errorf("group %d: still alive after SIGKILL: %s", g.PGID, describe(alive(opt.Root, g)))
 	return res
 }
 
-// signalGroup sends sig to the group only while a pinned, stopped original
-// member proves the group is the recorded one.
-func signalGroup(root string, g Group, sig syscall.Signal) error {
-	var unsure error
-	for _, m := range g.Members {
-		pin, err := occupant(root, g.PGID, m)
-		if err != nil {
-			if !notOccupying(err) {
-				// Could not tell (no pidfd support, out of descriptors,
-				// an unreadable /proc entry): not proof the member is
-				// gone. Try the others, but never report the group gone.
-				unsure = err
-			}
+// killer is one Kill in progress.
+type killer struct {
+	opt  Options
+	pgid int
+	res  *Result
+	// leader is the recorded leader, pinned while it was verified in the
+	// group. Its struct pid is the group's, so its pidfd can ask whether
+	// the recorded group, and not whatever holds the number now, still
+	// has processes. Nil when the leader was not recorded or not pinned.
+	leader *fingerprint.Pinned
+	// noGroupProbe: the kernel cannot address a group through a pidfd.
+	noGroupProbe bool
+	// graceEnd and killEnd are set by the first SIGTERM and SIGKILL: the
+	// rounds for joiners share the budget of the first round rather than
+	// adding theirs to it.
+	graceEnd, killEnd time.Time
+}
+
+func (k *killer) close() {
+	if k.leader != nil {
+		k.leader.Close()
+	}
+}
+
+// round sends SIGTERM, waits until members are dead or the grace is over,
+// then sends SIGKILL and waits for them again.
+func (k *killer) round(ctx context.Context, members []fingerprint.Stat) (Outcome, error) {
+	g := Group{PGID: k.pgid, Members: members}
+	err := k.signalGroup(members, unix.SIGTERM)
+	switch {
+	case errors.Is(err, errNoOccupant):
+		return Gone, nil
+	case err != nil:
+		return WouldNotDie, err
+	}
+	k.res.Signals = append(k.res.Signals, unix.SIGTERM)
+	if k.graceEnd.IsZero() {
+		k.graceEnd = time.Now().Add(k.opt.Grace)
+	}
+
+	graceCtx, cancel := context.WithDeadline(ctx, k.graceEnd)
+	dead := waitDead(graceCtx, k.opt, g)
+	cancel()
+	if dead {
+		return Reaped, nil
+	}
+
+	err = k.signalGroup(members, unix.SIGKILL)
+	switch {
+	case errors.Is(err, errNoOccupant):
+		// The last member died between the poll and the revalidation.
+		return Reaped, nil
+	case err != nil:
+		return WouldNotDie, err
+	}
+	k.res.Signals = append(k.res.Signals, unix.SIGKILL)
+	if k.killEnd.IsZero() {
+		k.killEnd = time.Now().Add(k.opt.KillWait)
+	}
+
+	// SIGKILL cannot be ignored; the wait only covers the kernel tearing
+	// the processes down. It is bounded even when ctx has already expired.
+	killCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), k.killEnd)
+	defer cancel()
+	if waitDead(killCtx, k.opt, g) {
+		return Reaped, nil
+	}
+	return WouldNotDie, fmt.Errorf("group %d: still alive after SIGKILL: %s", k.pgid, describe(alive(k.opt.Root, g)))
+}
+
+// joiners runs rounds on the processes found in the group once the
+// members of the round before are dead, until none is left. known are
+// the processes recorded so far: any of them still in the group proves it
+// is the recorded one.
+func (k *killer) joiners(ctx context.Context, known []fingerprint.Stat) (Outcome, error) {
+	known = known[:len(known):len(known)] // never append into the caller's slice
+	for round := 1; ; round++ {
+		found, err := k.findJoiners(round, known)
+		switch {
+		case err != nil:
+			return WouldNotDie, err
+		case len(found) == 0:
+			return Reaped, nil
+		case round > maxJoinerRounds:
+			return WouldNotDie, fmt.Errorf("group %d: processes kept joining it; still in it after %d rounds of signals to joiners: %s",
+				k.pgid, maxJoinerRounds, describe(found))
+		}
+		k.res.Joiners = append(k.res.Joiners, found...)
+		known = append(known, found...)
+		if joinersFound != nil {
+			joinersFound(round, found)
+		}
+		// Gone: they exited or left before they could be pinned; look
+		// again all the same, for what they may have forked.
+		if outcome, err := k.round(ctx, found); outcome == WouldNotDie {
+			return outcome, fmt.Errorf("processes that joined group %d after it was recorded: %w", k.pgid, err)
+		}
+	}
+}
+
+// findJoiners returns the live processes in the recorded group now. It
+// searches /proc by number, so it returns them only once it has proven
+// the number still names the recorded group: a group that emptied gives
+// up its number, which a later group can take once its leader's PID is
+// handed out again.
+func (k *killer) findJoiners(round int, known []fingerprint.Stat) ([]fingerprint.Stat, error) {
+	if beforeJoinerScan != nil {
+		beforeJoinerScan(round)
+	}
+	// The common case, an empty group, costs no search.
+	switch k.recordedGroup() {
+	case groupEmpty:
+		return nil, nil
+	case groupUnknown:
+		if errors.Is(unix.Kill(-k.pgid, 0), unix.ESRCH) {
+			return nil, nil
+		}
+	}
+	found, err := scanGroup(k.opt.Root, k.pgid)
+	if err != nil {
+		return nil, fmt.Errorf("group %d: searching it for processes that joined it after it was recorded: %w", k.pgid, err)
+	}
+	if len(found) == 0 {
+		return nil, nil // zombies only: dead, waiting for their parent
+	}
+	// Asked after the search: a group that has processes now has had
+	// them all along, so the number was its own during the search.
+	switch k.recordedGroup() {
+	case groupLive:
+		return found, nil
+	case groupEmpty:
+		// Whatever holds the number now is not ours, and nothing of
+		// ours is left.
+		return nil, nil
+	}
+	if witnessed(k.opt.Root, k.pgid, known) {
+		return found, nil
+	}
+	return nil, fmt.Errorf("group %d: %s joined it after it was recorded, but no recorded process is left in it to prove it is still the recorded group; not signalled",
+		k.pgid, describe(found))
+}
+
+type groupState int
+
+const (
+	groupUnknown groupState = iota // no pinned leader, or no kernel support
+	groupLive
+	groupEmpty
+)
+
+// recordedGroup asks through the pinned leader's pidfd whether the
+// recorded group still has processes, zombies included.
+func (k *killer) recordedGroup() groupState {
+	if k.leader == nil || k.noGroupProbe {
+		return groupUnknown
+	}
+	err := unix.PidfdSendSignal(k.leader.Fd(), 0, nil, pidfdSignalProcessGroup)
+	switch {
+	case err == nil, errors.Is(err, unix.EPERM):
+		// EPERM: it has processes, none of which we may signal.
+		return groupLive
+	case errors.Is(err, unix.ESRCH):
+		return groupEmpty
+	}
+	// EINVAL: a kernel before 6.9 has no such flag.
+	k.noGroupProbe = true
+	return groupUnknown
+}
+
+// witnessed reports whether one of the recorded processes, alive or a
+// zombie, is still in the group: then the group has not emptied since it
+// was recorded, and its number is still its own.
+func witnessed(root string, pgid int, known []fingerprint.Stat) bool {
+	for _, m := range known {
+		if st, err := fingerprint.Revalidate(root, m); err == nil && st.PGID == pgid {
+			return true
+		}
+	}
+	return false
+}
+
+// scanGroup returns the live processes whose group is pgid now. Zombies
+// are left out: they have exited and only wait for their parent.
+func scanGroup(root string, pgid int) ([]fingerprint.Stat, error) {
+	dir, err := os.Open(root)
+	if err != nil {
+		return nil, fmt.Errorf("listing processes: %w", err)
+	}
+	names, err := dir.Readdirnames(-1)
+	dir.Close()
+	if err != nil {
+		return nil, fmt.Errorf("listing processes: %w", err)
+	}
+	// getpgid(2) spares reading every process's stat, but it answers for
+	// this process's PID namespace, which another procfs need not show.
+	byGetpgid := root == fingerprint.DefaultRoot
+	self := os.Getpid()
+	var found []fingerprint.Stat
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
+		if err != nil || pid <= 0 {
 			continue
 		}
-		err = signalWhilePinned(root, g.PGID, pin, sig)
-		pin.Close()
-		if errors.Is(err, errNoOccupant) {
+		if byGetpgid {
+			// On other errors than these, stat has the last word.
+			if pg, err := unix.Getpgid(pid); (err == nil && pg != pgid) || errors.Is(err, unix.ESRCH) {
+				continue
+			}
+		}
+		st, err := fingerprint.ReadStat(root, pid)
+		if err == nil && (st.PGID != pgid || st.Zombie()) {
+			continue
+		}
+		if err == nil {
+			// A thread ID is not a process of its own; its process is
+			// listed under its own number.
+			st, err = fingerprint.Revalidate(root, st)
+		}
+		switch {
+		case notOccupying(err):
+			continue
+		case err != nil:
+			// Its group cannot be told: it may be one of ours.
+			return nil, err
+		case st.PGID != pgid || st.Zombie():
+			continue
+		case pid == self:
+			// Signalling it would stop or kill the caller itself.
+			return nil, fmt.Errorf("the calling process (%d) is in the group itself; it is never signalled", pid)
+		}
+		found = append(found, st)
+	}
+	return found, nil
+}
+
+// signalGroup sends sig to the group only while a pinned, stopped member
+// proves the group is the recorded one.
+func (k *killer) signalGroup(members []fingerprint.Stat, sig syscall.Signal) error {
+	var unsure error
+	for _, m := range leaderFirst(k.pgid, members) {
+		err := k.signalVia(m, sig)
+		if outOfDescriptors(err) && k.releaseLeader(m) {
+			err = k.signalVia(m, sig)
+		}
+		var u unsureError
+		switch {
+		case errors.Is(err, errNoOccupant):
+			continue
+		case errors.As(err, &u):
+			// Could not tell (no pidfd support, out of descriptors, an
+			// unreadable /proc entry): not proof the member is gone.
+			// Try the others, but never report the group gone.
+			unsure = u.err
 			continue
 		}
 		return err
 	}
 	if unsure != nil {
-		return fmt.Errorf("group %d: cannot verify its members: %w", g.PGID, unsure)
+		return fmt.Errorf("group %d: cannot verify its members: %w", k.pgid, unsure)
 	}
 	return errNoOccupant
+}
+
+// signalVia signals the group while m, pinned, is verified in it. The
+// leader's pin is kept for recordedGroup.
+func (k *killer) signalVia(m fingerprint.Stat, sig syscall.Signal) error {
+	held := k.leader != nil && fingerprint.Same(k.leader.Stat, m)
+	var pin *fingerprint.Pinned
+	var err error
+	if held {
+		// As occupant checks a fresh pin: a signal through the pidfd of
+		// a zombie "succeeds" and would have us wait for it to stop.
+		pin, err = k.leader, k.leaderOccupies()
+	} else {
+		pin, err = occupant(k.opt.Root, k.pgid, m)
+	}
+	if err != nil {
+		if notOccupying(err) {
+			return errNoOccupant
+		}
+		return unsureError{err}
+	}
+	err = signalWhilePinned(k.opt.Root, k.pgid, pin, sig)
+	switch {
+	case held:
+	case err == nil && pin.PID == k.pgid && k.leader == nil:
+		// Verified in the group under the group's own number: its
+		// struct pid is the group's.
+		k.leader = pin
+	default:
+		pin.Close()
+	}
+	return err
+}
+
+// leaderOccupies re-verifies the held leader: alive, not a zombie, and
+// still in the group.
+func (k *killer) leaderOccupies() error {
+	st, err := fingerprint.Revalidate(k.opt.Root, k.leader.Stat)
+	if err != nil {
+		return err
+	}
+	if st.PGID != k.pgid || st.Zombie() {
+		return errNoOccupant
+	}
+	return nil
+}
+
+// releaseLeader gives up the leader's pidfd, unless m is the leader, and
+// reports whether it did. The pidfd only spares proof in the search for
+// joiners; a signal that needs the descriptor matters more.
+func (k *killer) releaseLeader(m fingerprint.Stat) bool {
+	if k.leader == nil || fingerprint.Same(k.leader.Stat, m) {
+		return false
+	}
+	k.leader.Close()
+	k.leader = nil
+	return true
+}
+
+// unsureError means it could not be told whether a member occupies the
+// group.
+type unsureError struct{ err error }
+
+func (e unsureError) Error() string { return e.err.Error() }
+func (e unsureError) Unwrap() error { return e.err }
+
+func outOfDescriptors(err error) bool {
+	return errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE)
+}
+
+// leaderFirst returns members with the group's leader, if recorded, first.
+func leaderFirst(pgid int, members []fingerprint.Stat) []fingerprint.Stat {
+	for i, m := range members {
+		if m.PID == pgid {
+			if i == 0 {
+				return members
+			}
+			out := make([]fingerprint.Stat, 0, len(members))
+			out = append(out, m)
+			out = append(out, members[:i]...)
+			return append(out, members[i+1:]...)
+		}
+	}
+	return members
 }
 
 // notOccupying reports whether err proves the recorded member no longer
@@ -207,6 +529,10 @@ func signalWhilePinned(root string, pgid int, pin *fingerprint.Pinned, sig sysca
 	defer pin.Signal(unix.SIGCONT) //nolint:errcheck // it may be dead by then
 
 	st, err := fingerprint.Revalidate(root, pin.Stat)
+	if outOfDescriptors(err) {
+		// A read that could not be made proves nothing about the member.
+		return unsureError{err}
+	}
 	if err != nil || st.PGID != pgid || st.Zombie() {
 		return errNoOccupant
 	}

@@ -64,42 +64,8 @@ func TestPIDReuse(t *testing.T) {
 		trials = n
 	}
 
-	summaryPath := filepath.Join(t.TempDir(), "summary.json")
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^TestPIDReuse$", "-test.count=1", "-test.v", "-test.timeout=3m")
-	cmd.Env = append(os.Environ(), pidnsHelperEnv+"="+summaryPath, trialsEnv+"="+strconv.Itoa(trials))
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
-		Setpgid:    true,
-	}
-	// Killing the helper, PID 1 of the namespace, kills everything in it.
-	proc.Start(t, cmd)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err = <-done:
-	case <-time.After(4 * time.Minute):
-		_ = cmd.Process.Kill()
-		<-done
-		t.Fatalf("helper timed out; output:\n%s", out.String())
-	}
-	if err != nil {
-		t.Fatalf("helper in the PID namespace failed: %v; output:\n%s", err, out.String())
-	}
-
-	data, err := os.ReadFile(summaryPath)
-	if err != nil {
-		t.Fatalf("no summary from the helper: %v; output:\n%s", err, out.String())
-	}
 	var sum reuseSummary
-	if err := json.Unmarshal(data, &sum); err != nil {
-		t.Fatal(err)
-	}
+	runInPIDNamespace(t, "TestPIDReuse", []string{trialsEnv + "=" + strconv.Itoa(trials)}, &sum)
 	total := 0
 	for _, n := range sum.Trials {
 		total += n
@@ -141,18 +107,7 @@ var errRetry = errors.New("wanted pid not obtained")
 
 // pidReuseHelper runs as PID 1 of a new PID and mount namespace.
 func pidReuseHelper(t *testing.T, summaryPath string) {
-	if os.Getpid() != 1 {
-		t.Fatalf("helper is pid %d, not 1 of a new PID namespace", os.Getpid())
-	}
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		t.Fatalf("make mounts private: %v", err)
-	}
-	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		t.Fatalf("mount proc: %v", err)
-	}
-	if st := proc.MustStat(t, root, 1); st.PID != 1 || st.PPID != 0 {
-		t.Fatalf("/proc does not show this namespace: %+v", st)
-	}
+	enterPIDNamespace(t)
 	trials, err := strconv.Atoi(os.Getenv(trialsEnv))
 	if err != nil {
 		t.Fatalf("%s: %v", trialsEnv, err)
@@ -180,11 +135,76 @@ func pidReuseHelper(t *testing.T, summaryPath string) {
 		}
 	}
 	sum.Elapsed = time.Since(start)
+	writeSummary(t, summaryPath, sum)
+}
+
+// runInPIDNamespace runs test in a copy of this test binary that is PID 1
+// of a new PID and mount namespace, with env added, and decodes into sum
+// the summary the helper writes to the path in pidnsHelperEnv.
+func runInPIDNamespace(t *testing.T, test string, env []string, sum any) {
+	t.Helper()
+	summaryPath := filepath.Join(t.TempDir(), "summary.json")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^"+test+"$", "-test.count=1", "-test.v", "-test.timeout=3m")
+	cmd.Env = append(append(os.Environ(), pidnsHelperEnv+"="+summaryPath), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
+		Setpgid:    true,
+	}
+	// Killing the helper, PID 1 of the namespace, kills everything in it.
+	proc.Start(t, cmd)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-time.After(4 * time.Minute):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("helper timed out; output:\n%s", out.String())
+	}
+	if err != nil {
+		t.Fatalf("helper in the PID namespace failed: %v; output:\n%s", err, out.String())
+	}
+
+	data, err := os.ReadFile(summaryPath)
+	if err != nil {
+		t.Fatalf("no summary from the helper: %v; output:\n%s", err, out.String())
+	}
+	if err := json.Unmarshal(data, sum); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// enterPIDNamespace checks that the helper is PID 1 of a new PID
+// namespace and mounts a /proc that shows that namespace.
+func enterPIDNamespace(t *testing.T) {
+	t.Helper()
+	if os.Getpid() != 1 {
+		t.Fatalf("helper is pid %d, not 1 of a new PID namespace", os.Getpid())
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		t.Fatalf("make mounts private: %v", err)
+	}
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		t.Fatalf("mount proc: %v", err)
+	}
+	if st := proc.MustStat(t, root, 1); st.PID != 1 || st.PPID != 0 {
+		t.Fatalf("/proc does not show this namespace: %+v", st)
+	}
+}
+
+func writeSummary(t *testing.T, path string, sum any) {
+	t.Helper()
 	data, err := json.Marshal(sum)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(summaryPath, data, 0o600); err != nil {
+	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -318,11 +318,10 @@ func joinerReuseTrial(t *testing.T, sc joinerReuseScenario) (int, error) {
 			stageErr = stage()
 		}
 	}
-	restore := pgkill.SetJoinerSeams(before, found)
 	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
-	res := pgkill.Kill(ctx, g, pgkill.Options{Root: root, Grace: 100 * time.Millisecond, Poll: 5 * time.Millisecond, KillWait: time.Second})
+	opt := pgkill.Options{Root: root, Grace: 100 * time.Millisecond, Poll: 5 * time.Millisecond, KillWait: time.Second}
+	res := pgkill.Kill(ctx, g, pgkill.WithJoinerSeams(opt, before, found))
 	cancel()
-	restore()
 	if stageErr != nil {
 		return 0, stageErr
 	}

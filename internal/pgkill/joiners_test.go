@@ -167,11 +167,8 @@ func TestKillJoiners(t *testing.T) {
 					proc.WaitGone(t, root, joiner.Process.Pid, waitLong)
 				}
 			}
-			restore := pgkill.SetJoinerSeams(before, found)
-			defer restore()
-
-			res := pgkill.Kill(context.Background(), g, pgkill.Options{Grace: 300 * time.Millisecond, Poll: 5 * time.Millisecond, KillWait: waitLong})
-			restore()
+			opt := pgkill.Options{Grace: 300 * time.Millisecond, Poll: 5 * time.Millisecond, KillWait: waitLong}
+			res := pgkill.Kill(context.Background(), g, pgkill.WithJoinerSeams(opt, before, found))
 			wantResult(t, res, tt.outcome, tt.signals, tt.wantErr != "")
 			if tt.wantErr != "" && !strings.Contains(res.Err.Error(), tt.wantErr) {
 				t.Errorf("Kill error %q, want it to say %q", res.Err, tt.wantErr)

@@ -72,6 +72,16 @@ type Options struct {
 	Poll time.Duration
 	// KillWait bounds the wait after SIGKILL; default 3s.
 	KillWait time.Duration
+
+	// seams let a test act at moments only Kill knows; zero outside tests.
+	seams joinerSeams
+}
+
+// joinerSeams run before Kill searches the group for joiners, and between
+// finding joiners and signalling them.
+type joinerSeams struct {
+	beforeScan func(round int)
+	found      func(round int, found []fingerprint.Stat)
 }
 
 func (o Options) withDefaults() Options {
@@ -111,14 +121,6 @@ const maxJoinerRounds = 3
 // pidfdSignalProcessGroup is PIDFD_SIGNAL_PROCESS_GROUP from
 // <linux/pidfd.h> (Linux 6.9); golang.org/x/sys does not define it.
 const pidfdSignalProcessGroup = 1 << 2
-
-// Test seams, nil outside tests: they let a test act at moments only Kill
-// knows — before it searches the group for joiners, and between finding
-// joiners and signalling them.
-var (
-	beforeJoinerScan func(round int)
-	joinersFound     func(round int, found []fingerprint.Stat)
-)
 
 // errNoOccupant means no recorded member is in the group any more.
 var errNoOccupant = errors.New("no recorded member occupies the group")
@@ -235,8 +237,8 @@ func (k *killer) joiners(ctx context.Context, known []fingerprint.Stat) (Outcome
 		}
 		k.res.Joiners = append(k.res.Joiners, found...)
 		known = append(known, found...)
-		if joinersFound != nil {
-			joinersFound(round, found)
+		if f := k.opt.seams.found; f != nil {
+			f(round, found)
 		}
 		// Gone: they exited or left before they could be pinned; look
 		// again all the same, for what they may have forked.
@@ -252,8 +254,8 @@ func (k *killer) joiners(ctx context.Context, known []fingerprint.Stat) (Outcome
 // up its number, which a later group can take once its leader's PID is
 // handed out again.
 func (k *killer) findJoiners(round int, known []fingerprint.Stat) ([]fingerprint.Stat, error) {
-	if beforeJoinerScan != nil {
-		beforeJoinerScan(round)
+	if f := k.opt.seams.beforeScan; f != nil {
+		f(round)
 	}
 	// The common case, an empty group, costs no search.
 	switch k.recordedGroup() {

@@ -8,3 +8,10 @@ func WithJoinerSeams(o Options, before func(round int), found func(round int, fo
 	o.seams = joinerSeams{beforeScan: before, found: found}
 	return o
 }
+
+// WithSearchSeam returns o with f run whenever Kill searches /proc for a
+// group's joiners.
+func WithSearchSeam(o Options, f func(round int)) Options {
+	o.seams.searched = f
+	return o
+}

@@ -251,3 +251,60 @@ func startInGroup(t *testing.T, cmd *exec.Cmd, pgid int) *exec.Cmd {
 	}
 	return cmd
 }
+
+// TestKillSearchesOnlyWhenNeeded: right after a tree dies its members are
+// zombies until their parent reaps them, which keeps the group from
+// looking empty. Kill waits briefly for that instead of searching /proc (a
+// system call per process on the host); when the zombies linger, it
+// searches, finds nothing alive, and the group is reaped all the same.
+func TestKillSearchesOnlyWhenNeeded(t *testing.T) {
+	tests := []struct {
+		name string
+		// reap: the members' parent (the test) reaps them a moment after
+		// Kill first finds the group still holds something; otherwise
+		// only after Kill has returned.
+		reap       bool
+		wantSearch bool
+	}{
+		{name: "parent reaps a moment later: no search", reap: true, wantSearch: false},
+		{name: "zombies linger: searched, nothing found", reap: false, wantSearch: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cmds := []*exec.Cmd{sleepCmd(), sleepCmd()}
+			g := startGroup(t, cmds...)
+			reaped := make(chan struct{})
+			before := func(round int) {
+				if !tt.reap || round != 1 {
+					return
+				}
+				go func() {
+					defer close(reaped)
+					// The parent's own latency, which Kill must ride out:
+					// the group holds only zombies meanwhile.
+					time.Sleep(5 * time.Millisecond)
+					for _, c := range cmds {
+						c.Wait()
+					}
+				}()
+			}
+			searched := false
+			opt := pgkill.Options{Grace: waitLong, Poll: 5 * time.Millisecond}
+			opt = pgkill.WithSearchSeam(pgkill.WithJoinerSeams(opt, before, nil), func(int) { searched = true })
+			res := pgkill.Kill(context.Background(), g, opt)
+			if tt.reap {
+				<-reaped
+			} else {
+				for _, c := range cmds {
+					proc.Reap(c)
+				}
+			}
+			if res.Outcome != pgkill.Reaped || len(res.Signals) != 1 || len(res.Joiners) != 0 {
+				t.Fatalf("Kill = %+v; want reaped by SIGTERM alone, no joiners", res)
+			}
+			if searched != tt.wantSearch {
+				t.Errorf("searched /proc for joiners: %v, want %v", searched, tt.wantSearch)
+			}
+		})
+	}
+}

@@ -82,6 +82,8 @@ type Options struct {
 type joinerSeams struct {
 	beforeScan func(round int)
 	found      func(round int, found []fingerprint.Stat)
+	// searched runs when the group is searched through /proc.
+	searched func(round int)
 }
 
 func (o Options) withDefaults() Options {
@@ -257,14 +259,26 @@ func (k *killer) findJoiners(round int, known []fingerprint.Stat) ([]fingerprint
 	if f := k.opt.seams.beforeScan; f != nil {
 		f(round)
 	}
-	// The common case, an empty group, costs no search.
-	switch k.recordedGroup() {
-	case groupEmpty:
-		return nil, nil
-	case groupUnknown:
-		if errors.Is(unix.Kill(-k.pgid, 0), unix.ESRCH) {
-			return nil, nil
+	// The common case, an empty group, costs no search; nor does a group
+	// that only held recorded zombies, once their parents reap them.
+	empty := func() bool {
+		switch k.recordedGroup() {
+		case groupEmpty:
+			return true
+		case groupUnknown:
+			return errors.Is(unix.Kill(-k.pgid, 0), unix.ESRCH)
 		}
+		return false
+	}
+	if empty() {
+		return nil, nil
+	}
+	k.settle(known)
+	if empty() {
+		return nil, nil
+	}
+	if f := k.opt.seams.searched; f != nil {
+		f(round)
 	}
 	found, err := scanGroup(k.opt.Root, k.pgid)
 	if err != nil {

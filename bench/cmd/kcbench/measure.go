@@ -311,6 +311,7 @@ func (b *bench) hookBench(n, procs int) error {
 		}
 		treeStart := time.Since(t0)
 		members := groupSize(c.pid)
+		pop.reapOnExit(c)
 		t, err := runHook(b.hookBin, b.tmp, stateDir, id)
 		if err != nil {
 			pop.reap(c)

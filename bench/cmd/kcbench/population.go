@@ -234,6 +234,26 @@ func (p *population) exited(c *child) bool {
 	return true
 }
 
+// reapOnExit reaps c as soon as it exits, as the parent of a real
+// supervisor (Positron Server, kc-hook supervise) does. Until then c's PID,
+// and the group ID of the group it leads, stay ours; once reaped, c is
+// never signalled again (reap checks c.reaped first).
+func (p *population) reapOnExit(c *child) {
+	go func() {
+		var info unix.Siginfo
+		// WNOWAIT: learn of the exit without reaping, so that reap,
+		// under the lock, stays the only place that does.
+		for unix.Waitid(unix.P_PID, c.pid, &info, unix.WEXITED|unix.WNOWAIT, nil) == unix.EINTR {
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if !c.reaped {
+			syscall.Wait4(c.pid, &c.status, 0, nil)
+			c.reaped = true
+		}
+	}()
+}
+
 // reap kills c's group (while c is unreaped, the group is c's), then c,
 // and waits for it.
 func (p *population) reap(c *child) {

@@ -28,7 +28,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -36,6 +35,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/proclist"
 )
 
 // Outcome is the result of killing one group.
@@ -346,31 +346,22 @@ func witnessed(root string, pgid int, known []fingerprint.Stat) bool {
 // scanGroup returns the live processes whose group is pgid now. Zombies
 // are left out: they have exited and only wait for their parent.
 func scanGroup(root string, pgid int) ([]fingerprint.Stat, error) {
-	dir, err := os.Open(root)
+	var pids []int
+	var err error
+	if root == fingerprint.DefaultRoot {
+		// getpgid(2) spares reading every process's stat, but it
+		// answers for this process's PID namespace, which another
+		// procfs need not show.
+		pids, err = proclist.InGroup(pgid)
+	} else {
+		pids, err = proclist.List(root)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("listing processes: %w", err)
 	}
-	names, err := dir.Readdirnames(-1)
-	dir.Close()
-	if err != nil {
-		return nil, fmt.Errorf("listing processes: %w", err)
-	}
-	// getpgid(2) spares reading every process's stat, but it answers for
-	// this process's PID namespace, which another procfs need not show.
-	byGetpgid := root == fingerprint.DefaultRoot
 	self := os.Getpid()
 	var found []fingerprint.Stat
-	for _, name := range names {
-		pid, err := strconv.Atoi(name)
-		if err != nil || pid <= 0 {
-			continue
-		}
-		if byGetpgid {
-			// On other errors than these, stat has the last word.
-			if pg, err := unix.Getpgid(pid); (err == nil && pg != pgid) || errors.Is(err, unix.ESRCH) {
-				continue
-			}
-		}
+	for _, pid := range pids {
 		st, err := fingerprint.ReadStat(root, pid)
 		if err == nil && (st.PGID != pgid || st.Zombie()) {
 			continue

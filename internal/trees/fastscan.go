@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/proclist"
 )
 
 // The fast scan makes one pass over /proc in which every process costs a
@@ -68,11 +69,11 @@ func fastGroups(opt Options, comms map[string]bool, stats *Stats) ([]candidate, 
 		maxWorkers = t.workers
 	}
 	ss := []*scanner{newScanner()}
-	l, err := openPIDLister(opt.Root, bufSize)
+	l, err := proclist.Open(opt.Root, bufSize)
 	if err != nil {
 		return nil, ss, err
 	}
-	defer l.close()
+	defer l.Close()
 
 	queue := make(chan *batch, 64)
 	var (
@@ -90,7 +91,7 @@ func fastGroups(opt Options, comms map[string]bool, stats *Stats) ([]candidate, 
 		// A dirent for a PID takes at least 24 bytes.
 		b := &batch{pids: make([]int, 0, bufSize/24)}
 		var done bool
-		if b.pids, done, listErr = l.next(b.pids); listErr != nil || done {
+		if b.pids, done, listErr = l.Next(b.pids); listErr != nil || done {
 			break
 		}
 		batches = append(batches, b)

@@ -24,6 +24,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/proclist"
 )
 
 // WrapperComm is the comm of `kc-hook supervise`, which always counts as a
@@ -241,7 +242,7 @@ var unreadableLeader = leaderMark{live: true}
 // every process's stat, and every group a candidate, so that foreign
 // groups are reported too.
 func (s *scanner) fullGroups(stats *Stats) ([]candidate, error) {
-	pids, err := listPIDs(s.opt.Root)
+	pids, err := proclist.List(s.opt.Root)
 	if err != nil {
 		return nil, err
 	}

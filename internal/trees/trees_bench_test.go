@@ -10,6 +10,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/proclist"
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
 )
 
@@ -54,7 +55,7 @@ func BenchmarkScan(b *testing.B) {
 // naiveScan is the scan without the optimisations, for comparison: stat
 // and cmdline of every process through os.ReadFile.
 func naiveScan(b *testing.B) int {
-	pids, err := listPIDs("/proc")
+	pids, err := proclist.List("/proc")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -137,7 +138,7 @@ func TestProcReaderMatchesFingerprint(t *testing.T) {
 	r := newProcReader("/proc")
 	defer r.close()
 
-	pids, err := listPIDs("/proc")
+	pids, err := proclist.List("/proc")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,38 +52,11 @@ func TestKillJoinerPIDReuse(t *testing.T) {
 		joinerReuseHelper(t, out)
 		return
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: a new PID namespace and ns_last_pid")
-	}
-	trials := 40
-	if testing.Short() {
-		trials = 12
-	}
-	if v := os.Getenv(trialsEnv); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("%s=%q: want a positive number", trialsEnv, v)
-		}
-		trials = n
-	}
-	var sum reuseSummary
-	runInPIDNamespace(t, "TestKillJoinerPIDReuse", []string{trialsEnv + "=" + strconv.Itoa(trials)}, &sum)
-	total := 0
-	for _, n := range sum.Trials {
-		total += n
-	}
-	t.Logf("joiner PID reuse: %d trials in %v, per scenario %v; retried placements %v; signals to innocents: %d",
-		total, sum.Elapsed.Round(time.Millisecond), sum.Trials, sum.Retries, sum.SignalsToInnocents)
-	if total != trials {
-		t.Errorf("%d trials completed, want %d", total, trials)
-	}
+	sum := runReuseTrials(t, "TestKillJoinerPIDReuse", "joiner PID reuse", 40, 12)
 	for _, sc := range joinerReuseScenarios {
 		if sum.Trials[sc.name] == 0 {
 			t.Errorf("scenario %s never completed", sc.name)
 		}
-	}
-	if sum.SignalsToInnocents != 0 {
-		t.Errorf("%d signals reached innocent processes", sum.SignalsToInnocents)
 	}
 }
 

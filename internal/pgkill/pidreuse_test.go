@@ -49,12 +49,19 @@ func TestPIDReuse(t *testing.T) {
 		pidReuseHelper(t, out)
 		return
 	}
+	runReuseTrials(t, "TestPIDReuse", "PID reuse", 200, 30)
+}
+
+// runReuseTrials runs test (the calling test's name) as PID 1 of a new PID
+// namespace with trials trials (short with -short; trialsEnv overrides both)
+// and fails t unless every trial completed and no innocent got a signal.
+func runReuseTrials(t *testing.T, test, what string, trials, short int) reuseSummary {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: a new PID namespace and ns_last_pid")
 	}
-	trials := 200
 	if testing.Short() {
-		trials = 30
+		trials = short
 	}
 	if v := os.Getenv(trialsEnv); v != "" {
 		n, err := strconv.Atoi(v)
@@ -63,21 +70,21 @@ func TestPIDReuse(t *testing.T) {
 		}
 		trials = n
 	}
-
 	var sum reuseSummary
-	runInPIDNamespace(t, "TestPIDReuse", []string{trialsEnv + "=" + strconv.Itoa(trials)}, &sum)
+	runInPIDNamespace(t, test, []string{trialsEnv + "=" + strconv.Itoa(trials)}, &sum)
 	total := 0
 	for _, n := range sum.Trials {
 		total += n
 	}
-	t.Logf("PID reuse: %d trials in %v, per scenario %v; retried placements %v; signals to innocents: %d",
-		total, sum.Elapsed.Round(time.Millisecond), sum.Trials, sum.Retries, sum.SignalsToInnocents)
+	t.Logf("%s: %d trials in %v, per scenario %v; retried placements %v; signals to innocents: %d",
+		what, total, sum.Elapsed.Round(time.Millisecond), sum.Trials, sum.Retries, sum.SignalsToInnocents)
 	if total != trials {
 		t.Errorf("%d trials completed, want %d", total, trials)
 	}
 	if sum.SignalsToInnocents != 0 {
 		t.Errorf("%d signals reached innocent processes", sum.SignalsToInnocents)
 	}
+	return sum
 }
 
 // reuseScenario says which recorded PID the innocent takes over, and how.

@@ -2,7 +2,6 @@ package pgkill_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -61,34 +60,11 @@ func TestKillJoinerPIDReuse(t *testing.T) {
 }
 
 func joinerReuseHelper(t *testing.T, summaryPath string) {
-	enterPIDNamespace(t)
-	trials, err := strconv.Atoi(os.Getenv(trialsEnv))
-	if err != nil {
-		t.Fatalf("%s: %v", trialsEnv, err)
-	}
-	sum := reuseSummary{Trials: map[string]int{}, Retries: map[string]int{}}
-	start := time.Now()
-	for i := range trials {
-		sc := joinerReuseScenarios[i%len(joinerReuseScenarios)]
-		for attempt := 0; ; attempt++ {
-			signals, err := joinerReuseTrial(t, sc)
-			if errors.Is(err, errRetry) {
-				sum.Retries[sc.name]++
-				if attempt >= 50 {
-					t.Fatalf("%s: wanted PID never obtained in %d attempts", sc.name, attempt+1)
-				}
-				continue
-			}
-			if err != nil {
-				t.Fatalf("%s: trial %d: %v", sc.name, i, err)
-			}
-			sum.SignalsToInnocents += signals
-			sum.Trials[sc.name]++
-			break
-		}
-	}
-	sum.Elapsed = time.Since(start)
-	writeSummary(t, summaryPath, sum)
+	runHelperTrials(t, summaryPath, len(joinerReuseScenarios), func(i int) (string, int, error) {
+		sc := joinerReuseScenarios[i]
+		signals, err := joinerReuseTrial(t, sc)
+		return sc.name, signals, err
+	})
 }
 
 // joinerReuseTrial records a group, lets a joiner in (or not), stages the

@@ -114,30 +114,41 @@ var errRetry = errors.New("wanted pid not obtained")
 
 // pidReuseHelper runs as PID 1 of a new PID and mount namespace.
 func pidReuseHelper(t *testing.T, summaryPath string) {
+	runHelperTrials(t, summaryPath, len(reuseScenarios), func(i int) (string, int, error) {
+		sc := reuseScenarios[i]
+		signals, err := reuseTrial(t, sc)
+		return sc.name, signals, err
+	})
+}
+
+// runHelperTrials runs, as PID 1 of a new PID and mount namespace, the
+// number of trials trialsEnv asks for over scenarios 0…scenarios-1 in
+// turn, retrying a trial whose wanted PID another task took (errRetry), and
+// writes the summary to summaryPath. trial runs scenario i and returns its
+// name and the signals innocents got.
+func runHelperTrials(t *testing.T, summaryPath string, scenarios int, trial func(i int) (name string, signals int, err error)) {
 	enterPIDNamespace(t)
 	trials, err := strconv.Atoi(os.Getenv(trialsEnv))
 	if err != nil {
 		t.Fatalf("%s: %v", trialsEnv, err)
 	}
-
 	sum := reuseSummary{Trials: map[string]int{}, Retries: map[string]int{}}
 	start := time.Now()
 	for i := range trials {
-		sc := reuseScenarios[i%len(reuseScenarios)]
 		for attempt := 0; ; attempt++ {
-			signals, err := reuseTrial(t, sc)
+			name, signals, err := trial(i % scenarios)
 			if errors.Is(err, errRetry) {
-				sum.Retries[sc.name]++
+				sum.Retries[name]++
 				if attempt >= 50 {
-					t.Fatalf("%s: wanted PID never obtained in %d attempts", sc.name, attempt+1)
+					t.Fatalf("%s: wanted PID never obtained in %d attempts", name, attempt+1)
 				}
 				continue
 			}
 			if err != nil {
-				t.Fatalf("%s: trial %d: %v", sc.name, i, err)
+				t.Fatalf("%s: trial %d: %v", name, i, err)
 			}
 			sum.SignalsToInnocents += signals
-			sum.Trials[sc.name]++
+			sum.Trials[name]++
 			break
 		}
 	}

@@ -7,8 +7,10 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // lookupEnv reads the environment. Tests replace it so that the tester's
@@ -29,6 +31,13 @@ func newFlagSet(name string) *flag.FlagSet {
 // when its flag is given: it is wrong either way. parse returns the
 // arguments after the flags and whether the flags held -h or --help.
 func parse(fs *flag.FlagSet, env map[string]string, args []string) (rest []string, help bool, err error) {
+	fs.VisitAll(func(f *flag.Flag) {
+		if g, ok := f.Value.(flag.Getter); ok {
+			if _, done := g.(explained); !done {
+				f.Value = explained{g}
+			}
+		}
+	})
 	fs.VisitAll(func(f *flag.Flag) {
 		key := env[f.Name]
 		if key == "" || err != nil {
@@ -55,6 +64,40 @@ func parse(fs *flag.FlagSet, env map[string]string, args []string) (rest []strin
 		return nil, true, nil
 	}
 	return fs.Args(), false, err
+}
+
+// explained gives a flag's own parser's message for a value it refuses:
+// package flag reports every refused number or duration as a bare "parse
+// error", which leaves the operator to guess what is wrong with "5".
+type explained struct{ flag.Getter }
+
+func (e explained) Set(s string) error {
+	err := e.Getter.Set(s)
+	if err == nil {
+		return nil
+	}
+	switch e.Get().(type) {
+	case time.Duration:
+		// time's own words: "missing unit", "invalid duration".
+		if _, why := time.ParseDuration(s); why != nil {
+			return why
+		}
+	case int:
+		if _, why := strconv.ParseInt(s, 0, strconv.IntSize); why != nil {
+			return errors.New("not a whole number")
+		}
+	case bool:
+		if _, why := strconv.ParseBool(s); why != nil {
+			return errors.New("want true or false")
+		}
+	}
+	return err
+}
+
+// IsBoolFlag keeps -v working without a value.
+func (e explained) IsBoolFlag() bool {
+	b, ok := e.Getter.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 // helpAsked reports whether args, the arguments after the flags, hold -h or
@@ -88,7 +131,12 @@ func writeOptions(w io.Writer, fs *flag.FlagSet, env map[string]string, extra ..
 		if f.Usage == "" {
 			return
 		}
-		meta, usage := flag.UnquoteUsage(f)
+		// The placeholder is named after the value's own type.
+		bare := *f
+		if e, ok := f.Value.(explained); ok {
+			bare.Value = e.Getter
+		}
+		meta, usage := flag.UnquoteUsage(&bare)
 		fmt.Fprintf(tw, "   --%s %s\t%s", f.Name, meta, usage)
 		// A zero default is either meaningless or explained by the usage.
 		if d := f.DefValue; d != "" && d != "0s" && d != "false" {

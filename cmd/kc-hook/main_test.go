@@ -189,7 +189,7 @@ func TestParseCommandLine(t *testing.T) {
 		{name: "unknown flag", args: []string{"--nope", "poststop"}, wantErr: "flag provided but not defined: -nope"},
 		{name: "missing value", args: []string{"--state-dir"}, wantErr: "flag needs an argument: -state-dir"},
 		{name: "malformed duration flag", args: []string{"--kill-grace=soon", "poststop"}, wantErr: `invalid value "soon" for flag -kill-grace`},
-		{name: "duration without a unit", args: []string{"--deadline", "5", "poststop"}, wantErr: `invalid value "5" for flag -deadline`},
+		{name: "duration without a unit", args: []string{"--deadline", "5", "poststop"}, wantErr: `invalid value "5" for flag -deadline: time: missing unit in duration "5"`},
 		{name: "malformed duration variable", env: map[string]string{"KC_KILL_GRACE": "soon"}, args: []string{"poststop"}, wantErr: `invalid value "soon" for $KC_KILL_GRACE (--kill-grace)`},
 		// The variable is wrong whatever the flag says.
 		{name: "malformed variable under a good flag", env: map[string]string{"KC_HOOK_DEADLINE": "1x"}, args: []string{"--deadline=1s", "poststop"}, wantErr: "$KC_HOOK_DEADLINE"},
@@ -251,9 +251,9 @@ func TestUsage(t *testing.T) {
 		{name: "flag after the stage", args: []string{"poststop", "--kill-grace=1s"}, code: exitBadInput, stderr: `kc-hook: want one STAGE after the options, got ["poststop" "--kill-grace=1s"] (see kc-hook --help)` + "\n"},
 		{name: "unknown flag", args: []string{"--nope", "poststop"}, code: exitBadInput, stderr: "kc-hook: flag provided but not defined: -nope (see kc-hook --help)\n"},
 		{name: "flag name with a newline", args: []string{"--no\npe", "poststop"}, code: exitBadInput, stderr: `-no\npe`},
-		{name: "malformed flag", args: []string{"--kill-grace=soon", "poststop"}, code: exitBadInput, stderr: "kc-hook: invalid value \"soon\" for flag -kill-grace: parse error (see kc-hook --help)\n"},
+		{name: "malformed flag", args: []string{"--kill-grace=soon", "poststop"}, code: exitBadInput, stderr: "kc-hook: invalid value \"soon\" for flag -kill-grace: time: invalid duration \"soon\" (see kc-hook --help)\n"},
 		{name: "malformed variable", env: map[string]string{"KC_HOOK_DEADLINE": "soon"}, args: []string{"poststop"}, code: exitBadInput,
-			stderr: "kc-hook: invalid value \"soon\" for $KC_HOOK_DEADLINE (--deadline): parse error (see kc-hook --help)\n"},
+			stderr: "kc-hook: invalid value \"soon\" for $KC_HOOK_DEADLINE (--deadline): time: invalid duration \"soon\" (see kc-hook --help)\n"},
 		{name: "zero variable", env: map[string]string{"KC_KILL_GRACE": "0s"}, args: []string{"poststop"}, code: exitBadInput, stderr: "kc-hook: --kill-grace and --deadline must be positive (see kc-hook --help)\n"},
 		{name: "relative state dir from the environment", env: map[string]string{"KC_STATE_DIR": "rel"}, args: []string{"poststop"}, code: exitBadInput, stderr: "--state-dir must be an absolute path"},
 		{name: "empty comm from the environment", env: map[string]string{"KC_SUPERVISOR_COMM": ","}, args: []string{"--state-dir=/nonexistent/kc", "poststop"}, code: exitBadInput, stderr: "kc-hook: --supervisor-comm names no process (see kc-hook --help)\n"},
@@ -269,7 +269,7 @@ func TestUsage(t *testing.T) {
 		{name: "supervise kill grace beats the global one", args: []string{"--kill-grace=1s", "supervise", "--kill-grace=0s", cid, "2", "5", "--", "/bin/true"}, code: exitBadInput, stderr: "--kill-grace must be positive"},
 		{name: "supervise unknown flag", args: []string{"supervise", "--nope"}, code: exitBadInput, stderr: "kc-hook supervise: flag provided but not defined: -nope (see kc-hook supervise --help)\n"},
 		{name: "supervise malformed variable", env: map[string]string{"KC_SUPERVISE_MAX_RESTARTS": "x"}, args: []string{"supervise"}, code: exitBadInput,
-			stderr: "kc-hook supervise: invalid value \"x\" for $KC_SUPERVISE_MAX_RESTARTS (--max-restarts): parse error (see kc-hook supervise --help)\n"},
+			stderr: "kc-hook supervise: invalid value \"x\" for $KC_SUPERVISE_MAX_RESTARTS (--max-restarts): not a whole number (see kc-hook supervise --help)\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -297,24 +297,7 @@ func joinerReuseTrial(t *testing.T, sc joinerReuseScenario) (int, error) {
 	// 5. Count what reached the innocents.
 	signals := 0
 	for _, v := range victims {
-		now, err := fingerprint.ReadStat(root, v.inn.PID)
-		switch {
-		case err != nil || !fingerprint.Same(now, v.st) || !fingerprint.Alive(root, v.st):
-			t.Errorf("%s: innocent %d gone or replaced: %+v, %v", sc.name, v.inn.PID, now, err)
-			signals++
-			continue
-		case now.State == 'T' || now.State == 't':
-			t.Errorf("%s: innocent %d stopped", sc.name, v.inn.PID)
-			signals++
-		}
-		n, err := v.inn.Sync()
-		if err != nil {
-			t.Errorf("%s: innocent %d: %v", sc.name, v.inn.PID, err)
-			signals++
-		}
-		if n != 0 {
-			t.Errorf("%s: innocent %d caught %v", sc.name, v.inn.PID, v.inn.Caught())
-		}
+		n, _ := harmed(t, sc.name, v.inn, v.st)
 		signals += n
 	}
 	if sc.thread {

@@ -389,25 +389,11 @@ func reuseTrial(t *testing.T, sc reuseScenario) (int, error) {
 	// 7. Count what reached the innocents.
 	signals := 0
 	for _, v := range victims {
-		now, err := fingerprint.ReadStat(root, v.inn.PID)
-		switch {
-		case err != nil || !fingerprint.Same(now, v.st) || !fingerprint.Alive(root, v.st):
-			t.Errorf("%s: innocent %d gone or replaced: %+v, %v", sc.name, v.inn.PID, now, err)
-			signals++
-			continue
-		case now.State == 'T' || now.State == 't':
-			t.Errorf("%s: innocent %d stopped", sc.name, v.inn.PID)
-			signals++
-		}
-		n, err := v.inn.Sync()
-		if err != nil {
-			t.Errorf("%s: innocent %d: %v", sc.name, v.inn.PID, err)
-			signals++
-		}
-		if n != 0 {
-			t.Errorf("%s: innocent %d caught %v", sc.name, v.inn.PID, v.inn.Caught())
-		}
+		n, present := harmed(t, sc.name, v.inn, v.st)
 		signals += n
+		if !present {
+			continue
+		}
 		if sc.thread {
 			if tgid, err := proc.StatusField(root, v.at.PID, "Tgid"); err != nil || tgid != strconv.Itoa(v.inn.PID) {
 				t.Errorf("%s: thread %d of innocent %d gone (%q, %v)", sc.name, v.at.PID, v.inn.PID, tgid, err)
@@ -415,4 +401,30 @@ func reuseTrial(t *testing.T, sc reuseScenario) (int, error) {
 		}
 	}
 	return signals, nil
+}
+
+// harmed counts what reached an innocent process during a trial: it is no
+// longer the same live process, it is stopped, or it caught signals. Each
+// harm is also an error on t. present is false when the innocent is gone
+// or replaced, and nothing more can be asked of it.
+func harmed(t *testing.T, name string, inn *proc.Innocent, before fingerprint.Stat) (harms int, present bool) {
+	t.Helper()
+	now, err := fingerprint.ReadStat(root, inn.PID)
+	switch {
+	case err != nil || !fingerprint.Same(now, before) || !fingerprint.Alive(root, before):
+		t.Errorf("%s: innocent %d gone or replaced: %+v, %v", name, inn.PID, now, err)
+		return 1, false
+	case now.State == 'T' || now.State == 't':
+		t.Errorf("%s: innocent %d stopped", name, inn.PID)
+		harms++
+	}
+	n, err := inn.Sync()
+	if err != nil {
+		t.Errorf("%s: innocent %d: %v", name, inn.PID, err)
+		harms++
+	}
+	if n != 0 {
+		t.Errorf("%s: innocent %d caught %v", name, inn.PID, inn.Caught())
+	}
+	return harms + n, true
 }

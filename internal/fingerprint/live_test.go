@@ -23,10 +23,16 @@ const waitLong = 10 * time.Second
 func TestReadLive(t *testing.T) {
 	cmd := proc.Sleep(t, &syscall.SysProcAttr{Setpgid: true})
 	pid := cmd.Process.Pid
-	// The child is ours from fork on, but comm and argv change at exec.
+	// The child is ours from fork on, but comm and argv change at exec,
+	// and not at once: the kernel renames the process before it lays out
+	// the new argv, which reads empty in between.
 	proc.WaitFor(t, waitLong, "sleep to exec", func() bool {
 		st, err := fingerprint.ReadStat(root, pid)
-		return err == nil && st.Comm == "sleep"
+		if err != nil || st.Comm != "sleep" {
+			return false
+		}
+		argv, err := fingerprint.ReadArgv(root, pid)
+		return err == nil && len(argv) > 0
 	})
 
 	id, err := fingerprint.Read(root, pid)

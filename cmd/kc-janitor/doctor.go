@@ -105,11 +105,7 @@ func confHooksDirs(log *slog.Logger) []string {
 }
 
 func runDoctor(c *cli.Context) error {
-	g, err := loadGlobals(c)
-	if err != nil {
-		return err
-	}
-	opt, err := reconcileOptions(c, g)
+	g, opt, err := loadScanSettings(c)
 	if err != nil {
 		return err
 	}

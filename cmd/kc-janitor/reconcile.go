@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -55,11 +56,7 @@ func reconcileFlags() []cli.Flag {
 }
 
 func runReconcile(c *cli.Context) error {
-	g, err := loadGlobals(c)
-	if err != nil {
-		return err
-	}
-	opt, err := reconcileOptions(c, g)
+	g, opt, err := loadScanSettings(c)
 	if err != nil {
 		return err
 	}
@@ -79,7 +76,11 @@ func runReconcile(c *cli.Context) error {
 		if g.JSON {
 			writeJSON(c.App.Writer, rep)
 		} else {
-			fmt.Fprintf(c.App.Writer, "ground truth unknown: %v\nnothing was touched.\n", liveErr)
+			msg := liveErr.Error()
+			if !errors.Is(liveErr, liveness.ErrUnknown) {
+				msg = "ground truth unknown: " + msg
+			}
+			fmt.Fprintf(c.App.Writer, "%s\nnothing was touched.\n", msg)
 		}
 		return cli.Exit("", exitUnknown)
 	}
@@ -95,6 +96,17 @@ func runReconcile(c *cli.Context) error {
 		return cli.Exit("", exitFailed)
 	}
 	return nil
+}
+
+// loadScanSettings reads the global flags and the scan and liveness
+// settings that reconcile, status, doctor and watch share.
+func loadScanSettings(c *cli.Context) (globals, reconcile.Options, error) {
+	g, err := loadGlobals(c)
+	if err != nil {
+		return g, reconcile.Options{}, err
+	}
+	opt, err := reconcileOptions(c, g)
+	return g, opt, err
 }
 
 func reconcileOptions(c *cli.Context, g globals) (reconcile.Options, error) {

@@ -71,11 +71,7 @@ type statusTreeJSON struct {
 }
 
 func runStatus(c *cli.Context) error {
-	g, err := loadGlobals(c)
-	if err != nil {
-		return err
-	}
-	opt, err := reconcileOptions(c, g)
+	g, opt, err := loadScanSettings(c)
 	if err != nil {
 		return err
 	}

@@ -70,11 +70,7 @@ type watchConfig struct {
 }
 
 func runWatch(c *cli.Context) error {
-	g, err := loadGlobals(c)
-	if err != nil {
-		return err
-	}
-	opt, err := reconcileOptions(c, g)
+	g, opt, err := loadScanSettings(c)
 	if err != nil {
 		return err
 	}

@@ -352,15 +352,11 @@ func (r *runner) phase(groups []int, sig syscall.Signal, wait time.Duration, sen
 
 // signalMember signals m through a pidfd after re-verifying, with the
 // pidfd open, that it is the listed process and still in one of groups.
+// Without a pidfd it signals nothing: a kill(2) by PID after a check could
+// reach whatever took the PID in between (kernels without pidfd_open are
+// below the project's minimum; PR_SET_PDEATHSIG still covers the command).
 func signalMember(root string, m fingerprint.Stat, groups []int, sig syscall.Signal) error {
 	pin, err := fingerprint.Pin(root, m)
-	if errors.Is(err, fingerprint.ErrPidfdUnsupported) {
-		st, err := fingerprint.Revalidate(root, m)
-		if err != nil || !slices.Contains(groups, st.PGID) {
-			return err
-		}
-		return unix.Kill(m.PID, sig)
-	}
 	if err != nil {
 		return err
 	}

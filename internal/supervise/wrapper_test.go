@@ -19,6 +19,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/supervise"
 	"github.com/kc-watchman/kc-watchman/internal/supervise/supervisetest"
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
@@ -33,6 +34,7 @@ var cid = func() string {
 }()
 
 func TestMain(m *testing.M) {
+	proc.Main() // the innocent helper processes of signal_test.go
 	code := m.Run()
 	supervisetest.RemoveBuild()
 	os.Exit(code)

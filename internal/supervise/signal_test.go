@@ -1,0 +1,76 @@
+package supervise
+
+import (
+	"os"
+	"strconv"
+	"syscall"
+	"testing"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+)
+
+// TestSignalMemberRefusesTheWrongTarget: the wrapper's teardown signals
+// members one by one, each through a pidfd after re-verifying it. A
+// recorded identity whose PID now names another process, a thread ID, or
+// a process outside the wrapper's groups gets nothing; the recorded
+// process in its group gets the signal.
+func TestSignalMemberRefusesTheWrongTarget(t *testing.T) {
+	inn, err := proc.StartInnocent(&syscall.SysProcAttr{Setpgid: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(inn.Close)
+	st := proc.MustStat(t, fingerprint.DefaultRoot, inn.PID)
+
+	// A thread of the innocent (a Go program has several): its ID answers
+	// in /proc like a process's.
+	tid := 0
+	ents, err := os.ReadDir("/proc/" + strconv.Itoa(inn.PID) + "/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if n, err := strconv.Atoi(e.Name()); err == nil && n != inn.PID {
+			tid = n
+			break
+		}
+	}
+	if tid == 0 {
+		t.Fatalf("innocent %d has no thread besides its main one", inn.PID)
+	}
+	thread := proc.MustStat(t, fingerprint.DefaultRoot, tid)
+
+	recycled := st
+	recycled.StartTicks++ // the recorded process was another one
+	tests := []struct {
+		name   string
+		m      fingerprint.Stat
+		groups []int
+		want   int // signals the innocent catches
+	}{
+		{"recycled PID", recycled, []int{st.PGID}, 0},
+		{"thread ID", thread, []int{st.PGID}, 0},
+		{"outside the wrapper's groups", st, []int{os.Getpid()}, 0},
+		{"the recorded member (control)", st, []int{st.PGID}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before, err := inn.Sync()
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = signalMember(fingerprint.DefaultRoot, tt.m, tt.groups, syscall.SIGUSR1)
+			if (err == nil) != (tt.want > 0) {
+				t.Errorf("signalMember = %v", err)
+			}
+			after, err := inn.Sync()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := after - before; got != tt.want {
+				t.Errorf("innocent caught %d signals (%v), want %d", got, inn.Caught(), tt.want)
+			}
+		})
+	}
+}

@@ -327,10 +327,32 @@ func (s *Store) Remove(id string, keep func(*Record) bool) (bool, error) {
 	if err := os.Remove(s.path(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, fmt.Errorf("removing ledger record: %w", err)
 	}
-	if err := os.Remove(SupervisorLog(filepath.Dir(s.dir), id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := removeNoFollow(SupervisorLog(filepath.Dir(s.dir), id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return true, fmt.Errorf("removing supervisor log: %w", err)
 	}
 	return true, syncDir(s.dir)
+}
+
+// removeNoFollow unlinks path's last element relative to its directory,
+// opened without following a symlink there: a supervisors/ that someone
+// replaced with a symlink (in a state dir others can write, which doctor
+// warns about) must not make the janitor delete <id>.log elsewhere.
+func removeNoFollow(path string) error {
+	dir, err := unix.Open(filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return fs.ErrNotExist
+		}
+		return &os.PathError{Op: "open", Path: filepath.Dir(path), Err: err}
+	}
+	defer unix.Close(dir)
+	if err := unix.Unlinkat(dir, filepath.Base(path), 0); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return fs.ErrNotExist
+		}
+		return &os.PathError{Op: "unlink", Path: path, Err: err}
+	}
+	return nil
 }
 
 // RemoveStaleTemps deletes temporary files left by writers that were

@@ -230,6 +230,37 @@ func TestRemoveTakesTheSupervisorLog(t *testing.T) {
 	}
 }
 
+// TestRemoveRefusesASymlinkedSupervisorsDir: a supervisors/ that someone
+// replaced with a symlink (possible in a state dir others can write) must
+// not lead Remove to delete a <id>.log elsewhere.
+func TestRemoveRefusesASymlinkedSupervisorsDir(t *testing.T) {
+	state := t.TempDir()
+	s, err := Open(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(id(9), func(*Record) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := t.TempDir()
+	victim := filepath.Join(elsewhere, id(9)+".log")
+	if err := os.WriteFile(victim, []byte("not the ledger's\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, filepath.Join(state, "supervisors")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Remove(id(9), nil); err == nil {
+		t.Errorf("Remove through a symlinked supervisors/ reported no error")
+	}
+	if _, err := os.Stat(victim); err != nil {
+		t.Errorf("a file outside the state dir was removed through the symlink: %v", err)
+	}
+	if _, err := s.Load(id(9)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the record itself should still be removed: Load = %v", err)
+	}
+}
+
 func TestOpenLeavesAnExistingStateDirModeAlone(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "shared")
 	if err := os.Mkdir(state, 0o755); err != nil {

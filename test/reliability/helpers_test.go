@@ -3,7 +3,6 @@
 package reliability
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -11,21 +10,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
@@ -134,7 +128,7 @@ type child struct {
 	Cmd  *exec.Cmd
 	PID  int
 	Stat fingerprint.Stat // identity right after start
-	done chan struct{}
+	done <-chan struct{}
 }
 
 // startChild starts path with argv (argv[0] included) and attr, reaps it
@@ -144,8 +138,9 @@ func startChild(path string, argv []string, attr *syscall.SysProcAttr) (*child, 
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	c := &child{Cmd: cmd, PID: cmd.Process.Pid, done: make(chan struct{})}
-	go func() { cmd.Wait(); close(c.done) }()
+	done := make(chan struct{})
+	c := &child{Cmd: cmd, PID: cmd.Process.Pid, done: done}
+	go func() { cmd.Wait(); close(done) }()
 	st, err := fingerprint.ReadStat(procRoot, c.PID)
 	if err != nil {
 		c.Kill()
@@ -360,295 +355,22 @@ func shortDir(t testing.TB, prefix string) string {
 }
 
 // ---------------------------------------------------------------------------
-// Bystanders: innocent processes that count every signal they receive.
-// They are this test binary run in a helper mode (see helperMain).
-
-const (
-	helperEnv = "KC_REL_HELPER"
-	commEnv   = "KC_REL_COMM"
-)
-
-// watched are the signals a bystander catches and reports. SIGURG (the Go
-// runtime's preemption signal), SIGCHLD and SIGPROF are left out; SIGSTOP
-// and SIGKILL cannot be caught and show as state T or as death.
-var watched = []os.Signal{
-	syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGUSR1,
-	syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM, syscall.SIGTERM,
-	syscall.SIGCONT, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU,
-	syscall.SIGWINCH,
-}
-
-// sentinel flushes a bystander's signal queue: the runtime hands pending
-// signals to os/signal in ascending order and SIGPWR is above every
-// watched one.
-const sentinel = syscall.SIGPWR
-
-func helperMain() {
-	switch os.Getenv(helperEnv) {
-	case "":
-		return
-	case "bystander":
-		os.Exit(bystanderMain())
-	}
-	fmt.Fprintf(os.Stderr, "unknown %s=%q\n", helperEnv, os.Getenv(helperEnv))
-	os.Exit(2)
-}
-
-func bystanderMain() int {
-	if c := os.Getenv(commEnv); c != "" {
-		if err := os.WriteFile("/proc/self/comm", []byte(c), 0); err != nil {
-			fmt.Fprintf(os.Stderr, "set comm: %v\n", err)
-			return 3
-		}
-	}
-	var outMu, mu sync.Mutex
-	count := 0
-	say := func(format string, args ...any) {
-		outMu.Lock()
-		defer outMu.Unlock()
-		fmt.Fprintf(os.Stdout, format+"\n", args...)
-	}
-	c := make(chan os.Signal, 1024)
-	signal.Notify(c, append(append([]os.Signal{}, watched...), sentinel)...)
-	synced := make(chan int, 1)
-	go func() {
-		for s := range c {
-			if s == sentinel {
-				mu.Lock()
-				synced <- count
-				mu.Unlock()
-				continue
-			}
-			mu.Lock()
-			count++
-			mu.Unlock()
-			say("sig %s", unix.SignalName(s.(syscall.Signal)))
-		}
-	}()
-	say("ready %d", os.Getpid())
-	forever := make(chan struct{})
-	sc := bufio.NewScanner(os.Stdin)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) == 0 {
-			continue
-		}
-		switch f[0] {
-		case "sync":
-			unix.Kill(os.Getpid(), sentinel)
-			select {
-			case n := <-synced:
-				say("sync %d", n)
-			case <-time.After(10 * time.Second):
-				say("error sentinel lost")
-			}
-		case "pgid":
-			n, err := strconv.Atoi(f[1])
-			if err == nil {
-				err = unix.Setpgid(0, n)
-			}
-			if err != nil {
-				say("error setpgid: %v", err)
-				continue
-			}
-			say("pgid ok")
-		case "thread":
-			n, err := strconv.Atoi(f[1])
-			if err != nil {
-				say("error %v", err)
-				continue
-			}
-			comm := ""
-			if len(f) > 2 {
-				comm = f[2]
-			}
-			say("%s", threadAt(n, comm, forever))
-		default:
-			say("error unknown command %q", f[0])
-		}
-	}
-	return 0
-}
-
-// threadAt starts OS threads until this process has one with ID n, names
-// it comm (when given) and parks the threads for the process's lifetime.
-func threadAt(n int, comm string, forever chan struct{}) string {
-	path := "/proc/self/task/" + strconv.Itoa(n)
-	name := func() string {
-		if comm != "" {
-			if err := os.WriteFile(path+"/comm", []byte(comm), 0); err != nil {
-				return "thread fail: comm: " + err.Error()
-			}
-		}
-		return "thread ok"
-	}
-	for range 64 {
-		if _, err := os.Lstat(path); err == nil {
-			return name()
-		}
-		got := make(chan int)
-		go func() {
-			runtime.LockOSThread()
-			got <- unix.Gettid()
-			<-forever
-		}()
-		if <-got == n {
-			return name()
-		}
-	}
-	if _, err := os.Lstat(path); err == nil {
-		return name()
-	}
-	return "thread fail"
-}
+// Bystanders: innocent processes that count every signal they receive —
+// proc.Innocent (this test binary in a helper mode; TestMain calls
+// proc.Main), reaped the moment it exits so that Dead and Harm tell
+// whether something killed it.
 
 // bystander is a running innocent process.
-type bystander struct {
-	*child
-	in      io.WriteCloser
-	replies chan string
-	mu      sync.Mutex
-	caught  []string
-}
+type bystander = proc.Innocent
 
 // startBystander starts a bystander with attr, optionally named comm.
 func startBystander(attr *syscall.SysProcAttr, comm string) (*bystander, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"=bystander")
-	if comm != "" {
-		cmd.Env = append(cmd.Env, commEnv+"="+comm)
-	}
-	cmd.SysProcAttr = attr
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	b := &bystander{
-		child:   &child{Cmd: cmd, PID: cmd.Process.Pid, done: make(chan struct{})},
-		in:      in,
-		replies: make(chan string, 16),
-	}
-	readerDone := make(chan struct{})
-	go func() { b.read(out); close(readerDone) }()
-	go func() { <-readerDone; cmd.Wait(); close(b.done) }()
-	if _, err := b.reply(15 * time.Second); err != nil {
-		b.Kill()
-		return nil, fmt.Errorf("bystander %d did not start: %w", b.PID, err)
-	}
-	st, err := fingerprint.ReadStat(procRoot, b.PID)
-	if err != nil {
-		b.Kill()
-		return nil, err
-	}
-	b.Stat = st
-	return b, nil
+	return proc.StartInnocentWith(attr, proc.InnocentOptions{Comm: comm, Reap: true})
 }
 
-func (b *bystander) read(out io.Reader) {
-	defer close(b.replies)
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		line := sc.Text()
-		if name, ok := strings.CutPrefix(line, "sig "); ok {
-			b.mu.Lock()
-			b.caught = append(b.caught, name)
-			b.mu.Unlock()
-			continue
-		}
-		b.replies <- line
-	}
-}
-
-func (b *bystander) reply(timeout time.Duration) (string, error) {
-	select {
-	case line, ok := <-b.replies:
-		if !ok {
-			return "", errors.New("bystander exited")
-		}
-		if strings.HasPrefix(line, "error ") || strings.HasPrefix(line, "thread fail") {
-			return "", errors.New(line)
-		}
-		return line, nil
-	case <-time.After(timeout):
-		return "", errors.New("bystander did not answer")
-	}
-}
-
-func (b *bystander) command(line string, timeout time.Duration) (string, error) {
-	if _, err := io.WriteString(b.in, line+"\n"); err != nil {
-		return "", err
-	}
-	return b.reply(timeout)
-}
-
-// Setpgid moves the bystander into group pgid (0: a group of its own).
-func (b *bystander) Setpgid(pgid int) error {
-	_, err := b.command("pgid "+strconv.Itoa(pgid), 5*time.Second)
-	return err
-}
-
-// ThreadAt makes the bystander start threads until one has ID n, named
-// comm; call proc.SetNextPID(procRoot, n) first.
-func (b *bystander) ThreadAt(n int, comm string) error {
-	_, err := b.command(strings.TrimSpace("thread "+strconv.Itoa(n)+" "+comm), 10*time.Second)
-	return err
-}
-
-// Caught lists the signals the bystander reported so far.
-func (b *bystander) Caught() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]string(nil), b.caught...)
-}
-
-// Harm returns how many signals reached the bystander — every caught
-// signal, plus one for being dead, replaced or stopped — and a
-// description.
-func (b *bystander) Harm() (int, string) {
-	if b.Dead() {
-		return 1, fmt.Sprintf("bystander %d died", b.PID)
-	}
-	st, err := fingerprint.ReadStat(procRoot, b.PID)
-	if err != nil || st.StartTicks != b.Stat.StartTicks {
-		return 1, fmt.Sprintf("bystander %d gone or replaced (%v)", b.PID, err)
-	}
-	if st.State == 'T' || st.State == 't' {
-		return 1, fmt.Sprintf("bystander %d stopped", b.PID)
-	}
-	n, err := b.count()
-	if err != nil {
-		return 1, fmt.Sprintf("bystander %d: %v", b.PID, err)
-	}
-	if n > 0 {
-		return n, fmt.Sprintf("bystander %d caught %v", b.PID, b.Caught())
-	}
-	return 0, ""
-}
-
-// count returns the number of signals the bystander caught so far,
-// counting every signal queued to it before the call.
-func (b *bystander) count() (int, error) {
-	line, err := b.command("sync", 15*time.Second)
-	if err != nil {
-		return 0, err
-	}
-	n, err := strconv.Atoi(strings.TrimPrefix(line, "sync "))
-	if err != nil {
-		return 0, fmt.Errorf("bad reply %q", line)
-	}
-	return n, nil
+// asChild is b as a child this test reaps, for what kills children.
+func asChild(b *bystander) *child {
+	return &child{Cmd: b.Cmd, PID: b.PID, Stat: b.Stat, done: b.Done()}
 }
 
 // stopping reports whether pid is stopped or has a SIGSTOP on its way.
@@ -680,7 +402,7 @@ func mustBystander(t testing.TB, attr *syscall.SysProcAttr, comm string) *bystan
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(b.Kill)
+	t.Cleanup(b.Close)
 	return b
 }
 

@@ -31,6 +31,8 @@ import (
 	"os"
 	"sync"
 	"testing"
+
+	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
 )
 
 // reportEnv names the file the figures are written to.
@@ -80,7 +82,7 @@ func writeReport(path string) error {
 }
 
 func TestMain(m *testing.M) {
-	helperMain() // helper processes (bystanders) never return from here
+	proc.Main() // helper processes (bystanders) never return from here
 	code := m.Run()
 	if path := os.Getenv(reportEnv); path != "" && !inPIDNS() {
 		if err := writeReport(path); err != nil {

@@ -179,7 +179,7 @@ func TestNeverSignalled(t *testing.T) {
 		check([]protected{foreignShell, foreignSession, liveTree}, "kc-hook poststop")
 
 		killByIdentity(foreignShell.members)
-		session.Kill()
+		session.Close()
 		joined.Kill()
 		live.Kill()
 	}

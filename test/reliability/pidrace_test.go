@@ -309,7 +309,7 @@ func raceTrial(t *testing.T, kind raceKind, point int) raceResult {
 	}
 	if r.escaped {
 		// Once out of the group, the member must hear nothing more.
-		n, err := r.stubborn.count()
+		n, err := r.stubborn.Sync()
 		switch {
 		case r.stubborn.Dead() || stopping(r.stubborn.PID) || err != nil:
 			r.res.signals++
@@ -324,10 +324,10 @@ func raceTrial(t *testing.T, kind raceKind, point int) raceResult {
 
 func (r *race) cleanup() {
 	for _, b := range r.innocents {
-		b.Kill()
+		b.Close()
 	}
 	if r.stubborn != nil {
-		r.stubborn.Kill()
+		r.stubborn.Close()
 	}
 	r.member.Kill()
 	r.leader.Kill()
@@ -425,7 +425,7 @@ func (r *race) doStage() error {
 		if err := proc.SetNextPID(procRoot, at); err != nil {
 			return err
 		}
-		if err := inn.ThreadAt(at, raceComm); err != nil {
+		if err := inn.NamedThreadAt(at, raceComm); err != nil {
 			r.res.staged = false // another task took the number first
 			r.res.retries++
 			return nil
@@ -444,7 +444,7 @@ func (r *race) doStage() error {
 			kind = kindLeaderGroup
 		} else {
 			r.escaped = true
-			n, err := r.stubborn.count()
+			n, err := r.stubborn.Sync()
 			if err != nil {
 				return err
 			}
@@ -462,7 +462,7 @@ func (r *race) doStage() error {
 	case kindMemberThread:
 		return thread(r.member.PID, r.member)
 	case kindLeaderGroup:
-		if err := gone(r.stubborn.child, r.member, r.leader); err != nil {
+		if err := gone(asChild(r.stubborn), r.member, r.leader); err != nil {
 			return err
 		}
 		// The member's PID first: the innocent leader's runtime threads
@@ -477,7 +477,7 @@ func (r *race) doStage() error {
 		}
 		return m.Setpgid(l.PID)
 	case kindLeaderThread:
-		return thread(r.leader.PID, r.stubborn.child, r.member, r.leader)
+		return thread(r.leader.PID, asChild(r.stubborn), r.member, r.leader)
 	case kindEscape:
 		if err := gone(r.member, r.leader); err != nil {
 			return err

@@ -133,7 +133,7 @@ func TestRebootLedger(t *testing.T) {
 	write(cid, store.CurrentBootID(), tr)
 	cids = []string{cid}
 	rep = reconcile(true)
-	controlReaped := rep.action(l.PID) == "reaped" && l.WaitDead(5*time.Second) && m.WaitDead(5*time.Second)
+	controlReaped := rep.action(l.PID) == "reaped" && asChild(l).WaitDead(5*time.Second) && asChild(m).WaitDead(5*time.Second)
 	if !controlReaped {
 		t.Errorf("a current-boot record naming a live group was not used: %+v", rep)
 	}

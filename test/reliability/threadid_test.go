@@ -176,7 +176,7 @@ func threadTrial(t *testing.T, v threadVariant, janitorFirst bool, state, podman
 		targets = append(targets, member)
 	}
 	inn := mustBystander(t, &syscall.SysProcAttr{Setpgid: true}, threadComm)
-	defer inn.Kill()
+	defer inn.Close()
 	maxStart := max(leader.Stat.StartTicks, member.Stat.StartTicks)
 	leader.Kill()
 	member.Kill()
@@ -199,14 +199,14 @@ func threadTrial(t *testing.T, v threadVariant, janitorFirst bool, state, podman
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer b.Kill()
+			defer b.Close()
 			victims = append(victims, b)
 			if b.PID != c.PID {
 				return false
 			}
 			continue
 		}
-		if err := inn.ThreadAt(c.PID, threadComm); err != nil {
+		if err := inn.NamedThreadAt(c.PID, threadComm); err != nil {
 			return false
 		}
 		if tgid, err := proc.StatusField(procRoot, c.PID, "Tgid"); err != nil || tgid != strconv.Itoa(inn.PID) {

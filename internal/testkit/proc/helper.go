@@ -17,10 +17,16 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 )
 
-// helperEnv selects a helper mode of the test binary; see Main.
-const helperEnv = "KC_TESTKIT_PROC_HELPER"
+// helperEnv selects a helper mode of the test binary; see Main. commEnv,
+// when set, is the comm an innocent gives itself before it reports ready.
+const (
+	helperEnv = "KC_TESTKIT_PROC_HELPER"
+	commEnv   = "KC_TESTKIT_PROC_COMM"
+)
 
 const (
 	modeInnocent     = "innocent"
@@ -82,11 +88,20 @@ var watched = []os.Signal{
 // any watched signal that was queued before it.
 const sentinel = syscall.SIGPWR
 
-// innocentMain is a bystander process: it reports every signal it
-// catches, answers "sync" with the number caught so far, on "pgid N"
-// joins process group N, and on "thread N" starts OS threads until one
-// has thread ID N.
+// innocentMain is a bystander process: it names itself $KC_TESTKIT_PROC_COMM
+// (if set), reports every signal it catches, answers "sync" with the number
+// caught so far, on "pgid N" joins process group N, and on "thread N
+// [COMM]" starts OS threads until one has thread ID N, which it names COMM.
 func innocentMain() int {
+	if c := os.Getenv(commEnv); c != "" {
+		// /proc/self/comm names the thread-group leader, which is what
+		// /proc/<pid>/comm and stat show; prctl(PR_SET_NAME) would name
+		// whichever thread this goroutine happens to run on.
+		if err := os.WriteFile("/proc/self/comm", []byte(c), 0); err != nil {
+			fmt.Fprintf(os.Stderr, "innocent: set comm: %v\n", err)
+			return 3
+		}
+	}
 	var (
 		outMu sync.Mutex
 		mu    sync.Mutex
@@ -156,7 +171,11 @@ func innocentMain() int {
 				say("error %v", err)
 				continue
 			}
-			say("%s", threadAt(n))
+			comm := ""
+			if len(f) > 2 {
+				comm = f[2]
+			}
+			say("%s", threadAt(n, comm))
 		default:
 			say("error unknown command %q", f[0])
 		}
@@ -165,15 +184,24 @@ func innocentMain() int {
 }
 
 // threadAt starts OS threads, one at a time, until this process has a
-// thread with ID n, and parks them for the rest of its life. Each thread
-// is held by a goroutine locked to it; once every idle thread is held the
-// runtime must create a new one to go on running this goroutine.
-func threadAt(n int) string {
+// thread with ID n, names it comm (when given), and parks the threads for
+// the rest of its life. Each thread is held by a goroutine locked to it;
+// once every idle thread is held the runtime must create a new one to go
+// on running this goroutine.
+func threadAt(n int, comm string) string {
 	path := "/proc/self/task/" + strconv.Itoa(n)
+	ok := func(started int) string {
+		if comm != "" {
+			if err := os.WriteFile(path+"/comm", []byte(comm), 0); err != nil {
+				return "thread fail: comm: " + err.Error()
+			}
+		}
+		return fmt.Sprintf("thread ok %d", started)
+	}
 	forever := make(chan struct{})
 	for i := range 64 {
 		if _, err := os.Lstat(path); err == nil {
-			return fmt.Sprintf("thread ok %d", i)
+			return ok(i)
 		}
 		got := make(chan int)
 		go func() {
@@ -182,11 +210,11 @@ func threadAt(n int) string {
 			<-forever
 		}()
 		if <-got == n {
-			return fmt.Sprintf("thread ok %d", i+1)
+			return ok(i + 1)
 		}
 	}
 	if _, err := os.Lstat(path); err == nil {
-		return "thread ok 64"
+		return ok(64)
 	}
 	return "thread fail"
 }
@@ -275,22 +303,52 @@ func readLine(r io.Reader, timeout time.Duration) (string, error) {
 // receives. Tests use it to prove that nothing was sent to a process that
 // took over a recorded PID or process group.
 type Innocent struct {
-	Cmd *exec.Cmd
-	PID int
+	Cmd  *exec.Cmd
+	PID  int
+	Stat fingerprint.Stat // its identity once it was ready
 
 	in      io.WriteCloser
 	replies chan string
 
 	mu     sync.Mutex
 	caught []string
+
+	reap      bool
+	done      chan struct{} // closed once the innocent has been reaped
+	closeOnce sync.Once
 }
+
+// InnocentOptions are the less common settings of an innocent.
+type InnocentOptions struct {
+	// Comm, if set, is the comm (at most 15 bytes) the innocent gives
+	// itself before it reports ready.
+	Comm string
+	// Reap makes the innocent be reaped the moment it exits, so Dead
+	// tells whether it died; by default it is reaped only by Close, and
+	// its PID stays taken until then.
+	Reap bool
+}
+
+// innocentTimeout bounds starting an innocent and its answer to a sync.
+const innocentTimeout = 15 * time.Second
 
 // StartInnocent starts an innocent with attr (may be nil) and waits until
 // it catches signals. The caller must Close it.
 func StartInnocent(attr *syscall.SysProcAttr) (*Innocent, error) {
+	return StartInnocentWith(attr, InnocentOptions{})
+}
+
+// StartInnocentWith is StartInnocent with options.
+func StartInnocentWith(attr *syscall.SysProcAttr, opt InnocentOptions) (*Innocent, error) {
+	if len(opt.Comm) > 15 || strings.ContainsAny(opt.Comm, " \t\n") {
+		return nil, fmt.Errorf("innocent: bad comm %q", opt.Comm)
+	}
 	cmd, err := helperCommand(modeInnocent)
 	if err != nil {
 		return nil, err
+	}
+	if opt.Comm != "" {
+		cmd.Env = append(cmd.Env, commEnv+"="+opt.Comm)
 	}
 	cmd.SysProcAttr = attr
 	in, err := cmd.StdinPipe()
@@ -304,11 +362,21 @@ func StartInnocent(attr *syscall.SysProcAttr) (*Innocent, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	i := &Innocent{Cmd: cmd, PID: cmd.Process.Pid, in: in, replies: make(chan string, 16)}
-	go i.read(out)
-	if _, err := i.reply(10 * time.Second); err != nil {
+	i := &Innocent{Cmd: cmd, PID: cmd.Process.Pid, in: in, replies: make(chan string, 16),
+		reap: opt.Reap, done: make(chan struct{})}
+	if opt.Reap {
+		// Wait closes stdout, so it must wait until reading is over.
+		go func() { i.read(out); _ = cmd.Wait(); close(i.done) }()
+	} else {
+		go i.read(out)
+	}
+	if _, err := i.reply(innocentTimeout); err != nil {
 		i.Close()
 		return nil, fmt.Errorf("innocent %d did not start: %w", i.PID, err)
+	}
+	if i.Stat, err = fingerprint.ReadStat("/proc", i.PID); err != nil {
+		i.Close()
+		return nil, err
 	}
 	return i, nil
 }
@@ -354,7 +422,7 @@ func (i *Innocent) command(cmd string, timeout time.Duration) (string, error) {
 // counting every signal that was queued to it before the call. A stopped
 // or dead innocent makes it fail.
 func (i *Innocent) Sync() (int, error) {
-	line, err := i.command("sync", 5*time.Second)
+	line, err := i.command("sync", innocentTimeout)
 	if err != nil {
 		return 0, err
 	}
@@ -382,7 +450,16 @@ func (i *Innocent) Setpgid(pgid int) error {
 // ThreadAt asks the innocent to start threads until one has thread ID n;
 // call SetNextPID(n) first. It fails when another task took n.
 func (i *Innocent) ThreadAt(n int) error {
-	line, err := i.command("thread "+strconv.Itoa(n), 10*time.Second)
+	return i.NamedThreadAt(n, "")
+}
+
+// NamedThreadAt is ThreadAt that also names the thread comm (no blanks, at
+// most 15 bytes; "" leaves the name the thread was born with).
+func (i *Innocent) NamedThreadAt(n int, comm string) error {
+	if len(comm) > 15 || strings.ContainsAny(comm, " \t\n") {
+		return fmt.Errorf("innocent: bad thread comm %q", comm)
+	}
+	line, err := i.command(strings.TrimSpace("thread "+strconv.Itoa(n)+" "+comm), 10*time.Second)
 	if err != nil {
 		return err
 	}
@@ -392,7 +469,54 @@ func (i *Innocent) ThreadAt(n int) error {
 	return nil
 }
 
-// Close kills and reaps the innocent.
+// Done is closed once the innocent has been reaped.
+func (i *Innocent) Done() <-chan struct{} { return i.done }
+
+// Dead reports whether the innocent has exited and been reaped: by
+// Close, or (with InnocentOptions.Reap) the moment it exited.
+func (i *Innocent) Dead() bool {
+	select {
+	case <-i.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Harm returns how many signals reached the innocent — every signal it
+// caught, or one for being dead, replaced or stopped — and says what
+// happened; 0 and "" when nothing did.
+func (i *Innocent) Harm() (int, string) {
+	if i.Dead() {
+		return 1, fmt.Sprintf("innocent %d died", i.PID)
+	}
+	st, err := fingerprint.ReadStat("/proc", i.PID)
+	if err != nil || st.StartTicks != i.Stat.StartTicks {
+		return 1, fmt.Sprintf("innocent %d gone or replaced (%v)", i.PID, err)
+	}
+	if st.Zombie() {
+		return 1, fmt.Sprintf("innocent %d died", i.PID)
+	}
+	if st.State == 'T' || st.State == 't' {
+		return 1, fmt.Sprintf("innocent %d stopped", i.PID)
+	}
+	n, err := i.Sync()
+	if err != nil {
+		return 1, fmt.Sprintf("innocent %d: %v", i.PID, err)
+	}
+	if n > 0 {
+		return n, fmt.Sprintf("innocent %d caught %v", i.PID, i.Caught())
+	}
+	return 0, ""
+}
+
+// Close kills and reaps the innocent. It may be called more than once.
 func (i *Innocent) Close() {
+	if i.reap {
+		_ = i.Cmd.Process.Kill()
+		<-i.done
+		return
+	}
 	Reap(i.Cmd)
+	i.closeOnce.Do(func() { close(i.done) })
 }

@@ -1,7 +1,6 @@
 package liveness
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
+	"github.com/kc-watchman/kc-watchman/internal/podmantest"
 )
 
 // privatePodman is a podman that shares nothing with the host's: its own
@@ -201,11 +201,7 @@ func (p *privatePodman) cleanup(t testing.TB) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	for _, m := range mountsBelow(t, p.dir) {
-		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil {
-			t.Logf("cleanup: umount %s: %v", m, err)
-		}
-	}
+	podmantest.UnmountBelow(p.dir, t.Logf)
 }
 
 // processesNaming lists live processes whose argv mentions s.
@@ -224,26 +220,6 @@ func processesNaming(s string) []int {
 		pids = append(pids, pid)
 	}
 	return pids
-}
-
-// mountsBelow lists mount points under dir, deepest first.
-func mountsBelow(t testing.TB, dir string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		t.Logf("mountinfo: %v", err)
-		return nil
-	}
-	defer f.Close()
-	var ms []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		if len(fs) > 4 && strings.HasPrefix(fs[4], dir+"/") {
-			ms = append(ms, fs[4])
-		}
-	}
-	slices.SortFunc(ms, func(a, b string) int { return len(b) - len(a) })
-	return ms
 }
 
 func TestQueryRealPodman(t *testing.T) {

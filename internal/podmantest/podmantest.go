@@ -843,7 +843,12 @@ func (e *Env) waitProcsGone(d time.Duration) []int {
 
 // unmountAll detaches every mount at or below the Env's dir, deepest
 // first.
-func (e *Env) unmountAll(logf func(string, ...any)) {
+func (e *Env) unmountAll(logf func(string, ...any)) { UnmountBelow(e.dir, logf) }
+
+// UnmountBelow detaches every mount at or below dir, deepest first: what a
+// private podman (its storage, its containers' rootfs and shm) leaves
+// mounted. Errors go to logf.
+func UnmountBelow(dir string, logf func(string, ...any)) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		logf("podmantest cleanup: %v", err)
@@ -858,7 +863,7 @@ func (e *Env) unmountAll(logf func(string, ...any)) {
 			continue
 		}
 		mp := unescapeMount(fields[4])
-		if mp == e.dir || strings.HasPrefix(mp, e.dir+"/") {
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
 			mps = append(mps, mp)
 		}
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
+	"github.com/kc-watchman/kc-watchman/internal/podmantest"
 )
 
 // privatePodman is a podman that shares nothing with the host's: its own
@@ -213,11 +212,9 @@ func (p *privatePodman) cleanup() {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	for _, m := range mountsBelow(p.dir) {
-		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil {
-			fmt.Fprintf(os.Stderr, "kcbench: cleanup: umount %s: %v\n", m, err)
-		}
-	}
+	podmantest.UnmountBelow(p.dir, func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "kcbench: "+format+"\n", args...)
+	})
 }
 
 // processesNaming lists live processes (other than the harness and the
@@ -242,25 +239,6 @@ func processesNaming(s string, service *child) []int {
 		pids = append(pids, pid)
 	}
 	return pids
-}
-
-// mountsBelow lists mount points under dir, deepest first.
-func mountsBelow(dir string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var ms []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		if len(fs) > 4 && strings.HasPrefix(fs[4], dir+"/") {
-			ms = append(ms, fs[4])
-		}
-	}
-	slices.SortFunc(ms, func(a, b string) int { return len(b) - len(a) })
-	return ms
 }
 
 // fakePodmanCLI writes a stand-in `podman` that prints a fixed

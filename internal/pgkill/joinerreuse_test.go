@@ -3,7 +3,6 @@ package pgkill_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -47,8 +46,8 @@ var joinerReuseScenarios = []joinerReuseScenario{
 // nothing to the innocents. Like TestPIDReuse it runs as PID 1 of a new
 // PID namespace, where ns_last_pid hands out the numbers.
 func TestKillJoinerPIDReuse(t *testing.T) {
-	if out := os.Getenv(pidnsHelperEnv); out != "" {
-		joinerReuseHelper(t, out)
+	if proc.InPIDNamespace() {
+		joinerReuseHelper(t)
 		return
 	}
 	sum := runReuseTrials(t, "TestKillJoinerPIDReuse", "joiner PID reuse", 40, 12)
@@ -59,8 +58,8 @@ func TestKillJoinerPIDReuse(t *testing.T) {
 	}
 }
 
-func joinerReuseHelper(t *testing.T, summaryPath string) {
-	runHelperTrials(t, summaryPath, len(joinerReuseScenarios), func(i int) (string, int, error) {
+func joinerReuseHelper(t *testing.T) {
+	runHelperTrials(t, len(joinerReuseScenarios), func(i int) (string, int, error) {
 		sc := joinerReuseScenarios[i]
 		signals, err := joinerReuseTrial(t, sc)
 		return sc.name, signals, err

@@ -1,21 +1,16 @@
 package pgkill_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
@@ -23,9 +18,6 @@ import (
 )
 
 const (
-	// pidnsHelperEnv makes TestPIDReuse the helper that runs as PID 1 of
-	// a new PID namespace; its value is where to write the summary.
-	pidnsHelperEnv = "KC_PGKILL_PIDNS_HELPER"
 	// TrialsEnv sets the number of PID reuse trials (default 200).
 	trialsEnv = "KC_PIDREUSE_TRIALS"
 )
@@ -45,8 +37,8 @@ type reuseSummary struct {
 // nothing to them. It needs root: it runs the trials as PID 1 of a new PID
 // namespace, where /proc/sys/kernel/ns_last_pid picks the next PID.
 func TestPIDReuse(t *testing.T) {
-	if out := os.Getenv(pidnsHelperEnv); out != "" {
-		pidReuseHelper(t, out)
+	if proc.InPIDNamespace() {
+		pidReuseHelper(t)
 		return
 	}
 	runReuseTrials(t, "TestPIDReuse", "PID reuse", 200, 30)
@@ -71,7 +63,7 @@ func runReuseTrials(t *testing.T, test, what string, trials, short int) reuseSum
 		trials = n
 	}
 	var sum reuseSummary
-	runInPIDNamespace(t, test, []string{trialsEnv + "=" + strconv.Itoa(trials)}, &sum)
+	proc.RunInPIDNamespace(t, test, 3*time.Minute, &sum, trialsEnv+"="+strconv.Itoa(trials))
 	total := 0
 	for _, n := range sum.Trials {
 		total += n
@@ -113,8 +105,8 @@ var reuseScenarios = []reuseScenario{
 var errRetry = errors.New("wanted pid not obtained")
 
 // pidReuseHelper runs as PID 1 of a new PID and mount namespace.
-func pidReuseHelper(t *testing.T, summaryPath string) {
-	runHelperTrials(t, summaryPath, len(reuseScenarios), func(i int) (string, int, error) {
+func pidReuseHelper(t *testing.T) {
+	runHelperTrials(t, len(reuseScenarios), func(i int) (string, int, error) {
 		sc := reuseScenarios[i]
 		signals, err := reuseTrial(t, sc)
 		return sc.name, signals, err
@@ -124,10 +116,10 @@ func pidReuseHelper(t *testing.T, summaryPath string) {
 // runHelperTrials runs, as PID 1 of a new PID and mount namespace, the
 // number of trials trialsEnv asks for over scenarios 0…scenarios-1 in
 // turn, retrying a trial whose wanted PID another task took (errRetry), and
-// writes the summary to summaryPath. trial runs scenario i and returns its
+// hands the summary back (proc.WriteSummary). trial runs scenario i and returns its
 // name and the signals innocents got.
-func runHelperTrials(t *testing.T, summaryPath string, scenarios int, trial func(i int) (name string, signals int, err error)) {
-	enterPIDNamespace(t)
+func runHelperTrials(t *testing.T, scenarios int, trial func(i int) (name string, signals int, err error)) {
+	proc.EnterPIDNamespace(t)
 	trials, err := strconv.Atoi(os.Getenv(trialsEnv))
 	if err != nil {
 		t.Fatalf("%s: %v", trialsEnv, err)
@@ -153,78 +145,7 @@ func runHelperTrials(t *testing.T, summaryPath string, scenarios int, trial func
 		}
 	}
 	sum.Elapsed = time.Since(start)
-	writeSummary(t, summaryPath, sum)
-}
-
-// runInPIDNamespace runs test in a copy of this test binary that is PID 1
-// of a new PID and mount namespace, with env added, and decodes into sum
-// the summary the helper writes to the path in pidnsHelperEnv.
-func runInPIDNamespace(t *testing.T, test string, env []string, sum any) {
-	t.Helper()
-	summaryPath := filepath.Join(t.TempDir(), "summary.json")
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^"+test+"$", "-test.count=1", "-test.v", "-test.timeout=3m")
-	cmd.Env = append(append(os.Environ(), pidnsHelperEnv+"="+summaryPath), env...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
-		Setpgid:    true,
-	}
-	// Killing the helper, PID 1 of the namespace, kills everything in it.
-	proc.Start(t, cmd)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err = <-done:
-	case <-time.After(4 * time.Minute):
-		_ = cmd.Process.Kill()
-		<-done
-		t.Fatalf("helper timed out; output:\n%s", out.String())
-	}
-	if err != nil {
-		t.Fatalf("helper in the PID namespace failed: %v; output:\n%s", err, out.String())
-	}
-
-	data, err := os.ReadFile(summaryPath)
-	if err != nil {
-		t.Fatalf("no summary from the helper: %v; output:\n%s", err, out.String())
-	}
-	if err := json.Unmarshal(data, sum); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// enterPIDNamespace checks that the helper is PID 1 of a new PID
-// namespace and mounts a /proc that shows that namespace.
-func enterPIDNamespace(t *testing.T) {
-	t.Helper()
-	if os.Getpid() != 1 {
-		t.Fatalf("helper is pid %d, not 1 of a new PID namespace", os.Getpid())
-	}
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		t.Fatalf("make mounts private: %v", err)
-	}
-	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		t.Fatalf("mount proc: %v", err)
-	}
-	if st := proc.MustStat(t, root, 1); st.PID != 1 || st.PPID != 0 {
-		t.Fatalf("/proc does not show this namespace: %+v", st)
-	}
-}
-
-func writeSummary(t *testing.T, path string, sum any) {
-	t.Helper()
-	data, err := json.Marshal(sum)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	proc.WriteSummary(t, sum)
 }
 
 // reuseTrial records a group (leader + member), kills and reaps it, hands

@@ -138,7 +138,7 @@ const (
 )
 
 func pidRaceHelper(t *testing.T) {
-	pidnsSetup(t)
+	proc.EnterPIDNamespace(t)
 	trials, err := strconv.Atoi(os.Getenv(raceTrialsEnv))
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +180,7 @@ func pidRaceHelper(t *testing.T) {
 		sum.Outcomes[string(r.outcome)]++
 	}
 	sum.Elapsed = time.Since(start)
-	finishPIDNS(t, sum)
+	proc.WriteSummary(t, sum)
 }
 
 // raceResult is the outcome of one trial.

@@ -96,7 +96,7 @@ func TestThreadIDCollision(t *testing.T) {
 }
 
 func threadHelper(t *testing.T) {
-	pidnsSetup(t)
+	proc.EnterPIDNamespace(t)
 	start := time.Now()
 	sum := threadSummary{Trials: map[string]int{}}
 	podmanDir, setPS := listingPodman(t)
@@ -116,7 +116,7 @@ func threadHelper(t *testing.T) {
 		}
 	}
 	sum.Elapsed = time.Since(start)
-	finishPIDNS(t, sum)
+	proc.WriteSummary(t, sum)
 }
 
 // threadTrial runs one collision; it returns false when the PIDs could not

@@ -57,6 +57,8 @@ type Options struct {
 	Full bool
 	// Now overrides the clock for age computations (tests).
 	Now func() time.Time
+	// Lister chooses how the fast scan lists the host's processes.
+	Lister Lister
 
 	// pipeline overrides how the fast scan splits its work (tests force
 	// several goroutines and many batches on a small process table).
@@ -92,11 +94,17 @@ type Tree struct {
 
 // Stats reports how much a scan read, for benchmarks and logs.
 type Stats struct {
-	Processes int
-	Groups    int
-	StatReads int
-	FullReads int
-	Duration  time.Duration
+	// Lister is how the processes were listed: "bpf", "proc" or, for
+	// the full scan, "full".
+	Lister string
+	// ListerFallback says why ListAuto did not use the BPF task
+	// iterator; empty when it did or was not asked to.
+	ListerFallback string
+	Processes      int
+	Groups         int
+	StatReads      int
+	FullReads      int
+	Duration       time.Duration
 }
 
 // Scan finds the supervisor trees on the host.
@@ -119,9 +127,10 @@ func Scan(opt Options) ([]Tree, Stats, error) {
 	)
 	if opt.Full {
 		ss = []*scanner{{opt: opt, comms: comms}}
+		stats.Lister = "full"
 		cands, err = ss[0].fullGroups(&stats)
 	} else {
-		cands, ss, err = fastGroups(opt, comms, &stats)
+		cands, ss, err = listGroups(opt, comms, &stats)
 		for _, s := range ss {
 			defer s.proc.close()
 		}

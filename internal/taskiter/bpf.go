@@ -1,0 +1,135 @@
+package taskiter
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// bpf(2) commands, program and attach types (include/uapi/linux/bpf.h).
+const (
+	cmdProgLoad     = 5
+	cmdLinkCreate   = 28
+	cmdIterCreate   = 33
+	progTracing     = 26
+	attachTraceIter = 28
+)
+
+// progLoadAttr is the head of union bpf_attr for BPF_PROG_LOAD, up to
+// attach_btf_obj_fd; the kernel takes a shorter attr as zero-extended.
+type progLoadAttr struct {
+	progType           uint32
+	insnCnt            uint32
+	insns              uint64
+	license            uint64
+	logLevel           uint32
+	logSize            uint32
+	logBuf             uint64
+	kernVersion        uint32
+	progFlags          uint32
+	progName           [16]byte
+	progIfindex        uint32
+	expectedAttachType uint32
+	progBTFFd          uint32
+	funcInfoRecSize    uint32
+	funcInfo           uint64
+	funcInfoCnt        uint32
+	lineInfoRecSize    uint32
+	lineInfo           uint64
+	lineInfoCnt        uint32
+	attachBTFID        uint32
+	attachBTFObjFd     uint32
+	_                  uint32
+}
+
+// linkCreateAttr is union bpf_attr for BPF_LINK_CREATE of an iterator
+// without parameters (every task of the host).
+type linkCreateAttr struct {
+	progFd      uint32
+	targetFd    uint32
+	attachType  uint32
+	flags       uint32
+	iterInfo    uint64
+	iterInfoLen uint32
+	_           uint32
+}
+
+type iterCreateAttr struct {
+	linkFd uint32
+	flags  uint32
+}
+
+func bpf(cmd int, attr unsafe.Pointer, size uintptr) (int, error) {
+	fd, _, errno := unix.Syscall(unix.SYS_BPF, uintptr(cmd), uintptr(attr), size)
+	if errno != 0 {
+		return -1, errno
+	}
+	return int(fd), nil
+}
+
+// license: bpf_seq_write is only offered to GPL-compatible programs. The
+// program is generated here at run time and lives only while it runs.
+var license = []byte("GPL\x00")
+
+// loadProgram loads the iterator program. When the verifier refuses it,
+// the load is repeated with the verifier's log, which goes into the error.
+func loadProgram(prog []insn, attachID uint32) (int, error) {
+	code := encode(prog)
+	attr := progLoadAttr{
+		progType:           progTracing,
+		insnCnt:            uint32(len(prog)),
+		insns:              uint64(uintptr(unsafe.Pointer(&code[0]))),
+		license:            uint64(uintptr(unsafe.Pointer(&license[0]))),
+		expectedAttachType: attachTraceIter,
+		attachBTFID:        attachID,
+	}
+	copy(attr.progName[:], "kc_tasks")
+	fd, err := bpf(cmdProgLoad, unsafe.Pointer(&attr), unsafe.Sizeof(attr))
+	runtime.KeepAlive(code)
+	if err == nil {
+		return fd, nil
+	}
+	if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.EACCES) {
+		return -1, fmt.Errorf("load task iterator program: %w", err)
+	}
+	log := make([]byte, 64<<10)
+	attr.logLevel, attr.logSize = 1, uint32(len(log))
+	attr.logBuf = uint64(uintptr(unsafe.Pointer(&log[0])))
+	if fd, err2 := bpf(cmdProgLoad, unsafe.Pointer(&attr), unsafe.Sizeof(attr)); err2 == nil {
+		return fd, nil // refused once, taken with a log: take it
+	}
+	runtime.KeepAlive(code)
+	if i := bytes.IndexByte(log, 0); i >= 0 {
+		log = log[:i]
+	}
+	return -1, fmt.Errorf("load task iterator program: %w; verifier: %s", err, lastLines(string(log), 4))
+}
+
+// openIter attaches the program as a task iterator and opens one pass of
+// it; reading the returned descriptor runs the program over every task.
+func openIter(progFd int) (int, error) {
+	la := linkCreateAttr{progFd: uint32(progFd), attachType: attachTraceIter}
+	linkFd, err := bpf(cmdLinkCreate, unsafe.Pointer(&la), unsafe.Sizeof(la))
+	if err != nil {
+		return -1, fmt.Errorf("attach task iterator: %w", err)
+	}
+	defer unix.Close(linkFd)
+	ia := iterCreateAttr{linkFd: uint32(linkFd)}
+	fd, err := bpf(cmdIterCreate, unsafe.Pointer(&ia), unsafe.Sizeof(ia))
+	if err != nil {
+		return -1, fmt.Errorf("open task iterator: %w", err)
+	}
+	return fd, nil
+}
+
+func lastLines(s string, n int) string {
+	lines := bytes.Split(bytes.TrimSpace([]byte(s)), []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return string(bytes.Join(lines, []byte(" | ")))
+}

@@ -1,0 +1,297 @@
+package taskiter
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+
+	"golang.org/x/sys/unix"
+)
+
+// kernelBTF is where the kernel describes its own types (CONFIG_DEBUG_INFO_BTF).
+const kernelBTF = "/sys/kernel/btf/vmlinux"
+
+// layout holds where the fields the program reads sit in this kernel's
+// structs, and the BTF ID of the iterator's attach point. It is read from
+// the kernel's BTF by name, never assumed: struct layouts differ between
+// builds and configurations.
+type layout struct {
+	taskPID, taskTGID, taskExitState, taskStart, taskComm, taskSignal uint32
+	signalPIDs, signalThreads, pidNumbers, upidNR                     uint32
+	iterFunc                                                          uint32
+}
+
+// wantedMembers names, per struct, the members the program reads.
+var wantedMembers = map[string][]string{
+	"task_struct":   {"pid", "tgid", "exit_state", "start_boottime", "comm", "signal"},
+	"signal_struct": {"pids", "nr_threads"},
+	"pid":           {"numbers"},
+	"upid":          {"nr"},
+}
+
+// iterFuncName is the kernel function a task iterator program attaches to.
+const iterFuncName = "bpf_iter_task"
+
+// BTF type kinds (include/uapi/linux/btf.h).
+const (
+	kindStruct  = 4
+	kindUnion   = 5
+	kindEnum    = 6
+	kindFunc    = 12
+	kindArray   = 3
+	kindInt     = 1
+	kindFuncPro = 13
+	kindVar     = 14
+	kindDatasec = 15
+	kindDeclTag = 17
+	kindEnum64  = 19
+	kindMax     = 19
+)
+
+type btfHeader struct {
+	Magic   uint16
+	Version uint8
+	Flags   uint8
+	HdrLen  uint32
+	TypeOff uint32
+	TypeLen uint32
+	StrOff  uint32
+	StrLen  uint32
+}
+
+const btfMagic = 0xeb9f
+
+// readLayout finds the layout in the kernel's BTF. Since Linux 6.16 the
+// blob can be mapped (read-only, private), which costs next to nothing
+// next to reading its megabytes through a buffer whose every page would
+// fault in; older kernels get the read.
+func readLayout() (layout, error) {
+	f, err := os.Open(kernelBTF)
+	if err != nil {
+		return layout{}, fmt.Errorf("kernel BTF: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return layout{}, fmt.Errorf("kernel BTF: %w", err)
+	}
+	size := int(fi.Size())
+	if size <= 0 {
+		return layout{}, fmt.Errorf("kernel BTF: %s is empty", kernelBTF)
+	}
+	if blob, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_POPULATE); err == nil {
+		defer unix.Munmap(blob)
+		return parseLayout(blob)
+	}
+	blob := make([]byte, size)
+	if _, err := io.ReadFull(f, blob); err != nil {
+		return layout{}, fmt.Errorf("kernel BTF: %w", err)
+	}
+	return parseLayout(blob)
+}
+
+// parseLayout reads a BTF blob: the string section, for the offsets of
+// the few names it needs, then the type section, for the structs and the
+// function with those names.
+func parseLayout(blob []byte) (layout, error) {
+	var hdr btfHeader
+	if _, err := binary.Decode(blob, binary.NativeEndian, &hdr); err != nil {
+		return layout{}, fmt.Errorf("kernel BTF header: %w", err)
+	}
+	if hdr.Magic != btfMagic {
+		return layout{}, fmt.Errorf("kernel BTF: bad magic %#x (not native-endian BTF)", hdr.Magic)
+	}
+	section := func(off, n uint32) ([]byte, error) {
+		start := uint64(hdr.HdrLen) + uint64(off)
+		if start+uint64(n) > uint64(len(blob)) {
+			return nil, fmt.Errorf("kernel BTF: section [%d, +%d) beyond the blob's %d bytes", start, n, len(blob))
+		}
+		return blob[start : start+uint64(n)], nil
+	}
+	strs, err := section(hdr.StrOff, hdr.StrLen)
+	if err != nil {
+		return layout{}, err
+	}
+	types, err := section(hdr.TypeOff, hdr.TypeLen)
+	if err != nil {
+		return layout{}, err
+	}
+
+	names := map[string]bool{iterFuncName: true}
+	for st, ms := range wantedMembers {
+		names[st] = true
+		for _, m := range ms {
+			names[m] = true
+		}
+	}
+	byOff := findStrings(strs, names)
+	found, funcID, err := findTypes(types, byOff)
+	if err != nil {
+		return layout{}, err
+	}
+	if funcID == 0 {
+		return layout{}, fmt.Errorf("kernel BTF has no function %s (kernel without task iterators)", iterFuncName)
+	}
+	member := func(st, m string) (uint32, error) {
+		ms, ok := found[st]
+		if !ok {
+			return 0, fmt.Errorf("kernel BTF has no struct %s", st)
+		}
+		off, ok := ms[m]
+		if !ok {
+			return 0, fmt.Errorf("kernel BTF: struct %s has no member %s at its top level", st, m)
+		}
+		return off, nil
+	}
+	l := layout{iterFunc: funcID}
+	for _, f := range []struct {
+		dst     *uint32
+		st, mem string
+	}{
+		{&l.taskPID, "task_struct", "pid"},
+		{&l.taskTGID, "task_struct", "tgid"},
+		{&l.taskExitState, "task_struct", "exit_state"},
+		{&l.taskStart, "task_struct", "start_boottime"},
+		{&l.taskComm, "task_struct", "comm"},
+		{&l.taskSignal, "task_struct", "signal"},
+		{&l.signalPIDs, "signal_struct", "pids"},
+		{&l.signalThreads, "signal_struct", "nr_threads"},
+		{&l.pidNumbers, "pid", "numbers"},
+		{&l.upidNR, "upid", "nr"},
+	} {
+		if *f.dst, err = member(f.st, f.mem); err != nil {
+			return layout{}, err
+		}
+	}
+	return l, nil
+}
+
+// findStrings maps the offsets of the wanted names in a string section to
+// the names. Nearly all of the section's strings are rejected on their
+// length and first byte, without hashing.
+func findStrings(strs []byte, wanted map[string]bool) map[uint32]string {
+	var lengths uint32 // bit n: a name of n bytes is wanted
+	var first [256]bool
+	for w := range wanted {
+		lengths |= 1 << len(w)
+		first[w[0]] = true
+	}
+	byOff := make(map[uint32]string, len(wanted))
+	seen := make(map[string]bool, len(wanted))
+	for off := 0; off < len(strs); {
+		n := bytes.IndexByte(strs[off:], 0)
+		if n < 0 {
+			break
+		}
+		if n > 0 && n < 32 && lengths&(1<<n) != 0 && first[strs[off]] {
+			if name := strs[off : off+n]; wanted[string(name)] && !seen[string(name)] {
+				seen[string(name)] = true
+				byOff[uint32(off)] = string(name)
+			}
+		}
+		off += n + 1
+	}
+	return byOff
+}
+
+// findTypes walks a type section and returns, for each struct whose name
+// is wanted, the byte offsets of its wanted members, plus the ID of the
+// iterator's function. A wanted struct defined twice with different
+// layouts is an error: the program could not know which one it reads.
+func findTypes(types []byte, names map[uint32]string) (map[string]map[string]uint32, uint32, error) {
+	found := map[string]map[string]uint32{}
+	var funcID uint32
+	// Offsets of the names a struct or function must have to matter: a
+	// few comparisons per type instead of a map lookup.
+	var structNames []uint32
+	funcName := ^uint32(0)
+	for off, name := range names {
+		if wantedMembers[name] != nil {
+			structNames = append(structNames, off)
+		}
+		if name == iterFuncName {
+			funcName = off
+		}
+	}
+	for id, off := uint32(1), 0; off < len(types); id++ {
+		if len(types)-off < 12 {
+			return nil, 0, fmt.Errorf("kernel BTF type %d: truncated", id)
+		}
+		nameOff := binary.NativeEndian.Uint32(types[off:])
+		info := binary.NativeEndian.Uint32(types[off+4:])
+		vlen, kind, kflag := int(info&0xffff), int(info>>24&0x1f), info>>31 == 1
+		off += 12
+		n, err := trailer(kind, vlen)
+		if err != nil {
+			return nil, 0, fmt.Errorf("kernel BTF type %d: %w", id, err)
+		}
+		if len(types)-off < n {
+			return nil, 0, fmt.Errorf("kernel BTF type %d: truncated", id)
+		}
+		switch {
+		case kind == kindFunc && nameOff == funcName:
+			funcID = id
+		case kind == kindStruct && slices.Contains(structNames, nameOff):
+			name := names[nameOff]
+			ms, err := readMembers(types[off:off+n], kflag, names, wantedMembers[name])
+			if err != nil {
+				return nil, 0, fmt.Errorf("kernel BTF struct %s: %w", name, err)
+			}
+			if prev, dup := found[name]; dup && !maps.Equal(prev, ms) {
+				return nil, 0, fmt.Errorf("kernel BTF defines struct %s twice, with different layouts", name)
+			}
+			found[name] = ms
+		}
+		off += n
+	}
+	return found, funcID, nil
+}
+
+// readMembers reads a struct's member list and keeps the wanted ones that
+// are whole bytes (no bitfields).
+func readMembers(list []byte, kflag bool, names map[uint32]string, want []string) (map[string]uint32, error) {
+	ms := map[string]uint32{}
+	for m := list; len(m) >= 12; m = m[12:] {
+		name, ok := names[binary.NativeEndian.Uint32(m[0:])]
+		if !ok || !slices.Contains(want, name) {
+			continue
+		}
+		bits := binary.NativeEndian.Uint32(m[8:])
+		if kflag {
+			if bits>>24 != 0 {
+				return nil, fmt.Errorf("member %s is a bitfield", name)
+			}
+			bits &= 0xffffff
+		}
+		if bits%8 != 0 {
+			return nil, fmt.Errorf("member %s is not byte-aligned", name)
+		}
+		ms[name] = bits / 8
+	}
+	return ms, nil
+}
+
+// trailer is the size of the data that follows a type's 12-byte header.
+func trailer(kind, vlen int) (int, error) {
+	switch kind {
+	case kindInt, kindVar, kindDeclTag:
+		return 4, nil
+	case kindArray:
+		return 12, nil
+	case kindStruct, kindUnion, kindDatasec, kindEnum64:
+		return 12 * vlen, nil
+	case kindEnum, kindFuncPro:
+		return 8 * vlen, nil
+	case 0:
+		return 0, errors.New("kind 0 (void) in the type section")
+	}
+	if kind > kindMax {
+		return 0, fmt.Errorf("unknown kind %d (newer BTF than this reader)", kind)
+	}
+	return 0, nil // PTR, FWD, TYPEDEF, VOLATILE, CONST, RESTRICT, FUNC, FLOAT, TYPE_TAG
+}

@@ -1,0 +1,118 @@
+package taskiter
+
+import "fmt"
+
+// record is what the program writes for each process, and what Read
+// parses: native-endian, 40 bytes.
+//
+//	0  pid        u32  thread-group ID (init PID namespace)
+//	4  pgid       u32  process group ID (init PID namespace), 0 for none
+//	8  exit_state u32  non-zero: zombie or dead
+//	12 nr_threads u32  live threads of the process (signal->nr_threads)
+//	16 start      u64  start_boottime in nanoseconds
+//	24 comm       [16]byte
+const recordSize = 40
+
+// PIDTYPE_PGID in enum pid_type (include/linux/pid_types.h), the index of
+// the process group in signal_struct.pids. The enum has not changed since
+// PIDTYPE_TGID was added in 4.19.
+const pidtypePGID = 2
+
+// The context of a task iterator program, struct bpf_iter__task, is fixed
+// by the iterator ABI: the meta pointer first, then the task pointer; and
+// the seq_file is the first member of struct bpf_iter_meta.
+const (
+	ctxMeta = 0
+	ctxTask = 8
+	metaSeq = 0
+)
+
+// program builds the iterator program for a kernel's layout. The kernel
+// calls it once per task (threads included) and once more with a NULL
+// task at the end; it writes one record per thread-group leader.
+//
+// Every load through the task pointer is checked by the verifier against
+// the kernel's BTF (a pointer must be a pointer, a load must stay inside
+// its member) and made fault-safe, so a NULL signal or pid pointer reads
+// as zero; the explicit NULL tests only keep the record's pgid at 0 then.
+func program(l layout) ([]insn, error) {
+	for _, off := range []uint32{l.taskPID, l.taskTGID, l.taskExitState, l.taskStart, l.taskComm + 8, l.taskSignal, l.signalThreads,
+		l.signalPIDs + 8*pidtypePGID, l.pidNumbers + l.upidNR} {
+		if off > 1<<15-1 {
+			return nil, fmt.Errorf("field offset %d does not fit an instruction", off)
+		}
+	}
+	var b builder
+	const rec = -recordSize
+	b.add(mov(r6, r1))                               // r6 = ctx
+	b.add(ldxDW(r7, r6, ctxTask))                    // r7 = ctx->task
+	b.jump(jeqImm(r7, 0, 0), "out")                  // end of iteration
+	b.add(ldxW(r2, r7, l.taskPID))                   // r2 = task->pid
+	b.add(ldxW(r3, r7, l.taskTGID))                  // r3 = task->tgid
+	b.jump(jneReg(r2, r3, 0), "out")                 // a thread, not a process
+	b.add(stxW(r10, rec+0, r3))                      // rec.pid = tgid
+	b.add(stW(r10, rec+4, 0))                        // rec.pgid = 0
+	b.add(ldxW(r2, r7, l.taskExitState))             //
+	b.add(stxW(r10, rec+8, r2))                      // rec.exit_state
+	b.add(stW(r10, rec+12, 0))                       // rec.nr_threads = 0
+	b.add(ldxDW(r2, r7, l.taskStart))                //
+	b.add(stxDW(r10, rec+16, r2))                    // rec.start
+	b.add(ldxDW(r2, r7, l.taskComm))                 //
+	b.add(stxDW(r10, rec+24, r2))                    // rec.comm[0:8]
+	b.add(ldxDW(r2, r7, l.taskComm+8))               //
+	b.add(stxDW(r10, rec+32, r2))                    // rec.comm[8:16]
+	b.add(ldxDW(r8, r7, l.taskSignal))               // r8 = task->signal
+	b.jump(jeqImm(r8, 0, 0), "write")                //
+	b.add(ldxW(r2, r8, l.signalThreads))             //
+	b.add(stxW(r10, rec+12, r2))                     // rec.nr_threads
+	b.add(ldxDW(r2, r8, l.signalPIDs+8*pidtypePGID)) // r2 = signal->pids[PIDTYPE_PGID]
+	b.jump(jeqImm(r2, 0, 0), "write")                //
+	b.add(ldxW(r2, r2, l.pidNumbers+l.upidNR))       // numbers[0].nr: the init namespace's number
+	b.add(stxW(r10, rec+4, r2))                      // rec.pgid
+	b.label("write")
+	b.add(ldxDW(r1, r6, ctxMeta)) // r1 = ctx->meta
+	b.add(ldxDW(r1, r1, metaSeq)) // r1 = meta->seq
+	b.add(mov(r2, r10))
+	b.add(addImm(r2, rec)) // r2 = &rec
+	b.add(movImm(r3, recordSize))
+	b.add(call(helperSeq))
+	b.label("out")
+	b.add(movImm(r0, 0))
+	b.add(exit())
+	return b.resolve()
+}
+
+// builder resolves forward jumps to labels.
+type builder struct {
+	prog   []insn
+	jumps  map[int]string
+	labels map[string]int
+}
+
+func (b *builder) add(in insn) { b.prog = append(b.prog, in) }
+
+func (b *builder) jump(in insn, label string) {
+	if b.jumps == nil {
+		b.jumps = map[int]string{}
+	}
+	b.jumps[len(b.prog)] = label
+	b.add(in)
+}
+
+func (b *builder) label(name string) {
+	if b.labels == nil {
+		b.labels = map[string]int{}
+	}
+	b.labels[name] = len(b.prog)
+}
+
+func (b *builder) resolve() ([]insn, error) {
+	for at, name := range b.jumps {
+		to, ok := b.labels[name]
+		if !ok || to <= at {
+			return nil, fmt.Errorf("jump to %q: no such label ahead", name)
+		}
+		b.prog[at].off = int16(to - at - 1)
+	}
+	return b.prog, nil
+}

@@ -1,0 +1,120 @@
+package trees
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/taskiter"
+)
+
+// Lister chooses how the fast scan lists the host's processes. Either way
+// the decisions are the same: the listing only settles which groups are
+// candidates, and candidates are read from /proc.
+type Lister int
+
+const (
+	// ListAuto uses the BPF task iterator where the kernel and the
+	// caller's privileges allow it, and /proc otherwise.
+	ListAuto Lister = iota
+	// ListProc lists /proc: a getpgid(2) per process and a stat read per
+	// group leader. It never loads a BPF program.
+	ListProc
+	// ListBPF requires the BPF task iterator: the scan fails without it.
+	ListBPF
+)
+
+// ParseLister reads the operator's spelling: auto, proc (or off) and bpf
+// (or on).
+func ParseLister(s string) (Lister, error) {
+	switch s {
+	case "auto":
+		return ListAuto, nil
+	case "proc", "off":
+		return ListProc, nil
+	case "bpf", "on":
+		return ListBPF, nil
+	}
+	return ListAuto, fmt.Errorf("%q is not auto, bpf or proc", s)
+}
+
+func (l Lister) String() string {
+	switch l {
+	case ListProc:
+		return "proc"
+	case ListBPF:
+		return "bpf"
+	}
+	return "auto"
+}
+
+// errNoIterator wraps why a ListBPF scan could not list.
+var errNoIterator = errors.New("the BPF task iterator was required")
+
+// iterGroups is the first pass of the fast scan done by the BPF task
+// iterator: every process's group and every leader's state and comm in
+// one stream, with no file read. It decides leaders exactly as
+// scanner.leader does from a stat read.
+func iterGroups(opt Options, comms map[string]bool, stats *Stats) ([]candidate, []*scanner, error) {
+	s := &scanner{opt: opt, comms: comms, proc: newProcReader(opt.Root)}
+	ss := []*scanner{s}
+	b := &batch{}
+	err := taskiter.Each(func(t *taskiter.Task) {
+		b.pids = append(b.pids, t.PID)
+		b.pgids = append(b.pgids, int32(t.PGID))
+		if t.PGID != t.PID {
+			return
+		}
+		var mark leaderMark
+		if !t.Zombie() {
+			mark.live = true
+			// Indexing the map with the converted bytes does not
+			// allocate; only a supervisor's comm becomes a string.
+			if comm := t.Comm(); comms[string(comm)] {
+				mark.sup = s.supervisor(t.PID, string(comm), nil)
+			}
+		}
+		b.leaders = append(b.leaders, leaderAt{pid: t.PID, mark: mark})
+	})
+	if err != nil {
+		return nil, ss, err
+	}
+	stats.Processes = len(b.pids)
+	cands := candidates([]*batch{b}, stats)
+	// The candidates' identities are read from /proc; spread them.
+	members := 0
+	for _, c := range cands {
+		members += len(c.pids)
+	}
+	for w := 1; w < runtime.GOMAXPROCS(0) && members >= 2*w*minMembersPerWorker; w++ {
+		ss = append(ss, &scanner{opt: opt, comms: comms, proc: newProcReader(opt.Root)})
+	}
+	return cands, ss, nil
+}
+
+// minMembersPerWorker: below this many candidate members per goroutine,
+// reading them in one is faster.
+const minMembersPerWorker = 32
+
+// listGroups runs the first pass the way opt.Lister asks.
+func listGroups(opt Options, comms map[string]bool, stats *Stats) ([]candidate, []*scanner, error) {
+	if opt.Lister != ListProc && opt.Root == fingerprint.DefaultRoot {
+		cands, ss, err := iterGroups(opt, comms, stats)
+		if err == nil {
+			stats.Lister = "bpf"
+			return cands, ss, nil
+		}
+		for _, s := range ss {
+			s.proc.close()
+		}
+		if opt.Lister == ListBPF {
+			return nil, nil, fmt.Errorf("%w: %w", errNoIterator, err)
+		}
+		stats.ListerFallback = err.Error()
+	} else if opt.Lister == ListBPF {
+		return nil, nil, fmt.Errorf("%w: it lists only the host's /proc, not %s", errNoIterator, opt.Root)
+	}
+	stats.Lister = "proc"
+	return fastGroups(opt, comms, stats)
+}

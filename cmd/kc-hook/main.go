@@ -28,6 +28,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/hook"
 	"github.com/kc-watchman/kc-watchman/internal/supervise"
+	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
 // version is set by the Makefile through -ldflags.
@@ -65,6 +66,7 @@ type settings struct {
 	deadline        time.Duration
 	logFile         string
 	supervisorsFile string
+	bpf             string
 }
 
 // hookEnv names the environment variable of each global flag.
@@ -75,6 +77,7 @@ var hookEnv = map[string]string{
 	"deadline":         "KC_HOOK_DEADLINE",
 	"log-file":         "KC_HOOK_LOG",
 	"supervisors-file": "KC_SUPERVISORS_FILE",
+	"bpf":              "KC_BPF",
 }
 
 // commandLine is kc-hook's command line before STAGE or "supervise".
@@ -92,6 +95,7 @@ func (cl *commandLine) flagSet() *flag.FlagSet {
 	fs.DurationVar(&cl.deadline, "deadline", 20*time.Second, "bound on a whole poststop run; keep it below the descriptor's timeout")
 	fs.StringVar(&cl.logFile, "log-file", "", "JSON-lines log `FILE` (default: STATE-DIR/kc-hook.log)")
 	fs.StringVar(&cl.supervisorsFile, "supervisors-file", supervise.DefaultAllowlistFile, "root-owned allowlist `FILE` of the supervisors the io.kc-watchman.supervisor annotation may name")
+	fs.StringVar(&cl.bpf, "bpf", "auto", "list processes through a BPF task iterator, `MODE` auto (where the kernel allows it, else /proc), on (fail without it) or off (never load a BPF program)")
 	// No usage: writeHookHelp lists both names on one line.
 	fs.BoolVar(&cl.version, "version", false, "")
 	fs.BoolVar(&cl.version, "v", false, "")
@@ -160,6 +164,10 @@ func runStage(s *settings, args []string, stdin io.Reader, stderr io.Writer) int
 	if err != nil {
 		return usageError(stderr, hookName, err)
 	}
+	lister, err := trees.ParseLister(s.bpf)
+	if err != nil {
+		return usageError(stderr, hookName, fmt.Errorf("--bpf: %w", err))
+	}
 	st, err := hook.ReadState(stdin)
 	if err != nil {
 		fmt.Fprintln(stderr, "kc-hook:", err)
@@ -173,6 +181,7 @@ func runStage(s *settings, args []string, stdin io.Reader, stderr io.Writer) int
 		KillGrace:       s.killGrace,
 		Deadline:        s.deadline,
 		SupervisorsFile: s.supervisorsFile,
+		Lister:          lister,
 	}
 	logger, closeLog := openLog(cfg.StateDir, s.logFile, stderr)
 	defer closeLog()

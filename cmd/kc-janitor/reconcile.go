@@ -17,6 +17,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
+	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
 func reconcileCommand() *cli.Command {
@@ -52,6 +53,7 @@ func reconcileFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "podman-arg", Usage: "global `ARG` for the podman CLI fallback, repeatable (e.g. --podman-arg=--root=/srv/storage)", EnvVars: []string{"KC_PODMAN_ARGS"}},
 		&cli.StringSliceFlag{Name: "container", Usage: "only consider trees of this container `ID` (full 64-hex ID), repeatable", EnvVars: []string{"KC_RECONCILE_CONTAINERS"}},
 		&cli.BoolFlag{Name: "full-scan", Usage: "read every process, also reporting foreign groups (slower)", EnvVars: []string{"KC_FULL_SCAN"}},
+		&cli.StringFlag{Name: "bpf", Value: "auto", Usage: "list processes through a BPF task iterator, `MODE` auto (where the kernel allows it, else /proc), on (fail without it) or off (never load a BPF program)", EnvVars: []string{"KC_BPF"}},
 	}
 }
 
@@ -116,6 +118,11 @@ func reconcileOptions(c *cli.Context, g globals) (reconcile.Options, error) {
 		KillGrace: c.Duration("kill-grace"),
 		FullScan:  c.Bool("full-scan"),
 	}
+	lister, err := trees.ParseLister(c.String("bpf"))
+	if err != nil {
+		return opt, usageErr("--bpf: %v", err)
+	}
+	opt.Lister = lister
 	if opt.MinAge < 0 {
 		return opt, usageErr("--min-age must not be negative")
 	}

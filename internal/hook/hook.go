@@ -32,6 +32,9 @@ type Config struct {
 	// io.kc-watchman.supervisor annotation may name (launch.go); default
 	// /etc/kc-watchman/supervisors.json.
 	SupervisorsFile string
+	// Lister is how the scan lists processes (default: the BPF task
+	// iterator where it can be used).
+	Lister trees.Lister
 }
 
 // Actions recorded per tree at poststop.
@@ -107,11 +110,11 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 			known = trees.KnownFrom([]*ledger.Record{rec}, store.CurrentBootID())
 		}
 	}
-	found, stats, err := trees.Scan(trees.Options{Root: root(cfg), Comms: cfg.Comms, Known: known})
+	found, stats, err := trees.Scan(trees.Options{Root: root(cfg), Comms: cfg.Comms, Known: known, Lister: cfg.Lister, Only: map[string]bool{st.ID: true}})
 	if err != nil {
 		return res, err
 	}
-	log.Debug("scanned processes", "processes", stats.Processes, "groups", stats.Groups, "stat_reads", stats.StatReads, "duration", stats.Duration)
+	log.Debug("scanned processes", "processes", stats.Processes, "groups", stats.Groups, "stat_reads", stats.StatReads, "argv_reads", stats.ArgvReads, "full_reads", stats.FullReads, "lister", stats.Lister, "lister_fallback", stats.ListerFallback, "duration", stats.Duration)
 
 	now := time.Now()
 	var mine []trees.Tree

@@ -46,6 +46,8 @@ type Options struct {
 	Apply     bool
 	// FullScan reads every process (reports foreign groups too).
 	FullScan bool
+	// Lister is how the fast scan lists processes.
+	Lister trees.Lister
 	// Containers, when not empty, limits the run to trees of these
 	// container IDs.
 	Containers map[string]bool
@@ -160,11 +162,11 @@ func Scan(opt Options) (*Scanned, error) {
 		}
 		known = trees.KnownFrom(sc.records, opt.Store.CurrentBootID())
 	}
-	found, stats, err := trees.Scan(trees.Options{Root: opt.Root, Comms: opt.Comms, Known: known, Full: opt.FullScan})
+	found, stats, err := trees.Scan(trees.Options{Root: opt.Root, Comms: opt.Comms, Known: known, Full: opt.FullScan, Lister: opt.Lister})
 	if err != nil {
 		return nil, fmt.Errorf("scanning processes: %w", err)
 	}
-	log.Debug("scanned", "processes", stats.Processes, "groups", stats.Groups, "trees", len(found), "duration", stats.Duration)
+	log.Debug("scanned", "processes", stats.Processes, "groups", stats.Groups, "trees", len(found), "lister", stats.Lister, "lister_fallback", stats.ListerFallback, "duration", stats.Duration)
 	sc.found = found
 	return sc, nil
 }

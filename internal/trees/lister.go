@@ -25,26 +25,27 @@ const (
 	ListBPF
 )
 
-// ParseLister reads the operator's spelling: auto, proc (or off) and bpf
-// (or on).
+// ParseLister reads the --bpf setting: auto, on (ListBPF) or off
+// (ListProc).
 func ParseLister(s string) (Lister, error) {
 	switch s {
 	case "auto":
 		return ListAuto, nil
-	case "proc", "off":
+	case "off":
 		return ListProc, nil
-	case "bpf", "on":
+	case "on":
 		return ListBPF, nil
 	}
-	return ListAuto, fmt.Errorf("%q is not auto, bpf or proc", s)
+	return ListAuto, fmt.Errorf("%q is not auto, on or off", s)
 }
 
+// String returns the --bpf spelling of l.
 func (l Lister) String() string {
 	switch l {
 	case ListProc:
-		return "proc"
+		return "off"
 	case ListBPF:
-		return "bpf"
+		return "on"
 	}
 	return "auto"
 }

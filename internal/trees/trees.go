@@ -59,6 +59,14 @@ type Options struct {
 	Now func() time.Time
 	// Lister chooses how the fast scan lists the host's processes.
 	Lister Lister
+	// Only, when not nil, asks for the trees of these containers alone
+	// (kc-hook's poststop wants one container's): a candidate group is
+	// then read in full only if a member's argv carries one of the IDs
+	// or a member's PID is in Known. Other groups are dropped after one
+	// cmdline read per member, which is what makes a hook's scan cheap.
+	// Trees of other containers that share a group with one of these are
+	// still reported, as without Only.
+	Only map[string]bool
 
 	// pipeline overrides how the fast scan splits its work (tests force
 	// several goroutines and many batches on a small process table).
@@ -104,7 +112,9 @@ type Stats struct {
 	Groups         int
 	StatReads      int
 	FullReads      int
-	Duration       time.Duration
+	// ArgvReads counts the cmdline reads of Only's filter.
+	ArgvReads int
+	Duration  time.Duration
 }
 
 // Scan finds the supervisor trees on the host.
@@ -138,6 +148,15 @@ func Scan(opt Options) ([]Tree, Stats, error) {
 	if err != nil {
 		return nil, stats, err
 	}
+	if opt.Only != nil {
+		known := make(map[int]bool, len(opt.Known))
+		for k := range opt.Known {
+			known[k.PID] = true
+		}
+		for _, s := range ss {
+			s.knownPIDs = known
+		}
+	}
 
 	found := make([]*Tree, len(cands))
 	workers := len(ss)
@@ -162,6 +181,7 @@ func Scan(opt Options) ([]Tree, Stats, error) {
 	for _, s := range ss {
 		stats.StatReads += s.stats.StatReads
 		stats.FullReads += s.stats.FullReads
+		stats.ArgvReads += s.stats.ArgvReads
 	}
 	stats.Duration = time.Since(start)
 	return out, stats, nil
@@ -201,7 +221,9 @@ func parallel(n int, f func(w int)) {
 type scanner struct {
 	opt   Options
 	comms map[string]bool
-	stats Stats
+	// knownPIDs are the PIDs of Options.Known, for Only's filter.
+	knownPIDs map[int]bool
+	stats     Stats
 	// proc is the fast scan's reader; nil for the full scan, which reads
 	// through package fingerprint.
 	proc *procReader
@@ -215,6 +237,20 @@ func (s *scanner) readStat(pid int) (fingerprint.Stat, error) {
 		return s.proc.stat(pid)
 	}
 	return fingerprint.ReadStat(s.opt.Root, pid)
+}
+
+// readArgv reads pid's argv: through the fast reader, or (full scan)
+// fingerprint.ReadArgv.
+func (s *scanner) readArgv(pid int) ([]string, error) {
+	s.stats.ArgvReads++
+	if s.proc != nil {
+		data, err := s.proc.read(pid, "cmdline")
+		if err != nil {
+			return nil, err
+		}
+		return fingerprint.SplitArgv(data), nil
+	}
+	return fingerprint.ReadArgv(s.opt.Root, pid)
 }
 
 // readIdentity reads pid's full identity: through the fast reader, or
@@ -294,6 +330,9 @@ func (s *scanner) examine(c candidate) (Tree, bool) {
 	// A group led by a live non-supervisor is never ours to signal. The
 	// fast scan stops here; the full scan reads it to report it.
 	if leaderLive && !leaderSup && !s.opt.Full {
+		return Tree{}, false
+	}
+	if s.opt.Only != nil && !s.mayHoldOnly(pids) {
 		return Tree{}, false
 	}
 	if !leaderSup {
@@ -388,6 +427,31 @@ func (s *scanner) interesting(pgid int, pids []int) bool {
 		}
 		if _, ok := s.opt.Known[Key{PID: pid, StartTicks: st.StartTicks, PGID: pgid}]; ok {
 			return true
+		}
+	}
+	return false
+}
+
+// mayHoldOnly is Options.Only's filter: could this group hold a tree of
+// one of the wanted containers? It errs towards yes: an unreadable argv
+// keeps the group, and a known PID is enough (the full read then checks
+// the whole identity).
+func (s *scanner) mayHoldOnly(pids []int) bool {
+	for _, pid := range pids {
+		if s.knownPIDs[pid] {
+			return true
+		}
+		argv, err := s.readArgv(pid)
+		if err != nil {
+			if errors.Is(err, fingerprint.ErrNotFound) {
+				continue
+			}
+			return true
+		}
+		for _, cid := range containerid.FromArgv(argv) {
+			if s.opt.Only[cid] {
+				return true
+			}
 		}
 	}
 	return false

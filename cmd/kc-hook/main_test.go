@@ -59,6 +59,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{"two stages", `{"id":"` + cid + `"}`, []string{"poststop", "poststart"}},
 		{"bad kill grace", `{"id":"` + cid + `"}`, []string{"--kill-grace", "-1s", "poststop"}},
 		{"malformed kill grace", `{"id":"` + cid + `"}`, []string{"--kill-grace", "soon", "poststop"}},
+		{"unknown bpf mode", `{"id":"` + cid + `"}`, []string{"--bpf", "yes", "poststop"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -132,6 +133,7 @@ func TestParseCommandLine(t *testing.T) {
 		killGrace:       5 * time.Second,
 		deadline:        20 * time.Second,
 		supervisorsFile: supervise.DefaultAllowlistFile,
+		bpf:             "auto",
 	}
 	tests := []struct {
 		name    string
@@ -149,20 +151,21 @@ func TestParseCommandLine(t *testing.T) {
 			env: map[string]string{
 				"KC_STATE_DIR": "/e", "KC_SUPERVISOR_COMM": "a,b", "KC_KILL_GRACE": "2s",
 				"KC_HOOK_DEADLINE": "3s", "KC_HOOK_LOG": "/e/log", "KC_SUPERVISORS_FILE": "/e/s.json",
+				"KC_BPF": "off",
 			},
 			args: []string{"poststop"},
 			want: func(s *settings) {
 				*s = settings{stateDir: "/e", supervisorComm: "a,b", killGrace: 2 * time.Second,
-					deadline: 3 * time.Second, logFile: "/e/log", supervisorsFile: "/e/s.json"}
+					deadline: 3 * time.Second, logFile: "/e/log", supervisorsFile: "/e/s.json", bpf: "off"}
 			},
 			rest: []string{"poststop"},
 		},
 		{
 			name: "flags over environment",
-			env:  map[string]string{"KC_STATE_DIR": "/e", "KC_KILL_GRACE": "2s", "KC_HOOK_LOG": "/e/log"},
-			args: []string{"--state-dir=/f", "--kill-grace", "7s", "-log-file", "/f/log", "--deadline=1m", "createRuntime"},
+			env:  map[string]string{"KC_STATE_DIR": "/e", "KC_KILL_GRACE": "2s", "KC_HOOK_LOG": "/e/log", "KC_BPF": "off"},
+			args: []string{"--state-dir=/f", "--kill-grace", "7s", "-log-file", "/f/log", "--deadline=1m", "--bpf=on", "createRuntime"},
 			want: func(s *settings) {
-				s.stateDir, s.killGrace, s.logFile, s.deadline = "/f", 7*time.Second, "/f/log", time.Minute
+				s.stateDir, s.killGrace, s.logFile, s.deadline, s.bpf = "/f", 7*time.Second, "/f/log", time.Minute, "on"
 			},
 			rest: []string{"createRuntime"},
 		},
@@ -238,7 +241,7 @@ func TestUsage(t *testing.T) {
 		stderr string   // a substring of stderr; "" with exit 0: stderr is empty
 	}{
 		{name: "help", args: []string{"--help"}, stdout: []string{"Usage: kc-hook [options] STAGE < state.json", "createRuntime (or its old name prestart)", "supervise  run COMMAND", "--version, -v"}},
-		{name: "short help", args: []string{"-h"}, stdout: []string{"Options:\n   --deadline duration"}},
+		{name: "short help", args: []string{"-h"}, stdout: []string{"Options:\n   --bpf MODE"}},
 		{name: "help twice", args: []string{"-h", "--help"}, stdout: []string{"Usage: kc-hook"}},
 		{name: "help ignores the stage's input", args: []string{"--state-dir=rel", "--help"}, stdout: []string{"Usage: kc-hook"}},
 		{name: "help after the stage", args: []string{"poststop", "--help"}, stdout: []string{"Usage: kc-hook"}},

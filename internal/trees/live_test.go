@@ -1,6 +1,7 @@
 package trees
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"testing"
@@ -23,10 +24,27 @@ func TestScanRealSupervisor(t *testing.T) {
 	dir := t.TempDir()
 	k := testkit.StartKCServer(t, dir, "--container-id="+cidLive, "--children=2")
 	bare := testkit.StartKCServer(t, t.TempDir()) // no container ID: never a tree
+	for _, tt := range []struct {
+		lister Lister
+		want   string
+	}{
+		// This host (and CI's) runs the tests as root on a kernel with
+		// BTF: auto must take the iterator.
+		{ListAuto, "bpf"},
+		{ListBPF, "bpf"},
+		{ListProc, "proc"},
+	} {
+		t.Run(tt.lister.String(), func(t *testing.T) { scanRealSupervisor(t, k, bare, tt.lister, tt.want) })
+	}
+}
 
-	got, stats, err := Scan(Options{Comms: []string{"kcserver"}})
+func scanRealSupervisor(t *testing.T, k, bare *testkit.KCServer, lister Lister, wantLister string) {
+	got, stats, err := Scan(Options{Comms: []string{"kcserver"}, Lister: lister})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if stats.Lister != wantLister || stats.ListerFallback != "" {
+		t.Errorf("listed by %q (fallback %q), want %q", stats.Lister, stats.ListerFallback, wantLister)
 	}
 	tr := findTree(got, k.PID)
 	if tr == nil {
@@ -60,15 +78,16 @@ func TestFastScanMatchesFullScan(t *testing.T) {
 	testkit.StartKCServer(t, t.TempDir(), "--children=1")
 
 	for _, p := range pipelines {
-		t.Run(fmt.Sprintf("%+v", p), func(t *testing.T) { fastMatchesFull(t, p) })
+		t.Run(fmt.Sprintf("proc/%+v", p), func(t *testing.T) { fastMatchesFull(t, Options{Lister: ListProc, pipeline: p}) })
 	}
+	t.Run("bpf", func(t *testing.T) { fastMatchesFull(t, Options{Lister: ListBPF}) })
 }
 
-func fastMatchesFull(t *testing.T, p pipelineTuning) {
+func fastMatchesFull(t *testing.T, fastOpt Options) {
 	signalable := func(full bool) []summary {
 		opt := Options{Comms: []string{"kcserver"}, Full: full}
 		if !full {
-			opt.pipeline = p
+			opt.Lister, opt.pipeline = fastOpt.Lister, fastOpt.pipeline
 		}
 		ts, _, err := Scan(opt)
 		if err != nil {
@@ -95,4 +114,36 @@ func fastMatchesFull(t *testing.T, p pipelineTuning) {
 		}
 	}
 	t.Errorf("fast and full scans disagree:\nfast %+v\nfull %+v", fast, full)
+}
+
+// TestListBPFRefusesAnotherRoot: the iterator lists the host, so a scan of
+// another procfs root asked to use it fails instead of mixing the two.
+func TestListBPFRefusesAnotherRoot(t *testing.T) {
+	root := writeFixture(t, []proc{{pid: 100, pgid: 100, comm: "kcserver", start: 90000, argv: []string{"kcserver", cidA}}})
+	if _, _, err := Scan(Options{Root: root, Lister: ListBPF}); !errors.Is(err, errNoIterator) {
+		t.Fatalf("Scan of a fixture root with ListBPF: err = %v, want errNoIterator", err)
+	}
+	ts, stats, err := Scan(Options{Root: root, Comms: []string{"kcserver"}})
+	if err != nil || len(ts) != 1 || stats.Lister != "proc" {
+		t.Fatalf("Scan of a fixture root with ListAuto = %d trees, lister %q, err %v; want 1 tree listed from the root", len(ts), stats.Lister, err)
+	}
+}
+
+func TestParseLister(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want Lister
+		ok   bool
+	}{
+		{"auto", ListAuto, true}, {"on", ListBPF, true}, {"off", ListProc, true},
+		{"", ListAuto, false}, {"bpf", ListAuto, false}, {"ON", ListAuto, false}, {"true", ListAuto, false},
+	} {
+		got, err := ParseLister(tt.in)
+		if (err == nil) != tt.ok || (tt.ok && got != tt.want) {
+			t.Errorf("ParseLister(%q) = %v, %v; want %v (ok %v)", tt.in, got, err, tt.want, tt.ok)
+		}
+		if tt.ok && got.String() != tt.in {
+			t.Errorf("ParseLister(%q).String() = %q", tt.in, got.String())
+		}
+	}
 }

@@ -44,6 +44,7 @@ var malformed = map[string][]string{
 	"log-format":      {"yaml", ""},
 	"log-file":        nil, // set by the test: a path below a regular file
 	"hooks-dir":       {"relative", ""},
+	"bpf":             {"", "yes", "ON", "bpf"},
 	// booleans
 	"apply": {"maybe"}, "fix": {"maybe"}, "full-scan": {"maybe"}, "reconcile-apply": {"maybe"},
 	"sweep-apply": {"maybe"}, "no-reconcile": {"maybe"}, "no-cull": {"maybe"}, "once": {"maybe"},

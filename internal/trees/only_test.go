@@ -1,0 +1,88 @@
+package trees
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"testing"
+)
+
+// TestScanOnly checks that Options.Only changes what a scan reads, never
+// what it decides about the wanted containers: the trees it returns that
+// carry a wanted ID are exactly those a scan without Only returns.
+func TestScanOnly(t *testing.T) {
+	const cidC = "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"
+	procs := []proc{
+		// A's tree, led by its supervisor.
+		{pid: 100, pgid: 100, comm: "kcserver", start: 90000, argv: []string{"kcserver", "--container-id=" + cidA}},
+		{pid: 101, pgid: 100, comm: "python3", start: 90000, argv: []string{"python3"}},
+		// B's tree: not wanted, and never read in full.
+		{pid: 200, pgid: 200, comm: "kcserver", start: 90000, argv: []string{"kcserver", "--container-id=" + cidB}},
+		{pid: 201, pgid: 200, comm: "python3", start: 90000, argv: []string{"python3"}},
+		{pid: 202, pgid: 200, comm: "python3", start: 90000, argv: []string{"python3"}},
+		// A group carrying both: ambiguous, and kept because it carries A.
+		{pid: 300, pgid: 300, comm: "kcserver", start: 90000, argv: []string{"kcserver", cidA}},
+		{pid: 301, pgid: 300, comm: "kcserver", start: 90000, argv: []string{"kcserver", cidB}},
+		// A's kernels whose kcserver crashed: only the ledger ties them
+		// to A (and the leader is gone).
+		{pid: 401, pgid: 400, comm: "kcserver", start: 90000, argv: []string{"kcserver"}},
+		{pid: 402, pgid: 400, comm: "python3", start: 90000, argv: []string{"python3"}},
+		// C's tree, with the anchor not the leader.
+		{pid: 500, pgid: 500, comm: "kcserver", start: 90000, argv: []string{"kcserver"}},
+		{pid: 501, pgid: 500, comm: "sh", start: 90000, argv: []string{"sh", "-c", "x", cidC}},
+	}
+	known := map[Key]string{{PID: 402, StartTicks: 90000, PGID: 400}: cidA}
+
+	for _, tt := range []struct {
+		name string
+		only map[string]bool
+	}{
+		{"one container", map[string]bool{cidA: true}},
+		{"the other", map[string]bool{cidB: true}},
+		{"an anchor that is not the leader", map[string]bool{cidC: true}},
+		{"two", map[string]bool{cidB: true, cidC: true}},
+		{"none on the host", map[string]bool{"dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd": true}},
+	} {
+		for _, full := range []bool{false, true} {
+			for _, p := range pipelines {
+				if full && p != (pipelineTuning{}) {
+					continue
+				}
+				t.Run(fmt.Sprintf("%s/full=%v/%+v", tt.name, full, p), func(t *testing.T) {
+					root := writeFixture(t, withFiller(procs))
+					opt := Options{Root: root, Comms: []string{"kcserver"}, Known: known, Full: full, pipeline: p}
+					all, allStats, err := Scan(opt)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var want []Tree
+					for _, tr := range all {
+						if slices.ContainsFunc(tr.ContainerIDs, func(id string) bool { return tt.only[id] }) {
+							want = append(want, tr)
+						}
+					}
+					opt.Only = tt.only
+					got, stats, err := Scan(opt)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var gotWanted []Tree
+					for _, tr := range got {
+						if slices.ContainsFunc(tr.ContainerIDs, func(id string) bool { return tt.only[id] }) {
+							gotWanted = append(gotWanted, tr)
+						}
+					}
+					if g, w := summarise(gotWanted), summarise(want); !reflect.DeepEqual(g, w) {
+						t.Errorf("with Only:\n got %+v\nwant %+v", g, w)
+					}
+					if stats.ArgvReads == 0 {
+						t.Errorf("Only read no argv (stats %+v)", stats)
+					}
+					if stats.FullReads >= allStats.FullReads {
+						t.Errorf("Only read %d identities in full, no fewer than without it (%d)", stats.FullReads, allStats.FullReads)
+					}
+				})
+			}
+		}
+	}
+}

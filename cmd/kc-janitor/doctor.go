@@ -186,6 +186,7 @@ func runChecks(ctx context.Context, c *cli.Context, g globals, cc checkConfig, l
 	rep.Add(doctor.HookAlive(doctor.AliveInput{StateDir: hookState, LogFile: hookLog, Boot: boot, LiveContainers: liveCount}))
 	rep.Add(doctor.Podman(live, liveErr))
 	rep.Add(doctor.StateDir(g.StateDir))
+	rep.Add(doctor.Listing(cc.reconcile.Lister))
 
 	// Orphaned trees, exactly as reconcile would see (and with --fix,
 	// reap) them.

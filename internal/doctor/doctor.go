@@ -80,19 +80,21 @@ const (
 	NameHookAlive     = "hook-alive"
 	NamePodman        = "podman"
 	NameStateDir      = "state-dir"
+	NameListing       = "process-listing"
 	NameStrays        = "stray-trees"
 	NameSockets       = "orphan-sockets"
 	NameSessions      = "abandoned-sessions"
 )
 
 // Names lists every check, in report order.
-var Names = []string{NameHookInstalled, NameHookAlive, NamePodman, NameStateDir, NameStrays, NameSockets, NameSessions}
+var Names = []string{NameHookInstalled, NameHookAlive, NamePodman, NameStateDir, NameListing, NameStrays, NameSockets, NameSessions}
 
 var labels = map[string]string{
 	NameHookInstalled: "hook installed",
 	NameHookAlive:     "hook alive",
 	NamePodman:        "podman ground truth",
 	NameStateDir:      "state dir and ledger",
+	NameListing:       "process listing",
 	NameStrays:        "orphaned supervisor trees",
 	NameSockets:       "orphan sockets",
 	NameSessions:      "abandoned sessions",

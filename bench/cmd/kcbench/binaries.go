@@ -91,8 +91,10 @@ type hookSample struct {
 
 // runHook runs `kc-hook poststop` for container id with a synthetic
 // runtime-spec State on stdin, the bundle as its working directory, as a
-// runtime does.
-func runHook(bin, tmp, stateDir, id string) (hookSample, error) {
+// runtime does. extraEnv is added to hookEnv: settings go through the
+// environment, as a hooks.d descriptor would pass them, so that the
+// command line stays the one every variant runs.
+func runHook(bin, tmp, stateDir, id string, extraEnv ...string) (hookSample, error) {
 	var s hookSample
 	bundle := filepath.Join(tmp, "bundles", id[:12])
 	if err := os.MkdirAll(bundle, 0o755); err != nil {
@@ -108,7 +110,7 @@ func runHook(bin, tmp, stateDir, id string) (hookSample, error) {
 		return s, err
 	}
 	defer in.Close()
-	r, err := runBinary([]string{bin, "poststop"}, hookEnv(stateDir), bundle, in)
+	r, err := runBinary([]string{bin, "poststop"}, append(hookEnv(stateDir), extraEnv...), bundle, in)
 	s.binRun = r
 	if err != nil {
 		return s, err

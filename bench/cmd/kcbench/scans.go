@@ -58,10 +58,11 @@ func rusageCPU(ps *os.ProcessState) time.Duration {
 	return ps.UserTime() + ps.SystemTime()
 }
 
-// projectScan runs the project's scan in this process.
-func projectScan(full bool, comms []string, known map[trees.Key]string) ([]trees.Tree, trees.Stats, timing, error) {
+// projectScan runs the project's scan in this process (lister matters
+// only to the fast scan).
+func projectScan(full bool, lister trees.Lister, comms []string, known map[trees.Key]string) ([]trees.Tree, trees.Stats, timing, error) {
 	c0, start := selfCPU(), time.Now()
-	ts, st, err := trees.Scan(trees.Options{Comms: comms, Known: known, Full: full})
+	ts, st, err := trees.Scan(trees.Options{Comms: comms, Known: known, Full: full, Lister: lister})
 	return ts, st, timing{time.Since(start), selfCPU() - c0}, err
 }
 

@@ -1,0 +1,277 @@
+package taskiter
+
+import (
+	"bytes"
+	"encoding/binary"
+	"strings"
+	"testing"
+)
+
+func TestBuilderResolve(t *testing.T) {
+	marker := func(n int32) insn { return movImm(r0, n) }
+	tests := []struct {
+		name  string
+		build func(b *builder)
+		// want maps the index of each jump to the imm of the marker
+		// instruction it must land on; "" error means it resolves.
+		want  map[int]int32
+		error string
+	}{
+		{"no jumps", func(b *builder) {
+			b.add(marker(1))
+			b.label("unused")
+			b.add(exit())
+		}, map[int]int32{}, ""},
+		{"jump over nothing", func(b *builder) {
+			b.jump(jeqImm(r1, 0, 0), "next")
+			b.label("next")
+			b.add(marker(7))
+		}, map[int]int32{0: 7}, ""},
+		{"two jumps to one label, one to another", func(b *builder) {
+			b.add(marker(1))
+			b.jump(jeqImm(r1, 0, 0), "b")  // 1
+			b.jump(jneReg(r2, r3, 0), "a") // 2
+			b.add(marker(2))
+			b.label("a")
+			b.add(marker(3))              // 4
+			b.jump(jeqImm(r1, 5, 0), "b") // 5
+			b.add(marker(4))
+			b.add(marker(5))
+			b.label("b")
+			b.add(marker(6)) // 8
+		}, map[int]int32{1: 6, 2: 3, 5: 6}, ""},
+		{"missing label", func(b *builder) {
+			b.jump(jeqImm(r1, 0, 0), "nowhere")
+			b.label("somewhere")
+			b.add(exit())
+		}, nil, `"nowhere"`},
+		{"label behind the jump", func(b *builder) {
+			b.label("back")
+			b.add(marker(1))
+			b.jump(jeqImm(r1, 0, 0), "back")
+			b.add(exit())
+		}, nil, `"back"`},
+		{"label on the jump itself", func(b *builder) {
+			b.add(marker(1))
+			b.label("self")
+			b.jump(jeqImm(r1, 0, 0), "self")
+			b.add(exit())
+		}, nil, `"self"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b builder
+			tt.build(&b)
+			prog, err := b.resolve()
+			if tt.error != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.error) {
+					t.Fatalf("resolve error = %v, want one naming %s", err, tt.error)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("resolve: %v", err)
+			}
+			jumps := 0
+			for at, in := range prog {
+				if in.op != opJeqImm && in.op != opJneReg {
+					continue
+				}
+				jumps++
+				want, ok := tt.want[at]
+				if !ok {
+					t.Fatalf("unexpected jump at %d", at)
+				}
+				// eBPF jumps are relative to the next instruction.
+				to := at + 1 + int(in.off)
+				if to < 0 || to >= len(prog) || prog[to].op != opMovImm || prog[to].imm != want {
+					t.Errorf("jump at %d (off %d) lands on %d, want the marker %d", at, in.off, to, want)
+				}
+			}
+			if jumps != len(tt.want) {
+				t.Errorf("%d jumps in the program, want %d", jumps, len(tt.want))
+			}
+		})
+	}
+}
+
+// progLayout is a plausible layout with every offset distinct, so that
+// each load can be traced to its field.
+var progLayout = layout{
+	taskPID: 1264, taskTGID: 1268, taskExitState: 1160, taskStart: 1560, taskComm: 1752, taskSignal: 1848,
+	signalPIDs: 360, signalThreads: 8, pidNumbers: 144, upidNR: 4, iterFunc: 64274,
+}
+
+func TestProgram(t *testing.T) {
+	prog, err := program(progLayout)
+	if err != nil {
+		t.Fatalf("program: %v", err)
+	}
+	if n := len(prog); n < 2 || prog[n-1] != exit() || prog[n-2] != movImm(r0, 0) {
+		t.Fatalf("program does not end with r0 = 0; exit: %+v", prog[max(0, n-2):])
+	}
+	for at, in := range prog {
+		if in.op != opJeqImm && in.op != opJneReg {
+			continue
+		}
+		// Only forward jumps, inside the program: the verifier refuses
+		// anything else, and a wrong target would skip the write.
+		if to := at + 1 + int(in.off); in.off < 0 || to >= len(prog) {
+			t.Errorf("jump at %d with off %d lands outside the program", at, in.off)
+		}
+	}
+	l := progLayout
+	// Each field is read by one load of its size, from the right base
+	// register: the task (r7), its signal (r8) or the pgid's struct pid (r2).
+	loads := []struct {
+		what     string
+		op       uint8
+		src      uint8
+		off      uint32
+		wantOnce bool
+	}{
+		{"task->pid", opLdxW, r7, l.taskPID, true},
+		{"task->tgid", opLdxW, r7, l.taskTGID, true},
+		{"task->exit_state", opLdxW, r7, l.taskExitState, true},
+		{"task->start_boottime", opLdxDW, r7, l.taskStart, true},
+		{"task->comm[0:8]", opLdxDW, r7, l.taskComm, true},
+		{"task->comm[8:16]", opLdxDW, r7, l.taskComm + 8, true},
+		{"task->signal", opLdxDW, r7, l.taskSignal, true},
+		{"signal->nr_threads", opLdxW, r8, l.signalThreads, true},
+		{"signal->pids[PIDTYPE_PGID]", opLdxDW, r8, l.signalPIDs + 8*pidtypePGID, true},
+		{"pid->numbers[0].nr", opLdxW, r2, l.pidNumbers + l.upidNR, true},
+	}
+	for _, ld := range loads {
+		n := 0
+		for _, in := range prog {
+			if in.op == ld.op && in.src == ld.src && in.off == int16(ld.off) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%s: %d loads of op %#x from r%d+%d, want 1", ld.what, n, ld.op, ld.src, ld.off)
+		}
+	}
+	// The record written covers exactly recordSize bytes below r10.
+	var written [recordSize]int
+	for _, in := range prog {
+		size := map[uint8]int{opStxW: 4, opStW: 4, opStxDW: 8}[in.op]
+		if size == 0 || in.dst != r10 {
+			continue
+		}
+		for i := range size {
+			at := int(in.off) + recordSize + i
+			if at < 0 || at >= recordSize {
+				t.Fatalf("store %+v outside the record", in)
+			}
+			written[at]++
+		}
+	}
+	for i, n := range written {
+		if n == 0 {
+			t.Errorf("record byte %d is never written: the verifier refuses uninitialised stack", i)
+		}
+	}
+}
+
+func TestProgramRefusesLargeOffsets(t *testing.T) {
+	const limit = 1<<15 - 1
+	tests := []struct {
+		name string
+		set  func(l *layout)
+		ok   bool
+	}{
+		{"task->pid at the limit", func(l *layout) { l.taskPID = limit }, true},
+		{"task->pid", func(l *layout) { l.taskPID = limit + 1 }, false},
+		{"task->tgid", func(l *layout) { l.taskTGID = limit + 1 }, false},
+		{"task->exit_state", func(l *layout) { l.taskExitState = 40000 }, false},
+		{"task->start_boottime", func(l *layout) { l.taskStart = limit + 1 }, false},
+		{"task->signal", func(l *layout) { l.taskSignal = 1 << 20 }, false},
+		// comm is read in two loads, the second 8 bytes further.
+		{"task->comm, second half at the limit", func(l *layout) { l.taskComm = limit - 8 }, true},
+		{"task->comm, second half beyond", func(l *layout) { l.taskComm = limit - 7 }, false},
+		{"signal->nr_threads", func(l *layout) { l.signalThreads = limit + 1 }, false},
+		{"signal->pids[PGID] at the limit", func(l *layout) { l.signalPIDs = limit - 16 }, true},
+		{"signal->pids[PGID] beyond", func(l *layout) { l.signalPIDs = limit - 15 }, false},
+		{"pid->numbers + upid.nr at the limit", func(l *layout) { l.pidNumbers, l.upidNR = limit-4, 4 }, true},
+		{"pid->numbers + upid.nr beyond", func(l *layout) { l.pidNumbers, l.upidNR = limit-3, 4 }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := progLayout
+			tt.set(&l)
+			prog, err := program(l)
+			if tt.ok {
+				if err != nil {
+					t.Fatalf("program: %v", err)
+				}
+				// An offset that passes must reach the instruction whole,
+				// not wrapped negative.
+				for _, in := range prog {
+					if in.off < 0 && in.dst != r10 && in.op != opJeqImm && in.op != opJneReg {
+						t.Errorf("instruction %+v has a negative offset", in)
+					}
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), "does not fit") {
+				t.Fatalf("program error = %v, want a refusal", err)
+			}
+		})
+	}
+}
+
+func TestEncode(t *testing.T) {
+	little := binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+	regs := func(dst, src uint8) byte {
+		if little {
+			return dst | src<<4
+		}
+		return dst<<4 | src
+	}
+	// native lays out a number given most significant byte first.
+	native := func(b ...byte) []byte {
+		if little {
+			for i, j := 0, len(b)-1; i < j; i, j = i+1, j-1 {
+				b[i], b[j] = b[j], b[i]
+			}
+		}
+		return b
+	}
+	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+	tests := []struct {
+		name string
+		prog []insn
+		want []byte
+	}{
+		{"empty", nil, []byte{}},
+		{"exit", []insn{exit()}, []byte{0x95, 0, 0, 0, 0, 0, 0, 0}},
+		{"load: dst and src apart, offset", []insn{ldxW(r2, r7, 0x1234)},
+			cat([]byte{0x61, regs(2, 7)}, native(0x12, 0x34), native(0, 0, 0, 0))},
+		{"store: negative offset", []insn{stxDW(r10, -40, r3)},
+			cat([]byte{0x7b, regs(10, 3)}, native(0xff, 0xd8), native(0, 0, 0, 0))},
+		{"negative immediate", []insn{addImm(r2, -40)},
+			cat([]byte{0x07, regs(2, 0)}, native(0, 0), native(0xff, 0xff, 0xff, 0xd8))},
+		{"call", []insn{call(helperSeq)}, cat([]byte{0x85, 0}, native(0, 0), native(0, 0, 0, 127))},
+		{"two instructions in order", []insn{mov(r6, r1), jneReg(r2, r3, 5)},
+			cat([]byte{0xbf, regs(6, 1)}, native(0, 0), native(0, 0, 0, 0), []byte{0x5d, regs(2, 3)}, native(0, 5), native(0, 0, 0, 0))},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := encode(tt.prog)
+			if len(got) != 8*len(tt.prog) {
+				t.Fatalf("encode: %d bytes for %d instructions", len(got), len(tt.prog))
+			}
+			if !bytes.Equal(got, tt.want) {
+				t.Errorf("encode = % x, want % x", got, tt.want)
+			}
+		})
+	}
+	if little {
+		// The kernel's struct bpf_insn has dst_reg:4 then src_reg:4,
+		// which on little-endian puts dst in the low nibble.
+		if got := encode([]insn{mov(r1, r10)})[1]; got != 0xa1 {
+			t.Errorf("registers byte %#x, want 0xa1 (dst r1 low, src r10 high)", got)
+		}
+	}
+}

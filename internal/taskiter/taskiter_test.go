@@ -97,8 +97,9 @@ func mismatch(task Task, st fingerprint.Stat) string {
 
 // oddName is exec'd through a symlink of that name: comm is the last
 // element of the path given to execve, cut to 15 bytes. It reads like the
-// end of a comm and the next stat fields, to catch any parsing by ")".
-const oddName = "a b) (c) Z 1 (d"
+// end of a comm and the next stat fields, to catch any parsing by ")",
+// and is longer than a comm holds.
+const oddName = "a b) (c) Z 1 (d) R 2"
 
 func startOddComm(t *testing.T) (pid int, comm string) {
 	t.Helper()

@@ -195,7 +195,7 @@ func candidates(batches []*batch, stats *Stats) []candidate {
 			c.pids = append(c.pids, open[i].pid)
 		}
 		if j, ok := slices.BinarySearchFunc(leaders, c.pgid, func(l leaderAt, pgid int) int { return l.pid - pgid }); ok {
-			c.leader = leaders[j].mark
+			c.leader, c.listed = leaders[j].mark, true
 		}
 		cands = append(cands, c)
 	}

@@ -86,3 +86,41 @@ func TestScanOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestExamineConfirmsAnUnlistedLeader: a group whose leader the listing
+// did not show is leaderless only if /proc agrees. The kernel's task
+// iterator has been seen to omit a live process (PID 1 on this project's
+// VMs); taken at its word, it would turn a foreign group into a tree.
+func TestExamineConfirmsAnUnlistedLeader(t *testing.T) {
+	member := proc{pid: 101, pgid: 100, comm: "kcserver", start: 90000, argv: []string{"kcserver", cidA}}
+	for _, tt := range []struct {
+		name   string
+		leader *proc
+		want   bool // a tree
+	}{
+		{"live foreign leader", &proc{pid: 100, pgid: 100, comm: "bash", start: 90000, argv: []string{"bash"}}, false},
+		{"unreadable leader", &proc{pid: 100, pgid: 100, comm: "bash", start: 90000, garbled: true}, false},
+		{"live supervisor leader", &proc{pid: 100, pgid: 100, comm: "kcserver", start: 90000, argv: []string{"kcserver"}}, true},
+		{"zombie leader", &proc{pid: 100, pgid: 100, comm: "bash", state: 'Z', start: 90000}, true},
+		{"leader gone", nil, true},
+	} {
+		for _, fast := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/fast=%v", tt.name, fast), func(t *testing.T) {
+				procs := []proc{member}
+				if tt.leader != nil {
+					procs = append(procs, *tt.leader)
+				}
+				root := writeFixture(t, procs)
+				s := &scanner{opt: Options{Root: root, Comms: []string{"kcserver"}}, comms: map[string]bool{"kcserver": true, WrapperComm: true}}
+				if fast {
+					s.proc = newProcReader(root)
+					defer s.proc.close()
+				}
+				_, got := s.examine(candidate{pgid: 100, pids: []int{101}})
+				if got != tt.want {
+					t.Errorf("examine of group 100 without its leader listed: tree = %v, want %v", got, tt.want)
+				}
+			})
+		}
+	}
+}

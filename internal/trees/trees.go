@@ -193,6 +193,12 @@ type candidate struct {
 	pgid   int
 	pids   []int
 	leader leaderMark
+	// listed: the listing had the leader (or failed to read it). When
+	// it did not, examine asks /proc before taking the group for
+	// leaderless: a listing is a snapshot, and the kernel's task
+	// iterator has been seen to leave a process out (PID 1 on some
+	// hosts), which must not turn a foreign group into a candidate.
+	listed bool
 }
 
 // leaderMark is what a stat read tells of a group leader.
@@ -309,12 +315,14 @@ func (s *scanner) fullGroups(stats *Stats) ([]candidate, error) {
 	stats.Groups = len(groups)
 	cands := make([]candidate, 0, len(groups))
 	for pgid, pids := range groups {
-		c := candidate{pgid: pgid, pids: pids}
+		c := candidate{pgid: pgid, pids: pids, listed: true}
 		switch {
 		case slices.Contains(pids, pgid):
 			c.leader = s.leader(pgid)
 		case unreadable[pgid]:
 			c.leader = unreadableLeader
+		default:
+			c.listed = false
 		}
 		cands = append(cands, c)
 	}
@@ -325,6 +333,9 @@ func (s *scanner) fullGroups(stats *Stats) ([]candidate, error) {
 // examine decides whether a group is a candidate and, if so, reads it.
 func (s *scanner) examine(c candidate) (Tree, bool) {
 	pgid, pids := c.pgid, c.pids
+	if !c.listed {
+		c.leader = s.leader(pgid)
+	}
 	leaderLive, leaderSup := c.leader.live, c.leader.sup
 
 	// A group led by a live non-supervisor is never ours to signal. The

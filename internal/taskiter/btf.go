@@ -122,15 +122,7 @@ func parseLayout(blob []byte) (layout, error) {
 		return layout{}, err
 	}
 
-	names := map[string]bool{iterFuncName: true}
-	for st, ms := range wantedMembers {
-		names[st] = true
-		for _, m := range ms {
-			names[m] = true
-		}
-	}
-	byOff := findStrings(strs, names)
-	found, funcID, err := findTypes(types, byOff)
+	found, funcID, err := findTypes(types, strs)
 	if err != nil {
 		return layout{}, err
 	}
@@ -171,52 +163,35 @@ func parseLayout(blob []byte) (layout, error) {
 	return l, nil
 }
 
-// findStrings maps the offsets of the wanted names in a string section to
-// the names. Nearly all of the section's strings are rejected on their
-// length and first byte, without hashing.
-func findStrings(strs []byte, wanted map[string]bool) map[uint32]string {
-	var lengths uint32 // bit n: a name of n bytes is wanted
-	var first [256]bool
-	for w := range wanted {
-		lengths |= 1 << len(w)
-		first[w[0]] = true
+// nameAt returns the NUL-terminated name at off in a string section, or
+// nil when off is outside it or the name runs off its end.
+func nameAt(strs []byte, off uint32) []byte {
+	if uint64(off) >= uint64(len(strs)) {
+		return nil
 	}
-	byOff := make(map[uint32]string, len(wanted))
-	seen := make(map[string]bool, len(wanted))
-	for off := 0; off < len(strs); {
-		n := bytes.IndexByte(strs[off:], 0)
-		if n < 0 {
-			break
-		}
-		if n > 0 && n < 32 && lengths&(1<<n) != 0 && first[strs[off]] {
-			if name := strs[off : off+n]; wanted[string(name)] && !seen[string(name)] {
-				seen[string(name)] = true
-				byOff[uint32(off)] = string(name)
-			}
-		}
-		off += n + 1
+	name := strs[off:]
+	i := bytes.IndexByte(name, 0)
+	if i < 0 {
+		return nil
 	}
-	return byOff
+	return name[:i]
 }
 
 // findTypes walks a type section and returns, for each struct whose name
 // is wanted, the byte offsets of its wanted members, plus the ID of the
 // iterator's function. A wanted struct defined twice with different
 // layouts is an error: the program could not know which one it reads.
-func findTypes(types []byte, names map[uint32]string) (map[string]map[string]uint32, uint32, error) {
+//
+// Names are looked up in the string section only for structs and
+// functions whose name starts with a wanted name's first byte: the vmlinux
+// blob has a hundred thousand types, and reading its megabytes of strings
+// from end to end costs more than the task listing itself.
+func findTypes(types, strs []byte) (map[string]map[string]uint32, uint32, error) {
 	found := map[string]map[string]uint32{}
 	var funcID uint32
-	// Offsets of the names a struct or function must have to matter: a
-	// few comparisons per type instead of a map lookup.
-	var structNames []uint32
-	funcName := ^uint32(0)
-	for off, name := range names {
-		if wantedMembers[name] != nil {
-			structNames = append(structNames, off)
-		}
-		if name == iterFuncName {
-			funcName = off
-		}
+	var structFirst [256]bool
+	for name := range wantedMembers {
+		structFirst[name[0]] = true
 	}
 	for id, off := uint32(1), 0; off < len(types); id++ {
 		if len(types)-off < 12 {
@@ -233,12 +208,23 @@ func findTypes(types []byte, names map[uint32]string) (map[string]map[string]uin
 		if len(types)-off < n {
 			return nil, 0, fmt.Errorf("kernel BTF type %d: truncated", id)
 		}
+		first := byte(0)
+		if uint64(nameOff) < uint64(len(strs)) {
+			first = strs[nameOff]
+		}
 		switch {
-		case kind == kindFunc && nameOff == funcName:
-			funcID = id
-		case kind == kindStruct && slices.Contains(structNames, nameOff):
-			name := names[nameOff]
-			ms, err := readMembers(types[off:off+n], kflag, names, wantedMembers[name])
+		case kind == kindFunc && first == iterFuncName[0]:
+			if string(nameAt(strs, nameOff)) == iterFuncName {
+				funcID = id
+			}
+		case kind == kindStruct && structFirst[first]:
+			b := nameAt(strs, nameOff)
+			want, ok := wantedMembers[string(b)]
+			if !ok {
+				break
+			}
+			name := string(b)
+			ms, err := readMembers(types[off:off+n], kflag, strs, want)
 			if err != nil {
 				return nil, 0, fmt.Errorf("kernel BTF struct %s: %w", name, err)
 			}
@@ -254,13 +240,15 @@ func findTypes(types []byte, names map[uint32]string) (map[string]map[string]uin
 
 // readMembers reads a struct's member list and keeps the wanted ones that
 // are whole bytes (no bitfields).
-func readMembers(list []byte, kflag bool, names map[uint32]string, want []string) (map[string]uint32, error) {
+func readMembers(list []byte, kflag bool, strs []byte, want []string) (map[string]uint32, error) {
 	ms := map[string]uint32{}
 	for m := list; len(m) >= 12; m = m[12:] {
-		name, ok := names[binary.NativeEndian.Uint32(m[0:])]
-		if !ok || !slices.Contains(want, name) {
+		b := nameAt(strs, binary.NativeEndian.Uint32(m[0:]))
+		i := slices.IndexFunc(want, func(w string) bool { return w == string(b) })
+		if i < 0 {
 			continue
 		}
+		name := want[i]
 		bits := binary.NativeEndian.Uint32(m[8:])
 		if kflag {
 			if bits>>24 != 0 {

@@ -440,36 +440,28 @@ const (
 	kindTypedefForTest = 8
 )
 
-func TestFindStrings(t *testing.T) {
-	// Offsets:  0 "" | 1 "xpid" | 6 "pid" | 10 "comm" | 15 "pid" | 19 "tgid" (unterminated at the end: dropped)
-	strs := []byte("\x00xpid\x00pid\x00comm\x00pid\x00tgid")
-	tests := []struct {
-		name   string
-		wanted []string
-		want   map[uint32]string
+func TestNameAt(t *testing.T) {
+	// Offsets: 0 "" | 1 "xpid" | 6 "pid" | 10 "tgid" (unterminated)
+	strs := []byte("\x00xpid\x00pid\x00tgid")
+	for _, tt := range []struct {
+		off  uint32
+		want string
+		ok   bool
 	}{
-		{"whole strings only, first copy only", []string{"pid", "comm"}, map[uint32]string{6: "pid", 10: "comm"}},
-		{"suffix is not the name", []string{"id", "pid"}, map[uint32]string{6: "pid"}},
-		{"longer name is not a prefix match", []string{"xpi", "pi"}, map[uint32]string{}},
-		{"unterminated last string", []string{"tgid"}, map[uint32]string{}},
-		{"nothing wanted", nil, map[uint32]string{}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			wanted := map[string]bool{}
-			for _, w := range tt.wanted {
-				wanted[w] = true
-			}
-			got := findStrings(strs, wanted)
-			if len(got) != len(tt.want) {
-				t.Fatalf("findStrings = %v, want %v", got, tt.want)
-			}
-			for off, name := range tt.want {
-				if got[off] != name {
-					t.Errorf("findStrings = %v, want %v", got, tt.want)
-				}
-			}
-		})
+		{0, "", true},
+		{1, "xpid", true},
+		{6, "pid", true},
+		// BTF may share a suffix: a name that starts inside another is
+		// that name's tail.
+		{2, "pid", true},
+		{10, "", false}, // runs off the end
+		{14, "", false}, // past the end
+		{1 << 31, "", false},
+	} {
+		got := nameAt(strs, tt.off)
+		if (got != nil) != tt.ok || string(got) != tt.want {
+			t.Errorf("nameAt(%d) = %q (nil %v), want %q (ok %v)", tt.off, got, got == nil, tt.want, tt.ok)
+		}
 	}
 }
 

@@ -27,16 +27,21 @@ func startBenchTrees(b *testing.B) {
 
 func BenchmarkScan(b *testing.B) {
 	startBenchTrees(b)
-	for _, full := range []bool{false, true} {
-		name := "fast"
-		if full {
-			name = "full"
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, v := range []struct {
+		name string
+		opt  Options
+	}{
+		{"fast-bpf", Options{Lister: ListBPF}},
+		{"fast-proc", Options{Lister: ListProc}},
+		{"full", Options{Full: true}},
+	} {
+		b.Run(v.name, func(b *testing.B) {
 			var st Stats
+			opt := v.opt
+			opt.Comms = []string{"kcserver"}
 			for b.Loop() {
 				var err error
-				if _, st, err = Scan(Options{Comms: []string{"kcserver"}, Full: full}); err != nil {
+				if _, st, err = Scan(opt); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -17,7 +17,7 @@ func Listing(lister trees.Lister) Check {
 		return newCheck(NameListing, OK, "/proc; --bpf off loads no BPF program")
 	}
 	n, start := 0, time.Now()
-	err := taskiter.Each(func(*taskiter.Task) { n++ })
+	_, err := taskiter.Each(func(*taskiter.Task) { n++ })
 	took := time.Since(start).Round(100 * time.Microsecond)
 	switch {
 	case err == nil:

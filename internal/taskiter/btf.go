@@ -23,6 +23,7 @@ const kernelBTF = "/sys/kernel/btf/vmlinux"
 type layout struct {
 	taskPID, taskTGID, taskExitState, taskStart, taskComm, taskSignal uint32
 	signalPIDs, signalThreads, pidNumbers, upidNR                     uint32
+	metaSeqNum                                                        uint32
 	iterFunc                                                          uint32
 }
 
@@ -32,6 +33,7 @@ var wantedMembers = map[string][]string{
 	"signal_struct": {"pids", "nr_threads"},
 	"pid":           {"numbers"},
 	"upid":          {"nr"},
+	"bpf_iter_meta": {"seq_num"},
 }
 
 // iterFuncName is the kernel function a task iterator program attaches to.
@@ -155,6 +157,7 @@ func parseLayout(blob []byte) (layout, error) {
 		{&l.signalThreads, "signal_struct", "nr_threads"},
 		{&l.pidNumbers, "pid", "numbers"},
 		{&l.upidNR, "upid", "nr"},
+		{&l.metaSeqNum, "bpf_iter_meta", "seq_num"},
 	} {
 		if *f.dst, err = member(f.st, f.mem); err != nil {
 			return layout{}, err

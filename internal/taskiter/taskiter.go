@@ -29,6 +29,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -76,37 +78,69 @@ const (
 // (USER_HZ = 100, as fingerprint and trees assume).
 const nsPerTick = 1_000_000_000 / 100
 
+// Census is what a pass can tell about its own completeness.
+type Census struct {
+	// Visited counts the tasks, threads included, the kernel ran the
+	// program for.
+	Visited int
+	// TasksBefore and TasksAfter are the kernel's count of tasks
+	// (nr_threads, in /proc/loadavg) just before and just after the
+	// pass; LastPIDBefore and LastPIDAfter are the last PID it handed
+	// out then.
+	TasksBefore, TasksAfter     int
+	LastPIDBefore, LastPIDAfter int
+}
+
+// Unvisited returns how many tasks the pass did not visit, and whether
+// that count is exact. It is exact for a pass during which no task was
+// created (no PID handed out) and none went away (the same count before
+// and after): every task then existed throughout, and the kernel counted
+// each once. Otherwise an exit could offset a task that was skipped, and
+// only a listing of /proc can tell.
+func (c Census) Unvisited() (int, bool) {
+	if c.LastPIDBefore != c.LastPIDAfter || c.TasksBefore != c.TasksAfter || c.Visited > c.TasksBefore {
+		return 0, false
+	}
+	return c.TasksBefore - c.Visited, true
+}
+
 // Each runs one pass of the iterator and calls fn for every process of the
 // host, in ascending PID order. If Each returns an error, what fn was
 // given must be thrown away: the pass ends with a check that the kernel's
-// numbers for this very process agree with /proc, and a wrong layout shows
-// only there.
-func Each(fn func(*Task)) error {
+// numbers for this very process agree with /proc, which a wrong layout
+// would fail.
+func Each(fn func(*Task)) (Census, error) {
+	var census Census
 	if err := checkNamespaces(); err != nil {
-		return err
+		return census, err
 	}
 	l, err := readLayout()
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return census, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	prog, err := program(l)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return census, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	progFd, err := loadProgram(prog, l.iterFunc)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return census, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	defer unix.Close(progFd)
 	fd, err := openIter(progFd)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return census, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	defer unix.Close(fd)
 
 	self, selfPGID := os.Getpid(), unix.Getpgrp()
 	var me *Task
 	var t Task
+	trailer := false
+	census.TasksBefore, census.LastPIDBefore, err = readLoadavg()
+	if err != nil {
+		return census, err
+	}
 	err = readRecords(fd, func(rec []byte) {
 		t = Task{
 			PID:        int(binary.NativeEndian.Uint32(rec[0:])),
@@ -114,6 +148,11 @@ func Each(fn func(*Task)) error {
 			ExitState:  binary.NativeEndian.Uint32(rec[8:]),
 			Threads:    int(binary.NativeEndian.Uint32(rec[12:])),
 			StartTicks: binary.NativeEndian.Uint64(rec[16:]) / nsPerTick,
+		}
+		if t.PID == 0 {
+			trailer = true
+			census.Visited = int(binary.NativeEndian.Uint64(rec[16:]))
+			return
 		}
 		copy(t.comm[:], rec[24:40])
 		if t.PID == self {
@@ -123,9 +162,43 @@ func Each(fn func(*Task)) error {
 		fn(&t)
 	})
 	if err != nil {
-		return err
+		return census, err
 	}
-	return checkSelf(me, self, selfPGID)
+	if census.TasksAfter, census.LastPIDAfter, err = readLoadavg(); err != nil {
+		return census, err
+	}
+	if !trailer {
+		return census, fmt.Errorf("%w: the pass ended without its trailer", ErrUnavailable)
+	}
+	return census, checkSelf(me, self, selfPGID)
+}
+
+// readLoadavg returns the kernel's task count and the last PID it handed
+// out, from /proc/loadavg.
+func readLoadavg() (tasks, lastPID int, err error) {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0, 0, fmt.Errorf("task census: %w", err)
+	}
+	return parseLoadavg(data)
+}
+
+// parseLoadavg reads the last two fields of /proc/loadavg: running/total
+// tasks and the last PID ("0.20 0.18 0.12 1/80 11206").
+func parseLoadavg(data []byte) (tasks, lastPID int, err error) {
+	f := strings.Fields(string(data))
+	if len(f) == 5 {
+		if _, total, ok := strings.Cut(f[3], "/"); ok {
+			tasks, err = strconv.Atoi(total)
+			if err == nil {
+				lastPID, err = strconv.Atoi(f[4])
+			}
+			if err == nil && tasks > 0 && lastPID >= 0 {
+				return tasks, lastPID, nil
+			}
+		}
+	}
+	return 0, 0, fmt.Errorf("task census: unexpected /proc/loadavg %q", data)
 }
 
 // readRecords reads the iterator to its end and hands on whole records;

@@ -44,7 +44,7 @@ func missingFeature(err error) bool {
 func list(t *testing.T) []Task {
 	t.Helper()
 	var tasks []Task
-	err := Each(func(task *Task) { tasks = append(tasks, *task) })
+	_, err := Each(func(task *Task) { tasks = append(tasks, *task) })
 	if err != nil {
 		if missingFeature(err) {
 			t.Skipf("task iterator not usable on this host: %v", err)
@@ -361,7 +361,7 @@ func TestEachRefusesInPIDNamespace(t *testing.T) {
 		var sum nsSummary
 		try := func(name string) {
 			calls := 0
-			err := Each(func(*Task) { calls++ })
+			_, err := Each(func(*Task) { calls++ })
 			c := nsCase{Name: name, Unavailable: errors.Is(err, ErrUnavailable), Calls: calls}
 			if err != nil {
 				c.Err = err.Error()

@@ -4,8 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/proclist"
 	"github.com/kc-watchman/kc-watchman/internal/taskiter"
 )
 
@@ -57,11 +61,32 @@ var errNoIterator = errors.New("the BPF task iterator was required")
 // iterator: every process's group and every leader's state and comm in
 // one stream, with no file read. It decides leaders exactly as
 // scanner.leader does from a stat read.
+//
+// The iterator is not trusted to list every process: it has been seen to
+// leave one out (PID 1 on this project's VMs), and a member it missed
+// would be missing from the decisions about its group (a second
+// container's ID, another UID, a younger age). So /proc's own listing
+// runs alongside, on another CPU, and every process it shows that the
+// iterator did not is added through getpgid(2) and, if it leads its
+// group, a stat read: any process that exists for the whole scan is in
+// it, as with the /proc lister.
 func iterGroups(opt Options, comms map[string]bool, stats *Stats) ([]candidate, []*scanner, error) {
 	s := &scanner{opt: opt, comms: comms, proc: newProcReader(opt.Root)}
 	ss := []*scanner{s}
+	var (
+		listed  []int
+		listErr error
+		done    = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		listed, listErr = proclist.List(opt.Root)
+	}()
 	b := &batch{}
-	err := taskiter.Each(func(t *taskiter.Task) {
+	_, err := taskiter.Each(func(t *taskiter.Task) {
+		if opt.iterHide != nil && opt.iterHide(t.PID) {
+			return
+		}
 		b.pids = append(b.pids, t.PID)
 		b.pgids = append(b.pgids, int32(t.PGID))
 		if t.PGID != t.PID {
@@ -78,9 +103,14 @@ func iterGroups(opt Options, comms map[string]bool, stats *Stats) ([]candidate, 
 		}
 		b.leaders = append(b.leaders, leaderAt{pid: t.PID, mark: mark})
 	})
+	<-done
 	if err != nil {
 		return nil, ss, err
 	}
+	if listErr != nil {
+		return nil, ss, listErr
+	}
+	stats.IterMissed = s.addMissed(b, listed)
 	stats.Processes = len(b.pids)
 	cands := candidates([]*batch{b}, stats)
 	// The candidates' identities are read from /proc; spread them.
@@ -92,6 +122,36 @@ func iterGroups(opt Options, comms map[string]bool, stats *Stats) ([]candidate, 
 		ss = append(ss, &scanner{opt: opt, comms: comms, proc: newProcReader(opt.Root)})
 	}
 	return cands, ss, nil
+}
+
+// addMissed adds to b the processes of listed (ascending, as /proc lists
+// them) that the iterator's listing (ascending too) does not have, and
+// returns how many it added.
+func (s *scanner) addMissed(b *batch, listed []int) int {
+	seen := b.pids // the iterator's, before anything is appended
+	if !slices.IsSorted(seen) {
+		seen = slices.Sorted(slices.Values(seen))
+	}
+	missed, j := 0, 0
+	for _, pid := range listed {
+		for j < len(seen) && seen[j] < pid {
+			j++
+		}
+		if j < len(seen) && seen[j] == pid {
+			continue
+		}
+		missed++
+		pgid := -1
+		if r, _, errno := unix.RawSyscall(unix.SYS_GETPGID, uintptr(pid), 0, 0); errno == 0 {
+			pgid = int(r)
+		}
+		b.pids = append(b.pids, pid)
+		b.pgids = append(b.pgids, int32(pgid))
+		if pgid == pid {
+			b.leaders = append(b.leaders, leaderAt{pid: pid, mark: s.leader(pid)})
+		}
+	}
+	return missed
 }
 
 // minMembersPerWorker: below this many candidate members per goroutine,

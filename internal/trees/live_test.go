@@ -3,10 +3,17 @@ package trees
 import (
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/proclist"
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	testproc "github.com/kc-watchman/kc-watchman/internal/testkit/proc"
 )
 
 const cidLive = "1111111111111111111111111111111111111111111111111111111111111111"
@@ -146,4 +153,71 @@ func TestParseLister(t *testing.T) {
 			t.Errorf("ParseLister(%q).String() = %q", tt.in, got.String())
 		}
 	}
+}
+
+// TestIterMissedMemberIsRead: a group member the BPF task iterator leaves
+// out must still count in the decisions about its group. Here the missed
+// member carries a second container's ID: seen, it makes the group
+// ambiguous (never signalled); unseen, the group would pass for the first
+// container's tree.
+func TestIterMissedMemberIsRead(t *testing.T) {
+	dir := t.TempDir()
+	kc := filepath.Join(dir, "kcserver") // comm "kcserver", running sh
+	if err := os.Symlink("/bin/sh", kc); err != nil {
+		t.Fatal(err)
+	}
+	const cidB2 = "2222222222222222222222222222222222222222222222222222222222222222"
+	start := func(path string, pgid int, args ...string) *exec.Cmd {
+		cmd := &exec.Cmd{Path: path, Args: args, SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pgid: pgid}}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd
+	}
+	// sh -c with a second command forks the sleep instead of exec'ing it.
+	leader := start(kc, 0, "kcserver", "-c", "sleep 1000; :", "x", cidLive)
+	pgid := leader.Process.Pid
+	other := start("/bin/sh", pgid, "sh", "-c", "sleep 1000; :", "x", cidB2)
+	hidden := other.Process.Pid
+	testproc.WaitFor(t, 10*time.Second, "the group's sleeps", func() bool {
+		return len(groupPIDs(t, pgid)) >= 4
+	})
+	t.Cleanup(func() {
+		for _, pid := range groupPIDs(t, pgid) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+
+	for _, tt := range []struct {
+		name string
+		hide func(int) bool
+	}{
+		{"nothing hidden", nil},
+		{"the second anchor hidden from the iterator", func(pid int) bool { return pid == hidden }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ts, stats, err := Scan(Options{Comms: []string{"kcserver"}, Lister: ListBPF, iterHide: tt.hide})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr := findTree(ts, pgid)
+			if tr == nil || !tr.Ambiguous || tr.Signalable() {
+				t.Fatalf("group %d = %+v; want it ambiguous (members carry %s… and %s…), never signalable", pgid, tr, cidLive[:8], cidB2[:8])
+			}
+			if tt.hide != nil && stats.IterMissed < 1 {
+				t.Errorf("IterMissed = %d, want the hidden member counted", stats.IterMissed)
+			}
+		})
+	}
+}
+
+// groupPIDs lists the live processes of group pgid.
+func groupPIDs(t *testing.T, pgid int) []int {
+	t.Helper()
+	pids, err := proclist.InGroup(pgid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pids
 }

@@ -71,6 +71,9 @@ type Options struct {
 	// pipeline overrides how the fast scan splits its work (tests force
 	// several goroutines and many batches on a small process table).
 	pipeline pipelineTuning
+	// iterHide drops processes from the BPF task iterator's listing, as
+	// the kernel has been seen to (tests).
+	iterHide func(pid int) bool
 }
 
 // Tree is one supervisor tree (or a group that looks like one but must not
@@ -108,10 +111,13 @@ type Stats struct {
 	// ListerFallback says why ListAuto did not use the BPF task
 	// iterator; empty when it did or was not asked to.
 	ListerFallback string
-	Processes      int
-	Groups         int
-	StatReads      int
-	FullReads      int
+	// IterMissed counts the processes /proc listed and the BPF task
+	// iterator did not (they were added to the scan from /proc).
+	IterMissed int
+	Processes  int
+	Groups     int
+	StatReads  int
+	FullReads  int
 	// ArgvReads counts the cmdline reads of Only's filter.
 	ArgvReads int
 	Duration  time.Duration

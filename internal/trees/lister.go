@@ -63,27 +63,23 @@ var errNoIterator = errors.New("the BPF task iterator was required")
 // scanner.leader does from a stat read.
 //
 // The iterator is not trusted to list every process: it has been seen to
-// leave one out (PID 1 on this project's VMs), and a member it missed
+// leave some out (PID 1 on this project's VMs), and a member it missed
 // would be missing from the decisions about its group (a second
-// container's ID, another UID, a younger age). So /proc's own listing
-// runs alongside, on another CPU, and every process it shows that the
-// iterator did not is added through getpgid(2) and, if it leads its
-// group, a stat read: any process that exists for the whole scan is in
-// it, as with the /proc lister.
-func iterGroups(opt Options, comms map[string]bool, stats *Stats) ([]candidate, []*scanner, error) {
+// container's ID, another UID, a younger age). Unless the pass's census
+// vouches that it visited every task, the listing is unconfirmed and Scan
+// runs the returned confirm: it lists /proc and adds every process /proc
+// shows that the iterator did not, so that any process that exists for the
+// whole scan is in it, as with the /proc lister, and returns the
+// candidates anew when an added process is in a group.
+func iterGroups(opt Options, comms map[string]bool, stats *Stats) ([]candidate, []*scanner, *confirmation, error) {
 	s := &scanner{opt: opt, comms: comms, proc: newProcReader(opt.Root)}
 	ss := []*scanner{s}
-	var (
-		listed  []int
-		listErr error
-		done    = make(chan struct{})
-	)
-	go func() {
-		defer close(done)
-		listed, listErr = proclist.List(opt.Root)
-	}()
 	b := &batch{}
-	_, err := taskiter.Each(func(t *taskiter.Task) {
+	conf := &confirmation{s: s, b: b, stats: stats}
+	if opt.Only == nil {
+		conf.start()
+	}
+	census, err := taskiter.Each(func(t *taskiter.Task) {
 		if opt.iterHide != nil && opt.iterHide(t.PID) {
 			return
 		}
@@ -103,14 +99,9 @@ func iterGroups(opt Options, comms map[string]bool, stats *Stats) ([]candidate, 
 		}
 		b.leaders = append(b.leaders, leaderAt{pid: t.PID, mark: mark})
 	})
-	<-done
 	if err != nil {
-		return nil, ss, err
+		return nil, ss, nil, err
 	}
-	if listErr != nil {
-		return nil, ss, listErr
-	}
-	stats.IterMissed = s.addMissed(b, listed)
 	stats.Processes = len(b.pids)
 	cands := candidates([]*batch{b}, stats)
 	// The candidates' identities are read from /proc; spread them.
@@ -121,18 +112,65 @@ func iterGroups(opt Options, comms map[string]bool, stats *Stats) ([]candidate, 
 	for w := 1; w < runtime.GOMAXPROCS(0) && members >= 2*w*minMembersPerWorker; w++ {
 		ss = append(ss, &scanner{opt: opt, comms: comms, proc: newProcReader(opt.Root)})
 	}
-	return cands, ss, nil
+	if n, exact := census.Unvisited(); exact && n == 0 && opt.iterHide == nil {
+		return cands, ss, nil, nil
+	}
+	conf.cands = cands
+	return cands, ss, conf, nil
+}
+
+// confirmation checks the task iterator's listing against /proc's. The
+// listing of /proc may start early (start) and run while the candidates
+// are examined; finish waits for it and merges.
+type confirmation struct {
+	s     *scanner
+	b     *batch
+	cands []candidate
+	stats *Stats
+
+	done   chan struct{}
+	listed []int
+	err    error
+}
+
+func (c *confirmation) start() {
+	c.done = make(chan struct{})
+	go func() {
+		defer close(c.done)
+		c.listed, c.err = proclist.List(c.s.opt.Root)
+	}()
+}
+
+// finish adds what /proc listed and the iterator did not, and returns the
+// candidates anew (changed) if an added process is in a group.
+func (c *confirmation) finish() (cands []candidate, changed bool, err error) {
+	if c.done == nil {
+		c.start()
+	}
+	<-c.done
+	if c.err != nil {
+		return nil, false, c.err
+	}
+	c.stats.IterConfirmed = true
+	missed, grouped := c.s.addMissed(c.b, c.listed)
+	c.stats.IterMissed = missed
+	c.stats.Processes = len(c.b.pids)
+	if grouped == 0 {
+		return c.cands, false, nil
+	}
+	return candidates([]*batch{c.b}, c.stats), true, nil
 }
 
 // addMissed adds to b the processes of listed (ascending, as /proc lists
-// them) that the iterator's listing (ascending too) does not have, and
-// returns how many it added.
-func (s *scanner) addMissed(b *batch, listed []int) int {
+// them) that the iterator's listing (ascending too) does not have. It
+// returns how many it added, and how many of those are in a process group
+// (PID 1 and kernel threads are in none: they change no decision).
+func (s *scanner) addMissed(b *batch, listed []int) (missed, grouped int) {
 	seen := b.pids // the iterator's, before anything is appended
 	if !slices.IsSorted(seen) {
 		seen = slices.Sorted(slices.Values(seen))
 	}
-	missed, j := 0, 0
+	j := 0
 	for _, pid := range listed {
 		for j < len(seen) && seen[j] < pid {
 			j++
@@ -145,37 +183,42 @@ func (s *scanner) addMissed(b *batch, listed []int) int {
 		if r, _, errno := unix.RawSyscall(unix.SYS_GETPGID, uintptr(pid), 0, 0); errno == 0 {
 			pgid = int(r)
 		}
+		if pgid != 0 {
+			grouped++
+		}
 		b.pids = append(b.pids, pid)
 		b.pgids = append(b.pgids, int32(pgid))
 		if pgid == pid {
 			b.leaders = append(b.leaders, leaderAt{pid: pid, mark: s.leader(pid)})
 		}
 	}
-	return missed
+	return missed, grouped
 }
 
 // minMembersPerWorker: below this many candidate members per goroutine,
 // reading them in one is faster.
 const minMembersPerWorker = 32
 
-// listGroups runs the first pass the way opt.Lister asks.
-func listGroups(opt Options, comms map[string]bool, stats *Stats) ([]candidate, []*scanner, error) {
+// listGroups runs the first pass the way opt.Lister asks. confirm, when
+// not nil, must run before the scan reports a tree (see iterGroups).
+func listGroups(opt Options, comms map[string]bool, stats *Stats) (cands []candidate, ss []*scanner, confirm *confirmation, err error) {
 	if opt.Lister != ListProc && opt.Root == fingerprint.DefaultRoot {
-		cands, ss, err := iterGroups(opt, comms, stats)
+		cands, ss, confirm, err := iterGroups(opt, comms, stats)
 		if err == nil {
 			stats.Lister = "bpf"
-			return cands, ss, nil
+			return cands, ss, confirm, nil
 		}
 		for _, s := range ss {
 			s.proc.close()
 		}
 		if opt.Lister == ListBPF {
-			return nil, nil, fmt.Errorf("%w: %w", errNoIterator, err)
+			return nil, nil, nil, fmt.Errorf("%w: %w", errNoIterator, err)
 		}
 		stats.ListerFallback = err.Error()
 	} else if opt.Lister == ListBPF {
-		return nil, nil, fmt.Errorf("%w: it lists only the host's /proc, not %s", errNoIterator, opt.Root)
+		return nil, nil, nil, fmt.Errorf("%w: it lists only the host's /proc, not %s", errNoIterator, opt.Root)
 	}
 	stats.Lister = "proc"
-	return fastGroups(opt, comms, stats)
+	cands, ss, err = fastGroups(opt, comms, stats)
+	return cands, ss, nil, err
 }

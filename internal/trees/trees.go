@@ -65,7 +65,9 @@ type Options struct {
 	// or a member's PID is in Known. Other groups are dropped after one
 	// cmdline read per member, which is what makes a hook's scan cheap.
 	// Trees of other containers that share a group with one of these are
-	// still reported, as without Only.
+	// still reported, as without Only. Such a scan that finds no tree
+	// also skips confirming the BPF task iterator's listing against
+	// /proc (see iterGroups): it has nothing to act on.
 	Only map[string]bool
 
 	// pipeline overrides how the fast scan splits its work (tests force
@@ -111,6 +113,9 @@ type Stats struct {
 	// ListerFallback says why ListAuto did not use the BPF task
 	// iterator; empty when it did or was not asked to.
 	ListerFallback string
+	// IterConfirmed: the BPF task iterator's listing was checked
+	// against /proc's (its census could not vouch for it).
+	IterConfirmed bool
 	// IterMissed counts the processes /proc listed and the BPF task
 	// iterator did not (they were added to the scan from /proc).
 	IterMissed int
@@ -137,16 +142,17 @@ func Scan(opt Options) ([]Tree, Stats, error) {
 	uptime, uptimeErr := readUptime(opt.Root)
 
 	var (
-		ss    []*scanner
-		cands []candidate
-		err   error
+		ss      []*scanner
+		cands   []candidate
+		confirm *confirmation
+		err     error
 	)
 	if opt.Full {
 		ss = []*scanner{{opt: opt, comms: comms}}
 		stats.Lister = "full"
 		cands, err = ss[0].fullGroups(&stats)
 	} else {
-		cands, ss, err = listGroups(opt, comms, &stats)
+		cands, ss, confirm, err = listGroups(opt, comms, &stats)
 		for _, s := range ss {
 			defer s.proc.close()
 		}
@@ -164,15 +170,22 @@ func Scan(opt Options) ([]Tree, Stats, error) {
 		}
 	}
 
-	found := make([]*Tree, len(cands))
-	workers := len(ss)
-	parallel(workers, func(w int) {
-		for i := w; i < len(cands); i += workers {
-			if t, ok := ss[w].examine(cands[i]); ok {
-				found[i] = &t
-			}
+	// A listing the BPF task iterator could not vouch for is checked
+	// against /proc's before the scan answers; /proc is listed while the
+	// candidates are read. A scan for some containers only (the hook's)
+	// lists it only if it found one of their trees: otherwise it has
+	// nothing to act on, and the janitor's scans are the backstop for a
+	// tree whose every sign the iterator missed.
+	found := examineAll(ss, cands)
+	if confirm != nil && (opt.Only == nil || slices.ContainsFunc(found, func(t *Tree) bool { return t != nil })) {
+		more, changed, err := confirm.finish()
+		if err != nil {
+			return nil, stats, err
 		}
-	})
+		if changed {
+			found = examineAll(ss, more)
+		}
+	}
 	var out []Tree
 	for _, t := range found {
 		if t == nil {
@@ -191,6 +204,20 @@ func Scan(opt Options) ([]Tree, Stats, error) {
 	}
 	stats.Duration = time.Since(start)
 	return out, stats, nil
+}
+
+// examineAll examines the candidates on the scanners' goroutines.
+func examineAll(ss []*scanner, cands []candidate) []*Tree {
+	found := make([]*Tree, len(cands))
+	workers := len(ss)
+	parallel(workers, func(w int) {
+		for i := w; i < len(cands); i += workers {
+			if t, ok := ss[w].examine(cands[i]); ok {
+				found[i] = &t
+			}
+		}
+	})
+	return found
 }
 
 // candidate is a process group the decisions read: its members in the

@@ -75,10 +75,14 @@ func bpf(cmd int, attr unsafe.Pointer, size uintptr) (int, error) {
 // program is generated here at run time and lives only while it runs.
 var license = []byte("GPL\x00")
 
-// loadProgram loads the iterator program. When the verifier refuses it,
-// the load is repeated with the verifier's log, which goes into the error.
+// loadProgram loads the iterator program. The verifier gives up with
+// EAGAIN when a signal is pending (the Go runtime's preemption signals
+// are), so the load is repeated then, as libbpf does. When the verifier
+// refuses the program, the load is repeated with its log for the error;
+// a program accepted only then is not used.
 func loadProgram(prog []insn, attachID uint32) (int, error) {
 	code := encode(prog)
+	defer runtime.KeepAlive(code)
 	attr := progLoadAttr{
 		progType:           progTracing,
 		insnCnt:            uint32(len(prog)),
@@ -88,8 +92,16 @@ func loadProgram(prog []insn, attachID uint32) (int, error) {
 		attachBTFID:        attachID,
 	}
 	copy(attr.progName[:], "kc_tasks")
-	fd, err := bpf(cmdProgLoad, unsafe.Pointer(&attr), unsafe.Sizeof(attr))
-	runtime.KeepAlive(code)
+	load := func() (int, error) {
+		for try := 0; ; try++ {
+			fd, err := bpf(cmdProgLoad, unsafe.Pointer(&attr), unsafe.Sizeof(attr))
+			if (errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR)) && try < 5 {
+				continue
+			}
+			return fd, err
+		}
+	}
+	fd, err := load()
 	if err == nil {
 		return fd, nil
 	}
@@ -99,10 +111,10 @@ func loadProgram(prog []insn, attachID uint32) (int, error) {
 	log := make([]byte, 64<<10)
 	attr.logLevel, attr.logSize = 1, uint32(len(log))
 	attr.logBuf = uint64(uintptr(unsafe.Pointer(&log[0])))
-	if fd, err2 := bpf(cmdProgLoad, unsafe.Pointer(&attr), unsafe.Sizeof(attr)); err2 == nil {
-		return fd, nil // refused once, taken with a log: take it
+	if fd, err := load(); err == nil {
+		unix.Close(fd)
 	}
-	runtime.KeepAlive(code)
+	runtime.KeepAlive(log)
 	if i := bytes.IndexByte(log, 0); i >= 0 {
 		log = log[:i]
 	}

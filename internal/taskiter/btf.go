@@ -24,7 +24,10 @@ type layout struct {
 	taskPID, taskTGID, taskExitState, taskStart, taskComm, taskSignal uint32
 	signalPIDs, signalThreads, pidNumbers, upidNR                     uint32
 	metaSeqNum                                                        uint32
-	iterFunc                                                          uint32
+	// pidtypePGID is PIDTYPE_PGID in enum pid_type: the index of the
+	// process group in signal_struct.pids.
+	pidtypePGID uint32
+	iterFunc    uint32
 }
 
 // wantedMembers names, per struct, the members the program reads.
@@ -36,23 +39,30 @@ var wantedMembers = map[string][]string{
 	"bpf_iter_meta": {"seq_num"},
 }
 
+// pidTypeEnum and pidTypePGID name the enum value the program indexes
+// signal->pids with.
+const (
+	pidTypeEnum = "pid_type"
+	pidTypePGID = "PIDTYPE_PGID"
+)
+
 // iterFuncName is the kernel function a task iterator program attaches to.
 const iterFuncName = "bpf_iter_task"
 
 // BTF type kinds (include/uapi/linux/btf.h).
 const (
-	kindStruct  = 4
-	kindUnion   = 5
-	kindEnum    = 6
-	kindFunc    = 12
-	kindArray   = 3
-	kindInt     = 1
-	kindFuncPro = 13
-	kindVar     = 14
-	kindDatasec = 15
-	kindDeclTag = 17
-	kindEnum64  = 19
-	kindMax     = 19
+	kindStruct    = 4
+	kindUnion     = 5
+	kindEnum      = 6
+	kindFunc      = 12
+	kindArray     = 3
+	kindInt       = 1
+	kindFuncProto = 13
+	kindVar       = 14
+	kindDatasec   = 15
+	kindDeclTag   = 17
+	kindEnum64    = 19
+	kindMax       = 19
 )
 
 type btfHeader struct {
@@ -107,6 +117,9 @@ func parseLayout(blob []byte) (layout, error) {
 	}
 	if hdr.Magic != btfMagic {
 		return layout{}, fmt.Errorf("kernel BTF: bad magic %#x (not native-endian BTF)", hdr.Magic)
+	}
+	if hdr.Version != 1 || hdr.HdrLen < 24 {
+		return layout{}, fmt.Errorf("kernel BTF: version %d, header of %d bytes: not the format this reader knows", hdr.Version, hdr.HdrLen)
 	}
 	section := func(off, n uint32) ([]byte, error) {
 		start := uint64(hdr.HdrLen) + uint64(off)
@@ -163,6 +176,14 @@ func parseLayout(blob []byte) (layout, error) {
 			return layout{}, err
 		}
 	}
+	v, ok := found[pidTypeEnum][pidTypePGID]
+	if !ok {
+		return layout{}, fmt.Errorf("kernel BTF has no %s in enum %s", pidTypePGID, pidTypeEnum)
+	}
+	if v > 15 {
+		return layout{}, fmt.Errorf("kernel BTF: %s is %d, not an index into signal_struct.pids", pidTypePGID, v)
+	}
+	l.pidtypePGID = v
 	return l, nil
 }
 
@@ -216,6 +237,16 @@ func findTypes(types, strs []byte) (map[string]map[string]uint32, uint32, error)
 			first = strs[nameOff]
 		}
 		switch {
+		case kind == kindEnum && first == pidTypeEnum[0] && string(nameAt(strs, nameOff)) == pidTypeEnum:
+			for m := types[off : off+n]; len(m) >= 8; m = m[8:] {
+				if string(nameAt(strs, binary.NativeEndian.Uint32(m))) == pidTypePGID {
+					v := binary.NativeEndian.Uint32(m[4:])
+					if prev, dup := found[pidTypeEnum][pidTypePGID]; dup && prev != v {
+						return nil, 0, fmt.Errorf("kernel BTF defines enum %s twice, with different values", pidTypeEnum)
+					}
+					found[pidTypeEnum] = map[string]uint32{pidTypePGID: v}
+				}
+			}
 		case kind == kindFunc && first == iterFuncName[0]:
 			if string(nameAt(strs, nameOff)) == iterFuncName {
 				funcID = id
@@ -276,7 +307,7 @@ func trailer(kind, vlen int) (int, error) {
 		return 12, nil
 	case kindStruct, kindUnion, kindDatasec, kindEnum64:
 		return 12 * vlen, nil
-	case kindEnum, kindFuncPro:
+	case kindEnum, kindFuncProto:
 		return 8 * vlen, nil
 	case 0:
 		return 0, errors.New("kind 0 (void) in the type section")

@@ -92,7 +92,7 @@ func (b *btfBuilder) blob() []byte {
 // others so that a field read from the wrong member shows.
 var wantLayout = layout{
 	taskPID: 1504, taskTGID: 1508, taskExitState: 1244, taskStart: 1640, taskComm: 2032, taskSignal: 2720,
-	signalPIDs: 336, signalThreads: 20, pidNumbers: 96, upidNR: 4, metaSeqNum: 16,
+	signalPIDs: 336, signalThreads: 20, pidNumbers: 96, upidNR: 4, metaSeqNum: 16, pidtypePGID: 3,
 }
 
 type btfStruct struct {
@@ -144,10 +144,20 @@ func (b *btfBuilder) addStructs(ss []btfStruct) {
 	}
 }
 
-// addIterFunc adds the FUNC the iterator attaches to (vlen is its linkage).
+// addIterFunc adds the FUNC the iterator attaches to (vlen is its
+// linkage) and returns its ID; then the enum pid_type the program indexes
+// signal->pids with.
 func (b *btfBuilder) addIterFunc() uint32 {
-	proto := b.add(0, kindFuncPro, false, 0, 0)
-	return b.add(b.str(iterFuncName), kindFunc, false, 1, proto)
+	proto := b.add(0, kindFuncProto, false, 0, 0)
+	id := b.add(b.str(iterFuncName), kindFunc, false, 1, proto)
+	b.addPidType(wantLayout.pidtypePGID)
+	return id
+}
+
+// addPidType adds enum pid_type with PIDTYPE_PGID = pgid.
+func (b *btfBuilder) addPidType(pgid uint32) uint32 {
+	return b.add(b.str(pidTypeEnum), kindEnum, false, 3, 4,
+		b.str("PIDTYPE_PID"), 0, b.str("PIDTYPE_TGID"), 1, b.str(pidTypePGID), pgid)
 }
 
 // filler is a type of a given kind with the trailer the format gives it,
@@ -172,7 +182,7 @@ var fillers = []filler{
 	{"CONST", 10, 0, 0},
 	{"RESTRICT", 11, 0, 0},
 	{"FUNC", kindFunc, 1, 0}, // vlen is the linkage, not a count
-	{"FUNC_PROTO", kindFuncPro, 3, 6},
+	{"FUNC_PROTO", kindFuncProto, 3, 6},
 	{"VAR", kindVar, 0, 1},
 	{"DATASEC", kindDatasec, 2, 6},
 	{"FLOAT", 16, 0, 0},
@@ -408,6 +418,24 @@ func TestParseLayoutRefuses(t *testing.T) {
 			b.add(b.str("bpf_iter_task_vma"), kindFunc, false, 1, 0)
 			return b.blob()
 		}, "no function " + iterFuncName},
+		{"no enum pid_type", func() []byte {
+			b := newBTF()
+			b.addStructs(goodStructs())
+			proto := b.add(0, kindFuncProto, false, 0, 0)
+			b.add(b.str(iterFuncName), kindFunc, false, 1, proto)
+			// The value under another enum's name is not it.
+			b.add(b.str("pid_types"), kindEnum, false, 1, 4, b.str(pidTypePGID), 2)
+			return b.blob()
+		}, "no PIDTYPE_PGID"},
+		{"enum pid_type twice, different values", withTypes(func(b *btfBuilder) { b.addPidType(wantLayout.pidtypePGID + 1) }), "enum pid_type twice"},
+		{"PIDTYPE_PGID no index", func() []byte {
+			b := newBTF()
+			b.addStructs(goodStructs())
+			proto := b.add(0, kindFuncProto, false, 0, 0)
+			b.add(b.str(iterFuncName), kindFunc, false, 1, proto)
+			b.addPidType(1 << 20)
+			return b.blob()
+		}, "not an index"},
 		{"kind 0", withTypes(func(b *btfBuilder) { b.add(0, 0, false, 0, 0) }), "kind 0"},
 		{"kind 20", withTypes(func(b *btfBuilder) { b.add(0, 20, false, 0, 0) }), "unknown kind 20"},
 		{"kind 31", withTypes(func(b *btfBuilder) { b.add(0, 31, true, 0, 0) }), "unknown kind 31"},
@@ -488,6 +516,10 @@ func TestParseKernelBTF(t *testing.T) {
 	}
 	if l.upidNR != 0 {
 		t.Errorf("upid.nr at %d, want 0", l.upidNR)
+	}
+	if l.pidtypePGID != 2 {
+		// PID, TGID, PGID, SID since 4.19.
+		t.Errorf("PIDTYPE_PGID = %d, want 2", l.pidtypePGID)
 	}
 	t.Logf("%+v", l)
 }

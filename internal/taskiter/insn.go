@@ -63,9 +63,10 @@ func exit() insn             { return insn{op: opExit} }
 // the registers in one byte (dst in the low nibble on little-endian hosts).
 func encode(prog []insn) []byte {
 	out := make([]byte, 0, 8*len(prog))
+	little := binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 	for _, in := range prog {
 		regs := in.dst&0xf | in.src<<4
-		if binary.NativeEndian.Uint16([]byte{1, 0}) != 1 {
+		if !little {
 			regs = in.dst<<4 | in.src&0xf
 		}
 		out = append(out, in.op, regs)

@@ -17,11 +17,6 @@ import "fmt"
 // without a task to end the pass.
 const recordSize = 40
 
-// PIDTYPE_PGID in enum pid_type (include/linux/pid_types.h), the index of
-// the process group in signal_struct.pids. The enum has not changed since
-// PIDTYPE_TGID was added in 4.19.
-const pidtypePGID = 2
-
 // The context of a task iterator program, struct bpf_iter__task, is fixed
 // by the iterator ABI: the meta pointer first, then the task pointer; and
 // the seq_file is the first member of struct bpf_iter_meta.
@@ -41,38 +36,38 @@ const (
 // as zero; the explicit NULL tests only keep the record's pgid at 0 then.
 func program(l layout) ([]insn, error) {
 	for _, off := range []uint32{l.taskPID, l.taskTGID, l.taskExitState, l.taskStart, l.taskComm + 8, l.taskSignal, l.signalThreads,
-		l.signalPIDs + 8*pidtypePGID, l.pidNumbers + l.upidNR, l.metaSeqNum} {
+		l.signalPIDs + 8*l.pidtypePGID, l.pidNumbers + l.upidNR, l.metaSeqNum} {
 		if off > 1<<15-1 {
 			return nil, fmt.Errorf("field offset %d does not fit an instruction", off)
 		}
 	}
 	var b builder
 	const rec = -recordSize
-	b.add(mov(r6, r1))                               // r6 = ctx
-	b.add(ldxDW(r7, r6, ctxTask))                    // r7 = ctx->task
-	b.jump(jeqImm(r7, 0, 0), "trailer")              // the end of the pass
-	b.add(ldxW(r2, r7, l.taskPID))                   // r2 = task->pid
-	b.add(ldxW(r3, r7, l.taskTGID))                  // r3 = task->tgid
-	b.jump(jneReg(r2, r3, 0), "out")                 // a thread, not a process
-	b.add(stxW(r10, rec+0, r3))                      // rec.pid = tgid
-	b.add(stW(r10, rec+4, 0))                        // rec.pgid = 0
-	b.add(ldxW(r2, r7, l.taskExitState))             //
-	b.add(stxW(r10, rec+8, r2))                      // rec.exit_state
-	b.add(stW(r10, rec+12, 0))                       // rec.nr_threads = 0
-	b.add(ldxDW(r2, r7, l.taskStart))                //
-	b.add(stxDW(r10, rec+16, r2))                    // rec.start
-	b.add(ldxDW(r2, r7, l.taskComm))                 //
-	b.add(stxDW(r10, rec+24, r2))                    // rec.comm[0:8]
-	b.add(ldxDW(r2, r7, l.taskComm+8))               //
-	b.add(stxDW(r10, rec+32, r2))                    // rec.comm[8:16]
-	b.add(ldxDW(r8, r7, l.taskSignal))               // r8 = task->signal
-	b.jump(jeqImm(r8, 0, 0), "write")                //
-	b.add(ldxW(r2, r8, l.signalThreads))             //
-	b.add(stxW(r10, rec+12, r2))                     // rec.nr_threads
-	b.add(ldxDW(r2, r8, l.signalPIDs+8*pidtypePGID)) // r2 = signal->pids[PIDTYPE_PGID]
-	b.jump(jeqImm(r2, 0, 0), "write")                //
-	b.add(ldxW(r2, r2, l.pidNumbers+l.upidNR))       // numbers[0].nr: the init namespace's number
-	b.add(stxW(r10, rec+4, r2))                      // rec.pgid
+	b.add(mov(r6, r1))                                 // r6 = ctx
+	b.add(ldxDW(r7, r6, ctxTask))                      // r7 = ctx->task
+	b.jump(jeqImm(r7, 0, 0), "trailer")                // the end of the pass
+	b.add(ldxW(r2, r7, l.taskPID))                     // r2 = task->pid
+	b.add(ldxW(r3, r7, l.taskTGID))                    // r3 = task->tgid
+	b.jump(jneReg(r2, r3, 0), "out")                   // a thread, not a process
+	b.add(stxW(r10, rec+0, r3))                        // rec.pid = tgid
+	b.add(stW(r10, rec+4, 0))                          // rec.pgid = 0
+	b.add(ldxW(r2, r7, l.taskExitState))               //
+	b.add(stxW(r10, rec+8, r2))                        // rec.exit_state
+	b.add(stW(r10, rec+12, 0))                         // rec.nr_threads = 0
+	b.add(ldxDW(r2, r7, l.taskStart))                  //
+	b.add(stxDW(r10, rec+16, r2))                      // rec.start
+	b.add(ldxDW(r2, r7, l.taskComm))                   //
+	b.add(stxDW(r10, rec+24, r2))                      // rec.comm[0:8]
+	b.add(ldxDW(r2, r7, l.taskComm+8))                 //
+	b.add(stxDW(r10, rec+32, r2))                      // rec.comm[8:16]
+	b.add(ldxDW(r8, r7, l.taskSignal))                 // r8 = task->signal
+	b.jump(jeqImm(r8, 0, 0), "write")                  //
+	b.add(ldxW(r2, r8, l.signalThreads))               //
+	b.add(stxW(r10, rec+12, r2))                       // rec.nr_threads
+	b.add(ldxDW(r2, r8, l.signalPIDs+8*l.pidtypePGID)) // r2 = signal->pids[PIDTYPE_PGID]
+	b.jump(jeqImm(r2, 0, 0), "write")                  //
+	b.add(ldxW(r2, r2, l.pidNumbers+l.upidNR))         // numbers[0].nr: the init namespace's number
+	b.add(stxW(r10, rec+4, r2))                        // rec.pgid
 	b.jump(ja(), "write")
 	b.label("trailer")
 	for off := int16(0); off < recordSize; off += 4 {

@@ -99,7 +99,7 @@ func TestBuilderResolve(t *testing.T) {
 // each load can be traced to its field.
 var progLayout = layout{
 	taskPID: 1264, taskTGID: 1268, taskExitState: 1160, taskStart: 1560, taskComm: 1752, taskSignal: 1848,
-	signalPIDs: 360, signalThreads: 8, pidNumbers: 144, upidNR: 4, metaSeqNum: 16, iterFunc: 64274,
+	signalPIDs: 360, signalThreads: 8, pidNumbers: 144, upidNR: 4, metaSeqNum: 16, pidtypePGID: 2, iterFunc: 64274,
 }
 
 func TestProgram(t *testing.T) {
@@ -138,7 +138,7 @@ func TestProgram(t *testing.T) {
 		{"task->comm[8:16]", opLdxDW, r7, l.taskComm + 8, true},
 		{"task->signal", opLdxDW, r7, l.taskSignal, true},
 		{"signal->nr_threads", opLdxW, r8, l.signalThreads, true},
-		{"signal->pids[PIDTYPE_PGID]", opLdxDW, r8, l.signalPIDs + 8*pidtypePGID, true},
+		{"signal->pids[PIDTYPE_PGID]", opLdxDW, r8, l.signalPIDs + 8*l.pidtypePGID, true},
 		{"pid->numbers[0].nr", opLdxW, r2, l.pidNumbers + l.upidNR, true},
 		{"meta->seq_num", opLdxDW, r1, l.metaSeqNum, true},
 	}

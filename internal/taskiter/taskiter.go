@@ -106,9 +106,10 @@ func (c Census) Unvisited() (int, bool) {
 
 // Each runs one pass of the iterator and calls fn for every process of the
 // host, in ascending PID order. If Each returns an error, what fn was
-// given must be thrown away: the pass ends with a check that the kernel's
-// numbers for this very process agree with /proc, which a wrong layout
-// would fail.
+// given must be thrown away. The pass ends with a check of this very
+// process's record against getpgrp(2) and /proc/self/stat (group, start
+// time, comm, alive, some thread): a layout gone wrong in one of those
+// fields fails it.
 func Each(fn func(*Task)) (Census, error) {
 	var census Census
 	if err := checkNamespaces(); err != nil {
@@ -263,9 +264,11 @@ func checkSelf(me *Task, self, pgid int) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	if me.PGID != pgid || me.StartTicks != st.StartTicks || string(me.Comm()) != st.Comm || me.Zombie() {
-		return fmt.Errorf("%w: the listing disagrees with /proc for this process: pgid %d, start %d, comm %q (want %d, %d, %q)",
-			ErrUnavailable, me.PGID, me.StartTicks, me.Comm(), pgid, st.StartTicks, st.Comm)
+	// The thread count may have changed since the pass (the Go runtime
+	// starts threads as it likes), but a live process has one at least.
+	if me.PGID != pgid || me.StartTicks != st.StartTicks || string(me.Comm()) != st.Comm || me.Zombie() || me.Threads < 1 {
+		return fmt.Errorf("%w: the listing disagrees with /proc for this process: pgid %d, start %d, comm %q, zombie %v, %d threads (want %d, %d, %q, alive, at least 1)",
+			ErrUnavailable, me.PGID, me.StartTicks, me.Comm(), me.Zombie(), me.Threads, pgid, st.StartTicks, st.Comm)
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -134,6 +135,9 @@ func Scan(opt Options) ([]Tree, Stats, error) {
 	if opt.Root == "" {
 		opt.Root = fingerprint.DefaultRoot
 	}
+	// "/proc/" is the host's /proc too: getpgid(2) and the task
+	// iterator apply to it.
+	opt.Root = filepath.Clean(opt.Root)
 	comms := map[string]bool{WrapperComm: true}
 	for _, c := range opt.Comms {
 		comms[c] = true

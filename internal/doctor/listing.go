@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/taskiter"
@@ -17,11 +18,20 @@ func Listing(lister trees.Lister) Check {
 		return newCheck(NameListing, OK, "/proc; --bpf off loads no BPF program")
 	}
 	n, start := 0, time.Now()
-	_, err := taskiter.Each(func(*taskiter.Task) { n++ })
+	census, err := taskiter.Each(func(*taskiter.Task) { n++ })
 	took := time.Since(start).Round(100 * time.Microsecond)
 	switch {
 	case err == nil:
-		return newCheck(NameListing, OK, "BPF task iterator: %s in %s", plural(n, "process", "processes"), took)
+		detail := fmt.Sprintf("BPF task iterator: %s in %s", plural(n, "process", "processes"), took)
+		switch missed, exact := census.Unvisited(); {
+		case exact && missed == 0:
+			detail += "; it visited every task"
+		case exact:
+			detail += fmt.Sprintf("; it skipped %s, so scans check its listing against /proc's", plural(missed, "task", "tasks"))
+		default:
+			detail += "; tasks came and went during the pass, so scans check its listing against /proc's"
+		}
+		return newCheck(NameListing, OK, "%s", detail)
 	case lister == trees.ListBPF:
 		return newCheck(NameListing, Error, "--bpf on, but the BPF task iterator cannot be used: %v", err)
 	}

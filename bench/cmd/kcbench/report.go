@@ -153,5 +153,9 @@ func mb(kb int64) string { return fmt.Sprintf("%.1f MB", float64(kb)/1024) }
 
 // fastReads says what a fast scan read and which lister it ran with.
 func fastReads(st trees.Stats) string {
-	return fmt.Sprintf("lister `%s`: %d processes, %d groups: %d stat, %d full identities", st.Lister, st.Processes, st.Groups, st.StatReads, st.FullReads)
+	out := fmt.Sprintf("lister `%s`: %d processes, %d groups: %d stat, %d full identities", st.Lister, st.Processes, st.Groups, st.StatReads, st.FullReads)
+	if st.IterConfirmed {
+		out += fmt.Sprintf("; listing checked against /proc's: %d processes the iterator missed", st.IterMissed)
+	}
+	return out
 }

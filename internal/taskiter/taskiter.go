@@ -91,17 +91,29 @@ type Census struct {
 	LastPIDBefore, LastPIDAfter int
 }
 
-// Unvisited returns how many tasks the pass did not visit, and whether
-// that count is exact. It is exact for a pass during which no task was
-// created (no PID handed out) and none went away (the same count before
-// and after): every task then existed throughout, and the kernel counted
-// each once. Otherwise an exit could offset a task that was skipped, and
-// only a listing of /proc can tell.
-func (c Census) Unvisited() (int, bool) {
-	if c.LastPIDBefore != c.LastPIDAfter || c.TasksBefore != c.TasksAfter || c.Visited > c.TasksBefore {
+// Unlisted returns how many tasks belong to processes the pass did not
+// list, given the tasks of those it did (the sum of their Threads), and
+// whether that count is exact. Every task belongs to one process, whose
+// Threads counts it, so the kernel's task count minus the listed
+// processes' is what the unlisted ones hold: zero when every process was
+// listed. It is exact for a pass during which no task was created (no PID
+// handed out) and none went away (the same count before and after);
+// otherwise only a listing of /proc can tell.
+func (c Census) Unlisted(listedTasks int) (int, bool) {
+	if c.LastPIDBefore != c.LastPIDAfter || c.TasksBefore != c.TasksAfter || listedTasks > c.TasksBefore {
 		return 0, false
 	}
-	return c.TasksBefore - c.Visited, true
+	return c.TasksBefore - listedTasks, true
+}
+
+// Recheck reads the kernel's task count and last PID again as the pass's
+// "after": a caller that reads more of the process table after the pass
+// (a process the pass did not list) extends the window the census vouches
+// for to those reads.
+func (c *Census) Recheck() error {
+	var err error
+	c.TasksAfter, c.LastPIDAfter, err = readLoadavg()
+	return err
 }
 
 // Each runs one pass of the iterator and calls fn for every process of the

@@ -66,11 +66,11 @@ var errNoIterator = errors.New("the BPF task iterator was required")
 // leave some out (PID 1 on this project's VMs), and a member it missed
 // would be missing from the decisions about its group (a second
 // container's ID, another UID, a younger age). Unless the pass's census
-// vouches that it visited every task, the listing is unconfirmed and Scan
-// runs the returned confirm: it lists /proc and adds every process /proc
-// shows that the iterator did not, so that any process that exists for the
-// whole scan is in it, as with the /proc lister, and returns the
-// candidates anew when an added process is in a group.
+// proves that every process was listed (see vouch), Scan runs the returned
+// confirmation: it lists /proc and adds every process /proc shows that the
+// iterator did not, so that any process that exists for the whole scan is
+// in it, as with the /proc lister, and returns the candidates anew when an
+// added process is in a group.
 func iterGroups(opt Options, comms map[string]bool, stats *Stats) ([]candidate, []*scanner, *confirmation, error) {
 	s := &scanner{opt: opt, comms: comms, proc: newProcReader(opt.Root)}
 	ss := []*scanner{s}
@@ -79,10 +79,13 @@ func iterGroups(opt Options, comms map[string]bool, stats *Stats) ([]candidate, 
 	if opt.Only == nil {
 		conf.start()
 	}
+	tasks, sawInit := 0, false
 	census, err := taskiter.Each(func(t *taskiter.Task) {
 		if opt.iterHide != nil && opt.iterHide(t.PID) {
 			return
 		}
+		tasks += t.Threads
+		sawInit = sawInit || t.PID == 1
 		b.pids = append(b.pids, t.PID)
 		b.pgids = append(b.pgids, int32(t.PGID))
 		if t.PGID != t.PID {
@@ -102,6 +105,9 @@ func iterGroups(opt Options, comms map[string]bool, stats *Stats) ([]candidate, 
 	if err != nil {
 		return nil, ss, nil, err
 	}
+	listed := len(b.pids)
+	complete := s.vouch(b, &census, tasks, sawInit)
+	stats.IterMissed = len(b.pids) - listed
 	stats.Processes = len(b.pids)
 	cands := candidates([]*batch{b}, stats)
 	// The candidates' identities are read from /proc; spread them.
@@ -112,11 +118,44 @@ func iterGroups(opt Options, comms map[string]bool, stats *Stats) ([]candidate, 
 	for w := 1; w < runtime.GOMAXPROCS(0) && members >= 2*w*minMembersPerWorker; w++ {
 		ss = append(ss, &scanner{opt: opt, comms: comms, proc: newProcReader(opt.Root)})
 	}
-	if n, exact := census.Unvisited(); exact && n == 0 && opt.iterHide == nil {
+	if complete {
 		return cands, ss, nil, nil
 	}
 	conf.cands = cands
 	return cands, ss, conf, nil
+}
+
+// vouch reports whether the pass's census proves that b lists every
+// process, tasks being the sum of the listed processes' threads. The one
+// process the iterator is known to leave out, PID 1 (on this project's
+// VMs), is read from /proc when missing and added to b if that accounts
+// for every unlisted task. The census is re-read after that read, so that
+// a change to the process table meanwhile cannot pass for the proof.
+func (s *scanner) vouch(b *batch, census *taskiter.Census, tasks int, sawInit bool) bool {
+	var init fingerprint.Stat
+	probed := false
+	if !sawInit {
+		st, err := s.proc.stat(1)
+		if err != nil {
+			return false
+		}
+		init, probed = st, true
+		tasks += st.Threads
+	}
+	if err := census.Recheck(); err != nil {
+		return false
+	}
+	if n, exact := census.Unlisted(tasks); !exact || n != 0 {
+		return false
+	}
+	if probed {
+		b.pids = append(b.pids, 1)
+		b.pgids = append(b.pgids, int32(init.PGID))
+		if init.PGID == 1 {
+			b.leaders = append(b.leaders, leaderAt{pid: 1, mark: s.leader(1)})
+		}
+	}
+	return true
 }
 
 // confirmation checks the task iterator's listing against /proc's. The

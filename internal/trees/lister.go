@@ -75,10 +75,6 @@ func iterGroups(opt Options, comms map[string]bool, stats *Stats) ([]candidate, 
 	s := &scanner{opt: opt, comms: comms, proc: newProcReader(opt.Root)}
 	ss := []*scanner{s}
 	b := &batch{}
-	conf := &confirmation{s: s, b: b, stats: stats}
-	if opt.Only == nil {
-		conf.start()
-	}
 	tasks, sawInit := 0, false
 	census, err := taskiter.Each(func(t *taskiter.Task) {
 		if opt.iterHide != nil && opt.iterHide(t.PID) {
@@ -121,8 +117,7 @@ func iterGroups(opt Options, comms map[string]bool, stats *Stats) ([]candidate, 
 	if complete {
 		return cands, ss, nil, nil
 	}
-	conf.cands = cands
-	return cands, ss, conf, nil
+	return cands, ss, &confirmation{s: s, b: b, cands: cands, stats: stats}, nil
 }
 
 // vouch reports whether the pass's census proves that b lists every

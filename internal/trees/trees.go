@@ -180,6 +180,9 @@ func Scan(opt Options) ([]Tree, Stats, error) {
 	// lists it only if it found one of their trees: otherwise it has
 	// nothing to act on, and the janitor's scans are the backstop for a
 	// tree whose every sign the iterator missed.
+	if confirm != nil && opt.Only == nil {
+		confirm.start()
+	}
 	found := examineAll(ss, cands)
 	if confirm != nil && (opt.Only == nil || slices.ContainsFunc(found, func(t *Tree) bool { return t != nil })) {
 		more, changed, err := confirm.finish()

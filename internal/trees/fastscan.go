@@ -42,6 +42,9 @@ type pipelineTuning struct {
 type batch struct {
 	pids  []int
 	pgids []int32 // -1: gone, 0: kernel thread
+	// starts are the start times the listing saw (the task iterator's),
+	// 0 where unknown; nil for a /proc listing.
+	starts []uint64
 	// leaders of groups, in listing order: pids whose pgid is their own.
 	leaders []leaderAt
 }
@@ -170,7 +173,10 @@ func candidates(batches []*batch, stats *Stats) []candidate {
 		}
 	}
 
-	type member struct{ pgid, pid int }
+	type member struct {
+		pgid, pid int
+		start     uint64
+	}
 	var open []member
 	for _, b := range batches {
 		for i, pgid32 := range b.pgids {
@@ -182,7 +188,11 @@ func candidates(batches []*batch, stats *Stats) []candidate {
 			if ok && leaders[j].mark.live && !leaders[j].mark.sup {
 				continue
 			}
-			open = append(open, member{pgid: pgid, pid: b.pids[i]})
+			m := member{pgid: pgid, pid: b.pids[i]}
+			if b.starts != nil {
+				m.start = b.starts[i]
+			}
+			open = append(open, m)
 		}
 	}
 	// Stable: members stay in listing order, as the full scan has them.
@@ -193,6 +203,7 @@ func candidates(batches []*batch, stats *Stats) []candidate {
 		c := candidate{pgid: open[i].pgid}
 		for ; i < len(open) && open[i].pgid == c.pgid; i++ {
 			c.pids = append(c.pids, open[i].pid)
+			c.starts = append(c.starts, open[i].start)
 		}
 		if j, ok := slices.BinarySearchFunc(leaders, c.pgid, func(l leaderAt, pgid int) int { return l.pid - pgid }); ok {
 			c.leader, c.listed = leaders[j].mark, true

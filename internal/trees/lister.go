@@ -84,6 +84,7 @@ func iterGroups(opt Options, comms map[string]bool, stats *Stats) ([]candidate, 
 		sawInit = sawInit || t.PID == 1
 		b.pids = append(b.pids, t.PID)
 		b.pgids = append(b.pgids, int32(t.PGID))
+		b.starts = append(b.starts, t.StartTicks)
 		if t.PGID != t.PID {
 			return
 		}
@@ -146,6 +147,7 @@ func (s *scanner) vouch(b *batch, census *taskiter.Census, tasks int, sawInit bo
 	if probed {
 		b.pids = append(b.pids, 1)
 		b.pgids = append(b.pgids, int32(init.PGID))
+		b.starts = append(b.starts, 0)
 		if init.PGID == 1 {
 			b.leaders = append(b.leaders, leaderAt{pid: 1, mark: s.leader(1)})
 		}
@@ -222,6 +224,7 @@ func (s *scanner) addMissed(b *batch, listed []int) (missed, grouped int) {
 		}
 		b.pids = append(b.pids, pid)
 		b.pgids = append(b.pgids, int32(pgid))
+		b.starts = append(b.starts, 0)
 		if pgid == pid {
 			b.leaders = append(b.leaders, leaderAt{pid: pid, mark: s.leader(pid)})
 		}

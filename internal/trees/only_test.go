@@ -1,10 +1,14 @@
 package trees
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"reflect"
 	"slices"
 	"testing"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 )
 
 // TestScanOnly checks that Options.Only changes what a scan reads, never
@@ -121,6 +125,33 @@ func TestExamineConfirmsAnUnlistedLeader(t *testing.T) {
 					t.Errorf("examine of group 100 without its leader listed: tree = %v, want %v", got, tt.want)
 				}
 			})
+		}
+	}
+}
+
+// TestIdentitySince: given the start time a listing saw, the reader's
+// three-read identity is fingerprint.Read's for that process, and a
+// process started at any other time (the PID reused) reads as gone.
+func TestIdentitySince(t *testing.T) {
+	r := newProcReader(fingerprint.DefaultRoot)
+	defer r.close()
+	self := os.Getpid()
+	want, err := fingerprint.Read(fingerprint.DefaultRoot, self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.identitySince(self, want.StartTicks)
+	if err != nil {
+		t.Fatalf("identitySince(self, its start): %v", err)
+	}
+	// Threads may change between the two reads; the rest may not.
+	got.Threads, want.Threads = 0, 0
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("identitySince = %+v, want %+v", got, want)
+	}
+	for _, start := range []uint64{want.StartTicks - 1, want.StartTicks + 1} {
+		if _, err := r.identitySince(self, start); !errors.Is(err, fingerprint.ErrNotFound) {
+			t.Errorf("identitySince(self, %d) with the start at %d: err %v, want ErrNotFound", start, want.StartTicks, err)
 		}
 	}
 }

@@ -169,6 +169,38 @@ func (r *procReader) stat(pid int) (fingerprint.Stat, error) {
 // identity is fingerprint.Read: stat, then Tgid and Uid from status (a
 // thread ID is not a process), argv, and stat again (a PID recycled
 // between the reads shows another start time).
+// identitySince reads pid's identity for a process a listing saw started
+// at start: status, cmdline, then stat. A stat that still shows that start
+// time proves status and cmdline were the listed process's (a PID and start
+// time are never reused together within a boot), so the stat read that
+// identity makes first is not needed. A different start time reads as the
+// process gone.
+func (r *procReader) identitySince(pid int, start uint64) (fingerprint.Identity, error) {
+	var id fingerprint.Identity
+	data, err := r.read(pid, "status")
+	if err != nil {
+		return id, err
+	}
+	if id.TGID, id.UID, err = parseStatusIDs(data); err != nil {
+		return id, fmt.Errorf("pid %d: status: %w", pid, err)
+	}
+	if id.TGID != pid {
+		return id, fmt.Errorf("pid %d (thread of %d): %w", pid, id.TGID, fingerprint.ErrNotProcess)
+	}
+	data, err = r.read(pid, "cmdline")
+	if err != nil {
+		return id, err
+	}
+	id.Argv = fingerprint.SplitArgv(data)
+	if id.Stat, err = r.stat(pid); err != nil {
+		return id, err
+	}
+	if id.StartTicks != start {
+		return id, fmt.Errorf("pid %d was reused since it was listed: %w", pid, fingerprint.ErrNotFound)
+	}
+	return id, nil
+}
+
 func (r *procReader) identity(pid int) (fingerprint.Identity, error) {
 	var id fingerprint.Identity
 	st, err := r.stat(pid)

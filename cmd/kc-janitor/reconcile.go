@@ -53,7 +53,7 @@ func reconcileFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "podman-arg", Usage: "global `ARG` for the podman CLI fallback, repeatable (e.g. --podman-arg=--root=/srv/storage)", EnvVars: []string{"KC_PODMAN_ARGS"}},
 		&cli.StringSliceFlag{Name: "container", Usage: "only consider trees of this container `ID` (full 64-hex ID), repeatable", EnvVars: []string{"KC_RECONCILE_CONTAINERS"}},
 		&cli.BoolFlag{Name: "full-scan", Usage: "read every process, also reporting foreign groups (slower)", EnvVars: []string{"KC_FULL_SCAN"}},
-		&cli.StringFlag{Name: "bpf", Value: "auto", Usage: "list processes through a BPF task iterator, `MODE` auto (where the kernel allows it, else /proc), on (fail without it) or off (never load a BPF program)", EnvVars: []string{"KC_BPF"}},
+		&cli.StringFlag{Name: "bpf", Value: "auto", Usage: "list processes through a BPF task iterator, `MODE` auto (where the kernel allows it, else /proc), on (fail without it) or off (never load a BPF program); --full-scan reads /proc regardless", EnvVars: []string{"KC_BPF"}},
 	}
 }
 

@@ -25,6 +25,7 @@ func TestReconcileUsageErrors(t *testing.T) {
 		{"malformed apply", []string{"reconcile", "--apply=maybe"}},
 		{"unknown flag", []string{"reconcile", "--bogus"}},
 		{"empty state dir", []string{"reconcile", "--state-dir", ""}},
+		{"unknown bpf mode", []string{"reconcile", "--bpf", "yes"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -11,28 +11,47 @@ import (
 
 func TestParseLoadavg(t *testing.T) {
 	for _, tt := range []struct {
-		in             string
-		tasks, lastPID int
-		ok             bool
+		in    string
+		tasks int
+		ok    bool
 	}{
-		{"0.20 0.18 0.12 1/80 11206\n", 80, 11206, true},
-		{"1.00 2.00 3.00 12/10420 15600", 10420, 15600, true},
-		{"0.20 0.18 0.12 1/80\n", 0, 0, false},
-		{"0.20 0.18 0.12 80 11206\n", 0, 0, false},
-		{"0.20 0.18 0.12 1/x 11206\n", 0, 0, false},
-		{"0.20 0.18 0.12 1/80 -5\n", 0, 0, false},
-		{"0.20 0.18 0.12 1/0 5\n", 0, 0, false},
-		{"", 0, 0, false},
+		{"0.20 0.18 0.12 1/80 11206\n", 80, true},
+		{"1.00 2.00 3.00 12/10420 15600", 10420, true},
+		{"0.20 0.18 0.12 1/80\n", 0, false},
+		{"0.20 0.18 0.12 80 11206\n", 0, false},
+		{"0.20 0.18 0.12 1/x 11206\n", 0, false},
+		{"0.20 0.18 0.12 1/0 5\n", 0, false},
+		{"", 0, false},
 	} {
-		tasks, last, err := parseLoadavg([]byte(tt.in))
-		if (err == nil) != tt.ok || tasks != tt.tasks || last != tt.lastPID {
-			t.Errorf("parseLoadavg(%q) = %d, %d, %v; want %d, %d (ok %v)", tt.in, tasks, last, err, tt.tasks, tt.lastPID, tt.ok)
+		tasks, err := parseLoadavg([]byte(tt.in))
+		if (err == nil) != tt.ok || tasks != tt.tasks {
+			t.Errorf("parseLoadavg(%q) = %d, %v; want %d (ok %v)", tt.in, tasks, err, tt.tasks, tt.ok)
+		}
+	}
+}
+
+func TestParseForks(t *testing.T) {
+	for _, tt := range []struct {
+		in    string
+		forks uint64
+		ok    bool
+	}{
+		{"cpu  1 2 3\nintr 5 6\nctxt 7\nbtime 8\nprocesses 1565661\nprocs_running 1\n", 1565661, true},
+		{"processes 42", 42, true},
+		{"cpu 1\nprocs_running 1\n", 0, false},
+		{"xprocesses 42\n", 0, false},
+		{"processes x\n", 0, false},
+		{"", 0, false},
+	} {
+		forks, err := parseForks([]byte(tt.in))
+		if (err == nil) != tt.ok || forks != tt.forks {
+			t.Errorf("parseForks(%q) = %d, %v; want %d (ok %v)", tt.in, forks, err, tt.forks, tt.ok)
 		}
 	}
 }
 
 func TestCensusUnlisted(t *testing.T) {
-	quiet := Census{Visited: 90, TasksBefore: 100, TasksAfter: 100, LastPIDBefore: 7, LastPIDAfter: 7}
+	quiet := Census{Visited: 90, TasksBefore: 100, TasksAfter: 100, ForksBefore: 7, ForksAfter: 7}
 	for _, tt := range []struct {
 		name   string
 		c      Census
@@ -42,10 +61,11 @@ func TestCensusUnlisted(t *testing.T) {
 	}{
 		{"quiet, every process listed", quiet, 100, 0, true},
 		{"quiet, processes holding three tasks unlisted", quiet, 97, 3, true},
-		// A task created during the pass may stand in for one unlisted.
-		{"a PID handed out", Census{TasksBefore: 100, TasksAfter: 100, LastPIDBefore: 7, LastPIDAfter: 8}, 100, 0, false},
+		// A task created during the pass may stand in for one unlisted,
+		// whatever the last PID says: it may have been handed out before.
+		{"a task created", Census{TasksBefore: 100, TasksAfter: 100, ForksBefore: 7, ForksAfter: 8}, 100, 0, false},
 		// A task gone may have offset one unlisted.
-		{"a task went away", Census{TasksBefore: 100, TasksAfter: 99, LastPIDBefore: 7, LastPIDAfter: 7}, 99, 0, false},
+		{"a task went away", Census{TasksBefore: 100, TasksAfter: 99, ForksBefore: 7, ForksAfter: 7}, 99, 0, false},
 		{"more listed than there were", quiet, 101, 0, false},
 	} {
 		n, exact := tt.c.Unlisted(tt.listed)
@@ -95,7 +115,8 @@ func TestEachCensus(t *testing.T) {
 			}
 			unlisted += len(entries)
 		}
-		if again, err := census.TasksAfter, census.Recheck(); err != nil || census.TasksAfter != again {
+		tasks, forks := census.TasksAfter, census.ForksAfter
+		if err := census.Recheck(); err != nil || census.TasksAfter != tasks || census.ForksAfter != forks {
 			continue // the host changed while we looked
 		}
 		if n != unlisted {

@@ -15,12 +15,15 @@
 // missing, Each fails with an error wrapping ErrUnavailable and callers
 // list /proc instead.
 //
-// The listing is not a census to stake a signal on. The kernel's iterator
-// has been seen to leave out a live process (PID 1, on this project's
-// Linux 6.18 VMs, while /proc shows it), and Each's closing self-check
-// cannot notice an absence. Callers confirm from /proc whatever a missing
-// process would change: package trees reads the stat of every group
-// leader it did not see before calling a group leaderless.
+// The listing is not to be staked a signal on as it comes. The kernel's
+// iterator has been seen to leave out a live process (PID 1, on this
+// project's Linux 6.18 VMs, while /proc shows it), and Each's closing
+// self-check cannot notice an absence. Each returns a Census for that:
+// the listed processes' threads add up to the kernel's task count, in a
+// pass during which no task was created or went away, only if no process
+// was left out. Where the census cannot vouch, callers list /proc too
+// (package trees does, and reads the stat of every group leader it did
+// not see before calling a group leaderless).
 package taskiter
 
 import (
@@ -85,10 +88,11 @@ type Census struct {
 	Visited int
 	// TasksBefore and TasksAfter are the kernel's count of tasks
 	// (nr_threads, in /proc/loadavg) just before and just after the
-	// pass; LastPIDBefore and LastPIDAfter are the last PID it handed
-	// out then.
-	TasksBefore, TasksAfter     int
-	LastPIDBefore, LastPIDAfter int
+	// pass; ForksBefore and ForksAfter its count of tasks ever created
+	// ("processes" in /proc/stat), which it raises in the same step as
+	// the task count, threads and clone3's chosen PIDs included.
+	TasksBefore, TasksAfter int
+	ForksBefore, ForksAfter uint64
 }
 
 // Unlisted returns how many tasks belong to processes the pass did not
@@ -96,24 +100,42 @@ type Census struct {
 // whether that count is exact. Every task belongs to one process, whose
 // Threads counts it, so the kernel's task count minus the listed
 // processes' is what the unlisted ones hold: zero when every process was
-// listed. It is exact for a pass during which no task was created (no PID
-// handed out) and none went away (the same count before and after);
-// otherwise only a listing of /proc can tell.
+// listed. It is exact for a pass during which no task was created (the
+// fork count unchanged) and, then, none went away (the task count
+// unchanged). A PID handed out is no proof of that: the kernel hands it
+// out well before it counts the task, so a fork begun before the pass
+// could be counted during it, and offset a task gone.
 func (c Census) Unlisted(listedTasks int) (int, bool) {
-	if c.LastPIDBefore != c.LastPIDAfter || c.TasksBefore != c.TasksAfter || listedTasks > c.TasksBefore {
+	if c.ForksBefore != c.ForksAfter || c.TasksBefore != c.TasksAfter || listedTasks > c.TasksBefore {
 		return 0, false
 	}
 	return c.TasksBefore - listedTasks, true
 }
 
-// Recheck reads the kernel's task count and last PID again as the pass's
-// "after": a caller that reads more of the process table after the pass
-// (a process the pass did not list) extends the window the census vouches
-// for to those reads.
+// Recheck reads the kernel's counts again as the pass's "after": a
+// caller that reads more of the process table after the pass (a process
+// the pass did not list) extends the window the census vouches for to
+// those reads.
 func (c *Census) Recheck() error {
 	var err error
-	c.TasksAfter, c.LastPIDAfter, err = readLoadavg()
+	c.TasksAfter, c.ForksAfter, err = readCounts(false)
 	return err
+}
+
+// readCounts reads the task count and the fork count. Before a pass the
+// fork count is read first, after it last: a fork completed in between
+// shows in the fork count even if the task count read missed it.
+func readCounts(before bool) (tasks int, forks uint64, err error) {
+	if before {
+		if forks, err = readForks(); err == nil {
+			tasks, err = readLoadavg()
+		}
+		return tasks, forks, err
+	}
+	if tasks, err = readLoadavg(); err == nil {
+		forks, err = readForks()
+	}
+	return tasks, forks, err
 }
 
 // Each runs one pass of the iterator and calls fn for every process of the
@@ -150,10 +172,12 @@ func Each(fn func(*Task)) (Census, error) {
 	var me *Task
 	var t Task
 	trailer := false
-	census.TasksBefore, census.LastPIDBefore, err = readLoadavg()
+	census.TasksBefore, census.ForksBefore, err = readCounts(true)
 	if err != nil {
 		return census, err
 	}
+	last := 0
+	var order error
 	err = readRecords(fd, func(rec []byte) {
 		t = Task{
 			PID:        int(binary.NativeEndian.Uint32(rec[0:])),
@@ -167,6 +191,12 @@ func Each(fn func(*Task)) (Census, error) {
 			census.Visited = int(binary.NativeEndian.Uint64(rec[16:]))
 			return
 		}
+		// A PID twice, or out of order, would count its threads twice
+		// in the census; the pass is then not to be trusted.
+		if t.PID <= last && order == nil {
+			order = fmt.Errorf("%w: the iterator listed PID %d after %d", ErrUnavailable, t.PID, last)
+		}
+		last = t.PID
 		copy(t.comm[:], rec[24:40])
 		if t.PID == self {
 			c := t
@@ -177,7 +207,10 @@ func Each(fn func(*Task)) (Census, error) {
 	if err != nil {
 		return census, err
 	}
-	if census.TasksAfter, census.LastPIDAfter, err = readLoadavg(); err != nil {
+	if order != nil {
+		return census, order
+	}
+	if census.TasksAfter, census.ForksAfter, err = readCounts(false); err != nil {
 		return census, err
 	}
 	if !trailer {
@@ -186,32 +219,49 @@ func Each(fn func(*Task)) (Census, error) {
 	return census, checkSelf(me, self, selfPGID)
 }
 
-// readLoadavg returns the kernel's task count and the last PID it handed
-// out, from /proc/loadavg.
-func readLoadavg() (tasks, lastPID int, err error) {
+// readLoadavg returns the kernel's task count, from /proc/loadavg.
+func readLoadavg() (int, error) {
 	data, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
-		return 0, 0, fmt.Errorf("task census: %w", err)
+		return 0, fmt.Errorf("task census: %w", err)
 	}
 	return parseLoadavg(data)
 }
 
-// parseLoadavg reads the last two fields of /proc/loadavg: running/total
-// tasks and the last PID ("0.20 0.18 0.12 1/80 11206").
-func parseLoadavg(data []byte) (tasks, lastPID int, err error) {
+// parseLoadavg reads the task count: the total of the fourth field,
+// running/total ("0.20 0.18 0.12 1/80 11206").
+func parseLoadavg(data []byte) (int, error) {
 	f := strings.Fields(string(data))
 	if len(f) == 5 {
 		if _, total, ok := strings.Cut(f[3], "/"); ok {
-			tasks, err = strconv.Atoi(total)
-			if err == nil {
-				lastPID, err = strconv.Atoi(f[4])
-			}
-			if err == nil && tasks > 0 && lastPID >= 0 {
-				return tasks, lastPID, nil
+			if tasks, err := strconv.Atoi(total); err == nil && tasks > 0 {
+				return tasks, nil
 			}
 		}
 	}
-	return 0, 0, fmt.Errorf("task census: unexpected /proc/loadavg %q", data)
+	return 0, fmt.Errorf("task census: unexpected /proc/loadavg %q", data)
+}
+
+// readForks returns the kernel's count of tasks ever created, from
+// /proc/stat.
+func readForks() (uint64, error) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, fmt.Errorf("task census: %w", err)
+	}
+	return parseForks(data)
+}
+
+// parseForks finds the "processes N" line of /proc/stat.
+func parseForks(data []byte) (uint64, error) {
+	for line := range bytes.Lines(data) {
+		if v, ok := bytes.CutPrefix(line, []byte("processes ")); ok {
+			if n, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 10, 64); err == nil {
+				return n, nil
+			}
+		}
+	}
+	return 0, errors.New("task census: no processes line in /proc/stat")
 }
 
 // readRecords reads the iterator to its end and hands on whole records;

@@ -166,9 +166,6 @@ func (r *procReader) stat(pid int) (fingerprint.Stat, error) {
 	return st, nil
 }
 
-// identity is fingerprint.Read: stat, then Tgid and Uid from status (a
-// thread ID is not a process), argv, and stat again (a PID recycled
-// between the reads shows another start time).
 // identitySince reads pid's identity for a process a listing saw started
 // at start: status, cmdline, then stat. A stat that still shows that start
 // time proves status and cmdline were the listed process's (a PID and start
@@ -201,6 +198,9 @@ func (r *procReader) identitySince(pid int, start uint64) (fingerprint.Identity,
 	return id, nil
 }
 
+// identity is fingerprint.Read: stat, then Tgid and Uid from status (a
+// thread ID is not a process), argv, and stat again (a PID recycled
+// between the reads shows another start time).
 func (r *procReader) identity(pid int) (fingerprint.Identity, error) {
 	var id fingerprint.Identity
 	st, err := r.stat(pid)

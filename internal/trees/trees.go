@@ -177,14 +177,16 @@ func Scan(opt Options) ([]Tree, Stats, error) {
 	// A listing the BPF task iterator could not vouch for is checked
 	// against /proc's before the scan answers; /proc is listed while the
 	// candidates are read. A scan for some containers only (the hook's)
-	// lists it only if it found one of their trees: otherwise it has
-	// nothing to act on, and the janitor's scans are the backstop for a
-	// tree whose every sign the iterator missed.
+	// lists it only if it found one of their trees or has ledger
+	// identities for them: otherwise it has nothing to act on (and
+	// nothing it could forget: the hook records what it found), and the
+	// janitor's scans are the backstop for a tree whose every sign the
+	// iterator missed.
 	if confirm != nil && opt.Only == nil {
 		confirm.start()
 	}
 	found := examineAll(ss, cands)
-	if confirm != nil && (opt.Only == nil || slices.ContainsFunc(found, func(t *Tree) bool { return t != nil })) {
+	if confirm != nil && (opt.Only == nil || len(opt.Known) > 0 || slices.ContainsFunc(found, func(t *Tree) bool { return t != nil })) {
 		more, changed, err := confirm.finish()
 		if err != nil {
 			return nil, stats, err

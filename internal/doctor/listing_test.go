@@ -3,7 +3,9 @@ package doctor
 import (
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
@@ -24,5 +26,26 @@ func TestListing(t *testing.T) {
 				t.Errorf("Listing(%v) = %+v, want ok starting %q", tt.lister, c, tt.want)
 			}
 		})
+	}
+}
+
+// TestListingWhereTheIteratorCannotRun: as PID 1 of a new PID namespace
+// the iterator refuses to list (it reports the host's numbers); auto then
+// says scans use /proc and why, and on is an error, since every scan
+// would fail.
+func TestListingWhereTheIteratorCannotRun(t *testing.T) {
+	type summary struct{ Auto, On Check }
+	if proc.InPIDNamespace() {
+		proc.EnterPIDNamespace(t)
+		proc.WriteSummary(t, summary{Auto: Listing(trees.ListAuto), On: Listing(trees.ListBPF)})
+		return
+	}
+	var got summary
+	proc.RunInPIDNamespace(t, "TestListingWhereTheIteratorCannotRun", time.Minute, &got)
+	if got.Auto.Verdict != OK || !strings.HasPrefix(got.Auto.Detail, "/proc; the BPF task iterator cannot be used here") || !strings.Contains(got.Auto.Detail, "pid namespace") {
+		t.Errorf("auto in another PID namespace: %+v; want ok, /proc and the reason", got.Auto)
+	}
+	if got.On.Verdict != Error || !strings.Contains(got.On.Detail, "--bpf on") {
+		t.Errorf("on in another PID namespace: %+v; want an error naming --bpf on", got.On)
 	}
 }

@@ -23,7 +23,6 @@ const kernelBTF = "/sys/kernel/btf/vmlinux"
 type layout struct {
 	taskPID, taskTGID, taskExitState, taskStart, taskComm, taskSignal uint32
 	signalPIDs, signalThreads, pidNumbers, upidNR                     uint32
-	metaSeqNum                                                        uint32
 	// pidtypePGID is PIDTYPE_PGID in enum pid_type: the index of the
 	// process group in signal_struct.pids.
 	pidtypePGID uint32
@@ -36,7 +35,6 @@ var wantedMembers = map[string][]string{
 	"signal_struct": {"pids", "nr_threads"},
 	"pid":           {"numbers"},
 	"upid":          {"nr"},
-	"bpf_iter_meta": {"seq_num"},
 }
 
 // pidTypeEnum and pidTypePGID name the enum value the program indexes
@@ -170,7 +168,6 @@ func parseLayout(blob []byte) (layout, error) {
 		{&l.signalThreads, "signal_struct", "nr_threads"},
 		{&l.pidNumbers, "pid", "numbers"},
 		{&l.upidNR, "upid", "nr"},
-		{&l.metaSeqNum, "bpf_iter_meta", "seq_num"},
 	} {
 		if *f.dst, err = member(f.st, f.mem); err != nil {
 			return layout{}, err

@@ -92,7 +92,7 @@ func (b *btfBuilder) blob() []byte {
 // others so that a field read from the wrong member shows.
 var wantLayout = layout{
 	taskPID: 1504, taskTGID: 1508, taskExitState: 1244, taskStart: 1640, taskComm: 2032, taskSignal: 2720,
-	signalPIDs: 336, signalThreads: 20, pidNumbers: 96, upidNR: 4, metaSeqNum: 16, pidtypePGID: 3,
+	signalPIDs: 336, signalThreads: 20, pidNumbers: 96, upidNR: 4, pidtypePGID: 3,
 }
 
 type btfStruct struct {
@@ -130,10 +130,6 @@ func goodStructs() []btfStruct {
 		{"upid", false, []btfMember{
 			{"nr", 8 * l.upidNR},
 			{"ns", 64},
-		}},
-		{"bpf_iter_meta", false, []btfMember{
-			{"session_id", 64},
-			{"seq_num", 8 * l.metaSeqNum},
 		}},
 	}
 }

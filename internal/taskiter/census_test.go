@@ -51,7 +51,7 @@ func TestParseForks(t *testing.T) {
 }
 
 func TestCensusUnlisted(t *testing.T) {
-	quiet := Census{Visited: 90, TasksBefore: 100, TasksAfter: 100, ForksBefore: 7, ForksAfter: 7}
+	quiet := Census{TasksBefore: 100, TasksAfter: 100, ForksBefore: 7, ForksAfter: 7}
 	for _, tt := range []struct {
 		name   string
 		c      Census
@@ -92,9 +92,6 @@ func TestEachCensus(t *testing.T) {
 				t.Skipf("task iterator not usable on this host: %v", err)
 			}
 			t.Fatal(err)
-		}
-		if census.Visited < len(listed) {
-			t.Fatalf("census %+v: visited fewer tasks than the %d processes listed", census, len(listed))
 		}
 		n, exact := census.Unlisted(tasks)
 		if !exact {

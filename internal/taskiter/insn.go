@@ -25,7 +25,6 @@ const (
 	opMovReg  = 0xbf // dst = src (64-bit)
 	opMovImm  = 0xb7 // dst = imm (64-bit)
 	opAddImm  = 0x07 // dst += imm (64-bit)
-	opJa      = 0x05 // goto +off
 	opJeqImm  = 0x15 // if dst == imm goto +off
 	opJneReg  = 0x5d // if dst != src goto +off
 	opCall    = 0x85 // call helper imm
@@ -52,7 +51,6 @@ func addImm(dst uint8, imm int32) insn         { return insn{op: opAddImm, dst: 
 func jeqImm(dst uint8, imm int32, skip int16) insn {
 	return insn{op: opJeqImm, dst: dst, imm: imm, off: skip}
 }
-func ja() insn { return insn{op: opJa} }
 func jneReg(dst, src uint8, skip int16) insn {
 	return insn{op: opJneReg, dst: dst, src: src, off: skip}
 }

@@ -5,16 +5,12 @@ import "fmt"
 // record is what the program writes for each process, and what Each
 // parses: native-endian, 40 bytes.
 //
-//	0  pid        u32  thread-group ID (init PID namespace); 0: the trailer
+//	0  pid        u32  thread-group ID (init PID namespace)
 //	4  pgid       u32  process group ID (init PID namespace), 0 for none
 //	8  exit_state u32  non-zero: zombie or dead
 //	12 nr_threads u32  live threads of the process (signal->nr_threads)
-//	16 start      u64  start_boottime in nanoseconds; the trailer's: how
-//	                   many tasks, threads included, the pass visited
+//	16 start      u64  start_boottime in nanoseconds
 //	24 comm       [16]byte
-//
-// The trailer is written once, last, when the kernel calls the program
-// without a task to end the pass.
 const recordSize = 40
 
 // The context of a task iterator program, struct bpf_iter__task, is fixed
@@ -36,7 +32,7 @@ const (
 // as zero; the explicit NULL tests only keep the record's pgid at 0 then.
 func program(l layout) ([]insn, error) {
 	for _, off := range []uint32{l.taskPID, l.taskTGID, l.taskExitState, l.taskStart, l.taskComm + 8, l.taskSignal, l.signalThreads,
-		l.signalPIDs + 8*l.pidtypePGID, l.pidNumbers + l.upidNR, l.metaSeqNum} {
+		l.signalPIDs + 8*l.pidtypePGID, l.pidNumbers + l.upidNR} {
 		if off > 1<<15-1 {
 			return nil, fmt.Errorf("field offset %d does not fit an instruction", off)
 		}
@@ -45,7 +41,7 @@ func program(l layout) ([]insn, error) {
 	const rec = -recordSize
 	b.add(mov(r6, r1))                                 // r6 = ctx
 	b.add(ldxDW(r7, r6, ctxTask))                      // r7 = ctx->task
-	b.jump(jeqImm(r7, 0, 0), "trailer")                // the end of the pass
+	b.jump(jeqImm(r7, 0, 0), "out")                    // the end of the pass
 	b.add(ldxW(r2, r7, l.taskPID))                     // r2 = task->pid
 	b.add(ldxW(r3, r7, l.taskTGID))                    // r3 = task->tgid
 	b.jump(jneReg(r2, r3, 0), "out")                   // a thread, not a process
@@ -68,14 +64,6 @@ func program(l layout) ([]insn, error) {
 	b.jump(jeqImm(r2, 0, 0), "write")                  //
 	b.add(ldxW(r2, r2, l.pidNumbers+l.upidNR))         // numbers[0].nr: the init namespace's number
 	b.add(stxW(r10, rec+4, r2))                        // rec.pgid
-	b.jump(ja(), "write")
-	b.label("trailer")
-	for off := int16(0); off < recordSize; off += 4 {
-		b.add(stW(r10, rec+off, 0))
-	}
-	b.add(ldxDW(r1, r6, ctxMeta))      // r1 = ctx->meta
-	b.add(ldxDW(r2, r1, l.metaSeqNum)) // the tasks shown before this call
-	b.add(stxDW(r10, rec+16, r2))      // rec.start
 	b.label("write")
 	b.add(ldxDW(r1, r6, ctxMeta)) // r1 = ctx->meta
 	b.add(ldxDW(r1, r1, metaSeq)) // r1 = meta->seq

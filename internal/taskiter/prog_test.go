@@ -99,7 +99,7 @@ func TestBuilderResolve(t *testing.T) {
 // each load can be traced to its field.
 var progLayout = layout{
 	taskPID: 1264, taskTGID: 1268, taskExitState: 1160, taskStart: 1560, taskComm: 1752, taskSignal: 1848,
-	signalPIDs: 360, signalThreads: 8, pidNumbers: 144, upidNR: 4, metaSeqNum: 16, pidtypePGID: 2, iterFunc: 64274,
+	signalPIDs: 360, signalThreads: 8, pidNumbers: 144, upidNR: 4, pidtypePGID: 2, iterFunc: 64274,
 }
 
 func TestProgram(t *testing.T) {
@@ -111,7 +111,7 @@ func TestProgram(t *testing.T) {
 		t.Fatalf("program does not end with r0 = 0; exit: %+v", prog[max(0, n-2):])
 	}
 	for at, in := range prog {
-		if in.op != opJeqImm && in.op != opJneReg && in.op != opJa {
+		if in.op != opJeqImm && in.op != opJneReg {
 			continue
 		}
 		// Only forward jumps, inside the program: the verifier refuses
@@ -140,7 +140,6 @@ func TestProgram(t *testing.T) {
 		{"signal->nr_threads", opLdxW, r8, l.signalThreads, true},
 		{"signal->pids[PIDTYPE_PGID]", opLdxDW, r8, l.signalPIDs + 8*l.pidtypePGID, true},
 		{"pid->numbers[0].nr", opLdxW, r2, l.pidNumbers + l.upidNR, true},
-		{"meta->seq_num", opLdxDW, r1, l.metaSeqNum, true},
 	}
 	for _, ld := range loads {
 		n := 0
@@ -196,7 +195,6 @@ func TestProgramRefusesLargeOffsets(t *testing.T) {
 		{"signal->pids[PGID] beyond", func(l *layout) { l.signalPIDs = limit - 15 }, false},
 		{"pid->numbers + upid.nr at the limit", func(l *layout) { l.pidNumbers, l.upidNR = limit-4, 4 }, true},
 		{"pid->numbers + upid.nr beyond", func(l *layout) { l.pidNumbers, l.upidNR = limit-3, 4 }, false},
-		{"meta->seq_num", func(l *layout) { l.metaSeqNum = limit + 1 }, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -210,7 +208,7 @@ func TestProgramRefusesLargeOffsets(t *testing.T) {
 				// An offset that passes must reach the instruction whole,
 				// not wrapped negative.
 				for _, in := range prog {
-					if in.off < 0 && in.dst != r10 && in.op != opJeqImm && in.op != opJneReg && in.op != opJa {
+					if in.off < 0 && in.dst != r10 && in.op != opJeqImm && in.op != opJneReg {
 						t.Errorf("instruction %+v has a negative offset", in)
 					}
 				}

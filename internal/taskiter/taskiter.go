@@ -83,9 +83,6 @@ const nsPerTick = 1_000_000_000 / 100
 
 // Census is what a pass can tell about its own completeness.
 type Census struct {
-	// Visited counts the tasks, threads included, the kernel ran the
-	// program for.
-	Visited int
 	// TasksBefore and TasksAfter are the kernel's count of tasks
 	// (nr_threads, in /proc/loadavg) just before and just after the
 	// pass; ForksBefore and ForksAfter its count of tasks ever created
@@ -171,7 +168,6 @@ func Each(fn func(*Task)) (Census, error) {
 	self, selfPGID := os.Getpid(), unix.Getpgrp()
 	var me *Task
 	var t Task
-	trailer := false
 	census.TasksBefore, census.ForksBefore, err = readCounts(true)
 	if err != nil {
 		return census, err
@@ -185,11 +181,6 @@ func Each(fn func(*Task)) (Census, error) {
 			ExitState:  binary.NativeEndian.Uint32(rec[8:]),
 			Threads:    int(binary.NativeEndian.Uint32(rec[12:])),
 			StartTicks: binary.NativeEndian.Uint64(rec[16:]) / nsPerTick,
-		}
-		if t.PID == 0 {
-			trailer = true
-			census.Visited = int(binary.NativeEndian.Uint64(rec[16:]))
-			return
 		}
 		// A PID twice, or out of order, would count its threads twice
 		// in the census; the pass is then not to be trusted.
@@ -212,9 +203,6 @@ func Each(fn func(*Task)) (Census, error) {
 	}
 	if census.TasksAfter, census.ForksAfter, err = readCounts(false); err != nil {
 		return census, err
-	}
-	if !trailer {
-		return census, fmt.Errorf("%w: the pass ended without its trailer", ErrUnavailable)
 	}
 	return census, checkSelf(me, self, selfPGID)
 }

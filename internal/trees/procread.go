@@ -166,11 +166,11 @@ func (r *procReader) stat(pid int) (fingerprint.Stat, error) {
 	return st, nil
 }
 
-// identitySince reads pid's identity for a process a listing saw started
-// at start: status, cmdline, then stat. A stat that still shows that start
-// time proves status and cmdline were the listed process's (a PID and start
-// time are never reused together within a boot), so the stat read that
-// identity makes first is not needed. A different start time reads as the
+// identitySince reads pid's identity for a process seen (listed, or read)
+// started at start: status (Tgid and Uid: a thread ID is not a process),
+// cmdline, then stat. A stat that still shows that start time proves
+// status and cmdline were that process's (a PID and a start time are
+// never reused together within a boot); any other start time reads as the
 // process gone.
 func (r *procReader) identitySince(pid int, start uint64) (fingerprint.Identity, error) {
 	var id fingerprint.Identity
@@ -193,44 +193,19 @@ func (r *procReader) identitySince(pid int, start uint64) (fingerprint.Identity,
 		return id, err
 	}
 	if id.StartTicks != start {
-		return id, fmt.Errorf("pid %d was reused since it was listed: %w", pid, fingerprint.ErrNotFound)
+		return id, fmt.Errorf("pid %d is not the process seen at %d ticks any more: %w", pid, start, fingerprint.ErrNotFound)
 	}
 	return id, nil
 }
 
-// identity is fingerprint.Read: stat, then Tgid and Uid from status (a
-// thread ID is not a process), argv, and stat again (a PID recycled
-// between the reads shows another start time).
+// identity is fingerprint.Read: stat, then identitySince with the start
+// time it shows (a PID recycled between the reads shows another one).
 func (r *procReader) identity(pid int) (fingerprint.Identity, error) {
-	var id fingerprint.Identity
 	st, err := r.stat(pid)
 	if err != nil {
-		return id, err
+		return fingerprint.Identity{}, err
 	}
-	id.Stat = st
-	data, err := r.read(pid, "status")
-	if err != nil {
-		return id, err
-	}
-	if id.TGID, id.UID, err = parseStatusIDs(data); err != nil {
-		return id, fmt.Errorf("pid %d: status: %w", pid, err)
-	}
-	if id.TGID != pid {
-		return id, fmt.Errorf("pid %d (thread of %d): %w", pid, id.TGID, fingerprint.ErrNotProcess)
-	}
-	data, err = r.read(pid, "cmdline")
-	if err != nil {
-		return id, err
-	}
-	id.Argv = fingerprint.SplitArgv(data)
-	again, err := r.stat(pid)
-	if err != nil {
-		return id, err
-	}
-	if again.StartTicks != st.StartTicks {
-		return id, fmt.Errorf("pid %d was recycled while being read: %w", pid, fingerprint.ErrNotFound)
-	}
-	return id, nil
+	return r.identitySince(pid, st.StartTicks)
 }
 
 // parseStatusIDs returns the Tgid and the real UID (the first field of

@@ -18,13 +18,7 @@ func id(n int) string { return fmt.Sprintf("%064x", n) }
 
 func TestOpenPermissions(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "state") // created by Open
-	s, err := Open(state)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Update(id(1), func(r *Record) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
+	s := storeWith(t, state, id(1))
 	for path, want := range map[string]os.FileMode{
 		state:                                 0o700,
 		s.Dir():                               0o700,
@@ -202,13 +196,7 @@ func TestRemove(t *testing.T) {
 
 func TestRemoveTakesTheSupervisorLog(t *testing.T) {
 	state := t.TempDir()
-	s, err := Open(state)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Update(id(9), func(*Record) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
+	s := storeWith(t, state, id(9))
 	logPath := SupervisorLog(state, id(9))
 	other := SupervisorLog(state, id(10))
 	for _, p := range []string{logPath, other} {
@@ -235,13 +223,7 @@ func TestRemoveTakesTheSupervisorLog(t *testing.T) {
 // not lead Remove to delete a <id>.log elsewhere.
 func TestRemoveRefusesASymlinkedSupervisorsDir(t *testing.T) {
 	state := t.TempDir()
-	s, err := Open(state)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Update(id(9), func(*Record) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
+	s := storeWith(t, state, id(9))
 	elsewhere := t.TempDir()
 	victim := filepath.Join(elsewhere, id(9)+".log")
 	if err := os.WriteFile(victim, []byte("not the ledger's\n"), 0o600); err != nil {
@@ -300,4 +282,19 @@ func TestLockWaitIsBounded(t *testing.T) {
 	if waited := time.Since(start); waited > LockTimeout+2*time.Second {
 		t.Errorf("waited %v", waited)
 	}
+}
+
+// storeWith opens the ledger in state with an empty record for each id.
+func storeWith(t *testing.T, state string, ids ...string) *Store {
+	t.Helper()
+	s, err := Open(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cid := range ids {
+		if err := s.Update(cid, func(*Record) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
 }

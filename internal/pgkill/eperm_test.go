@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -86,14 +85,7 @@ func TestKillJoinerNotPermitted(t *testing.T) {
 		if g.PGID == 0 {
 			g.PGID = cmd.Process.Pid
 		}
-		pid := cmd.Process.Pid
-		var st fingerprint.Stat
-		proc.WaitFor(t, waitLong, "pid "+strconv.Itoa(pid)+" to run sleep", func() bool {
-			s, err := fingerprint.ReadStat(root, pid)
-			st = s
-			return err == nil && s.Comm == "sleep"
-		})
-		g.Members = append(g.Members, st)
+		g.Members = append(g.Members, waitSleeping(t, cmd.Process.Pid))
 	}
 	joiner := startInGroup(t, trapCmd(), g.PGID)
 	if uid, err := proc.StatusField(root, joiner.Process.Pid, "Uid"); err != nil || !strings.HasPrefix(uid, "0\t") {

@@ -3,7 +3,6 @@ package pgkill_test
 import (
 	"context"
 	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -235,18 +234,14 @@ func startRecorded(t *testing.T, leaderless bool) (pgkill.Group, []*exec.Cmd) {
 	return g, cmds
 }
 
-// startJoiner starts cmd in group pgid and waits until it runs sleep (for
+// startInGroup starts cmd in group pgid and waits until it runs sleep (for
 // trapCmd: with SIGTERM ignored).
 func startInGroup(t *testing.T, cmd *exec.Cmd, pgid int) *exec.Cmd {
 	t.Helper()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: pgid}
 	proc.Start(t, cmd)
 	pid := cmd.Process.Pid
-	proc.WaitFor(t, waitLong, "pid "+strconv.Itoa(pid)+" to run sleep", func() bool {
-		st, err := fingerprint.ReadStat(root, pid)
-		return err == nil && st.Comm == "sleep"
-	})
-	if st := proc.MustStat(t, root, pid); st.PGID != pgid {
+	if st := waitSleeping(t, pid); st.PGID != pgid {
 		t.Fatalf("test setup: pid %d in group %d, want %d", pid, st.PGID, pgid)
 	}
 	return cmd

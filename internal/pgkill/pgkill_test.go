@@ -30,6 +30,19 @@ const (
 
 func sleepCmd() *exec.Cmd { return exec.Command("sleep", "1000") }
 
+// waitSleeping waits until pid has exec'd sleep (its comm says so: before
+// that it is still a copy of the test) and returns its stat.
+func waitSleeping(t testing.TB, pid int) fingerprint.Stat {
+	t.Helper()
+	var st fingerprint.Stat
+	proc.WaitFor(t, waitLong, "pid "+strconv.Itoa(pid)+" to run sleep", func() bool {
+		s, err := fingerprint.ReadStat(root, pid)
+		st = s
+		return err == nil && s.Comm == "sleep"
+	})
+	return st
+}
+
 // trapCmd is a `sleep` that ignores SIGTERM (the ignored disposition
 // survives exec).
 func trapCmd() *exec.Cmd { return exec.Command("sh", "-c", `trap "" TERM; exec sleep 1000`) }
@@ -48,12 +61,7 @@ func startGroup(t testing.TB, cmds ...*exec.Cmd) pgkill.Group {
 	}
 	for _, cmd := range cmds {
 		pid := cmd.Process.Pid
-		var st fingerprint.Stat
-		proc.WaitFor(t, waitLong, "pid "+strconv.Itoa(pid)+" to run sleep", func() bool {
-			s, err := fingerprint.ReadStat(root, pid)
-			st = s
-			return err == nil && s.Comm == "sleep"
-		})
+		st := waitSleeping(t, pid)
 		if st.PGID != g.PGID {
 			t.Fatalf("test setup: pid %d in group %d, want %d", pid, st.PGID, g.PGID)
 		}
@@ -292,10 +300,7 @@ func TestKillZombieLeader(t *testing.T) {
 	member := sleepCmd()
 	member.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: z.PID}
 	proc.Start(t, member)
-	proc.WaitFor(t, waitLong, "member to run sleep", func() bool {
-		s, err := fingerprint.ReadStat(root, member.Process.Pid)
-		return err == nil && s.Comm == "sleep"
-	})
+	waitSleeping(t, member.Process.Pid)
 	g := pgkill.Group{PGID: z.PID, Members: []fingerprint.Stat{
 		proc.MustStat(t, root, z.PID),
 		proc.MustStat(t, root, member.Process.Pid),

@@ -200,7 +200,8 @@ func (c *confirmation) finish() (cands []candidate, changed bool, err error) {
 // addMissed adds to b the processes of listed (ascending, as /proc lists
 // them) that the iterator's listing (ascending too) does not have. It
 // returns how many it added, and how many of those are in a process group
-// (PID 1 and kernel threads are in none: they change no decision).
+// (PID 1 and kernel threads are in none, and a process gone since is in
+// none any more: they change no decision).
 func (s *scanner) addMissed(b *batch, listed []int) (missed, grouped int) {
 	seen := b.pids // the iterator's, before anything is appended
 	if !slices.IsSorted(seen) {
@@ -219,7 +220,7 @@ func (s *scanner) addMissed(b *batch, listed []int) (missed, grouped int) {
 		if r, _, errno := unix.RawSyscall(unix.SYS_GETPGID, uintptr(pid), 0, 0); errno == 0 {
 			pgid = int(r)
 		}
-		if pgid != 0 {
+		if pgid > 0 {
 			grouped++
 		}
 		b.pids = append(b.pids, pid)

@@ -45,6 +45,9 @@ type globals struct {
 	JSON            bool
 	LogFile         string
 	LogJSON         bool
+	// Engines is --engine parsed: nil for auto.
+	Engines   []string
+	DockerURL string
 }
 
 // sharedString resolves a global flag given either after the command name
@@ -65,7 +68,7 @@ func sharedString(c *cli.Context, name string) string {
 
 // envValue returns the value the environment gives the global flag name.
 func envValue(name string) (string, bool) {
-	for _, f := range globalFlags() {
+	for _, f := range append(globalFlags(), engineFlags()...) {
 		sf, ok := f.(*cli.StringFlag)
 		if !ok || sf.Name != name {
 			continue
@@ -106,6 +109,9 @@ func loadGlobals(c *cli.Context) (globals, error) {
 	g.SupervisorComms = comms
 	if g.StateDir == "" {
 		return g, usageErr("--state-dir must not be empty")
+	}
+	if err := loadEngineGlobals(c, &g); err != nil {
+		return g, err
 	}
 	return g, nil
 }

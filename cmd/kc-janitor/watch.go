@@ -211,14 +211,14 @@ func step(log *slog.Logger, ms *metrics.Set, name string, f func() int) (code in
 func watchReconcile(ctx context.Context, wc watchConfig, log *slog.Logger, ms *metrics.Set) int {
 	rep, liveErr, err := reconcileOnce(ctx, wc.flags, wc.g, wc.reconcile, log.With("step", "reconcile"))
 	if liveErr != nil {
-		recordReconcile(ms, rep, false)
+		recordReconcile(ms, rep.Report, false)
 		return exitUnknown // reconcileOnce logged it; nothing was touched
 	}
 	if err != nil {
 		log.Error("reconcile failed", "err", err)
 		return exitFailed
 	}
-	recordReconcile(ms, rep, true)
+	recordReconcile(ms, rep.Report, true)
 	for _, t := range rep.Trees {
 		switch t.Action {
 		case reconcile.WouldReap, reconcile.WouldNotDie, reconcile.Reaped, reconcile.Gone:

@@ -8,6 +8,9 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/userns"
 )
 
 // Names of the global flags, given both to the app and to every command.
@@ -20,8 +23,10 @@ const (
 	flagLogFormat      = "log-format"
 )
 
-// DefaultStateDir is where the hook writes its ledger.
-const DefaultStateDir = "/run/kc-watchman"
+// defaultStateDir is where the hook of the same host user writes its
+// ledger: /run/kc-watchman for root, /run/user/<uid>/kc-watchman for a
+// rootless podman's user, whose hook cannot write root's.
+func defaultStateDir() string { return ledger.DefaultDir(userns.HostEUID()) }
 
 // DefaultSupervisorComm is the comm of Kallichore's supervisor.
 const DefaultSupervisorComm = "kcserver"
@@ -29,7 +34,7 @@ const DefaultSupervisorComm = "kcserver"
 func globalFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: flagPodmanURL, Usage: "podman API `URL` (unix:///path or tcp://); default: CONTAINER_HOST, else the rootful or rootless podman socket", EnvVars: []string{"KC_PODMAN_URL"}},
-		&cli.StringFlag{Name: flagStateDir, Value: DefaultStateDir, Usage: "`DIR` holding kc-hook's ledger", EnvVars: []string{"KC_STATE_DIR"}},
+		&cli.StringFlag{Name: flagStateDir, Value: defaultStateDir(), Usage: "`DIR` holding kc-hook's ledger (default for a user other than root: /run/user/UID/kc-watchman)", EnvVars: []string{"KC_STATE_DIR"}},
 		&cli.StringFlag{Name: flagSupervisorComm, Value: DefaultSupervisorComm, Usage: "comma-separated process `NAMES` (comm) that make a process group a supervisor tree", EnvVars: []string{"KC_SUPERVISOR_COMM"}},
 		&cli.StringFlag{Name: flagFormat, Value: "text", Usage: "output `FORMAT`: text or json", EnvVars: []string{"KC_FORMAT"}},
 		&cli.StringFlag{Name: flagLogFile, Usage: "also append logs to `FILE`", EnvVars: []string{"KC_LOG_FILE"}},

@@ -28,6 +28,7 @@ var flagValues = map[string][]string{
 	flagLogFormat: {"text", "json"},
 	flagLogLevel:  {"debug", "info", "warn", "error"},
 	"bpf":         {"auto", "on", "off"},
+	flagEngine:    {"auto", "podman", "docker", "containerd"},
 }
 
 // completionWords turns a command line into the words of a completion

@@ -154,6 +154,9 @@ func TestCompletionScripts(t *testing.T) {
 				if got := tab(t, shell, bin, "reconcile", "--bpf", "o"); !slices.Equal(got, []string{"on", "off"}) {
 					t.Errorf("--bpf o<TAB> = %q", got)
 				}
+				if got := tab(t, shell, bin, "reconcile", "--engine", "d"); !slices.Equal(got, []string{"docker"}) {
+					t.Errorf("--engine d<TAB> = %q", got)
+				}
 				if got := tab(t, shell, bin, "--log-level", "w"); !slices.Equal(got, []string{"warn"}) {
 					t.Errorf("--log-level w<TAB> = %q", got)
 				}

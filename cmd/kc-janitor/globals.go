@@ -50,6 +50,9 @@ type globals struct {
 	JSON            bool
 	LogFile         string
 	LogJSON         bool
+	// Engines is --engine parsed: nil for auto.
+	Engines   []string
+	DockerURL string
 	// LogLevel is the least level logged on stderr; LevelSet says whether
 	// --log-level or --quiet chose it.
 	LogLevel slog.Level
@@ -100,7 +103,7 @@ func sharedBool(c *cli.Context, name string) bool {
 
 // envValue returns the value the environment gives the global flag name.
 func envValue(name string) (string, bool) {
-	for _, f := range globalFlags() {
+	for _, f := range append(globalFlags(), engineFlags()...) {
 		sf, ok := f.(*cli.StringFlag)
 		if !ok || sf.Name != name {
 			continue
@@ -150,6 +153,9 @@ func loadGlobals(c *cli.Context) (globals, error) {
 	g.SupervisorComms = comms
 	if g.StateDir == "" {
 		return g, usageErr("--state-dir must not be empty")
+	}
+	if err := loadEngineGlobals(c, &g); err != nil {
+		return g, err
 	}
 	return g, nil
 }

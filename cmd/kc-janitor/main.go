@@ -68,7 +68,7 @@ dry run unless --apply (or its environment variable) is given; cull never
 kills anything. Every flag can also be set through the KC_* environment
 variable shown next to it, and global flags may come before or after the
 command name.`,
-		Flags:          append(globalFlags(), metricsFlags()...),
+		Flags:          append(append(globalFlags(), engineFlags()...), metricsFlags()...),
 		Commands:       commands(),
 		HideVersion:    false,
 		ExitErrHandler: func(*cli.Context, error) {},
@@ -101,6 +101,7 @@ func commands() []*cli.Command {
 	}
 	for _, c := range cmds {
 		c.Flags = append(c.Flags, globalFlags()...)
+		c.Flags = append(c.Flags, engineFlags()...)
 		c.Flags = append(c.Flags, metricsFlags()...)
 		if c.Action != nil {
 			c.Action = noStrayArgs(withMetrics(c.Name, c.Action))

@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
@@ -73,7 +74,7 @@ func runReconcile(c *cli.Context) error {
 
 	rep, liveErr, err := reconcileOnce(c.Context, c, g, opt, log)
 	if err == nil {
-		recordReconcile(metricsOf(c), rep, liveErr == nil)
+		recordReconcile(metricsOf(c), rep.Report, liveErr == nil)
 	}
 	if liveErr != nil {
 		if g.JSON {
@@ -90,7 +91,7 @@ func runReconcile(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(err.Error(), exitFailed)
 	}
-	logReconcile(c.Context, log, rep)
+	logReconcile(c.Context, log, rep.Report)
 	switch {
 	case g.JSON:
 		writeJSON(c.App.Writer, rep)
@@ -154,6 +155,9 @@ func reconcileOptions(c *cli.Context, g globals) (reconcile.Options, error) {
 	if err := checkPodmanURL(g); err != nil {
 		return opt, err
 	}
+	if err := checkEngines(c, g); err != nil {
+		return opt, err
+	}
 	// doctor, status and watch share these options and also look at
 	// sockets.
 	if err := checkSocketDirs(c); err != nil {
@@ -174,19 +178,10 @@ func checkPodmanURL(g globals) error {
 	return nil
 }
 
-// queryLiveness asks podman which containers are alive.
-func queryLiveness(ctx context.Context, c *cli.Context, g globals, log *slog.Logger) (liveness.Set, error) {
-	lo := liveness.Options{URL: g.PodmanURL, Timeout: c.Duration("podman-timeout"), Logger: log}
-	if args := c.StringSlice("podman-arg"); len(args) > 0 {
-		lo.CLIArgs = args
-	}
-	return liveness.Query(ctx, lo)
-}
-
 // reconcileOnce scans, asks podman, then decides and (with Apply) reaps.
 // liveErr is set when the ground truth is unknown; then nothing was done.
-func reconcileOnce(ctx context.Context, c *cli.Context, g globals, opt reconcile.Options, log *slog.Logger) (rep reconcile.Report, liveErr, err error) {
-	rep = reconcile.Report{DryRun: !opt.Apply, Trees: []reconcile.Tree{}}
+func reconcileOnce(ctx context.Context, c *cli.Context, g globals, opt reconcile.Options, log *slog.Logger) (rep reconcileJSON, liveErr, err error) {
+	rep = reconcileJSON{Report: reconcile.Report{DryRun: !opt.Apply, Trees: []reconcile.Tree{}}, Engines: []engine.Status{}}
 	// The scan only reads the ledger; nothing is created before podman
 	// has answered.
 	opt.Store = openStore(g.StateDir, false, log)
@@ -194,18 +189,32 @@ func reconcileOnce(ctx context.Context, c *cli.Context, g globals, opt reconcile
 	if err != nil {
 		return rep, nil, err
 	}
-	live, err := queryLiveness(ctx, c, g, log)
+	tr, err := askEngines(ctx, c, g, log)
+	if tr.Statuses != nil {
+		rep.Engines = tr.Statuses
+	}
 	if err != nil {
+		if !errors.Is(err, liveness.ErrUnknown) {
+			return rep, nil, err
+		}
 		log.Error("ground truth unknown; nothing touched", "err", err)
 		return rep, err, nil
 	}
+	live := tr.Set
 	if opt.Apply && opt.Store == nil {
 		if s := openStore(g.StateDir, true, log); s != nil {
 			scanned.UseStore(s)
 		}
 	}
-	rep, err = scanned.Run(ctx, live)
+	rep.Report, err = scanned.Run(ctx, live)
 	return rep, nil, err
+}
+
+// reconcileJSON is reconcile's report with the engines that were asked
+// (DESIGN §12): "source" stays the first engine's for compatibility.
+type reconcileJSON struct {
+	reconcile.Report
+	Engines []engine.Status `json:"engines"`
 }
 
 // openStore opens the ledger. A dry run never creates the state dir; an
@@ -260,12 +269,19 @@ func writeJSON(w io.Writer, v any) {
 	_ = enc.Encode(v)
 }
 
-func printReconcile(w io.Writer, rep reconcile.Report) {
+func printReconcile(w io.Writer, rep reconcileJSON) {
 	mode := "dry run"
 	if !rep.DryRun {
 		mode = "apply"
 	}
-	fmt.Fprintf(w, "ground truth: podman %s; mode: %s\n", rep.Source, mode)
+	var truth []string
+	for _, e := range rep.Engines {
+		truth = append(truth, e.Name+" "+e.Source)
+	}
+	if len(truth) == 0 {
+		truth = []string{rep.Source}
+	}
+	fmt.Fprintf(w, "ground truth: %s; mode: %s\n", strings.Join(truth, ", "), mode)
 	if len(rep.Trees) == 0 {
 		fmt.Fprintln(w, "no supervisor trees found")
 		return

@@ -210,15 +210,15 @@ func step(log *slog.Logger, ms *metrics.Set, name string, f func() int) (code in
 func watchReconcile(ctx context.Context, wc watchConfig, log *slog.Logger, ms *metrics.Set) int {
 	rep, liveErr, err := reconcileOnce(ctx, wc.flags, wc.g, wc.reconcile, log.With("step", "reconcile"))
 	if liveErr != nil {
-		recordReconcile(ms, rep, false)
+		recordReconcile(ms, rep.Report, false)
 		return exitUnknown // reconcileOnce logged it; nothing was touched
 	}
 	if err != nil {
 		log.Error("reconcile failed", "err", err)
 		return exitFailed
 	}
-	recordReconcile(ms, rep, true)
-	logReconcile(ctx, log.With("step", "reconcile"), rep)
+	recordReconcile(ms, rep.Report, true)
+	logReconcile(ctx, log.With("step", "reconcile"), rep.Report)
 	if rep.Failed() {
 		return exitFailed
 	}

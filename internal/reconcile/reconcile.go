@@ -118,7 +118,7 @@ func Decide(t trees.Tree, live liveness.Set, minAge time.Duration) string {
 		return SkipForeign
 	case live.IsLive(t.ContainerID):
 		return SkipLive
-	case t.UID < 0 || t.UID != live.UID:
+	case !live.Vouches(t.UID):
 		return SkipOtherUID
 	case !t.AgeKnown:
 		return SkipAgeUnknown

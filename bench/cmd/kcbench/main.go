@@ -472,7 +472,7 @@ func (b *bench) plant() error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			c, err := pop.startKCServer(b.kcserver, "tree", "--socket-dir="+sock, "--container-id="+id, "--children=2")
+			c, _, err := pop.startKCServer(b.kcserver, "tree", id, []string{"KCFAKE_CHILDREN=2"}, "--socket-dir="+sock)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -497,16 +497,16 @@ func (b *bench) plant() error {
 	if err := copyFile(b.kcserver, conmon); err != nil {
 		return err
 	}
-	if _, err := pop.startKCServer(conmon, "decoy-conmon", "--socket-dir="+sock, "--container-id="+b.strayIDs[0]); err != nil {
+	if _, _, err := pop.startKCServer(conmon, "decoy-conmon", b.strayIDs[0], nil, "--socket-dir="+sock); err != nil {
 		return err
 	}
 	// A supervisor without a container ID (a desktop Positron's).
-	if _, err := pop.startKCServer(b.kcserver, "decoy-desktop", "--socket-dir="+sock, "--children=1"); err != nil {
+	if _, _, err := pop.startKCServer(b.kcserver, "decoy-desktop", "", []string{"KCFAKE_CHILDREN=1"}, "--socket-dir="+sock); err != nil {
 		return err
 	}
 	// A foreign group: a shell leads a group holding a supervisor.
 	ready := filepath.Join(b.tmp, "ready-foreign")
-	sh := fmt.Sprintf("%s --setsid=false --socket-dir=%s --container-id=%s --children=1 --ready-file=%s & wait", b.kcserver, sock, randomID(), ready)
+	sh := fmt.Sprintf("KCFAKE_CHILDREN=1 KCFAKE_READY_FILE=%s %s --transport=socket --socket-dir=%s & sh -c 'sleep 1000000; :' anchor %s & wait", ready, b.kcserver, sock, randomID())
 	fc, err := pop.start("decoy-foreign", []string{"/bin/sh", "-c", sh}, nil, true)
 	if err != nil {
 		return err
@@ -518,14 +518,18 @@ func (b *bench) plant() error {
 	// its group with nothing tying them to the container but the ledger's
 	// identities (passed to the in-process scans as Known).
 	crashedID := randomID()
-	cc, err := pop.startKCServer(b.kcserver, "decoy-crashed", "--socket-dir="+sock, "--container-id="+crashedID, "--children=2")
+	cc, kc, err := pop.startKCServer(b.kcserver, "decoy-crashed", crashedID, []string{"KCFAKE_CHILDREN=2"}, "--socket-dir="+sock)
 	if err != nil {
 		return err
 	}
-	syscall.Kill(cc.pid, syscall.SIGKILL) // our unreaped child: its PID is still ours
+	// The fake first, while its parent (the shell carrying the ID) still
+	// holds its PID; then the shell, our unreaped child.
+	syscall.Kill(kc, syscall.SIGKILL)
+	syscall.Kill(cc.pid, syscall.SIGKILL)
 	for i := 0; ; i++ {
-		st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, cc.pid)
-		if err == nil && st.Zombie() {
+		st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, kc)
+		sh, errSh := fingerprint.ReadStat(fingerprint.DefaultRoot, cc.pid)
+		if (err != nil || st.Zombie()) && errSh == nil && sh.Zombie() {
 			break
 		}
 		if i > 3000 {

@@ -410,7 +410,7 @@ func (b *bench) hookBench(n, procs int) error {
 		}
 		id := randomID()
 		t0 := time.Now()
-		c, err := pop.startKCServer(b.kcserver, "hook-tree", "--socket-dir="+sock, "--container-id="+id, "--children=2")
+		c, _, err := pop.startKCServer(b.kcserver, "hook-tree", id, []string{"KCFAKE_CHILDREN=2"}, "--socket-dir="+sock)
 		if err != nil {
 			return err
 		}

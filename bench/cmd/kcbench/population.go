@@ -280,30 +280,42 @@ func (c *child) logTail() string {
 	return s
 }
 
-// startKCServer starts the fake supervisor with a ready file and waits
-// until it listens. The fake calls setsid itself: it leads its own group.
-func (p *population) startKCServer(bin, name string, args ...string) (*child, error) {
+// startKCServer starts the fake supervisor (socket transport, the fake's
+// KCFAKE_* knobs, more kcserver flags in args) in a new process group and
+// waits until it listens; it returns the group's leader and the fake's
+// pid. kcserver has no container-ID flag: with cid, the fake runs under a
+// shell that carries the ID in its argv and leads the group
+// (sh -c 'shift; "$@" & wait' kc-bench-wrap --container-id=<cid> kcserver …),
+// the shape of a kc-hook supervise tree.
+func (p *population) startKCServer(bin, name, cid string, knobs []string, args ...string) (*child, int, error) {
 	ready := filepath.Join(p.tmp, "ready", fmt.Sprintf("%s-%d", name, time.Now().UnixNano()))
 	if err := os.MkdirAll(filepath.Dir(ready), 0o755); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	argv := append([]string{bin, "--ready-file=" + ready}, args...)
-	c, err := p.start(name, argv, nil, false)
+	argv := append([]string{bin, "--transport=socket"}, args...)
+	if cid != "" {
+		argv = append([]string{"/bin/sh", "-c", `shift; "$@" & wait`, "kc-bench-wrap", "--container-id=" + cid}, argv...)
+	}
+	env := append(append(os.Environ(), "KCFAKE_READY_FILE="+ready), knobs...)
+	c, err := p.start(name, argv, env, true)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if data, err := os.ReadFile(ready); err == nil && strings.TrimSpace(string(data)) == strconv.Itoa(c.pid) {
-			os.Remove(ready)
-			return c, nil
+		if data, err := os.ReadFile(ready); err == nil {
+			first, _, _ := strings.Cut(string(data), "\n")
+			if pid, err := strconv.Atoi(first); err == nil && (cid != "" || pid == c.pid) {
+				os.Remove(ready)
+				return c, pid, nil
+			}
 		}
 		if p.exited(c) {
-			return nil, fmt.Errorf("%s exited before it was ready: %s", name, c.logTail())
+			return nil, 0, fmt.Errorf("%s exited before it was ready: %s", name, c.logTail())
 		}
 		if time.Now().After(deadline) {
 			p.reap(c)
-			return nil, fmt.Errorf("%s not ready after 30s: %s", name, c.logTail())
+			return nil, 0, fmt.Errorf("%s not ready after 30s: %s", name, c.logTail())
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

@@ -81,6 +81,10 @@ func run() (code int) {
 		fmt.Fprintln(os.Stderr, "kcbench:", err)
 		return 1
 	}
+	if pop.hookBin, err = filepath.Abs(filepath.Join(cfg.bin, "kc-hook")); err != nil {
+		fmt.Fprintln(os.Stderr, "kcbench:", err)
+		return 1
+	}
 	if !cfg.keepTmp {
 		pop.atCleanup(func() { os.RemoveAll(tmp) })
 	}
@@ -514,7 +518,7 @@ func (b *bench) plant() error {
 	if err := waitFile(ready, 30*time.Second); err != nil {
 		return fmt.Errorf("foreign decoy: %v: %s", err, fc.logTail())
 	}
-	// A crashed supervisor: kcserver SIGKILLed, its children live on in
+	// A crashed supervisor: its wrapper SIGKILLed and kcserver gone, the kernels live on in
 	// its group with nothing tying them to the container but the ledger's
 	// identities (passed to the in-process scans as Known).
 	crashedID := randomID()
@@ -522,14 +526,13 @@ func (b *bench) plant() error {
 	if err != nil {
 		return err
 	}
-	// The fake first, while its parent (the shell carrying the ID) still
-	// holds its PID; then the shell, our unreaped child.
-	syscall.Kill(kc, syscall.SIGKILL)
+	// SIGKILL to the wrapper (our unreaped child: its PID is still ours)
+	// takes the fake down by its parent-death signal; the kernels stay.
 	syscall.Kill(cc.pid, syscall.SIGKILL)
 	for i := 0; ; i++ {
 		st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, kc)
-		sh, errSh := fingerprint.ReadStat(fingerprint.DefaultRoot, cc.pid)
-		if (err != nil || st.Zombie()) && errSh == nil && sh.Zombie() {
+		w, errW := fingerprint.ReadStat(fingerprint.DefaultRoot, cc.pid)
+		if (err != nil || st.Zombie()) && errW == nil && w.Zombie() {
 			break
 		}
 		if i > 3000 {

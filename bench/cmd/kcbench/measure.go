@@ -427,8 +427,8 @@ func (b *bench) hookBench(n, procs int) error {
 		if !dead {
 			return fmt.Errorf("tree %d still alive after kc-hook poststop (outcome %q)", c.pid, t.Outcome)
 		}
-		if members != 3 {
-			return fmt.Errorf("tree had %d members, want 3", members)
+		if members != 4 { // wrapper, kcserver, 2 kernels
+			return fmt.Errorf("tree had %d members, want 4", members)
 		}
 		if r < 0 {
 			continue

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 )
 
 // population is everything the harness starts, and the way it all goes
@@ -34,6 +36,12 @@ type population struct {
 	next     int
 	cleanups []func()
 	once     sync.Once
+
+	// hookBin runs trees' `kc-hook supervise` wrappers; they watch
+	// initPID (a sleep the population owns) as their container's init.
+	hookBin   string
+	initPID   int
+	initTicks uint64
 
 	mode       string // "clone" or "exec"
 	fillerBin  string
@@ -283,10 +291,9 @@ func (c *child) logTail() string {
 // startKCServer starts the fake supervisor (socket transport, the fake's
 // KCFAKE_* knobs, more kcserver flags in args) in a new process group and
 // waits until it listens; it returns the group's leader and the fake's
-// pid. kcserver has no container-ID flag: with cid, the fake runs under a
-// shell that carries the ID in its argv and leads the group
-// (sh -c 'shift; "$@" & wait' kc-bench-wrap --container-id=<cid> kcserver …),
-// the shape of a kc-hook supervise tree.
+// pid. kcserver has no container-ID flag: with cid, the fake runs as the
+// command of a `kc-hook supervise <cid> …` wrapper, which carries the ID
+// and leads the group, as kc-hook starts supervisors.
 func (p *population) startKCServer(bin, name, cid string, knobs []string, args ...string) (*child, int, error) {
 	ready := filepath.Join(p.tmp, "ready", fmt.Sprintf("%s-%d", name, time.Now().UnixNano()))
 	if err := os.MkdirAll(filepath.Dir(ready), 0o755); err != nil {
@@ -294,7 +301,12 @@ func (p *population) startKCServer(bin, name, cid string, knobs []string, args .
 	}
 	argv := append([]string{bin, "--transport=socket"}, args...)
 	if cid != "" {
-		argv = append([]string{"/bin/sh", "-c", `shift; "$@" & wait`, "kc-bench-wrap", "--container-id=" + cid}, argv...)
+		init, ticks, err := p.initStandIn()
+		if err != nil {
+			return nil, 0, err
+		}
+		argv = append([]string{p.hookBin, "supervise", "--state-dir=", "--max-restarts=0",
+			cid, strconv.Itoa(init), strconv.FormatUint(ticks, 10), "--"}, argv...)
 	}
 	env := append(append(os.Environ(), "KCFAKE_READY_FILE="+ready), knobs...)
 	c, err := p.start(name, argv, env, true)
@@ -319,6 +331,34 @@ func (p *population) startKCServer(bin, name, cid string, knobs []string, args .
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// initStandIn starts (once) the process trees' wrappers watch as their
+// container's init.
+func (p *population) initStandIn() (int, uint64, error) {
+	p.mu.Lock()
+	pid, ticks := p.initPID, p.initTicks
+	p.mu.Unlock()
+	if pid != 0 {
+		return pid, ticks, nil
+	}
+	if p.hookBin == "" {
+		return 0, 0, errors.New("no kc-hook to run supervisor trees with")
+	}
+	c, err := p.start("init-stand-in", []string{"/bin/sleep", "1000000"}, nil, true)
+	if err != nil {
+		return 0, 0, err
+	}
+	st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, c.pid)
+	if err != nil {
+		return 0, 0, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.initPID == 0 {
+		p.initPID, p.initTicks = c.pid, st.StartTicks
+	}
+	return p.initPID, p.initTicks, nil
 }
 
 // cleanup kills and reaps everything, then runs the registered cleanups.

@@ -29,7 +29,7 @@ func runJanitorCapture(t *testing.T, args ...string) (int, string) {
 	var out bytes.Buffer
 	app.Writer = &out
 	app.ErrWriter = &out
-	err := app.Run(append([]string{"kc-janitor"}, args...))
+	err := runApp(app, append([]string{"kc-janitor"}, args...))
 	code := exitOK
 	if err != nil {
 		var ec cli.ExitCoder

@@ -404,14 +404,14 @@ func act(cfg Config, s *Socket) {
 	}
 	if !cfg.Apply {
 		s.Action = ActionWouldUnlink
-		log.Info("would unlink")
+		log.Info("[DRY-RUN] would unlink")
 		return
 	}
 	err := UnlinkAt(s.e.dir.fd, s.e.name, s.ID)
 	switch {
 	case err == nil:
 		s.Action = ActionUnlinked
-		log.Info("unlinked")
+		log.Info("[SWEEP] unlinked")
 	case errors.Is(err, ErrGone):
 		s.Reason += "; already gone"
 		log.Info("already gone")

@@ -18,6 +18,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/trees"
 	"github.com/kc-watchman/kc-watchman/internal/userns"
 )
 
@@ -34,16 +35,34 @@ func startOtherUsersTree(t *testing.T, id string) fingerprint.Stat {
 	if err := os.Chmod(dir, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "kcserver")
-	data, err := os.ReadFile(testkit.BuildKCServer(t))
+	copyExec := func(src, name string) string {
+		data, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	bin := copyExec(testkit.BuildKCServer(t), "kcserver")
+	hook := copyExec(testkit.Build(t, testkit.KCHookPackage, "kc-hook"), "kc-hook")
+	init := exec.Command("sleep", "1000000")
+	if err := init.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { init.Process.Kill(); init.Wait() })
+	initSt, err := fingerprint.ReadStat("/proc", init.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	ready := filepath.Join(dir, "ready")
-	cmd := exec.Command(bin, "--socket-dir="+dir, "--ready-file="+ready, "--container-id="+id, "--children=1")
+	// The supervise wrapper leads the group and carries the ID (the fake,
+	// like kcserver, has none), as kc-hook launches a supervisor.
+	cmd := exec.Command(hook, "supervise", "--state-dir=", "--max-restarts=0", id, strconv.Itoa(initSt.PID), strconv.FormatUint(initSt.StartTicks, 10),
+		"--", bin, "--transport=socket", "--socket-dir="+dir)
+	cmd.Env = append(os.Environ(), "KCFAKE_READY_FILE="+ready, "KCFAKE_CHILDREN=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -53,7 +72,7 @@ func startOtherUsersTree(t *testing.T, id string) fingerprint.Stat {
 		cmd.Wait()
 	})
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if b, err := os.ReadFile(ready); err == nil && strings.TrimSpace(string(b)) == strconv.Itoa(cmd.Process.Pid) {
+		if b, err := os.ReadFile(ready); err == nil && strings.Contains(string(b), "\n") {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -77,8 +96,19 @@ func TestPoststopAsRootlessUser(t *testing.T) {
 		t.Skip("needs root: the other user's tree runs as uid 65534")
 	}
 	id := strings.Repeat("ab", 32)
-	mineK := testkit.StartKCServer(t, t.TempDir(), "--container-id="+id, "--children=1", "--ignore-term")
+	mineK := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{ContainerID: id, Children: 1, IgnoreTerm: true})
 	other := startOtherUsersTree(t, id)
+
+	// Both are trees of this container as far as /proc can tell.
+	found, _, err := trees.Scan(trees.Options{Root: "/proc", Comms: []string{"kcserver"}, Only: map[string]bool{id: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(found) != 2 {
+		out, _ := exec.Command("ps", "-eo", "pid,pgid,sid,uid,comm,args").Output()
+		t.Logf("other %+v\n%s", other, out)
+		t.Fatalf("scan found %d trees of the container, want the user's and the other user's: %+v", len(found), found)
+	}
 
 	tr := userns.Translator{Map: userns.Map{{Inside: 0, Outside: 1001, Count: 1}, {Inside: 1, Outside: 100000, Count: 65536}}, Overflow: 65534}
 	stateDir := t.TempDir()
@@ -94,8 +124,8 @@ func TestPoststopAsRootlessUser(t *testing.T) {
 	if err != nil || res.Failed {
 		t.Fatalf("Poststop = %+v, %v", res, err)
 	}
-	if len(res.Trees) != 1 || res.Trees[0].PGID != mineK.PID {
-		t.Fatalf("trees = %+v, want only the user's own (pgid %d)", res.Trees, mineK.PID)
+	if len(res.Trees) != 1 || res.Trees[0].PGID != mineK.PGID {
+		t.Fatalf("trees = %+v, want only the user's own (pgid %d)", res.Trees, mineK.PGID)
 	}
 	if got := res.Trees[0]; got.Action != ActionReaped || got.UID != 1001 {
 		t.Errorf("the user's tree: action %q uid %d, want %q and host uid 1001", got.Action, got.UID, ActionReaped)

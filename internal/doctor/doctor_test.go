@@ -471,9 +471,13 @@ func TestHookAliveRootless(t *testing.T) {
 	t.Run("a trace is an error until a later run", func(t *testing.T) {
 		dir := t.TempDir()
 		trace := filepath.Join(dir, "kc-hook.trace")
-		e := ledger.TraceEntry{Time: now.Add(-time.Minute), Stage: "poststop", HostUID: 1001, StateDir: "/run/kc-watchman", Error: "mkdir /run/kc-watchman: permission denied"}
-		if _, err := ledger.WriteTrace([]string{trace}, e); err != nil {
-			t.Fatal(err)
+		e := ledger.TraceEntry{Time: now.Add(-time.Minute), Stage: "poststop", HostUID: 1001, StateDir: dir, Error: "mkdir " + dir + ": permission denied"}
+		other := e
+		other.StateDir, other.Error = "/elsewhere", "not this state dir's"
+		for _, x := range []ledger.TraceEntry{e, other} {
+			if _, err := ledger.WriteTrace([]string{trace}, x); err != nil {
+				t.Fatal(err)
+			}
 		}
 		in := AliveInput{StateDir: dir, LogFile: filepath.Join(dir, "none.log"), Boot: boot, LiveContainers: 1, Now: now, HostUID: 1001, TraceFiles: []string{trace}}
 		c := HookAlive(in)

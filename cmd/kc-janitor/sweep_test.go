@@ -123,7 +123,7 @@ func TestSweepCLI(t *testing.T) {
 				t.Setenv(k, v)
 			}
 			dir := t.TempDir()
-			k := testkit.StartKCServer(t, dir)
+			k := testkit.StartKCServer(t, dir, testkit.Fake{})
 			stale := orphanSock(t, dir, goneSockName(t))
 			code, out := runJanitorCapture(t, append(tt.args, "--socket-dir", dir, "--timeout", "300ms")...)
 			if code != exitOK {

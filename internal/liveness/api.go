@@ -50,6 +50,8 @@ func queryAPI(ctx context.Context, ep endpoint, log *slog.Logger) (Set, error) {
 		Source:   SourceAPI,
 		Live:     r.l.Live,
 		States:   r.l.States,
+		Names:    r.l.Names,
+		PIDs:     r.l.PIDs,
 		Ignored:  r.l.Ignored,
 		UID:      ep.owner(),
 		Endpoint: ep.raw,
@@ -76,7 +78,7 @@ func listAPI(ctx context.Context, uri string) (listing, error) {
 	}
 	es := make([]entry, 0, len(list))
 	for _, c := range list {
-		es = append(es, entry{ID: c.ID, State: c.State})
+		es = append(es, entry{ID: c.ID, State: c.State, Names: c.Names, PID: c.Pid})
 	}
 	l, err := fromEntries(es)
 	if err != nil {

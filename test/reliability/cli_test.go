@@ -38,6 +38,8 @@ var malformed = map[string][]string{
 	"socket":          {""},
 	"podman-url":      {"ftp://host", ":::", "unix://", "tcp://"},
 	"podman-arg":      {""},
+	"engine":          {"dokcer", "auto,docker", ",", "lxc"},
+	"docker-url":      {"ftp://host", ":::", "unix://", "tcp://", "ssh://host"},
 	"state-dir":       {""},
 	"supervisor-comm": {"", ",", "sixteen-chars-xx"},
 	"format":          {"xml", ""},

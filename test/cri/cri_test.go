@@ -282,14 +282,16 @@ func TestCRIPoststopReapsTree(t *testing.T) {
 		t.Fatalf("no createRuntime record with the init process for %s: %+v, %v", id, rec, err)
 	}
 
-	// The container's host-side supervisor tree.
-	k := testkit.StartKCServer(t, t.TempDir(), "--container-id="+id, "--children=2")
+	// The container's host-side supervisor tree as kc-hook would start it:
+	// a `kc-hook supervise` wrapper carrying the ID, the supervisor, two
+	// kernels and one that ignores SIGTERM.
+	k := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{ContainerID: id, Children: 2, Stubborn: true})
 	var members []fingerprint.Stat
 	deadline := time.Now().Add(10 * time.Second)
-	for len(members) < 3 {
-		members = group(t, k.PID)
+	for len(members) < 5 {
+		members = group(t, k.PGID)
 		if time.Now().After(deadline) {
-			t.Fatalf("tree of %d has %d members, want 3", k.PID, len(members))
+			t.Fatalf("tree of %d has %d members, want 5", k.PGID, len(members))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -308,8 +310,8 @@ func TestCRIPoststopReapsTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := rec.Stages["poststop"]; !ok || len(rec.Trees) != 1 || rec.Trees[0].PGID != k.PID || rec.Outcome == "" {
-		t.Fatalf("ledger after poststop: stages %v, trees %+v, outcome %q; want poststop, the tree of %d and an outcome", rec.Stages, rec.Trees, rec.Outcome, k.PID)
+	if _, ok := rec.Stages["poststop"]; !ok || len(rec.Trees) != 1 || rec.Trees[0].PGID != k.PGID || rec.Outcome == "" {
+		t.Fatalf("ledger after poststop: stages %v, trees %+v, outcome %q; want poststop, the tree of %d and an outcome", rec.Stages, rec.Trees, rec.Outcome, k.PGID)
 	}
 	t.Logf("ledger: outcome %q, tree %d with %d members, action %q", rec.Outcome, rec.Trees[0].PGID, len(rec.Trees[0].Members), rec.Trees[0].Action)
 }

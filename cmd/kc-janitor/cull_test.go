@@ -71,7 +71,7 @@ func checkCullKeys(t *testing.T, out string) {
 
 func TestCullCLI(t *testing.T) {
 	dir := t.TempDir()
-	k := testkit.StartKCServer(t, dir, "--sessions="+writeSessions(t, cullSessions), "--session-socket")
+	k := testkit.StartKCServer(t, dir, testkit.Fake{Sessions: writeSessions(t, cullSessions), OpenChannels: true})
 	tests := []struct {
 		name       string
 		args       []string
@@ -121,9 +121,9 @@ func TestCullCLI(t *testing.T) {
 
 func TestCullCLIUnreadableSupervisor(t *testing.T) {
 	dir := t.TempDir()
-	good := testkit.StartKCServer(t, dir, "--sessions="+writeSessions(t, cullSessions))
+	good := testkit.StartKCServer(t, dir, testkit.Fake{Sessions: writeSessions(t, cullSessions)})
 	dead := orphanSock(t, t.TempDir(), goneSockName(t))
-	hung := testkit.StartKCServer(t, t.TempDir(), "--hang")
+	hung := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Hang: true})
 	code, out := runJanitorCapture(t, "cull", "--format", "json", "--timeout", "300ms",
 		"--socket", dead, "--socket", good.Socket, "--socket", hung.Socket)
 	if code != exitFailed {
@@ -148,7 +148,7 @@ func TestCullCLIUnreadableSupervisor(t *testing.T) {
 
 func TestCullCLIText(t *testing.T) {
 	dir := t.TempDir()
-	testkit.StartKCServer(t, dir, "--sessions="+writeSessions(t, cullSessions))
+	testkit.StartKCServer(t, dir, testkit.Fake{Sessions: writeSessions(t, cullSessions)})
 	logFile := filepath.Join(t.TempDir(), "culler.log")
 	t.Setenv("KC_CULLER_LOG", logFile)
 	code, out := runJanitorCapture(t, "cull", "--socket-dir", dir)

@@ -148,7 +148,7 @@ func TestManAndCompletion(t *testing.T) {
 	}
 	for _, sh := range []string{"bash", "zsh"} {
 		code, out := runJanitorCapture(t, "completion", sh)
-		if code != exitOK || !strings.Contains(out, "kc-janitor") || !strings.Contains(out, "--generate-bash-completion") {
+		if code != exitOK || !strings.Contains(out, "kc-janitor") || !strings.Contains(out, completeArg) {
 			t.Errorf("%s: exit %d:\n%s", sh, code, out)
 		}
 		if path, err := exec.LookPath(sh); err == nil {

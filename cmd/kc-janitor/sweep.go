@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"regexp"
 	"time"
@@ -62,7 +63,7 @@ when --log-file is not given.
 
 Exit status: 0 ok; 1 an unlink failed or a socket directory could not be read.`,
 		Flags: append([]cli.Flag{
-			&cli.BoolFlag{Name: "apply", Usage: "unlink stale sockets (default: dry run)", EnvVars: []string{"KC_SWEEP", "KC_APPLY"}},
+			&cli.BoolFlag{Name: "apply", Usage: "unlink stale sockets", DefaultText: "dry run", EnvVars: []string{"KC_SWEEP", "KC_APPLY"}},
 			&cli.DurationFlag{Name: flagHashedMinAge, Value: sockets.DefaultHashedMinAge, Usage: "least age (since its ctime) at which a hashed-name kc-<hex>.sock may be stale", EnvVars: []string{"KC_SWEEP_HASHED_MIN_AGE"}},
 		}, socketFlags()...),
 		Action: runSweep,
@@ -148,7 +149,7 @@ func runSweep(c *cli.Context) error {
 	if hashedMinAge <= 0 {
 		return usageErr("--%s must be positive", flagHashedMinAge)
 	}
-	log, closeLog, err := newLogger(g, logFileOr(g, "KC_SWEEPER_LOG"))
+	log, closeLog, err := newLogger(g.reporting(), logFileOr(g, "KC_SWEEPER_LOG"))
 	if err != nil {
 		return err
 	}
@@ -167,11 +168,15 @@ func runSweep(c *cli.Context) error {
 	}
 	recordSweep(metricsOf(c), rep)
 	for _, e := range rep.DirErrors {
-		log.Error("socket directory", "err", e)
+		log.Error("socket directory", "cmd", "sweep", "err", e)
 	}
-	if g.JSON {
+	logSweep(cfg.Logger, rep)
+	switch {
+	case g.JSON:
 		err = writeSweepJSON(c.App.Writer, rep)
-	} else {
+	case g.Quiet() && !rep.Failed() && len(rep.DirErrors) == 0 && sweepActed(rep) == 0:
+		// Nothing to act on: a quiet run prints nothing.
+	default:
 		err = writeSweepText(c.App.Writer, rep)
 	}
 	if err != nil {
@@ -184,6 +189,33 @@ func runSweep(c *cli.Context) error {
 		return cli.Exit("", exitFailed)
 	}
 	return nil
+}
+
+// sweepActed counts the sockets unlinked or that would be.
+func sweepActed(rep *sockets.Report) int {
+	n := 0
+	for _, s := range rep.Sockets {
+		if s.Action == sockets.ActionUnlinked || s.Action == sockets.ActionWouldUnlink {
+			n++
+		}
+	}
+	return n
+}
+
+// logSweep writes the run's summary line, also when nothing was found; the
+// candidates were logged one by one as [DRY-RUN] or [SWEEP] lines.
+func logSweep(log *slog.Logger, rep *sockets.Report) {
+	count := map[sockets.Verdict]int{}
+	for _, s := range rep.Sockets {
+		count[s.Verdict]++
+	}
+	verb := "unlinked"
+	if rep.DryRun {
+		verb = "would_unlink"
+	}
+	log.Info("sweep", "dry_run", rep.DryRun, "sockets", len(rep.Sockets), "live", count[sockets.VerdictLive],
+		"stale", count[sockets.VerdictStale], "unknown", count[sockets.VerdictUnknown], verb, sweepActed(rep),
+		"dir_errors", len(rep.DirErrors))
 }
 
 func writeSweepJSON(w io.Writer, rep *sockets.Report) error {

@@ -32,8 +32,8 @@ func TestSweepAndCullInRealContainer(t *testing.T) {
 	}
 	bin := testkit.BuildKCServer(t)
 	name := "kcsweep-" + strconv.Itoa(os.Getpid())
-	id := e.Run(t, "--name", name, "-v", bin+":/kcserver:ro", "--",
-		"/bin/sh", "-c", "/kcserver --socket-dir=/tmp --session-socket --ready-file=/tmp/ready & exec /bin/sleep 100000")
+	id := e.Run(t, "--name", name, "-v", bin+":/kcserver:ro", "-e", "KCFAKE_READY_FILE=/tmp/ready", "-e", "KCFAKE_OPEN_CHANNELS=1", "--",
+		"/bin/sh", "-c", "/kcserver --transport=socket --socket-dir=/tmp & exec /bin/sleep 100000")
 	t.Cleanup(func() { e.Remove(t, id) })
 	initPID := e.InitPID(t, id)
 	root := fmt.Sprintf("/proc/%d/root", initPID)
@@ -42,7 +42,7 @@ func TestSweepAndCullInRealContainer(t *testing.T) {
 	var inner string
 	for {
 		if data, err := os.ReadFile(root + "/tmp/ready"); err == nil && strings.TrimSpace(string(data)) != "" {
-			inner = strings.TrimSpace(string(data))
+			inner, _, _ = strings.Cut(string(data), "\n")
 			break
 		}
 		if time.Now().After(deadline) {

@@ -29,7 +29,7 @@ func runJanitorCapture(t *testing.T, args ...string) (int, string) {
 	var out bytes.Buffer
 	app.Writer = &out
 	app.ErrWriter = &out
-	err := app.Run(append([]string{"kc-janitor"}, args...))
+	err := runApp(app, append([]string{"kc-janitor"}, args...))
 	code := exitOK
 	if err != nil {
 		var ec cli.ExitCoder
@@ -123,7 +123,7 @@ func TestSweepCLI(t *testing.T) {
 				t.Setenv(k, v)
 			}
 			dir := t.TempDir()
-			k := testkit.StartKCServer(t, dir)
+			k := testkit.StartKCServer(t, dir, testkit.Fake{})
 			stale := orphanSock(t, dir, goneSockName(t))
 			code, out := runJanitorCapture(t, append(tt.args, "--socket-dir", dir, "--timeout", "300ms")...)
 			if code != exitOK {

@@ -72,13 +72,13 @@ func TestSweepHashed(t *testing.T) {
 		wantInReason []string
 	}{
 		{
-			name: "live fake kcserver answers /status through the hashed name",
+			name: "live fake kcserver's session socket under a hashed name (a channel: no HTTP)",
 			setup: func(t *testing.T, dir string) string {
-				k := testkit.StartKCServer(t, t.TempDir(), "--session-socket")
+				k := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{OpenChannels: true})
 				return linkFakeSession(t, k, dir, hashedName)
 			},
 			age: old, want: VerdictLive,
-			wantInReason: []string{"listening", "/status answers with process_id"},
+			wantInReason: []string{"listening"},
 		},
 		{
 			name: "a listener that does not speak HTTP",
@@ -91,7 +91,7 @@ func TestSweepHashed(t *testing.T) {
 		{
 			name: "SIGKILLed kcserver, older than the minimum age",
 			setup: func(t *testing.T, dir string) string {
-				k := testkit.StartKCServer(t, t.TempDir(), "--session-socket")
+				k := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{OpenChannels: true})
 				p := linkFakeSession(t, k, dir, hashedName)
 				k.Kill(t)
 				waitDead(t, k.PID)

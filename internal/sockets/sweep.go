@@ -243,6 +243,12 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 			s.gates[0], s.why[0] = ownerGate(view, s.PID, cfg.SupervisorComms, s.e.changed, boot)
 		}
 		s.gates[1], s.why[1] = listenGate(s.e.dir.fdPath(s.e.name), s.e.innerPath(), nu, cfg.DialTimeout)
+		if s.Hashed && s.gates[1] == sayLive {
+			// A session socket carries a kernel's channel stream, not
+			// HTTP: asking it /status would only wait out the timeout,
+			// and something holding it already makes it live.
+			return
+		}
 		s.tries = append(s.tries, tryStatus(ctx, client, s.e.dir.fdPath(s.e.name)))
 	})
 	// Round 2, after one pause: a second try where the first was silent.
@@ -337,6 +343,9 @@ const hashedHead = "hashed name: no PID to check"
 // minAge old. Listening, a socket bound to the path, or any answer means a
 // process has it: live. Everything else is unknown, and kept.
 func judgeHashed(s *Socket, age, minAge time.Duration) (Verdict, string) {
+	if s.gates[1] == sayLive {
+		return VerdictLive, hashedHead + "; " + s.why[1]
+	}
 	if len(s.tries) == 0 {
 		// Not probed (the sweep was cancelled): pool left its why.
 		return VerdictUnknown, hashedHead + "; " + s.why[0]
@@ -395,14 +404,14 @@ func act(cfg Config, s *Socket) {
 	}
 	if !cfg.Apply {
 		s.Action = ActionWouldUnlink
-		log.Info("would unlink")
+		log.Info("[DRY-RUN] would unlink")
 		return
 	}
 	err := UnlinkAt(s.e.dir.fd, s.e.name, s.ID)
 	switch {
 	case err == nil:
 		s.Action = ActionUnlinked
-		log.Info("unlinked")
+		log.Info("[SWEEP] unlinked")
 	case errors.Is(err, ErrGone):
 		s.Reason += "; already gone"
 		log.Info("already gone")

@@ -247,7 +247,7 @@ func since(t time.Time) string {
 }
 
 // liveState names a container's state for the reports: podman's raw state,
-// "gone" when podman does not list it, "?" when podman was not asked.
+// "gone" when podman does not list it, "?" when podman could not be asked.
 func liveState(live liveness.Set, known bool, id string) string {
 	switch {
 	case !known:

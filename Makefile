@@ -13,7 +13,9 @@ DESTDIR     ?=
 BINDIR      ?= $(PREFIX)/bin
 LIBEXECDIR  ?= $(PREFIX)/libexec
 HOOKDIR     ?= $(LIBEXECDIR)/oci/hooks.d
-HOOKSDDIR   ?= $(PREFIX)/share/containers/oci/hooks.d
+# Where podman reads hook descriptors, whatever PREFIX is: a descriptor in
+# $(PREFIX)/share/... would never be read.
+HOOKSDDIR   ?= /usr/share/containers/oci/hooks.d
 MANDIR      ?= $(PREFIX)/share/man
 UNITDIR     ?= $(PREFIX)/lib/systemd/system
 SYSCONFDIR  ?= /etc
@@ -27,7 +29,7 @@ UNITS       := contrib/systemd/kc-janitor.service contrib/systemd/kc-janitor.tim
 TESTFLAGS   ?= -count=1 -timeout 15m
 PKGS        ?= ./...
 
-.PHONY: all build test vet fmt install install-bin install-hooks install-units install-man install-completion uninstall demo bench bench-harness reliability fuzz clean
+.PHONY: all build test vet fmt docs install install-bin install-hooks install-units install-man install-completion uninstall demo bench bench-harness reliability fuzz clean
 
 all: build
 
@@ -45,6 +47,12 @@ test: vet
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
+
+# The documents generated from kc-janitor's flag definitions; a test fails
+# when the committed copies differ from what this writes.
+docs: build
+	$(JANITOR) config-doc > docs/CONFIGURATION.md
+	$(JANITOR) man > docs/man/kc-janitor.8
 
 # Binaries, hook descriptors, systemd units (audit mode), the default
 # settings file (never overwritten), the man page and shell completion.

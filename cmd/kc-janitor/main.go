@@ -97,9 +97,11 @@ func commands() []*cli.Command {
 		watchCommand(),
 		versionCommand(),
 		manCommand(),
+		configDocCommand(),
 		completionCommand(),
 	}
 	for _, c := range cmds {
+		withExitStatus(c)
 		c.Flags = append(c.Flags, globalFlags()...)
 		c.Flags = append(c.Flags, engineFlags()...)
 		c.Flags = append(c.Flags, metricsFlags()...)

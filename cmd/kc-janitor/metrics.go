@@ -47,7 +47,7 @@ func withMetrics(name string, action cli.ActionFunc) cli.ActionFunc {
 		switch name {
 		case "watch": // writes after every round itself
 			return action(c)
-		case "version", "man", "completion":
+		case "version", "man", "completion", "config-doc":
 			return action(c)
 		}
 		if path == "" {

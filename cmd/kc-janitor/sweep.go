@@ -65,7 +65,7 @@ when --log-file is not given.
 
 Exit status: 0 ok; 1 an unlink failed or a socket directory could not be read.`,
 		Flags: append([]cli.Flag{
-			&cli.BoolFlag{Name: "apply", Usage: "unlink stale sockets (default: dry run)", EnvVars: []string{"KC_SWEEP", "KC_APPLY"}},
+			&cli.BoolFlag{Name: "apply", Usage: "unlink stale sockets", DefaultText: "dry run", EnvVars: []string{"KC_SWEEP", "KC_APPLY"}},
 			&cli.DurationFlag{Name: flagHashedMinAge, Value: sockets.DefaultHashedMinAge, Usage: "least age (since its ctime) at which a hashed-name kc-<hex>.sock may be stale", EnvVars: []string{"KC_SWEEP_HASHED_MIN_AGE"}},
 		}, socketFlags()...),
 		Action: runSweep,

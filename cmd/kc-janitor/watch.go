@@ -22,8 +22,8 @@ import (
 func watchCommand() *cli.Command {
 	flags := []cli.Flag{
 		&cli.DurationFlag{Name: "interval", Value: 15 * time.Minute, Usage: "time between the starts of two rounds", EnvVars: []string{"KC_WATCH_INTERVAL"}},
-		&cli.BoolFlag{Name: "reconcile-apply", Usage: "reap stray trees (default: dry run)", EnvVars: []string{"KC_RECONCILE_APPLY", "KC_APPLY"}},
-		&cli.BoolFlag{Name: "sweep-apply", Usage: "unlink stale sockets (default: dry run)", EnvVars: []string{"KC_SWEEP", "KC_APPLY"}},
+		&cli.BoolFlag{Name: "reconcile-apply", Usage: "reap stray trees", DefaultText: "dry run", EnvVars: []string{"KC_RECONCILE_APPLY", "KC_APPLY"}},
+		&cli.BoolFlag{Name: "sweep-apply", Usage: "unlink stale sockets", DefaultText: "dry run", EnvVars: []string{"KC_SWEEP", "KC_APPLY"}},
 		&cli.BoolFlag{Name: "no-reconcile", Usage: "skip reconcile (where podman is not the container engine's ground truth, e.g. CRI-O nodes)", EnvVars: []string{"KC_WATCH_NO_RECONCILE"}},
 		&cli.BoolFlag{Name: "no-cull", Usage: "skip the session audit", EnvVars: []string{"KC_WATCH_NO_CULL"}},
 		&cli.BoolFlag{Name: "once", Usage: "run one round and exit with its worst exit code (for a systemd timer or cron)", EnvVars: []string{"KC_WATCH_ONCE"}},

@@ -201,11 +201,11 @@ func runChecks(ctx context.Context, c *cli.Context, g globals, cc checkConfig, l
 			rep.Add(doctor.ScanFailed(err))
 		} else {
 			in.Report = r
-			recordReconcile(ms, r, true)
+			recordReconcile(ms, "doctor", r, true)
 			rep.Add(doctor.Strays(in))
 		}
 	} else {
-		recordReconcile(ms, reconcile.Report{}, false)
+		recordReconcile(ms, "doctor", reconcile.Report{}, false)
 		rep.Add(doctor.Strays(in))
 	}
 

@@ -189,6 +189,7 @@ func watchRound(ctx context.Context, wc watchConfig, log *slog.Logger) int {
 	if ms != nil {
 		if err := metrics.WriteFile(wc.metricsFile, ms); err != nil {
 			log.Error("cannot write metrics", "file", wc.metricsFile, "err", err)
+			note(exitFailed)
 		}
 	}
 	return worst
@@ -210,14 +211,14 @@ func step(log *slog.Logger, ms *metrics.Set, name string, f func() int) (code in
 func watchReconcile(ctx context.Context, wc watchConfig, log *slog.Logger, ms *metrics.Set) int {
 	rep, liveErr, err := reconcileOnce(ctx, wc.flags, wc.g, wc.reconcile, log.With("step", "reconcile"))
 	if liveErr != nil {
-		recordReconcile(ms, rep.Report, false)
+		recordReconcile(ms, "watch", rep.Report, false)
 		return exitUnknown // reconcileOnce logged it; nothing was touched
 	}
 	if err != nil {
 		log.Error("reconcile failed", "err", err)
 		return exitFailed
 	}
-	recordReconcile(ms, rep.Report, true)
+	recordReconcile(ms, "watch", rep.Report, true)
 	logReconcile(ctx, log.With("step", "reconcile"), rep.Report)
 	if rep.Failed() {
 		return exitFailed

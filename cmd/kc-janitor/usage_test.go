@@ -152,3 +152,19 @@ func TestLogFormatForJournal(t *testing.T) {
 		t.Errorf("JSON duration: %s", buf.String())
 	}
 }
+
+// TestVersionAndFormat: version and --version print the same; --format
+// json is honoured by version and refused by watch, which prints no report.
+func TestVersionAndFormat(t *testing.T) {
+	_, a, _ := janitor(t, nil, "version")
+	_, b, _ := janitor(t, nil, "--version")
+	if a != b || !strings.HasPrefix(a, "kc-janitor ") {
+		t.Errorf("version %q, --version %q", a, b)
+	}
+	if code, out, _ := janitor(t, nil, "version", "--format", "json"); code != exitOK || !strings.Contains(out, `"version":`) {
+		t.Errorf("version --format json: exit %d, %q", code, out)
+	}
+	if code, _, stderr := janitor(t, nil, "watch", "--once", "--format", "json"); code != exitUsage || !strings.Contains(stderr, "--log-format json") {
+		t.Errorf("watch --format json: exit %d, %q", code, stderr)
+	}
+}

@@ -73,6 +73,10 @@ func runWatch(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if g.JSON {
+		// watch prints no report: what it finds is in its log lines.
+		return usageErr("watch prints no report, only log lines: for JSON use --log-format json, not --format json")
+	}
 	scfg, err := probeConfig(c, g)
 	if err != nil {
 		return err

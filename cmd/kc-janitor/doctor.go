@@ -223,7 +223,7 @@ func runChecks(ctx context.Context, c *cli.Context, g globals, cc checkConfig, l
 				sources = append(sources, cull.Source{Socket: s.Path, PID: s.PID})
 			}
 		}
-		sups = cull.Audit(ctx, &kallichore.Client{Timeout: scfg.Timeout}, sources, cc.threshold, scfg.Workers)
+		sups = cull.Audit(ctx, &kallichore.Client{Timeout: scfg.Timeout, RetryAfter: sockets.DefaultPause}, sources, cc.threshold, scfg.Workers)
 		recordCull(ms, sups)
 	}
 	rep.Add(doctor.Sessions(sups, cc.threshold, serr))

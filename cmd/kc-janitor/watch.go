@@ -257,7 +257,7 @@ func watchSweep(ctx context.Context, wc watchConfig, log *slog.Logger, ms *metri
 }
 
 func watchCull(ctx context.Context, wc watchConfig, log *slog.Logger, ms *metrics.Set, sources []cull.Source) int {
-	client := &kallichore.Client{Timeout: wc.sockets.Timeout}
+	client := &kallichore.Client{Timeout: wc.sockets.Timeout, RetryAfter: sockets.DefaultPause}
 	sups := cull.Audit(ctx, client, sources, wc.threshold, wc.sockets.Workers)
 	recordCull(ms, sups)
 	code := exitOK

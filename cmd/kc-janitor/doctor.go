@@ -122,7 +122,7 @@ func runDoctor(c *cli.Context) error {
 			return usageErr("--hooks-dir must be an absolute path, not %q", d)
 		}
 	}
-	log, closeLog, err := newLogger(g, g.LogFile)
+	log, closeLog, err := newLogger(g.reporting(), g.LogFile)
 	if err != nil {
 		return err
 	}

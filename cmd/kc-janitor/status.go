@@ -79,7 +79,7 @@ func runStatus(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	log, closeLog, err := newLogger(g, g.LogFile)
+	log, closeLog, err := newLogger(g.reporting(), g.LogFile)
 	if err != nil {
 		return err
 	}

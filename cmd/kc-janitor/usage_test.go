@@ -41,6 +41,8 @@ func TestUsageErrors(t *testing.T) {
 		{"stray argument to reconcile", []string{"reconcile", "now"}, "reconcile takes no arguments"},
 		{"bad duration", []string{"reconcile", "--min-age", "5x"}, `invalid value "5x" for --min-age: ` + durationHint},
 		{"unknown flag", []string{"sweep", "--socket-dri", socks}, "unknown option --socket-dri"},
+		{"bad number", []string{"sweep", "--workers", "x"}, `invalid value "x" for --workers: want a whole number`},
+		{"bad switch", []string{"reconcile", "--apply=maybe"}, `invalid boolean value "maybe" for --apply: want true or false`},
 		{"bad log level", []string{"sweep", "--socket-dir", socks, "--log-level", "loud"}, "--log-level must be debug, info, warn or error"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -122,6 +124,11 @@ func TestQuietAndLogLevel(t *testing.T) {
 	}
 	if stderr != "" {
 		t.Errorf("the finding printed again on stderr: %q", stderr)
+	}
+	// The audit log gets the candidate, marked as the seed scripts did.
+	janitor(t, []string{"KC_SWEEPER_LOG=" + logf}, "sweep", "-q", "--socket-dir", socks)
+	if data, _ := os.ReadFile(logf); !strings.Contains(string(data), `msg="[DRY-RUN] would unlink" cmd=sweep path=`+orphan) {
+		t.Errorf("no [DRY-RUN] line for %s in the log file:\n%s", orphan, data)
 	}
 	_, _, stderr = janitor(t, nil, "sweep", "--socket-dir", socks)
 	if strings.Contains(stderr, "would unlink") {

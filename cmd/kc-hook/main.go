@@ -26,6 +26,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kc-watchman/kc-watchman/internal/hook"
 	"github.com/kc-watchman/kc-watchman/internal/supervise"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
@@ -67,6 +69,10 @@ type settings struct {
 	logFile         string
 	supervisorsFile string
 	bpf             string
+	logLevel        string
+	quiet           bool
+	// level is logLevel and quiet resolved: what the logs keep.
+	level slog.Level
 }
 
 // hookEnv names the environment variable of each global flag.
@@ -78,6 +84,9 @@ var hookEnv = map[string]string{
 	"log-file":         "KC_HOOK_LOG",
 	"supervisors-file": "KC_SUPERVISORS_FILE",
 	"bpf":              "KC_BPF",
+	"log-level":        "KC_LOG_LEVEL",
+	"quiet":            "KC_QUIET",
+	"q":                "KC_QUIET",
 }
 
 // commandLine is kc-hook's command line before STAGE or "supervise".
@@ -96,6 +105,9 @@ func (cl *commandLine) flagSet() *flag.FlagSet {
 	fs.StringVar(&cl.logFile, "log-file", "", "JSON-lines log `FILE` (default: STATE-DIR/kc-hook.log)")
 	fs.StringVar(&cl.supervisorsFile, "supervisors-file", supervise.DefaultAllowlistFile, "root-owned allowlist `FILE` of the supervisors the io.kc-watchman.supervisor annotation may name")
 	fs.StringVar(&cl.bpf, "bpf", "auto", "list processes through a BPF task iterator, `MODE` auto (where the kernel allows it, else /proc), on (fail without it) or off (never load a BPF program)")
+	fs.StringVar(&cl.logLevel, "log-level", "info", "least `LEVEL` logged: debug, info, warn or error")
+	fs.BoolVar(&cl.quiet, "quiet", false, "same as --log-level warn (also -q)")
+	fs.BoolVar(&cl.quiet, "q", false, "")
 	// No usage: writeHookHelp lists both names on one line.
 	fs.BoolVar(&cl.version, "version", false, "")
 	fs.BoolVar(&cl.version, "v", false, "")
@@ -121,6 +133,12 @@ func parseCommandLine(args []string) (*commandLine, error) {
 		return nil, err
 	}
 	cl.args = rest
+	if err := cl.level.UnmarshalText([]byte(cl.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level must be debug, info, warn or error, not %q", cl.logLevel)
+	}
+	if cl.quiet && cl.level < slog.LevelWarn {
+		cl.level = slog.LevelWarn
+	}
 	// A -h after "supervise" is supervise's.
 	cl.help = help || (!cl.supervise() && helpAsked(rest))
 	return cl, nil
@@ -168,6 +186,10 @@ func runStage(s *settings, args []string, stdin io.Reader, stderr io.Writer) int
 	if err != nil {
 		return usageError(stderr, hookName, fmt.Errorf("--bpf: %w", err))
 	}
+	if f, ok := stdin.(*os.File); ok && isTerminal(f) {
+		// A person typed the command: the State would be awaited forever.
+		return usageError(stderr, hookName, errors.New("stdin is a terminal: the runtime passes the container's State (JSON) on stdin; by hand: echo '{\"id\":\"<64 hex>\",\"status\":\"stopped\"}' | kc-hook poststop"))
+	}
 	st, err := hook.ReadState(stdin)
 	if err != nil {
 		fmt.Fprintln(stderr, "kc-hook:", err)
@@ -183,7 +205,7 @@ func runStage(s *settings, args []string, stdin io.Reader, stderr io.Writer) int
 		SupervisorsFile: s.supervisorsFile,
 		Lister:          lister,
 	}
-	logger, closeLog := openLog(cfg.StateDir, s.logFile, stderr)
+	logger, closeLog := openLog(cfg.StateDir, s.logFile, s.level, stderr)
 	defer closeLog()
 	cfg.Logger = logger.With("container", st.ID, "stage", string(stage))
 
@@ -248,14 +270,21 @@ func splitComms(s string) []string {
 
 // openLog opens the JSON-lines log, creating the state dir if needed. When
 // it cannot, logs go to stderr, which the runtime keeps.
-func openLog(stateDir, path string, stderr io.Writer) (*slog.Logger, func()) {
+func openLog(stateDir, path string, level slog.Level, stderr io.Writer) (*slog.Logger, func()) {
 	if path == "" {
 		path = filepath.Join(stateDir, "kc-hook.log")
 	}
+	opts := &slog.HandlerOptions{Level: level}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err == nil {
 		if f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err == nil {
-			return slog.New(slog.NewJSONHandler(f, nil)), func() { f.Close() }
+			return slog.New(slog.NewJSONHandler(f, opts)), func() { f.Close() }
 		}
 	}
-	return slog.New(slog.NewJSONHandler(stderr, nil)), func() {}
+	return slog.New(slog.NewJSONHandler(stderr, opts)), func() {}
+}
+
+// isTerminal reports whether f is a terminal.
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }

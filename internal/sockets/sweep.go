@@ -38,10 +38,14 @@ const (
 
 // Defaults for Config.
 const (
+	// The seed culler's probe: connect within 3 s, an answer within 5 s,
+	// a second try 2 s after a silent first. A slow but live supervisor
+	// is then live, not unknown; the workers keep a sweep of many silent
+	// sockets at about two timeouts and a pause.
 	DefaultWorkers     = 64
-	DefaultDialTimeout = 300 * time.Millisecond
-	DefaultTimeout     = time.Second
-	DefaultPause       = 200 * time.Millisecond
+	DefaultDialTimeout = kallichore.DefaultDialTimeout
+	DefaultTimeout     = kallichore.DefaultTimeout
+	DefaultPause       = 2 * time.Second
 	// DefaultHashedMinAge is how long a hashed-name socket must have
 	// existed before it may be called stale: far longer than any server
 	// takes from bind(2) to listen(2), short enough that leftovers go on
@@ -52,8 +56,11 @@ const (
 // Config configures a sweep.
 type Config struct {
 	// Dirs are the socket directories, as paths inside the target; the
-	// last component may hold wildcards. Empty means DefaultDirs, and
-	// then directories that do not exist are skipped silently.
+	// last component may hold wildcards. Empty means DefaultDirs plus
+	// the directories the target's live supervisors use (their argv's
+	// --socket-dir and --unix-socket, their XDG_RUNTIME_DIR and TMPDIR;
+	// in a container without one, its init's environment), and then
+	// directories that do not exist are skipped silently.
 	Dirs []string
 	// Target is the host (zero value) or a container.
 	Target Target
@@ -137,6 +144,9 @@ type Socket struct {
 type Report struct {
 	DryRun  bool
 	Sockets []*Socket
+	// Dirs are the directories (and patterns) looked in, with where each
+	// came from.
+	Dirs []Dir
 	// DirErrors are directories that could not be opened or read. A
 	// missing default directory is not an error.
 	DirErrors []error
@@ -173,10 +183,15 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, err
 		}
 	}
-	patterns := cfg.Dirs
-	defaultDirs := len(patterns) == 0
+	defaultDirs := len(cfg.Dirs) == 0
 	if defaultDirs {
-		patterns = DefaultDirs
+		rep.Dirs = mergeDirs(DefaultDirs, "default", discoverDirs(view, cfg.Target, cfg.SupervisorComms))
+	} else {
+		rep.Dirs = mergeDirs(cfg.Dirs, "--socket-dir", nil)
+	}
+	patterns := make([]string, len(rep.Dirs))
+	for i, d := range rep.Dirs {
+		patterns[i] = d.Path
 	}
 	dirs, errs := openDirs(cfg.Target, patterns)
 	defer func() {

@@ -224,7 +224,7 @@ func TestSweepNeverUnlinksNonSockets(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Names that are not supervisor sockets are not looked at at all.
-	orphanSocket(t, dir, "kc-1f3a9c.sock")
+	orphanSocket(t, dir, "kc-01f3a9c.sock")
 	orphanSocket(t, dir, "other.sock")
 
 	cfg := fastConfig(dir)

@@ -266,10 +266,14 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		s.tries = append(s.tries, tryStatus(ctx, client, s.e.dir.fdPath(s.e.name)))
 	})
-	// Round 2, after one pause: a second try where the first was silent.
+	// Round 2, after one pause: a second try where the first was silent
+	// and the socket does not listen. The second silence is what gate 3
+	// needs to call a socket dead; one that listens cannot be stale
+	// whatever /status says, so asking again would only make a sweep
+	// with hung servers wait out a second timeout for nothing.
 	var again []*Socket
 	for _, s := range probed {
-		if len(s.tries) > 0 && !s.tries[0].answered {
+		if len(s.tries) > 0 && !s.tries[0].answered && s.gates[1] != sayLive {
 			again = append(again, s)
 		}
 	}

@@ -122,7 +122,7 @@ func runDoctor(c *cli.Context) error {
 			return usageErr("--hooks-dir must be an absolute path, not %q", d)
 		}
 	}
-	log, closeLog, err := newLogger(g, g.LogFile)
+	log, closeLog, err := newLogger(g.reporting(), g.LogFile)
 	if err != nil {
 		return err
 	}
@@ -247,7 +247,7 @@ func since(t time.Time) string {
 }
 
 // liveState names a container's state for the reports: podman's raw state,
-// "gone" when podman does not list it, "?" when podman was not asked.
+// "gone" when podman does not list it, "?" when podman could not be asked.
 func liveState(live liveness.Set, known bool, id string) string {
 	switch {
 	case !known:

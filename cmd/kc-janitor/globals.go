@@ -37,7 +37,7 @@ func globalFlags() []cli.Flag {
 		&cli.StringFlag{Name: flagFormat, Value: "text", Usage: "output `FORMAT`: text or json", EnvVars: []string{"KC_FORMAT"}},
 		&cli.StringFlag{Name: flagLogFile, Usage: "also append logs to `FILE`", EnvVars: []string{"KC_LOG_FILE"}},
 		&cli.StringFlag{Name: flagLogFormat, Value: "text", Usage: "log `FORMAT`: text or json", EnvVars: []string{"KC_LOG_FORMAT"}},
-		&cli.StringFlag{Name: flagLogLevel, Usage: "least `LEVEL` logged on stderr: debug, info, warn or error (default: info for watch, doctor and status; warn for the commands whose report on stdout already holds every finding)", EnvVars: []string{"KC_LOG_LEVEL"}},
+		&cli.StringFlag{Name: flagLogLevel, Usage: "least `LEVEL` logged on stderr: debug, info, warn or error (default: info for watch; warn for the other commands, whose report on stdout holds every finding)", EnvVars: []string{"KC_LOG_LEVEL"}},
 		&cli.BoolFlag{Name: flagQuiet, Aliases: []string{"q"}, Usage: "same as --log-level warn; a run with nothing to report then prints nothing (for cron)", EnvVars: []string{"KC_QUIET"}},
 	}
 }

@@ -43,7 +43,9 @@ func TestContainerdEngine(t *testing.T) {
 		rand.Read(b)
 		return prefix + hex.EncodeToString(b)[:64-len(prefix)]
 	}
-	a1, a2 := hexID("ab0"), hexID("ab0")
+	// A prefix of this run's own: other tests' random IDs must not match it.
+	prefix := hexID("")[:9]
+	a1, a2 := hexID(prefix), hexID(prefix)
 	pid1 := containerdtest.Run(t, addr, "kc-eng-a", a1, nil, "/bin/sleep", "600")
 	containerdtest.Run(t, addr, "kc-eng-b", a2, nil, "/bin/sleep", "600")
 	name := "kc-named-" + hexID("")[:6]
@@ -79,7 +81,7 @@ func TestContainerdEngine(t *testing.T) {
 	}{
 		{a1, []string{a1}},
 		{a1[:12], []string{a1}},
-		{"ab0", []string{a1, a2}},
+		{prefix, []string{a1, a2}},
 		{name, []string{name}},
 		{"ffffffffffff", nil},
 	} {

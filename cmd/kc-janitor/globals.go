@@ -200,7 +200,7 @@ func newLogger(g globals, logFile string) (*slog.Logger, func(), error) {
 		return slog.New(stderr), closer, nil
 	}
 	if err := os.MkdirAll(filepath.Dir(logFile), 0o750); err != nil {
-		return nil, nil, cli.Exit(fmt.Sprintf("cannot create the log file's directory: %v", err), exitFailed)
+		return nil, nil, cli.Exit(fmt.Sprintf("cannot create the log file's directory: %v", err), exitUsage)
 	}
 	f, err := os.OpenFile(logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
 	if err != nil {

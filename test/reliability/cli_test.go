@@ -46,12 +46,14 @@ var malformed = map[string][]string{
 	"supervisor-comm":      {"", ",", "sixteen-chars-xx"},
 	"format":               {"xml", ""},
 	"log-format":           {"yaml", ""},
+	"log-level":            {"loud", "verbose"},
 	"log-file":             nil, // set by the test: a path below a regular file
 	"hooks-dir":            {"relative", ""},
 	"bpf":                  {"", "yes", "ON", "bpf"},
 	// booleans
 	"apply": {"maybe"}, "fix": {"maybe"}, "full-scan": {"maybe"}, "reconcile-apply": {"maybe"},
 	"sweep-apply": {"maybe"}, "no-reconcile": {"maybe"}, "no-cull": {"maybe"}, "once": {"maybe"},
+	"quiet": {"maybe"},
 }
 
 // containerValues depends on what --container names: a full container ID

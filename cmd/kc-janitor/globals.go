@@ -53,6 +53,10 @@ type globals struct {
 	// Engines is --engine parsed: nil for auto.
 	Engines   []string
 	DockerURL string
+	// ContainerdAddress and ContainerdNamespaces: --containerd-address,
+	// --containerd-namespace.
+	ContainerdAddress    string
+	ContainerdNamespaces []string
 	// LogLevel is the least level logged on stderr; LevelSet says whether
 	// --log-level or --quiet chose it.
 	LogLevel slog.Level

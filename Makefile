@@ -13,7 +13,9 @@ DESTDIR     ?=
 BINDIR      ?= $(PREFIX)/bin
 LIBEXECDIR  ?= $(PREFIX)/libexec
 HOOKDIR     ?= $(LIBEXECDIR)/oci/hooks.d
-HOOKSDDIR   ?= $(PREFIX)/share/containers/oci/hooks.d
+# Where podman reads hook descriptors, whatever PREFIX is: a descriptor in
+# $(PREFIX)/share/... would never be read.
+HOOKSDDIR   ?= /usr/share/containers/oci/hooks.d
 MANDIR      ?= $(PREFIX)/share/man
 UNITDIR     ?= $(PREFIX)/lib/systemd/system
 SYSCONFDIR  ?= /etc

@@ -26,6 +26,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kc-watchman/kc-watchman/internal/hook"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/supervise"
@@ -69,6 +71,10 @@ type settings struct {
 	logFile         string
 	supervisorsFile string
 	bpf             string
+	logLevel        string
+	quiet           bool
+	// level is logLevel and quiet resolved: what the logs keep.
+	level slog.Level
 }
 
 // hookEnv names the environment variable of each global flag.
@@ -80,6 +86,9 @@ var hookEnv = map[string]string{
 	"log-file":         "KC_HOOK_LOG",
 	"supervisors-file": "KC_SUPERVISORS_FILE",
 	"bpf":              "KC_BPF",
+	"log-level":        "KC_LOG_LEVEL",
+	"quiet":            "KC_QUIET",
+	"q":                "KC_QUIET",
 }
 
 // commandLine is kc-hook's command line before STAGE or "supervise".
@@ -100,6 +109,9 @@ func (cl *commandLine) flagSet() *flag.FlagSet {
 	fs.StringVar(&cl.logFile, "log-file", "", "JSON-lines log `FILE` (default: STATE-DIR/kc-hook.log)")
 	fs.StringVar(&cl.supervisorsFile, "supervisors-file", supervise.DefaultAllowlistFile, "root-owned allowlist `FILE` of the supervisors the io.kc-watchman.supervisor annotation may name")
 	fs.StringVar(&cl.bpf, "bpf", "auto", "list processes through a BPF task iterator, `MODE` auto (where the kernel allows it, else /proc), on (fail without it) or off (never load a BPF program)")
+	fs.StringVar(&cl.logLevel, "log-level", "info", "least `LEVEL` logged: debug, info, warn or error")
+	fs.BoolVar(&cl.quiet, "quiet", false, "same as --log-level warn (also -q)")
+	fs.BoolVar(&cl.quiet, "q", false, "")
 	// No usage: writeHookHelp lists both names on one line.
 	fs.BoolVar(&cl.version, "version", false, "")
 	fs.BoolVar(&cl.version, "v", false, "")
@@ -125,6 +137,12 @@ func parseCommandLine(args []string) (*commandLine, error) {
 		return nil, err
 	}
 	cl.args = rest
+	if err := cl.level.UnmarshalText([]byte(cl.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level must be debug, info, warn or error, not %q", cl.logLevel)
+	}
+	if cl.quiet && cl.level < slog.LevelWarn {
+		cl.level = slog.LevelWarn
+	}
 	// A -h after "supervise" is supervise's.
 	cl.help = help || (!cl.supervise() && helpAsked(rest))
 	return cl, nil
@@ -172,6 +190,10 @@ func runStage(s *settings, args []string, stdin io.Reader, stderr io.Writer) int
 	if err != nil {
 		return usageError(stderr, hookName, fmt.Errorf("--bpf: %w", err))
 	}
+	if f, ok := stdin.(*os.File); ok && isTerminal(f) {
+		// A person typed the command: the State would be awaited forever.
+		return usageError(stderr, hookName, errors.New("stdin is a terminal: the runtime passes the container's State (JSON) on stdin; by hand: echo '{\"id\":\"<64 hex>\",\"status\":\"stopped\"}' | kc-hook poststop"))
+	}
 	st, err := hook.ReadState(stdin)
 	if err != nil {
 		fmt.Fprintln(stderr, "kc-hook:", err)
@@ -188,7 +210,7 @@ func runStage(s *settings, args []string, stdin io.Reader, stderr io.Writer) int
 		Lister:          lister,
 	}
 	hostUID := userns.HostEUID()
-	logger, closeLog, logErr := openLog(cfg.StateDir, s.logFile, stderr)
+	logger, closeLog, logErr := openLog(cfg.StateDir, s.logFile, s.level, stderr)
 	defer closeLog()
 	cfg.Logger = logger.With("container", st.ID, "stage", string(stage), "host_uid", hostUID)
 	// trace leaves a line where the user will look when the hook cannot
@@ -277,16 +299,23 @@ var traceFiles = ledger.TraceFiles
 // openLog opens the JSON-lines log, creating the state dir if needed. When
 // it cannot, logs go to stderr (which the runtime may throw away) and the
 // error says why.
-func openLog(stateDir, path string, stderr io.Writer) (*slog.Logger, func(), error) {
+func openLog(stateDir, path string, level slog.Level, stderr io.Writer) (*slog.Logger, func(), error) {
 	if path == "" {
 		path = filepath.Join(stateDir, "kc-hook.log")
 	}
+	opts := &slog.HandlerOptions{Level: level}
 	err := os.MkdirAll(filepath.Dir(path), 0o700)
 	if err == nil {
 		var f *os.File
 		if f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err == nil {
-			return slog.New(slog.NewJSONHandler(f, nil)), func() { f.Close() }, nil
+			return slog.New(slog.NewJSONHandler(f, opts)), func() { f.Close() }, nil
 		}
 	}
-	return slog.New(slog.NewJSONHandler(stderr, nil)), func() {}, fmt.Errorf("cannot open the hook log: %w", err)
+	return slog.New(slog.NewJSONHandler(stderr, opts)), func() {}, fmt.Errorf("cannot open the hook log: %w", err)
+}
+
+// isTerminal reports whether f is a terminal.
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }

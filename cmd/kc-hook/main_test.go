@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -145,6 +146,7 @@ func TestParseCommandLine(t *testing.T) {
 		supervisorComm:  "kcserver",
 		killGrace:       5 * time.Second,
 		deadline:        20 * time.Second,
+		logLevel:        "info",
 		supervisorsFile: supervise.DefaultAllowlistFile,
 		bpf:             "auto",
 	}
@@ -169,7 +171,7 @@ func TestParseCommandLine(t *testing.T) {
 			args: []string{"poststop"},
 			want: func(s *settings) {
 				*s = settings{stateDir: "/e", supervisorComm: "a,b", killGrace: 2 * time.Second,
-					deadline: 3 * time.Second, logFile: "/e/log", supervisorsFile: "/e/s.json", bpf: "off"}
+					deadline: 3 * time.Second, logFile: "/e/log", supervisorsFile: "/e/s.json", bpf: "off", logLevel: "info"}
 			},
 			rest: []string{"poststop"},
 		},
@@ -205,7 +207,12 @@ func TestParseCommandLine(t *testing.T) {
 		{name: "unknown flag", args: []string{"--nope", "poststop"}, wantErr: "flag provided but not defined: -nope"},
 		{name: "missing value", args: []string{"--state-dir"}, wantErr: "flag needs an argument: -state-dir"},
 		{name: "malformed duration flag", args: []string{"--kill-grace=soon", "poststop"}, wantErr: `invalid value "soon" for flag -kill-grace`},
-		{name: "duration without a unit", args: []string{"--deadline", "5", "poststop"}, wantErr: `invalid value "5" for flag -deadline: time: missing unit in duration "5"`},
+		{name: "bare seconds", args: []string{"--deadline", "5", "poststop"}, want: func(s *settings) { s.deadline = 5 * time.Second }, rest: []string{"poststop"}},
+		{name: "bare seconds in a variable", env: map[string]string{"KC_KILL_GRACE": "2"}, args: []string{"poststop"}, want: func(s *settings) { s.killGrace = 2 * time.Second }, rest: []string{"poststop"}},
+		{name: "quiet", args: []string{"-q", "poststop"}, want: func(s *settings) { s.quiet, s.level = true, slog.LevelWarn }, rest: []string{"poststop"}},
+		{name: "log level", env: map[string]string{"KC_LOG_LEVEL": "error"}, args: []string{"poststop"}, want: func(s *settings) { s.logLevel, s.level = "error", slog.LevelError }, rest: []string{"poststop"}},
+		{name: "bad log level", args: []string{"--log-level", "loud", "poststop"}, wantErr: "--log-level must be debug, info, warn or error"},
+		{name: "duration without a unit", args: []string{"--deadline", "5x", "poststop"}, wantErr: `invalid value "5x" for flag -deadline`},
 		{name: "malformed duration variable", env: map[string]string{"KC_KILL_GRACE": "soon"}, args: []string{"poststop"}, wantErr: `invalid value "soon" for $KC_KILL_GRACE (--kill-grace)`},
 		// The variable is wrong whatever the flag says.
 		{name: "malformed variable under a good flag", env: map[string]string{"KC_HOOK_DEADLINE": "1x"}, args: []string{"--deadline=1s", "poststop"}, wantErr: "$KC_HOOK_DEADLINE"},

@@ -120,7 +120,7 @@ func runCull(c *cli.Context) error {
 		}
 	}
 
-	client := &kallichore.Client{Timeout: cfg.Timeout}
+	client := &kallichore.Client{Timeout: cfg.Timeout, RetryAfter: sockets.DefaultPause}
 	sups := cull.Audit(c.Context, client, sources, threshold, cfg.Workers)
 	recordCull(metricsOf(c), sups)
 	failed, n := logCull(log, threshold, sups)

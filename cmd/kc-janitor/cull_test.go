@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
 )
@@ -192,5 +193,36 @@ func TestCullCLINoSupervisors(t *testing.T) {
 	checkCullKeys(t, out)
 	if !strings.Contains(out, `"supervisors": []`) {
 		t.Errorf("%s", out)
+	}
+}
+
+// TestSlowSupervisorIsLive: a kcserver that takes 2 s to answer is live
+// with the default timeouts (the seed's: 3 s connect, 5 s, a retry after
+// 2 s): sweep calls it live and keeps it, cull reads it and exits 0.
+func TestSlowSupervisorIsLive(t *testing.T) {
+	dir := t.TempDir()
+	k := testkit.StartKCServer(t, dir, testkit.Fake{Sessions: writeSessions(t, cullSessions), Delay: 2 * time.Second})
+
+	code, out := runJanitorCapture(t, "sweep", "--socket-dir", dir, "--format", "json")
+	if code != exitOK {
+		t.Fatalf("sweep exit %d\n%s", code, out)
+	}
+	var sw struct {
+		Sockets []struct{ Path, Verdict, Reason string }
+	}
+	if err := json.Unmarshal([]byte(out), &sw); err != nil || len(sw.Sockets) != 1 {
+		t.Fatalf("sweep printed %s (%v)", out, err)
+	}
+	if s := sw.Sockets[0]; s.Path != k.Socket || s.Verdict != "live" {
+		t.Errorf("slow supervisor: %+v, want live", s)
+	}
+
+	code, out = runJanitorCapture(t, "cull", "--socket-dir", dir, "--format", "json")
+	if code != exitOK {
+		t.Fatalf("cull exit %d, want 0\n%s", code, out)
+	}
+	var got cullOut
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got.Supervisors) != 1 || got.Supervisors[0].Error != nil {
+		t.Errorf("cull: %s (%v)", out, err)
 	}
 }

@@ -124,7 +124,7 @@ func runDoctor(c *cli.Context) error {
 			return usageErr("--hooks-dir must be an absolute path, not %q", d)
 		}
 	}
-	log, closeLog, err := newLogger(g, g.LogFile)
+	log, closeLog, err := newLogger(g.reporting(), g.LogFile)
 	if err != nil {
 		return err
 	}
@@ -208,11 +208,11 @@ func runChecks(ctx context.Context, c *cli.Context, g globals, cc checkConfig, l
 			rep.Add(doctor.ScanFailed(err))
 		} else {
 			in.Report = r
-			recordReconcile(ms, r, true)
+			recordReconcile(ms, "doctor", r, true)
 			rep.Add(doctor.Strays(in))
 		}
 	} else {
-		recordReconcile(ms, reconcile.Report{}, false)
+		recordReconcile(ms, "doctor", reconcile.Report{}, false)
 		rep.Add(doctor.Strays(in))
 	}
 
@@ -230,7 +230,7 @@ func runChecks(ctx context.Context, c *cli.Context, g globals, cc checkConfig, l
 				sources = append(sources, cull.Source{Socket: s.Path, PID: s.PID})
 			}
 		}
-		sups = cull.Audit(ctx, &kallichore.Client{Timeout: scfg.Timeout}, sources, cc.threshold, scfg.Workers)
+		sups = cull.Audit(ctx, &kallichore.Client{Timeout: scfg.Timeout, RetryAfter: sockets.DefaultPause}, sources, cc.threshold, scfg.Workers)
 		recordCull(ms, sups)
 	}
 	rep.Add(doctor.Sessions(sups, cc.threshold, serr))
@@ -254,7 +254,7 @@ func since(t time.Time) string {
 }
 
 // liveState names a container's state for the reports: podman's raw state,
-// "gone" when podman does not list it, "?" when podman was not asked.
+// "gone" when podman does not list it, "?" when podman could not be asked.
 func liveState(live liveness.Set, known bool, id string) string {
 	switch {
 	case !known:

@@ -191,7 +191,7 @@ func TestDoctorMetrics(t *testing.T) {
 			t.Errorf("doctor check %s = %v (%v), want %v", name, v, ok, want)
 		}
 	}
-	if v, ok := gauge(fams, metrics.GroundTruthKnown); !ok || v != 0 {
+	if v, ok := gauge(fams, metrics.GroundTruthKnown, "command", "doctor"); !ok || v != 0 {
 		t.Errorf("ground truth known %v %v", v, ok)
 	}
 	if v, ok := gauge(fams, metrics.RunSuccess, "command", "doctor"); !ok || v != 0 {

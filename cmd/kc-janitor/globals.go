@@ -42,7 +42,7 @@ func globalFlags() []cli.Flag {
 		&cli.StringFlag{Name: flagFormat, Value: "text", Usage: "output `FORMAT`: text or json", EnvVars: []string{"KC_FORMAT"}},
 		&cli.StringFlag{Name: flagLogFile, Usage: "also append logs to `FILE`", EnvVars: []string{"KC_LOG_FILE"}},
 		&cli.StringFlag{Name: flagLogFormat, Value: "text", Usage: "log `FORMAT`: text or json", EnvVars: []string{"KC_LOG_FORMAT"}},
-		&cli.StringFlag{Name: flagLogLevel, Usage: "least `LEVEL` logged on stderr: debug, info, warn or error (default: info for watch, doctor and status; warn for the commands whose report on stdout already holds every finding)", EnvVars: []string{"KC_LOG_LEVEL"}},
+		&cli.StringFlag{Name: flagLogLevel, Usage: "least `LEVEL` logged on stderr: debug, info, warn or error (default: info for watch; warn for the other commands, whose report on stdout holds every finding)", EnvVars: []string{"KC_LOG_LEVEL"}},
 		&cli.BoolFlag{Name: flagQuiet, Aliases: []string{"q"}, Usage: "same as --log-level warn; a run with nothing to report then prints nothing (for cron)", EnvVars: []string{"KC_QUIET"}},
 	}
 }
@@ -58,6 +58,10 @@ type globals struct {
 	// Engines is --engine parsed: nil for auto.
 	Engines   []string
 	DockerURL string
+	// ContainerdAddress and ContainerdNamespaces: --containerd-address,
+	// --containerd-namespace.
+	ContainerdAddress    string
+	ContainerdNamespaces []string
 	// LogLevel is the least level logged on stderr; LevelSet says whether
 	// --log-level or --quiet chose it.
 	LogLevel slog.Level
@@ -201,7 +205,7 @@ func newLogger(g globals, logFile string) (*slog.Logger, func(), error) {
 		return slog.New(stderr), closer, nil
 	}
 	if err := os.MkdirAll(filepath.Dir(logFile), 0o750); err != nil {
-		return nil, nil, cli.Exit(fmt.Sprintf("cannot create the log file's directory: %v", err), exitFailed)
+		return nil, nil, cli.Exit(fmt.Sprintf("cannot create the log file's directory: %v", err), exitUsage)
 	}
 	f, err := os.OpenFile(logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
 	if err != nil {

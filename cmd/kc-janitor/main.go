@@ -58,6 +58,8 @@ func runApp(app *cli.App, args []string) error {
 }
 
 func newApp() *cli.App {
+	// --version and the version command print the same line.
+	cli.VersionPrinter = func(c *cli.Context) { printVersion(c, false) }
 	return &cli.App{
 		Name:    "kc-janitor",
 		Usage:   "reap what container supervisors leave behind, with podman as ground truth",
@@ -136,8 +138,17 @@ func versionCommand() *cli.Command {
 				return err
 			}
 			closeLog()
-			fmt.Fprintln(c.App.Writer, "kc-janitor", version)
+			printVersion(c, g.JSON)
 			return nil
 		},
 	}
+}
+
+// printVersion prints "kc-janitor VERSION", or {"version": VERSION}.
+func printVersion(c *cli.Context, json bool) {
+	if json {
+		writeJSON(c.App.Writer, map[string]string{"name": "kc-janitor", "version": version})
+		return
+	}
+	fmt.Fprintln(c.App.Writer, "kc-janitor", version)
 }

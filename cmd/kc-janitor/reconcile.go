@@ -74,7 +74,7 @@ func runReconcile(c *cli.Context) error {
 
 	rep, liveErr, err := reconcileOnce(c.Context, c, g, opt, log)
 	if err == nil {
-		recordReconcile(metricsOf(c), rep.Report, liveErr == nil)
+		recordReconcile(metricsOf(c), "reconcile", rep.Report, liveErr == nil)
 	}
 	if liveErr != nil {
 		if g.JSON {

@@ -43,12 +43,14 @@ func sweepCommand() *cli.Command {
 only when three gates agree: its owner <pid> is not a live supervisor (gone,
 a thread ID, a zombie, another program, or started after the socket was
 created); nothing listens on it and no socket, in any state, is bound to its
-path (/proc/net/unix); and GET /status is silent twice or answers with
-another process_id. Gates that disagree give "unknown": kept. Session
+path (/proc/net/unix); and GET /status is silent twice (3 s connect, 5 s
+per try, 2 s apart). Gates that disagree give "unknown": kept. Session
 sockets follow their server's control socket.
 
-Kallichore names a session socket kc-<hex>.sock (taken as 8-64 lowercase hex
-digits, at least one a-f) when the usual path would be too long. That name
+Kallichore names a session socket kc-<hex>.sock (a u64 hash: 1-16 lowercase
+hex digits, unpadded) when the usual path would be too long; a hash of
+digits only that reads as a PID is taken as kc-<pid>.sock, and is unknown,
+never stale, when /status answers with another process_id. That name
 carries no PID, so the owner cannot be checked: such a socket is stale only
 when nothing listens on it and no socket is bound to its path (one bound but
 not listening refuses connections too), GET /status is silent twice, and its
@@ -126,6 +128,14 @@ func logFileOr(g globals, env string) string {
 type sweepJSON struct {
 	DryRun  bool              `json:"dry_run"`
 	Sockets []sweepSocketJSON `json:"sockets"`
+	// Dirs is additive to DESIGN §6's object: where sweep looked and why.
+	Dirs []sweepDirJSON `json:"dirs"`
+}
+
+// sweepDirJSON is one directory (or pattern) looked in, inside the target.
+type sweepDirJSON struct {
+	Path    string   `json:"path"`
+	Sources []string `json:"sources"`
 }
 
 type sweepSocketJSON struct {
@@ -230,6 +240,10 @@ func writeSweepJSON(w io.Writer, rep *sockets.Report) error {
 			j.Error = &msg
 		}
 		out.Sockets = append(out.Sockets, j)
+	}
+	out.Dirs = []sweepDirJSON{}
+	for _, d := range rep.Dirs {
+		out.Dirs = append(out.Dirs, sweepDirJSON{Path: d.Path, Sources: d.Sources})
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

@@ -72,7 +72,7 @@ func decodeSweep(t *testing.T, out string) map[string]map[string]any {
 	if err := json.Unmarshal([]byte(out), &raw); err != nil {
 		t.Fatalf("not one JSON object: %v\n%s", err, out)
 	}
-	if got := sortedKeys(raw); !reflect.DeepEqual(got, []string{"dry_run", "sockets"}) {
+	if got := sortedKeys(raw); !reflect.DeepEqual(got, []string{"dirs", "dry_run", "sockets"}) {
 		t.Errorf("top-level keys %v", got)
 	}
 	if _, ok := raw["dry_run"].(bool); !ok {

@@ -69,7 +69,7 @@ func noStrayArgs(action cli.ActionFunc) cli.ActionFunc {
 }
 
 var (
-	goFlagName   = regexp.MustCompile(`flag -{1,2}([A-Za-z0-9][A-Za-z0-9_-]*)`)
+	goFlagName   = regexp.MustCompile(`\b(?:for flag|flag|for) -{0,2}([A-Za-z0-9][A-Za-z0-9_-]*)`)
 	undefinedArg = regexp.MustCompile(`^flag provided but not defined: -{1,2}(.*)$`)
 )
 
@@ -77,18 +77,50 @@ var (
 const durationHint = "want a duration such as 90s, 5m or 1h30m, or a number of seconds"
 
 // usageMessage rewords the flag package's errors: flags by the name they
-// are typed with (--min-age, not -min-age), and a refused duration with
-// what would be accepted instead of a bare "parse error".
+// are typed with (--min-age, not -min-age), and a refused value with what
+// would be accepted instead of a bare "parse error".
 func usageMessage(err error) string {
 	msg := err.Error()
 	if m := undefinedArg.FindStringSubmatch(msg); m != nil {
 		return fmt.Sprintf("unknown option --%s (see --help)", m[1])
 	}
-	msg = goFlagName.ReplaceAllString(msg, "--$1")
-	if strings.HasSuffix(msg, ": parse error") && strings.Contains(msg, "invalid value") {
-		msg = strings.TrimSuffix(msg, "parse error") + durationHint
+	var name string
+	if m := goFlagName.FindStringSubmatch(msg); m != nil {
+		name = m[1]
+	}
+	msg = goFlagName.ReplaceAllString(msg, "for --$1")
+	hints := map[string]string{"duration": durationHint, "bool": "want true or false", "int": "want a whole number"}
+	if hint, ok := hints[flagKind(name)]; ok && (strings.Contains(msg, "invalid") || strings.Contains(msg, "could not parse")) {
+		if i := strings.Index(msg, "--"+name); i >= 0 {
+			msg = msg[:i+2+len(name)] + ": " + hint
+		}
 	}
 	return strings.ReplaceAll(msg, "\n", " ")
+}
+
+// flagKind is "duration", "bool", "int" or "" for the flag name, looked up
+// in every command's flags.
+func flagKind(name string) string {
+	if name == "" {
+		return ""
+	}
+	for _, c := range commands() {
+		for _, f := range c.Flags {
+			if !slices.Contains(f.Names(), name) {
+				continue
+			}
+			switch f.(type) {
+			case *cli.DurationFlag:
+				return "duration"
+			case *cli.BoolFlag:
+				return "bool"
+			case *cli.IntFlag, *cli.Int64Flag, *cli.UintFlag:
+				return "int"
+			}
+			return ""
+		}
+	}
+	return ""
 }
 
 // normalizeDurations gives every duration flag the same forms --idle

@@ -41,6 +41,8 @@ func TestUsageErrors(t *testing.T) {
 		{"stray argument to reconcile", []string{"reconcile", "now"}, "reconcile takes no arguments"},
 		{"bad duration", []string{"reconcile", "--min-age", "5x"}, `invalid value "5x" for --min-age: ` + durationHint},
 		{"unknown flag", []string{"sweep", "--socket-dri", socks}, "unknown option --socket-dri"},
+		{"bad number", []string{"sweep", "--workers", "x"}, `invalid value "x" for --workers: want a whole number`},
+		{"bad switch", []string{"reconcile", "--apply=maybe"}, `invalid boolean value "maybe" for --apply: want true or false`},
 		{"bad log level", []string{"sweep", "--socket-dir", socks, "--log-level", "loud"}, "--log-level must be debug, info, warn or error"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -123,6 +125,11 @@ func TestQuietAndLogLevel(t *testing.T) {
 	if stderr != "" {
 		t.Errorf("the finding printed again on stderr: %q", stderr)
 	}
+	// The audit log gets the candidate, marked as the seed scripts did.
+	janitor(t, []string{"KC_SWEEPER_LOG=" + logf}, "sweep", "-q", "--socket-dir", socks)
+	if data, _ := os.ReadFile(logf); !strings.Contains(string(data), `msg="[DRY-RUN] would unlink" cmd=sweep path=`+orphan) {
+		t.Errorf("no [DRY-RUN] line for %s in the log file:\n%s", orphan, data)
+	}
 	_, _, stderr = janitor(t, nil, "sweep", "--socket-dir", socks)
 	if strings.Contains(stderr, "would unlink") {
 		t.Errorf("by default a one-shot command's findings are on stdout only, stderr %q", stderr)
@@ -150,5 +157,47 @@ func TestLogFormatForJournal(t *testing.T) {
 	slog.New(h).Info("watching", "interval", 90*time.Second)
 	if !strings.Contains(buf.String(), `"interval_seconds":90`) {
 		t.Errorf("JSON duration: %s", buf.String())
+	}
+}
+
+// TestVersionAndFormat: version and --version print the same; --format
+// json is honoured by version and refused by watch, which prints no report.
+func TestVersionAndFormat(t *testing.T) {
+	_, a, _ := janitor(t, nil, "version")
+	_, b, _ := janitor(t, nil, "--version")
+	if a != b || !strings.HasPrefix(a, "kc-janitor ") {
+		t.Errorf("version %q, --version %q", a, b)
+	}
+	if code, out, _ := janitor(t, nil, "version", "--format", "json"); code != exitOK || !strings.Contains(out, `"version":`) {
+		t.Errorf("version --format json: exit %d, %q", code, out)
+	}
+	if code, _, stderr := janitor(t, nil, "watch", "--once", "--format", "json"); code != exitUsage || !strings.Contains(stderr, "--log-format json") {
+		t.Errorf("watch --format json: exit %d, %q", code, stderr)
+	}
+}
+
+// TestSmallWords: counts agree with their nouns, a whole day is "1d", a
+// hashed socket's missing PID is not "pid 0".
+func TestSmallWords(t *testing.T) {
+	for _, c := range []struct{ got, want string }{
+		{plural(1, "supervisor"), "1 supervisor"},
+		{plural(0, "session"), "0 sessions"},
+		{plural(2, "session"), "2 sessions"},
+		{humanSeconds(86400), "1d"},
+		{humanSeconds(90000), "1d1h"},
+		{humanSeconds(3600), "1h0m"},
+		{pidText(0), "unknown"},
+		{pidText(42), "42"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+	var b strings.Builder
+	if err := writeCullText(&b, 86400, nil); err != nil {
+		t.Fatal(err)
+	}
+	if want := "0 supervisors; 0 sessions idle and disconnected for more than 1d,"; !strings.Contains(b.String(), want) {
+		t.Errorf("%q lacks %q", b.String(), want)
 	}
 }

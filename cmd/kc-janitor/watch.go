@@ -73,6 +73,10 @@ func runWatch(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if g.JSON {
+		// watch prints no report: what it finds is in its log lines.
+		return usageErr("watch prints no report, only log lines: for JSON use --log-format json, not --format json")
+	}
 	scfg, err := probeConfig(c, g)
 	if err != nil {
 		return err
@@ -189,6 +193,7 @@ func watchRound(ctx context.Context, wc watchConfig, log *slog.Logger) int {
 	if ms != nil {
 		if err := metrics.WriteFile(wc.metricsFile, ms); err != nil {
 			log.Error("cannot write metrics", "file", wc.metricsFile, "err", err)
+			note(exitFailed)
 		}
 	}
 	return worst
@@ -210,14 +215,14 @@ func step(log *slog.Logger, ms *metrics.Set, name string, f func() int) (code in
 func watchReconcile(ctx context.Context, wc watchConfig, log *slog.Logger, ms *metrics.Set) int {
 	rep, liveErr, err := reconcileOnce(ctx, wc.flags, wc.g, wc.reconcile, log.With("step", "reconcile"))
 	if liveErr != nil {
-		recordReconcile(ms, rep.Report, false)
+		recordReconcile(ms, "watch", rep.Report, false)
 		return exitUnknown // reconcileOnce logged it; nothing was touched
 	}
 	if err != nil {
 		log.Error("reconcile failed", "err", err)
 		return exitFailed
 	}
-	recordReconcile(ms, rep.Report, true)
+	recordReconcile(ms, "watch", rep.Report, true)
 	logReconcile(ctx, log.With("step", "reconcile"), rep.Report)
 	if rep.Failed() {
 		return exitFailed
@@ -252,7 +257,7 @@ func watchSweep(ctx context.Context, wc watchConfig, log *slog.Logger, ms *metri
 }
 
 func watchCull(ctx context.Context, wc watchConfig, log *slog.Logger, ms *metrics.Set, sources []cull.Source) int {
-	client := &kallichore.Client{Timeout: wc.sockets.Timeout}
+	client := &kallichore.Client{Timeout: wc.sockets.Timeout, RetryAfter: sockets.DefaultPause}
 	sups := cull.Audit(ctx, client, sources, wc.threshold, wc.sockets.Workers)
 	recordCull(ms, sups)
 	code := exitOK

@@ -544,3 +544,28 @@ func TestHookInstalledDefaultMismatch(t *testing.T) {
 		t.Errorf("matching defaults: %+v", got)
 	}
 }
+
+// TestHookInstalledElsewhere: descriptors installed where podman does not
+// look (an older `make install` with PREFIX=/usr/local) are an error that
+// names where they are and how to fix it; the dirs podman reads are named.
+func TestHookInstalledElsewhere(t *testing.T) {
+	misplaced := filepath.Join(t.TempDir(), "usr-local", "hooks.d")
+	installPair(t, misplaced, fakeHook(t))
+	saved := MisplacedHooksDirs
+	MisplacedHooksDirs = []string{misplaced}
+	t.Cleanup(func() { MisplacedHooksDirs = saved })
+
+	read := filepath.Join(t.TempDir(), "hooks.d")
+	got, _ := HookInstalled([]string{read}, "/run/kc-watchman", "/run/kc-watchman")
+	all := got.Detail + "\n" + strings.Join(got.Items, "\n")
+	if got.Verdict != Error || !strings.Contains(got.Detail, read) {
+		t.Errorf("verdict %v, detail %q: want an error naming %s", got.Verdict, got.Detail, read)
+	}
+	if !strings.Contains(all, "kc-hook-poststop.json is in "+misplaced+", which podman does not read") {
+		t.Errorf("the misplaced descriptors are not named:\n%s", all)
+	}
+	// Found where podman does read them, they are fine.
+	if got, _ := HookInstalled([]string{misplaced}, "/run/kc-watchman", "/run/kc-watchman"); got.Verdict != OK {
+		t.Errorf("descriptors in a dir podman reads: %v %s", got.Verdict, got.Detail)
+	}
+}

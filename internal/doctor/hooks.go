@@ -309,6 +309,26 @@ func HooksDirs(explicit, conf []string) []string {
 	return out
 }
 
+// MisplacedHooksDirs are where kc-hook descriptors end up without podman
+// reading them: `make install` with PREFIX=/usr/local put them in the
+// first one before it installed them where podman looks. Tests replace it.
+var MisplacedHooksDirs = []string{"/usr/local/share/containers/oci/hooks.d", "/usr/local/etc/containers/oci/hooks.d"}
+
+// unreadDirs are the MisplacedHooksDirs that are not among dirs.
+func unreadDirs(dirs []string) []string {
+	var out []string
+	for _, m := range MisplacedHooksDirs {
+		read := false
+		for _, d := range dirs {
+			read = read || filepath.Clean(d) == filepath.Clean(m)
+		}
+		if !read {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 // HookInstalled checks that podman will run kc-hook at poststop (an error
 // otherwise) and at a stage that records the init process (a warning
 // otherwise). stateDir is the janitor's and hookDefault the state dir
@@ -339,8 +359,16 @@ func HookInstalled(dirs []string, stateDir, hookDefault string) (Check, []Descri
 		}
 	}
 	if len(descs) == 0 {
-		c := newCheck(NameHookInstalled, Error, "no kc-hook descriptor in %s", where)
-		c.Items = items
+		c := newCheck(NameHookInstalled, Error, "no kc-hook descriptor in %s (the dirs podman reads)", where)
+		// Earlier releases installed them under PREFIX, where podman
+		// never looks: say where they are and what to do.
+		for _, d := range unreadDirs(dirs) {
+			found, _ := FindDescriptors([]string{d})
+			for _, f := range found {
+				c.Items = append(c.Items, fmt.Sprintf("%s is in %s, which podman does not read: move it to %s, or add hooks_dir = [\"%s\"] to containers.conf", f.File, d, DefaultHooksDir, d))
+			}
+		}
+		c.Items = append(c.Items, items...)
 		return c, descs
 	}
 	post := byStage["poststop"]

@@ -155,12 +155,18 @@ func sameMountNS(root string, pid int) bool {
 var ErrStillListening = errors.New("something still listens on it")
 
 // RemoveSocket unlinks s once its tree is dead: only if nothing listens on
-// it any more (connect is refused) and it is still the examined socket.
+// it any more (connect is refused) and it is still the examined socket. A
+// socket already gone (its server unlinked it on the way out) is what was
+// wanted: no error, nothing to warn about.
 func RemoveSocket(s Socket) error {
-	if err := refused(s.Path); err != nil {
-		return err
+	err := refused(s.Path)
+	if err == nil {
+		err = safeunlink.Unlink(s.Path, s.File)
 	}
-	return safeunlink.Unlink(s.Path, s.File)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, safeunlink.ErrGone) {
+		return nil
+	}
+	return err
 }
 
 // refused connects to path and expects ECONNREFUSED, the answer of a

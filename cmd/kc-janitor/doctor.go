@@ -14,10 +14,12 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/doctor"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
 	"github.com/kc-watchman/kc-watchman/internal/metrics"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
+	"github.com/kc-watchman/kc-watchman/internal/userns"
 )
 
 const (
@@ -123,7 +125,7 @@ func runDoctor(c *cli.Context) error {
 			return usageErr("--hooks-dir must be an absolute path, not %q", d)
 		}
 	}
-	log, closeLog, err := newLogger(g, g.LogFile)
+	log, closeLog, err := newLogger(g.reporting(), g.LogFile)
 	if err != nil {
 		return err
 	}
@@ -171,7 +173,11 @@ type checkConfig struct {
 func runChecks(ctx context.Context, c *cli.Context, g globals, cc checkConfig, log *slog.Logger, ms *metrics.Set) doctor.Report {
 	rep := doctor.Report{Fix: cc.fix}
 
-	installed, descs := doctor.HookInstalled(cc.hooksDirs, g.StateDir)
+	// Podman runs hooks as the user it runs as, this janitor's: the hook's
+	// own default state dir is the one for this host UID.
+	hostUID := userns.HostEUID()
+	hookDefault := ledger.DefaultDir(hostUID)
+	installed, descs := doctor.HookInstalled(cc.hooksDirs, g.StateDir, hookDefault)
 	rep.Add(installed)
 
 	// Orphaned trees, exactly as reconcile sees (and with --fix, reaps)
@@ -192,8 +198,9 @@ func runChecks(ctx context.Context, c *cli.Context, g globals, cc checkConfig, l
 	if err != nil {
 		log.Warn("boot time unknown; counting every hook run", "err", err)
 	}
-	hookState, hookLog := doctor.HookStateDir(descs, g.StateDir)
-	rep.Add(doctor.HookAlive(doctor.AliveInput{StateDir: hookState, LogFile: hookLog, Boot: boot, LiveContainers: liveCount}))
+	hookState, hookLog := doctor.HookStateDir(descs, hookDefault)
+	rep.Add(doctor.HookAlive(doctor.AliveInput{StateDir: hookState, LogFile: hookLog, Boot: boot, LiveContainers: liveCount,
+		HostUID: hostUID, TraceFiles: ledger.TraceFiles(hostUID)}))
 	rep.Add(doctor.Podman(live, askErr))
 	rep.Add(doctor.StateDir(g.StateDir))
 	rep.Add(doctor.Listing(cc.reconcile.Lister))
@@ -201,13 +208,13 @@ func runChecks(ctx context.Context, c *cli.Context, g globals, cc checkConfig, l
 	in := doctor.StraysInput{LivenessErr: liveErr, Fix: cc.fix}
 	switch {
 	case liveErr != nil:
-		recordReconcile(ms, reconcile.Report{}, false)
+		recordReconcile(ms, "doctor", reconcile.Report{}, false)
 		rep.Add(doctor.Strays(in))
 	case scanErr != nil:
 		rep.Add(doctor.ScanFailed(scanErr))
 	default:
 		in.Report = rj.Report
-		recordReconcile(ms, rj.Report, true)
+		recordReconcile(ms, "doctor", rj.Report, true)
 		rep.Add(doctor.Strays(in))
 	}
 
@@ -225,7 +232,7 @@ func runChecks(ctx context.Context, c *cli.Context, g globals, cc checkConfig, l
 				sources = append(sources, cull.Source{Socket: s.Path, PID: s.PID})
 			}
 		}
-		sups = cull.Audit(ctx, &kallichore.Client{Timeout: scfg.Timeout}, sources, cc.threshold, scfg.Workers)
+		sups = cull.Audit(ctx, &kallichore.Client{Timeout: scfg.Timeout, RetryAfter: sockets.DefaultPause}, sources, cc.threshold, scfg.Workers)
 		recordCull(ms, sups)
 	}
 	rep.Add(doctor.Sessions(sups, cc.threshold, serr))
@@ -249,7 +256,7 @@ func since(t time.Time) string {
 }
 
 // liveState names a container's state for the reports: podman's raw state,
-// "gone" when podman does not list it, "?" when podman was not asked.
+// "gone" when podman does not list it, "?" when podman could not be asked.
 func liveState(live liveness.Set, known bool, id string) string {
 	switch {
 	case !known:

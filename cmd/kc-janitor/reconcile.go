@@ -39,7 +39,7 @@ Examples:
    kc-janitor reconcile --format json
    kc-janitor reconcile --apply --kill-grace 10s`,
 		Flags: append([]cli.Flag{
-			&cli.BoolFlag{Name: "apply", Usage: "reap the strays (default: dry run)", EnvVars: []string{"KC_APPLY"}},
+			&cli.BoolFlag{Name: "apply", Usage: "reap the strays", DefaultText: "dry run", EnvVars: []string{"KC_APPLY"}},
 		}, reconcileFlags()...),
 		Action: runReconcile,
 	}
@@ -63,17 +63,18 @@ func runReconcile(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	log, closeLog, err := newLogger(g, g.LogFile)
+	log, closeLog, err := newLogger(g.reporting(), g.LogFile)
 	if err != nil {
 		return err
 	}
 	defer closeLog()
+	log = log.With("cmd", "reconcile")
 	opt.Apply = c.Bool("apply")
 	opt.Logger = log
 
 	rep, liveErr, err := reconcileOnce(c.Context, c, g, opt, log)
 	if err == nil {
-		recordReconcile(metricsOf(c), rep.Report, liveErr == nil)
+		recordReconcile(metricsOf(c), "reconcile", rep.Report, liveErr == nil)
 	}
 	if liveErr != nil {
 		if g.JSON {
@@ -90,9 +91,13 @@ func runReconcile(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(err.Error(), exitFailed)
 	}
-	if g.JSON {
+	logReconcile(c.Context, log, rep.Report)
+	switch {
+	case g.JSON:
 		writeJSON(c.App.Writer, rep)
-	} else {
+	case g.Quiet() && !rep.Failed() && rep.Count(reconcile.WouldReap) == 0 && rep.Count(reconcile.Reaped)+rep.Count(reconcile.Gone) == 0:
+		// Nothing to act on: a quiet run prints nothing.
+	default:
 		printReconcile(c.App.Writer, rep)
 	}
 	if rep.Failed() {
@@ -244,6 +249,34 @@ func openStore(dir string, create bool, log *slog.Logger) *ledger.Store {
 		return nil
 	}
 	return s
+}
+
+// logReconcile writes the run's audit record: one line per tree that would
+// be reaped (the reaped ones are logged as they are reaped) or would not
+// die, then one summary line, also when nothing was found.
+func logReconcile(ctx context.Context, log *slog.Logger, rep reconcile.Report) {
+	for _, t := range rep.Trees {
+		if t.Action != reconcile.WouldReap && t.Action != reconcile.WouldNotDie {
+			continue
+		}
+		var members []string
+		for _, m := range t.Members {
+			members = append(members, fmt.Sprintf("%s(%d)", m.Comm, m.PID))
+		}
+		lvl, msg := slog.LevelInfo, "[DRY-RUN] would reap stray tree"
+		attrs := []any{"container", t.ContainerID, "pgid", t.PGID, "uid", t.UID,
+			"age_seconds", t.AgeSeconds, "members", strings.Join(members, " "), "action", t.Action}
+		if t.Action == reconcile.WouldNotDie {
+			lvl, msg = slog.LevelError, "stray tree would not die"
+		}
+		if t.Error != nil {
+			attrs = append(attrs, "err", *t.Error)
+		}
+		log.Log(ctx, lvl, msg, attrs...)
+	}
+	log.Info("reconcile", "source", rep.Source, "dry_run", rep.DryRun, "trees", len(rep.Trees),
+		"would_reap", rep.Count(reconcile.WouldReap), "reaped", rep.Count(reconcile.Reaped)+rep.Count(reconcile.Gone),
+		"would_not_die", rep.Count(reconcile.WouldNotDie), "ledger_collected", rep.LedgerCollected)
 }
 
 func writeJSON(w io.Writer, v any) {

@@ -272,14 +272,24 @@ func Query(ctx context.Context, opt Options) (Set, error) {
 			budget = time.Until(dl) / 2
 		}
 		actx, acancel := context.WithTimeout(ctx, budget)
-		set, err := queryAPI(actx, ep, log)
+		store := parseStoreArgs(opt.CLIArgs)
+		if opt.CLIArgs != nil && store.empty() {
+			log.Info("--podman-arg names no store (--root/--runroot): it applies to the CLI fallback only", "args", opt.CLIArgs)
+		}
+		set, err := queryAPI(actx, ep, store, log)
 		acancel()
 		if err == nil {
 			return set, nil
 		}
 		apiErr = err
-		// Expected where podman.socket is not enabled: not a warning.
-		log.Info("podman API failed, trying the CLI", "url", raw, "err", err)
+		if errors.Is(err, errOtherStore) {
+			// The service answers for another store than the arguments
+			// name: its list is not the one asked for.
+			log.Warn("podman API serves another store than --podman-arg names; asking the CLI with the arguments", "url", raw, "err", err)
+		} else {
+			// Expected where podman.socket is not enabled: not a warning.
+			log.Info("podman API failed, trying the CLI", "url", raw, "err", err)
+		}
 	}
 
 	// CLI.
@@ -300,23 +310,13 @@ func Query(ctx context.Context, opt Options) (Set, error) {
 	}
 	set.UID = os.Geteuid()
 	if opt.CLIArgs == nil && !ep.isDefault() {
-		// --url: the same service answered, so it is the same owner.
-		set.UID = ep.owner()
+		// The CLI went to the service through --url: we never saw the
+		// connection that answered, and a stat of the socket's path can be
+		// swapped (issue 16), so this answer vouches for nobody's trees.
+		set.UID = UIDUnknown
+		log.Warn("the podman CLI answered through --url; its service's UID is unknown, so no tree is judged", "url", raw)
 	}
 	return set, nil
-}
-
-// owner is the UID owning the endpoint: the socket file's owner for unix,
-// UIDUnknown otherwise (or if the socket cannot be stat'ed).
-func (ep endpoint) owner() int {
-	if ep.scheme != "unix" {
-		return UIDUnknown
-	}
-	uid, err := socketOwner(ep.path)
-	if err != nil {
-		return UIDUnknown
-	}
-	return uid
 }
 
 // entry is one listed container, whatever the source.

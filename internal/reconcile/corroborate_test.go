@@ -51,8 +51,8 @@ func TestCorroboration(t *testing.T) {
 	base := Options{Comms: []string{comm}, MinAge: time.Nanosecond, KillGrace: 200 * time.Millisecond, Apply: true}
 
 	t.Run("a live conmon spares its tree; others are reaped", func(t *testing.T) {
-		kept := testkit.StartKCServer(t, t.TempDir(), "--comm="+comm, "--container-id="+cidMon)
-		gone := testkit.StartKCServer(t, t.TempDir(), "--comm="+comm, "--container-id="+cidGone)
+		kept := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cidMon})
+		gone := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cidGone})
 		startMonitor(t, cidMon)
 		opt := base
 		opt.Containers = map[string]bool{cidMon: true, cidGone: true}
@@ -60,10 +60,10 @@ func TestCorroboration(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tr := findByPGID(rep, kept.PID); tr == nil || tr.Action != SkipContradicted {
+		if tr := findByPGID(rep, kept.PGID); tr == nil || tr.Action != SkipContradicted {
 			t.Fatalf("tree of a container whose conmon runs: %+v", tr)
 		}
-		if tr := findByPGID(rep, gone.PID); tr == nil || tr.Action != Reaped {
+		if tr := findByPGID(rep, gone.PGID); tr == nil || tr.Action != Reaped {
 			t.Fatalf("stray tree: %+v", tr)
 		}
 		if !running(kept.PID) {
@@ -72,9 +72,9 @@ func TestCorroboration(t *testing.T) {
 	})
 
 	t.Run("two contradictions: wrong store, nothing touched", func(t *testing.T) {
-		a := testkit.StartKCServer(t, t.TempDir(), "--comm="+comm, "--container-id="+cidMon)
-		b := testkit.StartKCServer(t, t.TempDir(), "--comm="+comm, "--container-id="+cidInit)
-		c := testkit.StartKCServer(t, t.TempDir(), "--comm="+comm, "--container-id="+cidGone)
+		a := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cidMon})
+		b := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cidInit})
+		c := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cidGone})
 		startMonitor(t, cidMon)
 		store, err := ledger.Open(t.TempDir())
 		if err != nil {
@@ -104,7 +104,7 @@ func TestCorroboration(t *testing.T) {
 				t.Fatalf("tree %d was touched", pid)
 			}
 		}
-		if tr := findByPGID(rep, c.PID); tr == nil || tr.Action != WouldReap {
+		if tr := findByPGID(rep, c.PGID); tr == nil || tr.Action != WouldReap {
 			t.Fatalf("uncontradicted tree: %+v", tr)
 		}
 		if rep.LivenessKnown {

@@ -262,7 +262,7 @@ func reap(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) {
 				msg := r.Err.Error()
 				t.Error = &msg
 			}
-			log.Info("stray tree", "container", t.ContainerID, "pgid", t.PGID, "action", t.Action, "err", r.Err)
+			log.Info("[REAP] stray tree", "container", t.ContainerID, "pgid", t.PGID, "action", t.Action, "err", r.Err)
 			snap := t.tree.Snapshot("reconcile", time.Now())
 			snap.Action = t.Action
 			if t.Error != nil {

@@ -72,6 +72,12 @@ func parse(fs *flag.FlagSet, env map[string]string, args []string) (rest []strin
 type explained struct{ flag.Getter }
 
 func (e explained) Set(s string) error {
+	// A bare number of seconds, as kc-janitor's durations take it.
+	if _, isDur := e.Get().(time.Duration); isDur {
+		if _, err := strconv.ParseFloat(strings.TrimSpace(s), 64); err == nil && !strings.ContainsAny(s, "eEnNiIxX") {
+			s = strings.TrimSpace(s) + "s"
+		}
+	}
 	err := e.Getter.Set(s)
 	if err == nil {
 		return nil

@@ -26,9 +26,13 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kc-watchman/kc-watchman/internal/hook"
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/supervise"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
+	"github.com/kc-watchman/kc-watchman/internal/userns"
 )
 
 // version is set by the Makefile through -ldflags.
@@ -67,6 +71,10 @@ type settings struct {
 	logFile         string
 	supervisorsFile string
 	bpf             string
+	logLevel        string
+	quiet           bool
+	// level is logLevel and quiet resolved: what the logs keep.
+	level slog.Level
 }
 
 // hookEnv names the environment variable of each global flag.
@@ -78,6 +86,9 @@ var hookEnv = map[string]string{
 	"log-file":         "KC_HOOK_LOG",
 	"supervisors-file": "KC_SUPERVISORS_FILE",
 	"bpf":              "KC_BPF",
+	"log-level":        "KC_LOG_LEVEL",
+	"quiet":            "KC_QUIET",
+	"q":                "KC_QUIET",
 }
 
 // commandLine is kc-hook's command line before STAGE or "supervise".
@@ -89,13 +100,18 @@ type commandLine struct {
 
 func (cl *commandLine) flagSet() *flag.FlagSet {
 	fs := newFlagSet(hookName)
-	fs.StringVar(&cl.stateDir, "state-dir", "/run/kc-watchman", "ledger `DIR`")
+	// Rootless podman runs hooks as root of its user namespace: the
+	// default follows the host UID, which /proc/self/uid_map gives.
+	fs.StringVar(&cl.stateDir, "state-dir", ledger.DefaultDir(userns.HostEUID()), "ledger `DIR`")
 	fs.StringVar(&cl.supervisorComm, "supervisor-comm", "kcserver", "comma-separated supervisor process `NAMES`")
 	fs.DurationVar(&cl.killGrace, "kill-grace", 5*time.Second, "wait between SIGTERM and SIGKILL")
 	fs.DurationVar(&cl.deadline, "deadline", 20*time.Second, "bound on a whole poststop run; keep it below the descriptor's timeout")
 	fs.StringVar(&cl.logFile, "log-file", "", "JSON-lines log `FILE` (default: STATE-DIR/kc-hook.log)")
 	fs.StringVar(&cl.supervisorsFile, "supervisors-file", supervise.DefaultAllowlistFile, "root-owned allowlist `FILE` of the supervisors the io.kc-watchman.supervisor annotation may name")
 	fs.StringVar(&cl.bpf, "bpf", "auto", "list processes through a BPF task iterator, `MODE` auto (where the kernel allows it, else /proc), on (fail without it) or off (never load a BPF program)")
+	fs.StringVar(&cl.logLevel, "log-level", "info", "least `LEVEL` logged: debug, info, warn or error")
+	fs.BoolVar(&cl.quiet, "quiet", false, "same as --log-level warn (also -q)")
+	fs.BoolVar(&cl.quiet, "q", false, "")
 	// No usage: writeHookHelp lists both names on one line.
 	fs.BoolVar(&cl.version, "version", false, "")
 	fs.BoolVar(&cl.version, "v", false, "")
@@ -121,6 +137,12 @@ func parseCommandLine(args []string) (*commandLine, error) {
 		return nil, err
 	}
 	cl.args = rest
+	if err := cl.level.UnmarshalText([]byte(cl.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level must be debug, info, warn or error, not %q", cl.logLevel)
+	}
+	if cl.quiet && cl.level < slog.LevelWarn {
+		cl.level = slog.LevelWarn
+	}
 	// A -h after "supervise" is supervise's.
 	cl.help = help || (!cl.supervise() && helpAsked(rest))
 	return cl, nil
@@ -168,6 +190,10 @@ func runStage(s *settings, args []string, stdin io.Reader, stderr io.Writer) int
 	if err != nil {
 		return usageError(stderr, hookName, fmt.Errorf("--bpf: %w", err))
 	}
+	if f, ok := stdin.(*os.File); ok && isTerminal(f) {
+		// A person typed the command: the State would be awaited forever.
+		return usageError(stderr, hookName, errors.New("stdin is a terminal: the runtime passes the container's State (JSON) on stdin; by hand: echo '{\"id\":\"<64 hex>\",\"status\":\"stopped\"}' | kc-hook poststop"))
+	}
 	st, err := hook.ReadState(stdin)
 	if err != nil {
 		fmt.Fprintln(stderr, "kc-hook:", err)
@@ -183,14 +209,31 @@ func runStage(s *settings, args []string, stdin io.Reader, stderr io.Writer) int
 		SupervisorsFile: s.supervisorsFile,
 		Lister:          lister,
 	}
-	logger, closeLog := openLog(cfg.StateDir, s.logFile, stderr)
+	hostUID := userns.HostEUID()
+	logger, closeLog, logErr := openLog(cfg.StateDir, s.logFile, s.level, stderr)
 	defer closeLog()
-	cfg.Logger = logger.With("container", st.ID, "stage", string(stage))
+	cfg.Logger = logger.With("container", st.ID, "stage", string(stage), "host_uid", hostUID)
+	// trace leaves a line where the user will look when the hook cannot
+	// keep its books: runc throws away the stderr of a hook that exits 0.
+	trace := func(err error) {
+		e := ledger.TraceEntry{Time: time.Now().UTC(), Container: st.ID, Stage: string(stage), HostUID: hostUID, StateDir: cfg.StateDir, Error: err.Error()}
+		if p, terr := ledger.WriteTrace(traceFiles(hostUID), e); terr != nil {
+			cfg.Logger.Error("could not leave a trace", "err", terr)
+		} else {
+			cfg.Logger.Warn("left a trace", "file", p)
+		}
+	}
+	if logErr != nil {
+		trace(logErr)
+	}
 
 	if stage != hook.StagePoststop {
 		if err := hook.Record(cfg, stage, st); err != nil {
 			// A hook must never stop a container from starting.
 			cfg.Logger.Error("bookkeeping failed; the container starts anyway", "err", err)
+			if logErr == nil {
+				trace(err)
+			}
 		} else {
 			cfg.Logger.Info("recorded", "pid", st.Pid)
 		}
@@ -202,6 +245,9 @@ func runStage(s *settings, args []string, stdin io.Reader, stderr io.Writer) int
 	start := time.Now()
 	res, err := hook.Poststop(ctx, cfg, st)
 	cfg.Logger.Info("poststop done", "trees", len(res.Trees), "failed", res.Failed, "duration_ms", time.Since(start).Milliseconds(), "err", err)
+	if res.Unrecorded != nil && logErr == nil {
+		trace(res.Unrecorded)
+	}
 	switch {
 	case res.Failed:
 		fmt.Fprintf(stderr, "kc-hook: a supervisor tree of container %.12s would not die; kc-janitor reconcile will retry\n", st.ID)
@@ -246,16 +292,30 @@ func splitComms(s string) []string {
 	return out
 }
 
+// traceFiles is where a hook that cannot keep its books says so; tests
+// point it elsewhere.
+var traceFiles = ledger.TraceFiles
+
 // openLog opens the JSON-lines log, creating the state dir if needed. When
-// it cannot, logs go to stderr, which the runtime keeps.
-func openLog(stateDir, path string, stderr io.Writer) (*slog.Logger, func()) {
+// it cannot, logs go to stderr (which the runtime may throw away) and the
+// error says why.
+func openLog(stateDir, path string, level slog.Level, stderr io.Writer) (*slog.Logger, func(), error) {
 	if path == "" {
 		path = filepath.Join(stateDir, "kc-hook.log")
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err == nil {
-		if f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err == nil {
-			return slog.New(slog.NewJSONHandler(f, nil)), func() { f.Close() }
+	opts := &slog.HandlerOptions{Level: level}
+	err := os.MkdirAll(filepath.Dir(path), 0o700)
+	if err == nil {
+		var f *os.File
+		if f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err == nil {
+			return slog.New(slog.NewJSONHandler(f, opts)), func() { f.Close() }, nil
 		}
 	}
-	return slog.New(slog.NewJSONHandler(stderr, nil)), func() {}
+	return slog.New(slog.NewJSONHandler(stderr, opts)), func() {}, fmt.Errorf("cannot open the hook log: %w", err)
+}
+
+// isTerminal reports whether f is a terminal.
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }

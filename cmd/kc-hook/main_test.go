@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/supervise"
+	"github.com/kc-watchman/kc-watchman/internal/userns"
 )
 
 const cid = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -80,9 +83,20 @@ func TestBadInputWritesNothing(t *testing.T) {
 	}
 }
 
+// withTrace points the hook's trace at a file in a temp dir and returns it.
+func withTrace(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "kc-hook.trace")
+	old := traceFiles
+	traceFiles = func(int) []string { return []string{p} }
+	t.Cleanup(func() { traceFiles = old })
+	return p
+}
+
 // TestCreateRuntimeNeverFails: a bookkeeping failure must not stop the
 // container from starting.
 func TestCreateRuntimeNeverFails(t *testing.T) {
+	withTrace(t)
 	blocker := filepath.Join(t.TempDir(), "file")
 	if err := os.WriteFile(blocker, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -132,6 +146,7 @@ func TestParseCommandLine(t *testing.T) {
 		supervisorComm:  "kcserver",
 		killGrace:       5 * time.Second,
 		deadline:        20 * time.Second,
+		logLevel:        "info",
 		supervisorsFile: supervise.DefaultAllowlistFile,
 		bpf:             "auto",
 	}
@@ -156,7 +171,7 @@ func TestParseCommandLine(t *testing.T) {
 			args: []string{"poststop"},
 			want: func(s *settings) {
 				*s = settings{stateDir: "/e", supervisorComm: "a,b", killGrace: 2 * time.Second,
-					deadline: 3 * time.Second, logFile: "/e/log", supervisorsFile: "/e/s.json", bpf: "off"}
+					deadline: 3 * time.Second, logFile: "/e/log", supervisorsFile: "/e/s.json", bpf: "off", logLevel: "info"}
 			},
 			rest: []string{"poststop"},
 		},
@@ -192,7 +207,12 @@ func TestParseCommandLine(t *testing.T) {
 		{name: "unknown flag", args: []string{"--nope", "poststop"}, wantErr: "flag provided but not defined: -nope"},
 		{name: "missing value", args: []string{"--state-dir"}, wantErr: "flag needs an argument: -state-dir"},
 		{name: "malformed duration flag", args: []string{"--kill-grace=soon", "poststop"}, wantErr: `invalid value "soon" for flag -kill-grace`},
-		{name: "duration without a unit", args: []string{"--deadline", "5", "poststop"}, wantErr: `invalid value "5" for flag -deadline: time: missing unit in duration "5"`},
+		{name: "bare seconds", args: []string{"--deadline", "5", "poststop"}, want: func(s *settings) { s.deadline = 5 * time.Second }, rest: []string{"poststop"}},
+		{name: "bare seconds in a variable", env: map[string]string{"KC_KILL_GRACE": "2"}, args: []string{"poststop"}, want: func(s *settings) { s.killGrace = 2 * time.Second }, rest: []string{"poststop"}},
+		{name: "quiet", args: []string{"-q", "poststop"}, want: func(s *settings) { s.quiet, s.level = true, slog.LevelWarn }, rest: []string{"poststop"}},
+		{name: "log level", env: map[string]string{"KC_LOG_LEVEL": "error"}, args: []string{"poststop"}, want: func(s *settings) { s.logLevel, s.level = "error", slog.LevelError }, rest: []string{"poststop"}},
+		{name: "bad log level", args: []string{"--log-level", "loud", "poststop"}, wantErr: "--log-level must be debug, info, warn or error"},
+		{name: "duration without a unit", args: []string{"--deadline", "5x", "poststop"}, wantErr: `invalid value "5x" for flag -deadline`},
 		{name: "malformed duration variable", env: map[string]string{"KC_KILL_GRACE": "soon"}, args: []string{"poststop"}, wantErr: `invalid value "soon" for $KC_KILL_GRACE (--kill-grace)`},
 		// The variable is wrong whatever the flag says.
 		{name: "malformed variable under a good flag", env: map[string]string{"KC_HOOK_DEADLINE": "1x"}, args: []string{"--deadline=1s", "poststop"}, wantErr: "$KC_HOOK_DEADLINE"},
@@ -354,9 +374,50 @@ func TestHelpListsEveryOption(t *testing.T) {
 	}
 	var b strings.Builder
 	writeHookHelp(&b)
-	for _, want := range []string{"--state-dir DIR", "ledger DIR (default: /run/kc-watchman) [$KC_STATE_DIR]", "wait between SIGTERM and SIGKILL (default: 5s) [$KC_KILL_GRACE]", "--help, -h ", "--version, -v "} {
+	for _, want := range []string{"--state-dir DIR", "ledger DIR (default: " + ledger.DefaultDir(userns.HostEUID()) + ") [$KC_STATE_DIR]", "wait between SIGTERM and SIGKILL (default: 5s) [$KC_KILL_GRACE]", "--help, -h ", "--version, -v "} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("kc-hook --help lacks %q", want)
 		}
 	}
+}
+
+// TestUnusableStateDirLeavesATrace: a hook that cannot write its state dir
+// (a rootless user's hook pointed at root's) says so where the user will
+// look, at every stage, since runc discards its stderr.
+func TestUnusableStateDirLeavesATrace(t *testing.T) {
+	for _, stage := range []string{"createRuntime", "poststop"} {
+		t.Run(stage, func(t *testing.T) {
+			withEnv(t, nil)
+			trace := withTrace(t)
+			blocker := filepath.Join(t.TempDir(), "file")
+			if err := os.WriteFile(blocker, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			state := filepath.Join(blocker, "state")
+			code, _, stderr := runHook(t, `{"id":"`+cid+`","pid":`+itoa(os.Getpid())+`,"status":"stopped"}`, "--state-dir", state, stage)
+			if code != exitOK {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			data, err := os.ReadFile(trace)
+			if err != nil {
+				t.Fatalf("no trace: %v (stderr %q)", err, stderr)
+			}
+			for _, want := range []string{`"container":"` + cid + `"`, `"stage":"` + stage + `"`, `"state_dir":"` + state + `"`, "not a directory"} {
+				if !strings.Contains(string(data), want) {
+					t.Errorf("trace lacks %s: %s", want, data)
+				}
+			}
+		})
+	}
+	t.Run("a usable state dir leaves none", func(t *testing.T) {
+		withEnv(t, nil)
+		trace := withTrace(t)
+		code, _, stderr := runHook(t, `{"id":"`+cid+`","status":"stopped"}`, "--state-dir", t.TempDir(), "poststop")
+		if code != exitOK {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		if _, err := os.Stat(trace); !os.IsNotExist(err) {
+			t.Errorf("a trace was left: %v", err)
+		}
+	})
 }

@@ -128,7 +128,7 @@ func runSupervise(g *settings, args []string, stdout, stderr io.Writer) int {
 		return usageError(stderr, superviseCmd, errors.New("--max-restarts must not be negative and --kill-grace must be positive"))
 	}
 
-	log := slog.New(slog.NewJSONHandler(stderr, nil)).With("container", spec.ContainerID, "wrapper_pid", os.Getpid())
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: g.level})).With("container", spec.ContainerID, "wrapper_pid", os.Getpid())
 	var store *ledger.Store
 	if stateDir != "" {
 		if store, err = ledger.Open(stateDir); err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -73,7 +74,7 @@ func runCull(c *cli.Context) error {
 	if err != nil {
 		return usageErr("--idle: %v", err)
 	}
-	log, closeLog, err := newLogger(g, logFileOr(g, "KC_CULLER_LOG"))
+	log, closeLog, err := newLogger(g.reporting(), logFileOr(g, "KC_CULLER_LOG"))
 	if err != nil {
 		return err
 	}
@@ -119,25 +120,16 @@ func runCull(c *cli.Context) error {
 		}
 	}
 
-	client := &kallichore.Client{Timeout: cfg.Timeout}
+	client := &kallichore.Client{Timeout: cfg.Timeout, RetryAfter: sockets.DefaultPause}
 	sups := cull.Audit(c.Context, client, sources, threshold, cfg.Workers)
 	recordCull(metricsOf(c), sups)
-	failed := false
-	for _, s := range sups {
-		if s.Err != nil {
-			failed = true
-			log.Error("cannot read sessions", "socket", s.Socket, "pid", s.PID, "err", s.Err)
-			continue
-		}
-		for _, cand := range s.Candidates {
-			log.Info("cull candidate", "socket", s.Socket, "pid", s.PID, "session_id", cand.SessionID,
-				"language", cand.Language, "idle_seconds", cand.IdleSeconds, "memory_bytes", cand.MemoryBytes(),
-				"working_directory", cand.WorkingDirectory)
-		}
-	}
-	if g.JSON {
+	failed, n := logCull(log, threshold, sups)
+	switch {
+	case g.JSON:
 		err = writeCullJSON(c.App.Writer, threshold, sups)
-	} else {
+	case g.Quiet() && !failed && n == 0:
+		// Nothing to report: a quiet run prints nothing.
+	default:
 		err = writeCullText(c.App.Writer, threshold, sups)
 	}
 	if err != nil {
@@ -147,6 +139,28 @@ func runCull(c *cli.Context) error {
 		return cli.Exit("", exitFailed)
 	}
 	return nil
+}
+
+// logCull writes the audit record: one [AUDIT] line per idle session, an
+// error per unreadable supervisor, then one summary line, also when
+// nothing was found. It returns whether a supervisor could not be read and
+// how many sessions were found.
+func logCull(log *slog.Logger, threshold int64, sups []cull.Supervisor) (failed bool, n int) {
+	for _, s := range sups {
+		if s.Err != nil {
+			failed = true
+			log.Error("cannot read sessions", "socket", s.Socket, "pid", s.PID, "err", s.Err)
+			continue
+		}
+		for _, cand := range s.Candidates {
+			n++
+			log.Info("[AUDIT] idle session", "socket", s.Socket, "pid", s.PID, "session_id", cand.SessionID,
+				"language", cand.Language, "idle_seconds", cand.IdleSeconds, "memory_bytes", cand.MemoryBytes(),
+				"working_directory", cand.WorkingDirectory)
+		}
+	}
+	log.Info("cull", "supervisors", len(sups), "abandoned_sessions", n, "threshold_seconds", threshold)
+	return failed, n
 }
 
 func writeCullJSON(w io.Writer, threshold int64, sups []cull.Supervisor) error {
@@ -179,11 +193,11 @@ func writeCullText(w io.Writer, threshold int64, sups []cull.Supervisor) error {
 	total, mem := 0, int64(0)
 	for _, s := range sups {
 		if s.Err != nil {
-			fmt.Fprintf(tw, "%s (pid %d): ERROR: %v\n", s.Socket, s.PID, s.Err)
+			fmt.Fprintf(tw, "%s (pid %s): ERROR: %v\n", s.Socket, pidText(s.PID), s.Err)
 			continue
 		}
-		fmt.Fprintf(tw, "%s (pid %d): %d sessions, %s kernel memory, %d idle > %s\n",
-			s.Socket, s.PID, s.SessionsTotal, humanBytes(s.MemoryBytes), len(s.Candidates), limit)
+		fmt.Fprintf(tw, "%s (pid %s): %s, %s kernel memory, %d idle > %s\n",
+			s.Socket, pidText(s.PID), plural(s.SessionsTotal, "session"), humanBytes(s.MemoryBytes), len(s.Candidates), limit)
 		if len(s.Candidates) == 0 {
 			continue
 		}
@@ -195,9 +209,25 @@ func writeCullText(w io.Writer, threshold int64, sups []cull.Supervisor) error {
 				humanSeconds(c.IdleSeconds), humanBytes(c.MemoryBytes()), dash(c.WorkingDirectory))
 		}
 	}
-	fmt.Fprintf(tw, "%d supervisors; %d sessions idle and disconnected for more than %s, holding %s; nothing was shut down\n",
-		len(sups), total, limit, humanBytes(mem))
+	fmt.Fprintf(tw, "%s; %s idle and disconnected for more than %s, holding %s; nothing was shut down\n",
+		plural(len(sups), "supervisor"), plural(total, "session"), limit, humanBytes(mem))
 	return tw.Flush()
+}
+
+// plural is "1 session", "2 sessions".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// pidText is a PID, or "unknown" for a hashed socket name that carries none.
+func pidText(pid int) string {
+	if pid <= 0 {
+		return "unknown"
+	}
+	return fmt.Sprint(pid)
 }
 
 func dash(s string) string {
@@ -212,6 +242,8 @@ func humanSeconds(s int64) string {
 	d := time.Duration(s) * time.Second
 	days := s / 86400
 	switch {
+	case days > 0 && (s%86400)/3600 == 0:
+		return fmt.Sprintf("%dd", days)
 	case days > 0:
 		return fmt.Sprintf("%dd%dh", days, (s%86400)/3600)
 	case d >= time.Hour:

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
 )
@@ -71,7 +72,7 @@ func checkCullKeys(t *testing.T, out string) {
 
 func TestCullCLI(t *testing.T) {
 	dir := t.TempDir()
-	k := testkit.StartKCServer(t, dir, "--sessions="+writeSessions(t, cullSessions), "--session-socket")
+	k := testkit.StartKCServer(t, dir, testkit.Fake{Sessions: writeSessions(t, cullSessions), OpenChannels: true})
 	tests := []struct {
 		name       string
 		args       []string
@@ -121,9 +122,9 @@ func TestCullCLI(t *testing.T) {
 
 func TestCullCLIUnreadableSupervisor(t *testing.T) {
 	dir := t.TempDir()
-	good := testkit.StartKCServer(t, dir, "--sessions="+writeSessions(t, cullSessions))
+	good := testkit.StartKCServer(t, dir, testkit.Fake{Sessions: writeSessions(t, cullSessions)})
 	dead := orphanSock(t, t.TempDir(), goneSockName(t))
-	hung := testkit.StartKCServer(t, t.TempDir(), "--hang")
+	hung := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Hang: true})
 	code, out := runJanitorCapture(t, "cull", "--format", "json", "--timeout", "300ms",
 		"--socket", dead, "--socket", good.Socket, "--socket", hung.Socket)
 	if code != exitFailed {
@@ -148,7 +149,7 @@ func TestCullCLIUnreadableSupervisor(t *testing.T) {
 
 func TestCullCLIText(t *testing.T) {
 	dir := t.TempDir()
-	testkit.StartKCServer(t, dir, "--sessions="+writeSessions(t, cullSessions))
+	testkit.StartKCServer(t, dir, testkit.Fake{Sessions: writeSessions(t, cullSessions)})
 	logFile := filepath.Join(t.TempDir(), "culler.log")
 	t.Setenv("KC_CULLER_LOG", logFile)
 	code, out := runJanitorCapture(t, "cull", "--socket-dir", dir)
@@ -192,5 +193,36 @@ func TestCullCLINoSupervisors(t *testing.T) {
 	checkCullKeys(t, out)
 	if !strings.Contains(out, `"supervisors": []`) {
 		t.Errorf("%s", out)
+	}
+}
+
+// TestSlowSupervisorIsLive: a kcserver that takes 2 s to answer is live
+// with the default timeouts (the seed's: 3 s connect, 5 s, a retry after
+// 2 s): sweep calls it live and keeps it, cull reads it and exits 0.
+func TestSlowSupervisorIsLive(t *testing.T) {
+	dir := t.TempDir()
+	k := testkit.StartKCServer(t, dir, testkit.Fake{Sessions: writeSessions(t, cullSessions), Delay: 2 * time.Second})
+
+	code, out := runJanitorCapture(t, "sweep", "--socket-dir", dir, "--format", "json")
+	if code != exitOK {
+		t.Fatalf("sweep exit %d\n%s", code, out)
+	}
+	var sw struct {
+		Sockets []struct{ Path, Verdict, Reason string }
+	}
+	if err := json.Unmarshal([]byte(out), &sw); err != nil || len(sw.Sockets) != 1 {
+		t.Fatalf("sweep printed %s (%v)", out, err)
+	}
+	if s := sw.Sockets[0]; s.Path != k.Socket || s.Verdict != "live" {
+		t.Errorf("slow supervisor: %+v, want live", s)
+	}
+
+	code, out = runJanitorCapture(t, "cull", "--socket-dir", dir, "--format", "json")
+	if code != exitOK {
+		t.Fatalf("cull exit %d, want 0\n%s", code, out)
+	}
+	var got cullOut
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got.Supervisors) != 1 || got.Supervisors[0].Error != nil {
+		t.Errorf("cull: %s (%v)", out, err)
 	}
 }

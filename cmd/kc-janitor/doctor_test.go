@@ -43,6 +43,8 @@ func newDoctorHost(t *testing.T) doctorHost {
 			t.Fatal(err)
 		}
 		data = []byte(strings.ReplaceAll(string(data), "/usr/local/libexec/oci/hooks.d/kc-hook", h.hook))
+		// The hook must write where this janitor reads (--state-dir).
+		data = []byte(strings.Replace(string(data), `"env": [`, `"env": ["KC_STATE_DIR=`+h.state+`", `, 1))
 		if err := os.WriteFile(filepath.Join(h.hooks, filepath.Base(f)), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -189,7 +191,7 @@ func TestDoctorMetrics(t *testing.T) {
 			t.Errorf("doctor check %s = %v (%v), want %v", name, v, ok, want)
 		}
 	}
-	if v, ok := gauge(fams, metrics.GroundTruthKnown); !ok || v != 0 {
+	if v, ok := gauge(fams, metrics.GroundTruthKnown, "command", "doctor"); !ok || v != 0 {
 		t.Errorf("ground truth known %v %v", v, ok)
 	}
 	if v, ok := gauge(fams, metrics.RunSuccess, "command", "doctor"); !ok || v != 0 {

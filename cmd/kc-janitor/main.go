@@ -28,8 +28,7 @@ func main() {
 }
 
 func run(args []string) int {
-	app := newApp()
-	err := app.Run(args)
+	err := runApp(newApp(), args)
 	if err == nil {
 		return exitOK
 	}
@@ -42,11 +41,25 @@ func run(args []string) int {
 	}
 	// Anything urfave/cli reports on its own is a usage error: unknown
 	// flag, bad value, missing argument.
-	fmt.Fprintln(os.Stderr, "kc-janitor:", err)
+	fmt.Fprintln(os.Stderr, "kc-janitor:", usageMessage(err))
 	return exitUsage
 }
 
+// runApp runs app on args as the binary does: a completion request is
+// answered without running anything, bare numbers given to duration flags
+// mean seconds, then the app runs.
+func runApp(app *cli.App, args []string) error {
+	if words, ok := completionWords(args); ok {
+		app.Setup() // the writers, the help command and flag
+		complete(app.Writer, app, words)
+		return nil
+	}
+	return app.Run(normalizeDurations(app, args))
+}
+
 func newApp() *cli.App {
+	// --version and the version command print the same line.
+	cli.VersionPrinter = func(c *cli.Context) { printVersion(c, false) }
 	return &cli.App{
 		Name:    "kc-janitor",
 		Usage:   "reap what container supervisors leave behind, with podman as ground truth",
@@ -57,13 +70,20 @@ dry run unless --apply (or its environment variable) is given; cull never
 kills anything. Every flag can also be set through the KC_* environment
 variable shown next to it, and global flags may come before or after the
 command name.`,
-		Flags:                append(globalFlags(), metricsFlags()...),
-		Commands:             commands(),
-		EnableBashCompletion: true,
-		HideVersion:          false,
-		ExitErrHandler:       func(*cli.Context, error) {},
+		Flags:          append(append(globalFlags(), engineFlags()...), metricsFlags()...),
+		Commands:       commands(),
+		HideVersion:    false,
+		ExitErrHandler: func(*cli.Context, error) {},
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			return cli.Exit(err.Error(), exitUsage)
+			return cli.Exit(usageMessage(err), exitUsage)
+		},
+		// Reached only when the first word is no command: a typo in a
+		// cron line must not exit 3, which means "podman down".
+		Action: func(c *cli.Context) error {
+			if c.NArg() == 0 {
+				return cli.ShowAppHelp(c)
+			}
+			return usageErr("%s", unknownCommand(c.App, c.Args().First()))
 		},
 	}
 }
@@ -79,17 +99,20 @@ func commands() []*cli.Command {
 		watchCommand(),
 		versionCommand(),
 		manCommand(),
+		configDocCommand(),
 		completionCommand(),
 	}
 	for _, c := range cmds {
+		withExitStatus(c)
 		c.Flags = append(c.Flags, globalFlags()...)
+		c.Flags = append(c.Flags, engineFlags()...)
 		c.Flags = append(c.Flags, metricsFlags()...)
 		if c.Action != nil {
-			c.Action = withMetrics(c.Name, c.Action)
+			c.Action = noStrayArgs(withMetrics(c.Name, c.Action))
 		}
 		if c.OnUsageError == nil {
 			c.OnUsageError = func(_ *cli.Context, err error, _ bool) error {
-				return cli.Exit(err.Error(), exitUsage)
+				return cli.Exit(usageMessage(err), exitUsage)
 			}
 		}
 	}
@@ -115,8 +138,17 @@ func versionCommand() *cli.Command {
 				return err
 			}
 			closeLog()
-			fmt.Fprintln(c.App.Writer, "kc-janitor", version)
+			printVersion(c, g.JSON)
 			return nil
 		},
 	}
+}
+
+// printVersion prints "kc-janitor VERSION", or {"version": VERSION}.
+func printVersion(c *cli.Context, json bool) {
+	if json {
+		writeJSON(c.App.Writer, map[string]string{"name": "kc-janitor", "version": version})
+		return
+	}
+	fmt.Fprintln(c.App.Writer, "kc-janitor", version)
 }

@@ -39,15 +39,16 @@ func metricsOf(c *cli.Context) *metrics.Set {
 
 // withMetrics wraps a command's action: with --metrics-file it gives the
 // action a metrics set to fill, then records the run (time, duration,
-// success) and writes the file. A failure to write is logged on stderr and
-// does not change the command's exit code.
+// success) and writes the file. A file that cannot be written fails a run
+// that had succeeded (exit 1): a monitoring that silently stopped is worse
+// than a failed run.
 func withMetrics(name string, action cli.ActionFunc) cli.ActionFunc {
 	return func(c *cli.Context) error {
 		path := sharedString(c, flagMetricsFile)
 		switch name {
 		case "watch": // writes after every round itself
 			return action(c)
-		case "version", "man", "completion":
+		case "version", "man", "completion", "config-doc":
 			return action(c)
 		}
 		if path == "" {
@@ -64,22 +65,27 @@ func withMetrics(name string, action cli.ActionFunc) cli.ActionFunc {
 		}
 		s.Run(name, start, time.Now(), ok)
 		if werr := metrics.WriteFile(path, s); werr != nil {
+			if err == nil || ok {
+				return cli.Exit(fmt.Sprintf("metrics: %v", werr), exitFailed)
+			}
 			warnf(c, "metrics: %v", werr)
 		}
 		return err
 	}
 }
 
-// recordReconcile records a reconcile report. known is false when podman
-// could not be asked (the report is then empty).
-func recordReconcile(s *metrics.Set, rep reconcile.Report, known bool) {
+// recordReconcile records a reconcile report of command (reconcile,
+// doctor, watch). known is false when the engines could not be asked (the
+// report is then empty).
+func recordReconcile(s *metrics.Set, command string, rep reconcile.Report, known bool) {
 	if s == nil {
 		return
 	}
-	s.Bool(metrics.GroundTruthKnown, known)
+	s.Bool(metrics.GroundTruthKnown, known, command)
 	if !known {
-		// Nothing was looked at: the stray counts of the last run that
-		// could look stay as they were.
+		// Nothing was looked at: the last counts are not current any
+		// more, and are taken out rather than left to be read as such.
+		s.Drop(metrics.Trees, metrics.StraysFound, metrics.StraysReaped, metrics.StraysFailed)
 		return
 	}
 	counts := map[string]int{}

@@ -79,7 +79,7 @@ func TestMetricsFileSharedByCommands(t *testing.T) {
 		kv   []string
 		want float64
 	}{
-		{metrics.GroundTruthKnown, nil, 0},
+		{metrics.GroundTruthKnown, []string{"command", "reconcile"}, 0},
 		{metrics.RunSuccess, []string{"command", "reconcile"}, 0},
 		{metrics.RunSuccess, []string{"command", "sweep"}, 1},
 		{metrics.SocketsStale, nil, 1},
@@ -124,12 +124,54 @@ func TestMetricsFileSharedByCommands(t *testing.T) {
 	}
 }
 
+// TestMetricsFileUnwritable: a run that cannot write its metrics fails
+// (exit 1, saying why); a run that failed anyway keeps its own code.
 func TestMetricsFileUnwritable(t *testing.T) {
 	socks := t.TempDir()
-	// The command's own result stands; the metrics failure is reported.
-	code, out := runJanitorCapture(t, "sweep", "--socket-dir", socks, "--metrics-file", "/nonexistent/dir/kc.prom")
-	if code != exitOK || !strings.Contains(out, "metrics:") {
-		t.Errorf("exit %d, output %q", code, out)
+	bad := "/nonexistent/dir/kc.prom"
+	code, _, stderr := janitor(t, nil, "sweep", "--socket-dir", socks, "--metrics-file", bad)
+	if code != exitFailed || !strings.Contains(stderr, "metrics:") {
+		t.Errorf("sweep: exit %d, stderr %q", code, stderr)
+	}
+	code, _, stderr = janitor(t, []string{"PATH=" + t.TempDir()}, "reconcile", "--podman-url", "unix:///nonexistent/podman.sock", "--metrics-file", bad)
+	if code != exitUnknown || !strings.Contains(stderr, "metrics:") {
+		t.Errorf("reconcile without podman: exit %d, stderr %q", code, stderr)
+	}
+	code, _, _ = janitor(t, nil, "watch", "--once", "--no-reconcile", "--socket-dir", socks, "--metrics-file", bad)
+	if code != exitFailed {
+		t.Errorf("watch --once: exit %d, want 1", code)
+	}
+}
+
+// TestMetricsAfterUnknownGroundTruth: a reconcile that could not ask the
+// engines says so per command and takes out the stray counts an earlier
+// run wrote, instead of leaving them to be read as current.
+func TestMetricsAfterUnknownGroundTruth(t *testing.T) {
+	mf := filepath.Join(t.TempDir(), "kc-janitor.prom")
+	old := "# HELP kc_janitor_strays_found old\n# TYPE kc_janitor_strays_found gauge\nkc_janitor_strays_found 4\n" +
+		"# HELP kc_janitor_ground_truth_known old\n# TYPE kc_janitor_ground_truth_known gauge\nkc_janitor_ground_truth_known 1\n" +
+		"# HELP kc_janitor_trees old\n# TYPE kc_janitor_trees gauge\nkc_janitor_trees{action=\"would-reap\"} 4\n"
+	if err := os.WriteFile(mf, []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", t.TempDir())
+	if code, _ := runJanitorCapture(t, "reconcile", "--podman-url", "unix:///nonexistent/podman.sock", "--metrics-file", mf); code != exitUnknown {
+		t.Fatalf("reconcile exit %d", code)
+	}
+	fams := readMetrics(t, mf)
+	for _, gone := range []string{metrics.StraysFound, metrics.Trees} {
+		if _, ok := fams[gone]; ok {
+			t.Errorf("%s from an earlier run kept after a run that could not know", gone)
+		}
+	}
+	if v, ok := gauge(fams, metrics.GroundTruthKnown, "command", "reconcile"); !ok || v != 0 {
+		t.Errorf("ground truth known{command=reconcile} %v %v", v, ok)
+	}
+	if v, ok := gauge(fams, metrics.RunSuccess, "command", "reconcile"); !ok || v != 0 {
+		t.Errorf("run success{command=reconcile} %v %v", v, ok)
+	}
+	if len(fams[metrics.GroundTruthKnown].Metric) != 1 {
+		t.Errorf("the old unlabelled series is mixed with the new: %v", fams[metrics.GroundTruthKnown])
 	}
 }
 
@@ -148,7 +190,7 @@ func TestManAndCompletion(t *testing.T) {
 	}
 	for _, sh := range []string{"bash", "zsh"} {
 		code, out := runJanitorCapture(t, "completion", sh)
-		if code != exitOK || !strings.Contains(out, "kc-janitor") || !strings.Contains(out, "--generate-bash-completion") {
+		if code != exitOK || !strings.Contains(out, "kc-janitor") || !strings.Contains(out, completeArg) {
 			t.Errorf("%s: exit %d:\n%s", sh, code, out)
 		}
 		if path, err := exec.LookPath(sh); err == nil {

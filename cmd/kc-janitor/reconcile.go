@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
@@ -38,7 +39,7 @@ Examples:
    kc-janitor reconcile --format json
    kc-janitor reconcile --apply --kill-grace 10s`,
 		Flags: append([]cli.Flag{
-			&cli.BoolFlag{Name: "apply", Usage: "reap the strays (default: dry run)", EnvVars: []string{"KC_APPLY"}},
+			&cli.BoolFlag{Name: "apply", Usage: "reap the strays", DefaultText: "dry run", EnvVars: []string{"KC_APPLY"}},
 		}, reconcileFlags()...),
 		Action: runReconcile,
 	}
@@ -62,17 +63,18 @@ func runReconcile(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	log, closeLog, err := newLogger(g, g.LogFile)
+	log, closeLog, err := newLogger(g.reporting(), g.LogFile)
 	if err != nil {
 		return err
 	}
 	defer closeLog()
+	log = log.With("cmd", "reconcile")
 	opt.Apply = c.Bool("apply")
 	opt.Logger = log
 
 	rep, liveErr, err := reconcileOnce(c.Context, c, g, opt, log)
 	if err == nil {
-		recordReconcile(metricsOf(c), rep, liveErr == nil)
+		recordReconcile(metricsOf(c), "reconcile", rep.Report, liveErr == nil)
 	}
 	if liveErr != nil {
 		if g.JSON {
@@ -89,9 +91,13 @@ func runReconcile(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(err.Error(), exitFailed)
 	}
-	if g.JSON {
+	logReconcile(c.Context, log, rep.Report)
+	switch {
+	case g.JSON:
 		writeJSON(c.App.Writer, rep)
-	} else {
+	case g.Quiet() && !rep.Failed() && rep.Count(reconcile.WouldReap) == 0 && rep.Count(reconcile.Reaped)+rep.Count(reconcile.Gone) == 0:
+		// Nothing to act on: a quiet run prints nothing.
+	default:
 		printReconcile(c.App.Writer, rep)
 	}
 	if rep.Failed() {
@@ -149,6 +155,9 @@ func reconcileOptions(c *cli.Context, g globals) (reconcile.Options, error) {
 	if err := checkPodmanURL(g); err != nil {
 		return opt, err
 	}
+	if err := checkEngines(c, g); err != nil {
+		return opt, err
+	}
 	// doctor, status and watch share these options and also look at
 	// sockets.
 	if err := checkSocketDirs(c); err != nil {
@@ -169,19 +178,10 @@ func checkPodmanURL(g globals) error {
 	return nil
 }
 
-// queryLiveness asks podman which containers are alive.
-func queryLiveness(ctx context.Context, c *cli.Context, g globals, log *slog.Logger) (liveness.Set, error) {
-	lo := liveness.Options{URL: g.PodmanURL, Timeout: c.Duration("podman-timeout"), Logger: log}
-	if args := c.StringSlice("podman-arg"); len(args) > 0 {
-		lo.CLIArgs = args
-	}
-	return liveness.Query(ctx, lo)
-}
-
 // reconcileOnce scans, asks podman, then decides and (with Apply) reaps.
 // liveErr is set when the ground truth is unknown; then nothing was done.
-func reconcileOnce(ctx context.Context, c *cli.Context, g globals, opt reconcile.Options, log *slog.Logger) (rep reconcile.Report, liveErr, err error) {
-	rep = reconcile.Report{DryRun: !opt.Apply, Trees: []reconcile.Tree{}}
+func reconcileOnce(ctx context.Context, c *cli.Context, g globals, opt reconcile.Options, log *slog.Logger) (rep reconcileJSON, liveErr, err error) {
+	rep = reconcileJSON{Report: reconcile.Report{DryRun: !opt.Apply, Trees: []reconcile.Tree{}}, Engines: []engine.Status{}}
 	// The scan only reads the ledger; nothing is created before podman
 	// has answered.
 	opt.Store = openStore(g.StateDir, false, log)
@@ -189,18 +189,32 @@ func reconcileOnce(ctx context.Context, c *cli.Context, g globals, opt reconcile
 	if err != nil {
 		return rep, nil, err
 	}
-	live, err := queryLiveness(ctx, c, g, log)
+	tr, err := askEngines(ctx, c, g, log)
+	if tr.Statuses != nil {
+		rep.Engines = tr.Statuses
+	}
 	if err != nil {
+		if !errors.Is(err, liveness.ErrUnknown) {
+			return rep, nil, err
+		}
 		log.Error("ground truth unknown; nothing touched", "err", err)
 		return rep, err, nil
 	}
+	live := tr.Set
 	if opt.Apply && opt.Store == nil {
 		if s := openStore(g.StateDir, true, log); s != nil {
 			scanned.UseStore(s)
 		}
 	}
-	rep, err = scanned.Run(ctx, live)
+	rep.Report, err = scanned.Run(ctx, live)
 	return rep, nil, err
+}
+
+// reconcileJSON is reconcile's report with the engines that were asked
+// (DESIGN §12): "source" stays the first engine's for compatibility.
+type reconcileJSON struct {
+	reconcile.Report
+	Engines []engine.Status `json:"engines"`
 }
 
 // openStore opens the ledger. A dry run never creates the state dir; an
@@ -221,18 +235,53 @@ func openStore(dir string, create bool, log *slog.Logger) *ledger.Store {
 	return s
 }
 
+// logReconcile writes the run's audit record: one line per tree that would
+// be reaped (the reaped ones are logged as they are reaped) or would not
+// die, then one summary line, also when nothing was found.
+func logReconcile(ctx context.Context, log *slog.Logger, rep reconcile.Report) {
+	for _, t := range rep.Trees {
+		if t.Action != reconcile.WouldReap && t.Action != reconcile.WouldNotDie {
+			continue
+		}
+		var members []string
+		for _, m := range t.Members {
+			members = append(members, fmt.Sprintf("%s(%d)", m.Comm, m.PID))
+		}
+		lvl, msg := slog.LevelInfo, "[DRY-RUN] would reap stray tree"
+		attrs := []any{"container", t.ContainerID, "pgid", t.PGID, "uid", t.UID,
+			"age_seconds", t.AgeSeconds, "members", strings.Join(members, " "), "action", t.Action}
+		if t.Action == reconcile.WouldNotDie {
+			lvl, msg = slog.LevelError, "stray tree would not die"
+		}
+		if t.Error != nil {
+			attrs = append(attrs, "err", *t.Error)
+		}
+		log.Log(ctx, lvl, msg, attrs...)
+	}
+	log.Info("reconcile", "source", rep.Source, "dry_run", rep.DryRun, "trees", len(rep.Trees),
+		"would_reap", rep.Count(reconcile.WouldReap), "reaped", rep.Count(reconcile.Reaped)+rep.Count(reconcile.Gone),
+		"would_not_die", rep.Count(reconcile.WouldNotDie), "ledger_collected", rep.LedgerCollected)
+}
+
 func writeJSON(w io.Writer, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
 }
 
-func printReconcile(w io.Writer, rep reconcile.Report) {
+func printReconcile(w io.Writer, rep reconcileJSON) {
 	mode := "dry run"
 	if !rep.DryRun {
 		mode = "apply"
 	}
-	fmt.Fprintf(w, "ground truth: podman %s; mode: %s\n", rep.Source, mode)
+	var truth []string
+	for _, e := range rep.Engines {
+		truth = append(truth, e.Name+" "+e.Source)
+	}
+	if len(truth) == 0 {
+		truth = []string{rep.Source}
+	}
+	fmt.Fprintf(w, "ground truth: %s; mode: %s\n", strings.Join(truth, ", "), mode)
 	if len(rep.Trees) == 0 {
 		fmt.Fprintln(w, "no supervisor trees found")
 		return

@@ -17,7 +17,7 @@ func TestReconcileUsageErrors(t *testing.T) {
 		{"malformed min-age", []string{"reconcile", "--min-age", "soon"}},
 		{"negative min-age", []string{"reconcile", "--min-age", "-1s"}},
 		{"zero kill-grace", []string{"reconcile", "--kill-grace", "0s"}},
-		{"malformed kill-grace", []string{"reconcile", "--kill-grace", "5"}},
+		{"malformed kill-grace", []string{"reconcile", "--kill-grace", "5 s"}},
 		{"zero podman-timeout", []string{"reconcile", "--podman-timeout", "0s"}},
 		{"short container id", []string{"reconcile", "--container", "abc123"}},
 		{"empty supervisor comm", []string{"reconcile", "--supervisor-comm", " , "}},

@@ -79,7 +79,7 @@ func runStatus(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	log, closeLog, err := newLogger(g, g.LogFile)
+	log, closeLog, err := newLogger(g.reporting(), g.LogFile)
 	if err != nil {
 		return err
 	}
@@ -211,7 +211,7 @@ func writeStatusText(w io.Writer, st statusJSON, live liveness.Set, known bool) 
 		}
 	}
 
-	truth := "podman not asked: unknown"
+	truth := "ground truth unknown: podman was asked and did not answer, see PROBLEMS"
 	if known {
 		truth = fmt.Sprintf("podman %s, %d live containers", live.Source, len(live.Live))
 	}

@@ -63,7 +63,7 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	for _, want := range []string{"LEDGER " + state + ": 1 record", id[:12], "createRuntime,poststop", "reaped",
-		"TREES (podman not asked: unknown)", "SOCKETS: 1 socket", sock, "stale", "PROBLEMS"} {
+		"TREES (ground truth unknown: podman was asked and did not answer, see PROBLEMS)", "SOCKETS: 1 socket", sock, "stale", "PROBLEMS"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in:\n%s", want, out)
 		}

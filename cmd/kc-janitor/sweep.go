@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"regexp"
 	"time"
@@ -42,12 +43,14 @@ func sweepCommand() *cli.Command {
 only when three gates agree: its owner <pid> is not a live supervisor (gone,
 a thread ID, a zombie, another program, or started after the socket was
 created); nothing listens on it and no socket, in any state, is bound to its
-path (/proc/net/unix); and GET /status is silent twice or answers with
-another process_id. Gates that disagree give "unknown": kept. Session
+path (/proc/net/unix); and GET /status is silent twice (3 s connect, 5 s
+per try, 2 s apart). Gates that disagree give "unknown": kept. Session
 sockets follow their server's control socket.
 
-Kallichore names a session socket kc-<hex>.sock (taken as 8-64 lowercase hex
-digits, at least one a-f) when the usual path would be too long. That name
+Kallichore names a session socket kc-<hex>.sock (a u64 hash: 1-16 lowercase
+hex digits, unpadded) when the usual path would be too long; a hash of
+digits only that reads as a PID is taken as kc-<pid>.sock, and is unknown,
+never stale, when /status answers with another process_id. That name
 carries no PID, so the owner cannot be checked: such a socket is stale only
 when nothing listens on it and no socket is bound to its path (one bound but
 not listening refuses connections too), GET /status is silent twice, and its
@@ -62,7 +65,7 @@ when --log-file is not given.
 
 Exit status: 0 ok; 1 an unlink failed or a socket directory could not be read.`,
 		Flags: append([]cli.Flag{
-			&cli.BoolFlag{Name: "apply", Usage: "unlink stale sockets (default: dry run)", EnvVars: []string{"KC_SWEEP", "KC_APPLY"}},
+			&cli.BoolFlag{Name: "apply", Usage: "unlink stale sockets", DefaultText: "dry run", EnvVars: []string{"KC_SWEEP", "KC_APPLY"}},
 			&cli.DurationFlag{Name: flagHashedMinAge, Value: sockets.DefaultHashedMinAge, Usage: "least age (since its ctime) at which a hashed-name kc-<hex>.sock may be stale", EnvVars: []string{"KC_SWEEP_HASHED_MIN_AGE"}},
 		}, socketFlags()...),
 		Action: runSweep,
@@ -125,6 +128,14 @@ func logFileOr(g globals, env string) string {
 type sweepJSON struct {
 	DryRun  bool              `json:"dry_run"`
 	Sockets []sweepSocketJSON `json:"sockets"`
+	// Dirs is additive to DESIGN §6's object: where sweep looked and why.
+	Dirs []sweepDirJSON `json:"dirs"`
+}
+
+// sweepDirJSON is one directory (or pattern) looked in, inside the target.
+type sweepDirJSON struct {
+	Path    string   `json:"path"`
+	Sources []string `json:"sources"`
 }
 
 type sweepSocketJSON struct {
@@ -148,7 +159,7 @@ func runSweep(c *cli.Context) error {
 	if hashedMinAge <= 0 {
 		return usageErr("--%s must be positive", flagHashedMinAge)
 	}
-	log, closeLog, err := newLogger(g, logFileOr(g, "KC_SWEEPER_LOG"))
+	log, closeLog, err := newLogger(g.reporting(), logFileOr(g, "KC_SWEEPER_LOG"))
 	if err != nil {
 		return err
 	}
@@ -167,11 +178,15 @@ func runSweep(c *cli.Context) error {
 	}
 	recordSweep(metricsOf(c), rep)
 	for _, e := range rep.DirErrors {
-		log.Error("socket directory", "err", e)
+		log.Error("socket directory", "cmd", "sweep", "err", e)
 	}
-	if g.JSON {
+	logSweep(cfg.Logger, rep)
+	switch {
+	case g.JSON:
 		err = writeSweepJSON(c.App.Writer, rep)
-	} else {
+	case g.Quiet() && !rep.Failed() && len(rep.DirErrors) == 0 && sweepActed(rep) == 0:
+		// Nothing to act on: a quiet run prints nothing.
+	default:
 		err = writeSweepText(c.App.Writer, rep)
 	}
 	if err != nil {
@@ -186,6 +201,33 @@ func runSweep(c *cli.Context) error {
 	return nil
 }
 
+// sweepActed counts the sockets unlinked or that would be.
+func sweepActed(rep *sockets.Report) int {
+	n := 0
+	for _, s := range rep.Sockets {
+		if s.Action == sockets.ActionUnlinked || s.Action == sockets.ActionWouldUnlink {
+			n++
+		}
+	}
+	return n
+}
+
+// logSweep writes the run's summary line, also when nothing was found; the
+// candidates were logged one by one as [DRY-RUN] or [SWEEP] lines.
+func logSweep(log *slog.Logger, rep *sockets.Report) {
+	count := map[sockets.Verdict]int{}
+	for _, s := range rep.Sockets {
+		count[s.Verdict]++
+	}
+	verb := "unlinked"
+	if rep.DryRun {
+		verb = "would_unlink"
+	}
+	log.Info("sweep", "dry_run", rep.DryRun, "sockets", len(rep.Sockets), "live", count[sockets.VerdictLive],
+		"stale", count[sockets.VerdictStale], "unknown", count[sockets.VerdictUnknown], verb, sweepActed(rep),
+		"dir_errors", len(rep.DirErrors))
+}
+
 func writeSweepJSON(w io.Writer, rep *sockets.Report) error {
 	out := sweepJSON{DryRun: rep.DryRun, Sockets: []sweepSocketJSON{}}
 	for _, s := range rep.Sockets {
@@ -198,6 +240,10 @@ func writeSweepJSON(w io.Writer, rep *sockets.Report) error {
 			j.Error = &msg
 		}
 		out.Sockets = append(out.Sockets, j)
+	}
+	out.Dirs = []sweepDirJSON{}
+	for _, d := range rep.Dirs {
+		out.Dirs = append(out.Dirs, sweepDirJSON{Path: d.Path, Sources: d.Sources})
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

@@ -32,8 +32,8 @@ func TestSweepAndCullInRealContainer(t *testing.T) {
 	}
 	bin := testkit.BuildKCServer(t)
 	name := "kcsweep-" + strconv.Itoa(os.Getpid())
-	id := e.Run(t, "--name", name, "-v", bin+":/kcserver:ro", "--",
-		"/bin/sh", "-c", "/kcserver --socket-dir=/tmp --session-socket --ready-file=/tmp/ready & exec /bin/sleep 100000")
+	id := e.Run(t, "--name", name, "-v", bin+":/kcserver:ro", "-e", "KCFAKE_READY_FILE=/tmp/ready", "-e", "KCFAKE_OPEN_CHANNELS=1", "--",
+		"/bin/sh", "-c", "/kcserver --transport=socket --socket-dir=/tmp & exec /bin/sleep 100000")
 	t.Cleanup(func() { e.Remove(t, id) })
 	initPID := e.InitPID(t, id)
 	root := fmt.Sprintf("/proc/%d/root", initPID)
@@ -42,7 +42,7 @@ func TestSweepAndCullInRealContainer(t *testing.T) {
 	var inner string
 	for {
 		if data, err := os.ReadFile(root + "/tmp/ready"); err == nil && strings.TrimSpace(string(data)) != "" {
-			inner = strings.TrimSpace(string(data))
+			inner, _, _ = strings.Cut(string(data), "\n")
 			break
 		}
 		if time.Now().After(deadline) {
@@ -118,4 +118,102 @@ func TestSweepAndCullInRealContainer(t *testing.T) {
 			t.Errorf("%s still exists", filepath.Base(p))
 		}
 	}
+}
+
+// TestSweepLearnsContainerDirs: without --socket-dir, sweep looks where
+// the container's supervisors put their sockets: a --socket-dir read from
+// a live kcserver's argv and the XDG_RUNTIME_DIR of its environment; in a
+// container with no live kcserver, the directories its init's environment
+// names. The JSON says where each directory came from.
+func TestSweepLearnsContainerDirs(t *testing.T) {
+	e := podmantest.New(t)
+	for _, kv := range e.EnvVars() {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	for _, k := range []string{"CONTAINER_HOST", "KC_PODMAN_URL", "KC_SOCKET_DIR"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+	bin := testkit.BuildKCServer(t)
+	withKC := "kcdirs-kc-" + strconv.Itoa(os.Getpid())
+	id := e.Run(t, "--name", withKC, "-v", bin+":/kcserver:ro", "-e", "XDG_RUNTIME_DIR=/run/xdg", "-e", "KCFAKE_READY_FILE=/srv/ready", "--",
+		"/bin/sh", "-c", "mkdir -p /run/xdg /srv/kcs && /kcserver --transport socket --socket-dir /srv/kcs & exec /bin/sleep 100000")
+	t.Cleanup(func() { e.Remove(t, id) })
+	bare := "kcdirs-bare-" + strconv.Itoa(os.Getpid())
+	id2 := e.Run(t, "--name", bare, "-e", "XDG_RUNTIME_DIR=/run/xdg", "--",
+		"/bin/sh", "-c", "mkdir -p /run/xdg && exec /bin/sleep 100000")
+	t.Cleanup(func() { e.Remove(t, id2) })
+
+	root := fmt.Sprintf("/proc/%d/root", e.InitPID(t, id))
+	deadline := time.Now().Add(30 * time.Second)
+	var inner string
+	for {
+		if data, err := os.ReadFile(root + "/srv/ready"); err == nil {
+			inner, _, _ = strings.Cut(string(data), "\n")
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("fake kcserver in the container never got ready")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	control := root + "/srv/kcs/kc-" + inner + ".sock"
+	argvOrphan := orphanSock(t, root+"/srv/kcs", "kc-31999.sock")
+	xdgOrphan := orphanSock(t, root+"/run/xdg", "kc-31998.sock")
+
+	bareRoot := fmt.Sprintf("/proc/%d/root", e.InitPID(t, id2))
+	for !exists(bareRoot + "/run/xdg") {
+		if time.Now().After(deadline) {
+			t.Fatal("/run/xdg never appeared in the bare container")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	initOrphan := orphanSock(t, bareRoot+"/run/xdg", "kc-31997.sock")
+
+	tests := []struct {
+		container string
+		want      map[string]string // path → verdict
+		dirs      map[string]string // dir → a source it must name
+	}{
+		{withKC, map[string]string{control: "live", argvOrphan: "stale", xdgOrphan: "stale"},
+			map[string]string{"/srv/kcs": "--socket-dir", "/run/xdg": "XDG_RUNTIME_DIR", "/tmp": "default"}},
+		{bare, map[string]string{initOrphan: "stale"},
+			map[string]string{"/run/xdg": "container init"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.container, func(t *testing.T) {
+			code, out := runJanitorCapture(t, "sweep", "--container", tt.container, "--format", "json", "--timeout", "500ms")
+			if code != exitOK {
+				t.Fatalf("sweep exit %d\n%s", code, out)
+			}
+			got := decodeSweep(t, out)
+			for p, want := range tt.want {
+				if s := got[p]; s == nil || s["verdict"] != want {
+					t.Errorf("%s: %v, want %s\n%s", p, s, want, out)
+				}
+			}
+			var rep struct {
+				Dirs []struct {
+					Path    string   `json:"path"`
+					Sources []string `json:"sources"`
+				} `json:"dirs"`
+			}
+			json.Unmarshal([]byte(out), &rep)
+			for dir, src := range tt.dirs {
+				ok := false
+				for _, d := range rep.Dirs {
+					ok = ok || d.Path == dir && strings.Contains(strings.Join(d.Sources, ";"), src)
+				}
+				if !ok {
+					t.Errorf("dirs lack %s from %q: %+v", dir, src, rep.Dirs)
+				}
+			}
+		})
+	}
+}
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
 }

@@ -29,7 +29,7 @@ func runJanitorCapture(t *testing.T, args ...string) (int, string) {
 	var out bytes.Buffer
 	app.Writer = &out
 	app.ErrWriter = &out
-	err := app.Run(append([]string{"kc-janitor"}, args...))
+	err := runApp(app, append([]string{"kc-janitor"}, args...))
 	code := exitOK
 	if err != nil {
 		var ec cli.ExitCoder
@@ -72,7 +72,7 @@ func decodeSweep(t *testing.T, out string) map[string]map[string]any {
 	if err := json.Unmarshal([]byte(out), &raw); err != nil {
 		t.Fatalf("not one JSON object: %v\n%s", err, out)
 	}
-	if got := sortedKeys(raw); !reflect.DeepEqual(got, []string{"dry_run", "sockets"}) {
+	if got := sortedKeys(raw); !reflect.DeepEqual(got, []string{"dirs", "dry_run", "sockets"}) {
 		t.Errorf("top-level keys %v", got)
 	}
 	if _, ok := raw["dry_run"].(bool); !ok {
@@ -123,7 +123,7 @@ func TestSweepCLI(t *testing.T) {
 				t.Setenv(k, v)
 			}
 			dir := t.TempDir()
-			k := testkit.StartKCServer(t, dir)
+			k := testkit.StartKCServer(t, dir, testkit.Fake{})
 			stale := orphanSock(t, dir, goneSockName(t))
 			code, out := runJanitorCapture(t, append(tt.args, "--socket-dir", dir, "--timeout", "300ms")...)
 			if code != exitOK {

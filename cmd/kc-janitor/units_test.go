@@ -143,7 +143,7 @@ func TestMakeInstallDestdir(t *testing.T) {
 	settings := filepath.Join(dest, "etc/default/kc-janitor")
 	os.MkdirAll(filepath.Dir(settings), 0o755)
 	os.WriteFile(settings, []byte("KC_APPLY=1\n"), 0o644)
-	cmd := exec.Command(mk, "-C", "../..", "install-units", "install-man", "install-completion",
+	cmd := exec.Command(mk, "-C", "../..", "install-units", "install-man", "install-completion", "install-hooks",
 		"DESTDIR="+dest, "PREFIX=/opt/kc", "JANITOR="+bin)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("make: %v\n%s", err, out)
@@ -164,6 +164,16 @@ func TestMakeInstallDestdir(t *testing.T) {
 		if strings.HasSuffix(f, ".service") && !strings.Contains(string(data), "ExecStart=/opt/kc/bin/kc-janitor") {
 			t.Errorf("%s: ExecStart not rewritten", f)
 		}
+	}
+	// The descriptors go where podman reads them, whatever PREFIX is.
+	desc, err := os.ReadFile(filepath.Join(dest, "usr/share/containers/oci/hooks.d/kc-hook-poststop.json"))
+	if err != nil {
+		t.Errorf("descriptor not where podman looks: %v", err)
+	} else if !strings.Contains(string(desc), `"/opt/kc/libexec/oci/hooks.d/kc-hook"`) {
+		t.Errorf("descriptor's path not rewritten to the installed hook:\n%s", desc)
+	}
+	if _, err := os.Stat(filepath.Join(dest, "opt/kc/share/containers")); err == nil {
+		t.Error("descriptors installed under PREFIX, where podman never looks")
 	}
 	if data, _ := os.ReadFile(settings); string(data) != "KC_APPLY=1\n" {
 		t.Errorf("make install overwrote the operator's settings: %q", data)

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"strings"
 	"syscall"
 	"time"
 
@@ -23,8 +22,8 @@ import (
 func watchCommand() *cli.Command {
 	flags := []cli.Flag{
 		&cli.DurationFlag{Name: "interval", Value: 15 * time.Minute, Usage: "time between the starts of two rounds", EnvVars: []string{"KC_WATCH_INTERVAL"}},
-		&cli.BoolFlag{Name: "reconcile-apply", Usage: "reap stray trees (default: dry run)", EnvVars: []string{"KC_RECONCILE_APPLY", "KC_APPLY"}},
-		&cli.BoolFlag{Name: "sweep-apply", Usage: "unlink stale sockets (default: dry run)", EnvVars: []string{"KC_SWEEP", "KC_APPLY"}},
+		&cli.BoolFlag{Name: "reconcile-apply", Usage: "reap stray trees", DefaultText: "dry run", EnvVars: []string{"KC_RECONCILE_APPLY", "KC_APPLY"}},
+		&cli.BoolFlag{Name: "sweep-apply", Usage: "unlink stale sockets", DefaultText: "dry run", EnvVars: []string{"KC_SWEEP", "KC_APPLY"}},
 		&cli.BoolFlag{Name: "no-reconcile", Usage: "skip reconcile (where podman is not the container engine's ground truth, e.g. CRI-O nodes)", EnvVars: []string{"KC_WATCH_NO_RECONCILE"}},
 		&cli.BoolFlag{Name: "no-cull", Usage: "skip the session audit", EnvVars: []string{"KC_WATCH_NO_CULL"}},
 		&cli.BoolFlag{Name: "once", Usage: "run one round and exit with its worst exit code (for a systemd timer or cron)", EnvVars: []string{"KC_WATCH_ONCE"}},
@@ -73,6 +72,10 @@ func runWatch(c *cli.Context) error {
 	g, opt, err := loadScanSettings(c)
 	if err != nil {
 		return err
+	}
+	if g.JSON {
+		// watch prints no report: what it finds is in its log lines.
+		return usageErr("watch prints no report, only log lines: for JSON use --log-format json, not --format json")
 	}
 	scfg, err := probeConfig(c, g)
 	if err != nil {
@@ -190,6 +193,7 @@ func watchRound(ctx context.Context, wc watchConfig, log *slog.Logger) int {
 	if ms != nil {
 		if err := metrics.WriteFile(wc.metricsFile, ms); err != nil {
 			log.Error("cannot write metrics", "file", wc.metricsFile, "err", err)
+			note(exitFailed)
 		}
 	}
 	return worst
@@ -211,36 +215,15 @@ func step(log *slog.Logger, ms *metrics.Set, name string, f func() int) (code in
 func watchReconcile(ctx context.Context, wc watchConfig, log *slog.Logger, ms *metrics.Set) int {
 	rep, liveErr, err := reconcileOnce(ctx, wc.flags, wc.g, wc.reconcile, log.With("step", "reconcile"))
 	if liveErr != nil {
-		recordReconcile(ms, rep, false)
+		recordReconcile(ms, "watch", rep.Report, false)
 		return exitUnknown // reconcileOnce logged it; nothing was touched
 	}
 	if err != nil {
 		log.Error("reconcile failed", "err", err)
 		return exitFailed
 	}
-	recordReconcile(ms, rep, true)
-	for _, t := range rep.Trees {
-		switch t.Action {
-		case reconcile.WouldReap, reconcile.WouldNotDie, reconcile.Reaped, reconcile.Gone:
-			var members []string
-			for _, m := range t.Members {
-				members = append(members, fmt.Sprintf("%s(%d)", m.Comm, m.PID))
-			}
-			lvl := slog.LevelInfo
-			if t.Action == reconcile.WouldNotDie {
-				lvl = slog.LevelError
-			}
-			attrs := []any{"step", "reconcile", "container", t.ContainerID, "pgid", t.PGID, "uid", t.UID,
-				"age_seconds", t.AgeSeconds, "members", strings.Join(members, " "), "action", t.Action}
-			if t.Error != nil {
-				attrs = append(attrs, "err", *t.Error)
-			}
-			log.Log(ctx, lvl, "stray tree", attrs...)
-		}
-	}
-	log.Info("reconcile", "source", rep.Source, "dry_run", rep.DryRun, "trees", len(rep.Trees),
-		"would_reap", rep.Count(reconcile.WouldReap), "reaped", rep.Count(reconcile.Reaped)+rep.Count(reconcile.Gone),
-		"would_not_die", rep.Count(reconcile.WouldNotDie), "ledger_collected", rep.LedgerCollected)
+	recordReconcile(ms, "watch", rep.Report, true)
+	logReconcile(ctx, log.With("step", "reconcile"), rep.Report)
 	if rep.Failed() {
 		return exitFailed
 	}
@@ -257,14 +240,8 @@ func watchSweep(ctx context.Context, wc watchConfig, log *slog.Logger, ms *metri
 		return exitFailed, nil
 	}
 	recordSweep(ms, rep)
-	count := map[sockets.Verdict]int{}
-	acted := 0
 	var live []cull.Source
 	for _, s := range rep.Sockets {
-		count[s.Verdict]++
-		if s.Action == sockets.ActionUnlinked || s.Action == sockets.ActionWouldUnlink {
-			acted++
-		}
 		if s.Kind == sockets.KindControl && s.Verdict == sockets.VerdictLive {
 			live = append(live, cull.Source{Socket: s.Path, PID: s.PID})
 		}
@@ -272,12 +249,7 @@ func watchSweep(ctx context.Context, wc watchConfig, log *slog.Logger, ms *metri
 	for _, e := range rep.DirErrors {
 		log.Error("socket directory", "step", "sweep", "err", e)
 	}
-	verb := "unlinked"
-	if rep.DryRun {
-		verb = "would_unlink"
-	}
-	log.Info("sweep", "dry_run", rep.DryRun, "sockets", len(rep.Sockets), "live", count[sockets.VerdictLive],
-		"stale", count[sockets.VerdictStale], "unknown", count[sockets.VerdictUnknown], verb, acted)
+	logSweep(cfg.Logger, rep)
 	if rep.Failed() || len(rep.DirErrors) > 0 {
 		return exitFailed, live
 	}
@@ -285,23 +257,12 @@ func watchSweep(ctx context.Context, wc watchConfig, log *slog.Logger, ms *metri
 }
 
 func watchCull(ctx context.Context, wc watchConfig, log *slog.Logger, ms *metrics.Set, sources []cull.Source) int {
-	client := &kallichore.Client{Timeout: wc.sockets.Timeout}
+	client := &kallichore.Client{Timeout: wc.sockets.Timeout, RetryAfter: sockets.DefaultPause}
 	sups := cull.Audit(ctx, client, sources, wc.threshold, wc.sockets.Workers)
 	recordCull(ms, sups)
-	code, n := exitOK, 0
-	for _, s := range sups {
-		if s.Err != nil {
-			code = exitFailed
-			log.Error("cannot read sessions", "step", "cull", "socket", s.Socket, "pid", s.PID, "err", s.Err)
-			continue
-		}
-		for _, cand := range s.Candidates {
-			n++
-			log.Info("cull candidate", "step", "cull", "socket", s.Socket, "pid", s.PID, "session_id", cand.SessionID,
-				"language", cand.Language, "idle_seconds", cand.IdleSeconds, "memory_bytes", cand.MemoryBytes(),
-				"working_directory", cand.WorkingDirectory)
-		}
+	code := exitOK
+	if failed, _ := logCull(log.With("step", "cull"), wc.threshold, sups); failed {
+		code = exitFailed
 	}
-	log.Info("cull", "supervisors", len(sups), "abandoned_sessions", n, "threshold_seconds", wc.threshold)
 	return code
 }

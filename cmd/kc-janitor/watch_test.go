@@ -126,7 +126,7 @@ func TestWatchCommand(t *testing.T) {
 		t.Errorf("no clean stop in the log:\n%s", data)
 	}
 	fams := readMetrics(t, mf)
-	if v, ok := gauge(fams, metrics.GroundTruthKnown); !ok || v != 0 {
+	if v, ok := gauge(fams, metrics.GroundTruthKnown, "command", "watch"); !ok || v != 0 {
 		t.Errorf("ground truth known %v %v", v, ok)
 	}
 	if v, ok := gauge(fams, metrics.SocketsStale); !ok || v != 1 {

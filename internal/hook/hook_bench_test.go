@@ -39,11 +39,11 @@ func BenchmarkPoststop(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			b.StopTimer()
 			id := benchID(b)
-			k := testkit.StartKCServer(b, sock, "--container-id="+id, "--children=2")
+			k := testkit.StartKCServer(b, sock, testkit.Fake{ContainerID: id, Children: 2})
 			b.StartTimer()
 			res, err := Poststop(b.Context(), cfg, &specs.State{ID: id, Status: specs.StateStopped})
 			b.StopTimer()
-			if err != nil || len(res.Trees) != 1 || res.Trees[0].Action != ActionReaped || len(res.Trees[0].Members) != 3 {
+			if err != nil || len(res.Trees) != 1 || res.Trees[0].Action != ActionReaped || len(res.Trees[0].Members) != 4 {
 				b.Fatalf("Poststop = %+v, %v", res, err)
 			}
 			k.Wait(b)

@@ -82,8 +82,8 @@ func newLaunchEnv(t *testing.T, allowlistMode os.FileMode) *launchEnv {
 	}
 	allow := map[string]any{"supervisors": map[string]any{
 		"fake": map[string]any{
-			"argv": []string{testkit.BuildKCServer(t), "--socket-dir=" + e.sockDir, "--container-id={{container_id}}", "--setsid=false", "--children=1"},
-			"env":  []string{"FAKE_INIT={{init_pid}}"},
+			"argv": []string{testkit.BuildKCServer(t), "--transport", "socket", "--socket-dir=" + e.sockDir},
+			"env":  []string{"FAKE_INIT={{init_pid}}", "KCFAKE_CHILDREN=1"},
 		},
 	}}
 	data, _ := json.Marshal(allow)

@@ -23,11 +23,14 @@ import (
 	"time"
 )
 
-// Default timeouts. Both are short: Kallichore answers /status in well
-// under a millisecond when it is alive at all.
+// Default timeouts, the seed culler's: connect within 3 s, the whole
+// answer within 5 s. Kallichore usually answers in well under a
+// millisecond, but a busy one (a kernel starting, a loaded host) can take
+// seconds, and a live supervisor taken for a silent one is reported as
+// unreadable (cull) or unknown (sweep).
 const (
-	DefaultDialTimeout = 500 * time.Millisecond
-	DefaultTimeout     = 2 * time.Second
+	DefaultDialTimeout = 3 * time.Second
+	DefaultTimeout     = 5 * time.Second
 )
 
 // MaxBody is the default bound on an answer read from a supervisor.
@@ -266,6 +269,10 @@ type Client struct {
 	Timeout time.Duration
 	// MaxBody bounds the answer's size (default MaxBody).
 	MaxBody int64
+	// RetryAfter, when positive, makes a request that got no answer at all
+	// (refused, timed out, reset; not an HTTP or JSON error) be tried once
+	// more after this pause, as the seed culler does.
+	RetryAfter time.Duration
 }
 
 // DefaultClient is used by the package-level functions.
@@ -319,6 +326,26 @@ func (c *Client) timeouts() (dial, total time.Duration) {
 }
 
 func (c *Client) get(ctx context.Context, socketPath, path string) ([]byte, error) {
+	data, err := c.getOnce(ctx, socketPath, path)
+	if err == nil || c.RetryAfter <= 0 || answered(err) {
+		return data, err
+	}
+	select {
+	case <-time.After(c.RetryAfter):
+	case <-ctx.Done():
+		return nil, err
+	}
+	return c.getOnce(ctx, socketPath, path)
+}
+
+// answered reports whether err came with an answer (so that asking again
+// would only get the same one).
+func answered(err error) bool {
+	var he *HTTPError
+	return errors.As(err, &he) || errors.Is(err, ErrBadJSON) || errors.Is(err, ErrShape) || errors.Is(err, ErrTooLarge)
+}
+
+func (c *Client) getOnce(ctx context.Context, socketPath, path string) ([]byte, error) {
 	dial, total := c.timeouts()
 	ctx, cancel := context.WithTimeout(ctx, total)
 	defer cancel()

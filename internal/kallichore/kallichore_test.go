@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -322,4 +323,61 @@ func FuzzDecodeSessions(f *testing.F) {
 		}
 		reencode(t, l, func(b []byte) (any, error) { return DecodeSessions(b) })
 	})
+}
+
+// TestRetryAfter: with RetryAfter, a request nobody answered is tried once
+// more after the pause; an answer (even an error one) is not retried.
+func TestRetryAfter(t *testing.T) {
+	tests := []struct {
+		name      string
+		first     func(c net.Conn) // what the first connection gets
+		retry     time.Duration
+		wantErr   bool
+		wantConns int
+	}{
+		{"dropped, then answered", func(c net.Conn) { c.Close() }, 50 * time.Millisecond, false, 2},
+		{"dropped, no retry", func(c net.Conn) { c.Close() }, 0, true, 1},
+		{"an HTTP error is an answer", func(c net.Conn) {
+			c.Write([]byte("HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"))
+			c.Close()
+		}, 50 * time.Millisecond, true, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "kc-1.sock")
+			l, err := net.Listen("unix", p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			conns := make(chan int, 4)
+			go func() {
+				for n := 1; ; n++ {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					conns <- n
+					if n == 1 {
+						buf := make([]byte, 4096)
+						c.Read(buf)
+						tt.first(c)
+						continue
+					}
+					buf := make([]byte, 4096)
+					c.Read(buf)
+					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(statusOK), statusOK)
+					c.Close()
+				}
+			}()
+			c := &Client{Timeout: time.Second, RetryAfter: tt.retry}
+			_, err = c.Status(context.Background(), p)
+			if (err != nil) != tt.wantErr {
+				t.Errorf("err %v, wantErr %v", err, tt.wantErr)
+			}
+			if got := len(conns); got != tt.wantConns {
+				t.Errorf("%d connections, want %d", got, tt.wantConns)
+			}
+		})
+	}
 }

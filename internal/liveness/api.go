@@ -6,21 +6,23 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
-	"os"
-	"syscall"
 	"time"
 
 	"github.com/containers/podman/v5/pkg/bindings"
 	"github.com/containers/podman/v5/pkg/bindings/containers"
+	"github.com/containers/podman/v5/pkg/bindings/system"
+
+	"github.com/kc-watchman/kc-watchman/internal/peercred"
 )
 
 // queryAPI lists all containers through the podman API service at ep. The
 // bindings honour ctx for the HTTP exchange but sleep between their own
 // retries regardless of it, so the call runs in a goroutine and queryAPI
 // returns as soon as ctx is done.
-func queryAPI(ctx context.Context, ep endpoint, log *slog.Logger) (Set, error) {
+func queryAPI(ctx context.Context, ep endpoint, store storeArgs, log *slog.Logger) (Set, error) {
 	type result struct {
 		l   listing
+		uid int
 		err error
 	}
 	start := time.Now()
@@ -33,8 +35,8 @@ func queryAPI(ctx context.Context, ep endpoint, log *slog.Logger) (Set, error) {
 			ch <- result{err: fmt.Errorf("podman API %s: %w", ep.raw, err)}
 			return
 		}
-		l, err := listAPI(ctx, ep.raw)
-		ch <- result{l, err}
+		l, uid, err := listAPI(ctx, ep, store)
+		ch <- result{l, uid, err}
 	}()
 	var r result
 	select {
@@ -50,8 +52,10 @@ func queryAPI(ctx context.Context, ep endpoint, log *slog.Logger) (Set, error) {
 		Source:   SourceAPI,
 		Live:     r.l.Live,
 		States:   r.l.States,
+		Names:    r.l.Names,
+		PIDs:     r.l.PIDs,
 		Ignored:  r.l.Ignored,
-		UID:      ep.owner(),
+		UID:      r.uid,
 		Endpoint: ep.raw,
 		Took:     time.Since(start),
 	}
@@ -59,59 +63,79 @@ func queryAPI(ctx context.Context, ep endpoint, log *slog.Logger) (Set, error) {
 	return set, nil
 }
 
-// listAPI is the bindings call proper.
-func listAPI(ctx context.Context, uri string) (listing, error) {
+// listAPI is the bindings call proper. Over a unix socket every request
+// goes through a peercred transport, so the UID returned is the peer of
+// the connections that answered (UIDUnknown for tcp). With store set, the
+// service's own store paths (GET /info) must be the ones named, or the
+// answer is not about the store the caller asked for.
+func listAPI(ctx context.Context, ep endpoint, store storeArgs) (listing, int, error) {
+	uri := ep.raw
 	cctx, err := bindings.NewConnection(ctx, uri)
 	if err != nil {
-		return listing{}, fmt.Errorf("podman API %s: %w", uri, err)
+		return listing{}, UIDUnknown, fmt.Errorf("podman API %s: %w", uri, err)
 	}
-	if conn, err := bindings.GetClient(cctx); err == nil {
-		// Each connection has its own transport; don't leave its keep-alive
-		// connection to the service open after every query.
-		defer conn.Client.CloseIdleConnections()
+	conn, err := bindings.GetClient(cctx)
+	if err != nil {
+		return listing{}, UIDUnknown, fmt.Errorf("podman API %s: %w", uri, err)
+	}
+	// Each connection has its own transport; don't leave its keep-alive
+	// connection to the service open after every query.
+	conn.Client.CloseIdleConnections()
+	uidOf := func() (int, error) { return UIDUnknown, nil }
+	if ep.scheme == "unix" {
+		tr := peercred.NewTransport(ep.path)
+		conn.Client.Transport = tr
+		uidOf = tr.UID
+	}
+	defer conn.Client.CloseIdleConnections()
+	if !store.empty() {
+		info, err := system.Info(cctx, nil)
+		if err != nil {
+			return listing{}, UIDUnknown, fmt.Errorf("podman API %s: info (to check --podman-arg's store): %w", uri, err)
+		}
+		if info.Store == nil {
+			return listing{}, UIDUnknown, fmt.Errorf("podman API %s: info has no store", uri)
+		}
+		if err := store.check(info.Store.GraphRoot, info.Store.RunRoot); err != nil {
+			return listing{}, UIDUnknown, fmt.Errorf("podman API %s: %w: %w", uri, errOtherStore, err)
+		}
 	}
 	list, err := containers.List(cctx, new(containers.ListOptions).WithAll(true))
 	if err != nil {
-		return listing{}, fmt.Errorf("podman API %s: list containers: %w", uri, err)
+		return listing{}, UIDUnknown, fmt.Errorf("podman API %s: list containers: %w", uri, err)
 	}
 	es := make([]entry, 0, len(list))
 	for _, c := range list {
-		es = append(es, entry{ID: c.ID, State: c.State})
+		es = append(es, entry{ID: c.ID, State: c.State, Names: c.Names, PID: c.Pid})
 	}
 	l, err := fromEntries(es)
 	if err != nil {
-		return listing{}, fmt.Errorf("podman API %s: %w", uri, err)
+		return listing{}, UIDUnknown, fmt.Errorf("podman API %s: %w", uri, err)
 	}
-	return l, nil
+	uid, err := uidOf()
+	if err != nil {
+		return listing{}, UIDUnknown, fmt.Errorf("podman API %s: %w", uri, err)
+	}
+	return l, uid, nil
 }
 
-// probe connects to ep once and hangs up.
+// probe connects to ep once and hangs up. A unix socket is reached the
+// way the query will reach it: a symlinked path is refused.
 func probe(ctx context.Context, ep endpoint) error {
-	network, addr := "unix", ep.path
-	if ep.scheme == "tcp" {
-		u, err := url.Parse(ep.raw)
+	if ep.scheme == "unix" {
+		c, _, err := peercred.DialUnix(ctx, ep.path)
 		if err != nil {
 			return err
 		}
-		network, addr = "tcp", u.Host
+		return c.Close()
 	}
-	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	u, err := url.Parse(ep.raw)
+	if err != nil {
+		return err
+	}
+	c, err := (&net.Dialer{}).DialContext(ctx, "tcp", u.Host)
 	if err != nil {
 		return err
 	}
 	return c.Close()
-}
-
-// socketOwner returns the UID owning the file at path (following symlinks,
-// as connecting does).
-func socketOwner(path string) (int, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return UIDUnknown, err
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return UIDUnknown, fmt.Errorf("%s: no owner information", path)
-	}
-	return int(st.Uid), nil
 }

@@ -72,6 +72,8 @@ func queryCLI(ctx context.Context, bin string, global []string, log *slog.Logger
 		Source:   SourceCLI,
 		Live:     l.Live,
 		States:   l.States,
+		Names:    l.Names,
+		PIDs:     l.PIDs,
 		Ignored:  l.Ignored,
 		Endpoint: endpoint,
 		Took:     took,
@@ -110,6 +112,8 @@ func quoteStderr(b []byte) string {
 type cliContainer struct {
 	ID    string          `json:"Id"`
 	State json.RawMessage `json:"State"`
+	Names []string        `json:"Names"`
+	Pid   int             `json:"Pid"`
 }
 
 // errNoOutput is parseCLI's error for empty output: podman prints "[]" when
@@ -138,7 +142,7 @@ func parseCLI(out []byte) (listing, error) {
 				return listing{}, fmt.Errorf("parse ps JSON: entry %d (%q): State %s is not a string", i, c.ID, c.State)
 			}
 		}
-		es = append(es, entry{ID: c.ID, State: state})
+		es = append(es, entry{ID: c.ID, State: state, Names: c.Names, PID: c.Pid})
 	}
 	return fromEntries(es)
 }

@@ -231,9 +231,11 @@ func TestQueryHangingAPILeavesTimeForCLI(t *testing.T) {
 	if set.Source != SourceCLI || !set.IsLive(id('c')) {
 		t.Errorf("set = %+v", set)
 	}
-	// The socket exists: the owner is its owner, as the CLI asked it via --url.
-	if set.UID != os.Geteuid() {
-		t.Errorf("UID = %d, want the socket owner %d", set.UID, os.Geteuid())
+	// The CLI asked the service via --url: we never saw the connection
+	// that answered, and the socket's path could have been swapped under
+	// it, so the answer vouches for no UID (issue 16).
+	if set.UID != UIDUnknown {
+		t.Errorf("UID = %d, want %d: a stat of the path is no proof of who answered", set.UID, UIDUnknown)
 	}
 	t.Logf("took %v", took)
 	if took > timeout {

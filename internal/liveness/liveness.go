@@ -57,6 +57,12 @@ type Set struct {
 	// States maps every listed container's full ID to podman's raw state
 	// string ("running", "exited", ...), live or not.
 	States map[string]string
+	// Names maps a listed container's full ID to its names (without the
+	// leading "/" Docker's API puts there), for resolving --container.
+	Names map[string][]string
+	// PIDs maps a listed container's full ID to its init process's host
+	// PID when the engine said (0 or absent: not running, or not told).
+	PIDs map[string]int
 	// Ignored lists IDs podman printed that are not full container IDs;
 	// they are left out of Live and States (and logged).
 	Ignored []string
@@ -67,6 +73,10 @@ type Set struct {
 	// socket file's owner; for the plain CLI fallback it is this process's
 	// effective UID (the UID podman picks its store by); UIDUnknown for tcp.
 	UID int
+	// UIDs, when not nil, replaces UID as the set of UIDs this Set is ground
+	// truth for: the union of several engines' answers vouches for each
+	// engine's UID (see Vouches).
+	UIDs []int
 	// Endpoint describes what was asked: the API URL, or the CLI command.
 	Endpoint string
 	// Took is how long the successful query took (the failed API attempt
@@ -76,6 +86,23 @@ type Set struct {
 
 // IsLive reports whether id is a live container in s.
 func (s Set) IsLive(id string) bool { return s.Live[id] }
+
+// Vouches reports whether s is ground truth for trees of uid: the endpoint
+// that answered runs as uid (or, for a union, one of them does).
+func (s Set) Vouches(uid int) bool {
+	if uid < 0 {
+		return false
+	}
+	if s.UIDs != nil {
+		for _, u := range s.UIDs {
+			if u == uid {
+				return true
+			}
+		}
+		return false
+	}
+	return uid == s.UID
+}
 
 // liveStates are podman's raw container states that count as alive: the
 // container exists and its processes may run (or are about to, or are
@@ -245,14 +272,24 @@ func Query(ctx context.Context, opt Options) (Set, error) {
 			budget = time.Until(dl) / 2
 		}
 		actx, acancel := context.WithTimeout(ctx, budget)
-		set, err := queryAPI(actx, ep, log)
+		store := parseStoreArgs(opt.CLIArgs)
+		if opt.CLIArgs != nil && store.empty() {
+			log.Info("--podman-arg names no store (--root/--runroot): it applies to the CLI fallback only", "args", opt.CLIArgs)
+		}
+		set, err := queryAPI(actx, ep, store, log)
 		acancel()
 		if err == nil {
 			return set, nil
 		}
 		apiErr = err
-		// Expected where podman.socket is not enabled: not a warning.
-		log.Info("podman API failed, trying the CLI", "url", raw, "err", err)
+		if errors.Is(err, errOtherStore) {
+			// The service answers for another store than the arguments
+			// name: its list is not the one asked for.
+			log.Warn("podman API serves another store than --podman-arg names; asking the CLI with the arguments", "url", raw, "err", err)
+		} else {
+			// Expected where podman.socket is not enabled: not a warning.
+			log.Info("podman API failed, trying the CLI", "url", raw, "err", err)
+		}
 	}
 
 	// CLI.
@@ -273,35 +310,29 @@ func Query(ctx context.Context, opt Options) (Set, error) {
 	}
 	set.UID = os.Geteuid()
 	if opt.CLIArgs == nil && !ep.isDefault() {
-		// --url: the same service answered, so it is the same owner.
-		set.UID = ep.owner()
+		// The CLI went to the service through --url: we never saw the
+		// connection that answered, and a stat of the socket's path can be
+		// swapped (issue 16), so this answer vouches for nobody's trees.
+		set.UID = UIDUnknown
+		log.Warn("the podman CLI answered through --url; its service's UID is unknown, so no tree is judged", "url", raw)
 	}
 	return set, nil
-}
-
-// owner is the UID owning the endpoint: the socket file's owner for unix,
-// UIDUnknown otherwise (or if the socket cannot be stat'ed).
-func (ep endpoint) owner() int {
-	if ep.scheme != "unix" {
-		return UIDUnknown
-	}
-	uid, err := socketOwner(ep.path)
-	if err != nil {
-		return UIDUnknown
-	}
-	return uid
 }
 
 // entry is one listed container, whatever the source.
 type entry struct {
 	ID    string
 	State string
+	Names []string
+	PID   int
 }
 
 // listing is the outcome of reading a container list.
 type listing struct {
 	Live    map[string]bool
 	States  map[string]string
+	Names   map[string][]string
+	PIDs    map[string]int
 	Ignored []string
 }
 
@@ -311,7 +342,7 @@ type listing struct {
 // what a missing --no-trunc looks like, and a list we cannot match against
 // would make every tree look stray.
 func fromEntries(es []entry) (listing, error) {
-	l := listing{Live: map[string]bool{}, States: map[string]string{}}
+	l := listing{Live: map[string]bool{}, States: map[string]string{}, Names: map[string][]string{}, PIDs: map[string]int{}}
 	for _, e := range es {
 		if !containerid.Valid(e.ID) {
 			l.Ignored = append(l.Ignored, e.ID)
@@ -323,6 +354,12 @@ func fromEntries(es []entry) (listing, error) {
 			return listing{}, fmt.Errorf("container %s: no state", e.ID)
 		}
 		l.States[e.ID] = e.State
+		if len(e.Names) > 0 {
+			l.Names[e.ID] = e.Names
+		}
+		if e.PID > 0 {
+			l.PIDs[e.ID] = e.PID
+		}
 		if IsLiveState(e.State) {
 			l.Live[e.ID] = true
 		}

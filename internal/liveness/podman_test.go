@@ -314,7 +314,7 @@ func TestQueryRealPodman(t *testing.T) {
 	if err != nil {
 		t.Fatalf("CLI --url query: %v", err)
 	}
-	remote.UID = ep.owner()
+	remote.UID = 0 // the test's own rootful service
 	check("cli --url", remote, SourceCLI)
 	if !maps.Equal(api.States, remote.States) {
 		t.Errorf("raw states differ:\napi    %v\nremote %v", api.States, remote.States)
@@ -346,5 +346,44 @@ func BenchmarkQuery(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestQueryStoreArgs: --podman-arg naming another store than
+// the API service's makes the service's answer unusable (issue 16): the
+// CLI on the named store answers instead. The same store keeps the API.
+// A symlink to the service's socket is refused.
+func TestQueryStoreArgs(t *testing.T) {
+	p := newPrivatePodman(t)
+	p.serve(t)
+	id := p.run(t, "run", "-d", "--network", "none", "--rootfs", p.rootfs, "/bin/busybox", "sleep", "1000")
+	log := testLogger(t)
+
+	same, err := Query(t.Context(), Options{URL: p.url(), CLIArgs: p.globalArgs(), Timeout: 30 * time.Second, Logger: log})
+	if err != nil || same.Source != SourceAPI || !same.IsLive(id) {
+		t.Fatalf("same store: %+v, %v; want the API's answer", same, err)
+	}
+
+	other, err := os.MkdirTemp("", "kcst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(other) })
+	args := []string{"--root", filepath.Join(other, "root"), "--runroot", filepath.Join(other, "runroot"), "--storage-driver", "vfs"}
+	set, err := Query(t.Context(), Options{URL: p.url(), CLIArgs: args, Timeout: 30 * time.Second, Logger: log})
+	if err != nil {
+		t.Fatalf("other store: %v", err)
+	}
+	if set.Source != SourceCLI || set.IsLive(id) {
+		t.Fatalf("other store: source %s, live %v; want the CLI's answer about the named (empty) store", set.Source, set.Live)
+	}
+
+	link := filepath.Join(p.dir, "link.sock")
+	if err := os.Symlink(p.sock, link); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Query(t.Context(), Options{URL: "unix://" + link, PodmanBin: filepath.Join(p.dir, "no-cli"), Timeout: 10 * time.Second, Logger: log})
+	if err == nil || !strings.Contains(err.Error(), "symlink") {
+		t.Fatalf("symlinked socket: err = %v, want a refusal", err)
 	}
 }

@@ -65,7 +65,7 @@ type desc struct {
 
 // catalogue lists every metric the janitor writes; Set refuses others.
 var catalogue = map[string]desc{
-	GroundTruthKnown: {"1 if podman answered which containers are alive in the last run that asked, 0 if it did not (nothing was touched then).", nil},
+	GroundTruthKnown: {"1 if the engines answered which containers are alive in the command's last run, 0 if not: nothing was touched then, and the stray and tree gauges, which only a run that knew could set, are left out of the file.", []string{"command"}},
 	StraysFound:      {"Stray supervisor trees (container gone, old enough, ours to reap) found by the last run.", nil},
 	StraysReaped:     {"Stray trees the last run reaped (or found gone while reaping); 0 in a dry run.", nil},
 	StraysFailed:     {"Stray trees that would not die in the last run.", nil},
@@ -110,6 +110,23 @@ func Help(name string) (string, []string) {
 type Set struct {
 	reg    *prometheus.Registry
 	gauges map[string]*prometheus.GaugeVec
+	// drop names the metrics this run removes from the file: values a
+	// previous run wrote that this run could not confirm.
+	drop []string
+}
+
+// Drop removes the named metrics from the file when s is written, so that
+// a value an earlier run measured is not read as current.
+func (s *Set) Drop(names ...string) {
+	if s == nil {
+		return
+	}
+	for _, n := range names {
+		if _, ok := catalogue[n]; !ok {
+			panic("metrics: unknown metric " + n)
+		}
+	}
+	s.drop = append(s.drop, names...)
 }
 
 // New returns an empty Set.
@@ -155,7 +172,7 @@ func (s *Set) Run(command string, start, end time.Time, ok bool) {
 }
 
 // Empty reports whether nothing was recorded.
-func (s *Set) Empty() bool { return s == nil || len(s.gauges) == 0 }
+func (s *Set) Empty() bool { return s == nil || len(s.gauges) == 0 && len(s.drop) == 0 }
 
 // Gather returns the recorded families.
 func (s *Set) Gather() ([]*dto.MetricFamily, error) {
@@ -181,7 +198,9 @@ func Merge(old map[string]*dto.MetricFamily, fresh []*dto.MetricFamily) []*dto.M
 	}
 	for _, nf := range fresh {
 		of := byName[nf.GetName()]
-		if of == nil || of.GetType() != nf.GetType() {
+		// A family whose labels changed (an older release's) is replaced
+		// whole: one family must not mix label sets.
+		if of == nil || of.GetType() != nf.GetType() || labelNames(of) != labelNames(nf) {
 			byName[nf.GetName()] = nf
 			continue
 		}
@@ -205,6 +224,19 @@ func Merge(old map[string]*dto.MetricFamily, fresh []*dto.MetricFamily) []*dto.M
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].GetName() < out[j].GetName() })
 	return out
+}
+
+// labelNames is the sorted label names of a family's first series.
+func labelNames(f *dto.MetricFamily) string {
+	if len(f.Metric) == 0 {
+		return ""
+	}
+	var ns []string
+	for _, l := range f.Metric[0].Label {
+		ns = append(ns, l.GetName())
+	}
+	sort.Strings(ns)
+	return strings.Join(ns, ",")
 }
 
 func labelKey(m *dto.Metric) string {
@@ -263,6 +295,9 @@ func WriteFile(path string, s *Set) error {
 		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("reading metrics file: %w", err)
+	}
+	for _, n := range s.drop {
+		delete(old, n)
 	}
 	out, err := Encode(Merge(old, fresh))
 	if err != nil {

@@ -61,7 +61,7 @@ func TestWriteFileParsesBack(t *testing.T) {
 	s.Set(StraysFound, 3)
 	s.Set(StraysReaped, 2)
 	s.Set(StraysFailed, 1)
-	s.Bool(GroundTruthKnown, true)
+	s.Bool(GroundTruthKnown, true, "reconcile")
 	s.Set(Trees, 2, "reaped")
 	s.Set(Trees, 5, "skipped-live")
 	start := time.Unix(1700000000, 0)
@@ -78,7 +78,7 @@ func TestWriteFileParsesBack(t *testing.T) {
 		{StraysFound, nil, 3},
 		{StraysReaped, nil, 2},
 		{StraysFailed, nil, 1},
-		{GroundTruthKnown, nil, 1},
+		{GroundTruthKnown, []string{"command", "reconcile"}, 1},
 		{Trees, []string{"action", "reaped"}, 2},
 		{Trees, []string{"action", "skipped-live"}, 5},
 		{LastRun, []string{"command", "reconcile"}, 1700000001.5},

@@ -15,3 +15,6 @@ func WithSearchSeam(o Options, f func(round int)) Options {
 	o.seams.searched = f
 	return o
 }
+
+// SignalWhilePinned exposes the stop, re-check, signal, continue step.
+var SignalWhilePinned = signalWhilePinned

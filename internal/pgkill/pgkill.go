@@ -527,29 +527,33 @@ func occupant(root string, pgid int, m fingerprint.Stat) (*fingerprint.Pinned, e
 	return pin, nil
 }
 
+// signalWhilePinned signals pgid while pin, stopped, proves the group is
+// the recorded one. The group is checked before the stop too: a member that
+// has left the group must not get a stop and continue meant for another
+// group. A member its owner had stopped (state T) is neither stopped again
+// nor continued: the continue would undo the owner's stop.
 func signalWhilePinned(root string, pgid int, pin *fingerprint.Pinned, sig syscall.Signal) error {
-	if err := pin.Signal(unix.SIGSTOP); err != nil {
-		if errors.Is(err, fingerprint.ErrNotFound) {
-			return errNoOccupant // it exited after being pinned
-		}
-		// EPERM and the like: the group is there but not ours to
-		// signal. Reporting it gone would hide a tree that survives.
+	before, err := occupies(root, pgid, pin.Stat)
+	if err != nil {
 		return err
 	}
-	stopped := waitStopped(root, pin.Stat)
-	// Always let the pinned member run again: it must receive SIGTERM, and
-	// if we bail out it must be left as we found it.
-	defer pin.Signal(unix.SIGCONT) //nolint:errcheck // it may be dead by then
-
-	st, err := fingerprint.Revalidate(root, pin.Stat)
-	if outOfDescriptors(err) {
-		// A read that could not be made proves nothing about the member.
-		return unsureError{err}
+	if !stoppedState(before.State) {
+		if err := pin.Signal(unix.SIGSTOP); err != nil {
+			if errors.Is(err, fingerprint.ErrNotFound) {
+				return errNoOccupant // it exited after being pinned
+			}
+			// EPERM and the like: the group is there but not ours to
+			// signal. Reporting it gone would hide a tree that survives.
+			return err
+		}
+		_ = waitStopped(root, pin.Stat) // not stopped (uninterruptible sleep): the check below is the best there is
+		// Let the pinned member run again: it must receive SIGTERM, and
+		// if we bail out it must be left as we found it.
+		defer pin.Signal(unix.SIGCONT) //nolint:errcheck // it may be dead by then
 	}
-	if err != nil || st.PGID != pgid || st.Zombie() {
-		return errNoOccupant
+	if _, err := occupies(root, pgid, pin.Stat); err != nil {
+		return err
 	}
-	_ = stopped // not stopped (uninterruptible sleep): the check above is the best there is
 	if err := unix.Kill(-pgid, sig); err != nil {
 		if errors.Is(err, unix.ESRCH) {
 			return nil
@@ -559,6 +563,24 @@ func signalWhilePinned(root string, pgid int, pin *fingerprint.Pinned, sig sysca
 	return nil
 }
 
+// occupies re-reads the pinned member and says whether it is still a live
+// member of pgid.
+func occupies(root string, pgid int, want fingerprint.Stat) (fingerprint.Stat, error) {
+	st, err := fingerprint.Revalidate(root, want)
+	if outOfDescriptors(err) {
+		// A read that could not be made proves nothing about the member.
+		return st, unsureError{err}
+	}
+	if err != nil || st.PGID != pgid || st.Zombie() {
+		return st, errNoOccupant
+	}
+	return st, nil
+}
+
+// stoppedState reports whether a /proc state letter is a stop (by a
+// signal, T, or by a tracer, t).
+func stoppedState(s byte) bool { return s == 'T' || s == 't' }
+
 // waitStopped polls briefly until the pinned process reports a stopped
 // state. SIGSTOP is delivered asynchronously.
 func waitStopped(root string, want fingerprint.Stat) bool {
@@ -567,7 +589,7 @@ func waitStopped(root string, want fingerprint.Stat) bool {
 		if err != nil {
 			return false
 		}
-		if st.State == 'T' || st.State == 't' {
+		if stoppedState(st.State) {
 			return true
 		}
 		time.Sleep(time.Millisecond)

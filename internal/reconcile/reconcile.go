@@ -118,7 +118,7 @@ func Decide(t trees.Tree, live liveness.Set, minAge time.Duration) string {
 		return SkipForeign
 	case live.IsLive(t.ContainerID):
 		return SkipLive
-	case t.UID < 0 || t.UID != live.UID:
+	case !live.Vouches(t.UID):
 		return SkipOtherUID
 	case !t.AgeKnown:
 		return SkipAgeUnknown
@@ -265,7 +265,7 @@ func reap(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) {
 				msg := r.Err.Error()
 				t.Error = &msg
 			}
-			log.Info("stray tree", "container", t.ContainerID, "pgid", t.PGID, "action", t.Action, "err", r.Err)
+			log.Info("[REAP] stray tree", "container", t.ContainerID, "pgid", t.PGID, "action", t.Action, "err", r.Err)
 			snap := t.tree.Snapshot("reconcile", time.Now())
 			snap.Action = t.Action
 			if t.Error != nil {

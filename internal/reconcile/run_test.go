@@ -39,8 +39,8 @@ func TestRunRealTrees(t *testing.T) {
 	// A supervisor name of this test's own: Run with Apply must not reap the
 	// fake trees of tests running in parallel in other packages.
 	const comm = "kcsrv-reconcile"
-	stray := testkit.StartKCServer(t, t.TempDir(), "--comm="+comm, "--container-id="+cidGone, "--children=1", "--stubborn-child")
-	kept := testkit.StartKCServer(t, t.TempDir(), "--comm="+comm, "--container-id="+cidLive, "--children=1")
+	stray := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cidGone, Children: 1, Stubborn: true})
+	kept := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cidLive, Children: 1})
 	live := liveness.Set{Source: liveness.SourceAPI, Live: map[string]bool{cidLive: true}, UID: os.Geteuid()}
 	store, err := ledger.Open(t.TempDir())
 	if err != nil {
@@ -56,7 +56,7 @@ func TestRunRealTrees(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tr := findByPGID(rep, stray.PID); tr == nil || tr.Action != SkipYoung {
+		if tr := findByPGID(rep, stray.PGID); tr == nil || tr.Action != SkipYoung {
 			t.Fatalf("stray tree: %+v", tr)
 		}
 	})
@@ -66,19 +66,19 @@ func TestRunRealTrees(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tr := findByPGID(rep, stray.PID)
+		tr := findByPGID(rep, stray.PGID)
 		if tr == nil || tr.Action != WouldReap || !rep.DryRun {
 			t.Fatalf("stray tree: %+v", tr)
 		}
 		if n := alive(t, tr.Members); n != len(tr.Members) || n < 3 {
 			t.Errorf("%d of %d members alive after a dry run", n, len(tr.Members))
 		}
-		if lt := findByPGID(rep, kept.PID); lt == nil || lt.Action != SkipLive {
+		if lt := findByPGID(rep, kept.PGID); lt == nil || lt.Action != SkipLive {
 			t.Errorf("live tree: %+v", lt)
 		}
 		// The live container's snapshot was refreshed, dry run or not.
 		rec, err := store.Load(cidLive)
-		if err != nil || len(rec.Trees) != 1 || rec.Trees[0].PGID != kept.PID {
+		if err != nil || len(rec.Trees) != 1 || rec.Trees[0].PGID != kept.PGID {
 			t.Errorf("live snapshot: %+v, %v", rec, err)
 		}
 	})
@@ -90,7 +90,7 @@ func TestRunRealTrees(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tr := findByPGID(rep, stray.PID)
+		tr := findByPGID(rep, stray.PGID)
 		if tr == nil || tr.Action != Reaped {
 			t.Fatalf("stray tree: %+v", tr)
 		}
@@ -100,7 +100,7 @@ func TestRunRealTrees(t *testing.T) {
 		if _, err := os.Lstat(stray.Socket); !os.IsNotExist(err) {
 			t.Errorf("stray socket still there: %v", err)
 		}
-		lt := findByPGID(rep, kept.PID)
+		lt := findByPGID(rep, kept.PGID)
 		if lt == nil || alive(t, lt.Members) != len(lt.Members) {
 			t.Errorf("live container's tree was harmed: %+v", lt)
 		}
@@ -163,12 +163,12 @@ func TestScanBeforeAsking(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	late := testkit.StartKCServer(t, t.TempDir(), "--comm="+comm, "--container-id="+cid)
+	late := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cid})
 	rep, err := sc.Run(context.Background(), liveness.Set{Source: liveness.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tr := findByPGID(rep, late.PID); tr != nil {
+	if tr := findByPGID(rep, late.PGID); tr != nil {
 		t.Errorf("a tree born after the scan was acted on: %+v", tr)
 	}
 	self, err := fingerprint.ReadStat("/proc", late.PID)

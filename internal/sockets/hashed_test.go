@@ -72,13 +72,13 @@ func TestSweepHashed(t *testing.T) {
 		wantInReason []string
 	}{
 		{
-			name: "live fake kcserver answers /status through the hashed name",
+			name: "live fake kcserver's session socket under a hashed name (a channel: no HTTP)",
 			setup: func(t *testing.T, dir string) string {
-				k := testkit.StartKCServer(t, t.TempDir(), "--session-socket")
+				k := testkit.StartKCServer(t, shortTemp(t), testkit.Fake{OpenChannels: true})
 				return linkFakeSession(t, k, dir, hashedName)
 			},
 			age: old, want: VerdictLive,
-			wantInReason: []string{"listening", "/status answers with process_id"},
+			wantInReason: []string{"listening"},
 		},
 		{
 			name: "a listener that does not speak HTTP",
@@ -91,7 +91,7 @@ func TestSweepHashed(t *testing.T) {
 		{
 			name: "SIGKILLed kcserver, older than the minimum age",
 			setup: func(t *testing.T, dir string) string {
-				k := testkit.StartKCServer(t, t.TempDir(), "--session-socket")
+				k := testkit.StartKCServer(t, shortTemp(t), testkit.Fake{OpenChannels: true})
 				p := linkFakeSession(t, k, dir, hashedName)
 				k.Kill(t)
 				waitDead(t, k.PID)
@@ -289,24 +289,23 @@ func TestSweepHashedLookAlikes(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	var paths []string
 	for _, n := range []string{
-		"kc-3FA9C2D17B604E81.sock",                 // uppercase
-		"kc-3Fa9c2d17b604e81.sock",                 // one uppercase digit
-		"kc-xyz.sock",                              // not hex
-		"kc-3fa9c2d17b604e8g.sock",                 // one non-hex letter
-		"kc-1f3a9c.sock",                           // too short
-		"kc-" + strings.Repeat("ab", 33) + ".sock", // too long
-		"kc-12345678.sock",                         // all decimal: an out-of-range PID
-		"kc-3fa9c2d17b604e81.x.sock",               // a hash with a tag
-		"kc-3fa9c2d17b604e81.sock.bak",             // a suffix
-		"kc-0x3fa9c2d17b604e81.sock",               // a 0x prefix
-		"kc--3fa9c2d17b604e81.sock",                // a sign
-		"kc-3fa9c2d17b604e81 .sock",                // a space
-		"kc-\uff13fa9c2d17b604e81.sock",            // a fullwidth digit
-		"KC-3fa9c2d17b604e81.sock",                 // uppercase prefix
-		"kc-3fa9c2d17b604e81.SOCK",                 // uppercase suffix
-		"xkc-3fa9c2d17b604e81.sock",                // a leading character
-		"kc-3fa9c2d17b604e81.sock\n",               // a trailing newline
-		"kc-3fa9c2d1.7b604e81.sock",                // a dot inside
+		"kc-3FA9C2D17B604E81.sock",                // uppercase
+		"kc-3Fa9c2d17b604e81.sock",                // one uppercase digit
+		"kc-xyz.sock",                             // not hex
+		"kc-3fa9c2d17b604e8g.sock",                // one non-hex letter
+		"kc-03fa9c2d17b604e8.sock",                // padded: {:x} never is
+		"kc-" + strings.Repeat("ab", 9) + ".sock", // 18 digits: more than a u64
+		"kc-3fa9c2d17b604e81.x.sock",              // a hash with a tag
+		"kc-3fa9c2d17b604e81.sock.bak",            // a suffix
+		"kc-0x3fa9c2d17b604e81.sock",              // a 0x prefix
+		"kc--3fa9c2d17b604e81.sock",               // a sign
+		"kc-3fa9c2d17b604e81 .sock",               // a space
+		"kc-\uff13fa9c2d17b604e81.sock",           // a fullwidth digit
+		"KC-3fa9c2d17b604e81.sock",                // uppercase prefix
+		"kc-3fa9c2d17b604e81.SOCK",                // uppercase suffix
+		"xkc-3fa9c2d17b604e81.sock",               // a leading character
+		"kc-3fa9c2d17b604e81.sock\n",              // a trailing newline
+		"kc-3fa9c2d1.7b604e81.sock",               // a dot inside
 	} {
 		paths = append(paths, orphanSocket(t, dir, n))
 	}

@@ -13,15 +13,20 @@
 //  2. no live socket holds it: connect(2) is refused and no socket at all,
 //     listening or not, is bound to that path in net/unix of the socket's
 //     network namespace (a socket bound and not listening refuses too);
-//  3. GET /status is silent twice, a short pause apart, or answers with a
-//     process_id other than the PID in the name.
+//  3. GET /status is silent twice, a short pause apart. (An answer with a
+//     process_id other than the PID in the name is not silence: gate 3 is
+//     then unsure, since the name may be a hashed one that reads as a PID.)
 //
 // Gates that disagree give the verdict "unknown": the socket is kept and
 // reported. Session sockets follow their server's control socket.
 //
 // A hashed name (kc-<hex>.sock, Kallichore's per-session name when the
-// usual path would be too long) names no PID, so gate 1 cannot be applied
-// and nothing ties it to a server. It is stale only when gates 2 and 3
+// usual path would be too long: a u64 hash printed as 1–16 lowercase hex
+// digits, unpadded) names no PID, so gate 1 cannot be applied and nothing
+// ties it to a server. A hash made only of decimal digits that reads as a
+// PID is indistinguishable from a control socket kc-<pid>.sock; it is
+// parsed as one, and gate 3 keeps the ambiguity safe: an answer whose
+// process_id is not the name's makes the socket unknown, never stale. It is stale only when gates 2 and 3
 // both find it dead and its inode changed at least a minimum age ago
 // (Config.HashedMinAge): without an owner's start time, the age is a
 // second line of defence behind net/unix against calling a fresh socket,
@@ -54,15 +59,9 @@ const MaxPID = 1 << 22
 // first 8 characters of the session ID; allow some slack.
 const maxSessionTag = 64
 
-// The length bounds of the <hex> in a hashed name kc-<hex>.sock. Kallichore
-// does not document the hash (kallichore-api.md says only "hex hash"), so
-// accept what any common hash printed in hex gives: a 32-bit hash is 8
-// digits, a 64-bit one up to 16, SHA-256 64. Shorter hex is too easily
-// something else to be swept on a guess.
-const (
-	minHashLen = 8
-	maxHashLen = 64
-)
+// maxHashLen bounds the <hex> in a hashed name kc-<hex>.sock: Kallichore
+// prints a u64 hash with {:x}, 1 to 16 digits without padding.
+const maxHashLen = 16
 
 // Name is a parsed socket file name.
 type Name struct {
@@ -80,11 +79,12 @@ func (n Name) Hashed() bool { return n.Hash != "" }
 // ParseName parses a socket file name (a single path component). It
 // accepts exactly "kc-<pid>.sock", "kc-<pid>.<x>.sock" and "kc-<hex>.sock",
 // where <pid> is a decimal PID without leading zeros in 1..MaxPID, <x> is
-// 1–64 of [A-Za-z0-9_-] and <hex> is 8–64 lowercase hex digits with at
-// least one of a–f (Kallichore's hashed name for a session socket whose
-// usual path would exceed 104 characters). Anything else — path
-// separators, "..", dots or other characters in <x>, uppercase, short or
-// all-decimal hex — is rejected.
+// 1–64 of [A-Za-z0-9_-] and <hex> is 1–16 lowercase hex digits without a
+// leading zero (Kallichore's hashed name for a session socket whose usual
+// path would exceed 104 characters). A name that is both — decimal digits
+// that read as a PID — is taken as kc-<pid>.sock. Anything else — path
+// separators, "..", dots or other characters in <x>, uppercase, padded or
+// over-long hex — is rejected.
 func ParseName(name string) (Name, bool) {
 	rest, ok := strings.CutPrefix(name, "kc-")
 	if !ok {
@@ -142,25 +142,20 @@ func validTag(s string) bool {
 	return true
 }
 
-// validHash accepts lowercase hex only: Kallichore prints its hash that
-// way, and anything looser would only widen what the sweep may unlink.
-// All-decimal names are refused: they read as an out-of-range PID
-// (kc-99999999.sock), a look-alike the sweep has always ignored. The cost
-// is that the rare hash made only of digits (under 0.1% of 16-digit ones)
-// is left alone, as every hashed name was before.
+// validHash accepts what Rust's {:x} prints for a u64: 1–16 lowercase hex
+// digits, no leading zero. Anything looser would only widen what the
+// sweep may unlink. All-decimal hashes are accepted here; ParseName has
+// already taken those that read as a PID for control sockets.
 func validHash(s string) bool {
-	if len(s) < minHashLen || len(s) > maxHashLen {
+	if s == "" || len(s) > maxHashLen || s[0] == '0' {
 		return false
 	}
-	letter := false
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; {
-		case c >= 'a' && c <= 'f':
-			letter = true
-		case c >= '0' && c <= '9':
+		case c >= 'a' && c <= 'f', c >= '0' && c <= '9':
 		default:
 			return false
 		}
 	}
-	return letter
+	return true
 }

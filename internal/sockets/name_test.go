@@ -27,18 +27,25 @@ func TestParseName(t *testing.T) {
 		{"kc-0442.sock", false, Name{}},
 		{"kc--1.sock", false, Name{}},
 		{"kc-+1.sock", false, Name{}},
-		{"kc-4194305.sock", false, Name{}},
-		{"kc-99999999999999999999.sock", false, Name{}},
-		// Kallichore's hashed form, kc-<hex>.sock: 8–64 lowercase hex.
+		{"kc-4194305.sock", true, Name{Kind: KindSession, Hash: "4194305"}}, // past MaxPID: only a hash
+		{"kc-99999999999999999999.sock", false, Name{}},                     // 20 digits: neither
+		// Kallichore's hashed form, kc-<hex>.sock: a u64 as 1–16 lowercase
+		// hex digits, unpadded.
 		{"kc-deadbeef.sock", true, Name{Kind: KindSession, Hash: "deadbeef"}},
-		{"kc-0123456789abcdef.sock", true, Name{Kind: KindSession, Hash: "0123456789abcdef"}},
-		{"kc-" + strings.Repeat("a", 64) + ".sock", true, Name{Kind: KindSession, Hash: strings.Repeat("a", 64)}},
+		{"kc-123456789abcdef0.sock", true, Name{Kind: KindSession, Hash: "123456789abcdef0"}},
 		{"kc-1234567a.sock", true, Name{Kind: KindSession, Hash: "1234567a"}},
-		{"kc-12345678.sock", false, Name{}}, // all decimal: an out-of-range PID, not a hash
+		{"kc-1f3a9c.sock", true, Name{Kind: KindSession, Hash: "1f3a9c"}},
+		{"kc-a.sock", true, Name{Kind: KindSession, Hash: "a"}},
+		{"kc-deadbee.sock", true, Name{Kind: KindSession, Hash: "deadbee"}},
+		// All decimal: a PID when it reads as one (the ambiguity gate 3
+		// handles), else only a hash.
+		{"kc-12345678.sock", true, Name{Kind: KindSession, Hash: "12345678"}},
+		{"kc-1234567890123456.sock", true, Name{Kind: KindSession, Hash: "1234567890123456"}},
+		{"kc-0123456789abcdef.sock", false, Name{}}, // padded
 		{"kc-00000000.sock", false, Name{}},
-		{"kc-1f3a9c.sock", false, Name{}}, // hex, but too short for a hash
-		{"kc-deadbee.sock", false, Name{}},
-		{"kc-" + strings.Repeat("a", 65) + ".sock", false, Name{}},
+		{"kc-12345678901234567.sock", false, Name{}}, // 17 digits: more than a u64
+		{"kc-" + strings.Repeat("a", 17) + ".sock", false, Name{}},
+		{"kc-" + strings.Repeat("a", 64) + ".sock", false, Name{}},
 		{"kc-DEADBEEF.sock", false, Name{}},
 		{"kc-DeadBeef.sock", false, Name{}},
 		{"kc-deadbeeg.sock", false, Name{}},

@@ -240,7 +240,12 @@ func statusGate(pid int, tries ...statusTry) (say, string) {
 		case t.answered && t.pid == pid:
 			return sayLive, "/status answers with process_id " + strconv.Itoa(pid)
 		case t.answered:
-			return sayStale, "/status answers with process_id " + strconv.Itoa(t.pid)
+			// Not evidence of death: someone answers. The name may be
+			// another server's socket under this PID, or a hashed session
+			// name made only of digits, which reads exactly like
+			// kc-<pid>.sock. Either way the PID check and /status
+			// disagree, and that is unknown.
+			return sayUnsure, fmt.Sprintf("/status answers with process_id %d, not %d (another server's socket, or a hashed session name that reads as a PID)", t.pid, pid)
 		}
 	}
 	if len(tries) < 2 {

@@ -38,10 +38,14 @@ const (
 
 // Defaults for Config.
 const (
+	// The seed culler's probe: connect within 3 s, an answer within 5 s,
+	// a second try 2 s after a silent first. A slow but live supervisor
+	// is then live, not unknown; the workers keep a sweep of many silent
+	// sockets at about two timeouts and a pause.
 	DefaultWorkers     = 64
-	DefaultDialTimeout = 300 * time.Millisecond
-	DefaultTimeout     = time.Second
-	DefaultPause       = 200 * time.Millisecond
+	DefaultDialTimeout = kallichore.DefaultDialTimeout
+	DefaultTimeout     = kallichore.DefaultTimeout
+	DefaultPause       = 2 * time.Second
 	// DefaultHashedMinAge is how long a hashed-name socket must have
 	// existed before it may be called stale: far longer than any server
 	// takes from bind(2) to listen(2), short enough that leftovers go on
@@ -52,8 +56,11 @@ const (
 // Config configures a sweep.
 type Config struct {
 	// Dirs are the socket directories, as paths inside the target; the
-	// last component may hold wildcards. Empty means DefaultDirs, and
-	// then directories that do not exist are skipped silently.
+	// last component may hold wildcards. Empty means DefaultDirs plus
+	// the directories the target's live supervisors use (their argv's
+	// --socket-dir and --unix-socket, their XDG_RUNTIME_DIR and TMPDIR;
+	// in a container without one, its init's environment), and then
+	// directories that do not exist are skipped silently.
 	Dirs []string
 	// Target is the host (zero value) or a container.
 	Target Target
@@ -131,12 +138,17 @@ type Socket struct {
 	gates [3]say
 	why   [3]string
 	tries []statusTry
+	// triedAt is when gate 3's first try ended.
+	triedAt time.Time
 }
 
 // Report is the result of a sweep.
 type Report struct {
 	DryRun  bool
 	Sockets []*Socket
+	// Dirs are the directories (and patterns) looked in, with where each
+	// came from.
+	Dirs []Dir
 	// DirErrors are directories that could not be opened or read. A
 	// missing default directory is not an error.
 	DirErrors []error
@@ -173,10 +185,15 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, err
 		}
 	}
-	patterns := cfg.Dirs
-	defaultDirs := len(patterns) == 0
+	defaultDirs := len(cfg.Dirs) == 0
 	if defaultDirs {
-		patterns = DefaultDirs
+		rep.Dirs = mergeDirs(DefaultDirs, "default", discoverDirs(view, cfg.Target, cfg.SupervisorComms))
+	} else {
+		rep.Dirs = mergeDirs(cfg.Dirs, "--socket-dir", nil)
+	}
+	patterns := make([]string, len(rep.Dirs))
+	for i, d := range rep.Dirs {
+		patterns[i] = d.Path
 	}
 	dirs, errs := openDirs(cfg.Target, patterns)
 	defer func() {
@@ -237,30 +254,49 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 	probed := append(append([]*Socket(nil), controls...), hashed...)
 
 	// Round 1: all three gates on control sockets, gates 2 and 3 on
-	// hashed ones (gate 3's first try).
+	// hashed ones (gate 3's first try). A first try that was silent on a
+	// socket that does not listen is handed to round 2, which asks again
+	// once the pause has passed since that try: the rounds overlap, so
+	// hung servers in round 1 do not hold back everyone's second try.
+	// (The second silence is what gate 3 needs to call a socket dead; one
+	// that listens cannot be stale whatever /status says, so asking it
+	// again would only wait out a second timeout for nothing.)
+	second := make(chan *Socket, len(probed))
+	var round2 sync.WaitGroup
+	for i := 0; i < min(cfg.Workers, len(probed)); i++ {
+		round2.Add(1)
+		go func() {
+			defer round2.Done()
+			for s := range second {
+				select {
+				case <-time.After(time.Until(s.triedAt.Add(cfg.Pause))):
+				case <-ctx.Done():
+					continue
+				}
+				s.tries = append(s.tries, tryStatus(ctx, client, s.e.dir.fdPath(s.e.name)))
+			}
+		}()
+	}
 	pool(ctx, cfg.Workers, probed, func(s *Socket) {
 		if !s.Hashed {
 			s.gates[0], s.why[0] = ownerGate(view, s.PID, cfg.SupervisorComms, s.e.changed, boot)
 		}
 		s.gates[1], s.why[1] = listenGate(s.e.dir.fdPath(s.e.name), s.e.innerPath(), nu, cfg.DialTimeout)
-		s.tries = append(s.tries, tryStatus(ctx, client, s.e.dir.fdPath(s.e.name)))
+		if s.Hashed && s.gates[1] == sayLive {
+			// A session socket carries a kernel's channel stream, not
+			// HTTP: asking it /status would only wait out the timeout,
+			// and something holding it already makes it live.
+			return
+		}
+		t := tryStatus(ctx, client, s.e.dir.fdPath(s.e.name))
+		s.tries = append(s.tries, t)
+		if !t.answered && s.gates[1] != sayLive {
+			s.triedAt = time.Now()
+			second <- s
+		}
 	})
-	// Round 2, after one pause: a second try where the first was silent.
-	var again []*Socket
-	for _, s := range probed {
-		if len(s.tries) > 0 && !s.tries[0].answered {
-			again = append(again, s)
-		}
-	}
-	if len(again) > 0 {
-		select {
-		case <-time.After(cfg.Pause):
-		case <-ctx.Done():
-		}
-		pool(ctx, cfg.Workers, again, func(s *Socket) {
-			s.tries = append(s.tries, tryStatus(ctx, client, s.e.dir.fdPath(s.e.name)))
-		})
-	}
+	close(second)
+	round2.Wait()
 	byServer := map[serverKey]*Socket{}
 	for _, s := range controls {
 		s.gates[2], s.why[2] = statusGate(s.PID, s.tries...)
@@ -337,6 +373,9 @@ const hashedHead = "hashed name: no PID to check"
 // minAge old. Listening, a socket bound to the path, or any answer means a
 // process has it: live. Everything else is unknown, and kept.
 func judgeHashed(s *Socket, age, minAge time.Duration) (Verdict, string) {
+	if s.gates[1] == sayLive {
+		return VerdictLive, hashedHead + "; " + s.why[1]
+	}
 	if len(s.tries) == 0 {
 		// Not probed (the sweep was cancelled): pool left its why.
 		return VerdictUnknown, hashedHead + "; " + s.why[0]
@@ -395,14 +434,14 @@ func act(cfg Config, s *Socket) {
 	}
 	if !cfg.Apply {
 		s.Action = ActionWouldUnlink
-		log.Info("would unlink")
+		log.Info("[DRY-RUN] would unlink")
 		return
 	}
 	err := UnlinkAt(s.e.dir.fd, s.e.name, s.ID)
 	switch {
 	case err == nil:
 		s.Action = ActionUnlinked
-		log.Info("unlinked")
+		log.Info("[SWEEP] unlinked")
 	case errors.Is(err, ErrGone):
 		s.Reason += "; already gone"
 		log.Info("already gone")

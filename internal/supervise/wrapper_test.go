@@ -118,13 +118,15 @@ func startWrapper(t *testing.T, init fingerprint.Stat, flags []string, command .
 	return w
 }
 
-// fakeKCServer returns the command line of the fake supervisor, staying
-// in the wrapper's group (real supervisors under the wrapper must not
-// call setsid), and the ready file it writes its pid to.
-func fakeKCServer(t *testing.T, sockDir string, extra ...string) ([]string, string) {
+// fakeKCServer returns the command line of the fake supervisor with two
+// children and the extra KCFAKE_* settings (through env(1), which execs
+// it), and the ready file it writes its pid to. Like real kcserver it
+// stays in the wrapper's group and carries no container ID.
+func fakeKCServer(t *testing.T, sockDir string, extraEnv ...string) ([]string, string) {
 	bin := testkit.BuildKCServer(t)
 	ready := filepath.Join(t.TempDir(), "ready")
-	return append([]string{bin, "--socket-dir=" + sockDir, "--ready-file=" + ready, "--container-id=" + cid, "--setsid=false", "--children=2"}, extra...), ready
+	argv := append([]string{"env", "KCFAKE_READY_FILE=" + ready, "KCFAKE_CHILDREN=2"}, extraEnv...)
+	return append(argv, bin, "--transport=socket", "--socket-dir="+sockDir), ready
 }
 
 // waitReady returns the fake's identity once it has written its ready
@@ -137,7 +139,8 @@ func waitReady(t *testing.T, w *wrapper, ready string) fingerprint.Stat {
 		if err != nil {
 			return w.exited()
 		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+		first, _, _ := strings.Cut(string(data), "\n")
+		pid, err := strconv.Atoi(first)
 		if err != nil {
 			return false
 		}
@@ -250,7 +253,7 @@ func TestInitDeathTakesGroupDown(t *testing.T) {
 // that ignores SIGTERM gets SIGKILL after the grace.
 func TestStopSignal(t *testing.T) {
 	_, init := supervisetest.Process(t, "sleep", "1000000")
-	argv, ready := fakeKCServer(t, t.TempDir(), "--stubborn-child")
+	argv, ready := fakeKCServer(t, t.TempDir(), "KCFAKE_STUBBORN_CHILD=1")
 	w := startWrapper(t, init, []string{"--kill-grace=300ms"}, argv...)
 	waitReady(t, w, ready)
 	var members []fingerprint.Stat
@@ -286,7 +289,7 @@ func TestPdeathsig(t *testing.T) {
 		extra []string
 	}{
 		{"TERM", nil, nil},
-		{"KILL to a supervisor ignoring TERM", []string{"--pdeathsig=KILL"}, []string{"--ignore-term"}},
+		{"KILL to a supervisor ignoring TERM", []string{"--pdeathsig=KILL"}, []string{"KCFAKE_IGNORE_TERM=1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, init := supervisetest.Process(t, "sleep", "1000000")
@@ -382,9 +385,9 @@ func TestInitAlreadyGone(t *testing.T) {
 // the wrapper's group; the wrapper still takes its group down.
 func TestCommandLeavingTheGroup(t *testing.T) {
 	_, init := supervisetest.Process(t, "sleep", "1000000")
-	bin := testkit.BuildKCServer(t)
-	ready := filepath.Join(t.TempDir(), "ready")
-	w := startWrapper(t, init, []string{"--kill-grace=1s"}, bin, "--socket-dir="+t.TempDir(), "--ready-file="+ready, "--container-id="+cid, "--setsid=true", "--children=2")
+	argv, ready := fakeKCServer(t, t.TempDir())
+	// setsid(1), not in the wrapper's group's lead, calls setsid and execs.
+	w := startWrapper(t, init, []string{"--kill-grace=1s"}, append([]string{"setsid"}, argv...)...)
 	kc := waitReady(t, w, ready)
 	supervisetest.KillGroups(t, func() []int { return []int{kc.PID} })
 	var members []fingerprint.Stat

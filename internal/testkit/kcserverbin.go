@@ -4,7 +4,6 @@ package testkit
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,23 +28,78 @@ func BuildKCServer(t testing.TB) string {
 	return Build(t, KCServerPackage, "kcserver")
 }
 
+// Fake says how StartKCServer runs the fake supervisor: real kcserver
+// flags in Args, the fake's test knobs (KCFAKE_*, see ./kcserver) in the
+// other fields.
+type Fake struct {
+	// Args are more kcserver flags, after "--transport=socket" and (when
+	// StartKCServer's dir is not empty) "--socket-dir=<dir>".
+	Args []string
+	// Env is added to the fake's environment (e.g. XDG_RUNTIME_DIR=…).
+	Env []string
+	// ContainerID, when set, runs the fake the way kc-hook runs a
+	// supervisor: as the command of a `kc-hook supervise <ContainerID>
+	// <init> …` wrapper that leads the group and carries the ID in its
+	// argv (kcserver has no container-ID flag). The wrapper's "init" is
+	// InitPID, or a sleep the test starts and owns.
+	ContainerID string
+	InitPID     int
+
+	Children     int           // KCFAKE_CHILDREN
+	Stubborn     bool          // KCFAKE_STUBBORN_CHILD
+	Sessions     string        // KCFAKE_SESSIONS (a JSON file)
+	OpenChannels bool          // KCFAKE_OPEN_CHANNELS: make session sockets
+	Hang         bool          // KCFAKE_HANG
+	Delay        time.Duration // KCFAKE_DELAY
+	Comm         string        // KCFAKE_COMM
+	IgnoreTerm   bool          // KCFAKE_IGNORE_TERM
+	IdleCheck    time.Duration // KCFAKE_IDLE_CHECK
+
+	raw bool // Args are the whole command line (for testkit's own tests)
+}
+
+// Environ returns the KCFAKE_* variables for f's knobs, plus f.Env.
+func (f Fake) Environ() []string {
+	var env []string
+	add := func(ok bool, kv string) {
+		if ok {
+			env = append(env, kv)
+		}
+	}
+	add(f.Children > 0, "KCFAKE_CHILDREN="+strconv.Itoa(f.Children))
+	add(f.Stubborn, "KCFAKE_STUBBORN_CHILD=1")
+	add(f.Sessions != "", "KCFAKE_SESSIONS="+f.Sessions)
+	add(f.OpenChannels, "KCFAKE_OPEN_CHANNELS=1")
+	add(f.Hang, "KCFAKE_HANG=1")
+	add(f.Delay > 0, "KCFAKE_DELAY="+f.Delay.String())
+	add(f.Comm != "", "KCFAKE_COMM="+f.Comm)
+	add(f.IgnoreTerm, "KCFAKE_IGNORE_TERM=1")
+	add(f.IdleCheck > 0, "KCFAKE_IDLE_CHECK="+f.IdleCheck.String())
+	return append(env, f.Env...)
+}
+
 // KCServer is a running fake supervisor started by StartKCServer.
 type KCServer struct {
 	PID    int    // the fake's pid
-	Dir    string // its --socket-dir
-	Socket string // its control socket, Dir/kc-<PID>.sock
-	Cmd    *exec.Cmd
+	PGID   int    // its process group: its own, or its wrapper's
+	Dir    string // its --socket-dir ("" if none was given)
+	Socket string // its control socket, as it reported it
+	// Cmd is the process StartKCServer started: the fake, or its
+	// kc-hook supervise wrapper when Fake.ContainerID was set.
+	Cmd *exec.Cmd
 	// Children are the identities of the fake's direct children, read once
 	// it was ready.
 	Children []fingerprint.Stat
 
+	self   fingerprint.Stat
 	exited chan struct{}
 	stderr *lockedBuffer
 	mu     sync.Mutex
 	err    error
 }
 
-// Stderr returns what the fake has written to its stderr so far.
+// Stderr returns what the fake (or its wrapper) has written to stderr so
+// far.
 func (k *KCServer) Stderr() string { return k.stderr.String() }
 
 type lockedBuffer struct {
@@ -65,23 +119,52 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-// StartKCServer builds (once) and starts the fake with --socket-dir dir,
-// a ready file, and the extra args (e.g. "--children=2", "--hang"), and
-// waits until it listens. Cleanup SIGKILLs the fake and each recorded
-// child by PID (after re-checking its start time) unless already gone.
-func StartKCServer(t testing.TB, dir string, args ...string) *KCServer {
+// StartKCServer builds (once) and starts the fake with
+// "--transport=socket", "--socket-dir=<dir>" (unless dir is empty) and
+// f.Args, and waits until it listens. Started directly, it is made a
+// session leader by its launcher (this function), as Positron's or
+// kc-hook's launch would; with f.ContainerID it runs under kc-hook
+// supervise. Cleanup SIGKILLs the fake, its wrapper and each recorded
+// child (after re-checking their identity) unless already gone.
+func StartKCServer(t testing.TB, dir string, f Fake) *KCServer {
 	t.Helper()
 	bin := BuildKCServer(t)
 	ready := filepath.Join(t.TempDir(), "ready")
-	argv := append([]string{"--socket-dir=" + dir, "--ready-file=" + ready}, args...)
-	cmd := exec.Command(bin, argv...)
+	argv := []string{bin}
+	if !f.raw {
+		argv = append(argv, "--transport=socket")
+	}
+	if dir != "" {
+		argv = append(argv, "--socket-dir="+dir)
+	}
+	argv = append(argv, f.Args...)
+	env := append(append(os.Environ(), "KCFAKE_READY_FILE="+ready), f.Environ()...)
+
+	var cmd *exec.Cmd
+	if f.ContainerID != "" {
+		init := f.InitPID
+		if init == 0 {
+			init = startInit(t)
+		}
+		st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, init)
+		if err != nil {
+			t.Fatalf("init stand-in %d: %v", init, err)
+		}
+		hook := Build(t, KCHookPackage, "kc-hook")
+		wrap := []string{"supervise", "--state-dir=", "--max-restarts=0", "--kill-grace=2s",
+			f.ContainerID, strconv.Itoa(init), strconv.FormatUint(st.StartTicks, 10), "--"}
+		cmd = exec.Command(hook, append(wrap, argv...)...)
+	} else {
+		cmd = exec.Command(argv[0], argv[1:]...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	}
+	cmd.Env = env
 	stderr := &lockedBuffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start fake kcserver: %v", err)
 	}
-	k := &KCServer{PID: cmd.Process.Pid, Dir: dir, Cmd: cmd, exited: make(chan struct{}), stderr: stderr}
-	k.Socket = filepath.Join(dir, fmt.Sprintf("kc-%d.sock", k.PID))
+	k := &KCServer{PGID: cmd.Process.Pid, Dir: dir, Cmd: cmd, exited: make(chan struct{}), stderr: stderr}
 	go func() {
 		err := cmd.Wait()
 		k.mu.Lock()
@@ -91,9 +174,10 @@ func StartKCServer(t testing.TB, dir string, args ...string) *KCServer {
 	}()
 	t.Cleanup(k.cleanup)
 
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if data, err := os.ReadFile(ready); err == nil && strings.TrimSpace(string(data)) == strconv.Itoa(k.PID) {
+		if pid, sock, ok := readReady(ready); ok {
+			k.PID, k.Socket = pid, sock
 			break
 		}
 		select {
@@ -102,11 +186,49 @@ func StartKCServer(t testing.TB, dir string, args ...string) *KCServer {
 		case <-time.After(5 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("fake kcserver not ready after 15s: %s", stderr.String())
+			t.Fatalf("fake kcserver not ready after 30s: %s", stderr.String())
 		}
 	}
+	if k.PID != cmd.Process.Pid && f.ContainerID == "" {
+		t.Fatalf("ready file names pid %d, not the fake's %d", k.PID, cmd.Process.Pid)
+	}
+	st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, k.PID)
+	if err != nil {
+		t.Fatalf("fake kcserver %d: %v", k.PID, err)
+	}
+	k.self = st
 	k.Children = childrenOf(k.PID)
 	return k
+}
+
+// readReady reads the fake's ready file: its pid, then where its control
+// listener is.
+func readReady(path string) (int, string, bool) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, "", false
+	}
+	pidStr, where, _ := strings.Cut(strings.TrimSpace(string(data)), "\n")
+	pid, err := strconv.Atoi(pidStr)
+	return pid, where, err == nil
+}
+
+// startInit starts a stand-in for a container's init process (a sleep in
+// its own group) for a wrapper to watch; cleanup kills it.
+func startInit(t testing.TB) int {
+	t.Helper()
+	c := exec.Command("sleep", "1000000")
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := c.Start(); err != nil {
+		t.Fatalf("start init stand-in: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { c.Wait(); close(done) }()
+	t.Cleanup(func() {
+		c.Process.Kill()
+		<-done
+	})
+	return c.Process.Pid
 }
 
 // childrenOf lists the live direct children of pid.
@@ -143,10 +265,21 @@ func (k *KCServer) Signal(sig syscall.Signal) error {
 		return os.ErrProcessDone
 	default:
 	}
-	return k.Cmd.Process.Signal(sig)
+	if k.PID == k.Cmd.Process.Pid {
+		return k.Cmd.Process.Signal(sig)
+	}
+	// Under a wrapper the fake is not our child: signal it only while it
+	// is still the process that got ready.
+	p, err := fingerprint.Pin(fingerprint.DefaultRoot, k.self)
+	if err != nil {
+		return os.ErrProcessDone
+	}
+	defer p.Close()
+	return p.Signal(sig)
 }
 
-// Kill SIGKILLs the fake and waits until it has exited. Its sockets stay
+// Kill SIGKILLs the fake and waits until it (or, under a wrapper, the
+// wrapper, which then has nothing left to restart) has exited. Its sockets stay
 // behind and its children live on, as with a real supervisor.
 func (k *KCServer) Kill(t testing.TB) {
 	t.Helper()
@@ -154,7 +287,8 @@ func (k *KCServer) Kill(t testing.TB) {
 	k.Wait(t)
 }
 
-// Wait waits (up to 15s) for the fake to exit.
+// Wait waits (up to 15s) for the fake to exit (under a wrapper: for the
+// wrapper to exit).
 func (k *KCServer) Wait(t testing.TB) {
 	t.Helper()
 	select {
@@ -165,7 +299,13 @@ func (k *KCServer) Wait(t testing.TB) {
 }
 
 func (k *KCServer) cleanup() {
-	k.Signal(syscall.SIGKILL)
+	k.Cmd.Process.Signal(syscall.SIGKILL)
+	if k.self.PID != 0 {
+		if p, err := fingerprint.Pin(fingerprint.DefaultRoot, k.self); err == nil {
+			p.Signal(syscall.SIGKILL)
+			p.Close()
+		}
+	}
 	<-k.exited
 	for _, c := range k.Children {
 		if fingerprint.Alive(fingerprint.DefaultRoot, c) {

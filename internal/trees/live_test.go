@@ -29,8 +29,8 @@ func findTree(ts []Tree, pgid int) *Tree {
 
 func TestScanRealSupervisor(t *testing.T) {
 	dir := t.TempDir()
-	k := testkit.StartKCServer(t, dir, "--container-id="+cidLive, "--children=2")
-	bare := testkit.StartKCServer(t, t.TempDir()) // no container ID: never a tree
+	k := testkit.StartKCServer(t, dir, testkit.Fake{ContainerID: cidLive, Children: 2})
+	bare := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{}) // no container ID: never a tree
 	for _, tt := range []struct {
 		lister Lister
 		want   string
@@ -53,15 +53,15 @@ func scanRealSupervisor(t *testing.T, k, bare *testkit.KCServer, lister Lister, 
 	if stats.Lister != wantLister || stats.ListerFallback != "" {
 		t.Errorf("listed by %q (fallback %q), want %q", stats.Lister, stats.ListerFallback, wantLister)
 	}
-	tr := findTree(got, k.PID)
+	tr := findTree(got, k.PGID)
 	if tr == nil {
 		t.Fatalf("tree of fake kcserver %d not found among %d trees (stats %+v)", k.PID, len(got), stats)
 	}
 	if tr.ContainerID != cidLive || !tr.Signalable() || !tr.AgeKnown || tr.UID != 0 {
 		t.Errorf("tree = %+v", tr)
 	}
-	if len(tr.Members) != 3 {
-		t.Errorf("members = %d, want 3 (kcserver + 2 children)", len(tr.Members))
+	if len(tr.Members) != 4 {
+		t.Errorf("members = %d, want 4 (kc-hook supervise, kcserver, 2 children)", len(tr.Members))
 	}
 	if findTree(got, bare.PID) != nil {
 		t.Errorf("a kcserver without a container ID was reported as a tree")
@@ -80,9 +80,9 @@ func scanRealSupervisor(t *testing.T, k, bare *testkit.KCServer, lister Lister, 
 // process, on the same live process table.
 func TestFastScanMatchesFullScan(t *testing.T) {
 	for i := 0; i < 3; i++ {
-		testkit.StartKCServer(t, t.TempDir(), "--container-id="+cidLive, "--children=1")
+		testkit.StartKCServer(t, t.TempDir(), testkit.Fake{ContainerID: cidLive, Children: 1})
 	}
-	testkit.StartKCServer(t, t.TempDir(), "--children=1")
+	testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Children: 1})
 
 	for _, p := range pipelines {
 		t.Run(fmt.Sprintf("proc/%+v", p), func(t *testing.T) { fastMatchesFull(t, Options{Lister: ListProc, pipeline: p}) })

@@ -21,7 +21,7 @@ import (
 
 func startBenchTrees(b *testing.B) {
 	for range 3 {
-		testkit.StartKCServer(b, b.TempDir(), "--container-id="+cidLive, "--children=2")
+		testkit.StartKCServer(b, b.TempDir(), testkit.Fake{ContainerID: cidLive, Children: 2})
 	}
 }
 
@@ -139,7 +139,7 @@ func errClass(err error) string {
 // process of the host, on thread IDs and on malformed fixtures: the fast
 // and the full scan then decide on the same data.
 func TestProcReaderMatchesFingerprint(t *testing.T) {
-	k := testkit.StartKCServer(t, t.TempDir(), "--container-id="+cidLive, "--children=2")
+	k := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{ContainerID: cidLive, Children: 2})
 	r := newProcReader("/proc")
 	defer r.close()
 
@@ -189,8 +189,11 @@ func TestProcReaderMatchesFingerprint(t *testing.T) {
 	if compared < 5 || threads == 0 {
 		t.Fatalf("compared %d processes and %d thread IDs; expected more", compared, threads)
 	}
-	id, err := r.identity(k.PID)
-	if err != nil || containerid.FromArgv(id.Argv)[0] != cidLive || id.Comm != "kcserver" {
+	id, err := r.identity(k.PGID)
+	if err != nil || containerid.FromArgv(id.Argv)[0] != cidLive || id.Comm != WrapperComm {
+		t.Errorf("fake supervisor's wrapper %d: %+v, %v", k.PGID, id, err)
+	}
+	if id, err := r.identity(k.PID); err != nil || id.Comm != "kcserver" {
 		t.Errorf("fake supervisor %d: %+v, %v", k.PID, id, err)
 	}
 

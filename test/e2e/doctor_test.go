@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kc-watchman/kc-watchman/internal/podmantest"
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
 )
 
 type doctorCheck struct {
@@ -65,8 +66,8 @@ func TestDoctorRealPodman(t *testing.T) {
 		t.Fatal(err)
 	}
 	sockDir := t.TempDir()
-	_, strayTree := startTree(t, sockDir, stopped, "--comm="+comm, "--sessions="+sessions)
-	_, liveTree := startTree(t, sockDir, running, "--comm="+comm, "--sessions="+noSessions)
+	_, strayTree := startTree(t, sockDir, stopped, testkit.Fake{Comm: comm, Sessions: sessions})
+	_, liveTree := startTree(t, sockDir, running, testkit.Fake{Comm: comm, Sessions: noSessions})
 	e.Stop(t, stopped)
 
 	env := e.Environ()

@@ -125,22 +125,24 @@ func waitAllDead(t testing.TB, ms []fingerprint.Stat, within time.Duration) {
 	}
 }
 
-// startTree starts a fake kcserver tree for container id: the supervisor,
-// two sleeping kernels and one that ignores SIGTERM, plus extra fake flags.
-// It returns the server and the group's members once all are there.
-func startTree(t *testing.T, sockDir, id string, extra ...string) (*testkit.KCServer, []fingerprint.Stat) {
+// startTree starts a fake kcserver tree for container id the way kc-hook
+// would: a `kc-hook supervise` wrapper carrying the ID (watching a
+// stand-in init, not the container's), the supervisor, two sleeping
+// kernels and one that ignores SIGTERM, plus f's other settings. It
+// returns the server and the group's members once all are there.
+func startTree(t *testing.T, sockDir, id string, f testkit.Fake) (*testkit.KCServer, []fingerprint.Stat) {
 	t.Helper()
-	args := append([]string{"--container-id=" + id, "--children=2", "--stubborn-child"}, extra...)
-	k := testkit.StartKCServer(t, sockDir, args...)
+	f.ContainerID, f.Children, f.Stubborn = id, 2, true
+	k := testkit.StartKCServer(t, sockDir, f)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		ms := group(t, k.PID)
-		if len(ms) >= 4 {
+		ms := group(t, k.PGID)
+		if len(ms) >= 5 {
 			t.Cleanup(func() { killGroup(ms) })
 			return k, ms
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("tree of %d has %d members, want 4", k.PID, len(ms))
+			t.Fatalf("tree of %d has %d members, want 5", k.PGID, len(ms))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -28,10 +28,10 @@ func TestHookReapsTreeOnStop(t *testing.T) {
 
 	// --ignore-term: the supervisor survives SIGTERM, so it dies by SIGKILL
 	// without removing its socket, and the hook must unlink it.
-	k, tree := startTree(t, sockDir, id, "--ignore-term")
+	k, tree := startTree(t, sockDir, id, testkit.Fake{IgnoreTerm: true})
 	// A tree of another container, and a foreign group (a shell that ran a
 	// supervisor by hand) carrying this container's ID: both must survive.
-	_, other := startTree(t, t.TempDir(), otherContainer)
+	_, other := startTree(t, t.TempDir(), otherContainer, testkit.Fake{})
 	foreign := startForeign(t, id)
 
 	store, err := ledger.OpenReadOnly(state)
@@ -65,7 +65,7 @@ func TestHookReapsTreeOnStop(t *testing.T) {
 	}
 	var reaped *ledger.Tree
 	for i := range rec.Trees {
-		if rec.Trees[i].PGID == k.PID {
+		if rec.Trees[i].PGID == k.PGID {
 			reaped = &rec.Trees[i]
 		}
 	}
@@ -86,7 +86,7 @@ func TestHookOnRestart(t *testing.T) {
 	installHook(t, e, state)
 	id := e.Run(t)
 	for i := 0; i < 2; i++ {
-		_, tree := startTree(t, t.TempDir(), id)
+		_, tree := startTree(t, t.TempDir(), id, testkit.Fake{})
 		if _, err := e.Podman("restart", "-t", "0", id); err != nil {
 			t.Fatal(err)
 		}
@@ -97,12 +97,14 @@ func TestHookOnRestart(t *testing.T) {
 	}
 }
 
-// startForeign starts `sh -c 'kcserver … & wait'` in its own process group:
-// the shell leads the group, the supervisor carries the container ID.
+// startForeign starts a shell in its own process group that runs kcserver
+// by hand (the shape of Positron's supervisor-wrapper.sh) next to a
+// process carrying the container ID: the shell, neither anchor nor
+// supervisor, leads the group.
 func startForeign(t *testing.T, id string) []fingerprint.Stat {
 	t.Helper()
 	bin := testkit.BuildKCServer(t)
-	cmd := exec.Command("sh", "-c", `"$0" --setsid=false --socket-dir "$1" --container-id="$2" & wait`, bin, t.TempDir(), id)
+	cmd := exec.Command("sh", "-c", `"$0" --transport socket --socket-dir "$1" & sh -c 'sleep 1000000; :' anchor "$2" & wait`, bin, t.TempDir(), id)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -115,10 +117,8 @@ func startForeign(t *testing.T, id string) []fingerprint.Stat {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ms := group(t, pgid)
-		for _, m := range ms {
-			if m.Comm == "kcserver" {
-				return ms
-			}
+		if len(ms) == 4 && slices.ContainsFunc(ms, func(m fingerprint.Stat) bool { return m.Comm == "kcserver" }) {
+			return ms // sh, kcserver, the anchor sh and its sleep
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("foreign group %d never got its kcserver", pgid)
@@ -137,7 +137,7 @@ func TestHookAfterContainerDiesByItself(t *testing.T) {
 	state := t.TempDir()
 	installHook(t, e, state)
 	id := e.Run(t)
-	_, tree := startTree(t, t.TempDir(), id)
+	_, tree := startTree(t, t.TempDir(), id, testkit.Fake{})
 
 	if _, err := e.Podman("kill", "-s", "KILL", id); err != nil {
 		t.Fatal(err)

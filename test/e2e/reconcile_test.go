@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kc-watchman/kc-watchman/internal/podmantest"
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
 )
 
 type reconcileReport struct {
@@ -53,8 +54,8 @@ func TestReconcileRealPodman(t *testing.T) {
 	// A supervisor name of this test's own: --apply must not reap the fake
 	// trees of tests running in parallel in other packages.
 	const comm = "kcsrv-e2e-rec"
-	_, strayTree := startTree(t, t.TempDir(), stopped, "--ignore-term", "--comm="+comm)
-	_, liveTree := startTree(t, t.TempDir(), running, "--comm="+comm)
+	_, strayTree := startTree(t, t.TempDir(), stopped, testkit.Fake{IgnoreTerm: true, Comm: comm})
+	_, liveTree := startTree(t, t.TempDir(), running, testkit.Fake{Comm: comm})
 	e.Stop(t, stopped) // no hook installed: the tree stays
 
 	env := append(e.Environ(), "KC_STATE_DIR="+t.TempDir())

@@ -20,12 +20,11 @@ import (
 )
 
 // superviseEnv is a private podman with kc-hook installed and an
-// allowlist naming one supervisor, "fake": the fake kcserver, in the
-// wrapper's group, with the container ID in its argv and two kernels.
+// allowlist naming one supervisor, "fake": the shipped example's
+// "kallichore" entry with the fake kcserver as argv[0] and two kernels.
 type superviseEnv struct {
-	pm      *podmantest.Env
-	state   string
-	sockDir string
+	pm    *podmantest.Env
+	state string
 
 	mu  sync.Mutex
 	ids []string
@@ -36,15 +35,12 @@ type superviseEnv struct {
 // container the test ran (before podmantest removes the containers).
 func newSuperviseEnv(t *testing.T, stages ...string) *superviseEnv {
 	t.Helper()
-	s := &superviseEnv{pm: podmantest.New(t), state: t.TempDir(), sockDir: t.TempDir()}
+	s := &superviseEnv{pm: podmantest.New(t), state: t.TempDir()}
 	etc := filepath.Join(t.TempDir(), "etc")
 	if err := os.Mkdir(etc, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	allow := map[string]any{"supervisors": map[string]any{"fake": map[string]any{
-		"argv": []string{testkit.BuildKCServer(t), "--socket-dir=" + s.sockDir, "--container-id={{container_id}}", "--setsid=false", "--children=2"},
-	}}}
-	data, _ := json.Marshal(allow)
+	data, _ := json.Marshal(exampleAllowlist(t))
 	file := filepath.Join(etc, "supervisors.json")
 	if err := os.WriteFile(file, data, 0o644); err != nil {
 		t.Fatal(err)
@@ -176,13 +172,17 @@ func TestSupervisorStartsWithContainer(t *testing.T) {
 		t.Errorf("wrapper watches %+v (err %v), container init is %d", spec.Init, err, s.pm.InitPID(t, id))
 	}
 	kc := member(tr, "kcserver")
-	if !slices.Contains(kc.Argv, "--container-id="+id) {
-		t.Errorf("supervisor argv %q lacks the substituted container ID", kc.Argv)
+	if want := exampleAllowlist(t)["supervisors"].(map[string]any)["fake"].(map[string]any)["argv"].([]string); !slices.Equal(kc.Argv, want) {
+		t.Errorf("supervisor argv %q, want the example's %q", kc.Argv, want)
 	}
-	sock := filepath.Join(s.sockDir, fmt.Sprintf("kc-%d.sock", kc.PID))
+	// The example puts the control socket in /tmp, where sweep looks by
+	// default; real kcserver would make no socket at all without
+	// --transport socket.
+	sock := filepath.Join("/tmp", fmt.Sprintf("kc-%d.sock", kc.PID))
 	if _, err := os.Stat(sock); err != nil {
 		t.Errorf("supervisor socket: %v", err)
 	}
+	t.Cleanup(func() { removeIfSocket(sock) })
 	store, err := ledger.OpenReadOnly(s.state)
 	if err != nil {
 		t.Fatal(err)
@@ -340,5 +340,41 @@ func TestSupervisorRestart(t *testing.T) {
 				t.Errorf("container is %s", st)
 			}
 		})
+	}
+}
+
+// exampleAllowlist is docs/supervisors.example.json with its "kallichore"
+// entry renamed "fake", the fake kcserver as argv[0] and every flag as
+// shipped; only the environment gains the fake's two kernels.
+func exampleAllowlist(t *testing.T) map[string]any {
+	t.Helper()
+	data, err := os.ReadFile("../../docs/supervisors.example.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var al struct {
+		Supervisors map[string]struct {
+			Argv []string `json:"argv"`
+			Env  []string `json:"env"`
+		} `json:"supervisors"`
+	}
+	if err := json.Unmarshal(data, &al); err != nil {
+		t.Fatal(err)
+	}
+	e, ok := al.Supervisors["kallichore"]
+	if !ok || len(e.Argv) == 0 || filepath.Base(e.Argv[0]) != "kcserver" {
+		t.Fatalf("the example has no kcserver entry named kallichore: %s", data)
+	}
+	argv := append([]string{testkit.BuildKCServer(t)}, e.Argv[1:]...)
+	return map[string]any{"supervisors": map[string]any{"fake": map[string]any{
+		"argv": argv,
+		"env":  append(e.Env, "KCFAKE_CHILDREN=2"),
+	}}}
+}
+
+// removeIfSocket removes p if it is a socket (a fake's leftover in /tmp).
+func removeIfSocket(p string) {
+	if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		os.Remove(p)
 	}
 }

@@ -176,7 +176,7 @@ func TestSweepUnderAttack(t *testing.T) {
 		plant(orphanSocket(t, outside, name()), "stale socket behind a glob-matched symlink", false)
 
 		// A live supervisor: kept.
-		k := testkit.StartKCServer(t, private, "--comm="+sweepComm, "--session-socket")
+		k := testkit.StartKCServer(t, private, testkit.Fake{Comm: sweepComm, OpenChannels: true})
 		plant(k.Socket, "live supervisor's socket", false)
 
 		// Swaps between classification and unlink, held by a tripwire:

@@ -81,6 +81,10 @@ func run() (code int) {
 		fmt.Fprintln(os.Stderr, "kcbench:", err)
 		return 1
 	}
+	if pop.hookBin, err = filepath.Abs(filepath.Join(cfg.bin, "kc-hook")); err != nil {
+		fmt.Fprintln(os.Stderr, "kcbench:", err)
+		return 1
+	}
 	if !cfg.keepTmp {
 		pop.atCleanup(func() { os.RemoveAll(tmp) })
 	}
@@ -472,7 +476,7 @@ func (b *bench) plant() error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			c, err := pop.startKCServer(b.kcserver, "tree", "--socket-dir="+sock, "--container-id="+id, "--children=2")
+			c, _, err := pop.startKCServer(b.kcserver, "tree", id, []string{"KCFAKE_CHILDREN=2"}, "--socket-dir="+sock)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -497,16 +501,16 @@ func (b *bench) plant() error {
 	if err := copyFile(b.kcserver, conmon); err != nil {
 		return err
 	}
-	if _, err := pop.startKCServer(conmon, "decoy-conmon", "--socket-dir="+sock, "--container-id="+b.strayIDs[0]); err != nil {
+	if _, _, err := pop.startKCServer(conmon, "decoy-conmon", b.strayIDs[0], nil, "--socket-dir="+sock); err != nil {
 		return err
 	}
 	// A supervisor without a container ID (a desktop Positron's).
-	if _, err := pop.startKCServer(b.kcserver, "decoy-desktop", "--socket-dir="+sock, "--children=1"); err != nil {
+	if _, _, err := pop.startKCServer(b.kcserver, "decoy-desktop", "", []string{"KCFAKE_CHILDREN=1"}, "--socket-dir="+sock); err != nil {
 		return err
 	}
 	// A foreign group: a shell leads a group holding a supervisor.
 	ready := filepath.Join(b.tmp, "ready-foreign")
-	sh := fmt.Sprintf("%s --setsid=false --socket-dir=%s --container-id=%s --children=1 --ready-file=%s & wait", b.kcserver, sock, randomID(), ready)
+	sh := fmt.Sprintf("KCFAKE_CHILDREN=1 KCFAKE_READY_FILE=%s %s --transport=socket --socket-dir=%s & sh -c 'sleep 1000000; :' anchor %s & wait", ready, b.kcserver, sock, randomID())
 	fc, err := pop.start("decoy-foreign", []string{"/bin/sh", "-c", sh}, nil, true)
 	if err != nil {
 		return err
@@ -514,18 +518,21 @@ func (b *bench) plant() error {
 	if err := waitFile(ready, 30*time.Second); err != nil {
 		return fmt.Errorf("foreign decoy: %v: %s", err, fc.logTail())
 	}
-	// A crashed supervisor: kcserver SIGKILLed, its children live on in
+	// A crashed supervisor: its wrapper SIGKILLed and kcserver gone, the kernels live on in
 	// its group with nothing tying them to the container but the ledger's
 	// identities (passed to the in-process scans as Known).
 	crashedID := randomID()
-	cc, err := pop.startKCServer(b.kcserver, "decoy-crashed", "--socket-dir="+sock, "--container-id="+crashedID, "--children=2")
+	cc, kc, err := pop.startKCServer(b.kcserver, "decoy-crashed", crashedID, []string{"KCFAKE_CHILDREN=2"}, "--socket-dir="+sock)
 	if err != nil {
 		return err
 	}
-	syscall.Kill(cc.pid, syscall.SIGKILL) // our unreaped child: its PID is still ours
+	// SIGKILL to the wrapper (our unreaped child: its PID is still ours)
+	// takes the fake down by its parent-death signal; the kernels stay.
+	syscall.Kill(cc.pid, syscall.SIGKILL)
 	for i := 0; ; i++ {
-		st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, cc.pid)
-		if err == nil && st.Zombie() {
+		st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, kc)
+		w, errW := fingerprint.ReadStat(fingerprint.DefaultRoot, cc.pid)
+		if (err != nil || st.Zombie()) && errW == nil && w.Zombie() {
 			break
 		}
 		if i > 3000 {

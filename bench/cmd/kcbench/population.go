@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 )
 
 // population is everything the harness starts, and the way it all goes
@@ -34,6 +36,12 @@ type population struct {
 	next     int
 	cleanups []func()
 	once     sync.Once
+
+	// hookBin runs trees' `kc-hook supervise` wrappers; they watch
+	// initPID (a sleep the population owns) as their container's init.
+	hookBin   string
+	initPID   int
+	initTicks uint64
 
 	mode       string // "clone" or "exec"
 	fillerBin  string
@@ -280,33 +288,77 @@ func (c *child) logTail() string {
 	return s
 }
 
-// startKCServer starts the fake supervisor with a ready file and waits
-// until it listens. The fake calls setsid itself: it leads its own group.
-func (p *population) startKCServer(bin, name string, args ...string) (*child, error) {
+// startKCServer starts the fake supervisor (socket transport, the fake's
+// KCFAKE_* knobs, more kcserver flags in args) in a new process group and
+// waits until it listens; it returns the group's leader and the fake's
+// pid. kcserver has no container-ID flag: with cid, the fake runs as the
+// command of a `kc-hook supervise <cid> …` wrapper, which carries the ID
+// and leads the group, as kc-hook starts supervisors.
+func (p *population) startKCServer(bin, name, cid string, knobs []string, args ...string) (*child, int, error) {
 	ready := filepath.Join(p.tmp, "ready", fmt.Sprintf("%s-%d", name, time.Now().UnixNano()))
 	if err := os.MkdirAll(filepath.Dir(ready), 0o755); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	argv := append([]string{bin, "--ready-file=" + ready}, args...)
-	c, err := p.start(name, argv, nil, false)
+	argv := append([]string{bin, "--transport=socket"}, args...)
+	if cid != "" {
+		init, ticks, err := p.initStandIn()
+		if err != nil {
+			return nil, 0, err
+		}
+		argv = append([]string{p.hookBin, "supervise", "--state-dir=", "--max-restarts=0",
+			cid, strconv.Itoa(init), strconv.FormatUint(ticks, 10), "--"}, argv...)
+	}
+	env := append(append(os.Environ(), "KCFAKE_READY_FILE="+ready), knobs...)
+	c, err := p.start(name, argv, env, true)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if data, err := os.ReadFile(ready); err == nil && strings.TrimSpace(string(data)) == strconv.Itoa(c.pid) {
-			os.Remove(ready)
-			return c, nil
+		if data, err := os.ReadFile(ready); err == nil {
+			first, _, _ := strings.Cut(string(data), "\n")
+			if pid, err := strconv.Atoi(first); err == nil && (cid != "" || pid == c.pid) {
+				os.Remove(ready)
+				return c, pid, nil
+			}
 		}
 		if p.exited(c) {
-			return nil, fmt.Errorf("%s exited before it was ready: %s", name, c.logTail())
+			return nil, 0, fmt.Errorf("%s exited before it was ready: %s", name, c.logTail())
 		}
 		if time.Now().After(deadline) {
 			p.reap(c)
-			return nil, fmt.Errorf("%s not ready after 30s: %s", name, c.logTail())
+			return nil, 0, fmt.Errorf("%s not ready after 30s: %s", name, c.logTail())
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// initStandIn starts (once) the process trees' wrappers watch as their
+// container's init.
+func (p *population) initStandIn() (int, uint64, error) {
+	p.mu.Lock()
+	pid, ticks := p.initPID, p.initTicks
+	p.mu.Unlock()
+	if pid != 0 {
+		return pid, ticks, nil
+	}
+	if p.hookBin == "" {
+		return 0, 0, errors.New("no kc-hook to run supervisor trees with")
+	}
+	c, err := p.start("init-stand-in", []string{"/bin/sleep", "1000000"}, nil, true)
+	if err != nil {
+		return 0, 0, err
+	}
+	st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, c.pid)
+	if err != nil {
+		return 0, 0, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.initPID == 0 {
+		p.initPID, p.initTicks = c.pid, st.StartTicks
+	}
+	return p.initPID, p.initTicks, nil
 }
 
 // cleanup kills and reaps everything, then runs the registered cleanups.

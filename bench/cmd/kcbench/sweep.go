@@ -49,7 +49,7 @@ func newSweepFixture(pop *population, kcserver, dir string) (*sweepFixture, erro
 		return nil, err
 	}
 	for range 10 {
-		c, err := pop.startKCServer(kcserver, "sweep-live", "--socket-dir="+dir, "--sessions="+live48, "--session-socket")
+		c, _, err := pop.startKCServer(kcserver, "sweep-live", "", []string{"KCFAKE_SESSIONS=" + live48, "KCFAKE_OPEN_CHANNELS=1"}, "--socket-dir="+dir)
 		if err != nil {
 			return nil, err
 		}
@@ -57,7 +57,7 @@ func newSweepFixture(pop *population, kcserver, dir string) (*sweepFixture, erro
 		f.Live += 49
 	}
 	for range 10 {
-		c, err := pop.startKCServer(kcserver, "sweep-hung", "--socket-dir="+dir, "--hang")
+		c, _, err := pop.startKCServer(kcserver, "sweep-hung", "", []string{"KCFAKE_HANG=1"}, "--socket-dir="+dir)
 		if err != nil {
 			return nil, err
 		}
@@ -65,7 +65,7 @@ func newSweepFixture(pop *population, kcserver, dir string) (*sweepFixture, erro
 		f.Hung++
 	}
 	for range 100 {
-		c, err := pop.startKCServer(kcserver, "sweep-stale", "--socket-dir="+dir, "--sessions="+stale4, "--session-socket")
+		c, _, err := pop.startKCServer(kcserver, "sweep-stale", "", []string{"KCFAKE_SESSIONS=" + stale4, "KCFAKE_OPEN_CHANNELS=1"}, "--socket-dir="+dir)
 		if err != nil {
 			return nil, err
 		}

@@ -2,50 +2,60 @@
 // built by testkit.BuildKCServer as a binary named exactly "kcserver", so
 // that its comm is the one kc-watchman's supervisor rules look for.
 //
-// It serves GET /status (ServerStatus) and GET /sessions
-// ({"total": n, "sessions": [...]}) as HTTP/1.1 on Unix sockets, the way
-// Kallichore does, spawns children into its own process group, and leaves
-// exactly the corpses a real supervisor leaves: on SIGTERM/SIGINT it
-// unlinks its sockets and exits; on SIGKILL the sockets stay behind; its
-// children are never killed by it (they become real orphans).
+// Its command line is real kcserver's (0.1.64, clap): an unknown flag or a
+// stray argument exits 2, and there is no container-ID flag — a container's
+// ID is carried by whatever launched it (the `kc-hook supervise` wrapper).
+// It does not make itself a session or group leader either: launchers do.
 //
-// Flags (single or double dash; "--flag=value" or "--flag value"):
+//	--port N                      TCP port (default 0: any)
+//	--transport tcp|socket|named-pipe
+//	                              default socket when --connection-file is
+//	                              given, else tcp; named-pipe is refused
+//	--socket-dir DIR              where kc-<pid>.sock goes
+//	--unix-socket PATH            the control socket's exact path
+//	--connection-file F           written once listening (JSON)
+//	--idle-shutdown-hours N       absent: never; 0: exit at the first idle
+//	                              check that finds it idle (every 30 s)
+//	--token F|none, --log-file F, --log-level L,
+//	--resource-sample-interval MS accepted; the fake needs no token
 //
-//	--socket-dir DIR     listen on DIR/kc-<own pid>.sock (default: the temp dir)
-//	--container-id ID    accepted and ignored; present so that the ID is in
-//	                     argv. Pass it as "--container-id=<ID>" to get the
-//	                     "=<id>" form, or as two elements for the bare form.
-//	--children N         start N children running "sleep 1000000" in the
-//	                     fake's process group; they carry no container ID
-//	--stubborn-child     start one extra child that ignores SIGTERM:
-//	                     sh -c 'trap "" TERM; exec sleep 1000000' (an ignored signal stays ignored across exec)
-//	--sessions FILE      JSON list of ActiveSession objects served by
-//	                     /sessions (default: one idle, disconnected session)
-//	--session-socket     also listen on DIR/kc-<pid>.<first 8 chars of the
-//	                     session id>.sock for every session
-//	--hang               accept connections and read requests, never answer
-//	--delay DUR          answer every request after DUR (e.g. 500ms)
-//	--comm NAME          set its own comm (via /proc/self/comm) before it is
-//	                     ready, so a test can give its trees a supervisor
-//	                     name no other test's janitor run will match
-//	--ready-file F       written (atomically) once every socket listens;
-//	                     contains the fake's pid and a newline
-//	--setsid             become a session (and process group) leader, like a
-//	                     real supervisor (default true; --setsid=false keeps
-//	                     the parent's session and group)
-//	--ignore-term        ignore SIGTERM and SIGINT (only SIGKILL ends it)
+// Sockets are where the real one puts them: the control socket at
+// --unix-socket, else kc-<pid>.sock in --socket-dir, else in
+// $XDG_RUNTIME_DIR, else in $TMPDIR (else /tmp). A session's socket is made
+// when its channel opens, as kc-<pid>.<first 8 of the session ID>.sock in
+// --socket-dir, else in the temp dir (no XDG step, so it can sit elsewhere
+// than the control socket), or kc-<u64 hash, lowercase hex>.sock when that
+// path would exceed 104 bytes. A leftover file at a path is removed before
+// binding. Sockets are unlinked on SIGTERM/SIGINT and POST /shutdown only:
+// the idle exit and SIGKILL leave them behind. Session sockets carry the
+// kernel's channel stream, not HTTP: they accept and never answer.
 //
-// /status reports sessions (count), active (sessions whose status is not
-// "exited"), busy (any session "busy"), idle_seconds, busy_seconds,
-// uptime_seconds, version, process_id (the fake's own pid), started and
-// server_id. Other paths answer 404.
+// GET /status answers the 0.1.64 fields (sessions, active, busy,
+// idle_seconds, busy_seconds, uptime_seconds, version, process_id,
+// started); GET /sessions answers {total, sessions}. Neither needs a token.
+//
+// Test knobs are environment variables, since real flags are all taken:
+//
+//	KCFAKE_READY_FILE=F      once listening, write "<pid>\n<control socket
+//	                         path or TCP address>\n" to F (atomically)
+//	KCFAKE_SESSIONS=F        JSON list of ActiveSession objects (default:
+//	                         one idle, disconnected python session)
+//	KCFAKE_OPEN_CHANNELS=1   open every session's channel at start, making
+//	                         its socket (socket transport only)
+//	KCFAKE_CHILDREN=N        N children "sleep 1000000" in the fake's group
+//	KCFAKE_STUBBORN_CHILD=1  one more child that ignores SIGTERM
+//	KCFAKE_HANG=1            accept, read requests, never answer
+//	KCFAKE_DELAY=DUR         answer every request after DUR
+//	KCFAKE_COMM=NAME         set its own comm before it is ready
+//	KCFAKE_IGNORE_TERM=1     ignore SIGTERM and SIGINT
+//	KCFAKE_IDLE_CHECK=DUR    interval of the idle check (default 30s)
 package main
 
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"net/http"
 	"os"
@@ -53,153 +63,366 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
-type options struct {
-	socketDir     string
-	containerID   string
-	children      int
-	stubborn      bool
-	sessionsFile  string
-	sessionSocket bool
-	hang          bool
-	delay         time.Duration
-	readyFile     string
-	comm          string
-	setsid        bool
-	ignoreTerm    bool
-}
+// maxSocketPath is the length beyond which a session socket gets a hashed
+// name (the shortest sun_path among Unix flavours Kallichore supports).
+const maxSocketPath = 104
+
+const version = "0.1.64"
 
 func main() {
-	var o options
-	fs := flag.NewFlagSet("kcserver", flag.ContinueOnError)
-	fs.StringVar(&o.socketDir, "socket-dir", os.TempDir(), "directory for kc-<pid>.sock")
-	fs.StringVar(&o.containerID, "container-id", "", "container ID (only carried in argv)")
-	fs.IntVar(&o.children, "children", 0, "number of `sleep 1000000` children in the process group")
-	fs.BoolVar(&o.stubborn, "stubborn-child", false, "start one extra child that ignores SIGTERM")
-	fs.StringVar(&o.sessionsFile, "sessions", "", "JSON `FILE` with a list of ActiveSession objects")
-	fs.BoolVar(&o.sessionSocket, "session-socket", false, "also listen on kc-<pid>.<session id[:8]>.sock")
-	fs.BoolVar(&o.hang, "hang", false, "accept, never answer")
-	fs.DurationVar(&o.delay, "delay", 0, "answer after `DUR`")
-	fs.StringVar(&o.comm, "comm", "", "set own comm to `NAME` (at most 15 bytes)")
-	fs.StringVar(&o.readyFile, "ready-file", "", "write the pid to `FILE` once listening")
-	fs.BoolVar(&o.setsid, "setsid", true, "become a session leader")
-	fs.BoolVar(&o.ignoreTerm, "ignore-term", false, "ignore SIGTERM and SIGINT")
-	if err := fs.Parse(os.Args[1:]); err != nil {
+	o, err := parseArgs(os.Args[1:])
+	if err != nil {
+		// clap's wording and exit status for a usage error.
+		fmt.Fprintf(os.Stderr, "error: %v\n\nUsage: kcserver [OPTIONS]\n\nFor more information, try '--help'.\n", err)
 		os.Exit(2)
 	}
-	if err := run(o); err != nil {
+	if o.help {
+		fmt.Println("Usage: kcserver [OPTIONS]")
+		return
+	}
+	if o.version {
+		fmt.Println("kcserver " + version)
+		return
+	}
+	k, err := knobsFromEnv()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kcserver (fake):", err)
+		os.Exit(2)
+	}
+	if err := run(o, k); err != nil {
 		fmt.Fprintln(os.Stderr, "kcserver:", err)
 		os.Exit(1)
 	}
 }
 
-func run(o options) error {
-	// Install the handler before anything else so that a SIGTERM arriving
-	// while we start up still takes the clean path. A Go handler (rather
-	// than SIG_IGN) keeps the children's dispositions at their defaults.
+// knobs are the fake's test-only settings (KCFAKE_*).
+type knobs struct {
+	readyFile    string
+	sessionsFile string
+	openChannels bool
+	children     int
+	stubborn     bool
+	hang         bool
+	delay        time.Duration
+	comm         string
+	ignoreTerm   bool
+	idleCheck    time.Duration
+}
+
+func knobsFromEnv() (knobs, error) {
+	k := knobs{
+		readyFile:    os.Getenv("KCFAKE_READY_FILE"),
+		sessionsFile: os.Getenv("KCFAKE_SESSIONS"),
+		openChannels: os.Getenv("KCFAKE_OPEN_CHANNELS") == "1",
+		stubborn:     os.Getenv("KCFAKE_STUBBORN_CHILD") == "1",
+		hang:         os.Getenv("KCFAKE_HANG") == "1",
+		comm:         os.Getenv("KCFAKE_COMM"),
+		ignoreTerm:   os.Getenv("KCFAKE_IGNORE_TERM") == "1",
+		idleCheck:    30 * time.Second,
+	}
+	var err error
+	if v := os.Getenv("KCFAKE_CHILDREN"); v != "" {
+		if k.children, err = strconv.Atoi(v); err != nil {
+			return k, fmt.Errorf("KCFAKE_CHILDREN: %w", err)
+		}
+	}
+	if v := os.Getenv("KCFAKE_DELAY"); v != "" {
+		if k.delay, err = time.ParseDuration(v); err != nil {
+			return k, fmt.Errorf("KCFAKE_DELAY: %w", err)
+		}
+	}
+	if v := os.Getenv("KCFAKE_IDLE_CHECK"); v != "" {
+		if k.idleCheck, err = time.ParseDuration(v); err != nil || k.idleCheck <= 0 {
+			return k, fmt.Errorf("KCFAKE_IDLE_CHECK: want a positive duration, not %q", v)
+		}
+	}
+	return k, nil
+}
+
+// server is the fake's state.
+type server struct {
+	o        options
+	k        knobs
+	pid      int
+	started  time.Time
+	sessions []map[string]any
+	token    string
+
+	mu        sync.Mutex
+	paths     []string // sockets to unlink on a clean shutdown
+	listeners []net.Listener
+	hs        *http.Server
+	quit      chan struct{} // closed to end the fake cleanly
+	quitOnce  sync.Once
+	hang      chan struct{} // closed when the fake ends: hung handlers return
+}
+
+func run(o options, k knobs) error {
+	// Installed before anything else so that a SIGTERM arriving while we
+	// start up still takes the clean path. A Go handler (rather than
+	// SIG_IGN) keeps the children's dispositions at their defaults.
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 
-	if o.setsid {
-		if _, err := syscall.Setsid(); err != nil && !isSessionLeader() {
-			return fmt.Errorf("setsid: %w (already a process group leader?)", err)
-		}
-	}
-
-	sessions, err := loadSessions(o.sessionsFile)
+	sessions, err := loadSessions(k.sessionsFile)
 	if err != nil {
 		return err
 	}
-	pid := os.Getpid()
-
-	srv := &server{opts: o, pid: pid, started: time.Now(), sessions: sessions, hang: make(chan struct{})}
-	paths := []string{filepath.Join(o.socketDir, fmt.Sprintf("kc-%d.sock", pid))}
-	if o.sessionSocket {
-		for _, s := range sessions {
-			id, _ := s["session_id"].(string)
-			if len(id) > 8 {
-				id = id[:8]
-			}
-			if id == "" {
-				continue
-			}
-			p := filepath.Join(o.socketDir, fmt.Sprintf("kc-%d.%s.sock", pid, id))
-			if _, ok := s["socket_path"]; !ok {
-				s["socket_path"] = p
-			}
-			paths = append(paths, p)
-		}
-	}
-	var listeners []*net.UnixListener
-	unlinkAll := func() {
-		for _, l := range listeners {
-			l.Close() // unlinks the path: Listen set UnlinkOnClose
-		}
-		for _, p := range paths {
-			os.Remove(p)
-		}
-	}
-	for _, p := range paths {
-		// Kallichore removes a leftover file at its path before binding.
-		os.Remove(p)
-		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: p, Net: "unix"})
+	s := &server{o: o, k: k, pid: os.Getpid(), started: time.Now(), sessions: sessions,
+		quit: make(chan struct{}), hang: make(chan struct{})}
+	if o.token != "" && o.token != "none" {
+		data, err := os.ReadFile(o.token)
 		if err != nil {
-			unlinkAll()
-			return err
+			return fmt.Errorf("--token: %w", err)
 		}
-		listeners = append(listeners, l)
+		s.token = strings.TrimSpace(string(data))
 	}
+	s.hs = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
 
-	for i := 0; i < o.children; i++ {
+	control, where, err := s.listenControl()
+	if err != nil {
+		s.unlinkAll()
+		return err
+	}
+	if o.transport == "socket" && k.openChannels {
+		for _, ss := range sessions {
+			if err := s.openChannel(ss); err != nil {
+				s.unlinkAll()
+				return err
+			}
+		}
+	}
+	// Served only now: the sessions are not changed after this.
+	go s.hs.Serve(control)
+	for i := 0; i < k.children; i++ {
 		if err := startChild("sleep", "1000000"); err != nil {
-			unlinkAll()
+			s.unlinkAll()
 			return err
 		}
 	}
-	if o.stubborn {
+	if k.stubborn {
 		if err := startChild("sh", "-c", `trap "" TERM; exec sleep 1000000`); err != nil {
-			unlinkAll()
+			s.unlinkAll()
 			return err
 		}
 	}
-
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
-	for _, l := range listeners {
-		go hs.Serve(l)
-	}
-	if o.comm != "" {
+	if k.comm != "" {
 		// Through /proc/self/comm, which names the thread-group leader;
 		// prctl(PR_SET_NAME) would rename whichever thread runs this.
-		if err := os.WriteFile("/proc/self/comm", []byte(o.comm), 0); err != nil {
-			return fmt.Errorf("--comm: %w", err)
+		if err := os.WriteFile("/proc/self/comm", []byte(k.comm), 0); err != nil {
+			return fmt.Errorf("KCFAKE_COMM: %w", err)
 		}
 	}
-	if o.readyFile != "" {
-		if err := writeAtomic(o.readyFile, strconv.Itoa(pid)+"\n"); err != nil {
-			unlinkAll()
+	if o.connectionFile != "" {
+		if err := writeAtomic(o.connectionFile, s.connectionInfo(where)); err != nil {
+			s.unlinkAll()
 			return err
 		}
 	}
-
-	for sig := range sigs {
-		if o.ignoreTerm {
-			fmt.Fprintf(os.Stderr, "kcserver: ignoring %v\n", sig)
-			continue
+	if k.readyFile != "" {
+		if err := writeAtomic(k.readyFile, strconv.Itoa(s.pid)+"\n"+where+"\n"); err != nil {
+			s.unlinkAll()
+			return err
 		}
-		break
 	}
-	close(srv.hang)
+	if o.idleHours >= 0 {
+		go s.idleWatch()
+	}
+
+wait:
+	for {
+		select {
+		case sig := <-sigs:
+			if k.ignoreTerm {
+				fmt.Fprintf(os.Stderr, "kcserver: ignoring %v\n", sig)
+				continue
+			}
+		case <-s.quit:
+		}
+		break wait
+	}
+	close(s.hang)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	hs.Shutdown(ctx)
-	unlinkAll()
+	s.hs.Shutdown(ctx)
+	s.unlinkAll()
 	return nil
+}
+
+// controlPath is where the control socket goes: --unix-socket, else
+// kc-<pid>.sock in --socket-dir, $XDG_RUNTIME_DIR or the temp dir.
+func (s *server) controlPath() string {
+	if s.o.unixSocket != "" {
+		return s.o.unixSocket
+	}
+	dir := s.o.socketDir
+	if dir == "" {
+		dir = os.Getenv("XDG_RUNTIME_DIR")
+	}
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	return filepath.Join(dir, fmt.Sprintf("kc-%d.sock", s.pid))
+}
+
+// sessionPath is where a session's socket goes: --socket-dir, else the
+// temp dir (no XDG step); hashed when the usual path is too long.
+func (s *server) sessionPath(id string) string {
+	dir := s.o.socketDir
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	tag := id
+	if len(tag) > 8 {
+		tag = tag[:8]
+	}
+	p := filepath.Join(dir, fmt.Sprintf("kc-%d.%s.sock", s.pid, tag))
+	if len(p) <= maxSocketPath {
+		return p
+	}
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d/%s", s.pid, id)
+	return filepath.Join(dir, fmt.Sprintf("kc-%x.sock", h.Sum64()))
+}
+
+// listenControl binds the control listener and says where it is (a
+// socket path or a TCP address).
+func (s *server) listenControl() (net.Listener, string, error) {
+	switch s.o.transport {
+	case "tcp":
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(s.o.port)))
+		if err != nil {
+			return nil, "", err
+		}
+		s.listeners = append(s.listeners, l)
+		return l, l.Addr().String(), nil
+	case "socket":
+		p := s.controlPath()
+		l, err := s.bind(p)
+		return l, p, err
+	}
+	return nil, "", fmt.Errorf("transport %s is not supported on this platform", s.o.transport)
+}
+
+// bind removes a leftover at p, as Kallichore does, and listens there.
+func (s *server) bind(p string) (net.Listener, error) {
+	os.Remove(p)
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: p, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	// Unlinking is ours to do, and only on a clean shutdown.
+	l.SetUnlinkOnClose(false)
+	s.mu.Lock()
+	s.paths = append(s.paths, p)
+	s.listeners = append(s.listeners, l)
+	s.mu.Unlock()
+	return l, nil
+}
+
+// openChannel makes a session's socket and records it as socket_path.
+func (s *server) openChannel(ss map[string]any) error {
+	id, _ := ss["session_id"].(string)
+	if id == "" {
+		return nil
+	}
+	p := s.sessionPath(id)
+	l, err := s.bind(p)
+	if err != nil {
+		return fmt.Errorf("session %s: %w", id, err)
+	}
+	ss["socket_path"] = p
+	go s.serveChannel(l)
+	return nil
+}
+
+// serveChannel accepts connections and reads what clients send; the
+// kernel's channel stream is not HTTP, so nothing is ever answered.
+func (s *server) serveChannel(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			buf := make([]byte, 4096)
+			for {
+				if _, err := c.Read(buf); err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+func (s *server) unlinkAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.listeners {
+		l.Close()
+	}
+	for _, p := range s.paths {
+		os.Remove(p)
+	}
+}
+
+func (s *server) connectionInfo(where string) string {
+	info := map[string]any{"transport": s.o.transport, "server_pid": s.pid, "log_path": s.o.logFile}
+	if s.o.transport == "tcp" {
+		_, port, _ := net.SplitHostPort(where)
+		n, _ := strconv.Atoi(port)
+		info["port"], info["base_path"] = n, "http://"+where
+	} else {
+		info["socket_path"] = where
+	}
+	if s.token != "" {
+		info["bearer_token"] = s.token
+	}
+	data, _ := json.Marshal(info)
+	return string(data) + "\n"
+}
+
+// idleWatch exits the process (leaving every socket behind, as
+// std::process::exit does) once the server has been idle for
+// --idle-shutdown-hours at a check; 0 hours means the first idle check.
+func (s *server) idleWatch() {
+	limit := time.Duration(s.o.idleHours) * time.Hour
+	var idleSince time.Time
+	t := time.NewTicker(s.k.idleCheck)
+	defer t.Stop()
+	for range t.C {
+		if !s.idle() {
+			idleSince = time.Time{}
+			continue
+		}
+		if idleSince.IsZero() {
+			idleSince = time.Now()
+		}
+		if time.Since(idleSince) >= limit {
+			fmt.Fprintln(os.Stderr, "kcserver: idle; exiting")
+			os.Exit(0)
+		}
+	}
+}
+
+// idle is Kallichore's rule: no session busy and none connected.
+func (s *server) idle() bool {
+	for _, ss := range s.sessions {
+		if st, _ := ss["status"].(string); st == "busy" {
+			return false
+		}
+		if c, _ := ss["connected"].(bool); c {
+			return false
+		}
+	}
+	return true
 }
 
 // startChild starts a child in the fake's process group with stdio on
@@ -258,18 +481,8 @@ func defaultSession() map[string]any {
 	}
 }
 
-type server struct {
-	opts     options
-	pid      int
-	started  time.Time
-	sessions []map[string]any
-	hang     chan struct{}
-	once     sync.Once
-	serverID string
-}
-
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if s.opts.hang {
+	if s.k.hang {
 		// Never answer. Hold the connection until the fake exits (or the
 		// client gives up).
 		select {
@@ -278,39 +491,33 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	if s.opts.delay > 0 {
+	if s.k.delay > 0 {
 		select {
-		case <-time.After(s.opts.delay):
+		case <-time.After(s.k.delay):
 		case <-r.Context().Done():
 			return
 		}
 	}
-	if r.Method != http.MethodGet {
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-		return
-	}
-	switch r.URL.Path {
-	case "/status":
+	switch {
+	case r.Method == http.MethodGet && r.URL.Path == "/status":
 		writeJSON(w, s.status())
-	case "/sessions":
+	case r.Method == http.MethodGet && r.URL.Path == "/sessions":
 		writeJSON(w, map[string]any{"total": len(s.sessions), "sessions": s.sessions})
+	case r.Method == http.MethodPost && r.URL.Path == "/shutdown":
+		if s.token != "" && r.Header.Get("Authorization") != "Bearer "+s.token {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		writeJSON(w, map[string]any{})
+		s.quitOnce.Do(func() { close(s.quit) })
+	case r.URL.Path == "/status" || r.URL.Path == "/sessions" || r.URL.Path == "/shutdown":
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 	default:
 		http.NotFound(w, r)
 	}
 }
 
 func (s *server) status() map[string]any {
-	s.once.Do(func() {
-		var b [16]byte
-		f, err := os.Open("/dev/urandom")
-		if err == nil {
-			f.Read(b[:])
-			f.Close()
-		}
-		b[6] = b[6]&0x0f | 0x40
-		b[8] = b[8]&0x3f | 0x80
-		s.serverID = fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-	})
 	active, busy := 0, false
 	for _, ss := range s.sessions {
 		st, _ := ss["status"].(string)
@@ -333,10 +540,9 @@ func (s *server) status() map[string]any {
 		"idle_seconds":   idle,
 		"busy_seconds":   busySec,
 		"uptime_seconds": up,
-		"version":        "0.0.0-fake",
+		"version":        version,
 		"process_id":     s.pid,
 		"started":        s.started.UTC().Format(time.RFC3339Nano),
-		"server_id":      s.serverID,
 	}
 }
 
@@ -360,9 +566,4 @@ func writeAtomic(path, content string) error {
 		return err
 	}
 	return nil
-}
-
-func isSessionLeader() bool {
-	sid, err := unix.Getsid(0)
-	return err == nil && sid == os.Getpid()
 }

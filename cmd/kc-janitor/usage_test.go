@@ -1,0 +1,203 @@
+package main
+
+import (
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// janitor runs the built binary, so that what run() prints and returns is
+// what is checked.
+func janitor(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	cmd := exec.Command(janitorBinary(t), args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), out.String(), errb.String()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return 0, out.String(), errb.String()
+}
+
+func TestUsageErrors(t *testing.T) {
+	socks := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // in stderr
+	}{
+		{"misspelled command", []string{"reconsile"}, `"reconsile" is not a kc-janitor command; did you mean reconcile?`},
+		{"misspelled after a global flag", []string{"--format", "json", "sweeep"}, "did you mean sweep?"},
+		{"no such command", []string{"frobnicate"}, "is not a kc-janitor command (see kc-janitor --help)"},
+		{"stray argument", []string{"sweep", "--socket-dir", socks, "/some/dir"}, `sweep takes no arguments, but was given "/some/dir"`},
+		{"stray argument to reconcile", []string{"reconcile", "now"}, "reconcile takes no arguments"},
+		{"bad duration", []string{"reconcile", "--min-age", "5x"}, `invalid value "5x" for --min-age: ` + durationHint},
+		{"unknown flag", []string{"sweep", "--socket-dri", socks}, "unknown option --socket-dri"},
+		{"bad number", []string{"sweep", "--workers", "x"}, `invalid value "x" for --workers: want a whole number`},
+		{"bad switch", []string{"reconcile", "--apply=maybe"}, `invalid boolean value "maybe" for --apply: want true or false`},
+		{"bad log level", []string{"sweep", "--socket-dir", socks, "--log-level", "loud"}, "--log-level must be debug, info, warn or error"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := janitor(t, nil, tc.args...)
+			if code != exitUsage {
+				t.Errorf("exit %d, want %d (stderr %q)", code, exitUsage, stderr)
+			}
+			if !strings.Contains(stderr, tc.want) {
+				t.Errorf("stderr %q lacks %q", stderr, tc.want)
+			}
+			if strings.Count(strings.TrimSpace(stderr), "\n") > 0 || strings.Contains(stderr, " -min-age") {
+				t.Errorf("not one line with the flag's real name: %q", stderr)
+			}
+		})
+	}
+}
+
+// TestDurationsEverywhere: every duration flag takes what --idle always
+// took: a Go duration or a bare number of seconds, on the command line or
+// in its variable.
+func TestDurationsEverywhere(t *testing.T) {
+	app := newApp()
+	for _, tc := range []struct {
+		in, want []string
+	}{
+		{[]string{"kc-janitor", "reconcile", "--min-age", "5"}, []string{"kc-janitor", "reconcile", "--min-age", "5s"}},
+		{[]string{"kc-janitor", "reconcile", "--min-age=1.5"}, []string{"kc-janitor", "reconcile", "--min-age=1.5s"}},
+		{[]string{"kc-janitor", "watch", "-interval", "60", "--idle", "5"}, []string{"kc-janitor", "watch", "-interval", "60s", "--idle", "5"}},
+		{[]string{"kc-janitor", "reconcile", "--min-age", "5m"}, []string{"kc-janitor", "reconcile", "--min-age", "5m"}},
+		{[]string{"kc-janitor", "reconcile", "--", "--min-age", "5"}, []string{"kc-janitor", "reconcile", "--", "--min-age", "5"}},
+	} {
+		t.Run(strings.Join(tc.in[1:], " "), func(t *testing.T) {
+			if got := normalizeDurations(app, tc.in); strings.Join(got, " ") != strings.Join(tc.want, " ") {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+	socks := t.TempDir()
+	if code, _, stderr := janitor(t, nil, "sweep", "--socket-dir", socks, "--timeout", "2", "--hashed-min-age", "30"); code != exitOK {
+		t.Errorf("sweep --timeout 2: exit %d: %s", code, stderr)
+	}
+	if code, _, stderr := janitor(t, []string{"KC_PROBE_TIMEOUT=3"}, "sweep", "--socket-dir", socks); code != exitOK {
+		t.Errorf("KC_PROBE_TIMEOUT=3: exit %d: %s", code, stderr)
+	}
+}
+
+// TestQuietAndLogLevel: a clean run at warn prints nothing at all, for
+// cron; the log file still gets the run's summary; a finding is printed
+// once, not again as a log line on stderr.
+func TestQuietAndLogLevel(t *testing.T) {
+	socks := t.TempDir()
+	logf := filepath.Join(t.TempDir(), "missing", "dir", "sweeper.log")
+	for _, args := range [][]string{
+		{"-q", "sweep", "--socket-dir", socks},
+		{"sweep", "--quiet", "--socket-dir", socks},
+		{"sweep", "--log-level", "warn", "--socket-dir", socks},
+		{"cull", "-q", "--socket-dir", socks},
+	} {
+		code, stdout, stderr := janitor(t, []string{"KC_SWEEPER_LOG=" + logf}, args...)
+		if code != exitOK || stdout != "" || stderr != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want silence", args, code, stdout, stderr)
+		}
+	}
+	if code, stdout, stderr := janitor(t, []string{"KC_LOG_LEVEL=error"}, "sweep", "--socket-dir", socks); code != exitOK || stdout != "" || stderr != "" {
+		t.Errorf("KC_LOG_LEVEL=error: exit %d, %q %q", code, stdout, stderr)
+	}
+	data, err := os.ReadFile(logf)
+	if err != nil {
+		t.Fatalf("log file's directories not created: %v", err)
+	}
+	if n := strings.Count(string(data), "msg=sweep "); n != 3 {
+		t.Errorf("want one summary line per sweep run, got %d:\n%s", n, data)
+	}
+
+	orphan := orphanSock(t, socks, goneSockName(t))
+	code, stdout, stderr := janitor(t, nil, "-q", "sweep", "--socket-dir", socks)
+	if code != exitOK || !strings.Contains(stdout, "[DRY-RUN] would unlink "+orphan) {
+		t.Errorf("a finding must be printed when quiet: exit %d, %q", code, stdout)
+	}
+	if stderr != "" {
+		t.Errorf("the finding printed again on stderr: %q", stderr)
+	}
+	// The audit log gets the candidate, marked as the seed scripts did.
+	janitor(t, []string{"KC_SWEEPER_LOG=" + logf}, "sweep", "-q", "--socket-dir", socks)
+	if data, _ := os.ReadFile(logf); !strings.Contains(string(data), `msg="[DRY-RUN] would unlink" cmd=sweep path=`+orphan) {
+		t.Errorf("no [DRY-RUN] line for %s in the log file:\n%s", orphan, data)
+	}
+	_, _, stderr = janitor(t, nil, "sweep", "--socket-dir", socks)
+	if strings.Contains(stderr, "would unlink") {
+		t.Errorf("by default a one-shot command's findings are on stdout only, stderr %q", stderr)
+	}
+}
+
+// TestLogFormatForJournal: no time= when stderr is the journal; durations
+// in JSON logs are seconds, never nanoseconds.
+func TestLogFormatForJournal(t *testing.T) {
+	socks := t.TempDir()
+	_, _, stderr := janitor(t, []string{"JOURNAL_STREAM=8:1234"}, "watch", "--once", "--no-reconcile", "--socket-dir", socks)
+	if stderr == "" || strings.Contains(stderr, "time=") {
+		t.Errorf("JOURNAL_STREAM set: %q", stderr)
+	}
+	_, _, stderr = janitor(t, nil, "watch", "--once", "--no-reconcile", "--socket-dir", socks)
+	if !strings.Contains(stderr, "time=") {
+		t.Errorf("a terminal gets times: %q", stderr)
+	}
+	code, _, stderr := janitor(t, nil, "watch", "-q", "--once", "--no-reconcile", "--socket-dir", socks)
+	if code != exitOK || stderr != "" {
+		t.Errorf("a clean quiet watch --once: exit %d, stderr %q", code, stderr)
+	}
+	var buf strings.Builder
+	h := newHandler(true, &buf, 0, false)
+	slog.New(h).Info("watching", "interval", 90*time.Second)
+	if !strings.Contains(buf.String(), `"interval_seconds":90`) {
+		t.Errorf("JSON duration: %s", buf.String())
+	}
+}
+
+// TestVersionAndFormat: version and --version print the same; --format
+// json is honoured by version and refused by watch, which prints no report.
+func TestVersionAndFormat(t *testing.T) {
+	_, a, _ := janitor(t, nil, "version")
+	_, b, _ := janitor(t, nil, "--version")
+	if a != b || !strings.HasPrefix(a, "kc-janitor ") {
+		t.Errorf("version %q, --version %q", a, b)
+	}
+	if code, out, _ := janitor(t, nil, "version", "--format", "json"); code != exitOK || !strings.Contains(out, `"version":`) {
+		t.Errorf("version --format json: exit %d, %q", code, out)
+	}
+	if code, _, stderr := janitor(t, nil, "watch", "--once", "--format", "json"); code != exitUsage || !strings.Contains(stderr, "--log-format json") {
+		t.Errorf("watch --format json: exit %d, %q", code, stderr)
+	}
+}
+
+// TestSmallWords: counts agree with their nouns, a whole day is "1d", a
+// hashed socket's missing PID is not "pid 0".
+func TestSmallWords(t *testing.T) {
+	for _, c := range []struct{ got, want string }{
+		{plural(1, "supervisor"), "1 supervisor"},
+		{plural(0, "session"), "0 sessions"},
+		{plural(2, "session"), "2 sessions"},
+		{humanSeconds(86400), "1d"},
+		{humanSeconds(90000), "1d1h"},
+		{humanSeconds(3600), "1h0m"},
+		{pidText(0), "unknown"},
+		{pidText(42), "42"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+	var b strings.Builder
+	if err := writeCullText(&b, 86400, nil); err != nil {
+		t.Fatal(err)
+	}
+	if want := "0 supervisors; 0 sessions idle and disconnected for more than 1d,"; !strings.Contains(b.String(), want) {
+		t.Errorf("%q lacks %q", b.String(), want)
+	}
+}

@@ -1,0 +1,289 @@
+package engine
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/containerid"
+	"github.com/kc-watchman/kc-watchman/internal/liveness"
+	"github.com/kc-watchman/kc-watchman/internal/peercred"
+)
+
+func init() {
+	Register(Spec{Name: "docker", Detect: detectDocker, New: newDocker})
+}
+
+// dockerAPI is the Engine API version asked for: dockerd 20.10 speaks up
+// to 1.41 and every later dockerd still accepts it. The three calls used
+// (containers/json, containers/{id}/json, events) are unchanged since.
+const dockerAPI = "/v1.41"
+
+// maxDockerBody bounds an answer read into memory (a container list of
+// tens of thousands of entries fits easily).
+const maxDockerBody = 64 << 20
+
+// dockerLiveStates are Docker's container states whose processes may run:
+// a restarting container's tree is between two runs, not stray.
+var dockerLiveStates = map[string]bool{"running": true, "paused": true, "restarting": true}
+
+// dockerStates are every state Docker reports; anything else means we are
+// not reading the API we think we are.
+var dockerStates = map[string]bool{"created": true, "running": true, "paused": true, "restarting": true, "removing": true, "exited": true, "dead": true}
+
+// docker asks Docker Engine through its HTTP API: a small client of our
+// own over the socket, so that every connection is made (and its peer's
+// UID read) by peercred.
+type docker struct {
+	cfg Config
+	ep  apiURL
+}
+
+func dockerURL(cfg Config) string {
+	if cfg.DockerURL != "" {
+		return cfg.DockerURL
+	}
+	if env := os.Getenv("DOCKER_HOST"); env != "" {
+		return env
+	}
+	return DefaultDockerURL
+}
+
+func newDocker(cfg Config) (Engine, error) {
+	ep, err := parseAPIURL("docker-url", dockerURL(cfg))
+	if err != nil {
+		return nil, err
+	}
+	return &docker{cfg: cfg, ep: ep}, nil
+}
+
+// detectDocker finds Docker when a URL was given or its socket exists (a
+// symlink too: asking it will refuse it, loudly, rather than auto quietly
+// leaving Docker out).
+func detectDocker(cfg Config) (string, bool) {
+	raw := dockerURL(cfg)
+	if cfg.DockerURL != "" || os.Getenv("DOCKER_HOST") != "" {
+		return raw, true
+	}
+	ep, err := parseAPIURL("docker-url", raw)
+	if err != nil {
+		return raw, true
+	}
+	_, err = os.Lstat(ep.addr)
+	return raw, err == nil
+}
+
+func (d *docker) Name() string     { return "docker" }
+func (d *docker) Endpoint() string { return d.ep.raw }
+
+// client returns an HTTP client for one question and a function giving
+// the UID the answering peer runs as.
+func (d *docker) client() (*http.Client, func() (int, error)) {
+	if d.ep.network == "unix" {
+		tr := peercred.NewTransport(d.ep.addr)
+		return &http.Client{Transport: tr}, tr.UID
+	}
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "tcp", d.ep.addr)
+	}, DisableCompression: true}
+	return &http.Client{Transport: tr}, func() (int, error) { return liveness.UIDUnknown, nil }
+}
+
+// get asks path and decodes the JSON answer into v.
+func (d *docker) get(ctx context.Context, hc *http.Client, path string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://docker"+dockerAPI+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("docker API %s: %w", d.ep.raw, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxDockerBody+1))
+	if err != nil {
+		return fmt.Errorf("docker API %s: reading %s: %w", d.ep.raw, path, err)
+	}
+	if len(body) > maxDockerBody {
+		return fmt.Errorf("docker API %s: %s: answer larger than %d bytes", d.ep.raw, path, maxDockerBody)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return &dockerStatusError{code: resp.StatusCode, msg: apiMessage(body)}
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("docker API %s: %s: not the JSON Docker sends: %w", d.ep.raw, path, err)
+	}
+	return nil
+}
+
+type dockerStatusError struct {
+	code int
+	msg  string
+}
+
+func (e *dockerStatusError) Error() string {
+	return fmt.Sprintf("docker API answered %d: %s", e.code, e.msg)
+}
+
+func apiMessage(body []byte) string {
+	var m struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(body, &m) == nil && m.Message != "" {
+		return m.Message
+	}
+	s := strings.TrimSpace(string(body))
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}
+
+type dockerListEntry struct {
+	ID    *string  `json:"Id"`
+	Names []string `json:"Names"`
+	State *string  `json:"State"`
+}
+
+// list asks for every container. Any entry without a full ID or with a
+// state Docker never reports fails the whole answer: a list we cannot
+// read entirely is not ground truth.
+func (d *docker) list(ctx context.Context) (Answer, error) {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.timeout())
+	defer cancel()
+	start := time.Now()
+	hc, uidOf := d.client()
+	defer hc.CloseIdleConnections()
+	var raw []dockerListEntry
+	if err := d.get(ctx, hc, "/containers/json?all=1", &raw); err != nil {
+		return Answer{}, err
+	}
+	if raw == nil {
+		return Answer{}, fmt.Errorf("docker API %s: containers/json answered null, not a list", d.ep.raw)
+	}
+	a := Answer{Engine: "docker", Endpoint: d.ep.raw, Source: liveness.SourceAPI, Took: time.Since(start)}
+	for i, e := range raw {
+		if e.ID == nil || !containerid.Valid(*e.ID) {
+			return Answer{}, fmt.Errorf("docker API %s: entry %d has no full container ID", d.ep.raw, i)
+		}
+		if e.State == nil || !dockerStates[*e.State] {
+			return Answer{}, fmt.Errorf("docker API %s: container %s: unknown state %v", d.ep.raw, *e.ID, e.State)
+		}
+		names := make([]string, 0, len(e.Names))
+		for _, n := range e.Names {
+			names = append(names, strings.TrimPrefix(n, "/"))
+		}
+		a.Containers = append(a.Containers, Container{ID: *e.ID, Names: names, State: *e.State, Live: dockerLiveStates[*e.State]})
+	}
+	uid, err := uidOf()
+	if err != nil {
+		return Answer{}, fmt.Errorf("docker API %s: %w", d.ep.raw, err)
+	}
+	a.UID = uid
+	return a, nil
+}
+
+func (d *docker) Live(ctx context.Context) (Answer, error) { return d.list(ctx) }
+
+// Resolve matches ref against the full list (so that an ambiguous prefix
+// names every candidate) and asks each match's init PID.
+func (d *docker) Resolve(ctx context.Context, ref string) ([]Match, error) {
+	a, err := d.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ms := MatchRef("docker", a.Containers, ref)
+	if len(ms) != 1 {
+		return ms, nil
+	}
+	pid, err := d.initPID(ctx, ms[0].ID)
+	if err != nil {
+		return nil, err
+	}
+	ms[0].InitPID = pid
+	return ms, nil
+}
+
+// initPID is State.Pid of one container (0 when it is not running).
+func (d *docker) initPID(ctx context.Context, id string) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.timeout())
+	defer cancel()
+	hc, _ := d.client()
+	defer hc.CloseIdleConnections()
+	var in struct {
+		ID    string `json:"Id"`
+		State *struct {
+			Pid int `json:"Pid"`
+		} `json:"State"`
+	}
+	if err := d.get(ctx, hc, "/containers/"+url.PathEscape(id)+"/json", &in); err != nil {
+		return 0, err
+	}
+	if in.ID != id || in.State == nil {
+		return 0, fmt.Errorf("docker API %s: inspect %s answered another container or no state", d.ep.raw, id)
+	}
+	return in.State.Pid, nil
+}
+
+// dockerEvent is the part of an /events message we read.
+type dockerEvent struct {
+	Type     string `json:"Type"`
+	Action   string `json:"Action"`
+	TimeNano int64  `json:"timeNano"`
+	Actor    struct {
+		ID string `json:"ID"`
+	} `json:"Actor"`
+}
+
+// Deaths follows /events for container "die" messages.
+func (d *docker) Deaths(ctx context.Context, fn func(Death)) error {
+	hc, _ := d.client()
+	defer hc.CloseIdleConnections()
+	filters := url.QueryEscape(`{"type":["container"],"event":["die"]}`)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://docker"+dockerAPI+"/events?filters="+filters, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("docker events %s: %w", d.ep.raw, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("docker events %s: %w", d.ep.raw, &dockerStatusError{code: resp.StatusCode, msg: apiMessage(b)})
+	}
+	dec := json.NewDecoder(bufio.NewReader(resp.Body))
+	for {
+		var ev dockerEvent
+		if err := dec.Decode(&ev); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return fmt.Errorf("docker events %s: stream ended: %w", d.ep.raw, err)
+		}
+		if ev.Type != "container" || ev.Action != "die" || !containerid.Valid(ev.Actor.ID) {
+			continue
+		}
+		at := time.Now()
+		if ev.TimeNano > 0 {
+			at = time.Unix(0, ev.TimeNano)
+		}
+		fn(Death{Engine: "docker", ID: ev.Actor.ID, At: at})
+	}
+}

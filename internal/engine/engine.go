@@ -1,0 +1,372 @@
+// Package engine asks the container engines of a host — podman, Docker
+// Engine, containerd — which containers are alive, resolves a --container
+// reference to a container, and reports container deaths as they happen
+// (DESIGN §12). kc-janitor's ground truth is the union of the answers of
+// every engine it was told (or found) to ask; kc-hook links none of this.
+//
+// # Adding an engine
+//
+//  1. Write a type implementing Engine in a file of this package (podman.go
+//     and docker.go are the examples). Live must return the engine's whole
+//     container list or an error: an error makes the truth unknown and
+//     kc-janitor touches nothing, so never return a partial list. Take
+//     Answer.UID from the connection that answered (peercred.Dial), never
+//     from a stat of the socket path, and refuse a symlinked socket.
+//  2. Register it from an init function with a Spec: Detect says whether
+//     its endpoint exists on this host (what --engine auto asks), New
+//     builds it from Config and returns a usage error (wrapping ErrUsage)
+//     for a malformed endpoint.
+//  3. Add its endpoint settings to Config, and the matching flags (with
+//     their KC_* variables) in cmd/kc-janitor/engines.go.
+//  4. Give it a test against the real daemon, skipped when the daemon's
+//     KC_TEST_* endpoint variable is unset and failing when KC_E2E=1.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/liveness"
+)
+
+// Engine is one container engine kc-janitor can ask.
+type Engine interface {
+	// Name is the engine's name as --engine spells it: "podman", "docker",
+	// "containerd".
+	Name() string
+	// Endpoint is what is asked (a URL or socket address), for reports.
+	Endpoint() string
+	// Live lists every container the engine knows with its state. An error
+	// means the engine could not be asked; callers then act on nothing.
+	Live(ctx context.Context) (Answer, error)
+	// Resolve returns the containers ref names: a full ID, a unique ID
+	// prefix or a name. No match is an empty slice and a nil error.
+	Resolve(ctx context.Context, ref string) ([]Match, error)
+	// Deaths calls fn for each container death the engine reports until
+	// ctx is done (then it returns nil) or the stream drops (an error; the
+	// caller re-subscribes). An engine without an event stream returns
+	// ErrNoEvents at once.
+	Deaths(ctx context.Context, fn func(Death)) error
+}
+
+// ErrNoEvents is Deaths' answer from an engine that has no death events
+// kc-janitor reads (podman's hook does that job there).
+var ErrNoEvents = errors.New("no death events from this engine")
+
+// ErrUsage marks a configuration error (a malformed endpoint, an unknown
+// engine name): kc-janitor exits 2 on it.
+var ErrUsage = errors.New("usage")
+
+// Container is one container an engine listed.
+type Container struct {
+	// ID is the full 64-hex ID.
+	ID string
+	// Names are its names, without Docker's leading "/".
+	Names []string
+	// State is the engine's raw state string.
+	State string
+	// Live says whether State counts as alive for this engine.
+	Live bool
+	// InitPID is the host PID of its init process when the engine said
+	// (0 if not running or not told).
+	InitPID int
+}
+
+// Answer is one engine's view of its containers at one moment.
+type Answer struct {
+	Engine   string
+	Endpoint string
+	// Source is how the engine was asked: "api" or "cli".
+	Source liveness.Source
+	// UID is the UID the answer is ground truth for: the peer credentials
+	// of the connection that answered (liveness.UIDUnknown for tcp).
+	UID        int
+	Containers []Container
+	Took       time.Duration
+}
+
+// LiveCount counts the live containers.
+func (a Answer) LiveCount() int {
+	n := 0
+	for _, c := range a.Containers {
+		if c.Live {
+			n++
+		}
+	}
+	return n
+}
+
+// Match is a container a --container reference resolved to.
+type Match struct {
+	Engine  string
+	ID      string
+	Names   []string
+	State   string
+	InitPID int
+}
+
+// Death is a container that died, as the engine reported it.
+type Death struct {
+	Engine string
+	ID     string
+	At     time.Time
+}
+
+// Config holds every engine's endpoint settings. The zero value asks each
+// engine's default endpoint.
+type Config struct {
+	// PodmanURL, PodmanArgs, PodmanBin: see liveness.Options.
+	PodmanURL  string
+	PodmanArgs []string
+	PodmanBin  string
+	// DockerURL: unix:///path or tcp://host:port. Empty: $DOCKER_HOST,
+	// else unix:///var/run/docker.sock.
+	DockerURL string
+	// ContainerdAddress: containerd's socket path (unix:// optional).
+	// Empty: $CONTAINERD_ADDRESS, else /run/containerd/containerd.sock.
+	ContainerdAddress string
+	// ContainerdNamespaces limits containerd to these namespaces; nil is
+	// every namespace.
+	ContainerdNamespaces []string
+	// Timeout bounds one question to one engine; default
+	// liveness.DefaultTimeout.
+	Timeout time.Duration
+	Logger  *slog.Logger
+}
+
+func (c Config) timeout() time.Duration {
+	if c.Timeout > 0 {
+		return c.Timeout
+	}
+	return liveness.DefaultTimeout
+}
+
+func (c Config) logger() *slog.Logger {
+	if c.Logger != nil {
+		return c.Logger
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// Spec describes a built-in engine.
+type Spec struct {
+	Name string
+	// Detect reports whether the engine's endpoint exists on this host,
+	// and which endpoint that is; --engine auto asks the engines it finds.
+	Detect func(Config) (endpoint string, found bool)
+	// New builds the engine; a malformed endpoint is an error wrapping
+	// ErrUsage.
+	New func(Config) (Engine, error)
+}
+
+var (
+	specsMu sync.Mutex
+	specs   = map[string]Spec{}
+)
+
+// Register adds a built-in engine; called from init functions.
+func Register(s Spec) {
+	specsMu.Lock()
+	defer specsMu.Unlock()
+	specs[s.Name] = s
+}
+
+// Known lists the names --engine accepts besides "auto".
+var Known = []string{"podman", "docker", "containerd"}
+
+// ParseNames reads an --engine value: "auto" (or empty), or a comma list
+// of engine names. It returns nil for auto.
+func ParseNames(v string) ([]string, error) {
+	if strings.TrimSpace(v) == "" {
+		return nil, nil
+	}
+	var out []string
+	for _, p := range strings.Split(v, ",") {
+		p = strings.ToLower(strings.TrimSpace(p))
+		switch {
+		case p == "":
+			continue
+		case p == "auto":
+			if strings.Count(v, ",") > 0 {
+				return nil, fmt.Errorf("%w: --engine auto cannot be combined with other engines (%q)", ErrUsage, v)
+			}
+			return nil, nil
+		case !slices.Contains(Known, p):
+			return nil, fmt.Errorf("%w: --engine: unknown engine %q (auto, %s)", ErrUsage, p, strings.Join(Known, ", "))
+		case slices.Contains(out, p):
+			continue
+		}
+		out = append(out, p)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: --engine %q names no engine", ErrUsage, v)
+	}
+	return out, nil
+}
+
+// Select builds the engines to ask: the named ones, or with names nil
+// (auto) every built-in engine whose endpoint Detect finds. Auto finding
+// none is not an error here: Ask then reports the truth unknown.
+func Select(names []string, cfg Config) ([]Engine, error) {
+	specsMu.Lock()
+	defer specsMu.Unlock()
+	if names == nil {
+		for _, n := range Known {
+			s, ok := specs[n]
+			if !ok {
+				continue
+			}
+			if ep, found := s.Detect(cfg); found {
+				cfg.logger().Debug("engine found", "engine", n, "endpoint", ep)
+				names = append(names, n)
+			}
+		}
+	}
+	var out []Engine
+	for _, n := range names {
+		s, ok := specs[n]
+		if !ok {
+			return nil, fmt.Errorf("%w: --engine %s: this kc-janitor is built without that engine", ErrUsage, n)
+		}
+		e, err := s.New(cfg)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// Status is one engine's line in reconcile's JSON "engines" array.
+type Status struct {
+	Name       string  `json:"name"`
+	Endpoint   string  `json:"endpoint"`
+	Source     string  `json:"source"`
+	UID        int     `json:"uid"`
+	Containers int     `json:"containers"`
+	Live       int     `json:"live"`
+	Error      *string `json:"error"`
+}
+
+// Truth is the outcome of asking every selected engine.
+type Truth struct {
+	// Set is the union: a container is live if any engine says so; it is
+	// ground truth for the UIDs of every engine that answered.
+	Set      liveness.Set
+	Answers  []Answer
+	Statuses []Status
+}
+
+// Ask asks every engine at once. If any of them cannot be asked, or there
+// is none to ask, the error wraps liveness.ErrUnknown and names the
+// engines that failed: callers must then touch nothing. Statuses are
+// filled either way.
+func Ask(ctx context.Context, engines []Engine) (Truth, error) {
+	if len(engines) == 0 {
+		return Truth{}, fmt.Errorf("%w: no container engine found on this host (podman, docker, containerd); name one with --engine", liveness.ErrUnknown)
+	}
+	answers := make([]Answer, len(engines))
+	errs := make([]error, len(engines))
+	var wg sync.WaitGroup
+	for i, e := range engines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			answers[i], errs[i] = e.Live(ctx)
+		}()
+	}
+	wg.Wait()
+
+	var tr Truth
+	var failed []error
+	for i, e := range engines {
+		st := Status{Name: e.Name(), Endpoint: e.Endpoint(), UID: liveness.UIDUnknown}
+		if errs[i] != nil {
+			msg := errs[i].Error()
+			st.Error = &msg
+			failed = append(failed, fmt.Errorf("%s: %w", e.Name(), errs[i]))
+		} else {
+			a := answers[i]
+			st.Source, st.UID, st.Containers, st.Live = string(a.Source), a.UID, len(a.Containers), a.LiveCount()
+			if a.Endpoint != "" {
+				st.Endpoint = a.Endpoint
+			}
+			tr.Answers = append(tr.Answers, a)
+		}
+		tr.Statuses = append(tr.Statuses, st)
+	}
+	if len(failed) > 0 {
+		return tr, fmt.Errorf("%w: %w", liveness.ErrUnknown, errors.Join(failed...))
+	}
+	tr.Set = Union(tr.Answers)
+	return tr, nil
+}
+
+// Union merges answers into one liveness.Set. Source, Endpoint and UID are
+// the first answer's (reconcile's JSON "source" stays the first engine's);
+// UIDs holds every answer's known UID.
+func Union(answers []Answer) liveness.Set {
+	s := liveness.Set{
+		Live:   map[string]bool{},
+		States: map[string]string{},
+		Names:  map[string][]string{},
+		PIDs:   map[string]int{},
+		UID:    liveness.UIDUnknown,
+		UIDs:   []int{},
+	}
+	for i, a := range answers {
+		if i == 0 {
+			s.Source, s.Endpoint, s.UID = a.Source, a.Endpoint, a.UID
+		}
+		if a.UID >= 0 && !slices.Contains(s.UIDs, a.UID) {
+			s.UIDs = append(s.UIDs, a.UID)
+		}
+		s.Took = max(s.Took, a.Took)
+		for _, c := range a.Containers {
+			// A live state wins over another engine's dead one.
+			if _, seen := s.States[c.ID]; !seen || c.Live {
+				s.States[c.ID] = c.State
+			}
+			if c.Live {
+				s.Live[c.ID] = true
+			}
+			if len(c.Names) > 0 {
+				s.Names[c.ID] = c.Names
+			}
+			if c.InitPID > 0 {
+				s.PIDs[c.ID] = c.InitPID
+			}
+		}
+	}
+	sort.Ints(s.UIDs)
+	return s
+}
+
+// MatchRef picks from cs the containers ref names, in this order: the
+// container whose full ID is ref, else those with ref as a name, else
+// those whose ID starts with ref. Engines use it to implement Resolve.
+func MatchRef(engine string, cs []Container, ref string) []Match {
+	pick := func(ok func(Container) bool) []Match {
+		var out []Match
+		for _, c := range cs {
+			if ok(c) {
+				out = append(out, Match{Engine: engine, ID: c.ID, Names: c.Names, State: c.State, InitPID: c.InitPID})
+			}
+		}
+		return out
+	}
+	if m := pick(func(c Container) bool { return c.ID == ref }); len(m) > 0 {
+		return m
+	}
+	if m := pick(func(c Container) bool { return slices.Contains(c.Names, ref) }); len(m) > 0 {
+		return m
+	}
+	return pick(func(c Container) bool { return strings.HasPrefix(c.ID, ref) })
+}

@@ -1,0 +1,150 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kc-watchman/kc-watchman/internal/liveness"
+)
+
+const (
+	idA = "aaaaaaaaaaaa0000000000000000000000000000000000000000000000000001"
+	idB = "bbbbbbbbbbbb0000000000000000000000000000000000000000000000000002"
+	idC = "aaaaaaaaaaaa0000000000000000000000000000000000000000000000000003"
+)
+
+// fake is an engine with a canned answer.
+type fake struct {
+	name string
+	a    Answer
+	err  error
+}
+
+func (f *fake) Name() string     { return f.name }
+func (f *fake) Endpoint() string { return "fake://" + f.name }
+func (f *fake) Live(context.Context) (Answer, error) {
+	f.a.Engine = f.name
+	return f.a, f.err
+}
+func (f *fake) Resolve(_ context.Context, ref string) ([]Match, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	return MatchRef(f.name, f.a.Containers, ref), nil
+}
+func (f *fake) Deaths(context.Context, func(Death)) error { return ErrNoEvents }
+
+func TestParseNames(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    []string
+		wantErr bool
+	}{
+		{"", nil, false},
+		{"auto", nil, false},
+		{"docker", []string{"docker"}, false},
+		{"podman, Docker,podman", []string{"podman", "docker"}, false},
+		{"containerd", []string{"containerd"}, false},
+		{"auto,docker", nil, true},
+		{"dokcer", nil, true},
+		{"lxc", nil, true},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := ParseNames(tc.in)
+			if (err != nil) != tc.wantErr || !slices.Equal(got, tc.want) {
+				t.Fatalf("ParseNames(%q) = %v, %v", tc.in, got, err)
+			}
+			if err != nil && !errors.Is(err, ErrUsage) {
+				t.Fatalf("error %v is not a usage error", err)
+			}
+		})
+	}
+}
+
+func TestAskUnion(t *testing.T) {
+	pod := &fake{name: "podman", a: Answer{Source: liveness.SourceAPI, UID: 0, Containers: []Container{
+		{ID: idA, State: "exited"},
+	}}}
+	dock := &fake{name: "docker", a: Answer{Source: liveness.SourceAPI, UID: 1000, Containers: []Container{
+		{ID: idA, State: "running", Live: true, InitPID: 42, Names: []string{"web"}},
+		{ID: idB, State: "exited"},
+	}}}
+	tr, err := Ask(t.Context(), []Engine{pod, dock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := tr.Set
+	if !s.IsLive(idA) || s.IsLive(idB) || s.States[idA] != "running" || s.PIDs[idA] != 42 {
+		t.Fatalf("union %+v: a container live in any engine must be live", s)
+	}
+	if !s.Vouches(0) || !s.Vouches(1000) || s.Vouches(1) || s.Vouches(-1) {
+		t.Fatalf("union vouches for %v, want 0 and 1000", s.UIDs)
+	}
+	if s.Source != liveness.SourceAPI || len(tr.Statuses) != 2 || tr.Statuses[1].Live != 1 || tr.Statuses[1].Containers != 2 {
+		t.Fatalf("statuses %+v", tr.Statuses)
+	}
+}
+
+func TestAskAnyFailureIsUnknown(t *testing.T) {
+	ok := &fake{name: "podman", a: Answer{UID: 0}}
+	bad := &fake{name: "docker", err: errors.New("connection refused")}
+	tr, err := Ask(t.Context(), []Engine{ok, bad})
+	if !errors.Is(err, liveness.ErrUnknown) || !strings.Contains(err.Error(), "docker: connection refused") {
+		t.Fatalf("err = %v, want ground truth unknown naming docker", err)
+	}
+	if len(tr.Statuses) != 2 || tr.Statuses[1].Error == nil || tr.Statuses[0].Error != nil {
+		t.Fatalf("statuses %+v", tr.Statuses)
+	}
+	if tr.Set.Live != nil {
+		t.Fatal("a failed Ask must not give a live set")
+	}
+	if _, err := Ask(t.Context(), nil); !errors.Is(err, liveness.ErrUnknown) {
+		t.Fatalf("no engine: err = %v, want unknown", err)
+	}
+}
+
+func TestResolveOne(t *testing.T) {
+	pod := &fake{name: "podman", a: Answer{Containers: []Container{{ID: idA, Names: []string{"positron-server"}, State: "running", Live: true, InitPID: 7}}}}
+	dock := &fake{name: "docker", a: Answer{Containers: []Container{{ID: idB, Names: []string{"other"}, State: "running", Live: true, InitPID: 8}, {ID: idC, Names: []string{"third"}}}}}
+	es := []Engine{pod, dock}
+	for _, tc := range []struct {
+		ref     string
+		want    string
+		wantErr error
+	}{
+		{"positron-server", idA, nil},
+		{"bbbbbbbbbbbb", idB, nil},
+		{idC, idC, nil},
+		{"aaaaaaaaaaaa", "", ErrAmbiguous},
+		{"nothing", "", ErrNoMatch},
+		{"", "", ErrUsage},
+	} {
+		t.Run(tc.ref, func(t *testing.T) {
+			m, err := ResolveOne(t.Context(), es, tc.ref)
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) || !errors.Is(err, ErrUsage) {
+					t.Fatalf("err = %v, want %v", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || m.ID != tc.want {
+				t.Fatalf("got %+v, %v; want %s", m, err, tc.want)
+			}
+		})
+	}
+	t.Run("ambiguous names the candidates", func(t *testing.T) {
+		_, err := ResolveOne(t.Context(), es, "aaaa")
+		if err == nil || !strings.Contains(err.Error(), "podman aaaaaaaaaaaa (positron-server)") || !strings.Contains(err.Error(), "docker aaaaaaaaaaaa (third)") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("an engine that cannot be asked makes no-match unknown", func(t *testing.T) {
+		_, err := ResolveOne(t.Context(), []Engine{pod, &fake{name: "docker", err: errors.New("down")}}, "other")
+		if !errors.Is(err, liveness.ErrUnknown) {
+			t.Fatalf("err = %v, want unknown", err)
+		}
+	})
+}

@@ -1,0 +1,87 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/kc-watchman/kc-watchman/internal/containerid"
+	"github.com/kc-watchman/kc-watchman/internal/liveness"
+)
+
+// ErrNoMatch and ErrAmbiguous are ResolveOne's usage errors: the reference
+// names no container, or more than one.
+var (
+	ErrNoMatch   = errors.New("no such container")
+	ErrAmbiguous = errors.New("more than one container matches")
+)
+
+// ResolveOne resolves ref (full ID, unique ID prefix or name) with every
+// engine. Exactly one container must match across all of them; no match
+// wraps ErrNoMatch and several wrap ErrAmbiguous, naming the candidates
+// (both also wrap ErrUsage). An engine that cannot be asked makes the
+// answer unknown (liveness.ErrUnknown): a name missing from the engine we
+// could not ask may well be its container.
+func ResolveOne(ctx context.Context, engines []Engine, ref string) (Match, error) {
+	if ref == "" {
+		return Match{}, fmt.Errorf("%w: empty container reference", ErrUsage)
+	}
+	var all []Match
+	var failed []error
+	for _, e := range engines {
+		ms, err := e.Resolve(ctx, ref)
+		if err != nil {
+			failed = append(failed, fmt.Errorf("%s: %w", e.Name(), err))
+			continue
+		}
+		all = append(all, ms...)
+	}
+	// A full ID beats a name or prefix match elsewhere: docker's and
+	// podman's IDs are 64 hex and a name could be one too, but an exact
+	// ID match is what the user meant.
+	if containerid.Valid(ref) {
+		var exact []Match
+		for _, m := range all {
+			if m.ID == ref {
+				exact = append(exact, m)
+			}
+		}
+		if len(exact) > 0 {
+			all = exact
+		}
+	}
+	switch {
+	case len(all) == 1:
+		return all[0], nil
+	case len(all) > 1:
+		return Match{}, fmt.Errorf("%w: %w %q: %s", ErrUsage, ErrAmbiguous, ref, candidates(all))
+	case len(failed) > 0:
+		return Match{}, fmt.Errorf("%w: container %q: %w", liveness.ErrUnknown, ref, errors.Join(failed...))
+	}
+	names := make([]string, 0, len(engines))
+	for _, e := range engines {
+		names = append(names, e.Name())
+	}
+	return Match{}, fmt.Errorf("%w: %w: %q (asked %s)", ErrUsage, ErrNoMatch, ref, strings.Join(names, ", "))
+}
+
+func candidates(ms []Match) string {
+	var parts []string
+	for _, m := range ms {
+		s := m.Engine + " " + short(m.ID)
+		if len(m.Names) > 0 {
+			s += " (" + strings.Join(m.Names, ",") + ")"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// short is the 12-character ID docker ps and podman ps print.
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}

@@ -1,0 +1,152 @@
+package peercred
+
+import (
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestMain doubles as a listener run under another UID: the child listens
+// on $PEERCRED_LISTEN until killed.
+func TestMain(m *testing.M) {
+	if p := os.Getenv("PEERCRED_LISTEN"); p != "" {
+		l, err := net.Listen("unix", p)
+		if err != nil {
+			os.Exit(3)
+		}
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				os.Exit(4)
+			}
+			c.Close()
+		}
+	}
+	os.Exit(m.Run())
+}
+
+func listen(t *testing.T, path string) {
+	t.Helper()
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+}
+
+func TestDialUnix(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "engine.sock")
+	listen(t, sock)
+	link := filepath.Join(dir, "link.sock")
+	if err := os.Symlink(sock, link); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, path string
+		wantUID    int
+		wantErr    string
+	}{
+		{"socket", sock, os.Geteuid(), ""},
+		{"symlink to the socket", link, -1, "symlink"},
+		{"regular file", file, -1, "not a socket"},
+		{"missing", filepath.Join(dir, "none.sock"), -1, "no such file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, uid, err := DialUnix(t.Context(), tc.path)
+			if tc.wantErr != "" {
+				if err == nil || !contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				if tc.name == "symlink to the socket" && !errors.Is(err, ErrSymlink) {
+					t.Fatalf("err = %v, want ErrSymlink", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Close()
+			if uid != tc.wantUID {
+				t.Fatalf("uid = %d, want %d", uid, tc.wantUID)
+			}
+		})
+	}
+}
+
+// TestPeerIsTheListenerNotTheFileOwner: a socket file chowned to root but
+// served by nobody vouches for nobody.
+func TestPeerIsTheListenerNotTheFileOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run a listener as another UID")
+	}
+	// Under /tmp itself: the listener must reach both its binary and the
+	// socket's directory.
+	dir, err := os.MkdirTemp("", "peercred-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "listener")
+	if err := os.WriteFile(bin, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "other.sock")
+	cmd := exec.Command(bin, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "PEERCRED_LISTEN="+sock)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Lstat(sock); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("listener did not start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := os.Chown(sock, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	tr := NewTransport(sock)
+	c, err := tr.DialContext(t.Context(), "unix", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if uid, err := tr.UID(); err != nil || uid != 65534 {
+		t.Fatalf("UID() = %d, %v; want 65534 (the listener), not the file's owner 0", uid, err)
+	}
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }

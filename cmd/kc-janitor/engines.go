@@ -17,11 +17,16 @@ import (
 const (
 	flagEngine    = "engine"
 	flagDockerURL = "docker-url"
+
+	flagContainerdAddress   = "containerd-address"
+	flagContainerdNamespace = "containerd-namespace"
 )
 
 func engineFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: flagEngine, Value: "auto", Usage: "container `ENGINES` to ask: auto (every engine whose endpoint exists here) or a comma list of podman, docker, containerd", EnvVars: []string{"KC_ENGINE"}},
+		&cli.StringFlag{Name: flagContainerdAddress, Usage: "containerd socket `PATH`; default: CONTAINERD_ADDRESS, else /run/containerd/containerd.sock", EnvVars: []string{"KC_CONTAINERD_ADDRESS"}},
+		&cli.StringSliceFlag{Name: flagContainerdNamespace, Usage: "ask only containerd `NAMESPACE` (repeatable or comma-separated; default every namespace: moby is Docker's, k8s.io Kubernetes', default ctr's and nerdctl's)", EnvVars: []string{"KC_CONTAINERD_NAMESPACE"}},
 		&cli.StringFlag{Name: flagDockerURL, Usage: "Docker Engine API `URL` (unix:///path or tcp://host:port); default: DOCKER_HOST, else unix:///var/run/docker.sock", EnvVars: []string{"KC_DOCKER_URL"}},
 	}
 }
@@ -38,6 +43,28 @@ func loadEngineGlobals(c *cli.Context, g *globals) error {
 	if err := engine.CheckDockerURL(g.DockerURL); err != nil {
 		return engineUsageErr(err)
 	}
+	g.ContainerdAddress = sharedString(c, flagContainerdAddress)
+	g.ContainerdNamespaces = sharedSlice(c, flagContainerdNamespace)
+	if err := engine.CheckContainerdSettings(g.ContainerdAddress, g.ContainerdNamespaces); err != nil {
+		return engineUsageErr(err)
+	}
+	return nil
+}
+
+// sharedSlice is sharedString for a repeatable flag: the innermost
+// position that set it wins.
+func sharedSlice(c *cli.Context, name string) []string {
+	for _, lc := range c.Lineage() {
+		if lc.IsSet(name) {
+			var out []string
+			for _, v := range lc.StringSlice(name) {
+				if v = strings.TrimSpace(v); v != "" {
+					out = append(out, v)
+				}
+			}
+			return out
+		}
+	}
 	return nil
 }
 
@@ -46,8 +73,11 @@ func engineConfig(c *cli.Context, g globals, log *slog.Logger) engine.Config {
 	cfg := engine.Config{
 		PodmanURL: g.PodmanURL,
 		DockerURL: g.DockerURL,
-		Timeout:   c.Duration("podman-timeout"),
-		Logger:    log,
+
+		ContainerdAddress:    g.ContainerdAddress,
+		ContainerdNamespaces: g.ContainerdNamespaces,
+		Timeout:              c.Duration("podman-timeout"),
+		Logger:               log,
 	}
 	if args := c.StringSlice("podman-arg"); len(args) > 0 {
 		cfg.PodmanArgs = args

@@ -196,8 +196,19 @@ func runStage(s *settings, args []string, stdin io.Reader, stderr io.Writer) int
 	}
 	st, err := hook.ReadState(stdin)
 	if err != nil {
-		fmt.Fprintln(stderr, "kc-hook:", err)
-		return exitBadInput
+		if stage == hook.StagePoststop {
+			fmt.Fprintln(stderr, "kc-hook:", err)
+			return exitBadInput
+		}
+		// A hook must never stop a container from starting, and the
+		// runtime fails the start on any non-zero exit: a container ID
+		// that is not 64 hex (ctr and nerdctl allow such IDs), garbage or
+		// nothing on stdin are logged and the start goes on.
+		fmt.Fprintf(stderr, "kc-hook: %v; nothing recorded, the container starts anyway\n", err)
+		hostUID := userns.HostEUID()
+		e := ledger.TraceEntry{Time: time.Now().UTC(), Stage: string(stage), HostUID: hostUID, StateDir: s.stateDir, Error: err.Error()}
+		_, _ = ledger.WriteTrace(traceFiles(hostUID), e) //nolint:errcheck // stderr already says it
+		return exitOK
 	}
 
 	// Only now, with usable input, may anything be written.

@@ -55,7 +55,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 	}{
 		{"not json", "garbage", []string{"poststop"}},
 		{"no id", `{"status":"stopped"}`, []string{"poststop"}},
-		{"traversal id", `{"id":"../../../tmp/x"}`, []string{"createRuntime"}},
+		{"traversal id", `{"id":"../../../tmp/x"}`, []string{"poststop"}},
 		{"huge input", strings.Repeat("x", 10<<20), []string{"poststop"}},
 		{"unknown stage", `{"id":"` + cid + `"}`, []string{"prestop"}},
 		{"no stage", `{"id":"` + cid + `"}`, nil},
@@ -80,6 +80,47 @@ func TestBadInputWritesNothing(t *testing.T) {
 				t.Errorf("state dir was created for bad input: %v", err)
 			}
 		})
+	}
+}
+
+// TestPreStartBadInputNeverFails: every pre-start stage exits 0 on input
+// it cannot use, says so on stderr, and writes no state; only poststop
+// may fail (the runtime fails a container's start on a non-zero exit).
+func TestPreStartBadInputNeverFails(t *testing.T) {
+	inputs := []struct{ name, stdin string }{
+		{"non-hex id", `{"id":"my-container","pid":1,"status":"creating"}`},
+		{"short hex id", `{"id":"abc123","pid":1}`},
+		{"traversal id", `{"id":"../../../tmp/x"}`},
+		{"garbage json", "{not json"},
+		{"empty stdin", ""},
+		{"no id", `{"status":"created","pid":1}`},
+	}
+	stages := []string{"createRuntime", "createContainer", "startContainer", "poststart", "prestart", "poststop"}
+	for _, stage := range stages {
+		for _, in := range inputs {
+			t.Run(stage+"/"+in.name, func(t *testing.T) {
+				withEnv(t, nil)
+				trace := withTrace(t)
+				state := filepath.Join(t.TempDir(), "state")
+				code, _, stderr := runHook(t, in.stdin, "--state-dir", state, stage)
+				want := exitOK
+				if stage == "poststop" {
+					want = exitBadInput
+				}
+				if code != want {
+					t.Errorf("exit %d, want %d (stderr %q)", code, want, stderr)
+				}
+				if !isOneLine(stderr) || !strings.HasPrefix(stderr, "kc-hook: ") {
+					t.Errorf("stderr is not one clear line: %q", stderr)
+				}
+				if _, err := os.Stat(state); !os.IsNotExist(err) {
+					t.Errorf("state dir was created for bad input: %v", err)
+				}
+				if _, err := os.Stat(trace); (err == nil) != (stage != "poststop") {
+					t.Errorf("trace file: %v", err)
+				}
+			})
+		}
 	}
 }
 

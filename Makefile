@@ -24,6 +24,9 @@ ZSHCOMPDIR  ?= $(PREFIX)/share/zsh/site-functions
 # The kc-janitor that generates the man page and completion scripts.
 JANITOR     ?= bin/kc-janitor
 UNITS       := contrib/systemd/kc-janitor.service contrib/systemd/kc-janitor.timer contrib/systemd/kc-janitor-watch.service
+# systemctl --user units for rootless podman users (docs/ROOTLESS.md).
+USERUNITDIR ?= $(PREFIX)/lib/systemd/user
+USERUNITS   := contrib/systemd/user/kc-janitor.service contrib/systemd/user/kc-janitor.timer contrib/systemd/user/kc-janitor-watch.service
 
 # Test knobs: KC_E2E=1 makes missing podman a failure instead of a skip.
 TESTFLAGS   ?= -count=1 -timeout 15m
@@ -71,13 +74,17 @@ install-hooks:
 	done
 
 install-units:
-	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/default
+	install -d $(DESTDIR)$(USERUNITDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/default
 	for f in $(UNITS); do \
 		sed 's|/usr/local/bin/kc-janitor|$(BINDIR)/kc-janitor|g' $$f > $(DESTDIR)$(UNITDIR)/$$(basename $$f); \
 		chmod 0644 $(DESTDIR)$(UNITDIR)/$$(basename $$f); \
 	done
 	test -e $(DESTDIR)$(SYSCONFDIR)/default/kc-janitor || \
 		install -m 0644 contrib/systemd/kc-janitor.env $(DESTDIR)$(SYSCONFDIR)/default/kc-janitor
+	for f in $(USERUNITS); do \
+		sed 's|/usr/local/bin/kc-janitor|$(BINDIR)/kc-janitor|g' $$f > $(DESTDIR)$(USERUNITDIR)/$$(basename $$f); \
+		chmod 0644 $(DESTDIR)$(USERUNITDIR)/$$(basename $$f); \
+	done
 
 install-man:
 	install -d $(DESTDIR)$(MANDIR)/man8
@@ -96,6 +103,7 @@ uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/kc-janitor $(DESTDIR)$(HOOKDIR)/kc-hook
 	for f in hooks.d/*.json; do rm -f $(DESTDIR)$(HOOKSDDIR)/$$(basename $$f); done
 	for f in $(UNITS); do rm -f $(DESTDIR)$(UNITDIR)/$$(basename $$f); done
+	for f in $(USERUNITS); do rm -f $(DESTDIR)$(USERUNITDIR)/$$(basename $$f); done
 	rm -f $(DESTDIR)$(MANDIR)/man8/kc-janitor.8 $(DESTDIR)$(MANDIR)/man8/kc-hook.8 $(DESTDIR)$(BASHCOMPDIR)/kc-janitor $(DESTDIR)$(ZSHCOMPDIR)/_kc-janitor
 
 demo: build

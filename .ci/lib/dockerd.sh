@@ -54,7 +54,7 @@ start_dockerd() {
 	cp /bin/busybox "$d/rootfs/bin/busybox"
 	local app
 	for app in sh sleep cat ls kill; do ln -sf busybox "$d/rootfs/bin/$app"; done
-	tar -C "$d/rootfs" -c . | "$DOCKER_CLI" -H "unix://$d/docker.sock" import - kc-busybox >/dev/null </dev/null || {
+	tar -C "$d/rootfs" -c . | "$DOCKER_CLI" -H "unix://$d/docker.sock" import - kc-busybox >/dev/null || {
 		echo "start_dockerd: docker import failed" >&2
 		return 1
 	}

@@ -29,8 +29,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/hook"
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/supervise"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
+	"github.com/kc-watchman/kc-watchman/internal/userns"
 )
 
 // version is set by the Makefile through -ldflags.
@@ -98,7 +100,9 @@ type commandLine struct {
 
 func (cl *commandLine) flagSet() *flag.FlagSet {
 	fs := newFlagSet(hookName)
-	fs.StringVar(&cl.stateDir, "state-dir", "/run/kc-watchman", "ledger `DIR`")
+	// Rootless podman runs hooks as root of its user namespace: the
+	// default follows the host UID, which /proc/self/uid_map gives.
+	fs.StringVar(&cl.stateDir, "state-dir", ledger.DefaultDir(userns.HostEUID()), "ledger `DIR`")
 	fs.StringVar(&cl.supervisorComm, "supervisor-comm", "kcserver", "comma-separated supervisor process `NAMES`")
 	fs.DurationVar(&cl.killGrace, "kill-grace", 5*time.Second, "wait between SIGTERM and SIGKILL")
 	fs.DurationVar(&cl.deadline, "deadline", 20*time.Second, "bound on a whole poststop run; keep it below the descriptor's timeout")
@@ -205,14 +209,31 @@ func runStage(s *settings, args []string, stdin io.Reader, stderr io.Writer) int
 		SupervisorsFile: s.supervisorsFile,
 		Lister:          lister,
 	}
-	logger, closeLog := openLog(cfg.StateDir, s.logFile, s.level, stderr)
+	hostUID := userns.HostEUID()
+	logger, closeLog, logErr := openLog(cfg.StateDir, s.logFile, s.level, stderr)
 	defer closeLog()
-	cfg.Logger = logger.With("container", st.ID, "stage", string(stage))
+	cfg.Logger = logger.With("container", st.ID, "stage", string(stage), "host_uid", hostUID)
+	// trace leaves a line where the user will look when the hook cannot
+	// keep its books: runc throws away the stderr of a hook that exits 0.
+	trace := func(err error) {
+		e := ledger.TraceEntry{Time: time.Now().UTC(), Container: st.ID, Stage: string(stage), HostUID: hostUID, StateDir: cfg.StateDir, Error: err.Error()}
+		if p, terr := ledger.WriteTrace(traceFiles(hostUID), e); terr != nil {
+			cfg.Logger.Error("could not leave a trace", "err", terr)
+		} else {
+			cfg.Logger.Warn("left a trace", "file", p)
+		}
+	}
+	if logErr != nil {
+		trace(logErr)
+	}
 
 	if stage != hook.StagePoststop {
 		if err := hook.Record(cfg, stage, st); err != nil {
 			// A hook must never stop a container from starting.
 			cfg.Logger.Error("bookkeeping failed; the container starts anyway", "err", err)
+			if logErr == nil {
+				trace(err)
+			}
 		} else {
 			cfg.Logger.Info("recorded", "pid", st.Pid)
 		}
@@ -224,6 +245,9 @@ func runStage(s *settings, args []string, stdin io.Reader, stderr io.Writer) int
 	start := time.Now()
 	res, err := hook.Poststop(ctx, cfg, st)
 	cfg.Logger.Info("poststop done", "trees", len(res.Trees), "failed", res.Failed, "duration_ms", time.Since(start).Milliseconds(), "err", err)
+	if res.Unrecorded != nil && logErr == nil {
+		trace(res.Unrecorded)
+	}
 	switch {
 	case res.Failed:
 		fmt.Fprintf(stderr, "kc-hook: a supervisor tree of container %.12s would not die; kc-janitor reconcile will retry\n", st.ID)
@@ -268,19 +292,26 @@ func splitComms(s string) []string {
 	return out
 }
 
+// traceFiles is where a hook that cannot keep its books says so; tests
+// point it elsewhere.
+var traceFiles = ledger.TraceFiles
+
 // openLog opens the JSON-lines log, creating the state dir if needed. When
-// it cannot, logs go to stderr, which the runtime keeps.
-func openLog(stateDir, path string, level slog.Level, stderr io.Writer) (*slog.Logger, func()) {
+// it cannot, logs go to stderr (which the runtime may throw away) and the
+// error says why.
+func openLog(stateDir, path string, level slog.Level, stderr io.Writer) (*slog.Logger, func(), error) {
 	if path == "" {
 		path = filepath.Join(stateDir, "kc-hook.log")
 	}
 	opts := &slog.HandlerOptions{Level: level}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err == nil {
-		if f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err == nil {
-			return slog.New(slog.NewJSONHandler(f, opts)), func() { f.Close() }
+	err := os.MkdirAll(filepath.Dir(path), 0o700)
+	if err == nil {
+		var f *os.File
+		if f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err == nil {
+			return slog.New(slog.NewJSONHandler(f, opts)), func() { f.Close() }, nil
 		}
 	}
-	return slog.New(slog.NewJSONHandler(stderr, opts)), func() {}
+	return slog.New(slog.NewJSONHandler(stderr, opts)), func() {}, fmt.Errorf("cannot open the hook log: %w", err)
 }
 
 // isTerminal reports whether f is a terminal.

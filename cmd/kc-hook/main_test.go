@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/supervise"
+	"github.com/kc-watchman/kc-watchman/internal/userns"
 )
 
 const cid = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -81,9 +83,20 @@ func TestBadInputWritesNothing(t *testing.T) {
 	}
 }
 
+// withTrace points the hook's trace at a file in a temp dir and returns it.
+func withTrace(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "kc-hook.trace")
+	old := traceFiles
+	traceFiles = func(int) []string { return []string{p} }
+	t.Cleanup(func() { traceFiles = old })
+	return p
+}
+
 // TestCreateRuntimeNeverFails: a bookkeeping failure must not stop the
 // container from starting.
 func TestCreateRuntimeNeverFails(t *testing.T) {
+	withTrace(t)
 	blocker := filepath.Join(t.TempDir(), "file")
 	if err := os.WriteFile(blocker, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -361,9 +374,50 @@ func TestHelpListsEveryOption(t *testing.T) {
 	}
 	var b strings.Builder
 	writeHookHelp(&b)
-	for _, want := range []string{"--state-dir DIR", "ledger DIR (default: /run/kc-watchman) [$KC_STATE_DIR]", "wait between SIGTERM and SIGKILL (default: 5s) [$KC_KILL_GRACE]", "--help, -h ", "--version, -v "} {
+	for _, want := range []string{"--state-dir DIR", "ledger DIR (default: " + ledger.DefaultDir(userns.HostEUID()) + ") [$KC_STATE_DIR]", "wait between SIGTERM and SIGKILL (default: 5s) [$KC_KILL_GRACE]", "--help, -h ", "--version, -v "} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("kc-hook --help lacks %q", want)
 		}
 	}
+}
+
+// TestUnusableStateDirLeavesATrace: a hook that cannot write its state dir
+// (a rootless user's hook pointed at root's) says so where the user will
+// look, at every stage, since runc discards its stderr.
+func TestUnusableStateDirLeavesATrace(t *testing.T) {
+	for _, stage := range []string{"createRuntime", "poststop"} {
+		t.Run(stage, func(t *testing.T) {
+			withEnv(t, nil)
+			trace := withTrace(t)
+			blocker := filepath.Join(t.TempDir(), "file")
+			if err := os.WriteFile(blocker, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			state := filepath.Join(blocker, "state")
+			code, _, stderr := runHook(t, `{"id":"`+cid+`","pid":`+itoa(os.Getpid())+`,"status":"stopped"}`, "--state-dir", state, stage)
+			if code != exitOK {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			data, err := os.ReadFile(trace)
+			if err != nil {
+				t.Fatalf("no trace: %v (stderr %q)", err, stderr)
+			}
+			for _, want := range []string{`"container":"` + cid + `"`, `"stage":"` + stage + `"`, `"state_dir":"` + state + `"`, "not a directory"} {
+				if !strings.Contains(string(data), want) {
+					t.Errorf("trace lacks %s: %s", want, data)
+				}
+			}
+		})
+	}
+	t.Run("a usable state dir leaves none", func(t *testing.T) {
+		withEnv(t, nil)
+		trace := withTrace(t)
+		code, _, stderr := runHook(t, `{"id":"`+cid+`","status":"stopped"}`, "--state-dir", t.TempDir(), "poststop")
+		if code != exitOK {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		if _, err := os.Stat(trace); !os.IsNotExist(err) {
+			t.Errorf("a trace was left: %v", err)
+		}
+	})
 }

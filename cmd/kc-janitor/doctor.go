@@ -13,10 +13,12 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/doctor"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
 	"github.com/kc-watchman/kc-watchman/internal/metrics"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
+	"github.com/kc-watchman/kc-watchman/internal/userns"
 )
 
 const (
@@ -170,7 +172,11 @@ type checkConfig struct {
 func runChecks(ctx context.Context, c *cli.Context, g globals, cc checkConfig, log *slog.Logger, ms *metrics.Set) doctor.Report {
 	rep := doctor.Report{Fix: cc.fix}
 
-	installed, descs := doctor.HookInstalled(cc.hooksDirs, g.StateDir)
+	// Podman runs hooks as the user it runs as, this janitor's: the hook's
+	// own default state dir is the one for this host UID.
+	hostUID := userns.HostEUID()
+	hookDefault := ledger.DefaultDir(hostUID)
+	installed, descs := doctor.HookInstalled(cc.hooksDirs, g.StateDir, hookDefault)
 	rep.Add(installed)
 
 	live, liveErr := queryLiveness(ctx, c, g, log)
@@ -182,8 +188,9 @@ func runChecks(ctx context.Context, c *cli.Context, g globals, cc checkConfig, l
 	if err != nil {
 		log.Warn("boot time unknown; counting every hook run", "err", err)
 	}
-	hookState, hookLog := doctor.HookStateDir(descs, g.StateDir)
-	rep.Add(doctor.HookAlive(doctor.AliveInput{StateDir: hookState, LogFile: hookLog, Boot: boot, LiveContainers: liveCount}))
+	hookState, hookLog := doctor.HookStateDir(descs, hookDefault)
+	rep.Add(doctor.HookAlive(doctor.AliveInput{StateDir: hookState, LogFile: hookLog, Boot: boot, LiveContainers: liveCount,
+		HostUID: hostUID, TraceFiles: ledger.TraceFiles(hostUID)}))
 	rep.Add(doctor.Podman(live, liveErr))
 	rep.Add(doctor.StateDir(g.StateDir))
 	rep.Add(doctor.Listing(cc.reconcile.Lister))

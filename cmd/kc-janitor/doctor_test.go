@@ -43,6 +43,8 @@ func newDoctorHost(t *testing.T) doctorHost {
 			t.Fatal(err)
 		}
 		data = []byte(strings.ReplaceAll(string(data), "/usr/local/libexec/oci/hooks.d/kc-hook", h.hook))
+		// The hook must write where this janitor reads (--state-dir).
+		data = []byte(strings.Replace(string(data), `"env": [`, `"env": ["KC_STATE_DIR=`+h.state+`", `, 1))
 		if err := os.WriteFile(filepath.Join(h.hooks, filepath.Base(f)), data, 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -20,6 +20,9 @@ import (
 const (
 	flagEngine    = "engine"
 	flagDockerURL = "docker-url"
+
+	flagContainerdAddress   = "containerd-address"
+	flagContainerdNamespace = "containerd-namespace"
 )
 
 func engineFlags() []cli.Flag {
@@ -27,6 +30,8 @@ func engineFlags() []cli.Flag {
 		&cli.StringFlag{Name: flagEngine, Value: "auto", Usage: "container `ENGINES` to ask: auto (every engine whose endpoint exists here) or a comma list of podman, docker, containerd", EnvVars: []string{"KC_ENGINE"}},
 		&cli.DurationFlag{Name: "podman-timeout", Value: 10 * time.Second, Usage: "bound on asking each container engine (for podman: API, then CLI)", EnvVars: []string{"KC_PODMAN_TIMEOUT"}},
 		&cli.StringSliceFlag{Name: "podman-arg", Usage: "global `ARG` for the podman CLI, repeatable (e.g. --podman-arg=--root=/srv/storage); a podman API service whose store is not the --root/--runroot named here is not believed: the CLI is asked instead", EnvVars: []string{"KC_PODMAN_ARGS"}},
+		&cli.StringFlag{Name: flagContainerdAddress, Usage: "containerd socket `PATH`; default: CONTAINERD_ADDRESS, else /run/containerd/containerd.sock", EnvVars: []string{"KC_CONTAINERD_ADDRESS"}},
+		&cli.StringSliceFlag{Name: flagContainerdNamespace, Usage: "ask only containerd `NAMESPACE` (repeatable or comma-separated; default every namespace: moby is Docker's, k8s.io Kubernetes', default ctr's and nerdctl's)", EnvVars: []string{"KC_CONTAINERD_NAMESPACE"}},
 		&cli.StringFlag{Name: flagDockerURL, Usage: "Docker Engine API `URL` (unix:///path or tcp://host:port); default: DOCKER_HOST, else unix:///var/run/docker.sock", EnvVars: []string{"KC_DOCKER_URL"}},
 	}
 }
@@ -51,6 +56,28 @@ func loadEngineGlobals(c *cli.Context, g *globals) error {
 	if err := engine.CheckDockerURL(g.DockerURL); err != nil {
 		return engineUsageErr(err)
 	}
+	g.ContainerdAddress = sharedString(c, flagContainerdAddress)
+	g.ContainerdNamespaces = sharedSlice(c, flagContainerdNamespace)
+	if err := engine.CheckContainerdSettings(g.ContainerdAddress, g.ContainerdNamespaces); err != nil {
+		return engineUsageErr(err)
+	}
+	return nil
+}
+
+// sharedSlice is sharedString for a repeatable flag: the innermost
+// position that set it wins.
+func sharedSlice(c *cli.Context, name string) []string {
+	for _, lc := range c.Lineage() {
+		if lc.IsSet(name) {
+			var out []string
+			for _, v := range lc.StringSlice(name) {
+				if v = strings.TrimSpace(v); v != "" {
+					out = append(out, v)
+				}
+			}
+			return out
+		}
+	}
 	return nil
 }
 
@@ -59,8 +86,11 @@ func engineConfig(c *cli.Context, g globals, log *slog.Logger) engine.Config {
 	cfg := engine.Config{
 		PodmanURL: g.PodmanURL,
 		DockerURL: g.DockerURL,
-		Timeout:   c.Duration("podman-timeout"),
-		Logger:    log,
+
+		ContainerdAddress:    g.ContainerdAddress,
+		ContainerdNamespaces: g.ContainerdNamespaces,
+		Timeout:              c.Duration("podman-timeout"),
+		Logger:               log,
 	}
 	if args := c.StringSlice("podman-arg"); len(args) > 0 {
 		cfg.PodmanArgs = args

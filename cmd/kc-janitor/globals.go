@@ -9,6 +9,9 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/userns"
 )
 
 // Names of the global flags, given both to the app and to every command.
@@ -23,8 +26,10 @@ const (
 	flagQuiet          = "quiet"
 )
 
-// DefaultStateDir is where the hook writes its ledger.
-const DefaultStateDir = "/run/kc-watchman"
+// defaultStateDir is where the hook of the same host user writes its
+// ledger: /run/kc-watchman for root, /run/user/<uid>/kc-watchman for a
+// rootless podman's user, whose hook cannot write root's.
+func defaultStateDir() string { return ledger.DefaultDir(userns.HostEUID()) }
 
 // DefaultSupervisorComm is the comm of Kallichore's supervisor.
 const DefaultSupervisorComm = "kcserver"
@@ -32,7 +37,7 @@ const DefaultSupervisorComm = "kcserver"
 func globalFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: flagPodmanURL, Usage: "podman API `URL` (unix:///path or tcp://); default: CONTAINER_HOST, else the rootful or rootless podman socket", EnvVars: []string{"KC_PODMAN_URL"}},
-		&cli.StringFlag{Name: flagStateDir, Value: DefaultStateDir, Usage: "`DIR` holding kc-hook's ledger", EnvVars: []string{"KC_STATE_DIR"}},
+		&cli.StringFlag{Name: flagStateDir, Value: defaultStateDir(), Usage: "`DIR` holding kc-hook's ledger (default for a user other than root: /run/user/UID/kc-watchman)", EnvVars: []string{"KC_STATE_DIR"}},
 		&cli.StringFlag{Name: flagSupervisorComm, Value: DefaultSupervisorComm, Usage: "comma-separated process `NAMES` (comm) that make a process group a supervisor tree", EnvVars: []string{"KC_SUPERVISOR_COMM"}},
 		&cli.StringFlag{Name: flagFormat, Value: "text", Usage: "output `FORMAT`: text or json", EnvVars: []string{"KC_FORMAT"}},
 		&cli.StringFlag{Name: flagLogFile, Usage: "also append logs to `FILE`", EnvVars: []string{"KC_LOG_FILE"}},
@@ -53,6 +58,10 @@ type globals struct {
 	// Engines is --engine parsed: nil for auto.
 	Engines   []string
 	DockerURL string
+	// ContainerdAddress and ContainerdNamespaces: --containerd-address,
+	// --containerd-namespace.
+	ContainerdAddress    string
+	ContainerdNamespaces []string
 	// LogLevel is the least level logged on stderr; LevelSet says whether
 	// --log-level or --quiet chose it.
 	LogLevel slog.Level
@@ -196,7 +205,7 @@ func newLogger(g globals, logFile string) (*slog.Logger, func(), error) {
 		return slog.New(stderr), closer, nil
 	}
 	if err := os.MkdirAll(filepath.Dir(logFile), 0o750); err != nil {
-		return nil, nil, cli.Exit(fmt.Sprintf("cannot create the log file's directory: %v", err), exitFailed)
+		return nil, nil, cli.Exit(fmt.Sprintf("cannot create the log file's directory: %v", err), exitUsage)
 	}
 	f, err := os.OpenFile(logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
 	if err != nil {

@@ -23,7 +23,7 @@ import (
 	"sync/atomic"
 
 	versionapi "github.com/containerd/containerd/api/services/version/v1"
-	"golang.org/x/sys/unix"
+	"github.com/kc-watchman/kc-watchman/internal/peercred"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -82,10 +82,9 @@ func CheckAddress(addr string) (string, error) {
 }
 
 // New prepares a client for the containerd socket at addr. It does not
-// connect: the first call does, bounded by that call's context. A socket
-// path that is a symlink is refused, so that the UID the answer vouches
-// for is the one of the daemon named, not of whatever the link points to
-// at the moment.
+// connect: the first call does, bounded by that call's context, through
+// peercred.DialUnix: a socket path that is a symlink is refused, and the
+// UID the answers vouch for is the peer's on that very connection.
 func New(addr string) (*Client, error) {
 	p, err := CheckAddress(addr)
 	if err != nil {
@@ -94,19 +93,12 @@ func New(addr string) (*Client, error) {
 	c := &Client{address: p}
 	c.peerUID.Store(UIDUnknown)
 	dial := func(ctx context.Context, _ string) (net.Conn, error) {
-		if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSymlink != 0 {
-			return nil, fmt.Errorf("%w %s: a symlink; name the socket itself", ErrAddress, p)
-		}
-		var d net.Dialer
-		conn, err := d.DialContext(ctx, "unix", p)
+		conn, uid, err := peercred.DialUnix(ctx, p)
 		if err != nil {
+			c.peerUID.Store(UIDUnknown)
 			return nil, err
 		}
-		if uid, err := peerUID(conn); err == nil {
-			c.peerUID.Store(int64(uid))
-		} else {
-			c.peerUID.Store(UIDUnknown)
-		}
+		c.peerUID.Store(int64(uid))
 		return conn, nil
 	}
 	conn, err := grpc.NewClient("passthrough:///containerd",
@@ -156,28 +148,4 @@ func (c *Client) wrap(what string, err error) error {
 // withNamespace returns ctx carrying ns for containerd.
 func withNamespace(ctx context.Context, ns string) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, namespaceKey, ns)
-}
-
-// peerUID reads the credentials of the process on the other end of a unix
-// socket connection.
-func peerUID(conn net.Conn) (uint32, error) {
-	uc, ok := conn.(*net.UnixConn)
-	if !ok {
-		return 0, errors.New("not a unix socket connection")
-	}
-	raw, err := uc.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	var cred *unix.Ucred
-	var serr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return 0, err
-	}
-	if serr != nil {
-		return 0, serr
-	}
-	return cred.Uid, nil
 }

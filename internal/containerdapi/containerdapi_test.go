@@ -14,9 +14,9 @@ import (
 
 	eventtypes "github.com/containerd/containerd/api/events"
 	eventsapi "github.com/containerd/containerd/api/services/events/v1"
-	"google.golang.org/protobuf/types/known/anypb"
 	"github.com/kc-watchman/kc-watchman/internal/containerdtest"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 )
 
 func randomID(t *testing.T) string {

@@ -9,6 +9,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -43,6 +45,14 @@ type AliveInput struct {
 	// when podman could not be asked.
 	LiveContainers int
 	Now            time.Time
+	// HostUID is the host UID the hook runs as for this janitor (its
+	// own): log lines a hook of another UID wrote to a shared log file
+	// are not this user's hook's runs. Lines of hooks that did not say
+	// their UID count for anyone.
+	HostUID int
+	// TraceFiles are where a hook that could not keep its books left a
+	// line (ledger.TraceFiles).
+	TraceFiles []string
 }
 
 // hookRun is the latest evidence of a hook run.
@@ -56,7 +66,7 @@ const logTail = 1 << 20
 
 // readHookLog counts the hook's log lines written since boot and returns
 // the latest one.
-func readHookLog(path string, boot time.Time) (int, hookRun, error) {
+func readHookLog(path string, boot time.Time, hostUID int) (int, hookRun, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, hookRun{}, err
@@ -74,11 +84,15 @@ func readHookLog(path string, boot time.Time) (int, hookRun, error) {
 	for sc.Scan() {
 		line := bytes.TrimSpace(sc.Bytes())
 		var rec struct {
-			Time  time.Time `json:"time"`
-			Stage string    `json:"stage"`
+			Time    time.Time `json:"time"`
+			Stage   string    `json:"stage"`
+			HostUID *int      `json:"host_uid"`
 		}
 		if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &rec) != nil || rec.Stage == "" {
 			continue // a line cut by the seek, or not the hook's
+		}
+		if rec.HostUID != nil && *rec.HostUID != hostUID {
+			continue // another user's hook sharing the log file
 		}
 		if rec.Time.Before(boot) {
 			continue
@@ -129,7 +143,7 @@ func HookAlive(in AliveInput) Check {
 	if in.Now.IsZero() {
 		in.Now = time.Now()
 	}
-	logN, logLast, logErr := readHookLog(in.LogFile, in.Boot)
+	logN, logLast, logErr := readHookLog(in.LogFile, in.Boot, in.HostUID)
 	recN, recLast, recErr := readLedgerRuns(in.StateDir, in.Boot)
 	last := logLast
 	if recLast.at.After(last.at) {
@@ -141,6 +155,21 @@ func HookAlive(in AliveInput) Check {
 	}
 	if recErr != nil && !errors.Is(recErr, fs.ErrNotExist) {
 		problems = append(problems, "ledger: "+recErr.Error())
+	}
+	// A trace older than the latest recorded run is history: the state
+	// dir has been fixed since.
+	traced, files := ledger.ReadTrace(in.TraceFiles, in.Boot)
+	// Only failures to write the state dir checked here: a hook
+	// configured elsewhere (or a test's) is another matter.
+	traced = slices.DeleteFunc(traced, func(e ledger.TraceEntry) bool { return filepath.Clean(e.StateDir) != filepath.Clean(in.StateDir) })
+	if len(traced) > 0 && traced[len(traced)-1].Time.After(last.at) {
+		// The hook fires but cannot keep its books: whatever it reaps goes
+		// unrecorded, and what it could not reap is invisible to reconcile.
+		e := traced[len(traced)-1]
+		c := newCheck(NameHookAlive, Error, "kc-hook ran but could not write its state dir %s %s since boot; last, %s ago at %s: %s (trace: %s)",
+			e.StateDir, plural(len(traced), "time", "times"), in.Now.Sub(e.Time).Round(time.Second), e.Stage, e.Error, strings.Join(files, ", "))
+		c.Items = append(problems, "fix the state dir (or KC_STATE_DIR in the hook's descriptor); this check passes once the hook records a run again")
+		return c
 	}
 	if logN > 0 || recN > 0 {
 		c := newCheck(NameHookAlive, OK, "%s and %s since boot; last: %s %s ago",

@@ -149,7 +149,7 @@ func TestHookInstalled(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "hooks.d")
 			c.setup(t, dir)
-			got, _ := HookInstalled([]string{dir}, state)
+			got, _ := HookInstalled([]string{dir}, state, state)
 			all := got.Detail + "\n" + strings.Join(got.Items, "\n")
 			if got.Verdict != c.want || !strings.Contains(all, c.text) {
 				t.Errorf("verdict %v, want %v; want %q in:\n%s", got.Verdict, c.want, c.text, all)
@@ -165,7 +165,7 @@ func TestHookInstalledMasking(t *testing.T) {
 	low, high := filepath.Join(base, "usr"), filepath.Join(base, "etc")
 	installPair(t, low, fakeHook(t))
 	write(t, high, "kc-hook-poststop.json", descriptor("/gone/kc-hook", "poststop"))
-	got, descs := HookInstalled([]string{low, high}, "/run/kc-watchman")
+	got, descs := HookInstalled([]string{low, high}, "/run/kc-watchman", "/run/kc-watchman")
 	if got.Verdict != Error || !strings.Contains(strings.Join(got.Items, "\n"), "masked by "+filepath.Join(high, "kc-hook-poststop.json")) {
 		t.Errorf("%+v", got)
 	}
@@ -445,6 +445,106 @@ func TestHumanUnits(t *testing.T) {
 	}
 }
 
+// TestHookAliveRootless: a rootless user's doctor counts only its own
+// hook's log lines (a log file shared with root's hook is not evidence),
+// and a hook that left a trace because it could not write its state dir is
+// an error until it records a run again.
+func TestHookAliveRootless(t *testing.T) {
+	boot := time.Now().Add(-time.Hour)
+	now := time.Now()
+	line := func(at time.Time, uid int) string {
+		b, _ := json.Marshal(map[string]any{"time": at, "msg": "recorded", "stage": "poststop", "host_uid": uid})
+		return string(b) + "\n"
+	}
+	t.Run("another user's lines are not evidence", func(t *testing.T) {
+		dir := t.TempDir()
+		log := write(t, dir, "kc-hook.log", line(now.Add(-time.Minute), 0))
+		c := HookAlive(AliveInput{StateDir: dir, LogFile: log, Boot: boot, LiveContainers: 1, Now: now, HostUID: 1001})
+		if c.Verdict != Warn || !strings.Contains(c.Detail, "the hook does not fire") {
+			t.Errorf("%+v", c)
+		}
+		c = HookAlive(AliveInput{StateDir: dir, LogFile: log, Boot: boot, LiveContainers: 1, Now: now, HostUID: 0})
+		if c.Verdict != OK {
+			t.Errorf("root's own lines: %+v", c)
+		}
+	})
+	t.Run("a trace is an error until a later run", func(t *testing.T) {
+		dir := t.TempDir()
+		trace := filepath.Join(dir, "kc-hook.trace")
+		e := ledger.TraceEntry{Time: now.Add(-time.Minute), Stage: "poststop", HostUID: 1001, StateDir: dir, Error: "mkdir " + dir + ": permission denied"}
+		other := e
+		other.StateDir, other.Error = "/elsewhere", "not this state dir's"
+		for _, x := range []ledger.TraceEntry{e, other} {
+			if _, err := ledger.WriteTrace([]string{trace}, x); err != nil {
+				t.Fatal(err)
+			}
+		}
+		in := AliveInput{StateDir: dir, LogFile: filepath.Join(dir, "none.log"), Boot: boot, LiveContainers: 1, Now: now, HostUID: 1001, TraceFiles: []string{trace}}
+		c := HookAlive(in)
+		if c.Verdict != Error || !strings.Contains(c.Detail, "permission denied") || !strings.Contains(c.Detail, trace) {
+			t.Errorf("%+v", c)
+		}
+		in.LogFile = write(t, dir, "kc-hook.log", line(now.Add(-time.Second), 1001))
+		if c := HookAlive(in); c.Verdict != OK {
+			t.Errorf("after a later recorded run: %+v", c)
+		}
+	})
+}
+
+// TestStateDirMissing: doctor says kc-hook creates a missing state dir
+// only when it can.
+func TestStateDirMissing(t *testing.T) {
+	base := t.TempDir()
+	if c := StateDir(filepath.Join(base, "state")); c.Verdict != Warn || !strings.Contains(c.Detail, "creates it on its first run") {
+		t.Errorf("creatable: %+v", c)
+	}
+	c := StateDir(filepath.Join(base, "user", "1001", "kc-watchman"))
+	if c.Verdict != Error || !strings.Contains(c.Detail, "cannot create it") {
+		t.Errorf("parent missing: %+v", c)
+	}
+	if c := StateDir(filepath.Join(write(t, base, "f", "x"), "kc-watchman")); c.Verdict != Error || !strings.Contains(c.Detail, "not a directory") {
+		t.Errorf("under a file: %+v", c)
+	}
+}
+
+func TestDescriptorSetting(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		d    Descriptor
+		want string
+		set  bool
+	}{
+		{"env", Descriptor{Args: []string{"kc-hook", "poststop"}, Env: []string{"KC_STATE_DIR=/e"}}, "/e", true},
+		{"flag beats env", Descriptor{Args: []string{"kc-hook", "--state-dir=/f", "poststop"}, Env: []string{"KC_STATE_DIR=/e"}}, "/f", true},
+		{"flag with a separate value", Descriptor{Args: []string{"kc-hook", "-state-dir", "/g", "poststop"}}, "/g", true},
+		{"the stage is no value", Descriptor{Args: []string{"kc-hook", "--state-dir", "poststop"}}, "", false},
+		{"nothing", Descriptor{Args: []string{"kc-hook", "poststop"}}, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, set := tc.d.Setting("state-dir", "KC_STATE_DIR")
+			if got != tc.want || set != tc.set {
+				t.Errorf("Setting = %q, %v; want %q, %v", got, set, tc.want, tc.set)
+			}
+		})
+	}
+}
+
+// TestHookInstalledDefaultMismatch: a descriptor naming no state dir
+// makes the hook use its own default, which need not be the janitor's
+// (a janitor given --state-dir, or root's janitor reading a user's hooks).
+func TestHookInstalledDefaultMismatch(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "hooks.d")
+	installPair(t, dir, fakeHook(t))
+	got, _ := HookInstalled([]string{dir}, "/srv/kc", "/run/user/1001/kc-watchman")
+	all := got.Detail + "\n" + strings.Join(got.Items, "\n")
+	if got.Verdict != Warn || !strings.Contains(all, "its default /run/user/1001/kc-watchman") {
+		t.Errorf("%v: %s", got.Verdict, all)
+	}
+	if got, _ := HookInstalled([]string{dir}, "/run/user/1001/kc-watchman", "/run/user/1001/kc-watchman"); got.Verdict != OK {
+		t.Errorf("matching defaults: %+v", got)
+	}
+}
+
 // TestHookInstalledElsewhere: descriptors installed where podman does not
 // look (an older `make install` with PREFIX=/usr/local) are an error that
 // names where they are and how to fix it; the dirs podman reads are named.
@@ -456,7 +556,7 @@ func TestHookInstalledElsewhere(t *testing.T) {
 	t.Cleanup(func() { MisplacedHooksDirs = saved })
 
 	read := filepath.Join(t.TempDir(), "hooks.d")
-	got, _ := HookInstalled([]string{read}, "/run/kc-watchman")
+	got, _ := HookInstalled([]string{read}, "/run/kc-watchman", "/run/kc-watchman")
 	all := got.Detail + "\n" + strings.Join(got.Items, "\n")
 	if got.Verdict != Error || !strings.Contains(got.Detail, read) {
 		t.Errorf("verdict %v, detail %q: want an error naming %s", got.Verdict, got.Detail, read)
@@ -465,7 +565,7 @@ func TestHookInstalledElsewhere(t *testing.T) {
 		t.Errorf("the misplaced descriptors are not named:\n%s", all)
 	}
 	// Found where podman does read them, they are fine.
-	if got, _ := HookInstalled([]string{misplaced}, "/run/kc-watchman"); got.Verdict != OK {
+	if got, _ := HookInstalled([]string{misplaced}, "/run/kc-watchman", "/run/kc-watchman"); got.Verdict != OK {
 		t.Errorf("descriptors in a dir podman reads: %v %s", got.Verdict, got.Detail)
 	}
 }

@@ -68,6 +68,34 @@ func (d Descriptor) EnvValue(key string) (string, bool) {
 	return v, ok
 }
 
+// Setting returns what the descriptor sets kc-hook's option to: the flag
+// in its args (--flag=V or --flag V, before the stage) beats the
+// environment variable, as it does in kc-hook.
+func (d Descriptor) Setting(flag, env string) (string, bool) {
+	if len(d.Args) > 2 {
+		opts := d.Args[1 : len(d.Args)-1]
+		v, found := "", false
+		for i := 0; i < len(opts); i++ {
+			// -flag and --flag alike, as package flag takes them.
+			a, ok := strings.CutPrefix(opts[i], "-")
+			if !ok {
+				continue
+			}
+			a = strings.TrimPrefix(a, "-")
+			if val, ok := strings.CutPrefix(a, flag+"="); ok {
+				v, found = val, true
+			} else if a == flag && i+1 < len(opts) {
+				v, found = opts[i+1], true
+				i++
+			}
+		}
+		if found {
+			return v, true
+		}
+	}
+	return d.EnvValue(env)
+}
+
 // descriptorJSON is the oci-hooks(5) 1.0.0 schema. Like podman, unknown
 // fields are ignored.
 type descriptorJSON struct {
@@ -303,9 +331,12 @@ func unreadDirs(dirs []string) []string {
 
 // HookInstalled checks that podman will run kc-hook at poststop (an error
 // otherwise) and at a stage that records the init process (a warning
-// otherwise). stateDir is the janitor's; a hook writing elsewhere is a
-// warning too, since the janitor would not read its ledger.
-func HookInstalled(dirs []string, stateDir string) (Check, []Descriptor) {
+// otherwise). stateDir is the janitor's and hookDefault the state dir
+// kc-hook uses when its descriptor names none (it depends on the host UID
+// podman runs hooks as: root's or a rootless user's); a hook writing
+// elsewhere than the janitor reads is a warning too, whichever side was
+// configured, since the janitor would not read its ledger.
+func HookInstalled(dirs []string, stateDir, hookDefault string) (Check, []Descriptor) {
 	descs, errs := FindDescriptors(dirs)
 	where := strings.Join(dirs, ", ")
 	var items []string
@@ -371,13 +402,18 @@ func HookInstalled(dirs []string, stateDir string) (Check, []Descriptor) {
 		verdict = Warn // broken or masked descriptors next to working ones
 	}
 	for _, d := range append(post, recorders...) {
-		hookDir := stateDir
-		if v, ok := d.EnvValue("KC_STATE_DIR"); ok {
-			hookDir = v
+		hookDir, set := d.Setting("state-dir", "KC_STATE_DIR")
+		if !set || hookDir == "" {
+			hookDir = hookDefault
 		}
-		if filepath.Clean(hookDir) != filepath.Clean(stateDir) {
-			verdict = Warn
+		if filepath.Clean(hookDir) == filepath.Clean(stateDir) {
+			continue
+		}
+		verdict = Warn
+		if set {
 			items = append(items, fmt.Sprintf("%s: the hook keeps its ledger in %s, the janitor reads %s (--state-dir / KC_STATE_DIR)", d.File, hookDir, stateDir))
+		} else {
+			items = append(items, fmt.Sprintf("%s: the hook keeps its ledger in its default %s (the descriptor names none), the janitor reads %s (--state-dir / KC_STATE_DIR)", d.File, hookDir, stateDir))
 		}
 	}
 	var files []string
@@ -400,18 +436,19 @@ func HookInstalled(dirs []string, stateDir string) (Check, []Descriptor) {
 }
 
 // HookStateDir is the state dir the installed poststop hook writes (its
-// descriptor's KC_STATE_DIR), else def; and its log file (KC_HOOK_LOG, else
-// <state dir>/kc-hook.log).
+// descriptor's --state-dir or KC_STATE_DIR), else def, the hook's own
+// default for the host UID it runs as; and its log file (--log-file or
+// KC_HOOK_LOG, else <state dir>/kc-hook.log).
 func HookStateDir(descs []Descriptor, def string) (stateDir, logFile string) {
 	stateDir = def
 	for _, d := range descs {
 		if !d.Valid() || !contains(d.Stages, "poststop") {
 			continue
 		}
-		if v, ok := d.EnvValue("KC_STATE_DIR"); ok && v != "" {
+		if v, ok := d.Setting("state-dir", "KC_STATE_DIR"); ok && v != "" {
 			stateDir = v
 		}
-		if v, ok := d.EnvValue("KC_HOOK_LOG"); ok && v != "" {
+		if v, ok := d.Setting("log-file", "KC_HOOK_LOG"); ok && v != "" {
 			logFile = v
 		}
 		break

@@ -6,7 +6,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 )
@@ -18,7 +21,7 @@ func StateDir(dir string) Check {
 	st, err := os.Stat(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return newCheck(NameStateDir, Warn, "%s does not exist: kc-hook creates it on its first run; until then reconcile has no ledger", dir)
+		return missingStateDir(dir)
 	case err != nil:
 		return newCheck(NameStateDir, Error, "%v", err)
 	case !st.IsDir():
@@ -79,4 +82,35 @@ func probeWritable(dir string) error {
 	name := f.Name()
 	f.Close()
 	return os.Remove(name)
+}
+
+// missingStateDir says whether kc-hook, running as the same user, can
+// create dir on its first run. A rootless user's default lives in
+// /run/user/<uid>, which only exists while logind keeps a session (or
+// lingering) for them.
+func missingStateDir(dir string) Check {
+	// The nearest ancestor that exists is where creation would start.
+	parent := filepath.Dir(dir)
+	st, err := os.Stat(parent)
+	for errors.Is(err, fs.ErrNotExist) && parent != "/" {
+		parent = filepath.Dir(parent)
+		st, err = os.Stat(parent)
+	}
+	switch {
+	case err != nil:
+		return newCheck(NameStateDir, Error, "%s does not exist and kc-hook cannot create it: %v", dir, err)
+	case !st.IsDir():
+		return newCheck(NameStateDir, Error, "%s does not exist and kc-hook cannot create it: %s is not a directory", dir, parent)
+	}
+	if missing := filepath.Dir(dir); missing != parent {
+		c := newCheck(NameStateDir, Error, "%s does not exist and kc-hook cannot create it: %s does not exist", dir, missing)
+		if strings.HasPrefix(missing, "/run/user/") {
+			c.Items = []string{"there is no login session for this user: `loginctl enable-linger` keeps /run/user/<uid>, or create it (mode 0700, owned by the user) at boot"}
+		}
+		return c
+	}
+	if err := unix.Access(parent, unix.W_OK|unix.X_OK); err != nil {
+		return newCheck(NameStateDir, Error, "%s does not exist and kc-hook (uid %d) cannot create it: %s: %v", dir, os.Geteuid(), parent, err)
+	}
+	return newCheck(NameStateDir, Warn, "%s does not exist: kc-hook creates it on its first run; until then reconcile has no ledger", dir)
 }

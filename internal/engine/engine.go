@@ -129,6 +129,12 @@ type Config struct {
 	// DockerURL: unix:///path or tcp://host:port. Empty: $DOCKER_HOST,
 	// else unix:///var/run/docker.sock.
 	DockerURL string
+	// ContainerdAddress: containerd's socket path (unix:// optional).
+	// Empty: $CONTAINERD_ADDRESS, else /run/containerd/containerd.sock.
+	ContainerdAddress string
+	// ContainerdNamespaces limits containerd to these namespaces; nil is
+	// every namespace.
+	ContainerdNamespaces []string
 	// Timeout bounds one question to one engine; default
 	// liveness.DefaultTimeout.
 	Timeout time.Duration

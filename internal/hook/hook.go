@@ -15,6 +15,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
+	"github.com/kc-watchman/kc-watchman/internal/userns"
 )
 
 // Config is the hook's configuration.
@@ -35,6 +36,11 @@ type Config struct {
 	// Lister is how the scan lists processes (default: the BPF task
 	// iterator where it can be used).
 	Lister trees.Lister
+	// UIDs turns the UIDs /proc shows the hook into host UIDs; zero
+	// value: read the hook's own map (userns.SelfTranslator). A rootless
+	// podman runs the hook as root of its user namespace, so neither its
+	// effective UID nor the trees' are what they are on the host.
+	UIDs *userns.Translator
 }
 
 // Actions recorded per tree at poststop.
@@ -52,6 +58,9 @@ type Result struct {
 	Trees []ledger.Tree
 	// Failed is set when a tree would not die: poststop then exits 1.
 	Failed bool
+	// Unrecorded is why the outcome could not be written to the ledger,
+	// when it could not: the trees were still dealt with.
+	Unrecorded error
 }
 
 // Record handles the creation stages: it stamps the stage and, when the
@@ -102,6 +111,7 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 		// read-only or full the trees are still reaped. A ledger that can
 		// still be read still tells which kernels were this container's.
 		log.Warn("ledger unavailable; reaping without recording", "err", err)
+		res.Unrecorded = err
 		store, _ = ledger.OpenReadOnly(cfg.StateDir)
 	}
 	var known map[trees.Key]string
@@ -117,21 +127,38 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 	log.Debug("scanned processes", "processes", stats.Processes, "groups", stats.Groups, "stat_reads", stats.StatReads, "argv_reads", stats.ArgvReads, "full_reads", stats.FullReads, "lister", stats.Lister, "lister_fallback", stats.ListerFallback, "duration", stats.Duration)
 
 	now := time.Now()
+	uids := translator(cfg)
+	self := hostEUID(uids)
 	var mine []trees.Tree
+	var hostUIDs []int
 	for _, t := range found {
 		if t.HoldsCaller() {
 			log.Warn("not touching the hook's own process group", "pgid", t.PGID)
 			continue
 		}
-		if slices.Contains(t.ContainerIDs, st.ID) {
-			mine = append(mine, t)
+		if !slices.Contains(t.ContainerIDs, st.ID) {
+			continue
 		}
+		host := -1
+		if t.UID >= 0 {
+			host, _ = uids.Host(t.UID)
+		}
+		if self != 0 && host != self {
+			// Another user's tree carrying the same ID (root's podman,
+			// another user's) is theirs to reap: signalling it would fail
+			// with EPERM, and this user's ledger is no place for it.
+			log.Info("leaving another user's tree alone", "pgid", t.PGID, "uid", host, "hook_uid", self)
+			continue
+		}
+		mine = append(mine, t)
+		hostUIDs = append(hostUIDs, host)
 	}
 	snaps := make([]ledger.Tree, len(mine))
 	sockets := make([][]trees.Socket, len(mine))
-	euid := os.Geteuid()
 	for i, t := range mine {
 		snaps[i] = t.Snapshot("poststop", now)
+		// The janitor and other users read the ledger in host terms.
+		snaps[i].UID = hostUIDs[i]
 		sockets[i] = trees.TreeSockets(root(cfg), t)
 		for _, s := range sockets[i] {
 			snaps[i].Sockets = append(snaps[i].Sockets, s.Path)
@@ -141,9 +168,7 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 			snaps[i].Action = ActionSkipForeign
 		case t.Ambiguous:
 			snaps[i].Action = ActionSkipAmbiguous
-		case t.UID != euid && euid != 0:
-			snaps[i].Action = ActionSkipOtherUID
-		case t.UID < 0:
+		case hostUIDs[i] < 0:
 			snaps[i].Action = ActionSkipOtherUID
 		}
 	}
@@ -202,7 +227,7 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 		}
 	}
 	res.Trees = snaps
-	if store == nil {
+	if store == nil || res.Unrecorded != nil {
 		return res, nil
 	}
 	err = store.Update(st.ID, func(r *ledger.Record) error {
@@ -215,6 +240,7 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 		// Bookkeeping: the trees were dealt with, which is what the
 		// exit status reports.
 		log.Warn("could not record the outcome", "err", err)
+		res.Unrecorded = err
 	}
 	return res, nil
 }
@@ -224,6 +250,26 @@ func stamp(r *ledger.Record, stage Stage) {
 		r.Stages = map[string]time.Time{}
 	}
 	r.Stages[string(stage)] = time.Now().UTC()
+}
+
+// translator is cfg.UIDs, else the hook's own map; without a readable
+// map (no /proc/self), UIDs are taken as host UIDs.
+func translator(cfg Config) userns.Translator {
+	if cfg.UIDs != nil {
+		return *cfg.UIDs
+	}
+	if tr, err := userns.SelfTranslator(); err == nil {
+		return tr
+	}
+	return userns.Translator{Map: userns.Map{{Inside: 0, Outside: 0, Count: 1<<32 - 1}}, Overflow: -1}
+}
+
+// hostEUID is the hook's effective UID on the host.
+func hostEUID(uids userns.Translator) int {
+	if h, err := uids.Map.ToHost(os.Geteuid()); err == nil {
+		return h
+	}
+	return os.Geteuid()
 }
 
 func root(cfg Config) string {

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -297,4 +298,70 @@ func storeWith(t *testing.T, state string, ids ...string) *Store {
 		}
 	}
 	return s
+}
+
+func TestDefaultDir(t *testing.T) {
+	for _, tc := range []struct {
+		uid  int
+		want string
+	}{
+		{0, "/run/kc-watchman"},
+		{1001, "/run/user/1001/kc-watchman"},
+		{65534, "/run/user/65534/kc-watchman"},
+	} {
+		t.Run(tc.want, func(t *testing.T) {
+			if got := DefaultDir(tc.uid); got != tc.want {
+				t.Fatalf("DefaultDir(%d) = %q, want %q", tc.uid, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestTraceWriteAndRead(t *testing.T) {
+	dir := t.TempDir()
+	first, second := filepath.Join(dir, "missing", "a.trace"), filepath.Join(dir, "b.trace")
+	e := TraceEntry{Time: time.Now().UTC(), Container: strings.Repeat("a", 64), Stage: "poststop", HostUID: 1001, StateDir: "/run/kc-watchman", Error: "mkdir /run/kc-watchman: permission denied"}
+	got, err := WriteTrace([]string{first, second}, e)
+	if err != nil || got != second {
+		t.Fatalf("WriteTrace = %q, %v; want %q", got, err, second)
+	}
+	entries, from := ReadTrace([]string{first, second}, e.Time.Add(-time.Second))
+	if len(entries) != 1 || entries[0].Error != e.Error || len(from) != 1 || from[0] != second {
+		t.Fatalf("ReadTrace = %+v from %q", entries, from)
+	}
+	if entries, _ := ReadTrace([]string{second}, e.Time.Add(time.Second)); len(entries) != 0 {
+		t.Fatalf("ReadTrace after the entry = %+v", entries)
+	}
+
+	t.Run("never through a symlink", func(t *testing.T) {
+		target := filepath.Join(dir, "target")
+		if err := os.WriteFile(target, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		link := filepath.Join(dir, "link.trace")
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := WriteTrace([]string{link}, e); err == nil {
+			t.Fatal("WriteTrace wrote through a symlink")
+		}
+		if data, _ := os.ReadFile(target); len(data) != 0 {
+			t.Fatalf("the symlink's target was written: %q", data)
+		}
+	})
+	t.Run("never another user's file", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root to chown")
+		}
+		p := filepath.Join(dir, "theirs.trace")
+		if err := os.WriteFile(p, nil, 0o666); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := WriteTrace([]string{p}, e); err == nil {
+			t.Fatal("WriteTrace wrote another user's file")
+		}
+	})
 }

@@ -138,6 +138,8 @@ type Socket struct {
 	gates [3]say
 	why   [3]string
 	tries []statusTry
+	// triedAt is when gate 3's first try ended.
+	triedAt time.Time
 }
 
 // Report is the result of a sweep.
@@ -252,7 +254,29 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 	probed := append(append([]*Socket(nil), controls...), hashed...)
 
 	// Round 1: all three gates on control sockets, gates 2 and 3 on
-	// hashed ones (gate 3's first try).
+	// hashed ones (gate 3's first try). A first try that was silent on a
+	// socket that does not listen is handed to round 2, which asks again
+	// once the pause has passed since that try: the rounds overlap, so
+	// hung servers in round 1 do not hold back everyone's second try.
+	// (The second silence is what gate 3 needs to call a socket dead; one
+	// that listens cannot be stale whatever /status says, so asking it
+	// again would only wait out a second timeout for nothing.)
+	second := make(chan *Socket, len(probed))
+	var round2 sync.WaitGroup
+	for i := 0; i < min(cfg.Workers, len(probed)); i++ {
+		round2.Add(1)
+		go func() {
+			defer round2.Done()
+			for s := range second {
+				select {
+				case <-time.After(time.Until(s.triedAt.Add(cfg.Pause))):
+				case <-ctx.Done():
+					continue
+				}
+				s.tries = append(s.tries, tryStatus(ctx, client, s.e.dir.fdPath(s.e.name)))
+			}
+		}()
+	}
 	pool(ctx, cfg.Workers, probed, func(s *Socket) {
 		if !s.Hashed {
 			s.gates[0], s.why[0] = ownerGate(view, s.PID, cfg.SupervisorComms, s.e.changed, boot)
@@ -264,24 +288,15 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 			// and something holding it already makes it live.
 			return
 		}
-		s.tries = append(s.tries, tryStatus(ctx, client, s.e.dir.fdPath(s.e.name)))
+		t := tryStatus(ctx, client, s.e.dir.fdPath(s.e.name))
+		s.tries = append(s.tries, t)
+		if !t.answered && s.gates[1] != sayLive {
+			s.triedAt = time.Now()
+			second <- s
+		}
 	})
-	// Round 2, after one pause: a second try where the first was silent.
-	var again []*Socket
-	for _, s := range probed {
-		if len(s.tries) > 0 && !s.tries[0].answered {
-			again = append(again, s)
-		}
-	}
-	if len(again) > 0 {
-		select {
-		case <-time.After(cfg.Pause):
-		case <-ctx.Done():
-		}
-		pool(ctx, cfg.Workers, again, func(s *Socket) {
-			s.tries = append(s.tries, tryStatus(ctx, client, s.e.dir.fdPath(s.e.name)))
-		})
-	}
+	close(second)
+	round2.Wait()
 	byServer := map[serverKey]*Socket{}
 	for _, s := range controls {
 		s.gates[2], s.why[2] = statusGate(s.PID, s.tries...)

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/safeunlink"
+	"github.com/kc-watchman/kc-watchman/internal/unixdiag"
 )
 
 // soAcceptCon is __SO_ACCEPTCON in the Flags column of /proc/net/unix: the
@@ -33,16 +34,25 @@ type Socket struct {
 // as far as it can be checked: it must be absolute, clean and on one line
 // (the kernel prints it unescaped in /proc/net/unix); its name must be
 // kc-<pid>.sock or kc-<pid>.<x>.sock for the very member holding it, as
-// Kallichore names them; the member must share the caller's mount
-// namespace; and the file found there must be a socket owned by the
-// tree's UID. Anything else is left alone.
+// Kallichore names them; the file found there must be a socket owned by
+// the tree's UID; and that file must be the one the member bound. For a
+// member sharing the caller's mount namespace whose descriptors the caller
+// can read, the socket is matched through /proc/<pid>/fd and the path
+// taken as is. For any other member — in a private mount namespace, or
+// out of the caller's reach, as the user's own supervisors are to a
+// rootless podman's hook, which runs in another user namespace —
+// sock_diag names the listening sockets of the caller's network namespace
+// and the inode of the file each was bound to, and the path must lead the
+// caller to that very inode. Anything else is left alone.
 func TreeSockets(root string, t Tree) []Socket {
 	if t.UID < 0 {
 		return nil
 	}
 	owner := map[uint64]int{}
+	var unseen []int
 	for _, m := range t.Members {
 		if !sameMountNS(root, m.PID) {
+			unseen = append(unseen, m.PID)
 			continue
 		}
 		dir := root + "/" + strconv.Itoa(m.PID) + "/fd"
@@ -60,11 +70,14 @@ func TreeSockets(root string, t Tree) []Socket {
 			}
 		}
 	}
-	if len(owner) == 0 {
-		return nil
-	}
 	seen := map[string]bool{}
 	var out []Socket
+	if len(unseen) > 0 {
+		out = boundSockets(unseen, t.UID, seen)
+	}
+	if len(owner) == 0 {
+		return out
+	}
 	for _, m := range t.Members {
 		for _, e := range readUnixTable(root + "/" + strconv.Itoa(m.PID) + "/net/unix") {
 			pid, ok := owner[e.inode]
@@ -79,6 +92,38 @@ func TreeSockets(root string, t Tree) []Socket {
 			out = append(out, Socket{Path: e.path, Owner: pid, File: f})
 		}
 		if len(out) > 0 || len(seen) > 0 {
+			break
+		}
+	}
+	return out
+}
+
+// boundSockets returns the listening sockets, named for one of pids, whose
+// path leads the caller to the file the socket was bound to, owned by uid.
+// sock_diag cannot say which process holds a socket; a name carrying a
+// member's PID, a listener bound to exactly the file the caller sees
+// there, and RemoveSocket's refused connect before the unlink stand in
+// for the descriptor match.
+func boundSockets(pids []int, uid int, seen map[string]bool) []Socket {
+	listening, err := unixdiag.Listening()
+	if err != nil {
+		return nil
+	}
+	var out []Socket
+	for _, l := range listening {
+		if !l.HasVFS || seen[l.Path] {
+			continue
+		}
+		for _, pid := range pids {
+			if !plausiblePath(l.Path, pid) {
+				continue
+			}
+			f, err := safeunlink.Examine(l.Path)
+			if err != nil || f.Dev != l.Dev || f.Ino != l.Ino || f.UID != uid {
+				break
+			}
+			seen[l.Path] = true
+			out = append(out, Socket{Path: l.Path, Owner: pid, File: f})
 			break
 		}
 	}

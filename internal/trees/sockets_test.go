@@ -137,3 +137,66 @@ func TestPlausiblePath(t *testing.T) {
 		})
 	}
 }
+
+// TestBoundSocketsRefusesWhatItCannotVouchFor is the same examination
+// through sock_diag alone, the way a rootless podman's hook must find a
+// tree's sockets: no descriptor is read, so the path must lead to the very
+// file the listener was bound to.
+func TestBoundSocketsRefusesWhatItCannotVouchFor(t *testing.T) {
+	me, err := fingerprint.Read("/proc", os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	own := filepath.Join(dir, fmt.Sprintf("kc-%d.sock", me.PID))
+	session := filepath.Join(dir, fmt.Sprintf("kc-%d.abcd1234.sock", me.PID))
+	listen(t, own)
+	listen(t, session)
+	listen(t, filepath.Join(dir, "kc-1.sock"))
+	listen(t, filepath.Join(dir, fmt.Sprintf("kc-%d0.sock", me.PID)))
+	chowned := filepath.Join(t.TempDir(), fmt.Sprintf("kc-%d.sock", me.PID))
+	listen(t, chowned)
+	if err := os.Lchown(chowned, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(t.TempDir(), link); err != nil {
+		t.Fatal(err)
+	}
+	listen(t, filepath.Join(link, fmt.Sprintf("kc-%d.x.sock", me.PID)))
+
+	// A listener whose directory was moved away: its path now names a
+	// socket file nobody listens on, which is not the one it bound.
+	moved := filepath.Join(t.TempDir(), "moved")
+	if err := os.Mkdir(moved, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	swapped := filepath.Join(moved, fmt.Sprintf("kc-%d.swapped.sock", me.PID))
+	listen(t, swapped)
+	if err := os.Rename(moved, moved+".away"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(moved, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	decoy := listen(t, swapped)
+	decoy.SetUnlinkOnClose(false)
+	decoy.Close()
+
+	var got []string
+	for _, s := range boundSockets([]int{me.PID}, me.UID, map[string]bool{}) {
+		if s.Owner != me.PID {
+			t.Errorf("%s: owner %d, want %d", s.Path, s.Owner, me.PID)
+		}
+		got = append(got, s.Path)
+	}
+	slices.Sort(got)
+	want := []string{session, own}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("boundSockets = %q, want %q", got, want)
+	}
+	if s := boundSockets([]int{me.PID + 1}, me.UID, map[string]bool{}); len(s) != 0 {
+		t.Errorf("boundSockets for another PID = %+v", s)
+	}
+}

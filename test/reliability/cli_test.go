@@ -34,22 +34,26 @@ var malformed = map[string][]string{
 	"workers":       {"x", "0", "-1"},
 	"container-pid": {"x", "-1"},
 	// names and paths
-	"socket-dir":      {"relative", "", "/a/*/b", "/tmp/["},
-	"socket":          {""},
-	"podman-url":      {"ftp://host", ":::", "unix://", "tcp://"},
-	"podman-arg":      {""},
-	"engine":          {"dokcer", "auto,docker", ",", "lxc"},
-	"docker-url":      {"ftp://host", ":::", "unix://", "tcp://", "ssh://host"},
-	"state-dir":       {""},
-	"supervisor-comm": {"", ",", "sixteen-chars-xx"},
-	"format":          {"xml", ""},
-	"log-format":      {"yaml", ""},
-	"log-file":        nil, // set by the test: a path below a regular file
-	"hooks-dir":       {"relative", ""},
-	"bpf":             {"", "yes", "ON", "bpf"},
+	"socket-dir":           {"relative", "", "/a/*/b", "/tmp/["},
+	"socket":               {""},
+	"podman-url":           {"ftp://host", ":::", "unix://", "tcp://"},
+	"podman-arg":           {""},
+	"engine":               {"dokcer", "auto,docker", ",", "lxc"},
+	"docker-url":           {"ftp://host", ":::", "unix://", "tcp://", "ssh://host"},
+	"containerd-address":   {"relative.sock", "unix://", "tcp://127.0.0.1:1"},
+	"containerd-namespace": {"bad ns", "../x", "-x"},
+	"state-dir":            {""},
+	"supervisor-comm":      {"", ",", "sixteen-chars-xx"},
+	"format":               {"xml", ""},
+	"log-format":           {"yaml", ""},
+	"log-level":            {"loud", "verbose"},
+	"log-file":             nil, // set by the test: a path below a regular file
+	"hooks-dir":            {"relative", ""},
+	"bpf":                  {"", "yes", "ON", "bpf"},
 	// booleans
 	"apply": {"maybe"}, "fix": {"maybe"}, "full-scan": {"maybe"}, "reconcile-apply": {"maybe"},
 	"sweep-apply": {"maybe"}, "no-reconcile": {"maybe"}, "no-cull": {"maybe"}, "once": {"maybe"},
+	"quiet": {"maybe"},
 }
 
 // containerValues: --container is a full ID, an ID prefix or a name on

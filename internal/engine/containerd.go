@@ -1,0 +1,139 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/containerdapi"
+	"github.com/kc-watchman/kc-watchman/internal/containerid"
+	"github.com/kc-watchman/kc-watchman/internal/liveness"
+)
+
+func init() {
+	Register(Spec{Name: "containerd", Detect: detectContainerd, New: newContainerd})
+}
+
+// namespaceName is containerd's rule for a namespace identifier: a name
+// it would refuse can only be a typo.
+var namespaceName = regexp.MustCompile(`^[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*$`)
+
+// containerd asks containerd through the gRPC services of its api module
+// (internal/containerdapi; docs/ENGINES-containerd.md).
+type containerd struct {
+	cfg        Config
+	address    string
+	namespaces []string
+	client     *containerdapi.Client
+}
+
+func containerdAddress(cfg Config) string {
+	return containerdapi.ResolveAddress(cfg.ContainerdAddress)
+}
+
+// CheckContainerdSettings refuses a malformed --containerd-address or
+// --containerd-namespace before anything runs.
+func CheckContainerdSettings(addr string, namespaces []string) error {
+	if _, err := containerdapi.CheckAddress(containerdapi.ResolveAddress(addr)); err != nil {
+		return fmt.Errorf("%w: --containerd-address: %w", ErrUsage, err)
+	}
+	for _, ns := range namespaces {
+		if len(ns) > 76 || !namespaceName.MatchString(ns) {
+			return fmt.Errorf("%w: --containerd-namespace %q: not a containerd namespace name (letters, digits, and . _ - between them)", ErrUsage, ns)
+		}
+	}
+	return nil
+}
+
+func newContainerd(cfg Config) (Engine, error) {
+	if err := CheckContainerdSettings(cfg.ContainerdAddress, cfg.ContainerdNamespaces); err != nil {
+		return nil, err
+	}
+	addr := containerdAddress(cfg)
+	cl, err := containerdapi.New(addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --containerd-address: %w", ErrUsage, err)
+	}
+	return &containerd{cfg: cfg, address: cl.Address(), namespaces: cfg.ContainerdNamespaces, client: cl}, nil
+}
+
+// detectContainerd finds containerd when an address was given or its
+// socket exists (a symlink too: asking will refuse it, loudly).
+func detectContainerd(cfg Config) (string, bool) {
+	addr := containerdAddress(cfg)
+	if cfg.ContainerdAddress != "" || os.Getenv("CONTAINERD_ADDRESS") != "" {
+		return addr, true
+	}
+	p, err := containerdapi.CheckAddress(addr)
+	if err != nil {
+		return addr, true
+	}
+	_, err = os.Lstat(p)
+	return addr, err == nil
+}
+
+func (c *containerd) Name() string     { return "containerd" }
+func (c *containerd) Endpoint() string { return c.address }
+
+// list asks every namespace (or the named ones) at once.
+func (c *containerd) list(ctx context.Context) ([]containerdapi.Container, time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.timeout())
+	defer cancel()
+	start := time.Now()
+	cs, err := c.client.List(ctx, c.namespaces)
+	return cs, time.Since(start), err
+}
+
+// Live lists the containers whose IDs are container ID tokens (64 hex):
+// only those can be carried by a supervisor tree. Other IDs (ctr and
+// nerdctl names) are left out of the ground truth, and Resolve still
+// finds them.
+func (c *containerd) Live(ctx context.Context) (Answer, error) {
+	cs, took, err := c.list(ctx)
+	if err != nil {
+		return Answer{}, err
+	}
+	uid := c.client.PeerUID()
+	if uid == containerdapi.UIDUnknown {
+		return Answer{}, errors.New("containerd at " + c.address + ": the answering peer's UID could not be read")
+	}
+	a := Answer{Engine: "containerd", Endpoint: c.address, Source: liveness.SourceAPI, UID: uid, Took: took}
+	for _, x := range cs {
+		if !containerid.Valid(x.ID) {
+			continue
+		}
+		a.Containers = append(a.Containers, Container{ID: x.ID, State: x.Status, Live: x.Live, InitPID: x.PID})
+	}
+	return a, nil
+}
+
+// Resolve matches ref against every listed container, 64-hex or not, in
+// every namespace asked: the same ID in two namespaces is two candidates.
+func (c *containerd) Resolve(ctx context.Context, ref string) ([]Match, error) {
+	cs, _, err := c.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	all := make([]Container, 0, len(cs))
+	for _, x := range cs {
+		all = append(all, Container{ID: x.ID, State: x.Status, Live: x.Live, InitPID: x.PID})
+	}
+	return MatchRef("containerd", all, ref), nil
+}
+
+// Deaths follows containerd's /tasks/exit and /tasks/delete events.
+func (c *containerd) Deaths(ctx context.Context, fn func(Death)) error {
+	return c.client.Subscribe(ctx, c.namespaces, nil, func(e containerdapi.Event) {
+		if !containerid.Valid(e.ContainerID) {
+			return
+		}
+		at := e.At
+		if at.IsZero() {
+			at = time.Now()
+		}
+		fn(Death{Engine: "containerd", ID: e.ContainerID, At: at})
+	})
+}

@@ -1,0 +1,117 @@
+package ledger
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A hook that cannot write its state dir has nowhere to say so: runc
+// discards the stderr of a hook that exits 0, and the log lives in the
+// state dir. It appends one line to a trace file instead, where the user
+// (and doctor) look for it: the user's runtime dir, else the temp dir,
+// both named for the host UID the hook runs as.
+
+// TraceEntry is one line of the trace file.
+type TraceEntry struct {
+	Time      time.Time `json:"time"`
+	Container string    `json:"container,omitempty"`
+	Stage     string    `json:"stage,omitempty"`
+	HostUID   int       `json:"host_uid"`
+	StateDir  string    `json:"state_dir"`
+	Error     string    `json:"error"`
+}
+
+// traceLimit bounds a trace file: past it, the file starts over.
+const traceLimit = 256 << 10
+
+// TraceFiles are where a hook running as hostUID leaves its trace, in
+// order of preference.
+func TraceFiles(hostUID int) []string {
+	tmp := filepath.Join(os.TempDir(), "kc-hook-"+strconv.Itoa(hostUID)+".trace")
+	if hostUID == 0 {
+		return []string{RootStateDir + ".trace", tmp}
+	}
+	return []string{filepath.Join(UserRuntimeDir(hostUID), "kc-hook.trace"), tmp}
+}
+
+// WriteTrace appends e to the first trace file that can be written safely
+// (a regular file of the caller's own, reached without following a
+// symlink) and returns its path.
+func WriteTrace(files []string, e TraceEntry) (string, error) {
+	line, err := json.Marshal(e)
+	if err != nil {
+		return "", err
+	}
+	line = append(line, '\n')
+	var errs []error
+	for _, p := range files {
+		if err := appendTrace(p, line); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		return p, nil
+	}
+	return "", fmt.Errorf("no trace file could be written: %w", errors.Join(errs...))
+}
+
+func appendTrace(path string, line []byte) error {
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0o600)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	// In a shared temp dir, someone else's file under this name is not
+	// ours to write.
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("%s: not a regular file of uid %d", path, os.Geteuid())
+	}
+	if st.Size > traceLimit {
+		if err := f.Truncate(0); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	if _, err := f.Write(line); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// ReadTrace returns the entries of the trace files written at or after
+// since, oldest first, and the files they came from.
+func ReadTrace(files []string, since time.Time) ([]TraceEntry, []string) {
+	var out []TraceEntry
+	var from []string
+	for _, p := range files {
+		f, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		n := len(out)
+		sc := bufio.NewScanner(io.LimitReader(f, traceLimit*2))
+		for sc.Scan() {
+			var e TraceEntry
+			if json.Unmarshal(sc.Bytes(), &e) == nil && !e.Time.Before(since) {
+				out = append(out, e)
+			}
+		}
+		f.Close()
+		if len(out) > n {
+			from = append(from, p)
+		}
+	}
+	return out, from
+}

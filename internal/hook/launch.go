@@ -159,7 +159,7 @@ func liveWrapper(root string, p *ledger.Process, cid string) (fingerprint.Stat, 
 // stopWrapper takes a wrapper's group down with pgkill (SIGTERM makes the
 // wrapper take its own group down; SIGKILL follows after the grace).
 func stopWrapper(cfg Config, w fingerprint.Stat) error {
-	members := supervise.GroupMembers(root(cfg), w.PGID)
+	members := pgkill.Members(root(cfg), w.PGID)
 	// The listing names the wrapper's group only if the wrapper still held
 	// it afterwards: a group number cannot be reused while a member (even
 	// a zombie) holds it, and a dead wrapper cannot come back. Otherwise

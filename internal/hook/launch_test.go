@@ -20,6 +20,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 	"github.com/kc-watchman/kc-watchman/internal/supervise"
 	"github.com/kc-watchman/kc-watchman/internal/supervise/supervisetest"
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
@@ -117,7 +118,7 @@ func newLaunchEnv(t *testing.T, allowlistMode os.FileMode) *launchEnv {
 		if rec, err := e.store.Load(lcid); err == nil && rec.Supervisor != nil {
 			seen = append(seen, rec.Supervisor.PID)
 		}
-		for _, m := range supervise.GroupMembers(fingerprint.DefaultRoot, seen...) {
+		for _, m := range pgkill.Members(fingerprint.DefaultRoot, seen...) {
 			supervisetest.KillProcess(m)
 		}
 	})
@@ -261,7 +262,7 @@ func TestLaunchOnePerContainer(t *testing.T) {
 	// A new init while the old wrapper is still alive (its init too): the
 	// old wrapper's group is taken down, a new one is launched.
 	_, init2 := supervisetest.Process(t, "sleep", "1000000")
-	old := supervise.GroupMembers(fingerprint.DefaultRoot, w1.PID)
+	old := pgkill.Members(fingerprint.DefaultRoot, w1.PID)
 	if err := Record(e.cfg, StageCreateRuntime, e.state(init2.PID)); err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +284,7 @@ func TestLaunchOnePerContainer(t *testing.T) {
 	})
 
 	// poststop reaps the tree (the first prevention layer).
-	members := supervise.GroupMembers(fingerprint.DefaultRoot, w2.PID)
+	members := pgkill.Members(fingerprint.DefaultRoot, w2.PID)
 	res, err := Poststop(context.Background(), e.cfg, &specs.State{ID: lcid})
 	if err != nil || res.Failed || len(res.Trees) != 1 || res.Trees[0].Action != ActionReaped {
 		t.Fatalf("poststop: %+v, %v", res, err)
@@ -309,7 +310,7 @@ func TestWrapperExitsWithInit(t *testing.T) {
 	}
 	var members []fingerprint.Stat
 	supervisetest.Eventually(t, 15*time.Second, "tree incomplete", func() bool {
-		members = supervise.GroupMembers(fingerprint.DefaultRoot, w.PID)
+		members = pgkill.Members(fingerprint.DefaultRoot, w.PID)
 		return len(members) == 3
 	})
 	supervisetest.KillProcess(init)

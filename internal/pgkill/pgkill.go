@@ -21,6 +21,12 @@
 // a non-empty group (its struct pid is the group's and, unlike the
 // number, is never given to a later group), or a recorded process, alive
 // or a zombie, is still in it after the search.
+//
+// pgkill and fingerprint are the only packages that signal other
+// processes (TestOnlyPgkillAndFingerprintSignal holds the rest of the
+// shipped code to it), so the pidfd rules live in one place. A caller
+// inside the group it takes down — kc-hook's supervise wrapper — uses
+// KillOthers, which never signals the caller.
 package pgkill
 
 import (

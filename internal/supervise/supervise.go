@@ -19,6 +19,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 )
 
 // Errors Run returns.
@@ -142,8 +143,9 @@ func Backoff(first, max time.Duration, n int) time.Duration {
 // process of its group (SIGTERM, grace, SIGKILL). A command that exits is
 // restarted at most MaxRestarts times, with exponential backoff.
 //
-// Run signals its group member by member through pidfds and never with
-// killpg: the wrapper itself is in the group and must outlive it.
+// Run takes its group down with pgkill.KillOthers, member by member
+// through pidfds and never with killpg: the wrapper itself is in the
+// group and must outlive it.
 func Run(ctx context.Context, o Options) error {
 	o = o.withDefaults()
 	if len(o.Command) == 0 {
@@ -303,68 +305,20 @@ func (r *runner) groups() []int {
 	return gs
 }
 
-// others lists the live members of the groups, except the wrapper.
-func (r *runner) others(groups []int) []fingerprint.Stat {
-	ms := GroupMembers(r.o.Root, groups...)
-	return slices.DeleteFunc(ms, func(m fingerprint.Stat) bool { return m.PID == r.self.PID })
-}
-
-// stopGroup sends SIGTERM to every other member of the groups, waits up to
-// the grace for all of them to die (members that appear meanwhile get
-// their SIGTERM too), then SIGKILLs the rest and waits up to KillWait. It
+// stopGroup takes down every other member of the groups through pgkill
+// (SIGTERM, grace, SIGKILL, members that appear meanwhile included) and
 // returns the members still alive. The command is not reaped here.
 func (r *runner) stopGroup() []fingerprint.Stat {
-	groups := r.groups()
-	termed := map[fingerprint.Stat]bool{}
-	left := r.phase(groups, syscall.SIGTERM, r.o.KillGrace, termed)
-	if len(left) == 0 {
-		return nil
+	res := pgkill.KillOthers(r.groups(), pgkill.Options{
+		Root: r.o.Root, Grace: r.o.KillGrace, KillWait: r.o.KillWait, Poll: r.o.Poll,
+	})
+	if len(res.Outlived) > 0 {
+		r.log.Warn("members outlived the grace; sent SIGKILL", "members", describe(res.Outlived))
 	}
-	r.log.Warn("members outlived the grace; sending SIGKILL", "members", describe(left))
-	return r.phase(groups, syscall.SIGKILL, r.o.KillWait, map[fingerprint.Stat]bool{})
-}
-
-func (r *runner) phase(groups []int, sig syscall.Signal, wait time.Duration, sent map[fingerprint.Stat]bool) []fingerprint.Stat {
-	deadline := time.Now().Add(wait)
-	t := time.NewTicker(r.o.Poll)
-	defer t.Stop()
-	for {
-		ms := r.others(groups)
-		if len(ms) == 0 {
-			return nil
-		}
-		for _, m := range ms {
-			key := fingerprint.Stat{PID: m.PID, StartTicks: m.StartTicks}
-			if sent[key] {
-				continue
-			}
-			sent[key] = true
-			if err := signalMember(r.o.Root, m, groups, sig); err != nil {
-				r.log.Debug("signal", "pid", m.PID, "sig", sig.String(), "err", err)
-			}
-		}
-		if time.Now().After(deadline) {
-			return ms
-		}
-		<-t.C
+	if res.Refused > 0 {
+		r.log.Debug("signals not sent: members gone, recycled or out of the group before they could be signalled", "count", res.Refused)
 	}
-}
-
-// signalMember signals m through a pidfd after re-verifying, with the
-// pidfd open, that it is the listed process and still in one of groups.
-// Without a pidfd it signals nothing: a kill(2) by PID after a check could
-// reach whatever took the PID in between (kernels without pidfd_open are
-// below the project's minimum; PR_SET_PDEATHSIG still covers the command).
-func signalMember(root string, m fingerprint.Stat, groups []int, sig syscall.Signal) error {
-	pin, err := fingerprint.Pin(root, m)
-	if err != nil {
-		return err
-	}
-	defer pin.Close()
-	if !slices.Contains(groups, pin.PGID) {
-		return fmt.Errorf("pid %d left the group", m.PID)
-	}
-	return pin.Signal(sig)
+	return res.Left
 }
 
 func describe(ms []fingerprint.Stat) string {
@@ -458,7 +412,7 @@ func (r *runner) refresh() {
 	for _, g := range r.groups() {
 		t := ledger.Tree{PGID: g, UID: -2, Source: SnapshotSource, SeenAt: now}
 		var key strings.Builder
-		for _, m := range GroupMembers(r.o.Root, g) {
+		for _, m := range pgkill.Members(r.o.Root, g) {
 			id, err := fingerprint.Read(r.o.Root, m.PID)
 			if err != nil || id.StartTicks != m.StartTicks || id.PGID != g {
 				continue

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 	"github.com/kc-watchman/kc-watchman/internal/supervise"
 	"github.com/kc-watchman/kc-watchman/internal/supervise/supervisetest"
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
@@ -153,7 +154,7 @@ func waitReady(t *testing.T, w *wrapper, ready string) fingerprint.Stat {
 }
 
 func groupOf(pgid int) []fingerprint.Stat {
-	return supervise.GroupMembers(fingerprint.DefaultRoot, pgid)
+	return pgkill.Members(fingerprint.DefaultRoot, pgid)
 }
 
 func allDead(ms []fingerprint.Stat) bool {

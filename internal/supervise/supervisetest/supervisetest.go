@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/supervise"
+	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
 )
 
@@ -66,7 +66,7 @@ func KillGroups(t testing.TB, groups func() []int, procs ...fingerprint.Stat) {
 	t.Cleanup(func() {
 		var ms []fingerprint.Stat
 		if gs := groups(); len(gs) > 0 {
-			ms = supervise.GroupMembers(fingerprint.DefaultRoot, gs...)
+			ms = pgkill.Members(fingerprint.DefaultRoot, gs...)
 		}
 		for _, m := range append(ms, procs...) {
 			KillProcess(m)

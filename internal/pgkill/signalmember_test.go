@@ -1,16 +1,18 @@
-package supervise
+package pgkill
 
 import (
 	"os"
+	"os/signal"
 	"strconv"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
 )
 
-// TestSignalMemberRefusesTheWrongTarget: the wrapper's teardown signals
+// TestSignalMemberRefusesTheWrongTarget: KillOthers signals
 // members one by one, each through a pidfd after re-verifying it. A
 // recorded identity whose PID now names another process, a thread ID, or
 // a process outside the wrapper's groups gets nothing; the recorded
@@ -72,5 +74,23 @@ func TestSignalMemberRefusesTheWrongTarget(t *testing.T) {
 				t.Errorf("innocent caught %d signals (%v), want %d", got, inn.Caught(), tt.want)
 			}
 		})
+	}
+}
+
+// TestSignalMemberRefusesTheCaller: the wrapper is in the group it takes
+// down; signalMember must refuse it even when it is listed in its group.
+// Were the signal sent, the test process would catch it below.
+func TestSignalMemberRefusesTheCaller(t *testing.T) {
+	caught := make(chan os.Signal, 1)
+	signal.Notify(caught, syscall.SIGUSR2)
+	defer signal.Stop(caught)
+	self := proc.MustStat(t, fingerprint.DefaultRoot, os.Getpid())
+	if err := signalMember(fingerprint.DefaultRoot, self, []int{self.PGID}, syscall.SIGUSR2); err == nil {
+		t.Error("signalMember signalled the calling process")
+	}
+	select {
+	case <-caught:
+		t.Error("the calling process caught the signal")
+	case <-time.After(100 * time.Millisecond):
 	}
 }

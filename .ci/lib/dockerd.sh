@@ -81,8 +81,8 @@ stop_dockerd() {
 	DOCKERD_PID=
 	if [ -n "$d" ]; then
 		# The vfs layers and any mounts left under the exec root.
-		grep -o " $d/[^ ]*" /proc/self/mounts 2>/dev/null | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
-		rm -rf "$d"
+		{ grep -o " $d/[^ ]*" /proc/self/mounts 2>/dev/null | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done; } || true
+		rm -rf "$d" || true
 	fi
 	DOCKERD_DIR=
 }

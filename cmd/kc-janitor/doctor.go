@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"path/filepath"
 	"time"
@@ -179,9 +180,18 @@ func runChecks(ctx context.Context, c *cli.Context, g globals, cc checkConfig, l
 	installed, descs := doctor.HookInstalled(cc.hooksDirs, g.StateDir, hookDefault)
 	rep.Add(installed)
 
-	live, liveErr := queryLiveness(ctx, c, g, log)
+	// Orphaned trees, exactly as reconcile sees (and with --fix, reaps)
+	// them, through reconcile's own scan-then-ask path.
+	opt := cc.reconcile
+	opt.Apply = cc.fix
+	opt.Logger = log
+	rj, live, liveErr, scanErr := scanThenAsk(ctx, c, g, opt, cc.fix, log)
+	askErr := liveErr
+	if errors.Is(liveErr, reconcile.ErrWrongStore) {
+		askErr = nil // the engines answered; the answer was contradicted
+	}
 	liveCount := -1
-	if liveErr == nil {
+	if askErr == nil {
 		liveCount = len(live.Live)
 	}
 	boot, err := doctor.BootTime(fingerprint.DefaultRoot)
@@ -191,28 +201,20 @@ func runChecks(ctx context.Context, c *cli.Context, g globals, cc checkConfig, l
 	hookState, hookLog := doctor.HookStateDir(descs, hookDefault)
 	rep.Add(doctor.HookAlive(doctor.AliveInput{StateDir: hookState, LogFile: hookLog, Boot: boot, LiveContainers: liveCount,
 		HostUID: hostUID, TraceFiles: ledger.TraceFiles(hostUID)}))
-	rep.Add(doctor.Podman(live, liveErr))
+	rep.Add(doctor.Podman(live, askErr))
 	rep.Add(doctor.StateDir(g.StateDir))
 	rep.Add(doctor.Listing(cc.reconcile.Lister))
 
-	// Orphaned trees, exactly as reconcile would see (and with --fix,
-	// reap) them.
 	in := doctor.StraysInput{LivenessErr: liveErr, Fix: cc.fix}
-	if liveErr == nil {
-		opt := cc.reconcile
-		opt.Apply = cc.fix
-		opt.Logger = log
-		opt.Store = openStore(g.StateDir, cc.fix, log)
-		r, err := reconcile.Run(ctx, opt, live)
-		if err != nil {
-			rep.Add(doctor.ScanFailed(err))
-		} else {
-			in.Report = r
-			recordReconcile(ms, "doctor", r, true)
-			rep.Add(doctor.Strays(in))
-		}
-	} else {
+	switch {
+	case liveErr != nil:
 		recordReconcile(ms, "doctor", reconcile.Report{}, false)
+		rep.Add(doctor.Strays(in))
+	case scanErr != nil:
+		rep.Add(doctor.ScanFailed(scanErr))
+	default:
+		in.Report = rj.Report
+		recordReconcile(ms, "doctor", rj.Report, true)
 		rep.Add(doctor.Strays(in))
 	}
 

@@ -178,16 +178,28 @@ func checkPodmanURL(g globals) error {
 	return nil
 }
 
-// reconcileOnce scans, asks podman, then decides and (with Apply) reaps.
-// liveErr is set when the ground truth is unknown; then nothing was done.
+// reconcileOnce scans, asks the engines, then decides and (with Apply)
+// reaps. liveErr is set when the ground truth is unknown (the engines
+// could not be asked, or local evidence contradicts them, DESIGN §13);
+// then nothing was touched.
 func reconcileOnce(ctx context.Context, c *cli.Context, g globals, opt reconcile.Options, log *slog.Logger) (rep reconcileJSON, liveErr, err error) {
+	rep, _, liveErr, err = scanThenAsk(ctx, c, g, opt, true, log)
+	return rep, liveErr, err
+}
+
+// scanThenAsk is the one way to a decision about trees (reconcile, watch
+// and doctor --fix): scan first, then ask the engines, so a tree created
+// after the answer is never judged against it. create lets the janitor
+// make its state dir (0700) once the engines have answered, dry runs
+// included, so the ledger's snapshots stay fresh in audit weeks (§8).
+func scanThenAsk(ctx context.Context, c *cli.Context, g globals, opt reconcile.Options, create bool, log *slog.Logger) (rep reconcileJSON, live liveness.Set, liveErr, err error) {
 	rep = reconcileJSON{Report: reconcile.Report{DryRun: !opt.Apply, Trees: []reconcile.Tree{}}, Engines: []engine.Status{}}
-	// The scan only reads the ledger; nothing is created before podman
-	// has answered.
+	// The scan only reads the ledger; nothing is created before the
+	// engines have answered.
 	opt.Store = openStore(g.StateDir, false, log)
 	scanned, err := reconcile.Scan(opt)
 	if err != nil {
-		return rep, nil, err
+		return rep, live, nil, err
 	}
 	tr, err := askEngines(ctx, c, g, log)
 	if tr.Statuses != nil {
@@ -195,19 +207,23 @@ func reconcileOnce(ctx context.Context, c *cli.Context, g globals, opt reconcile
 	}
 	if err != nil {
 		if !errors.Is(err, liveness.ErrUnknown) {
-			return rep, nil, err
+			return rep, live, nil, err
 		}
 		log.Error("ground truth unknown; nothing touched", "err", err)
-		return rep, err, nil
+		return rep, live, err, nil
 	}
-	live := tr.Set
-	if opt.Apply && opt.Store == nil {
+	live = tr.Set
+	if create && opt.Store == nil {
 		if s := openStore(g.StateDir, true, log); s != nil {
 			scanned.UseStore(s)
 		}
 	}
 	rep.Report, err = scanned.Run(ctx, live)
-	return rep, nil, err
+	if errors.Is(err, liveness.ErrUnknown) {
+		log.Error("ground truth contradicted; nothing touched", "err", err)
+		return rep, live, err, nil
+	}
+	return rep, live, nil, err
 }
 
 // reconcileJSON is reconcile's report with the engines that were asked
@@ -217,8 +233,8 @@ type reconcileJSON struct {
 	Engines []engine.Status `json:"engines"`
 }
 
-// openStore opens the ledger. A dry run never creates the state dir; an
-// apply run does, since it records outcomes. Without a ledger reconcile
+// openStore opens the ledger, creating the state dir (0700) when create
+// is set. Without a ledger reconcile
 // still works from /proc alone.
 func openStore(dir string, create bool, log *slog.Logger) *ledger.Store {
 	var s *ledger.Store

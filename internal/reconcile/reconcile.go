@@ -18,7 +18,8 @@ import (
 )
 
 // Actions, as printed in the report (DESIGN §6). SkipAmbiguous is an
-// addition: a group whose members name two containers is never signalled.
+// addition: a group whose members name two containers is never signalled;
+// so is SkipContradicted (corroborate.go, DESIGN §13).
 const (
 	WouldReap        = "would-reap"
 	Reaped           = "reaped"
@@ -138,7 +139,8 @@ type Scanned struct {
 }
 
 // Scan reads the ledger and scans /proc. It changes nothing. Scanning
-// before asking podman closes a race: a container created after podman's
+// before asking podman closes a race (and Scan, ask, Scanned.Run is the
+// only way to a decision, so no caller can ask first): a container created after podman's
 // answer has its trees, if any, only in a later scan, so a tree found here
 // is either in podman's answer or really without a live container.
 func Scan(opt Options) (*Scanned, error) {
@@ -169,18 +171,6 @@ func Scan(opt Options) (*Scanned, error) {
 	log.Debug("scanned", "processes", stats.Processes, "groups", stats.Groups, "trees", len(found), "lister", stats.Lister, "lister_fallback", stats.ListerFallback, "duration", stats.Duration)
 	sc.found = found
 	return sc, nil
-}
-
-// Run scans, decides and (with Apply) reaps. live must be a successful
-// liveness answer: with unknown ground truth the caller must not call Run.
-// Callers that ask podman themselves should Scan first and then call
-// Scanned.Run with podman's answer.
-func Run(ctx context.Context, opt Options, live liveness.Set) (Report, error) {
-	sc, err := Scan(opt)
-	if err != nil {
-		return Report{LivenessKnown: true, Source: string(live.Source), DryRun: !opt.Apply, Trees: []Tree{}}, err
-	}
-	return sc.Run(ctx, live)
 }
 
 // UseStore gives a scan taken without a ledger one to record outcomes in
@@ -214,6 +204,13 @@ func (sc *Scanned) Run(ctx context.Context, live liveness.Set) (Report, error) {
 			rt.Members = append(rt.Members, Member{PID: m.PID, StartTicks: m.StartTicks, Comm: m.Comm})
 		}
 		rep.Trees = append(rep.Trees, rt)
+	}
+
+	// Before anything is touched: a stray whose container still runs here
+	// is a contradiction; more than one means the answer is the wrong one.
+	if n, why := sc.corroborate(rep.Trees); n > 1 {
+		rep.LivenessKnown = false
+		return rep, wrongStore(why)
 	}
 
 	refreshSnapshots(opt, log, rep.Trees)

@@ -1,0 +1,60 @@
+package reconcile
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/kc-watchman/kc-watchman/internal/corroborate"
+	"github.com/kc-watchman/kc-watchman/internal/liveness"
+)
+
+// SkipContradicted: the engine does not list the tree's container, but
+// local evidence says it still runs (DESIGN §13). Never signalled.
+const SkipContradicted = "skipped-contradicted"
+
+// ErrWrongStore is returned (wrapped) when more than one tree's container
+// is missing from the engines' answer yet still runs here: the answer is
+// not this host's truth, so the whole run is treated as unknown.
+var ErrWrongStore = fmt.Errorf("%w: more than one container the engines do not list still runs here; the engine is probably asked about the wrong store (a different --root, another user's service)", liveness.ErrUnknown)
+
+// corroborate checks every would-be stray against local evidence and
+// marks the contradicted ones. It returns how many there were and why.
+func (sc *Scanned) corroborate(ts []Tree) (int, []string) {
+	var candidates []*Tree
+	for i := range ts {
+		if ts[i].Action == WouldReap {
+			candidates = append(candidates, &ts[i])
+		}
+	}
+	if len(candidates) == 0 {
+		return 0, nil
+	}
+	boot := ""
+	if sc.opt.Store != nil {
+		boot = sc.opt.Store.CurrentBootID()
+	}
+	ck := corroborate.New(sc.opt.Root, sc.records, boot)
+	var why []string
+	for _, t := range candidates {
+		ev, running, err := ck.Running(t.ContainerID, t.UID)
+		var msg string
+		switch {
+		case running:
+			msg = fmt.Sprintf("container %s is not listed by the engines but %s", t.ContainerID, ev)
+		case err != nil:
+			// Without the walk nothing rules the container out.
+			msg = fmt.Sprintf("container %s: cannot look for its monitor: %v", t.ContainerID, err)
+		default:
+			continue
+		}
+		t.Action = SkipContradicted
+		t.Error = &msg
+		why = append(why, msg)
+		sc.log.Warn("ground truth contradicted; tree left alone", "container", t.ContainerID, "pgid", t.PGID, "evidence", msg)
+	}
+	return len(why), why
+}
+
+func wrongStore(why []string) error {
+	return fmt.Errorf("%w: %s", ErrWrongStore, strings.Join(why, "; "))
+}

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"regexp"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
 )
@@ -25,6 +28,8 @@ const (
 func engineFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: flagEngine, Value: "auto", Usage: "container `ENGINES` to ask: auto (every engine whose endpoint exists here) or a comma list of podman, docker, containerd", EnvVars: []string{"KC_ENGINE"}},
+		&cli.DurationFlag{Name: "podman-timeout", Value: 10 * time.Second, Usage: "bound on asking each container engine (for podman: API, then CLI)", EnvVars: []string{"KC_PODMAN_TIMEOUT"}},
+		&cli.StringSliceFlag{Name: "podman-arg", Usage: "global `ARG` for the podman CLI, repeatable (e.g. --podman-arg=--root=/srv/storage); a podman API service whose store is not the --root/--runroot named here is not believed: the CLI is asked instead", EnvVars: []string{"KC_PODMAN_ARGS"}},
 		&cli.StringFlag{Name: flagContainerdAddress, Usage: "containerd socket `PATH`; default: CONTAINERD_ADDRESS, else /run/containerd/containerd.sock", EnvVars: []string{"KC_CONTAINERD_ADDRESS"}},
 		&cli.StringSliceFlag{Name: flagContainerdNamespace, Usage: "ask only containerd `NAMESPACE` (repeatable or comma-separated; default every namespace: moby is Docker's, k8s.io Kubernetes', default ctr's and nerdctl's)", EnvVars: []string{"KC_CONTAINERD_NAMESPACE"}},
 		&cli.StringFlag{Name: flagDockerURL, Usage: "Docker Engine API `URL` (unix:///path or tcp://host:port); default: DOCKER_HOST, else unix:///var/run/docker.sock", EnvVars: []string{"KC_DOCKER_URL"}},
@@ -39,6 +44,14 @@ func loadEngineGlobals(c *cli.Context, g *globals) error {
 		return engineUsageErr(err)
 	}
 	g.Engines = names
+	if c.Duration("podman-timeout") <= 0 {
+		return usageErr("--podman-timeout must be positive")
+	}
+	for _, a := range c.StringSlice("podman-arg") {
+		if a == "" {
+			return usageErr("--podman-arg must not be empty")
+		}
+	}
 	g.DockerURL = sharedString(c, flagDockerURL)
 	if err := engine.CheckDockerURL(g.DockerURL); err != nil {
 		return engineUsageErr(err)
@@ -133,4 +146,40 @@ func queryLiveness(ctx context.Context, c *cli.Context, g globals, log *slog.Log
 		return liveness.Set{}, err
 	}
 	return tr.Set, nil
+}
+
+// containerRef is what a --container value may look like: a container
+// name (Docker's and podman's rule), which full IDs and ID prefixes
+// match too.
+var containerRef = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
+
+// resolveContainer turns a --container value into a container, the same
+// way on every command: a full 64-hex ID is taken as is unless needPID
+// (reconcile needs no engine to know a container that may be long gone);
+// a unique ID prefix or a name is resolved by the engines. No match or
+// several → exit 2 naming the candidates; an engine that cannot be asked
+// → exit 3.
+func resolveContainer(c *cli.Context, g globals, ref string, needPID bool) (engine.Match, error) {
+	if !containerRef.MatchString(ref) {
+		return engine.Match{}, usageErr("--container %q is not a container name, ID or ID prefix", ref)
+	}
+	if containerid.Valid(ref) && !needPID {
+		return engine.Match{ID: ref}, nil
+	}
+	log := slog.New(slog.DiscardHandler)
+	es, err := selectEngines(c, g, log)
+	if err != nil {
+		return engine.Match{}, err
+	}
+	ctx, cancel := context.WithTimeout(c.Context, 30*time.Second)
+	defer cancel()
+	m, err := engine.ResolveOne(ctx, es, ref)
+	switch {
+	case err == nil:
+		return m, nil
+	case errors.Is(err, engine.ErrUsage):
+		return m, engineUsageErr(err)
+	default:
+		return m, cli.Exit("--container: "+err.Error()+"; nothing was touched", exitUnknown)
+	}
 }

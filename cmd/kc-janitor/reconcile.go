@@ -13,7 +13,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
@@ -50,9 +49,7 @@ func reconcileFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.DurationFlag{Name: "min-age", Value: 90 * time.Second, Usage: "leave trees younger than this alone", EnvVars: []string{"KC_MIN_AGE"}},
 		&cli.DurationFlag{Name: "kill-grace", Value: 5 * time.Second, Usage: "wait between SIGTERM and SIGKILL", EnvVars: []string{"KC_KILL_GRACE"}},
-		&cli.DurationFlag{Name: "podman-timeout", Value: 10 * time.Second, Usage: "bound on asking podman (API, then CLI)", EnvVars: []string{"KC_PODMAN_TIMEOUT"}},
-		&cli.StringSliceFlag{Name: "podman-arg", Usage: "global `ARG` for the podman CLI fallback, repeatable (e.g. --podman-arg=--root=/srv/storage)", EnvVars: []string{"KC_PODMAN_ARGS"}},
-		&cli.StringSliceFlag{Name: "container", Usage: "only consider trees of this container `ID` (full 64-hex ID), repeatable", EnvVars: []string{"KC_RECONCILE_CONTAINERS"}},
+		&cli.StringSliceFlag{Name: "container", Usage: "only consider trees of this container, repeatable: a full 64-hex `ID` (taken as is: its container may be gone), or a unique ID prefix or name the engines resolve", EnvVars: []string{"KC_RECONCILE_CONTAINERS"}},
 		&cli.BoolFlag{Name: "full-scan", Usage: "read every process, also reporting foreign groups (slower)", EnvVars: []string{"KC_FULL_SCAN"}},
 		&cli.StringFlag{Name: "bpf", Value: "auto", Usage: "list processes through a BPF task iterator, `MODE` auto (where the kernel allows it, else /proc), on (fail without it) or off (never load a BPF program); --full-scan reads /proc regardless", EnvVars: []string{"KC_BPF"}},
 	}
@@ -135,28 +132,23 @@ func reconcileOptions(c *cli.Context, g globals) (reconcile.Options, error) {
 	if opt.KillGrace <= 0 {
 		return opt, usageErr("--kill-grace must be positive")
 	}
-	for _, id := range c.StringSlice("container") {
-		if !containerid.Valid(id) {
-			return opt, usageErr("--container %q is not a full container ID (64 lowercase hex characters)", id)
-		}
-		if opt.Containers == nil {
-			opt.Containers = map[string]bool{}
-		}
-		opt.Containers[id] = true
-	}
-	if c.Duration("podman-timeout") <= 0 {
-		return opt, usageErr("--podman-timeout must be positive")
-	}
-	for _, a := range c.StringSlice("podman-arg") {
-		if a == "" {
-			return opt, usageErr("--podman-arg must not be empty")
-		}
-	}
 	if err := checkPodmanURL(g); err != nil {
 		return opt, err
 	}
 	if err := checkEngines(c, g); err != nil {
 		return opt, err
+	}
+	// Only once every engine setting is known good: resolving a name asks
+	// the engines.
+	for _, ref := range c.StringSlice("container") {
+		m, err := resolveContainer(c, g, ref, false)
+		if err != nil {
+			return opt, err
+		}
+		if opt.Containers == nil {
+			opt.Containers = map[string]bool{}
+		}
+		opt.Containers[m.ID] = true
 	}
 	// doctor, status and watch share these options and also look at
 	// sockets.

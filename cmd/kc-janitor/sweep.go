@@ -1,14 +1,11 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"regexp"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -28,8 +25,8 @@ const (
 func socketFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringSliceFlag{Name: flagSocketDir, Usage: "socket `DIR` to look in (repeatable; the last component may be a glob); default: /tmp and /run/user/*", EnvVars: []string{"KC_SOCKET_DIR"}},
-		&cli.StringFlag{Name: flagContainer, Usage: "look in the socket dirs inside container `NAME` (through /proc/<init pid>/root, with the container's PID and network namespaces)", EnvVars: []string{"KC_CONTAINER"}},
-		&cli.IntFlag{Name: flagContainerPID, Usage: "host `PID` of the container's init process (instead of asking podman)", EnvVars: []string{"KC_CONTAINER_PID"}, Hidden: true},
+		&cli.StringFlag{Name: flagContainer, Usage: "look in the socket dirs inside container `NAME`, ID or unique ID prefix, of any engine asked (through /proc/<init pid>/root, with the container's PID and network namespaces)", EnvVars: []string{"KC_CONTAINER"}},
+		&cli.IntFlag{Name: flagContainerPID, Usage: "host `PID` of the container's init process (instead of asking the engines)", EnvVars: []string{"KC_CONTAINER_PID"}, Hidden: true},
 		&cli.DurationFlag{Name: flagTimeout, Value: sockets.DefaultTimeout, Usage: "timeout of one request to a supervisor", EnvVars: []string{"KC_PROBE_TIMEOUT"}},
 		&cli.IntFlag{Name: flagWorkers, Value: sockets.DefaultWorkers, Usage: "sockets probed concurrently", EnvVars: []string{"KC_PROBE_WORKERS"}},
 	}
@@ -87,23 +84,17 @@ func sweepConfig(c *cli.Context, g globals) (sockets.Config, error) {
 	} else if pid > 0 {
 		cfg.Target = sockets.Target{InitPID: pid}
 	} else if name := c.String(flagContainer); name != "" {
-		if !containerName.MatchString(name) {
-			return cfg, usageErr("--container %q is not a container name or ID", name)
-		}
-		ctx, cancel := context.WithTimeout(c.Context, 30*time.Second)
-		defer cancel()
-		pid, err := sockets.PodmanInitPID(ctx, g.PodmanURL, name)
+		m, err := resolveContainer(c, g, name, true)
 		if err != nil {
-			return cfg, cli.Exit(err.Error(), exitFailed)
+			return cfg, err
 		}
-		cfg.Target = sockets.Target{InitPID: pid}
+		if m.InitPID <= 0 {
+			return cfg, cli.Exit(fmt.Sprintf("container %s (%s %s) is not running: its sockets cannot be reached", name, m.Engine, m.ID), exitFailed)
+		}
+		cfg.Target = sockets.Target{InitPID: m.InitPID}
 	}
 	return cfg, nil
 }
-
-// containerName is what podman accepts as a container name (IDs, full or
-// short, match it too).
-var containerName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
 
 // checkSocketDirs refuses --socket-dir patterns the sweep could only
 // report as errors: empty, relative, wildcards before the last component,

@@ -55,7 +55,7 @@ func TestSweepAndCullInRealContainer(t *testing.T) {
 	// An orphan inside the container, named after a PID nothing there has.
 	orphan := orphanSock(t, root+"/tmp", "kc-31999.sock")
 
-	code, out := runJanitorCapture(t, "sweep", "--container", name, "--socket-dir", "/tmp", "--format", "json", "--timeout", "500ms")
+	code, out := runJanitorCapture(t, podmanArgs(e, "sweep", "--container", name, "--socket-dir", "/tmp", "--format", "json", "--timeout", "500ms")...)
 	if code != exitOK {
 		t.Fatalf("sweep exit %d\n%s", code, out)
 	}
@@ -66,7 +66,7 @@ func TestSweepAndCullInRealContainer(t *testing.T) {
 		}
 	}
 
-	code, out = runJanitorCapture(t, "cull", "--container", name, "--socket-dir", "/tmp", "--format", "json")
+	code, out = runJanitorCapture(t, podmanArgs(e, "cull", "--container", name, "--socket-dir", "/tmp", "--format", "json")...)
 	if code != exitOK {
 		t.Fatalf("cull exit %d\n%s", code, out)
 	}
@@ -105,7 +105,7 @@ func TestSweepAndCullInRealContainer(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	code, out = runJanitorCapture(t, "sweep", "--container", name, "--socket-dir", "/tmp", "--format", "json", "--apply", "--timeout", "500ms")
+	code, out = runJanitorCapture(t, podmanArgs(e, "sweep", "--container", name, "--socket-dir", "/tmp", "--format", "json", "--apply", "--timeout", "500ms")...)
 	if code != exitOK {
 		t.Fatalf("sweep --apply exit %d\n%s", code, out)
 	}
@@ -183,7 +183,7 @@ func TestSweepLearnsContainerDirs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.container, func(t *testing.T) {
-			code, out := runJanitorCapture(t, "sweep", "--container", tt.container, "--format", "json", "--timeout", "500ms")
+			code, out := runJanitorCapture(t, podmanArgs(e, "sweep", "--container", tt.container, "--format", "json", "--timeout", "500ms")...)
 			if code != exitOK {
 				t.Fatalf("sweep exit %d\n%s", code, out)
 			}
@@ -216,4 +216,15 @@ func TestSweepLearnsContainerDirs(t *testing.T) {
 func exists(p string) bool {
 	_, err := os.Lstat(p)
 	return err == nil
+}
+
+// podmanArgs puts --podman-arg flags naming the test's private store after
+// the command: a podman API service on this host may serve another store,
+// and the engine must be told which one holds the test's containers.
+func podmanArgs(e *podmantest.Env, cmd string, args ...string) []string {
+	out := []string{cmd}
+	for _, a := range e.GlobalArgs() {
+		out = append(out, "--podman-arg="+a)
+	}
+	return append(out, args...)
 }

@@ -56,10 +56,11 @@ var malformed = map[string][]string{
 	"quiet": {"maybe"},
 }
 
-// containerValues depends on what --container names: a full container ID
-// (reconcile and the commands sharing its flags) or a container name
-// (sweep, cull).
-var containerIDValues = []string{"xyz", strings.Repeat("AB", 32), strings.Repeat("a", 63), ""}
+// containerValues: --container is a full ID, an ID prefix or a name on
+// every command (a well-formed one that matches nothing is asked of the
+// engines: exit 2 if they answer, 3 if not); reconcile's repeatable flag
+// also refuses an empty value, for sweep and cull "" means unset.
+var containerIDValues = []string{"bad/name", "-x", "a b", ""}
 var containerNameValues = []string{"bad/name", "-x", "a b"} // "" means unset
 
 // notADir is a regular file: a path below it can never be created.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
 	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
 )
 
@@ -132,7 +132,11 @@ func killAsNobody(t *testing.T, g pgkill.Group) killReport {
 		t.Fatal(err)
 	}
 	exe := filepath.Join(dir, "pgkill.test")
-	if err := copyFile(exe, 0o755); err != nil {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := testkit.CopyFile(self, exe, 0o755); err != nil {
 		t.Fatal(err)
 	}
 
@@ -149,27 +153,6 @@ func killAsNobody(t *testing.T, g pgkill.Group) killReport {
 		t.Fatalf("helper output %q: %v", out, err)
 	}
 	return rep
-}
-
-func copyFile(dst string, mode os.FileMode) error {
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	in, err := os.Open(self)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 func exitStderr(err error) string {

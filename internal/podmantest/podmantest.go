@@ -65,6 +65,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
 )
 
 // cmdTimeout bounds every podman CLI call, so a wedged podman fails the
@@ -342,7 +344,7 @@ runroot = %q
 			return err
 		}
 	}
-	if err := copyFile(bb, filepath.Join(e.rootfs, "bin/busybox"), 0o755); err != nil {
+	if err := testkit.CopyFile(bb, filepath.Join(e.rootfs, "bin/busybox"), 0o755); err != nil {
 		return err
 	}
 	list, err := busyboxApplets(bb)
@@ -355,23 +357,6 @@ runroot = %q
 		}
 	}
 	return nil
-}
-
-func copyFile(src, dst string, mode os.FileMode) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 func (e *Env) path(rel string) string { return filepath.Join(e.dir, rel) }

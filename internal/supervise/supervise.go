@@ -20,6 +20,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
+	"github.com/kc-watchman/kc-watchman/internal/userns"
 )
 
 // Errors Run returns.
@@ -428,6 +429,15 @@ func (r *runner) refresh() {
 		}
 		if t.UID == -2 {
 			t.UID = -1
+		}
+		// Under rootless podman the wrapper runs in podman's user
+		// namespace: the ledger holds host UIDs, as the hook writes them.
+		if t.UID >= 0 {
+			if tr, err := userns.SelfTranslator(); err == nil {
+				if t.UID, err = tr.Host(t.UID); err != nil {
+					t.UID = -1
+				}
+			}
 		}
 		if len(t.Members) == 0 {
 			continue

@@ -273,3 +273,121 @@ func TestRootlessPoststop(t *testing.T) {
 		}
 	}
 }
+
+// startUserTree starts a tree of the user's for container id: kc-hook
+// supervise leading it, the fake supervisor in it. It returns the fake's
+// identity and the wrapper's PID (the group).
+func (ru rootlessUser) startUserTree(t *testing.T, hook, fake, id string) (fingerprint.Stat, int) {
+	t.Helper()
+	initCmd := ru.command(ru.env(), "sleep", "1000000")
+	if err := initCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { initCmd.Process.Kill(); initCmd.Wait() })
+	initSt, err := fingerprint.ReadStat("/proc", initCmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp(ru.dir, "tree-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(dir, ru.uid, ru.gid)
+	ready := filepath.Join(dir, "ready")
+	cmd := ru.command(ru.env("KCFAKE_READY_FILE="+ready, "KCFAKE_CHILDREN=1"), hook,
+		"supervise", "--state-dir=", "--max-restarts=0", id, strconv.Itoa(initSt.PID), strconv.FormatUint(initSt.StartTicks, 10),
+		"--", fake, "--transport=socket", "--socket-dir="+dir)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if b, err := os.ReadFile(ready); err == nil {
+			if p, _, ok := strings.Cut(strings.TrimSpace(string(b)), "\n"); ok {
+				pid, _ := strconv.Atoi(p)
+				st, err := fingerprint.ReadStat("/proc", pid)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return st, cmd.Process.Pid
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the user's fake supervisor did not become ready")
+		}
+	}
+}
+
+// TestRootJanitorOnUserSocket: root's janitor pointed at the user's podman
+// API socket takes that socket's owner as the UID the answer vouches for:
+// it reaps the user's tree of a container the user's podman does not have,
+// and leaves root's tree carrying the same ID alone.
+func TestRootJanitorOnUserSocket(t *testing.T) {
+	ru := needRootlessUser(t)
+	hook := ru.install(t, bin(t, "kc-hook"), "kc-hook")
+	fake := ru.install(t, testkit.BuildKCServer(t), "kcserver")
+
+	sock := filepath.Join(ru.dir, "podman.sock")
+	svc := ru.command(ru.env(), "podman", "system", "service", "--time=0", "unix://"+sock)
+	if err := svc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		svc.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { svc.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			svc.Process.Kill()
+			<-done
+		}
+	})
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the user's podman API service did not start")
+		}
+	}
+
+	id := strings.Repeat("5e", 32) // no container of the user's has it
+	fakeSt, _ := ru.startUserTree(t, hook, fake, id)
+	rootTree := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{ContainerID: id, Children: 1})
+	rootMembers := group(t, rootTree.PGID)
+
+	var out string
+	var code int
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		out, _, code = janitor(t, []string{"PATH=/usr/bin:/bin"}, "reconcile", "--apply", "--min-age", "0s", "--engine", "podman",
+			"--podman-url", "unix://"+sock, "--container", id, "--state-dir", t.TempDir(), "--format", "json")
+		if code != 3 || time.Now().After(deadline) {
+			break // 3: the service was not answering yet
+		}
+	}
+	if code != 0 {
+		t.Fatalf("reconcile: exit %d: %s", code, out)
+	}
+	var rep struct {
+		Trees []struct {
+			PGID   int    `json:"pgid"`
+			UID    int    `json:"uid"`
+			Action string `json:"action"`
+		} `json:"trees"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	actions := map[int]string{}
+	for _, tr := range rep.Trees {
+		actions[tr.UID] = tr.Action
+	}
+	if actions[ru.uid] != "reaped" || actions[0] != "skipped-other-uid" {
+		t.Errorf("actions by uid %v, want the user's reaped and root's skipped-other-uid: %s", actions, out)
+	}
+	waitAllDead(t, []fingerprint.Stat{fakeSt}, 15*time.Second)
+	if alive := aliveOf(rootMembers); len(alive) != len(rootMembers) {
+		t.Errorf("root's tree was signalled: %d of %d members left", len(alive), len(rootMembers))
+	}
+}

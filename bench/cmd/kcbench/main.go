@@ -16,7 +16,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -30,6 +29,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
@@ -498,7 +498,7 @@ func (b *bench) plant() error {
 	if err := os.MkdirAll(filepath.Dir(conmon), 0o755); err != nil {
 		return err
 	}
-	if err := copyFile(b.kcserver, conmon); err != nil {
+	if err := testkit.CopyFile(b.kcserver, conmon, 0o755); err != nil {
 		return err
 	}
 	if _, _, err := pop.startKCServer(conmon, "decoy-conmon", b.strayIDs[0], nil, "--socket-dir="+sock); err != nil {
@@ -561,23 +561,6 @@ func waitFile(p string, d time.Duration) error {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 func readFile(p string) string {

@@ -247,6 +247,14 @@ func openStore(dir string, create bool, log *slog.Logger) *ledger.Store {
 // be reaped (the reaped ones are logged as they are reaped) or would not
 // die, then one summary line, also when nothing was found.
 func logReconcile(ctx context.Context, log *slog.Logger, rep reconcile.Report) {
+	logTrees(ctx, log, rep)
+	log.Info("reconcile", "source", rep.Source, "dry_run", rep.DryRun, "trees", len(rep.Trees),
+		"would_reap", rep.Count(reconcile.WouldReap), "reaped", rep.Count(reconcile.Reaped)+rep.Count(reconcile.Gone),
+		"would_not_die", rep.Count(reconcile.WouldNotDie), "ledger_collected", rep.LedgerCollected)
+}
+
+// logTrees writes one line per tree that would be reaped or would not die.
+func logTrees(ctx context.Context, log *slog.Logger, rep reconcile.Report) {
 	for _, t := range rep.Trees {
 		if t.Action != reconcile.WouldReap && t.Action != reconcile.WouldNotDie {
 			continue
@@ -266,9 +274,6 @@ func logReconcile(ctx context.Context, log *slog.Logger, rep reconcile.Report) {
 		}
 		log.Log(ctx, lvl, msg, attrs...)
 	}
-	log.Info("reconcile", "source", rep.Source, "dry_run", rep.DryRun, "trees", len(rep.Trees),
-		"would_reap", rep.Count(reconcile.WouldReap), "reaped", rep.Count(reconcile.Reaped)+rep.Count(reconcile.Gone),
-		"would_not_die", rep.Count(reconcile.WouldNotDie), "ledger_collected", rep.LedgerCollected)
 }
 
 func writeJSON(w io.Writer, v any) {

@@ -14,6 +14,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
@@ -255,7 +256,7 @@ func reap(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) {
 		wg.Add(1)
 		go func(t *Tree) {
 			defer wg.Done()
-			socks := trees.TreeSockets(opt.Root, t.tree)
+			socks := sockets.TreeSockets(opt.Root, t.tree.UID, t.tree.PIDs())
 			r := pgkill.Kill(ctx, pgkill.Group{PGID: t.PGID, Members: t.tree.Stats()}, pgkill.Options{Root: opt.Root, Grace: opt.KillGrace})
 			t.Action = string(r.Outcome)
 			if r.Err != nil {
@@ -270,7 +271,7 @@ func reap(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) {
 			}
 			if r.Outcome != pgkill.WouldNotDie {
 				for _, s := range socks {
-					if err := trees.RemoveSocket(s); err != nil {
+					if err := sockets.RemoveTreeSocket(s); err != nil {
 						log.Warn("socket left in place", "path", s.Path, "err", err)
 						continue
 					}

@@ -112,6 +112,12 @@ func TestHookInstalled(t *testing.T) {
 			data, _ := os.ReadFile(p)
 			os.WriteFile(p, bytes.Replace(data, []byte(`"1.0.0"`), []byte(`"0.1.0"`), 1), 0o644)
 		}, Error, `version "0.1.0"`},
+		{"no version", func(t *testing.T, dir string) {
+			write(t, dir, "kc-hook-poststop.json", `{"hook":{"path":"`+fakeHook(t)+`","args":["kc-hook","poststop"]},"when":{"always":true},"stages":["poststop"]}`)
+		}, Error, `no "version"`},
+		{"null descriptor", func(t *testing.T, dir string) {
+			write(t, dir, "kc-hook-poststop.json", `null`)
+		}, Error, "no hook.path"},
 		{"two stages in one file", func(t *testing.T, dir string) {
 			h := fakeHook(t)
 			write(t, dir, "kc-hook.json", `{"version":"1.0.0","hook":{"path":"`+h+`","args":["kc-hook","poststop"]},"when":{"always":true},"stages":["createRuntime","poststop"]}`)

@@ -229,13 +229,7 @@ func runChecks(ctx context.Context, c *cli.Context, g globals, cc checkConfig, l
 	var sups []cull.Supervisor
 	if serr == nil {
 		recordSweep(ms, srep)
-		var sources []cull.Source
-		for _, s := range srep.Sockets {
-			if s.Kind == sockets.KindControl && s.Verdict == sockets.VerdictLive {
-				sources = append(sources, cull.Source{Socket: s.Path, PID: s.PID})
-			}
-		}
-		sups = cull.Audit(ctx, &kallichore.Client{Timeout: scfg.Timeout, RetryAfter: sockets.DefaultPause}, sources, cc.threshold, scfg.Workers)
+		sups = cull.Audit(ctx, &kallichore.Client{Timeout: scfg.Timeout, RetryAfter: sockets.DefaultPause}, cull.Sources(srep.Sockets, nil), cc.threshold, scfg.Workers)
 		recordCull(ms, sups)
 	}
 	rep.Add(doctor.Sessions(sups, cc.threshold, serr))

@@ -108,16 +108,9 @@ func runCull(c *cli.Context) error {
 		for _, e := range rep.DirErrors {
 			log.Warn("socket directory", "err", e)
 		}
-		for _, s := range rep.Sockets {
-			if s.Kind != sockets.KindControl {
-				continue
-			}
-			if s.Verdict != sockets.VerdictLive {
-				log.Info("supervisor socket not live, not audited", "path", s.Path, "verdict", string(s.Verdict), "reason", s.Reason)
-				continue
-			}
-			sources = append(sources, cull.Source{Socket: s.Path, PID: s.PID})
-		}
+		sources = append(sources, cull.Sources(rep.Sockets, func(s *sockets.Socket) {
+			log.Info("supervisor socket not live, not audited", "path", s.Path, "verdict", string(s.Verdict), "reason", s.Reason)
+		})...)
 	}
 
 	client := &kallichore.Client{Timeout: cfg.Timeout, RetryAfter: sockets.DefaultPause}

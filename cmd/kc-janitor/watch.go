@@ -272,12 +272,7 @@ func watchSweep(ctx context.Context, wc watchConfig, log *slog.Logger, ms *metri
 		return exitFailed, nil
 	}
 	recordSweep(ms, rep)
-	var live []cull.Source
-	for _, s := range rep.Sockets {
-		if s.Kind == sockets.KindControl && s.Verdict == sockets.VerdictLive {
-			live = append(live, cull.Source{Socket: s.Path, PID: s.PID})
-		}
-	}
+	live := cull.Sources(rep.Sockets, nil)
 	for _, e := range rep.DirErrors {
 		log.Error("socket directory", "step", "sweep", "err", e)
 	}

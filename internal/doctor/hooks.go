@@ -2,7 +2,6 @@ package doctor
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,6 +10,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	hook "go.podman.io/common/pkg/hooks/1.0.0"
 )
 
 // Podman's and CRI-O's default hook directories, in increasing precedence:
@@ -96,109 +97,94 @@ func (d Descriptor) Setting(flag, env string) (string, bool) {
 	return d.EnvValue(env)
 }
 
-// descriptorJSON is the oci-hooks(5) 1.0.0 schema. Like podman, unknown
-// fields are ignored.
-type descriptorJSON struct {
-	Version *string `json:"version"`
-	Hook    *struct {
-		Path    string   `json:"path"`
-		Args    []string `json:"args"`
-		Env     []string `json:"env"`
-		Timeout *int     `json:"timeout"`
-	} `json:"hook"`
-	When *struct {
-		Always        *bool             `json:"always"`
-		Annotations   map[string]string `json:"annotations"`
-		Commands      []string          `json:"commands"`
-		HasBindMounts *bool             `json:"hasBindMounts"`
-	} `json:"when"`
-	Stages []string `json:"stages"`
-}
-
 // ParseDescriptor validates one descriptor's content (file is its path, for
-// messages). It checks what podman checks when it loads a descriptor —
-// version 1.0.0, a hook path that exists, compilable patterns, known stages
-// — and what makes kc-hook misbehave although podman loads it: a path that
-// is not an executable file, a when that matches nothing, several stages in
-// one file (podman passes them all the same args), and a stage argument
-// that differs from the stage.
+// messages). It reads it with podman's own oci-hooks(5) 1.0.0 schema
+// (go.podman.io/common/pkg/hooks/1.0.0, which, like podman, ignores
+// unknown fields) and checks what podman checks when it loads a
+// descriptor — version 1.0.0, a hook path that exists, compilable
+// patterns, known stages — in words that say what to do, then what makes
+// kc-hook misbehave although podman loads it: a path that is not an
+// executable file, a when that matches nothing, several stages in one
+// file (podman passes them all the same args), and a stage argument that
+// differs from the stage.
 func ParseDescriptor(file string, data []byte) Descriptor {
 	d := Descriptor{File: file}
-	var j descriptorJSON
-	if err := json.Unmarshal(data, &j); err != nil {
+	h, err := hook.Read(data)
+	if err != nil {
 		d.Problems = append(d.Problems, "malformed JSON: "+err.Error())
 		return d
 	}
+	if h == nil { // the file says null
+		h = &hook.Hook{}
+	}
+	switch h.Version {
+	case hook.Version:
+	case "":
+		d.Problems = append(d.Problems, fmt.Sprintf(`no "version" (want %q)`, hook.Version))
+	default:
+		d.Problems = append(d.Problems, fmt.Sprintf("version %q, want %q", h.Version, hook.Version))
+	}
+	d.Path, d.Args, d.Env, d.Timeout = h.Hook.Path, h.Hook.Args, h.Hook.Env, h.Hook.Timeout
+	d.Problems = append(d.Problems, checkPath(d.Path)...)
+	if d.Timeout != nil && *d.Timeout <= 0 {
+		d.Problems = append(d.Problems, fmt.Sprintf("hook.timeout %d: must be positive", *d.Timeout))
+	}
+	var conds []string
+	w := h.When
+	if w.Always != nil {
+		if *w.Always {
+			conds = append(conds, "always")
+		} else {
+			d.Problems = append(d.Problems, `when.always is false: the hook matches no container`)
+		}
+	}
+	for k, v := range w.Annotations {
+		for _, p := range []string{k, v} {
+			if _, err := regexp.Compile(p); err != nil {
+				d.Problems = append(d.Problems, fmt.Sprintf("when.annotations: bad pattern %q: %v", p, err))
+			}
+		}
+		conds = append(conds, fmt.Sprintf("annotation %s=%s", k, v))
+	}
+	for _, c := range w.Commands {
+		if _, err := regexp.Compile(c); err != nil {
+			d.Problems = append(d.Problems, fmt.Sprintf("when.commands: bad pattern %q: %v", c, err))
+		}
+		conds = append(conds, "command "+c)
+	}
+	if w.HasBindMounts != nil && *w.HasBindMounts {
+		conds = append(conds, "has bind mounts")
+	}
+	sort.Strings(conds)
+	if len(conds) == 0 && (w.Always == nil || *w.Always) {
+		d.Problems = append(d.Problems, `"when" sets no condition: the hook matches no container`)
+	}
+	d.When = strings.Join(conds, " and ")
+	d.Stages = h.Stages
 	switch {
-	case j.Version == nil:
-		d.Problems = append(d.Problems, `no "version" (want "1.0.0")`)
-	case *j.Version != "1.0.0":
-		d.Problems = append(d.Problems, fmt.Sprintf("version %q, want \"1.0.0\"", *j.Version))
-	}
-	if j.Hook == nil {
-		d.Problems = append(d.Problems, `no "hook" object`)
-	} else {
-		d.Path, d.Args, d.Env, d.Timeout = j.Hook.Path, j.Hook.Args, j.Hook.Env, j.Hook.Timeout
-		d.Problems = append(d.Problems, checkPath(d.Path)...)
-		if d.Timeout != nil && *d.Timeout <= 0 {
-			d.Problems = append(d.Problems, fmt.Sprintf("hook.timeout %d: must be positive", *d.Timeout))
-		}
-	}
-	if j.When == nil {
-		d.Problems = append(d.Problems, `no "when": the hook matches no container`)
-	} else {
-		w := j.When
-		var conds []string
-		if w.Always != nil {
-			if *w.Always {
-				conds = append(conds, "always")
-			} else {
-				d.Problems = append(d.Problems, `when.always is false: the hook matches no container`)
-			}
-		}
-		for k, v := range w.Annotations {
-			for _, p := range []string{k, v} {
-				if _, err := regexp.Compile(p); err != nil {
-					d.Problems = append(d.Problems, fmt.Sprintf("when.annotations: bad pattern %q: %v", p, err))
-				}
-			}
-			conds = append(conds, fmt.Sprintf("annotation %s=%s", k, v))
-		}
-		for _, c := range w.Commands {
-			if _, err := regexp.Compile(c); err != nil {
-				d.Problems = append(d.Problems, fmt.Sprintf("when.commands: bad pattern %q: %v", c, err))
-			}
-			conds = append(conds, "command "+c)
-		}
-		if w.HasBindMounts != nil && *w.HasBindMounts {
-			conds = append(conds, "has bind mounts")
-		}
-		sort.Strings(conds)
-		if len(conds) == 0 && (w.Always == nil || *w.Always) {
-			d.Problems = append(d.Problems, `"when" sets no condition: the hook matches no container`)
-		}
-		d.When = strings.Join(conds, " and ")
-	}
-	d.Stages = j.Stages
-	switch {
-	case len(j.Stages) == 0:
+	case len(h.Stages) == 0:
 		d.Problems = append(d.Problems, `no "stages"`)
-	case len(j.Stages) > 1:
+	case len(h.Stages) > 1:
 		d.Problems = append(d.Problems, fmt.Sprintf("%d stages (%s) in one descriptor: podman passes every stage the same args, so kc-hook would run as one stage for all; use one file per stage",
-			len(j.Stages), strings.Join(j.Stages, ", ")))
+			len(h.Stages), strings.Join(h.Stages, ", ")))
 	}
-	for _, s := range j.Stages {
+	for _, s := range h.Stages {
 		if !validStages[s] {
 			d.Problems = append(d.Problems, fmt.Sprintf("unknown stage %q", s))
 		}
 	}
-	if len(j.Stages) == 1 && validStages[j.Stages[0]] && j.Hook != nil {
-		if arg := stageArg(d.Args); arg != j.Stages[0] && !(arg == "prestart" && j.Stages[0] == "createRuntime") &&
-			!(arg == "createRuntime" && j.Stages[0] == "prestart") {
+	// podman's own load-time check has the last word: whatever it refuses
+	// and the checks above did not name is still a descriptor podman drops.
+	if err := h.Validate(nil); err != nil && len(d.Problems) == 0 {
+		d.Problems = append(d.Problems, "podman refuses it: "+err.Error())
+	}
+	if len(h.Stages) == 1 && validStages[h.Stages[0]] {
+		if arg := stageArg(d.Args); arg != h.Stages[0] && !(arg == "prestart" && h.Stages[0] == "createRuntime") &&
+			!(arg == "createRuntime" && h.Stages[0] == "prestart") {
 			if arg == "" {
-				d.Problems = append(d.Problems, fmt.Sprintf("args %q name no stage: kc-hook needs its stage (%s) as the last argument", d.Args, j.Stages[0]))
+				d.Problems = append(d.Problems, fmt.Sprintf("args %q name no stage: kc-hook needs its stage (%s) as the last argument", d.Args, h.Stages[0]))
 			} else {
-				d.Problems = append(d.Problems, fmt.Sprintf("registered for %s but runs kc-hook as %s (last argument)", j.Stages[0], arg))
+				d.Problems = append(d.Problems, fmt.Sprintf("registered for %s but runs kc-hook as %s (last argument)", h.Stages[0], arg))
 			}
 		}
 	}

@@ -106,12 +106,12 @@ func (d *docker) get(ctx context.Context, hc *http.Client, path string, v any) e
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("docker API %s: %w", d.ep.raw, err)
+		return d.askErr(ctx, "asking "+path, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxDockerBody+1))
 	if err != nil {
-		return fmt.Errorf("docker API %s: reading %s: %w", d.ep.raw, path, err)
+		return d.askErr(ctx, "reading "+path, err)
 	}
 	if len(body) > maxDockerBody {
 		return fmt.Errorf("docker API %s: %s: answer larger than %d bytes", d.ep.raw, path, maxDockerBody)
@@ -123,6 +123,20 @@ func (d *docker) get(ctx context.Context, hc *http.Client, path string, v any) e
 		return fmt.Errorf("docker API %s: %s: not the JSON Docker sends: %w", d.ep.raw, path, err)
 	}
 	return nil
+}
+
+// askErr words a failed question for the operator: a dockerd that
+// accepts and never answers shows as the bound it ran into, not as Go's
+// "context deadline exceeded".
+func (d *docker) askErr(ctx context.Context, what string, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("docker API %s: %s: no answer within %v (--podman-timeout): %w", d.ep.raw, what, d.cfg.timeout(), context.DeadlineExceeded)
+	}
+	// The method and URL http adds are ours, not news to the operator.
+	if ue := (*url.Error)(nil); errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return fmt.Errorf("docker API %s: %s: %w", d.ep.raw, what, err)
 }
 
 type dockerStatusError struct {

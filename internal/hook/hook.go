@@ -14,6 +14,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 	"github.com/kc-watchman/kc-watchman/internal/userns"
 )
@@ -154,13 +155,13 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 		hostUIDs = append(hostUIDs, host)
 	}
 	snaps := make([]ledger.Tree, len(mine))
-	sockets := make([][]trees.Socket, len(mine))
+	held := make([][]sockets.TreeSocket, len(mine))
 	for i, t := range mine {
 		snaps[i] = t.Snapshot("poststop", now)
 		// The janitor and other users read the ledger in host terms.
 		snaps[i].UID = hostUIDs[i]
-		sockets[i] = trees.TreeSockets(root(cfg), t)
-		for _, s := range sockets[i] {
+		held[i] = sockets.TreeSockets(root(cfg), t.UID, t.PIDs())
+		for _, s := range held[i] {
 			snaps[i].Sockets = append(snaps[i].Sockets, s.Path)
 		}
 		switch {
@@ -203,8 +204,8 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 			if r.Outcome == pgkill.WouldNotDie {
 				return
 			}
-			for _, s := range sockets[i] {
-				if err := trees.RemoveSocket(s); err != nil {
+			for _, s := range held[i] {
+				if err := sockets.RemoveTreeSocket(s); err != nil {
 					log.Warn("socket left in place", "path", s.Path, "err", err)
 					continue
 				}

@@ -6,18 +6,15 @@
 // Several commands may share one file (reconcile, sweep and cull from one
 // timer), so WriteFile merges: it replaces the series this run measured and
 // keeps every other series already in the file. The file is replaced
-// atomically (temporary file in the same directory, fsync, rename) under an
-// flock on the directory, so the collector never reads a half-written file
-// and two commands finishing at once never lose each other's series.
+// atomically (temporary file in the same directory, fsync, rename) under a
+// lock only the janitor's user can open, held for a bounded time, so the
+// collector never reads a half-written file, two commands finishing at once
+// never lose each other's series, and no other user can hang a run.
 package metrics
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -25,7 +22,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
-	"golang.org/x/sys/unix"
 )
 
 // Metric names. All are gauges.
@@ -262,80 +258,4 @@ func Encode(fams []*dto.MetricFamily) ([]byte, error) {
 		}
 	}
 	return b.Bytes(), nil
-}
-
-// WriteFile merges s into the exposition at path (creating it if needed)
-// and replaces the file atomically, mode 0644. An existing file that cannot
-// be parsed is replaced by s's series alone.
-func WriteFile(path string, s *Set) error {
-	if s.Empty() {
-		return nil
-	}
-	dir := filepath.Dir(path)
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("metrics file directory: %w", err)
-	}
-	defer d.Close()
-	// One writer at a time: the merge is read-modify-write.
-	for {
-		err = unix.Flock(int(d.Fd()), unix.LOCK_EX)
-		if !errors.Is(err, unix.EINTR) {
-			break
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("locking metrics directory: %w", err)
-	}
-	defer unix.Flock(int(d.Fd()), unix.LOCK_UN)
-
-	fresh, err := s.Gather()
-	if err != nil {
-		return fmt.Errorf("gathering metrics: %w", err)
-	}
-	old := map[string]*dto.MetricFamily{}
-	if data, err := os.ReadFile(path); err == nil {
-		if parsed, perr := Parse(data); perr == nil {
-			old = parsed
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("reading metrics file: %w", err)
-	}
-	for _, n := range s.drop {
-		delete(old, n)
-	}
-	out, err := Encode(Merge(old, fresh))
-	if err != nil {
-		return err
-	}
-
-	// The collector reads only *.prom files: a dot-name without that
-	// suffix is never picked up half-written.
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("writing metrics file: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if _, err := tmp.Write(out); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing metrics file: %w", err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing metrics file: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("syncing metrics file: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing metrics file: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("replacing metrics file: %w", err)
-	}
-	if err := d.Sync(); err != nil && !errors.Is(err, unix.EINVAL) {
-		return fmt.Errorf("syncing metrics directory: %w", err)
-	}
-	return nil
 }

@@ -111,6 +111,48 @@ func TestCorroboration(t *testing.T) {
 			t.Error("report says liveness known")
 		}
 	})
+
+	// The first run spares the tree; its --apply must not then collect
+	// the ledger record that was the evidence, or the next run, seeing no
+	// evidence left, reaps the tree of a container that still runs.
+	t.Run("the evidence outlives an apply run", func(t *testing.T) {
+		kept := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cidInit})
+		store, err := ledger.Open(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		initCmd := exec.Command("sleep", "1000")
+		proc.Start(t, initCmd)
+		st := startOf(t, initCmd.Process.Pid)
+		if err := store.Update(cidInit, func(r *ledger.Record) error {
+			r.Init = &ledger.Process{PID: initCmd.Process.Pid, StartTicks: st}
+			r.Stages = map[string]time.Time{"createRuntime": time.Now()}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		opt := base
+		opt.Store = store
+		opt.Containers = map[string]bool{cidInit: true}
+		for run := 1; run <= 2; run++ {
+			rep, err := Run(context.Background(), opt, empty)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tr := findByPGID(rep, kept.PGID); tr == nil || tr.Action != SkipContradicted {
+				t.Fatalf("run %d: tree of a container whose init runs: %+v", run, tr)
+			}
+			if rep.LedgerCollected != 0 {
+				t.Fatalf("run %d collected %d records", run, rep.LedgerCollected)
+			}
+			if _, err := store.Load(cidInit); err != nil {
+				t.Fatalf("run %d: the record is gone: %v", run, err)
+			}
+		}
+		if !running(kept.PID) {
+			t.Fatal("the contradicted tree was signalled")
+		}
+	})
 }
 
 func startOf(t *testing.T, pid int) uint64 {

@@ -14,6 +14,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
@@ -216,7 +217,7 @@ func (sc *Scanned) Run(ctx context.Context, live liveness.Set) (Report, error) {
 	refreshSnapshots(opt, log, rep.Trees)
 	if opt.Apply {
 		reap(ctx, opt, log, rep.Trees)
-		rep.LedgerCollected = collect(opt, log, records, live)
+		rep.LedgerCollected = collect(opt, log, records, live, contradicted(rep.Trees))
 	}
 	return rep, nil
 }
@@ -255,7 +256,7 @@ func reap(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) {
 		wg.Add(1)
 		go func(t *Tree) {
 			defer wg.Done()
-			socks := trees.TreeSockets(opt.Root, t.tree)
+			socks := sockets.TreeSockets(opt.Root, t.tree.UID, t.tree.PIDs())
 			r := pgkill.Kill(ctx, pgkill.Group{PGID: t.PGID, Members: t.tree.Stats()}, pgkill.Options{Root: opt.Root, Grace: opt.KillGrace})
 			t.Action = string(r.Outcome)
 			if r.Err != nil {
@@ -270,7 +271,7 @@ func reap(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) {
 			}
 			if r.Outcome != pgkill.WouldNotDie {
 				for _, s := range socks {
-					if err := trees.RemoveSocket(s); err != nil {
+					if err := sockets.RemoveTreeSocket(s); err != nil {
 						log.Warn("socket left in place", "path", s.Path, "err", err)
 						continue
 					}
@@ -297,16 +298,19 @@ func reap(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) {
 }
 
 // collect removes ledger records that can no longer matter: from another
-// boot, or of a container that is not live and whose recorded trees are
-// all dead. Records touched within minAge are kept, so a container being
-// created right now is never forgotten.
-func collect(opt Options, log *slog.Logger, records []*ledger.Record, live liveness.Set) int {
+// boot, or of a container that is not live and whose recorded init and
+// trees are all dead. Records touched within minAge are kept, so a
+// container being created right now is never forgotten; so are those of
+// containers local evidence says still run (skip): the engine's silence
+// about them is what was contradicted, and their record is the evidence
+// the next run needs.
+func collect(opt Options, log *slog.Logger, records []*ledger.Record, live liveness.Set, skip map[string]bool) int {
 	if opt.Store == nil {
 		return 0
 	}
 	n := 0
 	for _, r := range records {
-		if live.IsLive(r.ContainerID) || (len(opt.Containers) > 0 && !opt.Containers[r.ContainerID]) {
+		if live.IsLive(r.ContainerID) || skip[r.ContainerID] || (len(opt.Containers) > 0 && !opt.Containers[r.ContainerID]) {
 			continue
 		}
 		removed, err := opt.Store.Remove(r.ContainerID, func(cur *ledger.Record) bool {
@@ -330,8 +334,10 @@ func collect(opt Options, log *slog.Logger, records []*ledger.Record, live liven
 }
 
 func anyAlive(root string, r *ledger.Record) bool {
-	if w := r.Supervisor; w != nil && fingerprint.Alive(root, fingerprint.Stat{PID: w.PID, StartTicks: w.StartTicks}) {
-		return true
+	for _, p := range []*ledger.Process{r.Supervisor, r.Init} {
+		if p != nil && fingerprint.Alive(root, fingerprint.Stat{PID: p.PID, StartTicks: p.StartTicks}) {
+			return true
+		}
 	}
 	for _, t := range r.Trees {
 		for _, m := range t.Members {
@@ -341,6 +347,18 @@ func anyAlive(root string, r *ledger.Record) bool {
 		}
 	}
 	return false
+}
+
+// contradicted is the set of containers whose trees were spared because
+// local evidence says they still run.
+func contradicted(ts []Tree) map[string]bool {
+	out := map[string]bool{}
+	for _, t := range ts {
+		if t.Action == SkipContradicted && t.ContainerID != "" {
+			out[t.ContainerID] = true
+		}
+	}
+	return out
 }
 
 func pids(t trees.Tree) []int {

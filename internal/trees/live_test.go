@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/proclist"
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
 	testproc "github.com/kc-watchman/kc-watchman/internal/testkit/proc"
 )
@@ -66,7 +67,7 @@ func scanRealSupervisor(t *testing.T, k, bare *testkit.KCServer, lister Lister, 
 	if findTree(got, bare.PID) != nil {
 		t.Errorf("a kcserver without a container ID was reported as a tree")
 	}
-	socks := TreeSockets("/proc", *tr)
+	socks := sockets.TreeSockets("/proc", tr.UID, tr.PIDs())
 	if len(socks) != 1 || socks[0].Path != k.Socket || socks[0].Owner != k.PID {
 		t.Errorf("TreeSockets = %+v, want [%q] held by %d", socks, k.Socket, k.PID)
 	}

@@ -671,3 +671,12 @@ func (t Tree) Stats() []fingerprint.Stat {
 	}
 	return out
 }
+
+// PIDs returns the members' PIDs, in the form sockets.TreeSockets takes.
+func (t Tree) PIDs() []int {
+	out := make([]int, len(t.Members))
+	for i, m := range t.Members {
+		out[i] = m.PID
+	}
+	return out
+}

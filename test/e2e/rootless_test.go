@@ -390,4 +390,30 @@ func TestRootJanitorOnUserSocket(t *testing.T) {
 	if alive := aliveOf(rootMembers); len(alive) != len(rootMembers) {
 		t.Errorf("root's tree was signalled: %d of %d members left", len(alive), len(rootMembers))
 	}
+
+	// Issue 16 item 2: the path no longer says who answers. A socket file
+	// that stat()s as root's (what swapping the path for root's socket
+	// after the query showed the old code) vouches only for the UID of
+	// the service that answered on the connection; a symlinked endpoint is
+	// not dialled (the CLI's answer through it vouches for no UID).
+	if err := os.Chown(sock, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(ru.dir, "link.sock")
+	if err := os.Symlink(sock, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, url string
+		source    string
+	}{{"socket file owned by root", "unix://" + sock, `"source": "api"`}, {"symlinked endpoint", "unix://" + link, `"source": "cli"`}} {
+		out, _, code := janitor(t, []string{"PATH=/usr/bin:/bin"}, "reconcile", "--apply", "--min-age", "0s", "--engine", "podman",
+			"--podman-url", c.url, "--container", id, "--state-dir", t.TempDir(), "--format", "json")
+		if code != 0 || !strings.Contains(out, c.source) || !strings.Contains(out, `"skipped-other-uid"`) {
+			t.Errorf("%s: exit %d, want 0 with %s and root's tree skipped-other-uid: %s", c.name, code, c.source, out)
+		}
+		if alive := aliveOf(rootMembers); len(alive) != len(rootMembers) {
+			t.Fatalf("%s: root's tree was signalled: %d of %d members left", c.name, len(alive), len(rootMembers))
+		}
+	}
 }

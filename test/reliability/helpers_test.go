@@ -9,8 +9,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,7 +19,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/corroborate"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/podmantest"
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
 	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
 )
 
@@ -61,12 +62,8 @@ func binaries(t testing.TB) string {
 		if buildErr = os.Chmod(binDir, 0o755); buildErr != nil {
 			return
 		}
-		for _, name := range []string{"kc-hook", "kc-janitor"} {
-			cmd := exec.Command("go", "build", "-tags", "remote containers_image_openpgp",
-				"-o", filepath.Join(binDir, name), "github.com/kc-watchman/kc-watchman/cmd/"+name)
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("building %s: %v: %s", name, err, out)
+		for name, pkg := range map[string]string{"kc-hook": testkit.KCHookPackage, "kc-janitor": testkit.KCJanitorPackage} {
+			if buildErr = testkit.GoBuild(pkg, filepath.Join(binDir, name)); buildErr != nil {
 				return
 			}
 		}
@@ -107,12 +104,8 @@ func supervisorBin(t testing.TB, comm string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(sleep)
-	if err != nil {
-		t.Fatal(err)
-	}
 	p := filepath.Join(dir, comm)
-	if err := os.WriteFile(p, data, 0o755); err != nil {
+	if err := testkit.CopyFile(sleep, p, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	supBins[comm] = p
@@ -443,17 +436,7 @@ func listingPodman(t testing.TB) (dir string, set func(states map[string]string)
 
 // orphanSocket leaves a socket file at dir/name with nothing listening:
 // what a SIGKILLed supervisor leaves behind.
-func orphanSocket(t testing.TB, dir, name string) string {
-	t.Helper()
-	p := filepath.Join(dir, name)
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: p, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.SetUnlinkOnClose(false)
-	l.Close()
-	return p
-}
+func orphanSocket(t testing.TB, dir, name string) string { return testkit.OrphanSocket(t, dir, name) }
 
 // reconcileJSON is the part of `kc-janitor reconcile --format json` the
 // suite reads.
@@ -503,5 +486,24 @@ func decodeJSON(t testing.TB, r toolRun, v any) {
 	t.Helper()
 	if err := json.Unmarshal([]byte(r.Stdout), v); err != nil {
 		t.Fatalf("no JSON (exit %d): %v\nstdout: %s\nstderr: %s", r.Code, err, r.Stdout, r.Stderr)
+	}
+}
+
+// stopContainer stops a real container and waits until its conmon has
+// exited too: conmon lingers a moment after the stop (it runs podman's
+// cleanup), and while it lives the janitor rightly takes the container
+// for running (DESIGN §13) and spares its trees.
+func stopContainer(t testing.TB, e *podmantest.Env, id string) {
+	t.Helper()
+	e.Stop(t, id)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		ev, running, err := corroborate.New(procRoot, nil, "").Running(id, 0)
+		if err == nil && !running {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("container %.12s stopped but still looks alive after 30s: %v %v", id, ev, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -222,6 +222,20 @@ type race struct {
 	err          error // a failure while staging (on a gate goroutine)
 }
 
+// scanTree scans for the trial's tree as the hook and the janitor do.
+func (r *race) scanTree() *trees.Tree {
+	found, _, err := trees.Scan(trees.Options{Root: procRoot, Comms: []string{raceComm}})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	for i := range found {
+		if found[i].PGID == r.pgid {
+			return &found[i]
+		}
+	}
+	return nil
+}
+
 func raceTrial(t *testing.T, kind raceKind, point int) raceResult {
 	r := &race{t: t, kind: kind, point: point, cid: newCID(t), threads: map[int]*bystander{}}
 	r.res.kind = kind
@@ -243,19 +257,19 @@ func raceTrial(t *testing.T, kind raceKind, point int) raceResult {
 		t.Fatal(err)
 	}
 
-	// Found as the hook and the janitor find it.
-	found, _, err := trees.Scan(trees.Options{Root: procRoot, Comms: []string{raceComm}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Found as the hook and the janitor find it. Polled: under load a
+	// member just started may not be visible in /proc with its final comm
+	// and group yet; the tree must still be found whole before the trial.
 	var tree *trees.Tree
-	for i := range found {
-		if found[i].PGID == r.pgid {
-			tree = &found[i]
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		tree = r.scanTree()
+		if tree != nil && tree.ContainerID == r.cid && tree.Signalable() && len(tree.Members) == 3 {
+			break
 		}
-	}
-	if tree == nil || tree.ContainerID != r.cid || !tree.Signalable() || len(tree.Members) != 3 {
-		t.Fatalf("scan did not find the tree of %d as expected: %+v", r.pgid, tree)
+		if time.Now().After(deadline) {
+			t.Fatalf("scan did not find the tree of %d as expected within 10s: %+v", r.pgid, tree)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	r.recorded = tree.Stats()
 

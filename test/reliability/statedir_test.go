@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/podmantest"
 )
 
@@ -58,6 +59,18 @@ func brokenStateDir(t testing.TB, how string) string {
 	return state
 }
 
+// removeNewTrace removes, when t ends, the trace file a hook on a broken
+// state dir leaves at path (the root hook's trace has no override), unless
+// it was there before t: then it is the host's, and stays.
+func removeNewTrace(t testing.TB, path string) {
+	t.Helper()
+	if _, err := os.Lstat(path); err == nil {
+		t.Logf("%s exists already: the lines this test adds stay in it", path)
+		return
+	}
+	t.Cleanup(func() { os.Remove(path) })
+}
+
 // TestBrokenStateDir: with the state dir read-only or full, kc-hook still
 // exits as DESIGN §6 says — createRuntime 0 (a hook never stops a
 // container from starting), poststop 0 once the trees are reaped (the
@@ -65,6 +78,7 @@ func brokenStateDir(t testing.TB, how string) string {
 // hook installed still starts and stops.
 func TestBrokenStateDir(t *testing.T) {
 	e := podmantest.New(t)
+	removeNewTrace(t, ledger.RootStateDir+".trace")
 	runs, okExits, reaped, trees := 0, 0, 0, 0
 	for _, how := range []string{"read-only", "full"} {
 		state := brokenStateDir(t, how)

@@ -1,4 +1,4 @@
-package trees
+package sockets
 
 import (
 	"errors"
@@ -31,7 +31,6 @@ func TestTreeSocketsRefusesWhatItCannotVouchFor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tree := Tree{PGID: me.PGID, UID: me.UID, Members: []fingerprint.Identity{me}}
 	dir := t.TempDir()
 	own := filepath.Join(dir, fmt.Sprintf("kc-%d.sock", me.PID))
 	session := filepath.Join(dir, fmt.Sprintf("kc-%d.abcd1234.sock", me.PID))
@@ -56,7 +55,7 @@ func TestTreeSocketsRefusesWhatItCannotVouchFor(t *testing.T) {
 	listen(t, filepath.Join(link, fmt.Sprintf("kc-%d.x.sock", me.PID)))
 
 	var got []string
-	for _, s := range TreeSockets("/proc", tree) {
+	for _, s := range TreeSockets("/proc", me.UID, []int{me.PID}) {
 		got = append(got, s.Path)
 	}
 	slices.Sort(got)
@@ -67,12 +66,12 @@ func TestTreeSocketsRefusesWhatItCannotVouchFor(t *testing.T) {
 	}
 
 	t.Run("a listening socket is never removed", func(t *testing.T) {
-		socks := TreeSockets("/proc", tree)
+		socks := TreeSockets("/proc", me.UID, []int{me.PID})
 		if len(socks) == 0 {
 			t.Fatal("no sockets")
 		}
-		if err := RemoveSocket(socks[0]); !errors.Is(err, ErrStillListening) {
-			t.Errorf("RemoveSocket on a live socket = %v, want ErrStillListening", err)
+		if err := RemoveTreeSocket(socks[0]); !errors.Is(err, ErrStillListening) {
+			t.Errorf("RemoveTreeSocket on a live socket = %v, want ErrStillListening", err)
 		}
 		if _, err := os.Lstat(socks[0].Path); err != nil {
 			t.Errorf("live socket removed: %v", err)
@@ -82,8 +81,8 @@ func TestTreeSocketsRefusesWhatItCannotVouchFor(t *testing.T) {
 	t.Run("a dead socket is removed", func(t *testing.T) {
 		p := filepath.Join(t.TempDir(), fmt.Sprintf("kc-%d.dead.sock", me.PID))
 		l := listen(t, p)
-		var target Socket
-		for _, s := range TreeSockets("/proc", tree) {
+		var target TreeSocket
+		for _, s := range TreeSockets("/proc", me.UID, []int{me.PID}) {
 			if s.Path == p {
 				target = s
 			}
@@ -93,22 +92,20 @@ func TestTreeSocketsRefusesWhatItCannotVouchFor(t *testing.T) {
 		}
 		l.SetUnlinkOnClose(false)
 		l.Close()
-		if err := RemoveSocket(target); err != nil {
+		if err := RemoveTreeSocket(target); err != nil {
 			t.Fatalf("RemoveSocket = %v", err)
 		}
 		if _, err := os.Lstat(p); !os.IsNotExist(err) {
 			t.Errorf("dead socket still there: %v", err)
 		}
 		// A second time it is already gone: done, not an error to warn of.
-		if err := RemoveSocket(target); err != nil {
-			t.Errorf("RemoveSocket of a socket already gone = %v, want nil", err)
+		if err := RemoveTreeSocket(target); err != nil {
+			t.Errorf("RemoveTreeSocket of a socket already gone = %v, want nil", err)
 		}
 	})
 
 	t.Run("a tree of mixed UIDs gets no sockets", func(t *testing.T) {
-		mixed := tree
-		mixed.UID = -1
-		if s := TreeSockets("/proc", mixed); len(s) != 0 {
+		if s := TreeSockets("/proc", -1, []int{me.PID}); len(s) != 0 {
 			t.Errorf("TreeSockets = %+v", s)
 		}
 	})
@@ -124,6 +121,9 @@ func TestPlausiblePath(t *testing.T) {
 		{"/tmp/kc-42..sock", false},
 		{"/tmp/kc-420.sock", false},
 		{"/tmp/kc-4.sock", false},
+		// ParseName's rules, as sweep applies them: no padding, no dots in <x>.
+		{"/tmp/kc-042.sock", false},
+		{"/tmp/kc-42.a.b.sock", false},
 		{"tmp/kc-42.sock", false},
 		{"/tmp/../etc/kc-42.sock", false},
 		{"/tmp//kc-42.sock", false},

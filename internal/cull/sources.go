@@ -1,0 +1,25 @@
+package cull
+
+import "github.com/kc-watchman/kc-watchman/internal/sockets"
+
+// Sources are the supervisors a sweep found alive: its live control
+// sockets, the only ones whose /sessions are worth asking for. A session
+// socket is its server's, and a control socket that is stale or unknown
+// has no server to answer. notLive, if not nil, is told of every control
+// socket left out.
+func Sources(socks []*sockets.Socket, notLive func(*sockets.Socket)) []Source {
+	var out []Source
+	for _, s := range socks {
+		if s.Kind != sockets.KindControl {
+			continue
+		}
+		if s.Verdict != sockets.VerdictLive {
+			if notLive != nil {
+				notLive(s)
+			}
+			continue
+		}
+		out = append(out, Source{Socket: s.Path, PID: s.PID})
+	}
+	return out
+}

@@ -1,0 +1,43 @@
+package cull
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
+)
+
+func TestSources(t *testing.T) {
+	swept := []*sockets.Socket{
+		{Path: "/run/kc-10.sock", PID: 10, Kind: sockets.KindControl, Verdict: sockets.VerdictLive},
+		{Path: "/run/kc-10.abc.sock", PID: 10, Kind: sockets.KindSession, Verdict: sockets.VerdictLive},
+		{Path: "/run/kc-11.sock", PID: 11, Kind: sockets.KindControl, Verdict: sockets.VerdictStale},
+		{Path: "/run/kc-12.sock", PID: 12, Kind: sockets.KindControl, Verdict: sockets.VerdictUnknown},
+		{Path: "/run/kc-1f.sock", Kind: sockets.KindSession, Hashed: true, Verdict: sockets.VerdictLive},
+		{Path: "/run/kc-13.sock", PID: 13, Kind: sockets.KindControl, Verdict: sockets.VerdictLive},
+	}
+	tests := []struct {
+		name    string
+		notLive bool
+	}{
+		{"without a callback", false},
+		{"telling what is left out", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var left []string
+			var cb func(*sockets.Socket)
+			if tt.notLive {
+				cb = func(s *sockets.Socket) { left = append(left, s.Path) }
+			}
+			got := Sources(swept, cb)
+			want := []Source{{Socket: "/run/kc-10.sock", PID: 10}, {Socket: "/run/kc-13.sock", PID: 13}}
+			if !slices.Equal(got, want) {
+				t.Errorf("Sources = %+v, want %+v", got, want)
+			}
+			if wantLeft := []string{"/run/kc-11.sock", "/run/kc-12.sock"}; tt.notLive && !slices.Equal(left, wantLeft) {
+				t.Errorf("left out %q, want %q (control sockets that are not live, and only those)", left, wantLeft)
+			}
+		})
+	}
+}

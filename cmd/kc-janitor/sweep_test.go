@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,17 +43,7 @@ func runJanitorCapture(t *testing.T, args ...string) (int, string) {
 }
 
 // orphanSock leaves a socket file with nothing listening at dir/name.
-func orphanSock(t *testing.T, dir, name string) string {
-	t.Helper()
-	p := filepath.Join(dir, name)
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: p, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.SetUnlinkOnClose(false)
-	l.Close()
-	return p
-}
+func orphanSock(t *testing.T, dir, name string) string { return testkit.OrphanSocket(t, dir, name) }
 
 // goneSockName is kc-<pid>.sock for a PID whose process has exited.
 func goneSockName(t *testing.T) string {

@@ -12,21 +12,12 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
 )
 
 // orphanSocket creates a socket file at dir/name with nothing listening:
 // what a SIGKILLed server leaves behind.
-func orphanSocket(t testing.TB, dir, name string) string {
-	t.Helper()
-	p := filepath.Join(dir, name)
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: p, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.SetUnlinkOnClose(false)
-	l.Close()
-	return p
-}
+func orphanSocket(t testing.TB, dir, name string) string { return testkit.OrphanSocket(t, dir, name) }
 
 // listenSocket creates a socket at dir/name that this test process
 // listens on until the test ends.
@@ -37,16 +28,7 @@ func listenSocket(t testing.TB, dir, name string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	testkit.Serve(t, l)
 	return p
 }
 

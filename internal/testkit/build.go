@@ -95,18 +95,26 @@ func compile(pkg, name string) (string, error) {
 		return "", err
 	}
 	out := filepath.Join(sub, name)
+	return out, GoBuild(pkg, out)
+}
+
+// GoBuild compiles pkg (an import path, or a directory relative to the
+// working directory) into the binary out as the Makefile does:
+// CGO_ENABLED=0 and Tags. It is the one place tests, the reliability suite
+// and the benchmark harness build the project's programs.
+func GoBuild(pkg, out string) error {
 	gobin, err := goTool()
 	if err != nil {
-		return "", err
+		return err
 	}
 	cmd := exec.Command(gobin, "build", "-tags", Tags, "-o", out, pkg)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("go build %s: %v: %s", pkg, err, strings.TrimSpace(stderr.String()))
+		return fmt.Errorf("go build %s: %w: %s", pkg, err, strings.TrimSpace(stderr.String()))
 	}
-	return out, nil
+	return nil
 }
 
 func goTool() (string, error) {

@@ -9,8 +9,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +20,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
 	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
 )
 
@@ -61,12 +60,8 @@ func binaries(t testing.TB) string {
 		if buildErr = os.Chmod(binDir, 0o755); buildErr != nil {
 			return
 		}
-		for _, name := range []string{"kc-hook", "kc-janitor"} {
-			cmd := exec.Command("go", "build", "-tags", "remote containers_image_openpgp",
-				"-o", filepath.Join(binDir, name), "github.com/kc-watchman/kc-watchman/cmd/"+name)
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("building %s: %v: %s", name, err, out)
+		for name, pkg := range map[string]string{"kc-hook": testkit.KCHookPackage, "kc-janitor": testkit.KCJanitorPackage} {
+			if buildErr = testkit.GoBuild(pkg, filepath.Join(binDir, name)); buildErr != nil {
 				return
 			}
 		}
@@ -107,12 +102,8 @@ func supervisorBin(t testing.TB, comm string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(sleep)
-	if err != nil {
-		t.Fatal(err)
-	}
 	p := filepath.Join(dir, comm)
-	if err := os.WriteFile(p, data, 0o755); err != nil {
+	if err := testkit.CopyFile(sleep, p, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	supBins[comm] = p
@@ -443,17 +434,7 @@ func listingPodman(t testing.TB) (dir string, set func(states map[string]string)
 
 // orphanSocket leaves a socket file at dir/name with nothing listening:
 // what a SIGKILLed supervisor leaves behind.
-func orphanSocket(t testing.TB, dir, name string) string {
-	t.Helper()
-	p := filepath.Join(dir, name)
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: p, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.SetUnlinkOnClose(false)
-	l.Close()
-	return p
-}
+func orphanSocket(t testing.TB, dir, name string) string { return testkit.OrphanSocket(t, dir, name) }
 
 // reconcileJSON is the part of `kc-janitor reconcile --format json` the
 // suite reads.

@@ -218,16 +218,7 @@ func TestSweepUnderAttack(t *testing.T) {
 					return err
 				}
 				l.(*net.UnixListener).SetUnlinkOnClose(false)
-				t.Cleanup(func() { l.Close() })
-				go func() {
-					for {
-						c, err := l.Accept()
-						if err != nil {
-							return
-						}
-						c.Close()
-					}
-				}()
+				testkit.Serve(t, l)
 				return nil
 			}},
 		}

@@ -326,16 +326,10 @@ func (b *bench) preflight() error {
 
 	progress("building the fake supervisor (internal/testkit/kcserver) and the rusage helper (bench/cmd/rusage)")
 	b.kcserver = filepath.Join(b.tmp, "bin", "kcserver")
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
 	rusageBin = filepath.Join(b.tmp, "bin", "rusage")
 	for out, pkg := range map[string]string{b.kcserver: "./internal/testkit/kcserver", rusageBin: "./bench/cmd/rusage"} {
-		cmd := exec.Command(gobin, "build", "-o", out, pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build %s: %v: %s", pkg, err, out)
+		if err := testkit.GoBuild(pkg, out); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -23,7 +23,8 @@ BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 ZSHCOMPDIR  ?= $(PREFIX)/share/zsh/site-functions
 # The kc-janitor that generates the man page and completion scripts.
 JANITOR     ?= bin/kc-janitor
-UNITS       := contrib/systemd/kc-janitor.service contrib/systemd/kc-janitor.timer contrib/systemd/kc-janitor-watch.service
+UNITS       := contrib/systemd/kc-janitor.service contrib/systemd/kc-janitor.timer contrib/systemd/kc-janitor-watch.service \
+               contrib/systemd/kc-janitor-container@.service contrib/systemd/kc-janitor-container@.timer
 # systemctl --user units for rootless podman users (docs/ROOTLESS.md).
 USERUNITDIR ?= $(PREFIX)/lib/systemd/user
 USERUNITS   := contrib/systemd/user/kc-janitor.service contrib/systemd/user/kc-janitor.timer contrib/systemd/user/kc-janitor-watch.service

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"path/filepath"
 	"time"
@@ -38,7 +37,7 @@ func doctorCommand() *cli.Command {
 	flags = append(flags, probeFlags()...)
 	return &cli.Command{
 		Name:  "doctor",
-		Usage: "check the host: hook installed and firing, podman reachable, ledger usable, nothing left to clean up",
+		Usage: "check the host: hook installed and firing, container engines reachable, ledger usable, nothing left to clean up",
 		Description: `Runs every check and prints one line per check:
 
    label .... ok|WARN|ERROR (detail)
@@ -48,8 +47,11 @@ with details indented below (or one JSON object with --format json).
 Checks: hook installed (a valid kc-hook descriptor for poststop and for
 createRuntime in podman's hooks dirs, its binary present and executable:
 podman silently drops a descriptor whose binary is missing); hook alive
-(its log or ledger shows runs since boot); podman ground truth (API, else
-CLI); state dir and ledger; orphaned supervisor trees (a dry-run
+(its log or ledger shows runs since boot); engines (which ones --engine
+auto found, and where it looked for the others); one check per engine,
+podman, docker, containerd (reachable, version, containers, live, and the
+UID its answer vouches for, read from the answering connection; a named
+engine that cannot be asked is an ERROR); state dir and ledger; orphaned supervisor trees (a dry-run
 reconcile; --fix reaps them as reconcile --apply would); orphan sockets (a
 dry-run sweep); abandoned sessions (a cull audit).
 
@@ -185,23 +187,24 @@ func runChecks(ctx context.Context, c *cli.Context, g globals, cc checkConfig, l
 	opt := cc.reconcile
 	opt.Apply = cc.fix
 	opt.Logger = log
-	rj, live, liveErr, scanErr := scanThenAsk(ctx, c, g, opt, cc.fix, log)
-	askErr := liveErr
-	if errors.Is(liveErr, reconcile.ErrWrongStore) {
-		askErr = nil // the engines answered; the answer was contradicted
-	}
-	liveCount := -1
-	if askErr == nil {
-		liveCount = len(live.Live)
-	}
+	rj, _, liveErr, scanErr := scanThenAsk(ctx, c, g, opt, cc.fix, log)
+	ein := engineInputs(ctx, c, g, log)
 	boot, err := doctor.BootTime(fingerprint.DefaultRoot)
 	if err != nil {
 		log.Warn("boot time unknown; counting every hook run", "err", err)
 	}
 	hookState, hookLog := doctor.HookStateDir(descs, hookDefault)
-	rep.Add(doctor.HookAlive(doctor.AliveInput{StateDir: hookState, LogFile: hookLog, Boot: boot, LiveContainers: liveCount,
+	rep.Add(doctor.HookAlive(doctor.AliveInput{StateDir: hookState, LogFile: hookLog, Boot: boot, LiveContainers: podmanLive(ein),
 		HostUID: hostUID, TraceFiles: ledger.TraceFiles(hostUID)}))
-	rep.Add(doctor.Podman(live, askErr))
+	summary, perEngine, engines := doctor.Engines(ein)
+	rep.Add(summary)
+	for _, ch := range perEngine {
+		rep.Add(ch)
+	}
+	rep.EngineMode, rep.Engines = "named", engines
+	if g.Engines == nil {
+		rep.EngineMode = "auto"
+	}
 	rep.Add(doctor.StateDir(g.StateDir))
 	rep.Add(doctor.Listing(cc.reconcile.Lister))
 
@@ -249,8 +252,9 @@ func since(t time.Time) string {
 	return humanSeconds(int64(d/time.Second)) + " ago"
 }
 
-// liveState names a container's state for the reports: podman's raw state,
-// "gone" when podman does not list it, "?" when podman could not be asked.
+// liveState names a container's state for the reports: its engine's raw
+// state, "gone" when no engine lists it, "?" when an engine could not be
+// asked.
 func liveState(live liveness.Set, known bool, id string) string {
 	switch {
 	case !known:

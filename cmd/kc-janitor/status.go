@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
@@ -25,12 +27,13 @@ func statusCommand() *cli.Command {
 		Usage: "show the ledger, the live supervisor trees with their containers, and the supervisor sockets",
 		Description: `The operator's one-look view; changes nothing (not even the ledger).
 
-LEDGER lists kc-hook's records: container, the hook stages seen, the trees
-recorded, the outcome of the last poststop or reap. TREES lists the
-supervisor trees running now with their container's state in podman
-("gone": podman does not list it; "?": podman could not be asked) and what
-reconcile would decide for them. SOCKETS lists kc-*.sock files with their
-classification, as a dry-run sweep sees them.
+LEDGER lists kc-hook's records: container, its engine, the hook stages
+seen, the trees recorded, the outcome of the last poststop or reap. TREES
+lists the supervisor trees running now with their container's engine
+(podman, docker, containerd) and its state there ("gone": no engine lists
+it; "?": an engine could not be asked) and what reconcile would decide for
+them. SOCKETS lists kc-*.sock files with their classification, as a
+dry-run sweep sees them.
 
 Exit status: 0 (2 for usage errors).`,
 		Flags:  flags,
@@ -57,11 +60,15 @@ type statusRecordJSON struct {
 	Outcome      string               `json:"outcome"`
 	UpdatedAt    time.Time            `json:"updated_at"`
 	ContainerNow string               `json:"container_state"`
+	// Engine is the engine that lists the container (podman, docker,
+	// containerd); "" when none does or none could be asked.
+	Engine string `json:"engine"`
 }
 
 type statusTreeJSON struct {
 	ContainerID    string             `json:"container_id"`
 	ContainerState string             `json:"container_state"`
+	Engine         string             `json:"engine"`
 	PGID           int                `json:"pgid"`
 	UID            int                `json:"uid"`
 	AgeSeconds     int64              `json:"age_seconds"`
@@ -88,14 +95,21 @@ func runStatus(c *cli.Context) error {
 
 	out := statusJSON{StateDir: g.StateDir, Records: []statusRecordJSON{}, Trees: []statusTreeJSON{}, Sockets: []sweepSocketJSON{}, Errors: []string{}}
 
-	live, liveErr := queryLiveness(c.Context, c, g, log)
-	known := liveErr == nil
+	tr, liveErr := askEngines(c.Context, c, g, log)
+	if liveErr != nil && !errors.Is(liveErr, liveness.ErrUnknown) {
+		return liveErr // a usage error
+	}
+	live, known := tr.Set, liveErr == nil
 	out.LivenessKnown = known
 	if known {
 		out.Source = string(live.Source)
 	} else {
-		out.Errors = append(out.Errors, "podman: "+liveErr.Error())
+		out.Errors = append(out.Errors, "engines: "+liveErr.Error())
 	}
+	// Which engine each container is from, even when another engine
+	// could not be asked: the column says who listed it, not whether
+	// its tree may be judged.
+	engineOf := tr.EngineByID()
 
 	// The ledger, read-only.
 	var records []*ledger.Record
@@ -116,7 +130,7 @@ func runStatus(c *cli.Context) error {
 			continue
 		}
 		j := statusRecordJSON{ContainerID: r.ContainerID, CurrentBoot: r.BootID == bootID, Stages: r.Stages,
-			Trees: len(r.Trees), Outcome: r.Outcome, UpdatedAt: r.UpdatedAt, ContainerNow: liveState(live, known, r.ContainerID)}
+			Trees: len(r.Trees), Outcome: r.Outcome, UpdatedAt: r.UpdatedAt, ContainerNow: liveState(live, known, r.ContainerID), Engine: engineOf[r.ContainerID]}
 		for _, t := range r.Trees {
 			j.Members += len(t.Members)
 		}
@@ -132,7 +146,7 @@ func runStatus(c *cli.Context) error {
 		if len(opt.Containers) > 0 && !anyIn(t.ContainerIDs, opt.Containers) {
 			continue
 		}
-		j := statusTreeJSON{ContainerID: t.ContainerID, ContainerState: liveState(live, known, t.ContainerID),
+		j := statusTreeJSON{ContainerID: t.ContainerID, ContainerState: liveState(live, known, t.ContainerID), Engine: engineOf[t.ContainerID],
 			PGID: t.PGID, UID: t.UID, AgeSeconds: -1, ByLedger: t.ByLedger, Members: []reconcile.Member{}, Decision: "?"}
 		if t.AgeKnown {
 			j.AgeSeconds = int64(t.Age / time.Second)
@@ -165,7 +179,7 @@ func runStatus(c *cli.Context) error {
 		writeJSON(c.App.Writer, out)
 		return nil
 	}
-	return writeStatusText(c.App.Writer, out, live, known)
+	return writeStatusText(c.App.Writer, out, tr, known)
 }
 
 func anyIn(ids []string, set map[string]bool) bool {
@@ -187,12 +201,12 @@ func short(id string) string {
 	return id
 }
 
-func writeStatusText(w io.Writer, st statusJSON, live liveness.Set, known bool) error {
+func writeStatusText(w io.Writer, st statusJSON, tr engine.Truth, known bool) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 
 	fmt.Fprintf(tw, "LEDGER %s: %s\n", st.StateDir, countOf(len(st.Records), "record"))
 	if len(st.Records) > 0 {
-		fmt.Fprintln(tw, "CONTAINER\tNOW\tSTAGES SEEN\tTREES\tOUTCOME\tUPDATED")
+		fmt.Fprintln(tw, "CONTAINER\tENGINE\tNOW\tSTAGES SEEN\tTREES\tOUTCOME\tUPDATED")
 		for _, r := range st.Records {
 			stages := make([]string, 0, len(r.Stages))
 			for s := range r.Stages {
@@ -207,17 +221,21 @@ func writeStatusText(w io.Writer, st statusJSON, live liveness.Set, known bool) 
 			if !r.CurrentBoot {
 				updated += ", other boot"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", short(r.ContainerID), r.ContainerNow, strings.Join(stages, ","), trees, dash(r.Outcome), updated)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", short(r.ContainerID), dash(r.Engine), r.ContainerNow, strings.Join(stages, ","), trees, dash(r.Outcome), updated)
 		}
 	}
 
-	truth := "ground truth unknown: podman was asked and did not answer, see PROBLEMS"
+	truth := "ground truth unknown: an engine was asked and did not answer, see PROBLEMS"
 	if known {
-		truth = fmt.Sprintf("podman %s, %d live containers", live.Source, len(live.Live))
+		var asked []string
+		for _, st := range tr.Statuses {
+			asked = append(asked, st.Name+" "+st.Source)
+		}
+		truth = fmt.Sprintf("%s, %d live containers", strings.Join(asked, ", "), len(tr.Set.Live))
 	}
 	fmt.Fprintf(tw, "\nTREES (%s): %s\n", truth, countOf(len(st.Trees), "tree"))
 	if len(st.Trees) > 0 {
-		fmt.Fprintln(tw, "CONTAINER\tSTATE\tPGID\tUID\tAGE\tMEMBERS\tRECONCILE WOULD")
+		fmt.Fprintln(tw, "CONTAINER\tENGINE\tSTATE\tPGID\tUID\tAGE\tMEMBERS\tRECONCILE WOULD")
 		for _, t := range st.Trees {
 			age := "?"
 			if t.AgeSeconds >= 0 {
@@ -231,7 +249,7 @@ func writeStatusText(w io.Writer, st statusJSON, live liveness.Set, known bool) 
 			if t.ByLedger {
 				cid += "*"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", cid, t.ContainerState, t.PGID, t.UID, age, strings.Join(ms, " "), t.Decision)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", cid, dash(t.Engine), t.ContainerState, t.PGID, t.UID, age, strings.Join(ms, " "), t.Decision)
 		}
 	}
 

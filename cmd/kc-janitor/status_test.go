@@ -4,11 +4,15 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/dockertest"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
 )
 
 // TestStatus: podman unreachable, a ledger with one record, one orphan
@@ -63,12 +67,76 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	for _, want := range []string{"LEDGER " + state + ": 1 record", id[:12], "createRuntime,poststop", "reaped",
-		"TREES (ground truth unknown: podman was asked and did not answer, see PROBLEMS)", "SOCKETS: 1 socket", sock, "stale", "PROBLEMS"} {
+		"TREES (ground truth unknown: an engine was asked and did not answer, see PROBLEMS)", "SOCKETS: 1 socket", sock, "stale", "PROBLEMS"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in:\n%s", want, out)
 		}
 	}
 	if r2, _ := st.Load(id); !r2.UpdatedAt.Equal(r.UpdatedAt) {
 		t.Error("status wrote the ledger")
+	}
+}
+
+// TestStatusShowsEngine: a running Docker container with a ledger record
+// and a supervisor tree on the host, and a record of a container no
+// engine lists: status names docker as the engine of the first's rows
+// (JSON "engine" and the ENGINE column), none for the second.
+func TestStatusShowsEngine(t *testing.T) {
+	dk := dockertest.Need(t)
+	id := dk.Run(t, nil)
+	gone := strings.Repeat("6", 64)
+	state := filepath.Join(t.TempDir(), "state")
+	st, err := ledger.Open(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cid := range []string{id, gone} {
+		if err := st.Update(cid, func(r *ledger.Record) error {
+			r.Stages = map[string]time.Time{"createRuntime": time.Now()}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{ContainerID: id, InitPID: dk.InitPID(t, id)})
+	base := []string{"status", "--state-dir", state, "--socket-dir", t.TempDir(), "--engine", "docker", "--docker-url", dk.URL,
+		"--min-age", "0s", "--container", id, "--container", gone}
+
+	code, out := runJanitorCapture(t, append(base, "--format", "json")...)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	var rep statusJSON
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if !rep.LivenessKnown || len(rep.Records) != 2 || len(rep.Trees) != 1 {
+		t.Fatalf("want ground truth, 2 records, 1 tree: %s", out)
+	}
+	for _, r := range rep.Records {
+		want := map[string][2]string{id: {"docker", "running"}, gone: {"", "gone"}}[r.ContainerID]
+		if r.Engine != want[0] || r.ContainerNow != want[1] {
+			t.Errorf("record %.12s: engine %q state %q, want %q %q", r.ContainerID, r.Engine, r.ContainerNow, want[0], want[1])
+		}
+	}
+	if tr := rep.Trees[0]; tr.ContainerID != id || tr.Engine != "docker" || tr.PGID != k.PGID || tr.Decision != "skipped-live" {
+		t.Errorf("tree %+v, want container %.12s, engine docker, pgid %d, skipped-live", tr, id, k.PGID)
+	}
+
+	code, out = runJanitorCapture(t, base...)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	for _, re := range []string{
+		`(?m)^CONTAINER\s+ENGINE\s+NOW\s`,
+		`(?m)^CONTAINER\s+ENGINE\s+STATE\s`,
+		`(?m)^` + id[:12] + `\s+docker\s+running\s+createRuntime`,
+		`(?m)^` + gone[:12] + `\s+-\s+gone\s`,
+		`(?m)^` + id[:12] + `\*?\s+docker\s+running\s+` + strconv.Itoa(k.PGID) + `\s`,
+		`TREES \(docker api, \d+ live containers\)`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("no %s in:\n%s", re, out)
+		}
 	}
 }

@@ -10,7 +10,14 @@ import (
 	"testing"
 )
 
-var units = []string{"kc-janitor.service", "kc-janitor.timer", "kc-janitor-watch.service"}
+var units = []string{"kc-janitor.service", "kc-janitor.timer", "kc-janitor-watch.service",
+	"kc-janitor-container@.service", "kc-janitor-container@.timer"}
+
+// instance names a template unit's instance (a container name) so that
+// systemd-analyze and the command lines see what systemd would run.
+func instance(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "@.", "@positron-server."), "%i", "positron-server")
+}
 
 const unitDir = "../../contrib/systemd"
 
@@ -32,13 +39,13 @@ func TestUnitsVerify(t *testing.T) {
 			t.Fatal(err)
 		}
 		data = []byte(strings.ReplaceAll(string(data), "/usr/local/bin/kc-janitor", self))
-		if err := os.WriteFile(filepath.Join(dir, u), data, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, instance(u)), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	args := []string{"verify", "--man=no"}
 	for _, u := range units {
-		args = append(args, filepath.Join(dir, u))
+		args = append(args, filepath.Join(dir, instance(u)))
 	}
 	out, err := exec.Command(sa, args...).CombinedOutput()
 	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
@@ -58,19 +65,21 @@ func TestUnitsCommandLines(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m := exec.FindStringSubmatch(string(data))
-		if m == nil {
+		ms := exec.FindAllStringSubmatch(instance(string(data)), -1)
+		if ms == nil {
 			t.Errorf("%s: no ExecStart=/usr/local/bin/kc-janitor (make install rewrites that path)", u)
 			continue
 		}
-		args := strings.Fields(m[1])
-		for _, a := range args {
-			if strings.Contains(a, "apply") {
-				t.Errorf("%s: %q: the shipped units must audit, not apply", u, a)
+		for _, m := range ms {
+			args := strings.Fields(m[1])
+			for _, a := range args {
+				if strings.Contains(a, "apply") {
+					t.Errorf("%s: %q: the shipped units must audit, not apply", u, a)
+				}
 			}
-		}
-		if code, out := runJanitorCapture(t, append(args, "--help")...); code != exitOK {
-			t.Errorf("%s: kc-janitor %s: exit %d: %s", u, m[1], code, out)
+			if code, out := runJanitorCapture(t, append(args, "--help")...); code != exitOK {
+				t.Errorf("%s: kc-janitor %s: exit %d: %s", u, m[1], code, out)
+			}
 		}
 	}
 }
@@ -150,7 +159,8 @@ func TestMakeInstallDestdir(t *testing.T) {
 	}
 	for _, f := range []string{
 		"opt/kc/lib/systemd/system/kc-janitor.service", "opt/kc/lib/systemd/system/kc-janitor.timer",
-		"opt/kc/lib/systemd/system/kc-janitor-watch.service", "opt/kc/share/man/man8/kc-janitor.8",
+		"opt/kc/lib/systemd/system/kc-janitor-watch.service",
+		"opt/kc/lib/systemd/system/kc-janitor-container@.service", "opt/kc/lib/systemd/system/kc-janitor-container@.timer", "opt/kc/share/man/man8/kc-janitor.8",
 		"opt/kc/share/bash-completion/completions/kc-janitor", "opt/kc/share/zsh/site-functions/_kc-janitor",
 	} {
 		data, err := os.ReadFile(filepath.Join(dest, f))

@@ -185,7 +185,7 @@ func HookAlive(in AliveInput) Check {
 		c = newCheck(NameHookAlive, Warn, "%s, yet podman lists %s: the hook does not fire, or runs with another state dir",
 			where, plural(in.LiveContainers, "live container", "live containers"))
 	case in.LiveContainers == 0:
-		c = newCheck(NameHookAlive, OK, "cannot tell yet: %s, and no container is live", where)
+		c = newCheck(NameHookAlive, OK, "cannot tell yet: %s, and podman lists no live container", where)
 	default:
 		c = newCheck(NameHookAlive, Warn, "cannot tell: %s, and podman could not be asked for live containers", where)
 	}

@@ -1,6 +1,6 @@
 // Package doctor holds kc-janitor doctor's host checks and their verdicts:
 // is the hook installed so that podman actually runs it, has it run, can
-// podman be asked, is the ledger usable, and is anything left to clean up.
+// each container engine be asked, is the ledger usable, and is anything left to clean up.
 //
 // Each check turns what it finds into a Check with a verdict (ok, warn,
 // error) and a one-line detail; the command prints one line per check and
@@ -78,7 +78,10 @@ type Check struct {
 const (
 	NameHookInstalled = "hook-installed"
 	NameHookAlive     = "hook-alive"
+	NameEngines       = "engines"
 	NamePodman        = "podman"
+	NameDocker        = "docker"
+	NameContainerd    = "containerd"
 	NameStateDir      = "state-dir"
 	NameListing       = "process-listing"
 	NameStrays        = "stray-trees"
@@ -87,12 +90,15 @@ const (
 )
 
 // Names lists every check, in report order.
-var Names = []string{NameHookInstalled, NameHookAlive, NamePodman, NameStateDir, NameListing, NameStrays, NameSockets, NameSessions}
+var Names = []string{NameHookInstalled, NameHookAlive, NameEngines, NamePodman, NameDocker, NameContainerd, NameStateDir, NameListing, NameStrays, NameSockets, NameSessions}
 
 var labels = map[string]string{
 	NameHookInstalled: "hook installed",
 	NameHookAlive:     "hook alive",
+	NameEngines:       "engines",
 	NamePodman:        "podman ground truth",
+	NameDocker:        "docker ground truth",
+	NameContainerd:    "containerd ground truth",
 	NameStateDir:      "state dir and ledger",
 	NameListing:       "process listing",
 	NameStrays:        "orphaned supervisor trees",
@@ -111,6 +117,10 @@ type Report struct {
 	Worst Verdict `json:"worst"`
 	// Fix is true when --fix was given.
 	Fix bool `json:"fix"`
+	// EngineMode is "auto" or "named" (--engine); Engines is every
+	// built-in engine: found by auto or named, asked, and its answer.
+	EngineMode string         `json:"engine_mode,omitempty"`
+	Engines    []EngineReport `json:"engines,omitempty"`
 }
 
 // Add appends a check and updates Worst.

@@ -323,17 +323,77 @@ func TestStateDir(t *testing.T) {
 	})
 }
 
-func TestPodmanVerdict(t *testing.T) {
-	if c := Podman(liveness.Set{}, liveness.ErrUnknown); c.Verdict != Warn || !strings.Contains(c.Detail, "could not be looked for") {
-		t.Errorf("unreachable: %+v", c)
+// TestEngineVerdicts: each engine's check and the engines line, from
+// what was found and asked; a named engine that cannot be asked is an
+// error with a remedy, one auto found is a warning.
+func TestEngineVerdicts(t *testing.T) {
+	down := errors.New("dial unix /x/docker.sock: connect: no such file or directory")
+	answered := EngineInput{Name: NameDocker, Endpoint: "unix:///x/docker.sock", Found: true, Asked: true, Source: "api",
+		UID: 0, Containers: 3, Live: 2, Version: "20.10.24 (API 1.41)", Took: 4 * time.Millisecond}
+	for _, tc := range []struct {
+		name    string
+		auto    bool
+		e       EngineInput
+		verdict Verdict
+		want    []string
+	}{
+		{"answered", true, answered, OK, []string{"api unix:///x/docker.sock: version 20.10.24 (API 1.41), 3 containers, 2 live, uid 0 (4ms)"}},
+		{"auto found, unreachable", true, EngineInput{Name: NameDocker, Endpoint: "unix:///x/docker.sock", Found: true, Asked: true, Err: down},
+			Warn, []string{"unreachable", "exit 3", "auto found its endpoint", "no such file", "remedy: start dockerd"}},
+		{"named, unreachable", false, EngineInput{Name: NameContainerd, Endpoint: "/x/containerd.sock", Named: true, Asked: true, Err: down},
+			Error, []string{"unreachable", "--engine names it", "remedy: start containerd or point --containerd-address"}},
+		{"named podman, unreachable", false, EngineInput{Name: NamePodman, Endpoint: "unix:///x/podman.sock", Named: true, Asked: true, Err: down},
+			Error, []string{"remedy: start podman's API service"}},
+		{"cli", true, EngineInput{Name: NamePodman, Endpoint: "podman ps", Found: true, Asked: true, Source: "cli", UID: 0, Containers: 1, Live: 1},
+			OK, []string{"version ?", "the API did not answer"}},
+		{"tcp", false, EngineInput{Name: NameDocker, Endpoint: "tcp://h:2375", Named: true, Asked: true, Source: "api", UID: liveness.UIDUnknown},
+			Warn, []string{"owner is unknown"}},
+		{"auto, absent", true, EngineInput{Name: NameContainerd, Endpoint: "/run/containerd/containerd.sock"}, OK,
+			[]string{"not asked: auto found nothing at /run/containerd/containerd.sock"}},
+		{"named others", false, EngineInput{Name: NamePodman, Endpoint: "unix:///run/podman/podman.sock"}, OK, []string{"not asked: --engine does not name it"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, checks, reps := Engines(EnginesInput{Auto: tc.auto, Engines: []EngineInput{tc.e}})
+			c := checks[0]
+			if c.Name != tc.e.Name || c.Verdict != tc.verdict {
+				t.Errorf("check %+v, want %s %v", c, tc.e.Name, tc.verdict)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(c.Detail, w) {
+					t.Errorf("detail %q lacks %q", c.Detail, w)
+				}
+			}
+			r := reps[0]
+			if r.Reachable != (tc.e.Asked && tc.e.Err == nil) || (r.Error != nil) != (tc.e.Err != nil) {
+				t.Errorf("report %+v", r)
+			}
+		})
 	}
-	set := liveness.Set{Source: liveness.SourceCLI, Endpoint: "podman ps", States: map[string]string{"x": "running"}, Live: map[string]bool{"x": true}}
-	if c := Podman(set, nil); c.Verdict != OK || !strings.Contains(c.Detail, "the API did not answer") {
-		t.Errorf("cli: %+v", c)
-	}
-	set.UID = liveness.UIDUnknown
-	if c := Podman(set, nil); c.Verdict != Warn {
-		t.Errorf("tcp: %+v", c)
+}
+
+func TestEnginesSummary(t *testing.T) {
+	pm := EngineInput{Name: NamePodman, Endpoint: "unix:///run/podman/podman.sock", Found: true, Asked: true}
+	dk := EngineInput{Name: NameDocker, Endpoint: "unix:///var/run/docker.sock"}
+	cd := EngineInput{Name: NameContainerd, Endpoint: "/run/containerd/containerd.sock"}
+	for _, tc := range []struct {
+		name    string
+		in      EnginesInput
+		verdict Verdict
+		detail  string
+	}{
+		{"auto found one", EnginesInput{Auto: true, Engines: []EngineInput{pm, dk, cd}}, OK,
+			"auto found podman (unix:///run/podman/podman.sock); not found: docker at unix:///var/run/docker.sock, containerd at /run/containerd/containerd.sock"},
+		{"auto found none", EnginesInput{Auto: true, Engines: []EngineInput{dk, cd}}, Warn,
+			"auto found no engine (looked for docker at unix:///var/run/docker.sock, containerd at /run/containerd/containerd.sock), so reconcile would touch nothing (exit 3); start one, or name it with --engine and its endpoint"},
+		{"named", EnginesInput{Engines: []EngineInput{pm, {Name: NameDocker, Endpoint: "unix:///d.sock", Named: true, Asked: true}, cd}}, OK,
+			"named by --engine: podman (unix:///run/podman/podman.sock), docker (unix:///d.sock)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _, _ := Engines(tc.in)
+			if c.Name != NameEngines || c.Verdict != tc.verdict || c.Detail != tc.detail {
+				t.Errorf("got %v %q\nwant %v %q", c.Verdict, c.Detail, tc.verdict, tc.detail)
+			}
+		})
 	}
 }
 

@@ -6,31 +6,13 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/cull"
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
 )
 
-// Podman turns a liveness answer into a check. Unreachable is a warning
-// that says what could not be checked, never a silent ok.
-func Podman(set liveness.Set, err error) Check {
-	if err != nil {
-		return newCheck(NamePodman, Warn, "unreachable, so stray trees could not be looked for (reconcile would touch nothing): %v", err)
-	}
-	detail := fmt.Sprintf("%s %s: %s, %d live, uid %d (%s)", set.Source, set.Endpoint,
-		plural(len(set.States), "container", "containers"), len(set.Live), set.UID, set.Took.Round(time.Millisecond))
-	if set.UID == liveness.UIDUnknown {
-		return newCheck(NamePodman, Warn, "%s: the endpoint's owner is unknown (tcp), so no tree can be judged a stray", detail)
-	}
-	if set.Source == liveness.SourceCLI {
-		detail += "; the API did not answer"
-	}
-	return newCheck(NamePodman, OK, "%s", detail)
-}
-
 // StraysInput is what the strays check looks at.
 type StraysInput struct {
-	// LivenessErr is set when podman could not be asked; Report is then
+	// LivenessErr is set when an engine could not be asked; Report is then
 	// meaningless.
 	LivenessErr error
 	Report      reconcile.Report
@@ -61,7 +43,7 @@ func describeTree(t reconcile.Tree) string {
 // Strays checks for supervisor trees whose container is gone.
 func Strays(in StraysInput) Check {
 	if in.LivenessErr != nil {
-		return newCheck(NameStrays, Warn, "not checked: podman ground truth unknown; nothing was touched")
+		return newCheck(NameStrays, Warn, "not checked: ground truth unknown (see the engines' checks); nothing was touched")
 	}
 	rep := in.Report
 	var items []string

@@ -54,7 +54,7 @@ type cullReport struct {
 // variant the dead supervisor's PID is taken, in the container's PID
 // namespace, by a thread of another kcserver process (posit-dev/positron
 // #16167 inside a container): kill(pid, 0) answers, and the sockets must
-// still be stale.
+// still be stale. Once the container is stopped, sweep refuses it (exit 1).
 func TestSeed000Docker(t *testing.T) {
 	d := dockertest.Need(t)
 	kcserver := testkit.BuildKCServer(t)
@@ -143,6 +143,15 @@ func TestSeed000Docker(t *testing.T) {
 			}
 			if c := cr.Supervisors[0].Candidates; len(c) != 1 || c[0].Connected || c[0].Status != "idle" || c[0].IdleSeconds < 86400 {
 				t.Errorf("candidates %+v, want the one idle, disconnected session", c)
+			}
+
+			// A stopped container has no init whose root reaches its
+			// sockets: sweep refuses it rather than look anywhere else.
+			d.Must(t, "kill", name)
+			waitDockerState(t, d, id, "exited")
+			out, errOut, code = janitor(t, append(env, "KC_SWEEP=1"), "sweep")
+			if code != 1 || out != "" || !strings.Contains(errOut, "is not running") || strings.Count(errOut, "\n") != 1 {
+				t.Errorf("sweep of a stopped container: exit %d, want 1 and one line saying it is not running\nstdout: %s\nstderr: %s", code, out, errOut)
 			}
 		})
 	}

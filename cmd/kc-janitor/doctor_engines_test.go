@@ -1,0 +1,110 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/kc-watchman/kc-watchman/internal/containerdtest"
+	"github.com/kc-watchman/kc-watchman/internal/dockertest"
+	"github.com/kc-watchman/kc-watchman/internal/doctor"
+)
+
+func randomHex(t *testing.T, n int) string {
+	t.Helper()
+	b := make([]byte, n/2)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// TestDoctorEngines: one check per engine against the private dockerd and
+// containerd, each running a container of this test's; the engines line
+// says what auto found; a named engine whose socket is absent is an ERROR
+// with its remedy (exit 2), one auto found is a warning.
+func TestDoctorEngines(t *testing.T) {
+	dk := dockertest.Need(t)
+	cdAddr := containerdtest.Address(t)
+	dk.Run(t, nil)
+	ns := "kc-doctor-" + randomHex(t, 8)
+	containerdtest.Run(t, cdAddr, ns, randomHex(t, 64), nil, "/bin/sleep", "100000")
+	absent := filepath.Join(t.TempDir(), "absent.sock")
+	euid := os.Geteuid()
+
+	type want struct {
+		verdict doctor.Verdict
+		detail  []string
+	}
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		failed bool // exit 2
+		checks map[string]want
+		// live is each engine's live count the JSON must report (-1:
+		// at least one, since other tests share the dockerd).
+		live map[string]int
+	}{
+		{"docker named", []string{"--engine", "docker", "--docker-url", dk.URL}, false, map[string]want{
+			doctor.NameEngines:    {doctor.OK, []string{"named by --engine: docker (" + dk.URL + ")"}},
+			doctor.NameDocker:     {doctor.OK, []string{"api " + dk.URL + ": version 20.", "(API 1.", " live, uid " + strconv.Itoa(euid) + " ("}},
+			doctor.NamePodman:     {doctor.OK, []string{"not asked: --engine does not name it"}},
+			doctor.NameContainerd: {doctor.OK, []string{"not asked"}},
+		}, map[string]int{"docker": -1}},
+		{"containerd named", []string{"--engine", "containerd", "--containerd-address", cdAddr, "--containerd-namespace", ns}, false, map[string]want{
+			doctor.NameContainerd: {doctor.OK, []string{"api " + cdAddr + ": version 1.", "1 container, 1 live, uid " + strconv.Itoa(euid)}},
+			doctor.NameDocker:     {doctor.OK, []string{"not asked"}},
+		}, map[string]int{"containerd": 1}},
+		{"auto finds all three and podman is down", []string{"--docker-url", dk.URL, "--containerd-address", cdAddr, "--containerd-namespace", ns}, false, map[string]want{
+			doctor.NameEngines:    {doctor.OK, []string{"auto found podman (unix:///nonexistent/podman.sock), docker (" + dk.URL + "), containerd (" + cdAddr + ")"}},
+			doctor.NamePodman:     {doctor.Warn, []string{"unreachable", "auto found its endpoint", "remedy: start podman's API service"}},
+			doctor.NameDocker:     {doctor.OK, []string{"version 20."}},
+			doctor.NameContainerd: {doctor.OK, []string{"1 live"}},
+		}, map[string]int{"docker": -1, "containerd": 1}},
+		{"docker named and its socket absent", []string{"--engine", "docker", "--docker-url", "unix://" + absent}, true, map[string]want{
+			doctor.NameDocker: {doctor.Error, []string{"unreachable", "--engine names it", absent, "remedy: start dockerd or point --docker-url"}},
+		}, nil},
+		{"containerd named and its socket absent", []string{"--engine", "containerd", "--containerd-address", absent}, true, map[string]want{
+			doctor.NameContainerd: {doctor.Error, []string{"unreachable", absent, "remedy: start containerd"}},
+			doctor.NameStrays:     {doctor.Warn, []string{"not checked: ground truth unknown"}},
+		}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newDoctorHost(t)
+			code, out := runJanitorCapture(t, h.args(append(tc.args, "--format", "json")...)...)
+			rep := decodeDoctor(t, out)
+			if failed := code == 2 && rep.Worst == doctor.Error; failed != tc.failed {
+				t.Errorf("exit %d, worst %v; want failed=%v\n%s", code, rep.Worst, tc.failed, out)
+			}
+			for name, w := range tc.checks {
+				c := checkOf(t, rep, name)
+				if c.Verdict != w.verdict {
+					t.Errorf("%s: %v (%s), want %v", name, c.Verdict, c.Detail, w.verdict)
+				}
+				for _, s := range w.detail {
+					if !strings.Contains(c.Detail, s) {
+						t.Errorf("%s: detail %q lacks %q", name, c.Detail, s)
+					}
+				}
+			}
+			if len(rep.Engines) != 3 {
+				t.Fatalf("engines %+v, want podman, docker, containerd", rep.Engines)
+			}
+			for _, r := range rep.Engines {
+				n, asked := tc.live[r.Name]
+				switch {
+				case asked && (!r.Reachable || r.UID != euid || r.Version == "" || r.Error != nil):
+					t.Errorf("%s: %+v, want reachable, uid %d, a version", r.Name, r, euid)
+				case asked && (n >= 0 && r.Live != n || n < 0 && r.Live < 1 || r.Containers < r.Live):
+					t.Errorf("%s: %d containers, %d live; want %d live", r.Name, r.Containers, r.Live, n)
+				case !asked && r.Reachable:
+					t.Errorf("%s: reachable, want not asked or failed: %+v", r.Name, r)
+				}
+			}
+		})
+	}
+}

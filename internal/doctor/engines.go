@@ -1,0 +1,142 @@
+package doctor
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/liveness"
+)
+
+// EngineInput is one container engine as doctor found it.
+type EngineInput struct {
+	Name     string
+	Endpoint string
+	// Found: --engine auto found its endpoint on this host.
+	Found bool
+	// Named: --engine named it.
+	Named bool
+	// Asked: it was asked (named, or found by auto).
+	Asked bool
+	// Err is why it could not be asked; nil when it answered.
+	Err error
+	// Source, UID, Containers, Live, Took describe its answer.
+	Source     string
+	UID        int
+	Containers int
+	Live       int
+	Took       time.Duration
+	// Version is what the engine says it is ("" with VersionErr set when
+	// it would not say: not a failure, the list is what counts).
+	Version    string
+	VersionErr error
+}
+
+// EnginesInput is every built-in engine, in the order they are asked.
+type EnginesInput struct {
+	// Auto: --engine auto (else the engines were named).
+	Auto    bool
+	Engines []EngineInput
+}
+
+// EngineReport is one engine in doctor's JSON "engines" array.
+type EngineReport struct {
+	Name       string  `json:"name"`
+	Endpoint   string  `json:"endpoint"`
+	Found      bool    `json:"found"`
+	Named      bool    `json:"named"`
+	Asked      bool    `json:"asked"`
+	Reachable  bool    `json:"reachable"`
+	Version    string  `json:"version"`
+	Source     string  `json:"source"`
+	UID        int     `json:"uid"`
+	Containers int     `json:"containers"`
+	Live       int     `json:"live"`
+	Error      *string `json:"error"`
+}
+
+// remedies say what to do about an engine that cannot be asked.
+var remedies = map[string]string{
+	NamePodman:     "start podman's API service (systemctl enable --now podman.socket) or point --podman-url (KC_PODMAN_URL) at it; without a service the podman CLI must be on PATH",
+	NameDocker:     "start dockerd or point --docker-url (KC_DOCKER_URL, DOCKER_HOST) at its socket",
+	NameContainerd: "start containerd or point --containerd-address (KC_CONTAINERD_ADDRESS) at its socket; check --containerd-namespace",
+}
+
+// Engines turns what was found into the "engines" check (which engines
+// auto found, or which were named), one check per built-in engine, and
+// the JSON report of each.
+func Engines(in EnginesInput) (summary Check, perEngine []Check, reports []EngineReport) {
+	summary = enginesSummary(in)
+	for _, e := range in.Engines {
+		perEngine = append(perEngine, engineCheck(e, in.Auto))
+		r := EngineReport{Name: e.Name, Endpoint: e.Endpoint, Found: e.Found, Named: e.Named, Asked: e.Asked,
+			Version: e.Version, Source: e.Source, UID: liveness.UIDUnknown}
+		switch {
+		case e.Asked && e.Err == nil:
+			r.Reachable, r.UID, r.Containers, r.Live = true, e.UID, e.Containers, e.Live
+		case e.Err != nil:
+			msg := e.Err.Error()
+			r.Error = &msg
+		}
+		reports = append(reports, r)
+	}
+	return summary, perEngine, reports
+}
+
+func enginesSummary(in EnginesInput) Check {
+	var asked, absent []string
+	for _, e := range in.Engines {
+		switch {
+		case e.Asked:
+			asked = append(asked, fmt.Sprintf("%s (%s)", e.Name, e.Endpoint))
+		case in.Auto:
+			absent = append(absent, fmt.Sprintf("%s at %s", e.Name, e.Endpoint))
+		}
+	}
+	if !in.Auto {
+		return newCheck(NameEngines, OK, "named by --engine: %s", strings.Join(asked, ", "))
+	}
+	if len(asked) == 0 {
+		return newCheck(NameEngines, Warn, "auto found no engine (looked for %s), so reconcile would touch nothing (exit 3); start one, or name it with --engine and its endpoint",
+			strings.Join(absent, ", "))
+	}
+	detail := "auto found " + strings.Join(asked, ", ")
+	if len(absent) > 0 {
+		detail += "; not found: " + strings.Join(absent, ", ")
+	}
+	return newCheck(NameEngines, OK, "%s", detail)
+}
+
+func engineCheck(e EngineInput, auto bool) Check {
+	name := e.Name
+	if !e.Asked {
+		if auto {
+			return newCheck(name, OK, "not asked: auto found nothing at %s", e.Endpoint)
+		}
+		return newCheck(name, OK, "not asked: --engine does not name it")
+	}
+	if e.Err != nil {
+		// A named engine that cannot be asked fails every run that needs
+		// ground truth: an error. One auto found is a warning, as podman
+		// unreachable has always been.
+		v, why := Warn, "auto found its endpoint"
+		if e.Named {
+			v, why = Error, "--engine names it"
+		}
+		return newCheck(name, v, "unreachable, so stray trees could not be looked for (reconcile would touch nothing, exit 3; %s): %v; remedy: %s",
+			why, e.Err, remedies[name])
+	}
+	version := e.Version
+	if version == "" {
+		version = "?"
+	}
+	detail := fmt.Sprintf("%s %s: version %s, %s, %d live, uid %d (%s)", e.Source, e.Endpoint, version,
+		plural(e.Containers, "container", "containers"), e.Live, e.UID, e.Took.Round(time.Millisecond))
+	if e.UID == liveness.UIDUnknown {
+		return newCheck(name, Warn, "%s: the endpoint's owner is unknown (tcp, or the CLI through --url), so no tree can be judged a stray by it", detail)
+	}
+	if e.Source == string(liveness.SourceCLI) {
+		detail += "; the API did not answer"
+	}
+	return newCheck(name, OK, "%s", detail)
+}

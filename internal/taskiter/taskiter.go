@@ -16,8 +16,9 @@
 // list /proc instead.
 //
 // The listing is not to be staked a signal on as it comes. The kernel's
-// iterator has been seen to leave out a live process (PID 1, on this
-// project's Linux 6.18 VMs, while /proc shows it), and Each's closing
+// iterator has been seen to leave out a live process (PID 1 and its
+// threads, on this project's Linux 6.18 Firecracker VMs, whose kernel
+// shields its init; /proc shows it), and Each's closing
 // self-check cannot notice an absence. Each returns a Census for that:
 // the listed processes' threads add up to the kernel's task count, in a
 // pass during which no task was created or went away, only if no process

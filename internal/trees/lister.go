@@ -130,8 +130,9 @@ func iterGroups(opt Options, comms map[string]bool, stats *Stats) ([]candidate, 
 func (s *scanner) vouch(b *batch, census *taskiter.Census, tasks int, sawInit bool) bool {
 	var init fingerprint.Stat
 	probed := false
-	// PID 1 by name: on this project's 6.18 VMs every pass leaves out
-	// PID 1, the first task the kernel's walk reaches, and nothing else
+	// PID 1 by name: on this project's 6.18 Firecracker VMs the kernel
+	// withholds PID 1's whole thread group from task iterators, as it
+	// shields it from ptrace-mode access, and nothing else
 	// (docs/LISTING.md). Reading it here lets the census vouch for such a
 	// pass; any other absence still fails the census below.
 	if !sawInit {

@@ -68,7 +68,7 @@ func TestDoctorRealPodman(t *testing.T) {
 	sockDir := t.TempDir()
 	_, strayTree := startTree(t, sockDir, stopped, testkit.Fake{Comm: comm, Sessions: sessions})
 	_, liveTree := startTree(t, sockDir, running, testkit.Fake{Comm: comm, Sessions: noSessions})
-	e.Stop(t, stopped)
+	stopContainer(t, e, stopped)
 
 	env := e.Environ()
 	base := []string{"doctor", "--format", "json", "--podman-url", url, "--state-dir", state, "--hooks-dir", e.HooksDir(),

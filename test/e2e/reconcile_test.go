@@ -56,7 +56,7 @@ func TestReconcileRealPodman(t *testing.T) {
 	const comm = "kcsrv-e2e-rec"
 	_, strayTree := startTree(t, t.TempDir(), stopped, testkit.Fake{IgnoreTerm: true, Comm: comm})
 	_, liveTree := startTree(t, t.TempDir(), running, testkit.Fake{Comm: comm})
-	e.Stop(t, stopped) // no hook installed: the tree stays
+	stopContainer(t, e, stopped) // no hook installed: the tree stays
 
 	env := append(e.Environ(), "KC_STATE_DIR="+t.TempDir())
 	base := []string{"--podman-url", url, "--format", "json", "--kill-grace", "500ms", "--supervisor-comm", comm,

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,16 +55,23 @@ type cullReport struct {
 // variant the dead supervisor's PID is taken, in the container's PID
 // namespace, by a thread of another kcserver process (posit-dev/positron
 // #16167 inside a container): kill(pid, 0) answers, and the sockets must
-// still be stale.
+// still be stale. In the third the supervisors run as uid 1000, started
+// by docker exec under tini, as Positron's server starts them. Once the
+// container is stopped, sweep refuses it (exit 1).
 func TestSeed000Docker(t *testing.T) {
 	d := dockertest.Need(t)
 	kcserver := testkit.BuildKCServer(t)
 	tests := []struct {
 		name   string
 		thread bool
+		// exec: the supervisors are started by `docker exec -u 1000`, as
+		// Positron's server launches them as its user, under tini
+		// (--init), instead of by the container's command as root.
+		exec bool
 	}{
-		{"supervisor SIGKILLed", false},
-		{"its PID now a thread of another kcserver", true},
+		{"supervisor SIGKILLed", false, false},
+		{"its PID now a thread of another kcserver", true, false},
+		{"started by docker exec as uid 1000", false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -75,11 +83,24 @@ func TestSeed000Docker(t *testing.T) {
 				// own containers may lack).
 				opts = append(opts, "--cap-add", "SYS_ADMIN", "--security-opt", "systempaths=unconfined")
 			}
-			// sh stays PID 1 and reaps (wait), so the dead supervisor's
-			// PID is free again, as under Positron's own init.
-			id := d.Run(t, opts, "/bin/sh", "-c",
-				"KCFAKE_READY_FILE=/tmp/ready-a /kcserver --transport=socket --socket-dir=/tmp & "+
-					"KCFAKE_READY_FILE=/tmp/ready-b /kcserver --transport=socket --socket-dir=/tmp & wait")
+			var id string
+			if tt.exec {
+				id = d.Run(t, append(opts, "--init"), "/bin/sh", "-c", "chmod 1777 /tmp && exec sleep 100000")
+				waitFor(t, 10*time.Second, "/tmp writable by all", func() bool {
+					st, err := os.Stat(fmt.Sprintf("/proc/%d/root/tmp", d.InitPID(t, id)))
+					return err == nil && st.Mode()&os.ModeSticky != 0
+				})
+				for _, x := range []string{"a", "b"} {
+					d.Must(t, "exec", "-d", "-u", "1000:1000", "-e", "KCFAKE_OPEN_CHANNELS=1", "-e", "KCFAKE_READY_FILE=/tmp/ready-"+x,
+						name, "/kcserver", "--transport=socket", "--socket-dir=/tmp")
+				}
+			} else {
+				// sh stays PID 1 and reaps (wait), so the dead supervisor's
+				// PID is free again, as under Positron's own init.
+				id = d.Run(t, opts, "/bin/sh", "-c",
+					"KCFAKE_READY_FILE=/tmp/ready-a /kcserver --transport=socket --socket-dir=/tmp & "+
+						"KCFAKE_READY_FILE=/tmp/ready-b /kcserver --transport=socket --socket-dir=/tmp & wait")
+			}
 			root := fmt.Sprintf("/proc/%d/root", d.InitPID(t, id))
 			dead, live := readyPID(t, root+"/tmp/ready-a"), readyPID(t, root+"/tmp/ready-b")
 			sock := func(pid int, session bool) string {
@@ -89,6 +110,11 @@ func TestSeed000Docker(t *testing.T) {
 				return fmt.Sprintf("%s/tmp/kc-%d.sock", root, pid)
 			}
 
+			if st, err := os.Lstat(sock(dead, false)); err != nil {
+				t.Fatal(err)
+			} else if uid := st.Sys().(*syscall.Stat_t).Uid; tt.exec != (uid == 1000) {
+				t.Fatalf("%s is owned by uid %d", sock(dead, false), uid)
+			}
 			d.Must(t, "exec", name, "/bin/kill", "-KILL", strconv.Itoa(dead))
 			waitFor(t, 10*time.Second, "the killed supervisor reaped in the container", func() bool {
 				_, err := os.Stat(fmt.Sprintf("%s/proc/%d", root, dead))
@@ -143,6 +169,15 @@ func TestSeed000Docker(t *testing.T) {
 			}
 			if c := cr.Supervisors[0].Candidates; len(c) != 1 || c[0].Connected || c[0].Status != "idle" || c[0].IdleSeconds < 86400 {
 				t.Errorf("candidates %+v, want the one idle, disconnected session", c)
+			}
+
+			// A stopped container has no init whose root reaches its
+			// sockets: sweep refuses it rather than look anywhere else.
+			d.Must(t, "kill", name)
+			waitDockerState(t, d, id, "exited")
+			out, errOut, code = janitor(t, append(env, "KC_SWEEP=1"), "sweep")
+			if code != 1 || out != "" || !strings.Contains(errOut, "is not running") || strings.Count(errOut, "\n") != 1 {
+				t.Errorf("sweep of a stopped container: exit %d, want 1 and one line saying it is not running\nstdout: %s\nstderr: %s", code, out, errOut)
 			}
 		})
 	}

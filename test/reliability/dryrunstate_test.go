@@ -60,7 +60,7 @@ func TestDryRunCreatesStateDir(t *testing.T) {
 
 	// The supervisor crashes, its kernel lives on; the container stops.
 	sup.Kill()
-	e.Stop(t, id)
+	stopContainer(t, e, id)
 	rep := dryRun()
 	if a := rep.action(sup.PID); a != "would-reap" {
 		t.Errorf("orphaned kernel (group %d): %q, want would-reap through the snapshot\n%+v", sup.PID, a, rep)

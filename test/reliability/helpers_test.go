@@ -19,7 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/corroborate"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/podmantest"
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
 	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
 )
@@ -484,5 +486,24 @@ func decodeJSON(t testing.TB, r toolRun, v any) {
 	t.Helper()
 	if err := json.Unmarshal([]byte(r.Stdout), v); err != nil {
 		t.Fatalf("no JSON (exit %d): %v\nstdout: %s\nstderr: %s", r.Code, err, r.Stdout, r.Stderr)
+	}
+}
+
+// stopContainer stops a real container and waits until its conmon has
+// exited too: conmon lingers a moment after the stop (it runs podman's
+// cleanup), and while it lives the janitor rightly takes the container
+// for running (DESIGN §13) and spares its trees.
+func stopContainer(t testing.TB, e *podmantest.Env, id string) {
+	t.Helper()
+	e.Stop(t, id)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		ev, running, err := corroborate.New(procRoot, nil, "").Running(id, 0)
+		if err == nil && !running {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("container %.12s stopped but still looks alive after 30s: %v %v", id, ev, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

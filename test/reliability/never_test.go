@@ -60,7 +60,7 @@ func TestNeverSignalled(t *testing.T) {
 	url := e.StartAPI(t)
 	running := e.Run(t)
 	stopped := e.Run(t)
-	e.Stop(t, stopped)
+	stopContainer(t, e, stopped)
 	sup := supervisorBin(t, neverComm)
 	state := t.TempDir()
 	env := append(e.Environ(), "KC_STATE_DIR="+state, "KC_SUPERVISOR_COMM="+neverComm, "KC_KILL_GRACE=300ms")

@@ -95,6 +95,9 @@ func TestReconcileDocker(t *testing.T) {
 	})
 
 	d.Must(t, "rm", "-f", gone)
+	// Until its containerd-shim has exited, the removed container still
+	// runs as far as DESIGN §13 is concerned (skipped-contradicted).
+	waitFor(t, 30*time.Second, "the removed container's containerd-shim gone", func() bool { return !shimRuns(gone) })
 
 	t.Run("dockerd that cannot be asked touches nothing", func(t *testing.T) {
 		dir := t.TempDir()
@@ -216,4 +219,20 @@ func fakeAPI(t *testing.T, sock string, serve func(net.Conn)) {
 		mu.Unlock()
 		wg.Wait()
 	})
+}
+
+// shimRuns reports whether a containerd-shim process carrying id in its
+// argv runs on this host.
+func shimRuns(id string) bool {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		argv, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && strings.Contains(string(argv), "containerd-shim") && strings.Contains(string(argv), id) {
+			return true
+		}
+	}
+	return false
 }

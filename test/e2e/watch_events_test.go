@@ -13,6 +13,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/containerdtest"
 	"github.com/kc-watchman/kc-watchman/internal/dockertest"
+	"github.com/kc-watchman/kc-watchman/internal/metrics"
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
 )
 
@@ -106,6 +107,30 @@ func (w *watchProc) waitReady(t testing.TB, engine string) {
 	w.waitLine(t, map[string]any{"msg": "reconcile", "step": "reconcile"})
 }
 
+// deathsHandled reads watch's handled-deaths gauge for engine from the
+// metrics file (-1 when absent).
+func deathsHandled(t *testing.T, path, engine string) float64 {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams, err := metrics.Parse(data)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if f := fams[metrics.WatchDeathsHandled]; f != nil {
+		for _, m := range f.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "engine" && l.GetValue() == engine {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return -1
+}
+
 // TestWatchDockerDeathEvents: with --interval 1h, watch reaps the tree of a
 // container killed with `docker kill` from its "die" event alone, and the
 // tree of a container that keeps running is not touched. A dry run only
@@ -119,7 +144,8 @@ func TestWatchDockerDeathEvents(t *testing.T) {
 		live, victim := dt.Run(t, nil), dt.Run(t, nil)
 		_, liveTree := startTree(t, t.TempDir(), live, testkit.Fake{Comm: comm})
 		_, victimTree := startTree(t, t.TempDir(), victim, testkit.Fake{Comm: comm})
-		w := startWatch(t, append(engine, "--reconcile-apply", "--container", live, "--container", victim)...)
+		mf := filepath.Join(t.TempDir(), "kc.prom")
+		w := startWatch(t, append(engine, "--reconcile-apply", "--metrics-file", mf, "--container", live, "--container", victim)...)
 		w.waitReady(t, "docker")
 		if len(aliveOf(victimTree)) != len(victimTree) {
 			t.Fatal("the first round touched a running container's tree")
@@ -137,6 +163,10 @@ func TestWatchDockerDeathEvents(t *testing.T) {
 		}
 		if n := len(w.lines(map[string]any{"msg": "reconcile", "step": "reconcile"})); n != 1 {
 			t.Errorf("%d rounds ran, want only the first: the reap was not the event's", n)
+		}
+		// Written after each handled death, next to the round's series.
+		if v := deathsHandled(t, mf, "docker"); v != 1 {
+			t.Errorf("%s{engine=docker} = %v, want 1", metrics.WatchDeathsHandled, v)
 		}
 	})
 

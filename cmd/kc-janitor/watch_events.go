@@ -38,8 +38,11 @@ func resubscribe() backoff {
 // what is seen right after a death can be stale. Each attempt scans and
 // asks again; nothing is decided against a live answer.
 func stillLiveRetries() []time.Duration {
-	return []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond,
-		400 * time.Millisecond, 800 * time.Millisecond, 1600 * time.Millisecond}
+	out := make([]time.Duration, 9)
+	for i := range out {
+		out[i] = 10 * time.Millisecond << i // 10 ms … 2.56 s: 5.1 s in all
+	}
+	return out
 }
 
 // coalesceWindow: a death of a container handled this recently is the
@@ -195,7 +198,12 @@ func (h *deathHandler) handle(d engine.Death, log *slog.Logger) {
 		attempts++
 		rep, liveErr, err = h.locked(opt, log)
 		stillLive = err == nil && (liveErr != nil || rep.Count(reconcile.SkipLive)+rep.Count(reconcile.SkipContradicted) > 0)
-		done = !stillLive || attempts > len(h.retries) || !h.wait(h.retries[attempts-1])
+		done = !stillLive || attempts > len(h.retries)
+		if !done {
+			log.Debug("dead container still looks live; asking again", "attempt", attempts, "skipped_live", rep.Count(reconcile.SkipLive),
+				"skipped_contradicted", rep.Count(reconcile.SkipContradicted), "truth_unknown", liveErr != nil, "retry_in", h.retries[attempts-1])
+			done = !h.wait(h.retries[attempts-1])
+		}
 	}
 	latency := time.Since(d.At)
 	attrs := []any{"attempts", attempts, "latency_ms", latency.Milliseconds(), "took_ms", time.Since(start).Milliseconds()}

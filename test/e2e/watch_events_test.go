@@ -26,7 +26,7 @@ type watchProc struct {
 // startWatch runs watch with args (--interval 1h: only the first round
 // runs, everything after it comes from the events) and stops it with
 // SIGTERM when the test ends.
-func startWatch(t *testing.T, args ...string) *watchProc {
+func startWatch(t testing.TB, args ...string) *watchProc {
 	t.Helper()
 	w := &watchProc{log: filepath.Join(t.TempDir(), "watch.log")}
 	args = append([]string{"watch", "--interval", "1h", "--no-cull", "--socket-dir", t.TempDir(),
@@ -84,7 +84,7 @@ func (w *watchProc) lines(want map[string]any) []map[string]any {
 }
 
 // waitLine polls until a line matching want is logged.
-func (w *watchProc) waitLine(t *testing.T, want map[string]any) map[string]any {
+func (w *watchProc) waitLine(t testing.TB, want map[string]any) map[string]any {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -100,7 +100,7 @@ func (w *watchProc) waitLine(t *testing.T, want map[string]any) map[string]any {
 
 // waitReady waits until watch follows engine's deaths and has finished
 // its first round (so a tree it reaps later was reaped from an event).
-func (w *watchProc) waitReady(t *testing.T, engine string) {
+func (w *watchProc) waitReady(t testing.TB, engine string) {
 	t.Helper()
 	w.waitLine(t, map[string]any{"msg": "following container deaths", "engine": engine})
 	w.waitLine(t, map[string]any{"msg": "reconcile", "step": "reconcile"})

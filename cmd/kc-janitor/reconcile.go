@@ -248,6 +248,14 @@ func openStore(dir string, create bool, log *slog.Logger) *ledger.Store {
 // be reaped (the reaped ones are logged as they are reaped) or would not
 // die, then one summary line, also when nothing was found.
 func logReconcile(ctx context.Context, log *slog.Logger, rep reconcile.Report) {
+	logTrees(ctx, log, rep)
+	log.Info("reconcile", "source", rep.Source, "dry_run", rep.DryRun, "trees", len(rep.Trees),
+		"would_reap", rep.Count(action.WouldReap), "reaped", rep.Count(action.Reaped)+rep.Count(action.Gone),
+		"would_not_die", rep.Count(action.WouldNotDie), "ledger_collected", rep.LedgerCollected)
+}
+
+// logTrees writes one line per tree that would be reaped or would not die.
+func logTrees(ctx context.Context, log *slog.Logger, rep reconcile.Report) {
 	for _, t := range rep.Trees {
 		if t.Action != action.WouldReap && t.Action != action.WouldNotDie {
 			continue
@@ -267,9 +275,6 @@ func logReconcile(ctx context.Context, log *slog.Logger, rep reconcile.Report) {
 		}
 		log.Log(ctx, lvl, msg, attrs...)
 	}
-	log.Info("reconcile", "source", rep.Source, "dry_run", rep.DryRun, "trees", len(rep.Trees),
-		"would_reap", rep.Count(action.WouldReap), "reaped", rep.Count(action.Reaped)+rep.Count(action.Gone),
-		"would_not_die", rep.Count(action.WouldNotDie), "ledger_collected", rep.LedgerCollected)
 }
 
 func writeJSON(w io.Writer, v any) {

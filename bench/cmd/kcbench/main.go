@@ -53,6 +53,9 @@ type config struct {
 	mdOut       string
 	keepTmp     bool
 	hold        time.Duration
+
+	dockerURL, dockerCLI, dockerImage string
+	containerdAddr                    string
 }
 
 func main() {
@@ -148,6 +151,10 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.jsonOut, "json", "", "write all samples as JSON to `FILE`")
 	fs.StringVar(&c.mdOut, "md", "", "also write the report to `FILE`")
 	fs.BoolVar(&c.keepTmp, "keep-tmp", false, "keep the temp dir (logs) after the run")
+	fs.StringVar(&c.dockerURL, "docker", "", "also reconcile through Docker Engine at `URL` (unix:///…, e.g. $KC_TEST_DOCKER_URL), with -containers live containers of its own")
+	fs.StringVar(&c.dockerCLI, "docker-cli", "/usr/bin/docker", "docker CLI used to create and remove the -docker containers")
+	fs.StringVar(&c.dockerImage, "docker-image", "kc-busybox", "local image with /bin/sleep for the -docker containers (no registry is asked)")
+	fs.StringVar(&c.containerdAddr, "containerd", "", "also reconcile through containerd at socket `PATH` (e.g. $KC_TEST_CONTAINERD_ADDRESS), with -containers live containers in a namespace of its own")
 	fs.DurationVar(&c.hold, "hold", 0, "after filling the host to the largest N, wait this long before measuring (for poking at it by hand)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -215,11 +222,14 @@ type bench struct {
 	pm       *privatePodman
 	liveIDs  []string
 	strayIDs []string
-	planted  []pair // the supervisor trees the harness started (signalable)
-	known    map[trees.Key]string
-	janEnv   []string
-	janArgs  map[string][]string // path → extra reconcile args
-	res      results
+	// engineIDs are the live containers of the other engines (docker,
+	// containerd), each with a supervisor tree like podman's.
+	engineIDs map[string][]string
+	planted   []pair // the supervisor trees the harness started (signalable)
+	known     map[trees.Key]string
+	janEnv    []string
+	janArgs   map[string][]string // path → extra reconcile args
+	res       results
 }
 
 func (b *bench) fail(format string, a ...any) {
@@ -251,6 +261,9 @@ func (b *bench) all() error {
 		}
 	}
 	if err := b.setupLiveness(); err != nil {
+		return err
+	}
+	if err := b.setupEngines(); err != nil {
 		return err
 	}
 	if err := b.plant(); err != nil {
@@ -427,8 +440,8 @@ func (b *bench) setupLiveness() error {
 		b.res.Machine["podman"] = pm.version + " (private: runc, vfs, --network none, busybox rootfs)"
 		b.res.PodmanSetup = time.Since(start)
 		b.janEnv = pm.env()
-		b.janArgs["api"] = []string{"--podman-url", pm.url()}
-		b.janArgs["cli"] = append([]string{"--podman-url", "unix://" + filepath.Join(pm.dir, "absent.sock")}, pm.janitorCLIArgs()...)
+		b.janArgs["api"] = []string{"--engine", "podman", "--podman-url", pm.url()}
+		b.janArgs["cli"] = append([]string{"--engine", "podman", "--podman-url", "unix://" + filepath.Join(pm.dir, "absent.sock")}, pm.janitorCLIArgs()...)
 		progress("podman ready after %v", b.res.PodmanSetup.Round(time.Millisecond))
 		return nil
 	}
@@ -446,7 +459,7 @@ func (b *bench) setupLiveness() error {
 		}
 	}
 	b.janEnv = append(env, "PATH="+path)
-	b.janArgs["fake-cli"] = []string{"--podman-url", url}
+	b.janArgs["fake-cli"] = []string{"--engine", "podman", "--podman-url", url}
 	b.res.Machine["podman"] = "off: a stand-in `podman` script lists the live set"
 	return nil
 }
@@ -458,7 +471,7 @@ func (b *bench) plant() error {
 	if err := os.MkdirAll(sock, 0o700); err != nil {
 		return err
 	}
-	ids := append(append([]string{}, b.liveIDs...), b.strayIDs...)
+	ids := append(b.allLive(), b.strayIDs...)
 	progress("starting %d supervisor trees (fake kcserver + 2 children each) and decoys", len(ids))
 	var mu sync.Mutex
 	var errs []error

@@ -465,6 +465,11 @@ func (b *bench) reconcileBench(n, procs int) error {
 	if b.pm == nil {
 		paths = []string{"fake-cli"}
 	}
+	for _, e := range []string{"docker", "containerd"} {
+		if _, ok := b.janArgs[e]; ok {
+			paths = append(paths, e)
+		}
+	}
 	for _, path := range paths {
 		progress("N=%d: kc-janitor reconcile via %s (%d runs, after one warm-up)", n, path, b.cfg.janitorRuns)
 		rr := reconcileResult{N: n, Processes: procs, Path: path}
@@ -473,6 +478,7 @@ func (b *bench) reconcileBench(n, procs int) error {
 			return err
 		}
 		args := append([]string{"--state-dir", stateDir, "--min-age", "0s"}, b.janArgs[path]...)
+		args = append(args, b.containerFilter(path)...)
 		for r := -1; r < b.cfg.janitorRuns; r++ {
 			s, err := runReconcile(b.janitor, args, b.janEnv)
 			if err != nil {
@@ -480,17 +486,18 @@ func (b *bench) reconcileBench(n, procs int) error {
 			}
 			// Only the harness's own trees are checked: other users of
 			// the host may run supervisor trees of their own.
+			live := b.liveFor(path)
 			for _, ids := range []struct {
 				ids    []string
 				action string
-			}{{b.liveIDs, "skipped-live"}, {b.strayIDs, "would-reap"}} {
+			}{{live, "skipped-live"}, {b.strayIDs, "would-reap"}} {
 				for _, id := range ids.ids {
 					if got := s.ByID[id]; got != ids.action {
 						return fmt.Errorf("%s: tree of %.12s: action %q, want %q (all: %v)", path, id, got, ids.action, s.Actions)
 					}
 				}
 			}
-			if extra := s.Trees - len(b.liveIDs) - len(b.strayIDs); extra > 0 && r == 0 {
+			if extra := s.Trees - len(live) - len(b.strayIDs); extra > 0 && r == 0 {
 				b.note("N=%d: reconcile also reported %d tree(s) that the harness did not start", n, extra)
 			}
 			if r < 0 {
@@ -586,6 +593,7 @@ func (b *bench) targets() {
 		m := sw.Wall.wall()
 		add(fmt.Sprintf("sweep of %d sockets (%d hung)", sw.Sockets, sw.Hung), "< 5 s", fmt.Sprintf("%s (seed approach ≥ %s: %.0f×)", ms(m), sw.SeedCost, ratio(sw.SeedCost, m)), m < 5*time.Second)
 	}
+	b.engineTargets()
 	for _, rr := range b.res.Reconciles {
 		if rr.N != 30000 || (rr.Path != "api" && rr.Path != "fake-cli") {
 			continue

@@ -97,6 +97,8 @@ func (b *bench) report(w io.Writer) {
 		fmt.Fprintln(w)
 	}
 
+	b.engineTable(w)
+
 	if sw := r.Sweep; sw != nil {
 		fmt.Fprintf(w, "### kc-janitor sweep, dry run (%d sockets: %d live, %d hung, %d stale; median of %d runs)\n\n", sw.Sockets, sw.Live, sw.Hung, sw.Stale, b.cfg.sweepRuns)
 		fmt.Fprintln(w, "| wall | CPU | peak RSS | verdicts | seed approach (computed) | ratio (wall) | load |")

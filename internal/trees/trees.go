@@ -294,7 +294,7 @@ func (s *scanner) readStat(pid int) (fingerprint.Stat, error) {
 func (s *scanner) readArgv(pid int) ([]string, error) {
 	s.stats.ArgvReads++
 	if s.proc != nil {
-		data, err := s.proc.read(pid, "cmdline")
+		data, err := s.proc.ReadFile(pid, "cmdline")
 		if err != nil {
 			return nil, err
 		}

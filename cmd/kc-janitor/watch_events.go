@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/metrics"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
@@ -199,8 +200,8 @@ func (h *deathHandler) catchUp(eng string) {
 		}
 		logTrees(h.work, log, rep.Report)
 		log.Info("caught up after the event stream was down", "trees", len(rep.Trees),
-			"reaped", rep.Count(reconcile.Reaped)+rep.Count(reconcile.Gone), "would_reap", rep.Count(reconcile.WouldReap),
-			"would_not_die", rep.Count(reconcile.WouldNotDie), "dry_run", rep.DryRun)
+			"reaped", rep.Count(action.Reaped)+rep.Count(action.Gone), "would_reap", rep.Count(action.WouldReap),
+			"would_not_die", rep.Count(action.WouldNotDie), "dry_run", rep.DryRun)
 	}()
 }
 
@@ -244,11 +245,11 @@ func (h *deathHandler) handle(d engine.Death, log *slog.Logger) {
 	for !done {
 		attempts++
 		rep, liveErr, err = h.locked(opt, log)
-		stillLive = err == nil && (liveErr != nil || rep.Count(reconcile.SkipLive)+rep.Count(reconcile.SkipContradicted) > 0)
+		stillLive = err == nil && (liveErr != nil || rep.Count(action.SkipLive)+rep.Count(action.SkipContradicted) > 0)
 		done = !stillLive || attempts > len(h.retries)
 		if !done {
-			log.Debug("dead container still looks live; asking again", "attempt", attempts, "skipped_live", rep.Count(reconcile.SkipLive),
-				"skipped_contradicted", rep.Count(reconcile.SkipContradicted), "truth_unknown", liveErr != nil, "retry_in", h.retries[attempts-1])
+			log.Debug("dead container still looks live; asking again", "attempt", attempts, "skipped_live", rep.Count(action.SkipLive),
+				"skipped_contradicted", rep.Count(action.SkipContradicted), "truth_unknown", liveErr != nil, "retry_in", h.retries[attempts-1])
 			done = !h.wait(h.retries[attempts-1])
 		}
 	}
@@ -263,9 +264,9 @@ func (h *deathHandler) handle(d engine.Death, log *slog.Logger) {
 		return
 	}
 	logTrees(h.work, log, rep.Report)
-	counts := []any{"trees", len(rep.Trees), "reaped", rep.Count(reconcile.Reaped) + rep.Count(reconcile.Gone),
-		"would_reap", rep.Count(reconcile.WouldReap), "would_not_die", rep.Count(reconcile.WouldNotDie),
-		"skipped_live", rep.Count(reconcile.SkipLive), "skipped_contradicted", rep.Count(reconcile.SkipContradicted), "dry_run", rep.DryRun}
+	counts := []any{"trees", len(rep.Trees), "reaped", rep.Count(action.Reaped) + rep.Count(action.Gone),
+		"would_reap", rep.Count(action.WouldReap), "would_not_die", rep.Count(action.WouldNotDie),
+		"skipped_live", rep.Count(action.SkipLive), "skipped_contradicted", rep.Count(action.SkipContradicted), "dry_run", rep.DryRun}
 	// Counted (and the metrics file written) before the line: a reader of
 	// the line finds the file current.
 	h.count(d.Engine)

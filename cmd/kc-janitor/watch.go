@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"sync"
 	"syscall"
 	"time"
 
@@ -27,6 +28,7 @@ func watchCommand() *cli.Command {
 		&cli.BoolFlag{Name: "no-reconcile", Usage: "skip reconcile (where podman is not the container engine's ground truth, e.g. CRI-O nodes)", EnvVars: []string{"KC_WATCH_NO_RECONCILE"}},
 		&cli.BoolFlag{Name: "no-cull", Usage: "skip the session audit", EnvVars: []string{"KC_WATCH_NO_CULL"}},
 		&cli.BoolFlag{Name: "once", Usage: "run one round and exit with its worst exit code (for a systemd timer or cron)", EnvVars: []string{"KC_WATCH_ONCE"}},
+		&cli.BoolFlag{Name: "no-events", Usage: "do not follow the engines' container deaths (Docker's die, containerd's task exit): a dead container's trees then wait for the next round", EnvVars: []string{"KC_WATCH_NO_EVENTS"}},
 		&cli.StringFlag{Name: flagIdle, Value: "24h", Usage: "cull: report sessions idle longer than `DURATION` (or seconds)", EnvVars: []string{"KC_IDLE", "KC_IDLE_SECONDS"}},
 	}
 	flags = append(flags, reconcileFlags()...)
@@ -40,6 +42,16 @@ and flags as the single commands; reconcile and sweep are dry runs unless
 --reconcile-apply / --sweep-apply (KC_APPLY=1 turns both on; cull never
 kills). Every round logs one summary line per step; --metrics-file is
 rewritten after every round.
+
+Between rounds, watch follows the container deaths Docker (/events,
+"die") and containerd (/tasks/exit, /tasks/delete) report and reconciles
+the dead container's trees at once, with the round's decision table: the
+engines are asked again, --min-age and --container hold, and without
+--reconcile-apply the stray is only logged as would-reap. A dropped event
+stream is subscribed again with backoff (250ms up to 30s), then one
+reconcile catches up on the deaths it missed. Podman reports no deaths
+here: on podman hosts kc-hook's poststop does this job.
+--no-events (or --no-reconcile) turns this off; --once never follows.
 
 A round that fails (podman unreachable, an unreadable directory, a tree
 that would not die, even a crash inside a step) is logged and the next
@@ -66,6 +78,8 @@ type watchConfig struct {
 	threshold   int64
 	metricsFile string
 	flags       *cli.Context // for queryLiveness's flags
+	// moreMetrics adds the death events' counts to a round's metrics.
+	moreMetrics func(*metrics.Set)
 }
 
 func runWatch(c *cli.Context) error {
@@ -101,7 +115,14 @@ func runWatch(c *cli.Context) error {
 		g: g, reconcile: opt, sockets: scfg, sweepApply: c.Bool("sweep-apply"), reconcileOn: !c.Bool("no-reconcile"), cull: !c.Bool("no-cull"),
 		threshold: threshold, metricsFile: sharedString(c, flagMetricsFile), flags: c,
 	}
-	round := func(ctx context.Context) int { return watchRound(ctx, wc, log) }
+	// Rounds and the handling of container deaths take turns: never two
+	// reaps at once.
+	var serial sync.Mutex
+	round := func(ctx context.Context) int {
+		serial.Lock()
+		defer serial.Unlock()
+		return watchRound(ctx, wc, log)
+	}
 
 	if c.Bool("once") {
 		if code := round(c.Context); code != exitOK {
@@ -124,9 +145,18 @@ func runWatch(c *cli.Context) error {
 		log.Warn("abandoning the current round", "signal", sig.String())
 		cancelRound()
 	}()
-	log.Info("watching", "interval", interval, "reconcile", wc.reconcileOn, "reconcile_apply", opt.Apply,
+	events := wc.reconcileOn && !c.Bool("no-events")
+	stopEvents := func() {}
+	if events {
+		var err error
+		if stopEvents, wc.moreMetrics, err = startDeathEvents(roundCtx, wc, &serial, log); err != nil {
+			return err
+		}
+	}
+	log.Info("watching", "interval", interval, "reconcile", wc.reconcileOn, "events", events, "reconcile_apply", opt.Apply,
 		"sweep_apply", wc.sweepApply, "cull", wc.cull)
 	watchLoop(roundCtx, stopping, interval, round, log)
+	stopEvents() // waits for a death being handled, as for a round
 	log.Info("stopped")
 	return nil
 }
@@ -188,6 +218,9 @@ func watchRound(ctx context.Context, wc watchConfig, log *slog.Logger) int {
 	}))
 	if wc.cull {
 		note(step(log, ms, "cull", func() int { return watchCull(ctx, wc, log, ms, liveControls) }))
+	}
+	if wc.moreMetrics != nil {
+		wc.moreMetrics(ms)
 	}
 	ms.Run("watch", start, time.Now(), worst == exitOK)
 	if ms != nil {

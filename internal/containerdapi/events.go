@@ -10,6 +10,7 @@ import (
 	eventtypes "github.com/containerd/containerd/api/events"
 	eventsapi "github.com/containerd/containerd/api/services/events/v1"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // Topics containerd publishes when a task's init process exits and when
@@ -85,36 +86,38 @@ func (c *Client) Subscribe(ctx context.Context, namespaces []string, ready chan<
 	}
 }
 
+// taskEnd is what /tasks/exit and /tasks/delete carry alike.
+type taskEnd interface {
+	proto.Message
+	GetContainerID() string
+	GetID() string
+	GetPid() uint32
+	GetExitStatus() uint32
+	GetExitedAt() *timestamppb.Timestamp
+}
+
 // decode reads an event body by its topic. ok is false for an event that
 // is not a container's init process ending.
 func decode(topic string, body []byte) (ev Event, ok bool, err error) {
+	var m taskEnd
 	switch topic {
 	case TopicTaskExit:
-		var m eventtypes.TaskExit
-		if err := proto.Unmarshal(body, &m); err != nil {
-			return Event{}, false, fmt.Errorf("%s event: %w", topic, err)
-		}
-		if m.GetContainerID() == "" || (m.GetID() != "" && m.GetID() != m.GetContainerID()) {
-			return Event{}, false, nil
-		}
-		ev = Event{Topic: topic, ContainerID: m.GetContainerID(), PID: int(m.GetPid()), ExitStatus: m.GetExitStatus()}
-		if m.GetExitedAt() != nil {
-			ev.At = m.GetExitedAt().AsTime()
-		}
-		return ev, true, nil
+		m = &eventtypes.TaskExit{}
 	case TopicTaskDelete:
-		var m eventtypes.TaskDelete
-		if err := proto.Unmarshal(body, &m); err != nil {
-			return Event{}, false, fmt.Errorf("%s event: %w", topic, err)
-		}
-		if m.GetContainerID() == "" || (m.GetID() != "" && m.GetID() != m.GetContainerID()) {
-			return Event{}, false, nil
-		}
-		ev = Event{Topic: topic, ContainerID: m.GetContainerID(), PID: int(m.GetPid()), ExitStatus: m.GetExitStatus()}
-		if m.GetExitedAt() != nil {
-			ev.At = m.GetExitedAt().AsTime()
-		}
-		return ev, true, nil
+		m = &eventtypes.TaskDelete{}
+	default:
+		return Event{}, false, nil
 	}
-	return Event{}, false, nil
+	if err := proto.Unmarshal(body, m); err != nil {
+		return Event{}, false, fmt.Errorf("%s event: %w", topic, err)
+	}
+	// An exec'd process's end carries its own ID, not the container's.
+	if m.GetContainerID() == "" || (m.GetID() != "" && m.GetID() != m.GetContainerID()) {
+		return Event{}, false, nil
+	}
+	ev = Event{Topic: topic, ContainerID: m.GetContainerID(), PID: int(m.GetPid()), ExitStatus: m.GetExitStatus()}
+	if m.GetExitedAt() != nil {
+		ev.At = m.GetExitedAt().AsTime()
+	}
+	return ev, true, nil
 }

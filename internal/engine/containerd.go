@@ -125,8 +125,22 @@ func (c *containerd) Resolve(ctx context.Context, ref string) ([]Match, error) {
 }
 
 // Deaths follows containerd's /tasks/exit and /tasks/delete events.
-func (c *containerd) Deaths(ctx context.Context, fn func(Death)) error {
-	return c.client.Subscribe(ctx, c.namespaces, nil, func(e containerdapi.Event) {
+// containerd replays nothing, so w.Since is not used.
+func (c *containerd) Deaths(ctx context.Context, w DeathWatch) error {
+	var ready chan struct{}
+	if w.Ready != nil {
+		ready = make(chan struct{})
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			select {
+			case <-ready:
+				w.Ready()
+			case <-done: // refused before it was in place
+			}
+		}()
+	}
+	return c.client.Subscribe(ctx, c.namespaces, ready, func(e containerdapi.Event) {
 		if !containerid.Valid(e.ContainerID) {
 			return
 		}
@@ -134,6 +148,6 @@ func (c *containerd) Deaths(ctx context.Context, fn func(Death)) error {
 		if at.IsZero() {
 			at = time.Now()
 		}
-		fn(Death{Engine: "containerd", ID: e.ContainerID, At: at})
+		w.Death(Death{Engine: "containerd", ID: e.ContainerID, At: at})
 	})
 }

@@ -109,7 +109,7 @@ func TestContainerdEngine(t *testing.T) {
 		defer dcancel()
 		deaths := make(chan Death, 8)
 		done := make(chan error, 1)
-		go func() { done <- e.Deaths(dctx, func(d Death) { deaths <- d }) }()
+		go func() { done <- e.Deaths(dctx, DeathWatch{Death: func(d Death) { deaths <- d }}) }()
 		// Kill until an event comes: the subscription may not be
 		// registered the instant Deaths starts.
 		deadline := time.Now().Add(30 * time.Second)

@@ -258,12 +258,17 @@ type dockerEvent struct {
 	} `json:"Actor"`
 }
 
-// Deaths follows /events for container "die" messages.
-func (d *docker) Deaths(ctx context.Context, fn func(Death)) error {
+// Deaths follows /events for container "die" messages. dockerd answers
+// the request's headers before it subscribes; w.Since (replayed from its
+// buffer under the same lock as the subscription) closes that gap.
+func (d *docker) Deaths(ctx context.Context, w DeathWatch) error {
 	hc, _ := d.client()
 	defer hc.CloseIdleConnections()
-	filters := url.QueryEscape(`{"type":["container"],"event":["die"]}`)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://docker"+dockerAPI+"/events?filters="+filters, nil)
+	q := url.Values{"filters": {`{"type":["container"],"event":["die"]}`}}
+	if !w.Since.IsZero() {
+		q.Set("since", fmt.Sprintf("%d.%09d", w.Since.Unix(), w.Since.Nanosecond()))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://docker"+dockerAPI+"/events?"+q.Encode(), nil)
 	if err != nil {
 		return err
 	}
@@ -278,6 +283,9 @@ func (d *docker) Deaths(ctx context.Context, fn func(Death)) error {
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return fmt.Errorf("docker events %s: %w", d.ep.raw, &dockerStatusError{code: resp.StatusCode, msg: apiMessage(b)})
+	}
+	if w.Ready != nil {
+		w.Ready()
 	}
 	dec := json.NewDecoder(bufio.NewReader(resp.Body))
 	for {
@@ -298,6 +306,6 @@ func (d *docker) Deaths(ctx context.Context, fn func(Death)) error {
 		if ev.TimeNano > 0 {
 			at = time.Unix(0, ev.TimeNano)
 		}
-		fn(Death{Engine: "docker", ID: ev.Actor.ID, At: at})
+		w.Death(Death{Engine: "docker", ID: ev.Actor.ID, At: at})
 	}
 }

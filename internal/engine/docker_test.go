@@ -65,7 +65,7 @@ func TestDockerRealEngine(t *testing.T) {
 		defer cancel()
 		got := make(chan Death, 16)
 		done := make(chan error, 1)
-		go func() { done <- e.Deaths(ctx, func(d Death) { got <- d }) }()
+		go func() { done <- e.Deaths(ctx, DeathWatch{Death: func(d Death) { got <- d }}) }()
 		// The subscription is in place once dockerd has it; a kill before
 		// that would be missed, so kill until the event comes.
 		tick := time.NewTicker(200 * time.Millisecond)

@@ -49,11 +49,11 @@ type Engine interface {
 	// Resolve returns the containers ref names: a full ID, a unique ID
 	// prefix or a name. No match is an empty slice and a nil error.
 	Resolve(ctx context.Context, ref string) ([]Match, error)
-	// Deaths calls fn for each container death the engine reports until
-	// ctx is done (then it returns nil) or the stream drops (an error; the
-	// caller re-subscribes). An engine without an event stream returns
-	// ErrNoEvents at once.
-	Deaths(ctx context.Context, fn func(Death)) error
+	// Deaths calls w.Death for each container death the engine reports
+	// until ctx is done (then it returns nil) or the stream drops (an
+	// error; the caller re-subscribes). An engine without an event stream
+	// returns ErrNoEvents at once.
+	Deaths(ctx context.Context, w DeathWatch) error
 }
 
 // ErrNoEvents is Deaths' answer from an engine that has no death events
@@ -117,6 +117,20 @@ type Death struct {
 	Engine string
 	ID     string
 	At     time.Time
+}
+
+// DeathWatch is what Deaths reports to.
+type DeathWatch struct {
+	// Since asks an engine that keeps its recent events (dockerd keeps its
+	// last 256) to report the deaths since then too: a subscription is in
+	// place some time after it was asked for, and a stream that dropped
+	// was deaf until the next one. Zero is from now on. containerd keeps
+	// no events: the caller catches up on its gaps by other means.
+	Since time.Time
+	// Ready, if set, is called once the engine accepted the subscription.
+	Ready func()
+	// Death is called for each death, one at a time.
+	Death func(Death)
 }
 
 // Config holds every engine's endpoint settings. The zero value asks each

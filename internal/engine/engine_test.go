@@ -35,7 +35,7 @@ func (f *fake) Resolve(_ context.Context, ref string) ([]Match, error) {
 	}
 	return MatchRef(f.name, f.a.Containers, ref), nil
 }
-func (f *fake) Deaths(context.Context, func(Death)) error { return ErrNoEvents }
+func (f *fake) Deaths(context.Context, DeathWatch) error { return ErrNoEvents }
 
 func TestParseNames(t *testing.T) {
 	for _, tc := range []struct {

@@ -92,6 +92,6 @@ func (p *podman) Resolve(ctx context.Context, ref string) ([]Match, error) {
 }
 
 // Deaths: on podman hosts kc-hook's poststop does this job.
-func (p *podman) Deaths(context.Context, func(Death)) error {
+func (p *podman) Deaths(context.Context, DeathWatch) error {
 	return ErrNoEvents
 }

@@ -1,13 +1,9 @@
 package fingerprint
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
-	"syscall"
 )
 
 // DefaultRoot is where the host's procfs is mounted.
@@ -32,82 +28,54 @@ func Same(a, b Stat) bool {
 // another process. A zombie is returned without error; callers decide what
 // a zombie means (for liveness it means dead, see Alive).
 func Read(root string, pid int) (Identity, error) {
-	var id Identity
-	st, err := ReadStat(root, pid)
+	return ReadFrom(Dir(root), pid)
+}
+
+// ReadFrom is Read through f: stat, then ReadSince with the start time it
+// shows (a PID recycled between the reads shows another one).
+func ReadFrom(f Files, pid int) (Identity, error) {
+	st, err := ReadStatFrom(f, pid)
 	if err != nil {
-		return id, err
+		return Identity{Stat: st}, err
 	}
-	id.Stat = st
-	if err := readStatus(root, pid, &id); err != nil {
+	return ReadSince(f, pid, st.StartTicks)
+}
+
+// ReadSince reads the identity of pid for a process seen (listed, or
+// read) started at start: status (Tgid and Uid: a thread ID is not a
+// process), cmdline, then stat. A stat that still shows that start time
+// proves status and cmdline were that process's (a PID and a start time
+// are never reused together within a boot); any other start time reads as
+// the process gone (ErrNotFound).
+func ReadSince(f Files, pid int, start uint64) (Identity, error) {
+	var id Identity
+	var err error
+	if id.TGID, id.UID, err = readStatus(f, pid); err != nil {
 		return id, err
 	}
 	if id.TGID != pid {
 		return id, fmt.Errorf("pid %d (thread of %d): %w", pid, id.TGID, ErrNotProcess)
 	}
-	argv, err := ReadArgv(root, pid)
+	data, err := f.ReadFile(pid, "cmdline")
 	if err != nil {
 		return id, err
 	}
-	id.Argv = argv
-	// A PID recycled between the reads would show a different start time.
-	again, err := ReadStat(root, pid)
-	if err != nil {
+	id.Argv = SplitArgv(data)
+	if id.Stat, err = ReadStatFrom(f, pid); err != nil {
 		return id, err
 	}
-	if again.StartTicks != st.StartTicks {
-		return id, fmt.Errorf("pid %d was recycled while being read: %w", pid, ErrNotFound)
+	if id.StartTicks != start {
+		return id, fmt.Errorf("pid %d is not the process seen at %d ticks any more (recycled): %w", pid, start, ErrNotFound)
 	}
 	return id, nil
-}
-
-// readStatus fills TGID and UID from /proc/<pid>/status.
-func readStatus(root string, pid int, id *Identity) error {
-	f, err := os.Open(procPath(root, pid, "status"))
-	if err != nil {
-		return notFound(pid, err)
-	}
-	defer f.Close()
-	id.TGID, id.UID = -1, -1
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Bytes()
-		switch {
-		case bytes.HasPrefix(line, []byte("Tgid:")):
-			id.TGID, err = firstInt(line[len("Tgid:"):])
-		case bytes.HasPrefix(line, []byte("Uid:")):
-			id.UID, err = firstInt(line[len("Uid:"):])
-		}
-		if err != nil {
-			return fmt.Errorf("pid %d: status: %w", pid, err)
-		}
-		if id.TGID >= 0 && id.UID >= 0 {
-			return nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return notFound(pid, err)
-	}
-	return fmt.Errorf("pid %d: status lacks Tgid or Uid: %w", pid, ErrMalformed)
-}
-
-func firstInt(b []byte) (int, error) {
-	f := bytes.Fields(b)
-	if len(f) == 0 {
-		return 0, fmt.Errorf("%w: empty field", ErrMalformed)
-	}
-	v, err := strconv.Atoi(string(f[0]))
-	if err != nil {
-		return 0, fmt.Errorf("%w: %v", ErrMalformed, err)
-	}
-	return v, nil
 }
 
 // ReadArgv returns the NUL-separated argv of pid. Kernel threads and
 // zombies have an empty argv.
 func ReadArgv(root string, pid int) ([]string, error) {
-	data, err := os.ReadFile(procPath(root, pid, "cmdline"))
+	data, err := Dir(root).ReadFile(pid, "cmdline")
 	if err != nil {
-		return nil, notFound(pid, err)
+		return nil, err
 	}
 	return SplitArgv(data), nil
 }
@@ -159,13 +127,6 @@ func Revalidate(root string, want Stat) (Stat, error) {
 }
 
 func readTGID(root string, pid int) (int, error) {
-	var id Identity
-	if err := readStatus(root, pid, &id); err != nil {
-		return 0, err
-	}
-	return id.TGID, nil
-}
-
-func isESRCH(err error) bool {
-	return errors.Is(err, syscall.ESRCH)
+	tgid, _, err := readStatus(Dir(root), pid)
+	return tgid, err
 }

@@ -10,8 +10,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
+	"syscall"
 )
 
 // ErrNotFound is returned (wrapped) when the process does not exist or
@@ -54,7 +56,10 @@ func (s Stat) Zombie() bool {
 
 // ParseStat parses the contents of /proc/<pid>/stat. The comm field is
 // parsed up to the last ')' because comm itself may contain spaces and
-// parentheses.
+// parentheses. It reads the line as the kernel writes it: fields apart by
+// ASCII white space, the numbers it uses unsigned decimal; anything else
+// is ErrMalformed. It allocates nothing but the comm: the fast scan parses
+// one stat per group leader, tens of thousands on a large host.
 func ParseStat(data []byte) (Stat, error) {
 	var s Stat
 	open := bytes.IndexByte(data, '(')
@@ -62,69 +67,139 @@ func ParseStat(data []byte) (Stat, error) {
 	if open < 1 || end < open {
 		return s, fmt.Errorf("%w: no comm in stat", ErrMalformed)
 	}
-	pid, err := parsePID(bytes.TrimSpace(data[:open]))
-	if err != nil {
-		return s, err
+	pid, ok := decimal(trimASCIISpace(data[:open]), maxPID)
+	if !ok || pid == 0 {
+		return s, fmt.Errorf("%w: pid %q", ErrMalformed, data[:open])
 	}
-	s.PID = pid
-	s.Comm = string(data[open+1 : end])
+	s.PID = int(pid)
 
 	// After ") ": state(3) ppid(4) pgrp(5) session(6) tty_nr(7) tpgid(8)
 	// flags(9) minflt(10) cminflt(11) majflt(12) cmajflt(13) utime(14)
 	// stime(15) cutime(16) cstime(17) priority(18) nice(19)
 	// num_threads(20) itrealvalue(21) starttime(22).
-	fields := bytes.Fields(data[end+1:])
-	if len(fields) < 20 {
-		return s, fmt.Errorf("%w: %d fields after comm", ErrMalformed, len(fields))
-	}
-	if len(fields[0]) != 1 {
-		return s, fmt.Errorf("%w: state %q", ErrMalformed, fields[0])
-	}
-	s.State = fields[0][0]
-	ints := []*int{&s.PPID, &s.PGID, &s.SID}
-	for i, dst := range ints {
-		v, err := strconv.Atoi(string(fields[1+i]))
-		if err != nil {
-			return s, fmt.Errorf("%w: field %d: %v", ErrMalformed, 4+i, err)
+	var field [20][]byte
+	rest, n := data[end+1:], 0
+	for i := 0; i < len(rest) && n < len(field); {
+		for i < len(rest) && isASCIISpace(rest[i]) {
+			i++
 		}
-		*dst = v
+		j := i
+		for j < len(rest) && !isASCIISpace(rest[j]) {
+			j++
+		}
+		if j > i {
+			field[n] = rest[i:j]
+			n++
+		}
+		i = j
 	}
-	s.Threads, err = strconv.Atoi(string(fields[17]))
-	if err != nil {
-		return s, fmt.Errorf("%w: num_threads: %v", ErrMalformed, err)
+	if n < len(field) {
+		return s, fmt.Errorf("%w: %d fields after comm", ErrMalformed, n)
 	}
-	s.StartTicks, err = strconv.ParseUint(string(fields[19]), 10, 64)
-	if err != nil {
-		return s, fmt.Errorf("%w: starttime: %v", ErrMalformed, err)
+	if len(field[0]) != 1 {
+		return s, fmt.Errorf("%w: state %q", ErrMalformed, field[0])
 	}
+	s.State = field[0][0]
+	for _, f := range []struct {
+		dst *int
+		at  int // index after comm; the field's number is at+3
+	}{{&s.PPID, 1}, {&s.PGID, 2}, {&s.SID, 3}, {&s.Threads, 17}} {
+		v, ok := decimal(field[f.at], math.MaxInt)
+		if !ok {
+			return s, fmt.Errorf("%w: field %d: %q", ErrMalformed, f.at+3, field[f.at])
+		}
+		*f.dst = int(v)
+	}
+	if s.StartTicks, ok = decimal(field[19], math.MaxUint64); !ok {
+		return s, fmt.Errorf("%w: starttime %q", ErrMalformed, field[19])
+	}
+	s.Comm = string(data[open+1 : end])
 	return s, nil
 }
 
-// parsePID accepts only a positive decimal number: strconv.Atoi would also
-// take a sign.
-func parsePID(b []byte) (int, error) {
-	if len(b) == 0 || len(b) > 10 {
-		return 0, fmt.Errorf("%w: pid %q", ErrMalformed, b)
+// maxPID bounds a PID: ten digits at most, as the kernel's pid_max is far
+// below that.
+const maxPID = 9_999_999_999
+
+// decimal parses ASCII digits only (no sign, no space) as a number no
+// greater than limit.
+func decimal(b []byte, limit uint64) (uint64, bool) {
+	if len(b) == 0 {
+		return 0, false
 	}
+	var v uint64
 	for _, c := range b {
 		if c < '0' || c > '9' {
-			return 0, fmt.Errorf("%w: pid %q", ErrMalformed, b)
+			return 0, false
 		}
+		d := uint64(c - '0')
+		if v > (limit-d)/10 {
+			return 0, false
+		}
+		v = v*10 + d
 	}
-	pid, err := strconv.Atoi(string(b))
-	if err != nil || pid <= 0 {
-		return 0, fmt.Errorf("%w: pid %q", ErrMalformed, b)
+	return v, true
+}
+
+// isASCIISpace is the white space the kernel may put between fields.
+func isASCIISpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
+}
+
+func trimASCIISpace(b []byte) []byte {
+	for len(b) > 0 && isASCIISpace(b[0]) {
+		b = b[1:]
 	}
-	return pid, nil
+	for len(b) > 0 && isASCIISpace(b[len(b)-1]) {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// Files reads the files of /proc/<pid>/ that identities are made of:
+// stat, status and cmdline. The data need stay valid only until the next
+// call; a failure is classified as ReadError does. Dir reads them with
+// os.ReadFile; the scan's reader (package proctable) with fewer system
+// calls. Both parse and check through the functions here, so that they
+// cannot disagree.
+type Files interface {
+	ReadFile(pid int, name string) ([]byte, error)
+}
+
+// Dir is a procfs root read with os.ReadFile.
+type Dir string
+
+// ReadFile reads <d>/<pid>/<name>.
+func (d Dir) ReadFile(pid int, name string) ([]byte, error) {
+	data, err := os.ReadFile(string(d) + "/" + strconv.Itoa(pid) + "/" + name)
+	if err != nil {
+		return nil, ReadError(pid, err)
+	}
+	return data, nil
+}
+
+// ReadError classifies an error reading a /proc file of pid: a process
+// that is gone (ENOENT on open, or ESRCH on read once the task is gone)
+// is ErrNotFound.
+func ReadError(pid int, err error) error {
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("pid %d: %w", pid, ErrNotFound)
+	}
+	return fmt.Errorf("pid %d: %w", pid, err)
 }
 
 // ReadStat reads and parses /proc/<pid>/stat under root (normally "/proc").
 // It does not check that pid is a process rather than a thread; use Read
 // for that.
 func ReadStat(root string, pid int) (Stat, error) {
-	data, err := os.ReadFile(procPath(root, pid, "stat"))
+	return ReadStatFrom(Dir(root), pid)
+}
+
+// ReadStatFrom is ReadStat through f.
+func ReadStatFrom(f Files, pid int) (Stat, error) {
+	data, err := f.ReadFile(pid, "stat")
 	if err != nil {
-		return Stat{}, notFound(pid, err)
+		return Stat{}, err
 	}
 	s, err := ParseStat(data)
 	if err != nil {
@@ -136,15 +211,55 @@ func ReadStat(root string, pid int) (Stat, error) {
 	return s, nil
 }
 
-func procPath(root string, pid int, file string) string {
-	return root + "/" + strconv.Itoa(pid) + "/" + file
+// ParseStatus returns the Tgid and the real UID (the first field of Uid)
+// from the contents of /proc/<pid>/status.
+func ParseStatus(data []byte) (tgid, uid int, err error) {
+	tgid, uid = -1, -1
+	for len(data) > 0 && (tgid < 0 || uid < 0) {
+		line := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i], data[i+1:]
+		} else {
+			data = nil
+		}
+		switch {
+		case bytes.HasPrefix(line, []byte("Tgid:")):
+			tgid, err = firstInt(line[len("Tgid:"):])
+		case bytes.HasPrefix(line, []byte("Uid:")):
+			uid, err = firstInt(line[len("Uid:"):])
+		}
+		if err != nil {
+			return -1, -1, err
+		}
+	}
+	if tgid < 0 || uid < 0 {
+		return -1, -1, fmt.Errorf("status lacks Tgid or Uid: %w", ErrMalformed)
+	}
+	return tgid, uid, nil
 }
 
-// notFound maps the errors a vanished process produces (ENOENT on open, or
-// ESRCH on read once the task is gone) to ErrNotFound.
-func notFound(pid int, err error) error {
-	if errors.Is(err, os.ErrNotExist) || isESRCH(err) {
-		return fmt.Errorf("pid %d: %w", pid, ErrNotFound)
+// firstInt parses the first of the tab-separated numbers of a status
+// line.
+func firstInt(b []byte) (int, error) {
+	b = trimASCIISpace(b)
+	if i := bytes.IndexAny(b, " \t"); i >= 0 {
+		b = b[:i]
 	}
-	return fmt.Errorf("pid %d: %w", pid, err)
+	v, ok := decimal(b, math.MaxInt)
+	if !ok {
+		return 0, fmt.Errorf("%w: status field %q", ErrMalformed, b)
+	}
+	return int(v), nil
+}
+
+// readStatus reads pid's Tgid and real UID through f.
+func readStatus(f Files, pid int) (tgid, uid int, err error) {
+	data, err := f.ReadFile(pid, "status")
+	if err != nil {
+		return -1, -1, err
+	}
+	if tgid, uid, err = ParseStatus(data); err != nil {
+		return -1, -1, fmt.Errorf("pid %d: status: %w", pid, err)
+	}
+	return tgid, uid, nil
 }

@@ -48,6 +48,9 @@ const (
 	// Doctor.
 	DoctorCheck = "kc_janitor_doctor_check"
 
+	// watch.
+	WatchDeathsHandled = "kc_janitor_watch_deaths_handled"
+
 	// Every command.
 	LastRun     = "kc_janitor_last_run_timestamp_seconds"
 	RunDuration = "kc_janitor_run_duration_seconds"
@@ -78,6 +81,8 @@ var catalogue = map[string]desc{
 	SessionsAbandonedMemoryBytes: {"Memory held by the abandoned sessions, in bytes.", nil},
 
 	DoctorCheck: {"Verdict of each doctor check: 0 ok, 1 warn, 2 error.", []string{"check"}},
+
+	WatchDeathsHandled: {"Container deaths the running watch has handled as the engines reported them, by the engine that reported each first (a death reported twice counts once); 0 for an engine followed with none yet.", []string{"engine"}},
 
 	LastRun:     {"Unix time the command last finished.", []string{"command"}},
 	RunDuration: {"How long the command's last run took, in seconds.", []string{"command"}},

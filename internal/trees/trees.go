@@ -18,7 +18,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -295,7 +294,7 @@ func (s *scanner) readStat(pid int) (fingerprint.Stat, error) {
 func (s *scanner) readArgv(pid int) ([]string, error) {
 	s.stats.ArgvReads++
 	if s.proc != nil {
-		data, err := s.proc.read(pid, "cmdline")
+		data, err := s.proc.ReadFile(pid, "cmdline")
 		if err != nil {
 			return nil, err
 		}
@@ -643,7 +642,7 @@ func KnownFrom(recs []*ledger.Record, bootID string) map[Key]string {
 			// A snapshot of a group that was not the container's to reap
 			// (ambiguous, foreign, another UID) must not make it so later,
 			// once its anchors are gone.
-			if strings.HasPrefix(t.Action, "skipped-") {
+			if t.Action.IsSkip() {
 				continue
 			}
 			for _, p := range t.Members {

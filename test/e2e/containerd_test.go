@@ -13,7 +13,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
 )
 
-func hexID(t *testing.T) string {
+func hexID(t testing.TB) string {
 	t.Helper()
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {

@@ -130,7 +130,7 @@ func waitAllDead(t testing.TB, ms []fingerprint.Stat, within time.Duration) {
 // stand-in init, not the container's), the supervisor, two sleeping
 // kernels and one that ignores SIGTERM, plus f's other settings. It
 // returns the server and the group's members once all are there.
-func startTree(t *testing.T, sockDir, id string, f testkit.Fake) (*testkit.KCServer, []fingerprint.Stat) {
+func startTree(t testing.TB, sockDir, id string, f testkit.Fake) (*testkit.KCServer, []fingerprint.Stat) {
 	t.Helper()
 	f.ContainerID, f.Children, f.Stubborn = id, 2, true
 	k := testkit.StartKCServer(t, sockDir, f)

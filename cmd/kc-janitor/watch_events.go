@@ -1,0 +1,367 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/metrics"
+	"github.com/kc-watchman/kc-watchman/internal/reconcile"
+)
+
+// backoff bounds re-subscribing to an engine whose event stream dropped.
+type backoff struct {
+	min, max time.Duration
+	// healthy: a stream that lasted this long was working, and the next
+	// drop starts again from min.
+	healthy time.Duration
+}
+
+// resubscribe is watch's backoff: quick after a blip, at most twice a
+// minute while an engine is down.
+func resubscribe() backoff {
+	return backoff{min: 250 * time.Millisecond, max: 30 * time.Second, healthy: time.Minute}
+}
+
+// stillLiveRetries are the waits between the attempts at a death the
+// engines, or the local evidence (DESIGN §13), still call live. dockerd
+// emits "die" before its container list says "exited"; under --engine
+// auto containerd's /tasks/exit of a Docker container comes before
+// either; a containerd shim outlives its task's deletion by a moment:
+// what is seen right after a death can be stale. Each attempt scans and
+// asks again; nothing is decided against a live answer.
+func stillLiveRetries() []time.Duration {
+	out := make([]time.Duration, 9)
+	for i := range out {
+		out[i] = 10 * time.Millisecond << i // 10 ms … 2.56 s: 5.1 s in all
+	}
+	return out
+}
+
+// coalesceWindow: a death of a container handled this recently is the
+// same death reported again (Docker's "die", then containerd's
+// /tasks/exit and /tasks/delete of its task in the moby namespace).
+const coalesceWindow = 10 * time.Second
+
+// followDeaths subscribes to e's death events and passes each death to
+// onDeath until ctx is done, re-subscribing with backoff when the stream
+// drops. ready, if set, is called once each subscription is in place,
+// resumed telling whether one dropped before it. An engine without death
+// events is left alone.
+func followDeaths(ctx context.Context, e engine.Engine, bo backoff, log *slog.Logger, ready func(resumed bool), onDeath func(engine.Death)) {
+	log = log.With("engine", e.Name(), "endpoint", e.Endpoint())
+	delay := bo.min
+	// From the moment watch asked: a death between asking and dockerd
+	// subscribing is replayed.
+	since := time.Now()
+	for resumed := false; ; resumed = true {
+		start := time.Now()
+		err := e.Deaths(ctx, engine.DeathWatch{
+			Since: since,
+			Ready: func() {
+				log.Info("following container deaths", "resumed", resumed)
+				if ready != nil {
+					ready(resumed)
+				}
+			},
+			Death: onDeath,
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, engine.ErrNoEvents) {
+			log.Debug("engine reports no container deaths; its strays wait for the next round", "why", err)
+			return
+		}
+		if err == nil {
+			err = errors.New("the event stream ended")
+		}
+		// Deaths in flight when the stream dropped carry a time just
+		// before now; a repeat is coalesced.
+		since = time.Now().Add(-time.Second)
+		if time.Since(start) >= bo.healthy {
+			delay = bo.min
+		}
+		log.Warn("container death events dropped; subscribing again", "err", err, "retry_in", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		delay = min(delay*2, bo.max)
+	}
+}
+
+// deathHandler reconciles the trees of a container the moment an engine
+// reports its death, with the round's decision table and options.
+type deathHandler struct {
+	wc  watchConfig
+	log *slog.Logger
+	// serial is held by every round and every attempt here: never two
+	// reaps (or a reap and a sweep) at once.
+	serial *sync.Mutex
+	// work is the rounds' context: a handling under way finishes on the
+	// first signal and is abandoned on the second, as a round is.
+	work context.Context
+	// stop ends the waits between attempts.
+	stop    context.Context
+	retries []time.Duration
+	// attempt is reconcileOnce with watch's flags.
+	attempt func(ctx context.Context, opt reconcile.Options, log *slog.Logger) (rep reconcileJSON, liveErr, err error)
+
+	mu         sync.Mutex
+	closed     bool
+	catchingUp bool
+	inFlight   map[string]bool
+	recent     map[string]time.Time
+	handled    map[string]int  // by engine, for the metrics file
+	followed   map[string]bool // reported at 0 until a death
+	wg         sync.WaitGroup
+}
+
+func newDeathHandler(wc watchConfig, log *slog.Logger, serial *sync.Mutex, work, stop context.Context) *deathHandler {
+	return &deathHandler{wc: wc, log: log, serial: serial, work: work, stop: stop, retries: stillLiveRetries(),
+		inFlight: map[string]bool{}, recent: map[string]time.Time{}, handled: map[string]int{}, followed: map[string]bool{}}
+}
+
+// death takes one reported death; it never blocks the event stream.
+func (h *deathHandler) death(d engine.Death) {
+	log := h.log.With("engine", d.Engine, "container", d.ID)
+	if scope := h.wc.reconcile.Containers; len(scope) > 0 && !scope[d.ID] {
+		log.Debug("container death outside --container; left alone")
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return
+	}
+	now := time.Now()
+	for id, at := range h.recent {
+		if now.Sub(at) > coalesceWindow {
+			delete(h.recent, id)
+		}
+	}
+	if _, seen := h.recent[d.ID]; seen || h.inFlight[d.ID] {
+		log.Debug("container death already being handled or just handled; coalesced")
+		return
+	}
+	h.inFlight[d.ID] = true
+	h.wg.Add(1)
+	go h.handle(d, log)
+}
+
+// catchUp reconciles every tree in watch's scope once eng's deaths are
+// followed again after a drop: containerd keeps no events to replay and
+// dockerd only its last 256, so a death while the stream was down would
+// otherwise wait for the next round. One at a time: one asked for while
+// another runs is dropped (a death between the two is the round's).
+func (h *deathHandler) catchUp(eng string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed || h.catchingUp {
+		return
+	}
+	h.catchingUp = true
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		defer func() {
+			h.mu.Lock()
+			h.catchingUp = false
+			h.mu.Unlock()
+		}()
+		log := h.log.With("engine", eng)
+		defer func() {
+			if r := recover(); r != nil {
+				log.Error("catching up crashed; the next round covers it", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			}
+		}()
+		opt := h.wc.reconcile
+		opt.Logger = log
+		rep, liveErr, err := h.locked(opt, log)
+		switch {
+		case liveErr != nil:
+			log.Error("not caught up after the event stream was down: ground truth unknown; nothing touched", "err", liveErr)
+			return
+		case err != nil:
+			log.Error("not caught up after the event stream was down; the next round covers it", "err", err)
+			return
+		}
+		logTrees(h.work, log, rep.Report)
+		log.Info("caught up after the event stream was down", "trees", len(rep.Trees),
+			"reaped", rep.Count(action.Reaped)+rep.Count(action.Gone), "would_reap", rep.Count(action.WouldReap),
+			"would_not_die", rep.Count(action.WouldNotDie), "dry_run", rep.DryRun)
+	}()
+}
+
+// close stops taking deaths and waits for those under way.
+func (h *deathHandler) close() {
+	h.mu.Lock()
+	h.closed = true
+	h.mu.Unlock()
+	h.wg.Wait()
+}
+
+// handle reconciles d's container's trees through scanThenAsk, asking
+// again while the engines still call it live.
+func (h *deathHandler) handle(d engine.Death, log *slog.Logger) {
+	defer h.wg.Done()
+	settled := false
+	defer func() {
+		h.mu.Lock()
+		delete(h.inFlight, d.ID)
+		if settled {
+			h.recent[d.ID] = time.Now()
+		}
+		h.mu.Unlock()
+	}()
+	defer func() {
+		if r := recover(); r != nil {
+			log.Error("handling a container death crashed; the next round covers it", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		}
+	}()
+
+	start := time.Now()
+	opt := h.wc.reconcile
+	opt.Containers = map[string]bool{d.ID: true}
+	opt.Logger = log
+	var (
+		rep             reconcileJSON
+		liveErr, err    error
+		attempts        int
+		stillLive, done bool
+	)
+	for !done {
+		attempts++
+		rep, liveErr, err = h.locked(opt, log)
+		stillLive = err == nil && (liveErr != nil || rep.Count(action.SkipLive)+rep.Count(action.SkipContradicted) > 0)
+		done = !stillLive || attempts > len(h.retries)
+		if !done {
+			log.Debug("dead container still looks live; asking again", "attempt", attempts, "skipped_live", rep.Count(action.SkipLive),
+				"skipped_contradicted", rep.Count(action.SkipContradicted), "truth_unknown", liveErr != nil, "retry_in", h.retries[attempts-1])
+			done = !h.wait(h.retries[attempts-1])
+		}
+	}
+	latency := time.Since(d.At)
+	attrs := []any{"attempts", attempts, "latency_ms", latency.Milliseconds(), "took_ms", time.Since(start).Milliseconds()}
+	switch {
+	case liveErr != nil:
+		log.Error("container death not handled: ground truth unknown; nothing touched", append(attrs, "err", liveErr)...)
+		return
+	case err != nil:
+		log.Error("container death not handled; the next round covers it", append(attrs, "err", err)...)
+		return
+	}
+	logTrees(h.work, log, rep.Report)
+	counts := []any{"trees", len(rep.Trees), "reaped", rep.Count(action.Reaped) + rep.Count(action.Gone),
+		"would_reap", rep.Count(action.WouldReap), "would_not_die", rep.Count(action.WouldNotDie),
+		"skipped_live", rep.Count(action.SkipLive), "skipped_contradicted", rep.Count(action.SkipContradicted), "dry_run", rep.DryRun}
+	// Counted (and the metrics file written) before the line: a reader of
+	// the line finds the file current.
+	h.count(d.Engine)
+	log.Info("container death handled", append(counts, attrs...)...)
+	// A container still live after every attempt was restarted, or its
+	// task was killed and not deleted (the shim lives on): its next death
+	// or /tasks/delete must not be coalesced away.
+	settled = !stillLive
+}
+
+// locked makes one attempt in turn with the rounds.
+func (h *deathHandler) locked(opt reconcile.Options, log *slog.Logger) (reconcileJSON, error, error) {
+	h.serial.Lock()
+	defer h.serial.Unlock()
+	return h.attempt(h.work, opt, log)
+}
+
+// wait sleeps for d unless watch is stopping; false if it is.
+func (h *deathHandler) wait(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-h.stop.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// count records a handled death and, with --metrics-file, writes the
+// counts at once: the next round may be an interval away.
+func (h *deathHandler) count(eng string) {
+	h.mu.Lock()
+	h.handled[eng]++
+	h.mu.Unlock()
+	if h.wc.metricsFile == "" {
+		return
+	}
+	ms := metrics.New()
+	h.record(ms)
+	if err := metrics.WriteFile(h.wc.metricsFile, ms); err != nil {
+		h.log.Error("cannot write metrics", "file", h.wc.metricsFile, "err", err)
+	}
+}
+
+// record puts the handled deaths by engine into ms.
+func (h *deathHandler) record(ms *metrics.Set) {
+	if ms == nil {
+		return
+	}
+	h.mu.Lock()
+	counts := map[string]int{}
+	for e := range h.followed {
+		counts[e] = 0
+	}
+	maps.Copy(counts, h.handled)
+	h.mu.Unlock()
+	for _, e := range slices.Sorted(maps.Keys(counts)) {
+		ms.Set(metrics.WatchDeathsHandled, float64(counts[e]), e)
+	}
+}
+
+// startDeathEvents follows every selected engine's container deaths and
+// handles each at once; the returned stop ends that and waits for the
+// handling under way. record adds the counts to a round's metrics.
+func startDeathEvents(work context.Context, wc watchConfig, serial *sync.Mutex, log *slog.Logger) (stop func(), record func(*metrics.Set), err error) {
+	log = log.With("step", "event")
+	es, err := selectEngines(wc.flags, wc.g, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(work)
+	h := newDeathHandler(wc, log, serial, work, ctx)
+	h.attempt = func(ctx context.Context, opt reconcile.Options, log *slog.Logger) (reconcileJSON, error, error) {
+		return reconcileOnce(ctx, wc.flags, wc.g, opt, log)
+	}
+	var subs sync.WaitGroup
+	for _, e := range es {
+		subs.Add(1)
+		go func() {
+			defer subs.Done()
+			followDeaths(ctx, e, resubscribe(), log, func(resumed bool) {
+				h.mu.Lock()
+				h.followed[e.Name()] = true
+				h.mu.Unlock()
+				if resumed {
+					h.catchUp(e.Name())
+				}
+			}, h.death)
+		}()
+	}
+	stop = func() {
+		cancel()
+		subs.Wait()
+		h.close()
+	}
+	return stop, h.record, nil
+}

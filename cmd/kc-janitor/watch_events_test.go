@@ -1,0 +1,339 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/reconcile"
+)
+
+// syncBuffer is a log destination safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// records returns the logged JSON records with message msg.
+func (s *syncBuffer) records(msg string) []map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []map[string]any
+	for _, l := range strings.Split(s.b.String(), "\n") {
+		var r map[string]any
+		if json.Unmarshal([]byte(l), &r) == nil && r["msg"] == msg {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func jsonLogger() (*slog.Logger, *syncBuffer) {
+	buf := &syncBuffer{}
+	return slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
+}
+
+func dieEvent(id string) string {
+	return fmt.Sprintf(`{"Type":"container","Action":"die","timeNano":%d,"Actor":{"ID":%q}}`+"\n", time.Now().UnixNano(), id)
+}
+
+// fakeEvents serves a Docker /events on a real unix socket: the n-th
+// subscription (from 0) gets what answer writes; the stream ends when
+// answer returns.
+func fakeEvents(t *testing.T, answer func(n int, w http.ResponseWriter, r *http.Request)) (engine.Engine, *atomic.Int32) {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "docker.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int32
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/events") {
+			http.NotFound(w, r)
+			return
+		}
+		answer(int(n.Add(1)-1), w, r)
+	})}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	es, err := engine.Select([]string{"docker"}, engine.Config{DockerURL: "unix://" + sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return es[0], &n
+}
+
+// TestFollowDeathsResubscribes: a stream that drops is subscribed again
+// with a growing delay, capped, and reset after a healthy stream; deaths
+// from every subscription arrive, a new subscription asks dockerd to
+// replay the deaths since just before the drop, and is reported as
+// resumed (watch then catches up).
+func TestFollowDeathsResubscribes(t *testing.T) {
+	a, b := strings.Repeat("a1", 32), strings.Repeat("b2", 32)
+	for _, tc := range []struct {
+		name    string
+		healthy time.Duration
+		want    string // retry_in after each of the five drops
+	}{
+		{"backoff grows to its cap", time.Hour, "10ms 20ms 40ms 40ms 40ms"},
+		{"a healthy stream resets it", 0, "10ms 10ms 10ms 10ms 10ms"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var sinces sync.Map
+			e, subs := fakeEvents(t, func(n int, w http.ResponseWriter, r *http.Request) {
+				sinces.Store(n, r.URL.Query().Get("since"))
+				w.WriteHeader(http.StatusOK)
+				switch n {
+				case 0:
+					w.Write([]byte(dieEvent(a)))
+				case 1:
+					w.Write([]byte("{not json\n"))
+				case 5:
+					w.Write([]byte(dieEvent(b)))
+					w.(http.Flusher).Flush()
+					<-r.Context().Done() // a stream that holds
+				}
+			})
+			log, buf := jsonLogger()
+			ctx, cancel := context.WithCancel(t.Context())
+			deaths := make(chan engine.Death, 10)
+			done := make(chan struct{})
+			var readies []bool
+			var mu sync.Mutex
+			go func() {
+				followDeaths(ctx, e, backoff{min: 10 * time.Millisecond, max: 40 * time.Millisecond, healthy: tc.healthy}, log,
+					func(resumed bool) { mu.Lock(); readies = append(readies, resumed); mu.Unlock() },
+					func(d engine.Death) { deaths <- d })
+				close(done)
+			}()
+			var got []string
+			deadline := time.After(20 * time.Second)
+			for len(got) < 2 {
+				select {
+				case d := <-deaths:
+					got = append(got, d.ID)
+				case <-deadline:
+					t.Fatalf("deaths %v after %d subscriptions", got, subs.Load())
+				}
+			}
+			cancel()
+			<-done
+			if got[0] != a || got[1] != b {
+				t.Errorf("deaths %v, want %s then %s", got, a[:8], b[:8])
+			}
+			if subs.Load() != 6 {
+				t.Errorf("%d subscriptions, want 6", subs.Load())
+			}
+			drops := buf.records("container death events dropped; subscribing again")
+			var retries []string
+			for _, r := range drops {
+				retries = append(retries, time.Duration(r["retry_in"].(float64)).String())
+			}
+			if got := strings.Join(retries, " "); got != tc.want {
+				t.Errorf("retry delays %s, want %s", got, tc.want)
+			}
+			for n := range 6 {
+				s, _ := sinces.Load(n)
+				if s == nil || s == "" {
+					t.Errorf("subscription %d asked no since: deaths while it was down would be lost", n)
+				}
+			}
+			if len(buf.records("following container deaths")) != 6 {
+				t.Errorf("not every subscription was logged")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if fmt.Sprint(readies) != "[false true true true true true]" {
+				t.Errorf("ready(resumed) calls %v: only the subscriptions after a drop are resumed ones", readies)
+			}
+		})
+	}
+}
+
+// TestFollowDeathsNoEvents: an engine without death events is asked once.
+func TestFollowDeathsNoEvents(t *testing.T) {
+	log, buf := jsonLogger()
+	done := make(chan struct{})
+	go func() {
+		followDeaths(t.Context(), noEvents{}, resubscribe(), log, nil, func(engine.Death) { t.Error("a death from nowhere") })
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("followDeaths kept asking an engine without events")
+	}
+	if len(buf.records("container death events dropped; subscribing again")) != 0 {
+		t.Error("no events was taken for a dropped stream")
+	}
+}
+
+type noEvents struct{ engine.Engine }
+
+func (noEvents) Name() string     { return "podman" }
+func (noEvents) Endpoint() string { return "unix:///run/podman/podman.sock" }
+func (noEvents) Deaths(context.Context, engine.DeathWatch) error {
+	return engine.ErrNoEvents
+}
+
+// scriptedAttempts stands for reconcileOnce: each container's n-th attempt
+// gets the n-th action of its script (the last one repeats), optionally
+// after gate is closed.
+type scriptedAttempts struct {
+	mu      sync.Mutex
+	scripts map[string][]action.Action
+	calls   map[string]int
+	gate    chan struct{}
+	busy    atomic.Int32
+	overlap atomic.Bool
+}
+
+func (s *scriptedAttempts) attempt(_ context.Context, opt reconcile.Options, _ *slog.Logger) (reconcileJSON, error, error) {
+	if s.busy.Add(1) > 1 {
+		s.overlap.Store(true)
+	}
+	defer s.busy.Add(-1)
+	if s.gate != nil {
+		<-s.gate
+	}
+	var id string
+	for k := range opt.Containers {
+		id = k
+	}
+	s.mu.Lock()
+	n := s.calls[id]
+	s.calls[id]++
+	script := s.scripts[id]
+	s.mu.Unlock()
+	if len(script) == 0 {
+		panic("no script for " + id)
+	}
+	a := script[min(n, len(script)-1)]
+	rep := reconcileJSON{Report: reconcile.Report{LivenessKnown: true, Trees: []reconcile.Tree{{ContainerID: id, PGID: 100, Action: a}}}}
+	return rep, nil, nil
+}
+
+func (s *scriptedAttempts) count(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[id]
+}
+
+// TestDeathHandler: one death reported by several engines is handled
+// once; a container still live is asked again and then reaped; attempts
+// never overlap; a death outside --container is left alone; a crash while
+// handling one death does not stop the next.
+func TestDeathHandler(t *testing.T) {
+	dup, slow, scoped, crash, after := strings.Repeat("d1", 32), strings.Repeat("e2", 32), strings.Repeat("f3", 32), strings.Repeat("c4", 32), strings.Repeat("a5", 32)
+	sa := &scriptedAttempts{calls: map[string]int{}, gate: make(chan struct{}), scripts: map[string][]action.Action{
+		dup:   {action.Reaped},
+		slow:  {action.SkipLive, action.SkipContradicted, action.Reaped},
+		after: {action.WouldReap},
+	}}
+	log, buf := jsonLogger()
+	var serial sync.Mutex
+	wc := watchConfig{}
+	wc.reconcile.Containers = map[string]bool{dup: true, slow: true, crash: true, after: true}
+	h := newDeathHandler(wc, log, &serial, t.Context(), t.Context())
+	h.retries = []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond}
+	h.attempt = sa.attempt
+
+	now := time.Now()
+	h.death(engine.Death{Engine: "containerd", ID: dup, At: now})
+	h.death(engine.Death{Engine: "docker", ID: dup, At: now}) // in flight
+	h.death(engine.Death{Engine: "docker", ID: slow, At: now})
+	h.death(engine.Death{Engine: "docker", ID: scoped, At: now})
+	h.death(engine.Death{Engine: "docker", ID: crash, At: now})
+	close(sa.gate)
+	waitFor(t, func() bool { return len(buf.records("container death handled")) == 2 })
+	h.death(engine.Death{Engine: "containerd", ID: dup, At: now}) // just handled
+	h.death(engine.Death{Engine: "docker", ID: after, At: now})
+	h.close()
+
+	for _, tc := range []struct {
+		id    string
+		calls int
+	}{{dup, 1}, {slow, 3}, {scoped, 0}, {crash, 1}, {after, 1}} {
+		if got := sa.count(tc.id); got != tc.calls {
+			t.Errorf("container %s: %d attempts, want %d", tc.id[:4], got, tc.calls)
+		}
+	}
+	if sa.overlap.Load() {
+		t.Error("two attempts ran at once")
+	}
+	handled := map[string]map[string]any{}
+	for _, r := range buf.records("container death handled") {
+		handled[r["container"].(string)] = r
+	}
+	if len(handled) != 3 || handled[slow]["reaped"] != float64(1) || handled[slow]["attempts"] != float64(3) ||
+		handled[dup]["engine"] != "containerd" || handled[after]["would_reap"] != float64(1) {
+		t.Errorf("handled lines: %v", handled)
+	}
+	if len(buf.records("handling a container death crashed; the next round covers it")) != 1 {
+		t.Error("the crash was not logged")
+	}
+	if h.handled["containerd"] != 1 || h.handled["docker"] != 2 {
+		t.Errorf("handled by engine %v, want containerd 1, docker 2", h.handled)
+	}
+}
+
+// TestDeathHandlerCatchUp: after a stream was down, one reconcile covers
+// watch's whole scope (not one container); a second asked for while it
+// runs is dropped; none starts once the handler is closed.
+func TestDeathHandlerCatchUp(t *testing.T) {
+	a, b := strings.Repeat("a6", 32), strings.Repeat("b7", 32)
+	log, buf := jsonLogger()
+	var serial sync.Mutex
+	wc := watchConfig{}
+	wc.reconcile.Containers = map[string]bool{a: true, b: true}
+	h := newDeathHandler(wc, log, &serial, t.Context(), t.Context())
+	gate := make(chan struct{})
+	var calls atomic.Int32
+	var scope sync.Map
+	h.attempt = func(_ context.Context, opt reconcile.Options, _ *slog.Logger) (reconcileJSON, error, error) {
+		calls.Add(1)
+		for id := range opt.Containers {
+			scope.Store(id, true)
+		}
+		<-gate
+		return reconcileJSON{Report: reconcile.Report{LivenessKnown: true, Trees: []reconcile.Tree{
+			{ContainerID: a, PGID: 10, Action: action.Reaped}, {ContainerID: b, PGID: 11, Action: action.SkipLive}}}}, nil, nil
+	}
+	h.catchUp("containerd")
+	h.catchUp("docker") // while the first runs
+	close(gate)
+	waitFor(t, func() bool { return len(buf.records("caught up after the event stream was down")) == 1 })
+	h.close()
+	h.catchUp("containerd")
+	if n := calls.Load(); n != 1 {
+		t.Errorf("%d catch-ups ran, want 1", n)
+	}
+	for _, id := range []string{a, b} {
+		if _, ok := scope.Load(id); !ok {
+			t.Errorf("the catch-up was not asked about %s", id[:4])
+		}
+	}
+	l := buf.records("caught up after the event stream was down")[0]
+	if l["reaped"] != float64(1) || l["trees"] != float64(2) || l["engine"] != "containerd" {
+		t.Errorf("catch-up line %v", l)
+	}
+}

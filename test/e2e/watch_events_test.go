@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -167,6 +168,33 @@ func TestWatchDockerDeathEvents(t *testing.T) {
 		// Written after each handled death, next to the round's series.
 		if v := deathsHandled(t, mf, "docker"); v != 1 {
 			t.Errorf("%s{engine=docker} = %v, want 1", metrics.WatchDeathsHandled, v)
+		}
+	})
+
+	t.Run("one death reported by docker and containerd is handled once", func(t *testing.T) {
+		// dockerd's own containerd (.ci/lib/dockerd.sh: under its exec
+		// root), where Docker's containers are tasks in namespace moby.
+		sock := filepath.Join(filepath.Dir(strings.TrimPrefix(dt.URL, "unix://")), "exec", "containerd", "containerd.sock")
+		if _, err := os.Stat(sock); err != nil {
+			t.Skipf("no containerd of the private dockerd's at %s: %v", sock, err)
+		}
+		victim := dt.Run(t, nil)
+		_, tree := startTree(t, t.TempDir(), victim, testkit.Fake{Comm: comm})
+		w := startWatch(t, "--engine", "docker,containerd", "--docker-url", dt.URL, "--containerd-address", sock,
+			"--containerd-namespace", "moby", "--supervisor-comm", comm, "--min-age", "0s", "--reconcile-apply", "--container", victim)
+		w.waitReady(t, "docker")
+		w.waitLine(t, map[string]any{"msg": "following container deaths", "engine": "containerd"})
+
+		dt.Must(t, "kill", victim)
+		waitAllDead(t, tree, 20*time.Second)
+		w.waitLine(t, map[string]any{"msg": "container death handled", "container": victim})
+		// docker's die, containerd's /tasks/exit and /tasks/delete: the
+		// two that came second and third are coalesced.
+		coalesced := map[string]any{"msg": "container death already being handled or just handled; coalesced", "container": victim}
+		waitFor(t, 20*time.Second, "the repeats coalesced", func() bool { return len(w.lines(coalesced)) >= 2 })
+		handled := w.lines(map[string]any{"msg": "container death handled", "container": victim})
+		if len(handled) != 1 || handled[0]["reaped"] != float64(1) {
+			t.Errorf("death handled %d times (%v), want once, reaping the tree", len(handled), handled)
 		}
 	})
 

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/containerdtest"
 	"github.com/kc-watchman/kc-watchman/internal/dockertest"
@@ -31,7 +32,10 @@ func TestDoctorEngines(t *testing.T) {
 	dk := dockertest.Need(t)
 	cdAddr := containerdtest.Address(t)
 	dk.Run(t, nil)
+	// A namespace of this run's own (the containerd case counts its
+	// containers exactly), removed with its image when the test ends.
 	ns := "kc-doctor-" + randomHex(t, 8)
+	t.Cleanup(func() { removeNamespace(cdAddr, ns) })
 	containerdtest.Run(t, cdAddr, ns, randomHex(t, 64), nil, "/bin/sleep", "100000")
 	absent := filepath.Join(t.TempDir(), "absent.sock")
 	euid := os.Geteuid()
@@ -106,5 +110,21 @@ func TestDoctorEngines(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// removeNamespace deletes a containerd namespace and its images, waiting
+// for containerd's background collection of their blobs and snapshots.
+func removeNamespace(addr, ns string) {
+	if out, err := containerdtest.TryCtr(addr, ns, nil, "images", "ls", "-q"); err == nil {
+		for _, img := range strings.Fields(out) {
+			containerdtest.TryCtr(addr, ns, nil, "images", "rm", img)
+		}
+	}
+	for range 300 {
+		if _, err := containerdtest.TryCtr(addr, ns, nil, "namespaces", "rm", ns); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -128,3 +128,33 @@ func removeNamespace(addr, ns string) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestDoctorHookOnDockerHost: a Docker host has no hooks.d for kc-hook, and
+// doctor must not call that an error there; where podman is asked, the
+// same empty hooks dir still is one.
+func TestDoctorHookOnDockerHost(t *testing.T) {
+	dk := dockertest.Need(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want doctor.Verdict
+	}{
+		{"docker only", []string{"--engine", "docker", "--docker-url", dk.URL}, doctor.OK},
+		{"docker and podman", []string{"--engine", "docker,podman", "--docker-url", dk.URL}, doctor.Error},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newDoctorHost(t)
+			files, _ := filepath.Glob(filepath.Join(h.hooks, "*.json"))
+			for _, f := range files {
+				if err := os.Remove(f); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, out := runJanitorCapture(t, h.args(append(tc.args, "--format", "json")...)...)
+			c := checkOf(t, decodeDoctor(t, out), doctor.NameHookInstalled)
+			if c.Verdict != tc.want {
+				t.Errorf("hook installed: %v (%s), want %v", c.Verdict, c.Detail, tc.want)
+			}
+		})
+	}
+}

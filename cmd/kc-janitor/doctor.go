@@ -12,6 +12,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/cull"
 	"github.com/kc-watchman/kc-watchman/internal/doctor"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/janitor"
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
@@ -193,7 +194,8 @@ func runChecks(ctx context.Context, c *cli.Context, g globals, cc checkConfig, l
 	opt := cc.reconcile
 	opt.Apply = cc.fix
 	opt.Logger = log
-	rj, _, liveErr, scanErr := scanThenAsk(ctx, c, g, opt, cc.fix, log)
+	s := settingsOf(c, g, opt)
+	rj, _, liveErr, scanErr := janitor.ScanThenAsk(ctx, s, cc.fix, log)
 	boot, err := doctor.BootTime(fingerprint.DefaultRoot)
 	if err != nil {
 		log.Warn("boot time unknown; counting every hook run", "err", err)
@@ -216,13 +218,13 @@ func runChecks(ctx context.Context, c *cli.Context, g globals, cc checkConfig, l
 	in := doctor.StraysInput{LivenessErr: liveErr, Fix: cc.fix}
 	switch {
 	case liveErr != nil:
-		recordReconcile(ms, "doctor", reconcile.Report{}, false)
+		janitor.RecordReconcile(ms, "doctor", reconcile.Report{}, false)
 		rep.Add(doctor.Strays(in))
 	case scanErr != nil:
 		rep.Add(doctor.ScanFailed(scanErr))
 	default:
 		in.Report = rj.Report
-		recordReconcile(ms, "doctor", rj.Report, true)
+		janitor.RecordReconcile(ms, "doctor", rj.Report, true)
 		rep.Add(doctor.Strays(in))
 	}
 
@@ -233,9 +235,9 @@ func runChecks(ctx context.Context, c *cli.Context, g globals, cc checkConfig, l
 	rep.Add(doctor.Sockets(srep, serr))
 	var sups []cull.Supervisor
 	if serr == nil {
-		recordSweep(ms, srep)
+		janitor.RecordSweep(ms, srep)
 		sups = cull.Audit(ctx, &kallichore.Client{Timeout: scfg.Timeout, RetryAfter: sockets.DefaultPause}, cull.Sources(srep.Sockets, nil), cc.threshold, scfg.Workers)
-		recordCull(ms, sups)
+		janitor.RecordCull(ms, sups)
 	}
 	rep.Add(doctor.Sessions(sups, cc.threshold, serr))
 
@@ -254,7 +256,7 @@ func since(t time.Time) string {
 	if d < 0 {
 		d = 0
 	}
-	return humanSeconds(int64(d/time.Second)) + " ago"
+	return cull.HumanSeconds(int64(d/time.Second)) + " ago"
 }
 
 // liveState names a container's state for the reports: its engine's raw

@@ -12,7 +12,8 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
+	"github.com/kc-watchman/kc-watchman/internal/janitor"
+	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 )
 
 // Names of the engine flags, given (like the global flags) to the app and
@@ -101,7 +102,7 @@ func engineConfig(c *cli.Context, g globals, log *slog.Logger) engine.Config {
 // selectEngines parses --engine and builds the engines to ask; a bad name
 // or endpoint is a usage error (exit 2).
 func selectEngines(c *cli.Context, g globals, log *slog.Logger) ([]engine.Engine, error) {
-	es, err := engine.Select(g.Engines, engineConfig(c, g, log))
+	es, err := settingsOf(c, g, reconcile.Options{}).Select(log)
 	if err != nil {
 		return nil, engineUsageErr(err)
 	}
@@ -122,30 +123,10 @@ func engineUsageErr(err error) error {
 	return err
 }
 
-// askEngines asks every selected engine which containers are alive. The
-// error wraps liveness.ErrUnknown when the truth is unknown; a usage
-// error (exit 2) when --engine or an endpoint is malformed.
-func askEngines(ctx context.Context, c *cli.Context, g globals, log *slog.Logger) (engine.Truth, error) {
-	es, err := selectEngines(c, g, log)
-	if err != nil {
-		return engine.Truth{}, err
-	}
-	tr, err := engine.Ask(ctx, es)
-	for _, st := range tr.Statuses {
-		if st.Error == nil {
-			log.Debug("engine answered", "engine", st.Name, "endpoint", st.Endpoint, "source", st.Source, "uid", st.UID, "containers", st.Containers, "live", st.Live)
-		}
-	}
-	return tr, err
-}
-
-// queryLiveness is the union of every selected engine's answer.
-func queryLiveness(ctx context.Context, c *cli.Context, g globals, log *slog.Logger) (liveness.Set, error) {
-	tr, err := askEngines(ctx, c, g, log)
-	if err != nil {
-		return liveness.Set{}, err
-	}
-	return tr.Set, nil
+// settingsOf is the settings every pass of internal/janitor takes: the
+// engines, the state dir and the scan options opt.
+func settingsOf(c *cli.Context, g globals, opt reconcile.Options) janitor.Settings {
+	return janitor.Settings{Engines: g.Engines, Engine: engineConfig(c, g, nil), StateDir: g.StateDir, Reconcile: opt}
 }
 
 // containerRef is what a --container value may look like: a container

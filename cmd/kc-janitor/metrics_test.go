@@ -129,15 +129,15 @@ func TestMetricsFileSharedByCommands(t *testing.T) {
 func TestMetricsFileUnwritable(t *testing.T) {
 	socks := t.TempDir()
 	bad := "/nonexistent/dir/kc.prom"
-	code, _, stderr := janitor(t, nil, "sweep", "--socket-dir", socks, "--metrics-file", bad)
+	code, _, stderr := runJanitor(t, nil, "sweep", "--socket-dir", socks, "--metrics-file", bad)
 	if code != exitFailed || !strings.Contains(stderr, "metrics:") {
 		t.Errorf("sweep: exit %d, stderr %q", code, stderr)
 	}
-	code, _, stderr = janitor(t, []string{"PATH=" + t.TempDir()}, "reconcile", "--podman-url", "unix:///nonexistent/podman.sock", "--metrics-file", bad)
+	code, _, stderr = runJanitor(t, []string{"PATH=" + t.TempDir()}, "reconcile", "--podman-url", "unix:///nonexistent/podman.sock", "--metrics-file", bad)
 	if code != exitUnknown || !strings.Contains(stderr, "metrics:") {
 		t.Errorf("reconcile without podman: exit %d, stderr %q", code, stderr)
 	}
-	code, _, _ = janitor(t, nil, "watch", "--once", "--no-reconcile", "--socket-dir", socks, "--metrics-file", bad)
+	code, _, _ = runJanitor(t, nil, "watch", "--once", "--no-reconcile", "--socket-dir", socks, "--metrics-file", bad)
 	if code != exitFailed {
 		t.Errorf("watch --once: exit %d, want 1", code)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kc-watchman/kc-watchman/internal/cull"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
@@ -42,13 +43,13 @@ Exit status: 0 (2 for usage errors).`,
 }
 
 type statusJSON struct {
-	StateDir      string             `json:"state_dir"`
-	Records       []statusRecordJSON `json:"records"`
-	LivenessKnown bool               `json:"liveness_known"`
-	Source        string             `json:"source"`
-	Trees         []statusTreeJSON   `json:"trees"`
-	Sockets       []sweepSocketJSON  `json:"sockets"`
-	Errors        []string           `json:"errors"`
+	StateDir      string               `json:"state_dir"`
+	Records       []statusRecordJSON   `json:"records"`
+	LivenessKnown bool                 `json:"liveness_known"`
+	Source        string               `json:"source"`
+	Trees         []statusTreeJSON     `json:"trees"`
+	Sockets       []sockets.SocketJSON `json:"sockets"`
+	Errors        []string             `json:"errors"`
 }
 
 type statusRecordJSON struct {
@@ -93,9 +94,9 @@ func runStatus(c *cli.Context) error {
 	defer closeLog()
 	log = log.With("cmd", "status")
 
-	out := statusJSON{StateDir: g.StateDir, Records: []statusRecordJSON{}, Trees: []statusTreeJSON{}, Sockets: []sweepSocketJSON{}, Errors: []string{}}
+	out := statusJSON{StateDir: g.StateDir, Records: []statusRecordJSON{}, Trees: []statusTreeJSON{}, Sockets: []sockets.SocketJSON{}, Errors: []string{}}
 
-	tr, liveErr := askEngines(c.Context, c, g, log)
+	tr, liveErr := settingsOf(c, g, opt).Ask(c.Context, log)
 	if liveErr != nil && !errors.Is(liveErr, liveness.ErrUnknown) {
 		return liveErr // a usage error
 	}
@@ -170,8 +171,7 @@ func runStatus(c *cli.Context) error {
 			out.Errors = append(out.Errors, "sockets: "+e.Error())
 		}
 		for _, s := range srep.Sockets {
-			out.Sockets = append(out.Sockets, sweepSocketJSON{Path: s.Path, PID: s.PID, Kind: string(s.Kind),
-				Verdict: string(s.Verdict), Reason: s.Reason, Action: string(s.Action)})
+			out.Sockets = append(out.Sockets, s.JSON(false))
 		}
 	}
 
@@ -221,7 +221,7 @@ func writeStatusText(w io.Writer, st statusJSON, tr engine.Truth, known bool) er
 			if !r.CurrentBoot {
 				updated += ", other boot"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", short(r.ContainerID), dash(r.Engine), r.ContainerNow, strings.Join(stages, ","), trees, dash(r.Outcome), updated)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", short(r.ContainerID), cull.Dash(r.Engine), r.ContainerNow, strings.Join(stages, ","), trees, cull.Dash(r.Outcome), updated)
 		}
 	}
 
@@ -239,7 +239,7 @@ func writeStatusText(w io.Writer, st statusJSON, tr engine.Truth, known bool) er
 		for _, t := range st.Trees {
 			age := "?"
 			if t.AgeSeconds >= 0 {
-				age = humanSeconds(t.AgeSeconds)
+				age = cull.HumanSeconds(t.AgeSeconds)
 			}
 			var ms []string
 			for _, m := range t.Members {
@@ -249,7 +249,7 @@ func writeStatusText(w io.Writer, st statusJSON, tr engine.Truth, known bool) er
 			if t.ByLedger {
 				cid += "*"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", cid, dash(t.Engine), t.ContainerState, t.PGID, t.UID, age, strings.Join(ms, " "), t.Decision)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", cid, cull.Dash(t.Engine), t.ContainerState, t.PGID, t.UID, age, strings.Join(ms, " "), t.Decision)
 		}
 	}
 

@@ -1,14 +1,12 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kc-watchman/kc-watchman/internal/janitor"
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
 )
 
@@ -116,29 +114,6 @@ func logFileOr(g globals, env string) string {
 	return os.Getenv(env)
 }
 
-type sweepJSON struct {
-	DryRun  bool              `json:"dry_run"`
-	Sockets []sweepSocketJSON `json:"sockets"`
-	// Dirs is additive to DESIGN §6's object: where sweep looked and why.
-	Dirs []sweepDirJSON `json:"dirs"`
-}
-
-// sweepDirJSON is one directory (or pattern) looked in, inside the target.
-type sweepDirJSON struct {
-	Path    string   `json:"path"`
-	Sources []string `json:"sources"`
-}
-
-type sweepSocketJSON struct {
-	Path    string  `json:"path"`
-	PID     int     `json:"pid"`
-	Kind    string  `json:"kind"`
-	Verdict string  `json:"verdict"`
-	Reason  string  `json:"reason"`
-	Action  string  `json:"action"`
-	Error   *string `json:"error"`
-}
-
 func runSweep(c *cli.Context) error {
 	g, err := loadGlobals(c)
 	if err != nil {
@@ -167,18 +142,18 @@ func runSweep(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("sweep: %v", err), exitFailed)
 	}
-	recordSweep(metricsOf(c), rep)
+	janitor.RecordSweep(metricsOf(c), rep)
 	for _, e := range rep.DirErrors {
 		log.Error("socket directory", "cmd", "sweep", "err", e)
 	}
-	logSweep(cfg.Logger, rep)
+	rep.Log(cfg.Logger)
 	switch {
 	case g.JSON:
-		err = writeSweepJSON(c.App.Writer, rep)
-	case g.Quiet() && !rep.Failed() && len(rep.DirErrors) == 0 && sweepActed(rep) == 0:
+		err = rep.WriteJSON(c.App.Writer)
+	case g.Quiet() && !rep.Failed() && len(rep.DirErrors) == 0 && rep.Acted() == 0:
 		// Nothing to act on: a quiet run prints nothing.
 	default:
-		err = writeSweepText(c.App.Writer, rep)
+		err = rep.WriteText(c.App.Writer)
 	}
 	if err != nil {
 		return cli.Exit(err.Error(), exitFailed)
@@ -190,88 +165,4 @@ func runSweep(c *cli.Context) error {
 		return cli.Exit("", exitFailed)
 	}
 	return nil
-}
-
-// sweepActed counts the sockets unlinked or that would be.
-func sweepActed(rep *sockets.Report) int {
-	n := 0
-	for _, s := range rep.Sockets {
-		if s.Action == sockets.ActionUnlinked || s.Action == sockets.ActionWouldUnlink {
-			n++
-		}
-	}
-	return n
-}
-
-// logSweep writes the run's summary line, also when nothing was found; the
-// candidates were logged one by one as [DRY-RUN] or [SWEEP] lines.
-func logSweep(log *slog.Logger, rep *sockets.Report) {
-	count := map[sockets.Verdict]int{}
-	for _, s := range rep.Sockets {
-		count[s.Verdict]++
-	}
-	verb := "unlinked"
-	if rep.DryRun {
-		verb = "would_unlink"
-	}
-	log.Info("sweep", "dry_run", rep.DryRun, "sockets", len(rep.Sockets), "live", count[sockets.VerdictLive],
-		"stale", count[sockets.VerdictStale], "unknown", count[sockets.VerdictUnknown], verb, sweepActed(rep),
-		"dir_errors", len(rep.DirErrors))
-}
-
-func writeSweepJSON(w io.Writer, rep *sockets.Report) error {
-	out := sweepJSON{DryRun: rep.DryRun, Sockets: []sweepSocketJSON{}}
-	for _, s := range rep.Sockets {
-		j := sweepSocketJSON{
-			Path: s.Path, PID: s.PID, Kind: string(s.Kind), Verdict: string(s.Verdict),
-			Reason: s.Reason, Action: string(s.Action),
-		}
-		if s.Err != nil {
-			msg := s.Err.Error()
-			j.Error = &msg
-		}
-		out.Sockets = append(out.Sockets, j)
-	}
-	out.Dirs = []sweepDirJSON{}
-	for _, d := range rep.Dirs {
-		out.Dirs = append(out.Dirs, sweepDirJSON{Path: d.Path, Sources: d.Sources})
-	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(out)
-}
-
-func writeSweepText(w io.Writer, rep *sockets.Report) error {
-	count := map[sockets.Verdict]int{}
-	acted := 0
-	for _, s := range rep.Sockets {
-		count[s.Verdict]++
-		what := fmt.Sprintf("%s (%s, pid %d)", s.Path, s.Kind, s.PID)
-		if s.Hashed {
-			what = fmt.Sprintf("%s (%s, hashed name, no pid)", s.Path, s.Kind)
-		}
-		var err error
-		switch s.Action {
-		case sockets.ActionWouldUnlink:
-			acted++
-			_, err = fmt.Fprintf(w, "[DRY-RUN] would unlink %s: %s\n", what, s.Reason)
-		case sockets.ActionUnlinked:
-			acted++
-			_, err = fmt.Fprintf(w, "unlinked %s: %s\n", what, s.Reason)
-		case sockets.ActionFailed:
-			_, err = fmt.Fprintf(w, "FAILED to unlink %s: %v (%s)\n", what, s.Err, s.Reason)
-		default:
-			_, err = fmt.Fprintf(w, "kept %s, %s: %s\n", what, s.Verdict, s.Reason)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	verb := "unlinked"
-	if rep.DryRun {
-		verb = "would unlink"
-	}
-	_, err := fmt.Fprintf(w, "%d sockets: %d live, %d stale, %d unknown; %s %d\n",
-		len(rep.Sockets), count[sockets.VerdictLive], count[sockets.VerdictStale], count[sockets.VerdictUnknown], verb, acted)
-	return err
 }

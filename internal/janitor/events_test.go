@@ -1,4 +1,4 @@
-package main
+package janitor
 
 import (
 	"bytes"
@@ -211,7 +211,7 @@ func (noEvents) Deaths(context.Context, engine.DeathWatch) error {
 	return engine.ErrNoEvents
 }
 
-// scriptedAttempts stands for reconcileOnce: each container's n-th attempt
+// scriptedAttempts stands for Reconcile: each container's n-th attempt
 // gets the n-th action of its script (the last one repeats), optionally
 // after gate is closed.
 type scriptedAttempts struct {
@@ -223,7 +223,7 @@ type scriptedAttempts struct {
 	overlap atomic.Bool
 }
 
-func (s *scriptedAttempts) attempt(_ context.Context, opt reconcile.Options, _ *slog.Logger) (reconcileJSON, error, error) {
+func (s *scriptedAttempts) attempt(_ context.Context, opt reconcile.Options, _ *slog.Logger) (Report, error, error) {
 	if s.busy.Add(1) > 1 {
 		s.overlap.Store(true)
 	}
@@ -244,7 +244,7 @@ func (s *scriptedAttempts) attempt(_ context.Context, opt reconcile.Options, _ *
 		panic("no script for " + id)
 	}
 	a := script[min(n, len(script)-1)]
-	rep := reconcileJSON{Report: reconcile.Report{LivenessKnown: true, Trees: []reconcile.Tree{{ContainerID: id, PGID: 100, Action: a}}}}
+	rep := Report{Report: reconcile.Report{LivenessKnown: true, Trees: []reconcile.Tree{{ContainerID: id, PGID: 100, Action: a}}}}
 	return rep, nil, nil
 }
 
@@ -267,9 +267,9 @@ func TestDeathHandler(t *testing.T) {
 	}}
 	log, buf := jsonLogger()
 	var serial sync.Mutex
-	wc := watchConfig{}
-	wc.reconcile.Containers = map[string]bool{dup: true, slow: true, crash: true, after: true}
-	h := newDeathHandler(wc, log, &serial, t.Context(), t.Context())
+	w := Watch{}
+	w.Reconcile.Containers = map[string]bool{dup: true, slow: true, crash: true, after: true}
+	h := newDeathHandler(w, log, &serial, t.Context(), t.Context())
 	h.retries = []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond}
 	h.attempt = sa.attempt
 
@@ -319,19 +319,19 @@ func TestDeathHandlerCatchUp(t *testing.T) {
 	a, b := strings.Repeat("a6", 32), strings.Repeat("b7", 32)
 	log, buf := jsonLogger()
 	var serial sync.Mutex
-	wc := watchConfig{}
-	wc.reconcile.Containers = map[string]bool{a: true, b: true}
-	h := newDeathHandler(wc, log, &serial, t.Context(), t.Context())
+	w := Watch{}
+	w.Reconcile.Containers = map[string]bool{a: true, b: true}
+	h := newDeathHandler(w, log, &serial, t.Context(), t.Context())
 	gate := make(chan struct{})
 	var calls atomic.Int32
 	var scope sync.Map
-	h.attempt = func(_ context.Context, opt reconcile.Options, _ *slog.Logger) (reconcileJSON, error, error) {
+	h.attempt = func(_ context.Context, opt reconcile.Options, _ *slog.Logger) (Report, error, error) {
 		calls.Add(1)
 		for id := range opt.Containers {
 			scope.Store(id, true)
 		}
 		<-gate
-		return reconcileJSON{Report: reconcile.Report{LivenessKnown: true, Trees: []reconcile.Tree{
+		return Report{Report: reconcile.Report{LivenessKnown: true, Trees: []reconcile.Tree{
 			{ContainerID: a, PGID: 10, Action: action.Reaped}, {ContainerID: b, PGID: 11, Action: action.SkipLive}}}}, nil, nil
 	}
 	h.catchUp("containerd")
@@ -351,5 +351,17 @@ func TestDeathHandlerCatchUp(t *testing.T) {
 	l := buf.records("caught up after the event stream was down")[0]
 	if l["reaped"] != float64(1) || l["trees"] != float64(2) || l["engine"] != "containerd" {
 		t.Errorf("catch-up line %v", l)
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after a minute.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -41,7 +41,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/proclist"
+	"github.com/kc-watchman/kc-watchman/internal/proctable"
 )
 
 // Outcome is the result of killing one group.
@@ -358,9 +358,9 @@ func scanGroup(root string, pgid int) ([]fingerprint.Stat, error) {
 		// getpgid(2) spares reading every process's stat, but it
 		// answers for this process's PID namespace, which another
 		// procfs need not show.
-		pids, err = proclist.InGroup(pgid)
+		pids, err = proctable.InGroup(pgid)
 	} else {
-		pids, err = proclist.List(root)
+		pids, err = proctable.PIDs(root)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("listing processes: %w", err)

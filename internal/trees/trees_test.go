@@ -9,6 +9,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/proctable"
 )
 
 const (
@@ -203,7 +204,7 @@ func TestScanDecisions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		for _, p := range pipelines {
-			if tt.full && p != (pipelineTuning{}) {
+			if tt.full && p != (proctable.Pipeline{}) {
 				continue // the full scan has no pipeline
 			}
 			t.Run(fmt.Sprintf("%s/%+v", tt.name, p), func(t *testing.T) {
@@ -235,10 +236,10 @@ func foreignGroups(n int) []proc {
 
 // pipelines are the fast scan's default split and two that force many
 // batches and several goroutines onto a small process table.
-var pipelines = []pipelineTuning{
+var pipelines = []proctable.Pipeline{
 	{},
-	{batchBytes: 128, minPIDsPerWorker: 1, workers: 4},
-	{batchBytes: 512, minPIDsPerWorker: 8, workers: 2},
+	{BatchBytes: 128, MinPIDsPerWorker: 1, Workers: 4},
+	{BatchBytes: 512, MinPIDsPerWorker: 8, Workers: 2},
 }
 
 // withFiller adds processes that no decision should care about, so that a
@@ -339,8 +340,8 @@ func TestLeaderMark(t *testing.T) {
 	for _, fast := range []bool{true, false} {
 		s := &scanner{opt: Options{Root: root, Comms: []string{"kcserver"}}, comms: map[string]bool{"kcserver": true, WrapperComm: true}}
 		if fast {
-			s.proc = newProcReader(root)
-			defer s.proc.close()
+			s.proc = proctable.NewReader(root)
+			defer s.proc.Close()
 		}
 		for _, tt := range tests {
 			t.Run(fmt.Sprintf("%s/fast=%v", tt.name, fast), func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/cull"
 	"github.com/kc-watchman/kc-watchman/internal/metrics"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
@@ -88,22 +89,22 @@ func recordReconcile(s *metrics.Set, command string, rep reconcile.Report, known
 		s.Drop(metrics.Trees, metrics.StraysFound, metrics.StraysReaped, metrics.StraysFailed)
 		return
 	}
-	counts := map[string]int{}
-	for _, a := range []string{reconcile.WouldReap, reconcile.Reaped, reconcile.Gone, reconcile.WouldNotDie,
-		reconcile.SkipLive, reconcile.SkipYoung, reconcile.SkipAgeUnknown, reconcile.SkipForeign,
-		reconcile.SkipOtherUID, reconcile.SkipAmbiguous} {
+	counts := map[action.Action]int{}
+	for _, a := range []action.Action{action.WouldReap, action.Reaped, action.Gone, action.WouldNotDie,
+		action.SkipLive, action.SkipYoung, action.SkipAgeUnknown, action.SkipForeign,
+		action.SkipOtherUID, action.SkipAmbiguous} {
 		counts[a] = 0 // every action present, so an old value never lingers
 	}
 	for _, t := range rep.Trees {
 		counts[t.Action]++
 	}
 	for a, n := range counts {
-		s.Set(metrics.Trees, float64(n), a)
+		s.Set(metrics.Trees, float64(n), string(a))
 	}
-	found := counts[reconcile.WouldReap] + counts[reconcile.Reaped] + counts[reconcile.Gone] + counts[reconcile.WouldNotDie]
+	found := counts[action.WouldReap] + counts[action.Reaped] + counts[action.Gone] + counts[action.WouldNotDie]
 	s.Set(metrics.StraysFound, float64(found))
-	s.Set(metrics.StraysReaped, float64(counts[reconcile.Reaped]+counts[reconcile.Gone]))
-	s.Set(metrics.StraysFailed, float64(counts[reconcile.WouldNotDie]))
+	s.Set(metrics.StraysReaped, float64(counts[action.Reaped]+counts[action.Gone]))
+	s.Set(metrics.StraysFailed, float64(counts[action.WouldNotDie]))
 }
 
 // recordSweep records a sweep report.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
@@ -92,7 +93,7 @@ func runReconcile(c *cli.Context) error {
 	switch {
 	case g.JSON:
 		writeJSON(c.App.Writer, rep)
-	case g.Quiet() && !rep.Failed() && rep.Count(reconcile.WouldReap) == 0 && rep.Count(reconcile.Reaped)+rep.Count(reconcile.Gone) == 0:
+	case g.Quiet() && !rep.Failed() && rep.Count(action.WouldReap) == 0 && rep.Count(action.Reaped)+rep.Count(action.Gone) == 0:
 		// Nothing to act on: a quiet run prints nothing.
 	default:
 		printReconcile(c.App.Writer, rep)
@@ -249,14 +250,14 @@ func openStore(dir string, create bool, log *slog.Logger) *ledger.Store {
 func logReconcile(ctx context.Context, log *slog.Logger, rep reconcile.Report) {
 	logTrees(ctx, log, rep)
 	log.Info("reconcile", "source", rep.Source, "dry_run", rep.DryRun, "trees", len(rep.Trees),
-		"would_reap", rep.Count(reconcile.WouldReap), "reaped", rep.Count(reconcile.Reaped)+rep.Count(reconcile.Gone),
-		"would_not_die", rep.Count(reconcile.WouldNotDie), "ledger_collected", rep.LedgerCollected)
+		"would_reap", rep.Count(action.WouldReap), "reaped", rep.Count(action.Reaped)+rep.Count(action.Gone),
+		"would_not_die", rep.Count(action.WouldNotDie), "ledger_collected", rep.LedgerCollected)
 }
 
 // logTrees writes one line per tree that would be reaped or would not die.
 func logTrees(ctx context.Context, log *slog.Logger, rep reconcile.Report) {
 	for _, t := range rep.Trees {
-		if t.Action != reconcile.WouldReap && t.Action != reconcile.WouldNotDie {
+		if t.Action != action.WouldReap && t.Action != action.WouldNotDie {
 			continue
 		}
 		var members []string
@@ -266,7 +267,7 @@ func logTrees(ctx context.Context, log *slog.Logger, rep reconcile.Report) {
 		lvl, msg := slog.LevelInfo, "[DRY-RUN] would reap stray tree"
 		attrs := []any{"container", t.ContainerID, "pgid", t.PGID, "uid", t.UID,
 			"age_seconds", t.AgeSeconds, "members", strings.Join(members, " "), "action", t.Action}
-		if t.Action == reconcile.WouldNotDie {
+		if t.Action == action.WouldNotDie {
 			lvl, msg = slog.LevelError, "stray tree would not die"
 		}
 		if t.Error != nil {
@@ -317,14 +318,14 @@ func printReconcile(w io.Writer, rep reconcileJSON) {
 		for _, m := range t.Members {
 			ms = append(ms, fmt.Sprintf("%s(%d)", m.Comm, m.PID))
 		}
-		action := t.Action
+		what := string(t.Action)
 		if t.Error != nil {
-			action += ": " + *t.Error
+			what += ": " + *t.Error
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", cid, t.PGID, t.UID, age, strings.Join(ms, " "), action)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", cid, t.PGID, t.UID, age, strings.Join(ms, " "), what)
 	}
 	tw.Flush()
-	if n := rep.Count(reconcile.WouldReap); n > 0 {
+	if n := rep.Count(action.WouldReap); n > 0 {
 		fmt.Fprintf(w, "%d stray tree(s) would be reaped; run with --apply to reap them\n", n)
 	}
 }

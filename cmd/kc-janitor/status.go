@@ -155,7 +155,7 @@ func runStatus(c *cli.Context) error {
 			j.Members = append(j.Members, reconcile.Member{PID: m.PID, StartTicks: m.StartTicks, Comm: m.Comm})
 		}
 		if known {
-			j.Decision = reconcile.Decide(t, live, opt.MinAge)
+			j.Decision = string(reconcile.Decide(t, live, opt.MinAge))
 		}
 		out.Trees = append(out.Trees, j)
 	}

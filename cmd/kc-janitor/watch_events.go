@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/metrics"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
@@ -197,11 +198,11 @@ func (h *deathHandler) handle(d engine.Death, log *slog.Logger) {
 	for !done {
 		attempts++
 		rep, liveErr, err = h.locked(opt, log)
-		stillLive = err == nil && (liveErr != nil || rep.Count(reconcile.SkipLive)+rep.Count(reconcile.SkipContradicted) > 0)
+		stillLive = err == nil && (liveErr != nil || rep.Count(action.SkipLive)+rep.Count(action.SkipContradicted) > 0)
 		done = !stillLive || attempts > len(h.retries)
 		if !done {
-			log.Debug("dead container still looks live; asking again", "attempt", attempts, "skipped_live", rep.Count(reconcile.SkipLive),
-				"skipped_contradicted", rep.Count(reconcile.SkipContradicted), "truth_unknown", liveErr != nil, "retry_in", h.retries[attempts-1])
+			log.Debug("dead container still looks live; asking again", "attempt", attempts, "skipped_live", rep.Count(action.SkipLive),
+				"skipped_contradicted", rep.Count(action.SkipContradicted), "truth_unknown", liveErr != nil, "retry_in", h.retries[attempts-1])
 			done = !h.wait(h.retries[attempts-1])
 		}
 	}
@@ -216,9 +217,9 @@ func (h *deathHandler) handle(d engine.Death, log *slog.Logger) {
 		return
 	}
 	logTrees(h.work, log, rep.Report)
-	counts := []any{"trees", len(rep.Trees), "reaped", rep.Count(reconcile.Reaped) + rep.Count(reconcile.Gone),
-		"would_reap", rep.Count(reconcile.WouldReap), "would_not_die", rep.Count(reconcile.WouldNotDie),
-		"skipped_live", rep.Count(reconcile.SkipLive), "skipped_contradicted", rep.Count(reconcile.SkipContradicted), "dry_run", rep.DryRun}
+	counts := []any{"trees", len(rep.Trees), "reaped", rep.Count(action.Reaped) + rep.Count(action.Gone),
+		"would_reap", rep.Count(action.WouldReap), "would_not_die", rep.Count(action.WouldNotDie),
+		"skipped_live", rep.Count(action.SkipLive), "skipped_contradicted", rep.Count(action.SkipContradicted), "dry_run", rep.DryRun}
 	log.Info("container death handled", append(counts, attrs...)...)
 	// A container still live after every attempt was restarted, or its
 	// task was killed and not deleted (the shim lives on): its next death

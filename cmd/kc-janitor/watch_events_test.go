@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 )
@@ -190,7 +191,7 @@ func (noEvents) Deaths(context.Context, engine.DeathWatch) error {
 // after gate is closed.
 type scriptedAttempts struct {
 	mu      sync.Mutex
-	scripts map[string][]string
+	scripts map[string][]action.Action
 	calls   map[string]int
 	gate    chan struct{}
 	busy    atomic.Int32
@@ -217,8 +218,8 @@ func (s *scriptedAttempts) attempt(_ context.Context, opt reconcile.Options, _ *
 	if len(script) == 0 {
 		panic("no script for " + id)
 	}
-	action := script[min(n, len(script)-1)]
-	rep := reconcileJSON{Report: reconcile.Report{LivenessKnown: true, Trees: []reconcile.Tree{{ContainerID: id, PGID: 100, Action: action}}}}
+	a := script[min(n, len(script)-1)]
+	rep := reconcileJSON{Report: reconcile.Report{LivenessKnown: true, Trees: []reconcile.Tree{{ContainerID: id, PGID: 100, Action: a}}}}
 	return rep, nil, nil
 }
 
@@ -234,10 +235,10 @@ func (s *scriptedAttempts) count(id string) int {
 // handling one death does not stop the next.
 func TestDeathHandler(t *testing.T) {
 	dup, slow, scoped, crash, after := strings.Repeat("d1", 32), strings.Repeat("e2", 32), strings.Repeat("f3", 32), strings.Repeat("c4", 32), strings.Repeat("a5", 32)
-	sa := &scriptedAttempts{calls: map[string]int{}, gate: make(chan struct{}), scripts: map[string][]string{
-		dup:   {reconcile.Reaped},
-		slow:  {reconcile.SkipLive, reconcile.SkipContradicted, reconcile.Reaped},
-		after: {reconcile.WouldReap},
+	sa := &scriptedAttempts{calls: map[string]int{}, gate: make(chan struct{}), scripts: map[string][]action.Action{
+		dup:   {action.Reaped},
+		slow:  {action.SkipLive, action.SkipContradicted, action.Reaped},
+		after: {action.WouldReap},
 	}}
 	log, buf := jsonLogger()
 	var serial sync.Mutex

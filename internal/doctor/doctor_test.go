@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/cull"
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
@@ -398,11 +399,11 @@ func TestEnginesSummary(t *testing.T) {
 }
 
 func TestStraysVerdict(t *testing.T) {
-	tree := func(action string) reconcile.Tree {
-		return reconcile.Tree{ContainerID: strings.Repeat("e", 64), PGID: 42, AgeSeconds: 100, Action: action,
+	tree := func(a action.Action) reconcile.Tree {
+		return reconcile.Tree{ContainerID: strings.Repeat("e", 64), PGID: 42, AgeSeconds: 100, Action: a,
 			Members: []reconcile.Member{{PID: 42, Comm: "kcserver"}}}
 	}
-	rep := func(actions ...string) reconcile.Report {
+	rep := func(actions ...action.Action) reconcile.Report {
 		r := reconcile.Report{LivenessKnown: true}
 		for _, a := range actions {
 			r.Trees = append(r.Trees, tree(a))
@@ -416,17 +417,17 @@ func TestStraysVerdict(t *testing.T) {
 		text string
 	}{
 		{"unknown", StraysInput{LivenessErr: errors.New("x")}, Warn, "not checked"},
-		{"none", StraysInput{Report: rep(reconcile.SkipLive, reconcile.SkipYoung)}, OK, "none; 2 trees"},
-		{"dry", StraysInput{Report: rep(reconcile.WouldReap, reconcile.SkipLive)}, Warn, "1 stray tree:"},
-		{"fixed", StraysInput{Report: rep(reconcile.Reaped, reconcile.Gone), Fix: true}, OK, "fixed: reaped 2"},
-		{"would not die", StraysInput{Report: rep(reconcile.Reaped, reconcile.WouldNotDie), Fix: true}, Error, "1 would not die"},
+		{"none", StraysInput{Report: rep(action.SkipLive, action.SkipYoung)}, OK, "none; 2 trees"},
+		{"dry", StraysInput{Report: rep(action.WouldReap, action.SkipLive)}, Warn, "1 stray tree:"},
+		{"fixed", StraysInput{Report: rep(action.Reaped, action.Gone), Fix: true}, OK, "fixed: reaped 2"},
+		{"would not die", StraysInput{Report: rep(action.Reaped, action.WouldNotDie), Fix: true}, Error, "1 would not die"},
 	} {
 		got := Strays(c.in)
 		if got.Verdict != c.want || !strings.Contains(got.Detail, c.text) {
 			t.Errorf("%s: %+v", c.name, got)
 		}
 	}
-	got := Strays(StraysInput{Report: rep(reconcile.WouldReap)})
+	got := Strays(StraysInput{Report: rep(action.WouldReap)})
 	if len(got.Items) != 1 || !strings.Contains(got.Items[0], "eeeeeeeeeeee pgid 42") || !strings.Contains(got.Items[0], "kcserver(42)") {
 		t.Errorf("items %q", got.Items)
 	}

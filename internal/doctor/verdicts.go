@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/cull"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
@@ -49,7 +50,7 @@ func Strays(in StraysInput) Check {
 	var items []string
 	for _, t := range rep.Trees {
 		switch t.Action {
-		case reconcile.WouldReap, reconcile.Reaped, reconcile.Gone, reconcile.WouldNotDie:
+		case action.WouldReap, action.Reaped, action.Gone, action.WouldNotDie:
 			items = append(items, describeTree(t))
 		}
 	}
@@ -65,10 +66,10 @@ func Strays(in StraysInput) Check {
 	case !in.Fix:
 		c = newCheck(NameStrays, Warn, "%s: run kc-janitor doctor --fix or kc-janitor reconcile --apply to reap",
 			plural(len(items), "stray tree", "stray trees"))
-	case rep.Count(reconcile.WouldNotDie) > 0:
-		c = newCheck(NameStrays, Error, "reaped %d, %d would not die", rep.Count(reconcile.Reaped)+rep.Count(reconcile.Gone), rep.Count(reconcile.WouldNotDie))
+	case rep.Count(action.WouldNotDie) > 0:
+		c = newCheck(NameStrays, Error, "reaped %d, %d would not die", rep.Count(action.Reaped)+rep.Count(action.Gone), rep.Count(action.WouldNotDie))
 	default:
-		c = newCheck(NameStrays, OK, "fixed: reaped %s", plural(rep.Count(reconcile.Reaped)+rep.Count(reconcile.Gone), "stray tree", "stray trees"))
+		c = newCheck(NameStrays, OK, "fixed: reaped %s", plural(rep.Count(action.Reaped)+rep.Count(action.Gone), "stray tree", "stray trees"))
 	}
 	c.Items = items
 	return c

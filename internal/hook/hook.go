@@ -11,6 +11,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
@@ -43,16 +44,6 @@ type Config struct {
 	// effective UID nor the trees' are what they are on the host.
 	UIDs *userns.Translator
 }
-
-// Actions recorded per tree at poststop.
-const (
-	ActionReaped        = "reaped"
-	ActionGone          = "gone"
-	ActionWouldNotDie   = "would-not-die"
-	ActionSkipForeign   = "skipped-foreign"
-	ActionSkipAmbiguous = "skipped-ambiguous"
-	ActionSkipOtherUID  = "skipped-other-uid"
-)
 
 // Result is what one run did.
 type Result struct {
@@ -166,11 +157,11 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 		}
 		switch {
 		case t.Foreign:
-			snaps[i].Action = ActionSkipForeign
+			snaps[i].Action = action.SkipForeign
 		case t.Ambiguous:
-			snaps[i].Action = ActionSkipAmbiguous
+			snaps[i].Action = action.SkipAmbiguous
 		case hostUIDs[i] < 0:
-			snaps[i].Action = ActionSkipOtherUID
+			snaps[i].Action = action.SkipOtherUID
 		}
 	}
 	// Record before signalling: if this hook is killed mid-run, the
@@ -196,12 +187,12 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 		go func() {
 			defer wg.Done()
 			r := pgkill.Kill(ctx, pgkill.Group{PGID: t.PGID, Members: t.Stats()}, pgkill.Options{Root: root(cfg), Grace: cfg.KillGrace})
-			snaps[i].Action = string(r.Outcome)
+			snaps[i].Action = r.Outcome
 			if r.Err != nil {
 				snaps[i].Error = r.Err.Error()
 			}
 			log.Info("tree", "pgid", t.PGID, "action", r.Outcome, "signals", fmt.Sprint(r.Signals), "err", r.Err)
-			if r.Outcome == pgkill.WouldNotDie {
+			if r.Outcome == action.WouldNotDie {
 				return
 			}
 			for _, s := range held[i] {
@@ -215,15 +206,15 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 	}
 	wg.Wait()
 
-	outcome := "nothing"
+	outcome := action.Nothing
 	for _, s := range snaps {
 		switch s.Action {
-		case ActionWouldNotDie:
+		case action.WouldNotDie:
 			res.Failed = true
-			outcome = ActionWouldNotDie
-		case ActionReaped, ActionGone:
-			if outcome == "nothing" {
-				outcome = ActionReaped
+			outcome = action.WouldNotDie
+		case action.Reaped, action.Gone:
+			if outcome == action.Nothing {
+				outcome = action.Reaped
 			}
 		}
 	}
@@ -234,7 +225,7 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 	err = store.Update(st.ID, func(r *ledger.Record) error {
 		stamp(r, StagePoststop)
 		r.Trees = snaps
-		r.Outcome = outcome
+		r.Outcome = string(outcome)
 		return nil
 	})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
 )
 
@@ -43,7 +44,7 @@ func BenchmarkPoststop(b *testing.B) {
 			b.StartTimer()
 			res, err := Poststop(b.Context(), cfg, &specs.State{ID: id, Status: specs.StateStopped})
 			b.StopTimer()
-			if err != nil || len(res.Trees) != 1 || res.Trees[0].Action != ActionReaped || len(res.Trees[0].Members) != 4 {
+			if err != nil || len(res.Trees) != 1 || res.Trees[0].Action != action.Reaped || len(res.Trees[0].Members) != 4 {
 				b.Fatalf("Poststop = %+v, %v", res, err)
 			}
 			k.Wait(b)

@@ -16,6 +16,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
@@ -181,7 +182,7 @@ func stopWrapper(cfg Config, w fingerprint.Stat) error {
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
 	r := pgkill.Kill(ctx, pgkill.Group{PGID: w.PGID, Members: members}, pgkill.Options{Root: root(cfg), Grace: cfg.KillGrace})
-	if r.Outcome == pgkill.WouldNotDie {
+	if r.Outcome == action.WouldNotDie {
 		return r.Err
 	}
 	return nil

@@ -18,6 +18,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
@@ -286,7 +287,7 @@ func TestLaunchOnePerContainer(t *testing.T) {
 	// poststop reaps the tree (the first prevention layer).
 	members := pgkill.Members(fingerprint.DefaultRoot, w2.PID)
 	res, err := Poststop(context.Background(), e.cfg, &specs.State{ID: lcid})
-	if err != nil || res.Failed || len(res.Trees) != 1 || res.Trees[0].Action != ActionReaped {
+	if err != nil || res.Failed || len(res.Trees) != 1 || res.Trees[0].Action != action.Reaped {
 		t.Fatalf("poststop: %+v, %v", res, err)
 	}
 	for _, m := range members {

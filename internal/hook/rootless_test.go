@@ -15,6 +15,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
@@ -127,8 +128,8 @@ func TestPoststopAsRootlessUser(t *testing.T) {
 	if len(res.Trees) != 1 || res.Trees[0].PGID != mineK.PGID {
 		t.Fatalf("trees = %+v, want only the user's own (pgid %d)", res.Trees, mineK.PGID)
 	}
-	if got := res.Trees[0]; got.Action != ActionReaped || got.UID != 1001 {
-		t.Errorf("the user's tree: action %q uid %d, want %q and host uid 1001", got.Action, got.UID, ActionReaped)
+	if got := res.Trees[0]; got.Action != action.Reaped || got.UID != 1001 {
+		t.Errorf("the user's tree: action %q uid %d, want %q and host uid 1001", got.Action, got.UID, action.Reaped)
 	}
 	mineK.Wait(t)
 
@@ -144,7 +145,7 @@ func TestPoststopAsRootlessUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.Outcome != ActionReaped || len(rec.Trees) != 1 || rec.Trees[0].UID != 1001 {
+	if rec.Outcome != string(action.Reaped) || len(rec.Trees) != 1 || rec.Trees[0].UID != 1001 {
 		t.Errorf("record: outcome %q, trees %+v; want reaped, one tree of host uid 1001", rec.Outcome, rec.Trees)
 	}
 }

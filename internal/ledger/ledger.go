@@ -23,6 +23,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
 )
 
@@ -54,9 +55,10 @@ type Tree struct {
 	Source string    `json:"source"`
 	SeenAt time.Time `json:"seen_at"`
 	// Action and Error are the outcome of reaping it, when it was reaped
-	// ("reaped", "gone", "would-not-die", "skipped-foreign", ...).
-	Action string `json:"action,omitempty"`
-	Error  string `json:"error,omitempty"`
+	// (action.Reaped, action.Gone, action.WouldNotDie), or why it was not
+	// signalled (a skip).
+	Action action.Action `json:"action,omitempty"`
+	Error  string        `json:"error,omitempty"`
 	// SocketsUnlinked lists the sockets removed after the tree died.
 	SocketsUnlinked []string `json:"sockets_unlinked,omitempty"`
 }

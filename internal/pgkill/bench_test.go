@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"testing"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
 )
@@ -23,7 +24,7 @@ func BenchmarkKillTERMObedientGroup(b *testing.B) {
 		res := pgkill.Kill(context.Background(), g, pgkill.Options{})
 
 		b.StopTimer()
-		if res.Outcome != pgkill.Reaped || len(res.Signals) != 1 || res.Err != nil {
+		if res.Outcome != action.Reaped || len(res.Signals) != 1 || res.Err != nil {
 			b.Fatalf("Kill = %+v; want reaped by SIGTERM alone", res)
 		}
 		for _, cmd := range cmds {

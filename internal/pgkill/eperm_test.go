@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
@@ -24,7 +25,7 @@ import (
 const killAsEnv = "KC_PGKILL_KILL_HELPER"
 
 type killReport struct {
-	Outcome pgkill.Outcome
+	Outcome action.Action
 	Signals []syscall.Signal
 	Joiners []fingerprint.Stat
 	Err     string
@@ -57,7 +58,7 @@ func TestKillNotPermitted(t *testing.T) {
 	cmds := []*exec.Cmd{sleepCmd(), sleepCmd()}
 	g := startGroup(t, cmds...)
 	rep := killAsNobody(t, g)
-	if rep.Outcome != pgkill.WouldNotDie || len(rep.Signals) != 0 || !strings.Contains(rep.Err, "operation not permitted") {
+	if rep.Outcome != action.WouldNotDie || len(rep.Signals) != 0 || !strings.Contains(rep.Err, "operation not permitted") {
 		t.Errorf("Kill as uid 65534 = %+v; want would-not-die with EPERM, no signal", rep)
 	}
 	for _, st := range g.Members {
@@ -94,7 +95,7 @@ func TestKillJoinerNotPermitted(t *testing.T) {
 
 	rep := killAsNobody(t, g)
 	t.Logf("Kill as uid 65534: %s, signals %v: %s", rep.Outcome, rep.Signals, rep.Err)
-	if rep.Outcome != pgkill.WouldNotDie || !reflect.DeepEqual(rep.Signals, []syscall.Signal{syscall.SIGTERM}) ||
+	if rep.Outcome != action.WouldNotDie || !reflect.DeepEqual(rep.Signals, []syscall.Signal{syscall.SIGTERM}) ||
 		!strings.Contains(rep.Err, "operation not permitted") {
 		t.Errorf("Kill as uid 65534 = %+v; want would-not-die with EPERM after one SIGTERM", rep)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
@@ -261,7 +262,7 @@ func TestKillWaitsOnExits(t *testing.T) {
 				t.Errorf("Kill returned %s while members %v were alive", res.Outcome, left)
 			}
 
-			wantResult(t, res, pgkill.Reaped, tt.signals, false)
+			wantResult(t, res, action.Reaped, tt.signals, false)
 			checkEnds(t, tt.members, cmds)
 		})
 	}
@@ -345,7 +346,7 @@ func TestKillWithoutPidfds(t *testing.T) {
 			if rep.FDsAfter != rep.FDsBefore {
 				t.Errorf("helper had %d descriptors before Kill, %d after", rep.FDsBefore, rep.FDsAfter)
 			}
-			if rep.Outcome != pgkill.Reaped || !reflect.DeepEqual(rep.Signals, tt.signals) || rep.Err != "" {
+			if rep.Outcome != action.Reaped || !reflect.DeepEqual(rep.Signals, tt.signals) || rep.Err != "" {
 				t.Errorf("Kill with %d free descriptors = %+v; want reaped, signals %v, no error", tt.free, rep.killReport, tt.signals)
 			}
 			checkEnds(t, tt.members, cmds)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
@@ -279,12 +280,12 @@ func joinerReuseTrial(t *testing.T, sc joinerReuseScenario) (int, error) {
 
 	// 4. Kill must have sent nothing after the originals' SIGTERM, and
 	// said what it could tell.
-	wantOutcome, wantJoiners, wantErr := pgkill.Reaped, 1, ""
+	wantOutcome, wantJoiners, wantErr := action.Reaped, 1, ""
 	if sc.reborn {
 		wantJoiners = 0
 		if sc.leaderless {
 			// Nothing recorded is left to tell the groups apart.
-			wantOutcome, wantErr = pgkill.WouldNotDie, "no recorded process is left in it"
+			wantOutcome, wantErr = action.WouldNotDie, "no recorded process is left in it"
 		}
 	}
 	if res.Outcome != wantOutcome || !slices.Equal(res.Signals, []syscall.Signal{syscall.SIGTERM}) ||

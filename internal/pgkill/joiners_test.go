@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
@@ -51,7 +52,7 @@ func TestKillJoiners(t *testing.T) {
 		// ignores SIGTERM joins the group.
 		feed bool
 
-		outcome pgkill.Outcome
+		outcome action.Action
 		signals []syscall.Signal
 		wantErr string
 		joiners int
@@ -60,7 +61,7 @@ func TestKillJoiners(t *testing.T) {
 		{
 			name:    "joiner ignores SIGTERM",
 			joiner:  trapCmd,
-			outcome: pgkill.Reaped,
+			outcome: action.Reaped,
 			signals: []syscall.Signal{syscall.SIGTERM, syscall.SIGTERM, syscall.SIGKILL},
 			joiners: 1,
 			fate:    endsByKILL,
@@ -69,7 +70,7 @@ func TestKillJoiners(t *testing.T) {
 			name:          "joiner ignores SIGTERM, originals reaped: the leader's pidfd proves the group",
 			joiner:        trapCmd,
 			reapOriginals: true,
-			outcome:       pgkill.Reaped,
+			outcome:       action.Reaped,
 			signals:       []syscall.Signal{syscall.SIGTERM, syscall.SIGTERM, syscall.SIGKILL},
 			joiners:       1,
 			fate:          endsByKILL,
@@ -78,7 +79,7 @@ func TestKillJoiners(t *testing.T) {
 			name:       "joiner ignores SIGTERM, no leader: zombie originals prove the group",
 			leaderless: true,
 			joiner:     trapCmd,
-			outcome:    pgkill.Reaped,
+			outcome:    action.Reaped,
 			signals:    []syscall.Signal{syscall.SIGTERM, syscall.SIGTERM, syscall.SIGKILL},
 			joiners:    1,
 			fate:       endsByKILL,
@@ -88,7 +89,7 @@ func TestKillJoiners(t *testing.T) {
 			leaderless:    true,
 			joiner:        trapCmd,
 			reapOriginals: true,
-			outcome:       pgkill.WouldNotDie,
+			outcome:       action.WouldNotDie,
 			signals:       []syscall.Signal{syscall.SIGTERM},
 			wantErr:       "no recorded process is left in it",
 			fate:          leftAlive,
@@ -97,7 +98,7 @@ func TestKillJoiners(t *testing.T) {
 			name:             "joiner exits on SIGTERM",
 			joiner:           sleepCmd,
 			joinerExitsFirst: true,
-			outcome:          pgkill.Reaped,
+			outcome:          action.Reaped,
 			signals:          []syscall.Signal{syscall.SIGTERM},
 			fate:             endsByTERM,
 		},
@@ -106,7 +107,7 @@ func TestKillJoiners(t *testing.T) {
 			joiner:        sleepCmd,
 			joinerZombie:  true,
 			reapOriginals: true,
-			outcome:       pgkill.Reaped,
+			outcome:       action.Reaped,
 			signals:       []syscall.Signal{syscall.SIGTERM},
 			fate:          endsByKILL, // by the test, before Kill
 		},
@@ -114,7 +115,7 @@ func TestKillJoiners(t *testing.T) {
 			name:           "joiner exits between finding and pinning",
 			joiner:         trapCmd,
 			joinerVanishes: true,
-			outcome:        pgkill.Reaped,
+			outcome:        action.Reaped,
 			signals:        []syscall.Signal{syscall.SIGTERM},
 			joiners:        1,
 			fate:           endsByKILL, // by the test
@@ -123,7 +124,7 @@ func TestKillJoiners(t *testing.T) {
 			name:    "joiners keep coming",
 			joiner:  trapCmd,
 			feed:    true,
-			outcome: pgkill.WouldNotDie,
+			outcome: action.WouldNotDie,
 			signals: []syscall.Signal{syscall.SIGTERM,
 				syscall.SIGTERM, syscall.SIGKILL, syscall.SIGTERM, syscall.SIGKILL, syscall.SIGTERM, syscall.SIGKILL},
 			wantErr: "kept joining",
@@ -294,7 +295,7 @@ func TestKillSearchesOnlyWhenNeeded(t *testing.T) {
 					proc.Reap(c)
 				}
 			}
-			if res.Outcome != pgkill.Reaped || len(res.Signals) != 1 || len(res.Joiners) != 0 {
+			if res.Outcome != action.Reaped || len(res.Signals) != 1 || len(res.Joiners) != 0 {
 				t.Fatalf("Kill = %+v; want reaped by SIGTERM alone, no joiners", res)
 			}
 			if searched != tt.wantSearch {

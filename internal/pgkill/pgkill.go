@@ -40,24 +40,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
-)
-
-// Outcome is the result of killing one group.
-type Outcome string
-
-const (
-	// Reaped: the group was signalled, every original member is dead and
-	// no live process is left in it (zombies count as dead).
-	Reaped Outcome = "reaped"
-	// Gone: no original member occupied the group any more; nothing was
-	// signalled.
-	Gone Outcome = "gone"
-	// WouldNotDie: signalling failed (EPERM), members survived SIGKILL,
-	// processes were still in the group after the last round, or the
-	// group could not be searched or proven to be the recorded one.
-	WouldNotDie Outcome = "would-not-die"
 )
 
 // Group is a recorded process group: its ID and the identities of the
@@ -110,8 +95,15 @@ func (o Options) withDefaults() Options {
 
 // Result reports what Kill did to one group.
 type Result struct {
-	PGID    int
-	Outcome Outcome
+	PGID int
+	// Outcome is one of three. action.Reaped: the group was signalled,
+	// every original member is dead and no live process is left in it
+	// (zombies count as dead). action.Gone: no original member occupied
+	// the group any more; nothing was signalled. action.WouldNotDie:
+	// signalling failed (EPERM), members survived SIGKILL, processes were
+	// still in the group after the last round, or the group could not be
+	// searched or proven to be the recorded one.
+	Outcome action.Action
 	// Signals lists the signals that were sent to the group, in order,
 	// those of the rounds for joiners included.
 	Signals []syscall.Signal
@@ -143,14 +135,14 @@ func Kill(ctx context.Context, g Group, opt Options) Result {
 	opt = opt.withDefaults()
 	res := Result{PGID: g.PGID}
 	if g.PGID <= 1 || len(g.Members) == 0 {
-		res.Outcome = WouldNotDie
+		res.Outcome = action.WouldNotDie
 		res.Err = fmt.Errorf("refusing to signal group %d with %d recorded members", g.PGID, len(g.Members))
 		return res
 	}
 	k := &killer{opt: opt, pgid: g.PGID, res: &res}
 	defer k.close()
 	res.Outcome, res.Err = k.round(ctx, g.Members)
-	if res.Outcome == Reaped {
+	if res.Outcome == action.Reaped {
 		res.Outcome, res.Err = k.joiners(ctx, g.Members)
 	}
 	return res
@@ -182,14 +174,14 @@ func (k *killer) close() {
 
 // round sends SIGTERM, waits until members are dead or the grace is over,
 // then sends SIGKILL and waits for them again.
-func (k *killer) round(ctx context.Context, members []fingerprint.Stat) (Outcome, error) {
+func (k *killer) round(ctx context.Context, members []fingerprint.Stat) (action.Action, error) {
 	g := Group{PGID: k.pgid, Members: members}
 	err := k.signalGroup(members, unix.SIGTERM)
 	switch {
 	case errors.Is(err, errNoOccupant):
-		return Gone, nil
+		return action.Gone, nil
 	case err != nil:
-		return WouldNotDie, err
+		return action.WouldNotDie, err
 	}
 	k.res.Signals = append(k.res.Signals, unix.SIGTERM)
 	if k.graceEnd.IsZero() {
@@ -200,16 +192,16 @@ func (k *killer) round(ctx context.Context, members []fingerprint.Stat) (Outcome
 	dead := waitDead(graceCtx, k.opt, g)
 	cancel()
 	if dead {
-		return Reaped, nil
+		return action.Reaped, nil
 	}
 
 	err = k.signalGroup(members, unix.SIGKILL)
 	switch {
 	case errors.Is(err, errNoOccupant):
 		// The last member died between the poll and the revalidation.
-		return Reaped, nil
+		return action.Reaped, nil
 	case err != nil:
-		return WouldNotDie, err
+		return action.WouldNotDie, err
 	}
 	k.res.Signals = append(k.res.Signals, unix.SIGKILL)
 	if k.killEnd.IsZero() {
@@ -221,26 +213,26 @@ func (k *killer) round(ctx context.Context, members []fingerprint.Stat) (Outcome
 	killCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), k.killEnd)
 	defer cancel()
 	if waitDead(killCtx, k.opt, g) {
-		return Reaped, nil
+		return action.Reaped, nil
 	}
-	return WouldNotDie, fmt.Errorf("group %d: still alive after SIGKILL: %s", k.pgid, describe(alive(k.opt.Root, g)))
+	return action.WouldNotDie, fmt.Errorf("group %d: still alive after SIGKILL: %s", k.pgid, describe(alive(k.opt.Root, g)))
 }
 
 // joiners runs rounds on the processes found in the group once the
 // members of the round before are dead, until none is left. known are
 // the processes recorded so far: any of them still in the group proves it
 // is the recorded one.
-func (k *killer) joiners(ctx context.Context, known []fingerprint.Stat) (Outcome, error) {
+func (k *killer) joiners(ctx context.Context, known []fingerprint.Stat) (action.Action, error) {
 	known = known[:len(known):len(known)] // never append into the caller's slice
 	for round := 1; ; round++ {
 		found, err := k.findJoiners(round, known)
 		switch {
 		case err != nil:
-			return WouldNotDie, err
+			return action.WouldNotDie, err
 		case len(found) == 0:
-			return Reaped, nil
+			return action.Reaped, nil
 		case round > maxJoinerRounds:
-			return WouldNotDie, fmt.Errorf("group %d: processes kept joining it; still in it after %d rounds of signals to joiners: %s",
+			return action.WouldNotDie, fmt.Errorf("group %d: processes kept joining it; still in it after %d rounds of signals to joiners: %s",
 				k.pgid, maxJoinerRounds, describe(found))
 		}
 		k.res.Joiners = append(k.res.Joiners, found...)
@@ -250,7 +242,7 @@ func (k *killer) joiners(ctx context.Context, known []fingerprint.Stat) (Outcome
 		}
 		// Gone: they exited or left before they could be pinned; look
 		// again all the same, for what they may have forked.
-		if outcome, err := k.round(ctx, found); outcome == WouldNotDie {
+		if outcome, err := k.round(ctx, found); outcome == action.WouldNotDie {
 			return outcome, fmt.Errorf("processes that joined group %d after it was recorded: %w", k.pgid, err)
 		}
 	}

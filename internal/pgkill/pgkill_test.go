@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
@@ -109,7 +110,7 @@ func exitSignal(t *testing.T, cmd *exec.Cmd) syscall.Signal {
 	return ws.Signal()
 }
 
-func wantResult(t *testing.T, got pgkill.Result, outcome pgkill.Outcome, signals []syscall.Signal, wantErr bool) {
+func wantResult(t *testing.T, got pgkill.Result, outcome action.Action, signals []syscall.Signal, wantErr bool) {
 	t.Helper()
 	if got.Outcome != outcome || !reflect.DeepEqual(got.Signals, signals) || (got.Err != nil) != wantErr {
 		t.Fatalf("Kill = %+v; want outcome %s, signals %v, error %v", got, outcome, signals, wantErr)
@@ -122,7 +123,7 @@ func TestKillReapsGroup(t *testing.T) {
 	g := startGroup(t, cmds...)
 
 	res := pgkill.Kill(context.Background(), g, pgkill.Options{Grace: waitLong, Poll: 5 * time.Millisecond})
-	wantResult(t, res, pgkill.Reaped, []syscall.Signal{syscall.SIGTERM}, false)
+	wantResult(t, res, action.Reaped, []syscall.Signal{syscall.SIGTERM}, false)
 	if res.PGID != g.PGID {
 		t.Errorf("Result.PGID = %d, want %d", res.PGID, g.PGID)
 	}
@@ -148,7 +149,7 @@ func TestKillEscalates(t *testing.T) {
 	start := time.Now()
 	res := pgkill.Kill(context.Background(), g, pgkill.Options{Grace: grace, Poll: 5 * time.Millisecond})
 	elapsed := time.Since(start)
-	wantResult(t, res, pgkill.Reaped, []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}, false)
+	wantResult(t, res, action.Reaped, []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}, false)
 	if elapsed < grace {
 		t.Errorf("SIGKILL after %v, before the %v grace", elapsed, grace)
 	}
@@ -166,7 +167,7 @@ func TestKillExpiredContext(t *testing.T) {
 	cancel()
 	start := time.Now()
 	res := pgkill.Kill(ctx, g, pgkill.Options{Grace: time.Hour, Poll: 5 * time.Millisecond})
-	wantResult(t, res, pgkill.Reaped, []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}, false)
+	wantResult(t, res, action.Reaped, []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}, false)
 	if d := time.Since(start); d > 30*time.Second {
 		t.Errorf("Kill took %v with an expired context", d)
 	}
@@ -190,7 +191,7 @@ func TestKillGone(t *testing.T) {
 				}
 			}
 			res := pgkill.Kill(context.Background(), g, pgkill.Options{Grace: waitLong})
-			wantResult(t, res, pgkill.Gone, nil, false)
+			wantResult(t, res, action.Gone, nil, false)
 		})
 	}
 }
@@ -211,7 +212,7 @@ func TestKillRefuses(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			res := pgkill.Kill(context.Background(), tt.g, pgkill.Options{Grace: 100 * time.Millisecond})
-			wantResult(t, res, pgkill.WouldNotDie, nil, true)
+			wantResult(t, res, action.WouldNotDie, nil, true)
 			checkUntouched(t, inn, st)
 		})
 	}
@@ -281,7 +282,7 @@ func TestKillInnocentOwnsGroup(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			g := pgkill.Group{PGID: p, Members: tt.members}
 			res := pgkill.Kill(context.Background(), g, pgkill.Options{Grace: 100 * time.Millisecond, Poll: 5 * time.Millisecond})
-			wantResult(t, res, pgkill.Gone, nil, false)
+			wantResult(t, res, action.Gone, nil, false)
 			checkUntouched(t, inn, ist)
 			checkUntouched(t, moved, mst)
 		})
@@ -317,7 +318,7 @@ func TestKillZombieLeader(t *testing.T) {
 	proc.WaitState(t, root, member.Process.Pid, "Z", waitLong)
 
 	res := pgkill.Kill(context.Background(), g, pgkill.Options{Grace: waitLong, Poll: 5 * time.Millisecond})
-	wantResult(t, res, pgkill.Reaped, []syscall.Signal{syscall.SIGTERM}, false)
+	wantResult(t, res, action.Reaped, []syscall.Signal{syscall.SIGTERM}, false)
 	if sig := exitSignal(t, z.Cmd); sig != syscall.SIGTERM {
 		t.Errorf("zombie-leader process ended by %v, want SIGTERM", sig)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
@@ -303,7 +304,7 @@ func reuseTrial(t *testing.T, sc reuseScenario) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
 	defer cancel()
 	res := pgkill.Kill(ctx, g, pgkill.Options{Root: root, Grace: 100 * time.Millisecond, Poll: 5 * time.Millisecond, KillWait: time.Second})
-	if res.Outcome != pgkill.Gone || len(res.Signals) != 0 || res.Err != nil {
+	if res.Outcome != action.Gone || len(res.Signals) != 0 || res.Err != nil {
 		t.Errorf("%s: Kill on a stale record = %+v; want gone, no signal", sc.name, res)
 	}
 

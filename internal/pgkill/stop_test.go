@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
@@ -82,8 +83,8 @@ func TestKillStoppedGroup(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
 	defer cancel()
 	r := pgkill.Kill(ctx, g, pgkill.Options{Root: root, Grace: 200 * time.Millisecond})
-	if r.Outcome != pgkill.Reaped {
-		t.Fatalf("outcome %s (%v), want %s", r.Outcome, r.Err, pgkill.Reaped)
+	if r.Outcome != action.Reaped {
+		t.Fatalf("outcome %s (%v), want %s", r.Outcome, r.Err, action.Reaped)
 	}
 }
 

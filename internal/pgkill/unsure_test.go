@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 )
 
@@ -39,7 +40,7 @@ func TestUnverifiableMembersAreNotGone(t *testing.T) {
 		}
 	}
 	res := Kill(context.Background(), Group{PGID: st.PGID, Members: []fingerprint.Stat{st}}, Options{Root: root, Grace: 100 * time.Millisecond, KillWait: 200 * time.Millisecond})
-	if res.Outcome != WouldNotDie || res.Err == nil || len(res.Signals) != 0 {
+	if res.Outcome != action.WouldNotDie || res.Err == nil || len(res.Signals) != 0 {
 		t.Errorf("Kill = %+v, want would-not-die with an error and no signal", res)
 	}
 	if !fingerprint.Alive("/proc", st) {

@@ -4,13 +4,10 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/corroborate"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
 )
-
-// SkipContradicted: the engine does not list the tree's container, but
-// local evidence says it still runs (DESIGN §13). Never signalled.
-const SkipContradicted = "skipped-contradicted"
 
 // ErrWrongStore is returned (wrapped) when more than one tree's container
 // is missing from the engines' answer yet still runs here: the answer is
@@ -22,7 +19,7 @@ var ErrWrongStore = fmt.Errorf("%w: more than one container the engines do not l
 func (sc *Scanned) corroborate(ts []Tree) (int, []string) {
 	var candidates []*Tree
 	for i := range ts {
-		if ts[i].Action == WouldReap {
+		if ts[i].Action == action.WouldReap {
 			candidates = append(candidates, &ts[i])
 		}
 	}
@@ -47,7 +44,7 @@ func (sc *Scanned) corroborate(ts []Tree) (int, []string) {
 		default:
 			continue
 		}
-		t.Action = SkipContradicted
+		t.Action = action.SkipContradicted
 		t.Error = &msg
 		why = append(why, msg)
 		sc.log.Warn("ground truth contradicted; tree left alone", "container", t.ContainerID, "pgid", t.PGID, "evidence", msg)

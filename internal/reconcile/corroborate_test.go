@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
@@ -60,10 +61,10 @@ func TestCorroboration(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tr := findByPGID(rep, kept.PGID); tr == nil || tr.Action != SkipContradicted {
+		if tr := findByPGID(rep, kept.PGID); tr == nil || tr.Action != action.SkipContradicted {
 			t.Fatalf("tree of a container whose conmon runs: %+v", tr)
 		}
-		if tr := findByPGID(rep, gone.PGID); tr == nil || tr.Action != Reaped {
+		if tr := findByPGID(rep, gone.PGID); tr == nil || tr.Action != action.Reaped {
 			t.Fatalf("stray tree: %+v", tr)
 		}
 		if !running(kept.PID) {
@@ -104,7 +105,7 @@ func TestCorroboration(t *testing.T) {
 				t.Fatalf("tree %d was touched", pid)
 			}
 		}
-		if tr := findByPGID(rep, c.PGID); tr == nil || tr.Action != WouldReap {
+		if tr := findByPGID(rep, c.PGID); tr == nil || tr.Action != action.WouldReap {
 			t.Fatalf("uncontradicted tree: %+v", tr)
 		}
 		if rep.LivenessKnown {
@@ -139,7 +140,7 @@ func TestCorroboration(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tr := findByPGID(rep, kept.PGID); tr == nil || tr.Action != SkipContradicted {
+			if tr := findByPGID(rep, kept.PGID); tr == nil || tr.Action != action.SkipContradicted {
 				t.Fatalf("run %d: tree of a container whose init runs: %+v", run, tr)
 			}
 			if rep.LedgerCollected != 0 {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
@@ -24,19 +25,19 @@ func TestDecide(t *testing.T) {
 	tests := []struct {
 		name string
 		tree trees.Tree
-		want string
+		want action.Action
 	}{
-		{"stray", stray, WouldReap},
-		{"exactly min age is old enough", with(func(t *trees.Tree) { t.Age = 90 * time.Second }), WouldReap},
-		{"live container", with(func(t *trees.Tree) { t.ContainerID = cidLive }), SkipLive},
-		{"young", with(func(t *trees.Tree) { t.Age = 89 * time.Second }), SkipYoung},
-		{"age unknown", with(func(t *trees.Tree) { t.AgeKnown = false }), SkipAgeUnknown},
-		{"foreign", with(func(t *trees.Tree) { t.Foreign = true }), SkipForeign},
-		{"ambiguous", with(func(t *trees.Tree) { t.Ambiguous = true; t.ContainerID = "" }), SkipAmbiguous},
-		{"other uid", with(func(t *trees.Tree) { t.UID = 1000 }), SkipOtherUID},
-		{"mixed uids", with(func(t *trees.Tree) { t.UID = -1 }), SkipOtherUID},
-		{"foreign beats live", with(func(t *trees.Tree) { t.Foreign = true; t.ContainerID = cidLive }), SkipForeign},
-		{"live beats young", with(func(t *trees.Tree) { t.ContainerID = cidLive; t.Age = 0 }), SkipLive},
+		{"stray", stray, action.WouldReap},
+		{"exactly min age is old enough", with(func(t *trees.Tree) { t.Age = 90 * time.Second }), action.WouldReap},
+		{"live container", with(func(t *trees.Tree) { t.ContainerID = cidLive }), action.SkipLive},
+		{"young", with(func(t *trees.Tree) { t.Age = 89 * time.Second }), action.SkipYoung},
+		{"age unknown", with(func(t *trees.Tree) { t.AgeKnown = false }), action.SkipAgeUnknown},
+		{"foreign", with(func(t *trees.Tree) { t.Foreign = true }), action.SkipForeign},
+		{"ambiguous", with(func(t *trees.Tree) { t.Ambiguous = true; t.ContainerID = "" }), action.SkipAmbiguous},
+		{"other uid", with(func(t *trees.Tree) { t.UID = 1000 }), action.SkipOtherUID},
+		{"mixed uids", with(func(t *trees.Tree) { t.UID = -1 }), action.SkipOtherUID},
+		{"foreign beats live", with(func(t *trees.Tree) { t.Foreign = true; t.ContainerID = cidLive }), action.SkipForeign},
+		{"live beats young", with(func(t *trees.Tree) { t.ContainerID = cidLive; t.Age = 0 }), action.SkipLive},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -48,8 +49,8 @@ func TestDecide(t *testing.T) {
 	t.Run("ground truth for another uid", func(t *testing.T) {
 		rootless := live
 		rootless.UID = 1000
-		if got := Decide(stray, rootless, 90*time.Second); got != SkipOtherUID {
-			t.Errorf("Decide = %q, want %q", got, SkipOtherUID)
+		if got := Decide(stray, rootless, 90*time.Second); got != action.SkipOtherUID {
+			t.Errorf("Decide = %q, want %q", got, action.SkipOtherUID)
 		}
 	})
 }
@@ -59,8 +60,8 @@ func TestReportJSONShape(t *testing.T) {
 	msg := "boom"
 	rep := Report{LivenessKnown: true, Source: "api", DryRun: true, Trees: []Tree{{
 		ContainerID: cidGone, PGID: 10, UID: 0, AgeSeconds: 100,
-		Members: []Member{{PID: 10, StartTicks: 5, Comm: "kcserver"}}, Action: WouldNotDie, Error: &msg,
-	}, {ContainerID: cidLive, PGID: 11, Members: []Member{}, Action: SkipLive}}}
+		Members: []Member{{PID: 10, StartTicks: 5, Comm: "kcserver"}}, Action: action.WouldNotDie, Error: &msg,
+	}, {ContainerID: cidLive, PGID: 11, Members: []Member{}, Action: action.SkipLive}}}
 	data, err := json.Marshal(rep)
 	if err != nil {
 		t.Fatal(err)

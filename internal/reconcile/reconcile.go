@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
@@ -18,22 +19,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
-// Actions, as printed in the report (DESIGN §6). SkipAmbiguous is an
-// addition: a group whose members name two containers is never signalled;
-// so is SkipContradicted (corroborate.go, DESIGN §13).
-const (
-	WouldReap        = "would-reap"
-	Reaped           = "reaped"
-	Gone             = "gone"
-	WouldNotDie      = "would-not-die"
-	SkipLive         = "skipped-live"
-	SkipYoung        = "skipped-young"
-	SkipAgeUnknown   = "skipped-age-unknown"
-	SkipForeign      = "skipped-foreign"
-	SkipOtherUID     = "skipped-other-uid"
-	SkipAmbiguous    = "skipped-ambiguous"
-	defaultKillGrace = 5 * time.Second
-)
+const defaultKillGrace = 5 * time.Second
 
 // Options configure a run.
 type Options struct {
@@ -68,13 +54,13 @@ type Member struct {
 
 // Tree is one line of the report.
 type Tree struct {
-	ContainerID string   `json:"container_id"`
-	PGID        int      `json:"pgid"`
-	UID         int      `json:"uid"`
-	AgeSeconds  int64    `json:"age_seconds"`
-	Members     []Member `json:"members"`
-	Action      string   `json:"action"`
-	Error       *string  `json:"error"`
+	ContainerID string        `json:"container_id"`
+	PGID        int           `json:"pgid"`
+	UID         int           `json:"uid"`
+	AgeSeconds  int64         `json:"age_seconds"`
+	Members     []Member      `json:"members"`
+	Action      action.Action `json:"action"`
+	Error       *string       `json:"error"`
 
 	tree trees.Tree
 }
@@ -92,7 +78,7 @@ type Report struct {
 // Failed reports whether a tree would not die.
 func (r Report) Failed() bool {
 	for _, t := range r.Trees {
-		if t.Action == WouldNotDie {
+		if t.Action == action.WouldNotDie {
 			return true
 		}
 	}
@@ -100,10 +86,10 @@ func (r Report) Failed() bool {
 }
 
 // Count counts the trees with the given action.
-func (r Report) Count(action string) int {
+func (r Report) Count(a action.Action) int {
 	n := 0
 	for _, t := range r.Trees {
-		if t.Action == action {
+		if t.Action == a {
 			n++
 		}
 	}
@@ -112,22 +98,22 @@ func (r Report) Count(action string) int {
 
 // Decide is the decision table for one tree. It is pure: the caller has
 // already established liveness.
-func Decide(t trees.Tree, live liveness.Set, minAge time.Duration) string {
+func Decide(t trees.Tree, live liveness.Set, minAge time.Duration) action.Action {
 	switch {
 	case t.Ambiguous:
-		return SkipAmbiguous
+		return action.SkipAmbiguous
 	case t.Foreign:
-		return SkipForeign
+		return action.SkipForeign
 	case live.IsLive(t.ContainerID):
-		return SkipLive
+		return action.SkipLive
 	case !live.Vouches(t.UID):
-		return SkipOtherUID
+		return action.SkipOtherUID
 	case !t.AgeKnown:
-		return SkipAgeUnknown
+		return action.SkipAgeUnknown
 	case t.Age < minAge:
-		return SkipYoung
+		return action.SkipYoung
 	}
-	return WouldReap
+	return action.WouldReap
 }
 
 // Scanned is a scan of the host's supervisor trees, taken before podman is
@@ -232,7 +218,7 @@ func refreshSnapshots(opt Options, log *slog.Logger, ts []Tree) {
 	now := time.Now()
 	byContainer := map[string][]ledger.Tree{}
 	for _, t := range ts {
-		if t.Action == SkipLive && t.ContainerID != "" {
+		if t.Action == action.SkipLive && t.ContainerID != "" {
 			byContainer[t.ContainerID] = append(byContainer[t.ContainerID], t.tree.Snapshot("reconcile", now))
 		}
 	}
@@ -250,7 +236,7 @@ func refreshSnapshots(opt Options, log *slog.Logger, ts []Tree) {
 func reap(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) {
 	var wg sync.WaitGroup
 	for i := range ts {
-		if ts[i].Action != WouldReap {
+		if ts[i].Action != action.WouldReap {
 			continue
 		}
 		wg.Add(1)
@@ -258,7 +244,7 @@ func reap(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) {
 			defer wg.Done()
 			socks := sockets.TreeSockets(opt.Root, t.tree.UID, t.tree.PIDs())
 			r := pgkill.Kill(ctx, pgkill.Group{PGID: t.PGID, Members: t.tree.Stats()}, pgkill.Options{Root: opt.Root, Grace: opt.KillGrace})
-			t.Action = string(r.Outcome)
+			t.Action = r.Outcome
 			if r.Err != nil {
 				msg := r.Err.Error()
 				t.Error = &msg
@@ -269,7 +255,7 @@ func reap(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) {
 			if t.Error != nil {
 				snap.Error = *t.Error
 			}
-			if r.Outcome != pgkill.WouldNotDie {
+			if r.Outcome != action.WouldNotDie {
 				for _, s := range socks {
 					if err := sockets.RemoveTreeSocket(s); err != nil {
 						log.Warn("socket left in place", "path", s.Path, "err", err)
@@ -285,7 +271,7 @@ func reap(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) {
 					// others' members must stay attributable.
 					rec.Trees = slices.DeleteFunc(rec.Trees, func(lt ledger.Tree) bool { return lt.PGID == snap.PGID })
 					rec.Trees = append(rec.Trees, snap)
-					rec.Outcome = t.Action
+					rec.Outcome = string(t.Action)
 					return nil
 				})
 				if err != nil {
@@ -354,7 +340,7 @@ func anyAlive(root string, r *ledger.Record) bool {
 func contradicted(ts []Tree) map[string]bool {
 	out := map[string]bool{}
 	for _, t := range ts {
-		if t.Action == SkipContradicted && t.ContainerID != "" {
+		if t.Action == action.SkipContradicted && t.ContainerID != "" {
 			out[t.ContainerID] = true
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
@@ -56,7 +57,7 @@ func TestRunRealTrees(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tr := findByPGID(rep, stray.PGID); tr == nil || tr.Action != SkipYoung {
+		if tr := findByPGID(rep, stray.PGID); tr == nil || tr.Action != action.SkipYoung {
 			t.Fatalf("stray tree: %+v", tr)
 		}
 	})
@@ -67,13 +68,13 @@ func TestRunRealTrees(t *testing.T) {
 			t.Fatal(err)
 		}
 		tr := findByPGID(rep, stray.PGID)
-		if tr == nil || tr.Action != WouldReap || !rep.DryRun {
+		if tr == nil || tr.Action != action.WouldReap || !rep.DryRun {
 			t.Fatalf("stray tree: %+v", tr)
 		}
 		if n := alive(t, tr.Members); n != len(tr.Members) || n < 3 {
 			t.Errorf("%d of %d members alive after a dry run", n, len(tr.Members))
 		}
-		if lt := findByPGID(rep, kept.PGID); lt == nil || lt.Action != SkipLive {
+		if lt := findByPGID(rep, kept.PGID); lt == nil || lt.Action != action.SkipLive {
 			t.Errorf("live tree: %+v", lt)
 		}
 		// The live container's snapshot was refreshed, dry run or not.
@@ -91,7 +92,7 @@ func TestRunRealTrees(t *testing.T) {
 			t.Fatal(err)
 		}
 		tr := findByPGID(rep, stray.PGID)
-		if tr == nil || tr.Action != Reaped {
+		if tr == nil || tr.Action != action.Reaped {
 			t.Fatalf("stray tree: %+v", tr)
 		}
 		if n := alive(t, tr.Members); n != 0 {
@@ -108,7 +109,7 @@ func TestRunRealTrees(t *testing.T) {
 			t.Errorf("live socket: %v", err)
 		}
 		rec, err := store.Load(cidGone)
-		if err != nil || rec.Outcome != Reaped {
+		if err != nil || rec.Outcome != string(action.Reaped) {
 			t.Errorf("ledger after apply: %+v, %v", rec, err)
 		}
 	})

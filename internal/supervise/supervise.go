@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
@@ -193,7 +194,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 		if restarts >= o.MaxRestarts {
 			r.log.Error("giving up: the command keeps exiting", "restarts", restarts, "max_restarts", o.MaxRestarts)
-			r.recordOutcome("gone", "")
+			r.recordOutcome(action.Gone, "")
 			return ErrGaveUp
 		}
 		delay := Backoff(o.RestartDelay, o.MaxRestartDelay, restarts)
@@ -284,11 +285,11 @@ func (r *runner) shutdown(reason string) error {
 	if len(left) > 0 {
 		msg := describe(left)
 		r.log.Error("group members would not die", "members", msg)
-		r.recordOutcome("would-not-die", msg)
+		r.recordOutcome(action.WouldNotDie, msg)
 		return fmt.Errorf("%w: %s", ErrWouldNotDie, msg)
 	}
 	r.log.Info("group down", "reason", reason)
-	r.recordOutcome("reaped", "")
+	r.recordOutcome(action.Reaped, "")
 	return nil
 }
 
@@ -467,7 +468,7 @@ func (r *runner) refresh() {
 }
 
 // recordOutcome marks the wrapper's snapshots with what became of them.
-func (r *runner) recordOutcome(action, msg string) {
+func (r *runner) recordOutcome(a action.Action, msg string) {
 	if r.o.Store == nil || len(r.snaps) == 0 {
 		return
 	}
@@ -475,7 +476,7 @@ func (r *runner) recordOutcome(action, msg string) {
 		for i := range rec.Trees {
 			t := &rec.Trees[i]
 			if _, ours := r.snaps[t.PGID]; ours && t.Source == SnapshotSource {
-				t.Action, t.Error = action, msg
+				t.Action, t.Error = a, msg
 			}
 		}
 		return nil

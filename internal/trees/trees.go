@@ -19,7 +19,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -639,7 +638,7 @@ func KnownFrom(recs []*ledger.Record, bootID string) map[Key]string {
 			// A snapshot of a group that was not the container's to reap
 			// (ambiguous, foreign, another UID) must not make it so later,
 			// once its anchors are gone.
-			if strings.HasPrefix(t.Action, "skipped-") {
+			if t.Action.IsSkip() {
 				continue
 			}
 			for _, p := range t.Members {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
@@ -151,7 +152,7 @@ func pidRaceHelper(t *testing.T) {
 	if cal.reads < 6 {
 		t.Fatalf("an undisturbed Kill made %d identity reads through its Root; the race interposer no longer sees pgkill's reads", cal.reads)
 	}
-	if cal.outcome != pgkill.Reaped || cal.leftover != 0 {
+	if cal.outcome != action.Reaped || cal.leftover != 0 {
 		t.Fatalf("undisturbed Kill: %s, %d left alive", cal.outcome, cal.leftover)
 	}
 	points := cal.reads + 2 // race point 0 is "before Kill"; reads vary a little between runs
@@ -189,7 +190,7 @@ type raceResult struct {
 	staged    bool
 	label     string
 	reads     int
-	outcome   pgkill.Outcome
+	outcome   action.Action
 	innocents int
 	signals   int
 	harms     []string

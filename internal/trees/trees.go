@@ -24,7 +24,6 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
 )
 
@@ -623,39 +622,6 @@ func readUptime(root string) (time.Duration, error) {
 		return 0, fmt.Errorf("parsing uptime %q: %w", data, err)
 	}
 	return time.Duration(secs * float64(time.Second)), nil
-}
-
-// KnownFrom builds Options.Known from ledger records of the current boot.
-// Records from another boot name processes that no longer exist and are
-// never used.
-func KnownFrom(recs []*ledger.Record, bootID string) map[Key]string {
-	m := map[Key]string{}
-	for _, r := range recs {
-		if r.BootID != bootID {
-			continue
-		}
-		for _, t := range r.Trees {
-			// A snapshot of a group that was not the container's to reap
-			// (ambiguous, foreign, another UID) must not make it so later,
-			// once its anchors are gone.
-			if t.Action.IsSkip() {
-				continue
-			}
-			for _, p := range t.Members {
-				m[Key{PID: p.PID, StartTicks: p.StartTicks, PGID: t.PGID}] = r.ContainerID
-			}
-		}
-	}
-	return m
-}
-
-// Snapshot converts a tree to its ledger form.
-func (t Tree) Snapshot(source string, now time.Time) ledger.Tree {
-	lt := ledger.Tree{PGID: t.PGID, UID: t.UID, Source: source, SeenAt: now.UTC()}
-	for _, m := range t.Members {
-		lt.Members = append(lt.Members, ledger.Process{PID: m.PID, StartTicks: m.StartTicks, Comm: m.Comm})
-	}
-	return lt
 }
 
 // Stats returns the members' identities in the form pgkill revalidates.

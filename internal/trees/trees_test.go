@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
 )
 
@@ -288,28 +287,6 @@ func TestSignalable(t *testing.T) {
 				t.Errorf("Signalable = %v, want %v", got, tt.want)
 			}
 		})
-	}
-}
-
-func TestKnownFromSkipsGroupsThatWereNotTheContainers(t *testing.T) {
-	recs := []*ledger.Record{{
-		ContainerID: cidA,
-		BootID:      "boot",
-		Trees: []ledger.Tree{
-			{PGID: 10, Members: []ledger.Process{{PID: 10, StartTicks: 1}}, Action: "reaped"},
-			{PGID: 20, Members: []ledger.Process{{PID: 20, StartTicks: 2}}, Action: "skipped-ambiguous"},
-			{PGID: 30, Members: []ledger.Process{{PID: 30, StartTicks: 3}}, Action: "skipped-foreign"},
-			{PGID: 40, Members: []ledger.Process{{PID: 40, StartTicks: 4}}},
-		},
-	}, {
-		ContainerID: cidB,
-		BootID:      "another boot",
-		Trees:       []ledger.Tree{{PGID: 50, Members: []ledger.Process{{PID: 50, StartTicks: 5}}}},
-	}}
-	got := KnownFrom(recs, "boot")
-	want := map[Key]string{{PID: 10, StartTicks: 1, PGID: 10}: cidA, {PID: 40, StartTicks: 4, PGID: 40}: cidA}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("KnownFrom = %v, want %v", got, want)
 	}
 }
 

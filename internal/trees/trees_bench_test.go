@@ -92,7 +92,7 @@ func BenchmarkRead(b *testing.B) {
 			}
 		}
 	})
-	b.Run("stat/procReader", func(b *testing.B) {
+	b.Run("stat/proctable", func(b *testing.B) {
 		r := proctable.NewReader("/proc")
 		defer r.Close()
 		for b.Loop() {
@@ -108,7 +108,7 @@ func BenchmarkRead(b *testing.B) {
 			}
 		}
 	})
-	b.Run("identity/procReader", func(b *testing.B) {
+	b.Run("identity/proctable", func(b *testing.B) {
 		r := proctable.NewReader("/proc")
 		defer r.Close()
 		for b.Loop() {
@@ -173,7 +173,7 @@ func TestProcReaderMatchesFingerprint(t *testing.T) {
 			continue
 		}
 		if !ok {
-			t.Errorf("pid %d: identity differs:\nfingerprint %+v (%v)\nprocReader  %+v (%v)", pid, fa, ea, fb, eb)
+			t.Errorf("pid %d: identity differs:\nfingerprint %+v (%v)\nproctable   %+v (%v)", pid, fa, ea, fb, eb)
 			continue
 		}
 		if errClass(ea) == "not-process" {
@@ -227,7 +227,7 @@ func TestProcReaderMatchesFingerprint(t *testing.T) {
 		fa, ea := fingerprint.Read(root, pid)
 		fb, eb := fr.Identity(pid)
 		if errClass(ea) != errClass(eb) || (ea == nil && !reflect.DeepEqual(fa, fb)) {
-			t.Errorf("fixture pid %d: identity differs:\nfingerprint %+v (%v)\nprocReader  %+v (%v)", pid, fa, ea, fb, eb)
+			t.Errorf("fixture pid %d: identity differs:\nfingerprint %+v (%v)\nproctable   %+v (%v)", pid, fa, ea, fb, eb)
 		}
 		sa, ea := fingerprint.ReadStat(root, pid)
 		sb, eb := fr.Stat(pid)

@@ -179,7 +179,13 @@ func runChecks(ctx context.Context, c *cli.Context, g globals, cc checkConfig, l
 	// own default state dir is the one for this host UID.
 	hostUID := userns.HostEUID()
 	hookDefault := ledger.DefaultDir(hostUID)
+	// The engines' own answers come first: whether podman is one of them
+	// decides what a missing hook means.
+	ein := engineInputs(ctx, c, g, log)
 	installed, descs := doctor.HookInstalled(cc.hooksDirs, g.StateDir, hookDefault)
+	if !podmanAsked(ein) {
+		installed = doctor.HookWithoutPodman(installed, descs)
+	}
 	rep.Add(installed)
 
 	// Orphaned trees, exactly as reconcile sees (and with --fix, reaps)
@@ -188,7 +194,6 @@ func runChecks(ctx context.Context, c *cli.Context, g globals, cc checkConfig, l
 	opt.Apply = cc.fix
 	opt.Logger = log
 	rj, _, liveErr, scanErr := scanThenAsk(ctx, c, g, opt, cc.fix, log)
-	ein := engineInputs(ctx, c, g, log)
 	boot, err := doctor.BootTime(fingerprint.DefaultRoot)
 	if err != nil {
 		log.Warn("boot time unknown; counting every hook run", "err", err)

@@ -95,3 +95,14 @@ func podmanLive(in doctor.EnginesInput) int {
 	}
 	return 0
 }
+
+// podmanAsked says whether podman is one of the engines asked here
+// (named, or found by auto), answering or not.
+func podmanAsked(in doctor.EnginesInput) bool {
+	for _, e := range in.Engines {
+		if e.Name == doctor.NamePodman && e.Asked {
+			return true
+		}
+	}
+	return false
+}

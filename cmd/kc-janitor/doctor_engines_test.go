@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/containerdtest"
 	"github.com/kc-watchman/kc-watchman/internal/dockertest"
@@ -31,7 +32,10 @@ func TestDoctorEngines(t *testing.T) {
 	dk := dockertest.Need(t)
 	cdAddr := containerdtest.Address(t)
 	dk.Run(t, nil)
+	// A namespace of this run's own (the containerd case counts its
+	// containers exactly), removed with its image when the test ends.
 	ns := "kc-doctor-" + randomHex(t, 8)
+	t.Cleanup(func() { removeNamespace(cdAddr, ns) })
 	containerdtest.Run(t, cdAddr, ns, randomHex(t, 64), nil, "/bin/sleep", "100000")
 	absent := filepath.Join(t.TempDir(), "absent.sock")
 	euid := os.Geteuid()
@@ -104,6 +108,52 @@ func TestDoctorEngines(t *testing.T) {
 				case !asked && r.Reachable:
 					t.Errorf("%s: reachable, want not asked or failed: %+v", r.Name, r)
 				}
+			}
+		})
+	}
+}
+
+// removeNamespace deletes a containerd namespace and its images, waiting
+// for containerd's background collection of their blobs and snapshots.
+func removeNamespace(addr, ns string) {
+	if out, err := containerdtest.TryCtr(addr, ns, nil, "images", "ls", "-q"); err == nil {
+		for _, img := range strings.Fields(out) {
+			containerdtest.TryCtr(addr, ns, nil, "images", "rm", img)
+		}
+	}
+	for range 300 {
+		if _, err := containerdtest.TryCtr(addr, ns, nil, "namespaces", "rm", ns); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestDoctorHookOnDockerHost: a Docker host has no hooks.d for kc-hook, and
+// doctor must not call that an error there; where podman is asked, the
+// same empty hooks dir still is one.
+func TestDoctorHookOnDockerHost(t *testing.T) {
+	dk := dockertest.Need(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want doctor.Verdict
+	}{
+		{"docker only", []string{"--engine", "docker", "--docker-url", dk.URL}, doctor.OK},
+		{"docker and podman", []string{"--engine", "docker,podman", "--docker-url", dk.URL}, doctor.Error},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newDoctorHost(t)
+			files, _ := filepath.Glob(filepath.Join(h.hooks, "*.json"))
+			for _, f := range files {
+				if err := os.Remove(f); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, out := runJanitorCapture(t, h.args(append(tc.args, "--format", "json")...)...)
+			c := checkOf(t, decodeDoctor(t, out), doctor.NameHookInstalled)
+			if c.Verdict != tc.want {
+				t.Errorf("hook installed: %v (%s), want %v", c.Verdict, c.Detail, tc.want)
 			}
 		})
 	}

@@ -48,8 +48,9 @@ Between rounds, watch follows the container deaths Docker (/events,
 the dead container's trees at once, with the round's decision table: the
 engines are asked again, --min-age and --container hold, and without
 --reconcile-apply the stray is only logged as would-reap. A dropped event
-stream is subscribed again with backoff (250ms up to 30s). Podman reports
-no deaths here: on podman hosts kc-hook's poststop does this job.
+stream is subscribed again with backoff (250ms up to 30s), then one
+reconcile catches up on the deaths it missed. Podman reports no deaths
+here: on podman hosts kc-hook's poststop does this job.
 --no-events (or --no-reconcile) turns this off; --once never follows.
 
 A round that fails (podman unreachable, an unreadable directory, a tree

@@ -53,21 +53,23 @@ const coalesceWindow = 10 * time.Second
 
 // followDeaths subscribes to e's death events and passes each death to
 // onDeath until ctx is done, re-subscribing with backoff when the stream
-// drops. An engine without death events is left alone.
-func followDeaths(ctx context.Context, e engine.Engine, bo backoff, log *slog.Logger, ready func(), onDeath func(engine.Death)) {
+// drops. ready, if set, is called once each subscription is in place,
+// resumed telling whether one dropped before it. An engine without death
+// events is left alone.
+func followDeaths(ctx context.Context, e engine.Engine, bo backoff, log *slog.Logger, ready func(resumed bool), onDeath func(engine.Death)) {
 	log = log.With("engine", e.Name(), "endpoint", e.Endpoint())
 	delay := bo.min
 	// From the moment watch asked: a death between asking and dockerd
 	// subscribing is replayed.
 	since := time.Now()
-	for {
+	for resumed := false; ; resumed = true {
 		start := time.Now()
 		err := e.Deaths(ctx, engine.DeathWatch{
 			Since: since,
 			Ready: func() {
-				log.Info("following container deaths")
+				log.Info("following container deaths", "resumed", resumed)
 				if ready != nil {
-					ready()
+					ready(resumed)
 				}
 			},
 			Death: onDeath,
@@ -117,13 +119,14 @@ type deathHandler struct {
 	// attempt is reconcileOnce with watch's flags.
 	attempt func(ctx context.Context, opt reconcile.Options, log *slog.Logger) (rep reconcileJSON, liveErr, err error)
 
-	mu       sync.Mutex
-	closed   bool
-	inFlight map[string]bool
-	recent   map[string]time.Time
-	handled  map[string]int  // by engine, for the metrics file
-	followed map[string]bool // reported at 0 until a death
-	wg       sync.WaitGroup
+	mu         sync.Mutex
+	closed     bool
+	catchingUp bool
+	inFlight   map[string]bool
+	recent     map[string]time.Time
+	handled    map[string]int  // by engine, for the metrics file
+	followed   map[string]bool // reported at 0 until a death
+	wg         sync.WaitGroup
 }
 
 func newDeathHandler(wc watchConfig, log *slog.Logger, serial *sync.Mutex, work, stop context.Context) *deathHandler {
@@ -156,6 +159,50 @@ func (h *deathHandler) death(d engine.Death) {
 	h.inFlight[d.ID] = true
 	h.wg.Add(1)
 	go h.handle(d, log)
+}
+
+// catchUp reconciles every tree in watch's scope once eng's deaths are
+// followed again after a drop: containerd keeps no events to replay and
+// dockerd only its last 256, so a death while the stream was down would
+// otherwise wait for the next round. One at a time: one asked for while
+// another runs is dropped (a death between the two is the round's).
+func (h *deathHandler) catchUp(eng string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed || h.catchingUp {
+		return
+	}
+	h.catchingUp = true
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		defer func() {
+			h.mu.Lock()
+			h.catchingUp = false
+			h.mu.Unlock()
+		}()
+		log := h.log.With("engine", eng)
+		defer func() {
+			if r := recover(); r != nil {
+				log.Error("catching up crashed; the next round covers it", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			}
+		}()
+		opt := h.wc.reconcile
+		opt.Logger = log
+		rep, liveErr, err := h.locked(opt, log)
+		switch {
+		case liveErr != nil:
+			log.Error("not caught up after the event stream was down: ground truth unknown; nothing touched", "err", liveErr)
+			return
+		case err != nil:
+			log.Error("not caught up after the event stream was down; the next round covers it", "err", err)
+			return
+		}
+		logTrees(h.work, log, rep.Report)
+		log.Info("caught up after the event stream was down", "trees", len(rep.Trees),
+			"reaped", rep.Count(action.Reaped)+rep.Count(action.Gone), "would_reap", rep.Count(action.WouldReap),
+			"would_not_die", rep.Count(action.WouldNotDie), "dry_run", rep.DryRun)
+	}()
 }
 
 // close stops taking deaths and waits for those under way.
@@ -220,12 +267,14 @@ func (h *deathHandler) handle(d engine.Death, log *slog.Logger) {
 	counts := []any{"trees", len(rep.Trees), "reaped", rep.Count(action.Reaped) + rep.Count(action.Gone),
 		"would_reap", rep.Count(action.WouldReap), "would_not_die", rep.Count(action.WouldNotDie),
 		"skipped_live", rep.Count(action.SkipLive), "skipped_contradicted", rep.Count(action.SkipContradicted), "dry_run", rep.DryRun}
+	// Counted (and the metrics file written) before the line: a reader of
+	// the line finds the file current.
+	h.count(d.Engine)
 	log.Info("container death handled", append(counts, attrs...)...)
 	// A container still live after every attempt was restarted, or its
 	// task was killed and not deleted (the shim lives on): its next death
 	// or /tasks/delete must not be coalesced away.
 	settled = !stillLive
-	h.count(d.Engine)
 }
 
 // locked makes one attempt in turn with the rounds.
@@ -299,10 +348,13 @@ func startDeathEvents(work context.Context, wc watchConfig, serial *sync.Mutex, 
 		subs.Add(1)
 		go func() {
 			defer subs.Done()
-			followDeaths(ctx, e, resubscribe(), log, func() {
+			followDeaths(ctx, e, resubscribe(), log, func(resumed bool) {
 				h.mu.Lock()
 				h.followed[e.Name()] = true
 				h.mu.Unlock()
+				if resumed {
+					h.catchUp(e.Name())
+				}
 			}, h.death)
 		}()
 	}

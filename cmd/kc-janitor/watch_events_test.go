@@ -84,8 +84,9 @@ func fakeEvents(t *testing.T, answer func(n int, w http.ResponseWriter, r *http.
 
 // TestFollowDeathsResubscribes: a stream that drops is subscribed again
 // with a growing delay, capped, and reset after a healthy stream; deaths
-// from every subscription arrive, and a new subscription asks dockerd to
-// replay the deaths since just before the drop.
+// from every subscription arrive, a new subscription asks dockerd to
+// replay the deaths since just before the drop, and is reported as
+// resumed (watch then catches up).
 func TestFollowDeathsResubscribes(t *testing.T) {
 	a, b := strings.Repeat("a1", 32), strings.Repeat("b2", 32)
 	for _, tc := range []struct {
@@ -116,8 +117,11 @@ func TestFollowDeathsResubscribes(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			deaths := make(chan engine.Death, 10)
 			done := make(chan struct{})
+			var readies []bool
+			var mu sync.Mutex
 			go func() {
-				followDeaths(ctx, e, backoff{min: 10 * time.Millisecond, max: 40 * time.Millisecond, healthy: tc.healthy}, log, nil,
+				followDeaths(ctx, e, backoff{min: 10 * time.Millisecond, max: 40 * time.Millisecond, healthy: tc.healthy}, log,
+					func(resumed bool) { mu.Lock(); readies = append(readies, resumed); mu.Unlock() },
 					func(d engine.Death) { deaths <- d })
 				close(done)
 			}()
@@ -155,6 +159,11 @@ func TestFollowDeathsResubscribes(t *testing.T) {
 			}
 			if len(buf.records("following container deaths")) != 6 {
 				t.Errorf("not every subscription was logged")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if fmt.Sprint(readies) != "[false true true true true true]" {
+				t.Errorf("ready(resumed) calls %v: only the subscriptions after a drop are resumed ones", readies)
 			}
 		})
 	}
@@ -284,5 +293,47 @@ func TestDeathHandler(t *testing.T) {
 	}
 	if h.handled["containerd"] != 1 || h.handled["docker"] != 2 {
 		t.Errorf("handled by engine %v, want containerd 1, docker 2", h.handled)
+	}
+}
+
+// TestDeathHandlerCatchUp: after a stream was down, one reconcile covers
+// watch's whole scope (not one container); a second asked for while it
+// runs is dropped; none starts once the handler is closed.
+func TestDeathHandlerCatchUp(t *testing.T) {
+	a, b := strings.Repeat("a6", 32), strings.Repeat("b7", 32)
+	log, buf := jsonLogger()
+	var serial sync.Mutex
+	wc := watchConfig{}
+	wc.reconcile.Containers = map[string]bool{a: true, b: true}
+	h := newDeathHandler(wc, log, &serial, t.Context(), t.Context())
+	gate := make(chan struct{})
+	var calls atomic.Int32
+	var scope sync.Map
+	h.attempt = func(_ context.Context, opt reconcile.Options, _ *slog.Logger) (reconcileJSON, error, error) {
+		calls.Add(1)
+		for id := range opt.Containers {
+			scope.Store(id, true)
+		}
+		<-gate
+		return reconcileJSON{Report: reconcile.Report{LivenessKnown: true, Trees: []reconcile.Tree{
+			{ContainerID: a, PGID: 10, Action: action.Reaped}, {ContainerID: b, PGID: 11, Action: action.SkipLive}}}}, nil, nil
+	}
+	h.catchUp("containerd")
+	h.catchUp("docker") // while the first runs
+	close(gate)
+	waitFor(t, func() bool { return len(buf.records("caught up after the event stream was down")) == 1 })
+	h.close()
+	h.catchUp("containerd")
+	if n := calls.Load(); n != 1 {
+		t.Errorf("%d catch-ups ran, want 1", n)
+	}
+	for _, id := range []string{a, b} {
+		if _, ok := scope.Load(id); !ok {
+			t.Errorf("the catch-up was not asked about %s", id[:4])
+		}
+	}
+	l := buf.records("caught up after the event stream was down")[0]
+	if l["reaped"] != float64(1) || l["trees"] != float64(2) || l["engine"] != "containerd" {
+		t.Errorf("catch-up line %v", l)
 	}
 }

@@ -636,3 +636,38 @@ func TestHookInstalledElsewhere(t *testing.T) {
 		t.Errorf("descriptors in a dir podman reads: %v %s", got.Verdict, got.Detail)
 	}
 }
+
+// Where podman is not an engine, a missing kc-hook is expected (Docker and
+// containerd hosts have no hooks.d for it) and a broken one is a warning;
+// where it is, both stay errors.
+func TestHookWithoutPodman(t *testing.T) {
+	state := "/run/kc-watchman"
+	for _, c := range []struct {
+		name  string
+		setup func(t *testing.T, dir string)
+		want  Verdict
+		text  string
+	}{
+		{"none installed", func(*testing.T, string) {}, OK, "none needed: podman is not an engine here"},
+		{"poststop missing", func(t *testing.T, dir string) {
+			write(t, dir, "kc-hook-createruntime.json", descriptor(fakeHook(t), "createRuntime"))
+		}, Warn, "podman is not an engine here"},
+		{"installed", func(t *testing.T, dir string) { installPair(t, dir, fakeHook(t)) }, OK, "poststop"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "hooks.d")
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			c.setup(t, dir)
+			with, descs := HookInstalled([]string{dir}, state, state)
+			got := HookWithoutPodman(with, descs)
+			if got.Verdict != c.want || !strings.Contains(got.Detail, c.text) {
+				t.Errorf("verdict %v (%s), want %v with %q", got.Verdict, got.Detail, c.want, c.text)
+			}
+			if c.want != OK && with.Verdict != Error {
+				t.Errorf("with podman: verdict %v, want error", with.Verdict)
+			}
+		})
+	}
+}

@@ -453,3 +453,22 @@ func contains(ss []string, s string) bool {
 	}
 	return false
 }
+
+// HookWithoutPodman re-judges the hook check on a host where podman is not
+// one of the engines asked. kc-hook is run by podman (and CRI-O) from
+// hooks.d; a Docker or containerd host has no hooks directory for it, and
+// there watch's death events do its job, so a missing descriptor is
+// expected, not an error. A broken one that is there still deserves a look.
+func HookWithoutPodman(c Check, descs []Descriptor) Check {
+	if c.Verdict != Error {
+		return c
+	}
+	if len(descs) == 0 {
+		c.Verdict = OK
+		c.Detail = "none in hooks.d, and none needed: podman is not an engine here (run kc-janitor watch: it follows Docker's and containerd's container deaths; containerd's CRI takes the hook from contrib/containerd's base spec)"
+		return c
+	}
+	c.Verdict = Warn
+	c.Detail += " (podman is not an engine here)"
+	return c
+}

@@ -125,7 +125,7 @@ type DeathWatch struct {
 	// last 256) to report the deaths since then too: a subscription is in
 	// place some time after it was asked for, and a stream that dropped
 	// was deaf until the next one. Zero is from now on. containerd keeps
-	// no events: its gaps are left to the periodic round.
+	// no events: the caller catches up on its gaps by other means.
 	Since time.Time
 	// Ready, if set, is called once the engine accepted the subscription.
 	Ready func()

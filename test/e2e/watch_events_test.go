@@ -7,12 +7,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/containerdtest"
 	"github.com/kc-watchman/kc-watchman/internal/dockertest"
+	"github.com/kc-watchman/kc-watchman/internal/metrics"
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
 )
 
@@ -106,6 +108,30 @@ func (w *watchProc) waitReady(t testing.TB, engine string) {
 	w.waitLine(t, map[string]any{"msg": "reconcile", "step": "reconcile"})
 }
 
+// deathsHandled reads watch's handled-deaths gauge for engine from the
+// metrics file (-1 when absent).
+func deathsHandled(t *testing.T, path, engine string) float64 {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams, err := metrics.Parse(data)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if f := fams[metrics.WatchDeathsHandled]; f != nil {
+		for _, m := range f.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "engine" && l.GetValue() == engine {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return -1
+}
+
 // TestWatchDockerDeathEvents: with --interval 1h, watch reaps the tree of a
 // container killed with `docker kill` from its "die" event alone, and the
 // tree of a container that keeps running is not touched. A dry run only
@@ -119,7 +145,8 @@ func TestWatchDockerDeathEvents(t *testing.T) {
 		live, victim := dt.Run(t, nil), dt.Run(t, nil)
 		_, liveTree := startTree(t, t.TempDir(), live, testkit.Fake{Comm: comm})
 		_, victimTree := startTree(t, t.TempDir(), victim, testkit.Fake{Comm: comm})
-		w := startWatch(t, append(engine, "--reconcile-apply", "--container", live, "--container", victim)...)
+		mf := filepath.Join(t.TempDir(), "kc.prom")
+		w := startWatch(t, append(engine, "--reconcile-apply", "--metrics-file", mf, "--container", live, "--container", victim)...)
 		w.waitReady(t, "docker")
 		if len(aliveOf(victimTree)) != len(victimTree) {
 			t.Fatal("the first round touched a running container's tree")
@@ -137,6 +164,37 @@ func TestWatchDockerDeathEvents(t *testing.T) {
 		}
 		if n := len(w.lines(map[string]any{"msg": "reconcile", "step": "reconcile"})); n != 1 {
 			t.Errorf("%d rounds ran, want only the first: the reap was not the event's", n)
+		}
+		// Written after each handled death, next to the round's series.
+		if v := deathsHandled(t, mf, "docker"); v != 1 {
+			t.Errorf("%s{engine=docker} = %v, want 1", metrics.WatchDeathsHandled, v)
+		}
+	})
+
+	t.Run("one death reported by docker and containerd is handled once", func(t *testing.T) {
+		// dockerd's own containerd (.ci/lib/dockerd.sh: under its exec
+		// root), where Docker's containers are tasks in namespace moby.
+		sock := filepath.Join(filepath.Dir(strings.TrimPrefix(dt.URL, "unix://")), "exec", "containerd", "containerd.sock")
+		if _, err := os.Stat(sock); err != nil {
+			t.Skipf("no containerd of the private dockerd's at %s: %v", sock, err)
+		}
+		victim := dt.Run(t, nil)
+		_, tree := startTree(t, t.TempDir(), victim, testkit.Fake{Comm: comm})
+		w := startWatch(t, "--engine", "docker,containerd", "--docker-url", dt.URL, "--containerd-address", sock,
+			"--containerd-namespace", "moby", "--supervisor-comm", comm, "--min-age", "0s", "--reconcile-apply", "--container", victim)
+		w.waitReady(t, "docker")
+		w.waitLine(t, map[string]any{"msg": "following container deaths", "engine": "containerd"})
+
+		dt.Must(t, "kill", victim)
+		waitAllDead(t, tree, 20*time.Second)
+		w.waitLine(t, map[string]any{"msg": "container death handled", "container": victim})
+		// docker's die, containerd's /tasks/exit and /tasks/delete: the
+		// two that came second and third are coalesced.
+		coalesced := map[string]any{"msg": "container death already being handled or just handled; coalesced", "container": victim}
+		waitFor(t, 20*time.Second, "the repeats coalesced", func() bool { return len(w.lines(coalesced)) >= 2 })
+		handled := w.lines(map[string]any{"msg": "container death handled", "container": victim})
+		if len(handled) != 1 || handled[0]["reaped"] != float64(1) {
+			t.Errorf("death handled %d times (%v), want once, reaping the tree", len(handled), handled)
 		}
 	})
 

@@ -173,7 +173,7 @@ func (c *benchContainerd) cleanup() {
 	// containerd collects the image's blobs and snapshots in the
 	// background; the namespace can go once they are gone.
 	var err error
-	for range 100 {
+	for range 600 {
 		if _, err = containerdtest.TryCtr(c.addr, c.ns, nil, "namespaces", "rm", c.ns); err == nil {
 			return
 		}

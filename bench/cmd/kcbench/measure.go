@@ -470,17 +470,26 @@ func (b *bench) reconcileBench(n, procs int) error {
 			paths = append(paths, e)
 		}
 	}
+	args := map[string][]string{}
+	rrs := map[string]*reconcileResult{}
 	for _, path := range paths {
-		progress("N=%d: kc-janitor reconcile via %s (%d runs, after one warm-up)", n, path, b.cfg.janitorRuns)
-		rr := reconcileResult{N: n, Processes: procs, Path: path}
 		stateDir := filepath.Join(b.tmp, fmt.Sprintf("janitor-state-%d-%s", n, path))
 		if err := os.MkdirAll(filepath.Join(stateDir, "containers"), 0o700); err != nil {
 			return err
 		}
-		args := append([]string{"--state-dir", stateDir, "--min-age", "0s"}, b.janArgs[path]...)
-		args = append(args, b.containerFilter(path)...)
-		for r := -1; r < b.cfg.janitorRuns; r++ {
-			s, err := runReconcile(b.janitor, args, b.janEnv)
+		a := append([]string{"--state-dir", stateDir, "--min-age", "0s"}, b.janArgs[path]...)
+		args[path] = append(a, b.containerFilter(path)...)
+		rrs[path] = &reconcileResult{N: n, Processes: procs, Path: path}
+	}
+	// The paths take turns, each round in another order, so that a load
+	// that changes during the measurement (a shared host) weighs on
+	// every path alike rather than on whichever ran last.
+	progress("N=%d: kc-janitor reconcile via %s, in turn (%d runs each, after one warm-up)", n, strings.Join(paths, ", "), b.cfg.janitorRuns)
+	for r := -1; r < b.cfg.janitorRuns; r++ {
+		for i := range paths {
+			path := paths[(i+r+1)%len(paths)]
+			rr := rrs[path]
+			s, err := runReconcile(b.janitor, args[path], b.janEnv)
 			if err != nil {
 				return fmt.Errorf("%s: %w", path, err)
 			}
@@ -498,7 +507,7 @@ func (b *bench) reconcileBench(n, procs int) error {
 				}
 			}
 			if extra := s.Trees - len(live) - len(b.strayIDs); extra > 0 && r == 0 {
-				b.note("N=%d: reconcile also reported %d tree(s) that the harness did not start", n, extra)
+				b.note("N=%d: %s: reconcile also reported %d tree(s) that the harness did not start", n, path, extra)
 			}
 			if r < 0 {
 				continue
@@ -507,8 +516,12 @@ func (b *bench) reconcileBench(n, procs int) error {
 			rr.Wall = append(rr.Wall, s.timing())
 			rr.RSS = append(rr.RSS, s.MaxRSSKB)
 		}
-		rr.Load = loadavg()
-		b.res.Reconciles = append(b.res.Reconciles, rr)
+	}
+	load := loadavg()
+	for _, path := range paths {
+		rr := rrs[path]
+		rr.Load = load
+		b.res.Reconciles = append(b.res.Reconciles, *rr)
 		progress("N=%d: reconcile %s (wall/cpu): %v/%v, %d KB; load %s", n, path, rr.Wall.wall(), rr.Wall.cpu(), medianInt(rr.RSS), rr.Load)
 	}
 	return nil

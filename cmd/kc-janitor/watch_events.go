@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
@@ -64,9 +65,11 @@ func followDeaths(ctx context.Context, e engine.Engine, bo backoff, log *slog.Lo
 	since := time.Now()
 	for resumed := false; ; resumed = true {
 		start := time.Now()
+		var up atomic.Bool
 		err := e.Deaths(ctx, engine.DeathWatch{
 			Since: since,
 			Ready: func() {
+				up.Store(true)
 				log.Info("following container deaths", "resumed", resumed)
 				if ready != nil {
 					ready(resumed)
@@ -85,8 +88,11 @@ func followDeaths(ctx context.Context, e engine.Engine, bo backoff, log *slog.Lo
 			err = errors.New("the event stream ended")
 		}
 		// Deaths in flight when the stream dropped carry a time just
-		// before now; a repeat is coalesced.
-		since = time.Now().Add(-time.Second)
+		// before now; a repeat is coalesced. A subscription refused keeps
+		// the time of the last drop.
+		if up.Load() {
+			since = time.Now().Add(-time.Second)
+		}
 		if time.Since(start) >= bo.healthy {
 			delay = bo.min
 		}

@@ -101,6 +101,10 @@ func TestFollowDeathsResubscribes(t *testing.T) {
 			var sinces sync.Map
 			e, subs := fakeEvents(t, func(n int, w http.ResponseWriter, r *http.Request) {
 				sinces.Store(n, r.URL.Query().Get("since"))
+				if n == 3 || n == 4 { // dockerd refusing: no subscription
+					http.Error(w, `{"message":"busy"}`, http.StatusServiceUnavailable)
+					return
+				}
 				w.WriteHeader(http.StatusOK)
 				switch n {
 				case 0:
@@ -157,12 +161,24 @@ func TestFollowDeathsResubscribes(t *testing.T) {
 					t.Errorf("subscription %d asked no since: deaths while it was down would be lost", n)
 				}
 			}
-			if len(buf.records("following container deaths")) != 6 {
+			// Each dropped stream moves since to its drop; the refused
+			// subscriptions (3, 4) do not: 3, 4 and 5 ask from 2's drop.
+			s2, _ := sinces.Load(2)
+			s3, _ := sinces.Load(3)
+			if s3 == s2 {
+				t.Errorf("subscription 3 asked since %v, as 2 did: 2's drop did not move it", s3)
+			}
+			for _, n := range []int{4, 5} {
+				if s, _ := sinces.Load(n); s != s3 {
+					t.Errorf("subscription %d asked since %v, want %v (the last stream's drop)", n, s, s3)
+				}
+			}
+			if len(buf.records("following container deaths")) != 4 {
 				t.Errorf("not every subscription was logged")
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			if fmt.Sprint(readies) != "[false true true true true true]" {
+			if fmt.Sprint(readies) != "[false true true true]" {
 				t.Errorf("ready(resumed) calls %v: only the subscriptions after a drop are resumed ones", readies)
 			}
 		})

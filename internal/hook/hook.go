@@ -107,7 +107,7 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 	var known map[trees.Key]string
 	if store != nil {
 		if rec, err := store.Load(st.ID); err == nil {
-			known = trees.KnownFrom([]*ledger.Record{rec}, store.CurrentBootID())
+			known = ledger.KnownFrom([]*ledger.Record{rec}, store.CurrentBootID())
 		}
 	}
 	found, stats, err := trees.Scan(trees.Options{Root: root(cfg), Comms: cfg.Comms, Known: known, Lister: cfg.Lister, Only: map[string]bool{st.ID: true}})

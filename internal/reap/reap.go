@@ -97,7 +97,7 @@ func Run(ctx context.Context, opt Options, c Container) Result {
 	res := Result{Trees: make([]ledger.Tree, len(c.Trees))}
 	held := make([][]sockets.TreeSocket, len(c.Trees))
 	for i, t := range c.Trees {
-		snap := t.Snapshot(opt.Source, now)
+		snap := ledger.Snapshot(t.Tree, opt.Source, now)
 		snap.UID = t.HostUID
 		// Listed while the members live: a dead process's sockets can no
 		// longer be told from anyone else's.

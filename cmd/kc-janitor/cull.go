@@ -8,7 +8,6 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/cull"
 	"github.com/kc-watchman/kc-watchman/internal/janitor"
-	"github.com/kc-watchman/kc-watchman/internal/kallichore"
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
 )
 
@@ -37,24 +36,12 @@ reported).`,
 }
 
 func runCull(c *cli.Context) error {
-	g, err := loadGlobals(c)
+	se, err := preamble(c, "cull", plan{target: true, idle: true, logEnv: "KC_CULLER_LOG"})
 	if err != nil {
 		return err
 	}
-	threshold, err := cull.ParseIdle(c.String("idle"))
-	if err != nil {
-		return usageErr("--idle: %v", err)
-	}
-	log, closeLog, err := newLogger(g.reporting(), logFileOr(g, "KC_CULLER_LOG"))
-	if err != nil {
-		return err
-	}
-	defer closeLog()
-	log = log.With("cmd", "cull")
-	cfg, err := sweepConfig(c, g)
-	if err != nil {
-		return err
-	}
+	defer se.close()
+	g, log, cfg, threshold := se.g, se.log, se.s.Sockets, se.s.Threshold
 
 	var sources []cull.Source
 	if paths := c.StringSlice("socket"); len(paths) > 0 {
@@ -84,8 +71,7 @@ func runCull(c *cli.Context) error {
 		})...)
 	}
 
-	client := &kallichore.Client{Timeout: cfg.Timeout, RetryAfter: sockets.DefaultPause}
-	sups := cull.Audit(c.Context, client, sources, threshold, cfg.Workers)
+	sups := janitor.Audit(c.Context, cfg, sources, threshold)
 	janitor.RecordCull(metricsOf(c), sups)
 	failed, n := cull.Log(log, threshold, sups)
 	switch {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
-	"github.com/kc-watchman/kc-watchman/internal/janitor"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 )
 
@@ -121,12 +120,6 @@ func engineUsageErr(err error) error {
 		return usageErr("%s", strings.TrimPrefix(err.Error(), engine.ErrUsage.Error()+": "))
 	}
 	return err
-}
-
-// settingsOf is the settings every pass of internal/janitor takes: the
-// engines, the state dir and the scan options opt.
-func settingsOf(c *cli.Context, g globals, opt reconcile.Options) janitor.Settings {
-	return janitor.Settings{Engines: g.Engines, Engine: engineConfig(c, g, nil), StateDir: g.StateDir, Reconcile: opt}
 }
 
 // containerRef is what a --container value may look like: a container

@@ -12,8 +12,6 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/janitor"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
-	"github.com/kc-watchman/kc-watchman/internal/reconcile"
-	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
 func reconcileCommand() *cli.Command {
@@ -52,20 +50,15 @@ func reconcileFlags() []cli.Flag {
 }
 
 func runReconcile(c *cli.Context) error {
-	g, opt, err := loadScanSettings(c)
+	se, err := preamble(c, "reconcile", plan{scan: true})
 	if err != nil {
 		return err
 	}
-	log, closeLog, err := newLogger(g.reporting(), g.LogFile)
-	if err != nil {
-		return err
-	}
-	defer closeLog()
-	log = log.With("cmd", "reconcile")
-	opt.Apply = c.Bool("apply")
-	opt.Logger = log
+	defer se.close()
+	g, log := se.g, se.log
+	se.s.Reconcile.Apply = c.Bool("apply")
 
-	rep, liveErr, err := janitor.Reconcile(c.Context, settingsOf(c, g, opt), log)
+	rep, liveErr, err := janitor.Reconcile(c.Context, se.s, log)
 	if err == nil {
 		janitor.RecordReconcile(metricsOf(c), "reconcile", rep.Report, liveErr == nil)
 	}
@@ -95,73 +88,6 @@ func runReconcile(c *cli.Context) error {
 	}
 	if rep.Failed() {
 		return cli.Exit("", exitFailed)
-	}
-	return nil
-}
-
-// loadScanSettings reads the global flags and the scan and liveness
-// settings that reconcile, status, doctor and watch share.
-func loadScanSettings(c *cli.Context) (globals, reconcile.Options, error) {
-	g, err := loadGlobals(c)
-	if err != nil {
-		return g, reconcile.Options{}, err
-	}
-	opt, err := reconcileOptions(c, g)
-	return g, opt, err
-}
-
-func reconcileOptions(c *cli.Context, g globals) (reconcile.Options, error) {
-	opt := reconcile.Options{
-		Comms:     g.SupervisorComms,
-		MinAge:    c.Duration("min-age"),
-		KillGrace: c.Duration("kill-grace"),
-		FullScan:  c.Bool("full-scan"),
-	}
-	lister, err := trees.ParseLister(c.String("bpf"))
-	if err != nil {
-		return opt, usageErr("--bpf: %v", err)
-	}
-	opt.Lister = lister
-	if opt.MinAge < 0 {
-		return opt, usageErr("--min-age must not be negative")
-	}
-	if opt.KillGrace <= 0 {
-		return opt, usageErr("--kill-grace must be positive")
-	}
-	if err := checkPodmanURL(g); err != nil {
-		return opt, err
-	}
-	if err := checkEngines(c, g); err != nil {
-		return opt, err
-	}
-	// Only once every engine setting is known good: resolving a name asks
-	// the engines.
-	for _, ref := range c.StringSlice("container") {
-		m, err := resolveContainer(c, g, ref, false)
-		if err != nil {
-			return opt, err
-		}
-		if opt.Containers == nil {
-			opt.Containers = map[string]bool{}
-		}
-		opt.Containers[m.ID] = true
-	}
-	// doctor, status and watch share these options and also look at
-	// sockets.
-	if err := checkSocketDirs(c); err != nil {
-		return opt, err
-	}
-	return opt, nil
-}
-
-// checkPodmanURL refuses a malformed --podman-url up front: it is a usage
-// error, not podman being unreachable.
-func checkPodmanURL(g globals) error {
-	if g.PodmanURL == "" {
-		return nil
-	}
-	if err := liveness.CheckURL(g.PodmanURL); err != nil {
-		return usageErr("--podman-url: %v", err)
 	}
 	return nil
 }

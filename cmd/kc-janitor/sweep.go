@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/urfave/cli/v2"
 
@@ -67,76 +66,23 @@ Exit status: 0 ok; 1 an unlink failed or a socket directory could not be read.`,
 	}
 }
 
-// sweepConfig builds the sockets configuration both sweep and cull use:
-// probeConfig plus the container to look into.
-func sweepConfig(c *cli.Context, g globals) (sockets.Config, error) {
-	cfg, err := probeConfig(c, g)
-	if err != nil {
-		return cfg, err
-	}
-	if err := checkPodmanURL(g); err != nil {
-		return cfg, err
-	}
-	if pid := c.Int(flagContainerPID); pid < 0 {
-		return cfg, usageErr("--container-pid must not be negative")
-	} else if pid > 0 {
-		cfg.Target = sockets.Target{InitPID: pid}
-	} else if name := c.String(flagContainer); name != "" {
-		m, err := resolveContainer(c, g, name, true)
-		if err != nil {
-			return cfg, err
-		}
-		if m.InitPID <= 0 {
-			return cfg, cli.Exit(fmt.Sprintf("container %s (%s %s) is not running: its sockets cannot be reached", name, m.Engine, m.ID), exitFailed)
-		}
-		cfg.Target = sockets.Target{InitPID: m.InitPID}
-	}
-	return cfg, nil
-}
-
-// checkSocketDirs refuses --socket-dir patterns the sweep could only
-// report as errors: empty, relative, wildcards before the last component,
-// a malformed glob.
-func checkSocketDirs(c *cli.Context) error {
-	for _, p := range c.StringSlice(flagSocketDir) {
-		if err := sockets.CheckDirPattern(p); err != nil {
-			return usageErr("--socket-dir: %v", err)
-		}
-	}
-	return nil
-}
-
-// logFileOr returns the log file from --log-file, else from env.
-func logFileOr(g globals, env string) string {
-	if g.LogFile != "" {
-		return g.LogFile
-	}
-	return os.Getenv(env)
-}
-
 func runSweep(c *cli.Context) error {
-	g, err := loadGlobals(c)
+	se, err := preamble(c, "sweep", plan{target: true, logEnv: "KC_SWEEPER_LOG", check: func(globals) error {
+		// Zero or less would let a socket that is bound but not yet
+		// listening be unlinked under its server.
+		if c.Duration(flagHashedMinAge) <= 0 {
+			return usageErr("--%s must be positive", flagHashedMinAge)
+		}
+		return nil
+	}})
 	if err != nil {
 		return err
 	}
-	// Zero or less would let a socket that is bound but not yet listening
-	// be unlinked under its server.
-	hashedMinAge := c.Duration(flagHashedMinAge)
-	if hashedMinAge <= 0 {
-		return usageErr("--%s must be positive", flagHashedMinAge)
-	}
-	log, closeLog, err := newLogger(g.reporting(), logFileOr(g, "KC_SWEEPER_LOG"))
-	if err != nil {
-		return err
-	}
-	defer closeLog()
-	cfg, err := sweepConfig(c, g)
-	if err != nil {
-		return err
-	}
+	defer se.close()
+	g, log, cfg := se.g, se.log, se.s.Sockets
 	cfg.Apply = c.Bool("apply")
-	cfg.Logger = log.With("cmd", "sweep")
-	cfg.HashedMinAge = hashedMinAge
+	cfg.Logger = log
+	cfg.HashedMinAge = c.Duration(flagHashedMinAge)
 
 	rep, err := sockets.Sweep(c.Context, cfg)
 	if err != nil {
@@ -144,7 +90,7 @@ func runSweep(c *cli.Context) error {
 	}
 	janitor.RecordSweep(metricsOf(c), rep)
 	for _, e := range rep.DirErrors {
-		log.Error("socket directory", "cmd", "sweep", "err", e)
+		log.Error("socket directory", "err", e)
 	}
 	rep.Log(cfg.Logger)
 	switch {

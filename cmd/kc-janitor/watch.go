@@ -9,7 +9,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/kc-watchman/kc-watchman/internal/cull"
 	"github.com/kc-watchman/kc-watchman/internal/janitor"
 )
 
@@ -61,37 +60,25 @@ Examples:
 }
 
 func runWatch(c *cli.Context) error {
-	g, opt, err := loadScanSettings(c)
+	se, err := preamble(c, "watch", plan{scan: true, probe: true, idle: true, watch: true, check: func(g globals) error {
+		if g.JSON {
+			// watch prints no report: what it finds is in its log lines.
+			return usageErr("watch prints no report, only log lines: for JSON use --log-format json, not --format json")
+		}
+		if c.Duration("interval") <= 0 {
+			return usageErr("--interval must be positive")
+		}
+		return nil
+	}})
 	if err != nil {
 		return err
 	}
-	if g.JSON {
-		// watch prints no report: what it finds is in its log lines.
-		return usageErr("watch prints no report, only log lines: for JSON use --log-format json, not --format json")
-	}
-	scfg, err := probeConfig(c, g)
-	if err != nil {
-		return err
-	}
-	threshold, err := cull.ParseIdle(c.String(flagIdle))
-	if err != nil {
-		return usageErr("--idle: %v", err)
-	}
-	interval := c.Duration("interval")
-	if interval <= 0 {
-		return usageErr("--interval must be positive")
-	}
-	log, closeLog, err := newLogger(g, g.LogFile)
-	if err != nil {
-		return err
-	}
-	defer closeLog()
-	log = log.With("cmd", "watch")
-	opt.Apply = c.Bool("reconcile-apply")
-	opt.Logger = log.With("step", "reconcile")
-	w := janitor.Watch{Settings: settingsOf(c, g, opt), ReconcileOn: !c.Bool("no-reconcile"), CullOn: !c.Bool("no-cull"),
-		Interval: interval, MetricsFile: sharedString(c, flagMetricsFile)}
-	w.Sockets, w.Threshold = scfg, threshold
+	defer se.close()
+	log := se.log
+	w := janitor.Watch{Settings: se.s, ReconcileOn: !c.Bool("no-reconcile"), CullOn: !c.Bool("no-cull"),
+		Interval: c.Duration("interval"), MetricsFile: sharedString(c, flagMetricsFile)}
+	w.Reconcile.Apply = c.Bool("reconcile-apply")
+	w.Reconcile.Logger = log.With("step", "reconcile")
 	w.Sockets.Apply = c.Bool("sweep-apply")
 	w.Events = w.ReconcileOn && !c.Bool("no-events")
 

@@ -185,7 +185,7 @@ func (w *Watch) sweep(ctx context.Context, log *slog.Logger, ms *metrics.Set) (i
 }
 
 func (w *Watch) cull(ctx context.Context, log *slog.Logger, ms *metrics.Set, sources []cull.Source) int {
-	sups := cull.Audit(ctx, auditClient(w.Sockets), sources, w.Threshold, w.Sockets.Workers)
+	sups := Audit(ctx, w.Sockets, sources, w.Threshold)
 	RecordCull(ms, sups)
 	if failed, _ := cull.Log(log.With("step", "cull"), w.Threshold, sups); failed {
 		return ExitFailed
@@ -193,7 +193,9 @@ func (w *Watch) cull(ctx context.Context, log *slog.Logger, ms *metrics.Set, sou
 	return ExitOK
 }
 
-// auditClient asks supervisors for their sessions with cfg's timeout.
-func auditClient(cfg sockets.Config) *kallichore.Client {
-	return &kallichore.Client{Timeout: cfg.Timeout, RetryAfter: sockets.DefaultPause}
+// Audit reads the sessions of the supervisors on sources (cull's audit,
+// for cull, watch and doctor) with cfg's timeout and workers.
+func Audit(ctx context.Context, cfg sockets.Config, sources []cull.Source, threshold int64) []cull.Supervisor {
+	client := &kallichore.Client{Timeout: cfg.Timeout, RetryAfter: sockets.DefaultPause}
+	return cull.Audit(ctx, client, sources, threshold, cfg.Workers)
 }

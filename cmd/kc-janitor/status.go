@@ -138,7 +138,7 @@ func runStatus(c *cli.Context) error {
 	}
 
 	// The trees running now (a scan; nothing is signalled or recorded).
-	found, _, err := trees.Scan(trees.Options{Comms: opt.Comms, Known: trees.KnownFrom(records, bootID), Full: opt.FullScan, Lister: opt.Lister})
+	found, _, err := trees.Scan(trees.Options{Comms: opt.Comms, Known: ledger.KnownFrom(records, bootID), Full: opt.FullScan, Lister: opt.Lister})
 	if err != nil {
 		out.Errors = append(out.Errors, "scanning processes: "+err.Error())
 	}

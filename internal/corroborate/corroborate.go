@@ -17,7 +17,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/proclist"
+	"github.com/kc-watchman/kc-watchman/internal/proctable"
 )
 
 // Kinds of evidence.
@@ -144,7 +144,7 @@ func IsMonitor(comm string) bool {
 // scanMonitors maps each container ID carried by a live monitor's argv to
 // that monitor. Only comm is read for most processes.
 func scanMonitors(root string) (map[string][]Evidence, error) {
-	pids, err := proclist.List(root)
+	pids, err := proctable.PIDs(root)
 	if err != nil {
 		return nil, fmt.Errorf("listing processes for container monitors: %w", err)
 	}

@@ -109,7 +109,7 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 	var known map[trees.Key]string
 	if store != nil {
 		if rec, err := store.Load(st.ID); err == nil {
-			known = trees.KnownFrom([]*ledger.Record{rec}, store.CurrentBootID())
+			known = ledger.KnownFrom([]*ledger.Record{rec}, store.CurrentBootID())
 		}
 	}
 	found, stats, err := trees.Scan(trees.Options{Root: root(cfg), Comms: cfg.Comms, Known: known, Lister: cfg.Lister, Only: map[string]bool{st.ID: true}})
@@ -148,7 +148,7 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 	snaps := make([]ledger.Tree, len(mine))
 	held := make([][]sockets.TreeSocket, len(mine))
 	for i, t := range mine {
-		snaps[i] = t.Snapshot("poststop", now)
+		snaps[i] = ledger.Snapshot(t, "poststop", now)
 		// The janitor and other users read the ledger in host terms.
 		snaps[i].UID = hostUIDs[i]
 		held[i] = sockets.TreeSockets(root(cfg), t.UID, t.PIDs())

@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/proclist"
+	"github.com/kc-watchman/kc-watchman/internal/proctable"
 )
 
 // Members lists the live processes (not zombies, not threads) whose
@@ -22,7 +22,7 @@ func Members(root string, pgids ...int) []fingerprint.Stat {
 	if root == "" {
 		root = fingerprint.DefaultRoot
 	}
-	pids, err := proclist.List(root)
+	pids, err := proctable.PIDs(root)
 	if err != nil {
 		return nil
 	}

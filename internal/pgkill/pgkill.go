@@ -42,7 +42,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/proclist"
+	"github.com/kc-watchman/kc-watchman/internal/proctable"
 )
 
 // Group is a recorded process group: its ID and the identities of the
@@ -350,9 +350,9 @@ func scanGroup(root string, pgid int) ([]fingerprint.Stat, error) {
 		// getpgid(2) spares reading every process's stat, but it
 		// answers for this process's PID namespace, which another
 		// procfs need not show.
-		pids, err = proclist.InGroup(pgid)
+		pids, err = proctable.InGroup(pgid)
 	} else {
-		pids, err = proclist.List(root)
+		pids, err = proctable.PIDs(root)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("listing processes: %w", err)

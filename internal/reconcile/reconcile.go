@@ -149,7 +149,7 @@ func Scan(opt Options) (*Scanned, error) {
 		for _, err := range errs {
 			log.Warn("unreadable ledger record", "err", err)
 		}
-		known = trees.KnownFrom(sc.records, opt.Store.CurrentBootID())
+		known = ledger.KnownFrom(sc.records, opt.Store.CurrentBootID())
 	}
 	found, stats, err := trees.Scan(trees.Options{Root: opt.Root, Comms: opt.Comms, Known: known, Full: opt.FullScan, Lister: opt.Lister})
 	if err != nil {
@@ -219,7 +219,7 @@ func refreshSnapshots(opt Options, log *slog.Logger, ts []Tree) {
 	byContainer := map[string][]ledger.Tree{}
 	for _, t := range ts {
 		if t.Action == action.SkipLive && t.ContainerID != "" {
-			byContainer[t.ContainerID] = append(byContainer[t.ContainerID], t.tree.Snapshot("reconcile", now))
+			byContainer[t.ContainerID] = append(byContainer[t.ContainerID], ledger.Snapshot(t.tree, "reconcile", now))
 		}
 	}
 	for id, snaps := range byContainer {
@@ -250,7 +250,7 @@ func reap(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) {
 				t.Error = &msg
 			}
 			log.Info("[REAP] stray tree", "container", t.ContainerID, "pgid", t.PGID, "action", t.Action, "err", r.Err)
-			snap := t.tree.Snapshot("reconcile", time.Now())
+			snap := ledger.Snapshot(t.tree, "reconcile", time.Now())
 			snap.Action = t.Action
 			if t.Error != nil {
 				snap.Error = *t.Error

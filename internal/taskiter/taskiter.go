@@ -23,8 +23,9 @@
 // the listed processes' threads add up to the kernel's task count, in a
 // pass during which no task was created or went away, only if no process
 // was left out. Where the census cannot vouch, callers list /proc too
-// (package trees does, and reads the stat of every group leader it did
-// not see before calling a group leaderless). docs/LISTING.md has what is
+// (package proctable, which lists with this package, does; package trees
+// reads the stat of every group leader the listing did not show before
+// calling a group leaderless). docs/LISTING.md has what is
 // known of the PID 1 case, and why the program is hand-written.
 package taskiter
 

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/proclist"
+	"github.com/kc-watchman/kc-watchman/internal/proctable"
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
 	testproc "github.com/kc-watchman/kc-watchman/internal/testkit/proc"
@@ -128,8 +128,8 @@ func fastMatchesFull(t *testing.T, fastOpt Options) {
 // another procfs root asked to use it fails instead of mixing the two.
 func TestListBPFRefusesAnotherRoot(t *testing.T) {
 	root := writeFixture(t, []proc{{pid: 100, pgid: 100, comm: "kcserver", start: 90000, argv: []string{"kcserver", cidA}}})
-	if _, _, err := Scan(Options{Root: root, Lister: ListBPF}); !errors.Is(err, errNoIterator) {
-		t.Fatalf("Scan of a fixture root with ListBPF: err = %v, want errNoIterator", err)
+	if _, _, err := Scan(Options{Root: root, Lister: ListBPF}); !errors.Is(err, proctable.ErrNoIterator) {
+		t.Fatalf("Scan of a fixture root with ListBPF: err = %v, want proctable.ErrNoIterator", err)
 	}
 	ts, stats, err := Scan(Options{Root: root, Comms: []string{"kcserver"}})
 	if err != nil || len(ts) != 1 || stats.Lister != "proc" {
@@ -220,7 +220,7 @@ func TestIterMissedMemberIsRead(t *testing.T) {
 // groupPIDs lists the live processes of group pgid.
 func groupPIDs(t *testing.T, pgid int) []int {
 	t.Helper()
-	pids, err := proclist.InGroup(pgid)
+	pids, err := proctable.InGroup(pgid)
 	if err != nil {
 		t.Fatal(err)
 	}

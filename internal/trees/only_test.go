@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/proctable"
 )
 
 // TestScanOnly checks that Options.Only changes what a scan reads, never
@@ -49,7 +50,7 @@ func TestScanOnly(t *testing.T) {
 	} {
 		for _, full := range []bool{false, true} {
 			for _, p := range pipelines {
-				if full && p != (pipelineTuning{}) {
+				if full && p != (proctable.Pipeline{}) {
 					continue
 				}
 				t.Run(fmt.Sprintf("%s/full=%v/%+v", tt.name, full, p), func(t *testing.T) {
@@ -117,8 +118,8 @@ func TestExamineConfirmsAnUnlistedLeader(t *testing.T) {
 				root := writeFixture(t, procs)
 				s := &scanner{opt: Options{Root: root, Comms: []string{"kcserver"}}, comms: map[string]bool{"kcserver": true, WrapperComm: true}}
 				if fast {
-					s.proc = newProcReader(root)
-					defer s.proc.close()
+					s.proc = proctable.NewReader(root)
+					defer s.proc.Close()
 				}
 				_, got := s.examine(candidate{pgid: 100, pids: []int{101}})
 				if got != tt.want {
@@ -133,14 +134,14 @@ func TestExamineConfirmsAnUnlistedLeader(t *testing.T) {
 // three-read identity is fingerprint.Read's for that process, and a
 // process started at any other time (the PID reused) reads as gone.
 func TestIdentitySince(t *testing.T) {
-	r := newProcReader(fingerprint.DefaultRoot)
-	defer r.close()
+	r := proctable.NewReader(fingerprint.DefaultRoot)
+	defer r.Close()
 	self := os.Getpid()
 	want, err := fingerprint.Read(fingerprint.DefaultRoot, self)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := r.identitySince(self, want.StartTicks)
+	got, err := r.IdentitySince(self, want.StartTicks)
 	if err != nil {
 		t.Fatalf("identitySince(self, its start): %v", err)
 	}
@@ -150,7 +151,7 @@ func TestIdentitySince(t *testing.T) {
 		t.Errorf("identitySince = %+v, want %+v", got, want)
 	}
 	for _, start := range []uint64{want.StartTicks - 1, want.StartTicks + 1} {
-		if _, err := r.identitySince(self, start); !errors.Is(err, fingerprint.ErrNotFound) {
+		if _, err := r.IdentitySince(self, start); !errors.Is(err, fingerprint.ErrNotFound) {
 			t.Errorf("identitySince(self, %d) with the start at %d: err %v, want ErrNotFound", start, want.StartTicks, err)
 		}
 	}

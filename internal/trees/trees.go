@@ -5,9 +5,10 @@
 // A host has tens of thousands of processes and almost none of them matter,
 // so the scan reads files only where a decision needs them: one getpgid(2)
 // per process to group them, the leader's stat per group, and full
-// identities only for the few candidate groups. It reads those files with
-// one openat(2), read(2) and close(2) each into a reused buffer (see
-// procReader). Options.Full switches to the simple scan that reads every
+// identities only for the few candidate groups. Package proctable lists
+// the processes (with the BPF task iterator where it can) and reads those
+// files with one openat(2), read(2) and close(2) each into a reused buffer;
+// this package decides. Options.Full switches to the simple scan that reads every
 // process through package fingerprint; both make the same decisions about
 // what may be signalled, which the tests check.
 package trees
@@ -23,8 +24,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/proclist"
+	"github.com/kc-watchman/kc-watchman/internal/proctable"
 )
 
 // WrapperComm is the comm of `kc-hook supervise`, which always counts as a
@@ -67,12 +67,13 @@ type Options struct {
 	// Trees of other containers that share a group with one of these are
 	// still reported, as without Only. Such a scan that finds no tree
 	// also skips confirming the BPF task iterator's listing against
-	// /proc (see iterGroups): it has nothing to act on.
+	// /proc (proctable.Listing.Confirm): it has nothing to act on.
 	Only map[string]bool
 
-	// pipeline overrides how the fast scan splits its work (tests force
-	// several goroutines and many batches on a small process table).
-	pipeline pipelineTuning
+	// pipeline overrides how the fast scan's /proc listing splits its
+	// work (tests force several goroutines and many batches on a small
+	// process table).
+	pipeline proctable.Pipeline
 	// iterHide drops processes from the BPF task iterator's listing, as
 	// the kernel has been seen to (tests).
 	iterHide func(pid int) bool
@@ -147,7 +148,7 @@ func Scan(opt Options) ([]Tree, Stats, error) {
 	var (
 		ss      []*scanner
 		cands   []candidate
-		confirm *confirmation
+		listing *proctable.Listing
 		err     error
 	)
 	if opt.Full {
@@ -155,9 +156,9 @@ func Scan(opt Options) ([]Tree, Stats, error) {
 		stats.Lister = "full"
 		cands, err = ss[0].fullGroups(&stats)
 	} else {
-		cands, ss, confirm, err = listGroups(opt, comms, &stats)
+		listing, cands, ss, err = listGroups(opt, comms, &stats)
 		for _, s := range ss {
-			defer s.proc.close()
+			defer s.proc.Close()
 		}
 	}
 	if err != nil {
@@ -181,17 +182,19 @@ func Scan(opt Options) ([]Tree, Stats, error) {
 	// nothing it could forget: the hook records what it found), and the
 	// janitor's scans are the backstop for a tree whose every sign the
 	// iterator missed.
-	if confirm != nil && opt.Only == nil {
-		confirm.start()
+	pending := listing != nil && listing.Pending()
+	if pending && opt.Only == nil {
+		listing.Prefetch()
 	}
 	found := examineAll(ss, cands)
-	if confirm != nil && (opt.Only == nil || len(opt.Known) > 0 || slices.ContainsFunc(found, func(t *Tree) bool { return t != nil })) {
-		more, changed, err := confirm.finish()
+	if pending && (opt.Only == nil || len(opt.Known) > 0 || slices.ContainsFunc(found, func(t *Tree) bool { return t != nil })) {
+		grouped, err := listing.Confirm()
 		if err != nil {
 			return nil, stats, err
 		}
-		if changed {
-			found = examineAll(ss, more)
+		listingStats(listing, &stats)
+		if grouped > 0 {
+			found = examineAll(ss, ss[0].candidates(listing, &stats))
 		}
 	}
 	var out []Tree
@@ -204,6 +207,9 @@ func Scan(opt Options) ([]Tree, Stats, error) {
 			t.Age = youngest(t.Members, uptime)
 		}
 		out = append(out, *t)
+	}
+	if listing != nil {
+		stats.StatReads += listing.StatReads
 	}
 	for _, s := range ss {
 		stats.StatReads += s.stats.StatReads
@@ -276,7 +282,7 @@ type scanner struct {
 	stats     Stats
 	// proc is the fast scan's reader; nil for the full scan, which reads
 	// through package fingerprint.
-	proc *procReader
+	proc *proctable.Reader
 }
 
 // readStat reads pid's stat: through the fast reader, or (full scan)
@@ -284,7 +290,7 @@ type scanner struct {
 func (s *scanner) readStat(pid int) (fingerprint.Stat, error) {
 	s.stats.StatReads++
 	if s.proc != nil {
-		return s.proc.stat(pid)
+		return s.proc.Stat(pid)
 	}
 	return fingerprint.ReadStat(s.opt.Root, pid)
 }
@@ -294,11 +300,7 @@ func (s *scanner) readStat(pid int) (fingerprint.Stat, error) {
 func (s *scanner) readArgv(pid int) ([]string, error) {
 	s.stats.ArgvReads++
 	if s.proc != nil {
-		data, err := s.proc.ReadFile(pid, "cmdline")
-		if err != nil {
-			return nil, err
-		}
-		return fingerprint.SplitArgv(data), nil
+		return s.proc.Argv(pid)
 	}
 	return fingerprint.ReadArgv(s.opt.Root, pid)
 }
@@ -307,14 +309,14 @@ func (s *scanner) readArgv(pid int) ([]string, error) {
 // time listed (0: unknown). Knowing it spares the fast reader a stat read:
 // it reads status and cmdline, then stat, and only a process still
 // started at listed time, the listed one, is taken (see
-// procReader.identitySince). A process whose PID was reused since the
+// fingerprint.ReadSince). A process whose PID was reused since the
 // listing reads as gone: it was not in the snapshot.
 func (s *scanner) readIdentityListed(pid int, listed uint64) (fingerprint.Identity, error) {
 	if listed == 0 || s.proc == nil {
 		return s.readIdentity(pid)
 	}
 	s.stats.FullReads++
-	return s.proc.identitySince(pid, listed)
+	return s.proc.IdentitySince(pid, listed)
 }
 
 // readIdentity reads pid's full identity: through the fast reader, or
@@ -322,7 +324,7 @@ func (s *scanner) readIdentityListed(pid int, listed uint64) (fingerprint.Identi
 func (s *scanner) readIdentity(pid int) (fingerprint.Identity, error) {
 	s.stats.FullReads++
 	if s.proc != nil {
-		return s.proc.identity(pid)
+		return s.proc.Identity(pid)
 	}
 	return fingerprint.Read(s.opt.Root, pid)
 }
@@ -330,15 +332,8 @@ func (s *scanner) readIdentity(pid int) (fingerprint.Identity, error) {
 // leader reads the stat of a process that leads its group.
 func (s *scanner) leader(pid int) leaderMark {
 	st, err := s.readStat(pid)
-	switch {
-	case errors.Is(err, fingerprint.ErrNotFound):
-		return leaderMark{}
-	case err != nil:
-		return unreadableLeader
-	case st.PGID != pid || st.Zombie():
-		return leaderMark{}
-	}
-	return leaderMark{live: true, sup: s.supervisor(pid, st.Comm, nil)}
+	l := proctable.Leader{PID: pid, State: proctable.LeaderOf(pid, st, err), Comm: st.Comm}
+	return s.mark(l)
 }
 
 // unreadableLeader stands for a leader whose stat could not be read for
@@ -351,7 +346,7 @@ var unreadableLeader = leaderMark{live: true}
 // every process's stat, and every group a candidate, so that foreign
 // groups are reported too.
 func (s *scanner) fullGroups(stats *Stats) ([]candidate, error) {
-	pids, err := proclist.List(s.opt.Root)
+	pids, err := proctable.PIDs(s.opt.Root)
 	if err != nil {
 		return nil, err
 	}
@@ -627,39 +622,6 @@ func readUptime(root string) (time.Duration, error) {
 		return 0, fmt.Errorf("parsing uptime %q: %w", data, err)
 	}
 	return time.Duration(secs * float64(time.Second)), nil
-}
-
-// KnownFrom builds Options.Known from ledger records of the current boot.
-// Records from another boot name processes that no longer exist and are
-// never used.
-func KnownFrom(recs []*ledger.Record, bootID string) map[Key]string {
-	m := map[Key]string{}
-	for _, r := range recs {
-		if r.BootID != bootID {
-			continue
-		}
-		for _, t := range r.Trees {
-			// A snapshot of a group that was not the container's to reap
-			// (ambiguous, foreign, another UID) must not make it so later,
-			// once its anchors are gone.
-			if t.Action.IsSkip() {
-				continue
-			}
-			for _, p := range t.Members {
-				m[Key{PID: p.PID, StartTicks: p.StartTicks, PGID: t.PGID}] = r.ContainerID
-			}
-		}
-	}
-	return m
-}
-
-// Snapshot converts a tree to its ledger form.
-func (t Tree) Snapshot(source string, now time.Time) ledger.Tree {
-	lt := ledger.Tree{PGID: t.PGID, UID: t.UID, Source: source, SeenAt: now.UTC()}
-	for _, m := range t.Members {
-		lt.Members = append(lt.Members, ledger.Process{PID: m.PID, StartTicks: m.StartTicks, Comm: m.Comm})
-	}
-	return lt
 }
 
 // Stats returns the members' identities in the form pgkill revalidates.

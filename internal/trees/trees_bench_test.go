@@ -10,7 +10,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/proclist"
+	"github.com/kc-watchman/kc-watchman/internal/proctable"
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
 )
 
@@ -60,7 +60,7 @@ func BenchmarkScan(b *testing.B) {
 // naiveScan is the scan without the optimisations, for comparison: stat
 // and cmdline of every process through os.ReadFile.
 func naiveScan(b *testing.B) int {
-	pids, err := proclist.List("/proc")
+	pids, err := proctable.PIDs("/proc")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -92,11 +92,11 @@ func BenchmarkRead(b *testing.B) {
 			}
 		}
 	})
-	b.Run("stat/procReader", func(b *testing.B) {
-		r := newProcReader("/proc")
-		defer r.close()
+	b.Run("stat/proctable", func(b *testing.B) {
+		r := proctable.NewReader("/proc")
+		defer r.Close()
 		for b.Loop() {
-			if _, err := r.stat(pid); err != nil {
+			if _, err := r.Stat(pid); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -108,11 +108,11 @@ func BenchmarkRead(b *testing.B) {
 			}
 		}
 	})
-	b.Run("identity/procReader", func(b *testing.B) {
-		r := newProcReader("/proc")
-		defer r.close()
+	b.Run("identity/proctable", func(b *testing.B) {
+		r := proctable.NewReader("/proc")
+		defer r.Close()
 		for b.Loop() {
-			if _, err := r.identity(pid); err != nil {
+			if _, err := r.Identity(pid); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -140,10 +140,10 @@ func errClass(err error) string {
 // and the full scan then decide on the same data.
 func TestProcReaderMatchesFingerprint(t *testing.T) {
 	k := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{ContainerID: cidLive, Children: 2})
-	r := newProcReader("/proc")
-	defer r.close()
+	r := proctable.NewReader("/proc")
+	defer r.Close()
 
-	pids, err := proclist.List("/proc")
+	pids, err := proctable.PIDs("/proc")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,21 +166,21 @@ func TestProcReaderMatchesFingerprint(t *testing.T) {
 		var ea, eb error
 		for try := 0; try < 3 && !ok; try++ {
 			fa, ea = fingerprint.Read("/proc", pid)
-			fb, eb = r.identity(pid)
+			fb, eb = r.Identity(pid)
 			ok = errClass(ea) == errClass(eb) && (ea != nil || reflect.DeepEqual(stable(fa), stable(fb)))
 		}
 		if !ok && (errClass(ea) == "not-found" || errClass(eb) == "not-found") {
 			continue
 		}
 		if !ok {
-			t.Errorf("pid %d: identity differs:\nfingerprint %+v (%v)\nprocReader  %+v (%v)", pid, fa, ea, fb, eb)
+			t.Errorf("pid %d: identity differs:\nfingerprint %+v (%v)\nproctable   %+v (%v)", pid, fa, ea, fb, eb)
 			continue
 		}
 		if errClass(ea) == "not-process" {
 			threads++
 		}
 		sa, ea := fingerprint.ReadStat("/proc", pid)
-		sb, eb := r.stat(pid)
+		sb, eb := r.Stat(pid)
 		if errClass(ea) != errClass(eb) || (ea == nil && sa.PID != sb.PID) {
 			t.Errorf("pid %d: stat differs: %+v (%v) vs %+v (%v)", pid, sa, ea, sb, eb)
 		}
@@ -189,11 +189,11 @@ func TestProcReaderMatchesFingerprint(t *testing.T) {
 	if compared < 5 || threads == 0 {
 		t.Fatalf("compared %d processes and %d thread IDs; expected more", compared, threads)
 	}
-	id, err := r.identity(k.PGID)
+	id, err := r.Identity(k.PGID)
 	if err != nil || containerid.FromArgv(id.Argv)[0] != cidLive || id.Comm != WrapperComm {
 		t.Errorf("fake supervisor's wrapper %d: %+v, %v", k.PGID, id, err)
 	}
-	if id, err := r.identity(k.PID); err != nil || id.Comm != "kcserver" {
+	if id, err := r.Identity(k.PID); err != nil || id.Comm != "kcserver" {
 		t.Errorf("fake supervisor %d: %+v, %v", k.PID, id, err)
 	}
 
@@ -221,21 +221,21 @@ func TestProcReaderMatchesFingerprint(t *testing.T) {
 	}
 	write(100, "cmdline", joinArgv(append([]string{"kcserver", cidA}, long...)))
 
-	fr := newProcReader(root)
-	defer fr.close()
+	fr := proctable.NewReader(root)
+	defer fr.Close()
 	for _, pid := range []int{100, 101, 102, 103, 104, 105, 106} {
 		fa, ea := fingerprint.Read(root, pid)
-		fb, eb := fr.identity(pid)
+		fb, eb := fr.Identity(pid)
 		if errClass(ea) != errClass(eb) || (ea == nil && !reflect.DeepEqual(fa, fb)) {
-			t.Errorf("fixture pid %d: identity differs:\nfingerprint %+v (%v)\nprocReader  %+v (%v)", pid, fa, ea, fb, eb)
+			t.Errorf("fixture pid %d: identity differs:\nfingerprint %+v (%v)\nproctable   %+v (%v)", pid, fa, ea, fb, eb)
 		}
 		sa, ea := fingerprint.ReadStat(root, pid)
-		sb, eb := fr.stat(pid)
+		sb, eb := fr.Stat(pid)
 		if errClass(ea) != errClass(eb) || (ea == nil && sa != sb) {
 			t.Errorf("fixture pid %d: stat differs: %+v (%v) vs %+v (%v)", pid, sa, ea, sb, eb)
 		}
 	}
-	if id, err := fr.identity(100); err != nil || len(id.Argv) != 2002 {
+	if id, err := fr.Identity(100); err != nil || len(id.Argv) != 2002 {
 		t.Errorf("long argv: %d elements, %v", len(id.Argv), err)
 	}
 }

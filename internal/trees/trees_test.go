@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/proctable"
 )
 
 const (
@@ -203,7 +203,7 @@ func TestScanDecisions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		for _, p := range pipelines {
-			if tt.full && p != (pipelineTuning{}) {
+			if tt.full && p != (proctable.Pipeline{}) {
 				continue // the full scan has no pipeline
 			}
 			t.Run(fmt.Sprintf("%s/%+v", tt.name, p), func(t *testing.T) {
@@ -235,10 +235,10 @@ func foreignGroups(n int) []proc {
 
 // pipelines are the fast scan's default split and two that force many
 // batches and several goroutines onto a small process table.
-var pipelines = []pipelineTuning{
+var pipelines = []proctable.Pipeline{
 	{},
-	{batchBytes: 128, minPIDsPerWorker: 1, workers: 4},
-	{batchBytes: 512, minPIDsPerWorker: 8, workers: 2},
+	{BatchBytes: 128, MinPIDsPerWorker: 1, Workers: 4},
+	{BatchBytes: 512, MinPIDsPerWorker: 8, Workers: 2},
 }
 
 // withFiller adds processes that no decision should care about, so that a
@@ -290,28 +290,6 @@ func TestSignalable(t *testing.T) {
 	}
 }
 
-func TestKnownFromSkipsGroupsThatWereNotTheContainers(t *testing.T) {
-	recs := []*ledger.Record{{
-		ContainerID: cidA,
-		BootID:      "boot",
-		Trees: []ledger.Tree{
-			{PGID: 10, Members: []ledger.Process{{PID: 10, StartTicks: 1}}, Action: "reaped"},
-			{PGID: 20, Members: []ledger.Process{{PID: 20, StartTicks: 2}}, Action: "skipped-ambiguous"},
-			{PGID: 30, Members: []ledger.Process{{PID: 30, StartTicks: 3}}, Action: "skipped-foreign"},
-			{PGID: 40, Members: []ledger.Process{{PID: 40, StartTicks: 4}}},
-		},
-	}, {
-		ContainerID: cidB,
-		BootID:      "another boot",
-		Trees:       []ledger.Tree{{PGID: 50, Members: []ledger.Process{{PID: 50, StartTicks: 5}}}},
-	}}
-	got := KnownFrom(recs, "boot")
-	want := map[Key]string{{PID: 10, StartTicks: 1, PGID: 10}: cidA, {PID: 40, StartTicks: 4, PGID: 40}: cidA}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("KnownFrom = %v, want %v", got, want)
-	}
-}
-
 // TestLeaderMark checks what one stat read of a group leader decides, with
 // both readers: a leader that cannot be read for another reason than being
 // gone must count as a live leader outside the supervisor set, so that its
@@ -339,8 +317,8 @@ func TestLeaderMark(t *testing.T) {
 	for _, fast := range []bool{true, false} {
 		s := &scanner{opt: Options{Root: root, Comms: []string{"kcserver"}}, comms: map[string]bool{"kcserver": true, WrapperComm: true}}
 		if fast {
-			s.proc = newProcReader(root)
-			defer s.proc.close()
+			s.proc = proctable.NewReader(root)
+			defer s.proc.Close()
 		}
 		for _, tt := range tests {
 			t.Run(fmt.Sprintf("%s/fast=%v", tt.name, fast), func(t *testing.T) {

@@ -1,4 +1,4 @@
-package proclist
+package proctable
 
 import (
 	"os"
@@ -55,7 +55,7 @@ func TestListMatchesReaddir(t *testing.T) {
 		t.Run(strconv.Itoa(size), func(t *testing.T) {
 			for try := 0; ; try++ {
 				before := want()
-				l, err := Open("/proc", size)
+				l, err := openDir("/proc", size)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -1,4 +1,4 @@
-package trees
+package proctable
 
 import (
 	"strconv"
@@ -9,9 +9,9 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 )
 
-// procReader reads /proc files for the fast scan with one openat(2) (relative
-// to a descriptor of the procfs root), one read(2) and one close(2) each,
-// into a buffer it reuses. os.ReadFile, which package fingerprint uses,
+// Reader reads the files of /proc/<pid>/ with one openat(2) (relative to a
+// descriptor of the procfs root), one read(2) and one close(2) each, into
+// a buffer it reuses. os.ReadFile, which package fingerprint uses,
 // makes about three times as many system calls per file (fstat twice,
 // fcntl, an epoll registration that procfs refuses, a read to see EOF),
 // and allocates a buffer each time; on a host with tens of thousands of
@@ -23,22 +23,25 @@ import (
 // scan's decisions do not depend on which reader it used;
 // TestFastScanMatchesFullScan and TestProcReaderMatchesFingerprint check
 // that.
-type procReader struct {
+type Reader struct {
 	root  string
 	dirfd int // -1 when root could not be opened: paths are used instead
 	buf   []byte
 	name  []byte
 }
 
-func newProcReader(root string) *procReader {
+// NewReader reads root. A root that cannot be opened is read by path,
+// each file then failing as it would.
+func NewReader(root string) *Reader {
 	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		fd = -1
 	}
-	return &procReader{root: root, dirfd: fd, buf: make([]byte, 4096), name: make([]byte, 0, 64)}
+	return &Reader{root: root, dirfd: fd, buf: make([]byte, 4096), name: make([]byte, 0, 64)}
 }
 
-func (r *procReader) close() {
+// Close releases the root's descriptor.
+func (r *Reader) Close() {
 	if r.dirfd >= 0 {
 		unix.Close(r.dirfd)
 		r.dirfd = -1
@@ -54,7 +57,7 @@ func (r *procReader) close() {
 // it never waits on the target process (unlike cmdline, which takes its
 // mmap lock), and the hand-offs the Go runtime makes around thousands of
 // short system calls cost more than the calls themselves.
-func (r *procReader) ReadFile(pid int, file string) ([]byte, error) {
+func (r *Reader) ReadFile(pid int, file string) ([]byte, error) {
 	single, raw := file != "cmdline", file == "stat"
 	r.name = strconv.AppendInt(r.name[:0], int64(pid), 10)
 	r.name = append(r.name, '/')
@@ -93,7 +96,7 @@ func (r *procReader) ReadFile(pid int, file string) ([]byte, error) {
 
 // openat opens the NUL-terminated path relative to the root descriptor
 // (an absolute path when there is none).
-func (r *procReader) openat(path []byte, raw bool) (int, error) {
+func (r *Reader) openat(path []byte, raw bool) (int, error) {
 	dirfd := r.dirfd
 	if dirfd < 0 {
 		dirfd = unix.AT_FDCWD
@@ -116,7 +119,7 @@ func (r *procReader) openat(path []byte, raw bool) (int, error) {
 	}
 }
 
-func (r *procReader) readfd(fd int, p []byte, raw bool) (int, error) {
+func (r *Reader) readfd(fd int, p []byte, raw bool) (int, error) {
 	var n uintptr
 	var errno unix.Errno
 	if raw {
@@ -130,7 +133,7 @@ func (r *procReader) readfd(fd int, p []byte, raw bool) (int, error) {
 	return int(n), nil
 }
 
-func (r *procReader) closefd(fd int, raw bool) {
+func (r *Reader) closefd(fd int, raw bool) {
 	if raw {
 		unix.RawSyscall(unix.SYS_CLOSE, uintptr(fd), 0, 0)
 		return
@@ -138,18 +141,27 @@ func (r *procReader) closefd(fd int, raw bool) {
 	unix.Close(fd)
 }
 
-// stat is fingerprint.ReadStat.
-func (r *procReader) stat(pid int) (fingerprint.Stat, error) {
+// Stat is fingerprint.ReadStat through r.
+func (r *Reader) Stat(pid int) (fingerprint.Stat, error) {
 	return fingerprint.ReadStatFrom(r, pid)
 }
 
-// identitySince is fingerprint.ReadSince: the identity of a process seen
-// started at start.
-func (r *procReader) identitySince(pid int, start uint64) (fingerprint.Identity, error) {
+// IdentitySince is fingerprint.ReadSince through r: the identity of a
+// process seen started at start.
+func (r *Reader) IdentitySince(pid int, start uint64) (fingerprint.Identity, error) {
 	return fingerprint.ReadSince(r, pid, start)
 }
 
-// identity is fingerprint.Read.
-func (r *procReader) identity(pid int) (fingerprint.Identity, error) {
+// Identity is fingerprint.Read through r.
+func (r *Reader) Identity(pid int) (fingerprint.Identity, error) {
 	return fingerprint.ReadFrom(r, pid)
+}
+
+// Argv is fingerprint.ReadArgv through r.
+func (r *Reader) Argv(pid int) ([]string, error) {
+	data, err := r.ReadFile(pid, "cmdline")
+	if err != nil {
+		return nil, err
+	}
+	return fingerprint.SplitArgv(data), nil
 }

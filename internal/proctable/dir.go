@@ -1,10 +1,4 @@
-// Package proclist lists the processes of a procfs root with few system
-// calls: getdents64(2) into one buffer, names parsed in place, and
-// getpgid(2) as a raw call where a group is all that is asked. On a host
-// with tens of thousands of processes, and on a VM where a system call
-// costs a microsecond, these are most of what finding a process group
-// costs.
-package proclist
+package proctable
 
 import (
 	"bytes"
@@ -18,31 +12,32 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Lister reads the numeric entries of a procfs root with getdents64(2)
-// and parses the names in place: a /proc with tens of thousands of entries
-// then costs a handful of calls and no allocation per entry. Threads are
-// not listed there, only thread-group leaders.
-type Lister struct {
+// dir reads the numeric entries of a procfs root with getdents64(2) and
+// parses the names in place: a /proc with tens of thousands of entries
+// then costs a handful of calls and no allocation per entry. On a VM
+// where a system call costs a microsecond, that is most of what listing
+// /proc costs. Threads are not listed there, only thread-group leaders.
+type dir struct {
 	root string
 	fd   int
 	buf  []byte
 }
 
-// Open opens root for listing, bufSize bytes per getdents64(2) call.
-func Open(root string, bufSize int) (*Lister, error) {
+// openDir opens root for listing, bufSize bytes per getdents64(2) call.
+func openDir(root string, bufSize int) (*dir, error) {
 	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("reading process list: %w", &os.PathError{Op: "open", Path: root, Err: err})
 	}
-	return &Lister{root: root, fd: fd, buf: make([]byte, bufSize)}, nil
+	return &dir{root: root, fd: fd, buf: make([]byte, bufSize)}, nil
 }
 
 // Close releases the directory.
-func (l *Lister) Close() { unix.Close(l.fd) }
+func (l *dir) Close() { unix.Close(l.fd) }
 
 // Next appends the PIDs of the next getdents64(2) call to pids. It
 // returns pids unchanged and done at the end of the directory.
-func (l *Lister) Next(pids []int) (_ []int, done bool, err error) {
+func (l *dir) Next(pids []int) (_ []int, done bool, err error) {
 	for {
 		// Reading a directory never waits on another process, so a raw
 		// call spares the scheduler hand-off.
@@ -81,9 +76,11 @@ func appendDirentPIDs(pids []int, buf []byte) []int {
 	return pids
 }
 
-// List lists every PID of root.
-func List(root string) ([]int, error) {
-	l, err := Open(root, 64<<10)
+// PIDs lists every PID of root, in the order of its directory (ascending
+// on procfs), with getdents64(2). It is a snapshot of the directory alone:
+// List is the listing with groups, and with the BPF task iterator.
+func PIDs(root string) ([]int, error) {
+	l, err := openDir(root, 64<<10)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +120,7 @@ func ParsePID(name []byte) (int, bool) {
 // cost. Zombies are included; so may be processes that left the group
 // since: the caller reads what it keeps.
 func InGroup(pgid int) ([]int, error) {
-	pids, err := List("/proc")
+	pids, err := PIDs("/proc")
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +149,3 @@ func InGroup(pgid int) ([]int, error) {
 	}
 	return out, nil
 }
-
-// minPIDsPerWorker: below this many processes per CPU, one goroutine is
-// faster than several.
-const minPIDsPerWorker = 1000

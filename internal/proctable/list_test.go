@@ -1,0 +1,84 @@
+package proctable
+
+import (
+	"errors"
+	"os/exec"
+	"slices"
+	"syscall"
+	"testing"
+
+	"github.com/kc-watchman/kc-watchman/internal/taskiter"
+)
+
+// TestListIsComplete: a process the task iterator leaves out (as the
+// kernel has been seen to leave out PID 1) is in the listing all the
+// same, with its group and its leader's verdict: List confirms the pass
+// against /proc when the census cannot vouch for it, and a deferred
+// listing is complete once confirmed.
+func TestListIsComplete(t *testing.T) {
+	leader := exec.Command("sleep", "1000")
+	leader.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := leader.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { leader.Process.Kill(); leader.Wait() })
+	pid := leader.Process.Pid
+	hide := func(p int) bool { return p == pid }
+	named := map[string]bool{"sleep": true}
+
+	has := func(t *testing.T, l *Listing) {
+		t.Helper()
+		i := slices.Index(l.PIDs, pid)
+		if i < 0 || int(l.PGIDs[i]) != pid {
+			t.Fatalf("%s listing of %d processes lacks %d in its own group", l.Lister, len(l.PIDs), pid)
+		}
+		j := slices.IndexFunc(l.Leaders, func(ld Leader) bool { return ld.PID == pid })
+		if j < 0 || l.Leaders[j].State != Live || l.Leaders[j].Comm != "sleep" {
+			t.Fatalf("leader %d: %+v, want it live and named sleep", pid, l.Leaders[max(j, 0)])
+		}
+	}
+	for _, lister := range []Lister{ListProc, ListBPF} {
+		t.Run(lister.String(), func(t *testing.T) {
+			l, err := List(Options{Lister: lister, Named: named, Hide: hide})
+			if errors.Is(err, taskiter.ErrUnavailable) {
+				t.Skipf("task iterator not usable here: %v", err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			has(t, l)
+			if lister == ListBPF && (!l.Confirmed || l.Missed < 1 || l.Pending()) {
+				t.Errorf("Confirmed %v, Missed %d, Pending %v: want the hidden process found by confirming", l.Confirmed, l.Missed, l.Pending())
+			}
+		})
+	}
+	t.Run("deferred", func(t *testing.T) {
+		l, err := List(Options{Lister: ListBPF, Named: named, Hide: hide, Defer: true})
+		if errors.Is(err, taskiter.ErrUnavailable) {
+			t.Skipf("task iterator not usable here: %v", err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !l.Pending() || slices.Contains(l.PIDs, pid) {
+			t.Fatalf("Pending %v, hidden process listed %v: want a pending listing without it", l.Pending(), slices.Contains(l.PIDs, pid))
+		}
+		l.Prefetch()
+		grouped, err := l.Confirm()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if grouped < 1 || l.Pending() {
+			t.Errorf("Confirm: %d grouped processes added, Pending %v", grouped, l.Pending())
+		}
+		has(t, l)
+	})
+}
+
+// TestListBPFRefusesAnotherRoot: the task iterator lists the host's
+// processes only, so it cannot stand for another procfs root.
+func TestListBPFRefusesAnotherRoot(t *testing.T) {
+	if _, err := List(Options{Root: t.TempDir(), Lister: ListBPF}); !errors.Is(err, ErrNoIterator) {
+		t.Fatalf("List of another root with ListBPF: err = %v, want ErrNoIterator", err)
+	}
+}

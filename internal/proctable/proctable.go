@@ -1,0 +1,230 @@
+// Package proctable lists the host's processes and reads them: the one
+// place that knows how to get a complete process table cheaply.
+//
+// List returns every process with its process group, and what the
+// listing learnt of every group leader (alive in its group, a zombie,
+// gone; its comm where the caller asked for it). It lists with the BPF
+// task iterator (package taskiter) where the kernel and the caller's
+// privileges allow, and /proc otherwise. The iterator is not trusted to
+// list every process: unless its census proves the pass complete, /proc is
+// listed too and what it shows that the iterator did not is added (see
+// Listing.Confirm). Reader reads a process's files with few system calls,
+// through package fingerprint's parsers.
+//
+// On a host with tens of thousands of processes, and on a VM where a
+// system call costs a microsecond, the system calls are most of what a
+// scan costs: the directory is read with getdents64(2) into one buffer,
+// a group is asked with a raw getpgid(2), and a file is one openat, read
+// and close. Package trees decides what the listing means.
+package proctable
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+)
+
+// Lister chooses how List lists the host's processes.
+type Lister int
+
+const (
+	// ListAuto uses the BPF task iterator where the kernel and the
+	// caller's privileges allow it, and /proc otherwise.
+	ListAuto Lister = iota
+	// ListProc lists /proc: a getpgid(2) per process and a stat read per
+	// group leader. It never loads a BPF program.
+	ListProc
+	// ListBPF requires the BPF task iterator: List fails without it.
+	ListBPF
+)
+
+// ParseLister reads the --bpf setting: auto, on (ListBPF) or off
+// (ListProc).
+func ParseLister(s string) (Lister, error) {
+	switch s {
+	case "auto":
+		return ListAuto, nil
+	case "off":
+		return ListProc, nil
+	case "on":
+		return ListBPF, nil
+	}
+	return ListAuto, fmt.Errorf("%q is not auto, on or off", s)
+}
+
+// String returns the --bpf spelling of l.
+func (l Lister) String() string {
+	switch l {
+	case ListProc:
+		return "off"
+	case ListBPF:
+		return "on"
+	}
+	return "auto"
+}
+
+// ErrNoIterator wraps why a ListBPF listing could not be made.
+var ErrNoIterator = errors.New("the BPF task iterator was required")
+
+// Options configure List.
+type Options struct {
+	// Root is the procfs mount; default /proc. Only the host's /proc can
+	// use getpgid(2) and the task iterator; any other root (test
+	// fixtures) has every process's stat read for its group.
+	Root   string
+	Lister Lister
+	// Named are the comms the caller decides by: a live leader whose
+	// comm is one of them carries it in Leader.Comm. No other comm
+	// becomes a string.
+	Named map[string]bool
+	// Defer leaves completing a listing that the iterator's census
+	// could not vouch for to Listing.Confirm, for a caller that may find
+	// it has nothing to act on, or that lists /proc (Prefetch) while it
+	// reads what it has. Without it, List returns a complete listing.
+	Defer bool
+	// Pipeline overrides how the /proc listing splits its work (tests
+	// force several goroutines and many batches on a small table).
+	Pipeline Pipeline
+	// Hide drops processes from the task iterator's listing, as the
+	// kernel has been seen to (tests).
+	Hide func(pid int) bool
+}
+
+// LeaderState is what the listing learnt of a group leader.
+type LeaderState uint8
+
+const (
+	// Gone: the leader is gone, a zombie, or no longer in its group.
+	Gone LeaderState = iota
+	// Live: in its own group and not a zombie.
+	Live
+	// Unreadable: its stat could not be read for another reason than its
+	// being gone (out of descriptors, an I/O error, garbled data).
+	Unreadable
+)
+
+// LeaderOf classifies the stat read of a process listed as leading its
+// own group (st and err as fingerprint.ReadStat returns them).
+func LeaderOf(pid int, st fingerprint.Stat, err error) LeaderState {
+	switch {
+	case errors.Is(err, fingerprint.ErrNotFound):
+		return Gone
+	case err != nil:
+		return Unreadable
+	case st.PGID != pid || st.Zombie():
+		return Gone
+	}
+	return Live
+}
+
+// Leader is a process the listing saw leading its own group.
+type Leader struct {
+	PID   int
+	State LeaderState
+	// Comm is set for a Live leader whose comm is in Options.Named.
+	Comm string
+}
+
+// Listing is the process table at one moment: PIDs[i] is in group
+// PGIDs[i] (-1: gone by the time it was asked, 0: a kernel thread) and
+// was started at Starts[i] clock ticks (0: unknown; Starts is nil for a
+// /proc listing). Every process that exists for the whole of List (and of
+// Confirm, when deferred) is in it.
+type Listing struct {
+	PIDs   []int
+	PGIDs  []int32
+	Starts []uint64
+	// Leaders are the processes listed as leading their group, in
+	// listing order (ascending, but for those Confirm adds).
+	Leaders []Leader
+
+	// Lister is how the processes were listed: "bpf" or "proc".
+	Lister string
+	// Fallback says why ListAuto did not use the BPF task iterator;
+	// empty when it did or was not asked to.
+	Fallback string
+	// Confirmed: the task iterator's listing was checked against /proc's
+	// (its census could not vouch for it).
+	Confirmed bool
+	// Missed counts the processes /proc listed and the task iterator did
+	// not (added from /proc).
+	Missed int
+	// StatReads counts the stat files read.
+	StatReads int
+
+	root    string
+	named   map[string]bool
+	pending *confirmation // not nil until an unvouched listing is confirmed
+}
+
+// List lists the host's processes (see Options.Lister); the listing is
+// complete unless opt.Defer leaves that to Confirm.
+func List(opt Options) (*Listing, error) {
+	if opt.Root == "" {
+		opt.Root = fingerprint.DefaultRoot
+	}
+	// "/proc/" is the host's /proc too.
+	opt.Root = filepath.Clean(opt.Root)
+	var fallback string
+	if opt.Lister != ListProc && opt.Root == fingerprint.DefaultRoot {
+		l, err := listBPF(opt)
+		if err == nil {
+			if !opt.Defer {
+				if _, err := l.Confirm(); err != nil {
+					return nil, err
+				}
+			}
+			return l, nil
+		}
+		if opt.Lister == ListBPF {
+			return nil, fmt.Errorf("%w: %w", ErrNoIterator, err)
+		}
+		fallback = err.Error()
+	} else if opt.Lister == ListBPF {
+		return nil, fmt.Errorf("%w: it lists only the host's /proc, not %s", ErrNoIterator, opt.Root)
+	}
+	l, err := listProc(opt)
+	if err != nil {
+		return nil, err
+	}
+	l.Fallback = fallback
+	return l, nil
+}
+
+// add appends a process to the listing.
+func (l *Listing) add(pid, pgid int, start uint64) {
+	l.PIDs = append(l.PIDs, pid)
+	l.PGIDs = append(l.PGIDs, int32(pgid))
+	if l.Starts != nil {
+		l.Starts = append(l.Starts, start)
+	}
+}
+
+// reader reads stat files for a listing, counting them.
+type reader struct {
+	*Reader
+	named     map[string]bool
+	statReads int
+}
+
+func newReader(opt Options) *reader {
+	return &reader{Reader: NewReader(opt.Root), named: opt.Named}
+}
+
+// stat reads pid's stat, counting it.
+func (r *reader) stat(pid int) (fingerprint.Stat, error) {
+	r.statReads++
+	return r.Stat(pid)
+}
+
+// leader reads a process that leads its own group.
+func (r *reader) leader(pid int) Leader {
+	st, err := r.stat(pid)
+	l := Leader{PID: pid, State: LeaderOf(pid, st, err)}
+	if l.State == Live && r.named[st.Comm] {
+		l.Comm = st.Comm
+	}
+	return l
+}

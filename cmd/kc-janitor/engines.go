@@ -64,23 +64,6 @@ func loadEngineGlobals(c *cli.Context, g *globals) error {
 	return nil
 }
 
-// sharedSlice is sharedString for a repeatable flag: the innermost
-// position that set it wins.
-func sharedSlice(c *cli.Context, name string) []string {
-	for _, lc := range c.Lineage() {
-		if lc.IsSet(name) {
-			var out []string
-			for _, v := range lc.StringSlice(name) {
-				if v = strings.TrimSpace(v); v != "" {
-					out = append(out, v)
-				}
-			}
-			return out
-		}
-	}
-	return nil
-}
-
 // engineConfig gathers every engine's settings from the flags.
 func engineConfig(c *cli.Context, g globals, log *slog.Logger) engine.Config {
 	cfg := engine.Config{

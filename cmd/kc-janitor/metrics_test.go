@@ -10,6 +10,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/kc-watchman/kc-watchman/internal/cliapp"
 	"github.com/kc-watchman/kc-watchman/internal/metrics"
 )
 
@@ -190,7 +191,7 @@ func TestManAndCompletion(t *testing.T) {
 	}
 	for _, sh := range []string{"bash", "zsh"} {
 		code, out := runJanitorCapture(t, "completion", sh)
-		if code != exitOK || !strings.Contains(out, "kc-janitor") || !strings.Contains(out, completeArg) {
+		if code != exitOK || !strings.Contains(out, "kc-janitor") || !strings.Contains(out, cliapp.CompleteArg) {
 			t.Errorf("%s: exit %d:\n%s", sh, code, out)
 		}
 		if path, err := exec.LookPath(sh); err == nil {

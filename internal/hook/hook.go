@@ -6,16 +6,13 @@ import (
 	"log/slog"
 	"os"
 	"slices"
-	"sync"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/pgkill"
-	"github.com/kc-watchman/kc-watchman/internal/sockets"
+	"github.com/kc-watchman/kc-watchman/internal/reap"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 	"github.com/kc-watchman/kc-watchman/internal/userns"
 )
@@ -91,9 +88,10 @@ func Record(cfg Config, stage Stage, st *specs.State) error {
 	return nil
 }
 
-// Poststop finds the container's supervisor trees, records them, reaps
-// them and unlinks their sockets once their owners are dead. It never calls
-// podman: the container is gone, and the State names it.
+// Poststop finds the container's supervisor trees and hands them to
+// reap.Run, which records them, reaps them, unlinks their sockets once
+// their owners are dead and records the outcome. It never calls podman:
+// the container is gone, and the State names it.
 func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) {
 	log := cfg.Logger
 	var res Result
@@ -118,11 +116,9 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 	}
 	log.Debug("scanned processes", "processes", stats.Processes, "groups", stats.Groups, "stat_reads", stats.StatReads, "argv_reads", stats.ArgvReads, "full_reads", stats.FullReads, "lister", stats.Lister, "lister_fallback", stats.ListerFallback, "duration", stats.Duration)
 
-	now := time.Now()
 	uids := translator(cfg)
 	self := hostEUID(uids)
-	var mine []trees.Tree
-	var hostUIDs []int
+	var mine []reap.Tree
 	for _, t := range found {
 		if t.HoldsCaller() {
 			log.Warn("not touching the hook's own process group", "pgid", t.PGID)
@@ -142,106 +138,23 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 			log.Info("leaving another user's tree alone", "pgid", t.PGID, "uid", host, "hook_uid", self)
 			continue
 		}
-		mine = append(mine, t)
-		hostUIDs = append(hostUIDs, host)
+		// The janitor and other users read the ledger in host terms; a
+		// tree with no host UID is refused by reap.
+		mine = append(mine, reap.Tree{Tree: t, HostUID: host})
 	}
-	snaps := make([]ledger.Tree, len(mine))
-	held := make([][]sockets.TreeSocket, len(mine))
-	for i, t := range mine {
-		snaps[i] = ledger.Snapshot(t, "poststop", now)
-		// The janitor and other users read the ledger in host terms.
-		snaps[i].UID = hostUIDs[i]
-		held[i] = sockets.TreeSockets(root(cfg), t.UID, t.PIDs())
-		for _, s := range held[i] {
-			snaps[i].Sockets = append(snaps[i].Sockets, s.Path)
-		}
-		switch {
-		case t.Foreign:
-			snaps[i].Action = action.SkipForeign
-		case t.Ambiguous:
-			snaps[i].Action = action.SkipAmbiguous
-		case hostUIDs[i] < 0:
-			snaps[i].Action = action.SkipOtherUID
-		}
+	// Every tree of a dead container is a stray: reap refuses the foreign,
+	// ambiguous and unmapped ones and acts on the rest.
+	var rec *ledger.Store
+	if res.Unrecorded == nil {
+		rec = store
 	}
-	// Record before signalling: if this hook is killed mid-run, the
-	// janitor still knows exactly which processes were this container's.
-	// With nothing to signal, the outcome below is the only write needed.
-	if store != nil && len(mine) > 0 {
-		if err := store.Update(st.ID, func(r *ledger.Record) error {
-			stamp(r, StagePoststop)
-			r.Trees = snaps
-			return nil
-		}); err != nil {
-			log.Warn("could not record trees before reaping", "err", err)
-		}
-	}
-
-	var wg sync.WaitGroup
-	for i, t := range mine {
-		if snaps[i].Action != "" {
-			log.Info("not signalling tree", "pgid", t.PGID, "reason", snaps[i].Action, "container_ids", t.ContainerIDs)
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := pgkill.Kill(ctx, pgkill.Group{PGID: t.PGID, Members: t.Stats()}, pgkill.Options{Root: root(cfg), Grace: cfg.KillGrace})
-			snaps[i].Action = r.Outcome
-			if r.Err != nil {
-				snaps[i].Error = r.Err.Error()
-			}
-			log.Info("tree", "pgid", t.PGID, "action", r.Outcome, "signals", fmt.Sprint(r.Signals), "err", r.Err)
-			if r.Outcome == action.WouldNotDie {
-				return
-			}
-			for _, s := range held[i] {
-				if err := sockets.RemoveTreeSocket(s); err != nil {
-					log.Warn("socket left in place", "path", s.Path, "err", err)
-					continue
-				}
-				snaps[i].SocketsUnlinked = append(snaps[i].SocketsUnlinked, s.Path)
-			}
-		}()
-	}
-	wg.Wait()
-
-	outcome := action.Nothing
-	for _, s := range snaps {
-		switch s.Action {
-		case action.WouldNotDie:
-			res.Failed = true
-			outcome = action.WouldNotDie
-		case action.Reaped, action.Gone:
-			if outcome == action.Nothing {
-				outcome = action.Reaped
-			}
-		}
-	}
-	res.Trees = snaps
-	if store == nil || res.Unrecorded != nil {
-		return res, nil
-	}
-	err = store.Update(st.ID, func(r *ledger.Record) error {
-		stamp(r, StagePoststop)
-		r.Trees = snaps
-		r.Outcome = string(outcome)
-		return nil
-	})
-	if err != nil {
-		// Bookkeeping: the trees were dealt with, which is what the
-		// exit status reports.
-		log.Warn("could not record the outcome", "err", err)
-		res.Unrecorded = err
+	out := reap.Run(ctx, reap.Options{Root: root(cfg), Grace: cfg.KillGrace, Store: rec, Source: "poststop", Stage: string(StagePoststop), Logger: log},
+		reap.Container{ID: st.ID, Trees: mine, All: true})
+	res.Trees, res.Failed = out.Trees, out.Failed()
+	if out.Unrecorded != nil {
+		res.Unrecorded = out.Unrecorded
 	}
 	return res, nil
-}
-
-func stamp(r *ledger.Record, stage Stage) {
-	if r.Stages == nil {
-		r.Stages = map[string]time.Time{}
-	}
-	r.Stages[string(stage)] = time.Now().UTC()
 }
 
 // translator is cfg.UIDs, else the hook's own map; without a readable

@@ -13,9 +13,12 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
+// IDs of this package's own: trees' tests start real trees with other
+// packages' IDs at the same time, and the supervise wrapper counts as a
+// supervisor whatever the comm, so a shared ID would make their trees ours.
 const (
-	cidLive = "1111111111111111111111111111111111111111111111111111111111111111"
-	cidGone = "2222222222222222222222222222222222222222222222222222222222222222"
+	cidLive = "7e57113e7e57113e7e57113e7e57113e7e57113e7e57113e7e57113e7e57113e"
+	cidGone = "7e579013e7e579013e7e579013e7e579013e7e579013e7e579013e7e579013e7"
 )
 
 func TestDecide(t *testing.T) {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -14,8 +13,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
-	"github.com/kc-watchman/kc-watchman/internal/pgkill"
-	"github.com/kc-watchman/kc-watchman/internal/sockets"
+	"github.com/kc-watchman/kc-watchman/internal/reap"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
@@ -202,7 +200,7 @@ func (sc *Scanned) Run(ctx context.Context, live liveness.Set) (Report, error) {
 
 	refreshSnapshots(opt, log, rep.Trees)
 	if opt.Apply {
-		reap(ctx, opt, log, rep.Trees)
+		reapStrays(ctx, opt, log, rep.Trees)
 		rep.LedgerCollected = collect(opt, log, records, live, contradicted(rep.Trees))
 	}
 	return rep, nil
@@ -233,52 +231,35 @@ func refreshSnapshots(opt Options, log *slog.Logger, ts []Tree) {
 	}
 }
 
-func reap(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) {
-	var wg sync.WaitGroup
+// reapStrays hands the strays to reap, one call per container (each
+// reaps its trees concurrently, and the containers run concurrently too),
+// and copies what became of them into the report.
+func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) {
+	byContainer := map[string][]int{}
 	for i := range ts {
-		if ts[i].Action != action.WouldReap {
-			continue
+		if ts[i].Action == action.WouldReap {
+			byContainer[ts[i].ContainerID] = append(byContainer[ts[i].ContainerID], i)
 		}
+	}
+	ropt := reap.Options{Root: opt.Root, Grace: opt.KillGrace, Store: opt.Store, Source: "reconcile", Logger: log}
+	var wg sync.WaitGroup
+	for id, idx := range byContainer {
 		wg.Add(1)
-		go func(t *Tree) {
+		go func() {
 			defer wg.Done()
-			socks := sockets.TreeSockets(opt.Root, t.tree.UID, t.tree.PIDs())
-			r := pgkill.Kill(ctx, pgkill.Group{PGID: t.PGID, Members: t.tree.Stats()}, pgkill.Options{Root: opt.Root, Grace: opt.KillGrace})
-			t.Action = r.Outcome
-			if r.Err != nil {
-				msg := r.Err.Error()
-				t.Error = &msg
+			c := reap.Container{ID: id}
+			for _, i := range idx {
+				// The janitor reads /proc in host terms.
+				c.Trees = append(c.Trees, reap.Tree{Tree: ts[i].tree, HostUID: ts[i].tree.UID})
 			}
-			log.Info("[REAP] stray tree", "container", t.ContainerID, "pgid", t.PGID, "action", t.Action, "err", r.Err)
-			snap := ledger.Snapshot(t.tree, "reconcile", time.Now())
-			snap.Action = t.Action
-			if t.Error != nil {
-				snap.Error = *t.Error
-			}
-			if r.Outcome != action.WouldNotDie {
-				for _, s := range socks {
-					if err := sockets.RemoveTreeSocket(s); err != nil {
-						log.Warn("socket left in place", "path", s.Path, "err", err)
-						continue
-					}
-					snap.SocketsUnlinked = append(snap.SocketsUnlinked, s.Path)
+			res := reap.Run(ctx, ropt, c)
+			for k, i := range idx {
+				ts[i].Action = res.Trees[k].Action
+				if msg := res.Trees[k].Error; msg != "" {
+					ts[i].Error = &msg
 				}
 			}
-			if opt.Store != nil {
-				err := opt.Store.Update(t.ContainerID, func(rec *ledger.Record) error {
-					// Replace only this group's snapshot: a container can
-					// have several trees, reaped concurrently, and the
-					// others' members must stay attributable.
-					rec.Trees = slices.DeleteFunc(rec.Trees, func(lt ledger.Tree) bool { return lt.PGID == snap.PGID })
-					rec.Trees = append(rec.Trees, snap)
-					rec.Outcome = string(t.Action)
-					return nil
-				})
-				if err != nil {
-					log.Warn("could not record outcome", "container", t.ContainerID, "err", err)
-				}
-			}
-		}(&ts[i])
+		}()
 	}
 	wg.Wait()
 }
@@ -343,14 +324,6 @@ func contradicted(ts []Tree) map[string]bool {
 		if t.Action == action.SkipContradicted && t.ContainerID != "" {
 			out[t.ContainerID] = true
 		}
-	}
-	return out
-}
-
-func pids(t trees.Tree) []int {
-	out := make([]int, len(t.Members))
-	for i, m := range t.Members {
-		out[i] = m.PID
 	}
 	return out
 }

@@ -28,7 +28,7 @@ func watchCommand() *cli.Command {
 		&cli.BoolFlag{Name: "no-reconcile", Usage: "skip reconcile (where podman is not the container engine's ground truth, e.g. CRI-O nodes)", EnvVars: []string{"KC_WATCH_NO_RECONCILE"}},
 		&cli.BoolFlag{Name: "no-cull", Usage: "skip the session audit", EnvVars: []string{"KC_WATCH_NO_CULL"}},
 		&cli.BoolFlag{Name: "once", Usage: "run one round and exit with its worst exit code (for a systemd timer or cron)", EnvVars: []string{"KC_WATCH_ONCE"}},
-		&cli.BoolFlag{Name: "no-events", Usage: "do not follow the engines' container deaths (Docker's die, containerd's task exit): a dead container's trees then wait for the next round", EnvVars: []string{"KC_WATCH_NO_EVENTS"}},
+		&cli.BoolFlag{Name: "no-events", Usage: "do not follow the engines' container deaths (Docker's die, podman's died, containerd's task exit): a dead container's trees then wait for the next round", EnvVars: []string{"KC_WATCH_NO_EVENTS"}},
 		&cli.StringFlag{Name: flagIdle, Value: "24h", Usage: "cull: report sessions idle longer than `DURATION` (or seconds)", EnvVars: []string{"KC_IDLE", "KC_IDLE_SECONDS"}},
 	}
 	flags = append(flags, reconcileFlags()...)
@@ -44,13 +44,14 @@ kills). Every round logs one summary line per step; --metrics-file is
 rewritten after every round.
 
 Between rounds, watch follows the container deaths Docker (/events,
-"die") and containerd (/tasks/exit, /tasks/delete) report and reconciles
-the dead container's trees at once, with the round's decision table: the
-engines are asked again, --min-age and --container hold, and without
---reconcile-apply the stray is only logged as would-reap. A dropped event
-stream is subscribed again with backoff (250ms up to 30s), then one
-reconcile catches up on the deaths it missed. Podman reports no deaths
-here: on podman hosts kc-hook's poststop does this job.
+"die"), podman (its API service's libpod events, "died") and containerd
+(/tasks/exit, /tasks/delete) report and reconciles the dead container's
+trees at once, with the round's decision table: the engines are asked
+again, --min-age and --container hold, and without --reconcile-apply the
+stray is only logged as would-reap. A dropped event stream is subscribed
+again with backoff (250ms up to 30s), then one reconcile catches up on
+the deaths it missed. A podman without an API service reports no deaths:
+there kc-hook's poststop, or the next round, does this job.
 --no-events (or --no-reconcile) turns this off; --once never follows.
 
 A round that fails (podman unreachable, an unreadable directory, a tree

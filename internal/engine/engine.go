@@ -57,7 +57,8 @@ type Engine interface {
 }
 
 // ErrNoEvents is Deaths' answer from an engine that has no death events
-// kc-janitor reads (podman's hook does that job there).
+// kc-janitor can read (podman without an API service: kc-hook's poststop,
+// or the next round, does that job there).
 var ErrNoEvents = errors.New("no death events from this engine")
 
 // ErrUsage marks a configuration error (a malformed endpoint, an unknown
@@ -122,7 +123,7 @@ type Death struct {
 // DeathWatch is what Deaths reports to.
 type DeathWatch struct {
 	// Since asks an engine that keeps its recent events (dockerd keeps its
-	// last 256) to report the deaths since then too: a subscription is in
+	// last 256, podman its events log) to report the deaths since then too: a subscription is in
 	// place some time after it was asked for, and a stream that dropped
 	// was deaf until the next one. Zero is from now on. containerd keeps
 	// no events: the caller catches up on its gaps by other means.

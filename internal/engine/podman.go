@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
 )
@@ -19,6 +20,9 @@ func init() {
 type podman struct {
 	cfg Config
 	url string
+	// subscribed: a death stream was open once; a service that goes away
+	// after that is a drop to retry, not a host without events.
+	subscribed atomic.Bool
 }
 
 func newPodman(cfg Config) (Engine, error) {
@@ -89,9 +93,4 @@ func (p *podman) Resolve(ctx context.Context, ref string) ([]Match, error) {
 		return nil, err
 	}
 	return MatchRef("podman", a.Containers, ref), nil
-}
-
-// Deaths: on podman hosts kc-hook's poststop does this job.
-func (p *podman) Deaths(context.Context, DeathWatch) error {
-	return ErrNoEvents
 }

@@ -10,13 +10,15 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/containerdtest"
 	"github.com/kc-watchman/kc-watchman/internal/dockertest"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/podmantest"
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
 )
 
 // BenchmarkWatchDeathToReap measures, with `kc-janitor watch --interval 1h
 // --reconcile-apply` running, the time from the command that kills a
-// container (`docker kill`; containerd: `ctr tasks rm -f`, which kills and
-// deletes the task as a kubelet's stop does) to the last process of its
+// container (`docker kill`; `podman kill`, no kc-hook installed;
+// containerd: `ctr tasks rm -f`, which kills and deletes the task as a
+// kubelet's stop does) to the last process of its
 // host-side tree gone, polled every millisecond. Every death is reaped
 // from its event alone. Reported over the iterations (run with
 // -benchtime=20x or more, see docs/PERFORMANCE.md): p50/p95 of that time,
@@ -42,6 +44,18 @@ func BenchmarkWatchDeathToReap(b *testing.B) {
 				return id
 			},
 			func(b *testing.B, id string) { containerdtest.Ctr(b, addr, ns, "tasks", "rm", "-f", id) })
+	})
+	b.Run("podman", func(b *testing.B) {
+		// The API alone, as a host names its service: --podman-arg's
+		// store check (GET /info, some 270 ms) is not on that path.
+		pm := podmantest.New(b)
+		deathToReap(b, "podman", []string{"--engine", "podman", "--podman-url", pm.StartAPI(b)},
+			func(b *testing.B) string { return pm.Run(b) },
+			func(b *testing.B, id string) {
+				if _, err := pm.Podman("kill", id); err != nil {
+					b.Fatal(err)
+				}
+			})
 	})
 	b.Run("tree-exit", func(b *testing.B) {
 		var lat []time.Duration

@@ -1,0 +1,132 @@
+package engine
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/containerid"
+	"github.com/kc-watchman/kc-watchman/internal/liveness"
+	"github.com/kc-watchman/kc-watchman/internal/peercred"
+)
+
+// podmanEventsPath is libpod's event stream. 4.0.0 is the oldest libpod
+// API the path is asked under; podman 4.x and 5.x serve it unchanged.
+const podmanEventsPath = "/v4.0.0/libpod/events"
+
+// podmanDeathFilter asks for container deaths only. On a death podman
+// 4.3.1 writes "died" (the exit recorded, conmon still about) and then
+// "cleanup" (conmon's cleanup done) some 50 ms later: "died" is the
+// earlier, and a conmon still alive then is what watch's retries wait out
+// (DESIGN §13); "cleanup" would only be coalesced.
+const podmanDeathFilter = `{"type":["container"],"event":["died"]}`
+
+// podmanEvent is the part of a libpod event we read; libpod sends
+// Docker's shape (Type, Action, Actor.ID, timeNano).
+type podmanEvent struct {
+	Type     string `json:"Type"`
+	Action   string `json:"Action"`
+	TimeNano int64  `json:"timeNano"`
+	Actor    struct {
+		ID string `json:"ID"`
+	} `json:"Actor"`
+}
+
+// Deaths follows libpod's event stream for "died". Without an API service
+// to ask (its socket absent or refusing, the URL not unix:// or tcp://)
+// it returns ErrNoEvents: kc-hook's poststop, or the next round, covers
+// that host. Once a stream was open, a service that goes away is a
+// dropped stream like any other, subscribed again with backoff.
+func (p *podman) Deaths(ctx context.Context, w DeathWatch) error {
+	ep, err := parseAPIURL("podman-url", p.url)
+	if err != nil {
+		return fmt.Errorf("%w: podman API %s: %w", ErrNoEvents, p.url, err)
+	}
+	hc, uidOf := podmanClient(ep)
+	defer hc.CloseIdleConnections()
+	q := url.Values{"stream": {"true"}, "filters": {podmanDeathFilter}}
+	if !w.Since.IsZero() {
+		// Replayed from podman's events log: the stream is open before
+		// podman follows the log.
+		q.Set("since", w.Since.UTC().Format(time.RFC3339Nano))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://d"+podmanEventsPath+"?"+q.Encode(), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if ue := (*url.Error)(nil); errors.As(err, &ue) {
+			err = ue.Err
+		}
+		if !p.subscribed.Load() {
+			return fmt.Errorf("%w: podman API %s: %w", ErrNoEvents, ep.raw, err)
+		}
+		return fmt.Errorf("podman events %s: %w", ep.raw, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("podman events %s: answered %d: %s", ep.raw, resp.StatusCode, apiMessage(b))
+	}
+	uid, err := uidOf()
+	if err != nil {
+		return fmt.Errorf("podman events %s: %w", ep.raw, err)
+	}
+	p.subscribed.Store(true)
+	p.cfg.logger().Debug("podman event stream open", "url", ep.raw, "uid", uid, "since", w.Since)
+	if w.Ready != nil {
+		w.Ready()
+	}
+	return readPodmanDeaths(ctx, ep.raw, resp.Body, w.Death)
+}
+
+// podmanClient is an HTTP client for one subscription and the UID of the
+// peer that answered it: SO_PEERCRED of the unix connection, unknown over
+// tcp.
+func podmanClient(ep apiURL) (*http.Client, func() (int, error)) {
+	if ep.network == "unix" {
+		tr := peercred.NewTransport(ep.addr)
+		return &http.Client{Transport: tr}, tr.UID
+	}
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "tcp", ep.addr)
+	}, DisableCompression: true}
+	return &http.Client{Transport: tr}, func() (int, error) { return liveness.UIDUnknown, nil }
+}
+
+// readPodmanDeaths passes each "died" of a full container ID in body to
+// death until body ends (an error) or ctx is done (nil).
+func readPodmanDeaths(ctx context.Context, endpoint string, body io.Reader, death func(Death)) error {
+	dec := json.NewDecoder(bufio.NewReader(body))
+	for {
+		var ev podmanEvent
+		if err := dec.Decode(&ev); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return fmt.Errorf("podman events %s: stream ended: %w", endpoint, err)
+		}
+		if ev.Type != "container" || ev.Action != "died" || !containerid.Valid(ev.Actor.ID) {
+			continue
+		}
+		at := time.Now()
+		if ev.TimeNano > 0 {
+			at = time.Unix(0, ev.TimeNano)
+		}
+		death(Death{Engine: "podman", ID: ev.Actor.ID, At: at})
+	}
+}

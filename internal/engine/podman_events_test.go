@@ -1,0 +1,196 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/podmantest"
+)
+
+// followPodman runs e.Deaths in the background and returns the deaths it
+// reports, a channel closed on Ready, and a stop that cancels it and
+// returns Deaths' error.
+func followPodman(t *testing.T, e Engine, since time.Time) (<-chan Death, <-chan struct{}, func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	deaths := make(chan Death, 64)
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- e.Deaths(ctx, DeathWatch{Since: since, Ready: func() { close(ready) }, Death: func(d Death) { deaths <- d }})
+	}()
+	stop := func() error {
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(10 * time.Second):
+			return errors.New("Deaths did not return 10s after its context was cancelled")
+		}
+	}
+	t.Cleanup(func() { stop() })
+	return deaths, ready, stop
+}
+
+// waitDeath waits for the death of id, failing on a death reported for
+// any container of notDead.
+func waitDeath(t *testing.T, deaths <-chan Death, id string, notDead ...string) Death {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case d := <-deaths:
+			for _, n := range notDead {
+				if d.ID == n {
+					t.Fatalf("death reported for %s, which is running", n[:12])
+				}
+			}
+			if d.ID == id {
+				return d
+			}
+		case <-timeout:
+			t.Fatalf("no death reported for %s within 30s", id[:12])
+		}
+	}
+}
+
+// TestPodmanDeaths follows a real podman API service's "died" events: a
+// container killed, one removed with rm -f, one killed before the
+// subscription (replayed from Since), and none for a running container.
+func TestPodmanDeaths(t *testing.T) {
+	pm := podmantest.New(t)
+	url := pm.StartAPI(t)
+	e, err := newPodman(Config{PodmanURL: url, PodmanArgs: pm.GlobalArgs(), Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running, killed, removed, before := pm.Run(t), pm.Run(t), pm.Run(t), pm.Run(t)
+
+	since := time.Now()
+	if _, err := pm.Podman("kill", before); err != nil {
+		t.Fatal(err)
+	}
+	deaths, ready, stop := followPodman(t, e, since)
+	select {
+	case <-ready:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Ready not called within 30s")
+	}
+
+	t.Run("a death before the subscription is replayed from Since", func(t *testing.T) {
+		if d := waitDeath(t, deaths, before, running); d.Engine != "podman" || d.At.Before(since) {
+			t.Errorf("death %+v, want podman's, at or after %v", d, since)
+		}
+	})
+	t.Run("kill", func(t *testing.T) {
+		start := time.Now()
+		if _, err := pm.Podman("kill", killed); err != nil {
+			t.Fatal(err)
+		}
+		if d := waitDeath(t, deaths, killed, running); d.At.Before(start.Add(-time.Second)) {
+			t.Errorf("death at %v, before the kill at %v", d.At, start)
+		}
+	})
+	t.Run("rm -f", func(t *testing.T) {
+		if _, err := pm.Podman("rm", "-f", "-t", "0", removed); err != nil {
+			t.Fatal(err)
+		}
+		waitDeath(t, deaths, removed, running)
+	})
+	if err := stop(); err != nil {
+		t.Errorf("Deaths after cancel: %v", err)
+	}
+	if st := pm.State(t, running); st != "running" {
+		t.Errorf("the running container is %s", st)
+	}
+}
+
+// TestPodmanDeathsStream reads what a service sends: deaths of full IDs
+// only, other events skipped, garbage or an end of stream an error, and
+// no service at all ErrNoEvents until a stream was once open.
+func TestPodmanDeathsStream(t *testing.T) {
+	id := strings.Repeat("ab", 32)
+	event := func(action, id string) string {
+		return fmt.Sprintf(`{"status":%[1]q,"id":%[2]q,"Type":"container","Action":%[1]q,"Actor":{"ID":%[2]q},"timeNano":1796177118728478786}`, action, id)
+	}
+	serve := func(body string) string {
+		u, _ := fakeDocker(t, func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != podmanEventsPath || r.URL.Query().Get("filters") != podmanDeathFilter {
+				http.Error(w, `{"message":"not the request podman expects"}`, http.StatusBadRequest)
+				return
+			}
+			w.Write([]byte(body))
+		})
+		return u
+	}
+	for _, tc := range []struct {
+		name, body string
+		want       []string
+		err        string
+	}{
+		{"died of a full ID", event("died", id) + "\n", []string{id}, "stream ended"},
+		{"other events and short IDs skipped", event("cleanup", id) + event("kill", id) + event("died", id[:12]) + event("died", id), []string{id}, "stream ended"},
+		{"garbage", event("died", id) + "\n<html>", []string{id}, "invalid character"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, _ := newPodman(Config{PodmanURL: serve(tc.body)})
+			var got []string
+			err := e.Deaths(t.Context(), DeathWatch{Death: func(d Death) {
+				got = append(got, d.ID)
+				if d.Engine != "podman" || d.At.UnixNano() != 1796177118728478786 {
+					t.Errorf("death %+v, want podman's with the event's time", d)
+				}
+			}})
+			if err == nil || errors.Is(err, ErrNoEvents) || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("err = %v, want a dropped stream (%s)", err, tc.err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("deaths %v, want %v", got, tc.want)
+			}
+		})
+	}
+
+	t.Run("refused request is an error", func(t *testing.T) {
+		u, _ := fakeDocker(t, func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, `{"message":"no such thing"}`, http.StatusInternalServerError)
+		})
+		e, _ := newPodman(Config{PodmanURL: u})
+		err := e.Deaths(t.Context(), DeathWatch{Ready: func() { t.Error("Ready called for a refused request") }, Death: func(Death) {}})
+		if err == nil || errors.Is(err, ErrNoEvents) || !strings.Contains(err.Error(), "no such thing") {
+			t.Errorf("err = %v, want the service's refusal", err)
+		}
+	})
+
+	t.Run("no service, then one that went away", func(t *testing.T) {
+		dir := t.TempDir()
+		sock := filepath.Join(dir, "podman.sock")
+		e, _ := newPodman(Config{PodmanURL: "unix://" + sock})
+		if err := e.Deaths(t.Context(), DeathWatch{Death: func(Death) {}}); !errors.Is(err, ErrNoEvents) {
+			t.Fatalf("no socket: err = %v, want ErrNoEvents", err)
+		}
+		e.(*podman).subscribed.Store(true)
+		if err := e.Deaths(t.Context(), DeathWatch{Death: func(Death) {}}); err == nil || errors.Is(err, ErrNoEvents) {
+			t.Fatalf("socket gone after a stream: err = %v, want an error to retry on", err)
+		}
+	})
+
+	t.Run("symlinked socket is refused", func(t *testing.T) {
+		u := serve(event("died", id))
+		link := filepath.Join(t.TempDir(), "link.sock")
+		if err := os.Symlink(strings.TrimPrefix(u, "unix://"), link); err != nil {
+			t.Fatal(err)
+		}
+		e, _ := newPodman(Config{PodmanURL: "unix://" + link})
+		err := e.Deaths(t.Context(), DeathWatch{Death: func(d Death) { t.Errorf("death %+v through a symlink", d) }})
+		if err == nil || !strings.Contains(err.Error(), "symlink") {
+			t.Errorf("err = %v, want a symlink refusal", err)
+		}
+	})
+}

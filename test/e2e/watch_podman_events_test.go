@@ -1,0 +1,88 @@
+package e2e
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/podmantest"
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
+)
+
+// podmanWatchArgs point watch at pm's API service and store.
+func podmanWatchArgs(pm *podmantest.Env, url string) []string {
+	args := []string{"--engine", "podman", "--podman-url", url}
+	for _, a := range pm.GlobalArgs() {
+		args = append(args, "--podman-arg="+a)
+	}
+	return args
+}
+
+// TestWatchPodmanDeathEvents: on a podman host with no kc-hook installed
+// (the private podman's hooks dir is empty), watch with --interval 1h
+// reaps the tree of a container killed with `podman kill`, and of one
+// removed with `podman rm -f`, from their "died" events alone; a running
+// container's tree is not touched. Without an API service podman has no
+// events to follow, and watch says so and goes on with its rounds.
+func TestWatchPodmanDeathEvents(t *testing.T) {
+	pm := podmantest.New(t)
+	url := pm.StartAPI(t)
+	const comm = "kcsrv-e2e-wpm"
+	base := append(podmanWatchArgs(pm, url), "--supervisor-comm", comm, "--min-age", "0s")
+
+	t.Run("killed and removed containers reaped and the live one untouched", func(t *testing.T) {
+		live, killed, removed := pm.Run(t), pm.Run(t), pm.Run(t)
+		_, liveTree := startTree(t, t.TempDir(), live, testkit.Fake{Comm: comm})
+		_, killedTree := startTree(t, t.TempDir(), killed, testkit.Fake{Comm: comm})
+		_, removedTree := startTree(t, t.TempDir(), removed, testkit.Fake{Comm: comm})
+		mf := filepath.Join(t.TempDir(), "kc.prom")
+		w := startWatch(t, append(base, "--reconcile-apply", "--metrics-file", mf,
+			"--container", live, "--container", killed, "--container", removed)...)
+		w.waitReady(t, "podman")
+		for name, ms := range map[string][]fingerprint.Stat{"live": liveTree, "killed": killedTree, "removed": removedTree} {
+			if len(aliveOf(ms)) != len(ms) {
+				t.Fatalf("the first round touched the %s container's tree while it ran", name)
+			}
+		}
+
+		for i, c := range []struct {
+			id   string
+			tree []fingerprint.Stat
+			cmd  []string
+		}{{killed, killedTree, []string{"kill", killed}}, {removed, removedTree, []string{"rm", "-f", "-t", "0", removed}}} {
+			if _, err := pm.Podman(c.cmd...); err != nil {
+				t.Fatal(err)
+			}
+			waitAllDead(t, c.tree, 20*time.Second)
+			l := w.waitLine(t, map[string]any{"msg": "container death handled", "container": c.id})
+			t.Logf("podman %s: %v", c.cmd[0], l)
+			if l["reaped"] != float64(1) || l["engine"] != "podman" {
+				t.Errorf("podman %s: death line %v, want one tree reaped, reported by podman", c.cmd[0], l)
+			}
+			if v := deathsHandled(t, mf, "podman"); v != float64(i+1) {
+				t.Errorf("deaths handled by podman = %v after %d", v, i+1)
+			}
+		}
+		if len(aliveOf(liveTree)) != len(liveTree) {
+			t.Fatal("the live container's tree lost a member when others died")
+		}
+		if n := len(w.lines(map[string]any{"msg": "reconcile", "step": "reconcile"})); n != 1 {
+			t.Errorf("%d rounds ran, want only the first: the reaps were not the events'", n)
+		}
+	})
+
+	t.Run("no API service means no events and the rounds go on", func(t *testing.T) {
+		gone := "unix://" + filepath.Join(t.TempDir(), "podman.sock")
+		args := []string{"--engine", "podman", "--podman-url", gone}
+		for _, a := range pm.GlobalArgs() {
+			args = append(args, "--podman-arg="+a)
+		}
+		w := startWatch(t, append(args, "--supervisor-comm", comm, "--container", pm.Run(t))...)
+		w.waitLine(t, map[string]any{"msg": "engine reports no container deaths; its strays wait for the next round", "engine": "podman"})
+		w.waitLine(t, map[string]any{"msg": "reconcile", "step": "reconcile"})
+		if n := len(w.lines(map[string]any{"msg": "following container deaths"})); n != 0 {
+			t.Errorf("watch follows deaths without a service (%d lines)", n)
+		}
+	})
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
+	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
 )
 
 // syncBuffer is a log destination safe for concurrent writers.
@@ -280,7 +281,7 @@ func TestDeathHandler(t *testing.T) {
 	h.death(engine.Death{Engine: "docker", ID: scoped, At: now})
 	h.death(engine.Death{Engine: "docker", ID: crash, At: now})
 	close(sa.gate)
-	waitFor(t, func() bool { return len(buf.records("container death handled")) == 2 })
+	proc.WaitFor(t, time.Minute, "two deaths handled", func() bool { return len(buf.records("container death handled")) == 2 })
 	h.death(engine.Death{Engine: "containerd", ID: dup, At: now}) // just handled
 	h.death(engine.Death{Engine: "docker", ID: after, At: now})
 	h.close()
@@ -337,7 +338,7 @@ func TestDeathHandlerCatchUp(t *testing.T) {
 	h.catchUp("containerd")
 	h.catchUp("docker") // while the first runs
 	close(gate)
-	waitFor(t, func() bool { return len(buf.records("caught up after the event stream was down")) == 1 })
+	proc.WaitFor(t, time.Minute, "the catch-up", func() bool { return len(buf.records("caught up after the event stream was down")) == 1 })
 	h.close()
 	h.catchUp("containerd")
 	if n := calls.Load(); n != 1 {
@@ -351,17 +352,5 @@ func TestDeathHandlerCatchUp(t *testing.T) {
 	l := buf.records("caught up after the event stream was down")[0]
 	if l["reaped"] != float64(1) || l["trees"] != float64(2) || l["engine"] != "containerd" {
 		t.Errorf("catch-up line %v", l)
-	}
-}
-
-// waitFor polls cond until it holds, failing the test after a minute.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out")
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

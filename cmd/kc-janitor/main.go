@@ -128,19 +128,12 @@ func versionCommand() *cli.Command {
 		Action: func(c *cli.Context) error {
 			// It takes the global flags like every command; a malformed
 			// one is an error here too, not silently ignored.
-			g, err := loadGlobals(c)
+			se, err := preamble(c, "version", plan{noReport: true})
 			if err != nil {
 				return err
 			}
-			if err := checkPodmanURL(g); err != nil {
-				return err
-			}
-			_, closeLog, err := newLogger(g, g.LogFile)
-			if err != nil {
-				return err
-			}
-			closeLog()
-			printVersion(c, g.JSON)
+			se.close()
+			printVersion(c, se.g.JSON)
 			return nil
 		},
 	}

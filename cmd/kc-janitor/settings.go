@@ -21,9 +21,10 @@ type plan struct {
 	probe  bool // probeFlags: the socket probing settings
 	target bool // sweep's --container or --container-pid
 	idle   bool // --idle
-	// watch logs at info on stderr; the other commands print a report
-	// holding every finding, and log only warnings there by default.
-	watch bool
+	// noReport: the command prints no report (watch, version), so stderr
+	// gets info lines by default; a report holds every finding, and its
+	// command logs only warnings there unless told otherwise.
+	noReport bool
 	// logEnv names the environment variable giving the log file when
 	// --log-file is not set (the seed scripts' KC_SWEEPER_LOG).
 	logEnv string
@@ -77,7 +78,7 @@ func preamble(c *cli.Context, name string, p plan) (*session, error) {
 		}
 	}
 	lg, logFile := g.reporting(), g.LogFile
-	if p.watch {
+	if p.noReport {
 		lg = g
 	}
 	if logFile == "" && p.logEnv != "" {

@@ -61,7 +61,7 @@ Examples:
 }
 
 func runWatch(c *cli.Context) error {
-	se, err := preamble(c, "watch", plan{scan: true, probe: true, idle: true, watch: true, check: func(g globals) error {
+	se, err := preamble(c, "watch", plan{scan: true, probe: true, idle: true, noReport: true, check: func(g globals) error {
 		if g.JSON {
 			// watch prints no report: what it finds is in its log lines.
 			return usageErr("watch prints no report, only log lines: for JSON use --log-format json, not --format json")

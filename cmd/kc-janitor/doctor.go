@@ -179,21 +179,21 @@ func runChecks(ctx context.Context, c *cli.Context, g globals, cc checkConfig, l
 	// own default state dir is the one for this host UID.
 	hostUID := userns.HostEUID()
 	hookDefault := ledger.DefaultDir(hostUID)
-	// The engines' own answers come first: whether podman is one of them
-	// decides what a missing hook means.
+	// Orphaned trees, exactly as reconcile sees (and with --fix, reaps)
+	// them, through reconcile's own scan-then-ask path. It goes first: the
+	// engines are asked again below for their own checks, and a tree born
+	// while they answer must not be scanned before an answer older than it.
+	opt := cc.reconcile
+	opt.Apply = cc.fix
+	opt.Logger = log
+	rj, _, liveErr, scanErr := scanThenAsk(ctx, c, g, opt, cc.fix, log)
 	ein := engineInputs(ctx, c, g, log)
+	// Whether podman is an engine here decides what a missing hook means.
 	installed, descs := doctor.HookInstalled(cc.hooksDirs, g.StateDir, hookDefault)
 	if !podmanAsked(ein) {
 		installed = doctor.HookWithoutPodman(installed, descs)
 	}
 	rep.Add(installed)
-
-	// Orphaned trees, exactly as reconcile sees (and with --fix, reaps)
-	// them, through reconcile's own scan-then-ask path.
-	opt := cc.reconcile
-	opt.Apply = cc.fix
-	opt.Logger = log
-	rj, _, liveErr, scanErr := scanThenAsk(ctx, c, g, opt, cc.fix, log)
 	boot, err := doctor.BootTime(fingerprint.DefaultRoot)
 	if err != nil {
 		log.Warn("boot time unknown; counting every hook run", "err", err)

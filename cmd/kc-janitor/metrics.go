@@ -92,7 +92,7 @@ func recordReconcile(s *metrics.Set, command string, rep reconcile.Report, known
 	counts := map[action.Action]int{}
 	for _, a := range []action.Action{action.WouldReap, action.Reaped, action.Gone, action.WouldNotDie,
 		action.SkipLive, action.SkipYoung, action.SkipAgeUnknown, action.SkipForeign,
-		action.SkipOtherUID, action.SkipAmbiguous} {
+		action.SkipOtherUID, action.SkipAmbiguous, action.SkipContradicted} {
 		counts[a] = 0 // every action present, so an old value never lingers
 	}
 	for _, t := range rep.Trees {

@@ -4,8 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/taskiter"
+	"github.com/kc-watchman/kc-watchman/internal/proctable"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
@@ -13,43 +12,32 @@ import (
 // setting, so that an operator sees whether kc-watchman loads BPF
 // programs here and, if auto falls back to /proc, why. A fallback is not
 // a fault (scans are slower, not wrong); a required iterator that cannot
-// load is, since every scan will then fail.
+// load is, since every scan will then fail. It lists as a scan does
+// (proctable.List), without the /proc confirmation the census may call
+// for: what the iterator did is what it reports.
 func Listing(lister trees.Lister) Check {
 	if lister == trees.ListProc {
 		return newCheck(NameListing, OK, "/proc; --bpf off loads no BPF program")
 	}
-	n, tasks, sawInit, start := 0, 0, false, time.Now()
-	census, err := taskiter.Each(func(t *taskiter.Task) {
-		n++
-		tasks += t.Threads
-		sawInit = sawInit || t.PID == 1
-	})
+	start := time.Now()
+	l, err := proctable.List(proctable.Options{Lister: lister, Defer: true})
 	took := time.Since(start).Round(100 * time.Microsecond)
 	switch {
-	case err == nil:
-		detail := fmt.Sprintf("BPF task iterator: %s in %s", plural(n, "process", "processes"), took)
-		switch unlisted, exact := census.Unlisted(tasks); {
-		case exact && unlisted == 0:
-			detail += "; it listed every process"
-		case exact && !sawInit && initTasks() == unlisted:
-			detail += "; it left out PID 1 alone, which scans read from /proc"
-		case exact:
-			detail += fmt.Sprintf("; it left out processes holding %s, so scans check its listing against /proc's", plural(unlisted, "task", "tasks"))
-		default:
-			detail += "; processes came and went during the pass"
-		}
-		return newCheck(NameListing, OK, "%s", detail)
-	case lister == trees.ListBPF:
+	case err != nil && lister == trees.ListBPF:
 		return newCheck(NameListing, Error, "--bpf on, but the BPF task iterator cannot be used: %v", err)
+	case err != nil:
+		return newCheck(NameListing, Error, "listing the processes: %v", err)
+	case l.Lister != "bpf":
+		return newCheck(NameListing, OK, "/proc; the BPF task iterator cannot be used here: %s", l.Fallback)
 	}
-	return newCheck(NameListing, OK, "/proc; the BPF task iterator cannot be used here: %v", err)
-}
-
-// initTasks is PID 1's thread count, or -1.
-func initTasks() int {
-	st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, 1)
-	if err != nil {
-		return -1
+	detail := fmt.Sprintf("BPF task iterator: %s in %s", plural(len(l.PIDs)-l.Missed, "process", "processes"), took)
+	switch {
+	case l.Unvouched != "":
+		detail += "; " + l.Unvouched + ", so scans check its listing against /proc's"
+	case l.Missed > 0:
+		detail += "; it left out PID 1 alone, which scans read from /proc"
+	default:
+		detail += "; it listed every process"
 	}
-	return st.Threads
+	return newCheck(NameListing, OK, "%s", detail)
 }

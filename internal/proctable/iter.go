@@ -1,6 +1,7 @@
 package proctable
 
 import (
+	"fmt"
 	"slices"
 
 	"golang.org/x/sys/unix"
@@ -51,7 +52,7 @@ func listBPF(opt Options) (*Listing, error) {
 		return nil, err
 	}
 	listed := len(l.PIDs)
-	if !l.vouch(r, &census, tasks, sawInit) {
+	if l.Unvouched = l.vouch(r, &census, tasks, sawInit); l.Unvouched != "" {
 		l.pending = &confirmation{}
 	}
 	l.Missed = len(l.PIDs) - listed
@@ -59,13 +60,14 @@ func listBPF(opt Options) (*Listing, error) {
 	return l, nil
 }
 
-// vouch reports whether the pass's census proves that l lists every
-// process, tasks being the sum of the listed processes' threads. The one
+// vouch checks that the pass's census proves that l lists every process,
+// tasks being the sum of the listed processes' threads, and says why not
+// when it does not. The one
 // process the iterator is known to leave out, PID 1 (on this project's
 // VMs), is read from /proc when missing and added to l if that accounts
 // for every unlisted task. The census is re-read after that read, so that
 // a change to the process table meanwhile cannot pass for the proof.
-func (l *Listing) vouch(r *reader, census *taskiter.Census, tasks int, sawInit bool) bool {
+func (l *Listing) vouch(r *reader, census *taskiter.Census, tasks int, sawInit bool) string {
 	var init fingerprint.Stat
 	probed := false
 	// PID 1 by name: on this project's 6.18 Firecracker VMs the kernel
@@ -76,16 +78,19 @@ func (l *Listing) vouch(r *reader, census *taskiter.Census, tasks int, sawInit b
 	if !sawInit {
 		st, err := r.Stat(1)
 		if err != nil {
-			return false
+			return fmt.Sprintf("it left out PID 1, which could not be read: %v", err)
 		}
 		init, probed = st, true
 		tasks += st.Threads
 	}
 	if err := census.Recheck(); err != nil {
-		return false
+		return err.Error()
 	}
-	if n, exact := census.Unlisted(tasks); !exact || n != 0 {
-		return false
+	switch n, exact := census.Unlisted(tasks); {
+	case !exact:
+		return "processes came and went during the pass"
+	case n != 0:
+		return fmt.Sprintf("it left out processes holding %d task(s)", n)
 	}
 	if probed {
 		l.add(1, init.PGID, 0)
@@ -93,7 +98,7 @@ func (l *Listing) vouch(r *reader, census *taskiter.Census, tasks int, sawInit b
 			l.Leaders = append(l.Leaders, r.leader(1))
 		}
 	}
-	return true
+	return ""
 }
 
 // confirmation is the /proc listing that checks the task iterator's. It

@@ -149,8 +149,12 @@ type Listing struct {
 	// (its census could not vouch for it).
 	Confirmed bool
 	// Missed counts the processes /proc listed and the task iterator did
-	// not (added from /proc).
+	// not (added from /proc; PID 1 alone when the census vouched).
 	Missed int
+	// Unvouched says why the task iterator's census could not vouch for
+	// its pass (and so /proc was, or is to be, listed too); empty when it
+	// did, and for a /proc listing.
+	Unvouched string
 	// StatReads counts the stat files read.
 	StatReads int
 

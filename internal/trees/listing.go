@@ -65,7 +65,9 @@ func (s *scanner) mark(l proctable.Leader) leaderMark {
 	case proctable.Unreadable:
 		return unreadableLeader
 	case proctable.Live:
-		return leaderMark{live: true, sup: s.supervisor(l.PID, l.Comm, nil)}
+		// The listing sets Comm for a leader in the supervisor set
+		// only: the others, nearly all, need no lookup.
+		return leaderMark{live: true, sup: l.Comm != "" && s.supervisor(l.PID, l.Comm, nil)}
 	}
 	return leaderMark{}
 }

@@ -130,9 +130,9 @@ func (l *Listing) Prefetch() {
 
 // Confirm completes a pending listing: it adds what /proc listed and the
 // iterator did not, and returns how many of those are in a process group
-// (PID 1 and kernel threads are in none, and a process gone since is in
-// none any more: they change nothing a group's decisions read). It does
-// nothing to a listing that is complete.
+// (kernel threads are in none, and a process gone since is in none any
+// more: they change nothing a group's decisions read; PID 1 is, in its
+// own). It does nothing to a listing that is complete.
 func (l *Listing) Confirm() (grouped int, err error) {
 	c := l.pending
 	if c == nil {

@@ -50,8 +50,10 @@ trees at once, with the round's decision table: the engines are asked
 again, --min-age and --container hold, and without --reconcile-apply the
 stray is only logged as would-reap. A dropped event stream is subscribed
 again with backoff (250ms up to 30s), then one reconcile catches up on
-the deaths it missed. A podman without an API service reports no deaths:
-there kc-hook's poststop, or the next round, does this job.
+the deaths it missed. Without a podman API service, podman's deaths come
+from "podman events" run as a child when the CLI reads the same store
+(the default socket, or --podman-arg naming it); else there are none
+and kc-hook's poststop, or the next round, does this job.
 --no-events (or --no-reconcile) turns this off; --once never follows.
 
 A round that fails (podman unreachable, an unreadable directory, a tree

@@ -41,13 +41,15 @@ type podmanEvent struct {
 
 // Deaths follows libpod's event stream for "died". Without an API service
 // to ask (its socket absent or refusing, the URL not unix:// or tcp://)
-// it returns ErrNoEvents: kc-hook's poststop, or the next round, covers
-// that host. Once a stream was open, a service that goes away is a
-// dropped stream like any other, subscribed again with backoff.
+// it follows `podman events` instead when the CLI reads the same podman's
+// store directly (see liveness.LocalCLIArgs), else it returns ErrNoEvents:
+// kc-hook's poststop, or the next round, covers that host. Once a stream
+// was open, a podman that cannot be followed any more is a dropped stream
+// like any other, subscribed again with backoff.
 func (p *podman) Deaths(ctx context.Context, w DeathWatch) error {
 	ep, err := parseAPIURL("podman-url", p.url)
 	if err != nil {
-		return fmt.Errorf("%w: podman API %s: %w", ErrNoEvents, p.url, err)
+		return p.deathsWithoutAPI(ctx, w, fmt.Errorf("podman API %s: %w", p.url, err))
 	}
 	hc, uidOf := podmanClient(ep)
 	defer hc.CloseIdleConnections()
@@ -69,10 +71,7 @@ func (p *podman) Deaths(ctx context.Context, w DeathWatch) error {
 		if ue := (*url.Error)(nil); errors.As(err, &ue) {
 			err = ue.Err
 		}
-		if !p.subscribed.Load() {
-			return fmt.Errorf("%w: podman API %s: %w", ErrNoEvents, ep.raw, err)
-		}
-		return fmt.Errorf("podman events %s: %w", ep.raw, err)
+		return p.deathsWithoutAPI(ctx, w, fmt.Errorf("podman API %s: %w", ep.raw, err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

@@ -61,54 +61,59 @@ func waitDeath(t *testing.T, deaths <-chan Death, id string, notDead ...string) 
 	}
 }
 
-// TestPodmanDeaths follows a real podman API service's "died" events: a
-// container killed, one removed with rm -f, one killed before the
-// subscription (replayed from Since), and none for a running container.
+// TestPodmanDeaths follows a real podman's "died" events, through its API
+// service and, without one, through `podman events`: a container killed,
+// one removed with rm -f, one killed before the subscription (replayed
+// from Since), and none for a running container.
 func TestPodmanDeaths(t *testing.T) {
 	pm := podmantest.New(t)
 	url := pm.StartAPI(t)
-	e, err := newPodman(Config{PodmanURL: url, PodmanArgs: pm.GlobalArgs(), Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	running, killed, removed, before := pm.Run(t), pm.Run(t), pm.Run(t), pm.Run(t)
-
-	since := time.Now()
-	if _, err := pm.Podman("kill", before); err != nil {
-		t.Fatal(err)
-	}
-	deaths, ready, stop := followPodman(t, e, since)
-	select {
-	case <-ready:
-	case <-time.After(30 * time.Second):
-		t.Fatal("Ready not called within 30s")
-	}
-
-	t.Run("a death before the subscription is replayed from Since", func(t *testing.T) {
-		if d := waitDeath(t, deaths, before, running); d.Engine != "podman" || d.At.Before(since) {
-			t.Errorf("death %+v, want podman's, at or after %v", d, since)
-		}
-	})
-	t.Run("kill", func(t *testing.T) {
-		start := time.Now()
-		if _, err := pm.Podman("kill", killed); err != nil {
-			t.Fatal(err)
-		}
-		if d := waitDeath(t, deaths, killed, running); d.At.Before(start.Add(-time.Second)) {
-			t.Errorf("death at %v, before the kill at %v", d.At, start)
-		}
-	})
-	t.Run("rm -f", func(t *testing.T) {
-		if _, err := pm.Podman("rm", "-f", "-t", "0", removed); err != nil {
-			t.Fatal(err)
-		}
-		waitDeath(t, deaths, removed, running)
-	})
-	if err := stop(); err != nil {
-		t.Errorf("Deaths after cancel: %v", err)
-	}
-	if st := pm.State(t, running); st != "running" {
-		t.Errorf("the running container is %s", st)
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"api", Config{PodmanURL: url, PodmanArgs: pm.GlobalArgs()}},
+		{"cli without a service", Config{PodmanURL: "unix://" + filepath.Join(t.TempDir(), "none.sock"),
+			PodmanArgs: pm.GlobalArgs(), PodmanBin: pm.PodmanPath()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.Timeout = 10 * time.Second
+			e, err := newPodman(tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			running, killed, removed, before := pm.Run(t), pm.Run(t), pm.Run(t), pm.Run(t)
+			since := time.Now()
+			if _, err := pm.Podman("kill", before); err != nil {
+				t.Fatal(err)
+			}
+			deaths, ready, stop := followPodman(t, e, since)
+			select {
+			case <-ready:
+			case <-time.After(30 * time.Second):
+				t.Fatal("Ready not called within 30s")
+			}
+			if d := waitDeath(t, deaths, before, running); d.Engine != "podman" || d.At.Before(since) {
+				t.Errorf("death before the subscription: %+v, want podman's, at or after %v", d, since)
+			}
+			start := time.Now()
+			if _, err := pm.Podman("kill", killed); err != nil {
+				t.Fatal(err)
+			}
+			if d := waitDeath(t, deaths, killed, running); d.At.Before(start.Add(-time.Second)) {
+				t.Errorf("kill: death at %v, before the kill at %v", d.At, start)
+			}
+			if _, err := pm.Podman("rm", "-f", "-t", "0", removed); err != nil {
+				t.Fatal(err)
+			}
+			waitDeath(t, deaths, removed, running)
+			if err := stop(); err != nil {
+				t.Errorf("Deaths after cancel: %v", err)
+			}
+			if st := pm.State(t, running); st != "running" {
+				t.Errorf("the running container is %s", st)
+			}
+		})
 	}
 }
 
@@ -191,6 +196,43 @@ func TestPodmanDeathsStream(t *testing.T) {
 		err := e.Deaths(t.Context(), DeathWatch{Death: func(d Death) { t.Errorf("death %+v through a symlink", d) }})
 		if err == nil || !strings.Contains(err.Error(), "symlink") {
 			t.Errorf("err = %v, want a symlink refusal", err)
+		}
+	})
+
+	t.Run("podman events", func(t *testing.T) {
+		script := func(body string) string {
+			p := filepath.Join(t.TempDir(), "podman")
+			if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}
+		line := fmt.Sprintf(`{"ID":%q,"Status":"died","Time":"2026-12-02T02:05:18.728478786Z","Type":"container"}`, id)
+		for _, tc := range []struct {
+			name, bin, err string
+			deaths         int
+			noEvents       bool
+		}{
+			{"a died line then garbage", script("echo '" + line + "'; echo '{\"ID\":\"ab\",\"Status\":\"died\",\"Type\":\"container\"}'; echo nonsense; sleep 60"), "not the JSON podman events writes", 1, false},
+			{"the CLI fails", script("echo 'Error: no store here' >&2; exit 125"), "no store here", 0, false},
+			{"no CLI", filepath.Join(t.TempDir(), "no-podman"), "no podman CLI", 0, true},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				e, _ := newPodman(Config{PodmanURL: "unix://" + filepath.Join(t.TempDir(), "none.sock"), PodmanArgs: []string{}, PodmanBin: tc.bin})
+				n := 0
+				err := e.Deaths(t.Context(), DeathWatch{Death: func(d Death) {
+					n++
+					if d.ID != id || d.At.UnixNano() != 1796177118728478786 {
+						t.Errorf("death %+v, want %s at the line's time", d, id[:12])
+					}
+				}})
+				if err == nil || errors.Is(err, ErrNoEvents) != tc.noEvents || !strings.Contains(err.Error(), tc.err) {
+					t.Errorf("err = %v, want %q (ErrNoEvents: %v)", err, tc.err, tc.noEvents)
+				}
+				if n != tc.deaths {
+					t.Errorf("%d deaths, want %d", n, tc.deaths)
+				}
+			})
 		}
 	})
 }

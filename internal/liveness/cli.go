@@ -26,33 +26,15 @@ const maxStderr = 512
 // whole when ctx is done, so a hanging podman (or a wrapper script and its
 // children) cannot outlive the query.
 func queryCLI(ctx context.Context, bin string, global []string, log *slog.Logger) (Set, error) {
-	if bin == "" {
-		bin = "podman"
-	}
-	path, err := exec.LookPath(bin)
-	if err != nil {
-		return Set{}, fmt.Errorf("podman CLI: %w", err)
-	}
 	args := append(append([]string{}, global...), "ps", "--all", "--no-trunc", "--format", "json")
-	cmd := exec.CommandContext(ctx, path, args...)
-	cmd.Env = cliEnv(os.Environ())
-	cmd.Stdin = nil
+	cmd, err := Command(ctx, bin, args)
+	if err != nil {
+		return Set{}, err
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout = &stdout
 	cmd.Stderr = &stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error {
-		// Kill the whole group: podman may re-exec or fork helpers, a
-		// wrapper script has children. Only while the leader is unreaped
-		// (os.Process signals through a pidfd; ErrProcessDone once Wait
-		// reaped it): then its PID, which is the PGID, is still ours.
-		if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {
-			return err
-		}
-		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	}
-	cmd.WaitDelay = cliWaitDelay
-	endpoint := path + " " + strings.Join(args, " ")
+	endpoint := cmd.Path + " " + strings.Join(args, " ")
 
 	start := time.Now()
 	err = cmd.Run()
@@ -61,11 +43,11 @@ func queryCLI(ctx context.Context, bin string, global []string, log *slog.Logger
 		return Set{}, fmt.Errorf("podman CLI %s: %w (after %v)", endpoint, context.Cause(ctx), took.Round(time.Millisecond))
 	}
 	if err != nil {
-		return Set{}, fmt.Errorf("podman CLI %s: %w%s", endpoint, err, quoteStderr(stderr.Bytes()))
+		return Set{}, fmt.Errorf("podman CLI %s: %w%s", endpoint, err, QuoteStderr(stderr.Bytes()))
 	}
 	l, err := parseCLI(stdout.Bytes())
 	if err != nil {
-		return Set{}, fmt.Errorf("podman CLI %s: %w%s", endpoint, err, quoteStderr(stderr.Bytes()))
+		return Set{}, fmt.Errorf("podman CLI %s: %w%s", endpoint, err, QuoteStderr(stderr.Bytes()))
 	}
 	logIgnored(log, SourceCLI, l.Ignored)
 	set := Set{
@@ -82,6 +64,37 @@ func queryCLI(ctx context.Context, bin string, global []string, log *slog.Logger
 	return set, nil
 }
 
+// Command is the podman CLI `bin args...` (bin "" is "podman" on $PATH) as
+// kc-janitor runs it: without the variables that would send it to another
+// podman, in its own process group, killed as a whole when ctx is done, so
+// a hanging podman (or a wrapper script and its children) cannot outlive
+// the caller.
+func Command(ctx context.Context, bin string, args []string) (*exec.Cmd, error) {
+	if bin == "" {
+		bin = "podman"
+	}
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		return nil, fmt.Errorf("podman CLI: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Env = cliEnv(os.Environ())
+	cmd.Stdin = nil
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error {
+		// Kill the whole group: podman may re-exec or fork helpers, a
+		// wrapper script has children. Only while the leader is unreaped
+		// (os.Process signals through a pidfd; ErrProcessDone once Wait
+		// reaped it): then its PID, which is the PGID, is still ours.
+		if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {
+			return err
+		}
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	cmd.WaitDelay = cliWaitDelay
+	return cmd, nil
+}
+
 // cliEnv drops the variables that would point the CLI at another podman
 // than the arguments say (podman 4 goes remote when CONTAINER_HOST is set).
 func cliEnv(env []string) []string {
@@ -95,7 +108,9 @@ func cliEnv(env []string) []string {
 	return out
 }
 
-func quoteStderr(b []byte) string {
+// QuoteStderr is a CLI's stderr as the tail of an error: ": " and its
+// first maxStderr bytes on one line, or "" when it said nothing.
+func QuoteStderr(b []byte) string {
 	s := strings.TrimSpace(string(b))
 	if s == "" {
 		return ""

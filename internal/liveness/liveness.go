@@ -235,6 +235,22 @@ func cliGlobalArgs(ep endpoint, override []string) []string {
 	return []string{"--url", ep.raw}
 }
 
+// LocalCLIArgs returns the global arguments that make the podman CLI read
+// the same podman's store as url directly, without its service: override
+// when set (the caller vouches for it), none when url is this process's
+// default socket. ok is false when the CLI could reach that podman only
+// through the service (--url).
+func LocalCLIArgs(url string, override []string) (args []string, ok bool) {
+	if override != nil {
+		return override, true
+	}
+	ep, err := parseEndpoint(resolveURL(url))
+	if err != nil || !ep.isDefault() {
+		return nil, false
+	}
+	return nil, true
+}
+
 // Query asks podman which containers are alive: the API at opt.URL first,
 // then the CLI (see Options.CLIArgs for which podman the CLI asks). It fails,
 // wrapping ErrUnknown, only if both fail — or if the URL is unusable and no

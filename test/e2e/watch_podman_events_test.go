@@ -23,8 +23,9 @@ func podmanWatchArgs(pm *podmantest.Env, url string) []string {
 // (the private podman's hooks dir is empty), watch with --interval 1h
 // reaps the tree of a container killed with `podman kill`, and of one
 // removed with `podman rm -f`, from their "died" events alone; a running
-// container's tree is not touched. Without an API service podman has no
-// events to follow, and watch says so and goes on with its rounds.
+// container's tree is not touched. Without an API service the deaths come
+// from `podman events` when the CLI reads the same store (--podman-arg),
+// else there are none, and watch says so.
 func TestWatchPodmanDeathEvents(t *testing.T) {
 	pm := podmantest.New(t)
 	url := pm.StartAPI(t)
@@ -72,15 +73,34 @@ func TestWatchPodmanDeathEvents(t *testing.T) {
 		}
 	})
 
-	t.Run("no API service means no events and the rounds go on", func(t *testing.T) {
+	t.Run("no API service: podman events as a child", func(t *testing.T) {
 		gone := "unix://" + filepath.Join(t.TempDir(), "podman.sock")
-		args := []string{"--engine", "podman", "--podman-url", gone}
-		for _, a := range pm.GlobalArgs() {
-			args = append(args, "--podman-arg="+a)
+		victim := pm.Run(t)
+		_, tree := startTree(t, t.TempDir(), victim, testkit.Fake{Comm: comm})
+		w := startWatch(t, append(podmanWatchArgs(pm, gone), "--supervisor-comm", comm, "--min-age", "0s",
+			"--reconcile-apply", "--container", victim)...)
+		w.waitReady(t, "podman")
+		if len(aliveOf(tree)) != len(tree) {
+			t.Fatal("the first round touched a running container's tree")
 		}
-		w := startWatch(t, append(args, "--supervisor-comm", comm, "--container", pm.Run(t))...)
+		if _, err := pm.Podman("kill", victim); err != nil {
+			t.Fatal(err)
+		}
+		waitAllDead(t, tree, 20*time.Second)
+		if l := w.waitLine(t, map[string]any{"msg": "container death handled", "container": victim}); l["reaped"] != float64(1) {
+			t.Errorf("death line %v, want one tree reaped", l)
+		}
+		if len(w.lines(map[string]any{"msg": "podman events (CLI) followed"})) != 1 {
+			t.Error("the death did not come through podman events")
+		}
+	})
+
+	t.Run("no API service and no CLI of the same store means no events", func(t *testing.T) {
+		// Without --podman-arg the CLI could reach that podman only through
+		// its (absent) service.
+		gone := "unix://" + filepath.Join(t.TempDir(), "podman.sock")
+		w := startWatch(t, "--engine", "podman", "--podman-url", gone, "--supervisor-comm", comm, "--container", pm.Run(t))
 		w.waitLine(t, map[string]any{"msg": "engine reports no container deaths; its strays wait for the next round", "engine": "podman"})
-		w.waitLine(t, map[string]any{"msg": "reconcile", "step": "reconcile"})
 		if n := len(w.lines(map[string]any{"msg": "following container deaths"})); n != 0 {
 			t.Errorf("watch follows deaths without a service (%d lines)", n)
 		}

@@ -23,7 +23,7 @@ import (
 // the iterator did not, so that any process that exists for the whole
 // listing is in it, as with the /proc lister.
 func listBPF(opt Options) (*Listing, error) {
-	r := newReader(opt)
+	r := newPassReader(opt)
 	defer r.Close()
 	l := &Listing{Lister: "bpf", root: opt.Root, named: opt.Named, Starts: []uint64{}}
 	tasks, sawInit := 0, false
@@ -67,7 +67,7 @@ func listBPF(opt Options) (*Listing, error) {
 // VMs), is read from /proc when missing and added to l if that accounts
 // for every unlisted task. The census is re-read after that read, so that
 // a change to the process table meanwhile cannot pass for the proof.
-func (l *Listing) vouch(r *reader, census *taskiter.Census, tasks int, sawInit bool) string {
+func (l *Listing) vouch(r *passReader, census *taskiter.Census, tasks int, sawInit bool) string {
 	var init fingerprint.Stat
 	probed := false
 	// PID 1 by name: on this project's 6.18 Firecracker VMs the kernel
@@ -130,9 +130,9 @@ func (l *Listing) Prefetch() {
 
 // Confirm completes a pending listing: it adds what /proc listed and the
 // iterator did not, and returns how many of those are in a process group
-// (PID 1 and kernel threads are in none, and a process gone since is in
-// none any more: they change nothing a group's decisions read). It does
-// nothing to a listing that is complete.
+// (kernel threads are in none, and a process gone since is in none any
+// more: they change nothing a group's decisions read; PID 1 is, in its
+// own). It does nothing to a listing that is complete.
 func (l *Listing) Confirm() (grouped int, err error) {
 	c := l.pending
 	if c == nil {
@@ -145,7 +145,7 @@ func (l *Listing) Confirm() (grouped int, err error) {
 	}
 	l.pending = nil
 	l.Confirmed = true
-	r := &reader{Reader: NewReader(l.root), named: l.named}
+	r := newPassReader(Options{Root: l.root, Named: l.named})
 	defer r.Close()
 	l.Missed, grouped = l.addMissed(r, c.listed)
 	l.StatReads += r.statReads
@@ -155,7 +155,7 @@ func (l *Listing) Confirm() (grouped int, err error) {
 // addMissed adds the processes of listed (ascending, as /proc lists them)
 // that the iterator's listing (ascending too) does not have. It returns
 // how many it added, and how many of those are in a process group.
-func (l *Listing) addMissed(r *reader, listed []int) (missed, grouped int) {
+func (l *Listing) addMissed(r *passReader, listed []int) (missed, grouped int) {
 	seen := l.PIDs // the iterator's, before anything is appended
 	if !slices.IsSorted(seen) {
 		seen = slices.Sorted(slices.Values(seen))

@@ -53,7 +53,7 @@ func listProc(opt Options) (*Listing, error) {
 	if t := opt.Pipeline; t.Workers > 0 {
 		maxWorkers = t.Workers
 	}
-	rs := []*reader{newReader(opt)}
+	rs := []*passReader{newPassReader(opt)}
 	defer func() {
 		for _, r := range rs {
 			r.Close()
@@ -72,7 +72,7 @@ func listProc(opt Options) (*Listing, error) {
 		wg      sync.WaitGroup
 		listed  int
 	)
-	work := func(r *reader) {
+	work := func(r *passReader) {
 		for b := range queue {
 			r.pass(b, host)
 		}
@@ -88,7 +88,7 @@ func listProc(opt Options) (*Listing, error) {
 		batches = append(batches, b)
 		listed += len(b.pids)
 		if len(rs) < maxWorkers && listed >= len(rs)*perWorker {
-			r := newReader(opt)
+			r := newPassReader(opt)
 			rs = append(rs, r)
 			wg.Add(1)
 			go func() {
@@ -126,7 +126,7 @@ func listProc(opt Options) (*Listing, error) {
 // the host's /proc it asks getpgid(2), which never blocks (a raw call
 // spares the scheduler hand-off, which costs more than the call); another
 // procfs root (test fixtures) has its stat files read.
-func (r *reader) pass(b *batch, host bool) {
+func (r *passReader) pass(b *batch, host bool) {
 	b.pgids = make([]int32, len(b.pids))
 	for i, pid := range b.pids {
 		pgid := -1

@@ -206,25 +206,25 @@ func (l *Listing) add(pid, pgid int, start uint64) {
 	}
 }
 
-// reader reads stat files for a listing, counting them.
-type reader struct {
+// passReader reads stat files for a listing, counting them.
+type passReader struct {
 	*Reader
 	named     map[string]bool
 	statReads int
 }
 
-func newReader(opt Options) *reader {
-	return &reader{Reader: NewReader(opt.Root), named: opt.Named}
+func newPassReader(opt Options) *passReader {
+	return &passReader{Reader: NewReader(opt.Root), named: opt.Named}
 }
 
 // stat reads pid's stat, counting it.
-func (r *reader) stat(pid int) (fingerprint.Stat, error) {
+func (r *passReader) stat(pid int) (fingerprint.Stat, error) {
 	r.statReads++
 	return r.Stat(pid)
 }
 
 // leader reads a process that leads its own group.
-func (r *reader) leader(pid int) Leader {
+func (r *passReader) leader(pid int) Leader {
 	st, err := r.stat(pid)
 	l := Leader{PID: pid, State: LeaderOf(pid, st, err)}
 	if l.State == Live && r.named[st.Comm] {

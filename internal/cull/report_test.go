@@ -30,3 +30,12 @@ func TestSmallWords(t *testing.T) {
 		t.Errorf("%q lacks %q", b.String(), want)
 	}
 }
+
+// TestHumanBytes: binary units, one decimal, up to exbibytes.
+func TestHumanBytes(t *testing.T) {
+	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1536: "1.5 KiB", 200 << 20: "200.0 MiB", 3 << 30: "3.0 GiB", 7 << 60: "7.0 EiB"} {
+		if got := HumanBytes(n); got != want {
+			t.Errorf("HumanBytes(%d) = %s, want %s", n, got, want)
+		}
+	}
+}

@@ -125,7 +125,7 @@ func Sessions(sups []cull.Supervisor, thresholdSeconds int64, err error) Check {
 			mem += c.MemoryBytes()
 			items = append(items, fmt.Sprintf("%s (pid %d): session %s (%s) idle %s, %s, %s",
 				s.Socket, s.PID, c.SessionID, c.Language, shortDuration(time.Duration(c.IdleSeconds)*time.Second),
-				humanBytes(c.MemoryBytes()), c.WorkingDirectory))
+				cull.HumanBytes(c.MemoryBytes()), c.WorkingDirectory))
 		}
 	}
 	limit := time.Duration(thresholdSeconds) * time.Second
@@ -134,7 +134,7 @@ func Sessions(sups []cull.Supervisor, thresholdSeconds int64, err error) Check {
 	verdict := OK
 	if n > 0 {
 		verdict = Warn
-		detail += fmt.Sprintf(", holding %s; see kc-janitor cull", humanBytes(mem))
+		detail += fmt.Sprintf(", holding %s; see kc-janitor cull", cull.HumanBytes(mem))
 	}
 	if unreadable > 0 {
 		verdict = Warn
@@ -160,17 +160,4 @@ func shortDuration(d time.Duration) string {
 		s = strings.TrimSuffix(s, "0m")
 	}
 	return s
-}
-
-// humanBytes renders n bytes in binary units: 512 B, 1.5 KiB, 200.0 MiB.
-func humanBytes(n int64) string {
-	if n < 1024 {
-		return fmt.Sprintf("%d B", n)
-	}
-	v, unit := float64(n)/1024, 0
-	for v >= 1024 && unit < 5 {
-		v /= 1024
-		unit++
-	}
-	return fmt.Sprintf("%.1f %ciB", v, "KMGTP"[unit])
 }

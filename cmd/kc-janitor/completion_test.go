@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/cliapp"
 )
 
 var (
@@ -213,7 +215,7 @@ func TestCompletionLegacyFlag(t *testing.T) {
 		if _, err := os.Stat(metrics); err == nil {
 			t.Fatalf("%q ran reconcile:\n%s", args, out)
 		}
-		if args[0] == legacyCompleteFlag && !strings.Contains(out, "reconcile\n") {
+		if args[0] == cliapp.LegacyCompleteFlag && !strings.Contains(out, "reconcile\n") {
 			t.Errorf("%q: %q", args, out)
 		}
 	}

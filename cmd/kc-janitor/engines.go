@@ -12,7 +12,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
+	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 )
 
 // Names of the engine flags, given (like the global flags) to the app and
@@ -64,23 +64,6 @@ func loadEngineGlobals(c *cli.Context, g *globals) error {
 	return nil
 }
 
-// sharedSlice is sharedString for a repeatable flag: the innermost
-// position that set it wins.
-func sharedSlice(c *cli.Context, name string) []string {
-	for _, lc := range c.Lineage() {
-		if lc.IsSet(name) {
-			var out []string
-			for _, v := range lc.StringSlice(name) {
-				if v = strings.TrimSpace(v); v != "" {
-					out = append(out, v)
-				}
-			}
-			return out
-		}
-	}
-	return nil
-}
-
 // engineConfig gathers every engine's settings from the flags.
 func engineConfig(c *cli.Context, g globals, log *slog.Logger) engine.Config {
 	cfg := engine.Config{
@@ -101,7 +84,7 @@ func engineConfig(c *cli.Context, g globals, log *slog.Logger) engine.Config {
 // selectEngines parses --engine and builds the engines to ask; a bad name
 // or endpoint is a usage error (exit 2).
 func selectEngines(c *cli.Context, g globals, log *slog.Logger) ([]engine.Engine, error) {
-	es, err := engine.Select(g.Engines, engineConfig(c, g, log))
+	es, err := settingsOf(c, g, reconcile.Options{}).Select(log)
 	if err != nil {
 		return nil, engineUsageErr(err)
 	}
@@ -120,32 +103,6 @@ func engineUsageErr(err error) error {
 		return usageErr("%s", strings.TrimPrefix(err.Error(), engine.ErrUsage.Error()+": "))
 	}
 	return err
-}
-
-// askEngines asks every selected engine which containers are alive. The
-// error wraps liveness.ErrUnknown when the truth is unknown; a usage
-// error (exit 2) when --engine or an endpoint is malformed.
-func askEngines(ctx context.Context, c *cli.Context, g globals, log *slog.Logger) (engine.Truth, error) {
-	es, err := selectEngines(c, g, log)
-	if err != nil {
-		return engine.Truth{}, err
-	}
-	tr, err := engine.Ask(ctx, es)
-	for _, st := range tr.Statuses {
-		if st.Error == nil {
-			log.Debug("engine answered", "engine", st.Name, "endpoint", st.Endpoint, "source", st.Source, "uid", st.UID, "containers", st.Containers, "live", st.Live)
-		}
-	}
-	return tr, err
-}
-
-// queryLiveness is the union of every selected engine's answer.
-func queryLiveness(ctx context.Context, c *cli.Context, g globals, log *slog.Logger) (liveness.Set, error) {
-	tr, err := askEngines(ctx, c, g, log)
-	if err != nil {
-		return liveness.Set{}, err
-	}
-	return tr.Set, nil
 }
 
 // containerRef is what a --container value may look like: a container

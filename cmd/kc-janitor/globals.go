@@ -2,15 +2,14 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kc-watchman/kc-watchman/internal/cliapp"
+	"github.com/kc-watchman/kc-watchman/internal/janitor"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/trees"
 	"github.com/kc-watchman/kc-watchman/internal/userns"
 )
 
@@ -83,48 +82,15 @@ func (g globals) reporting() globals {
 	return g
 }
 
-// sharedString resolves a global flag given either after the command name
-// (the command's own copy) or before it (the app's copy); urfave/cli/v2
-// would otherwise only ever see the command's copy. A flag typed on the
-// command line beats the environment at either position: urfave/cli
-// reports both as "set", so a copy whose value differs from the
-// environment's is the one the user typed.
+// sharedString, sharedBool and sharedSlice read a global flag given
+// before or after the command name (cliapp.SharedString).
 func sharedString(c *cli.Context, name string) string {
-	env, fromEnv := envValue(name)
-	for _, lc := range c.Lineage() {
-		if lc.IsSet(name) && (!fromEnv || lc.String(name) != env) {
-			return lc.String(name)
-		}
-	}
-	return c.String(name)
+	return cliapp.SharedString(c, name, append(globalFlags(), engineFlags()...))
 }
 
-// sharedBool is sharedString for a boolean global flag: set at either
-// position.
-func sharedBool(c *cli.Context, name string) bool {
-	for _, lc := range c.Lineage() {
-		if lc.IsSet(name) && lc.Bool(name) {
-			return true
-		}
-	}
-	return false
-}
+func sharedBool(c *cli.Context, name string) bool { return cliapp.SharedBool(c, name) }
 
-// envValue returns the value the environment gives the global flag name.
-func envValue(name string) (string, bool) {
-	for _, f := range append(globalFlags(), engineFlags()...) {
-		sf, ok := f.(*cli.StringFlag)
-		if !ok || sf.Name != name {
-			continue
-		}
-		for _, ev := range sf.EnvVars {
-			if v, ok := os.LookupEnv(ev); ok {
-				return v, true
-			}
-		}
-	}
-	return "", false
-}
+func sharedSlice(c *cli.Context, name string) []string { return cliapp.SharedSlice(c, name) }
 
 func loadGlobals(c *cli.Context) (globals, error) {
 	g := globals{
@@ -155,7 +121,7 @@ func loadGlobals(c *cli.Context) (globals, error) {
 	if sharedBool(c, flagQuiet) && (!g.LevelSet || g.LogLevel < slog.LevelWarn) {
 		g.LogLevel, g.LevelSet = slog.LevelWarn, true
 	}
-	comms, err := parseComms(sharedString(c, flagSupervisorComm))
+	comms, err := trees.ParseComms(sharedString(c, flagSupervisorComm))
 	if err != nil {
 		return g, usageErr("--supervisor-comm: %v", err)
 	}
@@ -169,75 +135,16 @@ func loadGlobals(c *cli.Context) (globals, error) {
 	return g, nil
 }
 
-// parseComms splits a comma-separated comm list. The kernel truncates comm
-// to 15 bytes, so a longer name could never match.
-func parseComms(s string) ([]string, error) {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		p = strings.TrimSpace(p)
-		if p == "" {
-			continue
-		}
-		if len(p) > 15 {
-			return nil, fmt.Errorf("%q is longer than the 15 bytes the kernel keeps of a process name", p)
-		}
-		out = append(out, p)
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("no process names given")
-	}
-	return out, nil
-}
-
 func usageErr(format string, args ...any) error {
 	return cli.Exit(fmt.Sprintf(format, args...), exitUsage)
 }
 
-// newLogger logs to stderr at g.LogLevel and, when logFile is set, to that
-// file too, at info or below whatever stderr gets: the file is the audit
-// record of every run. Missing parent directories of the file are created.
-// When stderr is the journal (JOURNAL_STREAM set), its lines carry no
-// time: journald stamps them. The returned closer closes the file.
+// newLogger is the janitor's logger for g, appending to logFile too when
+// it is set; a log file that cannot be opened is a usage error.
 func newLogger(g globals, logFile string) (*slog.Logger, func(), error) {
-	stderr := newHandler(g.LogJSON, os.Stderr, g.LogLevel, os.Getenv("JOURNAL_STREAM") != "")
-	closer := func() {}
-	if logFile == "" {
-		return slog.New(stderr), closer, nil
-	}
-	if err := os.MkdirAll(filepath.Dir(logFile), 0o750); err != nil {
-		return nil, nil, cli.Exit(fmt.Sprintf("cannot create the log file's directory: %v", err), exitUsage)
-	}
-	f, err := os.OpenFile(logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	log, closer, err := janitor.NewLogger(janitor.Log{JSON: g.LogJSON, Level: g.LogLevel, File: logFile})
 	if err != nil {
-		return nil, nil, cli.Exit(fmt.Sprintf("cannot open log file: %v", err), exitUsage)
+		return nil, nil, cli.Exit(err.Error(), exitUsage)
 	}
-	closer = func() { f.Close() }
-	file := newHandler(g.LogJSON, f, min(g.LogLevel, slog.LevelInfo), false)
-	return slog.New(slog.NewMultiHandler(stderr, file)), closer, nil
-}
-
-// newHandler is a text or JSON handler writing records at level or above.
-// Durations are written as Go durations ("1m30s") in text and as seconds
-// in JSON, never as nanoseconds.
-func newHandler(json bool, w io.Writer, level slog.Level, noTime bool) slog.Handler {
-	opts := &slog.HandlerOptions{
-		Level: level,
-		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
-			if noTime && len(groups) == 0 && a.Key == slog.TimeKey {
-				return slog.Attr{}
-			}
-			if a.Value.Kind() == slog.KindDuration {
-				d := a.Value.Duration()
-				if json {
-					return slog.Float64(a.Key+"_seconds", d.Seconds())
-				}
-				return slog.String(a.Key, d.String())
-			}
-			return a
-		},
-	}
-	if json {
-		return slog.NewJSONHandler(w, opts)
-	}
-	return slog.NewTextHandler(w, opts)
+	return log, closer, nil
 }

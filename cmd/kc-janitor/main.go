@@ -10,6 +10,8 @@ import (
 	"os"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/kc-watchman/kc-watchman/internal/cliapp"
 )
 
 // Exit codes shared by the commands (DESIGN §6).
@@ -41,7 +43,7 @@ func run(args []string) int {
 	}
 	// Anything urfave/cli reports on its own is a usage error: unknown
 	// flag, bad value, missing argument.
-	fmt.Fprintln(os.Stderr, "kc-janitor:", usageMessage(err))
+	fmt.Fprintln(os.Stderr, "kc-janitor:", cliapp.UsageMessage(err, commands()))
 	return exitUsage
 }
 
@@ -49,12 +51,12 @@ func run(args []string) int {
 // answered without running anything, bare numbers given to duration flags
 // mean seconds, then the app runs.
 func runApp(app *cli.App, args []string) error {
-	if words, ok := completionWords(args); ok {
+	if words, ok := cliapp.Words(args); ok {
 		app.Setup() // the writers, the help command and flag
-		complete(app.Writer, app, words)
+		cliapp.Complete(app.Writer, app, words, flagValues)
 		return nil
 	}
-	return app.Run(normalizeDurations(app, args))
+	return app.Run(cliapp.NormalizeDurations(app, args))
 }
 
 func newApp() *cli.App {
@@ -75,7 +77,7 @@ command name.`,
 		HideVersion:    false,
 		ExitErrHandler: func(*cli.Context, error) {},
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			return cli.Exit(usageMessage(err), exitUsage)
+			return cli.Exit(cliapp.UsageMessage(err, commands()), exitUsage)
 		},
 		// Reached only when the first word is no command: a typo in a
 		// cron line must not exit 3, which means "podman down".
@@ -83,7 +85,7 @@ command name.`,
 			if c.NArg() == 0 {
 				return cli.ShowAppHelp(c)
 			}
-			return usageErr("%s", unknownCommand(c.App, c.Args().First()))
+			return usageErr("%s", cliapp.UnknownCommand(c.App, c.Args().First()))
 		},
 	}
 }
@@ -112,7 +114,7 @@ func commands() []*cli.Command {
 		}
 		if c.OnUsageError == nil {
 			c.OnUsageError = func(_ *cli.Context, err error, _ bool) error {
-				return cli.Exit(usageMessage(err), exitUsage)
+				return cli.Exit(cliapp.UsageMessage(err, commands()), exitUsage)
 			}
 		}
 	}
@@ -126,19 +128,12 @@ func versionCommand() *cli.Command {
 		Action: func(c *cli.Context) error {
 			// It takes the global flags like every command; a malformed
 			// one is an error here too, not silently ignored.
-			g, err := loadGlobals(c)
+			se, err := preamble(c, "version", plan{noReport: true})
 			if err != nil {
 				return err
 			}
-			if err := checkPodmanURL(g); err != nil {
-				return err
-			}
-			_, closeLog, err := newLogger(g, g.LogFile)
-			if err != nil {
-				return err
-			}
-			closeLog()
-			printVersion(c, g.JSON)
+			se.close()
+			printVersion(c, se.g.JSON)
 			return nil
 		},
 	}

@@ -9,11 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/kc-watchman/kc-watchman/internal/action"
-	"github.com/kc-watchman/kc-watchman/internal/cull"
 	"github.com/kc-watchman/kc-watchman/internal/metrics"
-	"github.com/kc-watchman/kc-watchman/internal/reconcile"
-	"github.com/kc-watchman/kc-watchman/internal/sockets"
 )
 
 const flagMetricsFile = "metrics-file"
@@ -73,85 +69,6 @@ func withMetrics(name string, action cli.ActionFunc) cli.ActionFunc {
 		}
 		return err
 	}
-}
-
-// recordReconcile records a reconcile report of command (reconcile,
-// doctor, watch). known is false when the engines could not be asked (the
-// report is then empty).
-func recordReconcile(s *metrics.Set, command string, rep reconcile.Report, known bool) {
-	if s == nil {
-		return
-	}
-	s.Bool(metrics.GroundTruthKnown, known, command)
-	if !known {
-		// Nothing was looked at: the last counts are not current any
-		// more, and are taken out rather than left to be read as such.
-		s.Drop(metrics.Trees, metrics.StraysFound, metrics.StraysReaped, metrics.StraysFailed)
-		return
-	}
-	counts := map[action.Action]int{}
-	for _, a := range []action.Action{action.WouldReap, action.Reaped, action.Gone, action.WouldNotDie,
-		action.SkipLive, action.SkipYoung, action.SkipAgeUnknown, action.SkipForeign,
-		action.SkipOtherUID, action.SkipAmbiguous, action.SkipContradicted} {
-		counts[a] = 0 // every action present, so an old value never lingers
-	}
-	for _, t := range rep.Trees {
-		counts[t.Action]++
-	}
-	for a, n := range counts {
-		s.Set(metrics.Trees, float64(n), string(a))
-	}
-	found := counts[action.WouldReap] + counts[action.Reaped] + counts[action.Gone] + counts[action.WouldNotDie]
-	s.Set(metrics.StraysFound, float64(found))
-	s.Set(metrics.StraysReaped, float64(counts[action.Reaped]+counts[action.Gone]))
-	s.Set(metrics.StraysFailed, float64(counts[action.WouldNotDie]))
-}
-
-// recordSweep records a sweep report.
-func recordSweep(s *metrics.Set, rep *sockets.Report) {
-	if s == nil || rep == nil {
-		return
-	}
-	verdicts := map[sockets.Verdict]int{sockets.VerdictLive: 0, sockets.VerdictStale: 0, sockets.VerdictUnknown: 0}
-	unlinked, failed := 0, 0
-	for _, k := range rep.Sockets {
-		verdicts[k.Verdict]++
-		switch k.Action {
-		case sockets.ActionUnlinked:
-			unlinked++
-		case sockets.ActionFailed:
-			failed++
-		}
-	}
-	for v, n := range verdicts {
-		s.Set(metrics.Sockets, float64(n), string(v))
-	}
-	s.Set(metrics.SocketsStale, float64(verdicts[sockets.VerdictStale]))
-	s.Set(metrics.SocketsUnlinked, float64(unlinked))
-	s.Set(metrics.SocketsFailed, float64(failed))
-}
-
-// recordCull records a cull audit.
-func recordCull(s *metrics.Set, sups []cull.Supervisor) {
-	if s == nil {
-		return
-	}
-	unreadable, sessions := 0, 0
-	var mem int64
-	for _, sup := range sups {
-		if sup.Err != nil {
-			unreadable++
-			continue
-		}
-		for _, c := range sup.Candidates {
-			sessions++
-			mem += c.MemoryBytes()
-		}
-	}
-	s.Set(metrics.Supervisors, float64(len(sups)))
-	s.Set(metrics.SupervisorsUnreadable, float64(unreadable))
-	s.Set(metrics.SessionsAbandoned, float64(sessions))
-	s.Set(metrics.SessionsAbandonedMemoryBytes, float64(mem))
 }
 
 // warnf prints a warning on the app's error writer.

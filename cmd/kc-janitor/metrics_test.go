@@ -10,6 +10,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/kc-watchman/kc-watchman/internal/cliapp"
 	"github.com/kc-watchman/kc-watchman/internal/metrics"
 )
 
@@ -129,15 +130,15 @@ func TestMetricsFileSharedByCommands(t *testing.T) {
 func TestMetricsFileUnwritable(t *testing.T) {
 	socks := t.TempDir()
 	bad := "/nonexistent/dir/kc.prom"
-	code, _, stderr := janitor(t, nil, "sweep", "--socket-dir", socks, "--metrics-file", bad)
+	code, _, stderr := runJanitor(t, nil, "sweep", "--socket-dir", socks, "--metrics-file", bad)
 	if code != exitFailed || !strings.Contains(stderr, "metrics:") {
 		t.Errorf("sweep: exit %d, stderr %q", code, stderr)
 	}
-	code, _, stderr = janitor(t, []string{"PATH=" + t.TempDir()}, "reconcile", "--podman-url", "unix:///nonexistent/podman.sock", "--metrics-file", bad)
+	code, _, stderr = runJanitor(t, []string{"PATH=" + t.TempDir()}, "reconcile", "--podman-url", "unix:///nonexistent/podman.sock", "--metrics-file", bad)
 	if code != exitUnknown || !strings.Contains(stderr, "metrics:") {
 		t.Errorf("reconcile without podman: exit %d, stderr %q", code, stderr)
 	}
-	code, _, _ = janitor(t, nil, "watch", "--once", "--no-reconcile", "--socket-dir", socks, "--metrics-file", bad)
+	code, _, _ = runJanitor(t, nil, "watch", "--once", "--no-reconcile", "--socket-dir", socks, "--metrics-file", bad)
 	if code != exitFailed {
 		t.Errorf("watch --once: exit %d, want 1", code)
 	}
@@ -190,7 +191,7 @@ func TestManAndCompletion(t *testing.T) {
 	}
 	for _, sh := range []string{"bash", "zsh"} {
 		code, out := runJanitorCapture(t, "completion", sh)
-		if code != exitOK || !strings.Contains(out, "kc-janitor") || !strings.Contains(out, completeArg) {
+		if code != exitOK || !strings.Contains(out, "kc-janitor") || !strings.Contains(out, cliapp.CompleteArg) {
 			t.Errorf("%s: exit %d:\n%s", sh, code, out)
 		}
 		if path, err := exec.LookPath(sh); err == nil {

@@ -1,22 +1,9 @@
 package main
 
 import (
-	"errors"
-	"fmt"
-	"io"
-	"sort"
-	"strings"
-	"text/tabwriter"
-	"time"
-
 	"github.com/urfave/cli/v2"
 
-	"github.com/kc-watchman/kc-watchman/internal/engine"
-	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
-	"github.com/kc-watchman/kc-watchman/internal/reconcile"
-	"github.com/kc-watchman/kc-watchman/internal/sockets"
-	"github.com/kc-watchman/kc-watchman/internal/trees"
+	"github.com/kc-watchman/kc-watchman/internal/janitor"
 )
 
 func statusCommand() *cli.Command {
@@ -41,237 +28,19 @@ Exit status: 0 (2 for usage errors).`,
 	}
 }
 
-type statusJSON struct {
-	StateDir      string             `json:"state_dir"`
-	Records       []statusRecordJSON `json:"records"`
-	LivenessKnown bool               `json:"liveness_known"`
-	Source        string             `json:"source"`
-	Trees         []statusTreeJSON   `json:"trees"`
-	Sockets       []sweepSocketJSON  `json:"sockets"`
-	Errors        []string           `json:"errors"`
-}
-
-type statusRecordJSON struct {
-	ContainerID  string               `json:"container_id"`
-	CurrentBoot  bool                 `json:"current_boot"`
-	Stages       map[string]time.Time `json:"stages"`
-	Trees        int                  `json:"trees"`
-	Members      int                  `json:"members"`
-	Outcome      string               `json:"outcome"`
-	UpdatedAt    time.Time            `json:"updated_at"`
-	ContainerNow string               `json:"container_state"`
-	// Engine is the engine that lists the container (podman, docker,
-	// containerd); "" when none does or none could be asked.
-	Engine string `json:"engine"`
-}
-
-type statusTreeJSON struct {
-	ContainerID    string             `json:"container_id"`
-	ContainerState string             `json:"container_state"`
-	Engine         string             `json:"engine"`
-	PGID           int                `json:"pgid"`
-	UID            int                `json:"uid"`
-	AgeSeconds     int64              `json:"age_seconds"`
-	ByLedger       bool               `json:"by_ledger"`
-	Members        []reconcile.Member `json:"members"`
-	Decision       string             `json:"decision"`
-}
-
 func runStatus(c *cli.Context) error {
-	g, opt, err := loadScanSettings(c)
+	se, err := preamble(c, "status", plan{scan: true, probe: true})
 	if err != nil {
 		return err
 	}
-	scfg, err := probeConfig(c, g)
+	defer se.close()
+	rep, err := janitor.Status(c.Context, se.s, se.log)
 	if err != nil {
-		return err
+		return err // a usage error
 	}
-	log, closeLog, err := newLogger(g.reporting(), g.LogFile)
-	if err != nil {
-		return err
-	}
-	defer closeLog()
-	log = log.With("cmd", "status")
-
-	out := statusJSON{StateDir: g.StateDir, Records: []statusRecordJSON{}, Trees: []statusTreeJSON{}, Sockets: []sweepSocketJSON{}, Errors: []string{}}
-
-	tr, liveErr := askEngines(c.Context, c, g, log)
-	if liveErr != nil && !errors.Is(liveErr, liveness.ErrUnknown) {
-		return liveErr // a usage error
-	}
-	live, known := tr.Set, liveErr == nil
-	out.LivenessKnown = known
-	if known {
-		out.Source = string(live.Source)
-	} else {
-		out.Errors = append(out.Errors, "engines: "+liveErr.Error())
-	}
-	// Which engine each container is from, even when another engine
-	// could not be asked: the column says who listed it, not whether
-	// its tree may be judged.
-	engineOf := tr.EngineByID()
-
-	// The ledger, read-only.
-	var records []*ledger.Record
-	var bootID string
-	if store, err := ledger.OpenReadOnly(g.StateDir); err == nil {
-		var errs []error
-		records, errs = store.List()
-		bootID = store.CurrentBootID()
-		for _, e := range errs {
-			out.Errors = append(out.Errors, "ledger: "+e.Error())
-		}
-	} else {
-		out.Errors = append(out.Errors, "ledger: "+err.Error())
-	}
-	sort.Slice(records, func(i, j int) bool { return records[i].UpdatedAt.After(records[j].UpdatedAt) })
-	for _, r := range records {
-		if len(opt.Containers) > 0 && !opt.Containers[r.ContainerID] {
-			continue
-		}
-		j := statusRecordJSON{ContainerID: r.ContainerID, CurrentBoot: r.BootID == bootID, Stages: r.Stages,
-			Trees: len(r.Trees), Outcome: r.Outcome, UpdatedAt: r.UpdatedAt, ContainerNow: liveState(live, known, r.ContainerID), Engine: engineOf[r.ContainerID]}
-		for _, t := range r.Trees {
-			j.Members += len(t.Members)
-		}
-		out.Records = append(out.Records, j)
-	}
-
-	// The trees running now (a scan; nothing is signalled or recorded).
-	found, _, err := trees.Scan(trees.Options{Comms: opt.Comms, Known: ledger.KnownFrom(records, bootID), Full: opt.FullScan, Lister: opt.Lister})
-	if err != nil {
-		out.Errors = append(out.Errors, "scanning processes: "+err.Error())
-	}
-	for _, t := range found {
-		if len(opt.Containers) > 0 && !anyIn(t.ContainerIDs, opt.Containers) {
-			continue
-		}
-		j := statusTreeJSON{ContainerID: t.ContainerID, ContainerState: liveState(live, known, t.ContainerID), Engine: engineOf[t.ContainerID],
-			PGID: t.PGID, UID: t.UID, AgeSeconds: -1, ByLedger: t.ByLedger, Members: []reconcile.Member{}, Decision: "?"}
-		if t.AgeKnown {
-			j.AgeSeconds = int64(t.Age / time.Second)
-		}
-		for _, m := range t.Members {
-			j.Members = append(j.Members, reconcile.Member{PID: m.PID, StartTicks: m.StartTicks, Comm: m.Comm})
-		}
-		if known {
-			j.Decision = string(reconcile.Decide(t, live, opt.MinAge))
-		}
-		out.Trees = append(out.Trees, j)
-	}
-
-	// Sockets, as a dry-run sweep classifies them.
-	scfg.Apply = false
-	srep, err := sockets.Sweep(c.Context, scfg)
-	if err != nil {
-		out.Errors = append(out.Errors, "sockets: "+err.Error())
-	} else {
-		for _, e := range srep.DirErrors {
-			out.Errors = append(out.Errors, "sockets: "+e.Error())
-		}
-		for _, s := range srep.Sockets {
-			out.Sockets = append(out.Sockets, sweepSocketJSON{Path: s.Path, PID: s.PID, Kind: string(s.Kind),
-				Verdict: string(s.Verdict), Reason: s.Reason, Action: string(s.Action)})
-		}
-	}
-
-	if g.JSON {
-		writeJSON(c.App.Writer, out)
+	if se.g.JSON {
+		writeJSON(c.App.Writer, rep)
 		return nil
 	}
-	return writeStatusText(c.App.Writer, out, tr, known)
-}
-
-func anyIn(ids []string, set map[string]bool) bool {
-	for _, id := range ids {
-		if set[id] {
-			return true
-		}
-	}
-	return false
-}
-
-func short(id string) string {
-	if id == "" {
-		return "-"
-	}
-	if len(id) > 12 {
-		return id[:12]
-	}
-	return id
-}
-
-func writeStatusText(w io.Writer, st statusJSON, tr engine.Truth, known bool) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-
-	fmt.Fprintf(tw, "LEDGER %s: %s\n", st.StateDir, countOf(len(st.Records), "record"))
-	if len(st.Records) > 0 {
-		fmt.Fprintln(tw, "CONTAINER\tENGINE\tNOW\tSTAGES SEEN\tTREES\tOUTCOME\tUPDATED")
-		for _, r := range st.Records {
-			stages := make([]string, 0, len(r.Stages))
-			for s := range r.Stages {
-				stages = append(stages, s)
-			}
-			sort.Slice(stages, func(i, j int) bool { return r.Stages[stages[i]].Before(r.Stages[stages[j]]) })
-			if len(stages) == 0 {
-				stages = []string{"-"}
-			}
-			trees := fmt.Sprintf("%d (%d procs)", r.Trees, r.Members)
-			updated := since(r.UpdatedAt)
-			if !r.CurrentBoot {
-				updated += ", other boot"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", short(r.ContainerID), dash(r.Engine), r.ContainerNow, strings.Join(stages, ","), trees, dash(r.Outcome), updated)
-		}
-	}
-
-	truth := "ground truth unknown: an engine was asked and did not answer, see PROBLEMS"
-	if known {
-		var asked []string
-		for _, st := range tr.Statuses {
-			asked = append(asked, st.Name+" "+st.Source)
-		}
-		truth = fmt.Sprintf("%s, %d live containers", strings.Join(asked, ", "), len(tr.Set.Live))
-	}
-	fmt.Fprintf(tw, "\nTREES (%s): %s\n", truth, countOf(len(st.Trees), "tree"))
-	if len(st.Trees) > 0 {
-		fmt.Fprintln(tw, "CONTAINER\tENGINE\tSTATE\tPGID\tUID\tAGE\tMEMBERS\tRECONCILE WOULD")
-		for _, t := range st.Trees {
-			age := "?"
-			if t.AgeSeconds >= 0 {
-				age = humanSeconds(t.AgeSeconds)
-			}
-			var ms []string
-			for _, m := range t.Members {
-				ms = append(ms, fmt.Sprintf("%s(%d)", m.Comm, m.PID))
-			}
-			cid := short(t.ContainerID)
-			if t.ByLedger {
-				cid += "*"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", cid, dash(t.Engine), t.ContainerState, t.PGID, t.UID, age, strings.Join(ms, " "), t.Decision)
-		}
-	}
-
-	fmt.Fprintf(tw, "\nSOCKETS: %s\n", countOf(len(st.Sockets), "socket"))
-	if len(st.Sockets) > 0 {
-		fmt.Fprintln(tw, "PATH\tKIND\tPID\tVERDICT\tREASON")
-		for _, s := range st.Sockets {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", s.Path, s.Kind, s.PID, s.Verdict, s.Reason)
-		}
-	}
-	if len(st.Errors) > 0 {
-		fmt.Fprintln(tw, "\nPROBLEMS")
-		for _, e := range st.Errors {
-			fmt.Fprintf(tw, "  %s\n", e)
-		}
-	}
-	return tw.Flush()
-}
-
-func countOf(n int, what string) string {
-	if n == 1 {
-		return "1 " + what
-	}
-	return fmt.Sprintf("%d %ss", n, what)
+	return rep.Text(c.App.Writer)
 }

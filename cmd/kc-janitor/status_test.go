@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/dockertest"
+	"github.com/kc-watchman/kc-watchman/internal/janitor"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
 )
@@ -49,7 +50,7 @@ func TestStatus(t *testing.T) {
 	if got := sortedKeys(raw); !reflect.DeepEqual(got, []string{"errors", "liveness_known", "records", "sockets", "source", "state_dir", "trees"}) {
 		t.Errorf("keys %v", got)
 	}
-	var rep statusJSON
+	var rep janitor.StatusReport
 	json.Unmarshal([]byte(out), &rep)
 	if rep.LivenessKnown || len(rep.Records) != 1 || len(rep.Sockets) != 1 || len(rep.Errors) == 0 {
 		t.Fatalf("%+v", rep)
@@ -106,7 +107,7 @@ func TestStatusShowsEngine(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, out)
 	}
-	var rep statusJSON
+	var rep janitor.StatusReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}

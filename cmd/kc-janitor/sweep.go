@@ -1,14 +1,11 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
-	"os"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kc-watchman/kc-watchman/internal/janitor"
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
 )
 
@@ -69,116 +66,40 @@ Exit status: 0 ok; 1 an unlink failed or a socket directory could not be read.`,
 	}
 }
 
-// sweepConfig builds the sockets configuration both sweep and cull use:
-// probeConfig plus the container to look into.
-func sweepConfig(c *cli.Context, g globals) (sockets.Config, error) {
-	cfg, err := probeConfig(c, g)
-	if err != nil {
-		return cfg, err
-	}
-	if err := checkPodmanURL(g); err != nil {
-		return cfg, err
-	}
-	if pid := c.Int(flagContainerPID); pid < 0 {
-		return cfg, usageErr("--container-pid must not be negative")
-	} else if pid > 0 {
-		cfg.Target = sockets.Target{InitPID: pid}
-	} else if name := c.String(flagContainer); name != "" {
-		m, err := resolveContainer(c, g, name, true)
-		if err != nil {
-			return cfg, err
-		}
-		if m.InitPID <= 0 {
-			return cfg, cli.Exit(fmt.Sprintf("container %s (%s %s) is not running: its sockets cannot be reached", name, m.Engine, m.ID), exitFailed)
-		}
-		cfg.Target = sockets.Target{InitPID: m.InitPID}
-	}
-	return cfg, nil
-}
-
-// checkSocketDirs refuses --socket-dir patterns the sweep could only
-// report as errors: empty, relative, wildcards before the last component,
-// a malformed glob.
-func checkSocketDirs(c *cli.Context) error {
-	for _, p := range c.StringSlice(flagSocketDir) {
-		if err := sockets.CheckDirPattern(p); err != nil {
-			return usageErr("--socket-dir: %v", err)
-		}
-	}
-	return nil
-}
-
-// logFileOr returns the log file from --log-file, else from env.
-func logFileOr(g globals, env string) string {
-	if g.LogFile != "" {
-		return g.LogFile
-	}
-	return os.Getenv(env)
-}
-
-type sweepJSON struct {
-	DryRun  bool              `json:"dry_run"`
-	Sockets []sweepSocketJSON `json:"sockets"`
-	// Dirs is additive to DESIGN §6's object: where sweep looked and why.
-	Dirs []sweepDirJSON `json:"dirs"`
-}
-
-// sweepDirJSON is one directory (or pattern) looked in, inside the target.
-type sweepDirJSON struct {
-	Path    string   `json:"path"`
-	Sources []string `json:"sources"`
-}
-
-type sweepSocketJSON struct {
-	Path    string  `json:"path"`
-	PID     int     `json:"pid"`
-	Kind    string  `json:"kind"`
-	Verdict string  `json:"verdict"`
-	Reason  string  `json:"reason"`
-	Action  string  `json:"action"`
-	Error   *string `json:"error"`
-}
-
 func runSweep(c *cli.Context) error {
-	g, err := loadGlobals(c)
+	se, err := preamble(c, "sweep", plan{target: true, logEnv: "KC_SWEEPER_LOG", check: func(globals) error {
+		// Zero or less would let a socket that is bound but not yet
+		// listening be unlinked under its server.
+		if c.Duration(flagHashedMinAge) <= 0 {
+			return usageErr("--%s must be positive", flagHashedMinAge)
+		}
+		return nil
+	}})
 	if err != nil {
 		return err
 	}
-	// Zero or less would let a socket that is bound but not yet listening
-	// be unlinked under its server.
-	hashedMinAge := c.Duration(flagHashedMinAge)
-	if hashedMinAge <= 0 {
-		return usageErr("--%s must be positive", flagHashedMinAge)
-	}
-	log, closeLog, err := newLogger(g.reporting(), logFileOr(g, "KC_SWEEPER_LOG"))
-	if err != nil {
-		return err
-	}
-	defer closeLog()
-	cfg, err := sweepConfig(c, g)
-	if err != nil {
-		return err
-	}
+	defer se.close()
+	g, log, cfg := se.g, se.log, se.s.Sockets
 	cfg.Apply = c.Bool("apply")
-	cfg.Logger = log.With("cmd", "sweep")
-	cfg.HashedMinAge = hashedMinAge
+	cfg.Logger = log
+	cfg.HashedMinAge = c.Duration(flagHashedMinAge)
 
 	rep, err := sockets.Sweep(c.Context, cfg)
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("sweep: %v", err), exitFailed)
 	}
-	recordSweep(metricsOf(c), rep)
+	janitor.RecordSweep(metricsOf(c), rep)
 	for _, e := range rep.DirErrors {
-		log.Error("socket directory", "cmd", "sweep", "err", e)
+		log.Error("socket directory", "err", e)
 	}
-	logSweep(cfg.Logger, rep)
+	rep.Log(cfg.Logger)
 	switch {
 	case g.JSON:
-		err = writeSweepJSON(c.App.Writer, rep)
-	case g.Quiet() && !rep.Failed() && len(rep.DirErrors) == 0 && sweepActed(rep) == 0:
+		err = rep.WriteJSON(c.App.Writer)
+	case g.Quiet() && !rep.Failed() && len(rep.DirErrors) == 0 && rep.Acted() == 0:
 		// Nothing to act on: a quiet run prints nothing.
 	default:
-		err = writeSweepText(c.App.Writer, rep)
+		err = rep.WriteText(c.App.Writer)
 	}
 	if err != nil {
 		return cli.Exit(err.Error(), exitFailed)
@@ -190,88 +111,4 @@ func runSweep(c *cli.Context) error {
 		return cli.Exit("", exitFailed)
 	}
 	return nil
-}
-
-// sweepActed counts the sockets unlinked or that would be.
-func sweepActed(rep *sockets.Report) int {
-	n := 0
-	for _, s := range rep.Sockets {
-		if s.Action == sockets.ActionUnlinked || s.Action == sockets.ActionWouldUnlink {
-			n++
-		}
-	}
-	return n
-}
-
-// logSweep writes the run's summary line, also when nothing was found; the
-// candidates were logged one by one as [DRY-RUN] or [SWEEP] lines.
-func logSweep(log *slog.Logger, rep *sockets.Report) {
-	count := map[sockets.Verdict]int{}
-	for _, s := range rep.Sockets {
-		count[s.Verdict]++
-	}
-	verb := "unlinked"
-	if rep.DryRun {
-		verb = "would_unlink"
-	}
-	log.Info("sweep", "dry_run", rep.DryRun, "sockets", len(rep.Sockets), "live", count[sockets.VerdictLive],
-		"stale", count[sockets.VerdictStale], "unknown", count[sockets.VerdictUnknown], verb, sweepActed(rep),
-		"dir_errors", len(rep.DirErrors))
-}
-
-func writeSweepJSON(w io.Writer, rep *sockets.Report) error {
-	out := sweepJSON{DryRun: rep.DryRun, Sockets: []sweepSocketJSON{}}
-	for _, s := range rep.Sockets {
-		j := sweepSocketJSON{
-			Path: s.Path, PID: s.PID, Kind: string(s.Kind), Verdict: string(s.Verdict),
-			Reason: s.Reason, Action: string(s.Action),
-		}
-		if s.Err != nil {
-			msg := s.Err.Error()
-			j.Error = &msg
-		}
-		out.Sockets = append(out.Sockets, j)
-	}
-	out.Dirs = []sweepDirJSON{}
-	for _, d := range rep.Dirs {
-		out.Dirs = append(out.Dirs, sweepDirJSON{Path: d.Path, Sources: d.Sources})
-	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(out)
-}
-
-func writeSweepText(w io.Writer, rep *sockets.Report) error {
-	count := map[sockets.Verdict]int{}
-	acted := 0
-	for _, s := range rep.Sockets {
-		count[s.Verdict]++
-		what := fmt.Sprintf("%s (%s, pid %d)", s.Path, s.Kind, s.PID)
-		if s.Hashed {
-			what = fmt.Sprintf("%s (%s, hashed name, no pid)", s.Path, s.Kind)
-		}
-		var err error
-		switch s.Action {
-		case sockets.ActionWouldUnlink:
-			acted++
-			_, err = fmt.Fprintf(w, "[DRY-RUN] would unlink %s: %s\n", what, s.Reason)
-		case sockets.ActionUnlinked:
-			acted++
-			_, err = fmt.Fprintf(w, "unlinked %s: %s\n", what, s.Reason)
-		case sockets.ActionFailed:
-			_, err = fmt.Fprintf(w, "FAILED to unlink %s: %v (%s)\n", what, s.Err, s.Reason)
-		default:
-			_, err = fmt.Fprintf(w, "kept %s, %s: %s\n", what, s.Verdict, s.Reason)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	verb := "unlinked"
-	if rep.DryRun {
-		verb = "would unlink"
-	}
-	_, err := fmt.Fprintf(w, "%d sockets: %d live, %d stale, %d unknown; %s %d\n",
-		len(rep.Sockets), count[sockets.VerdictLive], count[sockets.VerdictStale], count[sockets.VerdictUnknown], verb, acted)
-	return err
 }

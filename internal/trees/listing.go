@@ -1,8 +1,10 @@
 package trees
 
 import (
+	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
 )
@@ -22,6 +24,27 @@ const (
 // ParseLister reads the --bpf setting: auto, on (ListBPF) or off
 // (ListProc).
 func ParseLister(s string) (Lister, error) { return proctable.ParseLister(s) }
+
+// ParseComms reads --supervisor-comm, a comma-separated list of process
+// names. The kernel truncates comm to 15 bytes, so a longer name could
+// never match.
+func ParseComms(s string) ([]string, error) {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		if len(p) > 15 {
+			return nil, fmt.Errorf("%q is longer than the 15 bytes the kernel keeps of a process name", p)
+		}
+		out = append(out, p)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no process names given")
+	}
+	return out, nil
+}
 
 // minMembersPerWorker: below this many candidate members per goroutine,
 // reading them in one is faster.

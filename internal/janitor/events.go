@@ -1,4 +1,4 @@
-package main
+package janitor
 
 import (
 	"context"
@@ -111,7 +111,7 @@ func followDeaths(ctx context.Context, e engine.Engine, bo backoff, log *slog.Lo
 // deathHandler reconciles the trees of a container the moment an engine
 // reports its death, with the round's decision table and options.
 type deathHandler struct {
-	wc  watchConfig
+	w   Watch
 	log *slog.Logger
 	// serial is held by every round and every attempt here: never two
 	// reaps (or a reap and a sweep) at once.
@@ -122,8 +122,8 @@ type deathHandler struct {
 	// stop ends the waits between attempts.
 	stop    context.Context
 	retries []time.Duration
-	// attempt is reconcileOnce with watch's flags.
-	attempt func(ctx context.Context, opt reconcile.Options, log *slog.Logger) (rep reconcileJSON, liveErr, err error)
+	// attempt is Reconcile with watch's settings.
+	attempt func(ctx context.Context, opt reconcile.Options, log *slog.Logger) (rep Report, liveErr, err error)
 
 	mu         sync.Mutex
 	closed     bool
@@ -135,15 +135,15 @@ type deathHandler struct {
 	wg         sync.WaitGroup
 }
 
-func newDeathHandler(wc watchConfig, log *slog.Logger, serial *sync.Mutex, work, stop context.Context) *deathHandler {
-	return &deathHandler{wc: wc, log: log, serial: serial, work: work, stop: stop, retries: stillLiveRetries(),
+func newDeathHandler(w Watch, log *slog.Logger, serial *sync.Mutex, work, stop context.Context) *deathHandler {
+	return &deathHandler{w: w, log: log, serial: serial, work: work, stop: stop, retries: stillLiveRetries(),
 		inFlight: map[string]bool{}, recent: map[string]time.Time{}, handled: map[string]int{}, followed: map[string]bool{}}
 }
 
 // death takes one reported death; it never blocks the event stream.
 func (h *deathHandler) death(d engine.Death) {
 	log := h.log.With("engine", d.Engine, "container", d.ID)
-	if scope := h.wc.reconcile.Containers; len(scope) > 0 && !scope[d.ID] {
+	if scope := h.w.Reconcile.Containers; len(scope) > 0 && !scope[d.ID] {
 		log.Debug("container death outside --container; left alone")
 		return
 	}
@@ -193,7 +193,7 @@ func (h *deathHandler) catchUp(eng string) {
 				log.Error("catching up crashed; the next round covers it", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 			}
 		}()
-		opt := h.wc.reconcile
+		opt := h.w.Reconcile
 		opt.Logger = log
 		rep, liveErr, err := h.locked(opt, log)
 		switch {
@@ -219,7 +219,7 @@ func (h *deathHandler) close() {
 	h.wg.Wait()
 }
 
-// handle reconciles d's container's trees through scanThenAsk, asking
+// handle reconciles d's container's trees through ScanThenAsk, asking
 // again while the engines still call it live.
 func (h *deathHandler) handle(d engine.Death, log *slog.Logger) {
 	defer h.wg.Done()
@@ -239,11 +239,11 @@ func (h *deathHandler) handle(d engine.Death, log *slog.Logger) {
 	}()
 
 	start := time.Now()
-	opt := h.wc.reconcile
+	opt := h.w.Reconcile
 	opt.Containers = map[string]bool{d.ID: true}
 	opt.Logger = log
 	var (
-		rep             reconcileJSON
+		rep             Report
 		liveErr, err    error
 		attempts        int
 		stillLive, done bool
@@ -284,7 +284,7 @@ func (h *deathHandler) handle(d engine.Death, log *slog.Logger) {
 }
 
 // locked makes one attempt in turn with the rounds.
-func (h *deathHandler) locked(opt reconcile.Options, log *slog.Logger) (reconcileJSON, error, error) {
+func (h *deathHandler) locked(opt reconcile.Options, log *slog.Logger) (Report, error, error) {
 	h.serial.Lock()
 	defer h.serial.Unlock()
 	return h.attempt(h.work, opt, log)
@@ -308,13 +308,13 @@ func (h *deathHandler) count(eng string) {
 	h.mu.Lock()
 	h.handled[eng]++
 	h.mu.Unlock()
-	if h.wc.metricsFile == "" {
+	if h.w.MetricsFile == "" {
 		return
 	}
 	ms := metrics.New()
 	h.record(ms)
-	if err := metrics.WriteFile(h.wc.metricsFile, ms); err != nil {
-		h.log.Error("cannot write metrics", "file", h.wc.metricsFile, "err", err)
+	if err := metrics.WriteFile(h.w.MetricsFile, ms); err != nil {
+		h.log.Error("cannot write metrics", "file", h.w.MetricsFile, "err", err)
 	}
 }
 
@@ -338,16 +338,18 @@ func (h *deathHandler) record(ms *metrics.Set) {
 // startDeathEvents follows every selected engine's container deaths and
 // handles each at once; the returned stop ends that and waits for the
 // handling under way. record adds the counts to a round's metrics.
-func startDeathEvents(work context.Context, wc watchConfig, serial *sync.Mutex, log *slog.Logger) (stop func(), record func(*metrics.Set), err error) {
+func startDeathEvents(work context.Context, w *Watch, serial *sync.Mutex, log *slog.Logger) (stop func(), record func(*metrics.Set), err error) {
 	log = log.With("step", "event")
-	es, err := selectEngines(wc.flags, wc.g, log)
+	es, err := w.Select(log)
 	if err != nil {
 		return nil, nil, err
 	}
 	ctx, cancel := context.WithCancel(work)
-	h := newDeathHandler(wc, log, serial, work, ctx)
-	h.attempt = func(ctx context.Context, opt reconcile.Options, log *slog.Logger) (reconcileJSON, error, error) {
-		return reconcileOnce(ctx, wc.flags, wc.g, opt, log)
+	h := newDeathHandler(*w, log, serial, work, ctx)
+	h.attempt = func(ctx context.Context, opt reconcile.Options, log *slog.Logger) (Report, error, error) {
+		s := w.Settings
+		s.Reconcile = opt
+		return Reconcile(ctx, s, log)
 	}
 	var subs sync.WaitGroup
 	for _, e := range es {

@@ -1,4 +1,4 @@
-package main
+package janitor
 
 import (
 	"bytes"
@@ -18,6 +18,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
+	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
 )
 
 // syncBuffer is a log destination safe for concurrent writers.
@@ -211,7 +212,7 @@ func (noEvents) Deaths(context.Context, engine.DeathWatch) error {
 	return engine.ErrNoEvents
 }
 
-// scriptedAttempts stands for reconcileOnce: each container's n-th attempt
+// scriptedAttempts stands for Reconcile: each container's n-th attempt
 // gets the n-th action of its script (the last one repeats), optionally
 // after gate is closed.
 type scriptedAttempts struct {
@@ -223,7 +224,7 @@ type scriptedAttempts struct {
 	overlap atomic.Bool
 }
 
-func (s *scriptedAttempts) attempt(_ context.Context, opt reconcile.Options, _ *slog.Logger) (reconcileJSON, error, error) {
+func (s *scriptedAttempts) attempt(_ context.Context, opt reconcile.Options, _ *slog.Logger) (Report, error, error) {
 	if s.busy.Add(1) > 1 {
 		s.overlap.Store(true)
 	}
@@ -244,7 +245,7 @@ func (s *scriptedAttempts) attempt(_ context.Context, opt reconcile.Options, _ *
 		panic("no script for " + id)
 	}
 	a := script[min(n, len(script)-1)]
-	rep := reconcileJSON{Report: reconcile.Report{LivenessKnown: true, Trees: []reconcile.Tree{{ContainerID: id, PGID: 100, Action: a}}}}
+	rep := Report{Report: reconcile.Report{LivenessKnown: true, Trees: []reconcile.Tree{{ContainerID: id, PGID: 100, Action: a}}}}
 	return rep, nil, nil
 }
 
@@ -267,9 +268,9 @@ func TestDeathHandler(t *testing.T) {
 	}}
 	log, buf := jsonLogger()
 	var serial sync.Mutex
-	wc := watchConfig{}
-	wc.reconcile.Containers = map[string]bool{dup: true, slow: true, crash: true, after: true}
-	h := newDeathHandler(wc, log, &serial, t.Context(), t.Context())
+	w := Watch{}
+	w.Reconcile.Containers = map[string]bool{dup: true, slow: true, crash: true, after: true}
+	h := newDeathHandler(w, log, &serial, t.Context(), t.Context())
 	h.retries = []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond}
 	h.attempt = sa.attempt
 
@@ -280,7 +281,7 @@ func TestDeathHandler(t *testing.T) {
 	h.death(engine.Death{Engine: "docker", ID: scoped, At: now})
 	h.death(engine.Death{Engine: "docker", ID: crash, At: now})
 	close(sa.gate)
-	waitFor(t, func() bool { return len(buf.records("container death handled")) == 2 })
+	proc.WaitFor(t, time.Minute, "two deaths handled", func() bool { return len(buf.records("container death handled")) == 2 })
 	h.death(engine.Death{Engine: "containerd", ID: dup, At: now}) // just handled
 	h.death(engine.Death{Engine: "docker", ID: after, At: now})
 	h.close()
@@ -319,25 +320,25 @@ func TestDeathHandlerCatchUp(t *testing.T) {
 	a, b := strings.Repeat("a6", 32), strings.Repeat("b7", 32)
 	log, buf := jsonLogger()
 	var serial sync.Mutex
-	wc := watchConfig{}
-	wc.reconcile.Containers = map[string]bool{a: true, b: true}
-	h := newDeathHandler(wc, log, &serial, t.Context(), t.Context())
+	w := Watch{}
+	w.Reconcile.Containers = map[string]bool{a: true, b: true}
+	h := newDeathHandler(w, log, &serial, t.Context(), t.Context())
 	gate := make(chan struct{})
 	var calls atomic.Int32
 	var scope sync.Map
-	h.attempt = func(_ context.Context, opt reconcile.Options, _ *slog.Logger) (reconcileJSON, error, error) {
+	h.attempt = func(_ context.Context, opt reconcile.Options, _ *slog.Logger) (Report, error, error) {
 		calls.Add(1)
 		for id := range opt.Containers {
 			scope.Store(id, true)
 		}
 		<-gate
-		return reconcileJSON{Report: reconcile.Report{LivenessKnown: true, Trees: []reconcile.Tree{
+		return Report{Report: reconcile.Report{LivenessKnown: true, Trees: []reconcile.Tree{
 			{ContainerID: a, PGID: 10, Action: action.Reaped}, {ContainerID: b, PGID: 11, Action: action.SkipLive}}}}, nil, nil
 	}
 	h.catchUp("containerd")
 	h.catchUp("docker") // while the first runs
 	close(gate)
-	waitFor(t, func() bool { return len(buf.records("caught up after the event stream was down")) == 1 })
+	proc.WaitFor(t, time.Minute, "the catch-up", func() bool { return len(buf.records("caught up after the event stream was down")) == 1 })
 	h.close()
 	h.catchUp("containerd")
 	if n := calls.Load(); n != 1 {

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kc-watchman/kc-watchman/internal/cull"
+	"github.com/kc-watchman/kc-watchman/internal/janitor"
+	"github.com/kc-watchman/kc-watchman/internal/liveness"
+	"github.com/kc-watchman/kc-watchman/internal/reconcile"
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
+	"github.com/kc-watchman/kc-watchman/internal/trees"
+)
+
+// plan says which settings a command takes beyond the global flags.
+type plan struct {
+	scan   bool // reconcileFlags: the scan, the decision table, --container
+	probe  bool // probeFlags: the socket probing settings
+	target bool // sweep's --container or --container-pid
+	idle   bool // --idle
+	// noReport: the command prints no report (watch, version), so stderr
+	// gets info lines by default; a report holds every finding, and its
+	// command logs only warnings there unless told otherwise.
+	noReport bool
+	// logEnv names the environment variable giving the log file when
+	// --log-file is not set (the seed scripts' KC_SWEEPER_LOG).
+	logEnv string
+	// check refuses the command's own malformed flags before the log
+	// file is opened.
+	check func(globals) error
+}
+
+// session is a command's settings, resolved once, and its logger.
+type session struct {
+	g   globals
+	s   janitor.Settings
+	log *slog.Logger
+	// close closes the log file.
+	close func()
+}
+
+// preamble turns the flags into settings the same way for every command:
+// the global flags, the engines, the scan, the sockets, then the command's
+// own checks, then the logger (tagged with the command's name), and last
+// the container to look into, which asks the engines. Any malformed
+// setting is a usage error (exit 2).
+func preamble(c *cli.Context, name string, p plan) (*session, error) {
+	g, err := loadGlobals(c)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPodmanURL(g); err != nil {
+		return nil, err
+	}
+	var opt reconcile.Options
+	if p.scan {
+		if opt, err = reconcileOptions(c, g); err != nil {
+			return nil, err
+		}
+	}
+	se := &session{g: g, s: settingsOf(c, g, opt)}
+	if p.probe || p.target {
+		if se.s.Sockets, err = probeConfig(c, g); err != nil {
+			return nil, err
+		}
+	}
+	if p.idle {
+		if se.s.Threshold, err = cull.ParseIdle(c.String(flagIdle)); err != nil {
+			return nil, usageErr("--idle: %v", err)
+		}
+	}
+	if p.check != nil {
+		if err := p.check(g); err != nil {
+			return nil, err
+		}
+	}
+	lg, logFile := g.reporting(), g.LogFile
+	if p.noReport {
+		lg = g
+	}
+	if logFile == "" && p.logEnv != "" {
+		logFile = os.Getenv(p.logEnv)
+	}
+	log, closeLog, err := newLogger(lg, logFile)
+	if err != nil {
+		return nil, err
+	}
+	se.log, se.close = log.With("cmd", name), closeLog
+	se.s.Reconcile.Logger = se.log
+	if p.target {
+		if se.s.Sockets.Target, err = sweepTarget(c, g); err != nil {
+			closeLog()
+			return nil, err
+		}
+	}
+	return se, nil
+}
+
+// settingsOf is the settings every pass of internal/janitor takes: the
+// engines, the state dir and the scan options opt.
+func settingsOf(c *cli.Context, g globals, opt reconcile.Options) janitor.Settings {
+	return janitor.Settings{Engines: g.Engines, Engine: engineConfig(c, g, nil), StateDir: g.StateDir, Reconcile: opt}
+}
+
+func reconcileOptions(c *cli.Context, g globals) (reconcile.Options, error) {
+	opt := reconcile.Options{
+		Comms:     g.SupervisorComms,
+		MinAge:    c.Duration("min-age"),
+		KillGrace: c.Duration("kill-grace"),
+		FullScan:  c.Bool("full-scan"),
+	}
+	lister, err := trees.ParseLister(c.String("bpf"))
+	if err != nil {
+		return opt, usageErr("--bpf: %v", err)
+	}
+	opt.Lister = lister
+	if opt.MinAge < 0 {
+		return opt, usageErr("--min-age must not be negative")
+	}
+	if opt.KillGrace <= 0 {
+		return opt, usageErr("--kill-grace must be positive")
+	}
+	if err := checkEngines(c, g); err != nil {
+		return opt, err
+	}
+	// Only once every engine setting is known good: resolving a name asks
+	// the engines.
+	for _, ref := range c.StringSlice("container") {
+		m, err := resolveContainer(c, g, ref, false)
+		if err != nil {
+			return opt, err
+		}
+		if opt.Containers == nil {
+			opt.Containers = map[string]bool{}
+		}
+		opt.Containers[m.ID] = true
+	}
+	// doctor, status and watch share these options and also look at
+	// sockets.
+	if err := checkSocketDirs(c); err != nil {
+		return opt, err
+	}
+	return opt, nil
+}
+
+// checkPodmanURL refuses a malformed --podman-url up front: it is a usage
+// error, not podman being unreachable.
+func checkPodmanURL(g globals) error {
+	if g.PodmanURL == "" {
+		return nil
+	}
+	if err := liveness.CheckURL(g.PodmanURL); err != nil {
+		return usageErr("--podman-url: %v", err)
+	}
+	return nil
+}
+
+// probeConfig builds the socket probing settings every command with
+// probeFlags shares; sweepTarget adds the container to look into.
+func probeConfig(c *cli.Context, g globals) (sockets.Config, error) {
+	cfg := sockets.Config{
+		Dirs:            c.StringSlice(flagSocketDir),
+		SupervisorComms: g.SupervisorComms,
+		Timeout:         c.Duration(flagTimeout),
+		Workers:         c.Int(flagWorkers),
+	}
+	if cfg.Timeout <= 0 {
+		return cfg, usageErr("--timeout must be positive")
+	}
+	if cfg.Workers <= 0 {
+		return cfg, usageErr("--workers must be positive")
+	}
+	if err := checkSocketDirs(c); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// sweepTarget is the container sweep and cull look into: --container-pid,
+// else --container resolved by the engines, else the host.
+func sweepTarget(c *cli.Context, g globals) (sockets.Target, error) {
+	if pid := c.Int(flagContainerPID); pid < 0 {
+		return sockets.Target{}, usageErr("--container-pid must not be negative")
+	} else if pid > 0 {
+		return sockets.Target{InitPID: pid}, nil
+	}
+	name := c.String(flagContainer)
+	if name == "" {
+		return sockets.Target{}, nil
+	}
+	m, err := resolveContainer(c, g, name, true)
+	if err != nil {
+		return sockets.Target{}, err
+	}
+	if m.InitPID <= 0 {
+		return sockets.Target{}, cli.Exit(fmt.Sprintf("container %s (%s %s) is not running: its sockets cannot be reached", name, m.Engine, m.ID), exitFailed)
+	}
+	return sockets.Target{InitPID: m.InitPID}, nil
+}
+
+// checkSocketDirs refuses --socket-dir patterns the sweep could only
+// report as errors: empty, relative, wildcards before the last component,
+// a malformed glob.
+func checkSocketDirs(c *cli.Context) error {
+	for _, p := range c.StringSlice(flagSocketDir) {
+		if err := sockets.CheckDirPattern(p); err != nil {
+			return usageErr("--socket-dir: %v", err)
+		}
+	}
+	return nil
+}

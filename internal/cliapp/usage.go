@@ -1,0 +1,169 @@
+package cliapp
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+)
+
+// UnknownCommand words the error for a first argument that names no
+// command, with the nearest command name when one is close.
+func UnknownCommand(app *cli.App, name string) string {
+	msg := fmt.Sprintf("%q is not a %s command", name, app.Name)
+	best, bestDist := "", 3 // farther than two edits is no typo
+	for _, c := range app.Commands {
+		if c.Name == "help" {
+			continue
+		}
+		d := editDistance(name, c.Name)
+		if strings.HasPrefix(c.Name, name) && len(name) >= 3 {
+			d = 0
+		}
+		if d < bestDist {
+			best, bestDist = c.Name, d
+		}
+	}
+	if best != "" {
+		return msg + fmt.Sprintf("; did you mean %s?", best)
+	}
+	return msg + fmt.Sprintf(" (see %s --help)", app.Name)
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
+var (
+	goFlagName   = regexp.MustCompile(`\b(?:for flag|flag|for) -{0,2}([A-Za-z0-9][A-Za-z0-9_-]*)`)
+	undefinedArg = regexp.MustCompile(`^flag provided but not defined: -{1,2}(.*)$`)
+)
+
+// DurationHint is what every duration flag accepts, as usage errors say.
+const DurationHint = "want a duration such as 90s, 5m or 1h30m, or a number of seconds"
+
+// UsageMessage rewords the flag package's errors: flags by the name they
+// are typed with (--min-age, not -min-age), and a refused value with what
+// would be accepted instead of a bare "parse error".
+func UsageMessage(err error, cmds []*cli.Command) string {
+	msg := err.Error()
+	if m := undefinedArg.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("unknown option --%s (see --help)", m[1])
+	}
+	var name string
+	if m := goFlagName.FindStringSubmatch(msg); m != nil {
+		name = m[1]
+	}
+	msg = goFlagName.ReplaceAllString(msg, "for --$1")
+	hints := map[string]string{"duration": DurationHint, "bool": "want true or false", "int": "want a whole number"}
+	if hint, ok := hints[flagKind(cmds, name)]; ok && (strings.Contains(msg, "invalid") || strings.Contains(msg, "could not parse")) {
+		if i := strings.Index(msg, "--"+name); i >= 0 {
+			msg = msg[:i+2+len(name)] + ": " + hint
+		}
+	}
+	return strings.ReplaceAll(msg, "\n", " ")
+}
+
+// flagKind is "duration", "bool", "int" or "" for the flag name, looked up
+// in the flags of cmds.
+func flagKind(cmds []*cli.Command, name string) string {
+	if name == "" {
+		return ""
+	}
+	for _, c := range cmds {
+		for _, f := range c.Flags {
+			if !slices.Contains(f.Names(), name) {
+				continue
+			}
+			switch f.(type) {
+			case *cli.DurationFlag:
+				return "duration"
+			case *cli.BoolFlag:
+				return "bool"
+			case *cli.IntFlag, *cli.Int64Flag, *cli.UintFlag:
+				return "int"
+			}
+			return ""
+		}
+	}
+	return ""
+}
+
+// NormalizeDurations gives every duration flag the same forms --idle
+// always took: a Go duration (90s, 1h30m) or a bare number of seconds.
+// Bare numbers on the command line and in the flags' KC_* variables get
+// an "s", so urfave/cli's parser sees a duration. It returns a copy.
+func NormalizeDurations(app *cli.App, args []string) []string {
+	names := map[string]bool{}
+	collect := func(flags []cli.Flag) {
+		for _, f := range flags {
+			if d, ok := f.(*cli.DurationFlag); ok {
+				for _, n := range d.Names() {
+					names[n] = true
+				}
+				for _, ev := range d.EnvVars {
+					if v, ok := os.LookupEnv(ev); ok && isBareNumber(v) {
+						os.Setenv(ev, strings.TrimSpace(v)+"s")
+					}
+				}
+			}
+		}
+	}
+	collect(app.Flags)
+	for _, c := range app.Commands {
+		collect(c.Flags)
+	}
+	out := slices.Clone(args)
+	for i := 1; i < len(out); i++ {
+		a := out[i]
+		if a == "--" {
+			break
+		}
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		name, val, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !names[name] {
+			continue
+		}
+		switch {
+		case hasValue && isBareNumber(val):
+			out[i] = a + "s"
+		case !hasValue && i+1 < len(out) && isBareNumber(out[i+1]):
+			out[i+1] += "s"
+			i++
+		}
+	}
+	return out
+}
+
+// isBareNumber says whether s is a plain decimal number.
+func isBareNumber(s string) bool {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return false
+	}
+	_, err := strconv.ParseFloat(s, 64)
+	return err == nil && !strings.ContainsAny(s, "eEnNiIxX") // not 1e3, NaN, Inf, 0x10
+}

@@ -1,0 +1,32 @@
+package cull
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestSmallWords: counts agree with their nouns, a whole day is "1d", a
+// hashed socket's missing PID is not "pid 0".
+func TestSmallWords(t *testing.T) {
+	for _, c := range []struct{ got, want string }{
+		{plural(1, "supervisor"), "1 supervisor"},
+		{plural(0, "session"), "0 sessions"},
+		{plural(2, "session"), "2 sessions"},
+		{HumanSeconds(86400), "1d"},
+		{HumanSeconds(90000), "1d1h"},
+		{HumanSeconds(3600), "1h0m"},
+		{pidText(0), "unknown"},
+		{pidText(42), "42"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+	var b strings.Builder
+	if err := WriteText(&b, 86400, nil); err != nil {
+		t.Fatal(err)
+	}
+	if want := "0 supervisors; 0 sessions idle and disconnected for more than 1d,"; !strings.Contains(b.String(), want) {
+		t.Errorf("%q lacks %q", b.String(), want)
+	}
+}

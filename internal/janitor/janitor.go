@@ -1,0 +1,67 @@
+// Package janitor is the work behind kc-janitor's commands: the one
+// scan-then-ask reconcile pass, the round (reconcile, then sweep, then
+// cull) watch repeats, the handling of container deaths between rounds,
+// doctor's run of its checks and status's view. It takes settings already
+// resolved from the flags; turning flags into settings, exit codes and the
+// help text stay in cmd/kc-janitor.
+package janitor
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/reconcile"
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
+)
+
+// Exit codes a pass reports (DESIGN §6); a round's is the worst of its
+// steps', 3 counting as worse than 1.
+const (
+	ExitOK      = 0
+	ExitFailed  = 1
+	ExitUnknown = 3
+)
+
+// Settings are what every pass needs, resolved from the flags once.
+type Settings struct {
+	// Engines are the engines --engine names; nil for auto.
+	Engines []string
+	// Engine holds every engine's endpoint and timeout; each question
+	// sets its own Logger.
+	Engine   engine.Config
+	StateDir string
+	// Reconcile are the scan and decision settings; Apply says whether
+	// strays are reaped.
+	Reconcile reconcile.Options
+	// Sockets are the probing settings of sweep, cull and the socket
+	// views; Apply says whether stale sockets are unlinked.
+	Sockets sockets.Config
+	// Threshold is cull's idle time in seconds.
+	Threshold int64
+}
+
+// Select builds the engines to ask. The error wraps engine.ErrUsage when
+// --engine or an endpoint is malformed.
+func (s Settings) Select(log *slog.Logger) ([]engine.Engine, error) {
+	cfg := s.Engine
+	cfg.Logger = log
+	return engine.Select(s.Engines, cfg)
+}
+
+// Ask asks every selected engine which containers are alive. The error
+// wraps liveness.ErrUnknown when the truth is unknown, engine.ErrUsage
+// when --engine or an endpoint is malformed.
+func (s Settings) Ask(ctx context.Context, log *slog.Logger) (engine.Truth, error) {
+	es, err := s.Select(log)
+	if err != nil {
+		return engine.Truth{}, err
+	}
+	tr, err := engine.Ask(ctx, es)
+	for _, st := range tr.Statuses {
+		if st.Error == nil {
+			log.Debug("engine answered", "engine", st.Name, "endpoint", st.Endpoint, "source", st.Source, "uid", st.UID, "containers", st.Containers, "live", st.Live)
+		}
+	}
+	return tr, err
+}

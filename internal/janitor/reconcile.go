@@ -1,0 +1,173 @@
+package janitor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/liveness"
+	"github.com/kc-watchman/kc-watchman/internal/reconcile"
+)
+
+// Report is reconcile's report with the engines that were asked (DESIGN
+// §12): "source" stays the first engine's for compatibility.
+type Report struct {
+	reconcile.Report
+	Engines []engine.Status `json:"engines"`
+}
+
+// Reconcile scans, asks the engines, then decides and (with
+// s.Reconcile.Apply) reaps. liveErr is set when the ground truth is
+// unknown (the engines could not be asked, or local evidence contradicts
+// them, DESIGN §13); then nothing was touched.
+func Reconcile(ctx context.Context, s Settings, log *slog.Logger) (rep Report, liveErr, err error) {
+	rep, _, liveErr, err = ScanThenAsk(ctx, s, true, log)
+	return rep, liveErr, err
+}
+
+// ScanThenAsk is the one way to a decision about trees (reconcile, watch
+// and doctor --fix): scan first, then ask the engines, so a tree created
+// after the answer is never judged against it. create lets the janitor
+// make its state dir (0700) once the engines have answered, dry runs
+// included, so the ledger's snapshots stay fresh in audit weeks (§8).
+func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger) (rep Report, live liveness.Set, liveErr, err error) {
+	opt := s.Reconcile
+	rep = Report{Report: reconcile.Report{DryRun: !opt.Apply, Trees: []reconcile.Tree{}}, Engines: []engine.Status{}}
+	// The scan only reads the ledger; nothing is created before the
+	// engines have answered.
+	opt.Store = openStore(s.StateDir, false, log)
+	scanned, err := reconcile.Scan(opt)
+	if err != nil {
+		return rep, live, nil, err
+	}
+	tr, err := s.Ask(ctx, log)
+	if tr.Statuses != nil {
+		rep.Engines = tr.Statuses
+	}
+	if err != nil {
+		if !errors.Is(err, liveness.ErrUnknown) {
+			return rep, live, nil, err
+		}
+		log.Error("ground truth unknown; nothing touched", "err", err)
+		return rep, live, err, nil
+	}
+	live = tr.Set
+	if create && opt.Store == nil {
+		if st := openStore(s.StateDir, true, log); st != nil {
+			scanned.UseStore(st)
+		}
+	}
+	rep.Report, err = scanned.Run(ctx, live)
+	if errors.Is(err, liveness.ErrUnknown) {
+		log.Error("ground truth contradicted; nothing touched", "err", err)
+		return rep, live, err, nil
+	}
+	return rep, live, nil, err
+}
+
+// openStore opens the ledger, creating the state dir (0700) when create
+// is set. Without a ledger reconcile still works from /proc alone.
+func openStore(dir string, create bool, log *slog.Logger) *ledger.Store {
+	var s *ledger.Store
+	var err error
+	if create {
+		s, err = ledger.Open(dir)
+	} else {
+		s, err = ledger.OpenReadOnly(dir)
+	}
+	if err != nil {
+		log.Debug("running without the ledger", "dir", dir, "err", err)
+		return nil
+	}
+	return s
+}
+
+// LogReconcile writes the run's audit record: one line per tree that
+// would be reaped (the reaped ones are logged as they are reaped) or would
+// not die, then one summary line, also when nothing was found.
+func LogReconcile(ctx context.Context, log *slog.Logger, rep reconcile.Report) {
+	logTrees(ctx, log, rep)
+	log.Info("reconcile", "source", rep.Source, "dry_run", rep.DryRun, "trees", len(rep.Trees),
+		"would_reap", rep.Count(action.WouldReap), "reaped", rep.Count(action.Reaped)+rep.Count(action.Gone),
+		"would_not_die", rep.Count(action.WouldNotDie), "ledger_collected", rep.LedgerCollected)
+}
+
+// logTrees writes one line per tree that would be reaped or would not die.
+func logTrees(ctx context.Context, log *slog.Logger, rep reconcile.Report) {
+	for _, t := range rep.Trees {
+		if t.Action != action.WouldReap && t.Action != action.WouldNotDie {
+			continue
+		}
+		lvl, msg := slog.LevelInfo, "[DRY-RUN] would reap stray tree"
+		attrs := []any{"container", t.ContainerID, "pgid", t.PGID, "uid", t.UID,
+			"age_seconds", t.AgeSeconds, "members", members(t.Members), "action", t.Action}
+		if t.Action == action.WouldNotDie {
+			lvl, msg = slog.LevelError, "stray tree would not die"
+		}
+		if t.Error != nil {
+			attrs = append(attrs, "err", *t.Error)
+		}
+		log.Log(ctx, lvl, msg, attrs...)
+	}
+}
+
+// members renders a tree's processes as "comm(pid) comm(pid)".
+func members(ms []reconcile.Member) string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, fmt.Sprintf("%s(%d)", m.Comm, m.PID))
+	}
+	return strings.Join(out, " ")
+}
+
+// Text writes reconcile's text report.
+func (rep Report) Text(w io.Writer) {
+	mode := "dry run"
+	if !rep.DryRun {
+		mode = "apply"
+	}
+	var truth []string
+	for _, e := range rep.Engines {
+		truth = append(truth, e.Name+" "+e.Source)
+	}
+	if len(truth) == 0 {
+		truth = []string{rep.Source}
+	}
+	fmt.Fprintf(w, "ground truth: %s; mode: %s\n", strings.Join(truth, ", "), mode)
+	if len(rep.Trees) == 0 {
+		fmt.Fprintln(w, "no supervisor trees found")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CONTAINER\tPGID\tUID\tAGE\tMEMBERS\tACTION")
+	for _, t := range rep.Trees {
+		cid := t.ContainerID
+		if len(cid) > 12 {
+			cid = cid[:12]
+		}
+		if cid == "" {
+			cid = "-"
+		}
+		age := "?"
+		if t.AgeSeconds >= 0 {
+			age = (time.Duration(t.AgeSeconds) * time.Second).String()
+		}
+		what := string(t.Action)
+		if t.Error != nil {
+			what += ": " + *t.Error
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", cid, t.PGID, t.UID, age, members(t.Members), what)
+	}
+	tw.Flush()
+	if n := rep.Count(action.WouldReap); n > 0 {
+		fmt.Fprintf(w, "%d stray tree(s) would be reaped; run with --apply to reap them\n", n)
+	}
+}

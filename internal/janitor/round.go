@@ -1,0 +1,201 @@
+package janitor
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/cull"
+	"github.com/kc-watchman/kc-watchman/internal/kallichore"
+	"github.com/kc-watchman/kc-watchman/internal/metrics"
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
+)
+
+// Watch is what watch's rounds and its handling of container deaths need,
+// resolved once.
+type Watch struct {
+	Settings
+	// ReconcileOn and CullOn: the steps not left out (--no-reconcile,
+	// --no-cull).
+	ReconcileOn, CullOn bool
+	// Events follows the engines' container deaths between rounds.
+	Events      bool
+	Interval    time.Duration
+	MetricsFile string
+	// moreMetrics adds the death events' counts to a round's metrics.
+	moreMetrics func(*metrics.Set)
+}
+
+// Once runs one round.
+func (w *Watch) Once(ctx context.Context, log *slog.Logger) int {
+	return w.round(ctx, log)
+}
+
+// Run runs a round now and then every Interval, following container
+// deaths in between when Events is set, until stopping is closed; ctx
+// ending abandons the round (or the death) being handled. It fails only
+// when the engines to follow cannot be built.
+func (w *Watch) Run(ctx context.Context, stopping <-chan struct{}, log *slog.Logger) error {
+	// Rounds and the handling of container deaths take turns: never two
+	// reaps at once.
+	var serial sync.Mutex
+	round := func(ctx context.Context) int {
+		serial.Lock()
+		defer serial.Unlock()
+		return w.round(ctx, log)
+	}
+	stopEvents := func() {}
+	if w.Events {
+		var err error
+		if stopEvents, w.moreMetrics, err = startDeathEvents(ctx, w, &serial, log); err != nil {
+			return err
+		}
+	}
+	log.Info("watching", "interval", w.Interval, "reconcile", w.ReconcileOn, "events", w.Events, "reconcile_apply", w.Reconcile.Apply,
+		"sweep_apply", w.Sockets.Apply, "cull", w.CullOn)
+	loop(ctx, stopping, w.Interval, round, log)
+	stopEvents() // waits for a death being handled, as for a round
+	log.Info("stopped")
+	return nil
+}
+
+// loop runs round now and then every interval (measured from the start of
+// the previous round; a round longer than interval is followed by the
+// next at once) until stopping is closed. A round's outcome never ends the
+// loop.
+func loop(ctx context.Context, stopping <-chan struct{}, interval time.Duration, round func(context.Context) int, log *slog.Logger) {
+	for n := 1; ; n++ {
+		start := time.Now()
+		code := round(ctx)
+		if code != ExitOK {
+			log.Warn("round failed; the next one runs on time", "round", n, "exit", code)
+		}
+		select {
+		case <-stopping:
+			return
+		default:
+		}
+		wait := time.Until(start.Add(interval))
+		if wait < 0 {
+			wait = 0
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-stopping:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// round runs reconcile, sweep and cull once and returns the worst exit
+// code of the three. Each step is guarded: a crash inside one is logged
+// as its failure.
+func (w *Watch) round(ctx context.Context, log *slog.Logger) int {
+	start := time.Now()
+	var ms *metrics.Set
+	if w.MetricsFile != "" {
+		ms = metrics.New()
+	}
+	worst := ExitOK
+	note := func(code int) { // 3 (ground truth unknown) > 1 > 0
+		if code > worst {
+			worst = code
+		}
+	}
+
+	var liveControls []cull.Source
+	if w.ReconcileOn {
+		note(step(log, ms, "reconcile", func() int { return w.reconcile(ctx, log, ms) }))
+	}
+	note(step(log, ms, "sweep", func() int {
+		code, srcs := w.sweep(ctx, log, ms)
+		liveControls = srcs
+		return code
+	}))
+	if w.CullOn {
+		note(step(log, ms, "cull", func() int { return w.cull(ctx, log, ms, liveControls) }))
+	}
+	if w.moreMetrics != nil {
+		w.moreMetrics(ms)
+	}
+	ms.Run("watch", start, time.Now(), worst == ExitOK)
+	if ms != nil {
+		if err := metrics.WriteFile(w.MetricsFile, ms); err != nil {
+			log.Error("cannot write metrics", "file", w.MetricsFile, "err", err)
+			note(ExitFailed)
+		}
+	}
+	return worst
+}
+
+// step runs one step, turning a panic into a failure, and records its run.
+func step(log *slog.Logger, ms *metrics.Set, name string, f func() int) (code int) {
+	start := time.Now()
+	defer func() {
+		if r := recover(); r != nil {
+			log.Error("step crashed", "step", name, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			code = ExitFailed
+		}
+		ms.Run(name, start, time.Now(), code == ExitOK)
+	}()
+	return f()
+}
+
+func (w *Watch) reconcile(ctx context.Context, log *slog.Logger, ms *metrics.Set) int {
+	rep, liveErr, err := Reconcile(ctx, w.Settings, log.With("step", "reconcile"))
+	if liveErr != nil {
+		RecordReconcile(ms, "watch", rep.Report, false)
+		return ExitUnknown // Reconcile logged it; nothing was touched
+	}
+	if err != nil {
+		log.Error("reconcile failed", "err", err)
+		return ExitFailed
+	}
+	RecordReconcile(ms, "watch", rep.Report, true)
+	LogReconcile(ctx, log.With("step", "reconcile"), rep.Report)
+	if rep.Failed() {
+		return ExitFailed
+	}
+	return ExitOK
+}
+
+func (w *Watch) sweep(ctx context.Context, log *slog.Logger, ms *metrics.Set) (int, []cull.Source) {
+	cfg := w.Sockets
+	cfg.Logger = log.With("step", "sweep")
+	rep, err := sockets.Sweep(ctx, cfg)
+	if err != nil {
+		log.Error("sweep failed", "err", err)
+		return ExitFailed, nil
+	}
+	RecordSweep(ms, rep)
+	live := cull.Sources(rep.Sockets, nil)
+	for _, e := range rep.DirErrors {
+		log.Error("socket directory", "step", "sweep", "err", e)
+	}
+	rep.Log(cfg.Logger)
+	if rep.Failed() || len(rep.DirErrors) > 0 {
+		return ExitFailed, live
+	}
+	return ExitOK, live
+}
+
+func (w *Watch) cull(ctx context.Context, log *slog.Logger, ms *metrics.Set, sources []cull.Source) int {
+	sups := Audit(ctx, w.Sockets, sources, w.Threshold)
+	RecordCull(ms, sups)
+	if failed, _ := cull.Log(log.With("step", "cull"), w.Threshold, sups); failed {
+		return ExitFailed
+	}
+	return ExitOK
+}
+
+// Audit reads the sessions of the supervisors on sources (cull's audit,
+// for cull, watch and doctor) with cfg's timeout and workers.
+func Audit(ctx context.Context, cfg sockets.Config, sources []cull.Source, threshold int64) []cull.Supervisor {
+	client := &kallichore.Client{Timeout: cfg.Timeout, RetryAfter: sockets.DefaultPause}
+	return cull.Audit(ctx, client, sources, threshold, cfg.Workers)
+}

@@ -35,7 +35,10 @@ func TestDockerOnlyHost(t *testing.T) {
 		}
 		env = append(env, kv)
 	}
-	env = append(env, "PATH="+emptyPath, "DOCKER_HOST="+d.URL, "KC_STATE_DIR="+state, "KC_SOCKET_DIRS="+socks)
+	env = append(env, "PATH="+emptyPath, "DOCKER_HOST="+d.URL, "KC_STATE_DIR="+state)
+	// The host's commands look in a dir of this test's own (the host's
+	// /tmp holds other tests' supervisors); inside the container, its /tmp.
+	host := []string{"KC_SOCKET_DIR=" + socks}
 
 	// hide mounts an empty tmpfs over the host's engine directories (a
 	// directory that does not exist hides nothing) or exits 97; mount by
@@ -67,14 +70,14 @@ func TestDockerOnlyHost(t *testing.T) {
 		wantJSON bool
 	}{
 		{"version", nil, []string{"version"}, 0, false},
-		{"reconcile", nil, []string{"reconcile", "--format", "json"}, 0, true},
-		{"sweep", nil, []string{"sweep", "--format", "json"}, 0, true},
+		{"reconcile", host, []string{"reconcile", "--format", "json"}, 0, true},
+		{"sweep", host, []string{"sweep", "--format", "json"}, 0, true},
 		{"sweep inside the container", []string{"KC_CONTAINER=" + name}, []string{"sweep", "--format", "json"}, 0, true},
-		{"cull", nil, []string{"cull", "--format", "json"}, 0, true},
+		{"cull", host, []string{"cull", "--format", "json"}, 0, true},
 		{"cull inside the container", nil, []string{"cull", "--container", name, "--format", "json"}, 0, true},
-		{"status", nil, []string{"status", "--format", "json"}, 0, true},
-		{"doctor", nil, []string{"doctor", "--hooks-dir", hooks, "--format", "json"}, 1, true},
-		{"watch once", nil, []string{"watch", "--once"}, 0, false},
+		{"status", host, []string{"status", "--format", "json"}, 0, true},
+		{"doctor", host, []string{"doctor", "--hooks-dir", hooks, "--format", "json"}, 1, true},
+		{"watch once", host, []string{"watch", "--once"}, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, errOut, code := run(t, tc.env, tc.args...)

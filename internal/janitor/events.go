@@ -200,6 +200,8 @@ func (h *deathHandler) catchUp(eng string) {
 		case liveErr != nil:
 			log.Error("not caught up after the event stream was down: ground truth unknown; nothing touched", "err", liveErr)
 			return
+		case errors.Is(err, errStopping):
+			return
 		case err != nil:
 			log.Error("not caught up after the event stream was down; the next round covers it", "err", err)
 			return
@@ -265,6 +267,9 @@ func (h *deathHandler) handle(d engine.Death, log *slog.Logger) {
 	case liveErr != nil:
 		log.Error("container death not handled: ground truth unknown; nothing touched", append(attrs, "err", liveErr)...)
 		return
+	case errors.Is(err, errStopping):
+		log.Info("container death left for the next start: watch is stopping", attrs...)
+		return
 	case err != nil:
 		log.Error("container death not handled; the next round covers it", append(attrs, "err", err)...)
 		return
@@ -283,10 +288,19 @@ func (h *deathHandler) handle(d engine.Death, log *slog.Logger) {
 	settled = !stillLive
 }
 
-// locked makes one attempt in turn with the rounds.
+// errStopping: watch was asked to stop before this death's turn came.
+var errStopping = errors.New("watch is stopping")
+
+// locked makes one attempt in turn with the rounds. Once watch is asked to
+// stop, a death still waiting for its turn makes none: in a mass teardown
+// dozens queue here, and the operator asked for the handling under way to
+// finish, not for a scan and a reap per queued death after the signal.
 func (h *deathHandler) locked(opt reconcile.Options, log *slog.Logger) (Report, error, error) {
 	h.serial.Lock()
 	defer h.serial.Unlock()
+	if h.stop.Err() != nil {
+		return Report{}, nil, errStopping
+	}
 	return h.attempt(h.work, opt, log)
 }
 

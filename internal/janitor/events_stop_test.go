@@ -14,12 +14,11 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 )
 
-// TestDeathHandlerStopDoesNotRunQueuedDeaths: watch's first SIGTERM is to
-// stop "after the current round" (the handling under way). With many
-// deaths queued behind the serial lock (a mass teardown), every queued
-// handler still takes the lock and makes a full attempt (scan, ask the
-// engines, reap) after stop, one after the other: watch's stop takes N
-// attempts, and a reap can start after the operator asked watch to stop.
+// TestDeathHandlerStopDoesNotRunQueuedDeaths: watch's first SIGTERM lets
+// the handling under way finish. Deaths still queued behind the serial
+// lock (a mass teardown) make no attempt after it: no scan, no question,
+// no reap once the operator asked watch to stop, and stopping takes one
+// attempt's time, not one per queued death.
 func TestDeathHandlerStopDoesNotRunQueuedDeaths(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	var serial sync.Mutex

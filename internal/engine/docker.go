@@ -272,13 +272,14 @@ func (d *docker) Deaths(ctx context.Context, w DeathWatch) error {
 	if err != nil {
 		return err
 	}
-	resp, err := hc.Do(req)
+	resp, stop, err := openStream(ctx, hc, req, d.cfg.timeout())
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return fmt.Errorf("docker events %s: %w", d.ep.raw, err)
 	}
+	defer stop()
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))

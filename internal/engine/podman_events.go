@@ -63,7 +63,7 @@ func (p *podman) Deaths(ctx context.Context, w DeathWatch) error {
 	if err != nil {
 		return err
 	}
-	resp, err := hc.Do(req)
+	resp, stop, err := openStream(ctx, hc, req, p.cfg.timeout())
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -73,6 +73,7 @@ func (p *podman) Deaths(ctx context.Context, w DeathWatch) error {
 		}
 		return p.deathsWithoutAPI(ctx, w, fmt.Errorf("podman API %s: %w", ep.raw, err))
 	}
+	defer stop()
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))

@@ -81,7 +81,9 @@ func followDeaths(ctx context.Context, e engine.Engine, bo backoff, log *slog.Lo
 			return
 		}
 		if errors.Is(err, engine.ErrNoEvents) {
-			log.Debug("engine reports no container deaths; its strays wait for the next round", "why", err)
+			// Said once, at the level an operator reads: this engine's
+			// strays now wait for the rounds until watch is restarted.
+			log.Info("engine reports no container deaths; its strays wait for the next round", "why", err)
 			return
 		}
 		if err == nil {

@@ -80,7 +80,9 @@ func Command(ctx context.Context, bin string, args []string) (*exec.Cmd, error) 
 	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Env = cliEnv(os.Environ())
 	cmd.Stdin = nil
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: a `podman events` child lives as long as watch does, and
+	// must not outlive a watch that is SIGKILLed or crashes.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error {
 		// Kill the whole group: podman may re-exec or fork helpers, a
 		// wrapper script has children. Only while the leader is unreaped

@@ -9,6 +9,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/cull"
 	"github.com/kc-watchman/kc-watchman/internal/janitor"
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
+	"github.com/kc-watchman/kc-watchman/internal/sweep"
 )
 
 func cullCommand() *cli.Command {
@@ -59,14 +60,14 @@ func runCull(c *cli.Context) error {
 		// A dry run, for classification only; its per-socket records
 		// ("would unlink") belong to sweep's log, not cull's.
 		cfg.Logger = nil
-		rep, err := sockets.Sweep(c.Context, cfg)
+		rep, err := sweep.Sweep(c.Context, cfg)
 		if err != nil {
 			return cli.Exit(fmt.Sprintf("cull: finding supervisors: %v", err), exitFailed)
 		}
 		for _, e := range rep.DirErrors {
 			log.Warn("socket directory", "err", e)
 		}
-		sources = append(sources, cull.Sources(rep.Sockets, func(s *sockets.Socket) {
+		sources = append(sources, cull.Sources(rep.Sockets, func(s *sweep.Socket) {
 			log.Info("supervisor socket not live, not audited", "path", s.Path, "verdict", string(s.Verdict), "reason", s.Reason)
 		})...)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/janitor"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
-	"github.com/kc-watchman/kc-watchman/internal/sockets"
+	"github.com/kc-watchman/kc-watchman/internal/sweep"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
@@ -160,8 +160,8 @@ func checkPodmanURL(g globals) error {
 
 // probeConfig builds the socket probing settings every command with
 // probeFlags shares; sweepTarget adds the container to look into.
-func probeConfig(c *cli.Context, g globals) (sockets.Config, error) {
-	cfg := sockets.Config{
+func probeConfig(c *cli.Context, g globals) (sweep.Config, error) {
+	cfg := sweep.Config{
 		Dirs:            c.StringSlice(flagSocketDir),
 		SupervisorComms: g.SupervisorComms,
 		Timeout:         c.Duration(flagTimeout),
@@ -181,24 +181,24 @@ func probeConfig(c *cli.Context, g globals) (sockets.Config, error) {
 
 // sweepTarget is the container sweep and cull look into: --container-pid,
 // else --container resolved by the engines, else the host.
-func sweepTarget(c *cli.Context, g globals) (sockets.Target, error) {
+func sweepTarget(c *cli.Context, g globals) (sweep.Target, error) {
 	if pid := c.Int(flagContainerPID); pid < 0 {
-		return sockets.Target{}, usageErr("--container-pid must not be negative")
+		return sweep.Target{}, usageErr("--container-pid must not be negative")
 	} else if pid > 0 {
-		return sockets.Target{InitPID: pid}, nil
+		return sweep.Target{InitPID: pid}, nil
 	}
 	name := c.String(flagContainer)
 	if name == "" {
-		return sockets.Target{}, nil
+		return sweep.Target{}, nil
 	}
 	m, err := resolveContainer(c, g, name, true)
 	if err != nil {
-		return sockets.Target{}, err
+		return sweep.Target{}, err
 	}
 	if m.InitPID <= 0 {
-		return sockets.Target{}, cli.Exit(fmt.Sprintf("container %s (%s %s) is not running: its sockets cannot be reached", name, m.Engine, m.ID), exitFailed)
+		return sweep.Target{}, cli.Exit(fmt.Sprintf("container %s (%s %s) is not running: its sockets cannot be reached", name, m.Engine, m.ID), exitFailed)
 	}
-	return sockets.Target{InitPID: m.InitPID}, nil
+	return sweep.Target{InitPID: m.InitPID}, nil
 }
 
 // checkSocketDirs refuses --socket-dir patterns the sweep could only
@@ -206,7 +206,7 @@ func sweepTarget(c *cli.Context, g globals) (sockets.Target, error) {
 // a malformed glob.
 func checkSocketDirs(c *cli.Context) error {
 	for _, p := range c.StringSlice(flagSocketDir) {
-		if err := sockets.CheckDirPattern(p); err != nil {
+		if err := sweep.CheckDirPattern(p); err != nil {
 			return usageErr("--socket-dir: %v", err)
 		}
 	}

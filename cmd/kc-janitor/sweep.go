@@ -6,7 +6,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kc-watchman/kc-watchman/internal/janitor"
-	"github.com/kc-watchman/kc-watchman/internal/sockets"
+	"github.com/kc-watchman/kc-watchman/internal/sweep"
 )
 
 // Flags shared by sweep and cull to say where supervisors' sockets are.
@@ -24,8 +24,8 @@ func socketFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: flagSocketDir, Usage: "socket `DIR` to look in (repeatable; the last component may be a glob); default: /tmp and /run/user/*", EnvVars: []string{"KC_SOCKET_DIR"}},
 		&cli.StringFlag{Name: flagContainer, Usage: "look in the socket dirs inside container `NAME`, ID or unique ID prefix, of any engine asked (through /proc/<init pid>/root, with the container's PID and network namespaces)", EnvVars: []string{"KC_CONTAINER"}},
 		&cli.IntFlag{Name: flagContainerPID, Usage: "host `PID` of the container's init process (instead of asking the engines)", EnvVars: []string{"KC_CONTAINER_PID"}, Hidden: true},
-		&cli.DurationFlag{Name: flagTimeout, Value: sockets.DefaultTimeout, Usage: "timeout of one request to a supervisor", EnvVars: []string{"KC_PROBE_TIMEOUT"}},
-		&cli.IntFlag{Name: flagWorkers, Value: sockets.DefaultWorkers, Usage: "sockets probed concurrently", EnvVars: []string{"KC_PROBE_WORKERS"}},
+		&cli.DurationFlag{Name: flagTimeout, Value: sweep.DefaultTimeout, Usage: "timeout of one request to a supervisor", EnvVars: []string{"KC_PROBE_TIMEOUT"}},
+		&cli.IntFlag{Name: flagWorkers, Value: sweep.DefaultWorkers, Usage: "sockets probed concurrently", EnvVars: []string{"KC_PROBE_WORKERS"}},
 	}
 }
 
@@ -60,7 +60,7 @@ when --log-file is not given.
 Exit status: 0 ok; 1 an unlink failed or a socket directory could not be read.`,
 		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "apply", Usage: "unlink stale sockets", DefaultText: "dry run", EnvVars: []string{"KC_SWEEP", "KC_APPLY"}},
-			&cli.DurationFlag{Name: flagHashedMinAge, Value: sockets.DefaultHashedMinAge, Usage: "least age (since its ctime) at which a hashed-name kc-<hex>.sock may be stale", EnvVars: []string{"KC_SWEEP_HASHED_MIN_AGE"}},
+			&cli.DurationFlag{Name: flagHashedMinAge, Value: sweep.DefaultHashedMinAge, Usage: "least age (since its ctime) at which a hashed-name kc-<hex>.sock may be stale", EnvVars: []string{"KC_SWEEP_HASHED_MIN_AGE"}},
 		}, socketFlags()...),
 		Action: runSweep,
 	}
@@ -84,7 +84,7 @@ func runSweep(c *cli.Context) error {
 	cfg.Logger = log
 	cfg.HashedMinAge = c.Duration(flagHashedMinAge)
 
-	rep, err := sockets.Sweep(c.Context, cfg)
+	rep, err := sweep.Sweep(c.Context, cfg)
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("sweep: %v", err), exitFailed)
 	}

@@ -1,19 +1,19 @@
 package cull
 
-import "github.com/kc-watchman/kc-watchman/internal/sockets"
+import "github.com/kc-watchman/kc-watchman/internal/sweep"
 
 // Sources are the supervisors a sweep found alive: its live control
 // sockets, the only ones whose /sessions are worth asking for. A session
 // socket is its server's, and a control socket that is stale or unknown
 // has no server to answer. notLive, if not nil, is told of every control
 // socket left out.
-func Sources(socks []*sockets.Socket, notLive func(*sockets.Socket)) []Source {
+func Sources(socks []*sweep.Socket, notLive func(*sweep.Socket)) []Source {
 	var out []Source
 	for _, s := range socks {
-		if s.Kind != sockets.KindControl {
+		if s.Kind != sweep.KindControl {
 			continue
 		}
-		if s.Verdict != sockets.VerdictLive {
+		if s.Verdict != sweep.VerdictLive {
 			if notLive != nil {
 				notLive(s)
 			}

@@ -4,17 +4,17 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/kc-watchman/kc-watchman/internal/sockets"
+	"github.com/kc-watchman/kc-watchman/internal/sweep"
 )
 
 func TestSources(t *testing.T) {
-	swept := []*sockets.Socket{
-		{Path: "/run/kc-10.sock", PID: 10, Kind: sockets.KindControl, Verdict: sockets.VerdictLive},
-		{Path: "/run/kc-10.abc.sock", PID: 10, Kind: sockets.KindSession, Verdict: sockets.VerdictLive},
-		{Path: "/run/kc-11.sock", PID: 11, Kind: sockets.KindControl, Verdict: sockets.VerdictStale},
-		{Path: "/run/kc-12.sock", PID: 12, Kind: sockets.KindControl, Verdict: sockets.VerdictUnknown},
-		{Path: "/run/kc-1f.sock", Kind: sockets.KindSession, Hashed: true, Verdict: sockets.VerdictLive},
-		{Path: "/run/kc-13.sock", PID: 13, Kind: sockets.KindControl, Verdict: sockets.VerdictLive},
+	swept := []*sweep.Socket{
+		{Path: "/run/kc-10.sock", PID: 10, Kind: sweep.KindControl, Verdict: sweep.VerdictLive},
+		{Path: "/run/kc-10.abc.sock", PID: 10, Kind: sweep.KindSession, Verdict: sweep.VerdictLive},
+		{Path: "/run/kc-11.sock", PID: 11, Kind: sweep.KindControl, Verdict: sweep.VerdictStale},
+		{Path: "/run/kc-12.sock", PID: 12, Kind: sweep.KindControl, Verdict: sweep.VerdictUnknown},
+		{Path: "/run/kc-1f.sock", Kind: sweep.KindSession, Hashed: true, Verdict: sweep.VerdictLive},
+		{Path: "/run/kc-13.sock", PID: 13, Kind: sweep.KindControl, Verdict: sweep.VerdictLive},
 	}
 	tests := []struct {
 		name    string
@@ -26,9 +26,9 @@ func TestSources(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var left []string
-			var cb func(*sockets.Socket)
+			var cb func(*sweep.Socket)
 			if tt.notLive {
-				cb = func(s *sockets.Socket) { left = append(left, s.Path) }
+				cb = func(s *sweep.Socket) { left = append(left, s.Path) }
 			}
 			got := Sources(swept, cb)
 			want := []Source{{Socket: "/run/kc-10.sock", PID: 10}, {Socket: "/run/kc-13.sock", PID: 13}}

@@ -16,7 +16,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
-	"github.com/kc-watchman/kc-watchman/internal/sockets"
+	"github.com/kc-watchman/kc-watchman/internal/sweep"
 )
 
 // fakeHook is an executable standing in for the installed kc-hook.
@@ -434,9 +434,9 @@ func TestStraysVerdict(t *testing.T) {
 }
 
 func TestSocketsVerdict(t *testing.T) {
-	rep := &sockets.Report{Sockets: []*sockets.Socket{
-		{Path: "/tmp/kc-1.sock", PID: 1, Kind: sockets.KindControl, Verdict: sockets.VerdictLive},
-		{Path: "/tmp/kc-2.sock", PID: 2, Kind: sockets.KindControl, Verdict: sockets.VerdictStale, Reason: "gone"},
+	rep := &sweep.Report{Sockets: []*sweep.Socket{
+		{Path: "/tmp/kc-1.sock", PID: 1, Kind: sweep.KindControl, Verdict: sweep.VerdictLive},
+		{Path: "/tmp/kc-2.sock", PID: 2, Kind: sweep.KindControl, Verdict: sweep.VerdictStale, Reason: "gone"},
 	}}
 	c := Sockets(rep, nil)
 	if c.Verdict != Warn || !strings.Contains(c.Detail, "1 stale") || len(c.Items) != 1 {

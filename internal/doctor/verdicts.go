@@ -8,7 +8,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/cull"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
-	"github.com/kc-watchman/kc-watchman/internal/sockets"
+	"github.com/kc-watchman/kc-watchman/internal/sweep"
 )
 
 // StraysInput is what the strays check looks at.
@@ -76,15 +76,15 @@ func Strays(in StraysInput) Check {
 }
 
 // Sockets checks for orphan kc-*.sock sockets (a dry-run sweep).
-func Sockets(rep *sockets.Report, err error) Check {
+func Sockets(rep *sweep.Report, err error) Check {
 	if err != nil {
 		return newCheck(NameSockets, Warn, "could not sweep: %v", err)
 	}
-	count := map[sockets.Verdict]int{}
+	count := map[sweep.Verdict]int{}
 	var items []string
 	for _, s := range rep.Sockets {
 		count[s.Verdict]++
-		if s.Verdict == sockets.VerdictStale {
+		if s.Verdict == sweep.VerdictStale {
 			items = append(items, fmt.Sprintf("%s (%s, pid %d): %s", s.Path, s.Kind, s.PID, s.Reason))
 		}
 	}
@@ -92,9 +92,9 @@ func Sockets(rep *sockets.Report, err error) Check {
 		items = append(items, "unreadable: "+e.Error())
 	}
 	summary := fmt.Sprintf("%s: %d live, %d stale, %d unknown", plural(len(rep.Sockets), "socket", "sockets"),
-		count[sockets.VerdictLive], count[sockets.VerdictStale], count[sockets.VerdictUnknown])
+		count[sweep.VerdictLive], count[sweep.VerdictStale], count[sweep.VerdictUnknown])
 	verdict := OK
-	if count[sockets.VerdictStale] > 0 {
+	if count[sweep.VerdictStale] > 0 {
 		verdict = Warn
 		summary += "; run kc-janitor sweep --apply to unlink the stale ones"
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/metrics"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
-	"github.com/kc-watchman/kc-watchman/internal/sockets"
+	"github.com/kc-watchman/kc-watchman/internal/sweep"
 	"github.com/kc-watchman/kc-watchman/internal/userns"
 )
 
@@ -79,7 +79,7 @@ func Doctor(ctx context.Context, s Settings, fix bool, hooksDirs []string, log *
 	// Sockets (a dry-run sweep) and the sessions of the live ones.
 	scfg := s.Sockets
 	scfg.Apply = false
-	srep, serr := sockets.Sweep(ctx, scfg)
+	srep, serr := sweep.Sweep(ctx, scfg)
 	rep.Add(doctor.Sockets(srep, serr))
 	var sups []cull.Supervisor
 	if serr == nil {

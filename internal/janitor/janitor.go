@@ -12,7 +12,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
-	"github.com/kc-watchman/kc-watchman/internal/sockets"
+	"github.com/kc-watchman/kc-watchman/internal/sweep"
 )
 
 // Exit codes a pass reports (DESIGN §6); a round's is the worst of its
@@ -36,7 +36,7 @@ type Settings struct {
 	Reconcile reconcile.Options
 	// Sockets are the probing settings of sweep, cull and the socket
 	// views; Apply says whether stale sockets are unlinked.
-	Sockets sockets.Config
+	Sockets sweep.Config
 	// Threshold is cull's idle time in seconds.
 	Threshold int64
 }

@@ -5,7 +5,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/cull"
 	"github.com/kc-watchman/kc-watchman/internal/metrics"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
-	"github.com/kc-watchman/kc-watchman/internal/sockets"
+	"github.com/kc-watchman/kc-watchman/internal/sweep"
 )
 
 // RecordReconcile records a reconcile report of command (reconcile,
@@ -41,25 +41,25 @@ func RecordReconcile(s *metrics.Set, command string, rep reconcile.Report, known
 }
 
 // RecordSweep records a sweep report.
-func RecordSweep(s *metrics.Set, rep *sockets.Report) {
+func RecordSweep(s *metrics.Set, rep *sweep.Report) {
 	if s == nil || rep == nil {
 		return
 	}
-	verdicts := map[sockets.Verdict]int{sockets.VerdictLive: 0, sockets.VerdictStale: 0, sockets.VerdictUnknown: 0}
+	verdicts := map[sweep.Verdict]int{sweep.VerdictLive: 0, sweep.VerdictStale: 0, sweep.VerdictUnknown: 0}
 	unlinked, failed := 0, 0
 	for _, k := range rep.Sockets {
 		verdicts[k.Verdict]++
 		switch k.Action {
-		case sockets.ActionUnlinked:
+		case sweep.ActionUnlinked:
 			unlinked++
-		case sockets.ActionFailed:
+		case sweep.ActionFailed:
 			failed++
 		}
 	}
 	for v, n := range verdicts {
 		s.Set(metrics.Sockets, float64(n), string(v))
 	}
-	s.Set(metrics.SocketsStale, float64(verdicts[sockets.VerdictStale]))
+	s.Set(metrics.SocketsStale, float64(verdicts[sweep.VerdictStale]))
 	s.Set(metrics.SocketsUnlinked, float64(unlinked))
 	s.Set(metrics.SocketsFailed, float64(failed))
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/cull"
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
 	"github.com/kc-watchman/kc-watchman/internal/metrics"
-	"github.com/kc-watchman/kc-watchman/internal/sockets"
+	"github.com/kc-watchman/kc-watchman/internal/sweep"
 )
 
 // Watch is what watch's rounds and its handling of container deaths need,
@@ -167,7 +167,7 @@ func (w *Watch) reconcile(ctx context.Context, log *slog.Logger, ms *metrics.Set
 func (w *Watch) sweep(ctx context.Context, log *slog.Logger, ms *metrics.Set) (int, []cull.Source) {
 	cfg := w.Sockets
 	cfg.Logger = log.With("step", "sweep")
-	rep, err := sockets.Sweep(ctx, cfg)
+	rep, err := sweep.Sweep(ctx, cfg)
 	if err != nil {
 		log.Error("sweep failed", "err", err)
 		return ExitFailed, nil
@@ -195,7 +195,7 @@ func (w *Watch) cull(ctx context.Context, log *slog.Logger, ms *metrics.Set, sou
 
 // Audit reads the sessions of the supervisors on sources (cull's audit,
 // for cull, watch and doctor) with cfg's timeout and workers.
-func Audit(ctx context.Context, cfg sockets.Config, sources []cull.Source, threshold int64) []cull.Supervisor {
-	client := &kallichore.Client{Timeout: cfg.Timeout, RetryAfter: sockets.DefaultPause}
+func Audit(ctx context.Context, cfg sweep.Config, sources []cull.Source, threshold int64) []cull.Supervisor {
+	client := &kallichore.Client{Timeout: cfg.Timeout, RetryAfter: sweep.DefaultPause}
 	return cull.Audit(ctx, client, sources, threshold, cfg.Workers)
 }

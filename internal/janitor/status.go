@@ -16,7 +16,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
-	"github.com/kc-watchman/kc-watchman/internal/sockets"
+	"github.com/kc-watchman/kc-watchman/internal/sweep"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
@@ -24,13 +24,13 @@ import (
 // what reconcile would decide, and the sockets as a dry-run sweep sees
 // them. Nothing is changed to make it, not even the ledger.
 type StatusReport struct {
-	StateDir      string               `json:"state_dir"`
-	Records       []statusRecord       `json:"records"`
-	LivenessKnown bool                 `json:"liveness_known"`
-	Source        string               `json:"source"`
-	Trees         []statusTree         `json:"trees"`
-	Sockets       []sockets.SocketJSON `json:"sockets"`
-	Errors        []string             `json:"errors"`
+	StateDir      string             `json:"state_dir"`
+	Records       []statusRecord     `json:"records"`
+	LivenessKnown bool               `json:"liveness_known"`
+	Source        string             `json:"source"`
+	Trees         []statusTree       `json:"trees"`
+	Sockets       []sweep.SocketJSON `json:"sockets"`
+	Errors        []string           `json:"errors"`
 	// truth is the engines' answer the text report names.
 	truth engine.Truth
 }
@@ -65,7 +65,7 @@ type statusTree struct {
 // malformed --engine or endpoint); everything else it meets is listed in
 // the report's errors.
 func Status(ctx context.Context, s Settings, log *slog.Logger) (StatusReport, error) {
-	out := StatusReport{StateDir: s.StateDir, Records: []statusRecord{}, Trees: []statusTree{}, Sockets: []sockets.SocketJSON{}, Errors: []string{}}
+	out := StatusReport{StateDir: s.StateDir, Records: []statusRecord{}, Trees: []statusTree{}, Sockets: []sweep.SocketJSON{}, Errors: []string{}}
 
 	tr, liveErr := s.Ask(ctx, log)
 	if liveErr != nil && !errors.Is(liveErr, liveness.ErrUnknown) {
@@ -136,7 +136,7 @@ func Status(ctx context.Context, s Settings, log *slog.Logger) (StatusReport, er
 	// Sockets, as a dry-run sweep classifies them.
 	scfg := s.Sockets
 	scfg.Apply = false
-	srep, err := sockets.Sweep(ctx, scfg)
+	srep, err := sweep.Sweep(ctx, scfg)
 	if err != nil {
 		out.Errors = append(out.Errors, "sockets: "+err.Error())
 	} else {

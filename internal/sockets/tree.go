@@ -78,7 +78,7 @@ func TreeSockets(procRoot string, uid int, members []int) []TreeSocket {
 	for _, m := range members {
 		// An unreadable or unknown table is no evidence: try the next
 		// member's (all members normally share one network namespace).
-		nu, _ := readNetUnix(procRoot, m)
+		nu, _ := ReadNetUnix(procRoot, m)
 		for path, socks := range nu {
 			pid := heldListening(socks, owner)
 			if pid == 0 || seen[path] || !plausiblePath(path, pid) {
@@ -100,9 +100,9 @@ func TreeSockets(procRoot string, uid int, members []int) []TreeSocket {
 
 // heldListening returns the member whose descriptor holds a listening
 // socket among socks (all bound to one path), or 0.
-func heldListening(socks []unixSocket, owner map[uint64]int) int {
+func heldListening(socks []UnixSocket, owner map[uint64]int) int {
 	for _, s := range socks {
-		if pid, ok := owner[s.inode]; ok && s.listening {
+		if pid, ok := owner[s.Inode]; ok && s.Listening {
 			return pid
 		}
 	}

@@ -3,7 +3,6 @@ package sockets
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 
 	"github.com/kc-watchman/kc-watchman/internal/safeunlink"
 )
@@ -39,5 +38,3 @@ func UnlinkAt(dirfd int, name string, want FileID) error {
 	}
 	return safeunlink.UnlinkAt(dirfd, name, safeunlink.File(want))
 }
-
-func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }

@@ -1,4 +1,4 @@
-package sockets
+package sweep
 
 import (
 	"fmt"
@@ -9,20 +9,6 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
 )
-
-// TestAllDigitHashReadsAsPID: a hashed session name is a u64 in hex, and
-// one made only of decimal digits that reads as a PID is exactly a
-// control socket's name. ParseName takes it as the PID; the gates must
-// then keep a live socket under that name from being called stale.
-func TestAllDigitHashReadsAsPID(t *testing.T) {
-	if !validHash("4711") {
-		t.Fatal("4711 is a valid u64 hash in hex")
-	}
-	n, ok := ParseName("kc-4711.sock")
-	if !ok || n.PID != 4711 || n.Kind != KindControl || n.Hashed() {
-		t.Fatalf("ParseName(kc-4711.sock) = %+v, %v; want the control socket of pid 4711", n, ok)
-	}
-}
 
 // TestSweepPIDNameDisagreeingWithStatus: a kc-<pid>.sock whose PID check
 // and /status disagree is unknown, never stale. The name may be a hashed

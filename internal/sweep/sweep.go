@@ -1,4 +1,4 @@
-package sockets
+package sweep
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
+
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
 )
 
 // Verdict is the outcome of the gates for one socket.
@@ -132,7 +134,7 @@ type Socket struct {
 	Err     error   // set when Action is failed
 	// UID is the file's owner as classified; ID its identity.
 	UID int
-	ID  FileID
+	ID  sockets.FileID
 
 	e     *entry
 	gates [3]say
@@ -217,7 +219,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 		for _, e := range ents {
 			all = append(all, &Socket{
 				Path: e.shownPath(), PID: e.parsed.PID, Kind: e.parsed.Kind, Session: e.parsed.Session, Hashed: e.parsed.Hashed(),
-				UID: e.uid, ID: FileID{Dev: e.dev, Ino: e.ino, UID: e.uid, CtimeSec: e.ctime.Sec, CtimeNsec: e.ctime.Nsec}, e: e,
+				UID: e.uid, ID: sockets.FileID{Dev: e.dev, Ino: e.ino, UID: e.uid, CtimeSec: e.ctime.Sec, CtimeNsec: e.ctime.Nsec}, e: e,
 			})
 		}
 	}
@@ -225,7 +227,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 	// Read after the scan: a socket file the scan saw was bound before
 	// this read, so if its socket is still open, net/unix lists it. (One
 	// bound later is a new file, which UnlinkAt tells from the one seen.)
-	nu, err := readNetUnix(cfg.ProcRoot, cfg.Target.InitPID)
+	nu, err := sockets.ReadNetUnix(cfg.ProcRoot, cfg.Target.InitPID)
 	if err != nil {
 		// Gate 2 still has connect(2), but without net/unix nothing tells
 		// a refusing socket that a process holds from a dead one: gate 2
@@ -437,15 +439,15 @@ func act(cfg Config, s *Socket) {
 		log.Info("[DRY-RUN] would unlink")
 		return
 	}
-	err := UnlinkAt(s.e.dir.fd, s.e.name, s.ID)
+	err := sockets.UnlinkAt(s.e.dir.fd, s.e.name, s.ID)
 	switch {
 	case err == nil:
 		s.Action = ActionUnlinked
 		log.Info("[SWEEP] unlinked")
-	case errors.Is(err, ErrGone):
+	case errors.Is(err, sockets.ErrGone):
 		s.Reason += "; already gone"
 		log.Info("already gone")
-	case errors.Is(err, ErrChanged):
+	case errors.Is(err, sockets.ErrChanged):
 		s.Reason += "; not unlinked: " + err.Error()
 		log.Warn("changed since classified, kept", "err", err)
 	default:

@@ -1,136 +1,24 @@
-package sockets
+package sweep
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
 )
 
 // boundSocket binds a socket of type typ to p and leaves it open, neither
-// listening nor connected: a server between bind(2) and listen(2), or one
-// that never gets to listen. The returned release closes it (once); the
-// test's end closes it otherwise.
+// listening nor connected (testkit.BoundSocket).
 func boundSocket(t testing.TB, p string, typ int) (fd int, release func()) {
-	t.Helper()
-	fd, err := unix.Socket(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	release = func() {
-		once.Do(func() {
-			if err := unix.Close(fd); err != nil {
-				t.Errorf("close %s: %v", p, err)
-			}
-		})
-	}
-	t.Cleanup(release)
-	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: p}); err != nil {
-		t.Fatalf("bind %s: %v", p, err)
-	}
-	return fd, release
-}
-
-func TestParseNetUnix(t *testing.T) {
-	const header = "Num       RefCount Protocol Flags    Type St Inode Path\n"
-	tests := []struct {
-		name    string
-		in      string
-		want    netUnix
-		wantErr bool
-	}{
-		{
-			name: "every state of a bound path is kept; abstract and unnamed are not",
-			in: header +
-				"0000000000000000: 00000002 00000000 00010000 0001 01 1001 /tmp/kc-1.sock\n" +
-				"0000000000000000: 00000002 00000000 00000000 0001 01 1002 /tmp/kc-bound.sock\n" +
-				"0000000000000000: 00000003 00000000 00000000 0001 03 1003 /tmp/kc-client.sock\n" +
-				"0000000000000000: 00000002 00000000 00000000 0002 01 1004 /tmp/kc-dgram.sock\n" +
-				"0000000000000000: 00000002 00000000 00010000 0001 01 1005 @abstract\n" +
-				"0000000000000000: 00000002 00000000 00010000 0001 01 1006 /tmp/with space.sock\n" +
-				"0000000000000000: 00000003 00000000 00000000 0001 03 1007\n",
-			want: netUnix{
-				"/tmp/kc-1.sock":       {{inode: 1001, state: 1, listening: true}},
-				"/tmp/kc-bound.sock":   {{inode: 1002, state: 1}},
-				"/tmp/kc-client.sock":  {{inode: 1003, state: 3}},
-				"/tmp/kc-dgram.sock":   {{inode: 1004, state: 1}},
-				"/tmp/with space.sock": {{inode: 1006, state: 1, listening: true}},
-			},
-		},
-		{
-			name: "a path held twice: a listener and a connection it accepted",
-			in: header +
-				"0000000000000000: 00000002 00000000 00010000 0001 01 2001 /tmp/kc-5.sock\n" +
-				"0000000000000000: 00000003 00000000 00000000 0001 03 2002 /tmp/kc-5.sock\n",
-			want: netUnix{"/tmp/kc-5.sock": {{inode: 2001, state: 1, listening: true}, {inode: 2002, state: 3}}},
-		},
-		{
-			// The kernel pads the inode to five columns.
-			name: "a short inode padded with spaces",
-			in: header +
-				"0000000000000000: 00000002 00000000 00000000 0001 01    42 /tmp/kc-42.sock\n",
-			want: netUnix{"/tmp/kc-42.sock": {{inode: 42, state: 1}}},
-		},
-		{
-			// bind("/tmp/x\nnot a line") prints as two lines; the head
-			// is a path (held, the safe side), the tail is skipped.
-			name: "the tail of a path with a newline is skipped, not an error",
-			in: header +
-				"0000000000000000: 00000002 00000000 00000000 0001 01 3001 /tmp/x\n" +
-				"not a line at all\n" +
-				"0000000000000000: 00000002 00000000 00010000 0001 01 3002 /tmp/kc-3.sock\n",
-			want: netUnix{
-				"/tmp/x":         {{inode: 3001, state: 1}},
-				"/tmp/kc-3.sock": {{inode: 3002, state: 1, listening: true}},
-			},
-		},
-		{name: "empty", in: "", wantErr: true},
-		{name: "another layout", in: "Num RefCount Protocol Flags Type St Path Inode\n", wantErr: true},
-		{name: "no header", in: "0000000000000000: 00000002 00000000 00010000 0001 01 1001 /tmp/kc-1.sock\n", wantErr: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseNetUnix(strings.NewReader(tt.in))
-			if tt.wantErr {
-				if !errors.Is(err, errNetUnixFormat) || got != nil {
-					t.Fatalf("got %v, %v; want a format error and no table", got, err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("got %+v\nwant %+v", got, tt.want)
-			}
-		})
-	}
-
-	t.Run("the real file lists our listener and our bound socket", func(t *testing.T) {
-		dir := t.TempDir()
-		l := listenSocket(t, dir, "kc-7.sock")
-		b := filepath.Join(dir, hashedName)
-		boundSocket(t, b, unix.SOCK_STREAM)
-		nu, err := readNetUnix("/proc", 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !nu.listening(l) {
-			t.Errorf("own listener %s not listening in /proc/self/net/unix: %+v", l, nu[l])
-		}
-		if len(nu[b]) != 1 || nu.listening(b) || nu[b][0].state != 1 {
-			t.Errorf("own bound socket %s: %+v, want one, unconnected", b, nu[b])
-		}
-	})
+	return testkit.BoundSocket(t, p, typ)
 }
 
 func TestListenGate(t *testing.T) {
@@ -155,10 +43,10 @@ func TestListenGate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			p := filepath.Join(t.TempDir(), hashedName)
 			tt.setup(t, p)
-			var nu netUnix
+			var nu sockets.NetUnix
 			if !tt.unread {
 				var err error
-				if nu, err = readNetUnix("/proc", 0); err != nil {
+				if nu, err = sockets.ReadNetUnix("/proc", 0); err != nil {
 					t.Fatal(err)
 				}
 			}

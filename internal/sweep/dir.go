@@ -1,4 +1,4 @@
-package sockets
+package sweep
 
 import (
 	"errors"
@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
 )
 
 // DefaultDirs are the socket directories swept when none are given:
@@ -215,7 +217,7 @@ func listNames(root *os.File, inner string) ([]string, error) {
 type entry struct {
 	dir     *dir
 	name    string
-	parsed  Name
+	parsed  sockets.Name
 	mode    uint32 // file type bits (S_IFMT)
 	uid     int
 	dev     uint64
@@ -240,7 +242,7 @@ func (d *dir) scan() ([]*entry, error) {
 	sort.Strings(names)
 	var out []*entry
 	for _, n := range names {
-		p, ok := ParseName(n)
+		p, ok := sockets.ParseName(n)
 		if !ok {
 			continue
 		}

@@ -1,8 +1,7 @@
-package sockets
+package sweep
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -267,77 +266,6 @@ func TestSweepWorldWritableDirAcceptsAnyOwner(t *testing.T) {
 	if s := got[p]; s == nil || s.Action != ActionWouldUnlink {
 		t.Fatalf("%+v", s)
 	}
-}
-
-func TestUnlinkAt(t *testing.T) {
-	dir := t.TempDir()
-	d, err := openDir(nil, dir, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.close()
-	classify := func(name string) FileID {
-		e, err := d.lstat(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return FileID{Dev: e.dev, Ino: e.ino, UID: e.uid}
-	}
-
-	t.Run("same socket", func(t *testing.T) {
-		p := orphanSocket(t, dir, "kc-10.sock")
-		if err := UnlinkAt(d.fd, "kc-10.sock", classify("kc-10.sock")); err != nil || exists(p) {
-			t.Fatalf("err %v exists %v", err, exists(p))
-		}
-	})
-	t.Run("swapped for another inode", func(t *testing.T) {
-		p := orphanSocket(t, dir, "kc-11.sock")
-		id := classify("kc-11.sock")
-		other := orphanSocket(t, dir, "kc-12.sock")
-		if err := os.Rename(other, p); err != nil {
-			t.Fatal(err)
-		}
-		err := UnlinkAt(d.fd, "kc-11.sock", id)
-		if !errors.Is(err, ErrChanged) || !exists(p) {
-			t.Fatalf("err %v exists %v", err, exists(p))
-		}
-	})
-	t.Run("swapped for a symlink", func(t *testing.T) {
-		p := orphanSocket(t, dir, "kc-13.sock")
-		id := classify("kc-13.sock")
-		target := orphanSocket(t, t.TempDir(), "kc-14.sock")
-		os.Remove(p)
-		if err := os.Symlink(target, p); err != nil {
-			t.Fatal(err)
-		}
-		err := UnlinkAt(d.fd, "kc-13.sock", id)
-		if !errors.Is(err, ErrChanged) || !exists(p) || !exists(target) {
-			t.Fatalf("err %v", err)
-		}
-	})
-	t.Run("owner changed", func(t *testing.T) {
-		p := orphanSocket(t, dir, "kc-15.sock")
-		id := classify("kc-15.sock")
-		os.Lchown(p, 65534, 65534)
-		if err := UnlinkAt(d.fd, "kc-15.sock", id); !errors.Is(err, ErrChanged) || !exists(p) {
-			t.Fatalf("err %v", err)
-		}
-	})
-	t.Run("gone", func(t *testing.T) {
-		p := orphanSocket(t, dir, "kc-16.sock")
-		id := classify("kc-16.sock")
-		os.Remove(p)
-		if err := UnlinkAt(d.fd, "kc-16.sock", id); !errors.Is(err, ErrGone) {
-			t.Fatalf("err %v", err)
-		}
-	})
-	t.Run("bad names", func(t *testing.T) {
-		for _, n := range []string{"../kc-1.sock", "kc-../../etc.sock", "x/kc-1.sock", "passwd"} {
-			if err := UnlinkAt(d.fd, n, FileID{}); !errors.Is(err, ErrBadName) {
-				t.Errorf("%q: err %v", n, err)
-			}
-		}
-	})
 }
 
 func TestJudgeOwner(t *testing.T) {

@@ -1,4 +1,4 @@
-package sockets
+package sweep
 
 import (
 	"encoding/json"

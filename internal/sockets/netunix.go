@@ -1,0 +1,164 @@
+package sockets
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// soAcceptCon is __SO_ACCEPTCON in /proc/net/unix's Flags: a listener.
+const soAcceptCon = 1 << 16
+
+// UnixSocket is one socket in /proc/net/unix that carries a path.
+type UnixSocket struct {
+	Inode     uint64 // in sockfs: not the inode of the file at the path
+	State     uint8  // St: 1 unconnected, 2 connecting, 3 connected, 4 disconnecting
+	Listening bool
+}
+
+// NetUnix is every Unix socket bound to a path in one network namespace,
+// in any state, by that path as the binding process gave it to bind(2),
+// from its /proc/<pid>/net/unix. nil means the table could not be read.
+//
+// A path listed here is held by a live socket even when the socket does
+// not listen: bound and not yet listening, a client bound to the name, or
+// a connection accepted on it (the kernel lists those under their
+// listener's path). The socket may even belong to a file that was since
+// unlinked and replaced; the path is held all the same.
+type NetUnix map[string][]UnixSocket
+
+// Listening reports whether a socket bound to p listens.
+func (n NetUnix) Listening(p string) bool {
+	for _, s := range n[p] {
+		if s.Listening {
+			return true
+		}
+	}
+	return false
+}
+
+// Holders describes the sockets bound to p for a reason, e.g.
+// "socket inode 4711 (unconnected)".
+func (n NetUnix) Holders(p string) string {
+	const most = 3
+	var parts []string
+	for i, s := range n[p] {
+		if i == most {
+			parts = append(parts, fmt.Sprintf("%d more", len(n[p])-most))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("socket inode %d (%s)", s.Inode, stateName(s)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func stateName(s UnixSocket) string {
+	if s.Listening {
+		return "listening"
+	}
+	switch s.State {
+	case 1:
+		return "unconnected"
+	case 2:
+		return "connecting"
+	case 3:
+		return "connected"
+	case 4:
+		return "disconnecting"
+	}
+	return fmt.Sprintf("state %02x", s.State)
+}
+
+// ReadNetUnix reads the Unix socket table of the network namespace of pid
+// (0: our own).
+func ReadNetUnix(procRoot string, pid int) (NetUnix, error) {
+	p := procRoot + "/self/net/unix"
+	if pid > 0 {
+		p = procRoot + "/" + strconv.Itoa(pid) + "/net/unix"
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	n, err := parseNetUnix(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	return n, nil
+}
+
+// errNetUnixFormat is returned (wrapped) for a net/unix whose header is
+// not the one parseNetUnix knows.
+var errNetUnixFormat = errors.New("unexpected net/unix format")
+
+// parseNetUnix parses /proc/net/unix:
+//
+//	Num       RefCount Protocol Flags    Type St Inode Path
+//	0000000000000000: 00000002 00000000 00010000 0001 01 12345 /tmp/kc-1.sock
+//
+// The path is everything after the seventh field (it may hold spaces);
+// abstract sockets ("@…") and unnamed ones are skipped.
+func parseNetUnix(r io.Reader) (NetUnix, error) {
+	out := NetUnix{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	// An unknown layout is an error rather than an empty table: an empty
+	// table would call every socket unbound.
+	if !sc.Scan() {
+		if err := sc.Err(); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("no header: %w", errNetUnixFormat)
+	}
+	if h := bytes.Fields(sc.Bytes()); len(h) < 8 || string(h[0]) != "Num" || string(h[3]) != "Flags" ||
+		string(h[5]) != "St" || string(h[6]) != "Inode" || string(h[7]) != "Path" {
+		return nil, fmt.Errorf("header %q: %w", sc.Bytes(), errNetUnixFormat)
+	}
+	for sc.Scan() {
+		line := sc.Bytes()
+		rest := line
+		var fields [7][]byte
+		ok := true
+		for i := range fields {
+			rest = bytes.TrimLeft(rest, " ")
+			j := bytes.IndexByte(rest, ' ')
+			if j < 0 {
+				if i < 6 {
+					ok = false
+					break
+				}
+				fields[i], rest = rest, nil
+				break
+			}
+			fields[i], rest = rest[:j], rest[j+1:]
+		}
+		if !ok {
+			continue
+		}
+		path := string(bytes.TrimLeft(rest, " "))
+		if path == "" || path[0] == '@' {
+			continue
+		}
+		flags, err1 := strconv.ParseUint(string(fields[3]), 16, 32)
+		state, err2 := strconv.ParseUint(string(fields[5]), 16, 8)
+		inode, err3 := strconv.ParseUint(string(fields[6]), 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil {
+			// The kernel prints a path as is, newlines included, so a
+			// line that does not parse is the tail of someone's path:
+			// failing the whole table on it would let any user who can
+			// bind a socket switch this evidence off.
+			continue
+		}
+		out[path] = append(out[path], UnixSocket{Inode: inode, State: uint8(state), Listening: flags&soAcceptCon != 0})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

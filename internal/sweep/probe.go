@@ -1,0 +1,123 @@
+package sweep
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/kallichore"
+
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
+)
+
+// listenGate is gate 2: does a live socket hold the path? dialPath
+// reaches the socket; innerPath is the path a socket bound in the socket's
+// network namespace would show in net/unix (nil nu: unread).
+//
+// connect(2) refused is not enough to call it stale: a socket bound and
+// not (yet, or ever) listening refuses too, and so does the name of a
+// client socket bound to it. Only a path that no socket in net/unix
+// carries is free; any socket there means a live process holds it.
+func listenGate(dialPath, innerPath string, nu sockets.NetUnix, timeout time.Duration) (say, string) {
+	c, err := net.DialTimeout("unix", dialPath, timeout)
+	if err == nil {
+		c.Close()
+		return sayLive, "listening"
+	}
+	cause := err
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		cause = syscall.ECONNREFUSED
+	} else if u := errors.Unwrap(err); u != nil {
+		cause = u
+	}
+	switch {
+	case errors.Is(err, syscall.ENOENT):
+		return sayUnsure, "vanished while probed"
+	case nu.Listening(innerPath):
+		// A listener whose accept queue is full (a hung server) makes
+		// connect time out or fail with EAGAIN.
+		return sayLive, fmt.Sprintf("listener in net/unix (connect: %v)", cause)
+	case len(nu[innerPath]) > 0:
+		return sayLive, fmt.Sprintf("not listening (connect: %v), but bound in net/unix: a live process holds it (%s)", cause, nu.Holders(innerPath))
+	case nu == nil:
+		return sayUnsure, fmt.Sprintf("connect: %v, and net/unix unread: cannot tell whether a process holds it", cause)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return sayStale, "connect refused, and not bound in net/unix"
+	}
+	return sayUnsure, fmt.Sprintf("not bound in net/unix, but connect: %v", err)
+}
+
+// statusTry is one GET /status attempt of gate 3.
+type statusTry struct {
+	answered bool
+	pid      int    // process_id answered
+	err      error  // why it was silent
+	other    string // answered, but not a Kallichore status
+}
+
+func tryStatus(ctx context.Context, c *kallichore.Client, dialPath string) statusTry {
+	st, err := c.Status(ctx, dialPath)
+	if err == nil {
+		return statusTry{answered: true, pid: st.ProcessID}
+	}
+	var he *kallichore.HTTPError
+	if errors.As(err, &he) || errors.Is(err, kallichore.ErrBadJSON) || errors.Is(err, kallichore.ErrShape) {
+		// Something answers, but it is not a Kallichore /status.
+		return statusTry{answered: true, other: trimErr(err)}
+	}
+	return statusTry{err: err}
+}
+
+// statusGate is gate 3's decision on one or two attempts.
+func statusGate(pid int, tries ...statusTry) (say, string) {
+	if len(tries) == 0 {
+		return sayUnsure, "/status not asked"
+	}
+	last := tries[len(tries)-1]
+	for _, t := range tries {
+		switch {
+		case t.answered && t.other != "":
+			return sayUnsure, "something answers /status, but not Kallichore: " + t.other
+		case t.answered && t.pid == pid:
+			return sayLive, "/status answers with process_id " + strconv.Itoa(pid)
+		case t.answered:
+			// Not evidence of death: someone answers. The name may be
+			// another server's socket under this PID, or a hashed session
+			// name made only of digits, which reads exactly like
+			// kc-<pid>.sock. Either way the PID check and /status
+			// disagree, and that is unknown.
+			return sayUnsure, fmt.Sprintf("/status answers with process_id %d, not %d (another server's socket, or a hashed session name that reads as a PID)", t.pid, pid)
+		}
+	}
+	if len(tries) < 2 {
+		return sayUnsure, "/status silent once: " + probeErr(last.err)
+	}
+	return sayStale, "/status silent twice: " + probeErr(last.err)
+}
+
+func probeErr(err error) string {
+	switch {
+	case kallichore.IsRefused(err):
+		return "connection refused"
+	case kallichore.IsTimeout(err):
+		return "timed out"
+	case kallichore.IsNotExist(err):
+		return "no such file"
+	}
+	return trimErr(err)
+}
+
+// trimErr drops the "GET /status on <path>:" prefix, which names the
+// internal /proc/self/fd path.
+func trimErr(err error) string {
+	s := err.Error()
+	if i := bytes.LastIndex([]byte(s), []byte(".sock: ")); i >= 0 {
+		return s[i+len(".sock: "):]
+	}
+	return s
+}

@@ -245,6 +245,7 @@ func (h *deathHandler) handle(d engine.Death, log *slog.Logger) {
 	start := time.Now()
 	opt := h.w.Reconcile
 	opt.Containers = map[string]bool{d.ID: true}
+	opt.DiedAt = d.At
 	opt.Logger = log
 	var (
 		rep             Report

@@ -37,6 +37,11 @@ type Options struct {
 	// Containers, when not empty, limits the run to trees of these
 	// container IDs.
 	Containers map[string]bool
+	// DiedAt, when set, is when the container(s) in Containers died (a
+	// death event): a tree whose members all started after it is a
+	// restarted container's, not the dead one's, and is left alone
+	// (skipped-young) whatever the engines answer.
+	DiedAt time.Time
 	// Store is the ledger; nil runs without one (no attribution of trees
 	// whose anchor died, no snapshots, no garbage collection).
 	Store  *ledger.Store
@@ -114,6 +119,13 @@ func Decide(t trees.Tree, live liveness.Set, minAge time.Duration) action.Action
 	return action.WouldReap
 }
 
+// bornAfter says whether every member of t started after the death at
+// died. Ages are from the scan, which came before now: measuring the time
+// since the death now makes it longer, so the doubt falls on sparing.
+func bornAfter(t trees.Tree, died time.Time) bool {
+	return !died.IsZero() && t.AgeKnown && t.Oldest < time.Since(died)
+}
+
 // Scanned is a scan of the host's supervisor trees, taken before podman is
 // asked which containers are alive.
 type Scanned struct {
@@ -180,6 +192,9 @@ func (sc *Scanned) Run(ctx context.Context, live liveness.Set) (Report, error) {
 			continue
 		}
 		rt := Tree{ContainerID: t.ContainerID, PGID: t.PGID, UID: t.UID, Action: Decide(t, live, opt.MinAge), tree: t}
+		if rt.Action == action.WouldReap && bornAfter(t, opt.DiedAt) {
+			rt.Action = action.SkipYoung
+		}
 		if t.AgeKnown {
 			rt.AgeSeconds = int64(t.Age / time.Second)
 		} else {

@@ -62,6 +62,29 @@ func TestRunRealTrees(t *testing.T) {
 		}
 	})
 
+	t.Run("a tree started after the death is not the dead one's", func(t *testing.T) {
+		for _, tc := range []struct {
+			name string
+			died time.Time
+			want action.Action
+		}{
+			{"died before the tree started", time.Now().Add(-time.Hour), action.SkipYoung},
+			{"died after the tree started", time.Now(), action.WouldReap},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				o := opt
+				o.DiedAt = tc.died
+				rep, err := Run(ctx, o, live)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tr := findByPGID(rep, stray.PGID); tr == nil || tr.Action != tc.want {
+					t.Fatalf("stray tree: %+v, want %s", tr, tc.want)
+				}
+			})
+		}
+	})
+
 	t.Run("dry run lists and kills nothing", func(t *testing.T) {
 		rep, err := Run(ctx, opt, live)
 		if err != nil {

@@ -103,7 +103,11 @@ type Tree struct {
 	// not be read (the tree may be mid-create).
 	Age      time.Duration
 	AgeKnown bool
-	Members  []fingerprint.Identity
+	// Oldest is the oldest member's age (with AgeKnown): a tree whose
+	// oldest member is younger than a container's death was started after
+	// it.
+	Oldest  time.Duration
+	Members []fingerprint.Identity
 }
 
 // Stats reports how much a scan read, for benchmarks and logs.
@@ -204,7 +208,7 @@ func Scan(opt Options) ([]Tree, Stats, error) {
 		}
 		t.AgeKnown = t.AgeKnown && uptimeErr == nil
 		if t.AgeKnown {
-			t.Age = youngest(t.Members, uptime)
+			t.Age, t.Oldest = ages(t.Members, uptime)
 		}
 		out = append(out, *t)
 	}
@@ -593,18 +597,18 @@ func (t Tree) Signalable() bool {
 	return !t.Ambiguous && !t.Foreign && t.ContainerID != "" && len(t.Members) > 0
 }
 
-func youngest(ms []fingerprint.Identity, uptime time.Duration) time.Duration {
-	var newest uint64
-	for _, m := range ms {
-		if m.StartTicks > newest {
-			newest = m.StartTicks
-		}
+// ages are the youngest and the oldest member's ages.
+func ages(ms []fingerprint.Identity, uptime time.Duration) (youngest, oldest time.Duration) {
+	if len(ms) == 0 {
+		return 0, 0
 	}
-	age := uptime - ticksToDuration(newest)
-	if age < 0 {
-		return 0
+	newest, first := ms[0].StartTicks, ms[0].StartTicks
+	for _, m := range ms[1:] {
+		newest = max(newest, m.StartTicks)
+		first = min(first, m.StartTicks)
 	}
-	return age
+	age := func(ticks uint64) time.Duration { return max(uptime-ticksToDuration(ticks), 0) }
+	return age(newest), age(first)
 }
 
 func ticksToDuration(t uint64) time.Duration {

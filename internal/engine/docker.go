@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
-	"github.com/kc-watchman/kc-watchman/internal/peercred"
 )
 
 func init() {
@@ -87,16 +85,7 @@ func (d *docker) Endpoint() string { return d.ep.raw }
 
 // client returns an HTTP client for one question and a function giving
 // the UID the answering peer runs as.
-func (d *docker) client() (*http.Client, func() (int, error)) {
-	if d.ep.network == "unix" {
-		tr := peercred.NewTransport(d.ep.addr)
-		return &http.Client{Transport: tr}, tr.UID
-	}
-	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "tcp", d.ep.addr)
-	}, DisableCompression: true}
-	return &http.Client{Transport: tr}, func() (int, error) { return liveness.UIDUnknown, nil }
-}
+func (d *docker) client() (*http.Client, func() (int, error)) { return d.ep.client() }
 
 // get asks path and decodes the JSON answer into v.
 func (d *docker) get(ctx context.Context, hc *http.Client, path string, v any) error {

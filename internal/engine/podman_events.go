@@ -7,14 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
-	"github.com/kc-watchman/kc-watchman/internal/peercred"
 )
 
 // podmanEventsPath is libpod's event stream. 4.0.0 is the oldest libpod
@@ -51,7 +48,7 @@ func (p *podman) Deaths(ctx context.Context, w DeathWatch) error {
 	if err != nil {
 		return p.deathsWithoutAPI(ctx, w, fmt.Errorf("podman API %s: %w", p.url, err))
 	}
-	hc, uidOf := podmanClient(ep)
+	hc, uidOf := ep.client()
 	defer hc.CloseIdleConnections()
 	q := url.Values{"stream": {"true"}, "filters": {podmanDeathFilter}}
 	if !w.Since.IsZero() {
@@ -89,20 +86,6 @@ func (p *podman) Deaths(ctx context.Context, w DeathWatch) error {
 		w.Ready()
 	}
 	return readPodmanDeaths(ctx, ep.raw, resp.Body, w.Death)
-}
-
-// podmanClient is an HTTP client for one subscription and the UID of the
-// peer that answered it: SO_PEERCRED of the unix connection, unknown over
-// tcp.
-func podmanClient(ep apiURL) (*http.Client, func() (int, error)) {
-	if ep.network == "unix" {
-		tr := peercred.NewTransport(ep.addr)
-		return &http.Client{Transport: tr}, tr.UID
-	}
-	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "tcp", ep.addr)
-	}, DisableCompression: true}
-	return &http.Client{Transport: tr}, func() (int, error) { return liveness.UIDUnknown, nil }
 }
 
 // readPodmanDeaths passes each "died" of a full container ID in body to

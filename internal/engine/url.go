@@ -1,9 +1,15 @@
 package engine
 
 import (
+	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"net/url"
 	"path/filepath"
+
+	"github.com/kc-watchman/kc-watchman/internal/liveness"
+	"github.com/kc-watchman/kc-watchman/internal/peercred"
 )
 
 // DefaultDockerURL is Docker Engine's default socket.
@@ -52,4 +58,18 @@ func CheckDockerURL(raw string) error {
 	}
 	_, err := parseAPIURL("docker-url", raw)
 	return err
+}
+
+// client is an HTTP client for one question or subscription, and the UID
+// of the peer that answered it: SO_PEERCRED of the unix connection (a
+// symlinked socket is not dialled), unknown over tcp.
+func (u apiURL) client() (*http.Client, func() (int, error)) {
+	if u.network == "unix" {
+		tr := peercred.NewTransport(u.addr)
+		return &http.Client{Transport: tr}, tr.UID
+	}
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "tcp", u.addr)
+	}, DisableCompression: true}
+	return &http.Client{Transport: tr}, func() (int, error) { return liveness.UIDUnknown, nil }
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -11,11 +10,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/podmantest"
 )
 
@@ -158,25 +155,9 @@ func (p *privatePodman) serve(pop *population) error {
 // runContainers starts n busybox containers (sleeping), a few at a time,
 // and returns their IDs.
 func (p *privatePodman) runContainers(n, parallel int) ([]string, error) {
-	ids := make([]string, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, parallel)
-	for i := range n {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			out, err := p.run(3*time.Minute, "run", "-d", "--network", "none", "--rootfs", p.rootfs, "/bin/busybox", "sleep", "100000")
-			if err == nil && !containerid.Valid(out) {
-				err = fmt.Errorf("podman run printed %q, not a container ID", out)
-			}
-			ids[i], errs[i] = out, err
-		}()
-	}
-	wg.Wait()
-	return ids, errors.Join(errs...)
+	return startN(n, parallel, func() (string, error) {
+		return p.run(3*time.Minute, "run", "-d", "--network", "none", "--rootfs", p.rootfs, "/bin/busybox", "sleep", "100000")
+	})
 }
 
 // cleanup removes every container of the private store, waits for the

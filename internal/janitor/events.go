@@ -55,9 +55,9 @@ const coalesceWindow = 10 * time.Second
 // followDeaths subscribes to e's death events and passes each death to
 // onDeath until ctx is done, re-subscribing with backoff when the stream
 // drops. ready, if set, is called once each subscription is in place,
-// resumed telling whether one dropped before it. An engine without death
-// events is left alone.
-func followDeaths(ctx context.Context, e engine.Engine, bo backoff, log *slog.Logger, ready func(resumed bool), onDeath func(engine.Death)) {
+// resumed telling whether one dropped before it. It returns nil when ctx
+// is done, and the engine's error when it has no death events.
+func followDeaths(ctx context.Context, e engine.Engine, bo backoff, log *slog.Logger, ready func(resumed bool), onDeath func(engine.Death)) error {
 	log = log.With("engine", e.Name(), "endpoint", e.Endpoint())
 	delay := bo.min
 	// From the moment watch asked: a death between asking and dockerd
@@ -78,13 +78,10 @@ func followDeaths(ctx context.Context, e engine.Engine, bo backoff, log *slog.Lo
 			Death: onDeath,
 		})
 		if ctx.Err() != nil {
-			return
+			return nil
 		}
 		if errors.Is(err, engine.ErrNoEvents) {
-			// Said once, at the level an operator reads: this engine's
-			// strays now wait for the rounds until watch is restarted.
-			log.Info("engine reports no container deaths; its strays wait for the next round", "why", err)
-			return
+			return err
 		}
 		if err == nil {
 			err = errors.New("the event stream ended")
@@ -103,7 +100,7 @@ func followDeaths(ctx context.Context, e engine.Engine, bo backoff, log *slog.Lo
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return
+			return nil
 		case <-t.C:
 		}
 		delay = min(delay*2, bo.max)
@@ -352,13 +349,99 @@ func (h *deathHandler) record(ms *metrics.Set) {
 	}
 }
 
+// redetectEvery is how often watch looks again for engines to follow: one
+// that starts after watch (dockerd ordered after kc-janitor-watch at boot,
+// a podman service started by hand) is followed from the next look, and
+// one that had no death events is asked again.
+const redetectEvery = time.Minute
+
+// followers follows the container deaths of every engine pick returns,
+// each in its own goroutine, looking again every redetectEvery.
+type followers struct {
+	ctx  context.Context
+	h    *deathHandler
+	log  *slog.Logger
+	pick func() ([]engine.Engine, error)
+
+	mu   sync.Mutex
+	on   map[string]bool // followed now
+	told map[string]bool // said at INFO that it reports no deaths
+	wg   sync.WaitGroup
+}
+
+// look starts following every engine picked that is not followed yet. A
+// late one (not in the first look) catches up once it is subscribed: its
+// deaths before then were not seen.
+func (f *followers) look(late bool) {
+	es, err := f.pick()
+	if err != nil {
+		f.log.Warn("cannot look for engines to follow", "err", err)
+		return
+	}
+	for _, e := range es {
+		name := e.Name()
+		f.mu.Lock()
+		if f.on[name] {
+			f.mu.Unlock()
+			continue
+		}
+		f.on[name] = true
+		f.mu.Unlock()
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			err := followDeaths(f.ctx, e, resubscribe(), f.log, func(resumed bool) {
+				f.h.mu.Lock()
+				f.h.followed[name] = true
+				f.h.mu.Unlock()
+				if resumed || late {
+					f.h.catchUp(name)
+				}
+			}, f.h.death)
+			f.mu.Lock()
+			delete(f.on, name)
+			told := f.told[name]
+			f.told[name] = true
+			f.mu.Unlock()
+			if err != nil {
+				lvl := slog.LevelInfo // once, at the level an operator reads
+				if told {
+					lvl = slog.LevelDebug
+				}
+				f.log.Log(f.ctx, lvl, "engine reports no container deaths; its strays wait for the next round",
+					"engine", name, "endpoint", e.Endpoint(), "why", err, "looking_again_in", redetectEvery)
+			}
+		}()
+	}
+}
+
+// run looks now and then every redetectEvery until ctx is done.
+func (f *followers) run(every time.Duration) {
+	f.look(false)
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-f.ctx.Done():
+				return
+			case <-t.C:
+				f.look(true)
+			}
+		}
+	}()
+}
+
 // startDeathEvents follows every selected engine's container deaths and
 // handles each at once; the returned stop ends that and waits for the
 // handling under way. record adds the counts to a round's metrics.
 func startDeathEvents(work context.Context, w *Watch, serial *sync.Mutex, log *slog.Logger) (stop func(), record func(*metrics.Set), err error) {
 	log = log.With("step", "event")
-	es, err := w.Select(log)
-	if err != nil {
+	// A malformed engine setting is a usage error at once, not a warning
+	// every minute.
+	if _, err := w.Select(log); err != nil {
 		return nil, nil, err
 	}
 	ctx, cancel := context.WithCancel(work)
@@ -368,24 +451,12 @@ func startDeathEvents(work context.Context, w *Watch, serial *sync.Mutex, log *s
 		s.Reconcile = opt
 		return Reconcile(ctx, s, log)
 	}
-	var subs sync.WaitGroup
-	for _, e := range es {
-		subs.Add(1)
-		go func() {
-			defer subs.Done()
-			followDeaths(ctx, e, resubscribe(), log, func(resumed bool) {
-				h.mu.Lock()
-				h.followed[e.Name()] = true
-				h.mu.Unlock()
-				if resumed {
-					h.catchUp(e.Name())
-				}
-			}, h.death)
-		}()
-	}
+	f := &followers{ctx: ctx, h: h, log: log, pick: func() ([]engine.Engine, error) { return w.Select(log) },
+		on: map[string]bool{}, told: map[string]bool{}}
+	f.run(redetectEvery)
 	stop = func() {
 		cancel()
-		subs.Wait()
+		f.wg.Wait()
 		h.close()
 	}
 	return stop, h.record, nil

@@ -30,9 +30,10 @@ const dockerAPI = "/v1.41"
 // tens of thousands of entries fits easily).
 const maxDockerBody = 64 << 20
 
-// dockerLiveStates are Docker's container states whose processes may run:
-// a restarting container's tree is between two runs, not stray.
-var dockerLiveStates = map[string]bool{"running": true, "paused": true, "restarting": true}
+// dockerLiveStates are Docker's container states whose trees are not
+// stray: a restarting container's tree is between two runs, and a created
+// one's may be started before the container is (DESIGN §12).
+var dockerLiveStates = map[string]bool{"created": true, "running": true, "paused": true, "restarting": true}
 
 // dockerStates are every state Docker reports; anything else means we are
 // not reading the API we think we are.

@@ -23,6 +23,8 @@ func TestDockerRealEngine(t *testing.T) {
 	dt.Must(t, "pause", paused)
 	exited := dt.Run(t, nil, "/bin/sh", "-c", "exit 0")
 	dt.Must(t, "wait", exited)
+	created := dt.Must(t, "create", "--network", "none", dt.Image, "/bin/sleep", "100000")
+	t.Cleanup(func() { dt.Docker("rm", "-f", created) })
 
 	e, err := newDocker(Config{DockerURL: dt.URL, Timeout: 10 * time.Second})
 	if err != nil {
@@ -39,7 +41,7 @@ func TestDockerRealEngine(t *testing.T) {
 	for _, tc := range []struct {
 		id, state string
 		live      bool
-	}{{running, "running", true}, {paused, "paused", true}, {exited, "exited", false}} {
+	}{{running, "running", true}, {paused, "paused", true}, {created, "created", true}, {exited, "exited", false}} {
 		c, ok := states[tc.id]
 		if !ok || c.State != tc.state || c.Live != tc.live {
 			t.Errorf("container %s: got %+v, want state %s live %v", tc.id[:12], c, tc.state, tc.live)

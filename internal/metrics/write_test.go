@@ -3,56 +3,15 @@ package metrics
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
-)
 
-// holdFlock starts `flock -x target sleep` as uid (in its own process
-// group, killed by that group at cleanup: flock's child holds the lock
-// too) and returns once target is locked.
-func holdFlock(t *testing.T, target string, uid int) {
-	t.Helper()
-	flockBin, err := exec.LookPath("flock")
-	if err != nil {
-		t.Skip("flock(1) not installed")
-	}
-	cmd := exec.Command(flockBin, "-x", target, "sleep", "600")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if uid != os.Geteuid() {
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
-	})
-	f, err := os.Open(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return
-		}
-		if err == nil {
-			_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("flock child never took %s", target)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
+)
 
 func oneSet() *Set {
 	s := New()
@@ -88,7 +47,7 @@ func TestWriteFileIgnoresDirectoryLock(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	holdFlock(t, dir, 65534)
+	testkit.HoldFlock(t, dir, 65534)
 	path := filepath.Join(dir, "kc-janitor.prom")
 	if err := writeWithin(t, path, oneSet(), time.Second, 30*time.Second); err != nil {
 		t.Fatalf("write under a held directory lock: %v", err)
@@ -115,7 +74,7 @@ func TestWriteFileLockTimeout(t *testing.T) {
 	}
 	// Only the janitor's own UID can hold the lock file; here the holder
 	// is another process of ours, as a second janitor stuck mid-write.
-	holdFlock(t, filepath.Join(dir, ".kc-janitor.prom.lock"), os.Geteuid())
+	testkit.HoldFlock(t, filepath.Join(dir, ".kc-janitor.prom.lock"), os.Geteuid())
 
 	start := time.Now()
 	err = writeWithin(t, path, oneSet(), 200*time.Millisecond, 30*time.Second)

@@ -3,60 +3,14 @@
 package reliability
 
 import (
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
 )
-
-// holdFlock starts `flock -x target sleep` as uid in its own process group
-// (killed by group when t ends: flock's sleep holds the lock too) and
-// returns once target is locked.
-func holdFlock(t testing.TB, target string, uid int) {
-	t.Helper()
-	flockBin, err := exec.LookPath("flock")
-	if err != nil {
-		t.Skip("flock(1) not installed")
-	}
-	attr := &syscall.SysProcAttr{Setpgid: true}
-	if uid != os.Geteuid() {
-		attr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}
-	}
-	c, err := startChild(flockBin, []string{"flock", "-x", target, "sleep", "600"}, attr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if !c.Dead() {
-			_ = syscall.Kill(-c.PID, syscall.SIGKILL)
-		}
-		c.WaitDead(10 * time.Second)
-	})
-	f, err := os.Open(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return
-		}
-		if err == nil {
-			_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
-		}
-		if c.Dead() || time.Now().After(deadline) {
-			t.Fatalf("flock as uid %d never took %s", uid, target)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // TestMetricsLockNobodyCanHold (issue 16 item 3): a user who can read the
 // metrics directory holds an flock on it (what the old writer waited on
@@ -77,7 +31,7 @@ func TestMetricsLockNobodyCanHold(t *testing.T) {
 		return runTool(t, janitorBin(t), env, "", "sweep", "--socket-dir", socks, "--metrics-file", mf)
 	}
 
-	holdFlock(t, dir, nobody)
+	testkit.HoldFlock(t, dir, nobody)
 	r := sweep()
 	if r.Code != 0 {
 		t.Fatalf("sweep with the directory locked by uid %d: exit %d: %s", nobody, r.Code, r.Stderr)
@@ -97,7 +51,7 @@ func TestMetricsLockNobodyCanHold(t *testing.T) {
 	report(t, "metrics-lock", "other_user_can_open_lock", false)
 
 	// A stuck writer of the janitor's own UID: bounded wait, then exit 1.
-	holdFlock(t, lock, os.Geteuid())
+	testkit.HoldFlock(t, lock, os.Geteuid())
 	r = sweep()
 	if r.Code != 1 || !strings.Contains(r.Stderr, "metrics not written") {
 		t.Fatalf("sweep with the lock held: exit %d, want 1 saying metrics not written: %s", r.Code, r.Stderr)

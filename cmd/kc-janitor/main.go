@@ -1,7 +1,7 @@
-// Command kc-janitor reconciles a container host against podman's view of
-// which containers are alive: it reaps stray supervisor trees, sweeps orphan
-// Kallichore sockets and audits abandoned kernel sessions. It is read-only
-// unless told otherwise.
+// Command kc-janitor reconciles a container host against its container
+// engines' view of which containers are alive: it reaps stray supervisor
+// trees, sweeps orphan Kallichore sockets and audits abandoned kernel
+// sessions. It is read-only unless told otherwise.
 package main
 
 import (
@@ -64,7 +64,7 @@ func newApp() *cli.App {
 	cli.VersionPrinter = func(c *cli.Context) { printVersion(c, false) }
 	return &cli.App{
 		Name:    "kc-janitor",
-		Usage:   "reap what container supervisors leave behind, with podman as ground truth",
+		Usage:   "reap what container supervisors leave behind, with the container engines (podman, Docker, containerd) as ground truth",
 		Version: version,
 		Description: `kc-janitor finds supervisor process trees whose container is gone,
 orphan kc-*.sock sockets and abandoned kernel sessions. Every command is a

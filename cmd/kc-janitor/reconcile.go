@@ -17,15 +17,17 @@ import (
 func reconcileCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "reconcile",
-		Usage: "find supervisor trees whose container is gone (podman is the ground truth) and, with --apply, reap them",
-		Description: `A tree is a stray when podman does not list its container as live
-(created, configured, initialized, running, paused or stopping), its age
-is known and above --min-age, its group is not led by a foreign process,
-and its processes belong to the UID whose podman was asked.
+		Usage: "find supervisor trees whose container is gone (the container engines are the ground truth) and, with --apply, reap them",
+		Description: `A tree is a stray when no engine asked (--engine: podman, docker,
+containerd; auto asks every one found here) lists its container as live,
+its age is known and above --min-age, its group is not led by a foreign
+process, its processes belong to a UID an engine's answer vouches for,
+and no local evidence says the container still runs (a live conmon or
+containerd-shim carrying its ID: skipped-contradicted).
 
 Without --apply nothing is signalled: the strays are listed as would-reap.
-If podman cannot be asked (API down and no working CLI), nothing at all is
-done and the exit code is 3.
+If an engine cannot be asked, or two trees contradict the engines, nothing
+at all is done and the exit code is 3.
 
 Examples:
    kc-janitor reconcile                      # dry run

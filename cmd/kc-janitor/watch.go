@@ -17,7 +17,7 @@ func watchCommand() *cli.Command {
 		&cli.DurationFlag{Name: "interval", Value: 15 * time.Minute, Usage: "time between the starts of two rounds", EnvVars: []string{"KC_WATCH_INTERVAL"}},
 		&cli.BoolFlag{Name: "reconcile-apply", Usage: "reap stray trees", DefaultText: "dry run", EnvVars: []string{"KC_RECONCILE_APPLY", "KC_APPLY"}},
 		&cli.BoolFlag{Name: "sweep-apply", Usage: "unlink stale sockets", DefaultText: "dry run", EnvVars: []string{"KC_SWEEP", "KC_APPLY"}},
-		&cli.BoolFlag{Name: "no-reconcile", Usage: "skip reconcile (where podman is not the container engine's ground truth, e.g. CRI-O nodes)", EnvVars: []string{"KC_WATCH_NO_RECONCILE"}},
+		&cli.BoolFlag{Name: "no-reconcile", Usage: "skip reconcile (where no engine kc-janitor asks is the ground truth, e.g. CRI-O nodes)", EnvVars: []string{"KC_WATCH_NO_RECONCILE"}},
 		&cli.BoolFlag{Name: "no-cull", Usage: "skip the session audit", EnvVars: []string{"KC_WATCH_NO_CULL"}},
 		&cli.BoolFlag{Name: "once", Usage: "run one round and exit with its worst exit code (for a systemd timer or cron)", EnvVars: []string{"KC_WATCH_ONCE"}},
 		&cli.BoolFlag{Name: "no-events", Usage: "do not follow the engines' container deaths (Docker's die, podman's died, containerd's task exit): a dead container's trees then wait for the next round", EnvVars: []string{"KC_WATCH_NO_EVENTS"}},
@@ -48,7 +48,7 @@ from "podman events" run as a child when the CLI reads the same store
 and kc-hook's poststop, or the next round, does this job.
 --no-events (or --no-reconcile) turns this off; --once never follows.
 
-A round that fails (podman unreachable, an unreadable directory, a tree
+A round that fails (an engine unreachable, an unreadable directory, a tree
 that would not die, even a crash inside a step) is logged and the next
 round runs on time. SIGTERM or SIGINT stop the loop after the current
 round (a second signal abandons it) and the exit status is 0.

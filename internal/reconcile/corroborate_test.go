@@ -49,7 +49,9 @@ func TestCorroboration(t *testing.T) {
 		cidGone = "8888888888888888888888888888888888888888888888888888888888888888"
 	)
 	empty := liveness.Set{Source: liveness.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()}
-	base := Options{Comms: []string{comm}, MinAge: time.Nanosecond, KillGrace: 200 * time.Millisecond, Apply: true}
+	// MinAge 0: no age rule. Ages count in clock ticks, so a tree scanned in
+	// its first tick is 0 old and any positive minimum would call it young.
+	base := Options{Comms: []string{comm}, KillGrace: 200 * time.Millisecond, Apply: true}
 
 	t.Run("a live conmon spares its tree; others are reaped", func(t *testing.T) {
 		kept := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cidMon})

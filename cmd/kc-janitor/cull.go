@@ -74,12 +74,13 @@ func runCull(c *cli.Context) error {
 
 	sups := janitor.Audit(c.Context, cfg, sources, threshold)
 	janitor.RecordCull(metricsOf(c), sups)
-	failed, n := cull.Log(log, threshold, sups)
+	failed, _ := cull.Log(log, threshold, sups)
 	switch {
 	case g.JSON:
 		err = cull.WriteJSON(c.App.Writer, threshold, sups)
-	case g.Quiet() && !failed && n == 0:
-		// Nothing to report: a quiet run prints nothing.
+	case g.Quiet() && !failed:
+		// A quiet run prints only failures: its findings are in the log
+		// (for cron, which mails whatever reaches stdout).
 	default:
 		err = cull.WriteText(c.App.Writer, threshold, sups)
 	}

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 
@@ -42,7 +44,7 @@ func globalFlags() []cli.Flag {
 		&cli.StringFlag{Name: flagLogFile, Usage: "also append logs to `FILE`", EnvVars: []string{"KC_LOG_FILE"}},
 		&cli.StringFlag{Name: flagLogFormat, Value: "text", Usage: "log `FORMAT`: text or json", EnvVars: []string{"KC_LOG_FORMAT"}},
 		&cli.StringFlag{Name: flagLogLevel, Usage: "least `LEVEL` logged on stderr: debug, info, warn or error (default: info for watch; warn for the other commands, whose report on stdout holds every finding)", EnvVars: []string{"KC_LOG_LEVEL"}},
-		&cli.BoolFlag{Name: flagQuiet, Aliases: []string{"q"}, Usage: "same as --log-level warn; a run with nothing to report then prints nothing (for cron)", EnvVars: []string{"KC_QUIET"}},
+		&cli.BoolFlag{Name: flagQuiet, Aliases: []string{"q"}, Usage: "for cron: same as --log-level warn, and the report on stdout is left out unless something failed (findings still go to the log file)", EnvVars: []string{"KC_QUIET"}},
 	}
 }
 
@@ -129,10 +131,34 @@ func loadGlobals(c *cli.Context) (globals, error) {
 	if g.StateDir == "" {
 		return g, usageErr("--state-dir must not be empty")
 	}
+	if !filepath.IsAbs(g.StateDir) {
+		// kc-hook refuses relative paths too: the two must name one dir
+		// whatever each one's working directory.
+		return g, usageErr("--state-dir must be an absolute path, not %q", g.StateDir)
+	}
+	if mf := sharedString(c, flagMetricsFile); mf != "" {
+		if err := checkParentDir(mf); err != nil {
+			return g, usageErr("--metrics-file: %v", err)
+		}
+	}
 	if err := loadEngineGlobals(c, &g); err != nil {
 		return g, err
 	}
 	return g, nil
+}
+
+// checkParentDir refuses a file whose directory does not exist: a typo in
+// a unit or cron line must fail, not create a directory tree.
+func checkParentDir(path string) error {
+	dir := filepath.Dir(path)
+	st, err := os.Stat(dir)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s: its directory %s does not exist (create it first)", path, dir)
+	case !st.IsDir():
+		return fmt.Errorf("%s: %s is not a directory", path, dir)
+	}
+	return nil
 }
 
 func usageErr(format string, args ...any) error {

@@ -110,7 +110,7 @@ func commands() []*cli.Command {
 		c.Flags = append(c.Flags, engineFlags()...)
 		c.Flags = append(c.Flags, metricsFlags()...)
 		if c.Action != nil {
-			c.Action = noStrayArgs(withMetrics(c.Name, c.Action))
+			c.Action = withAudit(c.Name, noStrayArgs(withMetrics(c.Name, c.Action)))
 		}
 		if c.OnUsageError == nil {
 			c.OnUsageError = func(_ *cli.Context, err error, _ bool) error {

@@ -51,6 +51,9 @@ func withMetrics(name string, action cli.ActionFunc) cli.ActionFunc {
 		if path == "" {
 			return action(c)
 		}
+		if err := checkParentDir(path); err != nil {
+			return usageErr("--metrics-file: %v", err)
+		}
 		s := metrics.New()
 		c.Context = context.WithValue(c.Context, metricsKey{}, s)
 		start := time.Now()

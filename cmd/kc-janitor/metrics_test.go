@@ -126,10 +126,31 @@ func TestMetricsFileSharedByCommands(t *testing.T) {
 }
 
 // TestMetricsFileUnwritable: a run that cannot write its metrics fails
-// (exit 1, saying why); a run that failed anyway keeps its own code.
+// (exit 1, saying why); a run that failed anyway keeps its own code. A
+// metrics file in a directory that does not exist is a usage error before
+// anything runs, and no directory is created.
 func TestMetricsFileUnwritable(t *testing.T) {
 	socks := t.TempDir()
-	bad := "/nonexistent/dir/kc.prom"
+	missing := filepath.Join(t.TempDir(), "missing", "kc.prom")
+	for _, args := range [][]string{
+		{"sweep", "--socket-dir", socks, "--metrics-file", missing},
+		{"watch", "--once", "--no-reconcile", "--socket-dir", socks, "--metrics-file", missing},
+	} {
+		if code, _, stderr := runJanitor(t, nil, args...); code != exitUsage || !strings.Contains(stderr, "does not exist") {
+			t.Errorf("%s in a missing dir: exit %d, stderr %q; want 2", args[0], code, stderr)
+		}
+	}
+	if _, err := os.Stat(filepath.Dir(missing)); err == nil {
+		t.Error("the metrics file's directory was created")
+	}
+	// A directory where the file should be: the atomic replace fails.
+	bad := filepath.Join(t.TempDir(), "kc.prom")
+	if err := os.Mkdir(bad, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bad, "keep"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	code, _, stderr := runJanitor(t, nil, "sweep", "--socket-dir", socks, "--metrics-file", bad)
 	if code != exitFailed || !strings.Contains(stderr, "metrics:") {
 		t.Errorf("sweep: exit %d, stderr %q", code, stderr)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/janitor"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
 )
@@ -45,7 +44,7 @@ func reconcileFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.DurationFlag{Name: "min-age", Value: 90 * time.Second, Usage: "leave trees younger than this alone", EnvVars: []string{"KC_MIN_AGE"}},
 		&cli.DurationFlag{Name: "kill-grace", Value: 5 * time.Second, Usage: "wait between SIGTERM and SIGKILL", EnvVars: []string{"KC_KILL_GRACE"}},
-		&cli.StringSliceFlag{Name: "container", Usage: "only consider trees of this container, repeatable: a full 64-hex `ID` (taken as is: its container may be gone), or a unique ID prefix or name the engines resolve", EnvVars: []string{"KC_RECONCILE_CONTAINERS"}},
+		&cli.StringSliceFlag{Name: "container", Usage: "only consider trees of this container, repeatable: a full 64-hex `ID` (taken as is: its container may be gone), or a unique ID prefix or name the engines resolve; KC_RECONCILE_CONTAINERS wins over KC_CONTAINER when both are set", EnvVars: []string{"KC_RECONCILE_CONTAINERS", "KC_CONTAINER"}},
 		&cli.BoolFlag{Name: "full-scan", Usage: "read every process, also reporting foreign groups (slower)", EnvVars: []string{"KC_FULL_SCAN"}},
 		&cli.StringFlag{Name: "bpf", Value: "auto", Usage: "list processes through a BPF task iterator, `MODE` auto (where the kernel allows it, else /proc), on (fail without it) or off (never load a BPF program); --full-scan reads /proc regardless", EnvVars: []string{"KC_BPF"}},
 	}
@@ -77,14 +76,16 @@ func runReconcile(c *cli.Context) error {
 		return cli.Exit("", exitUnknown)
 	}
 	if err != nil {
+		log.Error("reconcile failed", "err", err)
 		return cli.Exit(err.Error(), exitFailed)
 	}
 	janitor.LogReconcile(c.Context, log, rep.Report)
 	switch {
 	case g.JSON:
 		writeJSON(c.App.Writer, rep)
-	case g.Quiet() && !rep.Failed() && rep.Count(action.WouldReap) == 0 && rep.Count(action.Reaped)+rep.Count(action.Gone) == 0:
-		// Nothing to act on: a quiet run prints nothing.
+	case g.Quiet() && !rep.Failed():
+		// A quiet run prints only failures: its findings are in the log
+		// (for cron, which mails whatever reaches stdout).
 	default:
 		rep.Text(c.App.Writer)
 	}

@@ -25,6 +25,9 @@ func TestReconcileUsageErrors(t *testing.T) {
 		{"malformed apply", []string{"reconcile", "--apply=maybe"}},
 		{"unknown flag", []string{"reconcile", "--bogus"}},
 		{"empty state dir", []string{"reconcile", "--state-dir", ""}},
+		{"relative state dir", []string{"reconcile", "--state-dir", "run/kc-watchman"}},
+		{"log file in a missing dir", []string{"reconcile", "--log-file", "/nonexistent/kc/janitor.log"}},
+		{"metrics file in a missing dir", []string{"reconcile", "--metrics-file", "/nonexistent/kc/janitor.prom"}},
 		{"unknown bpf mode", []string{"reconcile", "--bpf", "yes"}},
 	}
 	for _, tt := range tests {

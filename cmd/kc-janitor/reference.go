@@ -18,7 +18,7 @@ var exitStatus = map[string]string{
 	"cull":      "0 ok; 1 a supervisor could not be read (the others are still reported); 2 usage error.",
 	"doctor":    "0 all ok; 1 the worst verdict is WARN; 2 it is ERROR, or a usage error.",
 	"status":    "0, whatever it finds; 2 usage error.",
-	"watch":     "0 when stopped by SIGTERM or SIGINT; with --once the round's worst: 0 ok, 1 a step failed, 3 ground truth unknown; 2 usage error.",
+	"watch":     "130 or 143 when stopped by SIGINT or SIGTERM (after the current round); with --once the round's worst: 0 ok, 1 a step failed, 3 ground truth unknown; 2 usage error.",
 	"version":   "0; 2 usage error.",
 }
 

@@ -96,8 +96,9 @@ func runSweep(c *cli.Context) error {
 	switch {
 	case g.JSON:
 		err = rep.WriteJSON(c.App.Writer)
-	case g.Quiet() && !rep.Failed() && len(rep.DirErrors) == 0 && rep.Acted() == 0:
-		// Nothing to act on: a quiet run prints nothing.
+	case g.Quiet() && !rep.Failed() && len(rep.DirErrors) == 0:
+		// A quiet run prints only failures: its findings are in the log
+		// (for cron, which mails whatever reaches stdout).
 	default:
 		err = rep.WriteText(c.App.Writer)
 	}

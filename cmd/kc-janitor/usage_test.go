@@ -89,12 +89,14 @@ func TestDurationsEverywhere(t *testing.T) {
 	}
 }
 
-// TestQuietAndLogLevel: a clean run at warn prints nothing at all, for
-// cron; the log file still gets the run's summary; a finding is printed
-// once, not again as a log line on stderr.
+// TestQuietAndLogLevel: a quiet run prints nothing on stdout unless
+// something failed, for cron, which mails whatever it prints; its findings
+// and summary go to the log file. A log file in a missing directory is an
+// error, never a new directory. Without --quiet a finding is printed once,
+// not again as a log line on stderr.
 func TestQuietAndLogLevel(t *testing.T) {
 	socks := t.TempDir()
-	logf := filepath.Join(t.TempDir(), "missing", "dir", "sweeper.log")
+	logf := filepath.Join(t.TempDir(), "sweeper.log")
 	for _, args := range [][]string{
 		{"-q", "sweep", "--socket-dir", socks},
 		{"sweep", "--quiet", "--socket-dir", socks},
@@ -111,26 +113,33 @@ func TestQuietAndLogLevel(t *testing.T) {
 	}
 	data, err := os.ReadFile(logf)
 	if err != nil {
-		t.Fatalf("log file's directories not created: %v", err)
+		t.Fatal(err)
 	}
 	if n := strings.Count(string(data), "msg=sweep "); n != 3 {
 		t.Errorf("want one summary line per sweep run, got %d:\n%s", n, data)
 	}
 
-	orphan := orphanSock(t, socks, goneSockName(t))
-	code, stdout, stderr := runJanitor(t, nil, "-q", "sweep", "--socket-dir", socks)
-	if code != exitOK || !strings.Contains(stdout, "[DRY-RUN] would unlink "+orphan) {
-		t.Errorf("a finding must be printed when quiet: exit %d, %q", code, stdout)
+	missing := filepath.Join(t.TempDir(), "missing", "sweeper.log")
+	if code, _, stderr := runJanitor(t, []string{"KC_SWEEPER_LOG=" + missing}, "sweep", "-q", "--socket-dir", socks); code != exitUsage || !strings.Contains(stderr, missing) {
+		t.Errorf("log file in a missing directory: exit %d, stderr %q; want 2 naming the file", code, stderr)
 	}
-	if stderr != "" {
-		t.Errorf("the finding printed again on stderr: %q", stderr)
+	if _, err := os.Stat(filepath.Dir(missing)); err == nil {
+		t.Errorf("the log file's directory was created")
+	}
+
+	orphan := orphanSock(t, socks, goneSockName(t))
+	code, stdout, stderr := runJanitor(t, []string{"KC_SWEEPER_LOG=" + logf}, "-q", "sweep", "--socket-dir", socks)
+	if code != exitOK || stdout != "" || stderr != "" {
+		t.Errorf("a quiet run with a finding: exit %d, stdout %q, stderr %q; want silence", code, stdout, stderr)
 	}
 	// The audit log gets the candidate, marked as the seed scripts did.
-	runJanitor(t, []string{"KC_SWEEPER_LOG=" + logf}, "sweep", "-q", "--socket-dir", socks)
 	if data, _ := os.ReadFile(logf); !strings.Contains(string(data), `msg="[DRY-RUN] would unlink" cmd=sweep path=`+orphan) {
 		t.Errorf("no [DRY-RUN] line for %s in the log file:\n%s", orphan, data)
 	}
-	_, _, stderr = runJanitor(t, nil, "sweep", "--socket-dir", socks)
+	code, stdout, stderr = runJanitor(t, nil, "sweep", "--socket-dir", socks)
+	if code != exitOK || !strings.Contains(stdout, "[DRY-RUN] would unlink "+orphan) {
+		t.Errorf("without --quiet the finding is printed: exit %d, %q", code, stdout)
+	}
 	if strings.Contains(stderr, "would unlink") {
 		t.Errorf("by default a one-shot command's findings are on stdout only, stderr %q", stderr)
 	}

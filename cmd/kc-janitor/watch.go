@@ -2,14 +2,17 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/kc-watchman/kc-watchman/internal/janitor"
+	"github.com/kc-watchman/kc-watchman/internal/sweep"
 )
 
 func watchCommand() *cli.Command {
@@ -51,7 +54,15 @@ and kc-hook's poststop, or the next round, does this job.
 A round that fails (an engine unreachable, an unreadable directory, a tree
 that would not die, even a crash inside a step) is logged and the next
 round runs on time. SIGTERM or SIGINT stop the loop after the current
-round (a second signal abandons it) and the exit status is 0.
+round (a second signal abandons it); the exit status is then 128 plus the
+first signal's number (130 for SIGINT, 143 for SIGTERM), which the
+shipped units count as a clean stop (SuccessExitStatus=130 143).
+
+With --container (KC_CONTAINER), every step stays inside the containers
+named: reconcile and the deaths judge only their trees, and sweep and cull
+look into their socket directories (found again every round, as a
+restarted container has a new init; a container that is not running fails
+that round's sweep) instead of the host's.
 
 Examples:
    kc-janitor watch --interval 15m
@@ -84,6 +95,24 @@ func runWatch(c *cli.Context) error {
 	w.Reconcile.Logger = log.With("step", "reconcile")
 	w.Sockets.Apply = c.Bool("sweep-apply")
 	w.Events = w.ReconcileOn && !c.Bool("no-events")
+	if refs := c.StringSlice(flagContainer); len(refs) > 0 {
+		// A watch scoped to containers never widens past them: sweep and
+		// cull look into those containers, not the host's /tmp.
+		w.SocketTargets = func(context.Context) ([]sweep.Target, error) {
+			var ts []sweep.Target
+			for _, ref := range refs {
+				m, err := resolveContainer(c, se.g, ref, true)
+				if err != nil {
+					return nil, err
+				}
+				if m.InitPID <= 0 {
+					return nil, fmt.Errorf("container %s (%s %s) is not running: its sockets cannot be reached", ref, m.Engine, m.ID)
+				}
+				ts = append(ts, sweep.Target{InitPID: m.InitPID})
+			}
+			return ts, nil
+		}
+	}
 
 	if c.Bool("once") {
 		if code := w.Once(c.Context, log); code != exitOK {
@@ -98,13 +127,24 @@ func runWatch(c *cli.Context) error {
 	stopping := make(chan struct{})
 	roundCtx, cancelRound := context.WithCancel(c.Context)
 	defer cancelRound()
+	// The first signal decides the exit status (130 or 143, as a shell
+	// reports a command it stopped): a stopped watch did not finish its job,
+	// and the units list both as a successful stop.
+	var stopSig atomic.Int32
 	go func() {
 		sig := <-sigs
+		stopSig.Store(int32(sig.(syscall.Signal)))
 		log.Info("stopping after the current round", "signal", sig.String())
 		close(stopping)
 		sig = <-sigs
 		log.Warn("abandoning the current round", "signal", sig.String())
 		cancelRound()
 	}()
-	return engineUsageErr(w.Run(roundCtx, stopping, log))
+	if err := engineUsageErr(w.Run(roundCtx, stopping, log)); err != nil {
+		return err
+	}
+	if sig := stopSig.Load(); sig != 0 {
+		return cli.Exit("", stoppedBy(syscall.Signal(sig)))
+	}
+	return nil
 }

@@ -18,8 +18,8 @@ type Log struct {
 
 // NewLogger logs to stderr at l.Level and, when l.File is set, to that
 // file too, at info or below whatever stderr gets: the file is the audit
-// record of every run. Missing parent directories of the file are created.
-// When stderr is the journal (JOURNAL_STREAM set), its lines carry no
+// record of every run. The file's directory must exist: a typo in a cron
+// line must fail, not grow a directory tree somewhere. When stderr is the journal (JOURNAL_STREAM set), its lines carry no
 // time: journald stamps them. The returned closer closes the file.
 func NewLogger(l Log) (*slog.Logger, func(), error) {
 	logFile := l.File
@@ -28,12 +28,9 @@ func NewLogger(l Log) (*slog.Logger, func(), error) {
 	if logFile == "" {
 		return slog.New(stderr), closer, nil
 	}
-	if err := os.MkdirAll(filepath.Dir(logFile), 0o750); err != nil {
-		return nil, nil, fmt.Errorf("cannot create the log file's directory: %w", err)
-	}
-	f, err := os.OpenFile(logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	f, err := openLogFile(logFile)
 	if err != nil {
-		return nil, nil, fmt.Errorf("cannot open log file: %w", err)
+		return nil, nil, err
 	}
 	closer = func() { f.Close() }
 	file := newHandler(l.JSON, f, min(l.Level, slog.LevelInfo), false)
@@ -64,4 +61,37 @@ func newHandler(json bool, w io.Writer, level slog.Level, noTime bool) slog.Hand
 		return slog.NewJSONHandler(w, opts)
 	}
 	return slog.NewTextHandler(w, opts)
+}
+
+// openLogFile opens path for appending, creating the file (0640) but never
+// its directory.
+func openLogFile(path string) (*os.File, error) {
+	if st, err := os.Stat(filepath.Dir(path)); err != nil {
+		return nil, fmt.Errorf("log file %s: its directory cannot be used (create it first): %w", path, err)
+	} else if !st.IsDir() {
+		return nil, fmt.Errorf("log file %s: %s is not a directory", path, filepath.Dir(path))
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("cannot open log file %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// AppendFailure writes one ERROR record to l.File (and nowhere else): the
+// audit line of a run that failed before or after its own logging, so that
+// a week of a cron job's log never reads silence for a failed run. A file
+// that cannot be opened is returned as an error for the caller to say on
+// stderr; the run's exit code stands.
+func AppendFailure(l Log, cmd string, attrs ...any) error {
+	if l.File == "" {
+		return nil
+	}
+	f, err := openLogFile(l.File)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	slog.New(newHandler(l.JSON, f, slog.LevelInfo, false)).Error("run failed", append([]any{"cmd", cmd}, attrs...)...)
+	return nil
 }

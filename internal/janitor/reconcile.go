@@ -24,6 +24,10 @@ type Report struct {
 	Engines []engine.Status `json:"engines"`
 }
 
+// ApplyLockWait is how long a run that reaps waits for another to finish
+// deciding and signalling before it gives up (and reaps nothing).
+const ApplyLockWait = time.Minute
+
 // Reconcile scans, asks the engines, then decides and (with
 // s.Reconcile.Apply) reaps. liveErr is set when the ground truth is
 // unknown (the engines could not be asked, or local evidence contradicts
@@ -41,6 +45,15 @@ func Reconcile(ctx context.Context, s Settings, log *slog.Logger) (rep Report, l
 func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger) (rep Report, live liveness.Set, liveErr, err error) {
 	opt := s.Reconcile
 	rep = Report{Report: reconcile.Report{DryRun: !opt.Apply, Trees: []reconcile.Tree{}}, Engines: []engine.Status{}}
+	if opt.Apply {
+		// Held from the scan to the last signal: a second run decides on
+		// what the first left, so no tree is reaped (or counted) twice.
+		unlock, err := ledger.LockApply(ctx, s.StateDir, ApplyLockWait)
+		if err != nil {
+			return rep, live, nil, fmt.Errorf("nothing reaped: %w", err)
+		}
+		defer unlock()
+	}
 	// The scan only reads the ledger; nothing is created before the
 	// engines have answered.
 	opt.Store = openStore(s.StateDir, false, log)
@@ -61,7 +74,11 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 	}
 	live = tr.Set
 	if create && opt.Store == nil {
-		if st := openStore(s.StateDir, true, log); st != nil {
+		st := openStore(s.StateDir, true, log)
+		if st == nil && opt.Apply {
+			return rep, live, nil, fmt.Errorf("nothing reaped: the ledger in %s cannot be opened, so no reap could be recorded", s.StateDir)
+		}
+		if st != nil {
 			scanned.UseStore(st)
 		}
 	}
@@ -95,6 +112,9 @@ func openStore(dir string, create bool, log *slog.Logger) *ledger.Store {
 // not die, then one summary line, also when nothing was found.
 func LogReconcile(ctx context.Context, log *slog.Logger, rep reconcile.Report) {
 	logTrees(ctx, log, rep)
+	if rep.Unrecorded != nil {
+		log.Error("reaped without recording in the ledger: the audit trail of these kills is missing", "err", rep.Unrecorded)
+	}
 	log.Info("reconcile", "source", rep.Source, "dry_run", rep.DryRun, "trees", len(rep.Trees),
 		"would_reap", rep.Count(action.WouldReap), "reaped", rep.Count(action.Reaped)+rep.Count(action.Gone),
 		"would_not_die", rep.Count(action.WouldNotDie), "ledger_collected", rep.LedgerCollected)

@@ -25,6 +25,10 @@ type Watch struct {
 	Events      bool
 	Interval    time.Duration
 	MetricsFile string
+	// SocketTargets, when set, are the containers whose socket dirs sweep
+	// and cull look into instead of the host's (watch --container): asked
+	// every round, since a restarted container has a new init.
+	SocketTargets func(context.Context) ([]sweep.Target, error)
 	// moreMetrics adds the death events' counts to a round's metrics.
 	moreMetrics func(*metrics.Set)
 }
@@ -165,8 +169,31 @@ func (w *Watch) reconcile(ctx context.Context, log *slog.Logger, ms *metrics.Set
 }
 
 func (w *Watch) sweep(ctx context.Context, log *slog.Logger, ms *metrics.Set) (int, []cull.Source) {
+	targets := []sweep.Target{w.Sockets.Target}
+	if w.SocketTargets != nil {
+		var err error
+		if targets, err = w.SocketTargets(ctx); err != nil {
+			log.Error("cannot look into the container; sweep and cull skipped", "step", "sweep", "err", err)
+			return ExitFailed, nil
+		}
+	}
+	code := ExitOK
+	var live []cull.Source
+	for _, t := range targets {
+		c, srcs := w.sweepOne(ctx, log, ms, t)
+		code = max(code, c)
+		live = append(live, srcs...)
+	}
+	return code, live
+}
+
+func (w *Watch) sweepOne(ctx context.Context, log *slog.Logger, ms *metrics.Set, t sweep.Target) (int, []cull.Source) {
 	cfg := w.Sockets
+	cfg.Target = t
 	cfg.Logger = log.With("step", "sweep")
+	if t.Container() {
+		cfg.Logger = cfg.Logger.With("container_pid", t.InitPID)
+	}
 	rep, err := sweep.Sweep(ctx, cfg)
 	if err != nil {
 		log.Error("sweep failed", "err", err)

@@ -4,6 +4,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -76,10 +77,16 @@ type Report struct {
 	Trees         []Tree `json:"trees"`
 	// LedgerCollected counts ledger records garbage-collected (apply only).
 	LedgerCollected int `json:"ledger_collected"`
+	// Unrecorded is why a reap's outcome could not be written to the
+	// ledger: the audit trail of a kill is missing, so the run fails.
+	Unrecorded error `json:"-"`
 }
 
-// Failed reports whether a tree would not die.
+// Failed reports whether a tree would not die or a reap went unrecorded.
 func (r Report) Failed() bool {
+	if r.Unrecorded != nil {
+		return true
+	}
 	for _, t := range r.Trees {
 		if t.Action == action.WouldNotDie {
 			return true
@@ -215,7 +222,7 @@ func (sc *Scanned) Run(ctx context.Context, live liveness.Set) (Report, error) {
 
 	refreshSnapshots(opt, log, rep.Trees)
 	if opt.Apply {
-		reapStrays(ctx, opt, log, rep.Trees)
+		rep.Unrecorded = reapStrays(ctx, opt, log, rep.Trees)
 		rep.LedgerCollected = collect(opt, log, records, live, contradicted(rep.Trees))
 	}
 	return rep, nil
@@ -248,8 +255,9 @@ func refreshSnapshots(opt Options, log *slog.Logger, ts []Tree) {
 
 // reapStrays hands the strays to reap, one call per container (each
 // reaps its trees concurrently, and the containers run concurrently too),
-// and copies what became of them into the report.
-func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) {
+// and copies what became of them into the report. It returns why an
+// outcome could not be recorded, if one could not.
+func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) error {
 	byContainer := map[string][]int{}
 	for i := range ts {
 		if ts[i].Action == action.WouldReap {
@@ -257,7 +265,11 @@ func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) {
 		}
 	}
 	ropt := reap.Options{Root: opt.Root, Grace: opt.KillGrace, Store: opt.Store, Source: "reconcile", Logger: log}
-	var wg sync.WaitGroup
+	var (
+		wg         sync.WaitGroup
+		mu         sync.Mutex
+		unrecorded []error
+	)
 	for id, idx := range byContainer {
 		wg.Add(1)
 		go func() {
@@ -268,6 +280,11 @@ func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) {
 				c.Trees = append(c.Trees, reap.Tree{Tree: ts[i].tree, HostUID: ts[i].tree.UID})
 			}
 			res := reap.Run(ctx, ropt, c)
+			if res.Unrecorded != nil {
+				mu.Lock()
+				unrecorded = append(unrecorded, fmt.Errorf("container %s: %w", id, res.Unrecorded))
+				mu.Unlock()
+			}
 			for k, i := range idx {
 				ts[i].Action = res.Trees[k].Action
 				if msg := res.Trees[k].Error; msg != "" {
@@ -277,6 +294,7 @@ func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) {
 		}()
 	}
 	wg.Wait()
+	return errors.Join(unrecorded...)
 }
 
 // collect removes ledger records that can no longer matter: from another

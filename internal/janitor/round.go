@@ -82,11 +82,7 @@ func loop(ctx context.Context, stopping <-chan struct{}, interval time.Duration,
 			return
 		default:
 		}
-		wait := time.Until(start.Add(interval))
-		if wait < 0 {
-			wait = 0
-		}
-		t := time.NewTimer(wait)
+		t := time.NewTimer(untilNext(start, time.Now(), interval))
 		select {
 		case <-stopping:
 			t.Stop()
@@ -94,6 +90,13 @@ func loop(ctx context.Context, stopping <-chan struct{}, interval time.Duration,
 		case <-t.C:
 		}
 	}
+}
+
+// untilNext is the wait before the next round: rounds start interval
+// apart, measured from the previous start; a round longer than interval
+// is followed at once.
+func untilNext(start, now time.Time, interval time.Duration) time.Duration {
+	return max(start.Add(interval).Sub(now), 0)
 }
 
 // round runs reconcile, sweep and cull once and returns the worst exit

@@ -111,6 +111,10 @@ func reconcileOptions(c *cli.Context, g globals) (reconcile.Options, error) {
 		MinAge:    c.Duration("min-age"),
 		KillGrace: c.Duration("kill-grace"),
 		FullScan:  c.Bool("full-scan"),
+		MaxReap:   c.Int("max-reap"),
+	}
+	if opt.MaxReap < 1 {
+		return opt, usageErr("--max-reap must be at least 1")
 	}
 	lister, err := trees.ParseLister(c.String("bpf"))
 	if err != nil {

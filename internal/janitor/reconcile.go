@@ -187,7 +187,10 @@ func (rep Report) Text(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", cid, t.PGID, t.UID, age, members(t.Members), what)
 	}
 	tw.Flush()
-	if n := rep.Count(action.WouldReap); n > 0 {
+	switch n := rep.Count(action.WouldReap); {
+	case rep.Refused != "":
+		fmt.Fprintf(w, "nothing was reaped: %s\n", rep.Refused)
+	case n > 0:
 		fmt.Fprintf(w, "%d stray tree(s) would be reaped; run with --apply to reap them\n", n)
 	}
 }

@@ -33,6 +33,10 @@ type Options struct {
 	Apply     bool
 	// FullScan reads every process (reports foreign groups too).
 	FullScan bool
+	// MaxReap is the blast-radius guard (DESIGN §14): an apply run that
+	// finds more strays than this, or (unscoped, from guardMinStrays on)
+	// more than half of all trees, reaps none. Zero disables it.
+	MaxReap int
 	// Lister is how the fast scan lists processes.
 	Lister trees.Lister
 	// Containers, when not empty, limits the run to trees of these
@@ -80,11 +84,15 @@ type Report struct {
 	// Unrecorded is why a reap's outcome could not be written to the
 	// ledger: the audit trail of a kill is missing, so the run fails.
 	Unrecorded error `json:"-"`
+	// Refused says why an apply run reaped nothing although it found
+	// strays (the blast-radius guard).
+	Refused string `json:"refused,omitempty"`
 }
 
-// Failed reports whether a tree would not die or a reap went unrecorded.
+// Failed reports whether a tree would not die, a reap went unrecorded or
+// the blast-radius guard refused the run.
 func (r Report) Failed() bool {
-	if r.Unrecorded != nil {
+	if r.Unrecorded != nil || r.Refused != "" {
 		return true
 	}
 	for _, t := range r.Trees {
@@ -222,10 +230,44 @@ func (sc *Scanned) Run(ctx context.Context, live liveness.Set) (Report, error) {
 
 	refreshSnapshots(opt, log, rep.Trees)
 	if opt.Apply {
+		if why := blastRadius(opt, rep.Trees); why != "" {
+			// A wrong answer at scale looks exactly like this: reap
+			// nothing, collect nothing, and say so.
+			rep.Refused = why
+			log.Error("blast-radius guard: nothing reaped", "why", why)
+			return rep, nil
+		}
 		rep.Unrecorded = reapStrays(ctx, opt, log, rep.Trees)
 		rep.LedgerCollected = collect(opt, log, records, live, contradicted(rep.Trees))
 	}
 	return rep, nil
+}
+
+// guardMinStrays is the least number of strays at which the "more than
+// half of all trees" rule applies: one stray among two trees is a host's
+// ordinary day.
+const guardMinStrays = 3
+
+// blastRadius says why an apply run with these decisions must not reap,
+// or "" when it may. A run scoped with --container is judged by MaxReap
+// alone: every tree of a gone container is stray by definition.
+func blastRadius(opt Options, ts []Tree) string {
+	if opt.MaxReap <= 0 {
+		return ""
+	}
+	n := 0
+	for _, t := range ts {
+		if t.Action == action.WouldReap {
+			n++
+		}
+	}
+	switch {
+	case n > opt.MaxReap:
+		return fmt.Sprintf("%d stray trees found, more than --max-reap %d: if they are all truly stray, raise --max-reap (KC_MAX_REAP) for one run", n, opt.MaxReap)
+	case len(opt.Containers) == 0 && n >= guardMinStrays && 2*n > len(ts):
+		return fmt.Sprintf("%d of %d trees found stray, more than half: check that the engines asked are this host's (--engine, --containerd-namespace), or reap with --container", n, len(ts))
+	}
+	return ""
 }
 
 // refreshSnapshots records each live container's trees so that a later run

@@ -118,6 +118,28 @@ func TestRunRealTrees(t *testing.T) {
 		}
 	})
 
+	t.Run("the blast-radius guard reaps none of too many strays", func(t *testing.T) {
+		const cidGone2 = "7e57b1a57e57b1a57e57b1a57e57b1a57e57b1a57e57b1a57e57b1a57e57b1a5"
+		other := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cidGone2})
+		guarded := opt
+		guarded.Apply, guarded.MaxReap = true, 1
+		guarded.Containers = map[string]bool{cidGone: true, cidGone2: true}
+		rep, err := Run(ctx, guarded, live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Refused == "" || !rep.Failed() {
+			t.Fatalf("two strays over --max-reap 1 were not refused: %+v", rep)
+		}
+		for _, pgid := range []int{stray.PGID, other.PGID} {
+			tr := findByPGID(rep, pgid)
+			if tr == nil || tr.Action != action.WouldReap || alive(t, tr.Members) != len(tr.Members) {
+				t.Errorf("tree %d under the guard: %+v", pgid, tr)
+			}
+		}
+		other.Kill(t)
+	})
+
 	t.Run("apply reaps the stray, its socket, and only it", func(t *testing.T) {
 		apply := opt
 		apply.Apply = true
@@ -209,5 +231,43 @@ func TestScanBeforeAsking(t *testing.T) {
 	self, err := fingerprint.ReadStat("/proc", late.PID)
 	if err != nil || self.Zombie() {
 		t.Errorf("the late tree's supervisor is gone: %v", err)
+	}
+}
+
+func TestBlastRadius(t *testing.T) {
+	trees := func(stray, other int) []Tree {
+		var ts []Tree
+		for range stray {
+			ts = append(ts, Tree{Action: action.WouldReap})
+		}
+		for range other {
+			ts = append(ts, Tree{Action: action.SkipLive})
+		}
+		return ts
+	}
+	scoped := map[string]bool{cidGone: true}
+	for _, tt := range []struct {
+		name    string
+		max     int
+		scope   map[string]bool
+		ts      []Tree
+		refused bool
+	}{
+		{"one stray alone", 50, nil, trees(1, 0), false},
+		{"two of three", 50, nil, trees(2, 1), false},
+		{"three of five", 50, nil, trees(3, 2), true},
+		{"three of six", 50, nil, trees(3, 3), false},
+		{"over max-reap", 5, nil, trees(6, 100), true},
+		{"at max-reap", 6, nil, trees(6, 100), false},
+		{"scoped: the ratio does not apply", 50, scoped, trees(10, 0), false},
+		{"scoped: max-reap does", 5, scoped, trees(10, 0), true},
+		{"guard disabled", 0, nil, trees(100, 0), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			why := blastRadius(Options{MaxReap: tt.max, Containers: tt.scope}, tt.ts)
+			if (why != "") != tt.refused {
+				t.Errorf("refused %q, want refused=%v", why, tt.refused)
+			}
+		})
 	}
 }

@@ -45,15 +45,6 @@ func Reconcile(ctx context.Context, s Settings, log *slog.Logger) (rep Report, l
 func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger) (rep Report, live liveness.Set, liveErr, err error) {
 	opt := s.Reconcile
 	rep = Report{Report: reconcile.Report{DryRun: !opt.Apply, Trees: []reconcile.Tree{}}, Engines: []engine.Status{}}
-	if opt.Apply {
-		// Held from the scan to the last signal: a second run decides on
-		// what the first left, so no tree is reaped (or counted) twice.
-		unlock, err := ledger.LockApply(ctx, s.StateDir, ApplyLockWait)
-		if err != nil {
-			return rep, live, nil, fmt.Errorf("nothing reaped: %w", err)
-		}
-		defer unlock()
-	}
 	// The scan only reads the ledger; nothing is created before the
 	// engines have answered.
 	opt.Store = openStore(s.StateDir, false, log)
@@ -73,6 +64,18 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 		return rep, live, err, nil
 	}
 	live = tr.Set
+	if opt.Apply {
+		// Held for deciding and signalling only (a death in watch never
+		// waits behind another run's scan or engine question); the trees a
+		// run that held it before us reaped are dropped when deciding, so
+		// no tree is reaped, or counted, twice. Taken only once the engines
+		// answered: a run that touches nothing creates nothing.
+		unlock, err := ledger.LockApply(ctx, s.StateDir, ApplyLockWait)
+		if err != nil {
+			return rep, live, nil, fmt.Errorf("nothing reaped: %w", err)
+		}
+		defer unlock()
+	}
 	if create && opt.Store == nil {
 		st := openStore(s.StateDir, true, log)
 		if st == nil && opt.Apply {

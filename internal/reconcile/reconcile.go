@@ -230,6 +230,7 @@ func (sc *Scanned) Run(ctx context.Context, live liveness.Set) (Report, error) {
 
 	refreshSnapshots(opt, log, rep.Trees)
 	if opt.Apply {
+		rep.Trees = dropDead(opt, rep.Trees)
 		if why := blastRadius(opt, rep.Trees); why != "" {
 			// A wrong answer at scale looks exactly like this: reap
 			// nothing, collect nothing, and say so.
@@ -241,6 +242,34 @@ func (sc *Scanned) Run(ctx context.Context, live liveness.Set) (Report, error) {
 		rep.LedgerCollected = collect(opt, log, records, live, contradicted(rep.Trees))
 	}
 	return rep, nil
+}
+
+// dropDead leaves out the strays none of whose members is still the
+// scanned process: another run reaped them between this run's scan and its
+// turn at the apply lock, or they exited. Reporting them again would count
+// one reap twice.
+func dropDead(opt Options, ts []Tree) []Tree {
+	root := opt.Root
+	if root == "" {
+		root = "/proc"
+	}
+	out := ts[:0]
+	for _, t := range ts {
+		if t.Action == action.WouldReap && !anyMemberAlive(root, t.Members) {
+			continue
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+func anyMemberAlive(root string, ms []Member) bool {
+	for _, m := range ms {
+		if fingerprint.Alive(root, fingerprint.Stat{PID: m.PID, StartTicks: m.StartTicks}) {
+			return true
+		}
+	}
+	return false
 }
 
 // guardMinStrays is the least number of strays at which the "more than

@@ -25,15 +25,20 @@ HYGIENE_RUN_DIR=${HYGIENE_RUN_DIR:-/run/kc-watchman} # the production state dir
 # hygiene_procs prints "PID:STARTTICKS" of each live process whose parent
 # is PID 1, but the rootless test user's.
 hygiene_procs() {
-	local d s rest f uid
+	local d s rest f f2 uid line
 	for d in /proc/[0-9]*; do
-		s=$(cat "$d/stat" 2>/dev/null) || continue
-		rest=${s##*) }
-		read -ra f <<<"$rest"
-		[ "${f[1]}" = 1 ] || continue
+		# Builtins only: a fork per process would make each snapshot slow.
+		read -r s 2>/dev/null <"$d/stat" || continue
+		rest=${s##*) } # state ppid pgrp ...: the fields after comm
+		rest=${rest#* }
+		[ "${rest%% *}" = 1 ] || continue
+		read -ra f <<<"${s##*) }"
 		[ "${f[0]}" != Z ] && [ "${f[0]}" != X ] || continue
 		if [ -n "${ROOTLESS_UID:-}" ]; then
-			uid=$(awk '/^Uid:/ {print $2; exit}' "$d/status" 2>/dev/null) || continue
+			uid=
+			while read -r line; do
+				case $line in Uid:*) read -ra f2 <<<"$line"; uid=${f2[1]}; break ;; esac
+			done 2>/dev/null <"$d/status"
 			[ "$uid" != "$ROOTLESS_UID" ] || continue
 		fi
 		echo "${d#/proc/}:${f[19]}"
@@ -61,6 +66,7 @@ hygiene_describe_proc() {
 	local pid=$1 d=/proc/$1 args cwd uid etime
 	args=$(tr '\0' ' ' <"$d/cmdline" 2>/dev/null)
 	[ -n "$args" ] || args="[$(cat "$d/comm" 2>/dev/null)]"
+	[ ${#args} -le 200 ] || args="${args:0:200}..."
 	cwd=$(readlink "$d/cwd" 2>/dev/null || echo '?')
 	uid=$(awk '/^Uid:/ {print $2; exit}' "$d/status" 2>/dev/null)
 	etime=$(ps -o etime= -p "$pid" 2>/dev/null | tr -d ' ')
@@ -71,14 +77,15 @@ hygiene_describe_proc() {
 # hygiene_check BEFORE AFTER snapshots BEFORE's state into AFTER (a dir)
 # and prints what is new; its status is 1 when something was left.
 hygiene_check() {
-	local before=$1 after=$2 i left=() procs=() p n e what
+	local before=$1 after=$2 left=() procs=() p n e what
 	# Processes: wait for stragglers (a conmon finishing its cleanup, a
 	# group SIGKILLed a moment ago) before they count.
-	for i in $(seq $((HYGIENE_WAIT * 5))); do
+	local deadline=$((SECONDS + HYGIENE_WAIT))
+	while :; do
 		hygiene_snapshot "$after"
 		mapfile -t procs < <(hygiene_new "$before/procs" "$after/procs")
-		[ ${#procs[@]} -gt 0 ] || break
-		[ "$i" -lt $((HYGIENE_WAIT * 5)) ] && sleep 0.2
+		[ ${#procs[@]} -gt 0 ] && [ "$SECONDS" -lt "$deadline" ] || break
+		sleep 0.2
 	done
 	for p in "${procs[@]}"; do
 		[ -d "/proc/${p%%:*}" ] && left+=("$(hygiene_describe_proc "${p%%:*}")")

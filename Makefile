@@ -46,8 +46,13 @@ vet:
 	$(GO) vet -tags "$(TAGS) reliability" ./test/reliability/
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { gofmt -l .; echo 'gofmt needed'; exit 1; }
 
+# go test -json through scripts/testsummary: go test's own output (ok/FAIL
+# lines, failed tests' logs; everything with -v in TESTFLAGS), then the
+# tests that were skipped and why; the exit status is go test's.
+TESTSUMMARY := .tmp/testsummary
 test: vet
-	$(GO) test $(GOFLAGS_ALL) $(TESTFLAGS) $(PKGS)
+	@mkdir -p $(dir $(TESTSUMMARY)) && $(GO) build -o $(TESTSUMMARY) ./scripts/testsummary
+	$(TESTSUMMARY) $(GO) test -json $(GOFLAGS_ALL) $(TESTFLAGS) $(PKGS)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

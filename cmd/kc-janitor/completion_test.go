@@ -7,41 +7,18 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/cliapp"
-)
-
-var (
-	builtOnce sync.Once
-	builtPath string
-	builtErr  error
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
 )
 
 // janitorBinary builds kc-janitor once for the tests that need the real
-// binary (the completion scripts run it).
+// binary (the completion scripts run it); TestMain removes it.
 func janitorBinary(t *testing.T) string {
 	t.Helper()
-	builtOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "kc-janitor-bin")
-		if err != nil {
-			builtErr = err
-			return
-		}
-		builtPath = filepath.Join(dir, "kc-janitor")
-		cmd := exec.Command("go", "build", "-tags", "remote containers_image_openpgp", "-o", builtPath, ".")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			builtErr = err
-			builtPath = string(out)
-		}
-	})
-	if builtErr != nil {
-		t.Fatalf("go build: %v\n%s", builtErr, builtPath)
-	}
-	return builtPath
+	return testkit.Build(t, testkit.KCJanitorPackage, "kc-janitor")
 }
 
 // shellOrSkip finds a shell; without it the test is skipped, unless

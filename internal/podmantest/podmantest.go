@@ -268,6 +268,12 @@ func New(t testing.TB) *Env {
 	}
 	podman, _ := lookTool("podman")
 	bb, _ := staticBusybox()
+	// Cleanups run last-registered first. The test's t.TempDir dirs (a
+	// hook's state dir, a supervisor's socket dir) must be removed after
+	// the teardown below, whose podman rm fires the poststop hooks that
+	// write there: removed before, they were made again and left in /tmp.
+	// Asking for one here registers their removal before the teardown.
+	_ = t.TempDir()
 
 	reapStale.Do(func() { reapStaleEnvs(podman, t.Logf) })
 

@@ -29,8 +29,10 @@ func startMonitor(t *testing.T, cid string) int {
 	if err := os.WriteFile(bin, data, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The shell forks the sleep: start it in a group of its own so that
+	// cleanup kills both, not the shell alone.
 	cmd := exec.Command(bin, "-c", "sleep 1000; :", "conmon", "-c", cid)
-	proc.Start(t, cmd)
+	proc.StartGroup(t, cmd)
 	proc.WaitFor(t, 10*time.Second, "the monitor to run", func() bool {
 		id, err := fingerprint.Read("/proc", cmd.Process.Pid)
 		return err == nil && id.Comm == "conmon" && len(id.Argv) > 4

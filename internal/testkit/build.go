@@ -76,6 +76,19 @@ func RemoveBuilds() {
 	}
 }
 
+// Main runs a test binary's tests, removes what Build compiled and exits
+// with the tests' status. A package whose tests call Build (or
+// StartKCServer) and has no other TestMain uses it as its TestMain:
+//
+//	func TestMain(m *testing.M) { testkit.Main(m) }
+//
+// A package with a TestMain of its own calls RemoveBuilds after m.Run.
+func Main(m *testing.M) {
+	code := m.Run()
+	RemoveBuilds()
+	os.Exit(code)
+}
+
 const buildDirPrefix = "kc-testkit-build-"
 
 func compile(pkg, name string) (string, error) {

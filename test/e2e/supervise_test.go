@@ -25,6 +25,9 @@ import (
 type superviseEnv struct {
 	pm    *podmantest.Env
 	state string
+	// sockDir replaces the example's --socket-dir /tmp, so the sockets
+	// of the supervisors the tests start (and kill) go with the test.
+	sockDir string
 
 	mu  sync.Mutex
 	ids []string
@@ -35,12 +38,12 @@ type superviseEnv struct {
 // container the test ran (before podmantest removes the containers).
 func newSuperviseEnv(t *testing.T, stages ...string) *superviseEnv {
 	t.Helper()
-	s := &superviseEnv{pm: podmantest.New(t), state: t.TempDir()}
+	s := &superviseEnv{pm: podmantest.New(t), state: t.TempDir(), sockDir: t.TempDir()}
 	etc := filepath.Join(t.TempDir(), "etc")
 	if err := os.Mkdir(etc, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	data, _ := json.Marshal(exampleAllowlist(t))
+	data, _ := json.Marshal(exampleAllowlist(t, s.sockDir))
 	file := filepath.Join(etc, "supervisors.json")
 	if err := os.WriteFile(file, data, 0o644); err != nil {
 		t.Fatal(err)
@@ -172,17 +175,16 @@ func TestSupervisorStartsWithContainer(t *testing.T) {
 		t.Errorf("wrapper watches %+v (err %v), container init is %d", spec.Init, err, s.pm.InitPID(t, id))
 	}
 	kc := member(tr, "kcserver")
-	if want := exampleAllowlist(t)["supervisors"].(map[string]any)["fake"].(map[string]any)["argv"].([]string); !slices.Equal(kc.Argv, want) {
+	if want := exampleAllowlist(t, s.sockDir)["supervisors"].(map[string]any)["fake"].(map[string]any)["argv"].([]string); !slices.Equal(kc.Argv, want) {
 		t.Errorf("supervisor argv %q, want the example's %q", kc.Argv, want)
 	}
-	// The example puts the control socket in /tmp, where sweep looks by
-	// default; real kcserver would make no socket at all without
-	// --transport socket.
-	sock := filepath.Join("/tmp", fmt.Sprintf("kc-%d.sock", kc.PID))
+	// The control socket is where --socket-dir says (the example's /tmp,
+	// where sweep looks by default, is the test's own dir here); real
+	// kcserver would make no socket at all without --transport socket.
+	sock := filepath.Join(s.sockDir, fmt.Sprintf("kc-%d.sock", kc.PID))
 	if _, err := os.Stat(sock); err != nil {
 		t.Errorf("supervisor socket: %v", err)
 	}
-	t.Cleanup(func() { removeIfSocket(sock) })
 	store, err := ledger.OpenReadOnly(s.state)
 	if err != nil {
 		t.Fatal(err)
@@ -345,8 +347,10 @@ func TestSupervisorRestart(t *testing.T) {
 
 // exampleAllowlist is docs/supervisors.example.json with its "kallichore"
 // entry renamed "fake", the fake kcserver as argv[0] and every flag as
-// shipped; only the environment gains the fake's two kernels.
-func exampleAllowlist(t *testing.T) map[string]any {
+// shipped but the value of --socket-dir: the example's /tmp becomes
+// sockDir, so no test leaves kc-<pid>.sock files in the host's /tmp. Only
+// the environment gains the fake's two kernels.
+func exampleAllowlist(t *testing.T, sockDir string) map[string]any {
 	t.Helper()
 	data, err := os.ReadFile("../../docs/supervisors.example.json")
 	if err != nil {
@@ -366,15 +370,13 @@ func exampleAllowlist(t *testing.T) map[string]any {
 		t.Fatalf("the example has no kcserver entry named kallichore: %s", data)
 	}
 	argv := append([]string{testkit.BuildKCServer(t)}, e.Argv[1:]...)
+	i := slices.Index(argv, "--socket-dir")
+	if i < 0 || i+1 >= len(argv) || argv[i+1] != "/tmp" {
+		t.Fatalf("the example's kallichore entry does not say --socket-dir /tmp: %q", e.Argv)
+	}
+	argv[i+1] = sockDir
 	return map[string]any{"supervisors": map[string]any{"fake": map[string]any{
 		"argv": argv,
 		"env":  append(e.Env, "KCFAKE_CHILDREN=2"),
 	}}}
-}
-
-// removeIfSocket removes p if it is a socket (a fake's leftover in /tmp).
-func removeIfSocket(p string) {
-	if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSocket != 0 {
-		os.Remove(p)
-	}
 }

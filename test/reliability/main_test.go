@@ -32,6 +32,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
 	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
 )
 
@@ -91,5 +92,6 @@ func TestMain(m *testing.M) {
 		}
 	}
 	cleanupBinaries()
+	testkit.RemoveBuilds() // the fake kcserver of the sweep attack
 	os.Exit(code)
 }

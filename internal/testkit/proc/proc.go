@@ -76,6 +76,70 @@ func Reap(cmd *exec.Cmd) {
 	_ = cmd.Wait()
 }
 
+// StartGroup starts cmd as the leader of a new process group and registers
+// a cleanup that SIGKILLs the whole group, reaps the leader and waits until
+// no live member is left. Use it for a command that forks (`sh -c "a; b"`
+// runs a as a child): Start would kill only the shell and leave the child
+// to PID 1. Children are not ours to wait for; an orphan killed here may
+// stay a zombie until PID 1 reaps it, which counts as gone.
+func StartGroup(t testing.TB, cmd *exec.Cmd) *exec.Cmd {
+	t.Helper()
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %v: %v", cmd.Args, err)
+	}
+	t.Cleanup(func() { KillGroup(t, cmd) })
+	return cmd
+}
+
+// KillGroup SIGKILLs the process group led by cmd (started by StartGroup),
+// reaps the leader and waits up to 10s until no live process is left in
+// the group, failing t otherwise. While the leader is unreaped its PID, and
+// so the group ID, cannot be reused; after that the group ID is signalled
+// only while live members are seen, which keep it from being reused too.
+// KillGroup may be called more than once.
+func KillGroup(t testing.TB, cmd *exec.Cmd) {
+	t.Helper()
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	pgid := cmd.Process.Pid
+	if cmd.ProcessState == nil {
+		_ = unix.Kill(-pgid, unix.SIGKILL)
+		_ = cmd.Wait()
+	}
+	if !Poll(10*time.Second, func() bool {
+		if len(GroupMembers(pgid)) == 0 {
+			return true
+		}
+		_ = unix.Kill(-pgid, unix.SIGKILL)
+		return false
+	}) {
+		t.Errorf("process group %d still has live members after SIGKILL: %v", pgid, GroupMembers(pgid))
+	}
+}
+
+// GroupMembers lists the PIDs of the live (not zombie) processes in
+// process group pgid.
+func GroupMembers(pgid int) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, pid)
+		if err == nil && st.PGID == pgid && !st.Zombie() {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
 // Sleep starts `sleep 1000` with attr (may be nil), cleaned up with t.
 func Sleep(t testing.TB, attr *syscall.SysProcAttr) *exec.Cmd {
 	t.Helper()

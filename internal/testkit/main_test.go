@@ -1,0 +1,6 @@
+package testkit
+
+import "testing"
+
+// TestMain removes the binaries Build compiled for these tests.
+func TestMain(m *testing.M) { Main(m) }

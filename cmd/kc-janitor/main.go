@@ -62,6 +62,7 @@ func runApp(app *cli.App, args []string) error {
 func newApp() *cli.App {
 	// --version and the version command print the same line.
 	cli.VersionPrinter = func(c *cli.Context) { printVersion(c, false) }
+	cliapp.InstallHelp()
 	return &cli.App{
 		Name:    "kc-janitor",
 		Usage:   "reap what container supervisors leave behind, with the container engines (podman, Docker, containerd) as ground truth",
@@ -109,6 +110,7 @@ func commands() []*cli.Command {
 		c.Flags = append(c.Flags, globalFlags()...)
 		c.Flags = append(c.Flags, engineFlags()...)
 		c.Flags = append(c.Flags, metricsFlags()...)
+		ownHelp(c)
 		if c.Action != nil {
 			c.Action = noStrayArgs(withMetrics(c.Name, c.Action))
 		}

@@ -77,8 +77,8 @@ command name.`,
 		Commands:       commands(),
 		HideVersion:    false,
 		ExitErrHandler: func(*cli.Context, error) {},
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			return cli.Exit(cliapp.UsageMessage(err, commands()), exitUsage)
+		OnUsageError: func(c *cli.Context, err error, _ bool) error {
+			return cli.Exit(cliapp.UsageMessageIn(c, err, commands()), exitUsage)
 		},
 		// Reached only when the first word is no command: a typo in a
 		// cron line must not exit 3, which means "podman down".
@@ -115,8 +115,8 @@ func commands() []*cli.Command {
 			c.Action = noStrayArgs(withMetrics(c.Name, c.Action))
 		}
 		if c.OnUsageError == nil {
-			c.OnUsageError = func(_ *cli.Context, err error, _ bool) error {
-				return cli.Exit(cliapp.UsageMessage(err, commands()), exitUsage)
+			c.OnUsageError = func(c *cli.Context, err error, _ bool) error {
+				return cli.Exit(cliapp.UsageMessageIn(c, err, commands()), exitUsage)
 			}
 		}
 	}

@@ -90,8 +90,8 @@ func TestDoctorEngines(t *testing.T) {
 					t.Errorf("%s: %v (%s), want %v", name, c.Verdict, c.Detail, w.verdict)
 				}
 				for _, s := range w.detail {
-					if !strings.Contains(c.Detail, s) {
-						t.Errorf("%s: detail %q lacks %q", name, c.Detail, s)
+					if !strings.Contains(c.Text(), s) {
+						t.Errorf("%s: detail %q lacks %q", name, c.Text(), s)
 					}
 				}
 			}

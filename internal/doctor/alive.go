@@ -168,7 +168,8 @@ func HookAlive(in AliveInput) Check {
 		e := traced[len(traced)-1]
 		c := newCheck(NameHookAlive, Error, "kc-hook ran but could not write its state dir %s %s since boot; last, %s ago at %s: %s (trace: %s)",
 			e.StateDir, plural(len(traced), "time", "times"), in.Now.Sub(e.Time).Round(time.Second), e.Stage, e.Error, strings.Join(files, ", "))
-		c.Items = append(problems, "fix the state dir (or KC_STATE_DIR in the hook's descriptor); this check passes once the hook records a run again")
+		c.Items = problems
+		c.Remedy = "fix the state dir (or KC_STATE_DIR in the hook's descriptor); this check passes once the hook records a run again"
 		return c
 	}
 	if logN > 0 || recN > 0 {

@@ -251,7 +251,7 @@ func TestHookAlive(t *testing.T) {
 		dir := t.TempDir()
 		log := write(t, dir, "kc-hook.log", logLine(boot.Add(-time.Minute), "poststop"))
 		got := HookAlive(AliveInput{StateDir: filepath.Join(dir, "missing"), LogFile: log, Boot: boot, LiveContainers: c.live, Now: now})
-		if got.Verdict != c.want || !strings.Contains(got.Detail, c.text) {
+		if got.Verdict != c.want || !strings.Contains(got.Text(), c.text) {
 			t.Errorf("live %d: %+v", c.live, got)
 		}
 	}
@@ -360,8 +360,8 @@ func TestEngineVerdicts(t *testing.T) {
 				t.Errorf("check %+v, want %s %v", c, tc.e.Name, tc.verdict)
 			}
 			for _, w := range tc.want {
-				if !strings.Contains(c.Detail, w) {
-					t.Errorf("detail %q lacks %q", c.Detail, w)
+				if !strings.Contains(c.Text(), w) {
+					t.Errorf("detail %q lacks %q", c.Text(), w)
 				}
 			}
 			r := reps[0]
@@ -385,14 +385,14 @@ func TestEnginesSummary(t *testing.T) {
 		{"auto found one", EnginesInput{Auto: true, Engines: []EngineInput{pm, dk, cd}}, OK,
 			"auto found podman (unix:///run/podman/podman.sock); not found: docker at unix:///var/run/docker.sock, containerd at /run/containerd/containerd.sock"},
 		{"auto found none", EnginesInput{Auto: true, Engines: []EngineInput{dk, cd}}, Warn,
-			"auto found no engine (looked for docker at unix:///var/run/docker.sock, containerd at /run/containerd/containerd.sock), so reconcile would touch nothing (exit 3); start one, or name it with --engine and its endpoint"},
+			"auto found no engine (looked for docker at unix:///var/run/docker.sock, containerd at /run/containerd/containerd.sock), so reconcile would touch nothing (exit 3); remedy: start one, or name it with --engine and its endpoint"},
 		{"named", EnginesInput{Engines: []EngineInput{pm, {Name: NameDocker, Endpoint: "unix:///d.sock", Named: true, Asked: true}, cd}}, OK,
 			"named by --engine: podman (unix:///run/podman/podman.sock), docker (unix:///d.sock)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, _, _ := Engines(tc.in)
-			if c.Name != NameEngines || c.Verdict != tc.verdict || c.Detail != tc.detail {
-				t.Errorf("got %v %q\nwant %v %q", c.Verdict, c.Detail, tc.verdict, tc.detail)
+			if c.Name != NameEngines || c.Verdict != tc.verdict || c.Text() != tc.detail {
+				t.Errorf("got %v %q\nwant %v %q", c.Verdict, c.Text(), tc.verdict, tc.detail)
 			}
 		})
 	}
@@ -418,12 +418,12 @@ func TestStraysVerdict(t *testing.T) {
 	}{
 		{"unknown", StraysInput{LivenessErr: errors.New("x")}, Warn, "not checked"},
 		{"none", StraysInput{Report: rep(action.SkipLive, action.SkipYoung)}, OK, "none; 2 trees"},
-		{"dry", StraysInput{Report: rep(action.WouldReap, action.SkipLive)}, Warn, "1 stray tree:"},
+		{"dry", StraysInput{Report: rep(action.WouldReap, action.SkipLive)}, Warn, "1 stray tree; remedy: run kc-janitor doctor --fix"},
 		{"fixed", StraysInput{Report: rep(action.Reaped, action.Gone), Fix: true}, OK, "fixed: reaped 2"},
 		{"would not die", StraysInput{Report: rep(action.Reaped, action.WouldNotDie), Fix: true}, Error, "1 would not die"},
 	} {
 		got := Strays(c.in)
-		if got.Verdict != c.want || !strings.Contains(got.Detail, c.text) {
+		if got.Verdict != c.want || !strings.Contains(got.Text(), c.text) {
 			t.Errorf("%s: %+v", c.name, got)
 		}
 	}
@@ -657,7 +657,7 @@ func TestHookWithoutPodman(t *testing.T) {
 			c.setup(t, dir)
 			with, descs := HookInstalled([]string{dir}, state, state)
 			got := HookWithoutPodman(with, descs)
-			if got.Verdict != c.want || !strings.Contains(got.Detail, c.text) {
+			if got.Verdict != c.want || !strings.Contains(got.Text(), c.text) {
 				t.Errorf("verdict %v (%s), want %v with %q", got.Verdict, got.Detail, c.want, c.text)
 			}
 			if c.want != OK && with.Verdict != Error {

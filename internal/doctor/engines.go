@@ -97,8 +97,10 @@ func enginesSummary(in EnginesInput) Check {
 		return newCheck(NameEngines, OK, "named by --engine: %s", strings.Join(asked, ", "))
 	}
 	if len(asked) == 0 {
-		return newCheck(NameEngines, Warn, "auto found no engine (looked for %s), so reconcile would touch nothing (exit 3); start one, or name it with --engine and its endpoint",
+		c := newCheck(NameEngines, Warn, "auto found no engine (looked for %s), so reconcile would touch nothing (exit 3)",
 			strings.Join(absent, ", "))
+		c.Remedy = "start one, or name it with --engine and its endpoint"
+		return c
 	}
 	detail := "auto found " + strings.Join(asked, ", ")
 	if len(absent) > 0 {
@@ -123,8 +125,10 @@ func engineCheck(e EngineInput, auto bool) Check {
 		if e.Named {
 			v, why = Error, "--engine names it"
 		}
-		return newCheck(name, v, "unreachable, so stray trees could not be looked for (reconcile would touch nothing, exit 3; %s): %v; remedy: %s",
-			why, e.Err, remedies[name])
+		c := newCheck(name, v, "unreachable, so stray trees could not be looked for (reconcile would touch nothing, exit 3; %s): %v",
+			why, e.Err)
+		c.Remedy = remedies[name]
+		return c
 	}
 	version := e.Version
 	if version == "" {

@@ -267,3 +267,34 @@ func TestDoctorJSONKeys(t *testing.T) {
 		t.Errorf("%d remedies:\n%s", remedies, out)
 	}
 }
+
+// TestDoctorNamedEngineOnly: doctor --engine docker (or
+// containerd) on a host without hooks has no line about podman: no
+// podman check, and the hook checks word their verdicts without it.
+func TestDoctorNamedEngineOnly(t *testing.T) {
+	for _, tc := range []struct{ engine, endpoint string }{
+		{"docker", "--docker-url=unix:///nonexistent/docker.sock"},
+		{"containerd", "--containerd-address=/nonexistent/containerd.sock"},
+		{"docker,containerd", "--docker-url=unix:///nonexistent/docker.sock"},
+	} {
+		// (The test's temporary paths must not say podman either.)
+		t.Run(strings.ReplaceAll(tc.engine, ",", "+"), func(t *testing.T) {
+			h := newDoctorHost(t)
+			files, _ := filepath.Glob(filepath.Join(h.hooks, "*.json"))
+			for _, f := range files {
+				if err := os.Remove(f); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, out := runJanitorCapture(t, h.args("--engine", tc.engine, tc.endpoint, "--containerd-address=/nonexistent/containerd.sock")...)
+			for _, l := range strings.Split(out, "\n") {
+				if strings.Contains(strings.ToLower(l), "podman") {
+					t.Errorf("talks about podman: %q", l)
+				}
+			}
+			if !strings.Contains(out, "hook installed") || !strings.Contains(out, "hook alive") {
+				t.Errorf("no hook checks:\n%s", out)
+			}
+		})
+	}
+}

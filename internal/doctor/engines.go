@@ -68,7 +68,11 @@ var remedies = map[string]string{
 func Engines(in EnginesInput) (summary Check, perEngine []Check, reports []EngineReport) {
 	summary = enginesSummary(in)
 	for _, e := range in.Engines {
-		perEngine = append(perEngine, engineCheck(e, in.Auto))
+		// An engine --engine leaves out gets no check: doctor --engine
+		// docker says nothing of podman. Its JSON report says so.
+		if in.Auto || e.Asked {
+			perEngine = append(perEngine, engineCheck(e, in.Auto))
+		}
 		r := EngineReport{Name: e.Name, Endpoint: e.Endpoint, Found: e.Found, Named: e.Named, Asked: e.Asked,
 			Version: e.Version, Source: e.Source, UID: liveness.UIDUnknown}
 		switch {
@@ -112,10 +116,7 @@ func enginesSummary(in EnginesInput) Check {
 func engineCheck(e EngineInput, auto bool) Check {
 	name := e.Name
 	if !e.Asked {
-		if auto {
-			return newCheck(name, OK, "not asked: auto found nothing at %s", e.Endpoint)
-		}
-		return newCheck(name, OK, "not asked: --engine does not name it")
+		return newCheck(name, OK, "not asked: auto found nothing at %s", e.Endpoint)
 	}
 	if e.Err != nil {
 		// A named engine that cannot be asked fails every run that needs

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 )
 
@@ -127,12 +126,20 @@ func usageError(stderr io.Writer, cmd string, err error) int {
 	return exitBadInput
 }
 
-// writeOptions lists fs's flags, one a line: name and placeholder, what it
-// does, its default and its variable as [$KC_…], the form the reliability
-// suite reads back. Flags without usage (help and version, which have two
-// names) are left to the caller's extra lines.
+// helpWidth is the width help is wrapped at, as kc-janitor's.
+const helpWidth = 80
+
+// writeOptions lists fs's flags: name and placeholder in a column, then
+// what it does, its default and its variable as [$KC_…] (the form the
+// reliability suite reads back), wrapped at helpWidth under the start of
+// the text. Flags without usage (help and version, which have two names)
+// are left to the caller's extra lines, "NAMES\tTEXT".
 func writeOptions(w io.Writer, fs *flag.FlagSet, env map[string]string, extra ...string) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	type row struct {
+		names string
+		words []string
+	}
+	var rows []row
 	fs.VisitAll(func(f *flag.Flag) {
 		if f.Usage == "" {
 			return
@@ -143,18 +150,48 @@ func writeOptions(w io.Writer, fs *flag.FlagSet, env map[string]string, extra ..
 			bare.Value = e.Getter
 		}
 		meta, usage := flag.UnquoteUsage(&bare)
-		fmt.Fprintf(tw, "   --%s %s\t%s", f.Name, meta, usage)
+		r := row{names: strings.TrimSpace("--" + f.Name + " " + meta), words: strings.Fields(usage)}
 		// A zero default is either meaningless or explained by the usage.
 		if d := f.DefValue; d != "" && d != "0s" && d != "false" {
-			fmt.Fprintf(tw, " (default: %s)", d)
+			r.words = append(r.words, "(default: "+d+")")
 		}
 		if e := env[f.Name]; e != "" {
-			fmt.Fprintf(tw, " [$%s]", e)
+			r.words = append(r.words, "[$"+e+"]")
 		}
-		fmt.Fprintln(tw)
+		rows = append(rows, r)
 	})
 	for _, l := range extra {
-		fmt.Fprintf(tw, "   %s\n", l)
+		names, text, _ := strings.Cut(l, "\t")
+		rows = append(rows, row{names: names, words: strings.Fields(text)})
 	}
-	tw.Flush()
+	width := 0
+	for _, r := range rows {
+		width = max(width, len(r.names))
+	}
+	col := 3 + width + 2
+	for _, r := range rows {
+		fmt.Fprintf(w, "   %-*s  %s\n", width, r.names, fill(r.words, col))
+	}
+}
+
+// fill puts words on lines of at most helpWidth columns, the first
+// starting at column indent and the others indented by as much; a word
+// may hold spaces, and one longer than a line is left whole.
+func fill(words []string, indent int) string {
+	var b strings.Builder
+	col := indent
+	for i, word := range words {
+		switch {
+		case i == 0:
+		case col+1+len(word) > helpWidth:
+			b.WriteString("\n" + strings.Repeat(" ", indent))
+			col = indent
+		default:
+			b.WriteByte(' ')
+			col++
+		}
+		b.WriteString(word)
+		col += len(word)
+	}
+	return b.String()
 }

@@ -47,7 +47,8 @@ const (
 const (
 	hookName = "kc-hook"
 	hookHelp = `Usage: kc-hook [options] STAGE < state.json
-       kc-hook [options] supervise [supervise options] CONTAINER-ID INIT-PID INIT-START-TICKS -- COMMAND...
+       kc-hook [options] supervise [supervise options]
+               CONTAINER-ID INIT-PID INIT-START-TICKS -- COMMAND...
 
 OCI hook: record a container's init process, reap its supervisor trees when
 it stops. The runtime runs it with the container's State on stdin.
@@ -55,8 +56,9 @@ STAGE is createRuntime (or its old name prestart), createContainer,
 startContainer, poststart or poststop.
 
 Commands:
-   supervise  ` + superviseUsage + `
-              (see kc-hook supervise --help)
+   supervise  run COMMAND as a supervisor that dies with the container's
+              init process (see kc-hook supervise --help)
+   version    print the version, as --version does
 
 Options:
 `
@@ -162,8 +164,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case cl.help:
 		writeHookHelp(stdout)
 		return exitOK
-	case cl.version:
-		fmt.Fprintf(stdout, "%s version %s\n", hookName, version)
+	case cl.version || len(cl.args) == 1 && cl.args[0] == "version":
+		// "NAME VERSION", as kc-janitor prints it.
+		fmt.Fprintln(stdout, hookName, version)
 		return exitOK
 	case cl.supervise():
 		return runSupervise(&cl.settings, cl.args[1:], stdout, stderr)

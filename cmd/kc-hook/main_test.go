@@ -308,8 +308,10 @@ func TestUsage(t *testing.T) {
 		{name: "help after the stage", args: []string{"poststop", "--help"}, stdout: []string{"Usage: kc-hook"}},
 		{name: "help after a bad flag", args: []string{"--nope", "--help"}, code: exitBadInput, stderr: "kc-hook: flag provided but not defined: -nope (see kc-hook --help)\n"},
 		{name: "help before supervise", args: []string{"--help", "supervise"}, stdout: []string{"Usage: kc-hook [options] STAGE"}},
-		{name: "version", args: []string{"--version"}, stdout: []string{"kc-hook version dev\n"}},
-		{name: "short version", args: []string{"-v", "poststop"}, stdout: []string{"kc-hook version dev\n"}},
+		{name: "version", args: []string{"--version"}, stdout: []string{"kc-hook dev\n"}},
+		{name: "short version", args: []string{"-v", "poststop"}, stdout: []string{"kc-hook dev\n"}},
+		{name: "version command", args: []string{"version"}, stdout: []string{"kc-hook dev\n"}},
+		{name: "version command after options", args: []string{"--state-dir=/nonexistent/kc", "version"}, stdout: []string{"kc-hook dev\n"}},
 		{name: "version needs good variables", env: map[string]string{"KC_KILL_GRACE": "x"}, args: []string{"--version"}, code: exitBadInput, stderr: "$KC_KILL_GRACE"},
 		{name: "no stage", code: exitBadInput, stderr: "kc-hook: want one STAGE after the options, got [] (see kc-hook --help)\n"},
 		{name: "flag after the stage", args: []string{"poststop", "--kill-grace=1s"}, code: exitBadInput, stderr: `kc-hook: want one STAGE after the options, got ["poststop" "--kill-grace=1s"] (see kc-hook --help)` + "\n"},
@@ -381,9 +383,18 @@ func TestHelpListsEveryOption(t *testing.T) {
 		t.Run(page.name, func(t *testing.T) {
 			var b strings.Builder
 			page.help(&b)
+			// A flag's entry is its line and the ones wrapped below it,
+			// indented deeper, joined.
 			lines := map[string]string{}
-			for _, l := range strings.Split(b.String(), "\n") {
+			all := strings.Split(b.String(), "\n")
+			for i, l := range all {
 				if m := flagRE.FindStringSubmatch(l); m != nil {
+					for _, next := range all[i+1:] {
+						if !strings.HasPrefix(next, "    ") || flagRE.MatchString(next) {
+							break
+						}
+						l += " " + strings.TrimSpace(next)
+					}
 					lines[m[1]] = l
 				}
 			}
@@ -415,8 +426,10 @@ func TestHelpListsEveryOption(t *testing.T) {
 	}
 	var b strings.Builder
 	writeHookHelp(&b)
+	// Words, not columns: the text is wrapped.
+	text := strings.Join(strings.Fields(b.String()), " ")
 	for _, want := range []string{"--state-dir DIR", "ledger DIR (default: " + ledger.DefaultDir(userns.HostEUID()) + ") [$KC_STATE_DIR]", "wait between SIGTERM and SIGKILL (default: 5s) [$KC_KILL_GRACE]", "--help, -h ", "--version, -v "} {
-		if !strings.Contains(b.String(), want) {
+		if !strings.Contains(text, strings.TrimSpace(want)) {
 			t.Errorf("kc-hook --help lacks %q", want)
 		}
 	}
@@ -461,4 +474,21 @@ func TestUnusableStateDirLeavesATrace(t *testing.T) {
 			t.Errorf("a trace was left: %v", err)
 		}
 	})
+}
+
+// TestHelpWidth: kc-hook's help texts fit 80 columns, as kc-janitor's.
+func TestHelpWidth(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"supervise", "--help"}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			code, stdout, _ := runHook(t, "", args...)
+			if code != exitOK || stdout == "" {
+				t.Fatalf("exit %d: %q", code, stdout)
+			}
+			for i, l := range strings.Split(stdout, "\n") {
+				if len(l) > helpWidth {
+					t.Errorf("line %d is %d columns: %q", i+1, len(l), l)
+				}
+			}
+		})
+	}
 }

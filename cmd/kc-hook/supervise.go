@@ -23,10 +23,10 @@ import (
 // poststart for containers annotated io.kc-watchman.supervisor=NAME, with
 // the command taken from the allowlist; it can be run by hand too.
 const (
-	superviseName  = "supervise"
-	superviseCmd   = hookName + " " + superviseName
-	superviseUsage = "run COMMAND as a supervisor that dies with the container's init process"
-	superviseHelp  = `Usage: kc-hook [--state-dir DIR] [--kill-grace D] supervise [options] CONTAINER-ID INIT-PID INIT-START-TICKS -- COMMAND...
+	superviseName = "supervise"
+	superviseCmd  = hookName + " " + superviseName
+	superviseHelp = `Usage: kc-hook [--state-dir DIR] [--kill-grace D] supervise [options]
+               CONTAINER-ID INIT-PID INIT-START-TICKS -- COMMAND...
 
 Run COMMAND as a supervisor that dies with the container's init process:
 lead a process group, run COMMAND as its child (with a parent-death signal)

@@ -54,14 +54,11 @@ func TestDoctorEngines(t *testing.T) {
 		live map[string]int
 	}{
 		{"docker named", []string{"--engine", "docker", "--docker-url", dk.URL}, false, map[string]want{
-			doctor.NameEngines:    {doctor.OK, []string{"named by --engine: docker (" + dk.URL + ")"}},
-			doctor.NameDocker:     {doctor.OK, []string{"api " + dk.URL + ": version 20.", "(API 1.", " live, uid " + strconv.Itoa(euid) + " ("}},
-			doctor.NamePodman:     {doctor.OK, []string{"not asked: --engine does not name it"}},
-			doctor.NameContainerd: {doctor.OK, []string{"not asked"}},
+			doctor.NameEngines: {doctor.OK, []string{"named by --engine: docker (" + dk.URL + ")"}},
+			doctor.NameDocker:  {doctor.OK, []string{"api " + dk.URL + ": version 20.", "(API 1.", " live, uid " + strconv.Itoa(euid) + " ("}},
 		}, map[string]int{"docker": -1}},
 		{"containerd named", []string{"--engine", "containerd", "--containerd-address", cdAddr, "--containerd-namespace", ns}, false, map[string]want{
 			doctor.NameContainerd: {doctor.OK, []string{"api " + cdAddr + ": version 1.", "1 container, 1 live, uid " + strconv.Itoa(euid)}},
-			doctor.NameDocker:     {doctor.OK, []string{"not asked"}},
 		}, map[string]int{"containerd": 1}},
 		{"auto finds all three and podman is down", []string{"--docker-url", dk.URL, "--containerd-address", cdAddr, "--containerd-namespace", ns}, false, map[string]want{
 			doctor.NameEngines:    {doctor.OK, []string{"auto found podman (unix:///nonexistent/podman.sock), docker (" + dk.URL + "), containerd (" + cdAddr + ")"}},
@@ -84,14 +81,22 @@ func TestDoctorEngines(t *testing.T) {
 			if failed := code == 2 && rep.Worst == doctor.Error; failed != tc.failed {
 				t.Errorf("exit %d, worst %v; want failed=%v\n%s", code, rep.Worst, tc.failed, out)
 			}
+			// An engine --engine leaves out has no check.
+			if tc.args[0] == "--engine" {
+				for _, c := range rep.Checks {
+					if e := c.Name; (e == doctor.NamePodman || e == doctor.NameDocker || e == doctor.NameContainerd) && !strings.Contains(tc.args[1], e) {
+						t.Errorf("a check for %s, which --engine %s leaves out: %+v", e, tc.args[1], c)
+					}
+				}
+			}
 			for name, w := range tc.checks {
 				c := checkOf(t, rep, name)
 				if c.Verdict != w.verdict {
 					t.Errorf("%s: %v (%s), want %v", name, c.Verdict, c.Detail, w.verdict)
 				}
 				for _, s := range w.detail {
-					if !strings.Contains(c.Detail, s) {
-						t.Errorf("%s: detail %q lacks %q", name, c.Detail, s)
+					if !strings.Contains(c.Text(), s) {
+						t.Errorf("%s: detail %q lacks %q", name, c.Text(), s)
 					}
 				}
 			}

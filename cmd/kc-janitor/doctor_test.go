@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -166,7 +167,7 @@ func TestDoctorBrokenHook(t *testing.T) {
 			code, out := runJanitorCapture(t, h.args("--format", "json")...)
 			rep := decodeDoctor(t, out)
 			ch := checkOf(t, rep, doctor.NameHookInstalled)
-			all := ch.Detail + "\n" + strings.Join(ch.Items, "\n")
+			all := ch.Text() + "\n" + strings.Join(ch.Items, "\n")
 			if code != 2 || ch.Verdict != doctor.Error || !strings.Contains(all, c.text) {
 				t.Errorf("exit %d, check %+v; want exit 2, error with %q", code, ch, c.text)
 			}
@@ -221,5 +222,79 @@ func TestDoctorUsage(t *testing.T) {
 		if code, out := runJanitorCapture(t, args...); code != exitUsage {
 			t.Errorf("%v: exit %d, want 2: %s", args, code, out)
 		}
+	}
+}
+
+// TestDoctorJSONKeys: every check of doctor's JSON carries "check",
+// "verdict", "message" and "remedy", and, for one release, the keys it
+// had before: "name" (the check) and "detail" (message and remedy).
+func TestDoctorJSONKeys(t *testing.T) {
+	h := newDoctorHost(t)
+	_, out := runJanitorCapture(t, h.args("--format", "json")...)
+	var raw struct {
+		Checks []map[string]any `json:"checks"`
+	}
+	if err := json.Unmarshal([]byte(out), &raw); err != nil || len(raw.Checks) == 0 {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	remedies := 0
+	for _, c := range raw.Checks {
+		t.Run(fmt.Sprint(c["check"]), func(t *testing.T) {
+			for _, key := range []string{"check", "verdict", "message", "remedy", "name", "detail", "label"} {
+				if _, ok := c[key].(string); !ok {
+					t.Errorf("no string %q: %v", key, c)
+				}
+			}
+			if c["name"] != c["check"] {
+				t.Errorf("name %v, check %v", c["name"], c["check"])
+			}
+			want := c["message"]
+			if r := c["remedy"]; r != "" {
+				remedies++
+				want = fmt.Sprintf("%s; remedy: %s", c["message"], r)
+				if c["verdict"] == "ok" {
+					t.Errorf("a remedy for an ok check: %v", c)
+				}
+			}
+			if c["detail"] != want {
+				t.Errorf("detail %q, want %q", c["detail"], want)
+			}
+		})
+	}
+	// podman is unreachable here: its check and the strays check say
+	// what to do.
+	if remedies < 2 {
+		t.Errorf("%d remedies:\n%s", remedies, out)
+	}
+}
+
+// TestDoctorNamedEngineOnly: doctor --engine docker (or
+// containerd) on a host without hooks has no line about podman: no
+// podman check, and the hook checks word their verdicts without it.
+func TestDoctorNamedEngineOnly(t *testing.T) {
+	for _, tc := range []struct{ engine, endpoint string }{
+		{"docker", "--docker-url=unix:///nonexistent/docker.sock"},
+		{"containerd", "--containerd-address=/nonexistent/containerd.sock"},
+		{"docker,containerd", "--docker-url=unix:///nonexistent/docker.sock"},
+	} {
+		// (The test's temporary paths must not say podman either.)
+		t.Run(strings.ReplaceAll(tc.engine, ",", "+"), func(t *testing.T) {
+			h := newDoctorHost(t)
+			files, _ := filepath.Glob(filepath.Join(h.hooks, "*.json"))
+			for _, f := range files {
+				if err := os.Remove(f); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, out := runJanitorCapture(t, h.args("--engine", tc.engine, tc.endpoint, "--containerd-address=/nonexistent/containerd.sock")...)
+			for _, l := range strings.Split(out, "\n") {
+				if strings.Contains(strings.ToLower(l), "podman") {
+					t.Errorf("talks about podman: %q", l)
+				}
+			}
+			if !strings.Contains(out, "hook installed") || !strings.Contains(out, "hook alive") {
+				t.Errorf("no hook checks:\n%s", out)
+			}
+		})
 	}
 }

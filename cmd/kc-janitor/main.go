@@ -62,6 +62,7 @@ func runApp(app *cli.App, args []string) error {
 func newApp() *cli.App {
 	// --version and the version command print the same line.
 	cli.VersionPrinter = func(c *cli.Context) { printVersion(c, false) }
+	cliapp.InstallHelp()
 	return &cli.App{
 		Name:    "kc-janitor",
 		Usage:   "reap what container supervisors leave behind, with the container engines (podman, Docker, containerd) as ground truth",
@@ -76,8 +77,8 @@ command name.`,
 		Commands:       commands(),
 		HideVersion:    false,
 		ExitErrHandler: func(*cli.Context, error) {},
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			return cli.Exit(cliapp.UsageMessage(err, commands()), exitUsage)
+		OnUsageError: func(c *cli.Context, err error, _ bool) error {
+			return cli.Exit(cliapp.UsageMessageIn(c, err, commands()), exitUsage)
 		},
 		// Reached only when the first word is no command: a typo in a
 		// cron line must not exit 3, which means "podman down".
@@ -109,12 +110,13 @@ func commands() []*cli.Command {
 		c.Flags = append(c.Flags, globalFlags()...)
 		c.Flags = append(c.Flags, engineFlags()...)
 		c.Flags = append(c.Flags, metricsFlags()...)
+		ownHelp(c)
 		if c.Action != nil {
 			c.Action = withAudit(c.Name, noStrayArgs(withMetrics(c.Name, c.Action)))
 		}
 		if c.OnUsageError == nil {
-			c.OnUsageError = func(_ *cli.Context, err error, _ bool) error {
-				return cli.Exit(cliapp.UsageMessage(err, commands()), exitUsage)
+			c.OnUsageError = func(c *cli.Context, err error, _ bool) error {
+				return cli.Exit(cliapp.UsageMessageIn(c, err, commands()), exitUsage)
 			}
 		}
 	}

@@ -120,7 +120,7 @@ func TestStatusShowsEngine(t *testing.T) {
 			t.Errorf("record %.12s: engine %q state %q, want %q %q", r.ContainerID, r.Engine, r.ContainerNow, want[0], want[1])
 		}
 	}
-	if tr := rep.Trees[0]; tr.ContainerID != id || tr.Engine != "docker" || tr.PGID != k.PGID || tr.Decision != "skipped-live" {
+	if tr := rep.Trees[0]; tr.ContainerID != id || tr.Engine != "docker" || tr.PGID != k.PGID || tr.Action != "skipped-live" || tr.Decision != tr.Action {
 		t.Errorf("tree %+v, want container %.12s, engine docker, pgid %d, skipped-live", tr, id, k.PGID)
 	}
 
@@ -139,5 +139,39 @@ func TestStatusShowsEngine(t *testing.T) {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("no %s in:\n%s", re, out)
 		}
+	}
+}
+
+// TestStatusTreeAction: a tree's decision is under "action", the key
+// reconcile's JSON gives it, and under "decision" (its former key, kept
+// for one release) with the same value.
+func TestStatusTreeAction(t *testing.T) {
+	id := strings.Repeat("6", 64)
+	testkit.StartKCServer(t, t.TempDir(), testkit.Fake{ContainerID: id})
+	t.Setenv("PATH", t.TempDir()) // no podman CLI
+	code, out := runJanitorCapture(t, "status", "--state-dir", t.TempDir(), "--socket-dir", t.TempDir(),
+		"--podman-url", "unix:///nonexistent/podman.sock", "--min-age", "0s", "--container", id, "--format", "json")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	var raw struct {
+		Trees []map[string]any `json:"trees"`
+	}
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if len(raw.Trees) != 1 {
+		t.Fatalf("want the fake's tree: %s", out)
+	}
+	tr := raw.Trees[0]
+	for _, tc := range []struct{ key, want string }{
+		{"action", "?"}, // ground truth unknown: podman is not there
+		{"decision", "?"},
+	} {
+		t.Run(tc.key, func(t *testing.T) {
+			if got, ok := tr[tc.key]; !ok || got != tc.want {
+				t.Errorf("%s = %v (present %v), want %q: %v", tc.key, got, ok, tc.want, tr)
+			}
+		})
 	}
 }

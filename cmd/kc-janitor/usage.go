@@ -1,7 +1,11 @@
 package main
 
 import (
+	"slices"
+
 	"github.com/urfave/cli/v2"
+
+	"github.com/kc-watchman/kc-watchman/internal/cliapp"
 )
 
 // noStrayArgs refuses positional arguments for a command that takes none:
@@ -15,4 +19,24 @@ func noStrayArgs(action cli.ActionFunc) cli.ActionFunc {
 		}
 		return action(c)
 	}
+}
+
+// notRead are the flags a command accepts with a shared set but does not
+// read: its help does not list them (status never signals anything, so
+// --kill-grace means nothing to it).
+var notRead = map[string][]string{
+	"status": {"kill-grace"},
+}
+
+// ownHelp leaves in a command's help only the flags it reads and that are
+// its own: the global flags every command also takes are described once,
+// in kc-janitor --help, and accepted after the command name all the same.
+func ownHelp(c *cli.Command) {
+	global := map[string]bool{}
+	for _, f := range append(append(globalFlags(), engineFlags()...), metricsFlags()...) {
+		global[f.Names()[0]] = true
+	}
+	cliapp.HideFlags(c, func(name string) bool {
+		return global[name] || slices.Contains(notRead[c.Name], name)
+	})
 }

@@ -66,7 +66,8 @@ that round's sweep) instead of the host's.
 
 Examples:
    kc-janitor watch --interval 15m
-   KC_APPLY=1 kc-janitor watch --interval 5m --metrics-file /var/lib/prometheus/node-exporter/kc-janitor.prom
+   KC_APPLY=1 kc-janitor watch --interval 5m \
+      --metrics-file /var/lib/prometheus/node-exporter/kc-janitor.prom
    kc-janitor watch --once                    # one round, for a timer`,
 		Flags:  flags,
 		Action: runWatch,

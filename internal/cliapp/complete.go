@@ -116,19 +116,34 @@ func takesValue(f cli.Flag) bool {
 	return ok && d.TakesValue()
 }
 
-// flagNames lists the long names of the visible flags, then --help.
+// flagNames lists the long names of the visible flags, then --help. A
+// command's are its own, then the global ones, which it takes too though
+// its help leaves them to the program's.
 func flagNames(app *cli.App, cmd *cli.Command) []string {
 	flags := app.VisibleFlags()
 	if cmd != nil {
-		flags = cmd.VisibleFlags()
+		flags = append(cmd.VisibleFlags(), flags...)
 	}
 	var out []string
 	for _, f := range flags {
-		if n := f.Names()[0]; n != "help" {
+		if n := f.Names()[0]; n != "help" && !slices.Contains(out, "--"+n) {
+			if cmd != nil && !accepts(cmd, n) {
+				continue
+			}
 			out = append(out, "--"+n)
 		}
 	}
 	return append(out, "--help")
+}
+
+// accepts says whether cmd takes the flag name.
+func accepts(cmd *cli.Command, name string) bool {
+	for _, f := range cmd.Flags {
+		if slices.Contains(f.Names(), name) {
+			return true
+		}
+	}
+	return false
 }
 
 // Script is the completion script for shell (bash or zsh) of program

@@ -132,9 +132,12 @@ func rowOf(f cli.Flag) flagRow {
 		return r
 	}
 	if d.TakesValue() {
-		if _, isDur := f.(*cli.DurationFlag); isDur {
+		switch f.(type) {
+		case *cli.DurationFlag:
 			r.names += " DURATION"
-		} else {
+		case *cli.IntFlag:
+			r.names += " N"
+		default:
 			r.names += " " + placeholder(d.GetUsage())
 		}
 	}

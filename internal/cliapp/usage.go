@@ -15,23 +15,62 @@ import (
 // command, with the nearest command name when one is close.
 func UnknownCommand(app *cli.App, name string) string {
 	msg := fmt.Sprintf("%q is not a %s command", name, app.Name)
-	best, bestDist := "", 3 // farther than two edits is no typo
+	var names []string
 	for _, c := range app.Commands {
-		if c.Name == "help" {
-			continue
-		}
-		d := editDistance(name, c.Name)
-		if strings.HasPrefix(c.Name, name) && len(name) >= 3 {
-			d = 0
-		}
-		if d < bestDist {
-			best, bestDist = c.Name, d
+		if c.Name != "help" {
+			names = append(names, c.Name)
 		}
 	}
-	if best != "" {
+	if best := nearest(name, names); best != "" {
 		return msg + fmt.Sprintf("; did you mean %s?", best)
 	}
 	return msg + fmt.Sprintf(" (see %s --help)", app.Name)
+}
+
+// nearest is the one of names a typo of name most likely meant: the
+// fewest edits away (two at most), or the first that name abbreviates;
+// "" when none is close.
+func nearest(name string, names []string) string {
+	best, bestDist := "", 3 // farther than two edits is no typo
+	for _, n := range names {
+		d := editDistance(name, n)
+		if strings.HasPrefix(n, name) && len(name) >= 3 {
+			d = 0
+		}
+		if d < bestDist {
+			best, bestDist = n, d
+		}
+	}
+	return best
+}
+
+// UnknownFlag words the error for a flag the command being parsed does
+// not take, with the nearest flag it does take when one is close: its
+// own, or a global one. name is as the flag package reports it, without
+// dashes.
+func UnknownFlag(c *cli.Context, name string) string {
+	typed := "--" + name
+	if len(name) == 1 {
+		typed = "-" + name
+	}
+	msg := "unknown flag " + typed
+	if c == nil || c.App == nil || c.Command == nil {
+		return msg + " (see --help)"
+	}
+	// The root command is the app itself: no command of that name.
+	cmd := c.App.Command(c.Command.Name)
+	var names []string
+	for _, n := range flagNames(c.App, cmd) {
+		names = append(names, strings.TrimPrefix(n, "--"))
+	}
+	if best := nearest(strings.TrimLeft(name, "-"), names); best != "" {
+		return msg + fmt.Sprintf("; did you mean --%s?", best)
+	}
+	help := c.App.Name
+	if cmd != nil {
+		help += " " + cmd.Name
+	}
+	return msg + fmt.Sprintf(" (see %s --help)", help)
 }
 
 // editDistance is the Levenshtein distance between a and b.
@@ -67,9 +106,16 @@ const DurationHint = "want a duration such as 90s, 5m or 1h30m, or a number of s
 // are typed with (--min-age, not -min-age), and a refused value with what
 // would be accepted instead of a bare "parse error".
 func UsageMessage(err error, cmds []*cli.Command) string {
+	return UsageMessageIn(nil, err, cmds)
+}
+
+// UsageMessageIn is UsageMessage for an error met while parsing the
+// command of c (the app's own flags when c is the app's): an unknown
+// flag is worded by UnknownFlag, with the flag it likely meant.
+func UsageMessageIn(c *cli.Context, err error, cmds []*cli.Command) string {
 	msg := err.Error()
 	if m := undefinedArg.FindStringSubmatch(msg); m != nil {
-		return fmt.Sprintf("unknown option --%s (see --help)", m[1])
+		return UnknownFlag(c, m[1])
 	}
 	var name string
 	if m := goFlagName.FindStringSubmatch(msg); m != nil {

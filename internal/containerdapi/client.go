@@ -93,7 +93,7 @@ func New(addr string) (*Client, error) {
 	c := &Client{address: p}
 	c.peerUID.Store(UIDUnknown)
 	dial := func(ctx context.Context, _ string) (net.Conn, error) {
-		conn, uid, err := peercred.DialUnix(ctx, p)
+		conn, uid, err := peercred.DialUnixAs(ctx, "containerd's socket", p)
 		if err != nil {
 			c.peerUID.Store(UIDUnknown)
 			return nil, err

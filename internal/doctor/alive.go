@@ -44,7 +44,10 @@ type AliveInput struct {
 	// LiveContainers is how many containers podman lists as live; -1
 	// when podman could not be asked.
 	LiveContainers int
-	Now            time.Time
+	// NoPodman: podman is not an engine asked here, so LiveContainers
+	// says nothing, and what is said of the hook names no podman.
+	NoPodman bool
+	Now      time.Time
 	// HostUID is the host UID the hook runs as for this janitor (its
 	// own): log lines a hook of another UID wrote to a shared log file
 	// are not this user's hook's runs. Lines of hooks that did not say
@@ -168,7 +171,8 @@ func HookAlive(in AliveInput) Check {
 		e := traced[len(traced)-1]
 		c := newCheck(NameHookAlive, Error, "kc-hook ran but could not write its state dir %s %s since boot; last, %s ago at %s: %s (trace: %s)",
 			e.StateDir, plural(len(traced), "time", "times"), in.Now.Sub(e.Time).Round(time.Second), e.Stage, e.Error, strings.Join(files, ", "))
-		c.Items = append(problems, "fix the state dir (or KC_STATE_DIR in the hook's descriptor); this check passes once the hook records a run again")
+		c.Items = problems
+		c.Remedy = "fix the state dir (or KC_STATE_DIR in the hook's descriptor); this check passes once the hook records a run again"
 		return c
 	}
 	if logN > 0 || recN > 0 {
@@ -181,6 +185,8 @@ func HookAlive(in AliveInput) Check {
 	where := fmt.Sprintf("nothing since boot (%s) in %s or %s/containers", in.Boot.Format(time.RFC3339), in.LogFile, in.StateDir)
 	var c Check
 	switch {
+	case in.NoPodman:
+		c = newCheck(NameHookAlive, OK, "cannot tell: %s; no engine asked here runs hooks from hooks.d (kc-janitor watch follows their containers' deaths)", where)
 	case in.LiveContainers > 0:
 		c = newCheck(NameHookAlive, Warn, "%s, yet podman lists %s: the hook does not fire, or runs with another state dir",
 			where, plural(in.LiveContainers, "live container", "live containers"))

@@ -59,19 +59,47 @@ func (v *Verdict) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Check is the outcome of one check.
+// Check is the outcome of one check. Its JSON object carries "check",
+// "verdict", "message" and "remedy" (and "items" when there are any);
+// "name" and "detail", its keys before, are kept for one release:
+// "name" is "check", "detail" is the text report's parenthesis (the
+// message, then the remedy).
 type Check struct {
 	// Name is the check's stable identifier (hook-installed, ...), used
 	// in JSON and as the metrics label.
-	Name string `json:"name"`
+	Name string `json:"check"`
 	// Label is what the text report prints.
 	Label   string  `json:"label"`
 	Verdict Verdict `json:"verdict"`
-	// Detail says why, in one line.
-	Detail string `json:"detail"`
+	// Detail says what was found, in one line.
+	Detail string `json:"message"`
+	// Remedy says what to do about it; "" when there is nothing to do.
+	Remedy string `json:"remedy"`
 	// Items are details worth a line each (the stray trees, the broken
 	// descriptors, ...).
 	Items []string `json:"items,omitempty"`
+}
+
+// Text is the check's detail as the text report prints it: the message,
+// then the remedy.
+func (c Check) Text() string {
+	switch {
+	case c.Remedy == "":
+		return c.Detail
+	case c.Detail == "":
+		return "remedy: " + c.Remedy
+	}
+	return c.Detail + "; remedy: " + c.Remedy
+}
+
+// MarshalJSON adds the keys of earlier releases, "name" and "detail".
+func (c Check) MarshalJSON() ([]byte, error) {
+	type plain Check
+	return json.Marshal(struct {
+		plain
+		Name   string `json:"name"`
+		Detail string `json:"detail"`
+	}{plain(c), c.Name, c.Text()})
 }
 
 // Check names, in report order.
@@ -144,8 +172,8 @@ func (r Report) WriteText(w io.Writer) error {
 			dots = 3
 		}
 		fmt.Fprintf(&b, "%s %s %s", c.Label, strings.Repeat(".", dots), c.Verdict)
-		if c.Detail != "" {
-			fmt.Fprintf(&b, " (%s)", c.Detail)
+		if t := c.Text(); t != "" {
+			fmt.Fprintf(&b, " (%s)", t)
 		}
 		b.WriteByte('\n')
 		for _, it := range c.Items {

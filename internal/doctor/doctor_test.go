@@ -251,7 +251,7 @@ func TestHookAlive(t *testing.T) {
 		dir := t.TempDir()
 		log := write(t, dir, "kc-hook.log", logLine(boot.Add(-time.Minute), "poststop"))
 		got := HookAlive(AliveInput{StateDir: filepath.Join(dir, "missing"), LogFile: log, Boot: boot, LiveContainers: c.live, Now: now})
-		if got.Verdict != c.want || !strings.Contains(got.Detail, c.text) {
+		if got.Verdict != c.want || !strings.Contains(got.Text(), c.text) {
 			t.Errorf("live %d: %+v", c.live, got)
 		}
 	}
@@ -351,17 +351,19 @@ func TestEngineVerdicts(t *testing.T) {
 			Warn, []string{"owner is unknown"}},
 		{"auto, absent", true, EngineInput{Name: NameContainerd, Endpoint: "/run/containerd/containerd.sock"}, OK,
 			[]string{"not asked: auto found nothing at /run/containerd/containerd.sock"}},
-		{"named others", false, EngineInput{Name: NamePodman, Endpoint: "unix:///run/podman/podman.sock"}, OK, []string{"not asked: --engine does not name it"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, checks, reps := Engines(EnginesInput{Auto: tc.auto, Engines: []EngineInput{tc.e}})
+			if len(checks) != 1 {
+				t.Fatalf("checks %+v, want one", checks)
+			}
 			c := checks[0]
 			if c.Name != tc.e.Name || c.Verdict != tc.verdict {
 				t.Errorf("check %+v, want %s %v", c, tc.e.Name, tc.verdict)
 			}
 			for _, w := range tc.want {
-				if !strings.Contains(c.Detail, w) {
-					t.Errorf("detail %q lacks %q", c.Detail, w)
+				if !strings.Contains(c.Text(), w) {
+					t.Errorf("detail %q lacks %q", c.Text(), w)
 				}
 			}
 			r := reps[0]
@@ -385,14 +387,14 @@ func TestEnginesSummary(t *testing.T) {
 		{"auto found one", EnginesInput{Auto: true, Engines: []EngineInput{pm, dk, cd}}, OK,
 			"auto found podman (unix:///run/podman/podman.sock); not found: docker at unix:///var/run/docker.sock, containerd at /run/containerd/containerd.sock"},
 		{"auto found none", EnginesInput{Auto: true, Engines: []EngineInput{dk, cd}}, Warn,
-			"auto found no engine (looked for docker at unix:///var/run/docker.sock, containerd at /run/containerd/containerd.sock), so reconcile would touch nothing (exit 3); start one, or name it with --engine and its endpoint"},
+			"auto found no engine (looked for docker at unix:///var/run/docker.sock, containerd at /run/containerd/containerd.sock), so reconcile would touch nothing (exit 3); remedy: start one, or name it with --engine and its endpoint"},
 		{"named", EnginesInput{Engines: []EngineInput{pm, {Name: NameDocker, Endpoint: "unix:///d.sock", Named: true, Asked: true}, cd}}, OK,
 			"named by --engine: podman (unix:///run/podman/podman.sock), docker (unix:///d.sock)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, _, _ := Engines(tc.in)
-			if c.Name != NameEngines || c.Verdict != tc.verdict || c.Detail != tc.detail {
-				t.Errorf("got %v %q\nwant %v %q", c.Verdict, c.Detail, tc.verdict, tc.detail)
+			if c.Name != NameEngines || c.Verdict != tc.verdict || c.Text() != tc.detail {
+				t.Errorf("got %v %q\nwant %v %q", c.Verdict, c.Text(), tc.verdict, tc.detail)
 			}
 		})
 	}
@@ -418,12 +420,12 @@ func TestStraysVerdict(t *testing.T) {
 	}{
 		{"unknown", StraysInput{LivenessErr: errors.New("x")}, Warn, "not checked"},
 		{"none", StraysInput{Report: rep(action.SkipLive, action.SkipYoung)}, OK, "none; 2 trees"},
-		{"dry", StraysInput{Report: rep(action.WouldReap, action.SkipLive)}, Warn, "1 stray tree:"},
+		{"dry", StraysInput{Report: rep(action.WouldReap, action.SkipLive)}, Warn, "1 stray tree; remedy: run kc-janitor doctor --fix"},
 		{"fixed", StraysInput{Report: rep(action.Reaped, action.Gone), Fix: true}, OK, "fixed: reaped 2"},
 		{"would not die", StraysInput{Report: rep(action.Reaped, action.WouldNotDie), Fix: true}, Error, "1 would not die"},
 	} {
 		got := Strays(c.in)
-		if got.Verdict != c.want || !strings.Contains(got.Detail, c.text) {
+		if got.Verdict != c.want || !strings.Contains(got.Text(), c.text) {
 			t.Errorf("%s: %+v", c.name, got)
 		}
 	}
@@ -643,10 +645,10 @@ func TestHookWithoutPodman(t *testing.T) {
 		want  Verdict
 		text  string
 	}{
-		{"none installed", func(*testing.T, string) {}, OK, "none needed: podman is not an engine here"},
+		{"none installed", func(*testing.T, string) {}, OK, "none needed: no engine asked here runs hooks from hooks.d"},
 		{"poststop missing", func(t *testing.T, dir string) {
 			write(t, dir, "kc-hook-createruntime.json", descriptor(fakeHook(t), "createRuntime"))
-		}, Warn, "podman is not an engine here"},
+		}, Warn, "no engine asked here runs hooks from hooks.d"},
 		{"installed", func(t *testing.T, dir string) { installPair(t, dir, fakeHook(t)) }, OK, "poststop"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -657,7 +659,7 @@ func TestHookWithoutPodman(t *testing.T) {
 			c.setup(t, dir)
 			with, descs := HookInstalled([]string{dir}, state, state)
 			got := HookWithoutPodman(with, descs)
-			if got.Verdict != c.want || !strings.Contains(got.Detail, c.text) {
+			if got.Verdict != c.want || !strings.Contains(got.Text(), c.text) {
 				t.Errorf("verdict %v (%s), want %v with %q", got.Verdict, got.Detail, c.want, c.text)
 			}
 			if c.want != OK && with.Verdict != Error {

@@ -68,7 +68,11 @@ var remedies = map[string]string{
 func Engines(in EnginesInput) (summary Check, perEngine []Check, reports []EngineReport) {
 	summary = enginesSummary(in)
 	for _, e := range in.Engines {
-		perEngine = append(perEngine, engineCheck(e, in.Auto))
+		// An engine --engine leaves out gets no check: doctor --engine
+		// docker says nothing of podman. Its JSON report says so.
+		if in.Auto || e.Asked {
+			perEngine = append(perEngine, engineCheck(e, in.Auto))
+		}
 		r := EngineReport{Name: e.Name, Endpoint: e.Endpoint, Found: e.Found, Named: e.Named, Asked: e.Asked,
 			Version: e.Version, Source: e.Source, UID: liveness.UIDUnknown}
 		switch {
@@ -97,8 +101,10 @@ func enginesSummary(in EnginesInput) Check {
 		return newCheck(NameEngines, OK, "named by --engine: %s", strings.Join(asked, ", "))
 	}
 	if len(asked) == 0 {
-		return newCheck(NameEngines, Warn, "auto found no engine (looked for %s), so reconcile would touch nothing (exit 3); start one, or name it with --engine and its endpoint",
+		c := newCheck(NameEngines, Warn, "auto found no engine (looked for %s), so reconcile would touch nothing (exit 3)",
 			strings.Join(absent, ", "))
+		c.Remedy = "start one, or name it with --engine and its endpoint"
+		return c
 	}
 	detail := "auto found " + strings.Join(asked, ", ")
 	if len(absent) > 0 {
@@ -110,10 +116,7 @@ func enginesSummary(in EnginesInput) Check {
 func engineCheck(e EngineInput, auto bool) Check {
 	name := e.Name
 	if !e.Asked {
-		if auto {
-			return newCheck(name, OK, "not asked: auto found nothing at %s", e.Endpoint)
-		}
-		return newCheck(name, OK, "not asked: --engine does not name it")
+		return newCheck(name, OK, "not asked: auto found nothing at %s", e.Endpoint)
 	}
 	if e.Err != nil {
 		// A named engine that cannot be asked fails every run that needs
@@ -123,8 +126,10 @@ func engineCheck(e EngineInput, auto bool) Check {
 		if e.Named {
 			v, why = Error, "--engine names it"
 		}
-		return newCheck(name, v, "unreachable, so stray trees could not be looked for (reconcile would touch nothing, exit 3; %s): %v; remedy: %s",
-			why, e.Err, remedies[name])
+		c := newCheck(name, v, "unreachable, so stray trees could not be looked for (reconcile would touch nothing, exit 3; %s): %v",
+			why, e.Err)
+		c.Remedy = remedies[name]
+		return c
 	}
 	version := e.Version
 	if version == "" {

@@ -465,10 +465,11 @@ func HookWithoutPodman(c Check, descs []Descriptor) Check {
 	}
 	if len(descs) == 0 {
 		c.Verdict = OK
-		c.Detail = "none in hooks.d, and none needed: podman is not an engine here (run kc-janitor watch: it follows Docker's and containerd's container deaths; containerd's CRI takes the hook from contrib/containerd's base spec)"
+		c.Detail = "none in hooks.d, and none needed: no engine asked here runs hooks from hooks.d (run kc-janitor watch: it follows Docker's and containerd's container deaths; containerd's CRI takes the hook from contrib/containerd's base spec)"
+		c.Remedy = ""
 		return c
 	}
 	c.Verdict = Warn
-	c.Detail += " (podman is not an engine here)"
+	c.Detail += " (no engine asked here runs hooks from hooks.d)"
 	return c
 }

@@ -44,7 +44,9 @@ func describeTree(t reconcile.Tree) string {
 // Strays checks for supervisor trees whose container is gone.
 func Strays(in StraysInput) Check {
 	if in.LivenessErr != nil {
-		return newCheck(NameStrays, Warn, "not checked: ground truth unknown (see the engines' checks); nothing was touched")
+		c := newCheck(NameStrays, Warn, "not checked: ground truth unknown; nothing was touched")
+		c.Remedy = "make every engine asked answer (see the engines' checks)"
+		return c
 	}
 	rep := in.Report
 	var items []string
@@ -64,10 +66,11 @@ func Strays(in StraysInput) Check {
 	var c Check
 	switch {
 	case !in.Fix:
-		c = newCheck(NameStrays, Warn, "%s: run kc-janitor doctor --fix or kc-janitor reconcile --apply to reap",
-			plural(len(items), "stray tree", "stray trees"))
+		c = newCheck(NameStrays, Warn, "%s", plural(len(items), "stray tree", "stray trees"))
+		c.Remedy = "run kc-janitor doctor --fix or kc-janitor reconcile --apply to reap them"
 	case rep.Count(action.WouldNotDie) > 0:
 		c = newCheck(NameStrays, Error, "reaped %d, %d would not die", rep.Count(action.Reaped)+rep.Count(action.Gone), rep.Count(action.WouldNotDie))
+		c.Remedy = "look at the processes listed (a process in D state, or one a debugger holds, ignores SIGKILL) and run doctor --fix again"
 	default:
 		c = newCheck(NameStrays, OK, "fixed: reaped %s", plural(rep.Count(action.Reaped)+rep.Count(action.Gone), "stray tree", "stray trees"))
 	}
@@ -93,15 +96,15 @@ func Sockets(rep *sweep.Report, err error) Check {
 	}
 	summary := fmt.Sprintf("%s: %d live, %d stale, %d unknown", plural(len(rep.Sockets), "socket", "sockets"),
 		count[sweep.VerdictLive], count[sweep.VerdictStale], count[sweep.VerdictUnknown])
-	verdict := OK
+	verdict, remedy := OK, ""
 	if count[sweep.VerdictStale] > 0 {
-		verdict = Warn
-		summary += "; run kc-janitor sweep --apply to unlink the stale ones"
+		verdict, remedy = Warn, "run kc-janitor sweep --apply to unlink the stale ones"
 	}
 	if len(rep.DirErrors) > 0 {
 		verdict = Warn
 	}
 	c := newCheck(NameSockets, verdict, "%s", summary)
+	c.Remedy = remedy
 	c.Items = items
 	return c
 }
@@ -131,16 +134,18 @@ func Sessions(sups []cull.Supervisor, thresholdSeconds int64, err error) Check {
 	limit := time.Duration(thresholdSeconds) * time.Second
 	detail := fmt.Sprintf("%s idle and disconnected for more than %s in %s", plural(n, "session", "sessions"), shortDuration(limit),
 		plural(len(sups), "live supervisor", "live supervisors"))
-	verdict := OK
+	verdict, remedy := OK, ""
 	if n > 0 {
 		verdict = Warn
-		detail += fmt.Sprintf(", holding %s; see kc-janitor cull", cull.HumanBytes(mem))
+		detail += fmt.Sprintf(", holding %s", cull.HumanBytes(mem))
+		remedy = "see kc-janitor cull, and shut the sessions down from their UI if they are not wanted"
 	}
 	if unreadable > 0 {
 		verdict = Warn
 		detail += fmt.Sprintf("; %d unreadable", unreadable)
 	}
 	c := newCheck(NameSessions, verdict, "%s", detail)
+	c.Remedy = remedy
 	c.Items = items
 	return c
 }

@@ -86,7 +86,9 @@ func (d *docker) Endpoint() string { return d.ep.raw }
 
 // client returns an HTTP client for one question and a function giving
 // the UID the answering peer runs as.
-func (d *docker) client() (*http.Client, func() (int, error)) { return d.ep.client() }
+func (d *docker) client() (*http.Client, func() (int, error)) {
+	return d.ep.client("docker's API socket")
+}
 
 // get asks path and decodes the JSON answer into v.
 func (d *docker) get(ctx context.Context, hc *http.Client, path string, v any) error {

@@ -48,7 +48,7 @@ func (p *podman) Deaths(ctx context.Context, w DeathWatch) error {
 	if err != nil {
 		return p.deathsWithoutAPI(ctx, w, fmt.Errorf("podman API %s: %w", p.url, err))
 	}
-	hc, uidOf := ep.client()
+	hc, uidOf := ep.client("podman's API socket")
 	defer hc.CloseIdleConnections()
 	q := url.Values{"stream": {"true"}, "filters": {podmanDeathFilter}}
 	if !w.Since.IsZero() {

@@ -63,9 +63,10 @@ func CheckDockerURL(raw string) error {
 // client is an HTTP client for one question or subscription, and the UID
 // of the peer that answered it: SO_PEERCRED of the unix connection (a
 // symlinked socket is not dialled), unknown over tcp.
-func (u apiURL) client() (*http.Client, func() (int, error)) {
+// what names the socket in errors ("docker's API socket").
+func (u apiURL) client(what string) (*http.Client, func() (int, error)) {
 	if u.network == "unix" {
-		tr := peercred.NewTransport(u.addr)
+		tr := peercred.NewTransportAs(what, u.addr)
 		return &http.Client{Transport: tr}, tr.UID
 	}
 	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {

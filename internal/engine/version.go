@@ -75,7 +75,7 @@ func (p *podman) Version(ctx context.Context) (string, error) {
 	defer cancel()
 	apiErr := errors.New("not a unix socket")
 	if ep, err := parseAPIURL("podman-url", p.url); err == nil && ep.network == "unix" {
-		tr := peercred.NewTransport(ep.addr)
+		tr := peercred.NewTransportAs("podman's API socket", ep.addr)
 		defer tr.CloseIdleConnections()
 		d := &docker{cfg: p.cfg, ep: ep}
 		var v dockerVersion

@@ -50,7 +50,7 @@ func Doctor(ctx context.Context, s Settings, fix bool, hooksDirs []string, log *
 	}
 	hookState, hookLog := doctor.HookStateDir(descs, hookDefault)
 	rep.Add(doctor.HookAlive(doctor.AliveInput{StateDir: hookState, LogFile: hookLog, Boot: boot, LiveContainers: podmanLive(ein),
-		HostUID: hostUID, TraceFiles: ledger.TraceFiles(hostUID)}))
+		NoPodman: !podmanAsked(ein), HostUID: hostUID, TraceFiles: ledger.TraceFiles(hostUID)}))
 	summary, perEngine, engines := doctor.Engines(ein)
 	rep.Add(summary)
 	for _, ch := range perEngine {

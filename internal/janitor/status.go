@@ -58,7 +58,13 @@ type statusTree struct {
 	AgeSeconds     int64              `json:"age_seconds"`
 	ByLedger       bool               `json:"by_ledger"`
 	Members        []reconcile.Member `json:"members"`
-	Decision       string             `json:"decision"`
+	// Action is what reconcile would decide for the tree, under the key
+	// reconcile's own JSON gives it; "?" when ground truth is unknown.
+	Action string `json:"action"`
+	// Decision is Action under its former key, kept for one release.
+	//
+	// Deprecated: read Action.
+	Decision string `json:"decision"`
 }
 
 // Status gathers status's view. The error is a usage error only (a
@@ -120,7 +126,7 @@ func Status(ctx context.Context, s Settings, log *slog.Logger) (StatusReport, er
 			continue
 		}
 		j := statusTree{ContainerID: t.ContainerID, ContainerState: liveState(live, known, t.ContainerID), Engine: engineOf[t.ContainerID],
-			PGID: t.PGID, UID: t.UID, AgeSeconds: -1, ByLedger: t.ByLedger, Members: []reconcile.Member{}, Decision: "?"}
+			PGID: t.PGID, UID: t.UID, AgeSeconds: -1, ByLedger: t.ByLedger, Members: []reconcile.Member{}, Action: "?"}
 		if t.AgeKnown {
 			j.AgeSeconds = int64(t.Age / time.Second)
 		}
@@ -128,8 +134,9 @@ func Status(ctx context.Context, s Settings, log *slog.Logger) (StatusReport, er
 			j.Members = append(j.Members, reconcile.Member{PID: m.PID, StartTicks: m.StartTicks, Comm: m.Comm})
 		}
 		if known {
-			j.Decision = string(reconcile.Decide(t, live, s.Reconcile.MinAge))
+			j.Action = string(reconcile.Decide(t, live, s.Reconcile.MinAge))
 		}
+		j.Decision = j.Action
 		out.Trees = append(out.Trees, j)
 	}
 
@@ -222,7 +229,7 @@ func (st StatusReport) Text(w io.Writer) error {
 			if t.ByLedger {
 				cid += "*"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", cid, cull.Dash(t.Engine), t.ContainerState, t.PGID, t.UID, age, strings.Join(ms, " "), t.Decision)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", cid, cull.Dash(t.Engine), t.ContainerState, t.PGID, t.UID, age, strings.Join(ms, " "), t.Action)
 		}
 	}
 

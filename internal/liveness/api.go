@@ -83,7 +83,7 @@ func listAPI(ctx context.Context, ep endpoint, store storeArgs) (listing, int, e
 	conn.Client.CloseIdleConnections()
 	uidOf := func() (int, error) { return UIDUnknown, nil }
 	if ep.scheme == "unix" {
-		tr := peercred.NewTransport(ep.path)
+		tr := peercred.NewTransportAs("podman's API socket", ep.path)
 		conn.Client.Transport = tr
 		uidOf = tr.UID
 	}
@@ -123,7 +123,7 @@ func listAPI(ctx context.Context, ep endpoint, store storeArgs) (listing, int, e
 // way the query will reach it: a symlinked path is refused.
 func probe(ctx context.Context, ep endpoint) error {
 	if ep.scheme == "unix" {
-		c, _, err := peercred.DialUnix(ctx, ep.path)
+		c, _, err := peercred.DialUnixAs(ctx, "podman's API socket", ep.path)
 		if err != nil {
 			return err
 		}

@@ -22,15 +22,59 @@ import (
 // symlink: an engine endpoint is named by its real path.
 var ErrSymlink = errors.New("is a symlink; give the socket's real path")
 
+// DialError is a unix socket that could not be connected to. It names
+// the socket's own path, never the /proc/self/fd path dialled, and says
+// the cause in words.
+type DialError struct {
+	// What the socket is ("podman's API socket"); "socket" when unsaid.
+	What string
+	Path string
+	Err  error
+}
+
+func (e *DialError) Error() string {
+	what := e.What
+	if what == "" {
+		what = "socket"
+	}
+	return fmt.Sprintf("cannot connect to %s %s: %s", what, e.Path, Cause(e.Err))
+}
+
+func (e *DialError) Unwrap() error { return e.Err }
+
+// Cause words why a connection to a unix socket failed: the errno's own
+// words, with what to do where that is clear.
+func Cause(err error) string {
+	var errno unix.Errno
+	if !errors.As(err, &errno) {
+		return err.Error()
+	}
+	switch errno {
+	case unix.EACCES, unix.EPERM:
+		return "permission denied (run as root or as the socket's owner)"
+	case unix.ECONNREFUSED:
+		return "connection refused (nothing listens on it: is the service running?)"
+	case unix.ENOENT:
+		return "no such file or directory (is the service running, and is this its socket?)"
+	}
+	return errno.Error()
+}
+
 // DialUnix connects to the unix socket at path. The path's last component
 // is opened with O_PATH|O_NOFOLLOW and checked to be a socket, and the
 // connection is made through that descriptor (/proc/self/fd/N), so the
 // file checked is the file connected to. It returns the connection and the
-// peer's UID.
+// peer's UID. A failure to connect is a *DialError.
 func DialUnix(ctx context.Context, path string) (net.Conn, int, error) {
+	return DialUnixAs(ctx, "", path)
+}
+
+// DialUnixAs is DialUnix for a socket an error calls what ("podman's API
+// socket").
+func DialUnixAs(ctx context.Context, what, path string) (net.Conn, int, error) {
 	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, -1, &net.OpError{Op: "dial", Net: "unix", Addr: &net.UnixAddr{Name: path, Net: "unix"}, Err: err}
+		return nil, -1, &DialError{What: what, Path: path, Err: err}
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
@@ -46,7 +90,13 @@ func DialUnix(ctx context.Context, path string) (net.Conn, int, error) {
 	}
 	c, err := (&net.Dialer{}).DialContext(ctx, "unix", "/proc/self/fd/"+strconv.Itoa(fd))
 	if err != nil {
-		return nil, -1, fmt.Errorf("dial %s: %w", path, err)
+		// The dialler's own error names the /proc/self/fd path: an
+		// operator knows the socket by its own.
+		var errno unix.Errno
+		if errors.As(err, &errno) {
+			err = errno
+		}
+		return nil, -1, &DialError{What: what, Path: path, Err: err}
 	}
 	uid, err := PeerUID(c)
 	if err != nil {
@@ -92,11 +142,14 @@ type Transport struct {
 
 // NewTransport returns a Transport dialling path (whatever address the
 // request names).
-func NewTransport(path string) *Transport {
+func NewTransport(path string) *Transport { return NewTransportAs("", path) }
+
+// NewTransportAs is NewTransport for a socket an error calls what.
+func NewTransportAs(what, path string) *Transport {
 	t := &Transport{uids: map[int]bool{}}
 	t.Transport = &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			c, uid, err := DialUnix(ctx, path)
+			c, uid, err := DialUnixAs(ctx, what, path)
 			if err != nil {
 				return nil, err
 			}

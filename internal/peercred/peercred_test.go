@@ -1,6 +1,7 @@
 package peercred
 
 import (
+	"context"
 	"errors"
 	"net"
 	"os"
@@ -15,6 +16,13 @@ import (
 // TestMain doubles as a listener run under another UID: the child listens
 // on $PEERCRED_LISTEN until killed.
 func TestMain(m *testing.M) {
+	if p := os.Getenv("PEERCRED_DIAL"); p != "" {
+		// Dial as whoever runs this, and print the error.
+		if _, _, err := DialUnixAs(context.Background(), "podman's API socket", p); err != nil {
+			os.Stdout.WriteString(err.Error())
+		}
+		os.Exit(0)
+	}
 	if p := os.Getenv("PEERCRED_LISTEN"); p != "" {
 		l, err := net.Listen("unix", p)
 		if err != nil {
@@ -150,3 +158,83 @@ func TestPeerIsTheListenerNotTheFileOwner(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// TestDialErrorWords: a socket that cannot be connected to is named by
+// its own path, never the /proc/self/fd one dialled, with the cause in
+// words and what to do about it.
+func TestDialErrorWords(t *testing.T) {
+	// Under /tmp itself, open to all: a user other than root runs this
+	// test's binary from here.
+	dir, err := os.MkdirTemp("", "peercred-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	closed := filepath.Join(dir, "closed.sock") // bound once, nobody listens
+	l, err := net.Listen("unix", closed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.Close()
+	locked := filepath.Join(dir, "locked.sock") // listening, mode 000
+	listen(t, locked)
+	if err := os.Chmod(locked, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		name, path string
+		want       string
+	}{
+		{"refused", closed, "cannot connect to podman's API socket " + closed + ": connection refused (nothing listens on it"},
+		{"missing", filepath.Join(dir, "none.sock"), "cannot connect to podman's API socket " + filepath.Join(dir, "none.sock") + ": no such file or directory"},
+		{"permission denied", locked, "cannot connect to podman's API socket " + locked + ": permission denied (run as root or as the socket's owner)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var msg string
+			if tc.name == "permission denied" && os.Geteuid() == 0 {
+				// Root may connect anywhere: dial as nobody.
+				msg = dialAsNobody(t, dir, tc.path)
+			} else {
+				_, _, err := DialUnixAs(t.Context(), "podman's API socket", tc.path)
+				var de *DialError
+				if !errors.As(err, &de) {
+					t.Fatalf("err = %v (%T), want a *DialError", err, err)
+				}
+				msg = err.Error()
+			}
+			if !strings.Contains(msg, tc.want) || strings.Contains(msg, "/proc/self/fd") {
+				t.Errorf("error %q, want %q and no /proc/self/fd", msg, tc.want)
+			}
+		})
+	}
+	if got := Cause(syscall.EACCES); got != "permission denied (run as root or as the socket's owner)" {
+		t.Errorf("EACCES: %q", got)
+	}
+}
+
+// dialAsNobody runs this test's binary as nobody to dial path and returns
+// the error it printed.
+func dialAsNobody(t *testing.T, dir, path string) string {
+	t.Helper()
+	self, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "dialer")
+	if err := os.WriteFile(bin, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "PEERCRED_DIAL="+path)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("dialling as nobody: %v", err)
+	}
+	return string(out)
+}

@@ -97,13 +97,23 @@ var (
 	envRE  = regexp.MustCompile(`\[\$([A-Z0-9_]+(?:, \$[A-Z0-9_]+)*)\]`)
 )
 
-// helpFlags parses a --help page into flag name -> env vars.
+// helpFlags parses a --help page into flag name -> env vars. A flag's
+// text may be wrapped: the lines below its name that are indented deeper
+// are its too.
 func helpFlags(help string) map[string][]string {
 	out := map[string][]string{}
-	for _, line := range strings.Split(help, "\n") {
+	lines := strings.Split(help, "\n")
+	for i, line := range lines {
 		m := flagRE.FindStringSubmatch(line)
 		if m == nil || m[1] == "help" || m[1] == "version" {
 			continue
+		}
+		indent := len(line) - len(strings.TrimLeft(line, " "))
+		for _, next := range lines[i+1:] {
+			if strings.TrimSpace(next) == "" || len(next)-len(strings.TrimLeft(next, " ")) <= indent {
+				break
+			}
+			line += " " + strings.TrimSpace(next)
 		}
 		var envs []string
 		if e := envRE.FindStringSubmatch(line); e != nil {
@@ -198,15 +208,26 @@ func TestCLIMalformedValues(t *testing.T) {
 	}
 
 	janitor := janitorBin(t)
+	// The global options are described once, in kc-janitor --help; every
+	// command takes them after its name too.
+	r := runTool(t, janitor, baseEnv("/usr/bin:/bin"), "", "--help")
+	globals := helpFlags(r.Stdout)
+	if r.Code != 0 || len(globals) == 0 {
+		t.Fatalf("kc-janitor --help: exit %d, no global options: %s", r.Code, r.Stdout)
+	}
 	for cmd := range base {
 		r := runTool(t, janitor, baseEnv("/usr/bin:/bin"), "", cmd, "--help")
 		if r.Code != 0 {
 			t.Fatalf("kc-janitor %s --help: exit %d", cmd, r.Code)
 		}
-		add(janitor, cmd, helpFlags(r.Stdout))
+		flags := helpFlags(r.Stdout)
+		for f, envs := range globals {
+			flags[f] = envs
+		}
+		add(janitor, cmd, flags)
 	}
 	hook := hookBin(t)
-	r := runTool(t, hook, baseEnv("/usr/bin:/bin"), "", "--help")
+	r = runTool(t, hook, baseEnv("/usr/bin:/bin"), "", "--help")
 	hookFlags := helpFlags(r.Stdout + r.Stderr)
 	if len(hookFlags) == 0 {
 		t.Fatalf("kc-hook --help lists no flags: %s%s", r.Stdout, r.Stderr)

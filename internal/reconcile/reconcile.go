@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/corroborate"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
+	"github.com/kc-watchman/kc-watchman/internal/proctable"
 	"github.com/kc-watchman/kc-watchman/internal/reap"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
@@ -133,6 +135,9 @@ type Scanned struct {
 	log     *slog.Logger
 	records []*ledger.Record
 	found   []trees.Tree
+	// snap is the process table the scan decided from, which the rest of
+	// the run reads (DESIGN §14); nil after a full scan.
+	snap *proctable.Listing
 }
 
 // Scan reads the ledger and scans /proc. It changes nothing. Scanning
@@ -161,10 +166,11 @@ func Scan(opt Options) (*Scanned, error) {
 		}
 		known = ledger.KnownFrom(sc.records, opt.Store.CurrentBootID())
 	}
-	found, stats, err := trees.Scan(trees.Options{Root: opt.Root, Comms: opt.Comms, Known: known, Full: opt.FullScan, Lister: opt.Lister})
+	found, stats, snap, err := trees.ScanSnapshot(trees.Options{Root: opt.Root, Comms: opt.Comms, Known: known, Full: opt.FullScan, Lister: opt.Lister, Watch: corroborate.Watch})
 	if err != nil {
 		return nil, fmt.Errorf("scanning processes: %w", err)
 	}
+	sc.snap = snap
 	log.Debug("scanned", "processes", stats.Processes, "groups", stats.Groups, "trees", len(found), "lister", stats.Lister, "lister_fallback", stats.ListerFallback, "duration", stats.Duration)
 	sc.found = found
 	return sc, nil

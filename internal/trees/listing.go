@@ -58,7 +58,7 @@ const minMembersPerWorker = 32
 func listGroups(opt Options, comms map[string]bool, stats *Stats) (*proctable.Listing, []candidate, []*scanner, error) {
 	l, err := proctable.List(proctable.Options{
 		Root: opt.Root, Lister: opt.Lister, Named: comms, Defer: true,
-		Pipeline: opt.pipeline, Hide: opt.iterHide,
+		Pipeline: opt.pipeline, Hide: opt.iterHide, Watch: opt.Watch,
 	})
 	if err != nil {
 		return nil, nil, nil, err

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -219,7 +220,7 @@ func (sc *Scanned) Run(ctx context.Context, live liveness.Set) (Report, error) {
 		return rep, wrongStore(why)
 	}
 
-	refreshSnapshots(opt, log, rep.Trees)
+	refreshSnapshots(opt, log, rep.Trees, records)
 	if opt.Apply {
 		reapStrays(ctx, opt, log, rep.Trees)
 		rep.LedgerCollected = collect(opt, log, records, live, contradicted(rep.Trees))
@@ -229,8 +230,11 @@ func (sc *Scanned) Run(ctx context.Context, live liveness.Set) (Report, error) {
 
 // refreshSnapshots records each live container's trees so that a later run
 // can still attribute them after their anchor dies (DESIGN §8). Dry runs
-// do this too: it changes nothing but the ledger.
-func refreshSnapshots(opt Options, log *slog.Logger, ts []Tree) {
+// do this too: it changes nothing but the ledger. A record read by the
+// scan (records) that already holds the same trees is left as it is: on
+// a host whose containers do not change, every run would otherwise
+// rewrite and fsync every live container's record.
+func refreshSnapshots(opt Options, log *slog.Logger, ts []Tree, records []*ledger.Record) {
 	if opt.Store == nil {
 		return
 	}
@@ -239,6 +243,11 @@ func refreshSnapshots(opt Options, log *slog.Logger, ts []Tree) {
 	for _, t := range ts {
 		if t.Action == action.SkipLive && t.ContainerID != "" {
 			byContainer[t.ContainerID] = append(byContainer[t.ContainerID], ledger.Snapshot(t.tree, "reconcile", now))
+		}
+	}
+	for _, r := range records {
+		if r != nil && sameTrees(r.Trees, byContainer[r.ContainerID]) {
+			delete(byContainer, r.ContainerID)
 		}
 	}
 	for id, snaps := range byContainer {
@@ -250,6 +259,14 @@ func refreshSnapshots(opt Options, log *slog.Logger, ts []Tree) {
 			log.Warn("could not refresh ledger snapshot", "container", id, "err", err)
 		}
 	}
+}
+
+// sameTrees reports whether two snapshots hold the same trees (group,
+// UID, source, members by identity and comm), whenever they were seen.
+func sameTrees(a, b []ledger.Tree) bool {
+	return len(a) > 0 && slices.EqualFunc(a, b, func(x, y ledger.Tree) bool {
+		return x.PGID == y.PGID && x.UID == y.UID && x.Source == y.Source && slices.Equal(x.Members, y.Members)
+	})
 }
 
 // reapStrays hands the strays to reap, one call per container (each

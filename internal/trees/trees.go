@@ -279,6 +279,10 @@ type leaderMark struct {
 	live bool
 	// sup: live, and in the supervisor set.
 	sup bool
+	// wrapper: sup on its comm alone (kc-hook), to be settled by its
+	// argv when the group's members are read (see supervisor): reading
+	// it here would read the same cmdline twice.
+	wrapper bool
 }
 
 // parallel runs f(0) … f(n-1) concurrently and waits for them.
@@ -458,6 +462,20 @@ func (s *scanner) examine(c candidate) (Tree, bool) {
 				t.ByLedger = true
 			}
 			t.addID(cid)
+		}
+	}
+	if c.leader.wrapper {
+		// Settled now from the leader's argv, as supervisor would
+		// have at the listing; a leader that could not be read is no
+		// supervisor, so its group is at most foreign.
+		leaderSup = false
+		for _, m := range t.Members {
+			if m.PID == pgid {
+				leaderSup = s.supervisor(m.PID, m.Comm, m.Argv)
+			}
+		}
+		if leaderLive && !leaderSup && !s.opt.Full {
+			return Tree{}, false
 		}
 	}
 	if len(t.Members) == 0 || !s.hasSupervisorOrKnown(t) {

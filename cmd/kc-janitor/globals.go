@@ -29,16 +29,18 @@ const (
 
 // defaultStateDir is where the hook of the same host user writes its
 // ledger: /run/kc-watchman for root, /run/user/<uid>/kc-watchman for a
-// rootless podman's user, whose hook cannot write root's.
+// rootless podman's user, whose hook cannot write root's. It reads the
+// UID map: newApp asks once per run and hands the answer to every
+// command's flags.
 func defaultStateDir() string { return ledger.DefaultDir(userns.HostEUID()) }
 
 // DefaultSupervisorComm is the comm of Kallichore's supervisor.
 const DefaultSupervisorComm = "kcserver"
 
-func globalFlags() []cli.Flag {
+func globalFlags(stateDir string) []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: flagPodmanURL, Usage: "podman API `URL` (unix:///path or tcp://); default: CONTAINER_HOST, else the rootful or rootless podman socket", EnvVars: []string{"KC_PODMAN_URL"}},
-		&cli.StringFlag{Name: flagStateDir, Value: defaultStateDir(), Usage: "`DIR` holding kc-hook's ledger (default for a user other than root: /run/user/UID/kc-watchman)", EnvVars: []string{"KC_STATE_DIR"}},
+		&cli.StringFlag{Name: flagStateDir, Value: stateDir, Usage: "`DIR` holding kc-hook's ledger (default for a user other than root: /run/user/UID/kc-watchman)", EnvVars: []string{"KC_STATE_DIR"}},
 		&cli.StringFlag{Name: flagSupervisorComm, Value: DefaultSupervisorComm, Usage: "comma-separated process `NAMES` (comm) that make a process group a supervisor tree", EnvVars: []string{"KC_SUPERVISOR_COMM"}},
 		&cli.StringFlag{Name: flagFormat, Value: "text", Usage: "output `FORMAT`: text or json", EnvVars: []string{"KC_FORMAT"}},
 		&cli.StringFlag{Name: flagLogFile, Usage: "also append logs to `FILE`", EnvVars: []string{"KC_LOG_FILE"}},
@@ -87,7 +89,9 @@ func (g globals) reporting() globals {
 // sharedString, sharedBool and sharedSlice read a global flag given
 // before or after the command name (cliapp.SharedString).
 func sharedString(c *cli.Context, name string) string {
-	return cliapp.SharedString(c, name, append(globalFlags(), engineFlags()...))
+	// The app's flags are the global ones: only their environment
+	// variables are read.
+	return cliapp.SharedString(c, name, c.App.Flags)
 }
 
 func sharedBool(c *cli.Context, name string) bool { return cliapp.SharedBool(c, name) }

@@ -30,7 +30,8 @@ func main() {
 }
 
 func run(args []string) int {
-	err := runApp(newApp(), args)
+	app := newApp()
+	err := runApp(app, args)
 	if err == nil {
 		return exitOK
 	}
@@ -43,7 +44,7 @@ func run(args []string) int {
 	}
 	// Anything urfave/cli reports on its own is a usage error: unknown
 	// flag, bad value, missing argument.
-	fmt.Fprintln(os.Stderr, "kc-janitor:", cliapp.UsageMessage(err, commands()))
+	fmt.Fprintln(os.Stderr, "kc-janitor:", cliapp.UsageMessage(err, app.Commands))
 	return exitUsage
 }
 
@@ -63,6 +64,7 @@ func newApp() *cli.App {
 	// --version and the version command print the same line.
 	cli.VersionPrinter = func(c *cli.Context) { printVersion(c, false) }
 	cliapp.InstallHelp()
+	stateDir := defaultStateDir()
 	return &cli.App{
 		Name:    "kc-janitor",
 		Usage:   "reap what container supervisors leave behind, with the container engines (podman, Docker, containerd) as ground truth",
@@ -73,12 +75,12 @@ dry run unless --apply (or its environment variable) is given; cull never
 kills anything. Every flag can also be set through the KC_* environment
 variable shown next to it, and global flags may come before or after the
 command name.`,
-		Flags:          append(append(globalFlags(), engineFlags()...), metricsFlags()...),
-		Commands:       commands(),
+		Flags:          append(append(globalFlags(stateDir), engineFlags()...), metricsFlags()...),
+		Commands:       commands(stateDir),
 		HideVersion:    false,
 		ExitErrHandler: func(*cli.Context, error) {},
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
-			return cli.Exit(cliapp.UsageMessageIn(c, err, commands()), exitUsage)
+			return cli.Exit(cliapp.UsageMessageIn(c, err, commands(stateDir)), exitUsage)
 		},
 		// Reached only when the first word is no command: a typo in a
 		// cron line must not exit 3, which means "podman down".
@@ -92,7 +94,8 @@ command name.`,
 }
 
 // commands is the list of subcommands; each lives in its own file.
-func commands() []*cli.Command {
+// stateDir is --state-dir's default.
+func commands(stateDir string) []*cli.Command {
 	cmds := []*cli.Command{
 		reconcileCommand(),
 		sweepCommand(),
@@ -107,7 +110,7 @@ func commands() []*cli.Command {
 	}
 	for _, c := range cmds {
 		withExitStatus(c)
-		c.Flags = append(c.Flags, globalFlags()...)
+		c.Flags = append(c.Flags, globalFlags(stateDir)...)
 		c.Flags = append(c.Flags, engineFlags()...)
 		c.Flags = append(c.Flags, metricsFlags()...)
 		ownHelp(c)
@@ -116,7 +119,7 @@ func commands() []*cli.Command {
 		}
 		if c.OnUsageError == nil {
 			c.OnUsageError = func(c *cli.Context, err error, _ bool) error {
-				return cli.Exit(cliapp.UsageMessageIn(c, err, commands()), exitUsage)
+				return cli.Exit(cliapp.UsageMessageIn(c, err, commands(stateDir)), exitUsage)
 			}
 		}
 	}

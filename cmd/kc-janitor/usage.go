@@ -33,7 +33,7 @@ var notRead = map[string][]string{
 // in kc-janitor --help, and accepted after the command name all the same.
 func ownHelp(c *cli.Command) {
 	global := map[string]bool{}
-	for _, f := range append(append(globalFlags(), engineFlags()...), metricsFlags()...) {
+	for _, f := range append(append(globalFlags(""), engineFlags()...), metricsFlags()...) {
 		global[f.Names()[0]] = true
 	}
 	cliapp.HideFlags(c, func(name string) bool {

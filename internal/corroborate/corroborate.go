@@ -10,7 +10,6 @@ package corroborate
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -50,11 +49,15 @@ func (e Evidence) String() string {
 	return e.Kind
 }
 
-// Checker answers "does this container still run here?" from /proc and the
-// ledger. The /proc walk for monitors is made once, on the first question,
-// so a run with no stray candidates costs nothing.
+// Checker answers "does this container still run here?" from the run's
+// snapshot of the host and the ledger. Monitors are looked for once, on
+// the first question, so a run with no stray candidates reads nothing
+// more; and they are looked for in the snapshot, never by listing /proc
+// again (DESIGN §14): only the argv of the processes named like a monitor
+// is read.
 type Checker struct {
 	root    string
+	snap    *proctable.Listing
 	records map[string]*ledger.Record
 	boot    string
 
@@ -63,13 +66,16 @@ type Checker struct {
 	scanErr  error
 }
 
-// New returns a Checker over the procfs mount root (default /proc) and the
-// ledger records of the boot bootID (records may be nil).
-func New(root string, records []*ledger.Record, bootID string) *Checker {
+// New returns a Checker over the procfs mount root (default /proc), the
+// snapshot the run's decisions read (taken with Watch as its
+// proctable.Options.Watch; nil: the first question lists the host
+// itself, for a run whose scan kept no listing) and the ledger records of
+// the boot bootID (records may be nil).
+func New(root string, snap *proctable.Listing, records []*ledger.Record, bootID string) *Checker {
 	if root == "" {
 		root = fingerprint.DefaultRoot
 	}
-	c := &Checker{root: root, boot: bootID, records: map[string]*ledger.Record{}}
+	c := &Checker{root: root, snap: snap, boot: bootID, records: map[string]*ledger.Record{}}
 	for _, r := range records {
 		if r != nil {
 			c.records[r.ContainerID] = r
@@ -81,7 +87,8 @@ func New(root string, records []*ledger.Record, bootID string) *Checker {
 // Running returns the evidence that container id, whose tree runs as uid,
 // still runs here, if any. A monitor counts only when it runs as root or
 // as uid: anyone can start a process named conmon, and another user's must
-// not hold root's janitor back. An error means /proc could not be walked.
+// not hold root's janitor back. An error means the monitors could not be
+// looked for.
 func (c *Checker) Running(id string, uid int) (Evidence, bool, error) {
 	if id == "" {
 		return Evidence{}, false, nil
@@ -90,7 +97,7 @@ func (c *Checker) Running(id string, uid int) (Evidence, bool, error) {
 		return e, true, nil
 	}
 	if !c.scanned {
-		c.monitors, c.scanErr = scanMonitors(c.root)
+		c.monitors, c.scanErr = c.scanMonitors()
 		c.scanned = true
 	}
 	for _, e := range c.monitors[id] {
@@ -141,25 +148,54 @@ func IsMonitor(comm string) bool {
 	return comm == "conmon" || strings.HasPrefix(comm, "containerd-shim")
 }
 
+// Watch is IsMonitor for proctable.Options.Watch: the snapshot a Checker
+// reads must be taken with it.
+func Watch(comm []byte) bool {
+	return string(comm) == "conmon" || bytes.HasPrefix(comm, []byte("containerd-shim"))
+}
+
 // scanMonitors maps each container ID carried by a live monitor's argv to
-// that monitor. Only comm is read for most processes.
-func scanMonitors(root string) (map[string][]Evidence, error) {
-	pids, err := proctable.PIDs(root)
+// that monitor, from the snapshot's monitors: one cmdline read each where
+// the snapshot knows their UIDs (the task iterator's), a full identity
+// where it does not.
+func (c *Checker) scanMonitors() (map[string][]Evidence, error) {
+	snap := c.snap
+	if snap == nil {
+		l, err := proctable.List(proctable.Options{Root: c.root, Watch: Watch})
+		if err != nil {
+			return nil, fmt.Errorf("listing processes for container monitors: %w", err)
+		}
+		snap = l
+	}
+	r := proctable.NewReader(c.root)
+	defer r.Close()
+	procs, err := snap.WatchedAll(r)
 	if err != nil {
-		return nil, fmt.Errorf("listing processes for container monitors: %w", err)
+		return nil, fmt.Errorf("looking for container monitors: %w", err)
 	}
 	out := map[string][]Evidence{}
-	for _, pid := range pids {
-		comm, err := os.ReadFile(fmt.Sprintf("%s/%d/comm", root, pid))
-		if err != nil || !IsMonitor(string(bytes.TrimSpace(comm))) {
+	for _, p := range procs {
+		if p.Zombie || !IsMonitor(p.Comm) {
 			continue
 		}
-		id, err := fingerprint.Read(root, pid)
-		if err != nil || id.Zombie() || !IsMonitor(id.Comm) {
-			continue
+		e := Evidence{Kind: KindMonitor, PID: p.PID, StartTicks: p.StartTicks, Comm: p.Comm, UID: p.UID}
+		var argv []string
+		if p.UID >= 0 {
+			// A PID reused since the snapshot can only add evidence,
+			// which spares a tree: never the wrong way round.
+			if argv, err = r.Argv(p.PID); err != nil {
+				continue
+			}
+		} else {
+			id, err := r.IdentitySince(p.PID, p.StartTicks)
+			if err != nil || id.Zombie() || !IsMonitor(id.Comm) {
+				continue
+			}
+			argv, e.UID = id.Argv, id.UID
 		}
-		for _, cid := range containerid.FromArgv(id.Argv) {
-			out[cid] = append(out[cid], Evidence{ContainerID: cid, Kind: KindMonitor, PID: pid, StartTicks: id.StartTicks, Comm: id.Comm, UID: id.UID})
+		for _, cid := range containerid.FromArgv(argv) {
+			e.ContainerID = cid
+			out[cid] = append(out[cid], e)
 		}
 	}
 	return out, nil

@@ -25,7 +25,7 @@ import (
 func listBPF(opt Options) (*Listing, error) {
 	r := newPassReader(opt)
 	defer r.Close()
-	l := &Listing{Lister: "bpf", root: opt.Root, named: opt.Named, Starts: []uint64{}}
+	l := &Listing{Lister: "bpf", root: opt.Root, named: opt.Named, watch: opt.Watch, Starts: []uint64{}, PPIDs: []int32{}, UIDs: []int32{}}
 	tasks, sawInit := 0, false
 	census, err := taskiter.Each(func(t *taskiter.Task) {
 		if opt.Hide != nil && opt.Hide(t.PID) {
@@ -33,15 +33,18 @@ func listBPF(opt Options) (*Listing, error) {
 		}
 		tasks += t.Threads
 		sawInit = sawInit || t.PID == 1
-		l.add(t.PID, t.PGID, t.StartTicks)
+		l.add(t.PID, t.PGID, t.StartTicks, t.PPID, t.UID)
+		// Indexing the map or asking Watch with the converted bytes
+		// does not allocate; only a kept comm becomes a string.
+		if opt.Watch != nil && opt.Watch(t.Comm()) {
+			l.Watched = append(l.Watched, Proc{PID: t.PID, PPID: t.PPID, PGID: t.PGID, UID: t.UID, StartTicks: t.StartTicks, Comm: string(t.Comm()), Zombie: t.Zombie()})
+		}
 		if t.PGID != t.PID {
 			return
 		}
 		ld := Leader{PID: t.PID}
 		if !t.Zombie() {
 			ld.State = Live
-			// Indexing the map with the converted bytes does not
-			// allocate; only a named comm becomes a string.
 			if comm := t.Comm(); opt.Named[string(comm)] {
 				ld.Comm = string(comm)
 			}
@@ -52,9 +55,12 @@ func listBPF(opt Options) (*Listing, error) {
 		return nil, err
 	}
 	listed := len(l.PIDs)
+	l.ascending = listed
 	if l.Unvouched = l.vouch(r, &census, tasks, sawInit); l.Unvouched != "" {
 		l.pending = &confirmation{}
 	}
+	l.iterSeen = len(l.PIDs)
+	l.Watched = append(l.Watched, r.watched...)
 	l.Missed = len(l.PIDs) - listed
 	l.StatReads += r.statReads
 	return l, nil
@@ -93,9 +99,11 @@ func (l *Listing) vouch(r *passReader, census *taskiter.Census, tasks int, sawIn
 		return fmt.Sprintf("it left out processes holding %d task(s)", n)
 	}
 	if probed {
-		l.add(1, init.PGID, 0)
+		l.add(1, init.PGID, 0, init.PPID, -1)
 		if init.PGID == 1 {
 			l.Leaders = append(l.Leaders, r.leader(1))
+		} else if r.watch != nil && r.watch([]byte(init.Comm)) {
+			r.watched = append(r.watched, procOf(init))
 		}
 	}
 	return ""
@@ -145,10 +153,11 @@ func (l *Listing) Confirm() (grouped int, err error) {
 	}
 	l.pending = nil
 	l.Confirmed = true
-	r := newPassReader(Options{Root: l.root, Named: l.named})
+	r := newPassReader(Options{Root: l.root, Named: l.named, Watch: l.watch})
 	defer r.Close()
 	l.Missed, grouped = l.addMissed(r, c.listed)
 	l.StatReads += r.statReads
+	l.Watched = append(l.Watched, r.watched...)
 	return grouped, nil
 }
 
@@ -176,7 +185,7 @@ func (l *Listing) addMissed(r *passReader, listed []int) (missed, grouped int) {
 		if pgid > 0 {
 			grouped++
 		}
-		l.add(pid, pgid, 0)
+		l.add(pid, pgid, 0, -1, -1)
 		if pgid == pid {
 			l.Leaders = append(l.Leaders, r.leader(pid))
 		}

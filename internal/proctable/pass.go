@@ -3,6 +3,7 @@ package proctable
 import (
 	"errors"
 	"runtime"
+	"slices"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -110,15 +111,19 @@ func listProc(opt Options) (*Listing, error) {
 	if listErr != nil {
 		return nil, listErr
 	}
-	l := &Listing{Lister: "proc", root: opt.Root, named: opt.Named, PIDs: make([]int, 0, listed), PGIDs: make([]int32, 0, listed)}
+	l := &Listing{Lister: "proc", root: opt.Root, named: opt.Named, watch: opt.Watch, PIDs: make([]int, 0, listed), PGIDs: make([]int32, 0, listed)}
 	for _, b := range batches {
 		l.PIDs = append(l.PIDs, b.pids...)
 		l.PGIDs = append(l.PGIDs, b.pgids...)
 		l.Leaders = append(l.Leaders, b.leaders...)
 	}
+	l.ascending = len(l.PIDs)
 	for _, r := range rs {
 		l.StatReads += r.statReads
+		l.Watched = append(l.Watched, r.watched...)
 	}
+	// Each goroutine kept the leaders of its own batches.
+	slices.SortFunc(l.Watched, func(a, b Proc) int { return a.PID - b.PID })
 	return l, nil
 }
 

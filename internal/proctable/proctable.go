@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 )
@@ -87,9 +88,27 @@ type Options struct {
 	// Pipeline overrides how the /proc listing splits its work (tests
 	// force several goroutines and many batches on a small table).
 	Pipeline Pipeline
+	// Watch picks the processes, leaders or not, that the listing keeps
+	// whole in Listing.Watched, by comm (container monitors, whose argv
+	// a decision reads). It is asked of every process the task
+	// iterator lists, with a comm only valid during the call; the /proc
+	// lister knows the comm of group leaders only, and Listing.WatchedAll
+	// reads the rest when a decision needs them.
+	Watch func(comm []byte) bool
 	// Hide drops processes from the task iterator's listing, as the
 	// kernel has been seen to (tests).
 	Hide func(pid int) bool
+}
+
+// Proc is a process the listing kept whole (Options.Watch).
+type Proc struct {
+	PID, PPID, PGID int
+	// UID is the real UID in the host's terms, -1 where the listing did
+	// not learn it (the /proc lister reads stat, which has none).
+	UID        int
+	StartTicks uint64
+	Comm       string
+	Zombie     bool
 }
 
 // LeaderState is what the listing learnt of a group leader.
@@ -127,15 +146,23 @@ type Leader struct {
 	Comm string
 }
 
-// Listing is the process table at one moment: PIDs[i] is in group
-// PGIDs[i] (-1: gone by the time it was asked, 0: a kernel thread) and
-// was started at Starts[i] clock ticks (0: unknown; Starts is nil for a
-// /proc listing). Every process that exists for the whole of List (and of
-// Confirm, when deferred) is in it.
+// Listing is the process table at one moment, the one view of the host a
+// decision reads (DESIGN §14): PIDs[i] is in group PGIDs[i] (-1: gone by
+// the time it was asked, 0: a kernel thread), was started at Starts[i]
+// clock ticks (0: unknown), is the child of PPIDs[i] and runs as the real
+// UID UIDs[i] (-1: unknown). Starts, PPIDs and UIDs are nil for a /proc
+// listing, which learns them of no process short of reading its files.
+// Every process that exists for the whole of List (and of Confirm, when
+// deferred) is in it.
 type Listing struct {
 	PIDs   []int
 	PGIDs  []int32
 	Starts []uint64
+	PPIDs  []int32
+	UIDs   []int32
+	// Watched are the processes Options.Watch picked, in listing order;
+	// for a /proc listing, only group leaders (see WatchedAll).
+	Watched []Proc
 	// Leaders are the processes listed as leading their group, in
 	// listing order (ascending, but for those Confirm adds).
 	Leaders []Leader
@@ -160,7 +187,16 @@ type Listing struct {
 
 	root    string
 	named   map[string]bool
+	watch   func([]byte) bool
 	pending *confirmation // not nil until an unvouched listing is confirmed
+	// iterSeen: the task iterator gave the comm of PIDs[:iterSeen]; the
+	// /proc pass and Confirm read it of group leaders only.
+	iterSeen int
+	// ascending: PIDs[:ascending] is in ascending order; what vouch and
+	// Confirm append after it need not be.
+	ascending int
+	// all is WatchedAll's answer, once completed.
+	all []Proc
 }
 
 // List lists the host's processes (see Options.Lister); the listing is
@@ -197,24 +233,91 @@ func List(opt Options) (*Listing, error) {
 	return l, nil
 }
 
-// add appends a process to the listing.
-func (l *Listing) add(pid, pgid int, start uint64) {
+// add appends a process to the listing; ppid and uid are dropped by a
+// listing that does not carry them, -1 is unknown.
+func (l *Listing) add(pid, pgid int, start uint64, ppid, uid int) {
 	l.PIDs = append(l.PIDs, pid)
 	l.PGIDs = append(l.PGIDs, int32(pgid))
 	if l.Starts != nil {
 		l.Starts = append(l.Starts, start)
 	}
+	if l.PPIDs != nil {
+		l.PPIDs = append(l.PPIDs, int32(ppid))
+	}
+	if l.UIDs != nil {
+		l.UIDs = append(l.UIDs, int32(uid))
+	}
 }
 
-// passReader reads stat files for a listing, counting them.
+// Index returns where pid is in the listing, or -1. The listing is in
+// ascending PID order but for what Confirm added.
+func (l *Listing) Index(pid int) int {
+	if i, ok := slices.BinarySearch(l.PIDs[:l.ascending], pid); ok {
+		return i
+	}
+	for i := l.ascending; i < len(l.PIDs); i++ {
+		if l.PIDs[i] == pid {
+			return i
+		}
+	}
+	return -1
+}
+
+// WatchedAll returns every process of the listing that Options.Watch
+// picks. From the task iterator that is Watched, which saw every comm;
+// a /proc listing saw only its group leaders', and the others' stat is
+// read here, once per listing, through r — the /proc fallback's price for
+// a decision that needs them, paid only by one that does. It must not be
+// called while the listing awaits Confirm.
+func (l *Listing) WatchedAll(r *Reader) ([]Proc, error) {
+	if l.pending != nil {
+		return nil, errors.New("proctable: WatchedAll on a listing that awaits Confirm")
+	}
+	if l.all != nil || l.watch == nil {
+		return l.all, nil
+	}
+	read := make(map[int]bool, len(l.Leaders))
+	for _, ld := range l.Leaders {
+		if ld.State != Unreadable {
+			read[ld.PID] = true
+		}
+	}
+	all := slices.Clone(l.Watched)
+	for i := l.iterSeen; i < len(l.PIDs); i++ {
+		pid := l.PIDs[i]
+		if l.PGIDs[i] <= 0 || read[pid] {
+			continue // gone, a kernel thread, or its comm was read
+		}
+		st, err := r.Stat(pid)
+		if err != nil || !l.watch([]byte(st.Comm)) {
+			continue
+		}
+		all = append(all, procOf(st))
+	}
+	if all == nil {
+		all = []Proc{}
+	}
+	l.all = all
+	return all, nil
+}
+
+// procOf is what a stat read tells of a watched process.
+func procOf(st fingerprint.Stat) Proc {
+	return Proc{PID: st.PID, PPID: st.PPID, PGID: st.PGID, UID: -1, StartTicks: st.StartTicks, Comm: st.Comm, Zombie: st.Zombie()}
+}
+
+// passReader reads stat files for a listing, counting them, and keeps
+// the leaders Options.Watch picks.
 type passReader struct {
 	*Reader
 	named     map[string]bool
+	watch     func([]byte) bool
+	watched   []Proc
 	statReads int
 }
 
 func newPassReader(opt Options) *passReader {
-	return &passReader{Reader: NewReader(opt.Root), named: opt.Named}
+	return &passReader{Reader: NewReader(opt.Root), named: opt.Named, watch: opt.Watch}
 }
 
 // stat reads pid's stat, counting it.
@@ -229,6 +332,9 @@ func (r *passReader) leader(pid int) Leader {
 	l := Leader{PID: pid, State: LeaderOf(pid, st, err)}
 	if l.State == Live && r.named[st.Comm] {
 		l.Comm = st.Comm
+	}
+	if err == nil && st.PGID == pid && r.watch != nil && r.watch([]byte(st.Comm)) {
+		r.watched = append(r.watched, procOf(st))
 	}
 	return l
 }

@@ -30,7 +30,7 @@ func (sc *Scanned) corroborate(ts []Tree) (int, []string) {
 	if sc.opt.Store != nil {
 		boot = sc.opt.Store.CurrentBootID()
 	}
-	ck := corroborate.New(sc.opt.Root, sc.records, boot)
+	ck := corroborate.New(sc.opt.Root, sc.snap, sc.records, boot)
 	var why []string
 	for _, t := range candidates {
 		ev, running, err := ck.Running(t.ContainerID, t.UID)

@@ -7,13 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/corroborate"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
+	"github.com/kc-watchman/kc-watchman/internal/proctable"
 	"github.com/kc-watchman/kc-watchman/internal/reap"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
@@ -148,6 +151,9 @@ type Scanned struct {
 	log     *slog.Logger
 	records []*ledger.Record
 	found   []trees.Tree
+	// snap is the process table the scan decided from, which the rest of
+	// the run reads (DESIGN §14); nil after a full scan.
+	snap *proctable.Listing
 }
 
 // Scan reads the ledger and scans /proc. It changes nothing. Scanning
@@ -176,10 +182,11 @@ func Scan(opt Options) (*Scanned, error) {
 		}
 		known = ledger.KnownFrom(sc.records, opt.Store.CurrentBootID())
 	}
-	found, stats, err := trees.Scan(trees.Options{Root: opt.Root, Comms: opt.Comms, Known: known, Full: opt.FullScan, Lister: opt.Lister})
+	found, stats, snap, err := trees.ScanSnapshot(trees.Options{Root: opt.Root, Comms: opt.Comms, Known: known, Full: opt.FullScan, Lister: opt.Lister, Watch: corroborate.Watch})
 	if err != nil {
 		return nil, fmt.Errorf("scanning processes: %w", err)
 	}
+	sc.snap = snap
 	log.Debug("scanned", "processes", stats.Processes, "groups", stats.Groups, "trees", len(found), "lister", stats.Lister, "lister_fallback", stats.ListerFallback, "duration", stats.Duration)
 	sc.found = found
 	return sc, nil
@@ -228,7 +235,7 @@ func (sc *Scanned) Run(ctx context.Context, live liveness.Set) (Report, error) {
 		return rep, wrongStore(why)
 	}
 
-	refreshSnapshots(opt, log, rep.Trees)
+	refreshSnapshots(opt, log, rep.Trees, records)
 	if opt.Apply {
 		rep.Trees = dropDead(opt, rep.Trees)
 		if why := blastRadius(opt, rep.Trees); why != "" {
@@ -301,8 +308,11 @@ func blastRadius(opt Options, ts []Tree) string {
 
 // refreshSnapshots records each live container's trees so that a later run
 // can still attribute them after their anchor dies (DESIGN §8). Dry runs
-// do this too: it changes nothing but the ledger.
-func refreshSnapshots(opt Options, log *slog.Logger, ts []Tree) {
+// do this too: it changes nothing but the ledger. A record read by the
+// scan (records) that already holds the same trees is left as it is: on
+// a host whose containers do not change, every run would otherwise
+// rewrite and fsync every live container's record.
+func refreshSnapshots(opt Options, log *slog.Logger, ts []Tree, records []*ledger.Record) {
 	if opt.Store == nil {
 		return
 	}
@@ -311,6 +321,11 @@ func refreshSnapshots(opt Options, log *slog.Logger, ts []Tree) {
 	for _, t := range ts {
 		if t.Action == action.SkipLive && t.ContainerID != "" {
 			byContainer[t.ContainerID] = append(byContainer[t.ContainerID], ledger.Snapshot(t.tree, "reconcile", now))
+		}
+	}
+	for _, r := range records {
+		if r != nil && sameTrees(r.Trees, byContainer[r.ContainerID]) {
+			delete(byContainer, r.ContainerID)
 		}
 	}
 	for id, snaps := range byContainer {
@@ -322,6 +337,14 @@ func refreshSnapshots(opt Options, log *slog.Logger, ts []Tree) {
 			log.Warn("could not refresh ledger snapshot", "container", id, "err", err)
 		}
 	}
+}
+
+// sameTrees reports whether two snapshots hold the same trees (group,
+// UID, source, members by identity and comm), whenever they were seen.
+func sameTrees(a, b []ledger.Tree) bool {
+	return len(a) > 0 && slices.EqualFunc(a, b, func(x, y ledger.Tree) bool {
+		return x.PGID == y.PGID && x.UID == y.UID && x.Source == y.Source && slices.Equal(x.Members, y.Members)
+	})
 }
 
 // reapStrays hands the strays to reap, one call per container (each

@@ -23,6 +23,10 @@ const kernelBTF = "/sys/kernel/btf/vmlinux"
 type layout struct {
 	taskPID, taskTGID, taskExitState, taskStart, taskComm, taskSignal uint32
 	signalPIDs, signalThreads, pidNumbers, upidNR                     uint32
+	// taskParent and taskCred point to the real parent (whose tgid is
+	// the process's PPID) and the objective credentials /proc's status
+	// reads the UIDs from; credUID is the real UID's kuid_t in them.
+	taskParent, taskCred, credUID uint32
 	// pidtypePGID is PIDTYPE_PGID in enum pid_type: the index of the
 	// process group in signal_struct.pids.
 	pidtypePGID uint32
@@ -31,7 +35,8 @@ type layout struct {
 
 // wantedMembers names, per struct, the members the program reads.
 var wantedMembers = map[string][]string{
-	"task_struct":   {"pid", "tgid", "exit_state", "start_boottime", "comm", "signal"},
+	"task_struct":   {"pid", "tgid", "exit_state", "start_boottime", "comm", "signal", "real_parent", "real_cred"},
+	"cred":          {"uid"},
 	"signal_struct": {"pids", "nr_threads"},
 	"pid":           {"numbers"},
 	"upid":          {"nr"},
@@ -168,6 +173,9 @@ func parseLayout(blob []byte) (layout, error) {
 		{&l.signalThreads, "signal_struct", "nr_threads"},
 		{&l.pidNumbers, "pid", "numbers"},
 		{&l.upidNR, "upid", "nr"},
+		{&l.taskParent, "task_struct", "real_parent"},
+		{&l.taskCred, "task_struct", "real_cred"},
+		{&l.credUID, "cred", "uid"},
 	} {
 		if *f.dst, err = member(f.st, f.mem); err != nil {
 			return layout{}, err

@@ -93,6 +93,7 @@ func (b *btfBuilder) blob() []byte {
 var wantLayout = layout{
 	taskPID: 1504, taskTGID: 1508, taskExitState: 1244, taskStart: 1640, taskComm: 2032, taskSignal: 2720,
 	signalPIDs: 336, signalThreads: 20, pidNumbers: 96, upidNR: 4, pidtypePGID: 3,
+	taskParent: 1416, taskCred: 2408, credUID: 12,
 }
 
 type btfStruct struct {
@@ -101,7 +102,7 @@ type btfStruct struct {
 	members []btfMember
 }
 
-// goodStructs describes the four structs the way a kernel might, with
+// goodStructs describes the five structs the way a kernel might, with
 // members the parser must pass over: a bitfield and a name that ends in
 // a wanted one.
 func goodStructs() []btfStruct {
@@ -115,6 +116,8 @@ func goodStructs() []btfStruct {
 			{"tgid", 8 * l.taskTGID},
 			{"start_boottime", 8 * l.taskStart},
 			{"comm", 8 * l.taskComm},
+			{"real_parent", 8 * l.taskParent},
+			{"real_cred", 8 * l.taskCred},
 			{"signal", 8 * l.taskSignal},
 		}},
 		{"signal_struct", false, []btfMember{
@@ -130,6 +133,10 @@ func goodStructs() []btfStruct {
 		{"upid", false, []btfMember{
 			{"nr", 8 * l.upidNR},
 			{"ns", 64},
+		}},
+		{"cred", false, []btfMember{
+			{"usage", 0},
+			{"uid", 8 * l.credUID},
 		}},
 	}
 }
@@ -382,7 +389,7 @@ func TestParseLayoutRefuses(t *testing.T) {
 			b.addStruct("upid", false, btfMember{"ns", 64})
 		}), "twice"},
 		{"missing struct", withStructs(func(ss []btfStruct) []btfStruct {
-			return ss[:3] // no upid
+			return append(ss[:3:3], ss[4:]...) // no upid
 		}), "no struct upid"},
 		{"wanted struct only declared", func() []byte {
 			b := newBTF()

@@ -100,6 +100,7 @@ func TestBuilderResolve(t *testing.T) {
 var progLayout = layout{
 	taskPID: 1264, taskTGID: 1268, taskExitState: 1160, taskStart: 1560, taskComm: 1752, taskSignal: 1848,
 	signalPIDs: 360, signalThreads: 8, pidNumbers: 144, upidNR: 4, pidtypePGID: 2, iterFunc: 64274,
+	taskParent: 1424, taskCred: 1816, credUID: 8,
 }
 
 func TestProgram(t *testing.T) {
@@ -140,6 +141,10 @@ func TestProgram(t *testing.T) {
 		{"signal->nr_threads", opLdxW, r8, l.signalThreads, true},
 		{"signal->pids[PIDTYPE_PGID]", opLdxDW, r8, l.signalPIDs + 8*l.pidtypePGID, true},
 		{"pid->numbers[0].nr", opLdxW, r2, l.pidNumbers + l.upidNR, true},
+		{"task->real_parent", opLdxDW, r7, l.taskParent, true},
+		{"real_parent->tgid", opLdxW, r2, l.taskTGID, true},
+		{"task->real_cred", opLdxDW, r7, l.taskCred, true},
+		{"real_cred->uid", opLdxW, r2, l.credUID, true},
 	}
 	for _, ld := range loads {
 		n := 0
@@ -195,6 +200,9 @@ func TestProgramRefusesLargeOffsets(t *testing.T) {
 		{"signal->pids[PGID] beyond", func(l *layout) { l.signalPIDs = limit - 15 }, false},
 		{"pid->numbers + upid.nr at the limit", func(l *layout) { l.pidNumbers, l.upidNR = limit-4, 4 }, true},
 		{"pid->numbers + upid.nr beyond", func(l *layout) { l.pidNumbers, l.upidNR = limit-3, 4 }, false},
+		{"task->real_parent", func(l *layout) { l.taskParent = limit + 1 }, false},
+		{"task->real_cred", func(l *layout) { l.taskCred = limit + 1 }, false},
+		{"cred->uid", func(l *layout) { l.credUID = limit + 1 }, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

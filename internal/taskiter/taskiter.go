@@ -1,7 +1,7 @@
 // Package taskiter lists the host's processes through a BPF task iterator:
 // a small program the kernel runs once per task, which writes each
-// process's ID, process group, exit state, thread count, start time and
-// comm into one stream read with a few read(2) calls. Listing /proc costs
+// process's ID, process group, exit state, thread count, start time,
+// comm, parent and real UID into one stream read with a few read(2) calls. Listing /proc costs
 // a getdents(2) share, a getpgid(2) and, for a group leader, an
 // openat/read/close per process; on a host with tens of thousands of
 // processes, and on virtual machines where each system call is dear, that
@@ -56,7 +56,11 @@ type Task struct {
 	// Threads is the process's live thread count (num_threads in stat).
 	Threads    int
 	StartTicks uint64
-	comm       [16]byte
+	// PPID is the real parent's PID (0 for none: PID 1, kthreadd).
+	PPID int
+	// UID is the real UID in the host's user namespace, -1 if unknown.
+	UID  int
+	comm [16]byte
 }
 
 // Comm returns the task's comm, without the NUL padding; the slice is
@@ -184,6 +188,11 @@ func Each(fn func(*Task)) (Census, error) {
 			ExitState:  binary.NativeEndian.Uint32(rec[8:]),
 			Threads:    int(binary.NativeEndian.Uint32(rec[12:])),
 			StartTicks: binary.NativeEndian.Uint64(rec[16:]) / nsPerTick,
+			PPID:       int(binary.NativeEndian.Uint32(rec[40:])),
+			UID:        -1,
+		}
+		if uid := binary.NativeEndian.Uint32(rec[44:]); uid != 1<<32-1 {
+			t.UID = int(uid)
 		}
 		// A PID twice, or out of order, would count its threads twice
 		// in the census; the pass is then not to be trusted.
@@ -319,9 +328,13 @@ func checkSelf(me *Task, self, pgid int) error {
 	}
 	// The thread count may have changed since the pass (the Go runtime
 	// starts threads as it likes), but a live process has one at least.
-	if me.PGID != pgid || me.StartTicks != st.StartTicks || string(me.Comm()) != st.Comm || me.Zombie() || me.Threads < 1 {
-		return fmt.Errorf("%w: the listing disagrees with /proc for this process: pgid %d, start %d, comm %q, zombie %v, %d threads (want %d, %d, %q, alive, at least 1)",
-			ErrUnavailable, me.PGID, me.StartTicks, me.Comm(), me.Zombie(), me.Threads, pgid, st.StartTicks, st.Comm)
+	// The caller is in the host's PID namespace (checkNamespaces), and
+	// only the host's user namespace holds CAP_BPF: its real UID is the
+	// kernel's.
+	if me.PGID != pgid || me.StartTicks != st.StartTicks || string(me.Comm()) != st.Comm || me.Zombie() || me.Threads < 1 ||
+		me.PPID != st.PPID || me.UID != os.Getuid() {
+		return fmt.Errorf("%w: the listing disagrees with /proc for this process: pgid %d, start %d, comm %q, zombie %v, %d threads, ppid %d, uid %d (want %d, %d, %q, alive, at least 1, %d, %d)",
+			ErrUnavailable, me.PGID, me.StartTicks, me.Comm(), me.Zombie(), me.Threads, me.PPID, me.UID, pgid, st.StartTicks, st.Comm, st.PPID, os.Getuid())
 	}
 	return nil
 }

@@ -77,6 +77,9 @@ func mismatch(task Task, st fingerprint.Stat) string {
 	if task.PGID != st.PGID {
 		diffs = append(diffs, fmt.Sprintf("pgid %d, stat %d", task.PGID, st.PGID))
 	}
+	if task.PPID != st.PPID {
+		diffs = append(diffs, fmt.Sprintf("ppid %d, stat %d", task.PPID, st.PPID))
+	}
 	if task.StartTicks != st.StartTicks {
 		diffs = append(diffs, fmt.Sprintf("start %d, stat %d", task.StartTicks, st.StartTicks))
 	}
@@ -482,7 +485,7 @@ func TestReadRecords(t *testing.T) {
 func TestCheckSelf(t *testing.T) {
 	self, pgid := os.Getpid(), unix.Getpgrp()
 	st := proc.MustStat(t, root, self)
-	good := Task{PID: self, PGID: pgid, Threads: st.Threads, StartTicks: st.StartTicks}
+	good := Task{PID: self, PGID: pgid, Threads: st.Threads, StartTicks: st.StartTicks, PPID: st.PPID, UID: os.Getuid()}
 	copy(good.comm[:], st.Comm)
 	tests := []struct {
 		name string
@@ -497,6 +500,9 @@ func TestCheckSelf(t *testing.T) {
 		{"other comm", func(t *Task) { t.comm[0]++ }, false},
 		{"comm cut short", func(t *Task) { t.comm[1] = 0 }, false},
 		{"zombie", func(t *Task) { t.ExitState, t.Threads = 16, 1 }, false},
+		{"other parent", func(t *Task) { t.PPID++ }, false},
+		{"other uid", func(t *Task) { t.UID++ }, false},
+		{"uid unknown", func(t *Task) { t.UID = -1 }, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

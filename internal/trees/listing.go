@@ -58,7 +58,7 @@ const minMembersPerWorker = 32
 func listGroups(opt Options, comms map[string]bool, stats *Stats) (*proctable.Listing, []candidate, []*scanner, error) {
 	l, err := proctable.List(proctable.Options{
 		Root: opt.Root, Lister: opt.Lister, Named: comms, Defer: true,
-		Pipeline: opt.pipeline, Hide: opt.iterHide,
+		Pipeline: opt.pipeline, Hide: opt.iterHide, Watch: opt.Watch,
 	})
 	if err != nil {
 		return nil, nil, nil, err
@@ -90,6 +90,9 @@ func (s *scanner) mark(l proctable.Leader) leaderMark {
 	case proctable.Live:
 		// The listing sets Comm for a leader in the supervisor set
 		// only: the others, nearly all, need no lookup.
+		if l.Comm == WrapperComm && !slices.Contains(s.opt.Comms, WrapperComm) {
+			return leaderMark{live: true, sup: true, wrapper: true}
+		}
 		return leaderMark{live: true, sup: l.Comm != "" && s.supervisor(l.PID, l.Comm, nil)}
 	}
 	return leaderMark{}

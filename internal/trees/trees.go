@@ -70,6 +70,11 @@ type Options struct {
 	// /proc (proctable.Listing.Confirm): it has nothing to act on.
 	Only map[string]bool
 
+	// Watch is handed to the listing (proctable.Options.Watch): the
+	// processes it picks are kept whole in the snapshot ScanSnapshot
+	// returns, for the decisions after the scan (container monitors).
+	Watch func(comm []byte) bool
+
 	// pipeline overrides how the fast scan's /proc listing splits its
 	// work (tests force several goroutines and many batches on a small
 	// process table).
@@ -135,6 +140,19 @@ type Stats struct {
 
 // Scan finds the supervisor trees on the host.
 func Scan(opt Options) ([]Tree, Stats, error) {
+	ts, stats, _, err := ScanSnapshot(opt)
+	return ts, stats, err
+}
+
+// ScanSnapshot is Scan that also returns the listing it decided from:
+// the process table the rest of a decision reads instead of listing
+// /proc again (DESIGN §14). It is nil for the full scan (Options.Full),
+// which reads every process's files and keeps no listing. A scan for
+// some containers only (Options.Only) that found nothing to act on may
+// return a listing the task iterator's census could not vouch for and
+// that was not confirmed against /proc (see Scan); Listing.Pending
+// says so.
+func ScanSnapshot(opt Options) ([]Tree, Stats, *proctable.Listing, error) {
 	start := time.Now()
 	if opt.Root == "" {
 		opt.Root = fingerprint.DefaultRoot
@@ -166,7 +184,7 @@ func Scan(opt Options) ([]Tree, Stats, error) {
 		}
 	}
 	if err != nil {
-		return nil, stats, err
+		return nil, stats, nil, err
 	}
 	if opt.Only != nil {
 		known := make(map[int]bool, len(opt.Known))
@@ -194,7 +212,7 @@ func Scan(opt Options) ([]Tree, Stats, error) {
 	if pending && (opt.Only == nil || len(opt.Known) > 0 || slices.ContainsFunc(found, func(t *Tree) bool { return t != nil })) {
 		grouped, err := listing.Confirm()
 		if err != nil {
-			return nil, stats, err
+			return nil, stats, nil, err
 		}
 		listingStats(listing, &stats)
 		if grouped > 0 {
@@ -221,7 +239,7 @@ func Scan(opt Options) ([]Tree, Stats, error) {
 		stats.ArgvReads += s.stats.ArgvReads
 	}
 	stats.Duration = time.Since(start)
-	return out, stats, nil
+	return out, stats, listing, nil
 }
 
 // examineAll examines the candidates on the scanners' goroutines.
@@ -261,6 +279,10 @@ type leaderMark struct {
 	live bool
 	// sup: live, and in the supervisor set.
 	sup bool
+	// wrapper: sup on its comm alone (kc-hook), to be settled by its
+	// argv when the group's members are read (see supervisor): reading
+	// it here would read the same cmdline twice.
+	wrapper bool
 }
 
 // parallel runs f(0) … f(n-1) concurrently and waits for them.
@@ -440,6 +462,20 @@ func (s *scanner) examine(c candidate) (Tree, bool) {
 				t.ByLedger = true
 			}
 			t.addID(cid)
+		}
+	}
+	if c.leader.wrapper {
+		// Settled now from the leader's argv, as supervisor would
+		// have at the listing; a leader that could not be read is no
+		// supervisor, so its group is at most foreign.
+		leaderSup = false
+		for _, m := range t.Members {
+			if m.PID == pgid {
+				leaderSup = s.supervisor(m.PID, m.Comm, m.Argv)
+			}
+		}
+		if leaderLive && !leaderSup && !s.opt.Full {
+			return Tree{}, false
 		}
 	}
 	if len(t.Members) == 0 || !s.hasSupervisorOrKnown(t) {

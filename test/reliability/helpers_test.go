@@ -497,7 +497,7 @@ func stopContainer(t testing.TB, e *podmantest.Env, id string) {
 	t.Helper()
 	e.Stop(t, id)
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		ev, running, err := corroborate.New(procRoot, nil, "").Running(id, 0)
+		ev, running, err := corroborate.New(procRoot, nil, nil, "").Running(id, 0)
 		if err == nil && !running {
 			return
 		}

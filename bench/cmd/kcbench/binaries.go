@@ -96,13 +96,8 @@ type hookSample struct {
 // command line stays the one every variant runs.
 func runHook(bin, tmp, stateDir, id string, extraEnv ...string) (hookSample, error) {
 	var s hookSample
-	bundle := filepath.Join(tmp, "bundles", id[:12])
-	if err := os.MkdirAll(bundle, 0o755); err != nil {
-		return s, err
-	}
-	state := fmt.Sprintf(`{"ociVersion":"1.0.2","id":%q,"status":"stopped","bundle":%q,"annotations":{}}`, id, bundle)
-	stf := filepath.Join(bundle, "state.json")
-	if err := os.WriteFile(stf, []byte(state), 0o644); err != nil {
+	bundle, stf, err := hookBundle(tmp, id)
+	if err != nil {
 		return s, err
 	}
 	in, err := os.Open(stf)
@@ -130,6 +125,27 @@ func runHook(bin, tmp, stateDir, id string, extraEnv ...string) (hookSample, err
 	}
 	s.Outcome = rec.Outcome
 	return s, nil
+}
+
+// hookBundle makes the bundle directory of container id and the State
+// the runtime gives kc-hook on stdin.
+func hookBundle(tmp, id string) (bundle, stateFile string, err error) {
+	bundle = filepath.Join(tmp, "bundles", id[:12])
+	if err := os.MkdirAll(bundle, 0o755); err != nil {
+		return "", "", err
+	}
+	state := fmt.Sprintf(`{"ociVersion":"1.0.2","id":%q,"status":"stopped","bundle":%q,"annotations":{}}`, id, bundle)
+	stateFile = filepath.Join(bundle, "state.json")
+	return bundle, stateFile, os.WriteFile(stateFile, []byte(state), 0o644)
+}
+
+// traceHook is runHook's no-tree run under strace.
+func traceHook(bin, tmp, stateDir, id string) (traced, error) {
+	bundle, stf, err := hookBundle(tmp, id)
+	if err != nil {
+		return traced{}, err
+	}
+	return traceRun([]string{bin, "poststop"}, hookEnv(stateDir), bundle, stf)
 }
 
 // janitorSample is one kc-janitor run with its parsed JSON report.

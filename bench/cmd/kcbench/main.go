@@ -459,7 +459,10 @@ func (b *bench) setupLiveness() error {
 		}
 	}
 	b.janEnv = append(env, "PATH="+path)
-	b.janArgs["fake-cli"] = []string{"--engine", "podman", "--podman-url", url}
+	// --podman-arg makes the stand-in's answer the store's own (the CLI
+	// read it directly): through --url alone it would vouch for no UID
+	// (issue 16), and every tree would be skipped-other-uid.
+	b.janArgs["fake-cli"] = []string{"--engine", "podman", "--podman-url", url, "--podman-arg=--root=" + filepath.Join(b.tmp, "fakepodman", "store")}
 	b.res.Machine["podman"] = "off: a stand-in `podman` script lists the live set"
 	return nil
 }

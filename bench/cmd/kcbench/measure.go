@@ -115,6 +115,12 @@ type hookResult struct {
 	TreeRSS      []int64         `json:"tree_maxrss_kb"`
 	Outcomes     []string        `json:"tree_outcomes"`
 	TreeStart    []time.Duration `json:"tree_start_ns"`
+	// Seed is the seed approach's scan, run once per round between the
+	// hook's runs: side by side, under the same load.
+	Seed samples `json:"seed_scan_ns"`
+	// Traced is one more no-tree run (--bpf auto) under strace (nil
+	// without strace).
+	Traced *traced `json:"traced,omitempty"`
 }
 
 type reconcileResult struct {
@@ -126,6 +132,11 @@ type reconcileResult struct {
 	Wall      samples        `json:"wall_ns"`
 	RSS       []int64        `json:"maxrss_kb"`
 	Actions   map[string]int `json:"actions"`
+	// Seed is the seed approach's scan, run once per round between the
+	// paths' runs: side by side, under the same load.
+	Seed samples `json:"seed_scan_ns"`
+	// Traced is one more run under strace (nil without strace).
+	Traced *traced `json:"traced,omitempty"`
 }
 
 type sweepResult struct {
@@ -430,9 +441,14 @@ func (b *bench) hookBench(n, procs int) error {
 		if members != 4 { // wrapper, kcserver, 2 kernels
 			return fmt.Errorf("tree had %d members, want 4", members)
 		}
+		seed, err := runSeed(b.python, b.cfg.seed)
+		if err != nil {
+			return err
+		}
 		if r < 0 {
 			continue
 		}
+		hr.Seed = append(hr.Seed, seed.scan())
 		hr.NoTree = append(hr.NoTree, s.timing())
 		hr.NoTreeRSS = append(hr.NoTreeRSS, s.MaxRSSKB)
 		hr.NoTreeOff = append(hr.NoTreeOff, off.timing())
@@ -447,10 +463,18 @@ func (b *bench) hookBench(n, procs int) error {
 			return fmt.Errorf("tree outcome %q, want reaped", o)
 		}
 	}
+	if haveStrace() {
+		tr, err := traceHook(b.hookBin, b.tmp, stateDir, randomID())
+		if err != nil {
+			return err
+		}
+		hr.Traced = &tr
+	}
 	hr.Load = loadavg()
 	b.res.Hooks = append(b.res.Hooks, hr)
-	progress("N=%d: hook medians (wall/cpu): no tree %v/%v (%d KB), no tree with KC_BPF=off %v/%v (%d KB), one tree %v/%v (%d KB); load %s", n,
-		hr.NoTree.wall(), hr.NoTree.cpu(), medianInt(hr.NoTreeRSS), hr.NoTreeOff.wall(), hr.NoTreeOff.cpu(), medianInt(hr.NoTreeOffRSS), hr.Tree.wall(), hr.Tree.cpu(), medianInt(hr.TreeRSS), hr.Load)
+	progress("N=%d: hook medians (wall/cpu): no tree %v/%v (%d KB), no tree with KC_BPF=off %v/%v (%d KB), one tree %v/%v (%d KB); seed scan %v/%v; traced %+v; load %s", n,
+		hr.NoTree.wall(), hr.NoTree.cpu(), medianInt(hr.NoTreeRSS), hr.NoTreeOff.wall(), hr.NoTreeOff.cpu(), medianInt(hr.NoTreeOffRSS), hr.Tree.wall(), hr.Tree.cpu(), medianInt(hr.TreeRSS),
+		hr.Seed.wall(), hr.Seed.cpu(), hr.Traced, hr.Load)
 	return nil
 }
 
@@ -516,13 +540,32 @@ func (b *bench) reconcileBench(n, procs int) error {
 			rr.Wall = append(rr.Wall, s.timing())
 			rr.RSS = append(rr.RSS, s.MaxRSSKB)
 		}
+		seed, err := runSeed(b.python, b.cfg.seed)
+		if err != nil {
+			return err
+		}
+		if r < 0 {
+			continue
+		}
+		for _, path := range paths {
+			rrs[path].Seed = append(rrs[path].Seed, seed.scan())
+		}
+	}
+	if haveStrace() {
+		for _, path := range paths {
+			tr, err := traceRun(append([]string{b.janitor, "reconcile", "--format", "json"}, args[path]...), b.janEnv, "", "")
+			if err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
+			rrs[path].Traced = &tr
+		}
 	}
 	load := loadavg()
 	for _, path := range paths {
 		rr := rrs[path]
 		rr.Load = load
 		b.res.Reconciles = append(b.res.Reconciles, *rr)
-		progress("N=%d: reconcile %s (wall/cpu): %v/%v, %d KB; load %s", n, path, rr.Wall.wall(), rr.Wall.cpu(), medianInt(rr.RSS), rr.Load)
+		progress("N=%d: reconcile %s (wall/cpu): %v/%v, %d KB; seed scan %v/%v; traced %+v; load %s", n, path, rr.Wall.wall(), rr.Wall.cpu(), medianInt(rr.RSS), rr.Seed.wall(), rr.Seed.cpu(), rr.Traced, rr.Load)
 	}
 	return nil
 }
@@ -599,6 +642,23 @@ func (b *bench) targets() {
 			ms(m), ms(hr.NoTree.cpu()), ms(hr.NoTreeOff.wall()), ms(hr.Tree.wall())), m < 50*time.Millisecond)
 		rss := max(slices.Max(hr.TreeRSS), slices.Max(hr.NoTreeRSS), slices.Max(hr.NoTreeOffRSS))
 		add("kc-hook poststop at 10k, peak RSS", "< 15 MB", fmt.Sprintf("%.1f MB (largest of all runs)", float64(rss)/1024), rss < 15*1024)
+	}
+	if hr := b.hookAt(10000); hr != nil && len(hr.Seed) > 0 {
+		rs := ratio(hr.Seed.wall(), hr.NoTree.wall())
+		add("kc-hook poststop at 10k vs the seed approach's scan, side by side", "≥ 15×", fmt.Sprintf("%.1f× wall (%s vs %s); %.1f× CPU",
+			rs, ms(hr.Seed.wall()), ms(hr.NoTree.wall()), ratio(hr.Seed.cpu(), hr.NoTree.cpu())), rs >= 15)
+	}
+	for _, rr := range b.res.Reconciles {
+		if rr.N != 10000 || len(rr.Seed) == 0 {
+			continue
+		}
+		rs := ratio(rr.Seed.wall(), rr.Wall.wall())
+		add("kc-janitor reconcile dry run at 10k ("+rr.Path+") vs the seed approach's scan, side by side", "≥ 15×", fmt.Sprintf("%.1f× wall (%s vs %s); %.1f× CPU",
+			rs, ms(rr.Seed.wall()), ms(rr.Wall.wall()), ratio(rr.Seed.cpu(), rr.Wall.cpu())), rs >= 15)
+		if rr.Traced != nil {
+			add("kc-janitor reconcile at 10k ("+rr.Path+"): files opened per run", "< 1000, /proc listed at most once",
+				fmt.Sprintf("%d opens, %d /proc listings", rr.Traced.Opens, rr.Traced.Listings), rr.Traced.Opens < 1000 && rr.Traced.Listings <= 1)
+		}
 	}
 	l := b.res.Link
 	add("kc-hook does not link the podman bindings", "not linked", fmt.Sprintf("go version -m: %s; go list -deps: %s", okWord(l.VersionM, "absent", "PRESENT"), okWord(l.ListDeps, "absent", "PRESENT")), l.VersionM && l.ListDeps)

@@ -227,7 +227,8 @@ func processesNaming(s string, service *child) []int {
 // returns a PATH that finds it first, and the URL of a dead API socket
 // (a socket file nobody listens on, owned by root: the API attempt fails at
 // once and the janitor's ground truth is root's, as with the real one).
-// Used when real podman is off.
+// Used when real podman is off; its callers name a store with
+// --podman-arg, as a CLI that reads its store directly is asked.
 func fakePodmanCLI(dir string, live []string) (path, url string, err error) {
 	bin := filepath.Join(dir, "fakebin")
 	if err := os.MkdirAll(bin, 0o755); err != nil {

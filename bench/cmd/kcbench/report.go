@@ -68,13 +68,14 @@ func (b *bench) report(w io.Writer) {
 
 	if len(r.Hooks) > 0 {
 		fmt.Fprintf(w, "### kc-hook poststop (the real binary, State on stdin; median of %d runs; CPU and peak RSS from wait4)\n\n", b.cfg.hookRuns)
-		fmt.Fprintln(w, "| N (processes) | no tree, `--bpf auto`: wall | CPU | peak RSS | no tree, `KC_BPF=off` (/proc lister): wall | CPU | peak RSS | one 3-process tree, `--bpf auto`: wall | CPU | peak RSS | load |")
-		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
+		fmt.Fprintln(w, "| N (processes) | no tree, `--bpf auto`: wall | CPU | peak RSS | no tree, `KC_BPF=off` (/proc lister): wall | CPU | peak RSS | one 3-process tree, `--bpf auto`: wall | CPU | peak RSS | seed approach's scan, same rounds: wall (CPU) | ÷ no tree (wall) | no tree: files opened, /proc listings | load |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 		for _, h := range r.Hooks {
-			fmt.Fprintf(w, "| %d (%d) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", h.N, h.Processes,
+			fmt.Fprintf(w, "| %d (%d) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s (%s) | %.1f× | %s | %s |\n", h.N, h.Processes,
 				ms(h.NoTree.wall()), ms(h.NoTree.cpu()), mb(medianInt(h.NoTreeRSS)),
 				ms(h.NoTreeOff.wall()), ms(h.NoTreeOff.cpu()), mb(medianInt(h.NoTreeOffRSS)),
-				ms(h.Tree.wall()), ms(h.Tree.cpu()), mb(medianInt(h.TreeRSS)), h.Load)
+				ms(h.Tree.wall()), ms(h.Tree.cpu()), mb(medianInt(h.TreeRSS)),
+				ms(h.Seed.wall()), ms(h.Seed.cpu()), ratio(h.Seed.wall(), h.NoTree.wall()), tracedText(h.Traced), h.Load)
 		}
 		// The hook logs its lister only at debug level, which its log
 		// does not keep: say what auto amounts to rather than claim it.
@@ -84,15 +85,16 @@ func (b *bench) report(w io.Writer) {
 
 	if len(r.Reconciles) > 0 {
 		fmt.Fprintf(w, "### kc-janitor reconcile, dry run, end to end (%d live containers with a tree each + %d strays; median of %d runs; decisions of the last run, over all trees on the host)\n\n", len(b.liveIDs), len(b.strayIDs), b.cfg.janitorRuns)
-		fmt.Fprintln(w, "| N (processes) | liveness path | wall | CPU | peak RSS | decisions | load |")
-		fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+		fmt.Fprintln(w, "| N (processes) | liveness path | wall | CPU | peak RSS | seed approach's scan, same rounds: wall (CPU) | ÷ (wall) | files opened, /proc listings (strace, one run) | decisions | load |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
 		for _, rr := range r.Reconciles {
 			var acts []string
 			for k, v := range rr.Actions {
 				acts = append(acts, fmt.Sprintf("%d %s", v, k))
 			}
 			slices.Sort(acts)
-			fmt.Fprintf(w, "| %d (%d) | %s (source %s) | %s | %s | %s | %s | %s |\n", rr.N, rr.Processes, rr.Path, rr.Source, ms(rr.Wall.wall()), ms(rr.Wall.cpu()), mb(medianInt(rr.RSS)), strings.Join(acts, ", "), rr.Load)
+			fmt.Fprintf(w, "| %d (%d) | %s (source %s) | %s | %s | %s | %s (%s) | %.1f× | %s | %s | %s |\n", rr.N, rr.Processes, rr.Path, rr.Source, ms(rr.Wall.wall()), ms(rr.Wall.cpu()), mb(medianInt(rr.RSS)),
+				ms(rr.Seed.wall()), ms(rr.Seed.cpu()), ratio(rr.Seed.wall(), rr.Wall.wall()), tracedText(rr.Traced), strings.Join(acts, ", "), rr.Load)
 		}
 		fmt.Fprintln(w)
 	}
@@ -160,4 +162,12 @@ func fastReads(st trees.Stats) string {
 		out += fmt.Sprintf("; listing checked against /proc's: %d processes the iterator missed", st.IterMissed)
 	}
 	return out
+}
+
+// tracedText is a traced run's counts, or why there are none.
+func tracedText(t *traced) string {
+	if t == nil {
+		return "— (no strace)"
+	}
+	return fmt.Sprintf("%d, %d", t.Opens, t.Listings)
 }

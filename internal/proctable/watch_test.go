@@ -1,0 +1,109 @@
+package proctable
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/taskiter"
+)
+
+// startAs runs sleep under the name comm (exec'd through a copy of that
+// name: comm is the executable's base name), leading its own group or
+// not, and stops it with the test.
+func startAs(t *testing.T, comm string, ownGroup bool) int {
+	t.Helper()
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip("no sleep")
+	}
+	data, err := os.ReadFile(sleep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), comm)
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "1000")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: ownGroup}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd.Process.Pid
+}
+
+// TestWatchedAll: a watched process is in WatchedAll whether it leads its
+// group or not and whichever lister listed it, with the same identity;
+// the task iterator's listing gives its parent and real UID, which stat
+// and status agree with, and the /proc listing reads only what it did
+// not see.
+func TestWatchedAll(t *testing.T) {
+	leader := startAs(t, "conmon", true)
+	member := startAs(t, "containerd-shim", false)
+	watch := func(comm []byte) bool {
+		return string(comm) == "conmon" || string(comm) == "containerd-shim"
+	}
+	want := map[int]fingerprint.Identity{}
+	for _, pid := range []int{leader, member} {
+		id, err := fingerprint.Read(fingerprint.DefaultRoot, pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[pid] = id
+	}
+	for _, lister := range []Lister{ListProc, ListBPF} {
+		t.Run(lister.String(), func(t *testing.T) {
+			l, err := List(Options{Lister: lister, Watch: watch})
+			if errors.Is(err, taskiter.ErrUnavailable) {
+				t.Skipf("task iterator not usable here: %v", err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := NewReader(fingerprint.DefaultRoot)
+			defer r.Close()
+			all, err := l.WatchedAll(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for pid, id := range want {
+				i := slices.IndexFunc(all, func(p Proc) bool { return p.PID == pid })
+				if i < 0 {
+					t.Fatalf("%d (%s) missing from WatchedAll %+v", pid, id.Comm, all)
+				}
+				p := all[i]
+				if p.Comm != id.Comm || p.StartTicks != id.StartTicks || p.PGID != id.PGID || p.PPID != id.PPID || p.Zombie {
+					t.Errorf("%d: %+v, want comm %q start %d pgid %d ppid %d, alive", pid, p, id.Comm, id.StartTicks, id.PGID, id.PPID)
+				}
+				wantUID := -1
+				if lister == ListBPF {
+					wantUID = id.UID
+				}
+				if p.UID != wantUID {
+					t.Errorf("%d: UID %d, want %d", pid, p.UID, wantUID)
+				}
+				j := l.Index(pid)
+				if j < 0 || int(l.PGIDs[j]) != id.PGID {
+					t.Fatalf("Index(%d) = %d", pid, j)
+				}
+				if lister == ListBPF && (int(l.PPIDs[j]) != id.PPID || int(l.UIDs[j]) != id.UID || l.Starts[j] != id.StartTicks) {
+					t.Errorf("%d: listed ppid %d uid %d start %d, want %d %d %d", pid, l.PPIDs[j], l.UIDs[j], l.Starts[j], id.PPID, id.UID, id.StartTicks)
+				}
+			}
+			seen := slices.IndexFunc(l.Watched, func(p Proc) bool { return p.PID == member }) >= 0
+			if seen != (lister == ListBPF) {
+				t.Errorf("the group member in Watched: %v; the task iterator sees every comm, the /proc pass only leaders'", seen)
+			}
+			if lister == ListProc && l.PPIDs != nil {
+				t.Errorf("a /proc listing carries PPIDs it never read")
+			}
+		})
+	}
+}

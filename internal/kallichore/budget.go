@@ -1,0 +1,43 @@
+package kallichore
+
+import (
+	"context"
+
+	"golang.org/x/sync/semaphore"
+)
+
+// DefaultBudget is the bytes of answers a janitor reads at once, across
+// every probe and audit sharing a Budget: 64 status answers at their cap,
+// or four sessions answers. Decoding holds up to about three times what
+// is read (the decoder's buffer, which grows by doubling, and the values
+// decoded), so this keeps a run's answers within a couple of hundred
+// megabytes whatever the sockets in /tmp serve.
+const DefaultBudget = 64 << 20
+
+// Budget bounds the bytes of answers being read at once by the clients
+// sharing it. A nil *Budget bounds nothing.
+type Budget struct {
+	sem  *semaphore.Weighted
+	size int64
+}
+
+// NewBudget returns a budget of size bytes (DefaultBudget if size <= 0).
+func NewBudget(size int64) *Budget {
+	if size <= 0 {
+		size = DefaultBudget
+	}
+	return &Budget{sem: semaphore.NewWeighted(size), size: size}
+}
+
+// acquire waits until n bytes are free (all of it, if n is more than the
+// whole budget: one answer at a time) or ctx ends.
+func (b *Budget) acquire(ctx context.Context, n int64) (release func(), err error) {
+	if b == nil {
+		return func() {}, nil
+	}
+	n = max(1, min(n, b.size))
+	if err := b.sem.Acquire(ctx, n); err != nil {
+		return nil, err
+	}
+	return func() { b.sem.Release(n) }, nil
+}

@@ -7,12 +7,14 @@ import (
 )
 
 // DefaultBudget is the bytes of answers a janitor reads at once, across
-// every probe and audit sharing a Budget: 64 status answers at their cap,
-// or four sessions answers. Decoding holds up to about three times what
-// is read (the decoder's buffer, which grows by doubling, and the values
-// decoded), so this keeps a run's answers within a couple of hundred
-// megabytes whatever the sockets in /tmp serve.
-const DefaultBudget = 64 << 20
+// every probe and audit sharing a Budget: 16 status answers at their cap,
+// or one sessions answer. An answer weighs what it announces (Kallichore
+// announces a few hundred bytes), else its cap. Decoding holds several
+// times what is read (the decoder's buffer grows by doubling, then the
+// values decoded), so this keeps a run near 150 MiB whatever the sockets
+// in /tmp serve (cull of 32 supervisors serving 32 MiB: 157 MiB peak RSS;
+// with 64 MiB it was 261 MiB).
+const DefaultBudget = 16 << 20
 
 // Budget bounds the bytes of answers being read at once by the clients
 // sharing it. A nil *Budget bounds nothing.

@@ -12,6 +12,7 @@ require (
 	github.com/prometheus/common v0.63.0
 	github.com/urfave/cli/v2 v2.27.7
 	go.podman.io/common v0.67.0
+	golang.org/x/sync v0.22.0
 	golang.org/x/sys v0.50.0
 	google.golang.org/grpc v1.79.3
 	google.golang.org/protobuf v1.36.12-0.20260120151049-f2248ac996af
@@ -131,7 +132,6 @@ require (
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	golang.org/x/crypto v0.54.0 // indirect
 	golang.org/x/net v0.57.0 // indirect
-	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/term v0.45.0 // indirect
 	golang.org/x/text v0.40.0 // indirect
 	golang.org/x/time v0.15.0 // indirect

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/cull"
 	"github.com/kc-watchman/kc-watchman/internal/janitor"
+	"github.com/kc-watchman/kc-watchman/internal/kallichore"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 	"github.com/kc-watchman/kc-watchman/internal/sweep"
@@ -170,9 +171,15 @@ func probeConfig(c *cli.Context, g globals) (sweep.Config, error) {
 		SupervisorComms: g.SupervisorComms,
 		Timeout:         c.Duration(flagTimeout),
 		Workers:         c.Int(flagWorkers),
+		Deadline:        c.Duration(flagDeadline),
+		// One budget for the whole run: its sweeps and audits share it.
+		Budget: kallichore.NewBudget(0),
 	}
 	if cfg.Timeout <= 0 {
 		return cfg, usageErr("--timeout must be positive")
+	}
+	if cfg.Deadline <= 0 {
+		return cfg, usageErr("--%s must be positive", flagDeadline)
 	}
 	if cfg.Workers <= 0 {
 		return cfg, usageErr("--workers must be positive")

@@ -16,6 +16,7 @@ const (
 	flagContainerPID = "container-pid"
 	flagTimeout      = "timeout"
 	flagWorkers      = "workers"
+	flagDeadline     = "sweep-deadline"
 	flagHashedMinAge = "hashed-min-age"
 )
 
@@ -26,6 +27,7 @@ func socketFlags() []cli.Flag {
 		&cli.IntFlag{Name: flagContainerPID, Usage: "host `PID` of the container's init process (instead of asking the engines)", EnvVars: []string{"KC_CONTAINER_PID"}, Hidden: true},
 		&cli.DurationFlag{Name: flagTimeout, Value: sweep.DefaultTimeout, Usage: "timeout of one request to a supervisor", EnvVars: []string{"KC_PROBE_TIMEOUT"}},
 		&cli.IntFlag{Name: flagWorkers, Value: sweep.DefaultWorkers, Usage: "sockets probed concurrently", EnvVars: []string{"KC_PROBE_WORKERS"}},
+		&cli.DurationFlag{Name: flagDeadline, Value: sweep.DefaultDeadline, Usage: "bound on all of a sweep's probing; sockets not probed by then are unknown and kept", EnvVars: []string{"KC_SWEEP_DEADLINE"}},
 	}
 }
 
@@ -39,7 +41,10 @@ a thread ID, a zombie, another program, or started after the socket was
 created); nothing listens on it and no socket, in any state, is bound to its
 path (/proc/net/unix); and GET /status is silent twice (3 s connect, 5 s
 per try, 2 s apart). Gates that disagree give "unknown": kept. Session
-sockets follow their server's control socket.
+sockets follow their server's control socket. A socket reached under
+several names (hard links) is probed once; probing ends at
+--sweep-deadline, and sockets not probed by then are unknown. No /status
+answer over 1 MiB is read.
 
 Kallichore names a session socket kc-<hex>.sock (a u64 hash: 1-16 lowercase
 hex digits, unpadded) when the usual path would be too long; a hash of
@@ -51,6 +56,12 @@ not listening refuses connections too), GET /status is silent twice, and its
 ctime is at least --hashed-min-age old. Anything that listens, is bound to
 its path or answers keeps it live. It is reported as kind "session" with
 pid 0.
+
+Without --socket-dir, the directories named by live supervisors (their
+--socket-dir, --unix-socket, XDG_RUNTIME_DIR and TMPDIR) are swept too, but
+only those reached without symlinks and owned by root or by the process
+that named them; the others are reported as not swept. An entry that cannot
+be read (another user's FUSE mount) is kept as unknown.
 
 Dry run unless --apply (KC_SWEEP=1 or KC_APPLY=1). Only sockets (never
 symlinks, FIFOs or regular files) owned by the expected uid and still the

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -187,5 +188,34 @@ func TestMakeInstallDestdir(t *testing.T) {
 	}
 	if data, _ := os.ReadFile(settings); string(data) != "KC_APPLY=1\n" {
 		t.Errorf("make install overwrote the operator's settings: %q", data)
+	}
+}
+
+// TestUnitsMemoryMax: every service, system and user, bounds its memory,
+// above what a round was measured to peak at when every socket it probed
+// answered with bodies over their caps (157 MiB, TestFatAnswersMemory).
+func TestUnitsMemoryMax(t *testing.T) {
+	services, err := filepath.Glob(filepath.Join(unitDir, "*.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, err := filepath.Glob(filepath.Join(unitDir, "user", "*.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`(?m)^MemoryMax=(\d+)M$`)
+	for _, p := range append(services, user...) {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := re.FindSubmatch(data)
+		if m == nil {
+			t.Errorf("%s: no MemoryMax=<n>M", p)
+			continue
+		}
+		if n, _ := strconv.Atoi(string(m[1])); n < 200 {
+			t.Errorf("%s: MemoryMax=%dM, under the 157 MiB a round was measured at plus slack", p, n)
+		}
 	}
 }

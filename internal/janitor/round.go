@@ -224,8 +224,12 @@ func (w *Watch) cull(ctx context.Context, log *slog.Logger, ms *metrics.Set, sou
 }
 
 // Audit reads the sessions of the supervisors on sources (cull's audit,
-// for cull, watch and doctor) with cfg's timeout and workers.
+// for cull, watch and doctor) with cfg's timeout, workers and budget of
+// bytes in flight (shared with the sweeps given the same cfg).
 func Audit(ctx context.Context, cfg sweep.Config, sources []cull.Source, threshold int64) []cull.Supervisor {
-	client := &kallichore.Client{Timeout: cfg.Timeout, RetryAfter: sweep.DefaultPause}
+	if cfg.Budget == nil {
+		cfg.Budget = kallichore.NewBudget(0)
+	}
+	client := &kallichore.Client{Timeout: cfg.Timeout, RetryAfter: sweep.DefaultPause, Budget: cfg.Budget}
 	return cull.Audit(ctx, client, sources, threshold, cfg.Workers)
 }

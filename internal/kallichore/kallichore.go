@@ -11,6 +11,7 @@
 package kallichore
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -33,8 +34,14 @@ const (
 	DefaultTimeout     = 5 * time.Second
 )
 
-// MaxBody is the default bound on an answer read from a supervisor.
-const MaxBody = 32 << 20
+// Caps on an answer's body, by what was asked. No answer over its cap is
+// read: a /status is a few hundred bytes and a /sessions a few hundred per
+// session, and a socket in /tmp can be anyone's, serving whatever it likes
+// to a janitor running as root.
+const (
+	MaxStatusBody   = 1 << 20
+	MaxSessionsBody = 16 << 20
+)
 
 var (
 	// ErrBadJSON is returned (wrapped) when an answer is not valid JSON.
@@ -42,7 +49,8 @@ var (
 	// ErrShape is returned (wrapped) when an answer is JSON but not the
 	// documented schema: wrong type, or a field decisions rely on missing.
 	ErrShape = errors.New("unexpected JSON shape")
-	// ErrTooLarge is returned (wrapped) when an answer exceeds MaxBody.
+	// ErrTooLarge is returned (wrapped) when an answer is over its cap
+	// (MaxStatusBody, MaxSessionsBody or Client.MaxBody).
 	ErrTooLarge = errors.New("answer too large")
 )
 
@@ -167,22 +175,21 @@ type wireSession struct {
 }
 
 type wireList struct {
-	Total    *int               `json:"total"`
-	Sessions *[]json.RawMessage `json:"sessions"`
+	Total    *int           `json:"total"`
+	Sessions *[]wireSession `json:"sessions"`
 }
 
 // DecodeStatus decodes a /status answer.
 func DecodeStatus(data []byte) (ServerStatus, error) {
-	data = bytes.TrimSpace(data)
-	if !json.Valid(data) {
-		return ServerStatus{}, fmt.Errorf("status: %w", ErrBadJSON)
-	}
-	if len(data) == 0 || data[0] != '{' {
-		return ServerStatus{}, fmt.Errorf("status: %w: not a JSON object", ErrShape)
-	}
+	return decodeStatus(bytes.NewReader(data))
+}
+
+// decodeStatus decodes a /status answer as it is read from r: the body
+// is never held as a whole next to what is decoded from it.
+func decodeStatus(r io.Reader) (ServerStatus, error) {
 	var w wireStatus
-	if err := json.Unmarshal(data, &w); err != nil {
-		return ServerStatus{}, fmt.Errorf("status: %w: %v", ErrShape, err)
+	if err := decodeOne(r, &w); err != nil {
+		return ServerStatus{}, fmt.Errorf("status: %w", err)
 	}
 	if w.ProcessID == nil {
 		return ServerStatus{}, fmt.Errorf("status: %w: no process_id", ErrShape)
@@ -196,35 +203,44 @@ func DecodeStatus(data []byte) (ServerStatus, error) {
 // or, from older Kallichore versions, a bare list of sessions. A missing
 // total is taken to be the number of sessions.
 func DecodeSessions(data []byte) (SessionList, error) {
-	data = bytes.TrimSpace(data)
-	if !json.Valid(data) {
-		return SessionList{}, fmt.Errorf("sessions: %w", ErrBadJSON)
+	return decodeSessions(bytes.NewReader(data))
+}
+
+func decodeSessions(r io.Reader) (SessionList, error) {
+	br := bufio.NewReader(r)
+	first, err := firstByte(br)
+	if err != nil {
+		return SessionList{}, fmt.Errorf("sessions: %w", err)
 	}
-	var raw []json.RawMessage
+	var wire []wireSession
 	total := -1
-	switch {
-	case len(data) > 0 && data[0] == '[':
-		if err := json.Unmarshal(data, &raw); err != nil {
-			return SessionList{}, fmt.Errorf("sessions: %w: %v", ErrShape, err)
+	switch first {
+	case '[':
+		if err := decodeOne(br, &wire); err != nil {
+			return SessionList{}, fmt.Errorf("sessions: %w", err)
 		}
-	case len(data) > 0 && data[0] == '{':
+	case '{':
 		var w wireList
-		if err := json.Unmarshal(data, &w); err != nil {
-			return SessionList{}, fmt.Errorf("sessions: %w: %v", ErrShape, err)
+		if err := decodeOne(br, &w); err != nil {
+			return SessionList{}, fmt.Errorf("sessions: %w", err)
 		}
 		if w.Sessions == nil {
 			return SessionList{}, fmt.Errorf("sessions: %w: object without a sessions list", ErrShape)
 		}
-		raw = *w.Sessions
+		wire = *w.Sessions
 		if w.Total != nil {
 			total = *w.Total
 		}
 	default:
+		// Whatever it is, it must at least be JSON to be called a shape.
+		if err := decodeOne(br, new(json.RawMessage)); err != nil {
+			return SessionList{}, fmt.Errorf("sessions: %w", err)
+		}
 		return SessionList{}, fmt.Errorf("sessions: %w: neither an object nor a list", ErrShape)
 	}
-	out := SessionList{Sessions: make([]ActiveSession, 0, len(raw))}
-	for i, r := range raw {
-		s, err := decodeSession(r)
+	out := SessionList{Sessions: make([]ActiveSession, 0, len(wire))}
+	for i := range wire {
+		s, err := checkSession(&wire[i])
 		if err != nil {
 			return SessionList{}, fmt.Errorf("sessions[%d]: %w", i, err)
 		}
@@ -237,15 +253,90 @@ func DecodeSessions(data []byte) (SessionList, error) {
 	return out, nil
 }
 
-func decodeSession(r json.RawMessage) (ActiveSession, error) {
-	r = bytes.TrimSpace(r)
-	if len(r) == 0 || r[0] != '{' {
-		return ActiveSession{}, fmt.Errorf("%w: session is not an object", ErrShape)
+// firstByte returns the first byte of r that is not JSON white space,
+// leaving it unread.
+func firstByte(br *bufio.Reader) (byte, error) {
+	for {
+		b, err := br.ReadByte()
+		switch {
+		case errors.Is(err, io.EOF):
+			return 0, ErrBadJSON
+		case err != nil:
+			return 0, err
+		case b == ' ' || b == '\t' || b == '\n' || b == '\r':
+			continue
+		}
+		return b, br.UnreadByte()
 	}
-	var w wireSession
-	if err := json.Unmarshal(r, &w); err != nil {
-		return ActiveSession{}, fmt.Errorf("%w: %v", ErrShape, err)
+}
+
+// decodeOne decodes the one JSON value r holds into v, streaming: syntax
+// errors (and an empty or truncated answer, or anything after the value)
+// are ErrBadJSON, a valid value of the wrong type ErrShape, and an error
+// of r itself (a cap exceeded, a connection reset) is returned as is.
+func decodeOne(r io.Reader, v any) error {
+	dec := json.NewDecoder(r)
+	err := dec.Decode(v)
+	if err == nil {
+		// One value and nothing but white space after it.
+		if _, err = dec.Token(); errors.Is(err, io.EOF) {
+			return nil
+		} else if err == nil {
+			return fmt.Errorf("%w: more than one JSON value", ErrBadJSON)
+		}
 	}
+	var se *json.SyntaxError
+	var re *readError
+	switch {
+	case errors.As(err, &re):
+		return re.err
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.As(err, &se):
+		return fmt.Errorf("%w: %v", ErrBadJSON, err)
+	}
+	return fmt.Errorf("%w: %v", ErrShape, err)
+}
+
+// readError marks an error of the reader under a decoder, so that it is
+// not taken for a fault of the JSON.
+type readError struct{ err error }
+
+func (e *readError) Error() string { return e.err.Error() }
+
+// capReader reads at most n bytes from r and fails, rather than stopping
+// short, when there are more: a body cut at the cap would only decode as
+// truncated JSON.
+type capReader struct {
+	r io.Reader
+	n int64 // bytes left under the cap
+	// cap is the figure the error names.
+	cap int64
+}
+
+func (c *capReader) Read(p []byte) (int, error) {
+	if c.n <= 0 {
+		// One byte more tells a body of exactly the cap from a longer one.
+		var one [1]byte
+		n, err := c.r.Read(one[:])
+		if n > 0 {
+			return 0, &readError{fmt.Errorf("%w: answer over %d bytes", ErrTooLarge, c.cap)}
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			err = &readError{fmt.Errorf("reading answer: %w", err)}
+		}
+		return 0, err
+	}
+	if int64(len(p)) > c.n {
+		p = p[:c.n]
+	}
+	n, err := c.r.Read(p)
+	c.n -= int64(n)
+	if err != nil && !errors.Is(err, io.EOF) {
+		err = &readError{fmt.Errorf("reading answer: %w", err)}
+	}
+	return n, err
+}
+
+func checkSession(w *wireSession) (ActiveSession, error) {
 	switch {
 	case w.SessionID == nil || *w.SessionID == "":
 		return ActiveSession{}, fmt.Errorf("%w: no session_id", ErrShape)
@@ -261,14 +352,19 @@ func decodeSession(r json.RawMessage) (ActiveSession, error) {
 	return s, nil
 }
 
-// Client talks to supervisors. The zero value uses the default timeouts.
+// Client talks to supervisors. The zero value uses the default timeouts
+// and caps and no budget.
 type Client struct {
 	// DialTimeout bounds connect(2) on the socket.
 	DialTimeout time.Duration
 	// Timeout bounds a whole request, connect to last byte.
 	Timeout time.Duration
-	// MaxBody bounds the answer's size (default MaxBody).
+	// MaxBody, when positive, replaces both caps (MaxStatusBody,
+	// MaxSessionsBody); for tests.
 	MaxBody int64
+	// Budget, when set, bounds the bytes of answers being read at once
+	// by every client sharing it.
+	Budget *Budget
 	// RetryAfter, when positive, makes a request that got no answer at all
 	// (refused, timed out, reset; not an HTTP or JSON error) be tried once
 	// more after this pause, as the seed culler does.
@@ -290,28 +386,22 @@ func Sessions(ctx context.Context, socketPath string) (SessionList, error) {
 
 // Status performs GET /status.
 func (c *Client) Status(ctx context.Context, socketPath string) (ServerStatus, error) {
-	data, err := c.get(ctx, socketPath, "/status")
-	if err != nil {
-		return ServerStatus{}, err
-	}
-	st, err := DecodeStatus(data)
-	if err != nil {
-		return st, fmt.Errorf("%s: %w", socketPath, err)
-	}
-	return st, nil
+	var st ServerStatus
+	err := c.get(ctx, socketPath, "/status", MaxStatusBody, func(r io.Reader) (err error) {
+		st, err = decodeStatus(r)
+		return err
+	})
+	return st, err
 }
 
 // Sessions performs GET /sessions.
 func (c *Client) Sessions(ctx context.Context, socketPath string) (SessionList, error) {
-	data, err := c.get(ctx, socketPath, "/sessions")
-	if err != nil {
-		return SessionList{}, err
-	}
-	l, err := DecodeSessions(data)
-	if err != nil {
-		return l, fmt.Errorf("%s: %w", socketPath, err)
-	}
-	return l, nil
+	var l SessionList
+	err := c.get(ctx, socketPath, "/sessions", MaxSessionsBody, func(r io.Reader) (err error) {
+		l, err = decodeSessions(r)
+		return err
+	})
+	return l, err
 }
 
 func (c *Client) timeouts() (dial, total time.Duration) {
@@ -325,17 +415,17 @@ func (c *Client) timeouts() (dial, total time.Duration) {
 	return dial, total
 }
 
-func (c *Client) get(ctx context.Context, socketPath, path string) ([]byte, error) {
-	data, err := c.getOnce(ctx, socketPath, path)
+func (c *Client) get(ctx context.Context, socketPath, path string, limit int64, decode func(io.Reader) error) error {
+	err := c.getOnce(ctx, socketPath, path, limit, decode)
 	if err == nil || c.RetryAfter <= 0 || answered(err) {
-		return data, err
+		return err
 	}
 	select {
 	case <-time.After(c.RetryAfter):
 	case <-ctx.Done():
-		return nil, err
+		return err
 	}
-	return c.getOnce(ctx, socketPath, path)
+	return c.getOnce(ctx, socketPath, path, limit, decode)
 }
 
 // answered reports whether err came with an answer (so that asking again
@@ -345,7 +435,10 @@ func answered(err error) bool {
 	return errors.As(err, &he) || errors.Is(err, ErrBadJSON) || errors.Is(err, ErrShape) || errors.Is(err, ErrTooLarge)
 }
 
-func (c *Client) getOnce(ctx context.Context, socketPath, path string) ([]byte, error) {
+// maxErrorBody is how much of a refusal's body is read for the log.
+const maxErrorBody = 512
+
+func (c *Client) getOnce(ctx context.Context, socketPath, path string, limit int64, decode func(io.Reader) error) error {
 	dial, total := c.timeouts()
 	ctx, cancel := context.WithTimeout(ctx, total)
 	defer cancel()
@@ -357,37 +450,50 @@ func (c *Client) getOnce(ctx context.Context, socketPath, path string) ([]byte, 
 		DisableKeepAlives:  true,
 		DisableCompression: true,
 		MaxIdleConns:       -1,
+		// Headers are bounded as bodies are: the default is 1 MiB.
+		MaxResponseHeaderBytes: 64 << 10,
 	}
 	defer tr.CloseIdleConnections()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://localhost"+path, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	req.Header.Set("Accept", "application/json")
 	resp, err := tr.RoundTrip(req)
 	if err != nil {
-		return nil, fmt.Errorf("GET %s on %s: %w", path, socketPath, err)
+		return fmt.Errorf("GET %s on %s: %w", path, socketPath, err)
 	}
 	defer resp.Body.Close()
-	limit := c.MaxBody
-	if limit <= 0 {
-		limit = MaxBody
-	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("GET %s on %s: reading answer: %w", path, socketPath, err)
+	if c.MaxBody > 0 {
+		limit = c.MaxBody
 	}
 	if resp.StatusCode != http.StatusOK {
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 		body := string(bytes.TrimSpace(data))
 		if len(body) > 200 {
 			body = body[:200] + "…"
 		}
-		return nil, fmt.Errorf("GET %s on %s: %w", path, socketPath, &HTTPError{Code: resp.StatusCode, Body: body})
+		return fmt.Errorf("GET %s on %s: %w", path, socketPath, &HTTPError{Code: resp.StatusCode, Body: body})
 	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("GET %s on %s: %w (over %d bytes)", path, socketPath, ErrTooLarge, limit)
+	if resp.ContentLength > limit {
+		return fmt.Errorf("GET %s on %s: %w: answer over %d bytes (%d announced)", path, socketPath, ErrTooLarge, limit, resp.ContentLength)
 	}
-	return data, nil
+	// The budget is taken once the headers are in, so a server that never
+	// answers holds none of it; an announced length smaller than the cap
+	// is all the transport will let through.
+	weight := limit
+	if resp.ContentLength >= 0 {
+		weight = resp.ContentLength
+	}
+	release, err := c.Budget.acquire(ctx, weight)
+	if err != nil {
+		return fmt.Errorf("GET %s on %s: waiting for memory to read the answer in: %w", path, socketPath, err)
+	}
+	defer release()
+	if err := decode(&capReader{r: resp.Body, n: limit, cap: limit}); err != nil {
+		return fmt.Errorf("GET %s on %s: %w", path, socketPath, err)
+	}
+	return nil
 }
 
 // IsRefused reports whether err is a refused connection: a socket file

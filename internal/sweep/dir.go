@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -203,6 +204,81 @@ func openDir(root *os.File, inner string, noFollow bool) (*dir, error) {
 	}, nil
 }
 
+// openDiscovered opens inner, a directory a process named, only if no
+// component of it is a symlink and it is a directory owned by root or by
+// one of owners (the UIDs of the processes that named it). Otherwise a
+// user's kcserver could point root's sweep, through a symlink, at a
+// directory only root may write, or at someone else's.
+//
+// Each component is opened with O_NOFOLLOW relative to the one before, so
+// nothing is resolved by path after the check: what is checked is what is
+// swept.
+func openDiscovered(t Target, inner string, owners []int) (*dir, error) {
+	base, shown := "/", inner
+	if t.Container() {
+		base = "/proc/" + strconv.Itoa(t.InitPID) + "/root"
+		shown = base + inner
+	}
+	fd, err := unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: base, Err: err}
+	}
+	sofar := ""
+	for _, c := range strings.Split(strings.Trim(inner, "/"), "/") {
+		if c == "" {
+			continue
+		}
+		sofar += "/" + c
+		var st unix.Stat_t
+		err := unix.Fstatat(fd, c, &st, unix.AT_SYMLINK_NOFOLLOW)
+		if err == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			err = fmt.Errorf("%s is a symlink, and directories named by a process are not followed through symlinks", sofar)
+		} else if err == nil {
+			var next int
+			next, err = unix.Openat(fd, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err == nil {
+				unix.Close(fd)
+				fd = next
+				continue
+			}
+		}
+		unix.Close(fd)
+		if errors.Is(err, unix.ENOENT) {
+			return nil, &fs.PathError{Op: "open", Path: shown, Err: fs.ErrNotExist}
+		}
+		return nil, fmt.Errorf("%s: %w", shown, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, &fs.PathError{Op: "fstat", Path: shown, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		// Only "/" itself gets here: every other component was opened
+		// with O_DIRECTORY.
+		unix.Close(fd)
+		return nil, fmt.Errorf("%s: not a directory", shown)
+	}
+	if uid := int(st.Uid); uid != 0 && !slices.Contains(owners, uid) {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%s: owned by uid %d, neither root nor the uid of a process that named it (%s)", shown, uid, joinInts(owners))
+	}
+	return &dir{
+		f: os.NewFile(uintptr(fd), shown), fd: fd,
+		inner: inner, shown: shown,
+		uid: int(st.Uid), mode: st.Mode & 0o7777,
+		dev: st.Dev, ino: st.Ino,
+	}, nil
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ", ")
+}
+
 // listNames lists a directory inside the target (or on the host).
 func listNames(root *os.File, inner string) ([]string, error) {
 	d, err := openDir(root, inner, false)
@@ -224,20 +300,24 @@ type entry struct {
 	ino     uint64
 	ctime   unix.Timespec
 	changed time.Time // the later of ctime and mtime
+	// err is why the entry could not be lstat'ed; the rest is then zero.
+	err error
 }
 
 // scan lists d's entries whose names parse as supervisor sockets and
 // lstats them (fstatat with AT_SYMLINK_NOFOLLOW, relative to d's fd).
-// Entries that vanish meanwhile are skipped.
+// Entries that vanish meanwhile are skipped; one that cannot be lstat'ed
+// is returned with its error, and the others are still read. An error
+// listing d is returned with the entries listed before it.
 func (d *dir) scan() ([]*entry, error) {
 	// Readdirnames advances the descriptor's offset; rewind so a directory
 	// can be scanned again (and so the fd is left as found).
 	if _, err := d.f.Seek(0, 0); err != nil {
 		return nil, err
 	}
-	names, err := d.f.Readdirnames(-1)
-	if err != nil {
-		return nil, fmt.Errorf("list %s: %w", d.shown, err)
+	names, listErr := d.f.Readdirnames(-1)
+	if listErr != nil {
+		listErr = fmt.Errorf("list %s: %w", d.shown, listErr)
 	}
 	sort.Strings(names)
 	var out []*entry
@@ -251,12 +331,12 @@ func (d *dir) scan() ([]*entry, error) {
 			continue
 		}
 		if err != nil {
-			return out, fmt.Errorf("lstat %s: %w", path.Join(d.shown, n), err)
+			e = &entry{dir: d, name: n, err: err}
 		}
 		e.parsed = p
 		out = append(out, e)
 	}
-	return out, nil
+	return out, listErr
 }
 
 func (d *dir) lstat(name string) (*entry, error) {

@@ -22,6 +22,15 @@ type Dir struct {
 	// kcserver's argv), "kcserver <pid> XDG_RUNTIME_DIR" (its
 	// environment), "container init <pid> TMPDIR", … PIDs are host PIDs.
 	Sources []string
+	// Refused says why a directory learned from a process was not swept
+	// (empty: it was, or it was not learned from a process).
+	Refused string
+
+	// discovered: learned from processes only, not given or a default;
+	// owners are the UIDs of the processes that named it.
+	discovered bool
+	owners     []int
+	err        error // why it was refused
 }
 
 // Where a kcserver puts its sockets (real kcserver 0.1.64): the control
@@ -40,6 +49,8 @@ var (
 // inside the target (the processes' own mount namespace is taken to be
 // the init's). Relative paths and paths with glob characters are skipped:
 // a directory learned from a process must name exactly one directory.
+// Each is returned with the UIDs of the processes that named it, which
+// openDiscovered holds it to: anyone can start a process named kcserver.
 func discoverDirs(view *pidView, target Target, comms []string) []Dir {
 	var pids []int
 	if view.container {
@@ -50,14 +61,20 @@ func discoverDirs(view *pidView, target Target, comms []string) []Dir {
 		pids = listPIDs(view.procRoot)
 	}
 	sort.Ints(pids)
-	found := map[string][]string{}
-	add := func(p, source string) {
+	found := map[string]*Dir{}
+	add := func(p, source string, uid int) {
 		p = filepath.Clean(p)
 		if !filepath.IsAbs(p) || hasMeta(p) {
 			return
 		}
-		if !slices.Contains(found[p], source) {
-			found[p] = append(found[p], source)
+		d := found[p]
+		if d == nil {
+			d = &Dir{Path: p, discovered: true}
+			found[p] = d
+		}
+		d.Sources = appendNew(d.Sources, source)
+		if !slices.Contains(d.owners, uid) {
+			d.owners = append(d.owners, uid)
 		}
 	}
 	live := 0
@@ -72,20 +89,22 @@ func discoverDirs(view *pidView, target Target, comms []string) []Dir {
 			if flag == "--unix-socket" {
 				val = filepath.Dir(val)
 			}
-			add(val, who+" "+flag)
+			add(val, who+" "+flag, id.UID)
 		}
 		for k, v := range envValues(view.procRoot, pid, socketEnv) {
-			add(v, who+" "+k)
+			add(v, who+" "+k, id.UID)
 		}
 	}
 	if live == 0 && target.Container() {
-		for k, v := range envValues(view.procRoot, target.InitPID, socketEnv) {
-			add(v, fmt.Sprintf("container init %d %s", target.InitPID, k))
+		if id, err := fingerprint.Read(view.procRoot, target.InitPID); err == nil {
+			for k, v := range envValues(view.procRoot, target.InitPID, socketEnv) {
+				add(v, fmt.Sprintf("container init %d %s", target.InitPID, k), id.UID)
+			}
 		}
 	}
 	out := make([]Dir, 0, len(found))
-	for p, src := range found {
-		out = append(out, Dir{Path: p, Sources: src})
+	for _, d := range found {
+		out = append(out, *d)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out
@@ -168,6 +187,61 @@ func mergeDirs(given []string, givenSource string, found []Dir) []Dir {
 		out = append(out, d)
 	}
 	return out
+}
+
+// openAll opens the directories cfg says to sweep (the given ones, else
+// the defaults and the discovered ones) and lists them in rep.Dirs. Given
+// and default directories that cannot be opened are errors (a missing
+// default is not); a discovered one that cannot be opened or fails
+// openDiscovered's rules is refused, with a warning: a process anyone can
+// start must not be able to fail the sweep.
+func openAll(cfg Config, view *pidView, rep *Report) []*dir {
+	given, source := cfg.Dirs, "--socket-dir"
+	var found []Dir
+	if len(cfg.Dirs) == 0 {
+		given, source = cfg.defaultDirs, "default"
+		found = discoverDirs(view, cfg.Target, cfg.SupervisorComms)
+	}
+	rep.Dirs = mergeDirs(given, source, found)
+	var trusted []string
+	for _, d := range rep.Dirs {
+		if !d.discovered {
+			trusted = append(trusted, d.Path)
+		}
+	}
+	dirs, errs := openDirs(cfg.Target, trusted)
+	for _, err := range errs {
+		if len(cfg.Dirs) == 0 && isNotExist(err) {
+			continue
+		}
+		rep.DirErrors = append(rep.DirErrors, err)
+	}
+	seen := map[[2]uint64]bool{}
+	for _, d := range dirs {
+		seen[[2]uint64{d.dev, d.ino}] = true
+	}
+	for i := range rep.Dirs {
+		rd := &rep.Dirs[i]
+		if !rd.discovered {
+			continue
+		}
+		d, err := openDiscovered(cfg.Target, rd.Path, rd.owners)
+		if err != nil {
+			rd.Refused, rd.err = err.Error(), err
+			if !isNotExist(err) {
+				cfg.Logger.Warn("socket directory named by a process refused", "dir", rd.Path,
+					"sources", strings.Join(rd.Sources, ", "), "why", rd.Refused)
+			}
+			continue
+		}
+		if k := [2]uint64{d.dev, d.ino}; seen[k] {
+			d.close()
+		} else {
+			seen[k] = true
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
 }
 
 func appendNew(list []string, s string) []string {

@@ -18,15 +18,30 @@ import (
 // listenGate is gate 2: does a live socket hold the path? dialPath
 // reaches the socket; innerPath is the path a socket bound in the socket's
 // network namespace would show in net/unix (nil nu: unread).
+func listenGate(dialPath, innerPath string, nu sockets.NetUnix, timeout time.Duration) (say, string) {
+	return judgeListen(dialSocket(context.Background(), dialPath, timeout), innerPath, nu)
+}
+
+// dialSocket is gate 2's connect(2), bounded by timeout and ctx.
+func dialSocket(ctx context.Context, dialPath string, timeout time.Duration) error {
+	d := net.Dialer{Timeout: timeout}
+	c, err := d.DialContext(ctx, "unix", dialPath)
+	if err == nil {
+		c.Close()
+	}
+	return err
+}
+
+// judgeListen is gate 2's decision on what connect(2) said (err) and what
+// net/unix says of innerPath. The connect is the same for every name of
+// one socket; net/unix is asked about each name.
 //
 // connect(2) refused is not enough to call it stale: a socket bound and
 // not (yet, or ever) listening refuses too, and so does the name of a
 // client socket bound to it. Only a path that no socket in net/unix
 // carries is free; any socket there means a live process holds it.
-func listenGate(dialPath, innerPath string, nu sockets.NetUnix, timeout time.Duration) (say, string) {
-	c, err := net.DialTimeout("unix", dialPath, timeout)
+func judgeListen(err error, innerPath string, nu sockets.NetUnix) (say, string) {
 	if err == nil {
-		c.Close()
 		return sayLive, "listening"
 	}
 	cause := err

@@ -2,9 +2,12 @@ package sweep
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"strings"
 )
 
 // reportJSON is sweep's JSON report (DESIGN §6).
@@ -19,6 +22,8 @@ type reportJSON struct {
 type dirJSON struct {
 	Path    string   `json:"path"`
 	Sources []string `json:"sources"`
+	// Refused is why a directory named by a process was not swept.
+	Refused string `json:"refused,omitempty"`
 }
 
 // SocketJSON is one socket in sweep's and status's JSON reports.
@@ -68,7 +73,7 @@ func (r *Report) Log(log *slog.Logger) {
 	}
 	log.Info("sweep", "dry_run", r.DryRun, "sockets", len(r.Sockets), "live", count[VerdictLive],
 		"stale", count[VerdictStale], "unknown", count[VerdictUnknown], verb, r.Acted(),
-		"dir_errors", len(r.DirErrors))
+		"dir_errors", len(r.DirErrors), "unprobed", r.Unprobed)
 }
 
 // WriteJSON writes sweep's JSON report.
@@ -78,7 +83,7 @@ func (r *Report) WriteJSON(w io.Writer) error {
 		out.Sockets = append(out.Sockets, s.JSON(true))
 	}
 	for _, d := range r.Dirs {
-		out.Dirs = append(out.Dirs, dirJSON{Path: d.Path, Sources: d.Sources})
+		out.Dirs = append(out.Dirs, dirJSON{Path: d.Path, Sources: d.Sources, Refused: d.Refused})
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -110,6 +115,18 @@ func (r *Report) WriteText(w io.Writer) error {
 			_, err = fmt.Fprintf(w, "kept %s, %s: %s\n", what, s.Verdict, s.Reason)
 		}
 		if err != nil {
+			return err
+		}
+	}
+	for _, d := range r.Dirs {
+		if d.Refused != "" && !errors.Is(d.err, fs.ErrNotExist) {
+			if _, err := fmt.Fprintf(w, "not swept %s (named by %s): %s\n", d.Path, strings.Join(d.Sources, ", "), d.Refused); err != nil {
+				return err
+			}
+		}
+	}
+	if r.Unprobed > 0 {
+		if _, err := fmt.Fprintf(w, "%d sockets not probed before the sweep deadline: unknown, kept\n", r.Unprobed); err != nil {
 			return err
 		}
 	}

@@ -48,6 +48,10 @@ const (
 	DefaultDialTimeout = kallichore.DefaultDialTimeout
 	DefaultTimeout     = kallichore.DefaultTimeout
 	DefaultPause       = 2 * time.Second
+	// DefaultDeadline bounds a sweep's probing: a user who owns /tmp's
+	// sockets can make every one of them hang until its timeout, and a
+	// sweep must still end (watch's rounds, cron's runs).
+	DefaultDeadline = 30 * time.Second
 	// DefaultHashedMinAge is how long a hashed-name socket must have
 	// existed before it may be called stale: far longer than any server
 	// takes from bind(2) to listen(2), short enough that leftovers go on
@@ -71,6 +75,12 @@ type Config struct {
 	SupervisorComms []string
 	// Workers bounds concurrent probes (default DefaultWorkers).
 	Workers int
+	// Deadline bounds all probing (default DefaultDeadline): a socket not
+	// probed by then is unknown, and kept.
+	Deadline time.Duration
+	// Budget bounds the bytes of /status answers read at once, shared
+	// with whatever else uses it (nil: a budget of this sweep's own).
+	Budget *kallichore.Budget
 	// DialTimeout bounds connect(2) in gates 2 and 3; Timeout bounds one
 	// GET /status; Pause separates gate 3's two attempts.
 	DialTimeout, Timeout, Pause time.Duration
@@ -89,11 +99,23 @@ type Config struct {
 	Logger *slog.Logger
 	// ProcRoot is the host's procfs (default /proc); for tests.
 	ProcRoot string
+	// defaultDirs replaces DefaultDirs when no Dirs are given, so that
+	// tests can exercise discovery with Apply without sweeping /tmp.
+	defaultDirs []string
 }
 
 func (c *Config) defaults() {
 	if c.Workers <= 0 {
 		c.Workers = DefaultWorkers
+	}
+	if c.Deadline <= 0 {
+		c.Deadline = DefaultDeadline
+	}
+	if c.Budget == nil {
+		c.Budget = kallichore.NewBudget(0)
+	}
+	if c.defaultDirs == nil {
+		c.defaultDirs = DefaultDirs
 	}
 	if c.DialTimeout <= 0 {
 		c.DialTimeout = DefaultDialTimeout
@@ -136,12 +158,13 @@ type Socket struct {
 	UID int
 	ID  sockets.FileID
 
-	e     *entry
+	e *entry
+	// cut says the deadline (or the caller) ended probing before this
+	// socket's verdict could be reached.
+	cut   bool
 	gates [3]say
 	why   [3]string
 	tries []statusTry
-	// triedAt is when gate 3's first try ended.
-	triedAt time.Time
 }
 
 // Report is the result of a sweep.
@@ -152,8 +175,12 @@ type Report struct {
 	// came from.
 	Dirs []Dir
 	// DirErrors are directories that could not be opened or read. A
-	// missing default directory is not an error.
+	// missing default directory is not an error, nor is a discovered
+	// directory that was refused (see Dir.Refused).
 	DirErrors []error
+	// Unprobed counts the sockets left unknown because the deadline
+	// passed before they were probed.
+	Unprobed int
 }
 
 // Failed reports whether an unlink failed.
@@ -187,28 +214,12 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, err
 		}
 	}
-	defaultDirs := len(cfg.Dirs) == 0
-	if defaultDirs {
-		rep.Dirs = mergeDirs(DefaultDirs, "default", discoverDirs(view, cfg.Target, cfg.SupervisorComms))
-	} else {
-		rep.Dirs = mergeDirs(cfg.Dirs, "--socket-dir", nil)
-	}
-	patterns := make([]string, len(rep.Dirs))
-	for i, d := range rep.Dirs {
-		patterns[i] = d.Path
-	}
-	dirs, errs := openDirs(cfg.Target, patterns)
+	dirs := openAll(cfg, view, rep)
 	defer func() {
 		for _, d := range dirs {
 			d.close()
 		}
 	}()
-	for _, err := range errs {
-		if defaultDirs && isNotExist(err) {
-			continue
-		}
-		rep.DirErrors = append(rep.DirErrors, err)
-	}
 
 	var all []*Socket
 	for _, d := range dirs {
@@ -217,10 +228,17 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 			rep.DirErrors = append(rep.DirErrors, err)
 		}
 		for _, e := range ents {
-			all = append(all, &Socket{
+			s := &Socket{
 				Path: e.shownPath(), PID: e.parsed.PID, Kind: e.parsed.Kind, Session: e.parsed.Session, Hashed: e.parsed.Hashed(),
 				UID: e.uid, ID: sockets.FileID{Dev: e.dev, Ino: e.ino, UID: e.uid, CtimeSec: e.ctime.Sec, CtimeNsec: e.ctime.Nsec}, e: e,
-			})
+			}
+			if e.err != nil {
+				// One entry nobody can lstat (a FUSE mount of another
+				// user's, an I/O error) says nothing about its neighbours.
+				s.UID, s.Verdict, s.Reason = -1, VerdictUnknown, "cannot lstat: "+e.err.Error()
+				cfg.Logger.Warn("socket directory entry unreadable, kept", "path", s.Path, "err", e.err)
+			}
+			all = append(all, s)
 		}
 	}
 
@@ -236,10 +254,15 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 		nu = nil
 	}
 
-	client := &kallichore.Client{DialTimeout: cfg.DialTimeout, Timeout: cfg.Timeout}
+	// Every probe below runs under the deadline; the caller's ctx still
+	// says whether the run as a whole was cancelled.
+	pctx, cancel := context.WithTimeout(ctx, cfg.Deadline)
+	defer cancel()
+	client := &kallichore.Client{DialTimeout: cfg.DialTimeout, Timeout: cfg.Timeout, Budget: cfg.Budget}
 	var controls, sessions, hashed []*Socket
 	for _, s := range all {
 		switch {
+		case s.e.err != nil:
 		case !s.e.isSocket():
 			s.Verdict, s.Reason = VerdictUnknown, "not a socket ("+fileType(s.e.mode)+")"
 		case s.Hashed:
@@ -253,7 +276,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 	// Hashed-name sockets have no server to follow, so they are probed
 	// like control sockets (gates 2 and 3, in the same rounds); gate 1
 	// needs a PID they do not have.
-	probed := append(append([]*Socket(nil), controls...), hashed...)
+	probes := byInode(append(append([]*Socket(nil), controls...), hashed...))
 
 	// Round 1: all three gates on control sockets, gates 2 and 3 on
 	// hashed ones (gate 3's first try). A first try that was silent on a
@@ -263,49 +286,87 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 	// (The second silence is what gate 3 needs to call a socket dead; one
 	// that listens cannot be stale whatever /status says, so asking it
 	// again would only wait out a second timeout for nothing.)
-	second := make(chan *Socket, len(probed))
+	//
+	// The network is asked once per socket inode: hard links to one hung
+	// socket cost one timeout, not one each. Gates 1 and 2's reading of
+	// net/unix depend on the name and are decided per name.
+	second := make(chan *probe, len(probes))
 	var round2 sync.WaitGroup
-	for i := 0; i < min(cfg.Workers, len(probed)); i++ {
+	for i := 0; i < min(cfg.Workers, len(probes)); i++ {
 		round2.Add(1)
 		go func() {
 			defer round2.Done()
-			for s := range second {
+			for p := range second {
 				select {
-				case <-time.After(time.Until(s.triedAt.Add(cfg.Pause))):
-				case <-ctx.Done():
+				case <-time.After(time.Until(p.triedAt.Add(cfg.Pause))):
+				case <-pctx.Done():
+					p.cut = true
 					continue
 				}
-				s.tries = append(s.tries, tryStatus(ctx, client, s.e.dir.fdPath(s.e.name)))
+				t := tryStatus(pctx, client, p.dialPath())
+				if pctx.Err() != nil {
+					p.cut = true
+					continue
+				}
+				p.tries = append(p.tries, t)
 			}
 		}()
 	}
-	pool(ctx, cfg.Workers, probed, func(s *Socket) {
-		if !s.Hashed {
-			s.gates[0], s.why[0] = ownerGate(view, s.PID, cfg.SupervisorComms, s.e.changed, boot)
-		}
-		s.gates[1], s.why[1] = listenGate(s.e.dir.fdPath(s.e.name), s.e.innerPath(), nu, cfg.DialTimeout)
-		if s.Hashed && s.gates[1] == sayLive {
-			// A session socket carries a kernel's channel stream, not
-			// HTTP: asking it /status would only wait out the timeout,
-			// and something holding it already makes it live.
+	pool(pctx, cfg.Workers, probes, func(p *probe) {
+		dialErr := dialSocket(pctx, p.dialPath(), cfg.DialTimeout)
+		if pctx.Err() != nil {
+			p.cut = true
 			return
 		}
-		t := tryStatus(ctx, client, s.e.dir.fdPath(s.e.name))
-		s.tries = append(s.tries, t)
-		if !t.answered && s.gates[1] != sayLive {
-			s.triedAt = time.Now()
-			second <- s
+		ask, again := false, false
+		for _, s := range p.names {
+			if !s.Hashed {
+				s.gates[0], s.why[0] = ownerGate(view, s.PID, cfg.SupervisorComms, s.e.changed, boot)
+			}
+			s.gates[1], s.why[1] = judgeListen(dialErr, s.e.innerPath(), nu)
+			// A session socket carries a kernel's channel stream, not
+			// HTTP: asking a hashed name that something holds /status
+			// would only wait out the timeout, and the holder already
+			// makes it live.
+			ask = ask || !s.Hashed || s.gates[1] != sayLive
+			again = again || s.gates[1] != sayLive
 		}
-	})
+		if !ask {
+			return
+		}
+		t := tryStatus(pctx, client, p.dialPath())
+		if pctx.Err() != nil {
+			p.cut = true
+			return
+		}
+		p.tries = append(p.tries, t)
+		if !t.answered && again {
+			p.triedAt = time.Now()
+			second <- p
+		}
+	}, func(p *probe) { p.cut = true })
 	close(second)
 	round2.Wait()
+	for _, p := range probes {
+		for _, s := range p.names {
+			s.tries, s.cut = p.tries, p.cut
+		}
+	}
 	byServer := map[serverKey]*Socket{}
 	for _, s := range controls {
-		s.gates[2], s.why[2] = statusGate(s.PID, s.tries...)
-		s.Verdict, s.Reason = compose(s.gates, s.why)
+		if s.cut {
+			s.Verdict, s.Reason = VerdictUnknown, notProbed(ctx, cfg.Deadline)
+		} else {
+			s.gates[2], s.why[2] = statusGate(s.PID, s.tries...)
+			s.Verdict, s.Reason = compose(s.gates, s.why)
+		}
 		byServer[serverKey{s.e.dir, s.PID}] = s
 	}
 	for _, s := range hashed {
+		if s.cut {
+			s.Verdict, s.Reason = VerdictUnknown, hashedHead+"; "+notProbed(ctx, cfg.Deadline)
+			continue
+		}
 		changed := time.Unix(s.e.ctime.Unix())
 		s.Verdict, s.Reason = judgeHashed(s, now.Sub(changed), cfg.HashedMinAge)
 	}
@@ -313,35 +374,101 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 	// Session sockets follow their server's control socket in the same
 	// directory; without one they are judged on gates 1 and 2 alone,
 	// with gate 3 counted as silent (there is no /status to ask).
-	pool(ctx, cfg.Workers, sessions, func(s *Socket) {
+	var dial []*Socket
+	for _, s := range sessions {
 		srv := byServer[serverKey{s.e.dir, s.PID}]
-		dial := s.e.dir.fdPath(s.e.name)
 		switch {
 		case srv != nil && srv.Verdict == VerdictLive:
 			s.Verdict, s.Reason = VerdictLive, "its server "+srv.e.name+" is live"
 		case srv != nil && srv.Verdict == VerdictUnknown:
 			s.Verdict, s.Reason = VerdictUnknown, "its server "+srv.e.name+" is unknown"
-		case srv != nil:
-			g, why := listenGate(dial, s.e.innerPath(), nu, cfg.DialTimeout)
-			if g == sayStale {
-				s.Verdict, s.Reason = VerdictStale, "its server "+srv.e.name+" is stale; "+why
-			} else {
-				s.Verdict, s.Reason = VerdictUnknown, "its server "+srv.e.name+" is stale, but this socket: "+why
-			}
 		default:
-			s.gates[0], s.why[0] = ownerGate(view, s.PID, cfg.SupervisorComms, s.e.changed, boot)
-			s.gates[1], s.why[1] = listenGate(dial, s.e.innerPath(), nu, cfg.DialTimeout)
-			s.gates[2], s.why[2] = sayStale, fmt.Sprintf("no control socket kc-%d.sock", s.PID)
-			s.Verdict, s.Reason = compose(s.gates, s.why)
+			dial = append(dial, s)
 		}
-	})
+	}
+	dialed := byInode(dial)
+	pool(pctx, cfg.Workers, dialed, func(p *probe) {
+		err := dialSocket(pctx, p.dialPath(), cfg.DialTimeout)
+		if pctx.Err() != nil {
+			p.cut = true
+			return
+		}
+		for _, s := range p.names {
+			srv := byServer[serverKey{s.e.dir, s.PID}]
+			g, why := judgeListen(err, s.e.innerPath(), nu)
+			switch {
+			case srv != nil && g == sayStale:
+				s.Verdict, s.Reason = VerdictStale, "its server "+srv.e.name+" is stale; "+why
+			case srv != nil:
+				s.Verdict, s.Reason = VerdictUnknown, "its server "+srv.e.name+" is stale, but this socket: "+why
+			default:
+				s.gates[0], s.why[0] = ownerGate(view, s.PID, cfg.SupervisorComms, s.e.changed, boot)
+				s.gates[1], s.why[1] = g, why
+				s.gates[2], s.why[2] = sayStale, fmt.Sprintf("no control socket kc-%d.sock", s.PID)
+				s.Verdict, s.Reason = compose(s.gates, s.why)
+			}
+		}
+	}, func(p *probe) { p.cut = true })
+	for _, p := range dialed {
+		for _, s := range p.names {
+			if s.cut = p.cut; s.cut {
+				s.Verdict, s.Reason = VerdictUnknown, notProbed(ctx, cfg.Deadline)
+			}
+		}
+	}
 
+	for _, s := range all {
+		if s.cut && ctx.Err() == nil {
+			rep.Unprobed++
+		}
+	}
+	if rep.Unprobed > 0 {
+		cfg.Logger.Warn("sweep deadline passed: sockets not probed by then are unknown and kept",
+			"deadline", cfg.Deadline.String(), "unprobed", rep.Unprobed)
+	}
 	for _, s := range all {
 		act(cfg, s)
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].Path < all[j].Path })
 	rep.Sockets = all
 	return rep, ctx.Err()
+}
+
+// notProbed is the reason given for a socket whose probing was cut short.
+func notProbed(ctx context.Context, deadline time.Duration) string {
+	if err := ctx.Err(); err != nil {
+		return "not probed: " + err.Error()
+	}
+	return fmt.Sprintf("not probed: the sweep deadline (%s) passed first", deadline)
+}
+
+// probe is what the network said of one socket inode, shared by all the
+// names it was found under.
+type probe struct {
+	names   []*Socket
+	tries   []statusTry
+	triedAt time.Time // when gate 3's first try ended
+	cut     bool
+}
+
+func (p *probe) dialPath() string { return p.names[0].e.dir.fdPath(p.names[0].e.name) }
+
+// byInode groups socks by the inode they name, in their order.
+func byInode(socks []*Socket) []*probe {
+	type key struct{ dev, ino uint64 }
+	idx := map[key]*probe{}
+	var out []*probe
+	for _, s := range socks {
+		k := key{s.e.dev, s.e.ino}
+		p := idx[k]
+		if p == nil {
+			p = &probe{}
+			idx[k] = p
+			out = append(out, p)
+		}
+		p.names = append(p.names, s)
+	}
+	return out
 }
 
 type serverKey struct {
@@ -456,29 +583,33 @@ func act(cfg Config, s *Socket) {
 	}
 }
 
-// pool runs f on every item with at most n at a time.
-func pool(ctx context.Context, n int, items []*Socket, f func(*Socket)) {
+// pool runs f on every item with at most n at a time. Items not started
+// when ctx ends are given to skip instead.
+func pool[T any](ctx context.Context, n int, items []T, f, skip func(T)) {
 	if n > len(items) {
 		n = len(items)
 	}
-	ch := make(chan *Socket)
+	ch := make(chan T)
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for s := range ch {
-				f(s)
+			for it := range ch {
+				f(it)
 			}
 		}()
 	}
-	for _, s := range items {
+	for _, it := range items {
 		if ctx.Err() != nil {
-			// Leave the rest unprobed: every gate stays unsure.
-			s.why = [3]string{"not probed: " + ctx.Err().Error()}
+			skip(it)
 			continue
 		}
-		ch <- s
+		select {
+		case ch <- it:
+		case <-ctx.Done():
+			skip(it)
+		}
 	}
 	close(ch)
 	wg.Wait()

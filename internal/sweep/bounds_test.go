@@ -1,0 +1,247 @@
+package sweep
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
+)
+
+const nobody = 65534
+
+// worldDir is a private directory as /tmp is: world-writable and sticky,
+// so that another user can leave sockets in it.
+func worldDir(t *testing.T) string {
+	t.Helper()
+	d := shortTemp(t)
+	if err := os.Chmod(d, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestSweepDeadline: another user's 640 listening sockets that never
+// answer, hard-linked under 640 kc-N.sock names or all distinct, cannot
+// hold a sweep past its deadline. Hard links are probed once (so they
+// all get a verdict well within it); distinct ones not probed in time are
+// unknown, kept, and say why. An orphan next to the hard links is still
+// unlinked.
+func TestSweepDeadline(t *testing.T) {
+	const (
+		n        = 640
+		deadline = 2 * time.Second
+		// Slack for a loaded machine: the run must end near the deadline,
+		// not at the 640/64 timeouts (15 s) it took before.
+		slack = 2 * time.Second
+	)
+	for _, links := range []bool{true, false} {
+		t.Run(fmt.Sprintf("hard links %v", links), func(t *testing.T) {
+			dir := worldDir(t)
+			testkit.StartSockServer(t, dir, testkit.SockServer{N: n, First: 4000000, Links: links, UID: nobody})
+			orphan := orphanSocket(t, dir, fmt.Sprintf("kc-%d.sock", deadPID(t)))
+
+			cfg := fastConfig(dir)
+			cfg.Apply = true
+			cfg.Deadline = deadline
+			cfg.Timeout = 1500 * time.Millisecond
+			start := time.Now()
+			rep, err := Sweep(context.Background(), cfg)
+			took := time.Since(start)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%d sockets swept in %v, %d not probed", len(rep.Sockets), took.Round(time.Millisecond), rep.Unprobed)
+			if took > deadline+slack {
+				t.Errorf("sweep took %v, want at most the %v deadline (+%v slack)", took, deadline, slack)
+			}
+			hung := 0
+			for _, s := range rep.Sockets {
+				if s.Path == orphan {
+					continue
+				}
+				hung++
+				if s.Verdict != VerdictUnknown || s.Action != ActionKept || !exists(s.Path) {
+					t.Errorf("%s: %s, %s (%s): want unknown and kept", s.Path, s.Verdict, s.Action, s.Reason)
+				}
+				if links && strings.Contains(s.Reason, "not probed") {
+					t.Errorf("%s: %s: a hard link of a probed socket shares its verdict", s.Path, s.Reason)
+				}
+			}
+			if hung != n {
+				t.Errorf("%d hung sockets in the report, want %d", hung, n)
+			}
+			switch {
+			case links && rep.Unprobed != 0:
+				t.Errorf("%d not probed, want 0: one probe serves every hard link", rep.Unprobed)
+			case !links && rep.Unprobed == 0:
+				t.Errorf("every distinct hung socket was probed within %v: the test proves nothing", deadline)
+			}
+			if !links {
+				i := slices.IndexFunc(rep.Sockets, func(s *Socket) bool { return strings.Contains(s.Reason, "not probed") })
+				if i < 0 || !strings.Contains(rep.Sockets[i].Reason, "deadline (2s) passed") {
+					t.Errorf("no socket says the deadline passed")
+				}
+			}
+			if links && exists(orphan) {
+				t.Errorf("orphan %s next to the hard links was not unlinked", orphan)
+			}
+		})
+	}
+}
+
+// mountFUSE mounts a FUSE file system that no process serves over
+// dir/name, owned by another user and without allow_other: root's lstat
+// of it then fails with EACCES, as on a user's sshfs or rclone mount.
+func mountFUSE(t *testing.T, dir, name string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.Mkdir(p, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Skipf("no FUSE here: %v", err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	opts := fmt.Sprintf("fd=%d,rootmode=40000,user_id=%d,group_id=%d", fd, nobody, nobody)
+	if err := unix.Mount("kc-test", p, "fuse", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		t.Skipf("cannot mount FUSE here: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", p, err)
+		}
+	})
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != syscall.EACCES {
+		t.Fatalf("lstat of the FUSE mount: %v, want EACCES", err)
+	}
+	return p
+}
+
+// TestUnreadableEntry: a FUSE mount named kc-1.sock that root cannot even
+// lstat is reported as unknown for itself; the orphan next to it is
+// found and unlinked, and the directory is not an error.
+func TestUnreadableEntry(t *testing.T) {
+	dir := shortTemp(t)
+	fuse := mountFUSE(t, dir, "kc-1.sock")
+	orphan := orphanSocket(t, dir, fmt.Sprintf("kc-%d.sock", deadPID(t)))
+
+	cfg := fastConfig(dir)
+	cfg.Apply = true
+	got := sweep(t, cfg) // fails the test on any directory error
+	if s := got[orphan]; s == nil || s.Action != ActionUnlinked || exists(orphan) {
+		t.Errorf("orphan next to the unreadable entry: %+v", s)
+	}
+	s := got[fuse]
+	if s == nil || s.Verdict != VerdictUnknown || s.Action != ActionKept || !strings.Contains(s.Reason, "permission denied") {
+		t.Errorf("unreadable entry: %+v, want unknown and kept, saying why", s)
+	}
+}
+
+// startFakeAs starts the fake kcserver as uid with args and env, its comm
+// set to comm, and returns its PID once it is ready.
+func startFakeAs(t *testing.T, uid int, comm string, args, env []string) int {
+	t.Helper()
+	bin := testkit.BuildKCServer(t)
+	pub := shortTemp(t)
+	if err := os.Chmod(pub, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	run := filepath.Join(pub, "kcserver")
+	if err := testkit.CopyFile(bin, run, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ready := filepath.Join(pub, "ready")
+	cmd := exec.Command(run, append([]string{"--transport=socket"}, args...)...)
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "KCFAKE_READY_FILE=" + ready, "KCFAKE_COMM=" + comm}, env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-exited })
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if _, err := os.Stat(ready); err == nil {
+			return cmd.Process.Pid
+		}
+		select {
+		case <-exited:
+			t.Fatalf("fake kcserver exited: %s", stderr.String())
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fake kcserver not ready: %s", stderr.String())
+		}
+	}
+}
+
+// TestDiscoveredDirsRules: a process named like a supervisor, run by
+// another user, names as its socket directories a symlink into a
+// root-only directory (--socket-dir), a directory of a third user
+// (XDG_RUNTIME_DIR) and a file (TMPDIR=/etc/passwd). Root's sweep --apply
+// unlinks in none of them, reports each as refused with why, and does not
+// fail; the directory of its own that it really uses is swept.
+func TestDiscoveredDirsRules(t *testing.T) {
+	const comm = "kcsrv-disc-uid"
+	rootOnly := shortTemp(t) // 0700, root's
+	inRootOnly := orphanSocket(t, rootOnly, fmt.Sprintf("kc-%d.sock", deadPID(t)))
+	third := shortTemp(t)
+	inThird := orphanSocket(t, third, fmt.Sprintf("kc-%d.sock", deadPID(t)))
+	for _, p := range []string{third, inThird} {
+		if err := os.Lchown(p, 12345, 12345); err != nil {
+			t.Fatal(err)
+		}
+	}
+	own := shortTemp(t)
+	if err := os.Chown(own, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(own, "sockets")
+	if err := os.Symlink(rootOnly, link); err != nil {
+		t.Fatal(err)
+	}
+	ownOrphan := orphanSocket(t, own, fmt.Sprintf("kc-%d.sock", deadPID(t)))
+	if err := os.Lchown(ownOrphan, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	startFakeAs(t, nobody, comm, []string{"--unix-socket=" + own + "/c.sock", "--socket-dir=" + link},
+		[]string{"XDG_RUNTIME_DIR=" + third, "TMPDIR=/etc/passwd"})
+
+	cfg := fastConfig()
+	cfg.SupervisorComms = []string{comm}
+	cfg.defaultDirs = []string{shortTemp(t)} // not /tmp: this run applies
+	cfg.Apply = true
+	got := sweep(t, cfg) // fails the test on any directory error
+	for _, p := range []string{inRootOnly, inThird} {
+		if !exists(p) {
+			t.Errorf("%s was unlinked through a directory a user's process named", p)
+		}
+	}
+	if s := got[ownOrphan]; s == nil || s.Action != ActionUnlinked {
+		t.Errorf("the process's own directory, owned by its uid, was not swept: %+v", s)
+	}
+	rep, err := Sweep(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for dir, why := range map[string]string{link: "is a symlink", third: "owned by uid 12345", "/etc/passwd": "not a directory"} {
+		i := slices.IndexFunc(rep.Dirs, func(d Dir) bool { return d.Path == dir })
+		if i < 0 || !strings.Contains(rep.Dirs[i].Refused, why) {
+			t.Errorf("dir %s: %+v, want refused with %q", dir, rep.Dirs, why)
+		}
+	}
+}

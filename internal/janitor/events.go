@@ -55,9 +55,10 @@ const coalesceWindow = 10 * time.Second
 // followDeaths subscribes to e's death events and passes each death to
 // onDeath until ctx is done, re-subscribing with backoff when the stream
 // drops. ready, if set, is called once each subscription is in place,
-// resumed telling whether one dropped before it. It returns nil when ctx
-// is done, and the engine's error when it has no death events.
-func followDeaths(ctx context.Context, e engine.Engine, bo backoff, log *slog.Logger, ready func(resumed bool), onDeath func(engine.Death)) error {
+// resumed telling whether one dropped before it; onSkip, if set, once per
+// message the engine's stream passed over (logged here). It returns nil
+// when ctx is done, and the engine's error when it has no death events.
+func followDeaths(ctx context.Context, e engine.Engine, bo backoff, log *slog.Logger, ready func(resumed bool), onDeath func(engine.Death), onSkip func()) error {
 	log = log.With("engine", e.Name(), "endpoint", e.Endpoint())
 	delay := bo.min
 	// From the moment watch asked: a death between asking and dockerd
@@ -76,6 +77,12 @@ func followDeaths(ctx context.Context, e engine.Engine, bo backoff, log *slog.Lo
 				}
 			},
 			Death: onDeath,
+			Skipped: func(reason string, size int64) {
+				log.Warn("event message passed over; the stream goes on", "reason", reason, "bytes", size, "max_bytes", engine.MaxEventMessage)
+				if onSkip != nil {
+					onSkip()
+				}
+			},
 		})
 		if ctx.Err() != nil {
 			return nil
@@ -130,13 +137,14 @@ type deathHandler struct {
 	inFlight   map[string]bool
 	recent     map[string]time.Time
 	handled    map[string]int  // by engine, for the metrics file
+	skipped    map[string]int  // event messages passed over, by engine
 	followed   map[string]bool // reported at 0 until a death
 	wg         sync.WaitGroup
 }
 
 func newDeathHandler(w Watch, log *slog.Logger, serial *sync.Mutex, work, stop context.Context) *deathHandler {
 	return &deathHandler{w: w, log: log, serial: serial, work: work, stop: stop, retries: stillLiveRetries(),
-		inFlight: map[string]bool{}, recent: map[string]time.Time{}, handled: map[string]int{}, followed: map[string]bool{}}
+		inFlight: map[string]bool{}, recent: map[string]time.Time{}, handled: map[string]int{}, skipped: map[string]int{}, followed: map[string]bool{}}
 }
 
 // death takes one reported death; it never blocks the event stream.
@@ -332,20 +340,32 @@ func (h *deathHandler) count(eng string) {
 	}
 }
 
-// record puts the handled deaths by engine into ms.
+// skip counts an event message eng's stream passed over.
+func (h *deathHandler) skip(eng string) {
+	h.mu.Lock()
+	h.skipped[eng]++
+	h.mu.Unlock()
+}
+
+// record puts the handled deaths and the skipped messages by engine into
+// ms.
 func (h *deathHandler) record(ms *metrics.Set) {
 	if ms == nil {
 		return
 	}
 	h.mu.Lock()
-	counts := map[string]int{}
+	counts, skipped := map[string]int{}, map[string]int{}
 	for e := range h.followed {
-		counts[e] = 0
+		counts[e], skipped[e] = 0, 0
 	}
 	maps.Copy(counts, h.handled)
+	maps.Copy(skipped, h.skipped)
 	h.mu.Unlock()
 	for _, e := range slices.Sorted(maps.Keys(counts)) {
 		ms.Set(metrics.WatchDeathsHandled, float64(counts[e]), e)
+	}
+	for _, e := range slices.Sorted(maps.Keys(skipped)) {
+		ms.Set(metrics.WatchEventsSkipped, float64(skipped[e]), e)
 	}
 }
 
@@ -397,7 +417,7 @@ func (f *followers) look(late bool) {
 				if resumed || late {
 					f.h.catchUp(name)
 				}
-			}, f.h.death)
+			}, f.h.death, func() { f.h.skip(name) })
 			f.mu.Lock()
 			delete(f.on, name)
 			told := f.told[name]

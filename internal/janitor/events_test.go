@@ -124,10 +124,11 @@ func TestFollowDeathsResubscribes(t *testing.T) {
 			done := make(chan struct{})
 			var readies []bool
 			var mu sync.Mutex
+			var skips atomic.Int32
 			go func() {
 				followDeaths(ctx, e, backoff{min: 10 * time.Millisecond, max: 40 * time.Millisecond, healthy: tc.healthy}, log,
 					func(resumed bool) { mu.Lock(); readies = append(readies, resumed); mu.Unlock() },
-					func(d engine.Death) { deaths <- d })
+					func(d engine.Death) { deaths <- d }, func() { skips.Add(1) })
 				close(done)
 			}()
 			var got []string
@@ -147,6 +148,9 @@ func TestFollowDeathsResubscribes(t *testing.T) {
 			}
 			if subs.Load() != 6 {
 				t.Errorf("%d subscriptions, want 6", subs.Load())
+			}
+			if skips.Load() != 1 || len(buf.records("event message passed over; the stream goes on")) != 1 {
+				t.Errorf("%d messages counted as passed over, want 1 (the one that is not JSON)", skips.Load())
 			}
 			drops := buf.records("container death events dropped; subscribing again")
 			var retries []string
@@ -191,7 +195,7 @@ func TestFollowDeathsNoEvents(t *testing.T) {
 	log, buf := jsonLogger()
 	done := make(chan struct{})
 	go func() {
-		followDeaths(t.Context(), noEvents{}, resubscribe(), log, nil, func(engine.Death) { t.Error("a death from nowhere") })
+		followDeaths(t.Context(), noEvents{}, resubscribe(), log, nil, func(engine.Death) { t.Error("a death from nowhere") }, nil)
 		close(done)
 	}()
 	select {

@@ -119,8 +119,8 @@ func followDeaths(ctx context.Context, e engine.Engine, bo backoff, log *slog.Lo
 type deathHandler struct {
 	w   Watch
 	log *slog.Logger
-	// serial is held by every round and every attempt here: never two
-	// reaps (or a reap and a sweep) at once.
+	// serial is held by every round's reconcile step and every attempt
+	// here: never two reaps at once. Sweeps and culls do not hold it.
 	serial *sync.Mutex
 	// work is the rounds' context: a handling under way finishes on the
 	// first signal and is abandoned on the second, as a round is.

@@ -9,7 +9,6 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
@@ -62,21 +61,32 @@ func followDeaths(ctx context.Context, e engine.Engine, bo backoff, log *slog.Lo
 	log = log.With("engine", e.Name(), "endpoint", e.Endpoint())
 	delay := bo.min
 	// From the moment watch asked: a death between asking and dockerd
-	// subscribing is replayed.
+	// subscribing is replayed. After a drop, from the last death's own
+	// time as the engine stamped it (the stream had none after it), never
+	// from local wall time at the drop: the engine's replay goes by its
+	// stamps, and a clock stepped back between a death and the drop made
+	// a re-subscription from "now" skip the gap, silently.
 	since := time.Now()
+	// The death at since comes again in the replay; the handler's
+	// coalescing, or a scan that finds its trees gone, takes care of it.
+	// Deaths reach this one at a time, from this goroutine's stream.
+	// The last one, not the latest stamp: after a step back, later deaths
+	// carry earlier stamps.
+	deliver := func(d engine.Death) {
+		since = d.At
+		onDeath(d)
+	}
 	for resumed := false; ; resumed = true {
 		start := time.Now()
-		var up atomic.Bool
 		err := e.Deaths(ctx, engine.DeathWatch{
 			Since: since,
 			Ready: func() {
-				up.Store(true)
 				log.Info("following container deaths", "resumed", resumed)
 				if ready != nil {
 					ready(resumed)
 				}
 			},
-			Death: onDeath,
+			Death: deliver,
 			Skipped: func(reason string, size int64) {
 				log.Warn("event message passed over; the stream goes on", "reason", reason, "bytes", size, "max_bytes", engine.MaxEventMessage)
 				if onSkip != nil {
@@ -92,12 +102,6 @@ func followDeaths(ctx context.Context, e engine.Engine, bo backoff, log *slog.Lo
 		}
 		if err == nil {
 			err = errors.New("the event stream ended")
-		}
-		// Deaths in flight when the stream dropped carry a time just
-		// before now; a repeat is coalesced. A subscription refused keeps
-		// the time of the last drop.
-		if up.Load() {
-			since = time.Now().Add(-time.Second)
 		}
 		if time.Since(start) >= bo.healthy {
 			delay = bo.min

@@ -321,11 +321,49 @@ func openLog(stateDir, path string, level slog.Level, stderr io.Writer) (*slog.L
 	err := os.MkdirAll(filepath.Dir(path), 0o700)
 	if err == nil {
 		var f *os.File
-		if f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err == nil {
+		if f, err = openRotated(path, maxLogSize); err == nil {
 			return slog.New(slog.NewJSONHandler(f, opts)), func() { f.Close() }, nil
 		}
 	}
 	return slog.New(slog.NewJSONHandler(stderr, opts)), func() {}, fmt.Errorf("cannot open the hook log: %w", err)
+}
+
+// maxLogSize is where the hook log is rotated: every container's start
+// and stop add a few lines, for the life of the host, and nothing else
+// trims the file.
+const maxLogSize = 1 << 20
+
+// openRotated opens path for appending, first renaming it to path.1
+// (replacing the previous one) once it has reached max bytes: the log
+// takes at most about twice max. Hooks of many containers run at once;
+// the one holding the file's lock renames, and only the file it locked,
+// so two never rotate the same log twice. One that finds the lock taken
+// appends where it is: the holder is renaming.
+func openRotated(path string, max int64) (*os.File, error) {
+	open := func() (*os.File, error) {
+		return os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	}
+	f, err := open()
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil || st.Size() < max {
+		return f, nil
+	}
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return f, nil
+	}
+	// Still the file at path (not one another hook rotated away while
+	// this one opened it)? A path that is a symlink is not: the link
+	// would be renamed, not the log.
+	if cur, err := os.Lstat(path); err == nil && os.SameFile(cur, st) {
+		if err := os.Rename(path, path+".1"); err != nil {
+			return f, nil // an unrotated log is better than none
+		}
+	}
+	f.Close() // drops the lock
+	return open()
 }
 
 // isTerminal reports whether f is a terminal.

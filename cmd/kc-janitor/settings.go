@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -108,11 +109,13 @@ func settingsOf(c *cli.Context, g globals, opt reconcile.Options) janitor.Settin
 
 func reconcileOptions(c *cli.Context, g globals) (reconcile.Options, error) {
 	opt := reconcile.Options{
-		Comms:     g.SupervisorComms,
-		MinAge:    c.Duration("min-age"),
-		KillGrace: c.Duration("kill-grace"),
-		FullScan:  c.Bool("full-scan"),
-		MaxReap:   c.Int("max-reap"),
+		Comms:  g.SupervisorComms,
+		MinAge: c.Duration("min-age"),
+		// 0 is "at once" here (after --min-age); inside, 0 is the default.
+		LedgerRetention: max(c.Duration("ledger-retention"), time.Nanosecond),
+		KillGrace:       c.Duration("kill-grace"),
+		FullScan:        c.Bool("full-scan"),
+		MaxReap:         c.Int("max-reap"),
 	}
 	if opt.MaxReap < 1 {
 		return opt, usageErr("--max-reap must be at least 1")

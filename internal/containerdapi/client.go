@@ -21,11 +21,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	versionapi "github.com/containerd/containerd/api/services/version/v1"
 	"github.com/kc-watchman/kc-watchman/internal/peercred"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
@@ -40,6 +42,17 @@ const UIDUnknown = -1
 // namespaceKey is the gRPC metadata key containerd reads a call's
 // namespace from.
 const namespaceKey = "containerd-namespace"
+
+// Keepalive pings containerd on a connection with a call open (watch's
+// event stream: a containerd that stopped answering, SIGSTOPped or wedged,
+// would otherwise leave it deaf and open for ever) and drops the
+// connection when a ping goes unanswered. containerd 1.6 (and 1.7, 2.x)
+// builds its gRPC server with no keepalive options (services/server's
+// New), so grpc-go's default enforcement policy holds: pings less than 5
+// minutes apart are strikes, the third a GOAWAY "too_many_pings", and
+// none without an open stream. 6 minutes keeps clear of that with room
+// for timer slack; idle connections are not pinged.
+var Keepalive = keepalive.ClientParameters{Time: 6 * time.Minute, Timeout: 20 * time.Second, PermitWithoutStream: false}
 
 // ErrAddress marks an address that cannot be a containerd socket (empty,
 // relative, a URL with another scheme, a symlink): a usage error.
@@ -108,6 +121,7 @@ func New(addr string) (*Client, error) {
 		// containerd's own client raises the receive limit the same way: a
 		// node with thousands of containers answers List with many MiB.
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)),
+		grpc.WithKeepaliveParams(Keepalive),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("containerd client for %s: %w", p, err)

@@ -22,12 +22,15 @@ func init() {
 var namespaceName = regexp.MustCompile(`^[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*$`)
 
 // containerd asks containerd through the gRPC services of its api module
-// (internal/containerdapi; docs/ENGINES-containerd.md).
+// (internal/containerdapi; docs/ENGINES-containerd.md). Each question
+// opens its own connection and closes it before returning: engines are
+// built per question and per round and dropped without a word, and a
+// connection held by an engine would outlive it (one socket and three
+// goroutines per round of watch, on both sides).
 type containerd struct {
 	cfg        Config
 	address    string
 	namespaces []string
-	client     *containerdapi.Client
 }
 
 func containerdAddress(cfg Config) string {
@@ -52,12 +55,20 @@ func newContainerd(cfg Config) (Engine, error) {
 	if err := CheckContainerdSettings(cfg.ContainerdAddress, cfg.ContainerdNamespaces); err != nil {
 		return nil, err
 	}
-	addr := containerdAddress(cfg)
-	cl, err := containerdapi.New(addr)
+	p, err := containerdapi.CheckAddress(containerdAddress(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("%w: --containerd-address: %w", ErrUsage, err)
 	}
-	return &containerd{cfg: cfg, address: cl.Address(), namespaces: cfg.ContainerdNamespaces, client: cl}, nil
+	return &containerd{cfg: cfg, address: p, namespaces: cfg.ContainerdNamespaces}, nil
+}
+
+// open makes the client for one question; the caller closes it.
+func (c *containerd) open() (*containerdapi.Client, error) {
+	cl, err := containerdapi.New(c.address)
+	if err != nil {
+		return nil, fmt.Errorf("containerd at %s: %w", c.address, err)
+	}
+	return cl, nil
 }
 
 // detectContainerd finds containerd when an address was given or its
@@ -78,13 +89,19 @@ func detectContainerd(cfg Config) (string, bool) {
 func (c *containerd) Name() string     { return "containerd" }
 func (c *containerd) Endpoint() string { return c.address }
 
-// list asks every namespace (or the named ones) at once.
-func (c *containerd) list(ctx context.Context) ([]containerdapi.Container, time.Duration, error) {
+// list asks every namespace (or the named ones) at once; uid is the
+// answering peer's.
+func (c *containerd) list(ctx context.Context) (cs []containerdapi.Container, took time.Duration, uid int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.timeout())
 	defer cancel()
+	cl, err := c.open()
+	if err != nil {
+		return nil, 0, containerdapi.UIDUnknown, err
+	}
+	defer cl.Close()
 	start := time.Now()
-	cs, err := c.client.List(ctx, c.namespaces)
-	return cs, time.Since(start), err
+	cs, err = cl.List(ctx, c.namespaces)
+	return cs, time.Since(start), cl.PeerUID(), err
 }
 
 // Live lists the containers whose IDs are container ID tokens (64 hex):
@@ -92,11 +109,10 @@ func (c *containerd) list(ctx context.Context) ([]containerdapi.Container, time.
 // nerdctl names) are left out of the ground truth, and Resolve still
 // finds them.
 func (c *containerd) Live(ctx context.Context) (Answer, error) {
-	cs, took, err := c.list(ctx)
+	cs, took, uid, err := c.list(ctx)
 	if err != nil {
 		return Answer{}, err
 	}
-	uid := c.client.PeerUID()
 	if uid == containerdapi.UIDUnknown {
 		return Answer{}, errors.New("containerd at " + c.address + ": the answering peer's UID could not be read")
 	}
@@ -113,7 +129,7 @@ func (c *containerd) Live(ctx context.Context) (Answer, error) {
 // Resolve matches ref against every listed container, 64-hex or not, in
 // every namespace asked: the same ID in two namespaces is two candidates.
 func (c *containerd) Resolve(ctx context.Context, ref string) ([]Match, error) {
-	cs, _, err := c.list(ctx)
+	cs, _, _, err := c.list(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +156,12 @@ func (c *containerd) Deaths(ctx context.Context, w DeathWatch) error {
 			}
 		}()
 	}
-	return c.client.Subscribe(ctx, c.namespaces, ready, func(e containerdapi.Event) {
+	cl, err := c.open()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	return cl.Subscribe(ctx, c.namespaces, ready, func(e containerdapi.Event) {
 		if !containerid.Valid(e.ContainerID) {
 			return
 		}

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -280,10 +279,10 @@ func (d *docker) Deaths(ctx context.Context, w DeathWatch) error {
 	if w.Ready != nil {
 		w.Ready()
 	}
-	dec := json.NewDecoder(bufio.NewReader(resp.Body))
+	msgs := newMessages(resp.Body, MaxEventMessage, w.Skipped)
 	for {
 		var ev dockerEvent
-		if err := dec.Decode(&ev); err != nil {
+		if err := msgs.decode(&ev); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}

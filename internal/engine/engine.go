@@ -132,6 +132,10 @@ type DeathWatch struct {
 	Ready func()
 	// Death is called for each death, one at a time.
 	Death func(Death)
+	// Skipped, if set, is told of each message passed over (reason
+	// SkipTooLarge: over MaxEventMessage; SkipMalformed: not the JSON the
+	// engine sends) and its size in bytes; the stream goes on.
+	Skipped func(reason string, size int64)
 }
 
 // Config holds every engine's endpoint settings. The zero value asks each

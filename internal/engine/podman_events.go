@@ -1,9 +1,7 @@
 package engine
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -85,16 +83,16 @@ func (p *podman) Deaths(ctx context.Context, w DeathWatch) error {
 	if w.Ready != nil {
 		w.Ready()
 	}
-	return readPodmanDeaths(ctx, ep.raw, resp.Body, w.Death)
+	return readPodmanDeaths(ctx, ep.raw, resp.Body, w)
 }
 
 // readPodmanDeaths passes each "died" of a full container ID in body to
-// death until body ends (an error) or ctx is done (nil).
-func readPodmanDeaths(ctx context.Context, endpoint string, body io.Reader, death func(Death)) error {
-	dec := json.NewDecoder(bufio.NewReader(body))
+// w.Death until body ends (an error) or ctx is done (nil).
+func readPodmanDeaths(ctx context.Context, endpoint string, body io.Reader, w DeathWatch) error {
+	msgs := newMessages(body, MaxEventMessage, w.Skipped)
 	for {
 		var ev podmanEvent
-		if err := dec.Decode(&ev); err != nil {
+		if err := msgs.decode(&ev); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -110,6 +108,6 @@ func readPodmanDeaths(ctx context.Context, endpoint string, body io.Reader, deat
 		if ev.TimeNano > 0 {
 			at = time.Unix(0, ev.TimeNano)
 		}
-		death(Death{Engine: "podman", ID: ev.Actor.ID, At: at})
+		w.Death(Death{Engine: "podman", ID: ev.Actor.ID, At: at})
 	}
 }

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -98,17 +97,23 @@ func (p *podman) deathsCLI(parent context.Context, w DeathWatch, global []string
 	lines := make(chan []byte)
 	readErr := make(chan error, 1)
 	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
+		msgs := newMessages(out, MaxEventMessage, w.Skipped)
+		for {
+			l, err := msgs.next()
+			if err != nil {
+				if errors.Is(err, io.EOF) {
+					err = nil
+				}
+				readErr <- err
+				return
+			}
 			select {
-			case lines <- append([]byte(nil), sc.Bytes()...):
+			case lines <- append([]byte(nil), l...):
 			case <-ctx.Done():
 				readErr <- nil
 				return
 			}
 		}
-		readErr <- sc.Err()
 	}()
 
 	isReady := false
@@ -135,8 +140,10 @@ loop:
 			ready()
 			var ev podmanCLIEvent
 			if err := json.Unmarshal(l, &ev); err != nil {
-				streamErr = fmt.Errorf("not the JSON podman events writes: %w", err)
-				break loop
+				if w.Skipped != nil {
+					w.Skipped(SkipMalformed, int64(len(l)))
+				}
+				continue
 			}
 			if ev.Type != "container" || ev.Status != "died" || !containerid.Valid(ev.ID) {
 				continue

@@ -64,7 +64,12 @@ func (d *docker) Version(ctx context.Context) (string, error) {
 func (c *containerd) Version(ctx context.Context) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.timeout())
 	defer cancel()
-	return c.client.Version(ctx)
+	cl, err := c.open()
+	if err != nil {
+		return "", err
+	}
+	defer cl.Close()
+	return cl.Version(ctx)
 }
 
 // Version asks the podman API service's Docker-compatible GET /version

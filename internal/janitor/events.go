@@ -9,7 +9,6 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
@@ -55,27 +54,45 @@ const coalesceWindow = 10 * time.Second
 // followDeaths subscribes to e's death events and passes each death to
 // onDeath until ctx is done, re-subscribing with backoff when the stream
 // drops. ready, if set, is called once each subscription is in place,
-// resumed telling whether one dropped before it. It returns nil when ctx
-// is done, and the engine's error when it has no death events.
-func followDeaths(ctx context.Context, e engine.Engine, bo backoff, log *slog.Logger, ready func(resumed bool), onDeath func(engine.Death)) error {
+// resumed telling whether one dropped before it; onSkip, if set, once per
+// message the engine's stream passed over (logged here). It returns nil
+// when ctx is done, and the engine's error when it has no death events.
+func followDeaths(ctx context.Context, e engine.Engine, bo backoff, log *slog.Logger, ready func(resumed bool), onDeath func(engine.Death), onSkip func()) error {
 	log = log.With("engine", e.Name(), "endpoint", e.Endpoint())
 	delay := bo.min
 	// From the moment watch asked: a death between asking and dockerd
-	// subscribing is replayed.
+	// subscribing is replayed. After a drop, from the last death's own
+	// time as the engine stamped it (the stream had none after it), never
+	// from local wall time at the drop: the engine's replay goes by its
+	// stamps, and a clock stepped back between a death and the drop made
+	// a re-subscription from "now" skip the gap, silently.
 	since := time.Now()
+	// The death at since comes again in the replay; the handler's
+	// coalescing, or a scan that finds its trees gone, takes care of it.
+	// Deaths reach this one at a time, from this goroutine's stream.
+	// The last one, not the latest stamp: after a step back, later deaths
+	// carry earlier stamps.
+	deliver := func(d engine.Death) {
+		since = d.At
+		onDeath(d)
+	}
 	for resumed := false; ; resumed = true {
 		start := time.Now()
-		var up atomic.Bool
 		err := e.Deaths(ctx, engine.DeathWatch{
 			Since: since,
 			Ready: func() {
-				up.Store(true)
 				log.Info("following container deaths", "resumed", resumed)
 				if ready != nil {
 					ready(resumed)
 				}
 			},
-			Death: onDeath,
+			Death: deliver,
+			Skipped: func(reason string, size int64) {
+				log.Warn("event message passed over; the stream goes on", "reason", reason, "bytes", size, "max_bytes", engine.MaxEventMessage)
+				if onSkip != nil {
+					onSkip()
+				}
+			},
 		})
 		if ctx.Err() != nil {
 			return nil
@@ -85,12 +102,6 @@ func followDeaths(ctx context.Context, e engine.Engine, bo backoff, log *slog.Lo
 		}
 		if err == nil {
 			err = errors.New("the event stream ended")
-		}
-		// Deaths in flight when the stream dropped carry a time just
-		// before now; a repeat is coalesced. A subscription refused keeps
-		// the time of the last drop.
-		if up.Load() {
-			since = time.Now().Add(-time.Second)
 		}
 		if time.Since(start) >= bo.healthy {
 			delay = bo.min
@@ -112,8 +123,8 @@ func followDeaths(ctx context.Context, e engine.Engine, bo backoff, log *slog.Lo
 type deathHandler struct {
 	w   Watch
 	log *slog.Logger
-	// serial is held by every round and every attempt here: never two
-	// reaps (or a reap and a sweep) at once.
+	// serial is held by every round's reconcile step and every attempt
+	// here: never two reaps at once. Sweeps and culls do not hold it.
 	serial *sync.Mutex
 	// work is the rounds' context: a handling under way finishes on the
 	// first signal and is abandoned on the second, as a round is.
@@ -130,13 +141,14 @@ type deathHandler struct {
 	inFlight   map[string]bool
 	recent     map[string]time.Time
 	handled    map[string]int  // by engine, for the metrics file
+	skipped    map[string]int  // event messages passed over, by engine
 	followed   map[string]bool // reported at 0 until a death
 	wg         sync.WaitGroup
 }
 
 func newDeathHandler(w Watch, log *slog.Logger, serial *sync.Mutex, work, stop context.Context) *deathHandler {
 	return &deathHandler{w: w, log: log, serial: serial, work: work, stop: stop, retries: stillLiveRetries(),
-		inFlight: map[string]bool{}, recent: map[string]time.Time{}, handled: map[string]int{}, followed: map[string]bool{}}
+		inFlight: map[string]bool{}, recent: map[string]time.Time{}, handled: map[string]int{}, skipped: map[string]int{}, followed: map[string]bool{}}
 }
 
 // death takes one reported death; it never blocks the event stream.
@@ -332,20 +344,32 @@ func (h *deathHandler) count(eng string) {
 	}
 }
 
-// record puts the handled deaths by engine into ms.
+// skip counts an event message eng's stream passed over.
+func (h *deathHandler) skip(eng string) {
+	h.mu.Lock()
+	h.skipped[eng]++
+	h.mu.Unlock()
+}
+
+// record puts the handled deaths and the skipped messages by engine into
+// ms.
 func (h *deathHandler) record(ms *metrics.Set) {
 	if ms == nil {
 		return
 	}
 	h.mu.Lock()
-	counts := map[string]int{}
+	counts, skipped := map[string]int{}, map[string]int{}
 	for e := range h.followed {
-		counts[e] = 0
+		counts[e], skipped[e] = 0, 0
 	}
 	maps.Copy(counts, h.handled)
+	maps.Copy(skipped, h.skipped)
 	h.mu.Unlock()
 	for _, e := range slices.Sorted(maps.Keys(counts)) {
 		ms.Set(metrics.WatchDeathsHandled, float64(counts[e]), e)
+	}
+	for _, e := range slices.Sorted(maps.Keys(skipped)) {
+		ms.Set(metrics.WatchEventsSkipped, float64(skipped[e]), e)
 	}
 }
 
@@ -397,7 +421,7 @@ func (f *followers) look(late bool) {
 				if resumed || late {
 					f.h.catchUp(name)
 				}
-			}, f.h.death)
+			}, f.h.death, func() { f.h.skip(name) })
 			f.mu.Lock()
 			delete(f.on, name)
 			told := f.told[name]

@@ -52,8 +52,10 @@ func jsonLogger() (*slog.Logger, *syncBuffer) {
 	return slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
 }
 
-func dieEvent(id string) string {
-	return fmt.Sprintf(`{"Type":"container","Action":"die","timeNano":%d,"Actor":{"ID":%q}}`+"\n", time.Now().UnixNano(), id)
+func dieEvent(id string) string { return dieEventAt(id, time.Now()) }
+
+func dieEventAt(id string, at time.Time) string {
+	return fmt.Sprintf(`{"Type":"container","Action":"die","timeNano":%d,"Actor":{"ID":%q}}`+"\n", at.UnixNano(), id)
 }
 
 // fakeEvents serves a Docker /events on a real unix socket: the n-th
@@ -100,6 +102,10 @@ func TestFollowDeathsResubscribes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var sinces sync.Map
+			// A death stamped long before now: only its own stamp can be
+			// the next since, not local time at the drop.
+			atA := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
+			stampA := fmt.Sprintf("%d.%09d", atA.Unix(), atA.Nanosecond())
 			e, subs := fakeEvents(t, func(n int, w http.ResponseWriter, r *http.Request) {
 				sinces.Store(n, r.URL.Query().Get("since"))
 				if n == 3 || n == 4 { // dockerd refusing: no subscription
@@ -109,7 +115,7 @@ func TestFollowDeathsResubscribes(t *testing.T) {
 				w.WriteHeader(http.StatusOK)
 				switch n {
 				case 0:
-					w.Write([]byte(dieEvent(a)))
+					w.Write([]byte(dieEventAt(a, atA)))
 				case 1:
 					w.Write([]byte("{not json\n"))
 				case 5:
@@ -124,10 +130,11 @@ func TestFollowDeathsResubscribes(t *testing.T) {
 			done := make(chan struct{})
 			var readies []bool
 			var mu sync.Mutex
+			var skips atomic.Int32
 			go func() {
 				followDeaths(ctx, e, backoff{min: 10 * time.Millisecond, max: 40 * time.Millisecond, healthy: tc.healthy}, log,
 					func(resumed bool) { mu.Lock(); readies = append(readies, resumed); mu.Unlock() },
-					func(d engine.Death) { deaths <- d })
+					func(d engine.Death) { deaths <- d }, func() { skips.Add(1) })
 				close(done)
 			}()
 			var got []string
@@ -148,6 +155,9 @@ func TestFollowDeathsResubscribes(t *testing.T) {
 			if subs.Load() != 6 {
 				t.Errorf("%d subscriptions, want 6", subs.Load())
 			}
+			if skips.Load() != 1 || len(buf.records("event message passed over; the stream goes on")) != 1 {
+				t.Errorf("%d messages counted as passed over, want 1 (the one that is not JSON)", skips.Load())
+			}
 			drops := buf.records("container death events dropped; subscribing again")
 			var retries []string
 			for _, r := range drops {
@@ -162,16 +172,12 @@ func TestFollowDeathsResubscribes(t *testing.T) {
 					t.Errorf("subscription %d asked no since: deaths while it was down would be lost", n)
 				}
 			}
-			// Each dropped stream moves since to its drop; the refused
-			// subscriptions (3, 4) do not: 3, 4 and 5 ask from 2's drop.
-			s2, _ := sinces.Load(2)
-			s3, _ := sinces.Load(3)
-			if s3 == s2 {
-				t.Errorf("subscription 3 asked since %v, as 2 did: 2's drop did not move it", s3)
-			}
-			for _, n := range []int{4, 5} {
-				if s, _ := sinces.Load(n); s != s3 {
-					t.Errorf("subscription %d asked since %v, want %v (the last stream's drop)", n, s, s3)
+			// After the first death every subscription asks from that
+			// death's own stamp, not from local time at its drop.
+			s0, _ := sinces.Load(0)
+			for n := 1; n < 6; n++ {
+				if s, _ := sinces.Load(n); s != stampA {
+					t.Errorf("subscription %d asked since %v, want %v (the last death's own time; the first asked %v)", n, s, stampA, s0)
 				}
 			}
 			if len(buf.records("following container deaths")) != 4 {
@@ -191,7 +197,7 @@ func TestFollowDeathsNoEvents(t *testing.T) {
 	log, buf := jsonLogger()
 	done := make(chan struct{})
 	go func() {
-		followDeaths(t.Context(), noEvents{}, resubscribe(), log, nil, func(engine.Death) { t.Error("a death from nowhere") })
+		followDeaths(t.Context(), noEvents{}, resubscribe(), log, nil, func(engine.Death) { t.Error("a death from nowhere") }, nil)
 		close(done)
 	}()
 	select {

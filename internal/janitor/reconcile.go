@@ -44,6 +44,10 @@ func Reconcile(ctx context.Context, s Settings, log *slog.Logger) (rep Report, l
 // included, so the ledger's snapshots stay fresh in audit weeks (§8).
 func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger) (rep Report, live liveness.Set, liveErr, err error) {
 	opt := s.Reconcile
+	if !create {
+		// A look (doctor without --fix) changes nothing, ledger included.
+		opt.LedgerRetention = -1
+	}
 	rep = Report{Report: reconcile.Report{DryRun: !opt.Apply, Trees: []reconcile.Tree{}}, Engines: []engine.Status{}}
 	// The scan only reads the ledger; nothing is created before the
 	// engines have answered.

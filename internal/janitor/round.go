@@ -31,6 +31,11 @@ type Watch struct {
 	SocketTargets func(context.Context) ([]sweep.Target, error)
 	// moreMetrics adds the death events' counts to a round's metrics.
 	moreMetrics func(*metrics.Set)
+	// serial, when set, is held by a round's reconcile step and by each
+	// attempt at a death: never two reaps at once. Sweep and cull run
+	// outside it: anyone can make a sweep slow (a socket that never
+	// answers), and a death must not wait for that.
+	serial *sync.Mutex
 }
 
 // Once runs one round.
@@ -43,18 +48,12 @@ func (w *Watch) Once(ctx context.Context, log *slog.Logger) int {
 // ending abandons the round (or the death) being handled. It fails only
 // when the engines to follow cannot be built.
 func (w *Watch) Run(ctx context.Context, stopping <-chan struct{}, log *slog.Logger) error {
-	// Rounds and the handling of container deaths take turns: never two
-	// reaps at once.
-	var serial sync.Mutex
-	round := func(ctx context.Context) int {
-		serial.Lock()
-		defer serial.Unlock()
-		return w.round(ctx, log)
-	}
+	w.serial = &sync.Mutex{}
+	round := func(ctx context.Context) int { return w.round(ctx, log) }
 	stopEvents := func() {}
 	if w.Events {
 		var err error
-		if stopEvents, w.moreMetrics, err = startDeathEvents(ctx, w, &serial, log); err != nil {
+		if stopEvents, w.moreMetrics, err = startDeathEvents(ctx, w, w.serial, log); err != nil {
 			return err
 		}
 	}
@@ -154,6 +153,10 @@ func step(log *slog.Logger, ms *metrics.Set, name string, f func() int) (code in
 }
 
 func (w *Watch) reconcile(ctx context.Context, log *slog.Logger, ms *metrics.Set) int {
+	if w.serial != nil {
+		w.serial.Lock()
+		defer w.serial.Unlock()
+	}
 	rep, liveErr, err := Reconcile(ctx, w.Settings, log.With("step", "reconcile"))
 	if liveErr != nil {
 		RecordReconcile(ms, "watch", rep.Report, false)

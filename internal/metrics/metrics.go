@@ -50,6 +50,7 @@ const (
 
 	// watch.
 	WatchDeathsHandled = "kc_janitor_watch_deaths_handled"
+	WatchEventsSkipped = "kc_janitor_watch_event_messages_skipped"
 
 	// Every command.
 	LastRun     = "kc_janitor_last_run_timestamp_seconds"
@@ -83,6 +84,8 @@ var catalogue = map[string]desc{
 	DoctorCheck: {"Verdict of each doctor check: 0 ok, 1 warn, 2 error.", []string{"check"}},
 
 	WatchDeathsHandled: {"Container deaths the running watch has handled as the engines reported them, by the engine that reported each first (a death reported twice counts once); 0 for an engine followed with none yet.", []string{"engine"}},
+
+	WatchEventsSkipped: {"Event messages the running watch passed over, by engine: over 1 MiB or not the JSON the engine sends. The stream goes on; a death among them waits for the next round.", []string{"engine"}},
 
 	LastRun:     {"Unix time the command last finished.", []string{"command"}},
 	RunDuration: {"How long the command's last run took, in seconds.", []string{"command"}},

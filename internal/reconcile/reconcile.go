@@ -52,9 +52,21 @@ type Options struct {
 	DiedAt time.Time
 	// Store is the ledger; nil runs without one (no attribution of trees
 	// whose anchor died, no snapshots, no garbage collection).
-	Store  *ledger.Store
-	Logger *slog.Logger
+	Store *ledger.Store
+	// LedgerRetention is how long a dry run keeps the record of a
+	// container that is gone and whose processes are all dead, since the
+	// record was last written (0: DefaultLedgerRetention; negative: a
+	// dry run collects nothing). An apply run collects such records at
+	// once (after MinAge).
+	LedgerRetention time.Duration
+	Logger          *slog.Logger
 }
+
+// DefaultLedgerRetention: under the audit default no run applies, and the
+// records of every container that ever ran would pile up, each read by
+// every run. A week keeps a dead container's record for the operator
+// looking back at last week's audit lines.
+const DefaultLedgerRetention = 7 * 24 * time.Hour
 
 // Member is one process of a reported tree.
 type Member struct {
@@ -246,7 +258,14 @@ func (sc *Scanned) Run(ctx context.Context, live liveness.Set) (Report, error) {
 			return rep, nil
 		}
 		rep.Unrecorded = reapStrays(ctx, opt, log, rep.Trees)
-		rep.LedgerCollected = collect(opt, log, records, live, contradicted(rep.Trees))
+		rep.LedgerCollected = collect(opt, log, records, live, contradicted(rep.Trees), opt.MinAge)
+	} else if opt.LedgerRetention >= 0 {
+		// Only files in the ledger go; nothing is signalled.
+		keep := opt.LedgerRetention
+		if keep == 0 {
+			keep = DefaultLedgerRetention
+		}
+		rep.LedgerCollected = collect(opt, log, records, live, contradicted(rep.Trees), keep)
 	}
 	return rep, nil
 }
@@ -393,12 +412,13 @@ func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) e
 
 // collect removes ledger records that can no longer matter: from another
 // boot, or of a container that is not live and whose recorded init and
-// trees are all dead. Records touched within minAge are kept, so a
-// container being created right now is never forgotten; so are those of
+// trees are all dead. Records touched within keep are kept (at least
+// MinAge, so a container being created right now is never forgotten; a
+// dry run's retention); so are those of
 // containers local evidence says still run (skip): the engine's silence
 // about them is what was contradicted, and their record is the evidence
 // the next run needs.
-func collect(opt Options, log *slog.Logger, records []*ledger.Record, live liveness.Set, skip map[string]bool) int {
+func collect(opt Options, log *slog.Logger, records []*ledger.Record, live liveness.Set, skip map[string]bool, keep time.Duration) int {
 	if opt.Store == nil {
 		return 0
 	}
@@ -408,16 +428,23 @@ func collect(opt Options, log *slog.Logger, records []*ledger.Record, live liven
 			continue
 		}
 		removed, err := opt.Store.Remove(r.ContainerID, func(cur *ledger.Record) bool {
-			if !opt.Store.Current(cur) {
+			if opt.Apply && !opt.Store.Current(cur) {
 				return false
 			}
-			if time.Since(cur.UpdatedAt) < opt.MinAge {
+			if time.Since(cur.UpdatedAt) < max(keep, opt.MinAge) {
 				return true
+			}
+			if !opt.Store.Current(cur) {
+				return false
 			}
 			return anyAlive(opt.Root, cur)
 		})
 		if err != nil {
-			log.Warn("could not collect ledger record", "container", r.ContainerID, "err", err)
+			lvl := slog.LevelWarn
+			if !opt.Apply {
+				lvl = slog.LevelDebug // a dry run by a user who may only read the ledger
+			}
+			log.Log(context.Background(), lvl, "could not collect ledger record", "container", r.ContainerID, "err", err)
 		}
 		if removed {
 			n++

@@ -271,3 +271,56 @@ func TestBlastRadius(t *testing.T) {
 		})
 	}
 }
+
+// TestDryRunCollectsAfterRetention: a dry run removes the record of a
+// container that is gone and whose processes are all dead once it is older
+// than the retention, and never one whose container an engine lists as
+// live or whose wrapper still runs.
+func TestDryRunCollectsAfterRetention(t *testing.T) {
+	store, err := ledger.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := fingerprint.ReadStat("/proc", os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const withWrapper = "6666666666666666666666666666666666666666666666666666666666666666"
+	const deadOnly = "7777777777777777777777777777777777777777777777777777777777777777"
+	const liveContainer = "8888888888888888888888888888888888888888888888888888888888888888"
+	store.Update(withWrapper, func(r *ledger.Record) error {
+		r.Supervisor = &ledger.Process{PID: self.PID, StartTicks: self.StartTicks}
+		return nil
+	})
+	for _, id := range []string{deadOnly, liveContainer} {
+		store.Update(id, func(r *ledger.Record) error {
+			r.Supervisor = &ledger.Process{PID: self.PID, StartTicks: self.StartTicks + 1} // a recycled identity
+			return nil
+		})
+	}
+	live := liveness.Set{Source: liveness.SourceAPI, Live: map[string]bool{liveContainer: true}, UID: os.Geteuid()}
+	opt := Options{Comms: []string{"kcsrv-retain"}, Store: store, LedgerRetention: time.Hour,
+		Containers: map[string]bool{withWrapper: true, deadOnly: true, liveContainer: true}}
+	rep, err := Run(context.Background(), opt, live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.LedgerCollected != 0 {
+		t.Errorf("a dry run collected %d records younger than the retention", rep.LedgerCollected)
+	}
+	opt.LedgerRetention = time.Nanosecond
+	if rep, err = Run(context.Background(), opt, live); err != nil {
+		t.Fatal(err)
+	}
+	if rep.LedgerCollected != 1 {
+		t.Errorf("collected %d records past the retention, want 1", rep.LedgerCollected)
+	}
+	if _, err := store.Load(deadOnly); err == nil {
+		t.Error("the record of a gone container with only dead processes was kept past the retention")
+	}
+	for _, id := range []string{withWrapper, liveContainer} {
+		if _, err := store.Load(id); err != nil {
+			t.Errorf("record %s… collected by a dry run: %v", id[:4], err)
+		}
+	}
+}

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// TestHookLogRotates: a hook log at its cap is renamed to .1 (replacing
+// the older one) by the next hook, once even when many hooks open it at
+// the same moment; below the cap it is appended to.
+func TestHookLogRotates(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "kc-hook.log")
+	const max = 4096
+	old := bytes.Repeat([]byte("o"), max)
+	if err := os.WriteFile(path, old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path+".1", []byte("oldest"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f, err := openRotated(path, max)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer f.Close()
+			if _, err := f.WriteString(strings.Repeat("n", 10) + "\n"); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	rotated, err := os.ReadFile(path + ".1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The hooks that opened the full log before it was renamed wrote
+	// their line into what is now .1; none is lost.
+	lines := strings.Count(string(rotated), "\n") + strings.Count(string(cur), "\n")
+	if !bytes.HasPrefix(rotated, old) || lines != 32 || len(cur) >= max {
+		t.Errorf(".1 starts with the full log: %v; %d lines kept, want 32; current log %d bytes, want below %d", bytes.HasPrefix(rotated, old), lines, len(cur), max)
+	}
+
+	// Below the cap: appended, no rotation.
+	f, err := openRotated(path, max)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("more\n")
+	f.Close()
+	if again, _ := os.ReadFile(path + ".1"); !bytes.Equal(again, rotated) {
+		t.Error("a log below its cap was rotated")
+	}
+	if b, _ := os.ReadFile(path); !strings.HasSuffix(string(b), "more\n") || !strings.HasPrefix(string(b), string(cur)) {
+		t.Error("a log below its cap was not appended to")
+	}
+}

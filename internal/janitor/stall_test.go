@@ -1,0 +1,159 @@
+package janitor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/reconcile"
+	"github.com/kc-watchman/kc-watchman/internal/sweep"
+)
+
+// hungSocket listens on dir/kc-<pid>.sock, accepts and never answers;
+// accepted is closed at the first connection (a probe under way).
+func hungSocket(t *testing.T, dir string) (accepted <-chan struct{}) {
+	t.Helper()
+	l, err := net.Listen("unix", filepath.Join(dir, fmt.Sprintf("kc-%d.sock", os.Getpid())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan struct{})
+	var once sync.Once
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			once.Do(func() { close(ch) })
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ch
+}
+
+// TestDeathNotBehindStalledSweep: while a round's sweep waits on a socket
+// that accepts and never answers (a 30 s probe timeout), a container death
+// Docker reports (a Docker Engine API on a real unix socket) is handled
+// within a second: the round holds the lock deaths take only for its
+// reconcile step.
+func TestDeathNotBehindStalledSweep(t *testing.T) {
+	b := make([]byte, 32)
+	rand.Read(b)
+	id := hex.EncodeToString(b)
+	sockDir := t.TempDir()
+	accepted := hungSocket(t, sockDir)
+
+	events := make(chan string, 1)
+	dockerSock := filepath.Join(t.TempDir(), "docker.sock")
+	l, err := net.Listen("unix", dockerSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/containers/json"):
+			w.Write([]byte("[]"))
+		case strings.HasSuffix(r.URL.Path, "/events"):
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			for {
+				select {
+				case ev := <-events:
+					w.Write([]byte(ev))
+					w.(http.Flusher).Flush()
+				case <-r.Context().Done():
+					return
+				}
+			}
+		default:
+			http.NotFound(w, r)
+		}
+	})}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+
+	w := &Watch{
+		Settings: Settings{
+			Engines:   []string{"docker"},
+			Engine:    engine.Config{DockerURL: "unix://" + dockerSock, Timeout: 10 * time.Second},
+			StateDir:  t.TempDir(),
+			Reconcile: reconcile.Options{Comms: []string{"kc-stall-none"}},
+			Sockets:   sweep.Config{Dirs: []string{sockDir}, Timeout: 30 * time.Second, DialTimeout: time.Second},
+		},
+		ReconcileOn: true,
+		Events:      true,
+		Interval:    time.Hour,
+	}
+	log, buf := jsonLogger()
+	ctx, cancel := context.WithCancel(t.Context())
+	stopping := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, stopping, log) }()
+	defer func() {
+		close(stopping)
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			t.Error("watch did not stop")
+		}
+	}()
+
+	wait := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s after 30 s:\n%s", what, buf.b.String())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	wait("subscription", func() bool { return len(buf.records("following container deaths")) > 0 })
+	select {
+	case <-accepted:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the sweep never probed the hung socket:\n%s", buf.b.String())
+	}
+	start := time.Now()
+	events <- fmt.Sprintf(`{"Type":"container","Action":"die","timeNano":%d,"Actor":{"ID":%q}}`+"\n", start.UnixNano(), id)
+	wait("handled death", func() bool {
+		for _, r := range buf.records("container death handled") {
+			if r["container"] == id {
+				return true
+			}
+		}
+		return false
+	})
+	took := time.Since(start)
+	t.Logf("death handled %v after it was reported, the sweep still waiting on the hung socket", took)
+	if len(buf.records("sweep")) > 0 {
+		t.Fatal("the sweep ended before the death was handled: the test proved nothing")
+	}
+	if took > time.Second {
+		t.Errorf("death handled %v after it was reported, want < 1 s while the sweep is stalled", took)
+	}
+}

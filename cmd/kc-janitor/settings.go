@@ -117,6 +117,9 @@ func reconcileOptions(c *cli.Context, g globals) (reconcile.Options, error) {
 		FullScan:        c.Bool("full-scan"),
 		MaxReap:         c.Int("max-reap"),
 	}
+	if c.Duration("ledger-retention") < 0 {
+		return opt, usageErr("--ledger-retention must not be negative")
+	}
 	if opt.MaxReap < 1 {
 		return opt, usageErr("--max-reap must be at least 1")
 	}

@@ -22,14 +22,17 @@ import (
 // no malformed value says why in noMalformed.
 var malformed = map[string][]string{
 	// durations
-	"min-age":        {"abc", "1x", "-1s"},
-	"kill-grace":     {"abc", "0s", "-1s"},
-	"podman-timeout": {"abc", "0s", "-1s"},
-	"timeout":        {"abc", "0s", "-1s"},
-	"interval":       {"abc", "0s", "-1s"},
-	"deadline":       {"abc", "0s", "-1s"},
-	"idle":           {"abc", "-5", "1x"},
-	"hashed-min-age": {"abc", "0s", "-1s"},
+	"min-age":          {"abc", "1x", "-1s"},
+	"sweep-deadline":   {"abc", "0s", "-1s"},
+	"max-reap":         {"x", "0", "-1"},
+	"ledger-retention": {"abc", "-1s"},
+	"kill-grace":       {"abc", "0s", "-1s"},
+	"podman-timeout":   {"abc", "0s", "-1s"},
+	"timeout":          {"abc", "0s", "-1s"},
+	"interval":         {"abc", "0s", "-1s"},
+	"deadline":         {"abc", "0s", "-1s"},
+	"idle":             {"abc", "-5", "1x"},
+	"hashed-min-age":   {"abc", "0s", "-1s"},
 	// numbers
 	"workers":       {"x", "0", "-1"},
 	"container-pid": {"x", "-1"},

@@ -196,12 +196,7 @@ func openDir(root *os.File, inner string, noFollow bool) (*dir, error) {
 		unix.Close(fd)
 		return nil, &fs.PathError{Op: "fstat", Path: shown, Err: err}
 	}
-	return &dir{
-		f: os.NewFile(uintptr(fd), shown), fd: fd,
-		inner: inner, shown: shown,
-		uid: int(st.Uid), mode: st.Mode & 0o7777,
-		dev: st.Dev, ino: st.Ino,
-	}, nil
+	return dirOf(fd, inner, shown, &st), nil
 }
 
 // openDiscovered opens inner, a directory a process named, only if no
@@ -263,12 +258,7 @@ func openDiscovered(t Target, inner string, owners []int) (*dir, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("%s: owned by uid %d, neither root nor the uid of a process that named it (%s)", shown, uid, joinInts(owners))
 	}
-	return &dir{
-		f: os.NewFile(uintptr(fd), shown), fd: fd,
-		inner: inner, shown: shown,
-		uid: int(st.Uid), mode: st.Mode & 0o7777,
-		dev: st.Dev, ino: st.Ino,
-	}, nil
+	return dirOf(fd, inner, shown, &st), nil
 }
 
 func joinInts(v []int) string {
@@ -378,4 +368,14 @@ func fileType(mode uint32) string {
 		return "block device"
 	}
 	return fmt.Sprintf("file type %#o", mode)
+}
+
+// dirOf wraps an opened directory descriptor and what fstat said of it.
+func dirOf(fd int, inner, shown string, st *unix.Stat_t) *dir {
+	return &dir{
+		f: os.NewFile(uintptr(fd), shown), fd: fd,
+		inner: inner, shown: shown,
+		uid: int(st.Uid), mode: st.Mode & 0o7777,
+		dev: st.Dev, ino: st.Ino,
+	}
 }

@@ -17,7 +17,7 @@ import (
 var lookupEnv = os.LookupEnv
 
 // newFlagSet returns a flag set that prints nothing: its caller reports a
-// usage error as one line (DESIGN §6), not as the flag package's usage.
+// usage error as one line (DESIGN "The outside"), not as the flag package's usage.
 func newFlagSet(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)

@@ -19,7 +19,7 @@ import (
 )
 
 // `kc-hook supervise` runs a supervisor tied to a container's init process
-// (the prevention layer, DESIGN §7). kc-hook starts it at createRuntime or
+// (the prevention layer, DESIGN "Parts: three layers and a backstop"). kc-hook starts it at createRuntime or
 // poststart for containers annotated io.kc-watchman.supervisor=NAME, with
 // the command taken from the allowlist; it can be run by hand too.
 const (

@@ -14,7 +14,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/cliapp"
 )
 
-// Exit codes shared by the commands (DESIGN §6).
+// Exit codes shared by the commands (DESIGN "The outside").
 const (
 	exitOK      = 0
 	exitFailed  = 1

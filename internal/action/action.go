@@ -1,7 +1,7 @@
 // Package action is the one vocabulary for what was done, or deliberately
 // not done, to a supervisor tree. The strings are an outside contract:
-// reconcile's JSON and log lines (DESIGN §6), the ledger's trees and
-// outcomes (§7, §8) and the metrics' labels print them as they are, so a
+// reconcile's JSON and log lines (DESIGN "The outside"), the ledger's trees and
+// outcomes (DESIGN "kc-hook", "Ledger") and the metrics' labels print them as they are, so a
 // constant here is never renamed, only added.
 package action
 
@@ -29,7 +29,7 @@ const (
 	SkipYoung      Action = "skipped-young"
 	SkipAgeUnknown Action = "skipped-age-unknown"
 	// SkipForeign: the group's leader is neither an anchor nor a
-	// supervisor (DESIGN §4).
+	// supervisor (DESIGN "Identity rules").
 	SkipForeign Action = "skipped-foreign"
 	// SkipOtherUID: the tree's UID is not one the caller has ground truth
 	// for, or may signal.
@@ -37,7 +37,7 @@ const (
 	// SkipAmbiguous: members name two containers.
 	SkipAmbiguous Action = "skipped-ambiguous"
 	// SkipContradicted: the engines do not list the container but local
-	// evidence says it still runs (DESIGN §13).
+	// evidence says it still runs (DESIGN "Ground truth must be corroborated").
 	SkipContradicted Action = "skipped-contradicted"
 )
 

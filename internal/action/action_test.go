@@ -33,7 +33,7 @@ func TestIsSkip(t *testing.T) {
 	}
 }
 
-// TestStrings pins the outside contract (DESIGN §6): reconcile's JSON,
+// TestStrings pins the outside contract (DESIGN "The outside"): reconcile's JSON,
 // the ledger and the metrics print these byte for byte.
 func TestStrings(t *testing.T) {
 	want := map[Action]string{

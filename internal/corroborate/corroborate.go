@@ -1,5 +1,5 @@
 // Package corroborate looks for local evidence that a container still runs
-// (DESIGN §13). An engine's list is ground truth only if it is the right
+// (DESIGN "Ground truth must be corroborated"). An engine's list is ground truth only if it is the right
 // list: an engine asked about another store (a different --root, another
 // user's service) answers with a list that is complete and wrong. Before a
 // tree is called stray, its container's conmon or containerd shim, or the
@@ -53,7 +53,7 @@ func (e Evidence) String() string {
 // snapshot of the host and the ledger. Monitors are looked for once, on
 // the first question, so a run with no stray candidates reads nothing
 // more; and they are looked for in the snapshot, never by listing /proc
-// again (DESIGN §14): only the argv of the processes named like a monitor
+// again (DESIGN "One view of the host"): only the argv of the processes named like a monitor
 // is read.
 type Checker struct {
 	root    string

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// reportJSON is cull's JSON report (DESIGN §6).
+// reportJSON is cull's JSON report (DESIGN "The outside").
 type reportJSON struct {
 	ThresholdSeconds int64            `json:"threshold_seconds"`
 	Supervisors      []supervisorJSON `json:"supervisors"`

@@ -22,7 +22,7 @@ func init() {
 var namespaceName = regexp.MustCompile(`^[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*$`)
 
 // containerd asks containerd through the gRPC services of its api module
-// (internal/containerdapi; docs/ENGINES-containerd.md). Each question
+// (internal/containerdapi; docs/ENGINES.md, "containerd"). Each question
 // opens its own connection and closes it before returning: engines are
 // built per question and per round and dropped without a word, and a
 // connection held by an engine would outlive it (one socket and three

@@ -31,7 +31,7 @@ const maxDockerBody = 64 << 20
 
 // dockerLiveStates are Docker's container states whose trees are not
 // stray: a restarting container's tree is between two runs, and a created
-// one's may be started before the container is (DESIGN §12).
+// one's may be started before the container is (DESIGN "Engines").
 var dockerLiveStates = map[string]bool{"created": true, "running": true, "paused": true, "restarting": true}
 
 // dockerStates are every state Docker reports; anything else means we are

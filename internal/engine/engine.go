@@ -1,7 +1,7 @@
 // Package engine asks the container engines of a host — podman, Docker
 // Engine, containerd — which containers are alive, resolves a --container
 // reference to a container, and reports container deaths as they happen
-// (DESIGN §12). kc-janitor's ground truth is the union of the answers of
+// (DESIGN "Engines"). kc-janitor's ground truth is the union of the answers of
 // every engine it was told (or found) to ask; kc-hook links none of this.
 //
 // # Adding an engine

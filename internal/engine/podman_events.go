@@ -20,7 +20,7 @@ const podmanEventsPath = "/v4.0.0/libpod/events"
 // 4.3.1 writes "died" (the exit recorded, conmon still about) and then
 // "cleanup" (conmon's cleanup done) some 50 ms later: "died" is the
 // earlier, and a conmon still alive then is what watch's retries wait out
-// (DESIGN §13); "cleanup" would only be coalesced.
+// (DESIGN "Ground truth must be corroborated"); "cleanup" would only be coalesced.
 const podmanDeathFilter = `{"type":["container"],"event":["died"]}`
 
 // podmanEvent is the part of a libpod event we read; libpod sends

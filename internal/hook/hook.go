@@ -97,7 +97,7 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 	var res Result
 	store, err := ledger.Open(cfg.StateDir)
 	if err != nil {
-		// The ledger is bookkeeping (DESIGN §6): with the state dir
+		// The ledger is bookkeeping (DESIGN "The outside"): with the state dir
 		// read-only or full the trees are still reaped. A ledger that can
 		// still be read still tells which kernels were this container's.
 		log.Warn("ledger unavailable; reaping without recording", "err", err)

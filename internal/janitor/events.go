@@ -32,7 +32,7 @@ func resubscribe() backoff {
 }
 
 // stillLiveRetries are the waits between the attempts at a death the
-// engines, or the local evidence (DESIGN §13), still call live. dockerd
+// engines, or the local evidence (DESIGN "Ground truth must be corroborated"), still call live. dockerd
 // emits "die" before its container list says "exited"; under --engine
 // auto containerd's /tasks/exit of a Docker container comes before
 // either; a containerd shim outlives its task's deletion by a moment:

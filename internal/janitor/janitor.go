@@ -15,7 +15,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/sweep"
 )
 
-// Exit codes a pass reports (DESIGN §6); a round's is the worst of its
+// Exit codes a pass reports (DESIGN "The outside"); a round's is the worst of its
 // steps', 3 counting as worse than 1.
 const (
 	ExitOK      = 0

@@ -18,7 +18,7 @@ import (
 )
 
 // Report is reconcile's report with the engines that were asked (DESIGN
-// §12): "source" stays the first engine's for compatibility.
+// "Engines"): "source" stays the first engine's for compatibility.
 type Report struct {
 	reconcile.Report
 	Engines []engine.Status `json:"engines"`
@@ -31,7 +31,7 @@ const ApplyLockWait = time.Minute
 // Reconcile scans, asks the engines, then decides and (with
 // s.Reconcile.Apply) reaps. liveErr is set when the ground truth is
 // unknown (the engines could not be asked, or local evidence contradicts
-// them, DESIGN §13); then nothing was touched.
+// them, DESIGN "Ground truth must be corroborated"); then nothing was touched.
 func Reconcile(ctx context.Context, s Settings, log *slog.Logger) (rep Report, liveErr, err error) {
 	rep, _, liveErr, err = ScanThenAsk(ctx, s, true, log)
 	return rep, liveErr, err
@@ -41,7 +41,7 @@ func Reconcile(ctx context.Context, s Settings, log *slog.Logger) (rep Report, l
 // and doctor --fix): scan first, then ask the engines, so a tree created
 // after the answer is never judged against it. create lets the janitor
 // make its state dir (0700) once the engines have answered, dry runs
-// included, so the ledger's snapshots stay fresh in audit weeks (§8).
+// included, so the ledger's snapshots stay fresh in audit weeks (DESIGN "Ledger").
 func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger) (rep Report, live liveness.Set, liveErr, err error) {
 	opt := s.Reconcile
 	if !create {

@@ -20,7 +20,7 @@ var ErrApplyLocked = errors.New("another kc-janitor run is reaping (its apply lo
 const ApplyLockName = "apply.lock"
 
 // LockApply takes the lock that lets one run at a time decide and signal
-// (DESIGN §14: two --apply runs never act at once). It lives in the state
+// (DESIGN "One view of the host": two --apply runs never act at once). It lives in the state
 // dir, which must be this UID's and closed to others: a lock another user
 // could hold or swap would let them stop every reap, or worse. The state
 // dir is created (0700) when missing; a state dir that cannot be written

@@ -1,5 +1,5 @@
 // Package ledger stores what kc-watchman knows about each container, one
-// JSON file per container under <state-dir>/containers (DESIGN §8).
+// JSON file per container under <state-dir>/containers (DESIGN "Ledger").
 //
 // Hooks of many containers run at once and the janitor may run beside them,
 // so every change is a read-modify-write under an exclusive flock on the

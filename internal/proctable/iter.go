@@ -79,7 +79,7 @@ func (l *Listing) vouch(r *passReader, census *taskiter.Census, tasks int, sawIn
 	// PID 1 by name: on this project's 6.18 Firecracker VMs the kernel
 	// withholds PID 1's whole thread group from task iterators, as it
 	// shields it from ptrace-mode access, and nothing else
-	// (docs/LISTING.md). Reading it here lets the census vouch for such a
+	// (DESIGN "PID 1 and the iterator"). Reading it here lets the census vouch for such a
 	// pass; any other absence still fails the census below.
 	if !sawInit {
 		st, err := r.Stat(1)

@@ -147,7 +147,7 @@ type Leader struct {
 }
 
 // Listing is the process table at one moment, the one view of the host a
-// decision reads (DESIGN §14): PIDs[i] is in group PGIDs[i] (-1: gone by
+// decision reads (DESIGN "One view of the host"): PIDs[i] is in group PGIDs[i] (-1: gone by
 // the time it was asked, 0: a kernel thread), was started at Starts[i]
 // clock ticks (0: unknown), is the child of PPIDs[i] and runs as the real
 // UID UIDs[i] (-1: unknown). Starts, PPIDs and UIDs are nil for a /proc

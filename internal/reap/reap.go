@@ -142,7 +142,7 @@ func Run(ctx context.Context, opt Options, c Container) Result {
 }
 
 // refusal is why a tree is never signalled, whoever called it a stray
-// (DESIGN §4): a group led by a foreign process, or holding the caller
+// (DESIGN "Identity rules"): a group led by a foreign process, or holding the caller
 // itself; members naming two containers; members with no UID on the
 // host. Callers decide before this; it holds whatever they decided.
 func refusal(t Tree) action.Action {

@@ -58,7 +58,7 @@ func TestDecide(t *testing.T) {
 	})
 }
 
-// TestReportJSONShape pins the outside contract of DESIGN §6.
+// TestReportJSONShape pins the outside contract of DESIGN "The outside".
 func TestReportJSONShape(t *testing.T) {
 	msg := "boom"
 	rep := Report{LivenessKnown: true, Source: "api", DryRun: true, Trees: []Tree{{

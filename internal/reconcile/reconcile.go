@@ -1,5 +1,5 @@
 // Package reconcile compares the supervisor trees on the host with
-// podman's list of live containers and reaps the strays (DESIGN §4–§6, §8).
+// podman's list of live containers and reaps the strays (DESIGN "Identity rules", "Killing safely", "The outside", "Ledger").
 package reconcile
 
 import (
@@ -36,7 +36,7 @@ type Options struct {
 	Apply     bool
 	// FullScan reads every process (reports foreign groups too).
 	FullScan bool
-	// MaxReap is the blast-radius guard (DESIGN §14): an apply run that
+	// MaxReap is the blast-radius guard (DESIGN "One view of the host"): an apply run that
 	// finds more strays than this, or (unscoped, from guardMinStrays on)
 	// more than half of all trees, reaps none. Zero disables it.
 	MaxReap int
@@ -164,7 +164,7 @@ type Scanned struct {
 	records []*ledger.Record
 	found   []trees.Tree
 	// snap is the process table the scan decided from, which the rest of
-	// the run reads (DESIGN §14); nil after a full scan.
+	// the run reads (DESIGN "One view of the host"); nil after a full scan.
 	snap *proctable.Listing
 }
 
@@ -326,7 +326,7 @@ func blastRadius(opt Options, ts []Tree) string {
 }
 
 // refreshSnapshots records each live container's trees so that a later run
-// can still attribute them after their anchor dies (DESIGN §8). Dry runs
+// can still attribute them after their anchor dies (DESIGN "Ledger"). Dry runs
 // do this too: it changes nothing but the ledger. A record read by the
 // scan (records) that already holds the same trees is left as it is: on
 // a host whose containers do not change, every run would otherwise

@@ -1,5 +1,5 @@
 // Package supervise is the prevention layer that ties a supervisor's life
-// to its container's (DESIGN §7): the allowlist that turns a container
+// to its container's (DESIGN "Launching supervisors: the allowlist and its trust model"): the allowlist that turns a container
 // annotation into a command, the argv of the `kc-hook supervise` wrapper,
 // and the wrapper itself, which runs the command as its child, watches the
 // container's init process and takes its whole process group down when

@@ -401,7 +401,7 @@ func (c *child) reap() *os.ProcessState {
 }
 
 // refresh records the groups' membership in the ledger when it changed
-// (DESIGN §8: a crashed supervisor's kernels carry no container ID, and
+// (DESIGN "Ledger": a crashed supervisor's kernels carry no container ID, and
 // only an exact identity match with this snapshot ties them to the
 // container).
 func (r *runner) refresh() {

@@ -3,7 +3,7 @@
 // the host or inside a container, decides which are orphans, and unlinks
 // those safely.
 //
-// A socket is stale only when three independent gates agree (DESIGN §9):
+// A socket is stale only when three independent gates agree (DESIGN "Sockets"):
 //
 //  1. its owner is not a live supervisor: no process with that PID (in the
 //     PID namespace the name was written in), or the PID is a thread ID of

@@ -10,11 +10,11 @@ import (
 	"strings"
 )
 
-// reportJSON is sweep's JSON report (DESIGN §6).
+// reportJSON is sweep's JSON report (DESIGN "The outside").
 type reportJSON struct {
 	DryRun  bool         `json:"dry_run"`
 	Sockets []SocketJSON `json:"sockets"`
-	// Dirs is additive to DESIGN §6's object: where sweep looked and why.
+	// Dirs is additive to DESIGN "The outside"'s object: where sweep looked and why.
 	Dirs []dirJSON `json:"dirs"`
 }
 

@@ -25,8 +25,9 @@
 // was left out. Where the census cannot vouch, callers list /proc too
 // (package proctable, which lists with this package, does; package trees
 // reads the stat of every group leader the listing did not show before
-// calling a group leaderless). docs/LISTING.md has what is
-// known of the PID 1 case, and why the program is hand-written.
+// calling a group leaderless). DESIGN "PID 1 and the iterator" has what
+// is known of the PID 1 case, and DESIGN "Why the iterator is
+// hand-written, not cilium/ebpf" why the program is hand-written.
 package taskiter
 
 import (

@@ -1,6 +1,6 @@
 // Package trees finds supervisor trees: process groups that hold a process
 // carrying a container ID in its argv (an anchor) and at least one process
-// whose comm is in the supervisor set (DESIGN §4).
+// whose comm is in the supervisor set (DESIGN "Identity rules").
 //
 // A host has tens of thousands of processes and almost none of them matter,
 // so the scan reads files only where a decision needs them: one getpgid(2)
@@ -146,7 +146,7 @@ func Scan(opt Options) ([]Tree, Stats, error) {
 
 // ScanSnapshot is Scan that also returns the listing it decided from:
 // the process table the rest of a decision reads instead of listing
-// /proc again (DESIGN §14). It is nil for the full scan (Options.Full),
+// /proc again (DESIGN "One view of the host"). It is nil for the full scan (Options.Full),
 // which reads every process's files and keeps no listing. A scan for
 // some containers only (Options.Only) that found nothing to act on may
 // return a listing the task iterator's census could not vouch for and
@@ -498,7 +498,7 @@ func (s *scanner) examine(c candidate) (Tree, bool) {
 	if t.UID == -2 {
 		t.UID = -1
 	}
-	// DESIGN §4 calls a group foreign when its live leader is neither an
+	// DESIGN "Identity rules" calls a group foreign when its live leader is neither an
 	// anchor nor a supervisor. kc-watchman is stricter: any live leader
 	// outside the supervisor set makes the group foreign, anchor or not.
 	// A wrapper that leads its supervisor's group must be named in the

@@ -96,7 +96,7 @@ func TestReconcileDocker(t *testing.T) {
 
 	d.Must(t, "rm", "-f", gone)
 	// Until its containerd-shim has exited, the removed container still
-	// runs as far as DESIGN §13 is concerned (skipped-contradicted).
+	// runs as far as DESIGN "Ground truth must be corroborated" is concerned (skipped-contradicted).
 	waitFor(t, 30*time.Second, "the removed container's containerd-shim gone", func() bool { return !shimRuns(gone) })
 
 	t.Run("dockerd that cannot be asked touches nothing", func(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 // either engine is skipped-live. With one engine named, the other
 // engine's container is not in the answer, but its monitor process
 // (containerd-shim with -id, conmon with the ID) still runs here: DESIGN
-// §13 makes that a contradiction, skipped-contradicted and never
+// "Ground truth must be corroborated" makes that a contradiction, skipped-contradicted and never
 // signalled, even with --apply.
 func TestPodmanAndDocker(t *testing.T) {
 	d := dockertest.Need(t)

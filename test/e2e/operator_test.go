@@ -49,7 +49,7 @@ func (o *operatorEnv) reconcile(t *testing.T, env []string, args ...string) (rec
 }
 
 // TestKCContainerScopesReconcile: KC_CONTAINER is --container for
-// reconcile as for sweep and cull (DESIGN §6): with two stray trees on the
+// reconcile as for sweep and cull (DESIGN "The outside"): with two stray trees on the
 // host, only the named container's is judged, and only it is reaped.
 // KC_RECONCILE_CONTAINERS, the more specific variable, wins when both are
 // set.
@@ -101,7 +101,7 @@ func TestKCContainerScopesReconcile(t *testing.T) {
 }
 
 // TestConcurrentApplyRunsReapOnce: two --apply runs at once serialise on
-// the state dir's lock (DESIGN §14): the tree is reaped, and reported
+// the state dir's lock (DESIGN "One view of the host"): the tree is reaped, and reported
 // reaped, exactly once.
 func TestConcurrentApplyRunsReapOnce(t *testing.T) {
 	o := newOperatorEnv(t, "kcsrv-e2e-twice")

@@ -11,7 +11,7 @@ import (
 // stopContainer stops a real container and waits until its conmon has
 // exited too: conmon lingers a moment after the stop (it runs podman's
 // cleanup), and while it lives the janitor rightly takes the container
-// for running (DESIGN §13) and spares its trees as skipped-contradicted.
+// for running (DESIGN "Ground truth must be corroborated") and spares its trees as skipped-contradicted.
 func stopContainer(t testing.TB, e *podmantest.Env, id string) {
 	t.Helper()
 	e.Stop(t, id)

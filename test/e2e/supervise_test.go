@@ -229,7 +229,7 @@ func TestSupervisorPdeathsig(t *testing.T) {
 	id := s.run(t, "fake")
 	tr := waitTree(t, id)
 	w, kc := member(tr, trees.WrapperComm), member(tr, "kcserver")
-	// The wrapper has recorded its whole group (DESIGN §8).
+	// The wrapper has recorded its whole group (DESIGN "Ledger").
 	store, err := ledger.OpenReadOnly(s.state)
 	if err != nil {
 		t.Fatal(err)

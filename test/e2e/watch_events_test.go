@@ -229,7 +229,7 @@ func TestWatchDockerDeathEvents(t *testing.T) {
 // and deleted with ctr (the container itself is not removed): its
 // /tasks/exit and /tasks/delete alone get the tree reaped, another
 // container's tree is not touched. A killed task that is not deleted keeps
-// its shim, which DESIGN §13 takes as the container still running.
+// its shim, which DESIGN "Ground truth must be corroborated" takes as the container still running.
 func TestWatchContainerdDeathEvents(t *testing.T) {
 	addr := containerdtest.Address(t)
 	const ns, comm = "kc-e2e-w", "kcsrv-e2e-wcd"

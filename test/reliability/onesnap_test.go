@@ -27,7 +27,7 @@ const snapComm = "kcrel-snap"
 // cost (about a hundred files), few enough to start in seconds.
 const fillerCount = 2000
 
-// TestOneSnapshotPerRun (issue 26 item 4, DESIGN §14): a reconcile that
+// TestOneSnapshotPerRun (issue 26 item 4, DESIGN "One view of the host"): a reconcile that
 // finds stray trees, and the hook's poststop, list /proc at most once and
 // open about as many files with 2,000 more processes on the host as
 // without them. The run's cost must grow with its candidates, not with
@@ -113,7 +113,7 @@ func TestOneSnapshotPerRun(t *testing.T) {
 			fallback    int // files the /proc lister may add per added process
 		}{{"kc-janitor reconcile", q.rec, b.rec, 1}, {"kc-hook poststop", q.hook, b.hook, 0}} {
 			if c.busy.listings > 1 {
-				t.Errorf("--bpf %s: %s listed /proc %d times in one run; one snapshot per decision (DESIGN §14)", bpf, c.what, c.busy.listings)
+				t.Errorf("--bpf %s: %s listed /proc %d times in one run; one snapshot per decision (DESIGN: One view of the host)", bpf, c.what, c.busy.listings)
 			}
 			// A few files per candidate, and the noise of a shared host
 			// (the census may send the iterator's run to /proc, other

@@ -72,7 +72,7 @@ func removeNewTrace(t testing.TB, path string) {
 }
 
 // TestBrokenStateDir: with the state dir read-only or full, kc-hook still
-// exits as DESIGN §6 says — createRuntime 0 (a hook never stops a
+// exits as DESIGN "The outside" says — createRuntime 0 (a hook never stops a
 // container from starting), poststop 0 once the trees are reaped (the
 // ledger is bookkeeping) — and reaps the trees; a real container with the
 // hook installed still starts and stops.

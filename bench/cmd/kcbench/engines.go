@@ -343,7 +343,7 @@ func (b *bench) engineTargets() {
 // containers and the strays when other engines' containers run too:
 // asked alone, an engine does not list the others' containers, and their
 // live conmon or containerd-shim (carrying the ID) contradicts its answer
-// for their trees — exit 3, nothing touched (DESIGN §13), which is right
+// for their trees — exit 3, nothing touched (DESIGN "Ground truth must be corroborated"), which is right
 // but measures nothing. Every path gets the same filter.
 func (b *bench) containerFilter(path string) []string {
 	if len(b.engineIDs) == 0 {

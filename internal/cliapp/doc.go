@@ -238,11 +238,33 @@ func (d Doc) ConfigDoc(app *cli.App) string {
 	b.WriteString(d.ConfigIntro)
 	b.WriteString("## Global options\n\nEvery command takes these, before or after its name.\n\n")
 	flagTable(&b, visible(app.Flags))
+	// A flag several commands share (the scan's, the probing's) is
+	// described under the first of them and named under the others.
+	firstIn := map[string]string{}
 	for _, c := range documented(app) {
 		fmt.Fprintf(&b, "\n## %s\n\n%s.\n\n", c.Name, strings.TrimSuffix(c.Usage, "."))
-		if own := ownFlags(app, c); len(own) > 0 {
-			flagTable(&b, own)
+		var fresh []cli.Flag
+		seenIn := map[string][]string{}
+		var seenOrder []string
+		for _, f := range ownFlags(app, c) {
+			r := rowOf(f)
+			key := r.names + "\x00" + r.env + "\x00" + r.def + "\x00" + r.usage
+			if cmd, ok := firstIn[key]; ok {
+				if _, ok := seenIn[cmd]; !ok {
+					seenOrder = append(seenOrder, cmd)
+				}
+				seenIn[cmd] = append(seenIn[cmd], "`--"+f.Names()[0]+"`")
+				continue
+			}
+			firstIn[key] = c.Name
+			fresh = append(fresh, f)
+		}
+		if len(fresh) > 0 {
+			flagTable(&b, fresh)
 			b.WriteString("\n")
+		}
+		for _, cmd := range seenOrder {
+			fmt.Fprintf(&b, "Also, as under [%s](#%s): %s.\n\n", cmd, cmd, strings.Join(seenIn[cmd], ", "))
 		}
 		if st, ok := d.ExitStatus[c.Name]; ok {
 			fmt.Fprintf(&b, "Exit status: %s\n", st)

@@ -335,6 +335,7 @@ func (c *Checker) scan() error {
 			kids = append(kids, childrenOf(c.root, pid)...)
 		}
 	}
+	monCgroups := map[int]map[string]bool{}
 	for _, pid := range kids {
 		st, err := r.Stat(pid)
 		if err != nil || st.Zombie() {
@@ -356,13 +357,27 @@ func (c *Checker) scan() error {
 			}
 			uid = id.UID
 		}
+		mcg, ok := monCgroups[mon.PID]
+		if !ok {
+			mcg = map[string]bool{}
+			if d, err := r.ReadFile(mon.PID, "cgroup"); err == nil {
+				mcg = cgroupLines(d)
+			}
+			monCgroups[mon.PID] = mcg
+		}
+		// Read after the monitor's: the reader's buffer is reused.
 		data, err := r.ReadFile(pid, "cgroup")
 		if err != nil {
 			continue
 		}
 		ch := child{Stat: st, uid: uid, monitor: mon}
-		for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-			if l != "" {
+		for l := range cgroupLines(data) {
+			// A hierarchy the runtime left the child in with its monitor
+			// (or in the root) is no container's own: on a hybrid host a
+			// v1 line can be "/" for every process, and a recorded init's
+			// line shared with every other monitor child would make it
+			// evidence of every container.
+			if !mcg[l] && !strings.HasSuffix(l, ":/") {
 				ch.cgroups = append(ch.cgroups, l)
 			}
 		}
@@ -393,6 +408,17 @@ func childrenOf(root string, pid int) []int {
 	return out
 }
 
+// cgroupLines are the lines of a /proc/<pid>/cgroup file.
+func cgroupLines(data []byte) map[string]bool {
+	out := map[string]bool{}
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if l != "" {
+			out[l] = true
+		}
+	}
+	return out
+}
+
 // ownCgroups are this process's own cgroup lines: a container whose
 // cgroup is kc-watchman's is no evidence of anything.
 func ownCgroups(root string) map[string]bool {
@@ -400,9 +426,5 @@ func ownCgroups(root string) map[string]bool {
 	if err != nil {
 		return nil
 	}
-	out := map[string]bool{}
-	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		out[l] = true
-	}
-	return out
+	return cgroupLines(data)
 }

@@ -337,6 +337,35 @@ func TestEvidenceOfRunning(t *testing.T) {
 		}
 	})
 
+	// A recorded line the child shares with its monitor is the monitor's
+	// cgroup (or one the runtime did not move the init into): no
+	// container's own.
+	t.Run("a recorded cgroup the child shares with its monitor is no evidence", func(t *testing.T) {
+		tree := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: app})
+		mon, _ := startMonitor(t, "containerd-shim-runc-v2", nil, nil, "-id", app)
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", mon))
+		if err != nil {
+			t.Fatal(err)
+		}
+		store, err := ledger.Open(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Update(app, func(r *ledger.Record) error {
+			r.Cgroups = strings.Fields(string(data))
+			r.Stages = map[string]time.Time{"createRuntime": time.Now()}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		opt := base
+		opt.Store = store
+		opt.Containers = map[string]bool{app: true}
+		if tr, _ := one(t, opt, empty, tree.PGID); tr.Action != action.WouldReap {
+			t.Fatalf("tree: %s, want %s (%v)", tr.Action, action.WouldReap, deref(tr.Error))
+		}
+	})
+
 	t.Run("a container an engine lists as exited is contradicted only by its init", func(t *testing.T) {
 		a := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: app})
 		b := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: other})

@@ -15,8 +15,10 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
+	"github.com/kc-watchman/kc-watchman/internal/proctable"
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
 	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
 // startMonitor starts a real process whose comm is comm (conmon, or
@@ -248,14 +250,19 @@ func TestEvidenceOfRunning(t *testing.T) {
 		tree := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: app})
 		cg := testkit.MakeCgroup(t, "k8s.io", app)
 		startMonitor(t, "containerd-shim-runc-v2", &cg, nil, "-namespace", "k8s.io", "-id", sandbox, "-address", "/run/containerd/containerd.sock")
-		opt := base
-		opt.Containers = map[string]bool{app: true}
-		tr, err := one(t, opt, empty, tree.PGID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if tr.Action != action.SkipContradicted {
-			t.Fatalf("app container's tree: %s, want %s", tr.Action, action.SkipContradicted)
+		// The /proc listing has no parent links: the shim's children
+		// files are read instead.
+		for _, l := range []trees.Lister{proctable.ListAuto, proctable.ListProc} {
+			opt := base
+			opt.Lister = l
+			opt.Containers = map[string]bool{app: true}
+			tr, err := one(t, opt, empty, tree.PGID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tr.Action != action.SkipContradicted {
+				t.Fatalf("--bpf %s: app container's tree: %s, want %s", l, tr.Action, action.SkipContradicted)
+			}
 		}
 	})
 

@@ -2,6 +2,10 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +31,17 @@ func TestContainerdEvidenceOfRunning(t *testing.T) {
 	const ns = "kc-e2e-pod"
 	sandbox, app, exited := hexID(t), hexID(t), hexID(t)
 	group := []string{"--annotation", "io.kubernetes.cri.sandbox-id=" + sandbox}
+	// runc leaves the namespace's cgroup (/<ns>) when the containers in
+	// it are deleted; it is empty once they are (cleanups run last first).
+	t.Cleanup(func() {
+		dirs, _ := filepath.Glob("/sys/fs/cgroup/*/" + ns)
+		dirs2, _ := filepath.Glob("/sys/fs/cgroup/" + ns)
+		for _, d := range append(dirs, dirs2...) {
+			if err := os.Remove(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				t.Logf("removing the namespace's cgroup: %v", err)
+			}
+		}
+	})
 	containerdtest.Run(t, addr, ns, sandbox, group, "/bin/sleep", "600")
 	appInit := containerdtest.Run(t, addr, ns, app, group, "/bin/sleep", "600")
 	// The pod's one shim: the app's init is its child, and its argv names

@@ -96,9 +96,11 @@ type Checker struct {
 
 	scanned  bool
 	children []child
-	parents  map[int]int
-	scanErr  error
-	own      map[string]bool
+	// parents are the parent links learnt beyond the snapshot's (the
+	// /proc listing has none).
+	parents map[int]int
+	scanErr error
+	own     map[string]bool
 }
 
 // child is a live child of a container monitor.
@@ -233,6 +235,13 @@ func (c *Checker) descends(pid int, members map[int]bool) bool {
 			return true
 		}
 		pp, ok := c.parents[pid]
+		if !ok && c.snap != nil && c.snap.PPIDs != nil {
+			// The snapshot's parent links, where it has them: a map of
+			// the whole table would cost every run with a candidate.
+			if i := c.snap.Index(pid); i >= 0 {
+				pp, ok = int(c.snap.PPIDs[i]), true
+			}
+		}
 		if !ok || pp <= 1 {
 			return false
 		}
@@ -307,12 +316,8 @@ func (c *Checker) scan() error {
 	if err != nil {
 		return fmt.Errorf("looking for container monitors: %w", err)
 	}
+	c.snap = snap
 	c.parents = map[int]int{}
-	if snap.PPIDs != nil {
-		for i, pid := range snap.PIDs {
-			c.parents[pid] = int(snap.PPIDs[i])
-		}
-	}
 	monitors := map[int]proctable.Proc{}
 	for _, p := range procs {
 		if !p.Zombie && IsMonitor(p.Comm) {

@@ -169,7 +169,96 @@ func (c *Checker) Check(q Query) (Evidence, bool, error) {
 		return Evidence{ContainerID: q.ID, Kind: KindCgroup, PID: ch.PID, StartTicks: ch.StartTicks, Comm: ch.Comm,
 			UID: ch.uid, Cgroup: cg, Monitor: ch.monitor.Comm, MonitorPID: ch.monitor.PID}, true, nil
 	}
+	if e, ok := c.inRecorded(q, exact, members); ok {
+		return e, true, nil
+	}
 	return Evidence{}, false, c.scanErr
+}
+
+// inRecorded looks in the cgroup v2 directory the hook recorded for the
+// container (its "0::" line) for a live process that is not the tree's:
+// one whose parent is no monitor (its init gone, a process it left). Only
+// the v2 line: a v1 hierarchy the runtime did not move the init into is
+// the runtime's own, full of processes that say nothing of the container.
+func (c *Checker) inRecorded(q Query, exact []string, members map[int]bool) (Evidence, bool) {
+	var path string
+	for _, l := range exact {
+		if p, ok := strings.CutPrefix(l, "0::"); ok && p != "/" && !c.own[l] && !ownPath(p) {
+			path = p
+		}
+	}
+	if path == "" {
+		return Evidence{}, false
+	}
+	mount := cgroup2Mount(c.root)
+	if mount == "" {
+		return Evidence{}, false
+	}
+	data, err := os.ReadFile(filepath.Join(mount, filepath.Clean("/"+path), "cgroup.procs"))
+	if err != nil {
+		return Evidence{}, false
+	}
+	r := proctable.NewReader(c.root)
+	defer r.Close()
+	for _, f := range strings.Fields(string(data)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			continue
+		}
+		id, err := r.Identity(pid)
+		if err != nil || id.Zombie() || (id.UID != 0 && id.UID != q.UID) {
+			continue
+		}
+		if c.descendsRead(r, id.Stat, members) {
+			continue
+		}
+		return Evidence{ContainerID: q.ID, Kind: KindCgroup, PID: id.PID, StartTicks: id.StartTicks, Comm: id.Comm, UID: id.UID, Cgroup: path}, true
+	}
+	return Evidence{}, false
+}
+
+// descendsRead is descends for a process the snapshot may not link: its
+// ancestors' stat is read where no link is known.
+func (c *Checker) descendsRead(r *proctable.Reader, st fingerprint.Stat, members map[int]bool) bool {
+	pid, pp := st.PID, st.PPID
+	for range 4096 {
+		if members[pid] {
+			return true
+		}
+		if pp <= 1 {
+			return false
+		}
+		if c.descends(pp, members) {
+			return true
+		}
+		if _, ok := c.parents[pp]; ok || (c.snap != nil && c.snap.PPIDs != nil && c.snap.Index(pp) >= 0) {
+			return false // descends walked the known links to the top
+		}
+		up, err := r.Stat(pp)
+		if err != nil {
+			return false
+		}
+		pid, pp = up.PID, up.PPID
+	}
+	return false
+}
+
+// cgroup2Mount is where the cgroup v2 hierarchy is mounted in this
+// mount namespace, at its root (/sys/fs/cgroup, or …/unified on a hybrid
+// host); "" when it is not.
+func cgroup2Mount(root string) string {
+	data, err := os.ReadFile(filepath.Join(root, "self", "mountinfo"))
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		pre, post, ok := strings.Cut(l, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if ok && len(f) >= 5 && len(g) >= 1 && g[0] == "cgroup2" && f[3] == "/" {
+			return f[4]
+		}
+	}
+	return ""
 }
 
 // inContainer reports which of a process's cgroup lines is the container

@@ -373,6 +373,47 @@ func TestEvidenceOfRunning(t *testing.T) {
 		}
 	})
 
+	// A process the container left in its recorded cgroup, under no
+	// monitor (its init gone, no PID namespace), still runs it; the
+	// tree's own member there does not.
+	t.Run("a process in the recorded cgroup under no monitor", func(t *testing.T) {
+		// The cgroup first: its cleanup waits for the tree's, which it
+		// will hold.
+		cg := testkit.MakeCgroup(t, "default", app)
+		tree := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: app})
+		left := exec.Command("sh", "-c", `echo 0 > "$0/cgroup.procs" && exec sleep 1000`, cg.Dir)
+		proc.StartGroup(t, left)
+		proc.WaitFor(t, 10*time.Second, "the process in the cgroup", func() bool {
+			data, err := os.ReadFile(filepath.Join(cg.Dir, "cgroup.procs"))
+			return err == nil && strings.TrimSpace(string(data)) == fmt.Sprint(left.Process.Pid)
+		})
+		store, err := ledger.Open(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Update(app, func(r *ledger.Record) error {
+			r.Cgroups = []string{"0::" + cg.Path}
+			r.Stages = map[string]time.Time{"createRuntime": time.Now()}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		opt := base
+		opt.Store = store
+		opt.Containers = map[string]bool{app: true}
+		if tr, _ := one(t, opt, empty, tree.PGID); tr.Action != action.SkipContradicted {
+			t.Fatalf("tree: %s, want %s", tr.Action, action.SkipContradicted)
+		}
+		// Now the tree's supervisor is the one in the cgroup.
+		proc.KillGroup(t, left)
+		if err := os.WriteFile(filepath.Join(cg.Dir, "cgroup.procs"), []byte(fmt.Sprint(tree.PID)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if tr, _ := one(t, opt, empty, tree.PGID); tr.Action != action.WouldReap {
+			t.Fatalf("tree: %s, want %s (%v)", tr.Action, action.WouldReap, deref(tr.Error))
+		}
+	})
+
 	t.Run("a container an engine lists as exited is contradicted only by its init", func(t *testing.T) {
 		a := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: app})
 		b := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: other})

@@ -2,18 +2,22 @@
 // (DESIGN "Ground truth must be corroborated"). An engine's list is ground truth only if it is the right
 // list: an engine asked about another store (a different --root, another
 // user's service) answers with a list that is complete and wrong. Before a
-// tree is called stray, its container's conmon or containerd shim, or the
-// init process the hook recorded for it, still being alive wins over the
-// engine's silence.
+// tree is called stray, evidence that its container still runs wins over
+// the engine's silence: a monitor's live child in the container's own
+// cgroup, or the init process the hook recorded. Evidence is of running,
+// never of existing: a shim or conmon alone is none.
 package corroborate
 
 import (
 	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
@@ -21,8 +25,12 @@ import (
 
 // Kinds of evidence.
 const (
-	// KindMonitor: a live conmon or containerd-shim* carries the ID in argv.
-	KindMonitor = "monitor"
+	// KindCgroup: a live child of a container monitor (conmon,
+	// containerd-shim*) sits in the container's own cgroup. A monitor
+	// alone is not evidence: a containerd task that exited and was not
+	// deleted keeps its shim, and a pod's shim carries only the
+	// sandbox's ID.
+	KindCgroup = "cgroup"
 	// KindLedgerInit: the ledger holds, from this boot, the container's
 	// init process, still alive, and no poststop after it.
 	KindLedgerInit = "ledger-init"
@@ -35,26 +43,51 @@ type Evidence struct {
 	PID         int
 	StartTicks  uint64
 	Comm        string
-	// UID is the monitor's real UID (KindMonitor only).
+	// UID is the process's real UID; the ledger's init counts as root's
+	// (root's hook recorded it in root's state dir).
 	UID int
+	// Cgroup is the cgroup path that matched (KindCgroup).
+	Cgroup string
+	// Monitor and MonitorPID are the parent monitor (KindCgroup).
+	Monitor    string
+	MonitorPID int
 }
+
+// Root reports whether the evidence is root's: only root's may say that
+// a whole answer is of the wrong store (DESIGN "Ground truth must be corroborated").
+func (e Evidence) Root() bool { return e.UID == 0 }
 
 func (e Evidence) String() string {
 	switch e.Kind {
-	case KindMonitor:
-		return fmt.Sprintf("its %s (pid %d) is alive", e.Comm, e.PID)
+	case KindCgroup:
+		return fmt.Sprintf("its process %s (pid %d, uid %d, child of %s %d) is alive in its cgroup %s", e.Comm, e.PID, e.UID, e.Monitor, e.MonitorPID, e.Cgroup)
 	case KindLedgerInit:
 		return fmt.Sprintf("its init process (pid %d) recorded by kc-hook is alive with no poststop", e.PID)
 	}
 	return e.Kind
 }
 
+// Query is one stray candidate to look for evidence of.
+type Query struct {
+	ID string
+	// UID is the tree's UID: evidence of another non-root UID does not
+	// count (anyone can name a cgroup or a process after a container).
+	UID int
+	// Members are the tree's PIDs: neither they nor their descendants
+	// are evidence (a supervisor wrapper orphaned into a monitor's care
+	// is the tree, not the container).
+	Members []int
+	// Exited: an engine lists the container, not running. Only the
+	// recorded init can contradict that.
+	Exited bool
+}
+
 // Checker answers "does this container still run here?" from the run's
-// snapshot of the host and the ledger. Monitors are looked for once, on
-// the first question, so a run with no stray candidates reads nothing
-// more; and they are looked for in the snapshot, never by listing /proc
-// again (DESIGN "One view of the host"): only the argv of the processes named like a monitor
-// is read.
+// snapshot of the host and the ledger. Monitors and their children are
+// looked for once, on the first question, so a run with no stray
+// candidates reads nothing more; and they are looked for in the snapshot,
+// never by listing /proc again (DESIGN "One view of the host"): only the monitors' children
+// have their cgroup read.
 type Checker struct {
 	root    string
 	snap    *proctable.Listing
@@ -62,8 +95,20 @@ type Checker struct {
 	boot    string
 
 	scanned  bool
-	monitors map[string][]Evidence
-	scanErr  error
+	children []child
+	// parents are the parent links learnt beyond the snapshot's (the
+	// /proc listing has none).
+	parents map[int]int
+	scanErr error
+	own     map[string]bool
+}
+
+// child is a live child of a container monitor.
+type child struct {
+	fingerprint.Stat
+	uid     int
+	cgroups []string // "hierarchy:path" lines of /proc/<pid>/cgroup
+	monitor proctable.Proc
 }
 
 // New returns a Checker over the procfs mount root (default /proc), the
@@ -84,28 +129,214 @@ func New(root string, snap *proctable.Listing, records []*ledger.Record, bootID 
 	return c
 }
 
-// Running returns the evidence that container id, whose tree runs as uid,
-// still runs here, if any. A monitor counts only when it runs as root or
-// as uid: anyone can start a process named conmon, and another user's must
-// not hold root's janitor back. An error means the monitors could not be
-// looked for.
+// Running is Check for a container no engine lists, with no tree.
 func (c *Checker) Running(id string, uid int) (Evidence, bool, error) {
-	if id == "" {
+	return c.Check(Query{ID: id, UID: uid})
+}
+
+// Check returns the evidence that the container of q still runs here, if
+// any. An error means the monitors' children could not be looked for.
+func (c *Checker) Check(q Query) (Evidence, bool, error) {
+	if q.ID == "" {
 		return Evidence{}, false, nil
 	}
-	if e, ok := c.ledgerInit(id); ok {
+	if e, ok := c.ledgerInit(q.ID); ok {
 		return e, true, nil
 	}
+	if q.Exited {
+		return Evidence{}, false, nil
+	}
 	if !c.scanned {
-		c.monitors, c.scanErr = c.scanMonitors()
+		c.scanErr = c.scan()
 		c.scanned = true
 	}
-	for _, e := range c.monitors[id] {
-		if e.UID == 0 || e.UID == uid {
-			return e, true, nil
+	var exact []string
+	if r := c.records[q.ID]; r != nil && r.BootID == c.boot && c.boot != "" {
+		exact = r.Cgroups
+	}
+	members := make(map[int]bool, len(q.Members))
+	for _, m := range q.Members {
+		members[m] = true
+	}
+	for _, ch := range c.children {
+		if ch.uid != 0 && ch.uid != q.UID {
+			continue
 		}
+		cg, ok := c.inContainer(ch.cgroups, q.ID, exact)
+		if !ok || c.descends(ch.PID, members) {
+			continue
+		}
+		return Evidence{ContainerID: q.ID, Kind: KindCgroup, PID: ch.PID, StartTicks: ch.StartTicks, Comm: ch.Comm,
+			UID: ch.uid, Cgroup: cg, Monitor: ch.monitor.Comm, MonitorPID: ch.monitor.PID}, true, nil
+	}
+	if e, ok := c.inRecorded(q, exact, members); ok {
+		return e, true, nil
 	}
 	return Evidence{}, false, c.scanErr
+}
+
+// inRecorded looks in the cgroup v2 directory the hook recorded for the
+// container (its "0::" line) for a live process that is not the tree's:
+// one whose parent is no monitor (its init gone, a process it left). Only
+// the v2 line: a v1 hierarchy the runtime did not move the init into is
+// the runtime's own, full of processes that say nothing of the container.
+func (c *Checker) inRecorded(q Query, exact []string, members map[int]bool) (Evidence, bool) {
+	var path string
+	for _, l := range exact {
+		if p, ok := strings.CutPrefix(l, "0::"); ok && p != "/" && !c.own[l] && !ownPath(p) {
+			path = p
+		}
+	}
+	if path == "" {
+		return Evidence{}, false
+	}
+	mount := cgroup2Mount(c.root)
+	if mount == "" {
+		return Evidence{}, false
+	}
+	data, err := os.ReadFile(filepath.Join(mount, filepath.Clean("/"+path), "cgroup.procs"))
+	if err != nil {
+		return Evidence{}, false
+	}
+	r := proctable.NewReader(c.root)
+	defer r.Close()
+	for _, f := range strings.Fields(string(data)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			continue
+		}
+		id, err := r.Identity(pid)
+		if err != nil || id.Zombie() || (id.UID != 0 && id.UID != q.UID) {
+			continue
+		}
+		if c.descendsRead(r, id.Stat, members) {
+			continue
+		}
+		return Evidence{ContainerID: q.ID, Kind: KindCgroup, PID: id.PID, StartTicks: id.StartTicks, Comm: id.Comm, UID: id.UID, Cgroup: path}, true
+	}
+	return Evidence{}, false
+}
+
+// descendsRead is descends for a process the snapshot may not link: its
+// ancestors' stat is read where no link is known.
+func (c *Checker) descendsRead(r *proctable.Reader, st fingerprint.Stat, members map[int]bool) bool {
+	pid, pp := st.PID, st.PPID
+	for range 4096 {
+		if members[pid] {
+			return true
+		}
+		if pp <= 1 {
+			return false
+		}
+		if c.descends(pp, members) {
+			return true
+		}
+		if _, ok := c.parents[pp]; ok || (c.snap != nil && c.snap.PPIDs != nil && c.snap.Index(pp) >= 0) {
+			return false // descends walked the known links to the top
+		}
+		up, err := r.Stat(pp)
+		if err != nil {
+			return false
+		}
+		pid, pp = up.PID, up.PPID
+	}
+	return false
+}
+
+// cgroup2Mount is where the cgroup v2 hierarchy is mounted in this
+// mount namespace, at its root (/sys/fs/cgroup, or …/unified on a hybrid
+// host); "" when it is not.
+func cgroup2Mount(root string) string {
+	data, err := os.ReadFile(filepath.Join(root, "self", "mountinfo"))
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		pre, post, ok := strings.Cut(l, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if ok && len(f) >= 5 && len(g) >= 1 && g[0] == "cgroup2" && f[3] == "/" {
+			return f[4]
+		}
+	}
+	return ""
+}
+
+// inContainer reports which of a process's cgroup lines is the container
+// id's own: one of the exact lines the hook recorded, or, where none was
+// recorded, a path named after the container (NameMatches). kc-watchman's
+// own cgroups never are.
+func (c *Checker) inContainer(lines []string, id string, exact []string) (string, bool) {
+	for _, l := range lines {
+		_, path, ok := strings.Cut(l, ":")
+		if !ok {
+			continue
+		}
+		if _, path, ok = strings.Cut(path, ":"); !ok || c.own[l] || ownPath(path) {
+			continue
+		}
+		if len(exact) > 0 {
+			if slices.Contains(exact, l) {
+				return path, true
+			}
+			continue
+		}
+		if NameMatches(path, id) {
+			return path, true
+		}
+	}
+	return "", false
+}
+
+// ownPath: the cgroups kc-watchman makes for its supervisors (DESIGN
+// "Descendants that leave the group") hold trees, never containers.
+func ownPath(path string) bool {
+	return strings.Contains(path, "/kc-watchman.slice") || strings.Contains(path, "/kc-watchman-")
+}
+
+// NameMatches reports whether the cgroup path is named as container id's
+// own by an engine's convention (DESIGN "Ground truth must be corroborated"): its last component exactly
+// (or the one before crun's "container" subgroup). A monitor's cgroup
+// (libpod-conmon-<id>.scope, crio-conmon-<id>.scope, podman's "runtime"
+// sibling) never matches.
+func NameMatches(path, id string) bool {
+	path = strings.TrimSuffix(path, "/")
+	last := path[strings.LastIndexByte(path, '/')+1:]
+	if last == "container" {
+		path = path[:len(path)-len(last)-1]
+		last = path[strings.LastIndexByte(path, '/')+1:]
+	}
+	if id == "" || !strings.Contains(last, id) {
+		return false
+	}
+	switch last {
+	case id, "libpod-" + id + ".scope", "libpod-" + id, "libpod-payload-" + id,
+		"docker-" + id + ".scope", "cri-containerd-" + id + ".scope",
+		"crio-" + id + ".scope", "crio-" + id, "nerdctl-" + id + ".scope":
+		return true
+	}
+	return false
+}
+
+// descends reports whether pid is, or descends from, one of members.
+func (c *Checker) descends(pid int, members map[int]bool) bool {
+	for range 4096 { // a bound against a parent map that loops
+		if members[pid] {
+			return true
+		}
+		pp, ok := c.parents[pid]
+		if !ok && c.snap != nil && c.snap.PPIDs != nil {
+			// The snapshot's parent links, where it has them: a map of
+			// the whole table would cost every run with a candidate.
+			if i := c.snap.Index(pid); i >= 0 {
+				pp, ok = int(c.snap.PPIDs[i]), true
+			}
+		}
+		if !ok || pp <= 1 {
+			return false
+		}
+		pid = pp
+	}
+	return false
 }
 
 // ledgerInit: a record of this boot whose init identity (pid and start
@@ -122,7 +353,7 @@ func (c *Checker) ledgerInit(id string) (Evidence, bool) {
 	if err != nil || st.Zombie() {
 		return Evidence{}, false
 	}
-	return Evidence{ContainerID: id, Kind: KindLedgerInit, PID: st.PID, StartTicks: st.StartTicks, Comm: st.Comm}, true
+	return Evidence{ContainerID: id, Kind: KindLedgerInit, PID: st.PID, StartTicks: st.StartTicks, Comm: st.Comm, UID: 0}, true
 }
 
 // stopped reports whether a poststop ran after the last stage that
@@ -154,49 +385,140 @@ func Watch(comm []byte) bool {
 	return string(comm) == "conmon" || bytes.HasPrefix(comm, []byte("containerd-shim"))
 }
 
-// scanMonitors maps each container ID carried by a live monitor's argv to
-// that monitor, from the snapshot's monitors: one cmdline read each where
-// the snapshot knows their UIDs (the task iterator's), a full identity
-// where it does not.
-func (c *Checker) scanMonitors() (map[string][]Evidence, error) {
+// scan finds the live children of every live monitor of the snapshot,
+// with their cgroups and UIDs: one stat and one cgroup read per child
+// (where the snapshot has no parent links, one children file per monitor
+// thread), never a /proc listing.
+func (c *Checker) scan() error {
 	snap := c.snap
 	if snap == nil {
 		l, err := proctable.List(proctable.Options{Root: c.root, Watch: Watch})
 		if err != nil {
-			return nil, fmt.Errorf("listing processes for container monitors: %w", err)
+			return fmt.Errorf("listing processes for container monitors: %w", err)
 		}
 		snap = l
 	}
+	c.own = ownCgroups(c.root)
 	r := proctable.NewReader(c.root)
 	defer r.Close()
 	procs, err := snap.WatchedAll(r)
 	if err != nil {
-		return nil, fmt.Errorf("looking for container monitors: %w", err)
+		return fmt.Errorf("looking for container monitors: %w", err)
 	}
-	out := map[string][]Evidence{}
+	c.snap = snap
+	c.parents = map[int]int{}
+	monitors := map[int]proctable.Proc{}
 	for _, p := range procs {
-		if p.Zombie || !IsMonitor(p.Comm) {
+		if !p.Zombie && IsMonitor(p.Comm) {
+			monitors[p.PID] = p
+			c.parents[p.PID] = p.PPID
+		}
+	}
+	if len(monitors) == 0 {
+		return nil
+	}
+	var kids []int
+	if snap.PPIDs != nil {
+		for i, pid := range snap.PIDs {
+			if _, ok := monitors[int(snap.PPIDs[i])]; ok && snap.PGIDs[i] >= 0 {
+				kids = append(kids, pid)
+			}
+		}
+	} else {
+		for pid := range monitors {
+			kids = append(kids, childrenOf(c.root, pid)...)
+		}
+	}
+	monCgroups := map[int]map[string]bool{}
+	for _, pid := range kids {
+		st, err := r.Stat(pid)
+		if err != nil || st.Zombie() {
 			continue
 		}
-		e := Evidence{Kind: KindMonitor, PID: p.PID, StartTicks: p.StartTicks, Comm: p.Comm, UID: p.UID}
-		var argv []string
-		if p.UID >= 0 {
-			// A PID reused since the snapshot can only add evidence,
-			// which spares a tree: never the wrong way round.
-			if argv, err = r.Argv(p.PID); err != nil {
-				continue
-			}
-		} else {
-			id, err := r.IdentitySince(p.PID, p.StartTicks)
-			if err != nil || id.Zombie() || !IsMonitor(id.Comm) {
-				continue
-			}
-			argv, e.UID = id.Argv, id.UID
+		mon, ok := monitors[st.PPID]
+		if !ok {
+			continue // reparented since the snapshot
 		}
-		for _, cid := range containerid.FromArgv(argv) {
-			e.ContainerID = cid
-			out[cid] = append(out[cid], e)
+		c.parents[pid] = st.PPID
+		uid := -1
+		if i := snap.Index(pid); i >= 0 && snap.UIDs != nil {
+			uid = int(snap.UIDs[i])
+		}
+		if uid < 0 {
+			id, err := r.IdentitySince(pid, st.StartTicks)
+			if err != nil {
+				continue
+			}
+			uid = id.UID
+		}
+		mcg, ok := monCgroups[mon.PID]
+		if !ok {
+			mcg = map[string]bool{}
+			if d, err := r.ReadFile(mon.PID, "cgroup"); err == nil {
+				mcg = cgroupLines(d)
+			}
+			monCgroups[mon.PID] = mcg
+		}
+		// Read after the monitor's: the reader's buffer is reused.
+		data, err := r.ReadFile(pid, "cgroup")
+		if err != nil {
+			continue
+		}
+		ch := child{Stat: st, uid: uid, monitor: mon}
+		for l := range cgroupLines(data) {
+			// A hierarchy the runtime left the child in with its monitor
+			// (or in the root) is no container's own: on a hybrid host a
+			// v1 line can be "/" for every process, and a recorded init's
+			// line shared with every other monitor child would make it
+			// evidence of every container.
+			if !mcg[l] && !strings.HasSuffix(l, ":/") {
+				ch.cgroups = append(ch.cgroups, l)
+			}
+		}
+		c.children = append(c.children, ch)
+	}
+	return nil
+}
+
+// childrenOf reads a process's children from each of its threads'
+// children files (a multi-threaded shim forks from any thread).
+func childrenOf(root string, pid int) []int {
+	tasks, err := os.ReadDir(filepath.Join(root, strconv.Itoa(pid), "task"))
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, t := range tasks {
+		data, err := os.ReadFile(filepath.Join(root, strconv.Itoa(pid), "task", t.Name(), "children"))
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(data)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				out = append(out, n)
+			}
 		}
 	}
-	return out, nil
+	return out
+}
+
+// cgroupLines are the lines of a /proc/<pid>/cgroup file.
+func cgroupLines(data []byte) map[string]bool {
+	out := map[string]bool{}
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if l != "" {
+			out[l] = true
+		}
+	}
+	return out
+}
+
+// ownCgroups are this process's own cgroup lines: a container whose
+// cgroup is kc-watchman's is no evidence of anything.
+func ownCgroups(root string) map[string]bool {
+	data, err := os.ReadFile(filepath.Join(root, "self", "cgroup"))
+	if err != nil {
+		return nil
+	}
+	return cgroupLines(data)
 }

@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -61,12 +64,19 @@ func Record(cfg Config, stage Stage, st *specs.State) error {
 		return err
 	}
 	var init *ledger.Process
+	var cgroups []string
 	if st.Pid > 0 {
 		s, err := fingerprint.ReadStat(root(cfg), st.Pid)
 		if err != nil {
 			return fmt.Errorf("reading init process %d: %w", st.Pid, err)
 		}
 		init = &ledger.Process{PID: s.PID, StartTicks: s.StartTicks, Comm: s.Comm}
+		// The runtime has put the init in the container's cgroup by now:
+		// the janitor's evidence of running is matched against this
+		// path, not against a name anyone can give a cgroup.
+		if data, err := os.ReadFile(filepath.Join(root(cfg), strconv.Itoa(st.Pid), "cgroup")); err == nil {
+			cgroups = strings.Fields(string(data))
+		}
 	}
 	err = store.Update(st.ID, func(r *ledger.Record) error {
 		if r.Stages == nil {
@@ -78,6 +88,7 @@ func Record(cfg Config, stage Stage, st *specs.State) error {
 		}
 		if init != nil {
 			r.Init = init
+			r.Cgroups = cgroups
 		}
 		return nil
 	})

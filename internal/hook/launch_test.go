@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -330,4 +331,28 @@ func slogJSON(w io.Writer) *slog.Logger { return slog.New(slog.NewJSONHandler(w,
 func itoa(i int) string {
 	b, _ := json.Marshal(i)
 	return string(b)
+}
+
+// TestRecordCgroups: createRuntime records the init's cgroups, the
+// container's own, that the janitor matches evidence of running against
+// (DESIGN "Ground truth must be corroborated").
+func TestRecordCgroups(t *testing.T) {
+	e := newLaunchEnv(t, 0o644)
+	_, init := supervisetest.Process(t, "sleep", "1000000")
+	st := e.state(init.PID)
+	st.Annotations = nil
+	if err := Record(e.cfg, StageCreateRuntime, st); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := e.store.Load(lcid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", init.PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.Fields(string(data)); len(rec.Cgroups) == 0 || !slices.Equal(rec.Cgroups, want) {
+		t.Fatalf("recorded cgroups %q, want %q", rec.Cgroups, want)
+	}
 }

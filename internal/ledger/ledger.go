@@ -71,6 +71,9 @@ type Record struct {
 	// Init is the container's init process, recorded at createRuntime or
 	// poststart (poststop is given no pid).
 	Init *Process `json:"init,omitempty"`
+	// Cgroups are the init's /proc/<pid>/cgroup lines when it was
+	// recorded: the container's own cgroup, exactly (DESIGN "Ground truth must be corroborated").
+	Cgroups []string `json:"cgroups,omitempty"`
 	// Stages maps a hook stage to when it last ran.
 	Stages map[string]time.Time `json:"stages,omitempty"`
 	// Supervisor is the `kc-hook supervise` wrapper, when the hook

@@ -9,14 +9,17 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
 )
 
-// ErrWrongStore is returned (wrapped) when more than one tree's container
-// is missing from the engines' answer yet still runs here: the answer is
+// ErrWrongStore is returned (wrapped) when, on root's evidence, more than
+// one container no engine knows at all still runs here: the answer is
 // not this host's truth, so the whole run is treated as unknown.
 var ErrWrongStore = fmt.Errorf("%w: more than one container the engines do not list still runs here; the engine is probably asked about the wrong store (a different --root, another user's service)", liveness.ErrUnknown)
 
 // corroborate checks every would-be stray against local evidence and
-// marks the contradicted ones. It returns how many there were and why.
-func (sc *Scanned) corroborate(ts []Tree) (int, []string) {
+// marks the contradicted ones. It returns how many count toward the
+// wrong-store rule (root's evidence for containers no engine knows: a
+// user can fake his own, and a container an engine lists as exited is a
+// burst of deaths, not a wrong store) and why.
+func (sc *Scanned) corroborate(ts []Tree, live liveness.Set) (int, []string) {
 	var candidates []*Tree
 	for i := range ts {
 		if ts[i].Action == action.WouldReap {
@@ -33,20 +36,27 @@ func (sc *Scanned) corroborate(ts []Tree) (int, []string) {
 	ck := corroborate.New(sc.opt.Root, sc.snap, sc.records, boot)
 	var why []string
 	for _, t := range candidates {
-		ev, running, err := ck.Running(t.ContainerID, t.UID)
+		_, known := live.States[t.ContainerID]
+		q := corroborate.Query{ID: t.ContainerID, UID: t.UID, Exited: known}
+		for _, m := range t.tree.Members {
+			q.Members = append(q.Members, m.PID)
+		}
+		ev, running, err := ck.Check(q)
 		var msg string
 		switch {
 		case running:
-			msg = fmt.Sprintf("container %s is not listed by the engines but %s", t.ContainerID, ev)
+			msg = fmt.Sprintf("container %s is not listed as running by the engines but %s", t.ContainerID, ev)
 		case err != nil:
 			// Without the walk nothing rules the container out.
-			msg = fmt.Sprintf("container %s: cannot look for its monitor: %v", t.ContainerID, err)
+			msg = fmt.Sprintf("container %s: cannot look for evidence of it running: %v", t.ContainerID, err)
 		default:
 			continue
 		}
 		t.Action = action.SkipContradicted
 		t.Error = &msg
-		why = append(why, msg)
+		if running && ev.Root() && !known {
+			why = append(why, msg)
+		}
 		sc.log.Warn("ground truth contradicted; tree left alone", "container", t.ContainerID, "pgid", t.PGID, "evidence", msg)
 	}
 	return len(why), why

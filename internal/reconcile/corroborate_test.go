@@ -3,9 +3,11 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,15 +15,21 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/liveness"
+	"github.com/kc-watchman/kc-watchman/internal/proctable"
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
 	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
-// startMonitor starts a real process whose comm is conmon and whose argv
-// carries cid, as podman's conmon does (-c <id>).
-func startMonitor(t *testing.T, cid string) int {
+// startMonitor starts a real process whose comm is comm (conmon, or
+// containerd-shim for containerd-shim-runc-v2) with argv args, as a
+// monitor runs, and, unless cg is nil, a child of it that moves itself
+// into cg, as a container's init is the monitor's child in the
+// container's cgroup; setpriv, when not empty, is the child's setpriv
+// arguments (another UID). It returns the monitor's PID and the child's.
+func startMonitor(t *testing.T, comm string, cg *testkit.Cgroup, setpriv []string, args ...string) (int, int) {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "conmon")
+	bin := filepath.Join(t.TempDir(), comm)
 	data, err := os.ReadFile("/bin/sh")
 	if err != nil {
 		t.Fatal(err)
@@ -29,15 +37,49 @@ func startMonitor(t *testing.T, cid string) int {
 	if err := os.WriteFile(bin, data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	// The shell forks the sleep: start it in a group of its own so that
+	// The shell forks the child: start it in a group of its own so that
 	// cleanup kills both, not the shell alone.
-	cmd := exec.Command(bin, "-c", "sleep 1000; :", "conmon", "-c", cid)
+	script := "sleep 1000; :"
+	if cg != nil {
+		script = `sh -c 'echo 0 > "$0/cgroup.procs" && exec "$@" sleep 1000' "$CG" $SETPRIV & wait`
+	}
+	cmd := exec.Command(bin, append([]string{"-c", script, comm}, args...)...)
+	cmd.Env = append(os.Environ(), "SETPRIV=")
+	if cg != nil {
+		cmd.Env = append(cmd.Env, "CG="+cg.Dir)
+		if len(setpriv) > 0 {
+			cmd.Env = append(cmd.Env, "SETPRIV=setpriv "+strings.Join(setpriv, " "))
+		}
+	}
 	proc.StartGroup(t, cmd)
-	proc.WaitFor(t, 10*time.Second, "the monitor to run", func() bool {
+	child := 0
+	proc.WaitFor(t, 10*time.Second, "the monitor and its child to run", func() bool {
 		id, err := fingerprint.Read("/proc", cmd.Process.Pid)
-		return err == nil && id.Comm == "conmon" && len(id.Argv) > 4
+		// The kernel cuts comm to 15 bytes.
+		if err != nil || id.Comm != comm[:min(len(comm), 15)] || len(id.Argv) < 3 {
+			return false
+		}
+		for _, pid := range proc.GroupMembers(cmd.Process.Pid) {
+			if pid == cmd.Process.Pid {
+				continue
+			}
+			cid, err := fingerprint.Read("/proc", pid)
+			if err != nil || cid.Comm != "sleep" {
+				continue
+			}
+			if cg == nil {
+				child = pid
+				return true
+			}
+			data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+			if err == nil && strings.Contains(string(data), "::"+cg.Path+"\n") {
+				child = pid
+				return true
+			}
+		}
+		return false
 	})
-	return cmd.Process.Pid
+	return cmd.Process.Pid, child
 }
 
 // TestCorroboration: an engine answer that omits a container whose conmon
@@ -58,7 +100,7 @@ func TestCorroboration(t *testing.T) {
 	t.Run("a live conmon spares its tree; others are reaped", func(t *testing.T) {
 		kept := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cidMon})
 		gone := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cidGone})
-		startMonitor(t, cidMon)
+		startMonitor(t, "conmon", podmanCgroup(t, cidMon), nil, "-c", cidMon)
 		opt := base
 		opt.Containers = map[string]bool{cidMon: true, cidGone: true}
 		rep, err := Run(context.Background(), opt, empty)
@@ -80,7 +122,7 @@ func TestCorroboration(t *testing.T) {
 		a := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cidMon})
 		b := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cidInit})
 		c := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cidGone})
-		startMonitor(t, cidMon)
+		startMonitor(t, "conmon", podmanCgroup(t, cidMon), nil, "-c", cidMon)
 		store, err := ledger.Open(t.TempDir())
 		if err != nil {
 			t.Fatal(err)
@@ -172,4 +214,264 @@ func startOf(t *testing.T, pid int) uint64 {
 func running(pid int) bool {
 	st, err := fingerprint.ReadStat("/proc", pid)
 	return err == nil && !st.Zombie()
+}
+
+// podmanCgroup is a cgroup named as podman's cgroupfs manager names a
+// container's: libpod-<id> under libpod_parent.
+func podmanCgroup(t *testing.T, id string) *testkit.Cgroup {
+	cg := testkit.MakeCgroup(t, "libpod_parent", "libpod-"+id)
+	return &cg
+}
+
+// TestEvidenceOfRunning: the rules of DESIGN "Ground truth must be corroborated" with real monitors and
+// real processes in real cgroups. Evidence is of running, not existing.
+func TestEvidenceOfRunning(t *testing.T) {
+	const comm = "kcsrv-evidence"
+	const (
+		sandbox = "1111111111111111111111111111111111111111111111111111111111111111"
+		app     = "2222222222222222222222222222222222222222222222222222222222222222"
+		other   = "3333333333333333333333333333333333333333333333333333333333333333"
+	)
+	empty := liveness.Set{Source: liveness.SourceAPI, Live: map[string]bool{}, States: map[string]string{}, UID: os.Geteuid()}
+	base := Options{Comms: []string{comm}, KillGrace: 200 * time.Millisecond}
+	one := func(t *testing.T, opt Options, live liveness.Set, pgid int) (Tree, error) {
+		t.Helper()
+		rep, err := Run(context.Background(), opt, live)
+		tr := findByPGID(rep, pgid)
+		if tr == nil {
+			t.Fatalf("tree %d not in the report (err %v)", pgid, err)
+		}
+		return *tr, err
+	}
+
+	// Finding 1: a pod's shim carries only the sandbox's ID; the app
+	// container's init is its child, in /<namespace>/<app>.
+	t.Run("a pod's app container runs in its cgroup under the sandbox's shim", func(t *testing.T) {
+		tree := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: app})
+		cg := testkit.MakeCgroup(t, "k8s.io", app)
+		startMonitor(t, "containerd-shim-runc-v2", &cg, nil, "-namespace", "k8s.io", "-id", sandbox, "-address", "/run/containerd/containerd.sock")
+		// The /proc listing has no parent links: the shim's children
+		// files are read instead.
+		for _, l := range []trees.Lister{proctable.ListAuto, proctable.ListProc} {
+			opt := base
+			opt.Lister = l
+			opt.Containers = map[string]bool{app: true}
+			tr, err := one(t, opt, empty, tree.PGID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tr.Action != action.SkipContradicted {
+				t.Fatalf("--bpf %s: app container's tree: %s, want %s", l, tr.Action, action.SkipContradicted)
+			}
+		}
+	})
+
+	// Finding 2: a task that exited and was not deleted keeps its shim,
+	// with no child: its container is dead.
+	t.Run("a shim with no child in the container's cgroup is no evidence", func(t *testing.T) {
+		tree := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: app})
+		startMonitor(t, "containerd-shim-runc-v2", nil, nil, "-namespace", "default", "-id", app)
+		opt := base
+		opt.Containers = map[string]bool{app: true}
+		tr, err := one(t, opt, empty, tree.PGID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tr.Action != action.WouldReap {
+			t.Fatalf("tree of an exited task: %s, want %s (%v)", tr.Action, action.WouldReap, deref(tr.Error))
+		}
+	})
+
+	t.Run("a monitor's child in its own cgroup is no evidence", func(t *testing.T) {
+		tree := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: app})
+		cg := testkit.MakeCgroup(t, "machine.slice", "libpod-conmon-"+app+".scope")
+		startMonitor(t, "conmon", &cg, nil, "-c", app)
+		opt := base
+		opt.Containers = map[string]bool{app: true}
+		if tr, _ := one(t, opt, empty, tree.PGID); tr.Action != action.WouldReap {
+			t.Fatalf("tree: %s, want %s (%v)", tr.Action, action.WouldReap, deref(tr.Error))
+		}
+	})
+
+	t.Run("another user's process in a cgroup named after the container is no evidence", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root to run the child as another UID")
+		}
+		if _, err := exec.LookPath("setpriv"); err != nil {
+			t.Skip("no setpriv")
+		}
+		tree := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: app})
+		cg := testkit.MakeCgroup(t, "default", app)
+		startMonitor(t, "containerd-shim-runc-v2", &cg, []string{"--reuid", "65534", "--regid", "65534", "--clear-groups"}, "-id", app)
+		opt := base
+		opt.Containers = map[string]bool{app: true}
+		if tr, _ := one(t, opt, empty, tree.PGID); tr.Action != action.WouldReap {
+			t.Fatalf("tree: %s, want %s (%v)", tr.Action, action.WouldReap, deref(tr.Error))
+		}
+	})
+
+	t.Run("the recorded cgroup wins over names", func(t *testing.T) {
+		tree := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: app})
+		named := testkit.MakeCgroup(t, "default", app)
+		startMonitor(t, "containerd-shim-runc-v2", &named, nil, "-id", app)
+		store, err := ledger.Open(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The hook recorded the init in another cgroup: one named after
+		// the container is someone else's.
+		if err := store.Update(app, func(r *ledger.Record) error {
+			r.Cgroups = []string{"0::/elsewhere/" + app}
+			r.Stages = map[string]time.Time{"createRuntime": time.Now()}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		opt := base
+		opt.Store = store
+		opt.Containers = map[string]bool{app: true}
+		if tr, _ := one(t, opt, empty, tree.PGID); tr.Action != action.WouldReap {
+			t.Fatalf("tree: %s, want %s (%v)", tr.Action, action.WouldReap, deref(tr.Error))
+		}
+		if err := store.Update(app, func(r *ledger.Record) error {
+			r.Cgroups = []string{"0::" + named.Path}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if tr, _ := one(t, opt, empty, tree.PGID); tr.Action != action.SkipContradicted {
+			t.Fatalf("tree: %s, want %s", tr.Action, action.SkipContradicted)
+		}
+	})
+
+	// A recorded line the child shares with its monitor is the monitor's
+	// cgroup (or one the runtime did not move the init into): no
+	// container's own.
+	t.Run("a recorded cgroup the child shares with its monitor is no evidence", func(t *testing.T) {
+		tree := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: app})
+		mon, _ := startMonitor(t, "containerd-shim-runc-v2", nil, nil, "-id", app)
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", mon))
+		if err != nil {
+			t.Fatal(err)
+		}
+		store, err := ledger.Open(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Update(app, func(r *ledger.Record) error {
+			r.Cgroups = strings.Fields(string(data))
+			r.Stages = map[string]time.Time{"createRuntime": time.Now()}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		opt := base
+		opt.Store = store
+		opt.Containers = map[string]bool{app: true}
+		if tr, _ := one(t, opt, empty, tree.PGID); tr.Action != action.WouldReap {
+			t.Fatalf("tree: %s, want %s (%v)", tr.Action, action.WouldReap, deref(tr.Error))
+		}
+	})
+
+	// A process the container left in its recorded cgroup, under no
+	// monitor (its init gone, no PID namespace), still runs it; the
+	// tree's own member there does not.
+	t.Run("a process in the recorded cgroup under no monitor", func(t *testing.T) {
+		// The cgroup first: its cleanup waits for the tree's, which it
+		// will hold.
+		cg := testkit.MakeCgroup(t, "default", app)
+		tree := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: app})
+		left := exec.Command("sh", "-c", `echo 0 > "$0/cgroup.procs" && exec sleep 1000`, cg.Dir)
+		proc.StartGroup(t, left)
+		proc.WaitFor(t, 10*time.Second, "the process in the cgroup", func() bool {
+			data, err := os.ReadFile(filepath.Join(cg.Dir, "cgroup.procs"))
+			return err == nil && strings.TrimSpace(string(data)) == fmt.Sprint(left.Process.Pid)
+		})
+		store, err := ledger.Open(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Update(app, func(r *ledger.Record) error {
+			r.Cgroups = []string{"0::" + cg.Path}
+			r.Stages = map[string]time.Time{"createRuntime": time.Now()}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		opt := base
+		opt.Store = store
+		opt.Containers = map[string]bool{app: true}
+		if tr, _ := one(t, opt, empty, tree.PGID); tr.Action != action.SkipContradicted {
+			t.Fatalf("tree: %s, want %s", tr.Action, action.SkipContradicted)
+		}
+		// Now the tree's supervisor is the one in the cgroup.
+		proc.KillGroup(t, left)
+		if err := os.WriteFile(filepath.Join(cg.Dir, "cgroup.procs"), []byte(fmt.Sprint(tree.PID)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if tr, _ := one(t, opt, empty, tree.PGID); tr.Action != action.WouldReap {
+			t.Fatalf("tree: %s, want %s (%v)", tr.Action, action.WouldReap, deref(tr.Error))
+		}
+	})
+
+	t.Run("a container an engine lists as exited is contradicted only by its init", func(t *testing.T) {
+		a := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: app})
+		b := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: other})
+		cga := testkit.MakeCgroup(t, "default", app)
+		startMonitor(t, "containerd-shim-runc-v2", &cga, nil, "-id", app)
+		cgb := testkit.MakeCgroup(t, "default", other)
+		startMonitor(t, "containerd-shim-runc-v2", &cgb, nil, "-id", other)
+		live := empty
+		live.States = map[string]string{app: "stopped", other: "stopped"}
+		opt := base
+		opt.Containers = map[string]bool{app: true, other: true}
+		rep, err := Run(context.Background(), opt, live)
+		if err != nil {
+			t.Fatalf("listed exited containers made the run fail: %v", err)
+		}
+		for _, pgid := range []int{a.PGID, b.PGID} {
+			if tr := findByPGID(rep, pgid); tr == nil || tr.Action != action.WouldReap {
+				t.Fatalf("tree %d: %+v, want would-reap", pgid, tr)
+			}
+		}
+	})
+
+	t.Run("only root's evidence of unknown containers makes a wrong store", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root")
+		}
+		// Two trees of UID 0 whose containers' processes run as root:
+		// exit 3. The same with the evidence of one tree's container
+		// listed as exited: contradicted by nothing, no exit 3.
+		a := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: app})
+		b := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: other})
+		cga := testkit.MakeCgroup(t, "default", app)
+		startMonitor(t, "containerd-shim-runc-v2", &cga, nil, "-id", app)
+		cgb := testkit.MakeCgroup(t, "default", other)
+		startMonitor(t, "containerd-shim-runc-v2", &cgb, nil, "-id", other)
+		opt := base
+		opt.Containers = map[string]bool{app: true, other: true}
+		if _, err := Run(context.Background(), opt, empty); !errors.Is(err, ErrWrongStore) {
+			t.Fatalf("err = %v, want the wrong-store error", err)
+		}
+		live := empty
+		live.States = map[string]string{other: "stopped"}
+		rep, err := Run(context.Background(), opt, live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tr := findByPGID(rep, a.PGID); tr == nil || tr.Action != action.SkipContradicted {
+			t.Fatalf("tree of an unknown running container: %+v", tr)
+		}
+		if tr := findByPGID(rep, b.PGID); tr == nil || tr.Action != action.WouldReap {
+			t.Fatalf("tree of an exited container: %+v", tr)
+		}
+	})
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

@@ -242,7 +242,7 @@ func (sc *Scanned) Run(ctx context.Context, live liveness.Set) (Report, error) {
 
 	// Before anything is touched: a stray whose container still runs here
 	// is a contradiction; more than one means the answer is the wrong one.
-	if n, why := sc.corroborate(rep.Trees); n > 1 {
+	if n, why := sc.corroborate(rep.Trees, live); n > 1 {
 		rep.LivenessKnown = false
 		return rep, wrongStore(why)
 	}

@@ -8,10 +8,9 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/podmantest"
 )
 
-// stopContainer stops a real container and waits until its conmon has
-// exited too: conmon lingers a moment after the stop (it runs podman's
-// cleanup), and while it lives the janitor rightly takes the container
-// for running (DESIGN "Ground truth must be corroborated") and spares its trees as skipped-contradicted.
+// stopContainer stops a real container and waits until nothing local
+// says it still runs (DESIGN "Ground truth must be corroborated"): no process of it left in its cgroup
+// under its conmon, no recorded init alive.
 func stopContainer(t testing.TB, e *podmantest.Env, id string) {
 	t.Helper()
 	e.Stop(t, id)

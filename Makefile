@@ -137,6 +137,12 @@ deb rpm: pkgroot
 deb-test: deb
 	./test/package/deb.sh dist/kc-watchman_$(PKGVERSION)-1_$(PKGARCH).deb
 
+# The DaemonSet's image, offline: FROM scratch with the static binaries.
+PODMAN      ?= podman
+IMAGE       ?= localhost/kc-watchman:$(VERSION)
+image: build
+	$(PODMAN) build --pull=never -f contrib/kubernetes/Containerfile -t $(IMAGE) .
+
 demo: build
 	./scripts/demo.sh
 

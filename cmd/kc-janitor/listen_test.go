@@ -101,7 +101,10 @@ func TestWatchMetricsListenBindError(t *testing.T) {
 	if code != exitUsage {
 		t.Errorf("exit %d, want 2: %s", code, out)
 	}
-	if code, _ := runJanitorCapture(t, "watch", "--once", "--metrics-listen", "127.0.0.1:0"); code != exitUsage {
-		t.Errorf("--once with --metrics-listen: exit %d, want 2", code)
+	// The timer's --once shares /etc/default/kc-janitor with the watch
+	// service: it serves nothing and is not failed by the setting.
+	t.Setenv("KC_METRICS_LISTEN", ln.Addr().String())
+	if code, out := runJanitorCapture(t, "watch", "--once", "--podman-url", "unix:///nonexistent/podman.sock", "--socket-dir", t.TempDir()); code != exitUnknown {
+		t.Errorf("--once with KC_METRICS_LISTEN: exit %d, want 3 (podman unreachable)\n%s", code, out)
 	}
 }

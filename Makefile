@@ -33,7 +33,7 @@ USERUNITS   := contrib/systemd/user/kc-janitor.service contrib/systemd/user/kc-j
 TESTFLAGS   ?= -count=1 -timeout 15m
 PKGS        ?= ./...
 
-.PHONY: all build test vet fmt docs install install-bin install-hooks install-units install-man install-completion uninstall demo bench bench-harness reliability fuzz clean
+.PHONY: all build test vet fmt docs pkgroot deb rpm deb-test image install install-bin install-hooks install-units install-man install-completion uninstall demo bench bench-harness reliability fuzz clean
 
 all: build
 
@@ -112,6 +112,37 @@ uninstall:
 	for f in $(USERUNITS); do rm -f $(DESTDIR)$(USERUNITDIR)/$$(basename $$f); done
 	rm -f $(DESTDIR)$(MANDIR)/man8/kc-janitor.8 $(DESTDIR)$(MANDIR)/man8/kc-hook.8 $(DESTDIR)$(BASHCOMPDIR)/kc-janitor $(DESTDIR)$(ZSHCOMPDIR)/_kc-janitor
 
+# Packages (DESIGN §15). nfpm runs from the module proxy at a fixed
+# version, so nothing but Go is needed; the package's tree is what the
+# install targets stage with PREFIX=/usr.
+NFPM        ?= $(GO) run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
+PKGROOT     := .tmp/pkgroot
+# dpkg and rpm want a version that starts with a digit: an untagged
+# commit becomes 0.0.0~git.<hash>, which sorts before any release.
+PKGVERSION  ?= $(shell echo '$(VERSION)' | sed -E 's/^v//; /^[0-9]+\./!s/^/0.0.0~git./; s/-/+/; s/-/./g')
+PKGARCH     ?= $(shell $(GO) env GOARCH)
+
+pkgroot: build
+	rm -rf $(PKGROOT)
+	$(MAKE) --no-print-directory install-bin install-hooks install-units install-man install-completion \
+		DESTDIR=$(CURDIR)/$(PKGROOT) PREFIX=/usr HOOKDIR=/usr/libexec/kc-watchman SYSCONFDIR=/etc
+	install -D -m 0644 README.md $(PKGROOT)/usr/share/doc/kc-watchman/README.md
+
+deb rpm: pkgroot
+	mkdir -p dist
+	KC_PKG_VERSION='$(PKGVERSION)' KC_PKG_ARCH=$(PKGARCH) \
+		$(NFPM) package -f contrib/package/nfpm.yaml -p $@ -t dist/
+
+# Installs the .deb into a throwaway dpkg root and purges it (test/package).
+deb-test: deb
+	./test/package/deb.sh dist/kc-watchman_$(PKGVERSION)-1_$(PKGARCH).deb
+
+# The DaemonSet's image, offline: FROM scratch with the static binaries.
+PODMAN      ?= podman
+IMAGE       ?= localhost/kc-watchman:$(VERSION)
+image: build
+	$(PODMAN) build --pull=never -f contrib/kubernetes/Containerfile -t $(IMAGE) .
+
 demo: build
 	./scripts/demo.sh
 
@@ -134,4 +165,4 @@ fuzz:
 	./scripts/fuzz.sh $(FUZZ_SECONDS)
 
 clean:
-	rm -rf bin
+	rm -rf bin dist $(PKGROOT)

@@ -107,6 +107,7 @@ func commands(stateDir string) []*cli.Command {
 		manCommand(),
 		configDocCommand(),
 		completionCommand(),
+		installHookCommand(),
 	}
 	for _, c := range cmds {
 		withExitStatus(c)

@@ -45,7 +45,7 @@ func withMetrics(name string, action cli.ActionFunc) cli.ActionFunc {
 		switch name {
 		case "watch": // writes after every round itself
 			return action(c)
-		case "version", "man", "completion", "config-doc":
+		case "version", "man", "completion", "config-doc", "install-hook":
 			return action(c)
 		}
 		if path == "" {

@@ -24,6 +24,7 @@ func watchCommand() *cli.Command {
 		&cli.BoolFlag{Name: "no-cull", Usage: "skip the session audit", EnvVars: []string{"KC_WATCH_NO_CULL"}},
 		&cli.BoolFlag{Name: "once", Usage: "run one round and exit with its worst exit code (for a systemd timer or cron)", EnvVars: []string{"KC_WATCH_ONCE"}},
 		&cli.BoolFlag{Name: "no-events", Usage: "do not follow the engines' container deaths (Docker's die, podman's died, containerd's task exit): a dead container's trees then wait for the next round", EnvVars: []string{"KC_WATCH_NO_EVENTS"}},
+		&cli.StringFlag{Name: "metrics-listen", Usage: "serve /metrics, /healthz and /readyz over HTTP on `ADDR` (host:port; off by default)", EnvVars: []string{"KC_METRICS_LISTEN"}},
 		&cli.StringFlag{Name: flagIdle, Value: "24h", Usage: "cull: report sessions idle longer than `DURATION` (or seconds)", EnvVars: []string{"KC_IDLE", "KC_IDLE_SECONDS"}},
 	}
 	flags = append(flags, reconcileFlags()...)
@@ -37,6 +38,16 @@ and flags as the single commands; reconcile and sweep are dry runs unless
 --reconcile-apply / --sweep-apply (KC_APPLY=1 turns both on; cull never
 kills). Every round logs one summary line per step; --metrics-file is
 rewritten after every round.
+
+--metrics-listen ADDR serves the running watch's own metrics over HTTP:
+/metrics (counters since the start: rounds, trees reaped, sockets
+unlinked, deaths handled and engine errors per engine; the last round;
+kc_janitor_ground_truth_known{engine}; the histogram
+kc_janitor_death_to_reap_seconds), /healthz (503 once no round has
+finished for twice --interval plus --sweep-deadline) and /readyz (200
+while serving: an engine that is down shows in the metrics, not as an
+unready pod). An address that cannot be bound is a usage error (exit 2).
+--once serves nothing.
 
 Between rounds, watch follows the container deaths Docker (/events,
 "die"), podman (its API service's libpod events, "died") and containerd
@@ -116,10 +127,26 @@ func runWatch(c *cli.Context) error {
 	}
 
 	if c.Bool("once") {
+		// Nothing runs long enough to be scraped; the setting is shared
+		// with kc-janitor-watch.service through /etc/default/kc-janitor,
+		// and must not fail the timer's one round.
 		if code := w.Once(c.Context, log); code != exitOK {
 			return cli.Exit("", code)
 		}
 		return nil
+	}
+
+	if addr := c.String("metrics-listen"); addr != "" {
+		w.Live = janitor.NewLive()
+		srv, err := janitor.Listen(addr, w.Live, janitor.StaleAfter(w.Interval, w.Sockets.Deadline), log)
+		if err != nil {
+			return usageErr("--metrics-listen %s: %v", addr, err)
+		}
+		defer func() {
+			if err := srv.Close(); err != nil {
+				log.Warn("metrics server", "err", err)
+			}
+		}()
 	}
 
 	sigs := make(chan os.Signal, 2)

@@ -177,3 +177,51 @@ func TestDaemonSetForContainerd(t *testing.T) {
 		}
 	}
 }
+
+// TestDaemonSetProbesAndMetrics: metrics bound to the pod's IP (the
+// node's, with hostNetwork) rather than every address, the probes on the
+// named port's /healthz and /readyz, scrape annotations that match, an
+// init container with no shell, and the namespace allowed to run it.
+func TestDaemonSetProbesAndMetrics(t *testing.T) {
+	ds, c := janitor(t)
+	env := map[string]corev1.EnvVar{}
+	for _, e := range c.Env {
+		env[e.Name] = e
+	}
+	if ip := env["POD_IP"]; ip.ValueFrom == nil || ip.ValueFrom.FieldRef == nil || ip.ValueFrom.FieldRef.FieldPath != "status.podIP" {
+		t.Errorf("POD_IP is not the pod's IP: %+v", ip)
+	}
+	if v := env["KC_METRICS_LISTEN"].Value; v != "$(POD_IP):9475" {
+		t.Errorf("KC_METRICS_LISTEN %q, want $(POD_IP):9475", v)
+	}
+	var port int32
+	for _, p := range c.Ports {
+		if p.Name == "metrics" {
+			port = p.ContainerPort
+		}
+	}
+	if port != 9475 {
+		t.Errorf("metrics port %d, want 9475", port)
+	}
+	for what, tc := range map[string]struct {
+		p    *corev1.Probe
+		path string
+	}{"liveness": {c.LivenessProbe, "/healthz"}, "readiness": {c.ReadinessProbe, "/readyz"}} {
+		if tc.p == nil || tc.p.HTTPGet == nil || tc.p.HTTPGet.Path != tc.path || tc.p.HTTPGet.Port.String() != "metrics" {
+			t.Errorf("%s probe %+v, want GET %s on port metrics", what, tc.p, tc.path)
+		}
+	}
+	a := ds.Spec.Template.Annotations
+	if a["prometheus.io/scrape"] != "true" || a["prometheus.io/port"] != "9475" || a["prometheus.io/path"] != "/metrics" {
+		t.Errorf("scrape annotations %v", a)
+	}
+	for _, ic := range ds.Spec.Template.Spec.InitContainers {
+		if len(ic.Command) == 0 || ic.Command[0] != "/usr/bin/kc-janitor" {
+			t.Errorf("init container %s runs %v: the image has no shell", ic.Name, ic.Command)
+		}
+	}
+	var ns corev1.Namespace
+	if err := strict(documents(t, "daemonset.yaml")[0], &ns); err != nil || ns.Labels["pod-security.kubernetes.io/enforce"] != "privileged" {
+		t.Errorf("namespace labels %v (%v): not labelled for Pod Security enforce: privileged", ns.Labels, err)
+	}
+}

@@ -293,6 +293,8 @@ func (h *deathHandler) handle(d engine.Death, log *slog.Logger) {
 	// Counted (and the metrics file written) before the line: a reader of
 	// the line finds the file current.
 	h.count(d.Engine)
+	reaped := rep.Count(action.Reaped)+rep.Count(action.Gone) > 0
+	h.w.Live.death(d.Engine, d.At, reaped && !rep.DryRun)
 	log.Info("container death handled", append(counts, attrs...)...)
 	// A container still live after every attempt was restarted, or its
 	// task was killed and not deleted (the shim lives on): its next death
@@ -313,7 +315,9 @@ func (h *deathHandler) locked(opt reconcile.Options, log *slog.Logger) (Report, 
 	if h.stop.Err() != nil {
 		return Report{}, nil, errStopping
 	}
-	return h.attempt(h.work, opt, log)
+	rep, liveErr, err := h.attempt(h.work, opt, log)
+	h.w.Live.reconciled(rep)
+	return rep, liveErr, err
 }
 
 // wait sleeps for d unless watch is stopping; false if it is.
@@ -418,6 +422,7 @@ func (f *followers) look(late bool) {
 				f.h.mu.Lock()
 				f.h.followed[name] = true
 				f.h.mu.Unlock()
+				f.h.w.Live.follows(name)
 				if resumed || late {
 					f.h.catchUp(name)
 				}

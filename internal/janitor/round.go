@@ -25,6 +25,8 @@ type Watch struct {
 	Events      bool
 	Interval    time.Duration
 	MetricsFile string
+	// Live, when set, is kept current for --metrics-listen.
+	Live *Live
 	// SocketTargets, when set, are the containers whose socket dirs sweep
 	// and cull look into instead of the host's (watch --container): asked
 	// every round, since a restarted container has a new init.
@@ -129,13 +131,15 @@ func (w *Watch) round(ctx context.Context, log *slog.Logger) int {
 	if w.moreMetrics != nil {
 		w.moreMetrics(ms)
 	}
-	ms.Run("watch", start, time.Now(), worst == ExitOK)
+	end := time.Now()
+	ms.Run("watch", start, end, worst == ExitOK)
 	if ms != nil {
 		if err := metrics.WriteFile(w.MetricsFile, ms); err != nil {
 			log.Error("cannot write metrics", "file", w.MetricsFile, "err", err)
 			note(ExitFailed)
 		}
 	}
+	w.Live.round(start, end, worst)
 	return worst
 }
 
@@ -158,6 +162,7 @@ func (w *Watch) reconcile(ctx context.Context, log *slog.Logger, ms *metrics.Set
 		defer w.serial.Unlock()
 	}
 	rep, liveErr, err := Reconcile(ctx, w.Settings, log.With("step", "reconcile"))
+	w.Live.reconciled(rep)
 	if liveErr != nil {
 		RecordReconcile(ms, "watch", rep.Report, false)
 		return ExitUnknown // Reconcile logged it; nothing was touched
@@ -206,6 +211,7 @@ func (w *Watch) sweepOne(ctx context.Context, log *slog.Logger, ms *metrics.Set,
 		return ExitFailed, nil
 	}
 	RecordSweep(ms, rep)
+	w.Live.swept(rep)
 	live := cull.Sources(rep.Sockets, nil)
 	for _, e := range rep.DirErrors {
 		log.Error("socket directory", "step", "sweep", "err", e)

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/urfave/cli/v2"
+)
+
+// installHookCommand is the DaemonSet init container's step: the image is
+// FROM scratch, so copying kc-hook onto the node and writing containerd's
+// base spec naming it cannot be left to a shell.
+func installHookCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "install-hook",
+		Usage:  "copy kc-hook onto a node and write containerd's base runtime spec naming it (the DaemonSet's init container)",
+		Hidden: true,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "from", Value: "/usr/libexec/kc-watchman/kc-hook", Usage: "the kc-hook binary to copy"},
+			&cli.StringFlag{Name: "to", Required: true, Usage: "`DIR` to install kc-hook in (a host path mounted into the container)"},
+			&cli.StringFlag{Name: "hook-path", Usage: "the path of the installed kc-hook as the node sees it, for the base spec", DefaultText: "DIR/kc-hook"},
+			&cli.StringFlag{Name: "base-spec", Usage: "containerd base runtime spec whose kc-hook entries are to name --hook-path"},
+			&cli.StringFlag{Name: "base-spec-out", Usage: "where to write that spec (a host path mounted into the container)"},
+		},
+		Action: runInstallHook,
+	}
+}
+
+func runInstallHook(c *cli.Context) error {
+	if (c.String("base-spec") == "") != (c.String("base-spec-out") == "") {
+		return usageErr("--base-spec and --base-spec-out go together")
+	}
+	to := c.String("to")
+	dst := filepath.Join(to, "kc-hook")
+	// The binary before the spec: containerd fails every container whose
+	// hook path does not exist.
+	if err := copyExecutable(c.String("from"), dst); err != nil {
+		return cli.Exit(fmt.Sprintf("install-hook: %v", err), exitFailed)
+	}
+	fmt.Fprintf(c.App.Writer, "installed %s\n", dst)
+	if c.String("base-spec") == "" {
+		return nil
+	}
+	hookPath := c.String("hook-path")
+	if hookPath == "" {
+		hookPath = dst
+	}
+	if !filepath.IsAbs(hookPath) {
+		return usageErr("--hook-path must be absolute, not %q", hookPath)
+	}
+	data, err := os.ReadFile(c.String("base-spec"))
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("install-hook: %v", err), exitFailed)
+	}
+	out, n, err := pointHooks(data, hookPath)
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("install-hook: %s: %v", c.String("base-spec"), err), exitFailed)
+	}
+	if n == 0 {
+		return cli.Exit(fmt.Sprintf("install-hook: %s names no kc-hook in its hooks", c.String("base-spec")), exitFailed)
+	}
+	if err := writeAtomic(c.String("base-spec-out"), out, 0o644); err != nil {
+		return cli.Exit(fmt.Sprintf("install-hook: %v", err), exitFailed)
+	}
+	fmt.Fprintf(c.App.Writer, "wrote %s (%d hooks -> %s)\n", c.String("base-spec-out"), n, hookPath)
+	return nil
+}
+
+// pointHooks sets the path of every hook in an OCI spec whose binary is
+// kc-hook to hookPath; numbers are kept as written (rlimits, uids).
+func pointHooks(spec []byte, hookPath string) ([]byte, int, error) {
+	dec := json.NewDecoder(bytes.NewReader(spec))
+	dec.UseNumber()
+	var doc map[string]any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, 0, fmt.Errorf("not a JSON object: %w", err)
+	}
+	n := 0
+	hooks, _ := doc["hooks"].(map[string]any)
+	for _, stage := range hooks {
+		list, _ := stage.([]any)
+		for _, h := range list {
+			m, _ := h.(map[string]any)
+			if p, ok := m["path"].(string); ok && filepath.Base(p) == "kc-hook" {
+				m["path"] = hookPath
+				n++
+			}
+		}
+	}
+	out, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return nil, 0, fmt.Errorf("encoding: %w", err)
+	}
+	return append(out, '\n'), n, nil
+}
+
+func copyExecutable(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	var b bytes.Buffer
+	if _, err := io.Copy(&b, in); err != nil {
+		return fmt.Errorf("reading %s: %w", src, err)
+	}
+	return writeAtomic(dst, b.Bytes(), 0o755)
+}
+
+// writeAtomic replaces path at once: a node's containerd may create a
+// container at any moment and must never find half a binary or spec.
+func writeAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // fails harmlessly once renamed
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return fmt.Errorf("chmod %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("syncing %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("closing %s: %w", tmp.Name(), err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("installing %s: %w", path, err)
+	}
+	return nil
+}

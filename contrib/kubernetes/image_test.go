@@ -1,0 +1,236 @@
+package kubernetes
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kc-watchman/kc-watchman/internal/containerdtest"
+	"github.com/kc-watchman/kc-watchman/internal/podmantest"
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
+)
+
+// TestImageInitContainer builds the image from the Containerfile, offline
+// and FROM scratch, in a private podman store (gone with the test), and
+// runs the DaemonSet's init container as the manifest writes it: its
+// command and args, its hostPath volumes mapped under a temp host root.
+// kc-hook and the base spec naming it must land on that "node".
+func TestImageInitContainer(t *testing.T) {
+	e := podmantest.New(t)
+	image, ctx := buildImage(t, e)
+
+	ds, _ := janitor(t)
+	spec := ds.Spec.Template.Spec
+	var init *corev1.Container
+	for i := range spec.InitContainers {
+		if spec.InitContainers[i].Name == "install-hook" {
+			init = &spec.InitContainers[i]
+		}
+	}
+	if init == nil {
+		t.Fatal("no init container install-hook")
+	}
+	host := t.TempDir()
+	hostPaths := map[string]string{}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil {
+			hostPaths[v.Name] = v.HostPath.Path
+		}
+	}
+	args := []string{"run", "--rm", "--network", "none"}
+	for _, m := range init.VolumeMounts {
+		p, ok := hostPaths[m.Name]
+		if !ok {
+			t.Fatalf("init container mounts %s, not a hostPath", m.Name)
+		}
+		if err := os.MkdirAll(filepath.Join(host, p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "-v", filepath.Join(host, p)+":"+m.MountPath)
+	}
+	if len(init.Command) > 0 {
+		args = append(args, "--entrypoint", init.Command[0])
+	}
+	args = append(args, image)
+	if len(init.Command) > 1 {
+		args = append(args, init.Command[1:]...)
+	}
+	args = append(args, init.Args...)
+	if out, err := e.Podman(args...); err != nil {
+		t.Fatalf("the init container: %v\n%s", err, out)
+	}
+
+	want, err := os.ReadFile(filepath.Join(ctx, "bin/kc-hook"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(host, "opt/kc-watchman/kc-hook"))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("kc-hook not installed on the node (%v)", err)
+	}
+	data, err := os.ReadFile(filepath.Join(host, "etc/containerd/kc-watchman-base-spec.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bs struct {
+		Hooks map[string][]struct{ Path string } `json:"hooks"`
+	}
+	if err := json.Unmarshal(data, &bs); err != nil {
+		t.Fatal(err)
+	}
+	for _, stage := range []string{"createRuntime", "poststop"} {
+		if len(bs.Hooks[stage]) != 1 || bs.Hooks[stage][0].Path != "/opt/kc-watchman/kc-hook" {
+			t.Errorf("base spec %s hooks %+v, want the node's /opt/kc-watchman/kc-hook", stage, bs.Hooks[stage])
+		}
+	}
+
+	// The entrypoint runs with no shell in the image.
+	out, err := e.Podman("run", "--rm", "--network", "none", image, "version")
+	if err != nil || !strings.Contains(out, "kc-janitor") {
+		t.Errorf("kc-janitor version in the image: %q %v", out, err)
+	}
+	if out, err := e.Podman("rmi", image); err != nil {
+		t.Errorf("%v\n%s", err, out)
+	}
+}
+
+// buildImage builds the image from the Containerfile into e's store,
+// from a context of freshly built binaries and the repository's files.
+func buildImage(t *testing.T, e *podmantest.Env) (image, ctx string) {
+	t.Helper()
+	repo, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx = t.TempDir()
+	files := map[string]string{
+		testkit.Build(t, testkit.KCJanitorPackage, "kc-janitor"): "bin/kc-janitor",
+		testkit.Build(t, testkit.KCHookPackage, "kc-hook"):       "bin/kc-hook",
+	}
+	for _, dir := range []string{"hooks.d", "contrib/containerd"} {
+		entries, err := os.ReadDir(filepath.Join(repo, dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, en := range entries {
+			files[filepath.Join(repo, dir, en.Name())] = filepath.Join(dir, en.Name())
+		}
+	}
+	for src, rel := range files {
+		dst := filepath.Join(ctx, rel)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := testkit.CopyFile(src, dst, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var b [6]byte
+	rand.Read(b[:])
+	image = "localhost/kc-watchman-test:" + hex.EncodeToString(b[:])
+	if out, err := e.Podman("build", "--pull=never", "-f", filepath.Join(repo, "contrib/kubernetes/Containerfile"), "-t", image, ctx); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+
+	return image, ctx
+}
+
+// TestImageJanitor runs the image's janitor as the DaemonSet runs it:
+// hostPID, host network, privileged, the manifest's args and env (the
+// pod's IP resolved, the port the kernel's), its hostPath volumes mapped
+// under a temp host root but /run/containerd, which is the private
+// containerd's. A round must finish with containerd's ground truth known,
+// and the probes' endpoints answer.
+func TestImageJanitor(t *testing.T) {
+	addr := containerdtest.Address(t)
+	e := podmantest.New(t)
+	image, _ := buildImage(t, e)
+	ds, c := janitor(t)
+	spec := ds.Spec.Template.Spec
+	if !spec.HostPID || !spec.HostNetwork {
+		t.Fatal("the janitor runs with hostPID and hostNetwork")
+	}
+	host := t.TempDir()
+	hostPaths := map[string]string{}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil {
+			hostPaths[v.Name] = v.HostPath.Path
+		}
+	}
+	args := []string{"run", "-d", "--network", "host", "--pid", "host"}
+	if c.SecurityContext != nil && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged {
+		args = append(args, "--privileged")
+	}
+	for _, m := range c.VolumeMounts {
+		p, ok := hostPaths[m.Name]
+		if !ok {
+			t.Fatalf("janitor mounts %s, not a hostPath", m.Name)
+		}
+		src := filepath.Join(host, p)
+		if p == "/run/containerd" {
+			src = filepath.Dir(addr)
+		} else if err := os.MkdirAll(src, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "-v", src+":"+m.MountPath)
+	}
+	for _, kv := range kubeletEnv(t, c, map[string]string{"KC_METRICS_LISTEN": "127.0.0.1:0"}) {
+		args = append(args, "-e", kv)
+	}
+	args = append(args, image)
+	args = append(args, c.Args...)
+	id, err := e.Podman(args...)
+	if err != nil {
+		t.Fatalf("the janitor container: %v", err)
+	}
+	t.Cleanup(func() {
+		if out, err := e.Podman("rm", "-f", "-t", "0", id); err != nil {
+			t.Errorf("%v\n%s", err, out)
+		}
+	})
+	var logs string
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		logs, err = containerLogs(e, id)
+		if err == nil && strings.Contains(logs, `"msg":"cull"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			state, _ := e.Podman("inspect", "-f", "{{.State.Status}} {{.State.ExitCode}} {{.State.Error}}", id)
+			t.Fatalf("no round finished in 60s (%v; container %s):\n%s", err, state, logs)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if strings.Contains(logs, "ground truth unknown") {
+		t.Errorf("containerd was not asked successfully:\n%s", logs)
+	}
+	probe(t, c, servingAddr(t, logs))
+	if out, err := e.Podman("stop", "-t", "30", id); err != nil {
+		t.Errorf("stop: %v\n%s", err, out)
+	}
+	if code, err := e.Podman("inspect", "-f", "{{.State.ExitCode}}", id); err != nil || code != "143" {
+		t.Errorf("exit %q (%v) after SIGTERM, want 143", code, err)
+	}
+}
+
+// containerLogs is a container's stdout and stderr: podman logs writes
+// the container's stderr, where the janitor logs, to its own stderr.
+func containerLogs(e *podmantest.Env, id string) (string, error) {
+	cmd := exec.Command(e.PodmanPath(), append(e.GlobalArgs(), "logs", id)...)
+	cmd.Env = e.Environ()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("podman logs: %w", err)
+	}
+	return string(out), nil
+}

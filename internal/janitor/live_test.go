@@ -1,0 +1,197 @@
+package janitor
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/reconcile"
+	"github.com/kc-watchman/kc-watchman/internal/sweep"
+	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+)
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+func value(f *dto.MetricFamily, labels ...string) (float64, bool) {
+	if f == nil {
+		return 0, false
+	}
+next:
+	for _, m := range f.Metric {
+		for i := 0; i+1 < len(labels); i += 2 {
+			found := false
+			for _, l := range m.Label {
+				if l.GetName() == labels[i] && l.GetValue() == labels[i+1] {
+					found = true
+				}
+			}
+			if !found {
+				continue next
+			}
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue(), true
+		case m.Gauge != nil:
+			return m.Gauge.GetValue(), true
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount()), true
+		}
+	}
+	return 0, false
+}
+
+// TestMetricsServer: over real HTTP, /metrics is valid exposition with
+// the round's, the sweep's and a handled death's counts (the histogram
+// observed once, the death having reaped), /readyz answers, and /healthz
+// goes 503 once rounds stop finishing.
+func TestMetricsServer(t *testing.T) {
+	live := NewLive()
+	log := slog.New(slog.DiscardHandler)
+	const stale = 300 * time.Millisecond
+	srv, err := Listen("127.0.0.1:0", live, stale, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := srv.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	base := "http://" + srv.Addr()
+
+	if code, _ := get(t, base+"/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz %d before any round, want 200", code)
+	}
+	if code, _ := get(t, base+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz %d just after start, want 200", code)
+	}
+
+	// One round: podman down, docker up; one socket unlinked.
+	msg := "connection refused"
+	start := time.Now()
+	live.reconciled(Report{Report: reconcile.Report{Trees: []reconcile.Tree{{Action: action.Reaped}}},
+		Engines: []engine.Status{{Name: "podman", Error: &msg}, {Name: "docker"}}})
+	live.swept(&sweep.Report{Sockets: []*sweep.Socket{{Action: sweep.ActionUnlinked}, {}}})
+	live.round(start, time.Now(), ExitUnknown)
+
+	// A death through the real handler, reaping one tree.
+	id := strings.Repeat("ab", 32)
+	var serial sync.Mutex
+	w := Watch{Live: live}
+	w.Reconcile.Apply = true
+	h := newDeathHandler(w, log, &serial, t.Context(), t.Context())
+	h.attempt = func(context.Context, reconcile.Options, *slog.Logger) (Report, error, error) {
+		return Report{Report: reconcile.Report{LivenessKnown: true, Trees: []reconcile.Tree{{ContainerID: id, PGID: 7, Action: action.Reaped}}},
+			Engines: []engine.Status{{Name: "containerd"}}}, nil, nil
+	}
+	h.death(engine.Death{Engine: "containerd", ID: id, At: time.Now().Add(-time.Second)})
+	h.close()
+
+	code, body := get(t, base+"/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics %d: %s", code, body)
+	}
+	var p expfmt.TextParser
+	fams, err := p.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("/metrics is not the text format: %v\n%s", err, body)
+	}
+	for _, tc := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"kc_janitor_watch_rounds_total", nil, 1},
+		{"kc_janitor_watch_rounds_failed_total", nil, 1},
+		{"kc_janitor_watch_last_round_success", nil, 0},
+		{"kc_janitor_watch_trees_reaped_total", nil, 2},
+		{"kc_janitor_watch_sockets_unlinked_total", nil, 1},
+		{"kc_janitor_watch_deaths_handled_total", []string{"engine", "containerd"}, 1},
+		{"kc_janitor_watch_engine_errors_total", []string{"engine", "podman"}, 1},
+		{"kc_janitor_ground_truth_known", []string{"engine", "podman"}, 0},
+		{"kc_janitor_ground_truth_known", []string{"engine", "docker"}, 1},
+		{"kc_janitor_ground_truth_known", []string{"engine", "containerd"}, 1},
+		{"kc_janitor_death_to_reap_seconds", nil, 1},
+	} {
+		if v, ok := value(fams[tc.name], tc.labels...); !ok || v != tc.want {
+			t.Errorf("%s%v = %v (present %v), want %v", tc.name, tc.labels, v, ok, tc.want)
+		}
+	}
+	if h := fams["kc_janitor_death_to_reap_seconds"].GetMetric()[0].GetHistogram(); h.GetSampleSum() < 1 {
+		t.Errorf("death to reap %vs, want at least the 1s since the death", h.GetSampleSum())
+	}
+
+	if code, body := get(t, base+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz %d right after a round: %s", code, body)
+	}
+	// No round finishes any more (as when one is blocked).
+	proc.WaitFor(t, 10*time.Second, "/healthz to fail", func() bool {
+		code, _ := get(t, base+"/healthz")
+		return code == http.StatusServiceUnavailable
+	})
+	if code, _ := get(t, base+"/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz %d with rounds stalled, want 200 (a restart is the liveness probe's)", code)
+	}
+}
+
+// TestMetricsServerDryRunDeath: a death handled in a dry run reaps
+// nothing and leaves the histogram empty.
+func TestMetricsServerDryRunDeath(t *testing.T) {
+	live := NewLive()
+	var serial sync.Mutex
+	h := newDeathHandler(Watch{Live: live}, slog.New(slog.DiscardHandler), &serial, t.Context(), t.Context())
+	id := strings.Repeat("cd", 32)
+	h.attempt = func(context.Context, reconcile.Options, *slog.Logger) (Report, error, error) {
+		return Report{Report: reconcile.Report{DryRun: true, LivenessKnown: true, Trees: []reconcile.Tree{{ContainerID: id, Action: action.WouldReap}}}}, nil, nil
+	}
+	h.death(engine.Death{Engine: "docker", ID: id, At: time.Now()})
+	h.close()
+	fams, err := live.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == "kc_janitor_death_to_reap_seconds" && f.GetMetric()[0].GetHistogram().GetSampleCount() != 0 {
+			t.Errorf("a dry-run death was observed")
+		}
+	}
+}
+
+// TestListenBindError: an address in use is an error from Listen, before
+// anything is served.
+func TestListenBindError(t *testing.T) {
+	live := NewLive()
+	srv, err := Listen("127.0.0.1:0", live, time.Minute, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if s2, err := Listen(srv.Addr(), live, time.Minute, slog.New(slog.DiscardHandler)); err == nil {
+		s2.Close()
+		t.Fatal("a second bind of the same address succeeded")
+	}
+}

@@ -1,0 +1,83 @@
+package janitor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// MetricsServer serves a watch's /metrics, /healthz and /readyz.
+type MetricsServer struct {
+	srv  *http.Server
+	ln   net.Listener
+	done chan struct{}
+}
+
+// Listen binds addr now, so that a port in use is the caller's startup
+// error and not a log line after the watch has begun. staleAfter is how
+// long /healthz tolerates no round finishing.
+func Listen(addr string, live *Live, staleAfter time.Duration, log *slog.Logger) (*MetricsServer, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics listener: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(live.Registry(), promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if !live.Healthy(time.Now(), staleAfter) {
+			// A hung round (an engine call or a kill that never returns)
+			// is what a restart cures; an engine that is down is not: its
+			// rounds finish, failed, and show in the gauges.
+			http.Error(w, fmt.Sprintf("no round finished in the last %s", staleAfter), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	// Ready as soon as it answers: an unready DaemonSet pod stalls every
+	// rollout, and an engine that is down is an alert, not a reason to.
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	s := &MetricsServer{
+		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+			WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute},
+		ln:   ln,
+		done: make(chan struct{}),
+	}
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
+	log.Info("serving metrics", "addr", ln.Addr().String())
+	return s, nil
+}
+
+// Addr is the address bound (the port chosen for ":0").
+func (s *MetricsServer) Addr() string { return s.ln.Addr().String() }
+
+// Close shuts the server down, giving requests under way a moment.
+func (s *MetricsServer) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		err = errors.Join(err, s.srv.Close())
+	}
+	<-s.done
+	if err != nil {
+		return fmt.Errorf("stopping the metrics server: %w", err)
+	}
+	return nil
+}
+
+// StaleAfter is how long /healthz waits for a round: twice the interval
+// plus the sweep's deadline, so one slow round is not a restart.
+func StaleAfter(interval, sweepDeadline time.Duration) time.Duration {
+	return 2*interval + sweepDeadline
+}

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Installs a kc-watchman .deb with dpkg into a throwaway root (its own
+# dpkg database, so the host's packages and hooks.d are never touched and
+# a podman running beside the test does not start running the hook), then
+# checks what DESIGN §15 promises of the package:
+#   - kc-janitor doctor, run inside that root, finds the hook descriptors
+#     and the packaged kc-hook they name;
+#   - no systemd unit is enabled by the install (audit first);
+#   - /etc/default/kc-janitor is a conffile: kept on remove, gone on purge;
+#   - after the purge the root holds exactly what it held before.
+#
+#   test/package/deb.sh dist/kc-watchman_<version>_<arch>.deb   (as root)
+set -euo pipefail
+
+deb=${1:?usage: deb.sh PACKAGE.deb}
+[ "$(id -u)" = 0 ] || { echo "deb.sh: needs root (dpkg --root, chroot)" >&2; exit 2; }
+command -v dpkg >/dev/null || { echo "deb.sh: no dpkg here: skipped" >&2; exit 0; }
+deb=$(realpath "$deb")
+
+root=$(mktemp -d "${TMPDIR:-/tmp}/kc-deb-test.XXXXXX")
+trap 'rm -rf "$root"' EXIT
+fail() { echo "deb.sh: FAIL: $*" >&2; exit 1; }
+pkg() { dpkg --root="$root" --force-script-chrootless "$@" >"$root.log" 2>&1 || { cat "$root.log" >&2; rm -f "$root.log"; fail "dpkg $*"; }; rm -f "$root.log"; }
+listing() { (cd "$root" && find . -path ./var/lib/dpkg -prune -o -print | sort); }
+
+mkdir -p "$root/var/lib/dpkg/info" "$root/var/lib/dpkg/updates" "$root/etc" "$root/tmp"
+touch "$root/var/lib/dpkg/status"
+# A host's /etc is never empty; an empty one would go with the purge.
+echo kc-deb-test >"$root/etc/hostname"
+before=$(listing)
+
+pkg -i "$deb"
+name=$(dpkg-deb -f "$deb" Package)
+
+# doctor as an operator on that host runs it: the binary is static, so a
+# chroot into the package's files is that host. Its exit status speaks of
+# engines and state dirs a bare root lacks; the hook's checks are ours.
+out=$(chroot "$root" /usr/bin/kc-janitor doctor --format json 2>/dev/null) || true
+hook=$(printf '%s\n' "$out" | grep -A3 '"check": "hook-installed"') || fail "doctor has no hook-installed check: $out"
+printf '%s\n' "$hook" | grep -q '"verdict": "ok"' || fail "doctor does not find the hook: $hook"
+printf '%s\n' "$hook" | grep -q '/usr/share/containers/oci/hooks.d/kc-hook-poststop.json' || fail "doctor names no packaged descriptor: $hook"
+printf '%s\n' "$hook" | grep -q '/usr/libexec/kc-watchman/kc-hook' || fail "doctor names no packaged kc-hook: $hook"
+[ -x "$root/usr/libexec/kc-watchman/kc-hook" ] || fail "kc-hook not installed"
+chroot "$root" /usr/libexec/kc-watchman/kc-hook --version >/dev/null || fail "the packaged kc-hook does not run"
+
+# Enabling a unit is a symlink under /etc/systemd; the package makes none.
+if [ -e "$root/etc/systemd" ]; then
+	fail "the install touched /etc/systemd: $(cd "$root" && find etc/systemd)"
+fi
+if command -v systemctl >/dev/null; then
+	for u in kc-janitor.timer kc-janitor-watch.service kc-janitor.service; do
+		state=$(systemctl --root="$root" is-enabled "$u" 2>/dev/null) || true
+		case $state in enabled*) fail "$u is $state after the install" ;; esac
+	done
+fi
+
+dpkg-query --admindir="$root/var/lib/dpkg" -W -f='${Conffiles}\n' "$name" | grep -q '^ /etc/default/kc-janitor ' ||
+	fail "/etc/default/kc-janitor is not a conffile"
+echo 'KC_APPLY=1' >>"$root/etc/default/kc-janitor"
+pkg -r "$name"
+grep -q '^KC_APPLY=1$' "$root/etc/default/kc-janitor" || fail "remove did not keep the edited /etc/default/kc-janitor"
+pkg -P "$name"
+
+after=$(listing)
+if [ "$before" != "$after" ]; then
+	diff <(printf '%s\n' "$before") <(printf '%s\n' "$after") >&2 || true
+	fail "the purge left files behind"
+fi
+echo "deb.sh: ok: $(basename "$deb") installs, is found by doctor, enables nothing, purges clean"

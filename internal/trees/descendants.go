@@ -1,0 +1,134 @@
+package trees
+
+import (
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/kc-watchman/kc-watchman/internal/containerid"
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/proctable"
+)
+
+// A tree's process group is not the whole tree: a kernel's child that
+// starts a session of its own (setsid, start_new_session=True, a daemon)
+// leaves the group and a killpg no longer reaches it (DESIGN §16). Its
+// parent link still ties it to the tree until its parent dies, so the
+// scan follows the links down from every member and adds what it finds.
+
+// monitorComm reports whether comm is a container monitor: a kernel that
+// runs `podman run` has its conmon (and so another container) adopted by
+// the tree, and the walk must not take that container down with it.
+// containerd-shim-runc-v2's comm is cut to 15 bytes: "containerd-shim".
+func monitorComm(comm string) bool {
+	return comm == "conmon" || strings.HasPrefix(comm, "containerd-shim")
+}
+
+// maxDescendants bounds the walk: a fork bomb under a tree must not turn
+// one scan into an unbounded read of the host.
+const maxDescendants = 4096
+
+// addDescendants fills t.Escaped and t.Withheld from the parent links of
+// the listing, or, where the listing has none (the /proc fallback, the
+// full scan), from the children files of the tree's own processes only
+// (DESIGN §14).
+func addDescendants(root string, t *Tree, l *proctable.Listing) {
+	if len(t.Members) == 0 {
+		return
+	}
+	var children func(pid int) []int
+	if l != nil && l.PPIDs != nil {
+		byParent := make(map[int][]int)
+		for i, pp := range l.PPIDs {
+			if pp > 0 && l.PGIDs[i] > 0 {
+				byParent[int(pp)] = append(byParent[int(pp)], l.PIDs[i])
+			}
+		}
+		children = func(pid int) []int { return byParent[pid] }
+	} else {
+		children = func(pid int) []int { return readChildren(root, pid) }
+	}
+	inTree := make(map[int]bool, len(t.Members))
+	queue := make([]fingerprint.Identity, 0, len(t.Members))
+	for _, m := range t.Members {
+		inTree[m.PID] = true
+		queue = append(queue, m)
+	}
+	seen := 0
+	for len(queue) > 0 && seen < maxDescendants {
+		parent := queue[0]
+		queue = queue[1:]
+		for _, pid := range children(parent.PID) {
+			if inTree[pid] || seen >= maxDescendants {
+				continue
+			}
+			inTree[pid] = true
+			seen++
+			id, err := fingerprint.Read(root, pid)
+			if err != nil || id.Zombie() {
+				continue // gone since the listing: nothing to kill
+			}
+			// The child must still be the parent's: a PID listed under a
+			// parent that exited and was reused by an unrelated process
+			// is not the tree's. A child reparented since (its parent
+			// died) has lost the link the walk trusts, and is left.
+			if id.PPID != parent.PID || id.StartTicks < parent.StartTicks {
+				continue
+			}
+			if id.PGID == t.PGID {
+				continue // a member the group scan missed joins by killpg
+			}
+			if pid == os.Getpid() {
+				continue // a hook its tree's kernel ran: never the caller
+			}
+			if monitorComm(id.Comm) {
+				continue // another container's monitor: not this tree
+			}
+			if d, ok := t.descendantVerdict(id); !ok {
+				t.Withheld = append(t.Withheld, d)
+				continue // what runs under it is not ours to judge
+			}
+			t.Escaped = append(t.Escaped, id)
+			queue = append(queue, id)
+		}
+	}
+}
+
+// descendantVerdict says whether a descendant outside the group may be
+// signalled with the tree: only one of the tree's UID that carries no
+// other container's ID (§4's anchors and ownership rules).
+func (t *Tree) descendantVerdict(id fingerprint.Identity) (fingerprint.Identity, bool) {
+	if t.UID < 0 || id.UID != t.UID {
+		return id, false
+	}
+	for _, cid := range containerid.FromArgv(id.Argv) {
+		if cid != t.ContainerID {
+			return id, false
+		}
+	}
+	return id, true
+}
+
+// readChildren reads the children of every thread of pid; a process that
+// is gone has none.
+func readChildren(root string, pid int) []int {
+	dir := root + "/" + strconv.Itoa(pid) + "/task"
+	tids, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, tid := range tids {
+		data, err := os.ReadFile(dir + "/" + tid.Name() + "/children")
+		if err != nil {
+			continue // the thread exited: its children are another's now
+		}
+		for _, f := range strings.Fields(string(data)) {
+			if c, err := strconv.Atoi(f); err == nil && !slices.Contains(out, c) {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}

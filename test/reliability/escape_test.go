@@ -1,0 +1,174 @@
+//go:build reliability
+
+package reliability
+
+import (
+	"encoding/json"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+)
+
+const escapeComm = "kcrel-escape"
+
+// escapeTree is a stray tree whose kernel started three children in
+// sessions of their own (DESIGN §16): one of the tree's (must die with
+// it), one running as another UID and one carrying another container's
+// ID (both must live: reported, never signalled).
+type escapeTree struct {
+	group               []fingerprint.Stat // the supervisor and the kernel
+	setsid              fingerprint.Stat
+	otherUID, otherCtnr fingerprint.Stat
+}
+
+func startEscapeTree(t *testing.T, cid string) escapeTree {
+	t.Helper()
+	sup := startSupervisor(t, escapeComm, cid, &syscall.SysProcAttr{Setpgid: true})
+	other := newCID(t)
+	// bash for exec -a: the other container's anchor carries the ID in
+	// its argv as a real supervisor does.
+	script := `setsid sleep 1000000 & ` +
+		`setsid setpriv --reuid=65534 --regid=65534 --clear-groups sleep 1000001 & ` +
+		`setsid bash -c 'exec -a --container-id=` + other + ` sleep 1000002' & wait`
+	kernel, err := startChild("/usr/bin/bash", []string{"bash", "-c", script}, inGroup(sup.PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kernel.Kill)
+	var tr escapeTree
+	tr.group = []fingerprint.Stat{sup.Stat, kernel.Stat}
+	proc.WaitFor(t, 10*time.Second, "the kernel's three setsid children", func() bool {
+		tr.setsid, tr.otherUID, tr.otherCtnr = fingerprint.Stat{}, fingerprint.Stat{}, fingerprint.Stat{}
+		for _, c := range childrenStats(kernel.PID) {
+			id, err := fingerprint.Read(procRoot, c.PID)
+			if err != nil || id.PGID != id.PID || len(id.Argv) < 2 {
+				continue
+			}
+			switch id.Argv[len(id.Argv)-1] {
+			case "1000000":
+				if strings.HasPrefix(id.Argv[0], "--container-id=") {
+					continue
+				}
+				tr.setsid = id.Stat
+			case "1000001":
+				if id.UID == 65534 {
+					tr.otherUID = id.Stat
+				}
+			case "1000002":
+				if strings.HasPrefix(id.Argv[0], "--container-id=") {
+					tr.otherCtnr = id.Stat
+				}
+			}
+		}
+		return tr.setsid.PID != 0 && tr.otherUID.PID != 0 && tr.otherCtnr.PID != 0
+	})
+	t.Cleanup(func() { killByIdentity([]fingerprint.Stat{tr.setsid, tr.otherUID, tr.otherCtnr}) })
+	return tr
+}
+
+// childrenStats lists pid's live children.
+func childrenStats(pid int) []fingerprint.Stat {
+	ents, _ := os.ReadDir(procRoot)
+	var out []fingerprint.Stat
+	for _, e := range ents {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := fingerprint.ReadStat(procRoot, n)
+		if err == nil && st.PPID == pid && !st.Zombie() {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// check asserts the tree's own processes died and nothing else did.
+func (tr escapeTree) check(t *testing.T, how string, bystander fingerprint.Stat) {
+	t.Helper()
+	mine := append([]fingerprint.Stat{tr.setsid}, tr.group...)
+	if !waitAllDead(mine, 10*time.Second) {
+		t.Errorf("%s: the tree's processes live on: %v", how, aliveOf(mine))
+	}
+	for _, p := range []fingerprint.Stat{tr.otherUID, tr.otherCtnr, bystander} {
+		if !fingerprint.Alive(procRoot, p) {
+			t.Errorf("%s: %d(%s) was killed; only the tree's own may be", how, p.PID, p.Comm)
+		}
+	}
+}
+
+// TestEscapedDescendantsDie: a setsid child of a stray tree dies with
+// `reconcile --apply` and with kc-hook's poststop; another UID's
+// descendant, another container's anchor under the tree and an unrelated
+// process of the same UID live. On the code before descendants were
+// members, the setsid child lived on, reparented to PID 1 (issue 30).
+func TestEscapedDescendantsDie(t *testing.T) {
+	state := t.TempDir()
+	env := baseEnv(noContainersPodman(t)+":/usr/bin:/bin", "KC_STATE_DIR="+state, "KC_SUPERVISOR_COMM="+escapeComm, "KC_KILL_GRACE=300ms")
+	bystander := startKernel(t, &syscall.SysProcAttr{Setsid: true})
+
+	// --bpf off: the /proc listing has no parent links; descendants come
+	// from the tree's own children files (DESIGN §14).
+	for _, bpf := range []string{"auto", "off"} {
+		t.Run("reconcile --apply --bpf "+bpf, func(t *testing.T) { reconcileEscape(t, env, bpf, bystander.Stat) })
+	}
+
+	t.Run("poststop", func(t *testing.T) {
+		cid := newCID(t)
+		tr := startEscapeTree(t, cid)
+		r := runTool(t, hookBin(t), env, hookState(cid), "poststop")
+		if r.Code != 0 {
+			t.Fatalf("poststop: exit %d: %s", r.Code, r.Stderr)
+		}
+		tr.check(t, "poststop", bystander.Stat)
+	})
+}
+
+// reconcileEscape runs reconcile --apply, scoped to one new tree, with
+// the given lister.
+func reconcileEscape(t *testing.T, env []string, bpf string, bystander fingerprint.Stat) {
+	cid := newCID(t)
+	tr := startEscapeTree(t, cid)
+	args := append([]string{"reconcile", "--apply", "--format", "json", "--min-age", "0s", "--kill-grace", "300ms", "--bpf", bpf,
+		"--container", cid, "--supervisor-comm", escapeComm}, janitorGround()...)
+	r := runTool(t, janitorBin(t), env, "", args...)
+	var rep struct {
+		Trees []struct {
+			PGID    int    `json:"pgid"`
+			Action  string `json:"action"`
+			Members []struct {
+				PID     int  `json:"pid"`
+				Escaped bool `json:"escaped"`
+			} `json:"members"`
+			Withheld []struct {
+				PID int `json:"pid"`
+			} `json:"withheld"`
+		} `json:"trees"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil || r.Code != 0 {
+		t.Fatalf("reconcile: exit %d, %v: %s %s", r.Code, err, r.Stdout, r.Stderr)
+	}
+	if len(rep.Trees) != 1 || rep.Trees[0].Action != "reaped" {
+		t.Fatalf("want one reaped tree: %s", r.Stdout)
+	}
+	escaped, withheld := map[int]bool{}, map[int]bool{}
+	for _, m := range rep.Trees[0].Members {
+		escaped[m.PID] = m.Escaped
+	}
+	for _, m := range rep.Trees[0].Withheld {
+		withheld[m.PID] = true
+	}
+	if !escaped[tr.setsid.PID] || escaped[tr.group[0].PID] {
+		t.Errorf("members not marked escaped as they are: %s", r.Stdout)
+	}
+	if !withheld[tr.otherUID.PID] || !withheld[tr.otherCtnr.PID] {
+		t.Errorf("other UID's and other container's descendants not reported: %s", r.Stdout)
+	}
+	tr.check(t, "reconcile --apply --bpf "+bpf, bystander)
+}

@@ -37,6 +37,35 @@ func addDescendants(root string, t *Tree, l *proctable.Listing) {
 	if len(t.Members) == 0 {
 		return
 	}
+	t.Escaped, t.Withheld = Descendants(root, l, t.Members, Rules{
+		InGroup:     func(pgid int) bool { return pgid == t.PGID },
+		UID:         t.UID,
+		ContainerID: t.ContainerID,
+	})
+}
+
+// Rules say which descendants of a tree's processes are its members.
+type Rules struct {
+	// InGroup: processes of these groups are members already (killpg or
+	// the wrapper's member-by-member kill reaches them); the walk goes
+	// through them without reporting them.
+	InGroup func(pgid int) bool
+	// UID is the tree's real UID; a descendant of any other (or any, when
+	// negative) is withheld.
+	UID int
+	// ContainerID is the tree's container; a descendant carrying any
+	// other container's ID is withheld.
+	ContainerID string
+}
+
+// Descendants walks down from the given processes and returns the live
+// descendants outside their groups that may be signalled with them
+// (escaped) and those reported only (withheld: another UID, another
+// container's ID). The walk does not go below a withheld process, nor
+// into a container monitor, nor to the caller. l's parent links are used
+// when it has them (nil: read the children files of the walked processes
+// only).
+func Descendants(root string, l *proctable.Listing, from []fingerprint.Identity, r Rules) (escaped, withheld []fingerprint.Identity) {
 	var children func(pid int) []int
 	if l != nil && l.PPIDs != nil {
 		byParent := make(map[int][]int)
@@ -49,10 +78,10 @@ func addDescendants(root string, t *Tree, l *proctable.Listing) {
 	} else {
 		children = func(pid int) []int { return readChildren(root, pid) }
 	}
-	inTree := make(map[int]bool, len(t.Members))
-	queue := make([]fingerprint.Identity, 0, len(t.Members))
-	for _, m := range t.Members {
-		inTree[m.PID] = true
+	visited := make(map[int]bool, len(from))
+	queue := make([]fingerprint.Identity, 0, len(from))
+	for _, m := range from {
+		visited[m.PID] = true
 		queue = append(queue, m)
 	}
 	seen := 0
@@ -60,10 +89,10 @@ func addDescendants(root string, t *Tree, l *proctable.Listing) {
 		parent := queue[0]
 		queue = queue[1:]
 		for _, pid := range children(parent.PID) {
-			if inTree[pid] || seen >= maxDescendants {
+			if visited[pid] || seen >= maxDescendants {
 				continue
 			}
-			inTree[pid] = true
+			visited[pid] = true
 			seen++
 			id, err := fingerprint.Read(root, pid)
 			if err != nil || id.Zombie() {
@@ -76,38 +105,42 @@ func addDescendants(root string, t *Tree, l *proctable.Listing) {
 			if id.PPID != parent.PID || id.StartTicks < parent.StartTicks {
 				continue
 			}
-			if id.PGID == t.PGID {
-				continue // a member the group scan missed joins by killpg
-			}
 			if pid == os.Getpid() {
 				continue // a hook its tree's kernel ran: never the caller
 			}
 			if monitorComm(id.Comm) {
 				continue // another container's monitor: not this tree
 			}
-			if d, ok := t.descendantVerdict(id); !ok {
-				t.Withheld = append(t.Withheld, d)
+			if r.InGroup(id.PGID) {
+				// The group's rules cover it; what it started may
+				// have left the group.
+				queue = append(queue, id)
+				continue
+			}
+			if !r.allows(id) {
+				withheld = append(withheld, id)
 				continue // what runs under it is not ours to judge
 			}
-			t.Escaped = append(t.Escaped, id)
+			escaped = append(escaped, id)
 			queue = append(queue, id)
 		}
 	}
+	return escaped, withheld
 }
 
-// descendantVerdict says whether a descendant outside the group may be
-// signalled with the tree: only one of the tree's UID that carries no
-// other container's ID (§4's anchors and ownership rules).
-func (t *Tree) descendantVerdict(id fingerprint.Identity) (fingerprint.Identity, bool) {
-	if t.UID < 0 || id.UID != t.UID {
-		return id, false
+// allows says whether a descendant may be signalled with the tree: only
+// one of the tree's UID that carries no other container's ID (§4's
+// anchors and ownership rules).
+func (r Rules) allows(id fingerprint.Identity) bool {
+	if r.UID < 0 || id.UID != r.UID {
+		return false
 	}
 	for _, cid := range containerid.FromArgv(id.Argv) {
-		if cid != t.ContainerID {
-			return id, false
+		if cid != r.ContainerID {
+			return false
 		}
 	}
-	return id, true
+	return true
 }
 
 // readChildren reads the children of every thread of pid; a process that

@@ -76,7 +76,7 @@ func Descendants(root string, l *proctable.Listing, from []fingerprint.Identity,
 		}
 		children = func(pid int) []int { return byParent[pid] }
 	} else {
-		children = func(pid int) []int { return readChildren(root, pid) }
+		children = func(pid int) []int { return Children(root, pid) }
 	}
 	visited := make(map[int]bool, len(from))
 	queue := make([]fingerprint.Identity, 0, len(from))
@@ -143,9 +143,9 @@ func (r Rules) allows(id fingerprint.Identity) bool {
 	return true
 }
 
-// readChildren reads the children of every thread of pid; a process that
-// is gone has none.
-func readChildren(root string, pid int) []int {
+// Children reads the children of every thread of pid; a process that is
+// gone has none.
+func Children(root string, pid int) []int {
 	dir := root + "/" + strconv.Itoa(pid) + "/task"
 	tids, err := os.ReadDir(dir)
 	if err != nil {

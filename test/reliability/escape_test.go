@@ -135,6 +135,29 @@ func TestEscapedDescendantsDie(t *testing.T) {
 func reconcileEscape(t *testing.T, env []string, bpf string, bystander fingerprint.Stat) {
 	cid := newCID(t)
 	tr := startEscapeTree(t, cid)
+	// status shows the tree as it will be reaped: the setsid child among
+	// its members, marked escaped.
+	st := runTool(t, janitorBin(t), env, "", append([]string{"status", "--format", "json", "--bpf", bpf,
+		"--container", cid, "--supervisor-comm", escapeComm}, janitorGround()...)...)
+	var status struct {
+		Trees []struct {
+			Members []struct {
+				PID     int  `json:"pid"`
+				Escaped bool `json:"escaped"`
+			} `json:"members"`
+		} `json:"trees"`
+	}
+	shown := false
+	if err := json.Unmarshal([]byte(st.Stdout), &status); err == nil {
+		for _, tree := range status.Trees {
+			for _, m := range tree.Members {
+				shown = shown || (m.PID == tr.setsid.PID && m.Escaped)
+			}
+		}
+	}
+	if !shown {
+		t.Errorf("status does not show the escaped member %d: exit %d\n%s\n%s", tr.setsid.PID, st.Code, st.Stdout, st.Stderr)
+	}
 	args := append([]string{"reconcile", "--apply", "--format", "json", "--min-age", "0s", "--kill-grace", "300ms", "--bpf", bpf,
 		"--container", cid, "--supervisor-comm", escapeComm}, janitorGround()...)
 	r := runTool(t, janitorBin(t), env, "", args...)

@@ -42,6 +42,9 @@ func addDescendants(root string, t *Tree, l *proctable.Listing) {
 		UID:         t.UID,
 		ContainerID: t.ContainerID,
 	})
+	for _, w := range t.Withheld {
+		t.callerBelow = t.callerBelow || w.PID == os.Getpid()
+	}
 }
 
 // Rules say which descendants of a tree's processes are its members.
@@ -106,7 +109,11 @@ func Descendants(root string, l *proctable.Listing, from []fingerprint.Identity,
 				continue
 			}
 			if pid == os.Getpid() {
-				continue // a hook its tree's kernel ran: never the caller
+				// A janitor run from a terminal the tree's kernel
+				// opened: it and the shells above it are not to be
+				// killed by its own run.
+				withheld = append(withheld, id)
+				continue
 			}
 			if monitorComm(id.Comm) {
 				continue // another container's monitor: not this tree

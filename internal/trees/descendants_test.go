@@ -1,6 +1,7 @@
 package trees
 
 import (
+	"os"
 	"os/exec"
 	"syscall"
 	"testing"
@@ -107,5 +108,31 @@ func TestDescendantsWithheld(t *testing.T) {
 	r.UID = -1 // a tree of mixed UIDs vouches for none
 	if esc, _ := Descendants(fingerprint.DefaultRoot, nil, []fingerprint.Identity{f.member}, r); len(esc) != 0 {
 		t.Fatalf("mixed UIDs: escaped %v", pids(esc))
+	}
+}
+
+// TestTreeAboveTheCallerHoldsIt: a tree the calling process descends from
+// (a janitor run in a terminal a kernel opened) holds the caller: the
+// caller is withheld, and the tree refused as a whole.
+func TestTreeAboveTheCallerHoldsIt(t *testing.T) {
+	self, err := fingerprint.Read(fingerprint.DefaultRoot, os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The nearest ancestor outside the caller's group stands for the
+	// kernel's terminal.
+	parent := self
+	for parent.PGID == self.PGID {
+		if parent.PPID <= 1 {
+			t.Skip("no ancestor outside the test's own group but init")
+		}
+		if parent, err = fingerprint.Read(fingerprint.DefaultRoot, parent.PPID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr := Tree{PGID: parent.PGID, UID: parent.UID, ContainerID: cidA, Members: []fingerprint.Identity{parent}}
+	addDescendants(fingerprint.DefaultRoot, &tr, nil)
+	if !tr.HoldsCaller() {
+		t.Fatalf("a tree above the caller does not hold it: escaped %v withheld %v", pids(tr.Escaped), pids(tr.Withheld))
 	}
 }

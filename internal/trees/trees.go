@@ -120,6 +120,9 @@ type Tree struct {
 	// Withheld are descendants outside the group of another UID or
 	// carrying another container's ID: reported, never signalled.
 	Withheld []fingerprint.Identity
+	// callerBelow: the calling process is a descendant of the tree (see
+	// HoldsCaller).
+	callerBelow bool
 }
 
 // Stats reports how much a scan read, for benchmarks and logs.

@@ -3,10 +3,18 @@
 package reliability
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -194,4 +202,90 @@ func reconcileEscape(t *testing.T, env []string, bpf string, bystander fingerpri
 		t.Errorf("other UID's and other container's descendants not reported: %s", r.Stdout)
 	}
 	tr.check(t, "reconcile --apply --bpf "+bpf, bystander)
+}
+
+// TestEscapedDescendantDiesWithWatch: `watch` handles a container's
+// death (a Docker Engine API double on a unix socket lists it running,
+// then reports its `die` and lists it no more) by reaping its stray tree,
+// the kernel's setsid child included; another UID's descendant, another
+// container's anchor and an unrelated process live.
+func TestEscapedDescendantDiesWithWatch(t *testing.T) {
+	cid := newCID(t)
+	tr := startEscapeTree(t, cid)
+	bystander := startKernel(t, &syscall.SysProcAttr{Setsid: true})
+
+	var mu sync.Mutex
+	running := true
+	events := make(chan string, 1)
+	dockerSock := filepath.Join(shortDir(t, "kcesc"), "docker.sock")
+	l, err := net.Listen("unix", dockerSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/containers/json"):
+			mu.Lock()
+			up := running
+			mu.Unlock()
+			if up {
+				fmt.Fprintf(w, `[{"Id":%q,"Names":["/escape"],"State":"running"}]`, cid)
+			} else {
+				w.Write([]byte("[]"))
+			}
+		case strings.HasSuffix(r.URL.Path, "/events"):
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			for {
+				select {
+				case ev := <-events:
+					w.Write([]byte(ev))
+					w.(http.Flusher).Flush()
+				case <-r.Context().Done():
+					return
+				}
+			}
+		default:
+			http.NotFound(w, r)
+		}
+	})}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+
+	state := t.TempDir()
+	logFile := filepath.Join(t.TempDir(), "watch.log")
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, janitorBin(t), "--engine", "docker", "--docker-url", "unix://"+dockerSock, "--state-dir", state,
+		"--log-file", logFile,
+		"watch", "--reconcile-apply", "--interval", "1h", "--no-cull", "--min-age", "0s", "--kill-grace", "300ms",
+		"--container", cid, "--supervisor-comm", escapeComm, "--socket-dir", t.TempDir())
+	cmd.Env = baseEnv("/usr/bin:/bin")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); cmd.Wait() })
+	logged := func(s string) bool {
+		b, _ := os.ReadFile(logFile)
+		return strings.Contains(string(b), s)
+	}
+	if !proc.Poll(30*time.Second, func() bool { return logged("following container deaths") }) {
+		b, _ := os.ReadFile(logFile)
+		t.Fatalf("watch never followed deaths:\n%s\nstderr: %s", b, stderr.String())
+	}
+	if len(aliveOf(append([]fingerprint.Stat{tr.setsid}, tr.group...))) != 3 {
+		t.Fatal("the tree of a running container was touched")
+	}
+
+	mu.Lock()
+	running = false
+	mu.Unlock()
+	events <- fmt.Sprintf(`{"Type":"container","Action":"die","timeNano":%d,"Actor":{"ID":%q}}`+"\n", time.Now().UnixNano(), cid)
+	proc.WaitFor(t, 30*time.Second, "the death handled", func() bool { return logged("container death handled") })
+	tr.check(t, "watch", bystander.Stat)
+	if t.Failed() {
+		b, _ := os.ReadFile(logFile)
+		t.Logf("watch log:\n%s\nstderr: %s", b, stderr.String())
+	}
 }

@@ -150,9 +150,18 @@ func logTrees(ctx context.Context, log *slog.Logger, rep reconcile.Report) {
 func members(ms []reconcile.Member) string {
 	var out []string
 	for _, m := range ms {
-		out = append(out, fmt.Sprintf("%s(%d)", m.Comm, m.PID))
+		out = append(out, memberText(m))
 	}
 	return strings.Join(out, " ")
+}
+
+// memberText names a member; an escaped one (outside the group) is marked
+// with a '+', so a reader sees why a killpg alone would not have sufficed.
+func memberText(m reconcile.Member) string {
+	if m.Escaped {
+		return fmt.Sprintf("+%s(%d)", m.Comm, m.PID)
+	}
+	return fmt.Sprintf("%s(%d)", m.Comm, m.PID)
 }
 
 // Text writes reconcile's text report.

@@ -58,6 +58,7 @@ type statusTree struct {
 	AgeSeconds     int64              `json:"age_seconds"`
 	ByLedger       bool               `json:"by_ledger"`
 	Members        []reconcile.Member `json:"members"`
+	Withheld       []reconcile.Member `json:"withheld,omitempty"`
 	// Action is what reconcile would decide for the tree, under the key
 	// reconcile's own JSON gives it; "?" when ground truth is unknown.
 	Action string `json:"action"`
@@ -130,9 +131,7 @@ func Status(ctx context.Context, s Settings, log *slog.Logger) (StatusReport, er
 		if t.AgeKnown {
 			j.AgeSeconds = int64(t.Age / time.Second)
 		}
-		for _, m := range t.Members {
-			j.Members = append(j.Members, reconcile.Member{PID: m.PID, StartTicks: m.StartTicks, Comm: m.Comm})
-		}
+		j.Members, j.Withheld = reconcile.MembersOf(t), reconcile.WithheldOf(t)
 		if known {
 			j.Action = string(reconcile.Decide(t, live, s.Reconcile.MinAge))
 		}
@@ -223,7 +222,7 @@ func (st StatusReport) Text(w io.Writer) error {
 			}
 			var ms []string
 			for _, m := range t.Members {
-				ms = append(ms, fmt.Sprintf("%s(%d)", m.Comm, m.PID))
+				ms = append(ms, memberText(m))
 			}
 			cid := short(t.ContainerID)
 			if t.ByLedger {

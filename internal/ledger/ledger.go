@@ -43,6 +43,9 @@ type Process struct {
 	PID        int    `json:"pid"`
 	StartTicks uint64 `json:"start_ticks"`
 	Comm       string `json:"comm,omitempty"`
+	// Escaped: a descendant of the tree outside its process group,
+	// killed on its own (DESIGN §16).
+	Escaped bool `json:"escaped,omitempty"`
 }
 
 // Tree is a supervisor tree as recorded at one point in time.
@@ -50,7 +53,10 @@ type Tree struct {
 	PGID    int       `json:"pgid"`
 	UID     int       `json:"uid"`
 	Members []Process `json:"members"`
-	Sockets []string  `json:"sockets,omitempty"`
+	// Withheld are descendants outside the group that were reported and
+	// never signalled: another UID's, or carrying another container's ID.
+	Withheld []Process `json:"withheld,omitempty"`
+	Sockets  []string  `json:"sockets,omitempty"`
 	// Source says who recorded it: "poststop", "reconcile" or "supervise".
 	Source string    `json:"source"`
 	SeenAt time.Time `json:"seen_at"`

@@ -23,6 +23,9 @@ func KnownFrom(recs []*Record, bootID string) map[trees.Key]string {
 				continue
 			}
 			for _, p := range t.Members {
+				if p.Escaped {
+					continue // outside the group: no key of it names the tree
+				}
 				m[trees.Key{PID: p.PID, StartTicks: p.StartTicks, PGID: t.PGID}] = r.ContainerID
 			}
 		}
@@ -35,6 +38,12 @@ func Snapshot(t trees.Tree, source string, now time.Time) Tree {
 	lt := Tree{PGID: t.PGID, UID: t.UID, Source: source, SeenAt: now.UTC()}
 	for _, m := range t.Members {
 		lt.Members = append(lt.Members, Process{PID: m.PID, StartTicks: m.StartTicks, Comm: m.Comm})
+	}
+	for _, m := range t.Escaped {
+		lt.Members = append(lt.Members, Process{PID: m.PID, StartTicks: m.StartTicks, Comm: m.Comm, Escaped: true})
+	}
+	for _, m := range t.Withheld {
+		lt.Withheld = append(lt.Withheld, Process{PID: m.PID, StartTicks: m.StartTicks, Comm: m.Comm})
 	}
 	return lt
 }

@@ -9,6 +9,7 @@ package reap
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -161,12 +162,27 @@ func refusal(t Tree) action.Action {
 // member's PID and start time at signal time) and, once its members are
 // dead, unlinks the sockets they held.
 func kill(ctx context.Context, opt Options, log *slog.Logger, id string, t Tree, held []sockets.TreeSocket, snap *ledger.Tree) {
-	r := pgkill.Kill(ctx, pgkill.Group{PGID: t.PGID, Members: t.Stats()}, pgkill.Options{Root: opt.Root, Grace: opt.Grace})
+	popt := pgkill.Options{Root: opt.Root, Grace: opt.Grace}
+	// The escaped members share the group's grace rather than wait for
+	// it to end: a kernel's setsid child must not double the stop time.
+	var esc pgkill.Result
+	var wg sync.WaitGroup
+	if len(t.Escaped) > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			esc = pgkill.KillEscaped(ctx, escapedStats(t.Tree), popt)
+		}()
+	}
+	r := pgkill.Kill(ctx, pgkill.Group{PGID: t.PGID, Members: t.Stats()}, popt)
+	wg.Wait()
+	r.Outcome, r.Err = merge(r, esc, len(t.Escaped) > 0)
 	snap.Action = r.Outcome
 	if r.Err != nil {
 		snap.Error = r.Err.Error()
 	}
-	log.Info("[REAP] stray tree", "container", id, "pgid", t.PGID, "action", r.Outcome, "signals", fmt.Sprint(r.Signals), "err", r.Err)
+	log.Info("[REAP] stray tree", "container", id, "pgid", t.PGID, "action", r.Outcome, "signals", fmt.Sprint(r.Signals),
+		"escaped", len(t.Escaped), "escaped_signals", fmt.Sprint(esc.Signals), "withheld", len(t.Withheld), "err", r.Err)
 	if r.Outcome == action.WouldNotDie {
 		return // a live owner keeps its sockets
 	}
@@ -177,6 +193,32 @@ func kill(ctx context.Context, opt Options, log *slog.Logger, id string, t Tree,
 		}
 		snap.SocketsUnlinked = append(snap.SocketsUnlinked, s.Path)
 	}
+}
+
+// escapedStats are the escaped members' identities, as pgkill pins them.
+func escapedStats(t trees.Tree) []fingerprint.Stat {
+	out := make([]fingerprint.Stat, len(t.Escaped))
+	for i, m := range t.Escaped {
+		out[i] = m.Stat
+	}
+	return out
+}
+
+// merge sums up a tree's kill: would-not-die if the group or an escaped
+// member would not die, reaped if either was signalled, gone when neither
+// had anything left.
+func merge(group, esc pgkill.Result, hadEscaped bool) (action.Action, error) {
+	if !hadEscaped {
+		return group.Outcome, group.Err
+	}
+	err := errors.Join(group.Err, esc.Err)
+	switch {
+	case group.Outcome == action.WouldNotDie || esc.Outcome == action.WouldNotDie:
+		return action.WouldNotDie, err
+	case group.Outcome == action.Reaped || esc.Outcome == action.Reaped:
+		return action.Reaped, err
+	}
+	return group.Outcome, err
 }
 
 func summary(snaps []ledger.Tree) action.Action {

@@ -73,17 +73,45 @@ type Member struct {
 	PID        int    `json:"pid"`
 	StartTicks uint64 `json:"start_ticks"`
 	Comm       string `json:"comm"`
+	// Escaped: a descendant outside the tree's process group, a member
+	// all the same (DESIGN §16).
+	Escaped bool `json:"escaped,omitempty"`
+}
+
+// MembersOf lists t's members for the reports: the group's, then the
+// escaped descendants.
+func MembersOf(t trees.Tree) []Member {
+	out := make([]Member, 0, len(t.Members)+len(t.Escaped))
+	for _, m := range t.Members {
+		out = append(out, Member{PID: m.PID, StartTicks: m.StartTicks, Comm: m.Comm})
+	}
+	for _, m := range t.Escaped {
+		out = append(out, Member{PID: m.PID, StartTicks: m.StartTicks, Comm: m.Comm, Escaped: true})
+	}
+	return out
+}
+
+// WithheldOf lists the descendants of t reported and never signalled.
+func WithheldOf(t trees.Tree) []Member {
+	var out []Member
+	for _, m := range t.Withheld {
+		out = append(out, Member{PID: m.PID, StartTicks: m.StartTicks, Comm: m.Comm})
+	}
+	return out
 }
 
 // Tree is one line of the report.
 type Tree struct {
-	ContainerID string        `json:"container_id"`
-	PGID        int           `json:"pgid"`
-	UID         int           `json:"uid"`
-	AgeSeconds  int64         `json:"age_seconds"`
-	Members     []Member      `json:"members"`
-	Action      action.Action `json:"action"`
-	Error       *string       `json:"error"`
+	ContainerID string   `json:"container_id"`
+	PGID        int      `json:"pgid"`
+	UID         int      `json:"uid"`
+	AgeSeconds  int64    `json:"age_seconds"`
+	Members     []Member `json:"members"`
+	// Withheld are descendants outside the group of another UID or
+	// carrying another container's ID: reported, never signalled.
+	Withheld []Member      `json:"withheld,omitempty"`
+	Action   action.Action `json:"action"`
+	Error    *string       `json:"error"`
 
 	tree trees.Tree
 }
@@ -234,9 +262,7 @@ func (sc *Scanned) Run(ctx context.Context, live liveness.Set) (Report, error) {
 		} else {
 			rt.AgeSeconds = -1
 		}
-		for _, m := range t.Members {
-			rt.Members = append(rt.Members, Member{PID: m.PID, StartTicks: m.StartTicks, Comm: m.Comm})
-		}
+		rt.Members, rt.Withheld = MembersOf(t), WithheldOf(t)
 		rep.Trees = append(rep.Trees, rt)
 	}
 

@@ -21,6 +21,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
+	"github.com/kc-watchman/kc-watchman/internal/trees"
 	"github.com/kc-watchman/kc-watchman/internal/userns"
 )
 
@@ -157,6 +158,15 @@ func Run(ctx context.Context, o Options) error {
 	if err := r.lead(); err != nil {
 		return err
 	}
+	// A daemon the supervisor's kernels double-fork is orphaned before
+	// anything could see its parent: as the subreaper, the wrapper gets
+	// it instead of PID 1, and it stays below the wrapper, where the
+	// teardown's walk finds it (DESIGN §16).
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		r.log.Warn("not a child subreaper: a daemon of the tree escapes it", "err", err)
+	} else {
+		r.subreaper = true
+	}
 
 	wctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -221,6 +231,9 @@ type runner struct {
 	// snaps remembers the membership last written per group, so the
 	// ledger is written only when it changes.
 	snaps map[int]string
+	// subreaper: orphaned descendants are reparented to the wrapper,
+	// which must reap them (reapAdopted).
+	subreaper bool
 }
 
 // lead makes the wrapper the leader of its own process group. kc-hook
@@ -262,6 +275,7 @@ func (r *runner) wait(ctx context.Context, initDead <-chan struct{}) string {
 		case <-ctx.Done():
 			return "stop signal"
 		case <-t.C:
+			r.reapAdopted()
 			r.refresh()
 			every = min(2*every, r.o.Refresh)
 			t.Reset(every)
@@ -311,16 +325,85 @@ func (r *runner) groups() []int {
 // (SIGTERM, grace, SIGKILL, members that appear meanwhile included) and
 // returns the members still alive. The command is not reaped here.
 func (r *runner) stopGroup() []fingerprint.Stat {
-	res := pgkill.KillOthers(r.groups(), pgkill.Options{
-		Root: r.o.Root, Grace: r.o.KillGrace, KillWait: r.o.KillWait, Poll: r.o.Poll,
-	})
+	popt := pgkill.Options{Root: r.o.Root, Grace: r.o.KillGrace, KillWait: r.o.KillWait, Poll: r.o.Poll}
+	groups := r.groups()
+	// Escaped descendants share the group's grace: found before the
+	// group dies (a setsid child still has its parent then), killed
+	// alongside it.
+	var left []fingerprint.Stat
+	escDone := make(chan []fingerprint.Stat, 1)
+	go func() { escDone <- r.stopEscaped(groups, popt) }()
+	res := pgkill.KillOthers(groups, popt)
+	left = append(left, <-escDone...)
 	if len(res.Outlived) > 0 {
 		r.log.Warn("members outlived the grace; sent SIGKILL", "members", describe(res.Outlived))
 	}
 	if res.Refused > 0 {
 		r.log.Debug("signals not sent: members gone, recycled or out of the group before they could be signalled", "count", res.Refused)
 	}
-	return res.Left
+	// What the dying group orphaned came to the wrapper (subreaper):
+	// one more look below it.
+	left = append(left, r.stopEscaped(groups, popt)...)
+	r.reapAdopted()
+	return append(res.Left, left...)
+}
+
+// maxEscapedRounds bounds the walks for escaped descendants of a
+// teardown: a tree that keeps forking new sessions is reported.
+const maxEscapedRounds = 3
+
+// stopEscaped kills the wrapper's descendants outside groups (the tree's
+// setsid children and, the wrapper being a subreaper, its daemons)
+// through pidfds, under the member rules (DESIGN §16): the wrapper's UID
+// only, no other container's ID, not below a container monitor. It
+// returns those still alive.
+func (r *runner) stopEscaped(groups []int, popt pgkill.Options) []fingerprint.Stat {
+	self, err := fingerprint.Read(r.o.Root, os.Getpid())
+	if err != nil {
+		r.log.Warn("cannot read the wrapper's own identity; escaped descendants are not looked for", "err", err)
+		return nil
+	}
+	rules := trees.Rules{InGroup: func(pgid int) bool { return slices.Contains(groups, pgid) }, UID: self.UID, ContainerID: r.o.ContainerID}
+	var left []fingerprint.Stat
+	for round := 0; round < maxEscapedRounds; round++ {
+		esc, withheld := trees.Descendants(r.o.Root, nil, []fingerprint.Identity{self}, rules)
+		for _, w := range withheld {
+			r.log.Warn("descendant not signalled: another UID's or another container's", "pid", w.PID, "comm", w.Comm, "uid", w.UID)
+		}
+		if len(esc) == 0 {
+			return nil
+		}
+		stats := make([]fingerprint.Stat, len(esc))
+		for i, e := range esc {
+			stats[i] = e.Stat
+		}
+		res := pgkill.KillEscaped(context.Background(), stats, popt)
+		r.log.Info("escaped descendants", "members", describe(stats), "action", res.Outcome, "err", res.Err)
+		left = nil
+		for _, s := range stats {
+			if fingerprint.Alive(r.o.Root, s) {
+				left = append(left, s)
+			}
+		}
+		r.reapAdopted()
+	}
+	return left
+}
+
+// reapAdopted reaps the wrapper's exited children other than the
+// command: orphans the subreaper adopted. Each is waited for by PID, so
+// the command's own wait (waitid on its PID) is never raced.
+func (r *runner) reapAdopted() {
+	if !r.subreaper {
+		return
+	}
+	for _, pid := range trees.Children(r.o.Root, os.Getpid()) {
+		if r.child != nil && pid == r.child.pid {
+			continue
+		}
+		var ws unix.WaitStatus
+		_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+	}
 }
 
 func describe(ms []fingerprint.Stat) string {

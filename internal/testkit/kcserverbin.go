@@ -47,6 +47,8 @@ type Fake struct {
 
 	Children     int           // KCFAKE_CHILDREN
 	Stubborn     bool          // KCFAKE_STUBBORN_CHILD
+	SetsidChild  bool          // KCFAKE_SETSID_CHILD
+	DaemonChild  bool          // KCFAKE_DAEMON_CHILD: see KCServer.Daemon
 	Sessions     string        // KCFAKE_SESSIONS (a JSON file)
 	OpenChannels bool          // KCFAKE_OPEN_CHANNELS: make session sockets
 	Hang         bool          // KCFAKE_HANG
@@ -68,6 +70,8 @@ func (f Fake) Environ() []string {
 	}
 	add(f.Children > 0, "KCFAKE_CHILDREN="+strconv.Itoa(f.Children))
 	add(f.Stubborn, "KCFAKE_STUBBORN_CHILD=1")
+	add(f.SetsidChild, "KCFAKE_SETSID_CHILD=1")
+	add(f.DaemonChild, "KCFAKE_DAEMON_CHILD=1")
 	add(f.Sessions != "", "KCFAKE_SESSIONS="+f.Sessions)
 	add(f.OpenChannels, "KCFAKE_OPEN_CHANNELS=1")
 	add(f.Hang, "KCFAKE_HANG=1")
@@ -90,6 +94,9 @@ type KCServer struct {
 	// Children are the identities of the fake's direct children, read once
 	// it was ready.
 	Children []fingerprint.Stat
+	// Daemon is the double-forked child of Fake.DaemonChild (zero
+	// without it); cleanup kills it while it is still this process.
+	Daemon fingerprint.Stat
 
 	self   fingerprint.Stat
 	exited chan struct{}
@@ -175,9 +182,15 @@ func StartKCServer(t testing.TB, dir string, f Fake) *KCServer {
 	t.Cleanup(k.cleanup)
 
 	deadline := time.Now().Add(30 * time.Second)
+	var err error
 	for {
-		if pid, sock, ok := readReady(ready); ok {
+		if pid, sock, daemon, ok := readReady(ready); ok {
 			k.PID, k.Socket = pid, sock
+			if daemon > 0 {
+				if k.Daemon, err = fingerprint.ReadStat(fingerprint.DefaultRoot, daemon); err != nil {
+					t.Fatalf("fake kcserver's daemon %d: %v", daemon, err)
+				}
+			}
 			break
 		}
 		select {
@@ -201,16 +214,22 @@ func StartKCServer(t testing.TB, dir string, f Fake) *KCServer {
 	return k
 }
 
-// readReady reads the fake's ready file: its pid, then where its control
-// listener is.
-func readReady(path string) (int, string, bool) {
+// readReady reads the fake's ready file: its pid, where its control
+// listener is, and its daemon's pid (0: none).
+func readReady(path string) (pid int, where string, daemon int, ok bool) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return 0, "", false
+		return 0, "", 0, false
 	}
-	pidStr, where, _ := strings.Cut(strings.TrimSpace(string(data)), "\n")
-	pid, err := strconv.Atoi(pidStr)
-	return pid, where, err == nil
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	pid, err = strconv.Atoi(lines[0])
+	if len(lines) > 1 {
+		where = lines[1]
+	}
+	if len(lines) > 2 {
+		daemon, _ = strconv.Atoi(lines[2])
+	}
+	return pid, where, daemon, err == nil
 }
 
 // startInit starts a stand-in for a container's init process (a sleep in
@@ -307,9 +326,14 @@ func (k *KCServer) cleanup() {
 		}
 	}
 	<-k.exited
-	for _, c := range k.Children {
-		if fingerprint.Alive(fingerprint.DefaultRoot, c) {
-			syscall.Kill(c.PID, syscall.SIGKILL)
+	for _, c := range append(k.Children, k.Daemon) {
+		if c.PID == 0 {
+			continue
+		}
+		// Pinned: the daemon is not our child, its PID could be another's.
+		if p, err := fingerprint.Pin(fingerprint.DefaultRoot, c); err == nil {
+			p.Signal(syscall.SIGKILL)
+			p.Close()
 		}
 	}
 }

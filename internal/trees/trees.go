@@ -113,6 +113,16 @@ type Tree struct {
 	// it.
 	Oldest  time.Duration
 	Members []fingerprint.Identity
+	// Escaped are live descendants of members that left the group (a
+	// setsid child, a daemon): members all the same, killed one by one
+	// since no killpg reaches them (DESIGN §16).
+	Escaped []fingerprint.Identity
+	// Withheld are descendants outside the group of another UID or
+	// carrying another container's ID: reported, never signalled.
+	Withheld []fingerprint.Identity
+	// callerBelow: the calling process is a descendant of the tree (see
+	// HoldsCaller).
+	callerBelow bool
 }
 
 // Stats reports how much a scan read, for benchmarks and logs.
@@ -225,6 +235,9 @@ func ScanSnapshot(opt Options) ([]Tree, Stats, *proctable.Listing, error) {
 			continue
 		}
 		t.AgeKnown = t.AgeKnown && uptimeErr == nil
+		if t.Signalable() {
+			addDescendants(opt.Root, t, listing)
+		}
 		if t.AgeKnown {
 			t.Age, t.Oldest = ages(t.Members, uptime)
 		}

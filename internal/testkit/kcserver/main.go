@@ -44,6 +44,13 @@
 //	                         its socket (socket transport only)
 //	KCFAKE_CHILDREN=N        N children "sleep 1000000" in the fake's group
 //	KCFAKE_STUBBORN_CHILD=1  one more child that ignores SIGTERM
+//	KCFAKE_SETSID_CHILD=1    one more child "sleep 1000000" in a session of
+//	                         its own (start_new_session=True): out of the
+//	                         fake's group, still its child
+//	KCFAKE_DAEMON_CHILD=1    a double-forked "sleep 1000000" in a session of
+//	                         its own, orphaned before the fake is ready
+//	                         (reparented to a subreaper or PID 1); its pid
+//	                         is the ready file's third line
 //	KCFAKE_HANG=1            accept, read requests, never answer
 //	KCFAKE_DELAY=DUR         answer every request after DUR
 //	KCFAKE_COMM=NAME         set its own comm before it is ready
@@ -108,6 +115,8 @@ type knobs struct {
 	openChannels bool
 	children     int
 	stubborn     bool
+	setsidChild  bool
+	daemonChild  bool
 	hang         bool
 	delay        time.Duration
 	comm         string
@@ -121,6 +130,8 @@ func knobsFromEnv() (knobs, error) {
 		sessionsFile: os.Getenv("KCFAKE_SESSIONS"),
 		openChannels: os.Getenv("KCFAKE_OPEN_CHANNELS") == "1",
 		stubborn:     os.Getenv("KCFAKE_STUBBORN_CHILD") == "1",
+		setsidChild:  os.Getenv("KCFAKE_SETSID_CHILD") == "1",
+		daemonChild:  os.Getenv("KCFAKE_DAEMON_CHILD") == "1",
 		hang:         os.Getenv("KCFAKE_HANG") == "1",
 		comm:         os.Getenv("KCFAKE_COMM"),
 		ignoreTerm:   os.Getenv("KCFAKE_IGNORE_TERM") == "1",
@@ -212,6 +223,26 @@ func run(o options, k knobs) error {
 			return err
 		}
 	}
+	if k.setsidChild {
+		c := exec.Command("sleep", "1000000")
+		c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := c.Start(); err != nil {
+			s.unlinkAll()
+			return fmt.Errorf("start setsid child: %w", err)
+		}
+		go c.Wait()
+	}
+	daemon := ""
+	if k.daemonChild {
+		// The shell exits once the daemon runs: the daemon has no parent
+		// in the tree by the time the fake is ready, as a real one would.
+		out, err := exec.Command("sh", "-c", "setsid sleep 1000000 </dev/null >/dev/null 2>&1 & echo $!").Output()
+		if err != nil {
+			s.unlinkAll()
+			return fmt.Errorf("start daemon child: %w", err)
+		}
+		daemon = strings.TrimSpace(string(out)) + "\n"
+	}
 	if k.comm != "" {
 		// Through /proc/self/comm, which names the thread-group leader;
 		// prctl(PR_SET_NAME) would rename whichever thread runs this.
@@ -226,7 +257,7 @@ func run(o options, k knobs) error {
 		}
 	}
 	if k.readyFile != "" {
-		if err := writeAtomic(k.readyFile, strconv.Itoa(s.pid)+"\n"+where+"\n"); err != nil {
+		if err := writeAtomic(k.readyFile, strconv.Itoa(s.pid)+"\n"+where+"\n"+daemon); err != nil {
 			s.unlinkAll()
 			return err
 		}

@@ -1,0 +1,104 @@
+package pgkill
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+)
+
+// KillEscaped takes down a tree's members that left its process group (a
+// setsid child, a daemon; DESIGN §16). No group vouches for them, so each
+// is signalled on its own through a pidfd opened before its identity (PID
+// and start time) is read again: a PID handed to another process since
+// the scan is never signalled, and neither is the caller. SIGTERM, the
+// grace, SIGKILL, as Kill does for a group; the outcome is Reaped when
+// every one is dead, Gone when none was left to signal, WouldNotDie
+// otherwise.
+func KillEscaped(ctx context.Context, procs []fingerprint.Stat, opt Options) Result {
+	opt = opt.withDefaults()
+	res := Result{Outcome: action.Gone}
+	if len(procs) == 0 {
+		return res
+	}
+	g := Group{Members: procs}
+	sent, err := signalEach(opt.Root, procs, unix.SIGTERM)
+	if err != nil {
+		res.Outcome, res.Err = action.WouldNotDie, err
+		return res
+	}
+	if !sent {
+		return res
+	}
+	res.Signals = append(res.Signals, unix.SIGTERM)
+	graceCtx, cancel := context.WithTimeout(ctx, opt.Grace)
+	dead := waitDead(graceCtx, opt, g)
+	cancel()
+	if dead {
+		res.Outcome = action.Reaped
+		return res
+	}
+	sent, err = signalEach(opt.Root, alive(opt.Root, g), unix.SIGKILL)
+	if err != nil {
+		res.Outcome, res.Err = action.WouldNotDie, err
+		return res
+	}
+	if sent {
+		res.Signals = append(res.Signals, unix.SIGKILL)
+	}
+	killCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opt.KillWait)
+	defer cancel()
+	if waitDead(killCtx, opt, g) {
+		res.Outcome = action.Reaped
+		return res
+	}
+	res.Outcome = action.WouldNotDie
+	res.Err = fmt.Errorf("escaped members still alive after SIGKILL: %s", describe(alive(opt.Root, g)))
+	return res
+}
+
+// signalEach signals every process that is still the recorded one and
+// reports whether any was signalled; a process that is gone or whose PID
+// now names another is skipped, any other failure (EPERM) is an error
+// once the rest have been tried.
+func signalEach(root string, procs []fingerprint.Stat, sig syscall.Signal) (bool, error) {
+	var sent bool
+	var errs []error
+	for _, m := range procs {
+		err := signalPinned(root, m, sig)
+		switch {
+		case err == nil:
+			sent = true
+		case notOccupying(err):
+		default:
+			errs = append(errs, err)
+		}
+	}
+	return sent, errors.Join(errs...)
+}
+
+// signalPinned signals m through a pidfd once the pidfd is proven to be
+// m's (fingerprint.Pin); never the caller.
+func signalPinned(root string, m fingerprint.Stat, sig syscall.Signal) error {
+	if m.PID == os.Getpid() || m.PID <= 1 {
+		return fmt.Errorf("pid %d is never signalled: %w", m.PID, errRefusedTarget)
+	}
+	pin, err := fingerprint.Pin(root, m)
+	if err != nil {
+		return fmt.Errorf("escaped member %d: %w", m.PID, err)
+	}
+	defer pin.Close()
+	if err := pin.Signal(sig); err != nil {
+		return fmt.Errorf("escaped member %d: %w", m.PID, err)
+	}
+	return nil
+}
+
+// errRefusedTarget: the caller itself or init, which no tree can hold.
+var errRefusedTarget = errors.New("refused target")

@@ -1,0 +1,96 @@
+package pgkill
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+)
+
+// TestSignalPinnedRefusesTheWrongTarget: an escaped member is signalled
+// by itself, with no group to vouch for it; its identity is all there is.
+// A recorded identity whose PID now names another process gets nothing,
+// nor does a thread ID; the recorded process gets the signal.
+func TestSignalPinnedRefusesTheWrongTarget(t *testing.T) {
+	inn, err := proc.StartInnocent(&syscall.SysProcAttr{Setsid: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(inn.Close)
+	st := proc.MustStat(t, fingerprint.DefaultRoot, inn.PID)
+	recycled := st
+	recycled.StartTicks++ // the recorded process was another one
+	for _, tt := range []struct {
+		name string
+		m    fingerprint.Stat
+		want int
+	}{
+		{"recycled PID", recycled, 0},
+		{"the recorded process (control)", st, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			before, err := inn.Sync()
+			if err != nil {
+				t.Fatal(err)
+			}
+			sent, err := signalEach(fingerprint.DefaultRoot, []fingerprint.Stat{tt.m}, syscall.SIGUSR1)
+			if err != nil || sent != (tt.want > 0) {
+				t.Errorf("signalEach = %v, %v", sent, err)
+			}
+			after, err := inn.Sync()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := after - before; got != tt.want {
+				t.Errorf("innocent caught %d signals (%v), want %d", got, inn.Caught(), tt.want)
+			}
+		})
+	}
+}
+
+// TestKillEscapedRefusesTheCallerAndInit: neither the caller nor PID 1
+// is ever signalled, whatever a walk recorded.
+func TestKillEscapedRefusesTheCallerAndInit(t *testing.T) {
+	caught := make(chan os.Signal, 1)
+	signal.Notify(caught, syscall.SIGTERM)
+	defer signal.Stop(caught)
+	self := proc.MustStat(t, fingerprint.DefaultRoot, os.Getpid())
+	r := KillEscaped(context.Background(), []fingerprint.Stat{self, {PID: 1}}, Options{Grace: 50 * time.Millisecond})
+	if r.Outcome != action.WouldNotDie || r.Err == nil {
+		t.Errorf("KillEscaped(self, 1) = %v, %v; want a refusal", r.Outcome, r.Err)
+	}
+	select {
+	case <-caught:
+		t.Error("the calling process caught SIGTERM")
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// TestKillEscapedKillsOutsideAnyGroup: a process in a session of its own
+// that ignores SIGTERM dies of the SIGKILL after the grace, signalled
+// through its pidfd (no killpg could reach it by the tree's group).
+func TestKillEscapedKillsOutsideAnyGroup(t *testing.T) {
+	cmd := exec.Command("sh", "-c", `trap "" TERM; exec sleep 1000`)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	proc.Start(t, cmd)
+	var st fingerprint.Stat
+	proc.WaitFor(t, 5*time.Second, "the trap to exec sleep", func() bool {
+		var err error
+		st, err = fingerprint.ReadStat(fingerprint.DefaultRoot, cmd.Process.Pid)
+		return err == nil && st.Comm == "sleep"
+	})
+	r := KillEscaped(context.Background(), []fingerprint.Stat{st}, Options{Grace: 100 * time.Millisecond})
+	if r.Outcome != action.Reaped || r.Err != nil || len(r.Signals) != 2 {
+		t.Fatalf("KillEscaped = %v %v %v; want reaped after SIGTERM and SIGKILL", r.Outcome, r.Signals, r.Err)
+	}
+	if fingerprint.Alive(fingerprint.DefaultRoot, st) {
+		t.Error("it lives on")
+	}
+}

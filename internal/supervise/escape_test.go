@@ -1,0 +1,123 @@
+package supervise_test
+
+import (
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/supervise/supervisetest"
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/trees"
+)
+
+// TestEscapedDescendantsDieWithInit: a supervised kcserver starts a child
+// in a session of its own and a double-forked daemon; both die when the
+// container's init (a stand-in) dies. The daemon is orphaned before the
+// fake is even ready: only the wrapper, as child subreaper, still has it
+// below itself (DESIGN §16). An unrelated process of the same UID in a
+// session of its own lives. Before the subreaper and the descendant walk,
+// both lived on under PID 1 (issue 30).
+func TestEscapedDescendantsDieWithInit(t *testing.T) {
+	initCmd, init := supervisetest.Process(t, "sleep", "1000000")
+	bystanderCmd := exec.Command("sleep", "1000000")
+	bystanderCmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := bystanderCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bystanderCmd.Process.Kill(); bystanderCmd.Wait() })
+	bystander, err := fingerprint.ReadStat(fingerprint.DefaultRoot, bystanderCmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	k := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{ContainerID: cid, InitPID: init.PID, SetsidChild: true, DaemonChild: true})
+	wrapper := k.Cmd.Process.Pid
+	if k.Daemon.PID == 0 || k.Daemon.PPID != wrapper {
+		t.Fatalf("the daemon %+v was not adopted by the wrapper %d", k.Daemon, wrapper)
+	}
+	var setsid fingerprint.Stat
+	for _, c := range k.Children {
+		if c.PGID == c.PID {
+			setsid = c
+		}
+	}
+	if setsid.PID == 0 {
+		t.Fatalf("no setsid child among %+v", k.Children)
+	}
+
+	if err := initCmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	k.Wait(t)
+	escaped := []fingerprint.Stat{setsid, k.Daemon}
+	supervisetest.Eventually(t, 10*time.Second, "escaped descendants alive after init died", func() bool { return allDead(escaped) })
+	if !fingerprint.Alive(fingerprint.DefaultRoot, bystander) {
+		t.Error("an unrelated process of the same UID was killed")
+	}
+	if code := k.Cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("wrapper exit code %d, want 0: %s", code, k.Stderr())
+	}
+}
+
+// TestTeardownSparesOthersDescendants: the wrapper's teardown walks
+// below it and signals only what the member rules allow. Of its
+// command's children in sessions of their own, another UID's and one
+// carrying another container's ID live (the wrapper logs them), and so
+// does everything below them; the plain one dies.
+func TestTeardownSparesOthersDescendants(t *testing.T) {
+	initCmd, init := supervisetest.Process(t, "sleep", "1000000")
+	other := strings.Repeat("c", 64)
+	script := `setsid sleep 1000000 & ` +
+		`setsid setpriv --reuid=65534 --regid=65534 --clear-groups sleep 1000001 & ` +
+		`setsid bash -c 'exec -a --container-id=` + other + ` sleep 1000002' & wait`
+	w := startWrapper(t, init, []string{"--kill-grace=2s"}, "bash", "-c", script)
+
+	var mine, otherUID, otherCtnr fingerprint.Stat
+	supervisetest.Eventually(t, 10*time.Second, "the command's three setsid children", func() bool {
+		mine, otherUID, otherCtnr = fingerprint.Stat{}, fingerprint.Stat{}, fingerprint.Stat{}
+		var bash []int
+		for _, c := range trees.Children(fingerprint.DefaultRoot, w.st.PID) {
+			bash = append(bash, trees.Children(fingerprint.DefaultRoot, c)...)
+		}
+		for _, pid := range bash {
+			id, err := fingerprint.Read(fingerprint.DefaultRoot, pid)
+			if err != nil || id.PGID != id.PID || id.Comm != "sleep" {
+				continue
+			}
+			switch {
+			case strings.HasPrefix(id.Argv[0], "--container-id="):
+				otherCtnr = id.Stat
+			case id.UID == 65534:
+				otherUID = id.Stat
+			case id.Argv[len(id.Argv)-1] == "1000000":
+				mine = id.Stat
+			}
+		}
+		return mine.PID != 0 && otherUID.PID != 0 && otherCtnr.PID != 0
+	})
+	t.Cleanup(func() {
+		for _, s := range []fingerprint.Stat{mine, otherUID, otherCtnr} {
+			if p, err := fingerprint.Pin(fingerprint.DefaultRoot, s); err == nil {
+				p.Signal(syscall.SIGKILL)
+				p.Close()
+			}
+		}
+	})
+
+	if err := initCmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	w.exitCode(t, 15*time.Second)
+	supervisetest.Eventually(t, 10*time.Second, "the wrapper's own setsid descendant alive", func() bool { return allDead([]fingerprint.Stat{mine}) })
+	for _, s := range []fingerprint.Stat{otherUID, otherCtnr} {
+		if !fingerprint.Alive(fingerprint.DefaultRoot, s) {
+			t.Errorf("%d (uid or container not the tree's) was killed", s.PID)
+		}
+	}
+	if log := w.logText(); !strings.Contains(log, "descendant not signalled") {
+		t.Errorf("the spared descendants were not reported:\n%s", log)
+	}
+}

@@ -1,0 +1,174 @@
+package trees
+
+import (
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/kc-watchman/kc-watchman/internal/containerid"
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/proctable"
+)
+
+// A tree's process group is not the whole tree: a kernel's child that
+// starts a session of its own (setsid, start_new_session=True, a daemon)
+// leaves the group and a killpg no longer reaches it (DESIGN §16). Its
+// parent link still ties it to the tree until its parent dies, so the
+// scan follows the links down from every member and adds what it finds.
+
+// monitorComm reports whether comm is a container monitor: a kernel that
+// runs `podman run` has its conmon (and so another container) adopted by
+// the tree, and the walk must not take that container down with it.
+// containerd-shim-runc-v2's comm is cut to 15 bytes: "containerd-shim".
+func monitorComm(comm string) bool {
+	return comm == "conmon" || strings.HasPrefix(comm, "containerd-shim")
+}
+
+// maxDescendants bounds the walk: a fork bomb under a tree must not turn
+// one scan into an unbounded read of the host.
+const maxDescendants = 4096
+
+// addDescendants fills t.Escaped and t.Withheld from the parent links of
+// the listing, or, where the listing has none (the /proc fallback, the
+// full scan), from the children files of the tree's own processes only
+// (DESIGN §14).
+func addDescendants(root string, t *Tree, l *proctable.Listing) {
+	if len(t.Members) == 0 {
+		return
+	}
+	t.Escaped, t.Withheld = Descendants(root, l, t.Members, Rules{
+		InGroup:     func(pgid int) bool { return pgid == t.PGID },
+		UID:         t.UID,
+		ContainerID: t.ContainerID,
+	})
+	for _, w := range t.Withheld {
+		t.callerBelow = t.callerBelow || w.PID == os.Getpid()
+	}
+}
+
+// Rules say which descendants of a tree's processes are its members.
+type Rules struct {
+	// InGroup: processes of these groups are members already (killpg or
+	// the wrapper's member-by-member kill reaches them); the walk goes
+	// through them without reporting them.
+	InGroup func(pgid int) bool
+	// UID is the tree's real UID; a descendant of any other (or any, when
+	// negative) is withheld.
+	UID int
+	// ContainerID is the tree's container; a descendant carrying any
+	// other container's ID is withheld.
+	ContainerID string
+}
+
+// Descendants walks down from the given processes and returns the live
+// descendants outside their groups that may be signalled with them
+// (escaped) and those reported only (withheld: another UID, another
+// container's ID). The walk does not go below a withheld process, nor
+// into a container monitor, nor to the caller. l's parent links are used
+// when it has them (nil: read the children files of the walked processes
+// only).
+func Descendants(root string, l *proctable.Listing, from []fingerprint.Identity, r Rules) (escaped, withheld []fingerprint.Identity) {
+	var children func(pid int) []int
+	if l != nil && l.PPIDs != nil {
+		byParent := make(map[int][]int)
+		for i, pp := range l.PPIDs {
+			if pp > 0 && l.PGIDs[i] > 0 {
+				byParent[int(pp)] = append(byParent[int(pp)], l.PIDs[i])
+			}
+		}
+		children = func(pid int) []int { return byParent[pid] }
+	} else {
+		children = func(pid int) []int { return Children(root, pid) }
+	}
+	visited := make(map[int]bool, len(from))
+	queue := make([]fingerprint.Identity, 0, len(from))
+	for _, m := range from {
+		visited[m.PID] = true
+		queue = append(queue, m)
+	}
+	seen := 0
+	for len(queue) > 0 && seen < maxDescendants {
+		parent := queue[0]
+		queue = queue[1:]
+		for _, pid := range children(parent.PID) {
+			if visited[pid] || seen >= maxDescendants {
+				continue
+			}
+			visited[pid] = true
+			seen++
+			id, err := fingerprint.Read(root, pid)
+			if err != nil || id.Zombie() {
+				continue // gone since the listing: nothing to kill
+			}
+			// The child must still be the parent's: a PID listed under a
+			// parent that exited and was reused by an unrelated process
+			// is not the tree's. A child reparented since (its parent
+			// died) has lost the link the walk trusts, and is left.
+			if id.PPID != parent.PID || id.StartTicks < parent.StartTicks {
+				continue
+			}
+			if pid == os.Getpid() {
+				// A janitor run from a terminal the tree's kernel
+				// opened: it and the shells above it are not to be
+				// killed by its own run.
+				withheld = append(withheld, id)
+				continue
+			}
+			if monitorComm(id.Comm) {
+				continue // another container's monitor: not this tree
+			}
+			if r.InGroup(id.PGID) {
+				// The group's rules cover it; what it started may
+				// have left the group.
+				queue = append(queue, id)
+				continue
+			}
+			if !r.allows(id) {
+				withheld = append(withheld, id)
+				continue // what runs under it is not ours to judge
+			}
+			escaped = append(escaped, id)
+			queue = append(queue, id)
+		}
+	}
+	return escaped, withheld
+}
+
+// allows says whether a descendant may be signalled with the tree: only
+// one of the tree's UID that carries no other container's ID (§4's
+// anchors and ownership rules).
+func (r Rules) allows(id fingerprint.Identity) bool {
+	if r.UID < 0 || id.UID != r.UID {
+		return false
+	}
+	for _, cid := range containerid.FromArgv(id.Argv) {
+		if cid != r.ContainerID {
+			return false
+		}
+	}
+	return true
+}
+
+// Children reads the children of every thread of pid; a process that is
+// gone has none.
+func Children(root string, pid int) []int {
+	dir := root + "/" + strconv.Itoa(pid) + "/task"
+	tids, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, tid := range tids {
+		data, err := os.ReadFile(dir + "/" + tid.Name() + "/children")
+		if err != nil {
+			continue // the thread exited: its children are another's now
+		}
+		for _, f := range strings.Fields(string(data)) {
+			if c, err := strconv.Atoi(f); err == nil && !slices.Contains(out, c) {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,138 @@
+package trees
+
+import (
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/proctable"
+	tproc "github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+)
+
+// escapeFixture is a member (bash, leading its own group) with a child in
+// a session of its own, and an unrelated process of the same UID in a
+// session of its own.
+type escapeFixture struct {
+	member, setsid, bystander fingerprint.Identity
+}
+
+func startEscapeFixture(t *testing.T) escapeFixture {
+	t.Helper()
+	member := exec.Command("bash", "-c", "setsid sleep 1000000 & wait")
+	member.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	tproc.StartGroup(t, member)
+	by := tproc.Sleep(t, &syscall.SysProcAttr{Setsid: true})
+	var f escapeFixture
+	tproc.WaitFor(t, 5*time.Second, "the member's setsid child", func() bool {
+		for _, c := range Children(fingerprint.DefaultRoot, member.Process.Pid) {
+			if id, err := fingerprint.Read(fingerprint.DefaultRoot, c); err == nil && id.PGID == c && id.Comm == "sleep" {
+				f.setsid = id
+				return true
+			}
+		}
+		return false
+	})
+	// The setsid child is in a group of its own: KillGroup of the member's
+	// group would miss it.
+	t.Cleanup(func() {
+		if p, err := fingerprint.Pin(fingerprint.DefaultRoot, f.setsid.Stat); err == nil {
+			p.Signal(syscall.SIGKILL)
+			p.Close()
+		}
+	})
+	var err error
+	if f.member, err = fingerprint.Read(fingerprint.DefaultRoot, member.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if f.bystander, err = fingerprint.Read(fingerprint.DefaultRoot, by.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (f escapeFixture) rules() Rules {
+	return Rules{InGroup: func(pgid int) bool { return pgid == f.member.PGID }, UID: f.member.UID, ContainerID: cidA}
+}
+
+func pids(ids []fingerprint.Identity) []int {
+	var out []int
+	for _, id := range ids {
+		out = append(out, id.PID)
+	}
+	return out
+}
+
+// TestDescendantsFromChildrenFiles: without parent links (the /proc
+// listing), the member's setsid child is found through its children
+// files, and nothing else is.
+func TestDescendantsFromChildrenFiles(t *testing.T) {
+	f := startEscapeFixture(t)
+	esc, withheld := Descendants(fingerprint.DefaultRoot, nil, []fingerprint.Identity{f.member}, f.rules())
+	if got := pids(esc); len(got) != 1 || got[0] != f.setsid.PID || len(withheld) != 0 {
+		t.Fatalf("escaped %v withheld %v, want [%d] and none", got, pids(withheld), f.setsid.PID)
+	}
+}
+
+// TestDescendantsTrustNoStaleLink: a listing whose parent link names a
+// member as the parent of a process that is not its child (the PID was
+// reused since the listing, or the listing is wrong) makes nothing of it:
+// the link is checked against the process itself before it counts. The
+// real child, linked right, is found.
+func TestDescendantsTrustNoStaleLink(t *testing.T) {
+	f := startEscapeFixture(t)
+	l := &proctable.Listing{
+		PIDs:  []int{f.member.PID, f.setsid.PID, f.bystander.PID},
+		PGIDs: []int32{int32(f.member.PGID), int32(f.setsid.PGID), int32(f.bystander.PGID)},
+		PPIDs: []int32{int32(f.member.PPID), int32(f.member.PID), int32(f.member.PID)},
+	}
+	esc, withheld := Descendants(fingerprint.DefaultRoot, l, []fingerprint.Identity{f.member}, f.rules())
+	if got := pids(esc); len(got) != 1 || got[0] != f.setsid.PID || len(withheld) != 0 {
+		t.Fatalf("escaped %v withheld %v, want only the real child %d (bystander %d)", got, pids(withheld), f.setsid.PID, f.bystander.PID)
+	}
+}
+
+// TestDescendantsWithheld: a tree of another UID than the child's, or a
+// child carrying another container's ID, gets it reported, never escaped.
+func TestDescendantsWithheld(t *testing.T) {
+	f := startEscapeFixture(t)
+	r := f.rules()
+	r.UID = f.member.UID + 1
+	esc, withheld := Descendants(fingerprint.DefaultRoot, nil, []fingerprint.Identity{f.member}, r)
+	if len(esc) != 0 || len(withheld) != 1 || withheld[0].PID != f.setsid.PID {
+		t.Fatalf("another UID: escaped %v withheld %v", pids(esc), pids(withheld))
+	}
+	r = f.rules()
+	r.UID = -1 // a tree of mixed UIDs vouches for none
+	if esc, _ := Descendants(fingerprint.DefaultRoot, nil, []fingerprint.Identity{f.member}, r); len(esc) != 0 {
+		t.Fatalf("mixed UIDs: escaped %v", pids(esc))
+	}
+}
+
+// TestTreeAboveTheCallerHoldsIt: a tree the calling process descends from
+// (a janitor run in a terminal a kernel opened) holds the caller: the
+// caller is withheld, and the tree refused as a whole.
+func TestTreeAboveTheCallerHoldsIt(t *testing.T) {
+	self, err := fingerprint.Read(fingerprint.DefaultRoot, os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The nearest ancestor outside the caller's group stands for the
+	// kernel's terminal.
+	parent := self
+	for parent.PGID == self.PGID {
+		if parent.PPID <= 1 {
+			t.Skip("no ancestor outside the test's own group but init")
+		}
+		if parent, err = fingerprint.Read(fingerprint.DefaultRoot, parent.PPID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr := Tree{PGID: parent.PGID, UID: parent.UID, ContainerID: cidA, Members: []fingerprint.Identity{parent}}
+	addDescendants(fingerprint.DefaultRoot, &tr, nil)
+	if !tr.HoldsCaller() {
+		t.Fatalf("a tree above the caller does not hold it: escaped %v withheld %v", pids(tr.Escaped), pids(tr.Withheld))
+	}
+}

@@ -44,7 +44,7 @@ type Process struct {
 	StartTicks uint64 `json:"start_ticks"`
 	Comm       string `json:"comm,omitempty"`
 	// Escaped: a descendant of the tree outside its process group,
-	// killed on its own (DESIGN §16).
+	// killed on its own (DESIGN "Descendants that leave the group").
 	Escaped bool `json:"escaped,omitempty"`
 }
 

@@ -14,7 +14,7 @@ import (
 )
 
 // KillEscaped takes down a tree's members that left its process group (a
-// setsid child, a daemon; DESIGN §16). No group vouches for them, so each
+// setsid child, a daemon; DESIGN "Descendants that leave the group"). No group vouches for them, so each
 // is signalled on its own through a pidfd opened before its identity (PID
 // and start time) is read again: a PID handed to another process since
 // the scan is never signalled, and neither is the caller. SIGTERM, the

@@ -74,7 +74,7 @@ type Member struct {
 	StartTicks uint64 `json:"start_ticks"`
 	Comm       string `json:"comm"`
 	// Escaped: a descendant outside the tree's process group, a member
-	// all the same (DESIGN §16).
+	// all the same (DESIGN "Descendants that leave the group").
 	Escaped bool `json:"escaped,omitempty"`
 }
 

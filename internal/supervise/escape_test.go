@@ -17,7 +17,7 @@ import (
 // in a session of its own and a double-forked daemon; both die when the
 // container's init (a stand-in) dies. The daemon is orphaned before the
 // fake is even ready: only the wrapper, as child subreaper, still has it
-// below itself (DESIGN §16). An unrelated process of the same UID in a
+// below itself (DESIGN "Descendants that leave the group"). An unrelated process of the same UID in a
 // session of its own lives. Before the subreaper and the descendant walk,
 // both lived on under PID 1 (issue 30).
 func TestEscapedDescendantsDieWithInit(t *testing.T) {

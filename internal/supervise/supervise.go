@@ -161,7 +161,7 @@ func Run(ctx context.Context, o Options) error {
 	// A daemon the supervisor's kernels double-fork is orphaned before
 	// anything could see its parent: as the subreaper, the wrapper gets
 	// it instead of PID 1, and it stays below the wrapper, where the
-	// teardown's walk finds it (DESIGN §16).
+	// teardown's walk finds it (DESIGN "Descendants that leave the group").
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		r.log.Warn("not a child subreaper: a daemon of the tree escapes it", "err", err)
 	} else {
@@ -354,7 +354,7 @@ const maxEscapedRounds = 3
 
 // stopEscaped kills the wrapper's descendants outside groups (the tree's
 // setsid children and, the wrapper being a subreaper, its daemons)
-// through pidfds, under the member rules (DESIGN §16): the wrapper's UID
+// through pidfds, under the member rules (DESIGN "Descendants that leave the group"): the wrapper's UID
 // only, no other container's ID, not below a container monitor. It
 // returns those still alive.
 func (r *runner) stopEscaped(groups []int, popt pgkill.Options) []fingerprint.Stat {

@@ -13,7 +13,7 @@ import (
 
 // A tree's process group is not the whole tree: a kernel's child that
 // starts a session of its own (setsid, start_new_session=True, a daemon)
-// leaves the group and a killpg no longer reaches it (DESIGN §16). Its
+// leaves the group and a killpg no longer reaches it (DESIGN "Descendants that leave the group"). Its
 // parent link still ties it to the tree until its parent dies, so the
 // scan follows the links down from every member and adds what it finds.
 
@@ -32,7 +32,7 @@ const maxDescendants = 4096
 // addDescendants fills t.Escaped and t.Withheld from the parent links of
 // the listing, or, where the listing has none (the /proc fallback, the
 // full scan), from the children files of the tree's own processes only
-// (DESIGN §14).
+// (DESIGN "One view of the host").
 func addDescendants(root string, t *Tree, l *proctable.Listing) {
 	if len(t.Members) == 0 {
 		return

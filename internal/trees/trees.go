@@ -115,7 +115,7 @@ type Tree struct {
 	Members []fingerprint.Identity
 	// Escaped are live descendants of members that left the group (a
 	// setsid child, a daemon): members all the same, killed one by one
-	// since no killpg reaches them (DESIGN §16).
+	// since no killpg reaches them (DESIGN "Descendants that leave the group").
 	Escaped []fingerprint.Identity
 	// Withheld are descendants outside the group of another UID or
 	// carrying another container's ID: reported, never signalled.

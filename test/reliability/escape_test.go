@@ -26,7 +26,7 @@ import (
 const escapeComm = "kcrel-escape"
 
 // escapeTree is a stray tree whose kernel started three children in
-// sessions of their own (DESIGN §16): one of the tree's (must die with
+// sessions of their own (DESIGN "Descendants that leave the group"): one of the tree's (must die with
 // it), one running as another UID and one carrying another container's
 // ID (both must live: reported, never signalled).
 type escapeTree struct {
@@ -122,7 +122,7 @@ func TestEscapedDescendantsDie(t *testing.T) {
 	bystander := startKernel(t, &syscall.SysProcAttr{Setsid: true})
 
 	// --bpf off: the /proc listing has no parent links; descendants come
-	// from the tree's own children files (DESIGN §14).
+	// from the tree's own children files (DESIGN "One view of the host").
 	for _, bpf := range []string{"auto", "off"} {
 		t.Run("reconcile --apply --bpf "+bpf, func(t *testing.T) { reconcileEscape(t, env, bpf, bystander.Stat) })
 	}

@@ -2,6 +2,8 @@ package reconcile
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"os"
 	"testing"
 	"time"
@@ -40,17 +42,20 @@ func TestRunRealTrees(t *testing.T) {
 	// A supervisor name of this test's own: Run with Apply must not reap the
 	// fake trees of tests running in parallel in other packages.
 	const comm = "kcsrv-reconcile"
-	stray := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cidGone, Children: 1, Stubborn: true})
-	kept := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cidLive, Children: 1})
+	// IDs of this run's own: a tree left by another run of this test (or
+	// running beside it) must not join its trees.
+	gone, liveID := randomID(t), randomID(t)
+	stray := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: gone, Children: 1, Stubborn: true})
+	kept := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: liveID, Children: 1})
 	treesStarted := time.Now() // both trees run by now: each is at least this old
-	live := liveness.Set{Source: liveness.SourceAPI, Live: map[string]bool{cidLive: true}, UID: os.Geteuid()}
+	live := liveness.Set{Source: liveness.SourceAPI, Live: map[string]bool{liveID: true}, UID: os.Geteuid()}
 	store, err := ledger.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	// MinAge 0: no age rule (ages count in clock ticks: a tree scanned in
 	// its first tick is 0 old).
-	opt := Options{Comms: []string{comm}, Containers: map[string]bool{cidGone: true, cidLive: true}, KillGrace: 300 * time.Millisecond, Store: store}
+	opt := Options{Comms: []string{comm}, Containers: map[string]bool{gone: true, liveID: true}, KillGrace: 300 * time.Millisecond, Store: store}
 	ctx := context.Background()
 
 	t.Run("young trees are left alone", func(t *testing.T) {
@@ -112,18 +117,18 @@ func TestRunRealTrees(t *testing.T) {
 			t.Errorf("live tree: %+v", lt)
 		}
 		// The live container's snapshot was refreshed, dry run or not.
-		rec, err := store.Load(cidLive)
+		rec, err := store.Load(liveID)
 		if err != nil || len(rec.Trees) != 1 || rec.Trees[0].PGID != kept.PGID {
 			t.Errorf("live snapshot: %+v, %v", rec, err)
 		}
 	})
 
 	t.Run("the blast-radius guard reaps none of too many strays", func(t *testing.T) {
-		const cidGone2 = "7e57b1a57e57b1a57e57b1a57e57b1a57e57b1a57e57b1a57e57b1a57e57b1a5"
+		cidGone2 := randomID(t)
 		other := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cidGone2})
 		guarded := opt
 		guarded.Apply, guarded.MaxReap = true, 1
-		guarded.Containers = map[string]bool{cidGone: true, cidGone2: true}
+		guarded.Containers = map[string]bool{gone: true, cidGone2: true}
 		rep, err := Run(ctx, guarded, live)
 		if err != nil {
 			t.Fatal(err)
@@ -164,7 +169,7 @@ func TestRunRealTrees(t *testing.T) {
 		if _, err := os.Lstat(kept.Socket); err != nil {
 			t.Errorf("live socket: %v", err)
 		}
-		rec, err := store.Load(cidGone)
+		rec, err := store.Load(gone)
 		if err != nil || rec.Outcome != string(action.Reaped) {
 			t.Errorf("ledger after apply: %+v, %v", rec, err)
 		}
@@ -323,4 +328,13 @@ func TestDryRunCollectsAfterRetention(t *testing.T) {
 			t.Errorf("record %s… collected by a dry run: %v", id[:4], err)
 		}
 	}
+}
+
+func randomID(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
 }

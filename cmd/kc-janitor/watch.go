@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -94,6 +96,14 @@ func runWatch(c *cli.Context) error {
 		if c.Duration("interval") <= 0 {
 			return usageErr("--interval must be positive")
 		}
+		// Checked with --once too, where nothing is served: a malformed
+		// address in /etc/default/kc-janitor must not wait for the
+		// service's next start to be found.
+		if addr := c.String("metrics-listen"); addr != "" {
+			if err := checkListenAddr(addr); err != nil {
+				return usageErr("--metrics-listen %q: %v", addr, err)
+			}
+		}
 		return nil
 	}})
 	if err != nil {
@@ -173,6 +183,19 @@ func runWatch(c *cli.Context) error {
 	}
 	if sig := stopSig.Load(); sig != 0 {
 		return cli.Exit("", stoppedBy(syscall.Signal(sig)))
+	}
+	return nil
+}
+
+// checkListenAddr refuses what net.Listen would: no port, a port out of
+// range.
+func checkListenAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
 	}
 	return nil
 }

@@ -50,6 +50,9 @@ type Options struct {
 	// restarted container's, not the dead one's, and is left alone
 	// (skipped-young) whatever the engines answer.
 	DiedAt time.Time
+	// DiedAtByID is DiedAt for each container of a burst of deaths
+	// decided together; it wins over DiedAt for the containers it names.
+	DiedAtByID map[string]time.Time
 	// Store is the ledger; nil runs without one (no attribution of trees
 	// whose anchor died, no snapshots, no garbage collection).
 	Store *ledger.Store
@@ -226,7 +229,11 @@ func (sc *Scanned) Run(ctx context.Context, live liveness.Set) (Report, error) {
 			continue
 		}
 		rt := Tree{ContainerID: t.ContainerID, PGID: t.PGID, UID: t.UID, Action: Decide(t, live, opt.MinAge), tree: t}
-		if rt.Action == action.WouldReap && bornAfter(t, opt.DiedAt) {
+		died := opt.DiedAt
+		if at, ok := opt.DiedAtByID[t.ContainerID]; ok {
+			died = at
+		}
+		if rt.Action == action.WouldReap && bornAfter(t, died) {
 			rt.Action = action.SkipYoung
 		}
 		if t.AgeKnown {

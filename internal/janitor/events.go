@@ -14,6 +14,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/metrics"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 )
@@ -148,6 +149,7 @@ type deathHandler struct {
 	handled  map[string]int  // by engine, for the metrics file
 	skipped  map[string]int  // event messages passed over, by engine
 	followed map[string]bool // reported at 0 until a death
+	pins     *pinner         // nil without pidfds
 	wg       sync.WaitGroup
 }
 
@@ -347,7 +349,11 @@ func only(rep Report, id string) Report {
 // report logs the outcome of one death of a burst.
 func (h *deathHandler) report(d engine.Death, log *slog.Logger, rep Report, liveErr, err error, attempts int, start time.Time, burst int) {
 	latency := time.Since(d.At)
-	attrs := []any{"attempts", attempts, "latency_ms", latency.Milliseconds(), "took_ms", time.Since(start).Milliseconds(), "burst", burst}
+	via := d.Via
+	if via == "" {
+		via = "event"
+	}
+	attrs := []any{"attempts", attempts, "latency_ms", latency.Milliseconds(), "took_ms", time.Since(start).Milliseconds(), "burst", burst, "via", via}
 	switch {
 	case liveErr != nil:
 		log.Error("container death not handled: ground truth unknown; nothing touched", append(attrs, "err", liveErr)...)
@@ -539,7 +545,25 @@ func startDeathEvents(work context.Context, w *Watch, serial *sync.Mutex, log *s
 		return nil, nil, err
 	}
 	ctx, cancel := context.WithCancel(work)
-	h := newDeathHandler(*w, log, serial, work, ctx)
+	var h *deathHandler
+	var pins *pinner
+	if w.Pidfd {
+		store := func() *ledger.Store { return openStore(w.StateDir, false, log) }
+		pins, err = newPinner(w.Reconcile.Root, log, w.Reconcile.Containers, store, func(d engine.Death) { h.death(d) })
+		if err != nil {
+			log.Warn("container deaths are not seen from the kernel; engine events alone", "err", err)
+		} else {
+			// Every answer the engines give a round or a death moves the
+			// pins: a restarted container's new init is pinned by the
+			// first decision that sees it.
+			w.onTruth = func(tr engine.Truth) { pins.refresh(tr.Answers) }
+		}
+	}
+	h = newDeathHandler(*w, log, serial, work, ctx)
+	h.pins = pins
+	if pins != nil {
+		pins.relist(ctx, pinRelist, func(ctx context.Context) (engine.Truth, error) { return w.Ask(ctx, log) })
+	}
 	h.attempt = func(ctx context.Context, opt reconcile.Options, log *slog.Logger) (Report, error, error) {
 		s := w.Settings
 		s.Reconcile = opt
@@ -547,11 +571,21 @@ func startDeathEvents(work context.Context, w *Watch, serial *sync.Mutex, log *s
 	}
 	f := &followers{ctx: ctx, h: h, log: log, pick: func() ([]engine.Engine, error) { return w.Select(log) },
 		on: map[string]bool{}, told: map[string]bool{}}
-	f.run(redetectEvery)
+	if w.Events {
+		f.run(redetectEvery)
+	}
 	stop = func() {
 		cancel()
+		if pins != nil {
+			pins.close()
+		}
 		f.wg.Wait()
 		h.close()
 	}
 	return stop, h.record, nil
 }
+
+// pinRelist is how often watch asks the engines between rounds for
+// containers to pin: one started since the last answer is followed by
+// events alone until then.
+const pinRelist = 5 * time.Second

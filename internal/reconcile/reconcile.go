@@ -153,10 +153,13 @@ func Decide(t trees.Tree, live liveness.Set, minAge time.Duration) action.Action
 }
 
 // bornAfter says whether every member of t started after the death at
-// died. Ages are from the scan, which came before now: measuring the time
-// since the death now makes it longer, so the doubt falls on sparing.
-func bornAfter(t trees.Tree, died time.Time) bool {
-	return !died.IsZero() && t.AgeKnown && t.Oldest < time.Since(died)
+// died. Ages were read during the scan, which ended at scanned: measuring
+// the time since the death from then makes it a little longer, so the
+// doubt falls on sparing. Not from now: the engines' answer came between,
+// and a slow one (a second under load) made a tree started a moment
+// before the death look born after it, and spared.
+func bornAfter(t trees.Tree, died, scanned time.Time) bool {
+	return !died.IsZero() && t.AgeKnown && t.Oldest < scanned.Sub(died)
 }
 
 // Scanned is a scan of the host's supervisor trees, taken before podman is
@@ -169,6 +172,8 @@ type Scanned struct {
 	// snap is the process table the scan decided from, which the rest of
 	// the run reads (DESIGN §14); nil after a full scan.
 	snap *proctable.Listing
+	// scanned is when the scan ended: the trees' ages are as of then.
+	scanned time.Time
 }
 
 // Scan reads the ledger and scans /proc. It changes nothing. Scanning
@@ -198,6 +203,7 @@ func Scan(opt Options) (*Scanned, error) {
 		known = ledger.KnownFrom(sc.records, opt.Store.CurrentBootID())
 	}
 	found, stats, snap, err := trees.ScanSnapshot(trees.Options{Root: opt.Root, Comms: opt.Comms, Known: known, Full: opt.FullScan, Lister: opt.Lister, Watch: corroborate.Watch})
+	sc.scanned = time.Now()
 	if err != nil {
 		return nil, fmt.Errorf("scanning processes: %w", err)
 	}
@@ -233,7 +239,7 @@ func (sc *Scanned) Run(ctx context.Context, live liveness.Set) (Report, error) {
 		if at, ok := opt.DiedAtByID[t.ContainerID]; ok {
 			died = at
 		}
-		if rt.Action == action.WouldReap && bornAfter(t, died) {
+		if rt.Action == action.WouldReap && bornAfter(t, died, sc.scanned) {
 			rt.Action = action.SkipYoung
 		}
 		if t.AgeKnown {

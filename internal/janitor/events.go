@@ -447,6 +447,11 @@ func (h *deathHandler) record(ms *metrics.Set) {
 	for _, e := range slices.Sorted(maps.Keys(skipped)) {
 		ms.Set(metrics.WatchEventsSkipped, float64(skipped[e]), e)
 	}
+	if h.pins != nil {
+		pinned, eventsOnly := h.pins.counts()
+		ms.Set(metrics.WatchContainersFollowed, float64(pinned), "pidfd")
+		ms.Set(metrics.WatchContainersFollowed, float64(eventsOnly), "events")
+	}
 }
 
 // redetectEvery is how often watch looks again for engines to follow: one

@@ -26,7 +26,10 @@ import (
 // own latency_ms (from the death's time as the engine
 // stamps it to the death handled), the share of deaths that needed more
 // than one attempt, and the tree's own exit time (SIGTERM to its group
-// gone, with no janitor) for comparison.
+// gone, with no janitor) for comparison. podman runs three ways: as watch
+// runs by default, from its inits' pidfds alone (--no-events; latency_ms
+// is then from the pidfd becoming readable) and from its died events
+// alone (--no-pidfd); %pidfd is the share of deaths seen through a pidfd.
 func BenchmarkWatchDeathToReap(b *testing.B) {
 	b.Run("docker", func(b *testing.B) {
 		dt := dockertest.Need(b)

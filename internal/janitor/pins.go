@@ -212,9 +212,16 @@ func (p *pinner) refresh(answers []engine.Answer) {
 	}
 	wants := map[string]want{}
 	byPID := map[int]int{}
+	// Live containers whose engine gave no init PID (Docker's list has
+	// none): their deaths come from events alone.
+	noPID := map[string]bool{}
 	for _, a := range answers {
 		for _, c := range a.Containers {
-			if !c.Live || c.InitPID <= 0 || (len(p.scope) > 0 && !p.scope[c.ID]) {
+			if !c.Live || (len(p.scope) > 0 && !p.scope[c.ID]) {
+				continue
+			}
+			if c.InitPID <= 0 {
+				noPID[c.ID] = true
 				continue
 			}
 			if _, dup := wants[c.ID]; dup {
@@ -289,6 +296,11 @@ func (p *pinner) refresh(answers []engine.Answer) {
 	for id := range p.refused {
 		if _, ok := wants[id]; !ok {
 			delete(p.refused, id)
+		}
+	}
+	for id := range noPID {
+		if _, ok := wants[id]; !ok {
+			eventsOnly++
 		}
 	}
 	p.eventsOnly = eventsOnly

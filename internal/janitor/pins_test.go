@@ -83,9 +83,9 @@ func TestPinnerPodman(t *testing.T) {
 		{ID: id, Live: true, InitPID: pid},
 		{ID: other, Live: true, InitPID: otherPID},
 		{ID: strings.Repeat("5a", 32), Live: true, InitPID: otherPID},
-	}}})
-	if pinned, eventsOnly := pn.counts(); pinned != 1 || eventsOnly != 2 {
-		t.Fatalf("pinned %d, events only %d; want 1 and the two sharing a PID", pinned, eventsOnly)
+	}}, {Engine: "docker", Containers: []engine.Container{{ID: strings.Repeat("d0", 32), Live: true}}}})
+	if pinned, eventsOnly := pn.counts(); pinned != 1 || eventsOnly != 3 {
+		t.Fatalf("pinned %d, events only %d; want 1, and the two sharing a PID and the one without a PID", pinned, eventsOnly)
 	}
 	if _, err := pm.Podman("kill", id); err != nil {
 		t.Fatal(err)

@@ -195,11 +195,17 @@ func (h *deathHandler) death(d engine.Death) {
 }
 
 // flush hands the deaths gathered in one burst window to one handling.
+// The burst is closed only once the lock is free: deaths that arrive
+// while another handling (or a round) reaps join it, so a drain's deaths,
+// reported one after the other, queue into one pass behind the first
+// reap, not into one pass each.
 func (h *deathHandler) flush() {
+	h.serial.Lock()
 	h.mu.Lock()
 	batch := h.pending
 	h.pending = nil
 	h.mu.Unlock()
+	h.serial.Unlock()
 	h.handle(batch)
 }
 

@@ -79,11 +79,16 @@ func TestPinnerPodman(t *testing.T) {
 	}
 	defer pn.close()
 	otherPID := pm.InitPID(t, other)
-	pn.refresh([]engine.Answer{{Engine: "podman", Containers: []engine.Container{
+	answers := []engine.Answer{{Engine: "podman", Containers: []engine.Container{
 		{ID: id, Live: true, InitPID: pid},
 		{ID: other, Live: true, InitPID: otherPID},
 		{ID: strings.Repeat("5a", 32), Live: true, InitPID: otherPID},
-	}}, {Engine: "docker", Containers: []engine.Container{{ID: strings.Repeat("d0", 32), Live: true}}}})
+	}}, {Engine: "docker", Containers: []engine.Container{{ID: strings.Repeat("d0", 32), Live: true}}}}
+	// doctor's view first: it pins nothing it keeps.
+	if pinned, eventsOnly, why := pinnable(Settings{StateDir: t.TempDir()}, answers); pinned != 1 || eventsOnly != 3 || len(why) != 2 {
+		t.Errorf("doctor: pinnable %d, events only %d (%v); want 1, and 3 for two reasons", pinned, eventsOnly, why)
+	}
+	pn.refresh(answers)
 	if pinned, eventsOnly := pn.counts(); pinned != 1 || eventsOnly != 3 {
 		t.Fatalf("pinned %d, events only %d; want 1, and the two sharing a PID and the one without a PID", pinned, eventsOnly)
 	}

@@ -26,6 +26,7 @@ func watchCommand() *cli.Command {
 		&cli.BoolFlag{Name: "no-cull", Usage: "skip the session audit", EnvVars: []string{"KC_WATCH_NO_CULL"}},
 		&cli.BoolFlag{Name: "once", Usage: "run one round and exit with its worst exit code (for a systemd timer or cron)", EnvVars: []string{"KC_WATCH_ONCE"}},
 		&cli.BoolFlag{Name: "no-events", Usage: "do not follow the engines' container deaths (Docker's die, podman's died, containerd's task exit): a dead container's trees then wait for the next round", EnvVars: []string{"KC_WATCH_NO_EVENTS"}},
+		&cli.BoolFlag{Name: "no-pidfd", Usage: "do not hold a pidfd for each live container's init: its death then waits for the engine's event (podman's file events: up to 250ms) or the next round", EnvVars: []string{"KC_WATCH_NO_PIDFD"}},
 		&cli.StringFlag{Name: "metrics-listen", Usage: "serve /metrics, /healthz and /readyz over HTTP on `ADDR` (host:port; off by default)", EnvVars: []string{"KC_METRICS_LISTEN"}},
 		&cli.StringFlag{Name: flagIdle, Value: "24h", Usage: "cull: report sessions idle longer than `DURATION` (or seconds)", EnvVars: []string{"KC_IDLE", "KC_IDLE_SECONDS"}},
 	}
@@ -63,6 +64,13 @@ from "podman events" run as a child when the CLI reads the same store
 (the default socket, or --podman-arg naming it); else there are none
 and kc-hook's poststop, or the next round, does this job.
 --no-events (or --no-reconcile) turns this off; --once never follows.
+
+watch also holds a pidfd for each live container's init (the PID podman's
+list or containerd's task gives) and decides that container's trees the
+moment its init exits, the same way, whatever the engine's events do;
+deaths within 20ms of each other are decided on one scan. An init whose
+start time, cgroup or PID namespace is not the container's is not pinned,
+and its container is followed by events alone. --no-pidfd turns this off.
 
 A round that fails (an engine unreachable, an unreadable directory, a tree
 that would not die, even a crash inside a step) is logged and the next
@@ -117,6 +125,7 @@ func runWatch(c *cli.Context) error {
 	w.Reconcile.Logger = log.With("step", "reconcile")
 	w.Sockets.Apply = c.Bool("sweep-apply")
 	w.Events = w.ReconcileOn && !c.Bool("no-events")
+	w.Pidfd = w.ReconcileOn && !c.Bool("no-pidfd")
 	if refs := c.StringSlice(flagContainer); len(refs) > 0 {
 		// A watch scoped to containers never widens past them: sweep and
 		// cull look into those containers, not the host's /tmp.

@@ -112,13 +112,14 @@ const (
 	NameContainerd    = "containerd"
 	NameStateDir      = "state-dir"
 	NameListing       = "process-listing"
+	NamePidfds        = "death-pidfds"
 	NameStrays        = "stray-trees"
 	NameSockets       = "orphan-sockets"
 	NameSessions      = "abandoned-sessions"
 )
 
 // Names lists every check, in report order.
-var Names = []string{NameHookInstalled, NameHookAlive, NameEngines, NamePodman, NameDocker, NameContainerd, NameStateDir, NameListing, NameStrays, NameSockets, NameSessions}
+var Names = []string{NameHookInstalled, NameHookAlive, NameEngines, NamePodman, NameDocker, NameContainerd, NameStateDir, NameListing, NamePidfds, NameStrays, NameSockets, NameSessions}
 
 var labels = map[string]string{
 	NameHookInstalled: "hook installed",
@@ -129,6 +130,7 @@ var labels = map[string]string{
 	NameContainerd:    "containerd ground truth",
 	NameStateDir:      "state dir and ledger",
 	NameListing:       "process listing",
+	NamePidfds:        "deaths seen from the kernel",
 	NameStrays:        "orphaned supervisor trees",
 	NameSockets:       "orphan sockets",
 	NameSessions:      "abandoned sessions",

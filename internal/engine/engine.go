@@ -118,6 +118,9 @@ type Death struct {
 	Engine string
 	ID     string
 	At     time.Time
+	// Via is "pidfd" when the death was seen from the kernel (the init's
+	// pidfd became readable), "" when the engine reported it.
+	Via string
 }
 
 // DeathWatch is what Deaths reports to.

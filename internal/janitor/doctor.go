@@ -36,6 +36,8 @@ func Doctor(ctx context.Context, s Settings, fix bool, hooksDirs []string, log *
 	fixing := s
 	fixing.Reconcile.Apply = fix
 	fixing.Reconcile.Logger = log
+	var answers []engine.Answer
+	fixing.onTruth = func(tr engine.Truth) { answers = tr.Answers }
 	rj, _, liveErr, scanErr := ScanThenAsk(ctx, fixing, fix, log)
 	ein := engineInputs(ctx, s, log)
 	// Whether podman is an engine here decides what a missing hook means.
@@ -62,6 +64,7 @@ func Doctor(ctx context.Context, s Settings, fix bool, hooksDirs []string, log *
 	}
 	rep.Add(doctor.StateDir(s.StateDir))
 	rep.Add(doctor.Listing(s.Reconcile.Lister))
+	rep.Add(doctor.Pidfds(pinnable(s, answers)))
 
 	in := doctor.StraysInput{LivenessErr: liveErr, Fix: fix}
 	switch {

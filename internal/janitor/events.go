@@ -9,10 +9,12 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/metrics"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 )
@@ -139,17 +141,28 @@ type deathHandler struct {
 	closed     bool
 	catchingUp bool
 	inFlight   map[string]bool
-	recent     map[string]time.Time
-	handled    map[string]int  // by engine, for the metrics file
-	skipped    map[string]int  // event messages passed over, by engine
-	followed   map[string]bool // reported at 0 until a death
-	wg         sync.WaitGroup
+	pending    []engine.Death // this burst window's, not yet handled
+	// scans counts the attempts made, each one scan and one engine
+	// question: a burst costs one, not one per death.
+	scans    atomic.Int64
+	recent   map[string]time.Time
+	handled  map[string]int  // by engine, for the metrics file
+	skipped  map[string]int  // event messages passed over, by engine
+	followed map[string]bool // reported at 0 until a death
+	pins     *pinner         // nil without pidfds
+	wg       sync.WaitGroup
 }
 
 func newDeathHandler(w Watch, log *slog.Logger, serial *sync.Mutex, work, stop context.Context) *deathHandler {
 	return &deathHandler{w: w, log: log, serial: serial, work: work, stop: stop, retries: stillLiveRetries(),
 		inFlight: map[string]bool{}, recent: map[string]time.Time{}, handled: map[string]int{}, skipped: map[string]int{}, followed: map[string]bool{}}
 }
+
+// burstWindow: deaths that arrive this close together (a node drain, a
+// pod's containers, one container's pidfd and engine event) are decided
+// together, on one scan and one engine question (DESIGN "One view of the host"). The first
+// death of a burst waits this long at most.
+const burstWindow = 20 * time.Millisecond
 
 // death takes one reported death; it never blocks the event stream.
 func (h *deathHandler) death(d engine.Death) {
@@ -174,8 +187,26 @@ func (h *deathHandler) death(d engine.Death) {
 		return
 	}
 	h.inFlight[d.ID] = true
-	h.wg.Add(1)
-	go h.handle(d, log)
+	h.pending = append(h.pending, d)
+	if len(h.pending) == 1 {
+		h.wg.Add(1)
+		time.AfterFunc(burstWindow, h.flush)
+	}
+}
+
+// flush hands the deaths gathered in one burst window to one handling.
+// The burst is closed only once the lock is free: deaths that arrive
+// while another handling (or a round) reaps join it, so a drain's deaths,
+// reported one after the other, queue into one pass behind the first
+// reap, not into one pass each.
+func (h *deathHandler) flush() {
+	h.serial.Lock()
+	h.mu.Lock()
+	batch := h.pending
+	h.pending = nil
+	h.mu.Unlock()
+	h.serial.Unlock()
+	h.handle(batch)
 }
 
 // catchUp reconciles every tree in watch's scope once eng's deaths are
@@ -232,49 +263,103 @@ func (h *deathHandler) close() {
 	h.wg.Wait()
 }
 
-// handle reconciles d's container's trees through ScanThenAsk, asking
-// again while the engines still call it live.
-func (h *deathHandler) handle(d engine.Death, log *slog.Logger) {
+// handle reconciles the trees of a burst's containers through
+// ScanThenAsk, one scan for all of them, asking again about those the
+// engines still call live.
+func (h *deathHandler) handle(batch []engine.Death) {
 	defer h.wg.Done()
-	settled := false
+	settled := map[string]bool{}
 	defer func() {
 		h.mu.Lock()
-		delete(h.inFlight, d.ID)
-		if settled {
-			h.recent[d.ID] = time.Now()
+		for _, d := range batch {
+			delete(h.inFlight, d.ID)
+			if settled[d.ID] {
+				h.recent[d.ID] = time.Now()
+			}
 		}
 		h.mu.Unlock()
 	}()
+	logOf := func(d engine.Death) *slog.Logger { return h.log.With("engine", d.Engine, "container", d.ID) }
 	defer func() {
 		if r := recover(); r != nil {
-			log.Error("handling a container death crashed; the next round covers it", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			for _, d := range batch {
+				logOf(d).Error("handling a container death crashed; the next round covers it", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			}
 		}
 	}()
 
 	start := time.Now()
-	opt := h.w.Reconcile
-	opt.Containers = map[string]bool{d.ID: true}
-	opt.DiedAt = d.At
-	opt.Logger = log
-	var (
-		rep             Report
-		liveErr, err    error
-		attempts        int
-		stillLive, done bool
-	)
-	for !done {
-		attempts++
-		rep, liveErr, err = h.locked(opt, log)
-		stillLive = err == nil && (liveErr != nil || rep.Count(action.SkipLive)+rep.Count(action.SkipContradicted) > 0)
-		done = !stillLive || attempts > len(h.retries)
-		if !done {
-			log.Debug("dead container still looks live; asking again", "attempt", attempts, "skipped_live", rep.Count(action.SkipLive),
-				"skipped_contradicted", rep.Count(action.SkipContradicted), "truth_unknown", liveErr != nil, "retry_in", h.retries[attempts-1])
-			done = !h.wait(h.retries[attempts-1])
+	waiting := map[string]engine.Death{}
+	for _, d := range batch {
+		waiting[d.ID] = d
+	}
+	log := h.log
+	if len(batch) == 1 {
+		log = logOf(batch[0])
+	} else {
+		log.Debug("container deaths decided together", "burst", len(batch))
+	}
+	for attempts := 1; len(waiting) > 0; attempts++ {
+		opt := h.w.Reconcile
+		opt.Containers = map[string]bool{}
+		opt.DiedAtByID = map[string]time.Time{}
+		for id, d := range waiting {
+			opt.Containers[id] = true
+			opt.DiedAtByID[id] = d.At
+		}
+		opt.Logger = log
+		rep, liveErr, err := h.locked(opt, log)
+		last := attempts > len(h.retries)
+		var again []string
+		for _, id := range slices.Sorted(maps.Keys(waiting)) {
+			d := waiting[id]
+			one := only(rep, id)
+			stillLive := err == nil && (liveErr != nil || one.Count(action.SkipLive)+one.Count(action.SkipContradicted) > 0)
+			if stillLive && !last {
+				again = append(again, id)
+				continue
+			}
+			delete(waiting, id)
+			h.report(d, logOf(d), one, liveErr, err, attempts, start, len(batch))
+			// A container still live after every attempt was restarted,
+			// or its task was killed and not deleted (the shim lives on):
+			// its next death or /tasks/delete must not be coalesced away.
+			settled[id] = !stillLive
+		}
+		if len(again) > 0 {
+			log.Debug("dead container(s) still look live; asking again", "attempt", attempts, "containers", len(again),
+				"truth_unknown", liveErr != nil, "retry_in", h.retries[attempts-1])
+			if !h.wait(h.retries[attempts-1]) {
+				for _, id := range again {
+					d := waiting[id]
+					h.report(d, logOf(d), Report{}, nil, errStopping, attempts, start, len(batch))
+				}
+				return
+			}
 		}
 	}
+}
+
+// only is rep narrowed to the trees of container id.
+func only(rep Report, id string) Report {
+	out := rep
+	out.Trees = nil
+	for _, t := range rep.Trees {
+		if t.ContainerID == id {
+			out.Trees = append(out.Trees, t)
+		}
+	}
+	return out
+}
+
+// report logs the outcome of one death of a burst.
+func (h *deathHandler) report(d engine.Death, log *slog.Logger, rep Report, liveErr, err error, attempts int, start time.Time, burst int) {
 	latency := time.Since(d.At)
-	attrs := []any{"attempts", attempts, "latency_ms", latency.Milliseconds(), "took_ms", time.Since(start).Milliseconds()}
+	via := d.Via
+	if via == "" {
+		via = "event"
+	}
+	attrs := []any{"attempts", attempts, "latency_ms", latency.Milliseconds(), "took_ms", time.Since(start).Milliseconds(), "burst", burst, "via", via}
 	switch {
 	case liveErr != nil:
 		log.Error("container death not handled: ground truth unknown; nothing touched", append(attrs, "err", liveErr)...)
@@ -296,10 +381,6 @@ func (h *deathHandler) handle(d engine.Death, log *slog.Logger) {
 	reaped := rep.Count(action.Reaped)+rep.Count(action.Gone) > 0
 	h.w.Live.death(d.Engine, d.At, reaped && !rep.DryRun)
 	log.Info("container death handled", append(counts, attrs...)...)
-	// A container still live after every attempt was restarted, or its
-	// task was killed and not deleted (the shim lives on): its next death
-	// or /tasks/delete must not be coalesced away.
-	settled = !stillLive
 }
 
 // errStopping: watch was asked to stop before this death's turn came.
@@ -315,6 +396,7 @@ func (h *deathHandler) locked(opt reconcile.Options, log *slog.Logger) (Report, 
 	if h.stop.Err() != nil {
 		return Report{}, nil, errStopping
 	}
+	h.scans.Add(1)
 	rep, liveErr, err := h.attempt(h.work, opt, log)
 	h.w.Live.reconciled(rep)
 	return rep, liveErr, err
@@ -374,6 +456,11 @@ func (h *deathHandler) record(ms *metrics.Set) {
 	}
 	for _, e := range slices.Sorted(maps.Keys(skipped)) {
 		ms.Set(metrics.WatchEventsSkipped, float64(skipped[e]), e)
+	}
+	if h.pins != nil {
+		pinned, eventsOnly := h.pins.counts()
+		ms.Set(metrics.WatchContainersFollowed, float64(pinned), "pidfd")
+		ms.Set(metrics.WatchContainersFollowed, float64(eventsOnly), "events")
 	}
 }
 
@@ -474,7 +561,25 @@ func startDeathEvents(work context.Context, w *Watch, serial *sync.Mutex, log *s
 		return nil, nil, err
 	}
 	ctx, cancel := context.WithCancel(work)
-	h := newDeathHandler(*w, log, serial, work, ctx)
+	var h *deathHandler
+	var pins *pinner
+	if w.Pidfd {
+		store := func() *ledger.Store { return openStore(w.StateDir, false, log) }
+		pins, err = newPinner(w.Reconcile.Root, log, w.Reconcile.Containers, store, func(d engine.Death) { h.death(d) })
+		if err != nil {
+			log.Warn("container deaths are not seen from the kernel; engine events alone", "err", err)
+		} else {
+			// Every answer the engines give a round or a death moves the
+			// pins: a restarted container's new init is pinned by the
+			// first decision that sees it.
+			w.onTruth = func(tr engine.Truth) { pins.refresh(tr.Answers) }
+		}
+	}
+	h = newDeathHandler(*w, log, serial, work, ctx)
+	h.pins = pins
+	if pins != nil {
+		pins.relist(ctx, pinRelist, func(ctx context.Context) (engine.Truth, error) { return w.Ask(ctx, log) })
+	}
 	h.attempt = func(ctx context.Context, opt reconcile.Options, log *slog.Logger) (Report, error, error) {
 		s := w.Settings
 		s.Reconcile = opt
@@ -482,11 +587,21 @@ func startDeathEvents(work context.Context, w *Watch, serial *sync.Mutex, log *s
 	}
 	f := &followers{ctx: ctx, h: h, log: log, pick: func() ([]engine.Engine, error) { return w.Select(log) },
 		on: map[string]bool{}, told: map[string]bool{}}
-	f.run(redetectEvery)
+	if w.Events {
+		f.run(redetectEvery)
+	}
 	stop = func() {
 		cancel()
+		if pins != nil {
+			pins.close()
+		}
 		f.wg.Wait()
 		h.close()
 	}
 	return stop, h.record, nil
 }
+
+// pinRelist is how often watch asks the engines between rounds for
+// containers to pin: one started since the last answer is followed by
+// events alone until then.
+const pinRelist = 5 * time.Second

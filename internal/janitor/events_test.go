@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -238,20 +240,19 @@ func (s *scriptedAttempts) attempt(_ context.Context, opt reconcile.Options, _ *
 	if s.gate != nil {
 		<-s.gate
 	}
-	var id string
-	for k := range opt.Containers {
-		id = k
-	}
+	rep := Report{Report: reconcile.Report{LivenessKnown: true}}
 	s.mu.Lock()
-	n := s.calls[id]
-	s.calls[id]++
-	script := s.scripts[id]
-	s.mu.Unlock()
-	if len(script) == 0 {
-		panic("no script for " + id)
+	defer s.mu.Unlock()
+	for _, id := range slices.Sorted(maps.Keys(opt.Containers)) {
+		n := s.calls[id]
+		s.calls[id]++
+		script := s.scripts[id]
+		if len(script) == 0 {
+			panic("no script for " + id)
+		}
+		a := script[min(n, len(script)-1)]
+		rep.Trees = append(rep.Trees, reconcile.Tree{ContainerID: id, PGID: 100 + len(rep.Trees), Action: a})
 	}
-	a := script[min(n, len(script)-1)]
-	rep := Report{Report: reconcile.Report{LivenessKnown: true, Trees: []reconcile.Tree{{ContainerID: id, PGID: 100, Action: a}}}}
 	return rep, nil, nil
 }
 
@@ -285,9 +286,13 @@ func TestDeathHandler(t *testing.T) {
 	h.death(engine.Death{Engine: "docker", ID: dup, At: now}) // in flight
 	h.death(engine.Death{Engine: "docker", ID: slow, At: now})
 	h.death(engine.Death{Engine: "docker", ID: scoped, At: now})
-	h.death(engine.Death{Engine: "docker", ID: crash, At: now})
 	close(sa.gate)
 	proc.WaitFor(t, time.Minute, "two deaths handled", func() bool { return len(buf.records("container death handled")) == 2 })
+	// A crash loses its own burst to the next round, not the next death.
+	h.death(engine.Death{Engine: "docker", ID: crash, At: now})
+	proc.WaitFor(t, time.Minute, "the crash", func() bool {
+		return len(buf.records("handling a container death crashed; the next round covers it")) == 1
+	})
 	h.death(engine.Death{Engine: "containerd", ID: dup, At: now}) // just handled
 	h.death(engine.Death{Engine: "docker", ID: after, At: now})
 	h.close()
@@ -358,5 +363,45 @@ func TestDeathHandlerCatchUp(t *testing.T) {
 	l := buf.records("caught up after the event stream was down")[0]
 	if l["reaped"] != float64(1) || l["trees"] != float64(2) || l["engine"] != "containerd" {
 		t.Errorf("catch-up line %v", l)
+	}
+}
+
+// TestDeathHandlerBurst: deaths reported within the burst window (a node
+// drain) are decided on one scan and one engine question, each with its
+// own time of death, and each still gets its own line.
+func TestDeathHandlerBurst(t *testing.T) {
+	const n = 50
+	sa := &scriptedAttempts{calls: map[string]int{}, scripts: map[string][]action.Action{}}
+	log, buf := jsonLogger()
+	var serial sync.Mutex
+	h := newDeathHandler(Watch{}, log, &serial, t.Context(), t.Context())
+	var diedAt sync.Map
+	h.attempt = func(ctx context.Context, opt reconcile.Options, l *slog.Logger) (Report, error, error) {
+		for id, at := range opt.DiedAtByID {
+			diedAt.Store(id, at)
+		}
+		return sa.attempt(ctx, opt, l)
+	}
+	at := time.Now()
+	for i := range n {
+		id := strings.Repeat(fmt.Sprintf("%02x", i), 32)
+		sa.scripts[id] = []action.Action{action.Reaped}
+		h.death(engine.Death{Engine: "podman", ID: id, At: at.Add(time.Duration(i) * time.Microsecond)})
+	}
+	proc.WaitFor(t, time.Minute, "the burst handled", func() bool { return len(buf.records("container death handled")) == n })
+	h.close()
+	if got := h.scans.Load(); got != 1 {
+		t.Errorf("%d scans for a burst of %d deaths, want 1", got, n)
+	}
+	for i := range n {
+		id := strings.Repeat(fmt.Sprintf("%02x", i), 32)
+		if v, _ := diedAt.Load(id); v != at.Add(time.Duration(i)*time.Microsecond) {
+			t.Errorf("container %s decided with death time %v", id[:4], v)
+		}
+	}
+	for _, r := range buf.records("container death handled") {
+		if r["reaped"] != float64(1) || r["burst"] != float64(n) {
+			t.Errorf("death line %v", r)
+		}
 	}
 }

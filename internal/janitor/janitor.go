@@ -39,6 +39,9 @@ type Settings struct {
 	Sockets sweep.Config
 	// Threshold is cull's idle time in seconds.
 	Threshold int64
+	// onTruth, when set, is told every answer the engines give a
+	// decision (watch's pins follow them).
+	onTruth func(engine.Truth)
 }
 
 // Select builds the engines to ask. The error wraps engine.ErrUsage when

@@ -68,6 +68,9 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 		return rep, live, err, nil
 	}
 	live = tr.Set
+	if s.onTruth != nil {
+		s.onTruth(tr)
+	}
 	if opt.Apply {
 		// Held for deciding and signalling only (a death in watch never
 		// waits behind another run's scan or engine question); the trees a

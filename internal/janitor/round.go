@@ -22,7 +22,10 @@ type Watch struct {
 	// --no-cull).
 	ReconcileOn, CullOn bool
 	// Events follows the engines' container deaths between rounds.
-	Events      bool
+	Events bool
+	// Pidfd follows the deaths of live containers' inits through pidfds
+	// (DESIGN "Engines"), handled as the engines' death events are.
+	Pidfd       bool
 	Interval    time.Duration
 	MetricsFile string
 	// Live, when set, is kept current for --metrics-listen.
@@ -53,13 +56,13 @@ func (w *Watch) Run(ctx context.Context, stopping <-chan struct{}, log *slog.Log
 	w.serial = &sync.Mutex{}
 	round := func(ctx context.Context) int { return w.round(ctx, log) }
 	stopEvents := func() {}
-	if w.Events {
+	if w.Events || w.Pidfd {
 		var err error
 		if stopEvents, w.moreMetrics, err = startDeathEvents(ctx, w, w.serial, log); err != nil {
 			return err
 		}
 	}
-	log.Info("watching", "interval", w.Interval, "reconcile", w.ReconcileOn, "events", w.Events, "reconcile_apply", w.Reconcile.Apply,
+	log.Info("watching", "interval", w.Interval, "reconcile", w.ReconcileOn, "events", w.Events, "pidfd", w.Pidfd, "reconcile_apply", w.Reconcile.Apply,
 		"sweep_apply", w.Sockets.Apply, "cull", w.CullOn)
 	loop(ctx, stopping, w.Interval, round, log)
 	stopEvents() // waits for a death being handled, as for a round

@@ -49,8 +49,9 @@ const (
 	DoctorCheck = "kc_janitor_doctor_check"
 
 	// watch.
-	WatchDeathsHandled = "kc_janitor_watch_deaths_handled"
-	WatchEventsSkipped = "kc_janitor_watch_event_messages_skipped"
+	WatchDeathsHandled      = "kc_janitor_watch_deaths_handled"
+	WatchEventsSkipped      = "kc_janitor_watch_event_messages_skipped"
+	WatchContainersFollowed = "kc_janitor_watch_live_containers"
 
 	// Every command.
 	LastRun     = "kc_janitor_last_run_timestamp_seconds"
@@ -86,6 +87,8 @@ var catalogue = map[string]desc{
 	WatchDeathsHandled: {"Container deaths the running watch has handled as the engines reported them, by the engine that reported each first (a death reported twice counts once); 0 for an engine followed with none yet.", []string{"engine"}},
 
 	WatchEventsSkipped: {"Event messages the running watch passed over, by engine: over 1 MiB or not the JSON the engine sends. The stream goes on; a death among them waits for the next round.", []string{"engine"}},
+
+	WatchContainersFollowed: {"Live containers the running watch follows, by how their death is seen: pidfd (their init is pinned: seen at once) or events (the engine's death events alone: an init that could not be pinned, or past the file limit).", []string{"via"}},
 
 	LastRun:     {"Unix time the command last finished.", []string{"command"}},
 	RunDuration: {"How long the command's last run took, in seconds.", []string{"command"}},

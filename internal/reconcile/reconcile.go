@@ -50,6 +50,9 @@ type Options struct {
 	// restarted container's, not the dead one's, and is left alone
 	// (skipped-young) whatever the engines answer.
 	DiedAt time.Time
+	// DiedAtByID is DiedAt for each container of a burst of deaths
+	// decided together; it wins over DiedAt for the containers it names.
+	DiedAtByID map[string]time.Time
 	// Store is the ledger; nil runs without one (no attribution of trees
 	// whose anchor died, no snapshots, no garbage collection).
 	Store *ledger.Store
@@ -178,10 +181,13 @@ func Decide(t trees.Tree, live liveness.Set, minAge time.Duration) action.Action
 }
 
 // bornAfter says whether every member of t started after the death at
-// died. Ages are from the scan, which came before now: measuring the time
-// since the death now makes it longer, so the doubt falls on sparing.
-func bornAfter(t trees.Tree, died time.Time) bool {
-	return !died.IsZero() && t.AgeKnown && t.Oldest < time.Since(died)
+// died. Ages were read during the scan, which ended at scanned: measuring
+// the time since the death from then makes it a little longer, so the
+// doubt falls on sparing. Not from now: the engines' answer came between,
+// and a slow one (a second under load) made a tree started a moment
+// before the death look born after it, and spared.
+func bornAfter(t trees.Tree, died, scanned time.Time) bool {
+	return !died.IsZero() && t.AgeKnown && t.Oldest < scanned.Sub(died)
 }
 
 // Scanned is a scan of the host's supervisor trees, taken before podman is
@@ -194,6 +200,8 @@ type Scanned struct {
 	// snap is the process table the scan decided from, which the rest of
 	// the run reads (DESIGN "One view of the host"); nil after a full scan.
 	snap *proctable.Listing
+	// scanned is when the scan ended: the trees' ages are as of then.
+	scanned time.Time
 }
 
 // Scan reads the ledger and scans /proc. It changes nothing. Scanning
@@ -223,6 +231,7 @@ func Scan(opt Options) (*Scanned, error) {
 		known = ledger.KnownFrom(sc.records, opt.Store.CurrentBootID())
 	}
 	found, stats, snap, err := trees.ScanSnapshot(trees.Options{Root: opt.Root, Comms: opt.Comms, Known: known, Full: opt.FullScan, Lister: opt.Lister, Watch: corroborate.Watch})
+	sc.scanned = time.Now()
 	if err != nil {
 		return nil, fmt.Errorf("scanning processes: %w", err)
 	}
@@ -254,7 +263,11 @@ func (sc *Scanned) Run(ctx context.Context, live liveness.Set) (Report, error) {
 			continue
 		}
 		rt := Tree{ContainerID: t.ContainerID, PGID: t.PGID, UID: t.UID, Action: Decide(t, live, opt.MinAge), tree: t}
-		if rt.Action == action.WouldReap && bornAfter(t, opt.DiedAt) {
+		died := opt.DiedAt
+		if at, ok := opt.DiedAtByID[t.ContainerID]; ok {
+			died = at
+		}
+		if rt.Action == action.WouldReap && bornAfter(t, died, sc.scanned) {
 			rt.Action = action.SkipYoung
 		}
 		if t.AgeKnown {

@@ -101,6 +101,31 @@ func TestRunRealTrees(t *testing.T) {
 		}
 	})
 
+	t.Run("a slow engine answer does not make an older tree look born after the death", func(t *testing.T) {
+		for time.Since(treesStarted) < 100*time.Millisecond {
+			time.Sleep(10 * time.Millisecond)
+		}
+		o := opt
+		o.DiedAtByID = map[string]time.Time{cidGone: time.Now()}
+		ran := time.Since(treesStarted) // at most, when the container died
+		sc, err := Scan(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The engines answer long after the death: longer than the tree
+		// had run when its container died.
+		for time.Since(o.DiedAtByID[cidGone]) < 2*ran {
+			time.Sleep(10 * time.Millisecond)
+		}
+		rep, err := sc.Run(ctx, live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tr := findByPGID(rep, stray.PGID); tr == nil || tr.Action != action.WouldReap {
+			t.Fatalf("stray tree: %+v, want %s", tr, action.WouldReap)
+		}
+	})
+
 	t.Run("dry run lists and kills nothing", func(t *testing.T) {
 		rep, err := Run(ctx, opt, live)
 		if err != nil {

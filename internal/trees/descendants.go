@@ -136,7 +136,7 @@ func Descendants(root string, l *proctable.Listing, from []fingerprint.Identity,
 }
 
 // allows says whether a descendant may be signalled with the tree: only
-// one of the tree's UID that carries no other container's ID (§4's
+// one of the tree's UID that carries no other container's ID (the identity rules'
 // anchors and ownership rules).
 func (r Rules) allows(id fingerprint.Identity) bool {
 	if r.UID < 0 || id.UID != r.UID {

@@ -26,7 +26,10 @@ import (
 // own latency_ms (from the death's time as the engine
 // stamps it to the death handled), the share of deaths that needed more
 // than one attempt, and the tree's own exit time (SIGTERM to its group
-// gone, with no janitor) for comparison.
+// gone, with no janitor) for comparison. podman runs three ways: as watch
+// runs by default, from its inits' pidfds alone (--no-events; latency_ms
+// is then from the pidfd becoming readable) and from its died events
+// alone (--no-pidfd); %pidfd is the share of deaths seen through a pidfd.
 func BenchmarkWatchDeathToReap(b *testing.B) {
 	b.Run("docker", func(b *testing.B) {
 		dt := dockertest.Need(b)
@@ -45,18 +48,23 @@ func BenchmarkWatchDeathToReap(b *testing.B) {
 			},
 			func(b *testing.B, id string) { containerdtest.Ctr(b, addr, ns, "tasks", "rm", "-f", id) })
 	})
-	b.Run("podman", func(b *testing.B) {
-		// The API alone, as a host names its service: --podman-arg's
-		// store check (GET /info, some 270 ms) is not on that path.
-		pm := podmantest.New(b)
-		deathToReap(b, "podman", []string{"--engine", "podman", "--podman-url", pm.StartAPI(b)},
-			func(b *testing.B) string { return pm.Run(b) },
-			func(b *testing.B, id string) {
-				if _, err := pm.Podman("kill", id); err != nil {
-					b.Fatal(err)
-				}
-			})
-	})
+	// podman: pidfd and events as watch runs by default; pidfd: the
+	// init's pidfd alone (--no-events); events: podman's died events
+	// alone (--no-pidfd).
+	for name, extra := range map[string][]string{"podman": nil, "podman-pidfd": {"--no-events"}, "podman-events": {"--no-pidfd"}} {
+		b.Run(name, func(b *testing.B) {
+			// The API alone, as a host names its service: --podman-arg's
+			// store check (GET /info, some 270 ms) is not on that path.
+			pm := podmantest.New(b)
+			deathToReap(b, "podman", append([]string{"--engine", "podman", "--podman-url", pm.StartAPI(b)}, extra...),
+				func(b *testing.B) string { return pm.Run(b) },
+				func(b *testing.B, id string) {
+					if _, err := pm.Podman("kill", id); err != nil {
+						b.Fatal(err)
+					}
+				})
+		})
+	}
 	b.Run("tree-exit", func(b *testing.B) {
 		var lat []time.Duration
 		for range b.N {
@@ -85,9 +93,13 @@ func deathToReap(b *testing.B, engine string, engineArgs []string, run func(*tes
 		args = append(args, "--container", ids[i])
 	}
 	w := startWatch(b, args...)
-	w.waitReady(b, engine)
+	if slices.Contains(args, "--no-events") {
+		w.waitLine(b, map[string]any{"msg": "live containers pinned", "pinned": float64(b.N)})
+	} else {
+		w.waitReady(b, engine)
+	}
 	var reap, handled, cmd []time.Duration
-	retried := 0
+	retried, viaPidfd := 0, 0
 	b.ResetTimer()
 	for i, id := range ids {
 		start := time.Now()
@@ -104,6 +116,9 @@ func deathToReap(b *testing.B, engine string, engineArgs []string, run func(*tes
 		if l["attempts"] != float64(1) {
 			retried++
 		}
+		if l["via"] == "pidfd" {
+			viaPidfd++
+		}
 		b.StartTimer()
 	}
 	b.StopTimer()
@@ -111,6 +126,7 @@ func deathToReap(b *testing.B, engine string, engineArgs []string, run func(*tes
 	report(b, cmd, "kill-cmd")
 	report(b, handled, "watch-latency")
 	b.ReportMetric(100*float64(retried)/float64(b.N), "%retried")
+	b.ReportMetric(100*float64(viaPidfd)/float64(b.N), "%pidfd")
 }
 
 // startQuickTree is startTree without the child that ignores SIGTERM

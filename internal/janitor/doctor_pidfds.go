@@ -1,0 +1,73 @@
+package janitor
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+
+	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+)
+
+// errNoPID: the engine's list gives no init PID (Docker's).
+var errNoPID = errors.New("the engine's list gives no init PID")
+
+// pinnable counts the live containers of answers whose init watch would
+// pin, with watch's checks (each pidfd closed at once), and the others by
+// reason, for doctor.
+func pinnable(s Settings, answers []engine.Answer) (pinned, eventsOnly int, why []string) {
+	root := s.Reconcile.Root
+	if root == "" {
+		root = fingerprint.DefaultRoot
+	}
+	st := openStore(s.StateDir, false, slog.New(slog.DiscardHandler))
+	pids, byPID := map[string]int{}, map[int]int{}
+	for _, a := range answers {
+		for _, c := range a.Containers {
+			if _, seen := pids[c.ID]; seen || !c.Live || (len(s.Reconcile.Containers) > 0 && !s.Reconcile.Containers[c.ID]) {
+				continue
+			}
+			pids[c.ID] = c.InitPID
+			if c.InitPID > 0 {
+				byPID[c.InitPID]++
+			}
+		}
+	}
+	reasons := map[string]int{}
+	for id, pid := range pids {
+		var err error
+		switch {
+		case pid <= 0:
+			err = errNoPID
+		case byPID[pid] > 1:
+			err = errSharedPID
+		default:
+			var p *fingerprint.Pinned
+			if p, err = pinInit(root, id, pid, recordedStart(st, id, pid)); err == nil {
+				p.Close()
+			}
+		}
+		if err == nil {
+			pinned++
+			continue
+		}
+		eventsOnly++
+		reasons[reason(err)]++
+	}
+	for _, r := range slices.Sorted(maps.Keys(reasons)) {
+		why = append(why, fmt.Sprintf("%d %s", reasons[r], r))
+	}
+	return pinned, eventsOnly, why
+}
+
+// reason is err's kind, for counting.
+func reason(err error) string {
+	for _, e := range []error{errNoPID, errInitDead, errStartMismatch, errNotItsCgroup, errNotPIDNSInit, errSharedPID} {
+		if errors.Is(err, e) {
+			return e.Error()
+		}
+	}
+	return err.Error()
+}

@@ -1,0 +1,387 @@
+package janitor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
+)
+
+// Why a container's init is not pinned (DESIGN "Engines"): each one leaves the
+// container to the engines' events alone.
+var (
+	// errInitDead: pidfd_open said ESRCH, or the process is a zombie: the
+	// container died before it could be pinned, and is decided at once.
+	errInitDead      = errors.New("the init has already exited")
+	errStartMismatch = errors.New("the process's start time is not the init's")
+	errNotItsCgroup  = errors.New("the process is not in the container's cgroup")
+	errNotPIDNSInit  = errors.New("the process is not PID 1 of a private PID namespace")
+	errSharedPID     = errors.New("one host PID stands for several containers")
+)
+
+// pinInit opens a pidfd for container id's init at host PID pid and checks
+// it is that init: started at wantStart (the ledger's record; 0 when there
+// is none: then the start read before opening, which the open re-checks),
+// in a cgroup carrying the container's ID, PID 1 of its own PID namespace.
+// An engine in another PID namespace (Docker in Docker, kind) answers PIDs
+// of its namespace, which fail these checks here.
+func pinInit(root, id string, pid int, wantStart uint64) (*fingerprint.Pinned, error) {
+	if wantStart == 0 {
+		st, err := fingerprint.ReadStat(root, pid)
+		if errors.Is(err, fingerprint.ErrNotFound) {
+			return nil, fmt.Errorf("pid %d: %w", pid, errInitDead)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading the init's start time: %w", err)
+		}
+		wantStart = st.StartTicks
+	}
+	p, err := fingerprint.Pin(root, fingerprint.Stat{PID: pid, StartTicks: wantStart})
+	switch {
+	case errors.Is(err, fingerprint.ErrNotFound):
+		return nil, fmt.Errorf("pid %d: %w", pid, errInitDead)
+	case errors.Is(err, fingerprint.ErrRecycled):
+		return nil, fmt.Errorf("%w: %w", errStartMismatch, err)
+	case err != nil:
+		return nil, err
+	}
+	// Read after pidfd_open: the pidfd is the process whose start time was
+	// just checked, and if it dies now the pidfd tells.
+	if err := checkInit(root, id, pid); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// checkInit checks pid's cgroup names container id and pid is PID 1 of a
+// PID namespace of its own.
+func checkInit(root, id string, pid int) error {
+	dir := filepath.Join(root, fmt.Sprint(pid))
+	cg, err := os.ReadFile(filepath.Join(dir, "cgroup"))
+	if err != nil {
+		return fmt.Errorf("reading the init's cgroup: %w", err)
+	}
+	if !strings.Contains(string(cg), id) {
+		return fmt.Errorf("pid %d: %w", pid, errNotItsCgroup)
+	}
+	status, err := os.ReadFile(filepath.Join(dir, "status"))
+	if err != nil {
+		return fmt.Errorf("reading the init's status: %w", err)
+	}
+	for _, l := range strings.Split(string(status), "\n") {
+		if f, ok := strings.CutPrefix(l, "NSpid:"); ok {
+			ns := strings.Fields(f)
+			if len(ns) >= 2 && ns[len(ns)-1] == "1" {
+				return nil
+			}
+			return fmt.Errorf("pid %d: NSpid %v: %w", pid, ns, errNotPIDNSInit)
+		}
+	}
+	return fmt.Errorf("pid %d: no NSpid line: %w", pid, errNotPIDNSInit)
+}
+
+// pin is one container's init held through a pidfd.
+type pin struct {
+	id, engine string
+	p          *fingerprint.Pinned
+	key        int32
+}
+
+// pinner holds a pidfd for every live container's init it can pin and
+// reports a container dead the moment its pidfd becomes readable, whatever
+// the engine's event backend does (DESIGN "Engines"). The pins follow each
+// answer the engines give (every round, every death handled, every
+// relist).
+type pinner struct {
+	root  string
+	log   *slog.Logger
+	death func(engine.Death)
+	scope map[string]bool
+	store func() *ledger.Store
+	// max keeps the pidfds under the file limit; containers past it are
+	// followed by events alone.
+	max int
+
+	mu      sync.Mutex
+	closed  bool
+	epfd    int
+	wake    int // an eventfd that ends the poll loop
+	pins    map[string]*pin
+	byKey   map[int32]*pin
+	nextKey int32
+	refused map[string]int // the PID refused for each container, said once
+	// eventsOnly is the live containers the last refresh left unpinned.
+	eventsOnly int
+	said       [2]int
+	wg         sync.WaitGroup
+}
+
+func newPinner(root string, log *slog.Logger, scope map[string]bool, store func() *ledger.Store, death func(engine.Death)) (*pinner, error) {
+	if root == "" {
+		root = fingerprint.DefaultRoot
+	}
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("epoll for pidfds: %w", err)
+	}
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("eventfd for pidfds: %w", err)
+	}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wake, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: -1}); err != nil {
+		unix.Close(epfd)
+		unix.Close(wake)
+		return nil, fmt.Errorf("epoll for pidfds: %w", err)
+	}
+	max := 512
+	var rl unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) == nil && rl.Cur > 0 {
+		max = int(min(rl.Cur/2, 1<<20))
+	}
+	p := &pinner{root: root, log: log.With("step", "pidfd"), death: death, scope: scope, store: store, max: max,
+		epfd: epfd, wake: wake, pins: map[string]*pin{}, byKey: map[int32]*pin{}, refused: map[string]int{}}
+	p.wg.Add(1)
+	go p.loop()
+	return p, nil
+}
+
+// loop waits for pidfds to become readable: each is a container's death.
+func (p *pinner) loop() {
+	defer p.wg.Done()
+	evs := make([]unix.EpollEvent, 64)
+	for {
+		n, err := unix.EpollWait(p.epfd, evs, -1)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			p.log.Error("waiting on pidfds failed; deaths are followed by events alone", "err", err)
+			return
+		}
+		now := time.Now()
+		var dead []*pin
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return
+		}
+		for _, ev := range evs[:n] {
+			// Keys, not fd numbers: a pidfd closed by a refresh while its
+			// event was in flight may have its number reused already.
+			if pn, ok := p.byKey[ev.Fd]; ok {
+				p.drop(pn)
+				dead = append(dead, pn)
+			}
+		}
+		p.mu.Unlock()
+		for _, pn := range dead {
+			p.log.Debug("container init exited", "container", pn.id, "engine", pn.engine, "pid", pn.p.PID)
+			p.death(engine.Death{Engine: pn.engine, ID: pn.id, At: now, Via: "pidfd"})
+		}
+	}
+}
+
+// drop forgets pn and closes its pidfd; p.mu is held.
+func (p *pinner) drop(pn *pin) {
+	unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, pn.p.Fd(), nil)
+	pn.p.Close()
+	delete(p.pins, pn.id)
+	delete(p.byKey, pn.key)
+}
+
+// refresh pins the live containers of the engines' answers not pinned yet,
+// re-pins those whose init changed (a restart) and lets go of the rest.
+// A container that died before it could be pinned is reported dead now.
+func (p *pinner) refresh(answers []engine.Answer) {
+	type want struct {
+		engine string
+		pid    int
+	}
+	wants := map[string]want{}
+	byPID := map[int]int{}
+	// Live containers whose engine gave no init PID (Docker's list has
+	// none): their deaths come from events alone.
+	noPID := map[string]bool{}
+	for _, a := range answers {
+		for _, c := range a.Containers {
+			if !c.Live || (len(p.scope) > 0 && !p.scope[c.ID]) {
+				continue
+			}
+			if c.InitPID <= 0 {
+				noPID[c.ID] = true
+				continue
+			}
+			if _, dup := wants[c.ID]; dup {
+				continue // the same container through two engines (Docker's in moby)
+			}
+			wants[c.ID] = want{a.Engine, c.InitPID}
+			byPID[c.InitPID]++
+		}
+	}
+	var dead []engine.Death
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	for id, pn := range p.pins {
+		if w, ok := wants[id]; !ok || w.pid != pn.p.PID || byPID[w.pid] > 1 {
+			if readable(pn.p.Fd()) {
+				dead = append(dead, engine.Death{Engine: pn.engine, ID: id, At: time.Now(), Via: "pidfd"})
+			}
+			p.drop(pn)
+		}
+	}
+	var st *ledger.Store
+	eventsOnly := 0
+	for id, w := range wants {
+		if _, ok := p.pins[id]; ok {
+			continue
+		}
+		if p.refused[id] == w.pid {
+			eventsOnly++
+			continue
+		}
+		log := p.log.With("container", id, "engine", w.engine, "pid", w.pid)
+		if byPID[w.pid] > 1 {
+			p.refused[id] = w.pid
+			eventsOnly++
+			log.Info("container init not pinned; its death is followed by events alone", "why", errSharedPID)
+			continue
+		}
+		if len(p.pins) >= p.max {
+			eventsOnly++
+			continue
+		}
+		if st == nil && p.store != nil {
+			st = p.store()
+		}
+		pn, err := pinInit(p.root, id, w.pid, recordedStart(st, id, w.pid))
+		if errors.Is(err, errInitDead) {
+			dead = append(dead, engine.Death{Engine: w.engine, ID: id, At: time.Now(), Via: "pidfd"})
+			continue
+		}
+		if err != nil {
+			p.refused[id] = w.pid
+			eventsOnly++
+			log.Info("container init not pinned; its death is followed by events alone", "why", err)
+			continue
+		}
+		p.nextKey++
+		if p.nextKey < 0 {
+			p.nextKey = 0
+		}
+		np := &pin{id: id, engine: w.engine, p: pn, key: p.nextKey}
+		if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, pn.Fd(), &unix.EpollEvent{Events: unix.EPOLLIN, Fd: np.key}); err != nil {
+			pn.Close()
+			eventsOnly++
+			log.Warn("container init not pinned; its death is followed by events alone", "why", fmt.Errorf("epoll: %w", err))
+			continue
+		}
+		p.pins[id], p.byKey[np.key] = np, np
+	}
+	for id := range p.refused {
+		if _, ok := wants[id]; !ok {
+			delete(p.refused, id)
+		}
+	}
+	for id := range noPID {
+		if _, ok := wants[id]; !ok {
+			eventsOnly++
+		}
+	}
+	p.eventsOnly = eventsOnly
+	pinned := len(p.pins)
+	changed := p.said != [2]int{pinned, eventsOnly}
+	p.said = [2]int{pinned, eventsOnly}
+	p.mu.Unlock()
+	if changed {
+		p.log.Info("live containers pinned", "pinned", pinned, "events_only", eventsOnly, "max_pins", p.max)
+	}
+	for _, d := range dead {
+		p.death(d)
+	}
+}
+
+// counts says how many live containers the last refresh pinned and how
+// many it left to the engines' events alone.
+func (p *pinner) counts() (pinned, eventsOnly int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.pins), p.eventsOnly
+}
+
+// recordedStart is the start time the hook recorded for id's init at
+// pid in this boot, or 0.
+func recordedStart(st *ledger.Store, id string, pid int) uint64 {
+	if st == nil {
+		return 0
+	}
+	r, err := st.Load(id)
+	if err != nil || r == nil || r.Init == nil || r.Init.PID != pid || !st.Current(r) {
+		return 0
+	}
+	return r.Init.StartTicks
+}
+
+// readable says whether a pidfd reports its process exited.
+func readable(fd int) bool {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0 && fds[0].Revents&unix.POLLIN != 0
+}
+
+// relist asks the engines every every until ctx is done, so that a
+// container started between rounds is pinned within that time.
+func (p *pinner) relist(ctx context.Context, every time.Duration, ask func(context.Context) (engine.Truth, error)) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if tr, err := ask(ctx); err == nil {
+				p.refresh(tr.Answers)
+			}
+		}
+	}()
+}
+
+// close lets go of every pin and waits for the loop.
+func (p *pinner) close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	one := []byte{1, 0, 0, 0, 0, 0, 0, 0}
+	unix.Write(p.wake, one)
+	p.mu.Unlock()
+	p.wg.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pn := range p.pins {
+		p.drop(pn)
+	}
+	unix.Close(p.epfd)
+	unix.Close(p.wake)
+}

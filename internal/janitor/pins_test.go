@@ -1,0 +1,109 @@
+package janitor
+
+import (
+	"errors"
+	"log/slog"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/podmantest"
+	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+)
+
+// TestPinInitRefusals: a process is pinned as a container's init only
+// with the recorded start time, in a cgroup naming the container; a
+// process already reaped is reported dead, not refused.
+func TestPinInitRefusals(t *testing.T) {
+	cmd := exec.Command("sleep", "600")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	pid := cmd.Process.Pid
+	st, err := fingerprint.ReadStat("/proc", pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := strings.Repeat("9e", 32)
+	if _, err := pinInit("/proc", id, pid, st.StartTicks+1); !errors.Is(err, errStartMismatch) {
+		t.Errorf("start time off by one tick: %v, want %v", err, errStartMismatch)
+	}
+	if _, err := pinInit("/proc", id, pid, st.StartTicks); !errors.Is(err, errNotItsCgroup) {
+		t.Errorf("a host process: %v, want %v", err, errNotItsCgroup)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if _, err := pinInit("/proc", id, pid, st.StartTicks); !errors.Is(err, errInitDead) {
+		t.Errorf("a reaped process: %v, want %v", err, errInitDead)
+	}
+}
+
+// TestPinnerPodman: a real podman container's init is pinned, and not
+// with a start time other than its own; `podman kill` makes its pidfd
+// report the death at once; one PID given for two containers is pinned
+// for neither.
+func TestPinnerPodman(t *testing.T) {
+	pm := podmantest.New(t)
+	id, other := pm.Run(t), pm.Run(t)
+	pid := pm.InitPID(t, id)
+	st, err := fingerprint.ReadStat("/proc", pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pinInit("/proc", id, pid, st.StartTicks+1); !errors.Is(err, errStartMismatch) {
+		t.Errorf("the init with another start time: %v, want %v", err, errStartMismatch)
+	}
+	if _, err := pinInit("/proc", other, pid, 0); !errors.Is(err, errNotItsCgroup) {
+		t.Errorf("the init given for another container: %v, want %v", err, errNotItsCgroup)
+	}
+	p, err := pinInit("/proc", id, pid, st.StartTicks)
+	if err != nil {
+		t.Fatalf("the container's own init: %v", err)
+	}
+	p.Close()
+
+	var mu sync.Mutex
+	var deaths []engine.Death
+	pn, err := newPinner("/proc", slog.New(slog.DiscardHandler), nil, nil, func(d engine.Death) {
+		mu.Lock()
+		deaths = append(deaths, d)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pn.close()
+	otherPID := pm.InitPID(t, other)
+	answers := []engine.Answer{{Engine: "podman", Containers: []engine.Container{
+		{ID: id, Live: true, InitPID: pid},
+		{ID: other, Live: true, InitPID: otherPID},
+		{ID: strings.Repeat("5a", 32), Live: true, InitPID: otherPID},
+	}}, {Engine: "docker", Containers: []engine.Container{{ID: strings.Repeat("d0", 32), Live: true}}}}
+	// doctor's view first: it pins nothing it keeps.
+	if pinned, eventsOnly, why := pinnable(Settings{StateDir: t.TempDir()}, answers); pinned != 1 || eventsOnly != 3 || len(why) != 2 {
+		t.Errorf("doctor: pinnable %d, events only %d (%v); want 1, and 3 for two reasons", pinned, eventsOnly, why)
+	}
+	pn.refresh(answers)
+	if pinned, eventsOnly := pn.counts(); pinned != 1 || eventsOnly != 3 {
+		t.Fatalf("pinned %d, events only %d; want 1, and the two sharing a PID and the one without a PID", pinned, eventsOnly)
+	}
+	if _, err := pm.Podman("kill", id); err != nil {
+		t.Fatal(err)
+	}
+	proc.WaitFor(t, 10*time.Second, "the pidfd's death", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(deaths) == 1
+	})
+	if d := deaths[0]; d.ID != id || d.Engine != "podman" || d.Via != "pidfd" {
+		t.Errorf("death %+v", d)
+	}
+	if pinned, _ := pn.counts(); pinned != 0 {
+		t.Errorf("%d pins left after the death", pinned)
+	}
+}

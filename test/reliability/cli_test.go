@@ -56,7 +56,7 @@ var malformed = map[string][]string{
 	"bpf":                  {"", "yes", "ON", "bpf"},
 	// booleans
 	"apply": {"maybe"}, "fix": {"maybe"}, "full-scan": {"maybe"}, "reconcile-apply": {"maybe"},
-	"sweep-apply": {"maybe"}, "no-reconcile": {"maybe"}, "no-cull": {"maybe"}, "no-events": {"maybe"}, "once": {"maybe"},
+	"sweep-apply": {"maybe"}, "no-reconcile": {"maybe"}, "no-cull": {"maybe"}, "no-events": {"maybe"}, "no-pidfd": {"maybe"}, "once": {"maybe"},
 	"quiet": {"maybe"},
 }
 

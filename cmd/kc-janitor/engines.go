@@ -30,7 +30,7 @@ func engineFlags() []cli.Flag {
 		&cli.StringFlag{Name: flagEngine, Value: "auto", Usage: "container `ENGINES` to ask: auto (every engine whose endpoint exists here) or a comma list of podman, docker, containerd", EnvVars: []string{"KC_ENGINE"}},
 		&cli.DurationFlag{Name: "podman-timeout", Value: 10 * time.Second, Usage: "bound on asking each container engine (for podman: API, then CLI)", EnvVars: []string{"KC_PODMAN_TIMEOUT"}},
 		&cli.StringSliceFlag{Name: "podman-arg", Usage: "global `ARG` for the podman CLI, repeatable (e.g. --podman-arg=--root=/srv/storage); a podman API service whose store is not the --root/--runroot named here is not believed: the CLI is asked instead", EnvVars: []string{"KC_PODMAN_ARGS"}},
-		&cli.StringFlag{Name: flagContainerdAddress, Usage: "containerd socket `PATH`; default: CONTAINERD_ADDRESS, else /run/containerd/containerd.sock", EnvVars: []string{"KC_CONTAINERD_ADDRESS"}},
+		&cli.StringFlag{Name: flagContainerdAddress, Usage: "containerd socket `PATH`; default: CONTAINERD_ADDRESS, else the first of /run/containerd/containerd.sock, /run/k3s/containerd/containerd.sock (k3s, RKE2) and /var/snap/microk8s/common/run/containerd.sock that exists", EnvVars: []string{"KC_CONTAINERD_ADDRESS"}},
 		&cli.StringSliceFlag{Name: flagContainerdNamespace, Usage: "ask only containerd `NAMESPACE` (repeatable or comma-separated; default every namespace: moby is Docker's, k8s.io Kubernetes', default ctr's and nerdctl's)", EnvVars: []string{"KC_CONTAINERD_NAMESPACE"}},
 		&cli.StringFlag{Name: flagDockerURL, Usage: "Docker Engine API `URL` (unix:///path or tcp://host:port); default: DOCKER_HOST, else unix:///var/run/docker.sock", EnvVars: []string{"KC_DOCKER_URL"}},
 	}

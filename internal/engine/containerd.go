@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/containerdapi"
@@ -33,8 +34,37 @@ type containerd struct {
 	namespaces []string
 }
 
+// containerdSockets are where Kubernetes distributions put containerd's
+// socket: upstream's, k3s's and RKE2's, microk8s's. With no address given,
+// the first that exists is asked; on a k3s node auto must not fall back to
+// podman or Docker and miss every pod.
+var containerdSockets = []string{
+	containerdapi.DefaultAddress,
+	"/run/k3s/containerd/containerd.sock",
+	"/var/snap/microk8s/common/run/containerd.sock",
+}
+
+// containerdAddress is --containerd-address, else $CONTAINERD_ADDRESS,
+// else the first of the known sockets that exists (else upstream's).
 func containerdAddress(cfg Config) string {
-	return containerdapi.ResolveAddress(cfg.ContainerdAddress)
+	if cfg.ContainerdAddress != "" || os.Getenv("CONTAINERD_ADDRESS") != "" {
+		return containerdapi.ResolveAddress(cfg.ContainerdAddress)
+	}
+	if p, ok := firstExisting(containerdSockets); ok {
+		return p
+	}
+	return containerdapi.DefaultAddress
+}
+
+// firstExisting is the first of paths that exists (a symlink too: asking
+// it refuses it, loudly, rather than auto quietly skipping it).
+func firstExisting(paths []string) (string, bool) {
+	for _, p := range paths {
+		if _, err := os.Lstat(p); err == nil {
+			return p, true
+		}
+	}
+	return "", false
 }
 
 // CheckContainerdSettings refuses a malformed --containerd-address or
@@ -78,12 +108,11 @@ func detectContainerd(cfg Config) (string, bool) {
 	if cfg.ContainerdAddress != "" || os.Getenv("CONTAINERD_ADDRESS") != "" {
 		return addr, true
 	}
-	p, err := containerdapi.CheckAddress(addr)
-	if err != nil {
+	if _, ok := firstExisting(containerdSockets); ok {
 		return addr, true
 	}
-	_, err = os.Lstat(p)
-	return addr, err == nil
+	// Not found: say every place looked at (doctor prints it).
+	return strings.Join(containerdSockets, " or "), false
 }
 
 func (c *containerd) Name() string     { return "containerd" }

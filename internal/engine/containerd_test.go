@@ -5,6 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -126,4 +129,36 @@ func TestContainerdEngine(t *testing.T) {
 			t.Skip("no event: the subscription was registered after the task died (a race the periodic round covers)")
 		}
 	})
+}
+
+// TestContainerdSocketsOfKubernetesDistributions: auto asks the first
+// containerd socket that exists, upstream's before k3s's and microk8s's.
+func TestContainerdSocketsOfKubernetesDistributions(t *testing.T) {
+	for _, want := range []string{"/run/containerd/containerd.sock", "/run/k3s/containerd/containerd.sock", "/var/snap/microk8s/common/run/containerd.sock"} {
+		if !slices.Contains(containerdSockets, want) {
+			t.Errorf("auto does not look at %s", want)
+		}
+	}
+	dir := t.TempDir()
+	missing, k3s, other := filepath.Join(dir, "missing.sock"), filepath.Join(dir, "k3s.sock"), filepath.Join(dir, "other.sock")
+	for _, p := range []string{k3s, other} {
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tt := range []struct {
+		name  string
+		paths []string
+		want  string
+		found bool
+	}{
+		{"none exists", []string{missing}, "", false},
+		{"the first that exists", []string{missing, k3s, other}, k3s, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got, ok := firstExisting(tt.paths); got != tt.want || ok != tt.found {
+				t.Errorf("firstExisting = %q, %v; want %q, %v", got, ok, tt.want, tt.found)
+			}
+		})
+	}
 }

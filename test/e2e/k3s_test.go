@@ -28,7 +28,7 @@ func TestAutoFindsK3sContainerd(t *testing.T) {
 	// under /run itself), then onto the k3s path.
 	const k3s = "/run/k3s/containerd/containerd.sock"
 	script := `set -e
-touch "$1/sock"
+/bin/touch "$1/sock"
 /bin/mount --bind "$2" "$1/sock"
 /bin/mount -t tmpfs none /run
 /bin/mkdir -p /run/k3s/containerd

@@ -69,8 +69,20 @@ type Tree struct {
 	SocketsUnlinked []string `json:"sockets_unlinked,omitempty"`
 }
 
+// Schema is the version of the record format this build writes. A record
+// without one is from before versions were written (schema 0), and reads
+// as this one. A record of a newer schema is refused, read and write: its
+// meaning may have changed, and replacing it would lose what a newer hook
+// recorded. Hence the upgrade order: kc-janitor first, then kc-hook.
+const Schema = 1
+
+// ErrNewerSchema is returned (wrapped) for a record written by a newer
+// kc-watchman.
+var ErrNewerSchema = errors.New("written by a newer kc-watchman")
+
 // Record is everything known about one container.
 type Record struct {
+	Schema      int    `json:"schema"`
 	ContainerID string `json:"container_id"`
 	BootID      string `json:"boot_id"`
 	Bundle      string `json:"bundle,omitempty"`
@@ -211,6 +223,9 @@ func (s *Store) load(path string) (*Record, error) {
 	if err := dec.Decode(&r); err != nil {
 		return nil, fmt.Errorf("ledger record %s: %w", filepath.Base(path), err)
 	}
+	if r.Schema > Schema {
+		return nil, fmt.Errorf("ledger record %s: %w (schema %d; this one reads up to %d): upgrade kc-janitor and kc-hook, janitor first", filepath.Base(path), ErrNewerSchema, r.Schema, Schema)
+	}
 	if !containerid.Valid(r.ContainerID) || filepath.Base(path) != r.ContainerID+".json" {
 		return nil, fmt.Errorf("ledger record %s: container id %q does not match its file name", filepath.Base(path), r.ContainerID)
 	}
@@ -230,6 +245,9 @@ func (s *Store) Update(id string, fn func(*Record) error) error {
 	}
 	defer unlock()
 	r, err := s.load(s.path(id))
+	if errors.Is(err, ErrNewerSchema) {
+		return err // never overwritten by an older writer
+	}
 	if err != nil || r.BootID != s.bootID {
 		// An unreadable record is replaced rather than blocking the hook
 		// forever; it could only have been written by a broken writer.
@@ -244,6 +262,7 @@ func (s *Store) Update(id string, fn func(*Record) error) error {
 }
 
 func (s *Store) write(r *Record) error {
+	r.Schema = Schema
 	data, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding ledger record: %w", err)
@@ -329,6 +348,8 @@ func (s *Store) Remove(id string, keep func(*Record) bool) (bool, error) {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return false, nil
+	case errors.Is(err, ErrNewerSchema):
+		return false, nil // a newer writer's: not ours to judge
 	case err != nil:
 		r = nil // unreadable: nothing in it to keep
 	}

@@ -365,3 +365,59 @@ func TestTraceWriteAndRead(t *testing.T) {
 		}
 	})
 }
+
+// TestSchemaVersions: records carry the schema they were written in; one
+// without (an older hook's) reads as this one; one from a newer
+// kc-watchman is refused clearly and never overwritten or removed by this
+// one.
+func TestSchemaVersions(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	older := strings.Repeat("a", 64)
+	newer := strings.Repeat("b", 64)
+	boot, err := BootID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(id, body string) {
+		t.Helper()
+		if err := os.WriteFile(s.path(id), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(older, `{"container_id":"`+older+`","boot_id":"`+boot+`","outcome":"reaped"}`)
+	newerBody := `{"schema":99,"container_id":"` + newer + `","boot_id":"` + boot + `","outcome":"something new"}`
+	write(newer, newerBody)
+
+	t.Run("an older hook's record reads and is rewritten in this schema", func(t *testing.T) {
+		r, err := s.Load(older)
+		if err != nil || r.Outcome != "reaped" {
+			t.Fatalf("%+v, %v", r, err)
+		}
+		if err := s.Update(older, func(*Record) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := s.Load(older); err != nil || r.Schema != Schema || r.Outcome != "reaped" {
+			t.Errorf("after update: %+v, %v", r, err)
+		}
+	})
+	t.Run("a newer record is refused, never replaced or removed", func(t *testing.T) {
+		if _, err := s.Load(newer); !errors.Is(err, ErrNewerSchema) || !strings.Contains(err.Error(), "janitor first") {
+			t.Errorf("load: %v", err)
+		}
+		if err := s.Update(newer, func(*Record) error { return nil }); !errors.Is(err, ErrNewerSchema) {
+			t.Errorf("update: %v", err)
+		}
+		if removed, err := s.Remove(newer, nil); removed || err != nil {
+			t.Errorf("remove: %v, %v", removed, err)
+		}
+		if data, _ := os.ReadFile(s.path(newer)); string(data) != newerBody {
+			t.Errorf("the newer record changed: %s", data)
+		}
+		if _, errs := s.List(); len(errs) != 1 || !errors.Is(errs[0], ErrNewerSchema) {
+			t.Errorf("list errors %v", errs)
+		}
+	})
+}

@@ -17,18 +17,19 @@ import (
 // setsid child, a daemon; DESIGN "Descendants that leave the group"). No group vouches for them, so each
 // is signalled on its own through a pidfd opened before its identity (PID
 // and start time) is read again: a PID handed to another process since
-// the scan is never signalled, and neither is the caller. SIGTERM, the
+// the scan is never signalled, and neither is the caller, nor one whose
+// real UID is no longer uid (a setuid program run since the scan). SIGTERM, the
 // grace, SIGKILL, as Kill does for a group; the outcome is Reaped when
 // every one is dead, Gone when none was left to signal, WouldNotDie
 // otherwise.
-func KillEscaped(ctx context.Context, procs []fingerprint.Stat, opt Options) Result {
+func KillEscaped(ctx context.Context, procs []fingerprint.Stat, uid int, opt Options) Result {
 	opt = opt.withDefaults()
 	res := Result{Outcome: action.Gone}
 	if len(procs) == 0 {
 		return res
 	}
 	g := Group{Members: procs}
-	sent, err := signalEach(opt.Root, procs, unix.SIGTERM)
+	sent, err := signalEach(opt.Root, procs, uid, unix.SIGTERM)
 	if err != nil {
 		res.Outcome, res.Err = action.WouldNotDie, err
 		return res
@@ -44,7 +45,7 @@ func KillEscaped(ctx context.Context, procs []fingerprint.Stat, opt Options) Res
 		res.Outcome = action.Reaped
 		return res
 	}
-	sent, err = signalEach(opt.Root, alive(opt.Root, g), unix.SIGKILL)
+	sent, err = signalEach(opt.Root, alive(opt.Root, g), uid, unix.SIGKILL)
 	if err != nil {
 		res.Outcome, res.Err = action.WouldNotDie, err
 		return res
@@ -67,11 +68,11 @@ func KillEscaped(ctx context.Context, procs []fingerprint.Stat, opt Options) Res
 // reports whether any was signalled; a process that is gone or whose PID
 // now names another is skipped, any other failure (EPERM) is an error
 // once the rest have been tried.
-func signalEach(root string, procs []fingerprint.Stat, sig syscall.Signal) (bool, error) {
+func signalEach(root string, procs []fingerprint.Stat, uid int, sig syscall.Signal) (bool, error) {
 	var sent bool
 	var errs []error
 	for _, m := range procs {
-		err := signalPinned(root, m, sig)
+		err := signalPinned(root, m, uid, sig)
 		switch {
 		case err == nil:
 			sent = true
@@ -84,8 +85,8 @@ func signalEach(root string, procs []fingerprint.Stat, sig syscall.Signal) (bool
 }
 
 // signalPinned signals m through a pidfd once the pidfd is proven to be
-// m's (fingerprint.Pin); never the caller.
-func signalPinned(root string, m fingerprint.Stat, sig syscall.Signal) error {
+// m's (fingerprint.Pin) and m still runs as uid; never the caller.
+func signalPinned(root string, m fingerprint.Stat, uid int, sig syscall.Signal) error {
 	if m.PID == os.Getpid() || m.PID <= 1 {
 		return fmt.Errorf("pid %d is never signalled: %w", m.PID, errRefusedTarget)
 	}
@@ -94,6 +95,14 @@ func signalPinned(root string, m fingerprint.Stat, sig syscall.Signal) error {
 		return fmt.Errorf("escaped member %d: %w", m.PID, err)
 	}
 	defer pin.Close()
+	// Read once the pidfd holds the process: the UID is that process's.
+	id, err := fingerprint.ReadSince(fingerprint.Dir(root), m.PID, m.StartTicks)
+	if err != nil {
+		return fmt.Errorf("escaped member %d: %w", m.PID, err)
+	}
+	if id.UID != uid {
+		return fmt.Errorf("escaped member %d now runs as uid %d, not the tree's %d: %w", m.PID, id.UID, uid, errRefusedTarget)
+	}
 	if err := pin.Signal(sig); err != nil {
 		return fmt.Errorf("escaped member %d: %w", m.PID, err)
 	}

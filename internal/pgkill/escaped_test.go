@@ -17,7 +17,8 @@ import (
 // TestSignalPinnedRefusesTheWrongTarget: an escaped member is signalled
 // by itself, with no group to vouch for it; its identity is all there is.
 // A recorded identity whose PID now names another process gets nothing,
-// nor does a thread ID; the recorded process gets the signal.
+// nor does one that runs as another UID than the tree's now (a setuid
+// program run since the scan); the recorded process gets the signal.
 func TestSignalPinnedRefusesTheWrongTarget(t *testing.T) {
 	inn, err := proc.StartInnocent(&syscall.SysProcAttr{Setsid: true})
 	if err != nil {
@@ -27,21 +28,25 @@ func TestSignalPinnedRefusesTheWrongTarget(t *testing.T) {
 	st := proc.MustStat(t, fingerprint.DefaultRoot, inn.PID)
 	recycled := st
 	recycled.StartTicks++ // the recorded process was another one
+	uid := os.Geteuid()
 	for _, tt := range []struct {
-		name string
-		m    fingerprint.Stat
-		want int
+		name    string
+		m       fingerprint.Stat
+		uid     int
+		want    int
+		wantErr bool
 	}{
-		{"recycled PID", recycled, 0},
-		{"the recorded process (control)", st, 1},
+		{"recycled PID", recycled, uid, 0, false},
+		{"runs as another UID now", st, uid + 4242, 0, true},
+		{"the recorded process (control)", st, uid, 1, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			before, err := inn.Sync()
 			if err != nil {
 				t.Fatal(err)
 			}
-			sent, err := signalEach(fingerprint.DefaultRoot, []fingerprint.Stat{tt.m}, syscall.SIGUSR1)
-			if err != nil || sent != (tt.want > 0) {
+			sent, err := signalEach(fingerprint.DefaultRoot, []fingerprint.Stat{tt.m}, tt.uid, syscall.SIGUSR1)
+			if (err != nil) != tt.wantErr || sent != (tt.want > 0) {
 				t.Errorf("signalEach = %v, %v", sent, err)
 			}
 			after, err := inn.Sync()
@@ -62,7 +67,7 @@ func TestKillEscapedRefusesTheCallerAndInit(t *testing.T) {
 	signal.Notify(caught, syscall.SIGTERM)
 	defer signal.Stop(caught)
 	self := proc.MustStat(t, fingerprint.DefaultRoot, os.Getpid())
-	r := KillEscaped(context.Background(), []fingerprint.Stat{self, {PID: 1}}, Options{Grace: 50 * time.Millisecond})
+	r := KillEscaped(context.Background(), []fingerprint.Stat{self, {PID: 1}}, os.Geteuid(), Options{Grace: 50 * time.Millisecond})
 	if r.Outcome != action.WouldNotDie || r.Err == nil {
 		t.Errorf("KillEscaped(self, 1) = %v, %v; want a refusal", r.Outcome, r.Err)
 	}
@@ -86,7 +91,7 @@ func TestKillEscapedKillsOutsideAnyGroup(t *testing.T) {
 		st, err = fingerprint.ReadStat(fingerprint.DefaultRoot, cmd.Process.Pid)
 		return err == nil && st.Comm == "sleep"
 	})
-	r := KillEscaped(context.Background(), []fingerprint.Stat{st}, Options{Grace: 100 * time.Millisecond})
+	r := KillEscaped(context.Background(), []fingerprint.Stat{st}, os.Geteuid(), Options{Grace: 100 * time.Millisecond})
 	if r.Outcome != action.Reaped || r.Err != nil || len(r.Signals) != 2 {
 		t.Fatalf("KillEscaped = %v %v %v; want reaped after SIGTERM and SIGKILL", r.Outcome, r.Signals, r.Err)
 	}

@@ -171,7 +171,7 @@ func kill(ctx context.Context, opt Options, log *slog.Logger, id string, t Tree,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			esc = pgkill.KillEscaped(ctx, escapedStats(t.Tree), popt)
+			esc = pgkill.KillEscaped(ctx, escapedStats(t.Tree), t.Tree.UID, popt)
 		}()
 	}
 	r := pgkill.Kill(ctx, pgkill.Group{PGID: t.PGID, Members: t.Stats()}, popt)

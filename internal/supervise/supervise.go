@@ -377,7 +377,7 @@ func (r *runner) stopEscaped(groups []int, popt pgkill.Options) []fingerprint.St
 		for i, e := range esc {
 			stats[i] = e.Stat
 		}
-		res := pgkill.KillEscaped(context.Background(), stats, popt)
+		res := pgkill.KillEscaped(context.Background(), stats, self.UID, popt)
 		r.log.Info("escaped descendants", "members", describe(stats), "action", res.Outcome, "err", res.Err)
 		left = nil
 		for _, s := range stats {

@@ -177,12 +177,21 @@ func TestImageJanitor(t *testing.T) {
 			t.Fatalf("janitor mounts %s, not a hostPath", m.Name)
 		}
 		src := filepath.Join(host, p)
-		if p == "/run/containerd" {
+		switch {
+		case p == "/run/containerd":
 			src = filepath.Dir(addr)
-		} else if err := os.MkdirAll(src, 0o755); err != nil {
-			t.Fatal(err)
+		case m.ReadOnly && p == "/sys/fs/cgroup":
+			src = p // read only: the host's own, as on a node
+		default:
+			if err := os.MkdirAll(src, 0o755); err != nil {
+				t.Fatal(err)
+			}
 		}
-		args = append(args, "-v", src+":"+m.MountPath)
+		opt := ""
+		if m.ReadOnly {
+			opt = ":ro"
+		}
+		args = append(args, "-v", src+":"+m.MountPath+opt)
 	}
 	for _, kv := range kubeletEnv(t, c, map[string]string{"KC_METRICS_LISTEN": "127.0.0.1:0"}) {
 		args = append(args, "-e", kv)

@@ -164,9 +164,16 @@ func TestDaemonSetForContainerd(t *testing.T) {
 	for _, v := range spec.Volumes {
 		volumes[v.Name] = true
 	}
-	for _, path := range []string{"/run/containerd", "/run/kc-watchman", "/tmp", "/var/lib/node-exporter"} {
+	for _, path := range []string{"/run/containerd", "/run/kc-watchman", "/tmp", "/var/lib/node-exporter", "/sys/fs/cgroup"} {
 		if mounts[path] == "" {
 			t.Errorf("janitor does not mount %s", path)
+		}
+	}
+	// The evidence that a container runs is read from the host's cgroups
+	// (a pod has its own cgroup namespace on v2); nothing there is written.
+	for _, m := range c.VolumeMounts {
+		if m.MountPath == "/sys/fs/cgroup" && !m.ReadOnly {
+			t.Error("the host's /sys/fs/cgroup is mounted writable")
 		}
 	}
 	for _, ct := range append(spec.InitContainers, spec.Containers...) {

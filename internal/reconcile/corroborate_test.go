@@ -123,22 +123,14 @@ func TestCorroboration(t *testing.T) {
 		b := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cidInit})
 		c := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cidGone})
 		startMonitor(t, "conmon", podmanCgroup(t, cidMon), nil, "-c", cidMon)
-		store, err := ledger.Open(t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
 		// The init the hook recorded for cidInit: a live process of
 		// this boot, no poststop.
 		initCmd := exec.Command("sleep", "1000")
 		proc.Start(t, initCmd)
 		st := startOf(t, initCmd.Process.Pid)
-		if err := store.Update(cidInit, func(r *ledger.Record) error {
+		store := recordedStore(t, cidInit, func(r *ledger.Record) {
 			r.Init = &ledger.Process{PID: initCmd.Process.Pid, StartTicks: st}
-			r.Stages = map[string]time.Time{"createRuntime": time.Now()}
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
+		})
 		opt := base
 		opt.Store = store
 		opt.Containers = map[string]bool{cidMon: true, cidInit: true, cidGone: true}
@@ -164,20 +156,12 @@ func TestCorroboration(t *testing.T) {
 	// evidence left, reaps the tree of a container that still runs.
 	t.Run("the evidence outlives an apply run", func(t *testing.T) {
 		kept := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cidInit})
-		store, err := ledger.Open(t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
 		initCmd := exec.Command("sleep", "1000")
 		proc.Start(t, initCmd)
 		st := startOf(t, initCmd.Process.Pid)
-		if err := store.Update(cidInit, func(r *ledger.Record) error {
+		store := recordedStore(t, cidInit, func(r *ledger.Record) {
 			r.Init = &ledger.Process{PID: initCmd.Process.Pid, StartTicks: st}
-			r.Stages = map[string]time.Time{"createRuntime": time.Now()}
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
+		})
 		opt := base
 		opt.Store = store
 		opt.Containers = map[string]bool{cidInit: true}
@@ -314,19 +298,11 @@ func TestEvidenceOfRunning(t *testing.T) {
 		tree := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: app})
 		named := testkit.MakeCgroup(t, "default", app)
 		startMonitor(t, "containerd-shim-runc-v2", &named, nil, "-id", app)
-		store, err := ledger.Open(t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
 		// The hook recorded the init in another cgroup: one named after
 		// the container is someone else's.
-		if err := store.Update(app, func(r *ledger.Record) error {
+		store := recordedStore(t, app, func(r *ledger.Record) {
 			r.Cgroups = []string{"0::/elsewhere/" + app}
-			r.Stages = map[string]time.Time{"createRuntime": time.Now()}
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
+		})
 		opt := base
 		opt.Store = store
 		opt.Containers = map[string]bool{app: true}
@@ -354,17 +330,9 @@ func TestEvidenceOfRunning(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		store, err := ledger.Open(t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := store.Update(app, func(r *ledger.Record) error {
+		store := recordedStore(t, app, func(r *ledger.Record) {
 			r.Cgroups = strings.Fields(string(data))
-			r.Stages = map[string]time.Time{"createRuntime": time.Now()}
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
+		})
 		opt := base
 		opt.Store = store
 		opt.Containers = map[string]bool{app: true}
@@ -387,17 +355,9 @@ func TestEvidenceOfRunning(t *testing.T) {
 			data, err := os.ReadFile(filepath.Join(cg.Dir, "cgroup.procs"))
 			return err == nil && strings.TrimSpace(string(data)) == fmt.Sprint(left.Process.Pid)
 		})
-		store, err := ledger.Open(t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := store.Update(app, func(r *ledger.Record) error {
+		store := recordedStore(t, app, func(r *ledger.Record) {
 			r.Cgroups = []string{"0::" + cg.Path}
-			r.Stages = map[string]time.Time{"createRuntime": time.Now()}
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
+		})
 		opt := base
 		opt.Store = store
 		opt.Containers = map[string]bool{app: true}
@@ -474,4 +434,22 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// recordedStore is a ledger of its own holding id's record as the hook
+// writes it at createRuntime, with edit applied.
+func recordedStore(t *testing.T, id string, edit func(*ledger.Record)) *ledger.Store {
+	t.Helper()
+	store, err := ledger.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Update(id, func(r *ledger.Record) error {
+		edit(r)
+		r.Stages = map[string]time.Time{"createRuntime": time.Now()}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return store
 }

@@ -6,10 +6,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +15,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 	"github.com/kc-watchman/kc-watchman/internal/sweep"
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
 )
 
 // hungSocket listens on dir/kc-<pid>.sock, accepts and never answers;
@@ -67,33 +66,7 @@ func TestDeathNotBehindStalledSweep(t *testing.T) {
 	accepted := hungSocket(t, sockDir)
 
 	events := make(chan string, 1)
-	dockerSock := filepath.Join(t.TempDir(), "docker.sock")
-	l, err := net.Listen("unix", dockerSock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case strings.HasSuffix(r.URL.Path, "/containers/json"):
-			w.Write([]byte("[]"))
-		case strings.HasSuffix(r.URL.Path, "/events"):
-			w.WriteHeader(http.StatusOK)
-			w.(http.Flusher).Flush()
-			for {
-				select {
-				case ev := <-events:
-					w.Write([]byte(ev))
-					w.(http.Flusher).Flush()
-				case <-r.Context().Done():
-					return
-				}
-			}
-		default:
-			http.NotFound(w, r)
-		}
-	})}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
+	dockerSock := testkit.DockerAPI(t, t.TempDir(), func() string { return "[]" }, events)
 
 	w := &Watch{
 		Settings: Settings{

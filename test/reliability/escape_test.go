@@ -7,8 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +18,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
 	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
 )
 
@@ -217,40 +216,14 @@ func TestEscapedDescendantDiesWithWatch(t *testing.T) {
 	var mu sync.Mutex
 	running := true
 	events := make(chan string, 1)
-	dockerSock := filepath.Join(shortDir(t, "kcesc"), "docker.sock")
-	l, err := net.Listen("unix", dockerSock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case strings.HasSuffix(r.URL.Path, "/containers/json"):
-			mu.Lock()
-			up := running
-			mu.Unlock()
-			if up {
-				fmt.Fprintf(w, `[{"Id":%q,"Names":["/escape"],"State":"running"}]`, cid)
-			} else {
-				w.Write([]byte("[]"))
-			}
-		case strings.HasSuffix(r.URL.Path, "/events"):
-			w.WriteHeader(http.StatusOK)
-			w.(http.Flusher).Flush()
-			for {
-				select {
-				case ev := <-events:
-					w.Write([]byte(ev))
-					w.(http.Flusher).Flush()
-				case <-r.Context().Done():
-					return
-				}
-			}
-		default:
-			http.NotFound(w, r)
+	dockerSock := testkit.DockerAPI(t, shortDir(t, "kcesc"), func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		if running {
+			return fmt.Sprintf(`[{"Id":%q,"Names":["/escape"],"State":"running"}]`, cid)
 		}
-	})}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
+		return "[]"
+	}, events)
 
 	state := t.TempDir()
 	logFile := filepath.Join(t.TempDir(), "watch.log")

@@ -69,3 +69,32 @@ func TestHookLogRotates(t *testing.T) {
 		t.Error("a log below its cap was not appended to")
 	}
 }
+
+// TestHookLogRefusesASymlink: a kc-hook.log that is a symlink is neither
+// written through nor rotated: root's hook must not append to, or rename,
+// whatever the link names.
+func TestHookLogRefusesASymlink(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(t.TempDir(), "elsewhere")
+	big := bytes.Repeat([]byte("t"), 8192)
+	if err := os.WriteFile(target, big, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "kc-hook.log")
+	if err := os.Symlink(target, path); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := openRotated(path, 4096); err == nil {
+		f.Close()
+		t.Fatal("a symlinked log was opened")
+	}
+	if data, _ := os.ReadFile(target); !bytes.Equal(data, big) {
+		t.Error("the link's target was written")
+	}
+	if fi, err := os.Lstat(path); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the link was moved: %v", err)
+	}
+	if _, err := os.Lstat(path + ".1"); err == nil {
+		t.Error("the link was rotated")
+	}
+}

@@ -108,6 +108,14 @@ func Descendants(root string, l *proctable.Listing, from []fingerprint.Identity,
 			if id.PPID != parent.PID || id.StartTicks < parent.StartTicks {
 				continue
 			}
+			// And the parent must still be the one walked from, read after
+			// the child: had its PID been handed to another process, the
+			// child would be that process's. A PID is never held by two
+			// processes at once, so a parent alive with the same start
+			// time after the child's read was its parent at that read.
+			if !fingerprint.Alive(root, parent.Stat) {
+				continue
+			}
 			if pid == os.Getpid() {
 				// A janitor run from a terminal the tree's kernel
 				// opened: it and the shells above it are not to be

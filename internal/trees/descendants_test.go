@@ -94,6 +94,36 @@ func TestDescendantsTrustNoStaleLink(t *testing.T) {
 	}
 }
 
+// TestDescendantsOfARecycledMember: a member recorded at the scan whose
+// PID now names another process (here: the fixture's member, recorded
+// with an earlier start time) passes on no children, from the parent links
+// or from the children files: they are the new holder's, not the tree's.
+func TestDescendantsOfARecycledMember(t *testing.T) {
+	f := startEscapeFixture(t)
+	gone := f.member
+	gone.StartTicks-- // the process the scan saw; its PID was handed on
+	l := &proctable.Listing{
+		PIDs:  []int{f.member.PID, f.setsid.PID},
+		PGIDs: []int32{int32(f.member.PGID), int32(f.setsid.PGID)},
+		PPIDs: []int32{int32(f.member.PPID), int32(f.member.PID)},
+	}
+	for _, tt := range []struct {
+		name string
+		l    *proctable.Listing
+	}{{"parent links", l}, {"children files", nil}} {
+		t.Run(tt.name, func(t *testing.T) {
+			esc, withheld := Descendants(fingerprint.DefaultRoot, tt.l, []fingerprint.Identity{gone}, f.rules())
+			if len(esc) != 0 || len(withheld) != 0 {
+				t.Fatalf("escaped %v withheld %v under a recycled member; want none", pids(esc), pids(withheld))
+			}
+			// Control: the member as it really is.
+			if esc, _ := Descendants(fingerprint.DefaultRoot, tt.l, []fingerprint.Identity{f.member}, f.rules()); len(esc) != 1 {
+				t.Fatalf("control: escaped %v, want the setsid child", pids(esc))
+			}
+		})
+	}
+}
+
 // TestDescendantsWithheld: a tree of another UID than the child's, or a
 // child carrying another container's ID, gets it reported, never escaped.
 func TestDescendantsWithheld(t *testing.T) {

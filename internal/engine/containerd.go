@@ -32,6 +32,10 @@ type containerd struct {
 	cfg        Config
 	address    string
 	namespaces []string
+	// ambiguous names the known sockets that all exist when none was
+	// given: asking one would leave the other's containers out of the
+	// ground truth, so every question fails (exit 3) until one is named.
+	ambiguous []string
 }
 
 // containerdSockets are where Kubernetes distributions put containerd's
@@ -54,6 +58,17 @@ func containerdAddress(cfg Config) string {
 		return p
 	}
 	return containerdapi.DefaultAddress
+}
+
+// existing are those of paths that exist.
+func existing(paths []string) []string {
+	var out []string
+	for _, p := range paths {
+		if _, err := os.Lstat(p); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // firstExisting is the first of paths that exists (a symlink too: asking
@@ -89,11 +104,20 @@ func newContainerd(cfg Config) (Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: --containerd-address: %w", ErrUsage, err)
 	}
-	return &containerd{cfg: cfg, address: p, namespaces: cfg.ContainerdNamespaces}, nil
+	c := &containerd{cfg: cfg, address: p, namespaces: cfg.ContainerdNamespaces}
+	if cfg.ContainerdAddress == "" && os.Getenv("CONTAINERD_ADDRESS") == "" {
+		if found := existing(containerdSockets); len(found) > 1 {
+			c.ambiguous = found
+		}
+	}
+	return c, nil
 }
 
 // open makes the client for one question; the caller closes it.
 func (c *containerd) open() (*containerdapi.Client, error) {
+	if len(c.ambiguous) > 1 {
+		return nil, fmt.Errorf("containerd sockets at %s all exist: asking one would miss the others' containers; name the one to ask with --containerd-address (KC_CONTAINERD_ADDRESS)", strings.Join(c.ambiguous, " and "))
+	}
 	cl, err := containerdapi.New(c.address)
 	if err != nil {
 		return nil, fmt.Errorf("containerd at %s: %w", c.address, err)

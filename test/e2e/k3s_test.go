@@ -34,7 +34,12 @@ func TestAutoFindsK3sContainerd(t *testing.T) {
 /bin/mkdir -p /run/k3s/containerd
 /bin/touch ` + k3s + `
 /bin/mount --bind "$1/sock" ` + k3s + `
-shift 2
+if [ "$3" = both ]; then
+	/bin/mkdir -p /run/containerd
+	/bin/touch /run/containerd/containerd.sock
+	/bin/mount --bind "$1/sock" /run/containerd/containerd.sock
+fi
+shift 3
 exec "$@"`
 	var env []string
 	for _, kv := range os.Environ() {
@@ -45,30 +50,45 @@ exec "$@"`
 		env = append(env, kv)
 	}
 	env = append(env, "PATH="+t.TempDir(), "KC_STATE_DIR="+filepath.Join(tmp, "state"))
-	args := []string{"--mount", "--propagation", "private", "/bin/sh", "-c", script, "sh", tmp, addr, janitorBin,
-		"reconcile", "--format", "json", "--container", randomHex(t, 32)}
-	cmd := exec.Command("unshare", args...)
-	cmd.Env = env
-	out, err := cmd.Output()
-	if err != nil {
-		var stderr string
+	run := func(layout string) (reconcileOut, string, int) {
+		t.Helper()
+		args := []string{"--mount", "--propagation", "private", "/bin/sh", "-c", script, "sh", tmp, addr, layout, janitorBin,
+			"reconcile", "--format", "json", "--container", randomHex(t, 32)}
+		cmd := exec.Command("unshare", args...)
+		cmd.Env = env
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		code := 0
 		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = string(ee.Stderr)
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
 		}
-		t.Fatalf("reconcile with --engine auto on a k3s layout: %v\nstdout: %s\nstderr: %s", err, out, stderr)
+		var rep reconcileOut
+		if err := json.Unmarshal(out, &rep); err != nil {
+			t.Fatalf("no JSON (exit %d): %v: %s\nstderr: %s", code, err, out, stderr.String())
+		}
+		return rep, stderr.String(), code
 	}
-	var rep struct {
-		LivenessKnown bool `json:"liveness_known"`
-		Engines       []struct {
-			Name     string  `json:"name"`
-			Endpoint string  `json:"endpoint"`
-			Error    *string `json:"error"`
-		} `json:"engines"`
+
+	rep, stderr, code := run("k3s")
+	if code != 0 || !rep.LivenessKnown || len(rep.Engines) != 1 || rep.Engines[0].Name != "containerd" || rep.Engines[0].Endpoint != k3s || rep.Engines[0].Error != nil {
+		t.Errorf("auto on a k3s node: exit %d, asked %+v (liveness known %v), want containerd at %s; stderr %s", code, rep.Engines, rep.LivenessKnown, k3s, stderr)
 	}
-	if err := json.Unmarshal(out, &rep); err != nil {
-		t.Fatalf("no JSON: %v: %s", err, out)
+	// Upstream's socket and k3s's both there: asking one would leave the
+	// other's containers out of the answer. Unknown, nothing touched.
+	rep, stderr, code = run("both")
+	if code != 3 || rep.LivenessKnown || len(rep.Engines) != 1 || rep.Engines[0].Error == nil || !strings.Contains(*rep.Engines[0].Error, "--containerd-address") {
+		t.Errorf("auto with two containerd sockets: exit %d, %+v; want 3 naming --containerd-address; stderr %s", code, rep.Engines, stderr)
 	}
-	if !rep.LivenessKnown || len(rep.Engines) != 1 || rep.Engines[0].Name != "containerd" || rep.Engines[0].Endpoint != k3s || rep.Engines[0].Error != nil {
-		t.Errorf("auto on a k3s node asked %+v (liveness known %v), want containerd at %s", rep.Engines, rep.LivenessKnown, k3s)
-	}
+}
+
+type reconcileOut struct {
+	LivenessKnown bool `json:"liveness_known"`
+	Engines       []struct {
+		Name     string  `json:"name"`
+		Endpoint string  `json:"endpoint"`
+		Error    *string `json:"error"`
+	} `json:"engines"`
 }

@@ -97,3 +97,20 @@ func hasFlag(cmd *cli.Command, name string) bool {
 
 // stoppedBy is the exit status of a watch stopped by sig.
 func stoppedBy(sig syscall.Signal) int { return 128 + int(sig) }
+
+// auditParseError leaves the audit line of a run whose command line could
+// not be parsed (an unknown flag): no flag was read, so the log file is
+// the one the environment names (KC_LOG_FILE, or the command's seed
+// variable), in the environment's log format.
+func auditParseError(name, msg string) {
+	file := os.Getenv("KC_LOG_FILE")
+	if env := auditLogEnv[name]; file == "" && env != "" {
+		file = os.Getenv(env)
+	}
+	attrs := []any{"exit", exitUsage, "err", msg}
+	if ct := os.Getenv("KC_CONTAINER"); ct != "" {
+		attrs = append(attrs, "container", ct)
+	}
+	// Best effort: the usage error itself is said on stderr.
+	_ = janitor.AppendFailure(janitor.Log{File: file, JSON: os.Getenv("KC_LOG_FORMAT") == "json"}, name, attrs...)
+}

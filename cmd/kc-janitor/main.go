@@ -119,8 +119,11 @@ func commands(stateDir string) []*cli.Command {
 			c.Action = withAudit(c.Name, noStrayArgs(withMetrics(c.Name, c.Action)))
 		}
 		if c.OnUsageError == nil {
+			name := c.Name
 			c.OnUsageError = func(c *cli.Context, err error, _ bool) error {
-				return cli.Exit(cliapp.UsageMessageIn(c, err, commands(stateDir)), exitUsage)
+				msg := cliapp.UsageMessageIn(c, err, commands(stateDir))
+				auditParseError(name, msg)
+				return cli.Exit(msg, exitUsage)
 			}
 		}
 	}

@@ -22,12 +22,16 @@ func reconcileCommand() *cli.Command {
 containerd; auto asks every one found here) lists its container as live,
 its age is known and above --min-age, its group is not led by a foreign
 process, its processes belong to a UID an engine's answer vouches for,
-and no local evidence says the container still runs (a live conmon or
-containerd-shim carrying its ID: skipped-contradicted).
+and no local evidence says the container still runs: a live process in
+its own cgroup under a conmon or containerd-shim, or its recorded init
+alive (a monitor alone is not evidence). Such a tree is
+skipped-contradicted.
 
 Without --apply nothing is signalled: the strays are listed as would-reap.
-If an engine cannot be asked, or two trees contradict the engines, nothing
-at all is done and the exit code is 3.
+If an engine cannot be asked, or root's evidence contradicts the engines
+for two or more containers none of them knows, nothing at all is done and
+the exit code is 3. An --apply run that finds more strays than --max-reap
+(or, without --container, more than half of all trees) reaps none.
 
 Examples:
    kc-janitor reconcile                      # dry run

@@ -184,3 +184,29 @@ func TestVersionAndFormat(t *testing.T) {
 		t.Errorf("watch --format json: exit %d, %q", code, stderr)
 	}
 }
+
+// TestUsageErrorsLeaveAnAuditLine: a command line that cannot be parsed
+// (an unknown flag, a malformed duration) still leaves its line in the
+// log file the environment names: the audit weeks never read silence.
+func TestUsageErrorsLeaveAnAuditLine(t *testing.T) {
+	for _, tt := range []struct {
+		env  string
+		args []string
+		want string
+	}{
+		{"KC_SWEEPER_LOG", []string{"sweep", "--bogus-flag"}, "cmd=sweep exit=2"},
+		{"KC_CULLER_LOG", []string{"cull", "--timeout", "soon"}, "cmd=cull exit=2"},
+		{"KC_LOG_FILE", []string{"reconcile", "--min-age", "soon"}, "cmd=reconcile exit=2"},
+	} {
+		t.Run(tt.args[1], func(t *testing.T) {
+			logf := filepath.Join(t.TempDir(), "audit.log")
+			if code, _, _ := runJanitor(t, []string{tt.env + "=" + logf}, tt.args...); code != exitUsage {
+				t.Fatalf("exit %d, want 2", code)
+			}
+			data, _ := os.ReadFile(logf)
+			if !strings.Contains(string(data), `msg="run failed" `+tt.want) {
+				t.Errorf("audit log %q lacks %q", data, tt.want)
+			}
+		})
+	}
+}

@@ -380,6 +380,11 @@ func (h *deathHandler) report(d engine.Death, log *slog.Logger, rep Report, live
 	h.count(d.Engine)
 	reaped := rep.Count(action.Reaped)+rep.Count(action.Gone) > 0
 	h.w.Live.death(d.Engine, d.At, reaped && !rep.DryRun)
+	if rep.Refused != "" {
+		// The blast-radius guard: nothing was reaped, and the line says why.
+		log.Error("container death handled; nothing reaped", append(append(counts, "refused", rep.Refused), attrs...)...)
+		return
+	}
 	log.Info("container death handled", append(counts, attrs...)...)
 }
 

@@ -71,3 +71,41 @@ func TestInstallHook(t *testing.T) {
 		t.Errorf("a missing kc-hook: exit %d, want 1", code)
 	}
 }
+
+// TestInstallHookReplacesSymlinks: a kc-hook or base spec name on the node
+// that is a symlink is replaced by the file itself (temp file and
+// rename); what the link named is never written.
+func TestInstallHookReplacesSymlinks(t *testing.T) {
+	dir := t.TempDir()
+	from := filepath.Join(dir, "src-kc-hook")
+	if err := os.WriteFile(from, []byte("#!binary"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	to := filepath.Join(dir, "opt")
+	if err := os.Mkdir(to, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	outside := filepath.Join(t.TempDir(), "passwd")
+	if err := os.WriteFile(outside, []byte("root:x:0:0"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "spec.json")
+	for _, link := range []string{filepath.Join(to, "kc-hook"), out} {
+		if err := os.Symlink(outside, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shipped := filepath.Join("..", "..", "contrib", "containerd", "base-runtime-spec.json")
+	if code, o := runJanitorCapture(t, "install-hook", "--from", from, "--to", to, "--hook-path", "/opt/kc-watchman/kc-hook",
+		"--base-spec", shipped, "--base-spec-out", out); code != 0 {
+		t.Fatalf("exit %d: %s", code, o)
+	}
+	if data, _ := os.ReadFile(outside); string(data) != "root:x:0:0" {
+		t.Errorf("the symlinks' target was written: %q", data)
+	}
+	for _, p := range []string{filepath.Join(to, "kc-hook"), out} {
+		if fi, err := os.Lstat(p); err != nil || !fi.Mode().IsRegular() {
+			t.Errorf("%s is not a regular file after the install: %v %v", p, fi, err)
+		}
+	}
+}

@@ -50,6 +50,12 @@ hygiene_snapshot() {
 	local dir=$1
 	mkdir -p "$dir"
 	hygiene_procs >"$dir/procs"
+	# The clock, in the ticks /proc/PID/stat counts start times in: a
+	# process older than the first snapshot was not started by the tests,
+	# whoever adopts it later (a caller's shell reparented to PID 1).
+	local up
+	read -r up _ </proc/uptime
+	echo $((${up%.*} * $(getconf CLK_TCK))) >"$dir/since"
 	ls -A /tmp | sort >"$dir/tmp"
 	if [ -d "$HYGIENE_RUN_DIR" ]; then
 		{ echo "$HYGIENE_RUN_DIR"; find "$HYGIENE_RUN_DIR" -mindepth 1 2>/dev/null; } | sort >"$dir/run"
@@ -87,7 +93,10 @@ hygiene_check() {
 		[ ${#procs[@]} -gt 0 ] && [ "$SECONDS" -lt "$deadline" ] || break
 		sleep 0.2
 	done
+	local since
+	since=$(cat "$before/since" 2>/dev/null || echo 0)
 	for p in "${procs[@]}"; do
+		[ "${p##*:}" -ge "$since" ] || continue
 		[ -d "/proc/${p%%:*}" ] && left+=("$(hygiene_describe_proc "${p%%:*}")")
 	done
 	while IFS= read -r e; do

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/godbus/dbus/v5"
 )
@@ -15,6 +17,10 @@ const (
 	busName     = "org.freedesktop.systemd1"
 	managerPath = dbus.ObjectPath("/org/freedesktop/systemd1")
 	managerIf   = "org.freedesktop.systemd1.Manager"
+
+	// callTimeout bounds a call whose context has no deadline: the 25
+	// seconds sd-bus and libdbus wait for a reply by default.
+	callTimeout = 25 * time.Second
 
 	// defaultSystemBus is the system bus where DBUS_SYSTEM_BUS_ADDRESS
 	// does not name another (the D-Bus specification's default).
@@ -99,7 +105,32 @@ func DialUser(ctx context.Context) (*Manager, error) {
 	return dial(ctx, address)
 }
 
+// bounded gives ctx a deadline if it has none.
+func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, callTimeout)
+}
+
+// checkAddress accepts only unix-socket transports: systemd listens on
+// nothing else, and a TCP "system bus" from the environment would be
+// anybody's.
+func checkAddress(address string) error {
+	for _, a := range strings.Split(address, ";") {
+		if !strings.HasPrefix(a, "unix:") {
+			return fmt.Errorf("D-Bus address %q: only unix: transports reach systemd", address)
+		}
+	}
+	return nil
+}
+
 func dial(ctx context.Context, address string) (*Manager, error) {
+	if err := checkAddress(address); err != nil {
+		return nil, err
+	}
+	ctx, cancelCall := bounded(ctx)
+	defer cancelCall()
 	// godbus's authentication and Hello take no context; the connection's
 	// own context closes it, which fails whatever read is blocked. It is
 	// cancelled when ctx ends while dialling and detached from ctx after.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/godbus/dbus/v5"
 )
@@ -64,6 +65,8 @@ func (m *Manager) StartScope(ctx context.Context, unit, slice string, pid int) (
 	if pid < 2 || pid > math.MaxInt32 {
 		return "", fmt.Errorf("starting scope %s: pid %d cannot be moved into a scope", unit, pid)
 	}
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	result, err := m.runJob(ctx, "StartTransientUnit", unit,
 		unit, "fail", scopeProperties(slice, pid), []auxUnit{})
 	if err != nil {
@@ -94,6 +97,8 @@ func (m *Manager) StopScope(ctx context.Context, unit string) error {
 	if err := CheckScopeName(unit); err != nil {
 		return err
 	}
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	result, err := m.runJob(ctx, "StopUnit", unit, unit, "replace")
 	if err != nil {
 		var derr dbus.Error
@@ -118,6 +123,9 @@ func (m *Manager) runJob(ctx context.Context, method, unit string, args ...any) 
 	err := m.conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.GetNameOwner", 0, busName).Store(&owner)
 	if err != nil {
 		return "", fmt.Errorf("systemd is not on the bus: %w", err)
+	}
+	if !strings.HasPrefix(owner, ":") {
+		return "", fmt.Errorf("the bus names %q as systemd's connection, not a unique name", owner)
 	}
 	// Listen before calling: the job may end, and its signal arrive,
 	// before the method's reply.

@@ -401,3 +401,43 @@ func TestBooted(t *testing.T) {
 		})
 	}
 }
+
+func TestDialRefusesOtherTransports(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, addr := range []string{
+		"tcp:host=127.0.0.1,port=1",
+		"unix:path=/nonexistent;tcp:host=127.0.0.1,port=1",
+		"nonce-tcp:host=127.0.0.1,port=1",
+		"unixexec:path=/bin/true",
+	} {
+		t.Run(addr, func(t *testing.T) {
+			m, err := Dial(ctx, addr)
+			if err == nil {
+				m.Close()
+				t.Fatal("Dial succeeded")
+			}
+			if !strings.Contains(err.Error(), "only unix: transports") {
+				t.Errorf("error %q is not the transport refusal", err)
+			}
+		})
+	}
+}
+
+// TestNoDeadline: a context without a deadline still works; the package
+// supplies one.
+func TestNoDeadline(t *testing.T) {
+	f, addr := newSystemd(t)
+	f.result = "done"
+	m, err := Dial(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	if _, err := m.StartScope(context.Background(), testUnit, testSlice, testPID); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.StopScope(context.Background(), testUnit); err != nil {
+		t.Fatal(err)
+	}
+}

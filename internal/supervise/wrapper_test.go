@@ -108,6 +108,7 @@ func startWrapper(t *testing.T, init fingerprint.Stat, flags []string, command .
 	}
 	pgid := w.st.PID // the group the wrapper will lead
 	supervisetest.KillGroups(t, func() []int { return []int{pgid} }, w.st)
+	t.Cleanup(func() { testkit.RemoveContainCgroups(t, cid) })
 	t.Cleanup(func() {
 		w.cmd.Process.Signal(syscall.SIGKILL) //nolint:errcheck // it may be gone
 		<-w.done

@@ -50,8 +50,9 @@ func (o SweepOptions) withDefaults() SweepOptions {
 type SweepResult struct {
 	// Outcome: action.Reaped (something was killed and the cgroup is
 	// empty), action.Gone (it was empty, or gone), action.WouldNotDie
-	// (processes are left), or action.SkipForeign (refused: the caller
-	// is inside it).
+	// (processes it signalled are left), or action.SkipForeign (refused:
+	// the caller is inside it, or a path not to be trusted; or only
+	// withheld processes are left in it).
 	Outcome action.Action
 	// Method is how they were killed: "cgroup.kill", "sigkill-frozen" or
 	// "pidfd" (some were withheld).
@@ -126,8 +127,13 @@ func Sweep(ctx context.Context, c *Cgroup, opt SweepOptions) SweepResult {
 	res.Empty = c.waitEmpty(ctx, fd, opt.KillWait)
 	switch {
 	case !res.Empty:
-		res.Outcome = action.WouldNotDie
 		left, _ := procs(fd)
+		res.Outcome = action.WouldNotDie
+		if onlyWithheld(left, res.Withheld) {
+			// What is left was never ours to kill: reported, not failed.
+			res.Outcome = action.SkipForeign
+			return res
+		}
 		res.Err = errors.Join(res.Err, fmt.Errorf("%s still holds %d processes", c, len(left)))
 		return res
 	case len(res.Killed) > 0:
@@ -333,6 +339,15 @@ func poll(limit time.Duration, cond func() bool) bool {
 		}
 		time.Sleep(wait)
 	}
+}
+
+func onlyWithheld(left []int, withheld []fingerprint.Identity) bool {
+	for _, p := range left {
+		if !slices.ContainsFunc(withheld, func(w fingerprint.Identity) bool { return w.PID == p }) {
+			return false
+		}
+	}
+	return len(left) > 0
 }
 
 func mergeStats(have, add []fingerprint.Stat) []fingerprint.Stat {

@@ -192,8 +192,8 @@ func TestSweepWithholdsOtherUID(t *testing.T) {
 	}
 
 	res := Sweep(context.Background(), c, SweepOptions{KillWait: 300 * time.Millisecond})
-	if res.Outcome != action.WouldNotDie || res.Removed || res.Method != "pidfd" {
-		t.Errorf("sweep = %+v, want would-not-die through pidfds, cgroup kept", res)
+	if res.Outcome != action.SkipForeign || res.Removed || res.Method != "pidfd" {
+		t.Errorf("sweep = %+v, want skipped-foreign through pidfds, cgroup kept", res)
 	}
 	if len(res.Withheld) != 1 || res.Withheld[0].PID != other.Process.Pid {
 		t.Errorf("withheld %+v, want the other UID's %d", res.Withheld, other.Process.Pid)

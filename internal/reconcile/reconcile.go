@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -119,12 +120,21 @@ type Tree struct {
 	tree trees.Tree
 }
 
+// Cgroup is a container's supervisor cgroup after its sweep.
+type Cgroup struct {
+	ContainerID string `json:"container_id"`
+	ledger.Cgroup
+}
+
 // Report is the outcome of a run, printed as JSON with --format json.
 type Report struct {
 	LivenessKnown bool   `json:"liveness_known"`
 	Source        string `json:"source"`
 	DryRun        bool   `json:"dry_run"`
 	Trees         []Tree `json:"trees"`
+	// Cgroups are the supervisors' cgroups swept with their containers'
+	// trees (apply only).
+	Cgroups []Cgroup `json:"cgroups,omitempty"`
 	// LedgerCollected counts ledger records garbage-collected (apply only).
 	LedgerCollected int `json:"ledger_collected"`
 	// Unrecorded is why a reap's outcome could not be written to the
@@ -143,6 +153,11 @@ func (r Report) Failed() bool {
 	}
 	for _, t := range r.Trees {
 		if t.Action == action.WouldNotDie {
+			return true
+		}
+	}
+	for _, c := range r.Cgroups {
+		if c.Outcome == action.WouldNotDie {
 			return true
 		}
 	}
@@ -296,7 +311,7 @@ func (sc *Scanned) Run(ctx context.Context, live liveness.Set) (Report, error) {
 			log.Error("blast-radius guard: nothing reaped", "why", why)
 			return rep, nil
 		}
-		rep.Unrecorded = reapStrays(ctx, opt, log, rep.Trees)
+		rep.Cgroups, rep.Unrecorded = reapStrays(ctx, opt, log, rep.Trees)
 		rep.LedgerCollected = collect(opt, log, records, live, contradicted(rep.Trees), opt.MinAge)
 	} else if opt.LedgerRetention >= 0 {
 		// Only files in the ledger go; nothing is signalled.
@@ -407,9 +422,10 @@ func sameTrees(a, b []ledger.Tree) bool {
 
 // reapStrays hands the strays to reap, one call per container (each
 // reaps its trees concurrently, and the containers run concurrently too),
-// and copies what became of them into the report. It returns why an
-// outcome could not be recorded, if one could not.
-func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) error {
+// and copies what became of them into the report. It returns the
+// containers' swept cgroups, and why an outcome could not be recorded,
+// if one could not.
+func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) ([]Cgroup, error) {
 	byContainer := map[string][]int{}
 	for i := range ts {
 		if ts[i].Action == action.WouldReap {
@@ -421,6 +437,7 @@ func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) e
 		wg         sync.WaitGroup
 		mu         sync.Mutex
 		unrecorded []error
+		cgroups    []Cgroup
 	)
 	for id, idx := range byContainer {
 		wg.Add(1)
@@ -432,11 +449,14 @@ func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) e
 				c.Trees = append(c.Trees, reap.Tree{Tree: ts[i].tree, HostUID: ts[i].tree.UID})
 			}
 			res := reap.Run(ctx, ropt, c)
+			mu.Lock()
 			if res.Unrecorded != nil {
-				mu.Lock()
 				unrecorded = append(unrecorded, fmt.Errorf("container %s: %w", id, res.Unrecorded))
-				mu.Unlock()
 			}
+			if res.Cgroup != nil {
+				cgroups = append(cgroups, Cgroup{ContainerID: id, Cgroup: *res.Cgroup})
+			}
+			mu.Unlock()
 			for k, i := range idx {
 				ts[i].Action = res.Trees[k].Action
 				if msg := res.Trees[k].Error; msg != "" {
@@ -446,7 +466,8 @@ func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) e
 		}()
 	}
 	wg.Wait()
-	return errors.Join(unrecorded...)
+	slices.SortFunc(cgroups, func(a, b Cgroup) int { return strings.Compare(a.ContainerID, b.ContainerID) })
+	return cgroups, errors.Join(unrecorded...)
 }
 
 // collect removes ledger records that can no longer matter: from another

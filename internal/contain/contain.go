@@ -13,7 +13,6 @@ package contain
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 
@@ -132,13 +131,13 @@ func Detect(opt Options) Host {
 	case systemd && v2 == "":
 		h.Why = "PID 1 is systemd but no cgroup v2 hierarchy is mounted to sweep its scopes in"
 	case systemd:
-		h.Kind, h.Mount, h.Why = KindSystemd, v2, "PID 1 is systemd: a transient scope in "+Slice+" with Delegate=yes"
+		h.Kind, h.Mount, h.Why = KindSystemd, v2, "PID 1 is systemd: a transient scope per supervisor, with Delegate=yes"
 	case os.Geteuid() != 0:
 		h.Why = "rootless without systemd: no cgroup delegated to this user"
 	case v2 != "" && opt.Force != KindFreezer:
-		h.Kind, h.Mount, h.Why = KindCgroup2, v2, fmt.Sprintf("no systemd; cgroup v2 mounted at %s (cgroup.freeze, cgroup.kill)", v2)
+		h.Kind, h.Mount, h.Why = KindCgroup2, v2, "PID 1 is not systemd: "+Dir+"/<container-id> made there per supervisor, frozen and killed with cgroup.freeze and cgroup.kill"
 	case fr != "":
-		h.Kind, h.Mount, h.Why = KindFreezer, fr, fmt.Sprintf("no systemd and no cgroup v2; the v1 freezer at %s", fr)
+		h.Kind, h.Mount, h.Why = KindFreezer, fr, "PID 1 is not systemd and no cgroup v2 is mounted: "+Dir+"/<container-id> in the v1 freezer, its processes killed one by one while frozen"
 	default:
 		h.Why = "no systemd, no cgroup v2 and no v1 freezer mounted"
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/contain"
 	"github.com/kc-watchman/kc-watchman/internal/corroborate"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
@@ -63,7 +64,10 @@ type Options struct {
 	// dry run collects nothing). An apply run collects such records at
 	// once (after MinAge).
 	LedgerRetention time.Duration
-	Logger          *slog.Logger
+	// Contain finds the supervisors' cgroups the ledger names, to sweep
+	// them with their trees (and, with a systemd client, stop scopes).
+	Contain contain.Options
+	Logger  *slog.Logger
 }
 
 // DefaultLedgerRetention: under the audit default no run applies, and the
@@ -432,7 +436,7 @@ func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) (
 			byContainer[ts[i].ContainerID] = append(byContainer[ts[i].ContainerID], i)
 		}
 	}
-	ropt := reap.Options{Root: opt.Root, Grace: opt.KillGrace, Store: opt.Store, Source: "reconcile", Logger: log}
+	ropt := reap.Options{Root: opt.Root, Grace: opt.KillGrace, Store: opt.Store, Source: "reconcile", Contain: opt.Contain, Logger: log}
 	var (
 		wg         sync.WaitGroup
 		mu         sync.Mutex

@@ -38,6 +38,7 @@ func TestMain(m *testing.M) {
 	proc.Main() // the innocent helper processes of signal_test.go
 	code := m.Run()
 	supervisetest.RemoveBuild()
+	testkit.RemoveContainParents()
 	os.Exit(code)
 }
 

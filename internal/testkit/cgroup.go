@@ -114,3 +114,13 @@ func RemoveContainCgroups(t testing.TB, containerID string) {
 		unix.Rmdir(filepath.Dir(dir)) //nolint:errcheck // still in use by another container's
 	}
 }
+
+// RemoveContainParents removes kc-watchman/, the parent of the cgroups
+// kc-hook supervise makes, from each hierarchy where it is empty: tests
+// leave the host as they found it. One that holds a cgroup (another
+// package's test running) stays.
+func RemoveContainParents() {
+	for _, m := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/freezer"} {
+		unix.Rmdir(filepath.Join(m, "kc-watchman")) //nolint:errcheck // absent, or in use
+	}
+}

@@ -97,6 +97,9 @@ func newSuperviseEnvWith(t *testing.T, fakeEnv []string, stages ...string) *supe
 				}
 			}
 		}
+		for _, id := range s.ids {
+			testkit.RemoveContainCgroups(t, id)
+		}
 		if t.Failed() {
 			log, _ := os.ReadFile(filepath.Join(s.state, "kc-hook.log"))
 			t.Logf("kc-hook.log:\n%s", log)

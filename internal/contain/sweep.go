@@ -124,7 +124,7 @@ func Sweep(ctx context.Context, c *Cgroup, opt SweepOptions) SweepResult {
 			res.Err = errors.Join(res.Err, err)
 		}
 	}
-	res.Empty = c.waitEmpty(ctx, fd, opt.KillWait)
+	res.Empty = c.waitEmpty(ctx, fd, opt.KillWait, res.Withheld)
 	switch {
 	case !res.Empty:
 		left, _ := procs(fd)
@@ -279,20 +279,24 @@ func (c *Cgroup) killAll(fd int, judged []int) bool {
 	return err == nil
 }
 
-// waitEmpty waits, at most limit, for the cgroup to hold no process.
-func (c *Cgroup) waitEmpty(ctx context.Context, fd int, limit time.Duration) bool {
-	return poll(limit, func() bool {
+// waitEmpty waits, at most limit, for the cgroup to hold no process, and
+// reports whether it does. Once only withheld processes are left, there
+// is nothing more to wait for.
+func (c *Cgroup) waitEmpty(ctx context.Context, fd int, limit time.Duration, withheld []fingerprint.Identity) bool {
+	empty := false
+	poll(limit, func() bool {
 		if ctx.Err() != nil {
 			return true
 		}
-		if c.Kind != KindFreezer {
-			if _, err := readAt(fd, "cgroup.events"); err == nil {
-				return eventIs(fd, "populated", "0")
-			}
+		if c.Kind != KindFreezer && eventIs(fd, "populated", "0") {
+			empty = true
+			return true
 		}
 		p, err := procs(fd)
-		return err == nil && len(p) == 0
-	}) && ctx.Err() == nil
+		empty = err == nil && len(p) == 0
+		return empty || onlyWithheld(p, withheld)
+	})
+	return empty
 }
 
 func (c *Cgroup) stopScope(ctx context.Context) error {

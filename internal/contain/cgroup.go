@@ -251,3 +251,22 @@ func (c *Cgroup) selfInside() bool {
 	}
 	return false
 }
+
+// Exists reports whether the cgroup's directory is still there (opened
+// as Sweep would open it).
+func (c *Cgroup) Exists() bool {
+	if c.Path == "" {
+		return false
+	}
+	mfd, err := openMount(c.Mount, c.Kind)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(mfd)
+	fd, err := openPath(mfd, c.Path, c.Kind)
+	if err != nil {
+		return false
+	}
+	unix.Close(fd)
+	return true
+}

@@ -142,12 +142,15 @@ func TestSweepForkLoop(t *testing.T) {
 			if !within(10*time.Second, func() bool { return len(cgroupProcs(t, c)) >= 4 }) {
 				t.Fatalf("the fork loop did not get going: %v", cgroupProcs(t, c))
 			}
+			if !c.Exists() {
+				t.Fatal("the cgroup does not exist")
+			}
 			res := Sweep(context.Background(), c, SweepOptions{})
 			t.Logf("swept: outcome %s, method %s, killed %d, frozen %v, removed %v, err %v", res.Outcome, res.Method, len(res.Killed), res.Frozen, res.Removed, res.Err)
 			if res.Outcome != action.Reaped || !res.Removed || res.Err != nil || len(res.Withheld) != 0 {
 				t.Errorf("sweep = %+v, want reaped and removed", res)
 			}
-			if _, err := os.Lstat(filepath.Join(c.Mount, c.Path)); !os.IsNotExist(err) {
+			if _, err := os.Lstat(filepath.Join(c.Mount, c.Path)); !os.IsNotExist(err) || c.Exists() {
 				t.Errorf("the cgroup is still there: %v", err)
 			}
 			if left := running(script); len(left) > 0 {
@@ -194,6 +197,9 @@ func TestSweepWithholdsOtherUID(t *testing.T) {
 	res := Sweep(context.Background(), c, SweepOptions{KillWait: 300 * time.Millisecond})
 	if res.Outcome != action.SkipForeign || res.Removed || res.Method != "pidfd" {
 		t.Errorf("sweep = %+v, want skipped-foreign through pidfds, cgroup kept", res)
+	}
+	if !c.Exists() {
+		t.Error("the cgroup holding another UID's process was removed")
 	}
 	if len(res.Withheld) != 1 || res.Withheld[0].PID != other.Process.Pid {
 		t.Errorf("withheld %+v, want the other UID's %d", res.Withheld, other.Process.Pid)

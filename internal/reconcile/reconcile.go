@@ -474,6 +474,22 @@ func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) (
 	return cgroups, errors.Join(unrecorded...)
 }
 
+// cgroupLeft: the record names the supervisor's cgroup, not swept away
+// yet and still there. The record is all that says whose it is.
+func cgroupLeft(opt Options, r *ledger.Record) bool {
+	if r.Cgroup == nil || r.Cgroup.Removed {
+		return false
+	}
+	o := opt.Contain
+	o.Systemd = nil // only looked at, never stopped
+	cg, err := contain.FromRecord(*r.Cgroup, r.ContainerID, o)
+	if err != nil {
+		return false
+	}
+	defer cg.Close()
+	return cg.Exists()
+}
+
 // collect removes ledger records that can no longer matter: from another
 // boot, or of a container that is not live and whose recorded init and
 // trees are all dead. Records touched within keep are kept (at least
@@ -501,7 +517,7 @@ func collect(opt Options, log *slog.Logger, records []*ledger.Record, live liven
 			if !opt.Store.Current(cur) {
 				return false
 			}
-			return anyAlive(opt.Root, cur)
+			return anyAlive(opt.Root, cur) || cgroupLeft(opt, cur)
 		})
 		if err != nil {
 			lvl := slog.LevelWarn

@@ -58,8 +58,8 @@ type Options struct {
 	// SystemdMarker exists when PID 1 is systemd; default
 	// /run/systemd/system (sd_booted's test).
 	SystemdMarker string
-	// Force, for tests, takes this kind instead of what the host offers
-	// (KindFreezer on a host that has cgroup v2 too).
+	// Force, for tests, takes the v1 freezer on a host that has cgroup v2
+	// too (never where PID 1 is systemd).
 	Force  Kind
 	Logger *slog.Logger
 }
@@ -124,7 +124,7 @@ func Detect(opt Options) Host {
 	}
 	v2, fr := mounts.cgroup2(), mounts.freezer()
 	_, serr := os.Lstat(opt.SystemdMarker)
-	systemd := serr == nil && opt.Force == ""
+	systemd := serr == nil // whatever Force says: never cgroupfs under systemd
 	switch {
 	case systemd && opt.Systemd == nil:
 		h.Why = "PID 1 is systemd and this build has no systemd client: kc-watchman never creates cgroups in a hierarchy systemd manages"

@@ -62,7 +62,8 @@ func TestDetect(t *testing.T) {
 	}{
 		{"systemd without a client", fake(false), KindNone, "never creates cgroups in a hierarchy systemd manages"},
 		{"no systemd", Options{SystemdMarker: filepath.Join(t.TempDir(), "none")}, real.Kind, ""},
-		{"forced freezer", Options{SystemdMarker: marker, Force: KindFreezer}, KindFreezer, "freezer"},
+		{"forced freezer", Options{SystemdMarker: filepath.Join(t.TempDir(), "none"), Force: KindFreezer}, KindFreezer, "freezer"},
+		{"no freezer forced under systemd", Options{SystemdMarker: marker, Force: KindFreezer}, KindNone, "never creates cgroups"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if os.Geteuid() != 0 && tc.want != KindNone {

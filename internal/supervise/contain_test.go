@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/contain"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/supervise/supervisetest"
@@ -49,8 +50,8 @@ func running(s string) []int {
 // group's stop and the descendant walk alone lose that race (with
 // --no-contain, the loop lives on): the cgroup is frozen and killed.
 func TestContainedForkLoopDiesWithInit(t *testing.T) {
-	if !cgroup2() {
-		t.Skip("no cgroup2 mount")
+	if h := contain.Detect(contain.Options{}); h.Kind != contain.KindCgroup2 {
+		t.Skipf("containment here is %s (%s)", h, h.Why)
 	}
 	initCmd, init := supervisetest.Process(t, "sleep", "1000000")
 	script := filepath.Join(t.TempDir(), "loop.sh")
@@ -93,16 +94,7 @@ func TestContainedForkLoopDiesWithInit(t *testing.T) {
 	}
 }
 
-func cgroup2Mount() string {
-	for _, m := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
-		if exists(filepath.Join(m, "cgroup.procs")) && !exists(filepath.Join(m, "tasks")) {
-			return m
-		}
-	}
-	return ""
-}
-
-func cgroup2() bool { return cgroup2Mount() != "" }
+func cgroup2Mount() string { return contain.Detect(contain.Options{}).Mount }
 
 func exists(p string) bool {
 	_, err := os.Lstat(p)

@@ -17,6 +17,7 @@ import (
 	"os"
 
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
+	"github.com/kc-watchman/kc-watchman/internal/userns"
 )
 
 // Kind is the containment a host gives.
@@ -132,7 +133,7 @@ func Detect(opt Options) Host {
 		h.Why = "PID 1 is systemd but no cgroup v2 hierarchy is mounted to sweep its scopes in"
 	case systemd:
 		h.Kind, h.Mount, h.Why = KindSystemd, v2, "PID 1 is systemd: a transient scope per supervisor, with Delegate=yes"
-	case os.Geteuid() != 0:
+	case os.Geteuid() != 0 || !initialUserNS():
 		h.Why = "rootless without systemd: no cgroup delegated to this user"
 	case v2 != "" && opt.Force != KindFreezer:
 		h.Kind, h.Mount, h.Why = KindCgroup2, v2, "PID 1 is not systemd: "+Dir+"/<container-id> made there per supervisor, frozen and killed with cgroup.freeze and cgroup.kill"
@@ -142,4 +143,12 @@ func Detect(opt Options) Host {
 		h.Why = "no systemd, no cgroup v2 and no v1 freezer mounted"
 	}
 	return h
+}
+
+// initialUserNS: root of a user namespace (rootless podman's hook) is not
+// root of the host's cgroups. An unreadable map counts as the initial
+// one: cgroupfs itself then refuses what the caller may not do.
+func initialUserNS() bool {
+	m, err := userns.Self()
+	return err != nil || m.Initial()
 }

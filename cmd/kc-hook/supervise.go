@@ -32,7 +32,9 @@ Run COMMAND as a supervisor that dies with the container's init process:
 lead a process group, run COMMAND as its child (with a parent-death signal)
 and, when the process INIT-PID with start time INIT-START-TICKS dies or on
 SIGTERM, take the whole group down (SIGTERM, --kill-grace, SIGKILL) and exit.
-Logs JSON lines to stderr.
+COMMAND runs in a cgroup of its own where the host allows (see doctor's
+containment check); what the group's stop leaves there (a daemon, a setsid
+child) is frozen and killed, and the cgroup removed. Logs JSON lines to stderr.
 
 Options:
 `
@@ -50,6 +52,7 @@ type superviseSettings struct {
 	refresh         time.Duration
 	initPoll        time.Duration
 	pollInit        bool
+	noContain       bool
 }
 
 // superviseEnv names the environment variable of each supervise flag that
@@ -63,6 +66,7 @@ var superviseEnv = map[string]string{
 	"refresh":           "KC_SUPERVISE_REFRESH",
 	"init-poll":         "KC_SUPERVISE_INIT_POLL",
 	"poll-init":         "KC_SUPERVISE_POLL_INIT",
+	"no-contain":        "KC_SUPERVISE_NO_CONTAIN",
 }
 
 func (s *superviseSettings) flagSet() *flag.FlagSet {
@@ -77,6 +81,7 @@ func (s *superviseSettings) flagSet() *flag.FlagSet {
 	fs.DurationVar(&s.refresh, "refresh", 10*time.Second, "how often the ledger snapshot of the group is refreshed")
 	fs.DurationVar(&s.initPoll, "init-poll", 250*time.Millisecond, "interval of identity polling when pidfds are unavailable")
 	fs.BoolVar(&s.pollInit, "poll-init", false, "watch the init process by polling even when pidfds work (testing)")
+	fs.BoolVar(&s.noContain, "no-contain", false, "start COMMAND without a cgroup of its own (by default: a systemd scope, or kc-watchman/<id> on cgroup v2 or the v1 freezer, swept at teardown)")
 	return fs
 }
 
@@ -154,6 +159,7 @@ func runSupervise(g *settings, args []string, stdout, stderr io.Writer) int {
 		InitPoll:        s.initPoll,
 		ForcePoll:       s.pollInit,
 		Refresh:         s.refresh,
+		NoContain:       s.noContain,
 		Logger:          log,
 	})
 	switch {

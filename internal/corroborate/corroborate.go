@@ -288,9 +288,15 @@ func (c *Checker) inContainer(lines []string, id string, exact []string) (string
 }
 
 // ownPath: the cgroups kc-watchman makes for its supervisors (DESIGN
-// "Descendants that leave the group") hold trees, never containers.
+// "Descendants that leave the group")
+// hold trees, never containers: kc-watchman/<id> on cgroupfs, named
+// after the container it serves, and the systemd scopes in
+// kc-watchman.slice. A supervisor's kernel reparented to a container
+// monitor (conmon is a subreaper) sits in one and must not pass for the
+// container's own process.
 func ownPath(path string) bool {
-	return strings.Contains(path, "/kc-watchman.slice") || strings.Contains(path, "/kc-watchman-")
+	return strings.Contains(path, "/kc-watchman.slice") || strings.Contains(path, "/kc-watchman-") ||
+		strings.Contains(path+"/", "/kc-watchman/")
 }
 
 // NameMatches reports whether the cgroup path is named as container id's

@@ -33,3 +33,28 @@ func TestNameMatches(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnCgroupsAreNoEvidence: kc-watchman's own cgroups are named after
+// the container a supervisor serves (kc-watchman/<id>); a process in one
+// is the tree's, never evidence that the container runs, whatever the
+// hierarchy.
+func TestOwnCgroupsAreNoEvidence(t *testing.T) {
+	const id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	c := &Checker{}
+	for _, tc := range []struct {
+		line string
+		want bool
+	}{
+		{"0::/kc-watchman/" + id, false},
+		{"6:freezer:/kc-watchman/" + id, false},
+		{"1:name=systemd:/kc-watchman/" + id, false},
+		{"0::/kc-watchman.slice/kc-watchman-" + id + ".scope", false},
+		{"0::/docker/" + id, true}, // control: an engine's own
+	} {
+		t.Run(tc.line, func(t *testing.T) {
+			if _, got := c.inContainer([]string{tc.line}, id, nil); got != tc.want {
+				t.Errorf("inContainer(%q) = %v, want %v", tc.line, got, tc.want)
+			}
+		})
+	}
+}

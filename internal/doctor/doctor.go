@@ -113,13 +113,14 @@ const (
 	NameStateDir      = "state-dir"
 	NameListing       = "process-listing"
 	NamePidfds        = "death-pidfds"
+	NameContainment   = "containment"
 	NameStrays        = "stray-trees"
 	NameSockets       = "orphan-sockets"
 	NameSessions      = "abandoned-sessions"
 )
 
 // Names lists every check, in report order.
-var Names = []string{NameHookInstalled, NameHookAlive, NameEngines, NamePodman, NameDocker, NameContainerd, NameStateDir, NameListing, NamePidfds, NameStrays, NameSockets, NameSessions}
+var Names = []string{NameHookInstalled, NameHookAlive, NameEngines, NamePodman, NameDocker, NameContainerd, NameStateDir, NameListing, NamePidfds, NameContainment, NameStrays, NameSockets, NameSessions}
 
 var labels = map[string]string{
 	NameHookInstalled: "hook installed",
@@ -131,6 +132,7 @@ var labels = map[string]string{
 	NameStateDir:      "state dir and ledger",
 	NameListing:       "process listing",
 	NamePidfds:        "deaths seen from the kernel",
+	NameContainment:   "supervisor containment",
 	NameStrays:        "orphaned supervisor trees",
 	NameSockets:       "orphan sockets",
 	NameSessions:      "abandoned sessions",

@@ -13,6 +13,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/kc-watchman/kc-watchman/internal/contain"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/reap"
@@ -43,6 +44,9 @@ type Config struct {
 	// podman runs the hook as root of its user namespace, so neither its
 	// effective UID nor the trees' are what they are on the host.
 	UIDs *userns.Translator
+	// Contain finds the supervisor's cgroup the ledger names, swept at
+	// poststop (and, with a systemd client, its scope stopped).
+	Contain contain.Options
 }
 
 // Result is what one run did.
@@ -159,7 +163,7 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 	if res.Unrecorded == nil {
 		rec = store
 	}
-	out := reap.Run(ctx, reap.Options{Root: root(cfg), Grace: cfg.KillGrace, Store: rec, Source: "poststop", Stage: string(StagePoststop), Logger: log},
+	out := reap.Run(ctx, reap.Options{Root: root(cfg), Grace: cfg.KillGrace, Store: rec, Source: "poststop", Stage: string(StagePoststop), Contain: cfg.Contain, Logger: log},
 		reap.Container{ID: st.ID, Trees: mine, All: true})
 	res.Trees, res.Failed = out.Trees, out.Failed()
 	if out.Unrecorded != nil {

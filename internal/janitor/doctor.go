@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/kc-watchman/kc-watchman/internal/contain"
 	"github.com/kc-watchman/kc-watchman/internal/cull"
 	"github.com/kc-watchman/kc-watchman/internal/doctor"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
@@ -65,6 +66,7 @@ func Doctor(ctx context.Context, s Settings, fix bool, hooksDirs []string, log *
 	rep.Add(doctor.StateDir(s.StateDir))
 	rep.Add(doctor.Listing(s.Reconcile.Lister))
 	rep.Add(doctor.Pidfds(pinnable(s, answers)))
+	rep.Add(doctor.Containment(contain.Detect(s.Reconcile.Contain)))
 
 	in := doctor.StraysInput{LivenessErr: liveErr, Fix: fix}
 	switch {

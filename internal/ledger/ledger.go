@@ -69,6 +69,31 @@ type Tree struct {
 	SocketsUnlinked []string `json:"sockets_unlinked,omitempty"`
 }
 
+// Cgroup is a supervisor's cgroup (DESIGN "Descendants that leave the
+// group") and what became of it. Its path is relative to the mount of its
+// kind on this host, found again by whoever reaps it: the record never
+// names an absolute path to write to.
+type Cgroup struct {
+	// Kind is "cgroup2", "freezer-v1" or "systemd".
+	Kind string `json:"kind"`
+	// Path is relative to the mount: kc-watchman/<id>, or the scope's
+	// kc-watchman.slice/kc-watchman-<id>.scope.
+	Path string `json:"path"`
+	// Unit is the systemd scope, for kind "systemd".
+	Unit string `json:"unit,omitempty"`
+	// UID is the real UID the contained tree runs as; a process of any
+	// other in the cgroup is reported, never signalled.
+	UID int `json:"uid"`
+	// Outcome of the last sweep: action.Reaped, action.Gone,
+	// action.WouldNotDie, or a skip when it was refused.
+	Outcome action.Action `json:"outcome,omitempty"`
+	// Withheld are processes found in it and never signalled.
+	Withheld []Process `json:"withheld,omitempty"`
+	// Removed: the emptied cgroup (or scope) is gone.
+	Removed bool   `json:"removed,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
 // Schema is the version of the record format this build writes. A record
 // without one is from before versions were written (schema 0), and reads
 // as this one. A record of a newer schema is refused, read and write: its
@@ -99,6 +124,10 @@ type Record struct {
 	Supervisor *Process `json:"supervisor,omitempty"`
 	// Trees is the latest snapshot of the container's supervisor trees.
 	Trees []Tree `json:"trees,omitempty"`
+	// Cgroup is the cgroup the wrapper started the supervisor in, when it
+	// could contain it. An optional field a reader of an older build
+	// ignores (it then reaps the groups only, as before): no schema bump.
+	Cgroup *Cgroup `json:"cgroup,omitempty"`
 	// Outcome summarises the last poststop: "reaped", "nothing",
 	// "would-not-die" or "partial".
 	Outcome   string    `json:"outcome,omitempty"`

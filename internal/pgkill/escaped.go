@@ -64,6 +64,18 @@ func KillEscaped(ctx context.Context, procs []fingerprint.Stat, uid int, opt Opt
 	return res
 }
 
+// SignalEach sends sig once to each of procs through a pidfd, under
+// KillEscaped's rules (the recorded process still, of real UID uid, never
+// the caller), and reports whether any was signalled. A contained tree's
+// sweep uses it on a frozen cgroup, where a SIGTERM and its grace would
+// only wait.
+func SignalEach(root string, procs []fingerprint.Stat, uid int, sig syscall.Signal) (bool, error) {
+	if root == "" {
+		root = fingerprint.DefaultRoot
+	}
+	return signalEach(root, procs, uid, sig)
+}
+
 // signalEach signals every process that is still the recorded one and
 // reports whether any was signalled; a process that is gone or whose PID
 // now names another is skipped, any other failure (EPERM) is an error

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/contain"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
@@ -39,8 +40,11 @@ type Options struct {
 	Source string
 	// Stage, when set, is stamped on the record at each write (the
 	// hook's "poststop").
-	Stage  string
-	Logger *slog.Logger
+	Stage string
+	// Contain finds the cgroup a record names (and, with a systemd
+	// client, stops its scope).
+	Contain contain.Options
+	Logger  *slog.Logger
 }
 
 // Tree is one tree to act on.
@@ -74,6 +78,9 @@ type Result struct {
 	// Outcome sums them up: would-not-die if any tree would not die,
 	// else reaped if any was reaped or gone, else nothing.
 	Outcome action.Action
+	// Cgroup is the supervisor's cgroup the record named, after its
+	// sweep; nil when none was named (or it was removed before).
+	Cgroup *ledger.Cgroup
 	// Unrecorded is why the outcome could not be written, when it could
 	// not: the trees were still dealt with.
 	Unrecorded error
@@ -112,7 +119,7 @@ func Run(ctx context.Context, opt Options, c Container) Result {
 	// Record before signalling: if this process is killed mid-run, the
 	// next run still knows exactly which processes were this container's.
 	if len(c.Trees) > 0 {
-		if err := record(opt, c, res.Trees, ""); err != nil {
+		if err := record(opt, c, res.Trees, "", nil); err != nil {
 			log.Warn("could not record trees before reaping", "container", c.ID, "err", err)
 		}
 	}
@@ -132,9 +139,20 @@ func Run(ctx context.Context, opt Options, c Container) Result {
 	}
 	wg.Wait()
 
+	// After the groups' polite stop, what is left in the supervisor's
+	// cgroup: a daemon, a setsid child's fork loop.
+	res.Cgroup = sweep(ctx, opt, log, c.ID)
 	res.Outcome = summary(res.Trees)
-	if len(c.Trees) > 0 || c.All {
-		if err := record(opt, c, res.Trees, res.Outcome); err != nil {
+	if res.Cgroup != nil {
+		switch {
+		case res.Cgroup.Outcome == action.WouldNotDie:
+			res.Outcome = action.WouldNotDie
+		case res.Cgroup.Outcome == action.Reaped && res.Outcome == action.Nothing:
+			res.Outcome = action.Reaped
+		}
+	}
+	if len(c.Trees) > 0 || c.All || res.Cgroup != nil {
+		if err := record(opt, c, res.Trees, res.Outcome, res.Cgroup); err != nil {
 			log.Warn("could not record the outcome", "container", c.ID, "err", err)
 			res.Unrecorded = err
 		}
@@ -236,7 +254,7 @@ func summary(snaps []ledger.Tree) action.Action {
 
 // record writes c's snapshots and, when set, the outcome, under the
 // ledger's lock.
-func record(opt Options, c Container, snaps []ledger.Tree, outcome action.Action) error {
+func record(opt Options, c Container, snaps []ledger.Tree, outcome action.Action, cg *ledger.Cgroup) error {
 	if opt.Store == nil {
 		return nil
 	}
@@ -257,6 +275,9 @@ func record(opt Options, c Container, snaps []ledger.Tree, outcome action.Action
 		}
 		if outcome != "" {
 			r.Outcome = string(outcome)
+		}
+		if cg != nil {
+			r.Cgroup = cg
 		}
 		return nil
 	})

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/contain"
 	"github.com/kc-watchman/kc-watchman/internal/corroborate"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
@@ -62,7 +64,10 @@ type Options struct {
 	// dry run collects nothing). An apply run collects such records at
 	// once (after MinAge).
 	LedgerRetention time.Duration
-	Logger          *slog.Logger
+	// Contain finds the supervisors' cgroups the ledger names, to sweep
+	// them with their trees (and, with a systemd client, stop scopes).
+	Contain contain.Options
+	Logger  *slog.Logger
 }
 
 // DefaultLedgerRetention: under the audit default no run applies, and the
@@ -119,12 +124,21 @@ type Tree struct {
 	tree trees.Tree
 }
 
+// Cgroup is a container's supervisor cgroup after its sweep.
+type Cgroup struct {
+	ContainerID string `json:"container_id"`
+	ledger.Cgroup
+}
+
 // Report is the outcome of a run, printed as JSON with --format json.
 type Report struct {
 	LivenessKnown bool   `json:"liveness_known"`
 	Source        string `json:"source"`
 	DryRun        bool   `json:"dry_run"`
 	Trees         []Tree `json:"trees"`
+	// Cgroups are the supervisors' cgroups swept with their containers'
+	// trees (apply only).
+	Cgroups []Cgroup `json:"cgroups,omitempty"`
 	// LedgerCollected counts ledger records garbage-collected (apply only).
 	LedgerCollected int `json:"ledger_collected"`
 	// Unrecorded is why a reap's outcome could not be written to the
@@ -143,6 +157,11 @@ func (r Report) Failed() bool {
 	}
 	for _, t := range r.Trees {
 		if t.Action == action.WouldNotDie {
+			return true
+		}
+	}
+	for _, c := range r.Cgroups {
+		if c.Outcome == action.WouldNotDie {
 			return true
 		}
 	}
@@ -296,7 +315,7 @@ func (sc *Scanned) Run(ctx context.Context, live liveness.Set) (Report, error) {
 			log.Error("blast-radius guard: nothing reaped", "why", why)
 			return rep, nil
 		}
-		rep.Unrecorded = reapStrays(ctx, opt, log, rep.Trees)
+		rep.Cgroups, rep.Unrecorded = reapStrays(ctx, opt, log, rep.Trees)
 		rep.LedgerCollected = collect(opt, log, records, live, contradicted(rep.Trees), opt.MinAge)
 	} else if opt.LedgerRetention >= 0 {
 		// Only files in the ledger go; nothing is signalled.
@@ -407,20 +426,22 @@ func sameTrees(a, b []ledger.Tree) bool {
 
 // reapStrays hands the strays to reap, one call per container (each
 // reaps its trees concurrently, and the containers run concurrently too),
-// and copies what became of them into the report. It returns why an
-// outcome could not be recorded, if one could not.
-func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) error {
+// and copies what became of them into the report. It returns the
+// containers' swept cgroups, and why an outcome could not be recorded,
+// if one could not.
+func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) ([]Cgroup, error) {
 	byContainer := map[string][]int{}
 	for i := range ts {
 		if ts[i].Action == action.WouldReap {
 			byContainer[ts[i].ContainerID] = append(byContainer[ts[i].ContainerID], i)
 		}
 	}
-	ropt := reap.Options{Root: opt.Root, Grace: opt.KillGrace, Store: opt.Store, Source: "reconcile", Logger: log}
+	ropt := reap.Options{Root: opt.Root, Grace: opt.KillGrace, Store: opt.Store, Source: "reconcile", Contain: opt.Contain, Logger: log}
 	var (
 		wg         sync.WaitGroup
 		mu         sync.Mutex
 		unrecorded []error
+		cgroups    []Cgroup
 	)
 	for id, idx := range byContainer {
 		wg.Add(1)
@@ -432,11 +453,14 @@ func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) e
 				c.Trees = append(c.Trees, reap.Tree{Tree: ts[i].tree, HostUID: ts[i].tree.UID})
 			}
 			res := reap.Run(ctx, ropt, c)
+			mu.Lock()
 			if res.Unrecorded != nil {
-				mu.Lock()
 				unrecorded = append(unrecorded, fmt.Errorf("container %s: %w", id, res.Unrecorded))
-				mu.Unlock()
 			}
+			if res.Cgroup != nil {
+				cgroups = append(cgroups, Cgroup{ContainerID: id, Cgroup: *res.Cgroup})
+			}
+			mu.Unlock()
 			for k, i := range idx {
 				ts[i].Action = res.Trees[k].Action
 				if msg := res.Trees[k].Error; msg != "" {
@@ -446,7 +470,24 @@ func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) e
 		}()
 	}
 	wg.Wait()
-	return errors.Join(unrecorded...)
+	slices.SortFunc(cgroups, func(a, b Cgroup) int { return strings.Compare(a.ContainerID, b.ContainerID) })
+	return cgroups, errors.Join(unrecorded...)
+}
+
+// cgroupLeft: the record names the supervisor's cgroup, not swept away
+// yet and still there. The record is all that says whose it is.
+func cgroupLeft(opt Options, r *ledger.Record) bool {
+	if r.Cgroup == nil || r.Cgroup.Removed {
+		return false
+	}
+	o := opt.Contain
+	o.Systemd = nil // only looked at, never stopped
+	cg, err := contain.FromRecord(*r.Cgroup, r.ContainerID, o)
+	if err != nil {
+		return false
+	}
+	defer cg.Close()
+	return cg.Exists()
 }
 
 // collect removes ledger records that can no longer matter: from another
@@ -476,7 +517,7 @@ func collect(opt Options, log *slog.Logger, records []*ledger.Record, live liven
 			if !opt.Store.Current(cur) {
 				return false
 			}
-			return anyAlive(opt.Root, cur)
+			return anyAlive(opt.Root, cur) || cgroupLeft(opt, cur)
 		})
 		if err != nil {
 			lvl := slog.LevelWarn

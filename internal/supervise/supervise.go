@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/contain"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
@@ -78,7 +79,12 @@ type Options struct {
 	// command has run a while (default 10s; the first refreshes come
 	// sooner). It is written only when the membership changed.
 	Refresh time.Duration
-	Logger  *slog.Logger
+	// NoContain starts the command without a cgroup of its own; Contain
+	// says how to find and make one (DESIGN "Descendants that leave the
+	// group").
+	NoContain bool
+	Contain   contain.Options
+	Logger    *slog.Logger
 }
 
 func (o Options) withDefaults() Options {
@@ -167,6 +173,10 @@ func Run(ctx context.Context, o Options) error {
 	} else {
 		r.subreaper = true
 	}
+	if !o.NoContain {
+		r.prepareCgroup()
+		defer r.cg.Close()
+	}
 
 	wctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -195,6 +205,7 @@ func Run(ctx context.Context, o Options) error {
 			// Whatever the command left in the group goes before the next
 			// start, while its unreaped zombie still pins its own group.
 			left := r.stopGroup()
+			r.sweep(true)
 			st := c.reap()
 			r.child = nil
 			r.log.Warn("command exited", "pid", c.pid, "status", st.String(), "ran", ran.Round(time.Millisecond).String(), "left_alive", len(left))
@@ -234,6 +245,9 @@ type runner struct {
 	// subreaper: orphaned descendants are reparented to the wrapper,
 	// which must reap them (reapAdopted).
 	subreaper bool
+	// cg is the command's cgroup; nil when it is not contained.
+	cg         *contain.Cgroup
+	cgRecorded bool
 }
 
 // lead makes the wrapper the leader of its own process group. kc-hook
@@ -287,6 +301,7 @@ func (r *runner) wait(ctx context.Context, initDead <-chan struct{}) string {
 func (r *runner) shutdown(reason string) error {
 	r.log.Info("taking the group down", "reason", reason)
 	left := r.stopGroup()
+	r.sweep(false)
 	if r.child != nil {
 		select {
 		case <-r.child.exited:
@@ -427,13 +442,45 @@ type child struct {
 	state   *os.ProcessState
 }
 
+// startChild starts the command, in its cgroup when it has one. A
+// command that cannot be started inside is started without it: a hook
+// never keeps a supervisor from running, and the subreaper remains.
 func (r *runner) startChild() (*child, error) {
+	fd, into := r.cg.CloneFD()
+	c, err := r.startCommand(fd, into)
+	if err != nil && into {
+		r.log.Warn("command not started in its cgroup; starting it uncontained", "cgroup", r.cg.String(), "err", err)
+		r.cg.Close()
+		r.cg = nil
+		c, err = r.startCommand(-1, false)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if r.cg != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := r.cg.Enter(ctx, c.pid)
+		cancel()
+		if err != nil {
+			r.log.Warn("command not moved into its cgroup; it runs uncontained", "cgroup", r.cg.String(), "err", err)
+		} else if !r.cgRecorded {
+			r.log.Info("command contained", "cgroup", r.cg.String(), "kind", r.cg.Kind)
+			r.recordCgroup(r.cg.Record())
+			r.cgRecorded = true
+		}
+	}
+	return c, nil
+}
+
+func (r *runner) startCommand(cgroupFD int, into bool) (*child, error) {
 	cmd := exec.Command(r.o.Command[0], r.o.Command[1:]...)
 	cmd.Env = r.o.Env
 	cmd.Dir = r.o.Dir
 	cmd.Stdout = r.o.Stdout
 	cmd.Stderr = r.o.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: r.o.PdeathSig}
+	// Started straight into the cgroup (clone3 CLONE_INTO_CGROUP): no
+	// moment passes with the command outside it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: r.o.PdeathSig, UseCgroupFD: into, CgroupFD: cgroupFD}
 	c := &child{cmd: cmd, exited: make(chan struct{}), release: make(chan struct{})}
 	errc := make(chan error, 1)
 	go func() {

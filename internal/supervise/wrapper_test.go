@@ -38,6 +38,7 @@ func TestMain(m *testing.M) {
 	proc.Main() // the innocent helper processes of signal_test.go
 	code := m.Run()
 	supervisetest.RemoveBuild()
+	testkit.RemoveContainParents()
 	os.Exit(code)
 }
 
@@ -108,6 +109,7 @@ func startWrapper(t *testing.T, init fingerprint.Stat, flags []string, command .
 	}
 	pgid := w.st.PID // the group the wrapper will lead
 	supervisetest.KillGroups(t, func() []int { return []int{pgid} }, w.st)
+	t.Cleanup(func() { testkit.RemoveContainCgroups(t, cid) })
 	t.Cleanup(func() {
 		w.cmd.Process.Signal(syscall.SIGKILL) //nolint:errcheck // it may be gone
 		<-w.done

@@ -82,10 +82,13 @@ func RemoveBuilds() {
 //
 //	func TestMain(m *testing.M) { testkit.Main(m) }
 //
-// A package with a TestMain of its own calls RemoveBuilds after m.Run.
+// A package with a TestMain of its own calls RemoveBuilds (and
+// RemoveContainParents, where its tests run kc-hook supervise) after
+// m.Run.
 func Main(m *testing.M) {
 	code := m.Run()
 	RemoveBuilds()
+	RemoveContainParents()
 	os.Exit(code)
 }
 

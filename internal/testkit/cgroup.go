@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -72,4 +73,54 @@ func MakeCgroup(t testing.TB, rel ...string) Cgroup {
 		}
 	})
 	return Cgroup{Dir: dir, Path: path}
+}
+
+// RemoveContainCgroups kills whatever is left in the cgroups kc-hook
+// supervise made for containerID (<mount>/kc-watchman/<id> on the cgroup2
+// mount and the v1 freezer) and removes them, and kc-watchman/ itself
+// when it is empty: a test that SIGKILLed its wrapper leaves them
+// behind. Errors are the test's.
+func RemoveContainCgroups(t testing.TB, containerID string) {
+	t.Helper()
+	for _, m := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/freezer"} {
+		dir := filepath.Join(m, "kc-watchman", containerID)
+		if _, err := os.Lstat(dir); err != nil {
+			unix.Rmdir(filepath.Dir(dir)) //nolint:errcheck // absent, or in use by another container's
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0); err != nil {
+			// v1 freezer, or a kernel without cgroup.kill: each process.
+			os.WriteFile(filepath.Join(dir, "freezer.state"), []byte("THAWED"), 0) //nolint:errcheck // v1 only
+			if data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs")); err == nil {
+				for _, f := range strings.Fields(string(data)) {
+					if pid, err := strconv.Atoi(f); err == nil && pid > 1 && pid != os.Getpid() {
+						unix.Kill(pid, unix.SIGKILL) //nolint:errcheck // it may be gone
+					}
+				}
+			}
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			err := unix.Rmdir(dir)
+			if err == nil || errors.Is(err, unix.ENOENT) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("removing %s: %v", dir, err)
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		unix.Rmdir(filepath.Dir(dir)) //nolint:errcheck // still in use by another container's
+	}
+}
+
+// RemoveContainParents removes kc-watchman/, the parent of the cgroups
+// kc-hook supervise makes, from each hierarchy where it is empty: tests
+// leave the host as they found it. One that holds a cgroup (another
+// package's test running) stays.
+func RemoveContainParents() {
+	for _, m := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/freezer"} {
+		unix.Rmdir(filepath.Join(m, "kc-watchman")) //nolint:errcheck // absent, or in use
+	}
 }

@@ -179,6 +179,11 @@ func StartKCServer(t testing.TB, dir string, f Fake) *KCServer {
 		k.mu.Unlock()
 		close(k.exited)
 	}()
+	if f.ContainerID != "" {
+		// Runs after k.cleanup (last registered, first run): the
+		// wrapper is dead, and its cgroup is left to remove.
+		t.Cleanup(func() { RemoveContainCgroups(t, f.ContainerID) })
+	}
 	t.Cleanup(k.cleanup)
 
 	deadline := time.Now().Add(30 * time.Second)

@@ -143,6 +143,14 @@ func Descendants(root string, l *proctable.Listing, from []fingerprint.Identity,
 	return escaped, withheld
 }
 
+// Member says whether a process found in a tree's cgroup may be
+// signalled with the tree: not a container monitor, of the tree's UID and
+// carrying no other container's ID (DESIGN "Descendants that leave the
+// group").
+func (r Rules) Member(id fingerprint.Identity) bool {
+	return !monitorComm(id.Comm) && r.allows(id)
+}
+
 // allows says whether a descendant may be signalled with the tree: only
 // one of the tree's UID that carries no other container's ID (the identity rules'
 // anchors and ownership rules).

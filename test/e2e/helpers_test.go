@@ -28,6 +28,7 @@ func bin(t testing.TB, name string) string {
 func TestMain(m *testing.M) {
 	code := m.Run()
 	testkit.RemoveBuilds()
+	testkit.RemoveContainParents()
 	os.Exit(code)
 }
 

@@ -38,12 +38,22 @@ type superviseEnv struct {
 // container the test ran (before podmantest removes the containers).
 func newSuperviseEnv(t *testing.T, stages ...string) *superviseEnv {
 	t.Helper()
+	return newSuperviseEnvWith(t, nil, stages...)
+}
+
+// newSuperviseEnvWith is newSuperviseEnv with more of the fake's knobs
+// (KCFAKE_*) in the supervisor's environment.
+func newSuperviseEnvWith(t *testing.T, fakeEnv []string, stages ...string) *superviseEnv {
+	t.Helper()
 	s := &superviseEnv{pm: podmantest.New(t), state: t.TempDir(), sockDir: t.TempDir()}
 	etc := filepath.Join(t.TempDir(), "etc")
 	if err := os.Mkdir(etc, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	data, _ := json.Marshal(exampleAllowlist(t, s.sockDir))
+	al := exampleAllowlist(t, s.sockDir)
+	fake := al["supervisors"].(map[string]any)["fake"].(map[string]any)
+	fake["env"] = append(fake["env"].([]string), fakeEnv...)
+	data, _ := json.Marshal(al)
 	file := filepath.Join(etc, "supervisors.json")
 	if err := os.WriteFile(file, data, 0o644); err != nil {
 		t.Fatal(err)
@@ -86,6 +96,9 @@ func newSuperviseEnv(t *testing.T, stages ...string) *superviseEnv {
 					}
 				}
 			}
+		}
+		for _, id := range s.ids {
+			testkit.RemoveContainCgroups(t, id)
 		}
 		if t.Failed() {
 			log, _ := os.ReadFile(filepath.Join(s.state, "kc-hook.log"))

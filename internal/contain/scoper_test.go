@@ -1,0 +1,134 @@
+package contain
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/action"
+)
+
+// fakeScoper stands in for systemd: a scope is a directory it makes in
+// kc-watchman.slice on the cgroup2 mount, the pid moved into it, and
+// StopScope removes it. The D-Bus client itself is tested against a
+// private dbus-daemon in its own package.
+type fakeScoper struct {
+	mount string
+	path  string // what StartScope answers; "" for the real one
+	mu    sync.Mutex
+	calls []string
+}
+
+func (f *fakeScoper) StartScope(_ context.Context, unit, slice string, pid int) (string, error) {
+	f.mu.Lock()
+	f.calls = append(f.calls, "start "+unit+" "+slice)
+	f.mu.Unlock()
+	if f.path != "" {
+		return f.path, nil
+	}
+	dir := filepath.Join(f.mount, slice, unit)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+		return "", err
+	}
+	return "/" + slice + "/" + unit, nil
+}
+
+func (f *fakeScoper) StopScope(_ context.Context, unit string) error {
+	f.mu.Lock()
+	f.calls = append(f.calls, "stop "+unit)
+	f.mu.Unlock()
+	err := os.Remove(filepath.Join(f.mount, Slice, unit))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+func (f *fakeScoper) Close() error { return nil }
+
+func nopScoper(context.Context) (Scoper, error) { return &fakeScoper{}, nil }
+
+// TestSystemdScope: with a Scoper, the supervisor is moved into a scope
+// right after start, the scope's path is checked, and the sweep kills
+// what is in it and stops the unit.
+func TestSystemdScope(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	real := Detect(Options{})
+	if real.Kind != KindCgroup2 {
+		t.Skipf("no cgroup v2 to stand in for systemd's: %s", real.Why)
+	}
+	marker := t.TempDir()
+	f := &fakeScoper{mount: real.Mount}
+	opt := Options{SystemdMarker: marker, Systemd: func(context.Context) (Scoper, error) { return f, nil }}
+	h := Detect(opt)
+	if h.Kind != KindSystemd {
+		t.Fatalf("Detect = %s (%s), want systemd", h.Kind, h.Why)
+	}
+	id := newID(t)
+	t.Cleanup(func() {
+		os.Remove(filepath.Join(real.Mount, Slice, UnitName(id)))
+		os.Remove(filepath.Join(real.Mount, Slice))
+	})
+	c, err := Prepare(context.Background(), h, id, os.Getuid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, ok := c.CloneFD(); ok {
+		t.Error("a systemd scope offered a cgroup fd: systemd moves the pid")
+	}
+	cmd := exec.Command("sleep", "1000000")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	if err := c.Enter(context.Background(), cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if c.Path != Slice+"/"+UnitName(id) || c.Record().Unit != UnitName(id) {
+		t.Fatalf("cgroup %+v, want the scope in %s", c.Record(), Slice)
+	}
+	// A record names it as the reap path finds it again.
+	again, err := FromRecord(c.Record(), id, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := Sweep(context.Background(), again, SweepOptions{})
+	if res.Outcome != action.Reaped || res.Method != "cgroup.kill" || !res.Removed {
+		t.Errorf("sweep %+v, want reaped by cgroup.kill and the scope stopped", res)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Error("the scope's process lives")
+	}
+	if got := f.calls; len(got) != 2 || got[1] != "stop "+UnitName(id) {
+		t.Errorf("scoper calls %q, want a start and a stop", got)
+	}
+}
+
+// TestSystemdScopeElsewhere: a scope systemd put anywhere but directly in
+// kc-watchman.slice is refused: its path is what later sweeps trust.
+func TestSystemdScopeElsewhere(t *testing.T) {
+	id := newID(t)
+	for _, p := range []string{"/system.slice/" + UnitName(id), "/" + Slice + "/../" + UnitName(id), "/" + Slice + "/x/" + UnitName(id), "/"} {
+		f := &fakeScoper{path: p}
+		c := &Cgroup{Kind: KindSystemd, Unit: UnitName(id), scoper: f, dirFD: -1}
+		if err := c.Enter(context.Background(), 1); !errors.Is(err, ErrRefused) || c.Path != "" {
+			t.Errorf("scope at %q: %v, path %q; want refused", p, err, c.Path)
+		}
+	}
+}

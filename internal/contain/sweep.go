@@ -1,0 +1,364 @@
+package contain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/pgkill"
+	"github.com/kc-watchman/kc-watchman/internal/trees"
+)
+
+// SweepOptions configure Sweep.
+type SweepOptions struct {
+	// Root is the procfs mount; default /proc.
+	Root string
+	// FreezeWait bounds the wait for the cgroup to report frozen (default
+	// 2s); a cgroup that does not freeze in time is swept anyway.
+	FreezeWait time.Duration
+	// KillWait bounds the wait for the killed to leave it (default 3s).
+	KillWait time.Duration
+	// Keep leaves the emptied cgroup in place (a supervisor about to be
+	// restarted into it).
+	Keep bool
+}
+
+func (o SweepOptions) withDefaults() SweepOptions {
+	if o.Root == "" {
+		o.Root = fingerprint.DefaultRoot
+	}
+	if o.FreezeWait <= 0 {
+		o.FreezeWait = 2 * time.Second
+	}
+	if o.KillWait <= 0 {
+		o.KillWait = 3 * time.Second
+	}
+	return o
+}
+
+// SweepResult is what a sweep found and did.
+type SweepResult struct {
+	// Outcome: action.Reaped (something was killed and the cgroup is
+	// empty), action.Gone (it was empty, or gone), action.WouldNotDie
+	// (processes it signalled are left), or action.SkipForeign (refused:
+	// the caller is inside it, or a path not to be trusted; or only
+	// withheld processes are left in it).
+	Outcome action.Action
+	// Method is how they were killed: "cgroup.kill", "sigkill-frozen" or
+	// "pidfd" (some were withheld).
+	Method string
+	Killed []fingerprint.Stat
+	// Withheld were never signalled: another UID's, another container's,
+	// a container monitor, or unreadable.
+	Withheld []fingerprint.Identity
+	Frozen   bool
+	Empty    bool
+	Removed  bool
+	Err      error
+}
+
+// Record sums r up for the ledger.
+func (r SweepResult) Record(c *Cgroup) ledger.Cgroup {
+	lc := c.Record()
+	lc.Outcome, lc.Removed = r.Outcome, r.Removed
+	for _, w := range r.Withheld {
+		lc.Withheld = append(lc.Withheld, ledger.Process{PID: w.PID, StartTicks: w.StartTicks, Comm: w.Comm})
+	}
+	if r.Err != nil {
+		lc.Error = r.Err.Error()
+	}
+	return lc
+}
+
+// Sweep reaps what is left in the cgroup (DESIGN "Descendants that leave
+// the group"): freeze it, so nothing in it runs (a fork loop included);
+// list its processes and apply the member rules to each (the tree's UID,
+// no other container's ID, no container monitor); if every one passes,
+// cgroup.kill (or SIGKILL to each while frozen, on kernels without it),
+// else SIGKILL the allowed ones through their pidfds and report the rest;
+// thaw; wait for it to empty; remove it (stop the scope, for systemd).
+func Sweep(ctx context.Context, c *Cgroup, opt SweepOptions) SweepResult {
+	opt = opt.withDefaults()
+	res := SweepResult{Outcome: action.Gone}
+	if c.selfInside() {
+		res.Outcome, res.Err = action.SkipForeign, fmt.Errorf("%s holds the caller itself: not swept", c)
+		return res
+	}
+	mfd, err := openMount(c.Mount, c.Kind)
+	if err != nil {
+		res.Outcome, res.Err = action.WouldNotDie, err
+		return res
+	}
+	defer unix.Close(mfd)
+	fd, err := openPath(mfd, c.Path, c.Kind)
+	if errors.Is(err, unix.ENOENT) {
+		res.Empty, res.Removed = true, true
+		res.Err = c.stopScope(ctx)
+		return res
+	}
+	if err != nil {
+		res.Outcome, res.Err = action.SkipForeign, fmt.Errorf("%s refused: %w", c, err)
+		return res
+	}
+	defer unix.Close(fd)
+
+	pids, err := procs(fd)
+	if err != nil {
+		res.Outcome, res.Err = action.WouldNotDie, err
+		return res
+	}
+	if len(pids) > 0 {
+		res.Frozen = c.freeze(fd, opt.FreezeWait)
+		c.kill(fd, opt, &res)
+		if err := c.thaw(fd); err != nil {
+			res.Err = errors.Join(res.Err, err)
+		}
+	}
+	res.Empty = c.waitEmpty(ctx, fd, opt.KillWait, res.Withheld)
+	switch {
+	case !res.Empty:
+		left, _ := procs(fd)
+		res.Outcome = action.WouldNotDie
+		if onlyWithheld(left, res.Withheld) {
+			// What is left was never ours to kill: reported, not failed.
+			res.Outcome = action.SkipForeign
+			return res
+		}
+		res.Err = errors.Join(res.Err, fmt.Errorf("%s still holds %d processes", c, len(left)))
+		return res
+	case len(res.Killed) > 0:
+		res.Outcome = action.Reaped
+	}
+	if opt.Keep {
+		return res
+	}
+	if c.Kind == KindSystemd {
+		res.Err = errors.Join(res.Err, c.stopScope(ctx))
+		res.Removed = c.gone(mfd)
+		return res
+	}
+	pfd, err := openPath(mfd, Dir, c.Kind)
+	if err != nil {
+		res.Err = errors.Join(res.Err, err)
+		return res
+	}
+	defer unix.Close(pfd)
+	err = unix.Unlinkat(pfd, c.containerID, unix.AT_REMOVEDIR)
+	switch {
+	case err == nil, errors.Is(err, unix.ENOENT):
+		res.Removed = true
+	default:
+		res.Err = errors.Join(res.Err, fmt.Errorf("removing %s: %w", c, err))
+	}
+	return res
+}
+
+// procs lists the cgroup's processes.
+func procs(fd int) ([]int, error) {
+	data, err := readAt(fd, "cgroup.procs")
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, f := range strings.Fields(string(data)) {
+		if pid, err := strconv.Atoi(f); err == nil && pid > 0 && !slices.Contains(out, pid) {
+			out = append(out, pid)
+		}
+	}
+	return out, nil
+}
+
+// freeze freezes the cgroup and waits, at most limit, until it says so.
+func (c *Cgroup) freeze(fd int, limit time.Duration) bool {
+	var err error
+	if c.Kind == KindFreezer {
+		err = writeAt(fd, "freezer.state", "FROZEN")
+	} else {
+		err = writeAt(fd, "cgroup.freeze", "1")
+	}
+	if err != nil {
+		c.opt.Logger.Warn("cannot freeze the cgroup; sweeping it running", "cgroup", c.String(), "err", err)
+		return false
+	}
+	return poll(limit, func() bool {
+		if c.Kind == KindFreezer {
+			data, err := readAt(fd, "freezer.state")
+			return err == nil && strings.TrimSpace(string(data)) == "FROZEN"
+		}
+		return eventIs(fd, "frozen", "1")
+	})
+}
+
+func (c *Cgroup) thaw(fd int) error {
+	if c.Kind == KindFreezer {
+		return writeAt(fd, "freezer.state", "THAWED")
+	}
+	err := writeAt(fd, "cgroup.freeze", "0")
+	if errors.Is(err, unix.ENOENT) {
+		return nil // never frozen: no cgroup.freeze here
+	}
+	return err
+}
+
+// kill applies the member rules to every process in the cgroup and kills
+// those that pass, all at once when all do.
+func (c *Cgroup) kill(fd int, opt SweepOptions, res *SweepResult) {
+	rules := trees.Rules{UID: c.UID, ContainerID: c.containerID}
+	// A process not frozen could still fork: list again until a round
+	// finds nothing new to kill (bounded; a frozen cgroup needs one).
+	for round := 0; round < 8; round++ {
+		pids, err := procs(fd)
+		if err != nil {
+			res.Err = errors.Join(res.Err, err)
+			return
+		}
+		var allowed []fingerprint.Stat
+		withheld := res.Withheld[:0:0]
+		for _, pid := range pids {
+			id, err := fingerprint.Read(opt.Root, pid)
+			switch {
+			case err != nil && errors.Is(err, fingerprint.ErrNotFound):
+				continue
+			case err != nil:
+				withheld = append(withheld, fingerprint.Identity{Stat: fingerprint.Stat{PID: pid}})
+			case id.Zombie():
+			case pid == os.Getpid() || pid <= 1 || !rules.Member(id):
+				withheld = append(withheld, id)
+			default:
+				allowed = append(allowed, id.Stat)
+			}
+		}
+		res.Withheld = withheld
+		if len(allowed) == 0 {
+			return
+		}
+		res.Killed = mergeStats(res.Killed, allowed)
+		if len(withheld) == 0 && c.Kind != KindFreezer && c.killAll(fd, pids) {
+			res.Method = "cgroup.kill"
+			return
+		}
+		res.Method = "pidfd"
+		if len(withheld) == 0 {
+			res.Method = "sigkill-frozen"
+		}
+		if _, err := pgkill.SignalEach(opt.Root, allowed, c.UID, unix.SIGKILL); err != nil {
+			res.Err = errors.Join(res.Err, err)
+		}
+		if res.Frozen {
+			return // nothing in it could fork meanwhile
+		}
+	}
+}
+
+// killAll writes cgroup.kill once the cgroup holds exactly the processes
+// judged: one moved in since is judged first.
+func (c *Cgroup) killAll(fd int, judged []int) bool {
+	now, err := procs(fd)
+	if err != nil || len(now) != len(judged) {
+		return false
+	}
+	for _, p := range now {
+		if !slices.Contains(judged, p) {
+			return false
+		}
+	}
+	err = writeAt(fd, "cgroup.kill", "1")
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		c.opt.Logger.Warn("cgroup.kill failed; killing each process", "cgroup", c.String(), "err", err)
+	}
+	return err == nil
+}
+
+// waitEmpty waits, at most limit, for the cgroup to hold no process, and
+// reports whether it does. Once only withheld processes are left, there
+// is nothing more to wait for.
+func (c *Cgroup) waitEmpty(ctx context.Context, fd int, limit time.Duration, withheld []fingerprint.Identity) bool {
+	empty := false
+	poll(limit, func() bool {
+		if ctx.Err() != nil {
+			return true
+		}
+		if c.Kind != KindFreezer && eventIs(fd, "populated", "0") {
+			empty = true
+			return true
+		}
+		p, err := procs(fd)
+		empty = err == nil && len(p) == 0
+		return empty || onlyWithheld(p, withheld)
+	})
+	return empty
+}
+
+func (c *Cgroup) stopScope(ctx context.Context) error {
+	if c.Kind != KindSystemd || c.scoper == nil {
+		return nil
+	}
+	if err := c.scoper.StopScope(ctx, c.Unit); err != nil {
+		return fmt.Errorf("stopping %s: %w", c.Unit, err)
+	}
+	return nil
+}
+
+// gone reports whether the cgroup's directory is no more.
+func (c *Cgroup) gone(mfd int) bool {
+	return poll(time.Second, func() bool {
+		var st unix.Stat_t
+		return errors.Is(unix.Fstatat(mfd, c.Path, &st, unix.AT_SYMLINK_NOFOLLOW), unix.ENOENT)
+	})
+}
+
+// eventIs reports whether cgroup.events has key set to value.
+func eventIs(fd int, key, value string) bool {
+	data, err := readAt(fd, "cgroup.events")
+	if err != nil {
+		return false
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(l, " "); ok && k == key {
+			return v == value
+		}
+	}
+	return false
+}
+
+// poll checks cond until it holds or limit passes.
+func poll(limit time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(limit)
+	for wait := time.Millisecond; ; wait = min(2*wait, 20*time.Millisecond) {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(wait)
+	}
+}
+
+func onlyWithheld(left []int, withheld []fingerprint.Identity) bool {
+	for _, p := range left {
+		if !slices.ContainsFunc(withheld, func(w fingerprint.Identity) bool { return w.PID == p }) {
+			return false
+		}
+	}
+	return len(left) > 0
+}
+
+func mergeStats(have, add []fingerprint.Stat) []fingerprint.Stat {
+	for _, s := range add {
+		if !slices.ContainsFunc(have, func(h fingerprint.Stat) bool { return fingerprint.Same(h, s) }) {
+			have = append(have, s)
+		}
+	}
+	return have
+}

@@ -1,0 +1,235 @@
+package contain
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
+)
+
+// forkLoop: each generation starts the next in a session of its own and
+// exits, so at any moment the loop is one or two fresh processes with no
+// parent but PID 1; every 25th also leaves a "kernel" behind. Bounded, so
+// a failing test does not leave it running for ever.
+const forkLoop = `n=$1
+[ "$n" -lt 200000 ] || exit 0
+[ $((n % 25)) -eq 0 ] && setsid sleep 1000000 &
+setsid /bin/sh "$0" $((n+1)) &
+`
+
+// contained prepares a cgroup of kind for a fresh container ID, removed
+// when the test ends.
+func contained(t *testing.T, kind Kind) *Cgroup {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	h := Detect(Options{Force: kind})
+	if h.Kind != kind {
+		t.Skipf("no %s here: %s", kind, h.Why)
+	}
+	id := newID(t)
+	c, err := Prepare(context.Background(), h, id, os.Getuid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		testkit.RemoveContainCgroups(t, id)
+	})
+	return c
+}
+
+// startIn starts argv in c the way the wrapper does: into it on cgroup
+// v2, moved in right after start elsewhere (the command waits for a line
+// on stdin, so nothing forks before it is inside).
+func startIn(t *testing.T, c *Cgroup, argv ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", append([]string{"-c", `read _; exec "$@"`, "sh"}, argv...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	if fd, ok := c.CloneFD(); ok {
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+	}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	if err := c.Enter(context.Background(), cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(in, "\n")
+	in.Close()
+	return cmd
+}
+
+func cgroupProcs(t *testing.T, c *Cgroup) []int {
+	data, err := os.ReadFile(filepath.Join(c.Mount, c.Path, "cgroup.procs"))
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, f := range strings.Fields(string(data)) {
+		if p, err := strconv.Atoi(f); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// running lists live processes whose command line contains s.
+func running(s string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		id, err := fingerprint.Read("/proc", pid)
+		if err == nil && !id.Zombie() && strings.Contains(strings.Join(id.Argv, " "), s) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func within(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}
+
+// TestSweepForkLoop: a fork loop whose every child forks a new-session
+// child and exits, racing the sweep of its cgroup, leaves nothing: frozen,
+// it cannot fork; killed, the cgroup empties and is removed. A process of
+// the same UID outside the cgroup lives.
+func TestSweepForkLoop(t *testing.T) {
+	for _, kind := range []Kind{KindCgroup2, KindFreezer} {
+		t.Run(string(kind), func(t *testing.T) {
+			c := contained(t, kind)
+			script := filepath.Join(t.TempDir(), "loop.sh")
+			if err := os.WriteFile(script, []byte(forkLoop), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			bystander := exec.Command("sleep", "1000000")
+			bystander.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+			if err := bystander.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { bystander.Process.Kill(); bystander.Wait() })
+
+			startIn(t, c, "/bin/sh", script, "0")
+			// Running: several generations gone by, kernels left behind.
+			if !within(10*time.Second, func() bool { return len(cgroupProcs(t, c)) >= 4 }) {
+				t.Fatalf("the fork loop did not get going: %v", cgroupProcs(t, c))
+			}
+			if !c.Exists() {
+				t.Fatal("the cgroup does not exist")
+			}
+			res := Sweep(context.Background(), c, SweepOptions{})
+			t.Logf("swept: outcome %s, method %s, killed %d, frozen %v, removed %v, err %v", res.Outcome, res.Method, len(res.Killed), res.Frozen, res.Removed, res.Err)
+			if res.Outcome != action.Reaped || !res.Removed || res.Err != nil || len(res.Withheld) != 0 {
+				t.Errorf("sweep = %+v, want reaped and removed", res)
+			}
+			if _, err := os.Lstat(filepath.Join(c.Mount, c.Path)); !os.IsNotExist(err) || c.Exists() {
+				t.Errorf("the cgroup is still there: %v", err)
+			}
+			if left := running(script); len(left) > 0 {
+				t.Errorf("the fork loop lives on: %v", left)
+			}
+			if within(200*time.Millisecond, func() bool { return len(running(script)) > 0 }) {
+				t.Errorf("the fork loop came back: %v", running(script))
+			}
+			if err := bystander.Process.Signal(syscall.Signal(0)); err != nil {
+				t.Errorf("a same-UID process outside the cgroup was killed: %v", err)
+			}
+		})
+	}
+}
+
+// TestSweepWithholdsOtherUID: a process of another UID moved into the
+// cgroup is reported and never signalled, and then the cgroup is not
+// killed whole: the tree's own process dies through its pidfd, the
+// cgroup stays (not empty) and the sweep says so.
+func TestSweepWithholdsOtherUID(t *testing.T) {
+	c := contained(t, KindCgroup2)
+	mine := startIn(t, c, "sleep", "1000000")
+	other := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "1000001")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Process.Kill(); other.Wait() })
+	if !within(5*time.Second, func() bool {
+		id, err := fingerprint.Read("/proc", other.Process.Pid)
+		return err == nil && id.UID == 65534 && id.Comm == "sleep"
+	}) {
+		t.Fatal("the other UID's sleep did not start")
+	}
+	if err := os.WriteFile(filepath.Join(c.Mount, c.Path, "cgroup.procs"), []byte(strconv.Itoa(other.Process.Pid)), 0); err != nil {
+		t.Fatal(err)
+	}
+	if !within(5*time.Second, func() bool {
+		id, err := fingerprint.Read("/proc", mine.Process.Pid)
+		return err == nil && id.Comm == "sleep"
+	}) {
+		t.Fatal("the tree's sleep did not start")
+	}
+
+	res := Sweep(context.Background(), c, SweepOptions{KillWait: 300 * time.Millisecond})
+	if res.Outcome != action.SkipForeign || res.Removed || res.Method != "pidfd" {
+		t.Errorf("sweep = %+v, want skipped-foreign through pidfds, cgroup kept", res)
+	}
+	if !c.Exists() {
+		t.Error("the cgroup holding another UID's process was removed")
+	}
+	if len(res.Withheld) != 1 || res.Withheld[0].PID != other.Process.Pid {
+		t.Errorf("withheld %+v, want the other UID's %d", res.Withheld, other.Process.Pid)
+	}
+	if err := other.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("the other UID's process was signalled: %v", err)
+	}
+	if state, _ := os.ReadFile(filepath.Join(c.Mount, c.Path, "cgroup.freeze")); strings.TrimSpace(string(state)) != "0" {
+		t.Errorf("the cgroup was left frozen: %q", state)
+	}
+	done := make(chan struct{})
+	go func() { mine.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Error("the tree's own process lives")
+	}
+}
+
+// TestSweepRefusesTheCaller: a cgroup holding the caller is never frozen.
+func TestSweepRefusesTheCaller(t *testing.T) {
+	c := contained(t, KindCgroup2)
+	c.opt.Proc = t.TempDir()
+	if err := os.MkdirAll(filepath.Join(c.opt.Proc, "self"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(c.opt.Proc, "self", "cgroup"), []byte("0::/"+c.Path+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res := Sweep(context.Background(), c, SweepOptions{}); res.Outcome != action.SkipForeign {
+		t.Errorf("sweep = %+v, want refused", res)
+	}
+}

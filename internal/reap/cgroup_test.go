@@ -1,0 +1,204 @@
+package reap
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/contain"
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/trees"
+)
+
+func randomID(t *testing.T) string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// startSleep starts a same-UID sleep in a session of its own: a bystander.
+func startSleep(t *testing.T, arg string) fingerprint.Stat {
+	t.Helper()
+	cmd := exec.Command("sleep", arg)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// sleepers finds the live sleeps whose last argument is one of args.
+func sleepers(args ...string) map[string]fingerprint.Stat {
+	out := map[string]fingerprint.Stat{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		id, err := fingerprint.Read(fingerprint.DefaultRoot, pid)
+		if err != nil || id.Zombie() || id.Comm != "sleep" || len(id.Argv) == 0 {
+			continue
+		}
+		for _, a := range args {
+			if id.Argv[len(id.Argv)-1] == a {
+				out[a] = id.Stat
+			}
+		}
+	}
+	return out
+}
+
+// TestRunSweepsTheRecordedCgroup: a contained tree whose wrapper died
+// without its teardown (SIGKILL, OOM) has a kernel's setsid child and a
+// double-forked daemon, which no group kill nor walk reaches: the daemon
+// was reparented to PID 1 before any scan. The poststop's one reap path
+// kills the group, then sweeps the cgroup its record names: all three
+// die, the cgroup is removed and recorded so, and a same-UID process
+// outside lives. Before the sweep, the daemon lived on.
+func TestRunSweepsTheRecordedCgroup(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	h := contain.Detect(contain.Options{})
+	if h.Kind != contain.KindCgroup2 {
+		t.Skipf("no cgroup v2 here: %s", h.Why)
+	}
+	id := randomID(t)
+	cg, err := contain.Prepare(context.Background(), h, id, os.Getuid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cg.Close(); testkit.RemoveContainCgroups(t, id) })
+	store, err := ledger.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Update(id, func(r *ledger.Record) error { lc := cg.Record(); r.Cgroup = &lc; return nil }); err != nil {
+		t.Fatal(err)
+	}
+
+	// Durations of this run's own: other tests sleep too.
+	base := 5000000 + int(time.Now().UnixNano()%1000000)*4
+	arg := func(i int) string { return strconv.Itoa(base + i) }
+	bystander := startSleep(t, arg(3))
+	fd, _ := cg.CloneFD()
+	tree := exec.Command("bash", "-c", `setsid sleep `+arg(0)+` & (setsid sleep `+arg(1)+` &); exec -a --container-id=`+id+` sleep `+arg(2))
+	tree.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, UseCgroupFD: true, CgroupFD: fd}
+	if err := tree.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tree.Process.Kill(); tree.Wait() })
+	var procs map[string]fingerprint.Stat
+	deadline := time.Now().Add(10 * time.Second)
+	for procs = sleepers(arg(0), arg(1), arg(2)); len(procs) < 3; procs = sleepers(arg(0), arg(1), arg(2)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the tree did not start: %v", procs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if procs[arg(1)].PPID == tree.Process.Pid {
+		t.Fatalf("the daemon %+v was not orphaned", procs[arg(1)])
+	}
+
+	found, _, err := trees.Scan(trees.Options{Comms: []string{"sleep"}, Only: map[string]bool{id: true}})
+	if err != nil || len(found) != 1 {
+		t.Fatalf("scan: %+v, %v", found, err)
+	}
+	res := Run(context.Background(), Options{Store: store, Source: "poststop", Grace: time.Second},
+		Container{ID: id, Trees: []Tree{{Tree: found[0], HostUID: found[0].UID}}, All: true})
+	for a, st := range procs {
+		// The tree's own child (a zombie until its parent is reaped) is dead too.
+		if fingerprint.Alive(fingerprint.DefaultRoot, st) {
+			t.Errorf("sleep %s (pid %d) lives on", a, st.PID)
+		}
+	}
+	if !fingerprint.Alive(fingerprint.DefaultRoot, bystander) {
+		t.Error("a same-UID process outside the cgroup was killed")
+	}
+	if res.Cgroup == nil || !res.Cgroup.Removed || res.Cgroup.Outcome != action.Reaped || res.Outcome != action.Reaped {
+		t.Errorf("result %+v, cgroup %+v: want the cgroup reaped and removed", res, res.Cgroup)
+	}
+	if _, err := os.Lstat(filepath.Join(cg.Mount, cg.Path)); !os.IsNotExist(err) {
+		t.Errorf("the cgroup is still there: %v", err)
+	}
+	rec, err := store.Load(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Cgroup == nil || !rec.Cgroup.Removed {
+		t.Errorf("recorded cgroup %+v, want removed", rec.Cgroup)
+	}
+}
+
+// TestRunRefusesAnEscapingCgroup: a record whose cgroup path leads out of
+// kc-watchman/<id> ("..", another place, another container's) is refused
+// and recorded so; the process in the cgroup it points at lives.
+func TestRunRefusesAnEscapingCgroup(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	h := contain.Detect(contain.Options{})
+	if h.Kind != contain.KindCgroup2 {
+		t.Skipf("no cgroup v2 here: %s", h.Why)
+	}
+	victim := testkit.MakeCgroup(t, "victim")
+	inside := startSleep(t, strconv.Itoa(6000000+int(time.Now().UnixNano()%1000000)))
+	if err := os.WriteFile(filepath.Join(victim.Dir, "cgroup.procs"), []byte(strconv.Itoa(inside.PID)), 0); err != nil {
+		t.Fatal(err)
+	}
+	id := randomID(t)
+	rel := strings.TrimPrefix(victim.Path, "/")
+	for _, path := range []string{
+		"kc-watchman/../" + rel,
+		"kc-watchman/" + id + "/../../" + rel,
+		"/" + rel,
+		rel,
+		"kc-watchman/" + randomID(t),
+	} {
+		t.Run(path, func(t *testing.T) {
+			store, err := ledger.Open(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := store.Update(id, func(r *ledger.Record) error {
+				r.Cgroup = &ledger.Cgroup{Kind: "cgroup2", Path: path, UID: os.Getuid()}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			res := Run(context.Background(), Options{Store: store, Source: "poststop"}, Container{ID: id, All: true})
+			if res.Cgroup == nil || res.Cgroup.Outcome != action.SkipForeign || res.Cgroup.Removed {
+				t.Errorf("cgroup %+v, want refused", res.Cgroup)
+			}
+			if !fingerprint.Alive(fingerprint.DefaultRoot, inside) {
+				t.Fatal("the process in the cgroup the record pointed at was killed")
+			}
+			if _, err := os.Lstat(victim.Dir); err != nil {
+				t.Errorf("the cgroup the record pointed at: %v", err)
+			}
+			rec, err := store.Load(id)
+			if err != nil || rec.Cgroup == nil || rec.Cgroup.Outcome != action.SkipForeign {
+				t.Errorf("recorded %+v (%v), want refused", rec, err)
+			}
+		})
+	}
+}

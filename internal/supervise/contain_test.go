@@ -1,0 +1,110 @@
+package supervise_test
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/contain"
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/supervise/supervisetest"
+)
+
+// forkLoop: each generation starts the next in a session of its own and
+// exits at once; every 25th leaves a "kernel" behind. SIGTERM is ignored
+// (and stays so across exec), so a polite stop's grace is all the loop's.
+// Bounded, so a failing test does not leave it running for ever.
+const forkLoop = `trap '' TERM
+[ "$1" = kernel ] && while :; do sleep 1; done
+n=$1
+[ "$n" -lt 20000 ] || exit 0
+[ $((n % 25)) -eq 0 ] && setsid /bin/sh "$0" kernel &
+setsid /bin/sh "$0" $((n+1)) &
+`
+
+// running lists live processes whose command line contains s.
+func running(s string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		id, err := fingerprint.Read("/proc", pid)
+		if err == nil && !id.Zombie() && strings.Contains(strings.Join(id.Argv, " "), s) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// TestContainedForkLoopDiesWithInit: a supervised tree whose kernel runs
+// a fork loop of new sessions (each generation orphaned at once) dies
+// whole when the container's init dies, and its cgroup is gone. The
+// group's stop and the descendant walk alone lose that race (with
+// --no-contain, the loop lives on): the cgroup is frozen and killed.
+func TestContainedForkLoopDiesWithInit(t *testing.T) {
+	if h := contain.Detect(contain.Options{}); h.Kind != contain.KindCgroup2 {
+		t.Skipf("containment here is %s (%s)", h, h.Why)
+	}
+	initCmd, init := supervisetest.Process(t, "sleep", "1000000")
+	script := filepath.Join(t.TempDir(), "loop.sh")
+	if err := os.WriteFile(script, []byte(forkLoop), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { killAll(running(script)) })
+	w := startWrapper(t, init, []string{"--kill-grace=1s"}, "/bin/sh", "-c", `/bin/sh "$0" 0 & exec sleep 1000000`, script)
+	// Each generation lives a moment: several seen, one after the other.
+	seen := map[int]bool{}
+	supervisetest.Eventually(t, 10*time.Second, "the fork loop running", func() bool {
+		for _, p := range running(script) {
+			seen[p] = true
+		}
+		return len(seen) >= 5
+	})
+
+	if err := initCmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if code := w.exitCode(t, 30*time.Second); code != 0 {
+		t.Errorf("wrapper exit code %d:\n%s", code, w.logText())
+	}
+	if left := running(script); len(left) > 0 {
+		t.Errorf("the fork loop lives on after the teardown: %v\n%s", left, w.logText())
+	}
+	if cg := filepath.Join(cgroup2Mount(), "kc-watchman", cid); exists(cg) {
+		t.Errorf("the cgroup %s is still there", cg)
+	}
+	st, err := ledger.OpenReadOnly(w.stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := st.Load(cid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Cgroup == nil || rec.Cgroup.Kind != "cgroup2" || rec.Cgroup.Path != "kc-watchman/"+cid || !rec.Cgroup.Removed || rec.Cgroup.Outcome == action.WouldNotDie {
+		t.Errorf("recorded cgroup %+v, want kc-watchman/%s, removed", rec.Cgroup, cid)
+	}
+}
+
+func cgroup2Mount() string { return contain.Detect(contain.Options{}).Mount }
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}
+
+func killAll(pids []int) {
+	for _, p := range pids {
+		if st, err := fingerprint.ReadStat("/proc", p); err == nil {
+			supervisetest.KillProcess(st)
+		}
+	}
+}

@@ -126,6 +126,10 @@ type pinner struct {
 	byKey   map[int32]*pin
 	nextKey int32
 	refused map[string]int // the PID refused for each container, said once
+	// diedAt is when each container's pin reported its init dead.
+	diedAt map[string]time.Time
+	// asking: askPID is under way in the background.
+	asking bool
 	// eventsOnly is the live containers the last refresh left unpinned.
 	eventsOnly int
 	said       [2]int
@@ -156,7 +160,7 @@ func newPinner(root string, log *slog.Logger, scope map[string]bool, store func(
 		max = int(min(rl.Cur/2, 1<<20))
 	}
 	p := &pinner{root: root, log: log.With("step", "pidfd"), death: death, scope: scope, store: store, max: max,
-		epfd: epfd, wake: wake, pins: map[string]*pin{}, byKey: map[int32]*pin{}, refused: map[string]int{}}
+		epfd: epfd, wake: wake, pins: map[string]*pin{}, byKey: map[int32]*pin{}, refused: map[string]int{}, diedAt: map[string]time.Time{}}
 	p.wg.Add(1)
 	go p.loop()
 	return p, nil
@@ -187,6 +191,7 @@ func (p *pinner) loop() {
 			// event was in flight may have its number reused already.
 			if pn, ok := p.byKey[ev.Fd]; ok {
 				p.drop(pn)
+				p.diedAt[pn.id] = now
 				dead = append(dead, pn)
 			}
 		}
@@ -210,9 +215,14 @@ func (p *pinner) drop(pn *pin) {
 // re-pins those whose init changed (a restart) and lets go of the rest.
 // A container that died before it could be pinned is reported dead now.
 // An engine whose list gives no init PID (Docker's) is asked each new
-// container's (askPID), and without one the ledger's record of it is
-// used; either is validated like any other before it is pinned.
-func (p *pinner) refresh(answers []engine.Answer) {
+// container's (askPID) in the background, never on a decision's path, and
+// without an answer the ledger's record of it is used; either is
+// validated like any other before it is pinned.
+func (p *pinner) refresh(answers []engine.Answer) { p.apply(answers, nil) }
+
+// apply is refresh; told, when not nil, is askPID's answers for the
+// containers the engines listed without an init PID.
+func (p *pinner) apply(answers []engine.Answer, told map[string]map[string]int) {
 	type want struct {
 		engine string
 		pid    int
@@ -261,21 +271,46 @@ func (p *pinner) refresh(answers []engine.Answer) {
 		if _, ok := p.refused[id]; ok {
 			continue
 		}
+		// Its init just died and the engine still lists it: asking now
+		// would name the dead init. A restart is pinned by a later answer.
+		if at, ok := p.diedAt[id]; ok && time.Since(at) < pinRelist {
+			continue
+		}
 		ask[eng] = append(ask[eng], id)
+	}
+	for id, at := range p.diedAt {
+		if time.Since(at) >= pinRelist {
+			delete(p.diedAt, id)
+		}
+	}
+	later := told == nil && p.askPID != nil && len(ask) > 0
+	if later && !p.asking {
+		p.asking = true
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			got := map[string]map[string]int{}
+			for eng, ids := range ask {
+				got[eng] = p.askPID(eng, ids)
+			}
+			p.apply(answers, got)
+			p.mu.Lock()
+			p.asking = false
+			p.mu.Unlock()
+		}()
 	}
 	p.mu.Unlock()
 	var st *ledger.Store
 	for eng, ids := range ask {
-		var pids map[string]int
-		if p.askPID != nil {
-			pids = p.askPID(eng, ids)
+		if later {
+			break
 		}
 		for _, id := range ids {
-			pid, told := pids[id]
+			pid, ok := told[eng][id]
 			switch {
 			case pid > 0:
 				wants[id] = want{engine: eng, pid: pid}
-			case !told:
+			case !ok:
 				if st == nil && p.store != nil {
 					st = p.store()
 				}
@@ -296,9 +331,15 @@ func (p *pinner) refresh(answers []engine.Answer) {
 		return
 	}
 	for id, pn := range p.pins {
+		// The background pass only adds: its answers may be older than
+		// a pin made since.
+		if told != nil {
+			break
+		}
 		if w, ok := wants[id]; !ok || w.pid != pn.p.PID || byPID[w.pid] > 1 {
 			if readable(pn.p.Fd()) {
 				dead = append(dead, engine.Death{Engine: pn.engine, ID: id, At: time.Now(), Via: "pidfd"})
+				p.diedAt[id] = time.Now()
 			}
 			p.drop(pn)
 		}
@@ -351,7 +392,7 @@ func (p *pinner) refresh(answers []engine.Answer) {
 		p.pins[id], p.byKey[np.key] = np, np
 	}
 	for id := range p.refused {
-		if !live[id] {
+		if told == nil && !live[id] {
 			delete(p.refused, id)
 		}
 	}
@@ -360,10 +401,13 @@ func (p *pinner) refresh(answers []engine.Answer) {
 			eventsOnly++
 		}
 	}
-	p.eventsOnly = eventsOnly
 	pinned := len(p.pins)
-	changed := p.said != [2]int{pinned, eventsOnly}
-	p.said = [2]int{pinned, eventsOnly}
+	changed := false
+	if !later { // else the background pass counts
+		p.eventsOnly = eventsOnly
+		changed = p.said != [2]int{pinned, eventsOnly}
+		p.said = [2]int{pinned, eventsOnly}
+	}
 	p.mu.Unlock()
 	if changed {
 		p.log.Info("live containers pinned", "pinned", pinned, "events_only", eventsOnly, "max_pins", p.max)

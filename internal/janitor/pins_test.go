@@ -148,9 +148,23 @@ func TestPinnerDocker(t *testing.T) {
 			defer pn.close()
 			pn.askPID = tc.ask
 			pn.refresh(answers)
+			pn.settle()
 			if pinned, eventsOnly := pn.counts(); pinned != tc.pinned || eventsOnly != tc.evOnly {
 				t.Errorf("pinned %d, events only %d; want %d, %d", pinned, eventsOnly, tc.pinned, tc.evOnly)
 			}
 		})
+	}
+}
+
+// settle waits for the init PIDs asked in the background to be applied.
+func (p *pinner) settle() {
+	for {
+		p.mu.Lock()
+		asking := p.asking
+		p.mu.Unlock()
+		if !asking {
+			return
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

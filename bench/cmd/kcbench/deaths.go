@@ -193,11 +193,16 @@ func (b *bench) deathsOf(e, path string) error {
 			return err
 		}
 		last := slices.MaxFunc(died, func(a, b time.Time) int { return a.Compare(b) })
+		dr.Burst, dr.BurstKill = len(burst), last.Sub(start)
 		gone, err := waitTreesGone(burst, 30*time.Second)
 		if err != nil {
+			// The singles' figures stand; the burst's is the failure.
+			dr.BurstReap = -1
+			dr.Load = loadavg()
+			b.res.Deaths = append(b.res.Deaths, dr)
 			return err
 		}
-		dr.Burst, dr.BurstKill, dr.BurstReap = len(burst), last.Sub(start), gone.Sub(last)
+		dr.BurstReap = gone.Sub(last)
 	}
 	// Every death's line (written after the reap), and the scans they took.
 	handled := map[string]bool{}
@@ -368,8 +373,12 @@ func (b *bench) deathTable(w io.Writer) {
 	fmt.Fprintln(w, "| engine | processes | p50 | p95 | deaths | burst | burst: kills → last init dead | burst: last death → all trees gone | deaths seen via | scans | load after |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, d := range b.res.Deaths {
+		reap := ms(d.BurstReap)
+		if d.BurstReap < 0 {
+			reap = "not all within 30 s"
+		}
 		fmt.Fprintf(w, "| %s | %d | %s | %s | %d | %d | %s | %s | %v | %d | %s |\n", d.Engine, d.Processes, ms(percentile(d.Singles, 50)), ms(percentile(d.Singles, 95)),
-			len(d.Singles), d.Burst, ms(d.BurstKill), ms(d.BurstReap), viaText(d.Via), d.Scans, d.Load)
+			len(d.Singles), d.Burst, ms(d.BurstKill), reap, viaText(d.Via), d.Scans, d.Load)
 	}
 	fmt.Fprintln(w)
 }
@@ -383,7 +392,10 @@ func (b *bench) deathTargets() {
 			b.res.Targets = append(b.res.Targets, target{What: fmt.Sprintf("%s: init death → tree gone, %d deaths at %d processes", d.Engine, len(d.Singles), d.Processes),
 				Goal: "p50 < 100 ms, p95 < 200 ms", Measured: fmt.Sprintf("p50 %s, p95 %s", ms(p50), ms(p95)), Met: p50 < 100*time.Millisecond && p95 < 200*time.Millisecond})
 		}
-		if d.Burst > 0 {
+		if d.Burst > 0 && d.BurstReap < 0 {
+			b.res.Targets = append(b.res.Targets, target{What: fmt.Sprintf("%s: burst of %d deaths, last death → all trees gone", d.Engine, d.Burst),
+				Goal: "≤ 2 s (for 100)", Measured: "not all within 30 s", Met: false})
+		} else if d.Burst > 0 {
 			t := target{What: fmt.Sprintf("%s: burst of %d deaths, last death → all trees gone", d.Engine, d.Burst),
 				Goal: "≤ 2 s (for 100)", Measured: fmt.Sprintf("%s (%d scans)", ms(d.BurstReap), d.Scans), Met: d.BurstReap <= 2*time.Second}
 			if d.Burst < 100 {

@@ -210,7 +210,7 @@ func (d *docker) Resolve(ctx context.Context, ref string) ([]Match, error) {
 	if len(ms) != 1 {
 		return ms, nil
 	}
-	pid, err := d.initPID(ctx, ms[0].ID)
+	pid, err := d.InitPID(ctx, ms[0].ID)
 	if err != nil {
 		return nil, err
 	}
@@ -218,8 +218,9 @@ func (d *docker) Resolve(ctx context.Context, ref string) ([]Match, error) {
 	return ms, nil
 }
 
-// initPID is State.Pid of one container (0 when it is not running).
-func (d *docker) initPID(ctx context.Context, id string) (int, error) {
+// InitPID is State.Pid of one container (0 when it is not running): the
+// list gives none, so watch asks it of each live container it pins.
+func (d *docker) InitPID(ctx context.Context, id string) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.timeout())
 	defer cancel()
 	hc, _ := d.client()

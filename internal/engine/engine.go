@@ -80,6 +80,13 @@ type Container struct {
 	InitPID int
 }
 
+// InitPIDAsker is an engine whose list gives no init PID but which can be
+// asked one container's (Docker's inspect, State.Pid; 0 when it is not
+// running).
+type InitPIDAsker interface {
+	InitPID(ctx context.Context, id string) (int, error)
+}
+
 // Answer is one engine's view of its containers at one moment.
 type Answer struct {
 	Engine   string

@@ -65,7 +65,13 @@ func Doctor(ctx context.Context, s Settings, fix bool, hooksDirs []string, log *
 	}
 	rep.Add(doctor.StateDir(s.StateDir))
 	rep.Add(doctor.Listing(s.Reconcile.Lister))
-	rep.Add(doctor.Pidfds(pinnable(s, answers)))
+	rep.Add(doctor.Pidfds(pinnable(s, answers, func(eng string, ids []string) map[string]int {
+		es, err := s.Select(log)
+		if err != nil {
+			return nil
+		}
+		return askInitPIDs(ctx, es, eng, ids, s.Engine.Timeout, log)
+	})))
 	rep.Add(doctor.Containment(contain.Detect(s.Reconcile.Contain)))
 
 	in := doctor.StraysInput{LivenessErr: liveErr, Fix: fix}

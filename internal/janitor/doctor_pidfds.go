@@ -11,28 +11,49 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 )
 
-// errNoPID: the engine's list gives no init PID (Docker's).
-var errNoPID = errors.New("the engine's list gives no init PID")
+// errNoPID: neither the engine nor the ledger gives the init's PID (a
+// container not running, an engine that cannot be asked).
+var errNoPID = errors.New("no init PID known")
 
 // pinnable counts the live containers of answers whose init watch would
 // pin, with watch's checks (each pidfd closed at once), and the others by
-// reason, for doctor.
-func pinnable(s Settings, answers []engine.Answer) (pinned, eventsOnly int, why []string) {
+// reason, for doctor. ask is asked, as watch asks, for the init PIDs an
+// engine's list gave none for.
+func pinnable(s Settings, answers []engine.Answer, ask func(eng string, ids []string) map[string]int) (pinned, eventsOnly int, why []string) {
 	root := s.Reconcile.Root
 	if root == "" {
 		root = fingerprint.DefaultRoot
 	}
 	st := openStore(s.StateDir, false, slog.New(slog.DiscardHandler))
 	pids, byPID := map[string]int{}, map[int]int{}
+	noPID := map[string][]string{}
 	for _, a := range answers {
 		for _, c := range a.Containers {
 			if _, seen := pids[c.ID]; seen || !c.Live || (len(s.Reconcile.Containers) > 0 && !s.Reconcile.Containers[c.ID]) {
 				continue
 			}
 			pids[c.ID] = c.InitPID
-			if c.InitPID > 0 {
-				byPID[c.InitPID]++
+			if c.InitPID <= 0 {
+				noPID[a.Engine] = append(noPID[a.Engine], c.ID)
 			}
+		}
+	}
+	for eng, ids := range noPID {
+		var told map[string]int
+		if ask != nil {
+			told = ask(eng, ids)
+		}
+		for _, id := range ids {
+			if pid, ok := told[id]; ok {
+				pids[id] = pid
+			} else if pid := recordedPID(st, id); pid > 0 {
+				pids[id] = pid
+			}
+		}
+	}
+	for _, pid := range pids {
+		if pid > 0 {
+			byPID[pid]++
 		}
 	}
 	reasons := map[string]int{}

@@ -141,7 +141,13 @@ type deathHandler struct {
 	closed     bool
 	catchingUp bool
 	inFlight   map[string]bool
-	pending    []engine.Death // this burst window's, not yet handled
+	// again: deaths reported again while their first report was being
+	// handled (a pidfd, then the engine's event); handled anew if that
+	// handling ends with the container still live, so that an engine
+	// slower to agree than the retries are long (dockerd in a drain)
+	// does not lose the death to the next round.
+	again   map[string]engine.Death
+	pending []engine.Death // this burst window's, not yet handled
 	// scans counts the attempts made, each one scan and one engine
 	// question: a burst costs one, not one per death.
 	scans    atomic.Int64
@@ -155,7 +161,7 @@ type deathHandler struct {
 
 func newDeathHandler(w Watch, log *slog.Logger, serial *sync.Mutex, work, stop context.Context) *deathHandler {
 	return &deathHandler{w: w, log: log, serial: serial, work: work, stop: stop, retries: stillLiveRetries(),
-		inFlight: map[string]bool{}, recent: map[string]time.Time{}, handled: map[string]int{}, skipped: map[string]int{}, followed: map[string]bool{}}
+		inFlight: map[string]bool{}, again: map[string]engine.Death{}, recent: map[string]time.Time{}, handled: map[string]int{}, skipped: map[string]int{}, followed: map[string]bool{}}
 }
 
 // burstWindow: deaths that arrive this close together (a node drain, a
@@ -183,6 +189,9 @@ func (h *deathHandler) death(d engine.Death) {
 		}
 	}
 	if _, seen := h.recent[d.ID]; seen || h.inFlight[d.ID] {
+		if !seen {
+			h.again[d.ID] = d
+		}
 		log.Debug("container death already being handled or just handled; coalesced")
 		return
 	}
@@ -270,14 +279,25 @@ func (h *deathHandler) handle(batch []engine.Death) {
 	defer h.wg.Done()
 	settled := map[string]bool{}
 	defer func() {
+		var anew []engine.Death
 		h.mu.Lock()
 		for _, d := range batch {
 			delete(h.inFlight, d.ID)
 			if settled[d.ID] {
 				h.recent[d.ID] = time.Now()
 			}
+			if r, ok := h.again[d.ID]; ok {
+				delete(h.again, d.ID)
+				if !settled[d.ID] {
+					anew = append(anew, r)
+				}
+			}
 		}
 		h.mu.Unlock()
+		for _, d := range anew {
+			h.log.Debug("container death reported again while it was handled, and still undecided; handled anew", "engine", d.Engine, "container", d.ID)
+			h.death(d)
+		}
 	}()
 	logOf := func(d engine.Death) *slog.Logger { return h.log.With("engine", d.Engine, "container", d.ID) }
 	defer func() {
@@ -574,6 +594,13 @@ func startDeathEvents(work context.Context, w *Watch, serial *sync.Mutex, log *s
 		if err != nil {
 			log.Warn("container deaths are not seen from the kernel; engine events alone", "err", err)
 		} else {
+			pins.askPID = func(eng string, ids []string) map[string]int {
+				es, err := w.Select(log)
+				if err != nil {
+					return nil
+				}
+				return askInitPIDs(ctx, es, eng, ids, w.Engine.Timeout, pins.log)
+			}
 			// Every answer the engines give a round or a death moves the
 			// pins: a restarted container's new init is pinned by the
 			// first decision that sees it.

@@ -405,3 +405,45 @@ func TestDeathHandlerBurst(t *testing.T) {
 		}
 	}
 }
+
+// TestDeathHandlerReportedAgain: a death reported again while its first
+// report is being handled (a pidfd, then the engine's event) is handled
+// anew when every attempt of the first still found the container live
+// (an engine slower to agree than the retries are long), and not when
+// the first settled it.
+func TestDeathHandlerReportedAgain(t *testing.T) {
+	slow, quick := strings.Repeat("b6", 32), strings.Repeat("c7", 32)
+	sa := &scriptedAttempts{calls: map[string]int{}, gate: make(chan struct{}), scripts: map[string][]action.Action{
+		// Live for the first handling's two attempts, stray after.
+		slow:  {action.SkipLive, action.SkipLive, action.Reaped},
+		quick: {action.Reaped},
+	}}
+	log, buf := jsonLogger()
+	var serial sync.Mutex
+	h := newDeathHandler(Watch{}, log, &serial, t.Context(), t.Context())
+	h.retries = []time.Duration{time.Millisecond}
+	h.attempt = sa.attempt
+
+	now := time.Now()
+	for _, id := range []string{slow, quick} {
+		h.death(engine.Death{Engine: "docker", ID: id, At: now, Via: "pidfd"})
+		h.death(engine.Death{Engine: "docker", ID: id, At: now}) // its event, while in flight
+	}
+	close(sa.gate)
+	proc.WaitFor(t, time.Minute, "both reaped", func() bool {
+		n := 0
+		for _, r := range buf.records("container death handled") {
+			if r["reaped"] == float64(1) {
+				n++
+			}
+		}
+		return n == 2
+	})
+	h.close()
+	if got := sa.count(slow); got != 3 {
+		t.Errorf("the slow container: %d attempts, want 2, then 1 for its second report", got)
+	}
+	if got := sa.count(quick); got != 1 {
+		t.Errorf("the settled container: %d attempts, want 1", got)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/liveness"
 )
 
 // Why a container's init is not pinned (DESIGN "Engines"): each one leaves the
@@ -113,6 +114,9 @@ type pinner struct {
 	// max keeps the pidfds under the file limit; containers past it are
 	// followed by events alone.
 	max int
+	// askPID, when set, asks engine for the init PIDs of ids its list
+	// gave none for (Docker's inspect); an ID left out has none.
+	askPID func(engine string, ids []string) map[string]int
 
 	mu      sync.Mutex
 	closed  bool
@@ -122,6 +126,10 @@ type pinner struct {
 	byKey   map[int32]*pin
 	nextKey int32
 	refused map[string]int // the PID refused for each container, said once
+	// diedAt is when each container's pin reported its init dead.
+	diedAt map[string]time.Time
+	// asking: askPID is under way in the background.
+	asking bool
 	// eventsOnly is the live containers the last refresh left unpinned.
 	eventsOnly int
 	said       [2]int
@@ -152,7 +160,7 @@ func newPinner(root string, log *slog.Logger, scope map[string]bool, store func(
 		max = int(min(rl.Cur/2, 1<<20))
 	}
 	p := &pinner{root: root, log: log.With("step", "pidfd"), death: death, scope: scope, store: store, max: max,
-		epfd: epfd, wake: wake, pins: map[string]*pin{}, byKey: map[int32]*pin{}, refused: map[string]int{}}
+		epfd: epfd, wake: wake, pins: map[string]*pin{}, byKey: map[int32]*pin{}, refused: map[string]int{}, diedAt: map[string]time.Time{}}
 	p.wg.Add(1)
 	go p.loop()
 	return p, nil
@@ -183,6 +191,7 @@ func (p *pinner) loop() {
 			// event was in flight may have its number reused already.
 			if pn, ok := p.byKey[ev.Fd]; ok {
 				p.drop(pn)
+				p.diedAt[pn.id] = now
 				dead = append(dead, pn)
 			}
 		}
@@ -205,31 +214,115 @@ func (p *pinner) drop(pn *pin) {
 // refresh pins the live containers of the engines' answers not pinned yet,
 // re-pins those whose init changed (a restart) and lets go of the rest.
 // A container that died before it could be pinned is reported dead now.
-func (p *pinner) refresh(answers []engine.Answer) {
+// An engine whose list gives no init PID (Docker's) is asked each new
+// container's (askPID) in the background, never on a decision's path, and
+// without an answer the ledger's record of it is used; either is
+// validated like any other before it is pinned.
+func (p *pinner) refresh(answers []engine.Answer) { p.apply(answers, nil) }
+
+// apply is refresh; told, when not nil, is askPID's answers for the
+// containers the engines listed without an init PID.
+func (p *pinner) apply(answers []engine.Answer, told map[string]map[string]int) {
 	type want struct {
 		engine string
 		pid    int
+		// ledger: the PID is the hook's record, not the engine's word;
+		// a dead one then says nothing of the container (a restart).
+		ledger bool
 	}
 	wants := map[string]want{}
-	byPID := map[int]int{}
-	// Live containers whose engine gave no init PID (Docker's list has
-	// none): their deaths come from events alone.
-	noPID := map[string]bool{}
+	live := map[string]bool{}
+	// Live containers whose engine gave no init PID, by engine.
+	noPID := map[string]string{}
 	for _, a := range answers {
 		for _, c := range a.Containers {
 			if !c.Live || (len(p.scope) > 0 && !p.scope[c.ID]) {
 				continue
 			}
+			live[c.ID] = true
 			if c.InitPID <= 0 {
-				noPID[c.ID] = true
+				if _, ok := noPID[c.ID]; !ok {
+					noPID[c.ID] = a.Engine
+				}
 				continue
 			}
 			if _, dup := wants[c.ID]; dup {
 				continue // the same container through two engines (Docker's in moby)
 			}
-			wants[c.ID] = want{a.Engine, c.InitPID}
-			byPID[c.InitPID]++
+			wants[c.ID] = want{engine: a.Engine, pid: c.InitPID}
 		}
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	// A pinned container keeps its pin while its engine lists it live: a
+	// restart kills the init, which the pidfd reports.
+	ask := map[string][]string{}
+	for id, eng := range noPID {
+		if _, ok := wants[id]; ok {
+			continue
+		}
+		if pn, ok := p.pins[id]; ok {
+			wants[id] = want{engine: eng, pid: pn.p.PID}
+			continue
+		}
+		if _, ok := p.refused[id]; ok {
+			continue
+		}
+		// Its init just died and the engine still lists it: asking now
+		// would name the dead init. A restart is pinned by a later answer.
+		if at, ok := p.diedAt[id]; ok && time.Since(at) < pinRelist {
+			continue
+		}
+		ask[eng] = append(ask[eng], id)
+	}
+	for id, at := range p.diedAt {
+		if time.Since(at) >= pinRelist {
+			delete(p.diedAt, id)
+		}
+	}
+	later := told == nil && p.askPID != nil && len(ask) > 0
+	if later && !p.asking {
+		p.asking = true
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			got := map[string]map[string]int{}
+			for eng, ids := range ask {
+				got[eng] = p.askPID(eng, ids)
+			}
+			p.apply(answers, got)
+			p.mu.Lock()
+			p.asking = false
+			p.mu.Unlock()
+		}()
+	}
+	p.mu.Unlock()
+	var st *ledger.Store
+	for eng, ids := range ask {
+		if later {
+			break
+		}
+		for _, id := range ids {
+			pid, ok := told[eng][id]
+			switch {
+			case pid > 0:
+				wants[id] = want{engine: eng, pid: pid}
+			case !ok:
+				if st == nil && p.store != nil {
+					st = p.store()
+				}
+				if pid = recordedPID(st, id); pid > 0 {
+					wants[id] = want{engine: eng, pid: pid, ledger: true}
+				}
+			}
+		}
+	}
+	byPID := map[int]int{}
+	for _, w := range wants {
+		byPID[w.pid]++
 	}
 	var dead []engine.Death
 	p.mu.Lock()
@@ -238,20 +331,25 @@ func (p *pinner) refresh(answers []engine.Answer) {
 		return
 	}
 	for id, pn := range p.pins {
+		// The background pass only adds: its answers may be older than
+		// a pin made since.
+		if told != nil {
+			break
+		}
 		if w, ok := wants[id]; !ok || w.pid != pn.p.PID || byPID[w.pid] > 1 {
 			if readable(pn.p.Fd()) {
 				dead = append(dead, engine.Death{Engine: pn.engine, ID: id, At: time.Now(), Via: "pidfd"})
+				p.diedAt[id] = time.Now()
 			}
 			p.drop(pn)
 		}
 	}
-	var st *ledger.Store
 	eventsOnly := 0
 	for id, w := range wants {
 		if _, ok := p.pins[id]; ok {
 			continue
 		}
-		if p.refused[id] == w.pid {
+		if pid, ok := p.refused[id]; ok && (pid == w.pid || noPID[id] != "") {
 			eventsOnly++
 			continue
 		}
@@ -270,7 +368,7 @@ func (p *pinner) refresh(answers []engine.Answer) {
 			st = p.store()
 		}
 		pn, err := pinInit(p.root, id, w.pid, recordedStart(st, id, w.pid))
-		if errors.Is(err, errInitDead) {
+		if errors.Is(err, errInitDead) && !w.ledger {
 			dead = append(dead, engine.Death{Engine: w.engine, ID: id, At: time.Now(), Via: "pidfd"})
 			continue
 		}
@@ -294,7 +392,7 @@ func (p *pinner) refresh(answers []engine.Answer) {
 		p.pins[id], p.byKey[np.key] = np, np
 	}
 	for id := range p.refused {
-		if _, ok := wants[id]; !ok {
+		if told == nil && !live[id] {
 			delete(p.refused, id)
 		}
 	}
@@ -303,10 +401,13 @@ func (p *pinner) refresh(answers []engine.Answer) {
 			eventsOnly++
 		}
 	}
-	p.eventsOnly = eventsOnly
 	pinned := len(p.pins)
-	changed := p.said != [2]int{pinned, eventsOnly}
-	p.said = [2]int{pinned, eventsOnly}
+	changed := false
+	if !later { // else the background pass counts
+		p.eventsOnly = eventsOnly
+		changed = p.said != [2]int{pinned, eventsOnly}
+		p.said = [2]int{pinned, eventsOnly}
+	}
 	p.mu.Unlock()
 	if changed {
 		p.log.Info("live containers pinned", "pinned", pinned, "events_only", eventsOnly, "max_pins", p.max)
@@ -335,6 +436,64 @@ func recordedStart(st *ledger.Store, id string, pid int) uint64 {
 		return 0
 	}
 	return r.Init.StartTicks
+}
+
+// askInitPIDs asks the engine named eng among es for the init PIDs of ids
+// (Docker's inspect), a few at a time, within timeout (0: the engines'
+// default). An ID whose answer failed is left out; one not running is 0.
+func askInitPIDs(ctx context.Context, es []engine.Engine, eng string, ids []string, timeout time.Duration, log *slog.Logger) map[string]int {
+	var asker engine.InitPIDAsker
+	for _, e := range es {
+		if a, ok := e.(engine.InitPIDAsker); ok && e.Name() == eng {
+			asker = a
+		}
+	}
+	out := map[string]int{}
+	if asker == nil {
+		return out
+	}
+	if timeout <= 0 {
+		timeout = liveness.DefaultTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	next := make(chan string)
+	for range min(4, len(ids)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range next {
+				pid, err := asker.InitPID(ctx, id)
+				if err != nil {
+					log.Debug("init PID not known; the container is followed by events alone", "container", id, "engine", eng, "err", err)
+					continue
+				}
+				mu.Lock()
+				out[id] = pid
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, id := range ids {
+		next <- id
+	}
+	close(next)
+	wg.Wait()
+	return out
+}
+
+// recordedPID is the init PID the hook recorded for id in this boot, or 0.
+func recordedPID(st *ledger.Store, id string) int {
+	if st == nil {
+		return 0
+	}
+	r, err := st.Load(id)
+	if err != nil || r == nil || r.Init == nil || !st.Current(r) {
+		return 0
+	}
+	return r.Init.PID
 }
 
 // readable says whether a pidfd reports its process exited.

@@ -1,6 +1,7 @@
 package janitor
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/dockertest"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/podmantest"
@@ -85,7 +87,7 @@ func TestPinnerPodman(t *testing.T) {
 		{ID: strings.Repeat("5a", 32), Live: true, InitPID: otherPID},
 	}}, {Engine: "docker", Containers: []engine.Container{{ID: strings.Repeat("d0", 32), Live: true}}}}
 	// doctor's view first: it pins nothing it keeps.
-	if pinned, eventsOnly, why := pinnable(Settings{StateDir: t.TempDir()}, answers); pinned != 1 || eventsOnly != 3 || len(why) != 2 {
+	if pinned, eventsOnly, why := pinnable(Settings{StateDir: t.TempDir()}, answers, nil); pinned != 1 || eventsOnly != 3 || len(why) != 2 {
 		t.Errorf("doctor: pinnable %d, events only %d (%v); want 1, and 3 for two reasons", pinned, eventsOnly, why)
 	}
 	pn.refresh(answers)
@@ -105,5 +107,64 @@ func TestPinnerPodman(t *testing.T) {
 	}
 	if pinned, _ := pn.counts(); pinned != 0 {
 		t.Errorf("%d pins left after the death", pinned)
+	}
+}
+
+// TestPinnerDocker: Docker's list gives no init PID; the pinner asks
+// inspect's State.Pid and pins it, doctor counts it as pinnable, and
+// without an answer (and no ledger record) the container is followed by
+// events alone.
+func TestPinnerDocker(t *testing.T) {
+	dt := dockertest.Need(t)
+	id := dt.Run(t, nil)
+	es, err := engine.Select([]string{"docker"}, engine.Config{DockerURL: dt.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	ask := func(eng string, ids []string) map[string]int {
+		return askInitPIDs(context.Background(), es, eng, ids, 0, log)
+	}
+	if got := ask("docker", []string{id}); got[id] != dt.InitPID(t, id) {
+		t.Fatalf("asked %v, want %s's State.Pid %d", got, id, dt.InitPID(t, id))
+	}
+	answers := []engine.Answer{{Engine: "docker", Containers: []engine.Container{{ID: id, Live: true}}}}
+	for _, tc := range []struct {
+		name           string
+		ask            func(string, []string) map[string]int
+		pinned, evOnly int
+	}{
+		{"asked through inspect", ask, 1, 0},
+		{"not asked", nil, 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if pinned, eventsOnly, why := pinnable(Settings{StateDir: t.TempDir()}, answers, tc.ask); pinned != tc.pinned || eventsOnly != tc.evOnly {
+				t.Errorf("doctor: pinnable %d, events only %d (%v); want %d, %d", pinned, eventsOnly, why, tc.pinned, tc.evOnly)
+			}
+			pn, err := newPinner("/proc", log, nil, nil, func(engine.Death) {})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pn.close()
+			pn.askPID = tc.ask
+			pn.refresh(answers)
+			pn.settle()
+			if pinned, eventsOnly := pn.counts(); pinned != tc.pinned || eventsOnly != tc.evOnly {
+				t.Errorf("pinned %d, events only %d; want %d, %d", pinned, eventsOnly, tc.pinned, tc.evOnly)
+			}
+		})
+	}
+}
+
+// settle waits for the init PIDs asked in the background to be applied.
+func (p *pinner) settle() {
+	for {
+		p.mu.Lock()
+		asking := p.asking
+		p.mu.Unlock()
+		if !asking {
+			return
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

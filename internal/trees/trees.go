@@ -226,7 +226,7 @@ func ScanSnapshot(opt Options) ([]Tree, Stats, *proctable.Listing, error) {
 		}
 		listingStats(listing, &stats)
 		if grouped > 0 {
-			found = examineAll(ss, ss[0].candidates(listing, &stats))
+			found = reexamine(ss, cands, found, ss[0].candidates(listing, &stats))
 		}
 	}
 	var out []Tree
@@ -267,6 +267,42 @@ func examineAll(ss []*scanner, cands []candidate) []*Tree {
 		}
 	})
 	return found
+}
+
+// reexamine examines the candidates of a listing completed by Confirm:
+// a group /proc added no member to, listed as before, keeps what its
+// examination found (a busy host's census fails often, and the few
+// processes /proc adds must not cost a second read of every tree);
+// the others are examined again.
+func reexamine(ss []*scanner, old []candidate, found []*Tree, cands []candidate) []*Tree {
+	byPGID := make(map[int]int, len(old))
+	for i, c := range old {
+		byPGID[c.pgid] = i
+	}
+	out := make([]*Tree, len(cands))
+	var again []candidate
+	var at []int
+	for i, c := range cands {
+		if j, ok := byPGID[c.pgid]; ok && sameCandidate(old[j], c) {
+			out[i] = found[j]
+			continue
+		}
+		again = append(again, c)
+		at = append(at, i)
+	}
+	if len(again) == 0 {
+		return out
+	}
+	for k, t := range examineAll(ss, again) {
+		out[at[k]] = t
+	}
+	return out
+}
+
+// sameCandidate says whether a and b are one group listed alike.
+func sameCandidate(a, b candidate) bool {
+	return a.pgid == b.pgid && a.leader == b.leader && a.listed == b.listed &&
+		slices.Equal(a.pids, b.pids) && slices.Equal(a.starts, b.starts)
 }
 
 // candidate is a process group the decisions read: its members in the

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/dockertest"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/podmantest"
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
@@ -87,5 +88,38 @@ func TestWatchPidfdBurst(t *testing.T) {
 		t.Errorf("%d scans for %d deaths, want a handful", scans, n)
 	} else {
 		t.Logf("%d scans for %d deaths", scans, n)
+	}
+}
+
+// TestWatchDockerPidfdDeaths: Docker's list gives no init PID; watch asks
+// inspect's State.Pid and pins it, so with Docker's events turned off
+// (--no-events) and one round an hour, the tree of a container killed
+// with `docker kill` is reaped from its init's pidfd; a running
+// container's tree is not touched.
+func TestWatchDockerPidfdDeaths(t *testing.T) {
+	dt := dockertest.Need(t)
+	const comm = "kcsrv-e2e-dpf"
+	live, victim := dt.Run(t, nil), dt.Run(t, nil)
+	_, liveTree := startTree(t, t.TempDir(), live, testkit.Fake{Comm: comm})
+	_, victimTree := startTree(t, t.TempDir(), victim, testkit.Fake{Comm: comm})
+	w := startWatch(t, "--engine", "docker", "--docker-url", dt.URL, "--no-events", "--supervisor-comm", comm,
+		"--min-age", "0s", "--reconcile-apply", "--container", live, "--container", victim)
+	w.waitLine(t, map[string]any{"msg": "live containers pinned", "pinned": float64(2), "events_only": float64(0)})
+	if len(aliveOf(victimTree)) != len(victimTree) || len(aliveOf(liveTree)) != len(liveTree) {
+		t.Fatal("the first round touched a running container's tree")
+	}
+
+	dt.Must(t, "kill", victim)
+	waitAllDead(t, victimTree, 20*time.Second)
+	l := w.waitLine(t, map[string]any{"msg": "container death handled", "container": victim})
+	t.Logf("death: %v", l)
+	if l["reaped"] != float64(1) || l["via"] != "pidfd" || l["engine"] != "docker" {
+		t.Errorf("death line %v, want one tree reaped, seen through the pidfd, Docker's", l)
+	}
+	if len(aliveOf(liveTree)) != len(liveTree) {
+		t.Fatal("the live container's tree lost a member when the other died")
+	}
+	if n := len(w.lines(map[string]any{"msg": "reconcile", "step": "reconcile"})); n != 1 {
+		t.Errorf("%d rounds ran, want only the first: the reap was not the pidfd's", n)
 	}
 }

@@ -221,7 +221,7 @@ func (b *bench) setupEngines() error {
 		if err != nil {
 			return err
 		}
-		b.engineIDs["docker"] = ids
+		b.engineIDs["docker"], b.docker = ids, d
 		b.janArgs["docker"] = []string{"--engine", "docker", "--docker-url", b.cfg.dockerURL}
 		b.res.Machine["docker"] = d.version() + " (private dockerd; containers: " + b.cfg.dockerImage + " /bin/sleep, --network none)"
 		progress("docker containers ready after %v", time.Since(start).Round(time.Millisecond))
@@ -237,7 +237,7 @@ func (b *bench) setupEngines() error {
 		if err != nil {
 			return err
 		}
-		b.engineIDs["containerd"] = ids
+		b.engineIDs["containerd"], b.ctrd = ids, c
 		b.janArgs["containerd"] = []string{"--engine", "containerd", "--containerd-address", b.cfg.containerdAddr, "--containerd-namespace", c.ns}
 		b.res.Machine["containerd"] = c.version() + " (private containerd; namespace " + c.ns + ", busybox /bin/sleep via ctr run)"
 		progress("containerd containers ready after %v", time.Since(start).Round(time.Millisecond))

@@ -56,6 +56,7 @@ type config struct {
 
 	dockerURL, dockerCLI, dockerImage string
 	containerdAddr                    string
+	deaths                            int
 }
 
 func main() {
@@ -155,6 +156,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.dockerCLI, "docker-cli", "/usr/bin/docker", "docker CLI used to create and remove the -docker containers")
 	fs.StringVar(&c.dockerImage, "docker-image", "kc-busybox", "local image with /bin/sleep for the -docker containers (no registry is asked)")
 	fs.StringVar(&c.containerdAddr, "containerd", "", "also reconcile through containerd at socket `PATH` (e.g. $KC_TEST_CONTAINERD_ADDRESS), with -containers live containers in a namespace of its own")
+	fs.IntVar(&c.deaths, "deaths", 20, "death to reap: containers per engine killed one at a time (p50, p95); the rest of each engine's -containers die together, as a burst; 0: no death phase")
 	fs.DurationVar(&c.hold, "hold", 0, "after filling the host to the largest N, wait this long before measuring (for poking at it by hand)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -182,6 +184,9 @@ func parseFlags(args []string) (config, error) {
 	case "exec":
 	default:
 		return c, fmt.Errorf("-filler: %q: want clone, exec or auto", c.filler)
+	}
+	if c.deaths < 0 {
+		return c, errors.New("-deaths must not be negative")
 	}
 	if c.runs < 1 || c.hookRuns < 1 || c.janitorRuns < 1 || c.sweepRuns < 1 {
 		return c, errors.New("run counts must be positive")
@@ -220,6 +225,8 @@ type bench struct {
 	python   string
 	comms    []string
 	pm       *privatePodman
+	docker   *benchDocker
+	ctrd     *benchContainerd
 	liveIDs  []string
 	strayIDs []string
 	// engineIDs are the live containers of the other engines (docker,
@@ -273,6 +280,9 @@ func (b *bench) all() error {
 		if err := b.atN(n); err != nil {
 			return err
 		}
+	}
+	if b.cfg.deaths > 0 {
+		b.deathBench()
 	}
 	b.targets()
 	return nil

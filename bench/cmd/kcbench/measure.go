@@ -25,6 +25,7 @@ type results struct {
 	Hooks      []hookResult      `json:"hooks"`
 	Reconciles []reconcileResult `json:"reconciles"`
 	Sweep      *sweepResult      `json:"sweep,omitempty"`
+	Deaths     []deathResult     `json:"deaths"`
 	Targets    []target          `json:"targets"`
 	Notes      []string          `json:"notes"`
 	Failures   []string          `json:"failures"`
@@ -667,6 +668,7 @@ func (b *bench) targets() {
 		add(fmt.Sprintf("sweep of %d sockets (%d hung)", sw.Sockets, sw.Hung), "< 5 s", fmt.Sprintf("%s (seed approach ≥ %s: %.0f×)", ms(m), sw.SeedCost, ratio(sw.SeedCost, m)), m < 5*time.Second)
 	}
 	b.engineTargets()
+	b.deathTargets()
 	for _, rr := range b.res.Reconciles {
 		if rr.N != 30000 || (rr.Path != "api" && rr.Path != "fake-cli") {
 			continue

@@ -262,6 +262,21 @@ func (p *population) reapOnExit(c *child) {
 	}()
 }
 
+// reapOnExitPID is reapOnExit for the child with that PID, if any.
+func (p *population) reapOnExitPID(pid int) {
+	p.mu.Lock()
+	var c *child
+	for _, ch := range p.children {
+		if ch.pid == pid {
+			c = ch
+		}
+	}
+	p.mu.Unlock()
+	if c != nil {
+		p.reapOnExit(c)
+	}
+}
+
 // reap kills c's group (while c is unreaped, the group is c's), then c,
 // and waits for it.
 func (p *population) reap(c *child) {

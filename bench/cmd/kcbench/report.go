@@ -100,6 +100,7 @@ func (b *bench) report(w io.Writer) {
 	}
 
 	b.engineTable(w)
+	b.deathTable(w)
 
 	if sw := r.Sweep; sw != nil {
 		fmt.Fprintf(w, "### kc-janitor sweep, dry run (%d sockets: %d live, %d hung, %d stale; median of %d runs)\n\n", sw.Sockets, sw.Live, sw.Hung, sw.Stale, b.cfg.sweepRuns)

@@ -1,0 +1,409 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/containerdtest"
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+)
+
+// Death to reap: the last phase, on the host as the largest N left it.
+// For each engine, `kc-janitor watch --reconcile-apply` runs scoped with
+// --container to that engine's live containers (never the whole host),
+// waits until it has pinned them all, then the harness SIGKILLs each
+// container's init through a pidfd (as an OOM kill or a crash ends it)
+// and times from the init's death (its pidfd readable) to its tree gone:
+// -deaths of them one at a time, then the rest together (the burst: from
+// the last init's death to the last tree gone). --max-reap is raised to
+// the containers watched: a burst larger than its default (50) is the
+// blast-radius guard's to refuse, which is not what is measured here. Afterwards the engine's
+// containers are dead; cleanup removes them.
+
+// deathResult is one engine's death-to-reap figures.
+type deathResult struct {
+	Engine    string          `json:"engine"`
+	Processes int             `json:"processes"`
+	Singles   []time.Duration `json:"singles_ns"`
+	Burst     int             `json:"burst"`
+	// BurstKill is from the first SIGKILL to the last init dead;
+	// BurstReap from the last init dead to the last tree gone.
+	BurstKill time.Duration  `json:"burst_kill_ns"`
+	BurstReap time.Duration  `json:"burst_reap_ns"`
+	Via       map[string]int `json:"via"` // deaths handled, by what saw them
+	Scans     int            `json:"scans"`
+	Load      string         `json:"load"`
+}
+
+// deathVictim is one container about to be killed.
+type deathVictim struct {
+	id      string
+	init    int
+	pidfd   int
+	members []fingerprint.Stat
+}
+
+// initPIDs asks engine e for the init PIDs of ids.
+func (b *bench) initPIDs(e string, ids []string) (map[string]int, error) {
+	out := map[string]int{}
+	switch e {
+	case "podman", "docker":
+		var text string
+		var err error
+		args := append([]string{"inspect", "--format", "{{.Id}} {{.State.Pid}}"}, ids...)
+		if e == "podman" {
+			text, err = b.pm.run(time.Minute, args...)
+		} else {
+			text, err = b.docker.run(time.Minute, args...)
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range strings.Split(text, "\n") {
+			if id, pid, ok := strings.Cut(strings.TrimSpace(l), " "); ok {
+				out[id], _ = strconv.Atoi(pid)
+			}
+		}
+	case "containerd":
+		text, err := containerdtest.TryCtr(b.ctrd.addr, b.ctrd.ns, nil, "tasks", "ls")
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range strings.Split(text, "\n") {
+			f := strings.Fields(l)
+			if len(f) >= 3 && f[2] == "RUNNING" {
+				out[f[0]], _ = strconv.Atoi(f[1])
+			}
+		}
+	}
+	for _, id := range ids {
+		if out[id] <= 0 {
+			return nil, fmt.Errorf("%s: no init PID for %.12s", e, id)
+		}
+	}
+	return out, nil
+}
+
+// deathBench measures death to reap for every engine with containers.
+func (b *bench) deathBench() {
+	engines := map[string]string{"docker": "docker", "containerd": "containerd"}
+	if b.pm != nil {
+		engines["podman"] = "api"
+	}
+	for _, e := range []string{"podman", "docker", "containerd"} {
+		path, ok := engines[e]
+		if !ok || len(b.liveFor(path)) == 0 {
+			continue
+		}
+		// One engine's failure leaves the others' figures.
+		if err := b.deathsOf(e, path); err != nil {
+			b.fail("death to reap, %s: %v", e, err)
+		}
+	}
+}
+
+func (b *bench) deathsOf(e, path string) error {
+	ids := b.liveFor(path)
+	pids, err := b.initPIDs(e, ids)
+	if err != nil {
+		return err
+	}
+	leaders := map[string]int{}
+	for _, p := range b.planted {
+		leaders[p.ContainerID] = p.PGID
+	}
+	victims := make([]*deathVictim, 0, len(ids))
+	defer func() {
+		for _, v := range victims {
+			if v.pidfd >= 0 {
+				unix.Close(v.pidfd)
+			}
+		}
+	}()
+	for _, id := range ids {
+		v := &deathVictim{id: id, init: pids[id], pidfd: -1, members: groupMembers(leaders[id])}
+		if len(v.members) == 0 {
+			return fmt.Errorf("the tree of %.12s has no members", id)
+		}
+		if v.pidfd, err = unix.PidfdOpen(v.init, 0); err != nil {
+			return fmt.Errorf("pidfd_open of %.12s's init %d: %w", id, v.init, err)
+		}
+		victims = append(victims, v)
+		// The tree's wrapper is the harness's child: reaped on exit, as a
+		// real supervisor's parent does.
+		pop.reapOnExitPID(leaders[id])
+	}
+	dir := filepath.Join(b.tmp, "watch-"+e)
+	for _, d := range []string{"state", "sockets"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			return err
+		}
+	}
+	logPath := filepath.Join(dir, "watch.log")
+	argv := []string{b.janitor, "watch", "--interval", "1h", "--no-cull", "--reconcile-apply", "--min-age", "0s",
+		"--kill-grace", "500ms", "--max-reap", strconv.Itoa(len(ids) + 1), "--state-dir", filepath.Join(dir, "state"), "--socket-dir", filepath.Join(dir, "sockets"),
+		"--log-level", "debug", "--log-format", "json", "--log-file", logPath}
+	argv = append(argv, b.janArgs[path]...)
+	for _, id := range ids {
+		argv = append(argv, "--container", id)
+	}
+	w, err := pop.start("watch-"+e, argv, b.janEnv, true)
+	if err != nil {
+		return err
+	}
+	defer pop.reap(w)
+	progress("death to reap, %s: watch pinning %d containers", e, len(ids))
+	if _, err := waitLog(logPath, time.Minute, func(l map[string]any) bool { return l["msg"] == "reconcile" && l["step"] == "reconcile" }); err != nil {
+		return fmt.Errorf("watch's first round: %w (%s)", err, w.logTail())
+	}
+	if _, err := waitLog(logPath, time.Minute, func(l map[string]any) bool {
+		return l["msg"] == "live containers pinned" && l["pinned"] == float64(len(ids))
+	}); err != nil {
+		return fmt.Errorf("watch did not pin every container: %w (%s)", err, w.logTail())
+	}
+
+	dr := deathResult{Engine: e, Processes: countProcesses(), Via: map[string]int{}}
+	singles := min(b.cfg.deaths, len(victims))
+	for _, v := range victims[:singles] {
+		died, err := killInits([]*deathVictim{v})
+		if err != nil {
+			return err
+		}
+		gone, err := waitTreesGone([]*deathVictim{v}, 20*time.Second)
+		if err != nil {
+			return err
+		}
+		dr.Singles = append(dr.Singles, gone.Sub(died[0]))
+	}
+	if burst := victims[singles:]; len(burst) > 0 {
+		start := time.Now()
+		died, err := killInits(burst)
+		if err != nil {
+			return err
+		}
+		last := slices.MaxFunc(died, func(a, b time.Time) int { return a.Compare(b) })
+		dr.Burst, dr.BurstKill = len(burst), last.Sub(start)
+		gone, err := waitTreesGone(burst, 30*time.Second)
+		if err != nil {
+			// The singles' figures stand; the burst's is the failure.
+			dr.BurstReap = -1
+			dr.Load = loadavg()
+			b.res.Deaths = append(b.res.Deaths, dr)
+			return err
+		}
+		dr.BurstReap = gone.Sub(last)
+	}
+	// Every death's line (written after the reap), and the scans they took.
+	handled := map[string]bool{}
+	var lines []map[string]any
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		lines, _ = readLog(logPath)
+		n := 0
+		for _, l := range lines {
+			if id, _ := l["container"].(string); l["msg"] == "container death handled" && slices.Contains(ids, id) {
+				n++
+			}
+		}
+		if n >= len(ids) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, l := range lines {
+		switch {
+		case l["msg"] == "container death handled":
+			id, _ := l["container"].(string)
+			if !handled[id] {
+				handled[id] = true
+				via, _ := l["via"].(string)
+				if via == "" {
+					via = "event"
+				}
+				dr.Via[via]++
+			}
+		case l["msg"] == "scanned" && l["step"] == "event":
+			dr.Scans++
+		}
+	}
+	dr.Load = loadavg()
+	b.res.Deaths = append(b.res.Deaths, dr)
+	p50, p95 := percentile(dr.Singles, 50), percentile(dr.Singles, 95)
+	progress("death to reap, %s: p50 %v, p95 %v over %d; burst of %d: all dead %v after the first kill, all trees gone %v after the last death; via %v, %d scans; load %s",
+		e, p50, p95, len(dr.Singles), dr.Burst, dr.BurstKill.Round(time.Millisecond), dr.BurstReap.Round(time.Millisecond), viaText(dr.Via), dr.Scans, dr.Load)
+	return nil
+}
+
+// killInits SIGKILLs each victim's init through its pidfd and returns the
+// moments each pidfd became readable (the init dead).
+func killInits(vs []*deathVictim) ([]time.Time, error) {
+	for _, v := range vs {
+		if err := unix.PidfdSendSignal(v.pidfd, unix.SIGKILL, nil, 0); err != nil {
+			return nil, fmt.Errorf("killing %.12s's init: %w", v.id, err)
+		}
+	}
+	died := make([]time.Time, len(vs))
+	fds := make([]unix.PollFd, len(vs))
+	for i, v := range vs {
+		fds[i] = unix.PollFd{Fd: int32(v.pidfd), Events: unix.POLLIN}
+	}
+	left := len(vs)
+	deadline := time.Now().Add(20 * time.Second)
+	for left > 0 {
+		n, err := unix.Poll(fds, 100)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		now := time.Now()
+		for i := range fds {
+			if n > 0 && fds[i].Revents != 0 && fds[i].Fd >= 0 {
+				died[i] = now
+				fds[i].Fd = -1 // poll skips negative fds
+				left--
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%d inits still alive 20s after SIGKILL", left)
+		}
+	}
+	return died, nil
+}
+
+// waitTreesGone polls every millisecond until every member of every
+// victim's tree is gone (exited, a zombie, or its PID another process's)
+// and returns that moment.
+func waitTreesGone(vs []*deathVictim, within time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(within)
+	left := slices.Clone(vs)
+	for {
+		left = slices.DeleteFunc(left, func(v *deathVictim) bool {
+			for _, m := range v.members {
+				st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, m.PID)
+				if err == nil && st.StartTicks == m.StartTicks && !st.Zombie() {
+					return false
+				}
+			}
+			return true
+		})
+		if len(left) == 0 {
+			return time.Now(), nil
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("%d trees (first: %.12s's) still there %v after their containers' deaths", len(left), left[0].id, within)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// readLog parses a JSON log file's lines.
+func readLog(path string) ([]map[string]any, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []map[string]any
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var l map[string]any
+		if json.Unmarshal(sc.Bytes(), &l) == nil {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+// waitLog polls path until a line matches.
+func waitLog(path string, within time.Duration, match func(map[string]any) bool) (map[string]any, error) {
+	deadline := time.Now().Add(within)
+	for {
+		lines, _ := readLog(path)
+		for _, l := range lines {
+			if match(l) {
+				return l, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("no such line in %s after %v", path, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// viaText is "pidfd 5, event 2".
+func viaText(via map[string]int) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(via)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, via[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// percentile is the p-th percentile (nearest rank) of ds.
+func percentile(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := (p*len(s) + 99) / 100
+	return s[max(i-1, 0)]
+}
+
+// deathTable prints the death-to-reap figures.
+func (b *bench) deathTable(w io.Writer) {
+	if len(b.res.Deaths) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "### death to reap (`watch --reconcile-apply` scoped to the engine's containers; each init SIGKILLed through a pidfd; from the init's death to its tree gone)\n\n")
+	fmt.Fprintln(w, "| engine | processes | p50 | p95 | deaths | burst | burst: kills → last init dead | burst: last death → all trees gone | deaths seen via | scans | load after |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, d := range b.res.Deaths {
+		reap := ms(d.BurstReap)
+		if d.BurstReap < 0 {
+			reap = "not all within 30 s"
+		}
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %d | %d | %s | %s | %v | %d | %s |\n", d.Engine, d.Processes, ms(percentile(d.Singles, 50)), ms(percentile(d.Singles, 95)),
+			len(d.Singles), d.Burst, ms(d.BurstKill), reap, viaText(d.Via), d.Scans, d.Load)
+	}
+	fmt.Fprintln(w)
+}
+
+// deathTargets: p50 < 100 ms, p95 < 200 ms per engine; a burst of 100
+// reaped within 2 s of the last death.
+func (b *bench) deathTargets() {
+	for _, d := range b.res.Deaths {
+		if len(d.Singles) > 0 {
+			p50, p95 := percentile(d.Singles, 50), percentile(d.Singles, 95)
+			b.res.Targets = append(b.res.Targets, target{What: fmt.Sprintf("%s: init death → tree gone, %d deaths at %d processes", d.Engine, len(d.Singles), d.Processes),
+				Goal: "p50 < 100 ms, p95 < 200 ms", Measured: fmt.Sprintf("p50 %s, p95 %s", ms(p50), ms(p95)), Met: p50 < 100*time.Millisecond && p95 < 200*time.Millisecond})
+		}
+		if d.Burst > 0 && d.BurstReap < 0 {
+			b.res.Targets = append(b.res.Targets, target{What: fmt.Sprintf("%s: burst of %d deaths, last death → all trees gone", d.Engine, d.Burst),
+				Goal: "≤ 2 s (for 100)", Measured: "not all within 30 s", Met: false})
+		} else if d.Burst > 0 {
+			t := target{What: fmt.Sprintf("%s: burst of %d deaths, last death → all trees gone", d.Engine, d.Burst),
+				Goal: "≤ 2 s (for 100)", Measured: fmt.Sprintf("%s (%d scans)", ms(d.BurstReap), d.Scans), Met: d.BurstReap <= 2*time.Second}
+			if d.Burst < 100 {
+				t.Comparison, t.Goal = true, "— (fewer than 100: -containers)"
+			}
+			b.res.Targets = append(b.res.Targets, t)
+		}
+	}
+}

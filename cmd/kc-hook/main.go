@@ -28,6 +28,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kc-watchman/kc-watchman/internal/contain"
+	"github.com/kc-watchman/kc-watchman/internal/contain/systemd"
 	"github.com/kc-watchman/kc-watchman/internal/hook"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/supervise"
@@ -222,6 +224,7 @@ func runStage(s *settings, args []string, stdin io.Reader, stderr io.Writer) int
 		Deadline:        s.deadline,
 		SupervisorsFile: s.supervisorsFile,
 		Lister:          lister,
+		Contain:         contain.Options{Systemd: systemd.Scoper},
 	}
 	hostUID := userns.HostEUID()
 	logger, closeLog, logErr := openLog(cfg.StateDir, s.logFile, s.level, stderr)

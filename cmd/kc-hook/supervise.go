@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/contain"
+	"github.com/kc-watchman/kc-watchman/internal/contain/systemd"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/supervise"
 )
@@ -160,6 +162,7 @@ func runSupervise(g *settings, args []string, stdout, stderr io.Writer) int {
 		ForcePoll:       s.pollInit,
 		Refresh:         s.refresh,
 		NoContain:       s.noContain,
+		Contain:         contain.Options{Systemd: systemd.Scoper},
 		Logger:          log,
 	})
 	switch {

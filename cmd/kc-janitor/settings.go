@@ -8,6 +8,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kc-watchman/kc-watchman/internal/contain"
+	"github.com/kc-watchman/kc-watchman/internal/contain/systemd"
 	"github.com/kc-watchman/kc-watchman/internal/cull"
 	"github.com/kc-watchman/kc-watchman/internal/janitor"
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
@@ -116,6 +118,9 @@ func reconcileOptions(c *cli.Context, g globals) (reconcile.Options, error) {
 		KillGrace:       c.Duration("kill-grace"),
 		FullScan:        c.Bool("full-scan"),
 		MaxReap:         c.Int("max-reap"),
+		// A scope a supervised tree was started in is stopped through
+		// systemd where PID 1 is systemd.
+		Contain: contain.Options{Systemd: systemd.Scoper},
 	}
 	if c.Duration("ledger-retention") < 0 {
 		return opt, usageErr("--ledger-retention must not be negative")

@@ -215,13 +215,17 @@ func FromRecord(r ledger.Cgroup, containerID string, opt Options) (*Cgroup, erro
 	return c, nil
 }
 
+// SlicePath is Slice's cgroup relative to the mount. systemd nests a
+// slice under the slice its name's dashes spell (systemd.slice(5)):
+// kc-watchman.slice lives in kc.slice.
+const SlicePath = "kc.slice/" + Slice
+
 // scopePath checks a scope's cgroup as systemd reports it: directly in
-// kc-watchman.slice (no parent slices: Slice= names a top-level one), and
-// returns it relative to the mount.
+// Slice's cgroup, and returns it relative to the mount.
 func scopePath(p, unit string) (string, error) {
 	rel := strings.TrimPrefix(p, "/")
-	if rel != Slice+"/"+unit || path.Clean(rel) != rel {
-		return "", fmt.Errorf("scope cgroup %q is not %s/%s: %w", p, Slice, unit, ErrRefused)
+	if rel != SlicePath+"/"+unit || path.Clean(rel) != rel {
+		return "", fmt.Errorf("scope cgroup %q is not %s/%s: %w", p, SlicePath, unit, ErrRefused)
 	}
 	return rel, nil
 }

@@ -115,8 +115,8 @@ func TestFromRecordRefuses(t *testing.T) {
 		{"unknown kind", ledger.Cgroup{Kind: "cgroup3", Path: "kc-watchman/" + id}},
 		{"freezer outside", ledger.Cgroup{Kind: "freezer-v1", Path: "../kc-watchman/" + id}},
 		{"scope elsewhere", ledger.Cgroup{Kind: "systemd", Unit: unit, Path: "system.slice/" + unit}},
-		{"scope of another unit", ledger.Cgroup{Kind: "systemd", Unit: UnitName(other), Path: Slice + "/" + UnitName(other)}},
-		{"scope escapes", ledger.Cgroup{Kind: "systemd", Unit: unit, Path: Slice + "/../" + unit}},
+		{"scope of another unit", ledger.Cgroup{Kind: "systemd", Unit: UnitName(other), Path: SlicePath + "/" + UnitName(other)}},
+		{"scope escapes", ledger.Cgroup{Kind: "systemd", Unit: unit, Path: SlicePath + "/../" + unit}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := FromRecord(tc.rec, id, Options{}); !errors.Is(err, ErrRefused) {

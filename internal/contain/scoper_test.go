@@ -32,21 +32,24 @@ func (f *fakeScoper) StartScope(_ context.Context, unit, slice string, pid int) 
 	if f.path != "" {
 		return f.path, nil
 	}
-	dir := filepath.Join(f.mount, slice, unit)
+	if slice != Slice {
+		return "", errors.New("scope asked in slice " + slice)
+	}
+	dir := filepath.Join(f.mount, SlicePath, unit)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
 	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
 		return "", err
 	}
-	return "/" + slice + "/" + unit, nil
+	return "/" + SlicePath + "/" + unit, nil
 }
 
 func (f *fakeScoper) StopScope(_ context.Context, unit string) error {
 	f.mu.Lock()
 	f.calls = append(f.calls, "stop "+unit)
 	f.mu.Unlock()
-	err := os.Remove(filepath.Join(f.mount, Slice, unit))
+	err := os.Remove(filepath.Join(f.mount, SlicePath, unit))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -77,8 +80,9 @@ func TestSystemdScope(t *testing.T) {
 	}
 	id := newID(t)
 	t.Cleanup(func() {
-		os.Remove(filepath.Join(real.Mount, Slice, UnitName(id)))
-		os.Remove(filepath.Join(real.Mount, Slice))
+		os.Remove(filepath.Join(real.Mount, SlicePath, UnitName(id)))
+		os.Remove(filepath.Join(real.Mount, SlicePath))
+		os.Remove(filepath.Join(real.Mount, "kc.slice"))
 	})
 	c, err := Prepare(context.Background(), h, id, os.Getuid())
 	if err != nil {
@@ -96,7 +100,7 @@ func TestSystemdScope(t *testing.T) {
 	if err := c.Enter(context.Background(), cmd.Process.Pid); err != nil {
 		t.Fatal(err)
 	}
-	if c.Path != Slice+"/"+UnitName(id) || c.Record().Unit != UnitName(id) {
+	if c.Path != SlicePath+"/"+UnitName(id) || c.Record().Unit != UnitName(id) {
 		t.Fatalf("cgroup %+v, want the scope in %s", c.Record(), Slice)
 	}
 	// A record names it as the reap path finds it again.
@@ -124,7 +128,7 @@ func TestSystemdScope(t *testing.T) {
 // kc-watchman.slice is refused: its path is what later sweeps trust.
 func TestSystemdScopeElsewhere(t *testing.T) {
 	id := newID(t)
-	for _, p := range []string{"/system.slice/" + UnitName(id), "/" + Slice + "/../" + UnitName(id), "/" + Slice + "/x/" + UnitName(id), "/"} {
+	for _, p := range []string{"/system.slice/" + UnitName(id), "/" + SlicePath + "/../" + UnitName(id), "/" + SlicePath + "/x/" + UnitName(id), "/" + Slice + "/" + UnitName(id), "/"} {
 		f := &fakeScoper{path: p}
 		c := &Cgroup{Kind: KindSystemd, Unit: UnitName(id), scoper: f, dirFD: -1}
 		if err := c.Enter(context.Background(), 1); !errors.Is(err, ErrRefused) || c.Path != "" {

@@ -55,6 +55,12 @@ type Options struct {
 	// DiedAtByID is DiedAt for each container of a burst of deaths
 	// decided together; it wins over DiedAt for the containers it names.
 	DiedAtByID map[string]time.Time
+	// InitExited names the containers whose init the kernel reported
+	// exited (a pinned pidfd became readable). Their trees do not count
+	// toward --max-reap: the guard is against a wrong engine answer at
+	// scale, and these deaths are not the engine's word (a node drain
+	// must not be refused round after round).
+	InitExited map[string]bool
 	// Store is the ledger; nil runs without one (no attribution of trees
 	// whose anchor died, no snapshots, no garbage collection).
 	Store *ledger.Store
@@ -368,16 +374,20 @@ func blastRadius(opt Options, ts []Tree) string {
 	if opt.MaxReap <= 0 {
 		return ""
 	}
-	n := 0
+	n, exited := 0, 0
 	for _, t := range ts {
-		if t.Action == action.WouldReap {
+		switch {
+		case t.Action != action.WouldReap:
+		case opt.InitExited[t.ContainerID]:
+			exited++
+		default:
 			n++
 		}
 	}
 	switch {
 	case n > opt.MaxReap:
 		return fmt.Sprintf("%d stray trees found, more than --max-reap %d: if they are all truly stray, raise --max-reap (KC_MAX_REAP) for one run", n, opt.MaxReap)
-	case len(opt.Containers) == 0 && n >= guardMinStrays && 2*n > len(ts):
+	case len(opt.Containers) == 0 && n >= guardMinStrays && 2*n > len(ts)-exited:
 		return fmt.Sprintf("%d of %d trees found stray, more than half: check that the engines asked are this host's (--engine, --containerd-namespace), or reap with --container", n, len(ts))
 	}
 	return ""

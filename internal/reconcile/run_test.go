@@ -265,6 +265,7 @@ func TestScanBeforeAsking(t *testing.T) {
 }
 
 func TestBlastRadius(t *testing.T) {
+	exited := map[string]bool{cidGone: true}
 	trees := func(stray, other int) []Tree {
 		var ts []Tree
 		for range stray {
@@ -272,6 +273,14 @@ func TestBlastRadius(t *testing.T) {
 		}
 		for range other {
 			ts = append(ts, Tree{Action: action.SkipLive})
+		}
+		return ts
+	}
+	// drained are the trees of a container whose init the kernel saw exit.
+	drained := func(stray, other int) []Tree {
+		ts := trees(stray, other)
+		for i := range ts {
+			ts[i].ContainerID = cidGone
 		}
 		return ts
 	}
@@ -292,9 +301,12 @@ func TestBlastRadius(t *testing.T) {
 		{"scoped: the ratio does not apply", 50, scoped, trees(10, 0), false},
 		{"scoped: max-reap does", 5, scoped, trees(10, 0), true},
 		{"guard disabled", 0, nil, trees(100, 0), false},
+		{"a drain: the kernel saw every init exit", 50, scoped, drained(100, 0), false},
+		{"a drain beside too many others", 5, scoped, append(drained(100, 0), trees(6, 0)...), true},
+		{"a drain beside a few others", 5, scoped, append(drained(100, 0), trees(5, 0)...), false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			why := blastRadius(Options{MaxReap: tt.max, Containers: tt.scope}, tt.ts)
+			why := blastRadius(Options{MaxReap: tt.max, Containers: tt.scope, InitExited: exited}, tt.ts)
 			if (why != "") != tt.refused {
 				t.Errorf("refused %q, want refused=%v", why, tt.refused)
 			}

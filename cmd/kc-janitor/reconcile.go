@@ -9,8 +9,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/janitor"
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 )
 
@@ -75,7 +75,7 @@ func runReconcile(c *cli.Context) error {
 			writeJSON(c.App.Writer, rep)
 		} else {
 			msg := liveErr.Error()
-			if !errors.Is(liveErr, liveness.ErrUnknown) {
+			if !errors.Is(liveErr, engine.ErrUnknown) {
 				msg = "ground truth unknown: " + msg
 			}
 			fmt.Fprintf(c.App.Writer, "%s\nnothing was touched.\n", msg)

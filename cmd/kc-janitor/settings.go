@@ -9,9 +9,9 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kc-watchman/kc-watchman/internal/cull"
+	"github.com/kc-watchman/kc-watchman/internal/engine/podman"
 	"github.com/kc-watchman/kc-watchman/internal/janitor"
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 	"github.com/kc-watchman/kc-watchman/internal/sweep"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
@@ -163,7 +163,7 @@ func checkPodmanURL(g globals) error {
 	if g.PodmanURL == "" {
 		return nil
 	}
-	if err := liveness.CheckURL(g.PodmanURL); err != nil {
+	if err := podman.CheckURL(g.PodmanURL); err != nil {
 		return usageErr("--podman-url: %v", err)
 	}
 	return nil

@@ -12,9 +12,9 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/cull"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 	"github.com/kc-watchman/kc-watchman/internal/sweep"
 )
@@ -347,7 +347,7 @@ func TestEngineVerdicts(t *testing.T) {
 			Error, []string{"remedy: start podman's API service"}},
 		{"cli", true, EngineInput{Name: NamePodman, Endpoint: "podman ps", Found: true, Asked: true, Source: "cli", UID: 0, Containers: 1, Live: 1},
 			OK, []string{"version ?", "the API did not answer"}},
-		{"tcp", false, EngineInput{Name: NameDocker, Endpoint: "tcp://h:2375", Named: true, Asked: true, Source: "api", UID: liveness.UIDUnknown},
+		{"tcp", false, EngineInput{Name: NameDocker, Endpoint: "tcp://h:2375", Named: true, Asked: true, Source: "api", UID: engine.UIDUnknown},
 			Warn, []string{"owner is unknown"}},
 		{"auto, absent", true, EngineInput{Name: NameContainerd, Endpoint: "/run/containerd/containerd.sock"}, OK,
 			[]string{"not asked: auto found nothing at /run/containerd/containerd.sock"}},

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
 	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
@@ -92,7 +92,7 @@ func TestCorroboration(t *testing.T) {
 		cidInit = "7777777777777777777777777777777777777777777777777777777777777777"
 		cidGone = "8888888888888888888888888888888888888888888888888888888888888888"
 	)
-	empty := liveness.Set{Source: liveness.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()}
+	empty := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()}
 	// MinAge 0: no age rule. Ages count in clock ticks, so a tree scanned in
 	// its first tick is 0 old and any positive minimum would call it young.
 	base := Options{Comms: []string{comm}, KillGrace: 200 * time.Millisecond, Apply: true}
@@ -135,7 +135,7 @@ func TestCorroboration(t *testing.T) {
 		opt.Store = store
 		opt.Containers = map[string]bool{cidMon: true, cidInit: true, cidGone: true}
 		rep, err := Run(context.Background(), opt, empty)
-		if !errors.Is(err, ErrWrongStore) || !errors.Is(err, liveness.ErrUnknown) {
+		if !errors.Is(err, ErrWrongStore) || !errors.Is(err, engine.ErrUnknown) {
 			t.Fatalf("err = %v, want the wrong-store error", err)
 		}
 		for _, pid := range []int{a.PID, b.PID, c.PID} {
@@ -216,9 +216,9 @@ func TestEvidenceOfRunning(t *testing.T) {
 		app     = "2222222222222222222222222222222222222222222222222222222222222222"
 		other   = "3333333333333333333333333333333333333333333333333333333333333333"
 	)
-	empty := liveness.Set{Source: liveness.SourceAPI, Live: map[string]bool{}, States: map[string]string{}, UID: os.Geteuid()}
+	empty := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{}, States: map[string]string{}, UID: os.Geteuid()}
 	base := Options{Comms: []string{comm}, KillGrace: 200 * time.Millisecond}
-	one := func(t *testing.T, opt Options, live liveness.Set, pgid int) (Tree, error) {
+	one := func(t *testing.T, opt Options, live engine.Set, pgid int) (Tree, error) {
 		t.Helper()
 		rep, err := Run(context.Background(), opt, live)
 		tr := findByPGID(rep, pgid)

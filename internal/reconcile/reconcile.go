@@ -13,9 +13,9 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/corroborate"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
 	"github.com/kc-watchman/kc-watchman/internal/reap"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
@@ -162,7 +162,7 @@ func (r Report) Count(a action.Action) int {
 
 // Decide is the decision table for one tree. It is pure: the caller has
 // already established liveness.
-func Decide(t trees.Tree, live liveness.Set, minAge time.Duration) action.Action {
+func Decide(t trees.Tree, live engine.Set, minAge time.Duration) action.Action {
 	switch {
 	case t.Ambiguous:
 		return action.SkipAmbiguous
@@ -251,7 +251,7 @@ func (sc *Scanned) UseStore(s *ledger.Store) {
 
 // Run decides on the scanned trees with podman's answer and, with Apply,
 // reaps the strays.
-func (sc *Scanned) Run(ctx context.Context, live liveness.Set) (Report, error) {
+func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 	opt, log, records, found := sc.opt, sc.log, sc.records, sc.found
 	rep := Report{LivenessKnown: true, Source: string(live.Source), DryRun: !opt.Apply, Trees: []Tree{}}
 
@@ -457,7 +457,7 @@ func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) e
 // containers local evidence says still run (skip): the engine's silence
 // about them is what was contradicted, and their record is the evidence
 // the next run needs.
-func collect(opt Options, log *slog.Logger, records []*ledger.Record, live liveness.Set, skip map[string]bool, keep time.Duration) int {
+func collect(opt Options, log *slog.Logger, records []*ledger.Record, live engine.Set, skip map[string]bool, keep time.Duration) int {
 	if opt.Store == nil {
 		return 0
 	}

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
 )
 
@@ -48,7 +48,7 @@ func TestRunRealTrees(t *testing.T) {
 	stray := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: gone, Children: 1, Stubborn: true})
 	kept := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: liveID, Children: 1})
 	treesStarted := time.Now() // both trees run by now: each is at least this old
-	live := liveness.Set{Source: liveness.SourceAPI, Live: map[string]bool{liveID: true}, UID: os.Geteuid()}
+	live := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{liveID: true}, UID: os.Geteuid()}
 	store, err := ledger.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -222,7 +222,7 @@ func TestCollectKeepsRecordsWithLiveWrappers(t *testing.T) {
 		r.Supervisor = &ledger.Process{PID: self.PID, StartTicks: self.StartTicks + 1} // a recycled identity
 		return nil
 	})
-	live := liveness.Set{Source: liveness.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()}
+	live := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()}
 	opt := Options{Comms: []string{"kcsrv-collect"}, Containers: map[string]bool{withWrapper: true, deadOnly: true}, Store: store, Apply: true}
 	rep, err := Run(context.Background(), opt, live)
 	if err != nil {
@@ -251,7 +251,7 @@ func TestScanBeforeAsking(t *testing.T) {
 		t.Fatal(err)
 	}
 	late := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cid})
-	rep, err := sc.Run(context.Background(), liveness.Set{Source: liveness.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()})
+	rep, err := sc.Run(context.Background(), engine.Set{Source: engine.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +328,7 @@ func TestDryRunCollectsAfterRetention(t *testing.T) {
 			return nil
 		})
 	}
-	live := liveness.Set{Source: liveness.SourceAPI, Live: map[string]bool{liveContainer: true}, UID: os.Geteuid()}
+	live := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{liveContainer: true}, UID: os.Geteuid()}
 	opt := Options{Comms: []string{"kcsrv-retain"}, Store: store, LedgerRetention: time.Hour,
 		Containers: map[string]bool{withWrapper: true, deadOnly: true, liveContainer: true}}
 	rep, err := Run(context.Background(), opt, live)

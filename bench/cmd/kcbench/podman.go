@@ -20,7 +20,7 @@ import (
 // containers.conf (runc, file locks, no events, cgroupfs, rlimits that
 // work here), its own storage (vfs) and API socket, containers from a
 // busybox rootfs with no network. The recipe is the one of
-// internal/liveness/podman_test.go.
+// internal/engine/podman/podman_test.go.
 type privatePodman struct {
 	bin, dir, root, runroot, rootfs, sock, conf string
 	service                                     *child

@@ -1,4 +1,4 @@
-package liveness
+package podman
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/podmantest"
 )
 
@@ -253,7 +254,7 @@ func TestQueryRealPodman(t *testing.T) {
 	slices.Sort(wantLive)
 	log := testLogger(t)
 
-	check := func(name string, set Set, src Source) {
+	check := func(name string, set engine.Set, src engine.Source) {
 		t.Helper()
 		t.Logf("%s: source %s, took %v, uid %d, states %v", name, set.Source, set.Took, set.UID, set.States)
 		if set.Source != src {
@@ -283,7 +284,7 @@ func TestQueryRealPodman(t *testing.T) {
 	if err != nil {
 		t.Fatalf("API query: %v", err)
 	}
-	check("api", api, SourceAPI)
+	check("api", api, engine.SourceAPI)
 	if api.Endpoint != p.url() {
 		t.Errorf("api endpoint = %q", api.Endpoint)
 	}
@@ -299,7 +300,7 @@ func TestQueryRealPodman(t *testing.T) {
 	if err != nil {
 		t.Fatalf("CLI query: %v", err)
 	}
-	check("cli", cli, SourceCLI)
+	check("cli", cli, engine.SourceCLI)
 	if !maps.Equal(api.States, cli.States) {
 		t.Errorf("raw states differ:\napi %v\ncli %v", api.States, cli.States)
 	}
@@ -315,7 +316,7 @@ func TestQueryRealPodman(t *testing.T) {
 		t.Fatalf("CLI --url query: %v", err)
 	}
 	remote.UID = 0 // the test's own rootful service
-	check("cli --url", remote, SourceCLI)
+	check("cli --url", remote, engine.SourceCLI)
 	if !maps.Equal(api.States, remote.States) {
 		t.Errorf("raw states differ:\napi    %v\nremote %v", api.States, remote.States)
 	}
@@ -360,7 +361,7 @@ func TestQueryStoreArgs(t *testing.T) {
 	log := testLogger(t)
 
 	same, err := Query(t.Context(), Options{URL: p.url(), CLIArgs: p.globalArgs(), Timeout: 30 * time.Second, Logger: log})
-	if err != nil || same.Source != SourceAPI || !same.IsLive(id) {
+	if err != nil || same.Source != engine.SourceAPI || !same.IsLive(id) {
 		t.Fatalf("same store: %+v, %v; want the API's answer", same, err)
 	}
 
@@ -374,7 +375,7 @@ func TestQueryStoreArgs(t *testing.T) {
 	if err != nil {
 		t.Fatalf("other store: %v", err)
 	}
-	if set.Source != SourceCLI || set.IsLive(id) {
+	if set.Source != engine.SourceCLI || set.IsLive(id) {
 		t.Fatalf("other store: source %s, live %v; want the CLI's answer about the named (empty) store", set.Source, set.Live)
 	}
 

@@ -1,108 +1,29 @@
-// Package liveness asks podman which containers are alive. Its answer is
-// the janitor's ground truth: a supervisor tree whose container is not in
-// the live set is a stray.
+// Package podman is podman's engine client: which containers are alive,
+// a --container reference, and container deaths (libpod's event stream, or
+// `podman events` where no service runs).
 //
 // Query first asks the podman API service (the bindings), then falls back to
 // the podman CLI (`podman ps --all --no-trunc --format json`). If neither
-// answers, the error wraps ErrUnknown and callers must do nothing: an empty
+// answers, the error wraps engine.ErrUnknown and callers must do nothing: an empty
 // or partial live set taken for the truth would turn every tree into a stray.
-package liveness
+package podman
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 )
-
-// ErrUnknown means neither the API nor the CLI told us which containers are
-// alive. Callers must not act on any tree when they see it.
-var ErrUnknown = errors.New("ground truth unknown")
-
-// Source says where a Set came from.
-type Source string
-
-const (
-	// SourceAPI: the podman API service, through the bindings.
-	SourceAPI Source = "api"
-	// SourceCLI: the podman CLI (`podman ps`), the fallback.
-	SourceCLI Source = "cli"
-)
-
-// DefaultTimeout bounds a whole Query when Options.Timeout is zero.
-const DefaultTimeout = 10 * time.Second
 
 // RootfulSocket is the rootful podman service's default socket.
 const RootfulSocket = "/run/podman/podman.sock"
-
-// UIDUnknown is Set.UID when the endpoint's owner cannot be determined (a
-// tcp URL): callers then have ground truth for no UID's trees.
-const UIDUnknown = -1
-
-// Set is podman's view of its containers at one moment.
-type Set struct {
-	// Source is where the answer came from: "api" or "cli".
-	Source Source
-	// Live holds the full (64 lowercase hex) IDs of the containers whose raw
-	// state is live (see IsLiveState). A container absent from Live is either
-	// not live or unknown to this podman.
-	Live map[string]bool
-	// States maps every listed container's full ID to podman's raw state
-	// string ("running", "exited", ...), live or not.
-	States map[string]string
-	// Names maps a listed container's full ID to its names (without the
-	// leading "/" Docker's API puts there), for resolving --container.
-	Names map[string][]string
-	// PIDs maps a listed container's full ID to its init process's host
-	// PID when the engine said (0 or absent: not running, or not told).
-	PIDs map[string]int
-	// Ignored lists IDs podman printed that are not full container IDs;
-	// they are left out of Live and States (and logged).
-	Ignored []string
-	// UID owns the podman that answered, and is the only UID whose trees this
-	// Set is ground truth for: root's podman does not know a rootless user's
-	// containers (and vice versa), so another UID's supervisor tree is not a
-	// stray just because it is missing here. For a unix socket it is the
-	// socket file's owner; for the plain CLI fallback it is this process's
-	// effective UID (the UID podman picks its store by); UIDUnknown for tcp.
-	UID int
-	// UIDs, when not nil, replaces UID as the set of UIDs this Set is ground
-	// truth for: the union of several engines' answers vouches for each
-	// engine's UID (see Vouches).
-	UIDs []int
-	// Endpoint describes what was asked: the API URL, or the CLI command.
-	Endpoint string
-	// Took is how long the successful query took (the failed API attempt
-	// before a CLI answer not included).
-	Took time.Duration
-}
-
-// IsLive reports whether id is a live container in s.
-func (s Set) IsLive(id string) bool { return s.Live[id] }
-
-// Vouches reports whether s is ground truth for trees of uid: the endpoint
-// that answered runs as uid (or, for a union, one of them does).
-func (s Set) Vouches(uid int) bool {
-	if uid < 0 {
-		return false
-	}
-	if s.UIDs != nil {
-		for _, u := range s.UIDs {
-			if u == uid {
-				return true
-			}
-		}
-		return false
-	}
-	return uid == s.UID
-}
 
 // liveStates are podman's raw container states that count as alive: the
 // container exists and its processes may run (or are about to, or are
@@ -179,48 +100,26 @@ func CheckURL(raw string) error {
 	return err
 }
 
-// endpoint is a parsed API URL.
-type endpoint struct {
-	raw    string
-	scheme string // "unix" or "tcp"
-	path   string // socket path for unix
-}
+// endpoint is a parsed podman API URL.
+type endpoint = engine.URL
 
+// parseEndpoint is engine.ParseURL worded for podman.
 func parseEndpoint(raw string) (endpoint, error) {
-	u, err := url.Parse(raw)
+	ep, err := engine.ParseURL(raw)
 	if err != nil {
-		return endpoint{}, fmt.Errorf("podman URL %q: %w", raw, err)
+		return endpoint{}, fmt.Errorf("podman URL %w", err)
 	}
-	switch u.Scheme {
-	case "unix":
-		p := u.Path
-		if u.Host != "" { // unix://relative/path, as the bindings accept it
-			p = "/" + u.Host + u.Path
-		}
-		if p == "" || p == "/" {
-			return endpoint{}, fmt.Errorf("podman URL %q: no socket path", raw)
-		}
-		return endpoint{raw: raw, scheme: "unix", path: filepath.Clean(p)}, nil
-	case "tcp":
-		if u.Host == "" {
-			return endpoint{}, fmt.Errorf("podman URL %q: no host", raw)
-		}
-		return endpoint{raw: raw, scheme: "tcp"}, nil
-	default:
-		// ssh would need keys, known_hosts and a remote shell: not a janitor's
-		// business, and not something to block on from a cron job.
-		return endpoint{}, fmt.Errorf("podman URL %q: scheme %q not supported (unix or tcp)", raw, u.Scheme)
-	}
+	return ep, nil
 }
 
 // isDefault reports whether ep is this process's own default podman socket,
 // which the plain CLI (no --url) reads from the same store.
-func (ep endpoint) isDefault() bool {
-	if ep.scheme != "unix" {
+func isDefault(ep endpoint) bool {
+	if ep.Network != "unix" {
 		return false
 	}
 	def, err := parseEndpoint(DefaultURL())
-	return err == nil && def.path == ep.path
+	return err == nil && def.Addr == ep.Addr
 }
 
 // cliGlobalArgs returns the global CLI arguments that make `podman ps` ask
@@ -229,10 +128,10 @@ func cliGlobalArgs(ep endpoint, override []string) []string {
 	if override != nil {
 		return override
 	}
-	if ep.isDefault() {
+	if isDefault(ep) {
 		return nil
 	}
-	return []string{"--url", ep.raw}
+	return []string{"--url", ep.Raw}
 }
 
 // LocalCLIArgs returns the global arguments that make the podman CLI read
@@ -245,7 +144,7 @@ func LocalCLIArgs(url string, override []string) (args []string, ok bool) {
 		return override, true
 	}
 	ep, err := parseEndpoint(resolveURL(url))
-	if err != nil || !ep.isDefault() {
+	if err != nil || !isDefault(ep) {
 		return nil, false
 	}
 	return nil, true
@@ -261,14 +160,14 @@ func LocalCLIArgs(url string, override []string) (args []string, ok bool) {
 // Set.UID is the UID the answer is ground truth for: the socket's owner
 // when the API (or the CLI through --url) answered, this process's
 // effective UID when the plain CLI read its own store.
-func Query(ctx context.Context, opt Options) (Set, error) {
+func Query(ctx context.Context, opt Options) (engine.Set, error) {
 	log := opt.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	timeout := opt.Timeout
 	if timeout <= 0 {
-		timeout = DefaultTimeout
+		timeout = engine.DefaultTimeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -315,21 +214,21 @@ func Query(ctx context.Context, opt Options) (Set, error) {
 		args = opt.CLIArgs
 	case epErr != nil:
 		// An unusable URL names no podman we could ask the same question.
-		return Set{}, fmt.Errorf("%w: %w", ErrUnknown, apiErr)
+		return engine.Set{}, fmt.Errorf("%w: %w", engine.ErrUnknown, apiErr)
 	default:
 		args = cliGlobalArgs(ep, nil)
 	}
 	set, cliErr := queryCLI(ctx, opt.PodmanBin, args, log)
 	if cliErr != nil {
 		log.Warn("podman CLI failed", "err", cliErr)
-		return Set{}, fmt.Errorf("%w: %w; %w", ErrUnknown, apiErr, cliErr)
+		return engine.Set{}, fmt.Errorf("%w: %w; %w", engine.ErrUnknown, apiErr, cliErr)
 	}
 	set.UID = os.Geteuid()
-	if opt.CLIArgs == nil && !ep.isDefault() {
+	if opt.CLIArgs == nil && !isDefault(ep) {
 		// The CLI went to the service through --url: we never saw the
 		// connection that answered, and a stat of the socket's path can be
 		// swapped (issue 16), so this answer vouches for nobody's trees.
-		set.UID = UIDUnknown
+		set.UID = engine.UIDUnknown
 		log.Warn("the podman CLI answered through --url; its service's UID is unknown, so no tree is judged", "url", raw)
 	}
 	return set, nil
@@ -386,7 +285,7 @@ func fromEntries(es []entry) (listing, error) {
 	return l, nil
 }
 
-func logIgnored(log *slog.Logger, src Source, ids []string) {
+func logIgnored(log *slog.Logger, src engine.Source, ids []string) {
 	for _, id := range ids {
 		log.Warn("ignoring a listed container without a full ID", "source", src, "id", id)
 	}

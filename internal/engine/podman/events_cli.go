@@ -1,4 +1,4 @@
-package engine
+package podman
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 )
 
 // cliEventsSettle: a `podman events` still running this long after its
@@ -21,8 +21,8 @@ const cliEventsSettle = time.Second
 
 // deathsWithoutAPI follows `podman events` when the API service could not
 // be asked (apiErr), or says why there are no events.
-func (p *podman) deathsWithoutAPI(ctx context.Context, w DeathWatch, apiErr error) error {
-	args, ok := liveness.LocalCLIArgs(p.cfg.PodmanURL, p.cfg.PodmanArgs)
+func (p *podman) deathsWithoutAPI(ctx context.Context, w engine.DeathWatch, apiErr error) error {
+	args, ok := LocalCLIArgs(p.cfg.PodmanURL, p.cfg.PodmanArgs)
 	if !ok {
 		// The CLI could only go to the same service, through --url.
 		return p.noEvents(fmt.Errorf("%w; the CLI reaches that podman only through it", apiErr))
@@ -40,7 +40,7 @@ func (p *podman) noEvents(why error) error {
 	if p.subscribed.Load() {
 		return fmt.Errorf("podman events: %w", why)
 	}
-	return fmt.Errorf("%w: %w", ErrNoEvents, why)
+	return fmt.Errorf("%w: %w", engine.ErrNoEvents, why)
 }
 
 var errNoCLI = errors.New("no podman CLI")
@@ -72,7 +72,7 @@ func (e podmanCLIEvent) at() time.Time {
 // deathsCLI runs `podman <args> events` for container deaths until ctx is
 // done (nil) or the CLI exits (an error). The deaths it reports are only
 // triggers, as the API's: the decision asks the engines again.
-func (p *podman) deathsCLI(parent context.Context, w DeathWatch, global []string) error {
+func (p *podman) deathsCLI(parent context.Context, w engine.DeathWatch, global []string) error {
 	args := append(append([]string{}, global...), "events", "--stream", "--format", "json",
 		"--filter", "type=container", "--filter", "event=died")
 	if !w.Since.IsZero() {
@@ -80,7 +80,7 @@ func (p *podman) deathsCLI(parent context.Context, w DeathWatch, global []string
 	}
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
-	cmd, err := liveness.Command(ctx, p.cfg.PodmanBin, args)
+	cmd, err := Command(ctx, p.cfg.PodmanBin, args)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errNoCLI, err)
 	}
@@ -97,9 +97,9 @@ func (p *podman) deathsCLI(parent context.Context, w DeathWatch, global []string
 	lines := make(chan []byte)
 	readErr := make(chan error, 1)
 	go func() {
-		msgs := newMessages(out, MaxEventMessage, w.Skipped)
+		msgs := engine.NewMessages(out, engine.MaxEventMessage, w.Skipped)
 		for {
-			l, err := msgs.next()
+			l, err := msgs.Next()
 			if err != nil {
 				if errors.Is(err, io.EOF) {
 					err = nil
@@ -123,7 +123,7 @@ func (p *podman) deathsCLI(parent context.Context, w DeathWatch, global []string
 		}
 		isReady = true
 		p.subscribed.Store(true)
-		p.cfg.logger().Debug("podman events (CLI) followed", "cmd", endpoint, "since", w.Since)
+		p.cfg.Log().Debug("podman events (CLI) followed", "cmd", endpoint, "since", w.Since)
 		if w.Ready != nil {
 			w.Ready()
 		}
@@ -141,14 +141,14 @@ loop:
 			var ev podmanCLIEvent
 			if err := json.Unmarshal(l, &ev); err != nil {
 				if w.Skipped != nil {
-					w.Skipped(SkipMalformed, int64(len(l)))
+					w.Skipped(engine.SkipMalformed, int64(len(l)))
 				}
 				continue
 			}
 			if ev.Type != "container" || ev.Status != "died" || !containerid.Valid(ev.ID) {
 				continue
 			}
-			w.Death(Death{Engine: "podman", ID: ev.ID, At: ev.at()})
+			w.Death(engine.Death{Engine: "podman", ID: ev.ID, At: ev.at()})
 		case streamErr = <-readErr:
 			break loop
 		case <-ctx.Done():
@@ -166,7 +166,7 @@ loop:
 	if streamErr == nil {
 		streamErr = io.ErrUnexpectedEOF
 	}
-	return fmt.Errorf("podman events (CLI) %s: stream ended: %w%s", endpoint, streamErr, liveness.QuoteStderr(stderr.buf))
+	return fmt.Errorf("podman events (CLI) %s: stream ended: %w%s", endpoint, streamErr, QuoteStderr(stderr.buf))
 }
 
 // headWriter keeps the first max bytes written to it.

@@ -1,4 +1,4 @@
-package containerdapi
+package containerd
 
 import (
 	"context"

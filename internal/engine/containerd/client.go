@@ -1,7 +1,7 @@
-// Package containerdapi asks a containerd daemon, through the gRPC services
-// of containerd's api module, which containers exist in which namespaces,
-// which of them have a live task (and its PID), and reports task exits and
-// deletions as they happen.
+// Package containerd is containerd's engine client: it asks a containerd
+// daemon, through the gRPC services of containerd's api module, which
+// containers exist in which namespaces, which of them have a live task
+// (and its PID), and reports task exits and deletions as they happen.
 //
 // It speaks the api module's gRPC services directly rather than through
 // containerd's full Go client: the full client (containerd/v2/client)
@@ -10,7 +10,7 @@
 // wire-compatible with containerd 1.6 (Debian 12's 1.6.20 is tested) and
 // later. The namespace of each call travels as the gRPC metadata key
 // "containerd-namespace", as containerd's own client sends it.
-package containerdapi
+package containerd
 
 import (
 	"context"
@@ -24,7 +24,8 @@ import (
 	"time"
 
 	versionapi "github.com/containerd/containerd/api/services/version/v1"
-	"github.com/kc-watchman/kc-watchman/internal/peercred"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/engine/peercred"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
@@ -35,10 +36,6 @@ import (
 // DefaultAddress is containerd's default gRPC socket.
 const DefaultAddress = "/run/containerd/containerd.sock"
 
-// UIDUnknown is PeerUID's answer before any connection was made, or when
-// the peer's credentials could not be read.
-const UIDUnknown = -1
-
 // namespaceKey is the gRPC metadata key containerd reads a call's
 // namespace from.
 const namespaceKey = "containerd-namespace"
@@ -48,7 +45,7 @@ const namespaceKey = "containerd-namespace"
 // would otherwise leave it deaf and open for ever) and drops the
 // connection when a ping goes unanswered. containerd 1.6 (and 1.7, 2.x)
 // builds its gRPC server with no keepalive options (services/server's
-// New), so grpc-go's default enforcement policy holds: pings less than 5
+// Dial), so grpc-go's default enforcement policy holds: pings less than 5
 // minutes apart are strikes, the third a GOAWAY "too_many_pings", and
 // none without an open stream. 6 minutes keeps clear of that with room
 // for timer slack; idle connections are not pinged.
@@ -94,21 +91,21 @@ func CheckAddress(addr string) (string, error) {
 	return filepath.Clean(p), nil
 }
 
-// New prepares a client for the containerd socket at addr. It does not
+// Dial prepares a client for the containerd socket at addr. It does not
 // connect: the first call does, bounded by that call's context, through
 // peercred.DialUnix: a socket path that is a symlink is refused, and the
 // UID the answers vouch for is the peer's on that very connection.
-func New(addr string) (*Client, error) {
+func Dial(addr string) (*Client, error) {
 	p, err := CheckAddress(addr)
 	if err != nil {
 		return nil, err
 	}
 	c := &Client{address: p}
-	c.peerUID.Store(UIDUnknown)
+	c.peerUID.Store(engine.UIDUnknown)
 	dial := func(ctx context.Context, _ string) (net.Conn, error) {
 		conn, uid, err := peercred.DialUnixAs(ctx, "containerd's socket", p)
 		if err != nil {
-			c.peerUID.Store(UIDUnknown)
+			c.peerUID.Store(engine.UIDUnknown)
 			return nil, err
 		}
 		c.peerUID.Store(int64(uid))
@@ -134,7 +131,7 @@ func New(addr string) (*Client, error) {
 func (c *Client) Address() string { return c.address }
 
 // PeerUID is the UID of the process that accepted the latest connection
-// (SO_PEERCRED): the UID containerd's answers vouch for. UIDUnknown before
+// (SO_PEERCRED): the UID containerd's answers vouch for. engine.UIDUnknown before
 // the first call.
 func (c *Client) PeerUID() int { return int(c.peerUID.Load()) }
 

@@ -1,4 +1,4 @@
-package liveness
+package podman
 
 import (
 	"errors"

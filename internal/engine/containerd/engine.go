@@ -1,4 +1,4 @@
-package engine
+package containerd
 
 import (
 	"context"
@@ -9,13 +9,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/containerdapi"
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 )
 
 func init() {
-	Register(Spec{Name: "containerd", Detect: detectContainerd, New: newContainerd})
+	engine.Register(engine.Spec{Name: "containerd", Detect: detectContainerd, New: New})
 }
 
 // namespaceName is containerd's rule for a namespace identifier: a name
@@ -23,13 +22,13 @@ func init() {
 var namespaceName = regexp.MustCompile(`^[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*$`)
 
 // containerd asks containerd through the gRPC services of its api module
-// (internal/containerdapi; docs/ENGINES.md, "containerd"). Each question
+// (client.go; docs/ENGINES.md, "containerd"). Each question
 // opens its own connection and closes it before returning: engines are
 // built per question and per round and dropped without a word, and a
 // connection held by an engine would outlive it (one socket and three
 // goroutines per round of watch, on both sides).
 type containerd struct {
-	cfg        Config
+	cfg        engine.Config
 	address    string
 	namespaces []string
 	// ambiguous names the known sockets that all exist when none was
@@ -43,21 +42,21 @@ type containerd struct {
 // the first that exists is asked; on a k3s node auto must not fall back to
 // podman or Docker and miss every pod.
 var containerdSockets = []string{
-	containerdapi.DefaultAddress,
+	DefaultAddress,
 	"/run/k3s/containerd/containerd.sock",
 	"/var/snap/microk8s/common/run/containerd.sock",
 }
 
 // containerdAddress is --containerd-address, else $CONTAINERD_ADDRESS,
 // else the first of the known sockets that exists (else upstream's).
-func containerdAddress(cfg Config) string {
+func containerdAddress(cfg engine.Config) string {
 	if cfg.ContainerdAddress != "" || os.Getenv("CONTAINERD_ADDRESS") != "" {
-		return containerdapi.ResolveAddress(cfg.ContainerdAddress)
+		return ResolveAddress(cfg.ContainerdAddress)
 	}
 	if p, ok := firstExisting(containerdSockets); ok {
 		return p
 	}
-	return containerdapi.DefaultAddress
+	return DefaultAddress
 }
 
 // existing are those of paths that exist.
@@ -82,27 +81,27 @@ func firstExisting(paths []string) (string, bool) {
 	return "", false
 }
 
-// CheckContainerdSettings refuses a malformed --containerd-address or
+// CheckSettings refuses a malformed --containerd-address or
 // --containerd-namespace before anything runs.
-func CheckContainerdSettings(addr string, namespaces []string) error {
-	if _, err := containerdapi.CheckAddress(containerdapi.ResolveAddress(addr)); err != nil {
-		return fmt.Errorf("%w: --containerd-address: %w", ErrUsage, err)
+func CheckSettings(addr string, namespaces []string) error {
+	if _, err := CheckAddress(ResolveAddress(addr)); err != nil {
+		return fmt.Errorf("%w: --containerd-address: %w", engine.ErrUsage, err)
 	}
 	for _, ns := range namespaces {
 		if len(ns) > 76 || !namespaceName.MatchString(ns) {
-			return fmt.Errorf("%w: --containerd-namespace %q: not a containerd namespace name (letters, digits, and . _ - between them)", ErrUsage, ns)
+			return fmt.Errorf("%w: --containerd-namespace %q: not a containerd namespace name (letters, digits, and . _ - between them)", engine.ErrUsage, ns)
 		}
 	}
 	return nil
 }
 
-func newContainerd(cfg Config) (Engine, error) {
-	if err := CheckContainerdSettings(cfg.ContainerdAddress, cfg.ContainerdNamespaces); err != nil {
+func New(cfg engine.Config) (engine.Engine, error) {
+	if err := CheckSettings(cfg.ContainerdAddress, cfg.ContainerdNamespaces); err != nil {
 		return nil, err
 	}
-	p, err := containerdapi.CheckAddress(containerdAddress(cfg))
+	p, err := CheckAddress(containerdAddress(cfg))
 	if err != nil {
-		return nil, fmt.Errorf("%w: --containerd-address: %w", ErrUsage, err)
+		return nil, fmt.Errorf("%w: --containerd-address: %w", engine.ErrUsage, err)
 	}
 	c := &containerd{cfg: cfg, address: p, namespaces: cfg.ContainerdNamespaces}
 	if cfg.ContainerdAddress == "" && os.Getenv("CONTAINERD_ADDRESS") == "" {
@@ -114,11 +113,11 @@ func newContainerd(cfg Config) (Engine, error) {
 }
 
 // open makes the client for one question; the caller closes it.
-func (c *containerd) open() (*containerdapi.Client, error) {
+func (c *containerd) open() (*Client, error) {
 	if len(c.ambiguous) > 1 {
 		return nil, fmt.Errorf("containerd sockets at %s all exist: asking one would miss the others' containers; name the one to ask with --containerd-address (KC_CONTAINERD_ADDRESS)", strings.Join(c.ambiguous, " and "))
 	}
-	cl, err := containerdapi.New(c.address)
+	cl, err := Dial(c.address)
 	if err != nil {
 		return nil, fmt.Errorf("containerd at %s: %w", c.address, err)
 	}
@@ -127,7 +126,7 @@ func (c *containerd) open() (*containerdapi.Client, error) {
 
 // detectContainerd finds containerd when an address was given or its
 // socket exists (a symlink too: asking will refuse it, loudly).
-func detectContainerd(cfg Config) (string, bool) {
+func detectContainerd(cfg engine.Config) (string, bool) {
 	addr := containerdAddress(cfg)
 	if cfg.ContainerdAddress != "" || os.Getenv("CONTAINERD_ADDRESS") != "" {
 		return addr, true
@@ -144,12 +143,12 @@ func (c *containerd) Endpoint() string { return c.address }
 
 // list asks every namespace (or the named ones) at once; uid is the
 // answering peer's.
-func (c *containerd) list(ctx context.Context) (cs []containerdapi.Container, took time.Duration, uid int, err error) {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.timeout())
+func (c *containerd) list(ctx context.Context) (cs []Container, took time.Duration, uid int, err error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.AskTimeout())
 	defer cancel()
 	cl, err := c.open()
 	if err != nil {
-		return nil, 0, containerdapi.UIDUnknown, err
+		return nil, 0, engine.UIDUnknown, err
 	}
 	defer cl.Close()
 	start := time.Now()
@@ -161,41 +160,41 @@ func (c *containerd) list(ctx context.Context) (cs []containerdapi.Container, to
 // only those can be carried by a supervisor tree. Other IDs (ctr and
 // nerdctl names) are left out of the ground truth, and Resolve still
 // finds them.
-func (c *containerd) Live(ctx context.Context) (Answer, error) {
+func (c *containerd) Live(ctx context.Context) (engine.Answer, error) {
 	cs, took, uid, err := c.list(ctx)
 	if err != nil {
-		return Answer{}, err
+		return engine.Answer{}, err
 	}
-	if uid == containerdapi.UIDUnknown {
-		return Answer{}, errors.New("containerd at " + c.address + ": the answering peer's UID could not be read")
+	if uid == engine.UIDUnknown {
+		return engine.Answer{}, errors.New("containerd at " + c.address + ": the answering peer's UID could not be read")
 	}
-	a := Answer{Engine: "containerd", Endpoint: c.address, Source: liveness.SourceAPI, UID: uid, Took: took}
+	a := engine.Answer{Engine: "containerd", Endpoint: c.address, Source: engine.SourceAPI, UID: uid, Took: took}
 	for _, x := range cs {
 		if !containerid.Valid(x.ID) {
 			continue
 		}
-		a.Containers = append(a.Containers, Container{ID: x.ID, State: x.Status, Live: x.Live, InitPID: x.PID})
+		a.Containers = append(a.Containers, engine.Container{ID: x.ID, State: x.Status, Live: x.Live, InitPID: x.PID})
 	}
 	return a, nil
 }
 
 // Resolve matches ref against every listed container, 64-hex or not, in
 // every namespace asked: the same ID in two namespaces is two candidates.
-func (c *containerd) Resolve(ctx context.Context, ref string) ([]Match, error) {
+func (c *containerd) Resolve(ctx context.Context, ref string) ([]engine.Match, error) {
 	cs, _, _, err := c.list(ctx)
 	if err != nil {
 		return nil, err
 	}
-	all := make([]Container, 0, len(cs))
+	all := make([]engine.Container, 0, len(cs))
 	for _, x := range cs {
-		all = append(all, Container{ID: x.ID, State: x.Status, Live: x.Live, InitPID: x.PID})
+		all = append(all, engine.Container{ID: x.ID, State: x.Status, Live: x.Live, InitPID: x.PID})
 	}
-	return MatchRef("containerd", all, ref), nil
+	return engine.MatchRef("containerd", all, ref), nil
 }
 
 // Deaths follows containerd's /tasks/exit and /tasks/delete events.
 // containerd replays nothing, so w.Since is not used.
-func (c *containerd) Deaths(ctx context.Context, w DeathWatch) error {
+func (c *containerd) Deaths(ctx context.Context, w engine.DeathWatch) error {
 	var ready chan struct{}
 	if w.Ready != nil {
 		ready = make(chan struct{})
@@ -214,7 +213,7 @@ func (c *containerd) Deaths(ctx context.Context, w DeathWatch) error {
 		return err
 	}
 	defer cl.Close()
-	return cl.Subscribe(ctx, c.namespaces, ready, func(e containerdapi.Event) {
+	return cl.Subscribe(ctx, c.namespaces, ready, func(e Event) {
 		if !containerid.Valid(e.ContainerID) {
 			return
 		}
@@ -222,6 +221,6 @@ func (c *containerd) Deaths(ctx context.Context, w DeathWatch) error {
 		if at.IsZero() {
 			at = time.Now()
 		}
-		w.Death(Death{Engine: "containerd", ID: e.ContainerID, At: at})
+		w.Death(engine.Death{Engine: "containerd", ID: e.ContainerID, At: at})
 	})
 }

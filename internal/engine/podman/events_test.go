@@ -1,4 +1,4 @@
-package engine
+package podman
 
 import (
 	"context"
@@ -11,20 +11,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/dockertest"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/podmantest"
 )
 
 // followPodman runs e.Deaths in the background and returns the deaths it
 // reports, a channel closed on Ready, and a stop that cancels it and
 // returns Deaths' error.
-func followPodman(t *testing.T, e Engine, since time.Time) (<-chan Death, <-chan struct{}, func() error) {
+func followPodman(t *testing.T, e engine.Engine, since time.Time) (<-chan engine.Death, <-chan struct{}, func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	deaths := make(chan Death, 64)
+	deaths := make(chan engine.Death, 64)
 	ready := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		done <- e.Deaths(ctx, DeathWatch{Since: since, Ready: func() { close(ready) }, Death: func(d Death) { deaths <- d }})
+		done <- e.Deaths(ctx, engine.DeathWatch{Since: since, Ready: func() { close(ready) }, Death: func(d engine.Death) { deaths <- d }})
 	}()
 	stop := func() error {
 		cancel()
@@ -41,7 +43,7 @@ func followPodman(t *testing.T, e Engine, since time.Time) (<-chan Death, <-chan
 
 // waitDeath waits for the death of id, failing on a death reported for
 // any container of notDead.
-func waitDeath(t *testing.T, deaths <-chan Death, id string, notDead ...string) Death {
+func waitDeath(t *testing.T, deaths <-chan engine.Death, id string, notDead ...string) engine.Death {
 	t.Helper()
 	timeout := time.After(30 * time.Second)
 	for {
@@ -70,15 +72,15 @@ func TestPodmanDeaths(t *testing.T) {
 	url := pm.StartAPI(t)
 	for _, tc := range []struct {
 		name string
-		cfg  Config
+		cfg  engine.Config
 	}{
-		{"api", Config{PodmanURL: url, PodmanArgs: pm.GlobalArgs()}},
-		{"cli without a service", Config{PodmanURL: "unix://" + filepath.Join(t.TempDir(), "none.sock"),
+		{"api", engine.Config{PodmanURL: url, PodmanArgs: pm.GlobalArgs()}},
+		{"cli without a service", engine.Config{PodmanURL: "unix://" + filepath.Join(t.TempDir(), "none.sock"),
 			PodmanArgs: pm.GlobalArgs(), PodmanBin: pm.PodmanPath()}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.Timeout = 10 * time.Second
-			e, err := newPodman(tc.cfg)
+			e, err := New(tc.cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -129,7 +131,7 @@ func TestPodmanDeathsStream(t *testing.T) {
 		return fmt.Sprintf(`{"status":%[1]q,"id":%[2]q,"Type":"container","Action":%[1]q,"Actor":{"ID":%[2]q},"timeNano":1796177118728478786}`, action, id)
 	}
 	serve := func(body string) string {
-		u, _ := fakeDocker(t, func(w http.ResponseWriter, r *http.Request) {
+		u, _ := dockertest.Fake(t, func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path != podmanEventsPath || r.URL.Query().Get("filters") != podmanDeathFilter {
 				http.Error(w, `{"message":"not the request podman expects"}`, http.StatusBadRequest)
 				return
@@ -149,23 +151,23 @@ func TestPodmanDeathsStream(t *testing.T) {
 		{"garbage passed over", "<html>\n" + event("died", id) + "\n<html>", []string{id}, "stream ended", 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e, _ := newPodman(Config{PodmanURL: serve(tc.body)})
+			e, _ := New(engine.Config{PodmanURL: serve(tc.body)})
 			var got []string
 			malformed := 0
-			err := e.Deaths(t.Context(), DeathWatch{Death: func(d Death) {
+			err := e.Deaths(t.Context(), engine.DeathWatch{Death: func(d engine.Death) {
 				got = append(got, d.ID)
 				if d.Engine != "podman" || d.At.UnixNano() != 1796177118728478786 {
 					t.Errorf("death %+v, want podman's with the event's time", d)
 				}
 			}, Skipped: func(reason string, _ int64) {
-				if reason == SkipMalformed {
+				if reason == engine.SkipMalformed {
 					malformed++
 				}
 			}})
 			if malformed != tc.malformed {
 				t.Errorf("%d malformed messages counted, want %d", malformed, tc.malformed)
 			}
-			if err == nil || errors.Is(err, ErrNoEvents) || !strings.Contains(err.Error(), tc.err) {
+			if err == nil || errors.Is(err, engine.ErrNoEvents) || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("err = %v, want a dropped stream (%s)", err, tc.err)
 			}
 			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
@@ -175,12 +177,12 @@ func TestPodmanDeathsStream(t *testing.T) {
 	}
 
 	t.Run("refused request is an error", func(t *testing.T) {
-		u, _ := fakeDocker(t, func(w http.ResponseWriter, r *http.Request) {
+		u, _ := dockertest.Fake(t, func(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, `{"message":"no such thing"}`, http.StatusInternalServerError)
 		})
-		e, _ := newPodman(Config{PodmanURL: u})
-		err := e.Deaths(t.Context(), DeathWatch{Ready: func() { t.Error("Ready called for a refused request") }, Death: func(Death) {}})
-		if err == nil || errors.Is(err, ErrNoEvents) || !strings.Contains(err.Error(), "no such thing") {
+		e, _ := New(engine.Config{PodmanURL: u})
+		err := e.Deaths(t.Context(), engine.DeathWatch{Ready: func() { t.Error("Ready called for a refused request") }, Death: func(engine.Death) {}})
+		if err == nil || errors.Is(err, engine.ErrNoEvents) || !strings.Contains(err.Error(), "no such thing") {
 			t.Errorf("err = %v, want the service's refusal", err)
 		}
 	})
@@ -188,12 +190,12 @@ func TestPodmanDeathsStream(t *testing.T) {
 	t.Run("no service, then one that went away", func(t *testing.T) {
 		dir := t.TempDir()
 		sock := filepath.Join(dir, "podman.sock")
-		e, _ := newPodman(Config{PodmanURL: "unix://" + sock})
-		if err := e.Deaths(t.Context(), DeathWatch{Death: func(Death) {}}); !errors.Is(err, ErrNoEvents) {
+		e, _ := New(engine.Config{PodmanURL: "unix://" + sock})
+		if err := e.Deaths(t.Context(), engine.DeathWatch{Death: func(engine.Death) {}}); !errors.Is(err, engine.ErrNoEvents) {
 			t.Fatalf("no socket: err = %v, want ErrNoEvents", err)
 		}
 		e.(*podman).subscribed.Store(true)
-		if err := e.Deaths(t.Context(), DeathWatch{Death: func(Death) {}}); err == nil || errors.Is(err, ErrNoEvents) {
+		if err := e.Deaths(t.Context(), engine.DeathWatch{Death: func(engine.Death) {}}); err == nil || errors.Is(err, engine.ErrNoEvents) {
 			t.Fatalf("socket gone after a stream: err = %v, want an error to retry on", err)
 		}
 	})
@@ -204,8 +206,8 @@ func TestPodmanDeathsStream(t *testing.T) {
 		if err := os.Symlink(strings.TrimPrefix(u, "unix://"), link); err != nil {
 			t.Fatal(err)
 		}
-		e, _ := newPodman(Config{PodmanURL: "unix://" + link})
-		err := e.Deaths(t.Context(), DeathWatch{Death: func(d Death) { t.Errorf("death %+v through a symlink", d) }})
+		e, _ := New(engine.Config{PodmanURL: "unix://" + link})
+		err := e.Deaths(t.Context(), engine.DeathWatch{Death: func(d engine.Death) { t.Errorf("death %+v through a symlink", d) }})
 		if err == nil || !strings.Contains(err.Error(), "symlink") {
 			t.Errorf("err = %v, want a symlink refusal", err)
 		}
@@ -230,15 +232,15 @@ func TestPodmanDeathsStream(t *testing.T) {
 			{"no CLI", filepath.Join(t.TempDir(), "no-podman"), "no podman CLI", 0, true},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				e, _ := newPodman(Config{PodmanURL: "unix://" + filepath.Join(t.TempDir(), "none.sock"), PodmanArgs: []string{}, PodmanBin: tc.bin})
+				e, _ := New(engine.Config{PodmanURL: "unix://" + filepath.Join(t.TempDir(), "none.sock"), PodmanArgs: []string{}, PodmanBin: tc.bin})
 				n := 0
-				err := e.Deaths(t.Context(), DeathWatch{Death: func(d Death) {
+				err := e.Deaths(t.Context(), engine.DeathWatch{Death: func(d engine.Death) {
 					n++
 					if d.ID != id || d.At.UnixNano() != 1796177118728478786 {
 						t.Errorf("death %+v, want %s at the line's time", d, id[:12])
 					}
 				}})
-				if err == nil || errors.Is(err, ErrNoEvents) != tc.noEvents || !strings.Contains(err.Error(), tc.err) {
+				if err == nil || errors.Is(err, engine.ErrNoEvents) != tc.noEvents || !strings.Contains(err.Error(), tc.err) {
 					t.Errorf("err = %v, want %q (ErrNoEvents: %v)", err, tc.err, tc.noEvents)
 				}
 				if n != tc.deaths {

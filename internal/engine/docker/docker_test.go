@@ -1,9 +1,8 @@
-package engine
+package docker
 
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,7 +11,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/dockertest"
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 )
 
 func TestDockerRealEngine(t *testing.T) {
@@ -26,7 +25,7 @@ func TestDockerRealEngine(t *testing.T) {
 	created := dt.Must(t, "create", "--network", "none", dt.Image, "/bin/sleep", "100000")
 	t.Cleanup(func() { dt.Docker("rm", "-f", created) })
 
-	e, err := newDocker(Config{DockerURL: dt.URL, Timeout: 10 * time.Second})
+	e, err := New(engine.Config{DockerURL: dt.URL, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +33,7 @@ func TestDockerRealEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	states := map[string]Container{}
+	states := map[string]engine.Container{}
 	for _, c := range a.Containers {
 		states[c.ID] = c
 	}
@@ -47,7 +46,7 @@ func TestDockerRealEngine(t *testing.T) {
 			t.Errorf("container %s: got %+v, want state %s live %v", tc.id[:12], c, tc.state, tc.live)
 		}
 	}
-	if a.UID != os.Geteuid() || a.Source != liveness.SourceAPI {
+	if a.UID != os.Geteuid() || a.Source != engine.SourceAPI {
 		t.Errorf("answer uid %d source %s, want the dockerd's uid %d from api", a.UID, a.Source, os.Geteuid())
 	}
 
@@ -65,9 +64,9 @@ func TestDockerRealEngine(t *testing.T) {
 		victim := dt.Run(t, nil)
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
-		got := make(chan Death, 16)
+		got := make(chan engine.Death, 16)
 		done := make(chan error, 1)
-		go func() { done <- e.Deaths(ctx, DeathWatch{Death: func(d Death) { got <- d }}) }()
+		go func() { done <- e.Deaths(ctx, engine.DeathWatch{Death: func(d engine.Death) { got <- d }}) }()
 		// The subscription is in place once dockerd has it; a kill before
 		// that would be missed, so kill until the event comes.
 		tick := time.NewTicker(200 * time.Millisecond)
@@ -95,21 +94,6 @@ func TestDockerRealEngine(t *testing.T) {
 	})
 }
 
-// fakeDocker serves h on a unix socket in a temp dir and returns its URL.
-func fakeDocker(t *testing.T, h http.HandlerFunc) (string, string) {
-	t.Helper()
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "docker.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: h}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
-	return "unix://" + sock, dir
-}
-
 func TestDockerBadAnswersAreErrors(t *testing.T) {
 	id := strings.Repeat("ab", 32)
 	for _, tc := range []struct {
@@ -127,11 +111,11 @@ func TestDockerBadAnswersAreErrors(t *testing.T) {
 		{"server error", `{"message":"boom"}`, 500, "boom"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			u, _ := fakeDocker(t, func(w http.ResponseWriter, r *http.Request) {
+			u, _ := dockertest.Fake(t, func(w http.ResponseWriter, r *http.Request) {
 				w.WriteHeader(tc.code)
 				w.Write([]byte(tc.body))
 			})
-			e, err := newDocker(Config{DockerURL: u, Timeout: 5 * time.Second})
+			e, err := New(engine.Config{DockerURL: u, Timeout: 5 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -142,8 +126,8 @@ func TestDockerBadAnswersAreErrors(t *testing.T) {
 		})
 	}
 	t.Run("an empty list is an answer", func(t *testing.T) {
-		u, _ := fakeDocker(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("[]")) })
-		e, _ := newDocker(Config{DockerURL: u})
+		u, _ := dockertest.Fake(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("[]")) })
+		e, _ := New(engine.Config{DockerURL: u})
 		a, err := e.Live(t.Context())
 		if err != nil || len(a.Containers) != 0 || a.UID != os.Geteuid() {
 			t.Fatalf("Live() = %+v, %v", a, err)
@@ -153,8 +137,8 @@ func TestDockerBadAnswersAreErrors(t *testing.T) {
 
 func TestDockerHungAndUnreachable(t *testing.T) {
 	t.Run("hung", func(t *testing.T) {
-		u, _ := fakeDocker(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
-		e, _ := newDocker(Config{DockerURL: u, Timeout: 300 * time.Millisecond})
+		u, _ := dockertest.Fake(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+		e, _ := New(engine.Config{DockerURL: u, Timeout: 300 * time.Millisecond})
 		start := time.Now()
 		_, err := e.Live(t.Context())
 		if err == nil || !errors.Is(err, context.DeadlineExceeded) {
@@ -165,18 +149,18 @@ func TestDockerHungAndUnreachable(t *testing.T) {
 		}
 	})
 	t.Run("unreachable", func(t *testing.T) {
-		e, _ := newDocker(Config{DockerURL: "unix://" + filepath.Join(t.TempDir(), "none.sock")})
+		e, _ := New(engine.Config{DockerURL: "unix://" + filepath.Join(t.TempDir(), "none.sock")})
 		if _, err := e.Live(t.Context()); err == nil {
 			t.Fatal("no error from a socket that does not exist")
 		}
 	})
 	t.Run("symlinked socket is refused", func(t *testing.T) {
-		_, dir := fakeDocker(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("[]")) })
+		_, dir := dockertest.Fake(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("[]")) })
 		link := filepath.Join(dir, "link.sock")
 		if err := os.Symlink(filepath.Join(dir, "docker.sock"), link); err != nil {
 			t.Fatal(err)
 		}
-		e, _ := newDocker(Config{DockerURL: "unix://" + link})
+		e, _ := New(engine.Config{DockerURL: "unix://" + link})
 		if _, err := e.Live(t.Context()); err == nil || !strings.Contains(err.Error(), "symlink") {
 			t.Fatalf("err = %v, want a symlink refusal", err)
 		}
@@ -189,7 +173,7 @@ func TestDockerURL(t *testing.T) {
 		want     string
 		bad      bool
 	}{
-		{"", "", DefaultDockerURL, false},
+		{"", "", DefaultURL, false},
 		{"", "unix:///srv/d.sock", "unix:///srv/d.sock", false},
 		{"tcp://127.0.0.1:2375", "unix:///srv/d.sock", "tcp://127.0.0.1:2375", false},
 		{"ssh://host", "", "", true},
@@ -198,9 +182,9 @@ func TestDockerURL(t *testing.T) {
 	} {
 		t.Run(tc.url+"|"+tc.env, func(t *testing.T) {
 			t.Setenv("DOCKER_HOST", tc.env)
-			e, err := newDocker(Config{DockerURL: tc.url})
+			e, err := New(engine.Config{DockerURL: tc.url})
 			if tc.bad {
-				if !errors.Is(err, ErrUsage) {
+				if !errors.Is(err, engine.ErrUsage) {
 					t.Fatalf("err = %v, want usage", err)
 				}
 				return

@@ -1,4 +1,4 @@
-package liveness
+package podman
 
 import (
 	"bytes"
@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 )
 
 // cliWaitDelay bounds how long queryCLI waits for the CLI's output pipes
@@ -25,11 +27,11 @@ const maxStderr = 512
 // parses its output. The CLI runs in its own process group, killed as a
 // whole when ctx is done, so a hanging podman (or a wrapper script and its
 // children) cannot outlive the query.
-func queryCLI(ctx context.Context, bin string, global []string, log *slog.Logger) (Set, error) {
+func queryCLI(ctx context.Context, bin string, global []string, log *slog.Logger) (engine.Set, error) {
 	args := append(append([]string{}, global...), "ps", "--all", "--no-trunc", "--format", "json")
 	cmd, err := Command(ctx, bin, args)
 	if err != nil {
-		return Set{}, err
+		return engine.Set{}, err
 	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout = &stdout
@@ -40,18 +42,18 @@ func queryCLI(ctx context.Context, bin string, global []string, log *slog.Logger
 	err = cmd.Run()
 	took := time.Since(start)
 	if ctx.Err() != nil {
-		return Set{}, fmt.Errorf("podman CLI %s: %w (after %v)", endpoint, context.Cause(ctx), took.Round(time.Millisecond))
+		return engine.Set{}, fmt.Errorf("podman CLI %s: %w (after %v)", endpoint, context.Cause(ctx), took.Round(time.Millisecond))
 	}
 	if err != nil {
-		return Set{}, fmt.Errorf("podman CLI %s: %w%s", endpoint, err, QuoteStderr(stderr.Bytes()))
+		return engine.Set{}, fmt.Errorf("podman CLI %s: %w%s", endpoint, err, QuoteStderr(stderr.Bytes()))
 	}
 	l, err := parseCLI(stdout.Bytes())
 	if err != nil {
-		return Set{}, fmt.Errorf("podman CLI %s: %w%s", endpoint, err, QuoteStderr(stderr.Bytes()))
+		return engine.Set{}, fmt.Errorf("podman CLI %s: %w%s", endpoint, err, QuoteStderr(stderr.Bytes()))
 	}
-	logIgnored(log, SourceCLI, l.Ignored)
-	set := Set{
-		Source:   SourceCLI,
+	logIgnored(log, engine.SourceCLI, l.Ignored)
+	set := engine.Set{
+		Source:   engine.SourceCLI,
 		Live:     l.Live,
 		States:   l.States,
 		Names:    l.Names,

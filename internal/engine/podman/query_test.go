@@ -1,4 +1,4 @@
-package liveness
+package podman
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 )
 
 // IDs from testdata/ps-4.3.1.json, captured from Debian's podman 4.3.1
@@ -161,7 +163,7 @@ func TestParseEndpoint(t *testing.T) {
 		{in: "unix:///run/podman/podman.sock", scheme: "unix", path: "/run/podman/podman.sock"},
 		{in: "unix:///run//podman/./podman.sock", scheme: "unix", path: "/run/podman/podman.sock"},
 		{in: "unix://run/podman/podman.sock", scheme: "unix", path: "/run/podman/podman.sock"},
-		{in: "tcp://127.0.0.1:8080", scheme: "tcp"},
+		{in: "tcp://127.0.0.1:8080", scheme: "tcp", path: "127.0.0.1:8080"},
 		{in: "unix://", wantErr: true},
 		{in: "tcp://", wantErr: true},
 		{in: "ssh://core@host/run/podman/podman.sock", wantErr: true},
@@ -176,7 +178,7 @@ func TestParseEndpoint(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || ep.scheme != tt.scheme || ep.path != tt.path {
+		if err != nil || ep.Network != tt.scheme || ep.Addr != tt.path {
 			t.Errorf("parseEndpoint(%q) = %+v, %v; want %s %q", tt.in, ep, err, tt.scheme, tt.path)
 		}
 	}
@@ -219,9 +221,9 @@ func TestCLIGlobalArgs(t *testing.T) {
 		t.Errorf("default socket: args = %q, want none", got)
 	}
 	// Spelled differently, still the default.
-	alt, _ := parseEndpoint("unix://" + strings.Replace(def.path, "/", "//", 1))
+	alt, _ := parseEndpoint("unix://" + strings.Replace(def.Addr, "/", "//", 1))
 	if got := cliGlobalArgs(alt, nil); got != nil {
-		t.Errorf("default socket (%s): args = %q, want none", alt.raw, got)
+		t.Errorf("default socket (%s): args = %q, want none", alt.Raw, got)
 	}
 	// Another socket or tcp: the CLI must ask that same service.
 	for _, u := range []string{"unix:///tmp/other/podman.sock", "unix:///run/user/1000/podman/podman.sock", "tcp://127.0.0.1:8080"} {
@@ -259,7 +261,7 @@ func TestErrUnknownWrapping(t *testing.T) {
 	// that would ask some other podman.
 	t.Setenv("PATH", t.TempDir()) // no podman at all
 	_, err := Query(t.Context(), Options{URL: "ssh://core@host/run/podman/podman.sock"})
-	if !errors.Is(err, ErrUnknown) {
+	if !errors.Is(err, engine.ErrUnknown) {
 		t.Fatalf("err = %v, want ErrUnknown", err)
 	}
 }

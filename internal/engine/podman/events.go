@@ -1,4 +1,4 @@
-package engine
+package podman
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 )
 
 // podmanEventsPath is libpod's event stream. 4.0.0 is the oldest libpod
@@ -37,16 +38,16 @@ type podmanEvent struct {
 // Deaths follows libpod's event stream for "died". Without an API service
 // to ask (its socket absent or refusing, the URL not unix:// or tcp://)
 // it follows `podman events` instead when the CLI reads the same podman's
-// store directly (see liveness.LocalCLIArgs), else it returns ErrNoEvents:
+// store directly (see LocalCLIArgs), else it returns ErrNoEvents:
 // kc-hook's poststop, or the next round, covers that host. Once a stream
 // was open, a podman that cannot be followed any more is a dropped stream
 // like any other, subscribed again with backoff.
-func (p *podman) Deaths(ctx context.Context, w DeathWatch) error {
-	ep, err := parseAPIURL("podman-url", p.url)
+func (p *podman) Deaths(ctx context.Context, w engine.DeathWatch) error {
+	ep, err := engine.ParseFlagURL("podman-url", p.url)
 	if err != nil {
 		return p.deathsWithoutAPI(ctx, w, fmt.Errorf("podman API %s: %w", p.url, err))
 	}
-	hc, uidOf := ep.client("podman's API socket")
+	hc, uidOf := ep.Client("podman's API socket")
 	defer hc.CloseIdleConnections()
 	q := url.Values{"stream": {"true"}, "filters": {podmanDeathFilter}}
 	if !w.Since.IsZero() {
@@ -58,7 +59,7 @@ func (p *podman) Deaths(ctx context.Context, w DeathWatch) error {
 	if err != nil {
 		return err
 	}
-	resp, stop, err := openStream(ctx, hc, req, p.cfg.timeout())
+	resp, stop, err := engine.OpenStream(ctx, hc, req, p.cfg.AskTimeout())
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -66,33 +67,33 @@ func (p *podman) Deaths(ctx context.Context, w DeathWatch) error {
 		if ue := (*url.Error)(nil); errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return p.deathsWithoutAPI(ctx, w, fmt.Errorf("podman API %s: %w", ep.raw, err))
+		return p.deathsWithoutAPI(ctx, w, fmt.Errorf("podman API %s: %w", ep.Raw, err))
 	}
 	defer stop()
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("podman events %s: answered %d: %s", ep.raw, resp.StatusCode, apiMessage(b))
+		return fmt.Errorf("podman events %s: answered %d: %s", ep.Raw, resp.StatusCode, engine.APIMessage(b))
 	}
 	uid, err := uidOf()
 	if err != nil {
-		return fmt.Errorf("podman events %s: %w", ep.raw, err)
+		return fmt.Errorf("podman events %s: %w", ep.Raw, err)
 	}
 	p.subscribed.Store(true)
-	p.cfg.logger().Debug("podman event stream open", "url", ep.raw, "uid", uid, "since", w.Since)
+	p.cfg.Log().Debug("podman event stream open", "url", ep.Raw, "uid", uid, "since", w.Since)
 	if w.Ready != nil {
 		w.Ready()
 	}
-	return readPodmanDeaths(ctx, ep.raw, resp.Body, w)
+	return readPodmanDeaths(ctx, ep.Raw, resp.Body, w)
 }
 
 // readPodmanDeaths passes each "died" of a full container ID in body to
 // w.Death until body ends (an error) or ctx is done (nil).
-func readPodmanDeaths(ctx context.Context, endpoint string, body io.Reader, w DeathWatch) error {
-	msgs := newMessages(body, MaxEventMessage, w.Skipped)
+func readPodmanDeaths(ctx context.Context, endpoint string, body io.Reader, w engine.DeathWatch) error {
+	msgs := engine.NewMessages(body, engine.MaxEventMessage, w.Skipped)
 	for {
 		var ev podmanEvent
-		if err := msgs.decode(&ev); err != nil {
+		if err := msgs.Decode(&ev); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -108,6 +109,6 @@ func readPodmanDeaths(ctx context.Context, endpoint string, body io.Reader, w De
 		if ev.TimeNano > 0 {
 			at = time.Unix(0, ev.TimeNano)
 		}
-		w.Death(Death{Engine: "podman", ID: ev.Actor.ID, At: at})
+		w.Death(engine.Death{Engine: "podman", ID: ev.Actor.ID, At: at})
 	}
 }

@@ -1,4 +1,4 @@
-package engine
+package containerd
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/containerdtest"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 )
 
 func TestContainerdSettings(t *testing.T) {
@@ -29,9 +30,9 @@ func TestContainerdSettings(t *testing.T) {
 		{name: "namespace with a slash", ns: []string{"../x"}, bad: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := CheckContainerdSettings(tc.addr, tc.ns)
-			if tc.bad != (err != nil) || (err != nil && !errors.Is(err, ErrUsage)) {
-				t.Fatalf("CheckContainerdSettings(%q, %q) = %v; want bad=%v (a usage error)", tc.addr, tc.ns, err, tc.bad)
+			err := CheckSettings(tc.addr, tc.ns)
+			if tc.bad != (err != nil) || (err != nil && !errors.Is(err, engine.ErrUsage)) {
+				t.Fatalf("CheckSettings(%q, %q) = %v; want bad=%v (a usage error)", tc.addr, tc.ns, err, tc.bad)
 			}
 		})
 	}
@@ -54,7 +55,7 @@ func TestContainerdEngine(t *testing.T) {
 	name := "kc-named-" + hexID("")[:6]
 	namedPID := containerdtest.Run(t, addr, "kc-eng-a", name, nil, "/bin/sleep", "600")
 
-	e, err := newContainerd(Config{ContainerdAddress: addr})
+	e, err := New(engine.Config{ContainerdAddress: addr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,9 +111,9 @@ func TestContainerdEngine(t *testing.T) {
 	t.Run("deaths", func(t *testing.T) {
 		dctx, dcancel := context.WithCancel(ctx)
 		defer dcancel()
-		deaths := make(chan Death, 8)
+		deaths := make(chan engine.Death, 8)
 		done := make(chan error, 1)
-		go func() { done <- e.Deaths(dctx, DeathWatch{Death: func(d Death) { deaths <- d }}) }()
+		go func() { done <- e.Deaths(dctx, engine.DeathWatch{Death: func(d engine.Death) { deaths <- d }}) }()
 		// Kill until an event comes: the subscription may not be
 		// registered the instant Deaths starts.
 		deadline := time.Now().Add(30 * time.Second)

@@ -1,4 +1,4 @@
-package liveness
+package podman
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 )
 
 // These tests need no podman: the API is a missing or a silent socket, the
@@ -79,7 +81,7 @@ func TestQueryNothingAnswersIsUnknownQuickly(t *testing.T) {
 		Logger:    testLogger(t),
 	})
 	took := time.Since(start)
-	if !errors.Is(err, ErrUnknown) {
+	if !errors.Is(err, engine.ErrUnknown) {
 		t.Fatalf("Query = %+v, %v; want ErrUnknown", set, err)
 	}
 	t.Logf("took %v: %v", took, err)
@@ -102,7 +104,7 @@ func TestQueryCLIFallbackFailures(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			bin := writeScript(t, t.TempDir(), "podman", tt.body)
 			_, err := Query(t.Context(), Options{URL: url, PodmanBin: bin, Timeout: 5 * time.Second})
-			if !errors.Is(err, ErrUnknown) {
+			if !errors.Is(err, engine.ErrUnknown) {
 				t.Fatalf("err = %v, want ErrUnknown", err)
 			}
 			t.Log(err)
@@ -127,7 +129,7 @@ EOF
 	if err != nil {
 		t.Fatal(err)
 	}
-	if set.Source != SourceCLI || !set.IsLive(id('a')) || set.IsLive(id('b')) || set.States[id('b')] != "exited" {
+	if set.Source != engine.SourceCLI || !set.IsLive(id('a')) || set.IsLive(id('b')) || set.States[id('b')] != "exited" {
 		t.Errorf("set = %+v", set)
 	}
 	// A non-default socket: the CLI is pointed at it, not at its own store,
@@ -141,8 +143,8 @@ EOF
 		t.Errorf("CLI got %q, want %q", got, want)
 	}
 	// The socket cannot be stat'ed (nobody listens there): owner unknown.
-	if set.UID != UIDUnknown {
-		t.Errorf("UID = %d, want %d", set.UID, UIDUnknown)
+	if set.UID != engine.UIDUnknown {
+		t.Errorf("UID = %d, want %d", set.UID, engine.UIDUnknown)
 	}
 
 	// Explicit CLIArgs are used verbatim; the CLI's UID is this process's.
@@ -200,7 +202,7 @@ func TestQueryHangingAPIAndCLIIsUnknownWithinTimeout(t *testing.T) {
 	start := time.Now()
 	_, err := Query(t.Context(), Options{URL: "unix://" + sock, PodmanBin: bin, Timeout: timeout, Logger: testLogger(t)})
 	took := time.Since(start)
-	if !errors.Is(err, ErrUnknown) {
+	if !errors.Is(err, engine.ErrUnknown) {
 		t.Fatalf("err = %v, want ErrUnknown", err)
 	}
 	t.Logf("took %v: %v", took, err)
@@ -228,14 +230,14 @@ func TestQueryHangingAPILeavesTimeForCLI(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Query: %v (after %v)", err, took)
 	}
-	if set.Source != SourceCLI || !set.IsLive(id('c')) {
+	if set.Source != engine.SourceCLI || !set.IsLive(id('c')) {
 		t.Errorf("set = %+v", set)
 	}
 	// The CLI asked the service via --url: we never saw the connection
 	// that answered, and the socket's path could have been swapped under
 	// it, so the answer vouches for no UID (issue 16).
-	if set.UID != UIDUnknown {
-		t.Errorf("UID = %d, want %d: a stat of the path is no proof of who answered", set.UID, UIDUnknown)
+	if set.UID != engine.UIDUnknown {
+		t.Errorf("UID = %d, want %d: a stat of the path is no proof of who answered", set.UID, engine.UIDUnknown)
 	}
 	t.Logf("took %v", took)
 	if took > timeout {
@@ -252,7 +254,7 @@ func TestQueryRespectsParentContext(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	_, err := Query(ctx, Options{URL: "unix://" + sock, PodmanBin: bin, Timeout: time.Minute})
-	if !errors.Is(err, ErrUnknown) {
+	if !errors.Is(err, engine.ErrUnknown) {
 		t.Fatalf("err = %v, want ErrUnknown", err)
 	}
 	t.Log(err)

@@ -1,4 +1,4 @@
-package containerdapi
+package containerd
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // more).
 func BenchmarkTaskExitEvent(b *testing.B) {
 	addr := containerdtest.Address(b)
-	c, err := New(addr)
+	c, err := Dial(addr)
 	if err != nil {
 		b.Fatal(err)
 	}

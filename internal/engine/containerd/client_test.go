@@ -1,4 +1,4 @@
-package containerdapi
+package containerd
 
 import (
 	"context"
@@ -158,7 +158,7 @@ func TestUnreachable(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := New(tc.setup())
+			c, err := Dial(tc.setup())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -186,7 +186,7 @@ func TestUnreachable(t *testing.T) {
 // events.
 func TestLive(t *testing.T) {
 	addr := containerdtest.Address(t)
-	c, err := New(addr)
+	c, err := Dial(addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
 	"github.com/kc-watchman/kc-watchman/internal/sweep"
 )
 
@@ -437,8 +438,8 @@ func TestStraysVerdict(t *testing.T) {
 
 func TestSocketsVerdict(t *testing.T) {
 	rep := &sweep.Report{Sockets: []*sweep.Socket{
-		{Path: "/tmp/kc-1.sock", PID: 1, Kind: sweep.KindControl, Verdict: sweep.VerdictLive},
-		{Path: "/tmp/kc-2.sock", PID: 2, Kind: sweep.KindControl, Verdict: sweep.VerdictStale, Reason: "gone"},
+		{Path: "/tmp/kc-1.sock", PID: 1, Kind: sockets.KindControl, Verdict: sweep.VerdictLive},
+		{Path: "/tmp/kc-2.sock", PID: 2, Kind: sockets.KindControl, Verdict: sweep.VerdictStale, Reason: "gone"},
 	}}
 	c := Sockets(rep, nil)
 	if c.Verdict != Warn || !strings.Contains(c.Detail, "1 stale") || len(c.Items) != 1 {

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
 )
 
@@ -147,7 +148,7 @@ func TestSweepHashed(t *testing.T) {
 			if len(got) != 1 || s == nil {
 				t.Fatalf("swept %v, want only %s", keys(got), p)
 			}
-			if !s.Hashed || s.PID != 0 || s.Kind != KindSession {
+			if !s.Hashed || s.PID != 0 || s.Kind != sockets.KindSession {
 				t.Errorf("hashed %v pid %d kind %s, want a pid-less session socket", s.Hashed, s.PID, s.Kind)
 			}
 			if s.Verdict != tt.want {

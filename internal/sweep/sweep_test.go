@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
 )
 
@@ -134,7 +135,7 @@ func TestSweepVerdicts(t *testing.T) {
 				if s.Verdict != v {
 					t.Errorf("%s: verdict %s (%s), want %s", p, s.Verdict, s.Reason, v)
 				}
-				if tt.wantInCause != "" && s.Kind == KindControl && !strings.Contains(s.Reason, tt.wantInCause) {
+				if tt.wantInCause != "" && s.Kind == sockets.KindControl && !strings.Contains(s.Reason, tt.wantInCause) {
 					t.Errorf("%s: reason %q lacks %q", p, s.Reason, tt.wantInCause)
 				}
 				wantAction := ActionKept

@@ -1,4 +1,6 @@
-// Package unixdiag lists the listening Unix sockets of the caller's network
+package sockets
+
+// sock_diag: the listening Unix sockets of the caller's network
 // namespace through the kernel's sock_diag netlink interface, with the
 // path each was bound to and the inode of the socket file that bind(2)
 // created.
@@ -8,7 +10,6 @@
 // be read (ptrace access across user namespaces is refused), so a tree's
 // sockets cannot be found through its descriptors. sock_diag answers
 // without any: it needs no privilege and no access to the holder.
-package unixdiag
 
 import (
 	"encoding/binary"
@@ -34,8 +35,8 @@ const (
 	msgLen = 16 // sizeof(struct unix_diag_msg)
 )
 
-// Socket is one listening Unix socket bound to a path.
-type Socket struct {
+// DiagSocket is one listening Unix socket bound to a path.
+type DiagSocket struct {
 	// Inode is the socket's own inode (socket:[N] in /proc/<pid>/fd).
 	Inode uint64
 	// Path is what the holder passed to bind(2), in its mount namespace.
@@ -52,19 +53,19 @@ type Socket struct {
 // diagnostics (CONFIG_UNIX_DIAG unset).
 var ErrUnsupported = errors.New("unix socket diagnostics unavailable")
 
-// Listening returns the listening path-bound Unix sockets of the caller's
+// DiagListening returns the listening path-bound Unix sockets of the caller's
 // network namespace. Abstract and unnamed sockets are left out.
-func Listening() ([]Socket, error) {
+func DiagListening() ([]DiagSocket, error) {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
 	if err != nil {
 		return nil, fmt.Errorf("opening a sock_diag socket: %w", err)
 	}
 	defer unix.Close(fd)
-	if err := unix.Sendto(fd, request(), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+	if err := unix.Sendto(fd, diagRequest(), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return nil, fmt.Errorf("asking sock_diag for Unix sockets: %w", err)
 	}
 	buf := make([]byte, 64<<10)
-	var out []Socket
+	var out []DiagSocket
 	for {
 		n, _, err := unix.Recvfrom(fd, buf, 0)
 		if err != nil {
@@ -91,7 +92,7 @@ func Listening() ([]Socket, error) {
 				}
 				return nil, errors.New("sock_diag: truncated error message")
 			case unix.SOCK_DIAG_BY_FAMILY:
-				if s, ok := parse(m.Data); ok {
+				if s, ok := parseDiag(m.Data); ok {
 					out = append(out, s)
 				}
 			}
@@ -99,7 +100,7 @@ func Listening() ([]Socket, error) {
 	}
 }
 
-func request() []byte {
+func diagRequest() []byte {
 	b := make([]byte, unix.NLMSG_HDRLEN+reqLen)
 	ne := binary.NativeEndian
 	ne.PutUint32(b[0:], uint32(len(b)))
@@ -115,12 +116,12 @@ func request() []byte {
 }
 
 // parse reads one unix_diag_msg and its attributes.
-func parse(data []byte) (Socket, bool) {
+func parseDiag(data []byte) (DiagSocket, bool) {
 	if len(data) < msgLen || data[0] != unix.AF_UNIX || data[2] != tcpListen {
-		return Socket{}, false
+		return DiagSocket{}, false
 	}
 	ne := binary.NativeEndian
-	s := Socket{Inode: uint64(ne.Uint32(data[4:]))}
+	s := DiagSocket{Inode: uint64(ne.Uint32(data[4:]))}
 	attrs := data[msgLen:]
 	for len(attrs) >= 4 {
 		l := int(ne.Uint16(attrs[0:]))

@@ -1,4 +1,4 @@
-package safeunlink
+package sockets
 
 import (
 	"errors"
@@ -126,8 +126,8 @@ func TestUnlink(t *testing.T) {
 		}
 		defer unix.Close(d)
 		for _, n := range []string{"", ".", "..", "../x.sock", "a/b.sock"} {
-			if err := UnlinkAt(d, n, File{}); !errors.Is(err, ErrChanged) {
-				t.Errorf("UnlinkAt(%q) = %v", n, err)
+			if err := unlinkAt(d, n, File{}); !errors.Is(err, ErrChanged) {
+				t.Errorf("unlinkAt(%q) = %v", n, err)
 			}
 		}
 	})

@@ -1,4 +1,4 @@
-package unixdiag
+package sockets
 
 import (
 	"net"
@@ -23,9 +23,9 @@ func TestListeningFindsOwnSocket(t *testing.T) {
 	if err := unix.Lstat(path, &st); err != nil {
 		t.Fatal(err)
 	}
-	find := func() (Socket, bool) {
+	find := func() (DiagSocket, bool) {
 		t.Helper()
-		socks, err := Listening()
+		socks, err := DiagListening()
 		if err != nil {
 			t.Fatalf("Listening: %v", err)
 		}
@@ -34,7 +34,7 @@ func TestListeningFindsOwnSocket(t *testing.T) {
 				return s, true
 			}
 		}
-		return Socket{}, false
+		return DiagSocket{}, false
 	}
 	s, ok := find()
 	if !ok {
@@ -66,7 +66,7 @@ func TestParseRejectsShortAndAbstract(t *testing.T) {
 		{"abstract name", append(append([]byte{unix.AF_UNIX, 1, tcpListen, 0}, make([]byte, 12)...), 8, 0, attrName, 0, 0, 'x', 'y', 0)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if s, ok := parse(tc.data); ok {
+			if s, ok := parseDiag(tc.data); ok {
 				t.Fatalf("parse accepted %+v", s)
 			}
 		})

@@ -1,8 +1,9 @@
-// Package safeunlink removes socket files without ever removing anything
-// else: never through a symlink, never a file of another owner, never a
-// file that was replaced since it was examined. It is the one unlink
-// primitive of kc-watchman: the hook, reconcile and sweep all go through it.
-package safeunlink
+package sockets
+
+// The one unlink primitive of kc-watchman (the hook, reconcile and sweep
+// all go through it): it removes socket files without ever removing
+// anything else: never through a symlink, never a file of another owner,
+// never a file that was replaced since it was examined.
 
 import (
 	"errors"
@@ -53,20 +54,20 @@ func Examine(path string) (File, error) {
 }
 
 // Unlink removes path only if it is still the socket described by want.
-// See UnlinkAt.
+// See unlinkAt.
 func Unlink(path string, want File) error {
 	dfd, name, err := openParent(path)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(dfd)
-	if err := UnlinkAt(dfd, name, want); err != nil {
+	if err := unlinkAt(dfd, name, want); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil
 }
 
-// UnlinkAt removes name from the directory open as dirfd, but only if,
+// unlinkAt removes name from the directory open as dirfd, but only if,
 // checked immediately before the unlink, the entry (not following
 // symlinks) is a socket with want's device, inode, owner and, when want
 // has one, change time. The check and
@@ -75,7 +76,7 @@ func Unlink(path string, want File) error {
 // system calls remains between the check and unlinkat(2); the inode check
 // narrows it to an entry being replaced in that window, which needs write
 // access to the directory (and, in a sticky directory, its own file).
-func UnlinkAt(dirfd int, name string, want File) error {
+func unlinkAt(dirfd int, name string, want File) error {
 	if name == "" || name == "." || name == ".." || filepath.Base(name) != name {
 		return fmt.Errorf("%q is not a file name: %w", name, ErrChanged)
 	}

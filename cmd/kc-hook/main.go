@@ -30,8 +30,8 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/hook"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/proctable"
 	"github.com/kc-watchman/kc-watchman/internal/supervise"
-	"github.com/kc-watchman/kc-watchman/internal/trees"
 	"github.com/kc-watchman/kc-watchman/internal/userns"
 )
 
@@ -189,7 +189,7 @@ func runStage(s *settings, args []string, stdin io.Reader, stderr io.Writer) int
 	if err != nil {
 		return usageError(stderr, hookName, err)
 	}
-	lister, err := trees.ParseLister(s.bpf)
+	lister, err := proctable.ParseLister(s.bpf)
 	if err != nil {
 		return usageError(stderr, hookName, fmt.Errorf("--bpf: %w", err))
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
 	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
-	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
 // startMonitor starts a real process whose comm is comm (conmon, or
@@ -236,7 +235,7 @@ func TestEvidenceOfRunning(t *testing.T) {
 		startMonitor(t, "containerd-shim-runc-v2", &cg, nil, "-namespace", "k8s.io", "-id", sandbox, "-address", "/run/containerd/containerd.sock")
 		// The /proc listing has no parent links: the shim's children
 		// files are read instead.
-		for _, l := range []trees.Lister{proctable.ListAuto, proctable.ListProc} {
+		for _, l := range []proctable.Lister{proctable.ListAuto, proctable.ListProc} {
 			opt := base
 			opt.Lister = l
 			opt.Containers = map[string]bool{app: true}

@@ -41,7 +41,7 @@ type Options struct {
 	// more than half of all trees, reaps none. Zero disables it.
 	MaxReap int
 	// Lister is how the fast scan lists processes.
-	Lister trees.Lister
+	Lister proctable.Lister
 	// Containers, when not empty, limits the run to trees of these
 	// container IDs.
 	Containers map[string]bool

@@ -58,7 +58,7 @@ type Options struct {
 	// Now overrides the clock for age computations (tests).
 	Now func() time.Time
 	// Lister chooses how the fast scan lists the host's processes.
-	Lister Lister
+	Lister proctable.Lister
 	// Only, when not nil, asks for the trees of these containers alone
 	// (kc-hook's poststop wants one container's): a candidate group is
 	// then read in full only if a member's argv carries one of the IDs

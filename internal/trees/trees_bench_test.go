@@ -31,8 +31,8 @@ func BenchmarkScan(b *testing.B) {
 		name string
 		opt  Options
 	}{
-		{"fast-bpf", Options{Lister: ListBPF}},
-		{"fast-proc", Options{Lister: ListProc}},
+		{"fast-bpf", Options{Lister: proctable.ListBPF}},
+		{"fast-proc", Options{Lister: proctable.ListProc}},
 		{"full", Options{Full: true}},
 	} {
 		b.Run(v.name, func(b *testing.B) {

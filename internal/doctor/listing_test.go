@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
-	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 // TestListing runs where the tests run: as root on a kernel with BTF, so

@@ -16,10 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/dockertest"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/engine/docker"
 	"github.com/kc-watchman/kc-watchman/internal/engine/podman"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/docker"
 )
 
 // peakRSS resets this process's peak resident set size (clear_refs 5)

@@ -2,8 +2,6 @@ package reconcile
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"testing"
 	"time"
@@ -12,7 +10,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 func findByPGID(rep Report, pgid int) *Tree {
@@ -44,9 +42,9 @@ func TestRunRealTrees(t *testing.T) {
 	const comm = "kcsrv-reconcile"
 	// IDs of this run's own: a tree left by another run of this test (or
 	// running beside it) must not join its trees.
-	gone, liveID := randomID(t), randomID(t)
-	stray := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: gone, Children: 1, Stubborn: true})
-	kept := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: liveID, Children: 1})
+	gone, liveID := testutil.RandomHex(t, 64), testutil.RandomHex(t, 64)
+	stray := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Comm: comm, ContainerID: gone, Children: 1, Stubborn: true})
+	kept := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Comm: comm, ContainerID: liveID, Children: 1})
 	treesStarted := time.Now() // both trees run by now: each is at least this old
 	live := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{liveID: true}, UID: os.Geteuid()}
 	store, err := ledger.Open(t.TempDir())
@@ -149,8 +147,8 @@ func TestRunRealTrees(t *testing.T) {
 	})
 
 	t.Run("the blast-radius guard reaps none of too many strays", func(t *testing.T) {
-		cidGone2 := randomID(t)
-		other := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cidGone2})
+		cidGone2 := testutil.RandomHex(t, 64)
+		other := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Comm: comm, ContainerID: cidGone2})
 		guarded := opt
 		guarded.Apply, guarded.MaxReap = true, 1
 		guarded.Containers = map[string]bool{gone: true, cidGone2: true}
@@ -250,7 +248,7 @@ func TestScanBeforeAsking(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	late := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cid})
+	late := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Comm: comm, ContainerID: cid})
 	rep, err := sc.Run(context.Background(), engine.Set{Source: engine.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()})
 	if err != nil {
 		t.Fatal(err)
@@ -353,13 +351,4 @@ func TestDryRunCollectsAfterRetention(t *testing.T) {
 			t.Errorf("record %s… collected by a dry run: %v", id[:4], err)
 		}
 	}
-}
-
-func randomID(t *testing.T) string {
-	t.Helper()
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 // bound leaves a socket file at path with nothing listening.
@@ -20,8 +22,6 @@ func bound(t *testing.T, path string) {
 	l.SetUnlinkOnClose(false)
 	l.Close()
 }
-
-func exists(p string) bool { _, err := os.Lstat(p); return err == nil }
 
 func TestExamineRefusesNonSockets(t *testing.T) {
 	dir := t.TempDir()
@@ -48,12 +48,12 @@ func TestExamineRefusesNonSockets(t *testing.T) {
 				t.Errorf("Examine = %v, want ErrNotSocket", err)
 			}
 			// Even with a made-up identity, Unlink must refuse.
-			if err := Unlink(p, File{}); !errors.Is(err, ErrChanged) || !exists(p) {
-				t.Errorf("Unlink = %v; still there: %v", err, exists(p))
+			if err := Unlink(p, File{}); !errors.Is(err, ErrChanged) || !testutil.PathExists(p) {
+				t.Errorf("Unlink = %v; still there: %v", err, testutil.PathExists(p))
 			}
 		})
 	}
-	if !exists(outside) || !exists(sock) {
+	if !testutil.PathExists(outside) || !testutil.PathExists(sock) {
 		t.Error("a symlink target was removed")
 	}
 }
@@ -67,8 +67,8 @@ func TestUnlink(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := Unlink(p, f); err != nil || exists(p) {
-			t.Fatalf("Unlink = %v, exists %v", err, exists(p))
+		if err := Unlink(p, f); err != nil || testutil.PathExists(p) {
+			t.Fatalf("Unlink = %v, exists %v", err, testutil.PathExists(p))
 		}
 		if err := Unlink(p, f); !errors.Is(err, ErrGone) {
 			t.Errorf("second Unlink = %v, want ErrGone", err)
@@ -80,8 +80,8 @@ func TestUnlink(t *testing.T) {
 		f, _ := Examine(p)
 		os.Remove(p)
 		bound(t, p)
-		if err := Unlink(p, f); !errors.Is(err, ErrChanged) || !exists(p) {
-			t.Errorf("Unlink = %v, exists %v", err, exists(p))
+		if err := Unlink(p, f); !errors.Is(err, ErrChanged) || !testutil.PathExists(p) {
+			t.Errorf("Unlink = %v, exists %v", err, testutil.PathExists(p))
 		}
 	})
 	t.Run("swapped for a symlink", func(t *testing.T) {
@@ -92,8 +92,8 @@ func TestUnlink(t *testing.T) {
 		target := filepath.Join(dir, "target.sock")
 		bound(t, target)
 		os.Symlink(target, p)
-		if err := Unlink(p, f); !errors.Is(err, ErrChanged) || !exists(target) {
-			t.Errorf("Unlink = %v, target exists %v", err, exists(target))
+		if err := Unlink(p, f); !errors.Is(err, ErrChanged) || !testutil.PathExists(target) {
+			t.Errorf("Unlink = %v, target exists %v", err, testutil.PathExists(target))
 		}
 	})
 	t.Run("owner changed", func(t *testing.T) {
@@ -103,8 +103,8 @@ func TestUnlink(t *testing.T) {
 		if err := os.Lchown(p, 65534, 65534); err != nil {
 			t.Skipf("chown: %v", err)
 		}
-		if err := Unlink(p, f); !errors.Is(err, ErrChanged) || !exists(p) {
-			t.Errorf("Unlink = %v, exists %v", err, exists(p))
+		if err := Unlink(p, f); !errors.Is(err, ErrChanged) || !testutil.PathExists(p) {
+			t.Errorf("Unlink = %v, exists %v", err, testutil.PathExists(p))
 		}
 	})
 	t.Run("parent directory is a symlink", func(t *testing.T) {
@@ -115,8 +115,8 @@ func TestUnlink(t *testing.T) {
 		f, _ := Examine(p)
 		link := filepath.Join(dir, "linkdir")
 		os.Symlink(real, link)
-		if err := Unlink(filepath.Join(link, "e.sock"), f); err == nil || !exists(p) {
-			t.Errorf("Unlink through a symlinked directory = %v, exists %v", err, exists(p))
+		if err := Unlink(filepath.Join(link, "e.sock"), f); err == nil || !testutil.PathExists(p) {
+			t.Errorf("Unlink through a symlinked directory = %v, exists %v", err, testutil.PathExists(p))
 		}
 	})
 	t.Run("names that are not file names", func(t *testing.T) {

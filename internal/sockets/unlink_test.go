@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 func TestUnlinkAt(t *testing.T) {
@@ -25,7 +25,7 @@ func TestUnlinkAt(t *testing.T) {
 		}
 		return File{Dev: st.Dev, Ino: st.Ino, UID: int(st.Uid)}
 	}
-	orphanSocket := testkit.OrphanSocket
+	orphanSocket := testutil.OrphanSocket
 	exists := func(p string) bool {
 		_, err := os.Lstat(p)
 		return err == nil

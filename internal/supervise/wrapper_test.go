@@ -18,9 +18,9 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 	"github.com/kc-watchman/kc-watchman/internal/supervise"
-	"github.com/kc-watchman/kc-watchman/internal/supervise/supervisetest"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
-	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/supervise"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
@@ -123,7 +123,7 @@ func startWrapper(t *testing.T, init fingerprint.Stat, flags []string, command .
 // it), and the ready file it writes its pid to. Like real kcserver it
 // stays in the wrapper's group and carries no container ID.
 func fakeKCServer(t *testing.T, sockDir string, extraEnv ...string) ([]string, string) {
-	bin := testkit.BuildKCServer(t)
+	bin := testutil.BuildKCServer(t)
 	ready := filepath.Join(t.TempDir(), "ready")
 	argv := append([]string{"env", "KCFAKE_READY_FILE=" + ready, "KCFAKE_CHILDREN=2"}, extraEnv...)
 	return append(argv, bin, "--transport=socket", "--socket-dir="+sockDir), ready

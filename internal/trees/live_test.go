@@ -13,8 +13,8 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
-	testproc "github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	testproc "github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 const cidLive = "1111111111111111111111111111111111111111111111111111111111111111"
@@ -30,8 +30,8 @@ func findTree(ts []Tree, pgid int) *Tree {
 
 func TestScanRealSupervisor(t *testing.T) {
 	dir := t.TempDir()
-	k := testkit.StartKCServer(t, dir, testkit.Fake{ContainerID: cidLive, Children: 2})
-	bare := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{}) // no container ID: never a tree
+	k := testutil.StartKCServer(t, dir, testutil.Fake{ContainerID: cidLive, Children: 2})
+	bare := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{}) // no container ID: never a tree
 	for _, tt := range []struct {
 		lister proctable.Lister
 		want   string
@@ -46,7 +46,7 @@ func TestScanRealSupervisor(t *testing.T) {
 	}
 }
 
-func scanRealSupervisor(t *testing.T, k, bare *testkit.KCServer, lister proctable.Lister, wantLister string) {
+func scanRealSupervisor(t *testing.T, k, bare *testutil.KCServer, lister proctable.Lister, wantLister string) {
 	got, stats, err := Scan(Options{Comms: []string{"kcserver"}, Lister: lister})
 	if err != nil {
 		t.Fatal(err)
@@ -81,9 +81,9 @@ func scanRealSupervisor(t *testing.T, k, bare *testkit.KCServer, lister proctabl
 // process, on the same live process table.
 func TestFastScanMatchesFullScan(t *testing.T) {
 	for i := 0; i < 3; i++ {
-		testkit.StartKCServer(t, t.TempDir(), testkit.Fake{ContainerID: cidLive, Children: 1})
+		testutil.StartKCServer(t, t.TempDir(), testutil.Fake{ContainerID: cidLive, Children: 1})
 	}
-	testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Children: 1})
+	testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Children: 1})
 
 	for _, p := range pipelines {
 		t.Run(fmt.Sprintf("proc/%+v", p), func(t *testing.T) { fastMatchesFull(t, Options{Lister: proctable.ListProc, pipeline: p}) })

@@ -15,7 +15,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 // rootlessUser is the throwaway user .ci/lib/rootless.sh created, with
@@ -109,7 +109,7 @@ func TestRootlessPoststop(t *testing.T) {
 	ru := needRootlessUser(t)
 	hook := ru.install(t, bin(t, "kc-hook"), "kc-hook")
 	kcj := ru.install(t, bin(t, "kc-janitor"), "kc-janitor")
-	fake := ru.install(t, testkit.BuildKCServer(t), "kcserver")
+	fake := ru.install(t, testutil.BuildKCServer(t), "kcserver")
 
 	// A busybox root file system the user owns.
 	rootfs := filepath.Join(ru.dir, "rootfs")
@@ -193,7 +193,7 @@ func TestRootlessPoststop(t *testing.T) {
 	}
 
 	// Root's tree with the same container ID.
-	rootTree := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{ContainerID: id, Children: 1})
+	rootTree := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{ContainerID: id, Children: 1})
 	rootMembers := group(t, rootTree.PGID)
 
 	if _, code := ru.run(t, env, "podman", "stop", "-t", "1", id); code != 0 {
@@ -325,7 +325,7 @@ func (ru rootlessUser) startUserTree(t *testing.T, hook, fake, id string) (finge
 func TestRootJanitorOnUserSocket(t *testing.T) {
 	ru := needRootlessUser(t)
 	hook := ru.install(t, bin(t, "kc-hook"), "kc-hook")
-	fake := ru.install(t, testkit.BuildKCServer(t), "kcserver")
+	fake := ru.install(t, testutil.BuildKCServer(t), "kcserver")
 
 	sock := filepath.Join(ru.dir, "podman.sock")
 	svc := ru.command(ru.env(), "podman", "system", "service", "--time=0", "unix://"+sock)
@@ -354,7 +354,7 @@ func TestRootJanitorOnUserSocket(t *testing.T) {
 
 	id := strings.Repeat("5e", 32) // no container of the user's has it
 	fakeSt, _ := ru.startUserTree(t, hook, fake, id)
-	rootTree := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{ContainerID: id, Children: 1})
+	rootTree := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{ContainerID: id, Children: 1})
 	rootMembers := group(t, rootTree.PGID)
 
 	var out string

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
-	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/docker"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 const escapeComm = "kcrel-escape"
@@ -216,7 +216,7 @@ func TestEscapedDescendantDiesWithWatch(t *testing.T) {
 	var mu sync.Mutex
 	running := true
 	events := make(chan string, 1)
-	dockerSock := testkit.DockerAPI(t, shortDir(t, "kcesc"), func() string {
+	dockerSock := dockertest.API(t, shortDir(t, "kcesc"), func() string {
 		mu.Lock()
 		defer mu.Unlock()
 		if running {

@@ -32,8 +32,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
-	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 // reportEnv names the file the figures are written to.
@@ -92,6 +92,6 @@ func TestMain(m *testing.M) {
 		}
 	}
 	cleanupBinaries()
-	testkit.RemoveBuilds() // the fake kcserver of the sweep attack
+	testutil.RemoveBuilds() // the fake kcserver of the sweep attack
 	os.Exit(code)
 }

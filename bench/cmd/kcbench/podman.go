@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/podmantest"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/podman"
 )
 
 // privatePodman is a podman that shares nothing with the host's: its own

@@ -6,7 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/containerdtest"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/containerd"
 )
 
 // BenchmarkTaskExitEvent measures how long after a task's init exits (the
@@ -37,7 +38,7 @@ func BenchmarkTaskExitEvent(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		id := randomHex(b)
+		id := testutil.RandomHex(b, 64)
 		containerdtest.Run(b, addr, "kc-bench", id, nil, "/bin/sleep", "600")
 		b.StartTimer()
 		containerdtest.Ctr(b, addr, "kc-bench", "tasks", "kill", "-s", "KILL", id)
@@ -62,16 +63,4 @@ func BenchmarkTaskExitEvent(b *testing.B) {
 		b.ReportMetric(float64(lat[n/2].Microseconds())/1000, "p50-ms")
 		b.ReportMetric(float64(lat[min(n-1, n*95/100)].Microseconds())/1000, "p95-ms")
 	}
-}
-
-func randomHex(b *testing.B) string {
-	b.Helper()
-	const digits = "0123456789abcdef"
-	out := make([]byte, 64)
-	now := time.Now().UnixNano()
-	for i := range out {
-		now = now*6364136223846793005 + 1442695040888963407
-		out[i] = digits[(now>>33)&15]
-	}
-	return string(out)
 }

@@ -2,8 +2,6 @@ package containerd
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"net"
 	"os"
@@ -14,19 +12,11 @@ import (
 
 	eventtypes "github.com/containerd/containerd/api/events"
 	eventsapi "github.com/containerd/containerd/api/services/events/v1"
-	"github.com/kc-watchman/kc-watchman/internal/containerdtest"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/containerd"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
-
-func randomID(t *testing.T) string {
-	t.Helper()
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
-}
 
 func TestCheckAddress(t *testing.T) {
 	for _, tc := range []struct {
@@ -194,7 +184,7 @@ func TestLive(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	running, other, stopped := randomID(t), randomID(t), "ctr-name-"+randomID(t)[:8]
+	running, other, stopped := testutil.RandomHex(t, 64), testutil.RandomHex(t, 64), "ctr-name-"+testutil.RandomHex(t, 64)[:8]
 	pid := containerdtest.Run(t, addr, "kc-test-a", running, nil, "/bin/sleep", "600")
 	otherPID := containerdtest.Run(t, addr, "kc-test-b", other, nil, "/bin/sleep", "600")
 	containerdtest.Run(t, addr, "kc-test-a", stopped, nil, "/bin/sleep", "600")
@@ -258,7 +248,7 @@ func TestLive(t *testing.T) {
 		}
 	})
 	t.Run("no task", func(t *testing.T) {
-		id := randomID(t)
+		id := testutil.RandomHex(t, 64)
 		containerdtest.ImportImage(t, addr, "kc-test-a")
 		containerdtest.Ctr(t, addr, "kc-test-a", "containers", "create", containerdtest.ImageName, id, "/bin/true")
 		t.Cleanup(func() { containerdtest.Remove(addr, "kc-test-a", id) })
@@ -284,7 +274,7 @@ func TestLive(t *testing.T) {
 		}
 		// Until containerd has registered the subscriber, events are not
 		// forwarded to it: publish a probe exit until one comes back.
-		probe := "probe-" + randomID(t)[:8]
+		probe := "probe-" + testutil.RandomHex(t, 64)[:8]
 		waitProbe := func() bool {
 			publishExit(t, c, "kc-test-b", probe)
 			select {

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/containerdtest"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/containerd"
 )
 
 func TestContainerdSettings(t *testing.T) {

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/dockertest"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/docker"
 )
 
 func TestDockerRealEngine(t *testing.T) {

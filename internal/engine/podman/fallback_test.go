@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 // These tests need no podman: the API is a missing or a silent socket, the
@@ -161,28 +162,6 @@ EOF
 	}
 }
 
-// processDead reports whether pid is gone or a zombie.
-func processDead(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] == 'Z'
-}
-
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestQueryHangingAPIAndCLIIsUnknownWithinTimeout(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "hung.sock")
@@ -193,7 +172,7 @@ func TestQueryHangingAPIAndCLIIsUnknownWithinTimeout(t *testing.T) {
 	bin := writeScript(t, dir, "podman", "sleep 300 &\necho $! > "+pidFile+"\nwait\n")
 	var childPID int
 	t.Cleanup(func() {
-		if childPID > 0 && !processDead(childPID) {
+		if childPID > 0 && !proc.Dead(childPID) {
 			syscall.Kill(childPID, syscall.SIGKILL)
 		}
 	})
@@ -214,7 +193,7 @@ func TestQueryHangingAPIAndCLIIsUnknownWithinTimeout(t *testing.T) {
 		t.Fatalf("the hanging CLI never ran: %v", err)
 	}
 	childPID, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-	waitFor(t, "the hung CLI's child to die", 5*time.Second, func() bool { return processDead(childPID) })
+	proc.WaitFor(t, 5*time.Second, "the hung CLI's child to die", func() bool { return proc.Dead(childPID) })
 }
 
 func TestQueryHangingAPILeavesTimeForCLI(t *testing.T) {

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 // TestCommandChildDiesWithCaller: a CLI child (watch keeps `podman events`
@@ -52,16 +54,6 @@ func TestCommandChildDiesWithCaller(t *testing.T) {
 		t.Fatal(err)
 	}
 	caller.Wait()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		// A zombie counts as dead: it is PID 1's to reap now.
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(child) + "/stat")
-		if err != nil || strings.Contains(string(b), ") Z ") {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("child %d outlived its SIGKILLed caller by 10s", child)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	// A zombie counts as dead: it is PID 1's to reap now.
+	proc.WaitFor(t, 10*time.Second, fmt.Sprintf("child %d to die with its SIGKILLed caller", child), func() bool { return proc.Dead(child) })
 }

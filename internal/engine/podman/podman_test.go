@@ -18,7 +18,8 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
-	"github.com/kc-watchman/kc-watchman/internal/podmantest"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/podman"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 // privatePodman is a podman that shares nothing with the host's: its own
@@ -215,7 +216,7 @@ func processesNaming(s string) []int {
 			continue
 		}
 		argv, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil || !bytes.Contains(argv, []byte(s)) || processDead(pid) {
+		if err != nil || !bytes.Contains(argv, []byte(s)) || proc.Dead(pid) {
 			continue
 		}
 		pids = append(pids, pid)

@@ -1,4 +1,4 @@
-package testkit
+package dockertest
 
 import (
 	"net"
@@ -8,14 +8,14 @@ import (
 	"testing"
 )
 
-// DockerAPI serves the two Docker Engine API calls the janitor makes on a
+// API serves the two Docker Engine API calls the janitor makes on a
 // real unix socket in dir: /containers/json answers list() (a JSON array),
 // /events streams whatever is sent on events until the client goes. It
 // returns the socket's path; the server is closed at the test's end. For
 // what cannot run here on demand (a dockerd that lists a container
 // running, then reports its death); the real dockerd's tests cover the
 // real thing.
-func DockerAPI(t testing.TB, dir string, list func() string, events <-chan string) string {
+func API(t testing.TB, dir string, list func() string, events <-chan string) string {
 	t.Helper()
 	sock := filepath.Join(dir, "docker.sock")
 	l, err := net.Listen("unix", sock)

@@ -1,4 +1,4 @@
-package testkit
+package testutil
 
 import (
 	"context"
@@ -46,15 +46,10 @@ func get(t *testing.T, socket, path string, timeout time.Duration) (map[string]a
 	return m, json.Unmarshal(data, &m)
 }
 
-func exists(p string) bool {
-	_, err := os.Lstat(p)
-	return err == nil
-}
-
 func waitGone(t *testing.T, p string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for exists(p) {
+	for PathExists(p) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s still exists", p)
 		}

@@ -1,4 +1,4 @@
-package testkit
+package testutil
 
 import (
 	"os"
@@ -11,7 +11,7 @@ import (
 )
 
 // SockServerPackage is the import path of the hostile socket server.
-const SockServerPackage = "github.com/kc-watchman/kc-watchman/internal/testkit/sockserver"
+const SockServerPackage = "github.com/kc-watchman/kc-watchman/internal/testutil/sockserver"
 
 // SockServer says what StartSockServer's sockets do (see ./sockserver).
 type SockServer struct {

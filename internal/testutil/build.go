@@ -1,4 +1,4 @@
-package testkit
+package testutil
 
 import (
 	"bytes"
@@ -80,7 +80,7 @@ func RemoveBuilds() {
 // with the tests' status. A package whose tests call Build (or
 // StartKCServer) and has no other TestMain uses it as its TestMain:
 //
-//	func TestMain(m *testing.M) { testkit.Main(m) }
+//	func TestMain(m *testing.M) { testutil.Main(m) }
 //
 // A package with a TestMain of its own calls RemoveBuilds after m.Run.
 func Main(m *testing.M) {

@@ -16,28 +16,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
-
-// dead reports whether pid is gone or a zombie.
-func dead(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	i := bytes.LastIndexByte(b, ')')
-	return i >= 0 && len(b) > i+2 && b[i+2] == 'Z'
-}
-
-func waitFor(t *testing.T, what string, d time.Duration, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 func TestRunStopPoststopHook(t *testing.T) {
 	t.Parallel()
@@ -67,7 +48,7 @@ func TestRunStopPoststopHook(t *testing.T) {
 	if got := string(argv); got != "/bin/sleep\x00100000\x00" {
 		t.Fatalf("init pid %d argv = %q, want /bin/sleep 100000", pid, got)
 	}
-	if dead(pid) {
+	if proc.Dead(pid) {
 		t.Fatalf("init pid %d is dead right after run", pid)
 	}
 	if s := e.State(t, id); s != "running" {
@@ -81,8 +62,8 @@ func TestRunStopPoststopHook(t *testing.T) {
 	e.Stop(t, id)
 	t.Logf("podman stop -t 0: %v", time.Since(start))
 
-	waitFor(t, "init process to die", 10*time.Second, func() bool { return dead(pid) })
-	waitFor(t, "poststop hook marker", 10*time.Second, func() bool {
+	proc.WaitFor(t, 10*time.Second, "init process to die", func() bool { return proc.Dead(pid) })
+	proc.WaitFor(t, 10*time.Second, "poststop hook marker", func() bool {
 		fi, err := os.Stat(marker)
 		return err == nil && fi.Size() > 0
 	})
@@ -114,7 +95,7 @@ func TestRunCommandAndEnviron(t *testing.T) {
 	t.Parallel()
 	e := New(t)
 	id := e.Run(t, "--label", "kc=1", "--", "/bin/sh", "-c", "echo hello > /tmp/out; exec sleep 100000")
-	waitFor(t, "container command to write /tmp/out", 10*time.Second, func() bool {
+	proc.WaitFor(t, 10*time.Second, "container command to write /tmp/out", func() bool {
 		out, err := e.Podman("exec", id, "cat", "/tmp/out")
 		return err == nil && out == "hello"
 	})
@@ -232,10 +213,10 @@ func TestCleanupRemovesEverything(t *testing.T) {
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Env dir %s still there after cleanup: %v", dir, err)
 	}
-	if !dead(pid) {
+	if !proc.Dead(pid) {
 		t.Errorf("container init pid %d still alive after cleanup", pid)
 	}
-	if !dead(apiPid) {
+	if !proc.Dead(apiPid) {
 		t.Errorf("API service pid %d still alive after cleanup", apiPid)
 	}
 	if _, err := os.Stat(sock); err == nil {
@@ -246,7 +227,7 @@ func TestCleanupRemovesEverything(t *testing.T) {
 	if left := e.procsUsingDir(); len(left) > 0 {
 		t.Errorf("processes still using %s: %v", dir, left)
 	}
-	if err := syscall.Kill(pid, 0); err == nil && !dead(pid) {
+	if err := syscall.Kill(pid, 0); err == nil && !proc.Dead(pid) {
 		t.Errorf("pid %d alive", pid)
 	}
 }
@@ -296,7 +277,7 @@ func TestReapStaleEnv(t *testing.T) {
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("stale dir %s not reaped: %v", dir, err)
 	}
-	waitFor(t, "stale container's init to die", 10*time.Second, func() bool { return dead(pid) })
+	proc.WaitFor(t, 10*time.Second, "stale container's init to die", func() bool { return proc.Dead(pid) })
 	if s := live.State(t, liveID); s != "running" {
 		t.Errorf("live Env's container is %q after reaping", s)
 	}
@@ -318,7 +299,7 @@ func TestPoststopHookOnSelfExit(t *testing.T) {
 	if err := os.Remove(desc); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "poststop hook after the container exited by itself", 20*time.Second, func() bool {
+	proc.WaitFor(t, 20*time.Second, "poststop hook after the container exited by itself", func() bool {
 		b, err := os.ReadFile(marker)
 		return err == nil && bytes.Contains(b, []byte(id))
 	})

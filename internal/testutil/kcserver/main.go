@@ -1,5 +1,5 @@
 // Command kcserver is a fake Kallichore kernel supervisor for tests. It is
-// built by testkit.BuildKCServer as a binary named exactly "kcserver", so
+// built by testutil.BuildKCServer as a binary named exactly "kcserver", so
 // that its comm is the one kc-watchman's supervisor rules look for.
 //
 // Its command line is real kcserver's (0.1.64, clap): an unknown flag or a

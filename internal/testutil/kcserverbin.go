@@ -1,6 +1,4 @@
-// Package testkit holds helpers shared by kc-watchman's tests: building and
-// running the fake Kallichore supervisor (./kcserver).
-package testkit
+package testutil
 
 import (
 	"bytes"
@@ -18,7 +16,7 @@ import (
 )
 
 // KCServerPackage is the import path of the fake supervisor.
-const KCServerPackage = "github.com/kc-watchman/kc-watchman/internal/testkit/kcserver"
+const KCServerPackage = "github.com/kc-watchman/kc-watchman/internal/testutil/kcserver"
 
 // BuildKCServer builds the fake supervisor (package ./kcserver) as a
 // binary named exactly "kcserver", so that the processes it runs have comm
@@ -57,7 +55,7 @@ type Fake struct {
 	IgnoreTerm   bool          // KCFAKE_IGNORE_TERM
 	IdleCheck    time.Duration // KCFAKE_IDLE_CHECK
 
-	raw bool // Args are the whole command line (for testkit's own tests)
+	raw bool // Args are the whole command line (for testutil's own tests)
 }
 
 // Environ returns the KCFAKE_* variables for f's knobs, plus f.Env.

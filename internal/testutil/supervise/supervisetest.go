@@ -12,22 +12,22 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 // KCHookPackage is the import path of the hook binary.
-const KCHookPackage = testkit.KCHookPackage
+const KCHookPackage = testutil.KCHookPackage
 
 // BuildKCHook builds cmd/kc-hook once per test binary as a binary named
 // exactly "kc-hook", so that the wrapper's comm is trees.WrapperComm, and
-// returns its path (see testkit.Build).
+// returns its path (see testutil.Build).
 func BuildKCHook(t testing.TB) string {
 	t.Helper()
-	return testkit.Build(t, KCHookPackage, "kc-hook")
+	return testutil.Build(t, KCHookPackage, "kc-hook")
 }
 
 // RemoveBuild removes what BuildKCHook built; call it from TestMain.
-func RemoveBuild() { testkit.RemoveBuilds() }
+func RemoveBuild() { testutil.RemoveBuilds() }
 
 // Eventually polls cond every 10ms until it returns true or timeout
 // passes, then fails t with msg.

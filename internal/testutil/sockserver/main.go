@@ -1,7 +1,7 @@
 // Command sockserver is what a hostile user can leave in /tmp for a root
 // janitor to probe: many listening kc-<n>.sock sockets that never answer,
 // or that answer GET /status and GET /sessions with bodies of any size.
-// Tests run it (testkit.StartSockServer), as another user when they can.
+// Tests run it (testutil.StartSockServer), as another user when they can.
 //
 //	sockserver -dir D -n N -first F [-links] [-size BYTES [-announce]] -ready FILE
 //

@@ -295,3 +295,10 @@ func SetNextPID(root string, n int) error {
 	}
 	return os.WriteFile(root+"/sys/kernel/ns_last_pid", []byte(strconv.Itoa(n-1)), 0)
 }
+
+// Dead reports whether pid is gone or a zombie (exited, its parent's to
+// reap).
+func Dead(pid int) bool {
+	st, err := fingerprint.ReadStat("/proc", pid)
+	return err != nil || st.Zombie()
+}

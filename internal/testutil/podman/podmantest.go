@@ -66,7 +66,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 // cmdTimeout bounds every podman CLI call, so a wedged podman fails the
@@ -350,7 +351,7 @@ runroot = %q
 			return err
 		}
 	}
-	if err := testkit.CopyFile(bb, filepath.Join(e.rootfs, "bin/busybox"), 0o755); err != nil {
+	if err := testutil.CopyFile(bb, filepath.Join(e.rootfs, "bin/busybox"), 0o755); err != nil {
 		return err
 	}
 	list, err := busyboxApplets(bb)
@@ -773,23 +774,14 @@ func (e *Env) teardown(logf func(string, ...any)) error {
 	return os.RemoveAll(e.dir)
 }
 
-// startTime is field 22 of /proc/<pid>/stat; false when pid is gone or a
-// zombie.
+// startTime is pid's start time in clock ticks; false when pid is gone or
+// a zombie.
 func startTime(pid int) (int, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
+	st, err := fingerprint.ReadStat("/proc", pid)
+	if err != nil || st.Zombie() {
 		return 0, false
 	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(string(b[i+1:])) // f[0] is field 3 (state)
-	if len(f) < 20 || f[0] == "Z" {
-		return 0, false
-	}
-	st, err := strconv.Atoi(f[19])
-	return st, err == nil
+	return int(st.StartTicks), true
 }
 
 // procsUsingDir lists processes whose argv mentions the Env's dir: the
@@ -811,10 +803,8 @@ func (e *Env) procsUsingDir() []int {
 		if err != nil || !bytes.Contains(b, needle) {
 			continue
 		}
-		if st, err := os.ReadFile("/proc/" + ent.Name() + "/stat"); err == nil {
-			if i := bytes.LastIndexByte(st, ')'); i >= 0 && len(st) > i+2 && st[i+2] == 'Z' {
-				continue // zombie: already dead
-			}
+		if st, err := fingerprint.ReadStat("/proc", pid); err == nil && st.Zombie() {
+			continue // zombie: already dead
 		}
 		pids = append(pids, pid)
 	}

@@ -16,12 +16,11 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
 	"github.com/kc-watchman/kc-watchman/internal/reap"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
-
-const defaultKillGrace = 5 * time.Second
 
 // Options configure a run.
 type Options struct {
@@ -211,7 +210,7 @@ type Scanned struct {
 // is either in podman's answer or really without a live container.
 func Scan(opt Options) (*Scanned, error) {
 	if opt.KillGrace <= 0 {
-		opt.KillGrace = defaultKillGrace
+		opt.KillGrace = pgkill.DefaultGrace
 	}
 	if opt.Root == "" {
 		opt.Root = fingerprint.DefaultRoot

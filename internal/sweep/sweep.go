@@ -15,6 +15,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
 
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
+	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
 // Verdict is the outcome of the gates for one socket.
@@ -133,7 +134,7 @@ func (c *Config) defaults() {
 		c.Now = time.Now
 	}
 	if len(c.SupervisorComms) == 0 {
-		c.SupervisorComms = []string{"kcserver"}
+		c.SupervisorComms = []string{trees.DefaultComm}
 	}
 	if c.ProcRoot == "" {
 		c.ProcRoot = fingerprint.DefaultRoot

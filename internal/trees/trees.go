@@ -31,6 +31,10 @@ import (
 // supervisor.
 const WrapperComm = "kc-hook"
 
+// DefaultComm is the comm of Kallichore's supervisor: the default of
+// --supervisor-comm in both commands and of the sweep.
+const DefaultComm = "kcserver"
+
 // ClockTicks is USER_HZ, the unit of start times in /proc/<pid>/stat. It is
 // 100 on every Linux architecture kc-watchman runs on.
 const ClockTicks = 100

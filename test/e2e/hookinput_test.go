@@ -28,7 +28,7 @@ rc=$?
 echo "$stage $kind $rc" >>"$log"
 exit $rc`
 
-// TestPreStartBadInputRealPodman (issue 16): kc-hook at every pre-start
+// TestPreStartBadInputRealPodman: kc-hook at every pre-start
 // stage podman runs on the host, on each kind of input it cannot use — a
 // bad supervisor annotation with no allowlist, garbage or empty state on
 // stdin, a container ID that is not hex (as ctr/nerdctl allow), a state

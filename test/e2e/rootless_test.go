@@ -98,7 +98,7 @@ func (ru rootlessUser) install(t *testing.T, src, name string) string {
 	return p
 }
 
-// TestRootlessPoststop is issue 20's end-to-end test: the shipped
+// TestRootlessPoststop is the rootless poststop end to end: the shipped
 // descriptors, only their path rewritten, in the user's hooks_dir; a
 // `podman stop` as the user reaps the user's tree (whose supervisor ignores
 // SIGTERM, so its socket stays for the hook), removes its socket and
@@ -391,7 +391,7 @@ func TestRootJanitorOnUserSocket(t *testing.T) {
 		t.Errorf("root's tree was signalled: %d of %d members left", len(alive), len(rootMembers))
 	}
 
-	// Issue 16 item 2: the path no longer says who answers. A socket file
+	// The path does not say who answers. A socket file
 	// that stat()s as root's (what swapping the path for root's socket
 	// after the query showed the old code) vouches only for the UID of
 	// the service that answered on the connection; a symlinked endpoint is

@@ -114,7 +114,7 @@ func (tr escapeTree) check(t *testing.T, how string, bystander fingerprint.Stat)
 // `reconcile --apply` and with kc-hook's poststop; another UID's
 // descendant, another container's anchor under the tree and an unrelated
 // process of the same UID live. On the code before descendants were
-// members, the setsid child lived on, reparented to PID 1 (issue 30).
+// members, the setsid child lived on, reparented to PID 1.
 func TestEscapedDescendantsDie(t *testing.T) {
 	state := t.TempDir()
 	env := baseEnv(noContainersPodman(t)+":/usr/bin:/bin", "KC_STATE_DIR="+state, "KC_SUPERVISOR_COMM="+escapeComm, "KC_KILL_GRACE=300ms")

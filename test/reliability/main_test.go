@@ -1,7 +1,7 @@
 //go:build reliability
 
-// Package reliability is kc-watchman's reliability and security suite
-// (issue 7): it tries, many times over, to make kc-hook and kc-janitor
+// Package reliability is kc-watchman's reliability and security suite:
+// it tries, many times over, to make kc-hook and kc-janitor
 // signal the wrong process or unlink the wrong file, and injects faults
 // (podman unreachable, hooks killed mid-run, a stop storm, a reboot, a
 // full or read-only state dir, hostile input), and reports what it tried,

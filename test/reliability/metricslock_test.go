@@ -12,7 +12,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
-// TestMetricsLockNobodyCanHold (issue 16 item 3): a user who can read the
+// TestMetricsLockNobodyCanHold: a user who can read the
 // metrics directory holds an flock on it (what the old writer waited on
 // forever) and the run does not notice; that user cannot even open the
 // janitor's lock file; a second writer of the janitor's own UID stuck

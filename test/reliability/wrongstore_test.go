@@ -15,7 +15,7 @@ import (
 
 const wrongComm = "kcrel-wrong"
 
-// TestWrongStoreContradicted (issue 16 item 1, DESIGN "Ground truth must be corroborated"): reconcile
+// TestWrongStoreContradicted (DESIGN "Ground truth must be corroborated"): reconcile
 // --apply asks a real podman API service that runs on an empty store of
 // its own (--root/--runroot in the test's temp dirs) and answers [] while
 // containers run in another real store. A tree whose container's conmon

@@ -3,7 +3,7 @@
 // connection (SO_PEERCRED), not the owner of whatever file the path names
 // a moment later. A user who controls a socket's directory can swap the
 // path between a query and a stat of it; the peer of a connection cannot
-// be swapped (DESIGN "Ground truth must be corroborated", issue 16).
+// be swapped (DESIGN "Ground truth must be corroborated").
 package peercred
 
 import (

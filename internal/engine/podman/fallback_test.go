@@ -214,7 +214,7 @@ func TestQueryHangingAPILeavesTimeForCLI(t *testing.T) {
 	}
 	// The CLI asked the service via --url: we never saw the connection
 	// that answered, and the socket's path could have been swapped under
-	// it, so the answer vouches for no UID (issue 16).
+	// it, so the answer vouches for no UID.
 	if set.UID != engine.UIDUnknown {
 		t.Errorf("UID = %d, want %d: a stat of the path is no proof of who answered", set.UID, engine.UIDUnknown)
 	}

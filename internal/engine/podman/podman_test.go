@@ -352,7 +352,7 @@ func BenchmarkQuery(b *testing.B) {
 }
 
 // TestQueryStoreArgs: --podman-arg naming another store than
-// the API service's makes the service's answer unusable (issue 16): the
+// the API service's makes the service's answer unusable: the
 // CLI on the named store answers instead. The same store keeps the API.
 // A symlink to the service's socket is refused.
 func TestQueryStoreArgs(t *testing.T) {

@@ -227,7 +227,7 @@ func Query(ctx context.Context, opt Options) (engine.Set, error) {
 	if opt.CLIArgs == nil && !isDefault(ep) {
 		// The CLI went to the service through --url: we never saw the
 		// connection that answered, and a stat of the socket's path can be
-		// swapped (issue 16), so this answer vouches for nobody's trees.
+		// swapped after the answer, so this answer vouches for nobody's trees.
 		set.UID = engine.UIDUnknown
 		log.Warn("the podman CLI answered through --url; its service's UID is unknown, so no tree is judged", "url", raw)
 	}

@@ -178,7 +178,7 @@ for f in hooks.d/*.json; do
 		-e "s|\"PATH=|\"KC_STATE_DIR=$T/state\", \"KC_KILL_GRACE=2s\", \"PATH=|" "$f" >"$T/hooks/$(basename "$f")"
 done
 echo "building a stand-in supervisor (the tests' fake kcserver: real kcserver's flags, serves /status and /sessions like Kallichore)"
-CGO_ENABLED=0 go build -o "$T/bin/kcserver" ./internal/testkit/kcserver
+CGO_ENABLED=0 go build -o "$T/bin/kcserver" ./internal/testutil/kcserver
 
 # The trees' wrappers watch this stand-in for a container's init process,
 # not the container's own: a tree whose wrapper watched the real init would

@@ -10,7 +10,7 @@
 #
 # The CRI plugin is enabled with a base_runtime_spec carrying kc-hook's
 # hooks only when KC_TEST_CONTAINERD_CRI_SPEC names a spec file; the tests
-# that need CRI start their own containerd (internal/containerdtest).
+# that need CRI start their own containerd (internal/testutil/containerd).
 # Images are not pulled (no registry): the tests build an OCI archive from
 # busybox-static and import it with `ctr images import`.
 

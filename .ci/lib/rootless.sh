@@ -3,7 +3,7 @@
 # subordinate UID/GID ranges, /run/user/<uid> (there is no logind session
 # to create it), and a per-user podman setup as such a user would write it:
 # runc (crun fails here), vfs storage, cgroupfs, a file events log, the
-# rlimits internal/podmantest sets and a hooks_dir of their own. Containers need
+# rlimits internal/testutil/podman sets and a hooks_dir of their own. Containers need
 # `--network none`: /dev/net/tun is root-only here, so slirp4netns cannot
 # run.
 #

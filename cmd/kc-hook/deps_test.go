@@ -61,3 +61,27 @@ func TestHookLinksNoHTTP(t *testing.T) {
 		})
 	}
 }
+
+// TestBinariesLinkNoTestHelper fails when a shipped binary links a test
+// helper: everything under internal/testutil (it starts daemons, builds
+// fake supervisors, reads KC_TEST_* variables) or any package named like
+// one (…test). The fake supervisor under internal/testutil/kcserver is a
+// main package of its own and is never linked either.
+func TestBinariesLinkNoTestHelper(t *testing.T) {
+	for _, tags := range []string{"", "remote containers_image_openpgp"} {
+		for _, bin := range []string{"kc-hook", "kc-janitor"} {
+			t.Run(bin+"/tags="+tags, func(t *testing.T) {
+				pkgs := deps(t, tags, module+"/cmd/"+bin)
+				if !slices.Contains(pkgs, module+"/internal/fingerprint") {
+					t.Fatalf("%s's listing lacks internal/fingerprint: the listing is broken: %v", bin, pkgs)
+				}
+				for _, p := range pkgs {
+					last := p[strings.LastIndexByte(p, '/')+1:]
+					if strings.HasPrefix(p, module+"/internal/testutil") || (strings.HasPrefix(p, module+"/") && strings.HasSuffix(last, "test")) {
+						t.Errorf("%s links the test helper %s", bin, p)
+					}
+				}
+			})
+		}
+	}
+}

@@ -32,6 +32,8 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/contain/systemd"
 	"github.com/kc-watchman/kc-watchman/internal/hook"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/pgkill"
+	"github.com/kc-watchman/kc-watchman/internal/proctable"
 	"github.com/kc-watchman/kc-watchman/internal/supervise"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 	"github.com/kc-watchman/kc-watchman/internal/userns"
@@ -107,8 +109,8 @@ func (cl *commandLine) flagSet() *flag.FlagSet {
 	// Rootless podman runs hooks as root of its user namespace: the
 	// default follows the host UID, which /proc/self/uid_map gives.
 	fs.StringVar(&cl.stateDir, "state-dir", ledger.DefaultDir(userns.HostEUID()), "ledger `DIR`")
-	fs.StringVar(&cl.supervisorComm, "supervisor-comm", "kcserver", "comma-separated supervisor process `NAMES`")
-	fs.DurationVar(&cl.killGrace, "kill-grace", 5*time.Second, "wait between SIGTERM and SIGKILL")
+	fs.StringVar(&cl.supervisorComm, "supervisor-comm", trees.DefaultComm, "comma-separated supervisor process `NAMES`")
+	fs.DurationVar(&cl.killGrace, "kill-grace", pgkill.DefaultGrace, "wait between SIGTERM and SIGKILL")
 	fs.DurationVar(&cl.deadline, "deadline", 20*time.Second, "bound on a whole poststop run; keep it below the descriptor's timeout")
 	fs.StringVar(&cl.logFile, "log-file", "", "JSON-lines log `FILE` (default: STATE-DIR/kc-hook.log)")
 	fs.StringVar(&cl.supervisorsFile, "supervisors-file", supervise.DefaultAllowlistFile, "root-owned allowlist `FILE` of the supervisors the io.kc-watchman.supervisor annotation may name")
@@ -191,7 +193,7 @@ func runStage(s *settings, args []string, stdin io.Reader, stderr io.Writer) int
 	if err != nil {
 		return usageError(stderr, hookName, err)
 	}
-	lister, err := trees.ParseLister(s.bpf)
+	lister, err := proctable.ParseLister(s.bpf)
 	if err != nil {
 		return usageError(stderr, hookName, fmt.Errorf("--bpf: %w", err))
 	}

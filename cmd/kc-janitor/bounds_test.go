@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 const nobodyUID = 65534
@@ -62,7 +62,7 @@ func TestFatAnswersMemory(t *testing.T) {
 		maxRSS = 300 << 20
 	)
 	dir := userTmp(t)
-	testkit.StartSockServer(t, dir, testkit.SockServer{N: n, First: 3100000, Size: size, UID: nobodyUID})
+	testutil.StartSockServer(t, dir, testutil.SockServer{N: n, First: 3100000, Size: size, UID: nobodyUID})
 
 	code, out, rss, took := runMeasured(t, "sweep", "--socket-dir", dir, "--format", "json")
 	t.Logf("FIGURE sweep of %d fat /status answers: peak RSS %d MiB, %v, exit %d", n, rss>>20, took.Round(time.Millisecond), code)
@@ -99,7 +99,7 @@ func TestFatAnswersMemory(t *testing.T) {
 func TestSweepDeadlineFlag(t *testing.T) {
 	const n = 640
 	dir := userTmp(t)
-	testkit.StartSockServer(t, dir, testkit.SockServer{N: n, First: 3200000, UID: nobodyUID})
+	testutil.StartSockServer(t, dir, testutil.SockServer{N: n, First: 3200000, UID: nobodyUID})
 	code, out, rss, took := runMeasured(t, "sweep", "--socket-dir", dir, "--apply", "--sweep-deadline", "2s")
 	t.Logf("FIGURE sweep --apply of %d distinct hung sockets, --sweep-deadline 2s: %v, peak RSS %d MiB, exit %d", n, took.Round(time.Millisecond), rss>>20, code)
 	if code != 0 {

@@ -11,14 +11,14 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/cliapp"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 // janitorBinary builds kc-janitor once for the tests that need the real
 // binary (the completion scripts run it); TestMain removes it.
 func janitorBinary(t *testing.T) string {
 	t.Helper()
-	return testkit.Build(t, testkit.KCJanitorPackage, "kc-janitor")
+	return testutil.Build(t, testutil.KCJanitorPackage, "kc-janitor")
 }
 
 // shellOrSkip finds a shell; without it the test is skipped, unless

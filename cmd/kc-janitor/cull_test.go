@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 func writeSessions(t *testing.T, body string) string {
@@ -72,7 +72,7 @@ func checkCullKeys(t *testing.T, out string) {
 
 func TestCullCLI(t *testing.T) {
 	dir := t.TempDir()
-	k := testkit.StartKCServer(t, dir, testkit.Fake{Sessions: writeSessions(t, cullSessions), OpenChannels: true})
+	k := testutil.StartKCServer(t, dir, testutil.Fake{Sessions: writeSessions(t, cullSessions), OpenChannels: true})
 	tests := []struct {
 		name       string
 		args       []string
@@ -122,9 +122,9 @@ func TestCullCLI(t *testing.T) {
 
 func TestCullCLIUnreadableSupervisor(t *testing.T) {
 	dir := t.TempDir()
-	good := testkit.StartKCServer(t, dir, testkit.Fake{Sessions: writeSessions(t, cullSessions)})
+	good := testutil.StartKCServer(t, dir, testutil.Fake{Sessions: writeSessions(t, cullSessions)})
 	dead := orphanSock(t, t.TempDir(), goneSockName(t))
-	hung := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Hang: true})
+	hung := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Hang: true})
 	code, out := runJanitorCapture(t, "cull", "--format", "json", "--timeout", "300ms",
 		"--socket", dead, "--socket", good.Socket, "--socket", hung.Socket)
 	if code != exitFailed {
@@ -149,7 +149,7 @@ func TestCullCLIUnreadableSupervisor(t *testing.T) {
 
 func TestCullCLIText(t *testing.T) {
 	dir := t.TempDir()
-	testkit.StartKCServer(t, dir, testkit.Fake{Sessions: writeSessions(t, cullSessions)})
+	testutil.StartKCServer(t, dir, testutil.Fake{Sessions: writeSessions(t, cullSessions)})
 	logFile := filepath.Join(t.TempDir(), "culler.log")
 	t.Setenv("KC_CULLER_LOG", logFile)
 	code, out := runJanitorCapture(t, "cull", "--socket-dir", dir)
@@ -201,7 +201,7 @@ func TestCullCLINoSupervisors(t *testing.T) {
 // 2 s): sweep calls it live and keeps it, cull reads it and exits 0.
 func TestSlowSupervisorIsLive(t *testing.T) {
 	dir := t.TempDir()
-	k := testkit.StartKCServer(t, dir, testkit.Fake{Sessions: writeSessions(t, cullSessions), Delay: 2 * time.Second})
+	k := testutil.StartKCServer(t, dir, testutil.Fake{Sessions: writeSessions(t, cullSessions), Delay: 2 * time.Second})
 
 	code, out := runJanitorCapture(t, "sweep", "--socket-dir", dir, "--format", "json")
 	if code != exitOK {

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,19 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/containerdtest"
-	"github.com/kc-watchman/kc-watchman/internal/dockertest"
 	"github.com/kc-watchman/kc-watchman/internal/doctor"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/containerd"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/docker"
 )
-
-func randomHex(t *testing.T, n int) string {
-	t.Helper()
-	b := make([]byte, n/2)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
-}
 
 // TestDoctorEngines: one check per engine against the private dockerd and
 // containerd, each running a container of this test's; the engines line
@@ -34,9 +24,9 @@ func TestDoctorEngines(t *testing.T) {
 	dk.Run(t, nil)
 	// A namespace of this run's own (the containerd case counts its
 	// containers exactly), removed with its image when the test ends.
-	ns := "kc-doctor-" + randomHex(t, 8)
+	ns := "kc-doctor-" + testutil.RandomHex(t, 8)
 	t.Cleanup(func() { removeNamespace(cdAddr, ns) })
-	containerdtest.Run(t, cdAddr, ns, randomHex(t, 64), nil, "/bin/sleep", "100000")
+	containerdtest.Run(t, cdAddr, ns, testutil.RandomHex(t, 64), nil, "/bin/sleep", "100000")
 	absent := filepath.Join(t.TempDir(), "absent.sock")
 	euid := os.Geteuid()
 

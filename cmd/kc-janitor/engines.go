@@ -12,6 +12,8 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/engine/containerd"
+	"github.com/kc-watchman/kc-watchman/internal/engine/docker"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 )
 
@@ -53,12 +55,12 @@ func loadEngineGlobals(c *cli.Context, g *globals) error {
 		}
 	}
 	g.DockerURL = sharedString(c, flagDockerURL)
-	if err := engine.CheckDockerURL(g.DockerURL); err != nil {
+	if err := docker.CheckURL(g.DockerURL); err != nil {
 		return engineUsageErr(err)
 	}
 	g.ContainerdAddress = sharedString(c, flagContainerdAddress)
 	g.ContainerdNamespaces = sharedSlice(c, flagContainerdNamespace)
-	if err := engine.CheckContainerdSettings(g.ContainerdAddress, g.ContainerdNamespaces); err != nil {
+	if err := containerd.CheckSettings(g.ContainerdAddress, g.ContainerdNamespaces); err != nil {
 		return engineUsageErr(err)
 	}
 	return nil

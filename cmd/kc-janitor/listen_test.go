@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/prometheus/common/expfmt"
+
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 // TestWatchMetricsListen: the real command serves /metrics (valid text
@@ -29,7 +31,7 @@ func TestWatchMetricsListen(t *testing.T) {
 			"--log-file", logFile, "--log-format", "json", "--metrics-listen", "127.0.0.1:0", "--no-events")
 		res <- code
 	}()
-	waitFor(t, func() bool { return countLines(logFile, `"msg":"round failed`) >= 2 })
+	proc.WaitFor(t, time.Minute, "the log lines", func() bool { return countLines(logFile, `"msg":"round failed`) >= 2 })
 	var addr string
 	data, _ := os.ReadFile(logFile)
 	for _, line := range strings.Split(string(data), "\n") {

@@ -9,8 +9,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/janitor"
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
+	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 )
 
@@ -49,7 +50,7 @@ func reconcileFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.DurationFlag{Name: "min-age", Value: 90 * time.Second, Usage: "leave trees younger than this alone", EnvVars: []string{"KC_MIN_AGE"}},
 		&cli.DurationFlag{Name: "ledger-retention", Value: reconcile.DefaultLedgerRetention, Usage: "dry runs remove the ledger record of a container that is gone and whose processes are all dead once it is this old (only the file: nothing is signalled; --apply removes such records at once)", EnvVars: []string{"KC_LEDGER_RETENTION"}},
-		&cli.DurationFlag{Name: "kill-grace", Value: 5 * time.Second, Usage: "wait between SIGTERM and SIGKILL", EnvVars: []string{"KC_KILL_GRACE"}},
+		&cli.DurationFlag{Name: "kill-grace", Value: pgkill.DefaultGrace, Usage: "wait between SIGTERM and SIGKILL", EnvVars: []string{"KC_KILL_GRACE"}},
 		&cli.StringSliceFlag{Name: "container", Usage: "only consider trees of this container, repeatable: a full 64-hex `ID` (taken as is: its container may be gone), or a unique ID prefix or name the engines resolve; KC_RECONCILE_CONTAINERS wins over KC_CONTAINER when both are set", EnvVars: []string{"KC_RECONCILE_CONTAINERS", "KC_CONTAINER"}},
 		&cli.IntFlag{Name: "max-reap", Value: 50, Usage: "with --apply, reap nothing (exit 1) when more trees than `N` are stray, or, without --container, more than half of all trees (from 3 strays on): a wrong ground truth at scale looks exactly like that (watch: trees of containers whose init the kernel saw exit do not count)", EnvVars: []string{"KC_MAX_REAP"}},
 		&cli.BoolFlag{Name: "full-scan", Usage: "read every process, also reporting foreign groups (slower)", EnvVars: []string{"KC_FULL_SCAN"}},
@@ -75,7 +76,7 @@ func runReconcile(c *cli.Context) error {
 			writeJSON(c.App.Writer, rep)
 		} else {
 			msg := liveErr.Error()
-			if !errors.Is(liveErr, liveness.ErrUnknown) {
+			if !errors.Is(liveErr, engine.ErrUnknown) {
 				msg = "ground truth unknown: " + msg
 			}
 			fmt.Fprintf(c.App.Writer, "%s\nnothing was touched.\n", msg)

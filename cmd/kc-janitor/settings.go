@@ -11,12 +11,12 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/contain"
 	"github.com/kc-watchman/kc-watchman/internal/contain/systemd"
 	"github.com/kc-watchman/kc-watchman/internal/cull"
+	"github.com/kc-watchman/kc-watchman/internal/engine/podman"
 	"github.com/kc-watchman/kc-watchman/internal/janitor"
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
+	"github.com/kc-watchman/kc-watchman/internal/proctable"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 	"github.com/kc-watchman/kc-watchman/internal/sweep"
-	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
 // plan says which settings a command takes beyond the global flags.
@@ -128,7 +128,7 @@ func reconcileOptions(c *cli.Context, g globals) (reconcile.Options, error) {
 	if opt.MaxReap < 1 {
 		return opt, usageErr("--max-reap must be at least 1")
 	}
-	lister, err := trees.ParseLister(c.String("bpf"))
+	lister, err := proctable.ParseLister(c.String("bpf"))
 	if err != nil {
 		return opt, usageErr("--bpf: %v", err)
 	}
@@ -168,7 +168,7 @@ func checkPodmanURL(g globals) error {
 	if g.PodmanURL == "" {
 		return nil
 	}
-	if err := liveness.CheckURL(g.PodmanURL); err != nil {
+	if err := podman.CheckURL(g.PodmanURL); err != nil {
 		return usageErr("--podman-url: %v", err)
 	}
 	return nil

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/dockertest"
 	"github.com/kc-watchman/kc-watchman/internal/janitor"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/docker"
 )
 
 // TestStatus: podman unreachable, a ledger with one record, one orphan
@@ -99,7 +99,7 @@ func TestStatusShowsEngine(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	k := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{ContainerID: id, InitPID: dk.InitPID(t, id)})
+	k := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{ContainerID: id, InitPID: dk.InitPID(t, id)})
 	base := []string{"status", "--state-dir", state, "--socket-dir", t.TempDir(), "--engine", "docker", "--docker-url", dk.URL,
 		"--min-age", "0s", "--container", id, "--container", gone}
 
@@ -147,7 +147,7 @@ func TestStatusShowsEngine(t *testing.T) {
 // for one release) with the same value.
 func TestStatusTreeAction(t *testing.T) {
 	id := strings.Repeat("6", 64)
-	testkit.StartKCServer(t, t.TempDir(), testkit.Fake{ContainerID: id})
+	testutil.StartKCServer(t, t.TempDir(), testutil.Fake{ContainerID: id})
 	t.Setenv("PATH", t.TempDir()) // no podman CLI
 	code, out := runJanitorCapture(t, "status", "--state-dir", t.TempDir(), "--socket-dir", t.TempDir(),
 		"--podman-url", "unix:///nonexistent/podman.sock", "--min-age", "0s", "--container", id, "--format", "json")

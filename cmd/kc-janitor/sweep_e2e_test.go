@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/podmantest"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/podman"
 )
 
 // TestSweepAndCullInRealContainer runs the fake supervisor inside a real
@@ -30,7 +30,7 @@ func TestSweepAndCullInRealContainer(t *testing.T) {
 		t.Setenv(k, "")
 		os.Unsetenv(k)
 	}
-	bin := testkit.BuildKCServer(t)
+	bin := testutil.BuildKCServer(t)
 	name := "kcsweep-" + strconv.Itoa(os.Getpid())
 	id := e.Run(t, "--name", name, "-v", bin+":/kcserver:ro", "-e", "KCFAKE_READY_FILE=/tmp/ready", "-e", "KCFAKE_OPEN_CHANNELS=1", "--",
 		"/bin/sh", "-c", "/kcserver --transport=socket --socket-dir=/tmp & exec /bin/sleep 100000")
@@ -135,7 +135,7 @@ func TestSweepLearnsContainerDirs(t *testing.T) {
 		t.Setenv(k, "")
 		os.Unsetenv(k)
 	}
-	bin := testkit.BuildKCServer(t)
+	bin := testutil.BuildKCServer(t)
 	withKC := "kcdirs-kc-" + strconv.Itoa(os.Getpid())
 	id := e.Run(t, "--name", withKC, "-v", bin+":/kcserver:ro", "-e", "XDG_RUNTIME_DIR=/run/xdg", "-e", "KCFAKE_READY_FILE=/srv/ready", "--",
 		"/bin/sh", "-c", "mkdir -p /run/xdg /srv/kcs && /kcserver --transport socket --socket-dir /srv/kcs & exec /bin/sleep 100000")
@@ -163,7 +163,7 @@ func TestSweepLearnsContainerDirs(t *testing.T) {
 	xdgOrphan := orphanSock(t, root+"/run/xdg", "kc-31998.sock")
 
 	bareRoot := fmt.Sprintf("/proc/%d/root", e.InitPID(t, id2))
-	for !exists(bareRoot + "/run/xdg") {
+	for !testutil.PathExists(bareRoot + "/run/xdg") {
 		if time.Now().After(deadline) {
 			t.Fatal("/run/xdg never appeared in the bare container")
 		}
@@ -211,11 +211,6 @@ func TestSweepLearnsContainerDirs(t *testing.T) {
 			}
 		})
 	}
-}
-
-func exists(p string) bool {
-	_, err := os.Lstat(p)
-	return err == nil
 }
 
 // podmanArgs puts --podman-arg flags naming the test's private store after

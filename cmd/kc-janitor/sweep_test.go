@@ -17,7 +17,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 // runJanitorCapture runs kc-janitor with args as run() does, capturing
@@ -43,7 +43,7 @@ func runJanitorCapture(t *testing.T, args ...string) (int, string) {
 }
 
 // orphanSock leaves a socket file with nothing listening at dir/name.
-func orphanSock(t *testing.T, dir, name string) string { return testkit.OrphanSocket(t, dir, name) }
+func orphanSock(t *testing.T, dir, name string) string { return testutil.OrphanSocket(t, dir, name) }
 
 // goneSockName is kc-<pid>.sock for a PID whose process has exited.
 func goneSockName(t *testing.T) string {
@@ -112,7 +112,7 @@ func TestSweepCLI(t *testing.T) {
 				t.Setenv(k, v)
 			}
 			dir := t.TempDir()
-			k := testkit.StartKCServer(t, dir, testkit.Fake{})
+			k := testutil.StartKCServer(t, dir, testutil.Fake{})
 			stale := orphanSock(t, dir, goneSockName(t))
 			code, out := runJanitorCapture(t, append(tt.args, "--socket-dir", dir, "--timeout", "300ms")...)
 			if code != exitOK {

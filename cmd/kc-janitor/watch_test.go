@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/metrics"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 // TestWatchCommand: the real command with podman unreachable keeps running
@@ -35,7 +36,7 @@ func TestWatchCommand(t *testing.T) {
 	}()
 	// Signal only once the handler is installed: it is before "watching"
 	// is logged, and SIGTERM without it would kill the test binary.
-	waitFor(t, func() bool { return countLines(logFile, `"msg":"round failed`) >= 3 })
+	proc.WaitFor(t, time.Minute, "the log lines", func() bool { return countLines(logFile, `"msg":"round failed`) >= 3 })
 	if _, err := os.Stat(mf); err != nil {
 		t.Errorf("no metrics after three rounds: %v", err)
 	}
@@ -104,15 +105,4 @@ func countLines(path, substr string) int {
 		return 0
 	}
 	return strings.Count(string(data), substr)
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -16,8 +16,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/kc-watchman/kc-watchman/internal/containerdtest"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/containerd"
 )
 
 // TestJanitorRunsWithManifestArgs runs kc-janitor with exactly the
@@ -36,7 +36,7 @@ func TestJanitorRunsWithManifestArgs(t *testing.T) {
 		t.Skip("no unshare(1)")
 	}
 	_, c := janitor(t)
-	bin := testkit.Build(t, testkit.KCJanitorPackage, "kc-janitor")
+	bin := testutil.Build(t, testutil.KCJanitorPackage, "kc-janitor")
 	textfile := t.TempDir()
 
 	var metrics string

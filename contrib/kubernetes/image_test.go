@@ -15,9 +15,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/kc-watchman/kc-watchman/internal/containerdtest"
-	"github.com/kc-watchman/kc-watchman/internal/podmantest"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/containerd"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/podman"
 )
 
 // TestImageInitContainer builds the image from the Containerfile, offline
@@ -114,8 +114,8 @@ func buildImage(t *testing.T, e *podmantest.Env) (image, ctx string) {
 	}
 	ctx = t.TempDir()
 	files := map[string]string{
-		testkit.Build(t, testkit.KCJanitorPackage, "kc-janitor"): "bin/kc-janitor",
-		testkit.Build(t, testkit.KCHookPackage, "kc-hook"):       "bin/kc-hook",
+		testutil.Build(t, testutil.KCJanitorPackage, "kc-janitor"): "bin/kc-janitor",
+		testutil.Build(t, testutil.KCHookPackage, "kc-hook"):       "bin/kc-hook",
 	}
 	for _, dir := range []string{"hooks.d", "contrib/containerd"} {
 		entries, err := os.ReadDir(filepath.Join(repo, dir))
@@ -131,7 +131,7 @@ func buildImage(t *testing.T, e *podmantest.Env) (image, ctx string) {
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := testkit.CopyFile(src, dst, 0o755); err != nil {
+		if err := testutil.CopyFile(src, dst, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}

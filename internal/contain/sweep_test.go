@@ -14,7 +14,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 // forkLoop: each generation starts the next in a session of its own and
@@ -45,7 +45,7 @@ func contained(t *testing.T, kind Kind) *Cgroup {
 	}
 	t.Cleanup(func() {
 		c.Close()
-		testkit.RemoveContainCgroups(t, id)
+		testutil.RemoveContainCgroups(t, id)
 	})
 	return c
 }

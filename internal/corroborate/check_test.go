@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
-	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 // TestTreeIsNoEvidence: a monitor's child in the container's cgroup is
@@ -20,7 +20,7 @@ import (
 // the monitor).
 func TestTreeIsNoEvidence(t *testing.T) {
 	const id = "4444444444444444444444444444444444444444444444444444444444444444"
-	cg := testkit.MakeCgroup(t, "default", id)
+	cg := testutil.MakeCgroup(t, "default", id)
 	bin := filepath.Join(t.TempDir(), "conmon")
 	data, err := os.ReadFile("/bin/sh")
 	if err != nil {

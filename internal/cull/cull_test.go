@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 func TestIsCandidate(t *testing.T) {
@@ -109,14 +109,14 @@ func sessionsFile(t *testing.T, ss ...sess) string {
 
 func TestAudit(t *testing.T) {
 	dir := t.TempDir()
-	a := testkit.StartKCServer(t, dir, testkit.Fake{Sessions: sessionsFile(t,
+	a := testutil.StartKCServer(t, dir, testutil.Fake{Sessions: sessionsFile(t,
 		sess{ID: "py-old", Language: "python", Status: "idle", Idle: 90000, WD: "/home/a", Usage: mem(100)},
 		sess{ID: "py-edge", Language: "python", Status: "idle", Idle: 86400, Usage: mem(20)},
 		sess{ID: "r-conn", Language: "r", Status: "idle", Connected: true, Idle: 99999, Usage: mem(3)},
 		sess{ID: "r-busy", Language: "r", Status: "busy", Idle: 0},
 	)})
-	b := testkit.StartKCServer(t, dir, testkit.Fake{Sessions: sessionsFile(t)})
-	hung := testkit.StartKCServer(t, dir, testkit.Fake{Hang: true})
+	b := testutil.StartKCServer(t, dir, testutil.Fake{Sessions: sessionsFile(t)})
+	hung := testutil.StartKCServer(t, dir, testutil.Fake{Hang: true})
 	orphan := filepath.Join(dir, "kc-1.sock")
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: orphan, Net: "unix"})
 	if err != nil {

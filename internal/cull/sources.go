@@ -1,6 +1,9 @@
 package cull
 
-import "github.com/kc-watchman/kc-watchman/internal/sweep"
+import (
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
+	"github.com/kc-watchman/kc-watchman/internal/sweep"
+)
 
 // Sources are the supervisors a sweep found alive: its live control
 // sockets, the only ones whose /sessions are worth asking for. A session
@@ -10,7 +13,7 @@ import "github.com/kc-watchman/kc-watchman/internal/sweep"
 func Sources(socks []*sweep.Socket, notLive func(*sweep.Socket)) []Source {
 	var out []Source
 	for _, s := range socks {
-		if s.Kind != sweep.KindControl {
+		if s.Kind != sockets.KindControl {
 			continue
 		}
 		if s.Verdict != sweep.VerdictLive {

@@ -4,17 +4,18 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
 	"github.com/kc-watchman/kc-watchman/internal/sweep"
 )
 
 func TestSources(t *testing.T) {
 	swept := []*sweep.Socket{
-		{Path: "/run/kc-10.sock", PID: 10, Kind: sweep.KindControl, Verdict: sweep.VerdictLive},
-		{Path: "/run/kc-10.abc.sock", PID: 10, Kind: sweep.KindSession, Verdict: sweep.VerdictLive},
-		{Path: "/run/kc-11.sock", PID: 11, Kind: sweep.KindControl, Verdict: sweep.VerdictStale},
-		{Path: "/run/kc-12.sock", PID: 12, Kind: sweep.KindControl, Verdict: sweep.VerdictUnknown},
-		{Path: "/run/kc-1f.sock", Kind: sweep.KindSession, Hashed: true, Verdict: sweep.VerdictLive},
-		{Path: "/run/kc-13.sock", PID: 13, Kind: sweep.KindControl, Verdict: sweep.VerdictLive},
+		{Path: "/run/kc-10.sock", PID: 10, Kind: sockets.KindControl, Verdict: sweep.VerdictLive},
+		{Path: "/run/kc-10.abc.sock", PID: 10, Kind: sockets.KindSession, Verdict: sweep.VerdictLive},
+		{Path: "/run/kc-11.sock", PID: 11, Kind: sockets.KindControl, Verdict: sweep.VerdictStale},
+		{Path: "/run/kc-12.sock", PID: 12, Kind: sockets.KindControl, Verdict: sweep.VerdictUnknown},
+		{Path: "/run/kc-1f.sock", Kind: sockets.KindSession, Hashed: true, Verdict: sweep.VerdictLive},
+		{Path: "/run/kc-13.sock", PID: 13, Kind: sockets.KindControl, Verdict: sweep.VerdictLive},
 	}
 	tests := []struct {
 		name    string

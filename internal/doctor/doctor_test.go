@@ -12,10 +12,11 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/cull"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
 	"github.com/kc-watchman/kc-watchman/internal/sweep"
 )
 
@@ -347,7 +348,7 @@ func TestEngineVerdicts(t *testing.T) {
 			Error, []string{"remedy: start podman's API service"}},
 		{"cli", true, EngineInput{Name: NamePodman, Endpoint: "podman ps", Found: true, Asked: true, Source: "cli", UID: 0, Containers: 1, Live: 1},
 			OK, []string{"version ?", "the API did not answer"}},
-		{"tcp", false, EngineInput{Name: NameDocker, Endpoint: "tcp://h:2375", Named: true, Asked: true, Source: "api", UID: liveness.UIDUnknown},
+		{"tcp", false, EngineInput{Name: NameDocker, Endpoint: "tcp://h:2375", Named: true, Asked: true, Source: "api", UID: engine.UIDUnknown},
 			Warn, []string{"owner is unknown"}},
 		{"auto, absent", true, EngineInput{Name: NameContainerd, Endpoint: "/run/containerd/containerd.sock"}, OK,
 			[]string{"not asked: auto found nothing at /run/containerd/containerd.sock"}},
@@ -437,8 +438,8 @@ func TestStraysVerdict(t *testing.T) {
 
 func TestSocketsVerdict(t *testing.T) {
 	rep := &sweep.Report{Sockets: []*sweep.Socket{
-		{Path: "/tmp/kc-1.sock", PID: 1, Kind: sweep.KindControl, Verdict: sweep.VerdictLive},
-		{Path: "/tmp/kc-2.sock", PID: 2, Kind: sweep.KindControl, Verdict: sweep.VerdictStale, Reason: "gone"},
+		{Path: "/tmp/kc-1.sock", PID: 1, Kind: sockets.KindControl, Verdict: sweep.VerdictLive},
+		{Path: "/tmp/kc-2.sock", PID: 2, Kind: sockets.KindControl, Verdict: sweep.VerdictStale, Reason: "gone"},
 	}}
 	c := Sockets(rep, nil)
 	if c.Verdict != Warn || !strings.Contains(c.Detail, "1 stale") || len(c.Items) != 1 {

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 )
 
 // EngineInput is one container engine as doctor found it.
@@ -74,7 +74,7 @@ func Engines(in EnginesInput) (summary Check, perEngine []Check, reports []Engin
 			perEngine = append(perEngine, engineCheck(e, in.Auto))
 		}
 		r := EngineReport{Name: e.Name, Endpoint: e.Endpoint, Found: e.Found, Named: e.Named, Asked: e.Asked,
-			Version: e.Version, Source: e.Source, UID: liveness.UIDUnknown}
+			Version: e.Version, Source: e.Source, UID: engine.UIDUnknown}
 		switch {
 		case e.Asked && e.Err == nil:
 			r.Reachable, r.UID, r.Containers, r.Live = true, e.UID, e.Containers, e.Live
@@ -137,10 +137,10 @@ func engineCheck(e EngineInput, auto bool) Check {
 	}
 	detail := fmt.Sprintf("%s %s: version %s, %s, %d live, uid %d (%s)", e.Source, e.Endpoint, version,
 		plural(e.Containers, "container", "containers"), e.Live, e.UID, e.Took.Round(time.Millisecond))
-	if e.UID == liveness.UIDUnknown {
+	if e.UID == engine.UIDUnknown {
 		return newCheck(name, Warn, "%s: the endpoint's owner is unknown (tcp, or the CLI through --url), so no tree can be judged a stray by it", detail)
 	}
-	if e.Source == string(liveness.SourceCLI) {
+	if e.Source == string(engine.SourceCLI) {
 		detail += "; the API did not answer"
 	}
 	return newCheck(name, OK, "%s", detail)

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
-	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
 // Listing says how scans list this host's processes under the --bpf
@@ -15,15 +14,15 @@ import (
 // load is, since every scan will then fail. It lists as a scan does
 // (proctable.List), without the /proc confirmation the census may call
 // for: what the iterator did is what it reports.
-func Listing(lister trees.Lister) Check {
-	if lister == trees.ListProc {
+func Listing(lister proctable.Lister) Check {
+	if lister == proctable.ListProc {
 		return newCheck(NameListing, OK, "/proc; --bpf off loads no BPF program")
 	}
 	start := time.Now()
 	l, err := proctable.List(proctable.Options{Lister: lister, Defer: true})
 	took := time.Since(start).Round(100 * time.Microsecond)
 	switch {
-	case err != nil && lister == trees.ListBPF:
+	case err != nil && lister == proctable.ListBPF:
 		return newCheck(NameListing, Error, "--bpf on, but the BPF task iterator cannot be used: %v", err)
 	case err != nil:
 		return newCheck(NameListing, Error, "listing the processes: %v", err)

@@ -5,20 +5,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
-	"github.com/kc-watchman/kc-watchman/internal/trees"
+	"github.com/kc-watchman/kc-watchman/internal/proctable"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 // TestListing runs where the tests run: as root on a kernel with BTF, so
 // auto and on take the iterator and off never tries it.
 func TestListing(t *testing.T) {
 	for _, tt := range []struct {
-		lister trees.Lister
+		lister proctable.Lister
 		want   string
 	}{
-		{trees.ListAuto, "BPF task iterator: "},
-		{trees.ListBPF, "BPF task iterator: "},
-		{trees.ListProc, "/proc; --bpf off"},
+		{proctable.ListAuto, "BPF task iterator: "},
+		{proctable.ListBPF, "BPF task iterator: "},
+		{proctable.ListProc, "/proc; --bpf off"},
 	} {
 		t.Run(tt.lister.String(), func(t *testing.T) {
 			c := Listing(tt.lister)
@@ -37,7 +37,7 @@ func TestListingWhereTheIteratorCannotRun(t *testing.T) {
 	type summary struct{ Auto, On Check }
 	if proc.InPIDNamespace() {
 		proc.EnterPIDNamespace(t)
-		proc.WriteSummary(t, summary{Auto: Listing(trees.ListAuto), On: Listing(trees.ListBPF)})
+		proc.WriteSummary(t, summary{Auto: Listing(proctable.ListAuto), On: Listing(proctable.ListBPF)})
 		return
 	}
 	var got summary

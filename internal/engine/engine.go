@@ -4,18 +4,31 @@
 // (DESIGN "Engines"). kc-janitor's ground truth is the union of the answers of
 // every engine it was told (or found) to ask; kc-hook links none of this.
 //
+// # Layout
+//
+// This package holds what every engine shares and nothing of any one
+// engine: the Engine interface, the ground-truth Set and ErrUnknown, Ask's
+// union, --container resolution, the one API URL parser, the capped event
+// message reader. Each engine is a sub-package (podman, docker,
+// containerd) that imports this one and registers a Spec from its init
+// function; Select and Detect (--engine auto) find the registered ones.
+// The sub-packages never import each other's internals, and this package
+// never imports them, so there is no cycle; whoever selects engines links
+// them (internal/janitor, blank imports). peercred, the SO_PEERCRED dialer
+// every engine client dials through, is a sub-package too.
+//
 // # Adding an engine
 //
-//  1. Write a type implementing Engine in a file of this package (podman.go
-//     and docker.go are the examples). Live must return the engine's whole
-//     container list or an error: an error makes the truth unknown and
-//     kc-janitor touches nothing, so never return a partial list. Take
-//     Answer.UID from the connection that answered (peercred.Dial), never
-//     from a stat of the socket path, and refuse a symlinked socket.
+//  1. Write a sub-package implementing Engine (docker is the example). Live
+//     must return the engine's whole container list or an error: an error
+//     makes the truth unknown and kc-janitor touches nothing, so never
+//     return a partial list. Take Answer.UID from the connection that
+//     answered (peercred.Dial), never from a stat of the socket path, and
+//     refuse a symlinked socket.
 //  2. Register it from an init function with a Spec: Detect says whether
 //     its endpoint exists on this host (what --engine auto asks), New
 //     builds it from Config and returns a usage error (wrapping ErrUsage)
-//     for a malformed endpoint.
+//     for a malformed endpoint. Link it from internal/janitor/engines.go.
 //  3. Add its endpoint settings to Config, and the matching flags (with
 //     their KC_* variables) in cmd/kc-janitor/engines.go.
 //  4. Give it a test against the real daemon, skipped when the daemon's
@@ -32,8 +45,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
 )
 
 // Engine is one container engine kc-janitor can ask.
@@ -92,9 +103,9 @@ type Answer struct {
 	Engine   string
 	Endpoint string
 	// Source is how the engine was asked: "api" or "cli".
-	Source liveness.Source
+	Source Source
 	// UID is the UID the answer is ground truth for: the peer credentials
-	// of the connection that answered (liveness.UIDUnknown for tcp).
+	// of the connection that answered (UIDUnknown for tcp).
 	UID        int
 	Containers []Container
 	Took       time.Duration
@@ -151,7 +162,7 @@ type DeathWatch struct {
 // Config holds every engine's endpoint settings. The zero value asks each
 // engine's default endpoint.
 type Config struct {
-	// PodmanURL, PodmanArgs, PodmanBin: see liveness.Options.
+	// PodmanURL, PodmanArgs, PodmanBin: see Options.
 	PodmanURL  string
 	PodmanArgs []string
 	PodmanBin  string
@@ -165,19 +176,21 @@ type Config struct {
 	// every namespace.
 	ContainerdNamespaces []string
 	// Timeout bounds one question to one engine; default
-	// liveness.DefaultTimeout.
+	// DefaultTimeout.
 	Timeout time.Duration
 	Logger  *slog.Logger
 }
 
-func (c Config) timeout() time.Duration {
+// AskTimeout is Timeout, or DefaultTimeout when unset.
+func (c Config) AskTimeout() time.Duration {
 	if c.Timeout > 0 {
 		return c.Timeout
 	}
-	return liveness.DefaultTimeout
+	return DefaultTimeout
 }
 
-func (c Config) logger() *slog.Logger {
+// Log is Logger, or a logger that discards when unset.
+func (c Config) Log() *slog.Logger {
 	if c.Logger != nil {
 		return c.Logger
 	}
@@ -253,7 +266,7 @@ func Select(names []string, cfg Config) ([]Engine, error) {
 				continue
 			}
 			if ep, found := s.Detect(cfg); found {
-				cfg.logger().Debug("engine found", "engine", n, "endpoint", ep)
+				cfg.Log().Debug("engine found", "engine", n, "endpoint", ep)
 				names = append(names, n)
 			}
 		}
@@ -288,18 +301,18 @@ type Status struct {
 type Truth struct {
 	// Set is the union: a container is live if any engine says so; it is
 	// ground truth for the UIDs of every engine that answered.
-	Set      liveness.Set
+	Set      Set
 	Answers  []Answer
 	Statuses []Status
 }
 
 // Ask asks every engine at once. If any of them cannot be asked, or there
-// is none to ask, the error wraps liveness.ErrUnknown and names the
+// is none to ask, the error wraps ErrUnknown and names the
 // engines that failed: callers must then touch nothing. Statuses are
 // filled either way.
 func Ask(ctx context.Context, engines []Engine) (Truth, error) {
 	if len(engines) == 0 {
-		return Truth{}, fmt.Errorf("%w: no container engine found on this host (podman, docker, containerd); name one with --engine", liveness.ErrUnknown)
+		return Truth{}, fmt.Errorf("%w: no container engine found on this host (podman, docker, containerd); name one with --engine", ErrUnknown)
 	}
 	answers := make([]Answer, len(engines))
 	errs := make([]error, len(engines))
@@ -316,7 +329,7 @@ func Ask(ctx context.Context, engines []Engine) (Truth, error) {
 	var tr Truth
 	var failed []error
 	for i, e := range engines {
-		st := Status{Name: e.Name(), Endpoint: e.Endpoint(), UID: liveness.UIDUnknown}
+		st := Status{Name: e.Name(), Endpoint: e.Endpoint(), UID: UIDUnknown}
 		if errs[i] != nil {
 			msg := errs[i].Error()
 			st.Error = &msg
@@ -332,22 +345,22 @@ func Ask(ctx context.Context, engines []Engine) (Truth, error) {
 		tr.Statuses = append(tr.Statuses, st)
 	}
 	if len(failed) > 0 {
-		return tr, fmt.Errorf("%w: %w", liveness.ErrUnknown, errors.Join(failed...))
+		return tr, fmt.Errorf("%w: %w", ErrUnknown, errors.Join(failed...))
 	}
 	tr.Set = Union(tr.Answers)
 	return tr, nil
 }
 
-// Union merges answers into one liveness.Set. Source, Endpoint and UID are
+// Union merges answers into one Set. Source, Endpoint and UID are
 // the first answer's (reconcile's JSON "source" stays the first engine's);
 // UIDs holds every answer's known UID.
-func Union(answers []Answer) liveness.Set {
-	s := liveness.Set{
+func Union(answers []Answer) Set {
+	s := Set{
 		Live:   map[string]bool{},
 		States: map[string]string{},
 		Names:  map[string][]string{},
 		PIDs:   map[string]int{},
-		UID:    liveness.UIDUnknown,
+		UID:    UIDUnknown,
 		UIDs:   []int{},
 	}
 	for i, a := range answers {

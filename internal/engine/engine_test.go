@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
 )
 
 const (
@@ -65,10 +63,10 @@ func TestParseNames(t *testing.T) {
 }
 
 func TestAskUnion(t *testing.T) {
-	pod := &fake{name: "podman", a: Answer{Source: liveness.SourceAPI, UID: 0, Containers: []Container{
+	pod := &fake{name: "podman", a: Answer{Source: SourceAPI, UID: 0, Containers: []Container{
 		{ID: idA, State: "exited"},
 	}}}
-	dock := &fake{name: "docker", a: Answer{Source: liveness.SourceAPI, UID: 1000, Containers: []Container{
+	dock := &fake{name: "docker", a: Answer{Source: SourceAPI, UID: 1000, Containers: []Container{
 		{ID: idA, State: "running", Live: true, InitPID: 42, Names: []string{"web"}},
 		{ID: idB, State: "exited"},
 	}}}
@@ -83,7 +81,7 @@ func TestAskUnion(t *testing.T) {
 	if !s.Vouches(0) || !s.Vouches(1000) || s.Vouches(1) || s.Vouches(-1) {
 		t.Fatalf("union vouches for %v, want 0 and 1000", s.UIDs)
 	}
-	if s.Source != liveness.SourceAPI || len(tr.Statuses) != 2 || tr.Statuses[1].Live != 1 || tr.Statuses[1].Containers != 2 {
+	if s.Source != SourceAPI || len(tr.Statuses) != 2 || tr.Statuses[1].Live != 1 || tr.Statuses[1].Containers != 2 {
 		t.Fatalf("statuses %+v", tr.Statuses)
 	}
 }
@@ -92,7 +90,7 @@ func TestAskAnyFailureIsUnknown(t *testing.T) {
 	ok := &fake{name: "podman", a: Answer{UID: 0}}
 	bad := &fake{name: "docker", err: errors.New("connection refused")}
 	tr, err := Ask(t.Context(), []Engine{ok, bad})
-	if !errors.Is(err, liveness.ErrUnknown) || !strings.Contains(err.Error(), "docker: connection refused") {
+	if !errors.Is(err, ErrUnknown) || !strings.Contains(err.Error(), "docker: connection refused") {
 		t.Fatalf("err = %v, want ground truth unknown naming docker", err)
 	}
 	if len(tr.Statuses) != 2 || tr.Statuses[1].Error == nil || tr.Statuses[0].Error != nil {
@@ -101,7 +99,7 @@ func TestAskAnyFailureIsUnknown(t *testing.T) {
 	if tr.Set.Live != nil {
 		t.Fatal("a failed Ask must not give a live set")
 	}
-	if _, err := Ask(t.Context(), nil); !errors.Is(err, liveness.ErrUnknown) {
+	if _, err := Ask(t.Context(), nil); !errors.Is(err, ErrUnknown) {
 		t.Fatalf("no engine: err = %v, want unknown", err)
 	}
 }
@@ -143,7 +141,7 @@ func TestResolveOne(t *testing.T) {
 	})
 	t.Run("an engine that cannot be asked makes no-match unknown", func(t *testing.T) {
 		_, err := ResolveOne(t.Context(), []Engine{pod, &fake{name: "docker", err: errors.New("down")}}, "other")
-		if !errors.Is(err, liveness.ErrUnknown) {
+		if !errors.Is(err, ErrUnknown) {
 			t.Fatalf("err = %v, want unknown", err)
 		}
 	})

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"reflect"
+	"strings"
 )
 
 // MaxEventMessage bounds one event message read into memory. A death
@@ -21,13 +22,13 @@ const (
 	SkipMalformed = "malformed"
 )
 
-// messages reads the newline-delimited JSON messages of an event stream
+// Messages reads the newline-delimited JSON messages of an event stream
 // (dockerd's and libpod's encoders end each with "\n"; so does `podman
 // events --format json`). A message longer than max is passed over up to
 // the next newline without being held, and reported: the stream goes on.
 // Dropping the stream instead would bring the same message back on every
 // re-subscription that replays since the last event.
-type messages struct {
+type Messages struct {
 	r    *bufio.Reader
 	max  int
 	buf  []byte
@@ -36,17 +37,17 @@ type messages struct {
 	end error
 }
 
-func newMessages(r io.Reader, max int, skip func(reason string, size int64)) *messages {
+func NewMessages(r io.Reader, max int, skip func(reason string, size int64)) *Messages {
 	if skip == nil {
 		skip = func(string, int64) {}
 	}
-	return &messages{r: bufio.NewReaderSize(r, 64<<10), max: max, skip: skip}
+	return &Messages{r: bufio.NewReaderSize(r, 64<<10), max: max, skip: skip}
 }
 
-// next returns the next message that is not empty and fits, or the
+// Next returns the next message that is not empty and fits, or the
 // reader's error (io.EOF at a clean end). The slice is valid until the
 // next call.
-func (m *messages) next() ([]byte, error) {
+func (m *Messages) Next() ([]byte, error) {
 	for m.end == nil {
 		m.buf = m.buf[:0]
 		var size int64
@@ -83,11 +84,11 @@ func (m *messages) next() ([]byte, error) {
 	return nil, m.end
 }
 
-// decode reads the next message into v. A message that is not JSON of
+// Decode reads the next message into v. A message that is not JSON of
 // v's shape is reported and passed over like an oversized one.
-func (m *messages) decode(v any) error {
+func (m *Messages) Decode(v any) error {
 	for {
-		msg, err := m.next()
+		msg, err := m.Next()
 		if err != nil {
 			return err
 		}
@@ -98,4 +99,20 @@ func (m *messages) decode(v any) error {
 		}
 		return nil
 	}
+}
+
+// APIMessage is the operator-facing text of an engine API error answer:
+// its JSON "message" when there is one, else the body, cut at 200 bytes.
+func APIMessage(body []byte) string {
+	var m struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(body, &m) == nil && m.Message != "" {
+		return m.Message
+	}
+	s := strings.TrimSpace(string(body))
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
 }

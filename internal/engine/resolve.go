@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
 )
 
 // ErrNoMatch and ErrAmbiguous are ResolveOne's usage errors: the reference
@@ -21,7 +20,7 @@ var (
 // engine. Exactly one container must match across all of them; no match
 // wraps ErrNoMatch and several wrap ErrAmbiguous, naming the candidates
 // (both also wrap ErrUsage). An engine that cannot be asked makes the
-// answer unknown (liveness.ErrUnknown): a name missing from the engine we
+// answer unknown (ErrUnknown): a name missing from the engine we
 // could not ask may well be its container.
 func ResolveOne(ctx context.Context, engines []Engine, ref string) (Match, error) {
 	if ref == "" {
@@ -57,7 +56,7 @@ func ResolveOne(ctx context.Context, engines []Engine, ref string) (Match, error
 	case len(all) > 1:
 		return Match{}, fmt.Errorf("%w: %w %q: %s", ErrUsage, ErrAmbiguous, ref, candidates(all))
 	case len(failed) > 0:
-		return Match{}, fmt.Errorf("%w: container %q: %w", liveness.ErrUnknown, ref, errors.Join(failed...))
+		return Match{}, fmt.Errorf("%w: container %q: %w", ErrUnknown, ref, errors.Join(failed...))
 	}
 	names := make([]string, 0, len(engines))
 	for _, e := range engines {

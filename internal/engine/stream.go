@@ -7,12 +7,12 @@ import (
 	"time"
 )
 
-// openStream sends an event-stream request and waits at most wait for the
+// OpenStream sends an event-stream request and waits at most wait for the
 // answer's headers. The stream itself stays open for hours, so the
 // request's context carries no deadline; but an engine that accepts the
 // connection and never answers would otherwise leave the subscription deaf
 // and silent for the life of watch. The returned cancel ends the stream.
-func openStream(ctx context.Context, hc *http.Client, req *http.Request, wait time.Duration) (*http.Response, context.CancelFunc, error) {
+func OpenStream(ctx context.Context, hc *http.Client, req *http.Request, wait time.Duration) (*http.Response, context.CancelFunc, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	timer := time.AfterFunc(wait, cancel)
 	resp, err := hc.Do(req.WithContext(sctx))

@@ -8,69 +8,66 @@ import (
 	"net/url"
 	"path/filepath"
 
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
-	"github.com/kc-watchman/kc-watchman/internal/peercred"
+	"github.com/kc-watchman/kc-watchman/internal/engine/peercred"
 )
 
-// DefaultDockerURL is Docker Engine's default socket.
-const DefaultDockerURL = "unix:///var/run/docker.sock"
-
-// apiURL is a parsed engine API URL: a unix socket path or a tcp address.
-type apiURL struct {
-	raw     string
-	network string // "unix" or "tcp"
-	addr    string // socket path or host:port
+// URL is a parsed engine API URL: a unix socket path or a tcp address.
+type URL struct {
+	Raw     string
+	Network string // "unix" or "tcp"
+	Addr    string // socket path or host:port
 }
 
-// parseAPIURL accepts unix:///path and tcp://host:port only: ssh and
-// TLS would need keys and a remote shell, nothing a janitor should block
-// on from cron.
-func parseAPIURL(flag, raw string) (apiURL, error) {
+// ParseURL accepts unix:///path and tcp://host:port only: ssh and TLS
+// would need keys and a remote shell, nothing a janitor should block on
+// from cron. Its errors start with the quoted URL; callers say whose URL
+// (the flag, or the engine) before it.
+func ParseURL(raw string) (URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return apiURL{}, fmt.Errorf("%w: --%s %q: %w", ErrUsage, flag, raw, err)
+		return URL{}, fmt.Errorf("%q: %w", raw, err)
 	}
 	switch u.Scheme {
 	case "unix":
 		p := u.Path
-		if u.Host != "" {
+		if u.Host != "" { // unix://relative/path, as the podman bindings accept it
 			p = "/" + u.Host + u.Path
 		}
 		if p == "" || p == "/" {
-			return apiURL{}, fmt.Errorf("%w: --%s %q: no socket path", ErrUsage, flag, raw)
+			return URL{}, fmt.Errorf("%q: no socket path", raw)
 		}
-		return apiURL{raw: raw, network: "unix", addr: filepath.Clean(p)}, nil
+		return URL{Raw: raw, Network: "unix", Addr: filepath.Clean(p)}, nil
 	case "tcp":
 		if u.Host == "" {
-			return apiURL{}, fmt.Errorf("%w: --%s %q: no host", ErrUsage, flag, raw)
+			return URL{}, fmt.Errorf("%q: no host", raw)
 		}
-		return apiURL{raw: raw, network: "tcp", addr: u.Host}, nil
+		return URL{Raw: raw, Network: "tcp", Addr: u.Host}, nil
 	default:
-		return apiURL{}, fmt.Errorf("%w: --%s %q: scheme %q not supported (unix:// or tcp://)", ErrUsage, flag, raw, u.Scheme)
+		return URL{}, fmt.Errorf("%q: scheme %q not supported (unix:// or tcp://)", raw, u.Scheme)
 	}
 }
 
-// CheckDockerURL refuses a --docker-url that is not unix:// or tcp://, so
-// that every command can say so before it runs.
-func CheckDockerURL(raw string) error {
-	if raw == "" {
-		return nil
+// ParseFlagURL is ParseURL for the value of --flag: its error wraps
+// ErrUsage and names the flag.
+func ParseFlagURL(flag, raw string) (URL, error) {
+	u, err := ParseURL(raw)
+	if err != nil {
+		return URL{}, fmt.Errorf("%w: --%s %w", ErrUsage, flag, err)
 	}
-	_, err := parseAPIURL("docker-url", raw)
-	return err
+	return u, nil
 }
 
-// client is an HTTP client for one question or subscription, and the UID
-// of the peer that answered it: SO_PEERCRED of the unix connection (a
-// symlinked socket is not dialled), unknown over tcp.
-// what names the socket in errors ("docker's API socket").
-func (u apiURL) client(what string) (*http.Client, func() (int, error)) {
-	if u.network == "unix" {
-		tr := peercred.NewTransportAs(what, u.addr)
+// Client returns an HTTP client for one question or subscription, and the
+// UID of the peer that answered it: SO_PEERCRED of the unix connection (a
+// symlinked socket is not dialled), unknown over tcp. what names the
+// socket in errors ("docker's API socket").
+func (u URL) Client(what string) (*http.Client, func() (int, error)) {
+	if u.Network == "unix" {
+		tr := peercred.NewTransportAs(what, u.Addr)
 		return &http.Client{Transport: tr}, tr.UID
 	}
 	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "tcp", u.addr)
+		return (&net.Dialer{}).DialContext(ctx, "tcp", u.Addr)
 	}, DisableCompression: true}
-	return &http.Client{Transport: tr}, func() (int, error) { return liveness.UIDUnknown, nil }
+	return &http.Client{Transport: tr}, func() (int, error) { return UIDUnknown, nil }
 }

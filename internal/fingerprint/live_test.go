@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 const root = fingerprint.DefaultRoot

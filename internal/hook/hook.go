@@ -16,6 +16,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/contain"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/proctable"
 	"github.com/kc-watchman/kc-watchman/internal/reap"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 	"github.com/kc-watchman/kc-watchman/internal/userns"
@@ -38,7 +39,7 @@ type Config struct {
 	SupervisorsFile string
 	// Lister is how the scan lists processes (default: the BPF task
 	// iterator where it can be used).
-	Lister trees.Lister
+	Lister proctable.Lister
 	// UIDs turns the UIDs /proc shows the hook into host UIDs; zero
 	// value: read the hook's own map (userns.SelfTranslator). A rootless
 	// podman runs the hook as root of its user namespace, so neither its

@@ -10,7 +10,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 // BenchmarkPoststop times Poststop in process on the host as it is: for a
@@ -40,7 +40,7 @@ func BenchmarkPoststop(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			b.StopTimer()
 			id := benchID(b)
-			k := testkit.StartKCServer(b, sock, testkit.Fake{ContainerID: id, Children: 2})
+			k := testutil.StartKCServer(b, sock, testutil.Fake{ContainerID: id, Children: 2})
 			b.StartTimer()
 			res, err := Poststop(b.Context(), cfg, &specs.State{ID: id, Status: specs.StateStopped})
 			b.StopTimer()

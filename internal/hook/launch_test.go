@@ -24,8 +24,8 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 	"github.com/kc-watchman/kc-watchman/internal/supervise"
-	"github.com/kc-watchman/kc-watchman/internal/supervise/supervisetest"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/supervise"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
@@ -84,7 +84,7 @@ func newLaunchEnv(t *testing.T, allowlistMode os.FileMode) *launchEnv {
 	}
 	allow := map[string]any{"supervisors": map[string]any{
 		"fake": map[string]any{
-			"argv": []string{testkit.BuildKCServer(t), "--transport", "socket", "--socket-dir=" + e.sockDir},
+			"argv": []string{testutil.BuildKCServer(t), "--transport", "socket", "--socket-dir=" + e.sockDir},
 			"env":  []string{"FAKE_INIT={{init_pid}}", "KCFAKE_CHILDREN=1"},
 		},
 	}}

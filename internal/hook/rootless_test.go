@@ -18,7 +18,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 	"github.com/kc-watchman/kc-watchman/internal/userns"
 )
@@ -47,8 +47,8 @@ func startOtherUsersTree(t *testing.T, id string) fingerprint.Stat {
 		}
 		return p
 	}
-	bin := copyExec(testkit.BuildKCServer(t), "kcserver")
-	hook := copyExec(testkit.Build(t, testkit.KCHookPackage, "kc-hook"), "kc-hook")
+	bin := copyExec(testutil.BuildKCServer(t), "kcserver")
+	hook := copyExec(testutil.Build(t, testutil.KCHookPackage, "kc-hook"), "kc-hook")
 	init := exec.Command("sleep", "1000000")
 	if err := init.Start(); err != nil {
 		t.Fatal(err)
@@ -97,7 +97,7 @@ func TestPoststopAsRootlessUser(t *testing.T) {
 		t.Skip("needs root: the other user's tree runs as uid 65534")
 	}
 	id := strings.Repeat("ab", 32)
-	mineK := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{ContainerID: id, Children: 1, IgnoreTerm: true})
+	mineK := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{ContainerID: id, Children: 1, IgnoreTerm: true})
 	other := startOtherUsersTree(t, id)
 
 	// Both are trees of this container as far as /proc can tell.

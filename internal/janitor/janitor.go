@@ -53,7 +53,7 @@ func (s Settings) Select(log *slog.Logger) ([]engine.Engine, error) {
 }
 
 // Ask asks every selected engine which containers are alive. The error
-// wraps liveness.ErrUnknown when the truth is unknown, engine.ErrUsage
+// wraps engine.ErrUnknown when the truth is unknown, engine.ErrUsage
 // when --engine or an endpoint is malformed.
 func (s Settings) Ask(ctx context.Context, log *slog.Logger) (engine.Truth, error) {
 	es, err := s.Select(log)

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/containerdtest"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 	"github.com/kc-watchman/kc-watchman/internal/sweep"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/containerd"
 )
 
 // openFDs counts this process's open file descriptors.

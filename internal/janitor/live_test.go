@@ -17,7 +17,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 	"github.com/kc-watchman/kc-watchman/internal/sweep"
-	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 func get(t *testing.T, url string) (int, string) {

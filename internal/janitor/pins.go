@@ -16,7 +16,6 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
 )
 
 // Why a container's init is not pinned (DESIGN "Engines"): each one leaves the
@@ -453,7 +452,7 @@ func askInitPIDs(ctx context.Context, es []engine.Engine, eng string, ids []stri
 		return out
 	}
 	if timeout <= 0 {
-		timeout = liveness.DefaultTimeout
+		timeout = engine.DefaultTimeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

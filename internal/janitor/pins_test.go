@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/dockertest"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/podmantest"
-	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/docker"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/podman"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 // TestPinInitRefusals: a process is pinned as a container's init only

@@ -13,7 +13,6 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 )
 
@@ -42,7 +41,7 @@ func Reconcile(ctx context.Context, s Settings, log *slog.Logger) (rep Report, l
 // after the answer is never judged against it. create lets the janitor
 // make its state dir (0700) once the engines have answered, dry runs
 // included, so the ledger's snapshots stay fresh in audit weeks (DESIGN "Ledger").
-func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger) (rep Report, live liveness.Set, liveErr, err error) {
+func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger) (rep Report, live engine.Set, liveErr, err error) {
 	opt := s.Reconcile
 	if !create {
 		// A look (doctor without --fix) changes nothing, ledger included.
@@ -61,7 +60,7 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 		rep.Engines = tr.Statuses
 	}
 	if err != nil {
-		if !errors.Is(err, liveness.ErrUnknown) {
+		if !errors.Is(err, engine.ErrUnknown) {
 			return rep, live, nil, err
 		}
 		log.Error("ground truth unknown; nothing touched", "err", err)
@@ -93,7 +92,7 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 		}
 	}
 	rep.Report, err = scanned.Run(ctx, live)
-	if errors.Is(err, liveness.ErrUnknown) {
+	if errors.Is(err, engine.ErrUnknown) {
 		log.Error("ground truth contradicted; nothing touched", "err", err)
 		return rep, live, err, nil
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 	"github.com/kc-watchman/kc-watchman/internal/sweep"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/docker"
 )
 
 // hungSocket listens on dir/kc-<pid>.sock, accepts and never answers;
@@ -66,7 +66,7 @@ func TestDeathNotBehindStalledSweep(t *testing.T) {
 	accepted := hungSocket(t, sockDir)
 
 	events := make(chan string, 1)
-	dockerSock := testkit.DockerAPI(t, t.TempDir(), func() string { return "[]" }, events)
+	dockerSock := dockertest.API(t, t.TempDir(), func() string { return "[]" }, events)
 
 	w := &Watch{
 		Settings: Settings{

@@ -14,7 +14,6 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/cull"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 	"github.com/kc-watchman/kc-watchman/internal/sweep"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
@@ -75,7 +74,7 @@ func Status(ctx context.Context, s Settings, log *slog.Logger) (StatusReport, er
 	out := StatusReport{StateDir: s.StateDir, Records: []statusRecord{}, Trees: []statusTree{}, Sockets: []sweep.SocketJSON{}, Errors: []string{}}
 
 	tr, liveErr := s.Ask(ctx, log)
-	if liveErr != nil && !errors.Is(liveErr, liveness.ErrUnknown) {
+	if liveErr != nil && !errors.Is(liveErr, engine.ErrUnknown) {
 		return out, liveErr // a usage error
 	}
 	out.truth = tr
@@ -271,7 +270,7 @@ func since(t time.Time) string {
 // liveState names a container's state for the reports: its engine's raw
 // state, "gone" when no engine lists it, "?" when an engine could not be
 // asked.
-func liveState(live liveness.Set, known bool, id string) string {
+func liveState(live engine.Set, known bool, id string) string {
 	switch {
 	case !known:
 		return "?"

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/atomicfile"
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
 )
 
@@ -297,38 +298,7 @@ func (s *Store) write(r *Record) error {
 		return fmt.Errorf("encoding ledger record: %w", err)
 	}
 	data = append(data, '\n')
-	tmp, err := os.CreateTemp(s.dir, ".tmp-"+r.ContainerID+"-*")
-	if err != nil {
-		return fmt.Errorf("writing ledger record: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing ledger record: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("syncing ledger record: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing ledger record: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), s.path(r.ContainerID)); err != nil {
-		return fmt.Errorf("committing ledger record: %w", err)
-	}
-	return syncDir(s.dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("syncing ledger directory: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, unix.EINVAL) {
-		return fmt.Errorf("syncing ledger directory: %w", err)
-	}
-	return nil
+	return atomicfile.Write(s.dir, ".tmp-"+r.ContainerID+"-*", s.path(r.ContainerID), data, 0o600, "ledger record")
 }
 
 // List returns every readable record, and one error per record that could
@@ -391,7 +361,10 @@ func (s *Store) Remove(id string, keep func(*Record) bool) (bool, error) {
 	if err := removeNoFollow(SupervisorLog(filepath.Dir(s.dir), id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return true, fmt.Errorf("removing supervisor log: %w", err)
 	}
-	return true, syncDir(s.dir)
+	if err := atomicfile.SyncDir(s.dir); err != nil {
+		return true, fmt.Errorf("syncing ledger directory: %w", err)
+	}
+	return true, nil
 }
 
 // removeNoFollow unlinks path's last element relative to its directory,

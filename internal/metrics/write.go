@@ -10,6 +10,8 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/atomicfile"
 )
 
 // LockTimeout bounds the wait for another janitor's write of the same
@@ -131,49 +133,10 @@ func readOld(path string) (map[string]*dto.MetricFamily, error) {
 	return old, nil
 }
 
-// replace writes data to a new file in dir and renames it over path. The
-// temporary file is created with O_EXCL (os.CreateTemp), so a name planted
-// there beforehand, symlink included, is never opened; the rename replaces
-// whatever is at path without following it. The collector reads only
-// *.prom files: a dot-name without that suffix is never picked up
-// half-written.
+// replace writes data to a new file in dir and renames it over path
+// (atomicfile.Write), mode 0644: node_exporter runs as its own user. The
+// collector reads only *.prom files: the temporary dot-name without that
+// suffix is never picked up half-written.
 func replace(dir, path string, data []byte) error {
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("writing metrics file: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing metrics file: %w", err)
-	}
-	// node_exporter runs as its own user.
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing metrics file: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("syncing metrics file: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing metrics file: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("replacing metrics file: %w", err)
-	}
-	return syncDir(dir)
-}
-
-// syncDir makes the rename durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("syncing metrics directory: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, unix.EINVAL) {
-		return fmt.Errorf("syncing metrics directory: %w", err)
-	}
-	return nil
+	return atomicfile.Write(dir, "."+filepath.Base(path)+".tmp-*", path, data, 0o644, "metrics file")
 }

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 func oneSet() *Set {
@@ -47,7 +47,7 @@ func TestWriteFileIgnoresDirectoryLock(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	testkit.HoldFlock(t, dir, 65534)
+	testutil.HoldFlock(t, dir, 65534)
 	path := filepath.Join(dir, "kc-janitor.prom")
 	if err := writeWithin(t, path, oneSet(), time.Second, 30*time.Second); err != nil {
 		t.Fatalf("write under a held directory lock: %v", err)
@@ -74,7 +74,7 @@ func TestWriteFileLockTimeout(t *testing.T) {
 	}
 	// Only the janitor's own UID can hold the lock file; here the holder
 	// is another process of ours, as a second janitor stuck mid-write.
-	testkit.HoldFlock(t, filepath.Join(dir, ".kc-janitor.prom.lock"), os.Geteuid())
+	testutil.HoldFlock(t, filepath.Join(dir, ".kc-janitor.prom.lock"), os.Geteuid())
 
 	start := time.Now()
 	err = writeWithin(t, path, oneSet(), 200*time.Millisecond, 30*time.Second)

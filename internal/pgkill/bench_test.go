@@ -7,7 +7,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
-	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 // BenchmarkKillTERMObedientGroup measures what kc-hook pays in a

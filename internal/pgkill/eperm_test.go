@@ -16,8 +16,8 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
-	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 // killAsEnv makes the test binary a helper that runs Kill on the group
@@ -137,7 +137,7 @@ func killAsNobody(t *testing.T, g pgkill.Group) killReport {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := testkit.CopyFile(self, exe, 0o755); err != nil {
+	if err := testutil.CopyFile(self, exe, 0o755); err != nil {
 		t.Fatal(err)
 	}
 

@@ -77,12 +77,16 @@ type joinerSeams struct {
 	searched func(round int)
 }
 
+// DefaultGrace is the wait between SIGTERM and SIGKILL when none is set:
+// kc-hook's and kc-janitor's --kill-grace default, and every Options'.
+const DefaultGrace = 5 * time.Second
+
 func (o Options) withDefaults() Options {
 	if o.Root == "" {
 		o.Root = fingerprint.DefaultRoot
 	}
 	if o.Grace <= 0 {
-		o.Grace = 5 * time.Second
+		o.Grace = DefaultGrace
 	}
 	if o.Poll <= 0 {
 		o.Poll = 20 * time.Millisecond

@@ -7,7 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/taskiter"
+	"github.com/kc-watchman/kc-watchman/internal/proctable/taskiter"
 )
 
 // listBPF lists with the BPF task iterator: every process's group and

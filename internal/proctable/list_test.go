@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/kc-watchman/kc-watchman/internal/taskiter"
+	"github.com/kc-watchman/kc-watchman/internal/proctable/taskiter"
 )
 
 // TestListIsComplete: a process the task iterator leaves out (as the

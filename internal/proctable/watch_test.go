@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/taskiter"
+	"github.com/kc-watchman/kc-watchman/internal/proctable/taskiter"
 )
 
 // startAs runs sleep under the name comm (exec'd through a copy of that

@@ -17,7 +17,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/contain"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
@@ -87,7 +87,7 @@ func TestRunSweepsTheRecordedCgroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cg.Close(); testkit.RemoveContainCgroups(t, id) })
+	t.Cleanup(func() { cg.Close(); testutil.RemoveContainCgroups(t, id) })
 	store, err := ledger.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +160,7 @@ func TestRunRefusesAnEscapingCgroup(t *testing.T) {
 	if h.Kind != contain.KindCgroup2 {
 		t.Skipf("no cgroup v2 here: %s", h.Why)
 	}
-	victim := testkit.MakeCgroup(t, "victim")
+	victim := testutil.MakeCgroup(t, "victim")
 	inside := startSleep(t, strconv.Itoa(6000000+int(time.Now().UnixNano()%1000000)))
 	if err := os.WriteFile(filepath.Join(victim.Dir, "cgroup.procs"), []byte(strconv.Itoa(inside.PID)), 0); err != nil {
 		t.Fatal(err)

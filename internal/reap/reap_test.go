@@ -11,7 +11,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
@@ -21,9 +21,9 @@ const comm = "kcsrv-reap"
 
 // startTree starts a real fake-kcserver tree for container id (its
 // wrapper leads the group, one child) and returns it as a scan sees it.
-func startTree(t *testing.T, id string) (*testkit.KCServer, trees.Tree) {
+func startTree(t *testing.T, id string) (*testutil.KCServer, trees.Tree) {
 	t.Helper()
-	k := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: id, Children: 1})
+	k := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Comm: comm, ContainerID: id, Children: 1})
 	found, _, err := trees.Scan(trees.Options{Comms: []string{comm}, Only: map[string]bool{id: true}})
 	if err != nil {
 		t.Fatal(err)

@@ -6,20 +6,20 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/corroborate"
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 )
 
 // ErrWrongStore is returned (wrapped) when, on root's evidence, more than
 // one container no engine knows at all still runs here: the answer is
 // not this host's truth, so the whole run is treated as unknown.
-var ErrWrongStore = fmt.Errorf("%w: more than one container the engines do not list still runs here; the engine is probably asked about the wrong store (a different --root, another user's service)", liveness.ErrUnknown)
+var ErrWrongStore = fmt.Errorf("%w: more than one container the engines do not list still runs here; the engine is probably asked about the wrong store (a different --root, another user's service)", engine.ErrUnknown)
 
 // corroborate checks every would-be stray against local evidence and
 // marks the contradicted ones. It returns how many count toward the
 // wrong-store rule (root's evidence for containers no engine knows: a
 // user can fake his own, and a container an engine lists as exited is a
 // burst of deaths, not a wrong store) and why.
-func (sc *Scanned) corroborate(ts []Tree, live liveness.Set) (int, []string) {
+func (sc *Scanned) corroborate(ts []Tree, live engine.Set) (int, []string) {
 	var candidates []*Tree
 	for i := range ts {
 		if ts[i].Action == action.WouldReap {

@@ -12,13 +12,12 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
-	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
-	"github.com/kc-watchman/kc-watchman/internal/trees"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 // startMonitor starts a real process whose comm is comm (conmon, or
@@ -27,7 +26,7 @@ import (
 // into cg, as a container's init is the monitor's child in the
 // container's cgroup; setpriv, when not empty, is the child's setpriv
 // arguments (another UID). It returns the monitor's PID and the child's.
-func startMonitor(t *testing.T, comm string, cg *testkit.Cgroup, setpriv []string, args ...string) (int, int) {
+func startMonitor(t *testing.T, comm string, cg *testutil.Cgroup, setpriv []string, args ...string) (int, int) {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), comm)
 	data, err := os.ReadFile("/bin/sh")
@@ -92,14 +91,14 @@ func TestCorroboration(t *testing.T) {
 		cidInit = "7777777777777777777777777777777777777777777777777777777777777777"
 		cidGone = "8888888888888888888888888888888888888888888888888888888888888888"
 	)
-	empty := liveness.Set{Source: liveness.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()}
+	empty := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()}
 	// MinAge 0: no age rule. Ages count in clock ticks, so a tree scanned in
 	// its first tick is 0 old and any positive minimum would call it young.
 	base := Options{Comms: []string{comm}, KillGrace: 200 * time.Millisecond, Apply: true}
 
 	t.Run("a live conmon spares its tree; others are reaped", func(t *testing.T) {
-		kept := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cidMon})
-		gone := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cidGone})
+		kept := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Comm: comm, ContainerID: cidMon})
+		gone := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Comm: comm, ContainerID: cidGone})
 		startMonitor(t, "conmon", podmanCgroup(t, cidMon), nil, "-c", cidMon)
 		opt := base
 		opt.Containers = map[string]bool{cidMon: true, cidGone: true}
@@ -119,9 +118,9 @@ func TestCorroboration(t *testing.T) {
 	})
 
 	t.Run("two contradictions: wrong store, nothing touched", func(t *testing.T) {
-		a := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cidMon})
-		b := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cidInit})
-		c := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cidGone})
+		a := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Comm: comm, ContainerID: cidMon})
+		b := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Comm: comm, ContainerID: cidInit})
+		c := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Comm: comm, ContainerID: cidGone})
 		startMonitor(t, "conmon", podmanCgroup(t, cidMon), nil, "-c", cidMon)
 		// The init the hook recorded for cidInit: a live process of
 		// this boot, no poststop.
@@ -135,7 +134,7 @@ func TestCorroboration(t *testing.T) {
 		opt.Store = store
 		opt.Containers = map[string]bool{cidMon: true, cidInit: true, cidGone: true}
 		rep, err := Run(context.Background(), opt, empty)
-		if !errors.Is(err, ErrWrongStore) || !errors.Is(err, liveness.ErrUnknown) {
+		if !errors.Is(err, ErrWrongStore) || !errors.Is(err, engine.ErrUnknown) {
 			t.Fatalf("err = %v, want the wrong-store error", err)
 		}
 		for _, pid := range []int{a.PID, b.PID, c.PID} {
@@ -155,7 +154,7 @@ func TestCorroboration(t *testing.T) {
 	// the ledger record that was the evidence, or the next run, seeing no
 	// evidence left, reaps the tree of a container that still runs.
 	t.Run("the evidence outlives an apply run", func(t *testing.T) {
-		kept := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cidInit})
+		kept := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Comm: comm, ContainerID: cidInit})
 		initCmd := exec.Command("sleep", "1000")
 		proc.Start(t, initCmd)
 		st := startOf(t, initCmd.Process.Pid)
@@ -202,8 +201,8 @@ func running(pid int) bool {
 
 // podmanCgroup is a cgroup named as podman's cgroupfs manager names a
 // container's: libpod-<id> under libpod_parent.
-func podmanCgroup(t *testing.T, id string) *testkit.Cgroup {
-	cg := testkit.MakeCgroup(t, "libpod_parent", "libpod-"+id)
+func podmanCgroup(t *testing.T, id string) *testutil.Cgroup {
+	cg := testutil.MakeCgroup(t, "libpod_parent", "libpod-"+id)
 	return &cg
 }
 
@@ -216,9 +215,9 @@ func TestEvidenceOfRunning(t *testing.T) {
 		app     = "2222222222222222222222222222222222222222222222222222222222222222"
 		other   = "3333333333333333333333333333333333333333333333333333333333333333"
 	)
-	empty := liveness.Set{Source: liveness.SourceAPI, Live: map[string]bool{}, States: map[string]string{}, UID: os.Geteuid()}
+	empty := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{}, States: map[string]string{}, UID: os.Geteuid()}
 	base := Options{Comms: []string{comm}, KillGrace: 200 * time.Millisecond}
-	one := func(t *testing.T, opt Options, live liveness.Set, pgid int) (Tree, error) {
+	one := func(t *testing.T, opt Options, live engine.Set, pgid int) (Tree, error) {
 		t.Helper()
 		rep, err := Run(context.Background(), opt, live)
 		tr := findByPGID(rep, pgid)
@@ -231,12 +230,12 @@ func TestEvidenceOfRunning(t *testing.T) {
 	// Finding 1: a pod's shim carries only the sandbox's ID; the app
 	// container's init is its child, in /<namespace>/<app>.
 	t.Run("a pod's app container runs in its cgroup under the sandbox's shim", func(t *testing.T) {
-		tree := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: app})
-		cg := testkit.MakeCgroup(t, "k8s.io", app)
+		tree := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Comm: comm, ContainerID: app})
+		cg := testutil.MakeCgroup(t, "k8s.io", app)
 		startMonitor(t, "containerd-shim-runc-v2", &cg, nil, "-namespace", "k8s.io", "-id", sandbox, "-address", "/run/containerd/containerd.sock")
 		// The /proc listing has no parent links: the shim's children
 		// files are read instead.
-		for _, l := range []trees.Lister{proctable.ListAuto, proctable.ListProc} {
+		for _, l := range []proctable.Lister{proctable.ListAuto, proctable.ListProc} {
 			opt := base
 			opt.Lister = l
 			opt.Containers = map[string]bool{app: true}
@@ -253,7 +252,7 @@ func TestEvidenceOfRunning(t *testing.T) {
 	// Finding 2: a task that exited and was not deleted keeps its shim,
 	// with no child: its container is dead.
 	t.Run("a shim with no child in the container's cgroup is no evidence", func(t *testing.T) {
-		tree := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: app})
+		tree := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Comm: comm, ContainerID: app})
 		startMonitor(t, "containerd-shim-runc-v2", nil, nil, "-namespace", "default", "-id", app)
 		opt := base
 		opt.Containers = map[string]bool{app: true}
@@ -267,8 +266,8 @@ func TestEvidenceOfRunning(t *testing.T) {
 	})
 
 	t.Run("a monitor's child in its own cgroup is no evidence", func(t *testing.T) {
-		tree := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: app})
-		cg := testkit.MakeCgroup(t, "machine.slice", "libpod-conmon-"+app+".scope")
+		tree := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Comm: comm, ContainerID: app})
+		cg := testutil.MakeCgroup(t, "machine.slice", "libpod-conmon-"+app+".scope")
 		startMonitor(t, "conmon", &cg, nil, "-c", app)
 		opt := base
 		opt.Containers = map[string]bool{app: true}
@@ -284,8 +283,8 @@ func TestEvidenceOfRunning(t *testing.T) {
 		if _, err := exec.LookPath("setpriv"); err != nil {
 			t.Skip("no setpriv")
 		}
-		tree := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: app})
-		cg := testkit.MakeCgroup(t, "default", app)
+		tree := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Comm: comm, ContainerID: app})
+		cg := testutil.MakeCgroup(t, "default", app)
 		startMonitor(t, "containerd-shim-runc-v2", &cg, []string{"--reuid", "65534", "--regid", "65534", "--clear-groups"}, "-id", app)
 		opt := base
 		opt.Containers = map[string]bool{app: true}
@@ -295,8 +294,8 @@ func TestEvidenceOfRunning(t *testing.T) {
 	})
 
 	t.Run("the recorded cgroup wins over names", func(t *testing.T) {
-		tree := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: app})
-		named := testkit.MakeCgroup(t, "default", app)
+		tree := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Comm: comm, ContainerID: app})
+		named := testutil.MakeCgroup(t, "default", app)
 		startMonitor(t, "containerd-shim-runc-v2", &named, nil, "-id", app)
 		// The hook recorded the init in another cgroup: one named after
 		// the container is someone else's.
@@ -324,7 +323,7 @@ func TestEvidenceOfRunning(t *testing.T) {
 	// cgroup (or one the runtime did not move the init into): no
 	// container's own.
 	t.Run("a recorded cgroup the child shares with its monitor is no evidence", func(t *testing.T) {
-		tree := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: app})
+		tree := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Comm: comm, ContainerID: app})
 		mon, _ := startMonitor(t, "containerd-shim-runc-v2", nil, nil, "-id", app)
 		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", mon))
 		if err != nil {
@@ -347,8 +346,8 @@ func TestEvidenceOfRunning(t *testing.T) {
 	t.Run("a process in the recorded cgroup under no monitor", func(t *testing.T) {
 		// The cgroup first: its cleanup waits for the tree's, which it
 		// will hold.
-		cg := testkit.MakeCgroup(t, "default", app)
-		tree := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: app})
+		cg := testutil.MakeCgroup(t, "default", app)
+		tree := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Comm: comm, ContainerID: app})
 		left := exec.Command("sh", "-c", `echo 0 > "$0/cgroup.procs" && exec sleep 1000`, cg.Dir)
 		proc.StartGroup(t, left)
 		proc.WaitFor(t, 10*time.Second, "the process in the cgroup", func() bool {
@@ -375,11 +374,11 @@ func TestEvidenceOfRunning(t *testing.T) {
 	})
 
 	t.Run("a container an engine lists as exited is contradicted only by its init", func(t *testing.T) {
-		a := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: app})
-		b := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: other})
-		cga := testkit.MakeCgroup(t, "default", app)
+		a := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Comm: comm, ContainerID: app})
+		b := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Comm: comm, ContainerID: other})
+		cga := testutil.MakeCgroup(t, "default", app)
 		startMonitor(t, "containerd-shim-runc-v2", &cga, nil, "-id", app)
-		cgb := testkit.MakeCgroup(t, "default", other)
+		cgb := testutil.MakeCgroup(t, "default", other)
 		startMonitor(t, "containerd-shim-runc-v2", &cgb, nil, "-id", other)
 		live := empty
 		live.States = map[string]string{app: "stopped", other: "stopped"}
@@ -403,11 +402,11 @@ func TestEvidenceOfRunning(t *testing.T) {
 		// Two trees of UID 0 whose containers' processes run as root:
 		// exit 3. The same with the evidence of one tree's container
 		// listed as exited: contradicted by nothing, no exit 3.
-		a := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: app})
-		b := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: other})
-		cga := testkit.MakeCgroup(t, "default", app)
+		a := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Comm: comm, ContainerID: app})
+		b := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Comm: comm, ContainerID: other})
+		cga := testutil.MakeCgroup(t, "default", app)
 		startMonitor(t, "containerd-shim-runc-v2", &cga, nil, "-id", app)
-		cgb := testkit.MakeCgroup(t, "default", other)
+		cgb := testutil.MakeCgroup(t, "default", other)
 		startMonitor(t, "containerd-shim-runc-v2", &cgb, nil, "-id", other)
 		opt := base
 		opt.Containers = map[string]bool{app: true, other: true}

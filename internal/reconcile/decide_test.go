@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
@@ -22,7 +22,7 @@ const (
 )
 
 func TestDecide(t *testing.T) {
-	live := liveness.Set{Source: liveness.SourceAPI, Live: map[string]bool{cidLive: true}, UID: 0}
+	live := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{cidLive: true}, UID: 0}
 	stray := trees.Tree{ContainerID: cidGone, UID: 0, AgeKnown: true, Age: time.Hour, Members: make([]fingerprint.Identity, 1)}
 	with := func(f func(*trees.Tree)) trees.Tree { t := stray; f(&t); return t }
 	tests := []struct {

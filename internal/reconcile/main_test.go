@@ -3,8 +3,8 @@ package reconcile
 import (
 	"testing"
 
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
-// TestMain removes the binaries testkit.Build compiled for these tests.
-func TestMain(m *testing.M) { testkit.Main(m) }
+// TestMain removes the binaries testutil.Build compiled for these tests.
+func TestMain(m *testing.M) { testutil.Main(m) }

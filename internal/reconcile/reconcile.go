@@ -15,15 +15,14 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/contain"
 	"github.com/kc-watchman/kc-watchman/internal/corroborate"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
+	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
 	"github.com/kc-watchman/kc-watchman/internal/reap"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
-
-const defaultKillGrace = 5 * time.Second
 
 // Options configure a run.
 type Options struct {
@@ -43,7 +42,7 @@ type Options struct {
 	// more than half of all trees, reaps none. Zero disables it.
 	MaxReap int
 	// Lister is how the fast scan lists processes.
-	Lister trees.Lister
+	Lister proctable.Lister
 	// Containers, when not empty, limits the run to trees of these
 	// container IDs.
 	Containers map[string]bool
@@ -187,7 +186,7 @@ func (r Report) Count(a action.Action) int {
 
 // Decide is the decision table for one tree. It is pure: the caller has
 // already established liveness.
-func Decide(t trees.Tree, live liveness.Set, minAge time.Duration) action.Action {
+func Decide(t trees.Tree, live engine.Set, minAge time.Duration) action.Action {
 	switch {
 	case t.Ambiguous:
 		return action.SkipAmbiguous
@@ -236,7 +235,7 @@ type Scanned struct {
 // is either in podman's answer or really without a live container.
 func Scan(opt Options) (*Scanned, error) {
 	if opt.KillGrace <= 0 {
-		opt.KillGrace = defaultKillGrace
+		opt.KillGrace = pgkill.DefaultGrace
 	}
 	if opt.Root == "" {
 		opt.Root = fingerprint.DefaultRoot
@@ -276,7 +275,7 @@ func (sc *Scanned) UseStore(s *ledger.Store) {
 
 // Run decides on the scanned trees with podman's answer and, with Apply,
 // reaps the strays.
-func (sc *Scanned) Run(ctx context.Context, live liveness.Set) (Report, error) {
+func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 	opt, log, records, found := sc.opt, sc.log, sc.records, sc.found
 	rep := Report{LivenessKnown: true, Source: string(live.Source), DryRun: !opt.Apply, Trees: []Tree{}}
 
@@ -508,7 +507,7 @@ func cgroupLeft(opt Options, r *ledger.Record) bool {
 // containers local evidence says still run (skip): the engine's silence
 // about them is what was contradicted, and their record is the evidence
 // the next run needs.
-func collect(opt Options, log *slog.Logger, records []*ledger.Record, live liveness.Set, skip map[string]bool, keep time.Duration) int {
+func collect(opt Options, log *slog.Logger, records []*ledger.Record, live engine.Set, skip map[string]bool, keep time.Duration) int {
 	if opt.Store == nil {
 		return 0
 	}

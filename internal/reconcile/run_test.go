@@ -2,17 +2,15 @@ package reconcile
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/liveness"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 func findByPGID(rep Report, pgid int) *Tree {
@@ -44,11 +42,11 @@ func TestRunRealTrees(t *testing.T) {
 	const comm = "kcsrv-reconcile"
 	// IDs of this run's own: a tree left by another run of this test (or
 	// running beside it) must not join its trees.
-	gone, liveID := randomID(t), randomID(t)
-	stray := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: gone, Children: 1, Stubborn: true})
-	kept := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: liveID, Children: 1})
+	gone, liveID := testutil.RandomHex(t, 64), testutil.RandomHex(t, 64)
+	stray := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Comm: comm, ContainerID: gone, Children: 1, Stubborn: true})
+	kept := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Comm: comm, ContainerID: liveID, Children: 1})
 	treesStarted := time.Now() // both trees run by now: each is at least this old
-	live := liveness.Set{Source: liveness.SourceAPI, Live: map[string]bool{liveID: true}, UID: os.Geteuid()}
+	live := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{liveID: true}, UID: os.Geteuid()}
 	store, err := ledger.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -149,8 +147,8 @@ func TestRunRealTrees(t *testing.T) {
 	})
 
 	t.Run("the blast-radius guard reaps none of too many strays", func(t *testing.T) {
-		cidGone2 := randomID(t)
-		other := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cidGone2})
+		cidGone2 := testutil.RandomHex(t, 64)
+		other := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Comm: comm, ContainerID: cidGone2})
 		guarded := opt
 		guarded.Apply, guarded.MaxReap = true, 1
 		guarded.Containers = map[string]bool{gone: true, cidGone2: true}
@@ -222,7 +220,7 @@ func TestCollectKeepsRecordsWithLiveWrappers(t *testing.T) {
 		r.Supervisor = &ledger.Process{PID: self.PID, StartTicks: self.StartTicks + 1} // a recycled identity
 		return nil
 	})
-	live := liveness.Set{Source: liveness.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()}
+	live := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()}
 	opt := Options{Comms: []string{"kcsrv-collect"}, Containers: map[string]bool{withWrapper: true, deadOnly: true}, Store: store, Apply: true}
 	rep, err := Run(context.Background(), opt, live)
 	if err != nil {
@@ -250,8 +248,8 @@ func TestScanBeforeAsking(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	late := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Comm: comm, ContainerID: cid})
-	rep, err := sc.Run(context.Background(), liveness.Set{Source: liveness.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()})
+	late := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Comm: comm, ContainerID: cid})
+	rep, err := sc.Run(context.Background(), engine.Set{Source: engine.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +338,7 @@ func TestDryRunCollectsAfterRetention(t *testing.T) {
 			return nil
 		})
 	}
-	live := liveness.Set{Source: liveness.SourceAPI, Live: map[string]bool{liveContainer: true}, UID: os.Geteuid()}
+	live := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{liveContainer: true}, UID: os.Geteuid()}
 	opt := Options{Comms: []string{"kcsrv-retain"}, Store: store, LedgerRetention: time.Hour,
 		Containers: map[string]bool{withWrapper: true, deadOnly: true, liveContainer: true}}
 	rep, err := Run(context.Background(), opt, live)
@@ -365,13 +363,4 @@ func TestDryRunCollectsAfterRetention(t *testing.T) {
 			t.Errorf("record %s… collected by a dry run: %v", id[:4], err)
 		}
 	}
-}
-
-func randomID(t *testing.T) string {
-	t.Helper()
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
 }

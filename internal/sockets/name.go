@@ -3,8 +3,10 @@
 // the hashed kc-<hex>.sock: ParseName), the one parser of /proc/net/unix
 // (ReadNetUnix), the sockets one supervisor tree listens on and their
 // removal once it is dead (TreeSockets, RemoveTreeSocket: kc-hook and
-// reconcile, through internal/reap), and the unlink of a classified socket
-// relative to an open directory (UnlinkAt, through internal/safeunlink).
+// reconcile, through internal/reap), the listening sockets sock_diag names
+// (DiagListening, for the rootless hook), and the one unlink primitive:
+// Examine, then Unlink or, relative to an open directory, UnlinkAt, which
+// never remove anything but the socket that was examined.
 //
 // It must stay small: kc-hook links it, and kc-hook is budgeted for
 // latency (docs/PERFORMANCE.md). The janitor's stale-socket sweep, with

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 func TestParseNetUnix(t *testing.T) {
@@ -92,7 +92,7 @@ func TestParseNetUnix(t *testing.T) {
 		l := filepath.Join(dir, "kc-7.sock")
 		listen(t, l)
 		b := filepath.Join(dir, "kc-3fa9c2d17b604e81.sock")
-		testkit.BoundSocket(t, b, unix.SOCK_STREAM)
+		testutil.BoundSocket(t, b, unix.SOCK_STREAM)
 		nu, err := ReadNetUnix("/proc", 0)
 		if err != nil {
 			t.Fatal(err)

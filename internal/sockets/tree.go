@@ -9,9 +9,6 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/kc-watchman/kc-watchman/internal/safeunlink"
-	"github.com/kc-watchman/kc-watchman/internal/unixdiag"
 )
 
 // TreeSocket is a kc-*.sock a supervisor tree's member listened on,
@@ -20,7 +17,7 @@ type TreeSocket struct {
 	Path string
 	// Owner is the member whose descriptor held the socket.
 	Owner int
-	File  safeunlink.File
+	File  File
 }
 
 // TreeSockets returns the Kallichore sockets that members (the PIDs of one
@@ -85,7 +82,7 @@ func TreeSockets(procRoot string, uid int, members []int) []TreeSocket {
 				continue
 			}
 			seen[path] = true
-			f, err := safeunlink.Examine(path)
+			f, err := Examine(path)
 			if err != nil || f.UID != uid {
 				continue
 			}
@@ -116,7 +113,7 @@ func heldListening(socks []UnixSocket, owner map[uint64]int) int {
 // there, and RemoveTreeSocket's refused connect before the unlink stand in
 // for the descriptor match.
 func boundSockets(pids []int, uid int, seen map[string]bool) []TreeSocket {
-	listening, err := unixdiag.Listening()
+	listening, err := DiagListening()
 	if err != nil {
 		return nil
 	}
@@ -129,7 +126,7 @@ func boundSockets(pids []int, uid int, seen map[string]bool) []TreeSocket {
 			if !plausiblePath(l.Path, pid) {
 				continue
 			}
-			f, err := safeunlink.Examine(l.Path)
+			f, err := Examine(l.Path)
 			if err != nil || f.Dev != l.Dev || f.Ino != l.Ino || f.UID != uid {
 				break
 			}
@@ -171,9 +168,9 @@ var ErrStillListening = errors.New("something still listens on it")
 func RemoveTreeSocket(s TreeSocket) error {
 	err := refused(s.Path)
 	if err == nil {
-		err = safeunlink.Unlink(s.Path, s.File)
+		err = Unlink(s.Path, s.File)
 	}
-	if errors.Is(err, unix.ENOENT) || errors.Is(err, safeunlink.ErrGone) {
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, ErrGone) {
 		return nil
 	}
 	return err

@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 func TestUnlinkAt(t *testing.T) {
@@ -18,14 +18,14 @@ func TestUnlinkAt(t *testing.T) {
 	}
 	defer d.Close()
 	fd := int(d.Fd())
-	classify := func(name string) FileID {
+	classify := func(name string) File {
 		var st unix.Stat_t
 		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			t.Fatal(err)
 		}
-		return FileID{Dev: st.Dev, Ino: st.Ino, UID: int(st.Uid)}
+		return File{Dev: st.Dev, Ino: st.Ino, UID: int(st.Uid)}
 	}
-	orphanSocket := testkit.OrphanSocket
+	orphanSocket := testutil.OrphanSocket
 	exists := func(p string) bool {
 		_, err := os.Lstat(p)
 		return err == nil
@@ -80,7 +80,7 @@ func TestUnlinkAt(t *testing.T) {
 	})
 	t.Run("bad names", func(t *testing.T) {
 		for _, n := range []string{"../kc-1.sock", "kc-../../etc.sock", "x/kc-1.sock", "passwd"} {
-			if err := UnlinkAt(fd, n, FileID{}); !errors.Is(err, ErrBadName) {
+			if err := UnlinkAt(fd, n, File{}); !errors.Is(err, ErrBadName) {
 				t.Errorf("%q: err %v", n, err)
 			}
 		}

@@ -12,7 +12,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/contain"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/supervise/supervisetest"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/supervise"
 )
 
 // forkLoop: each generation starts the next in a session of its own and

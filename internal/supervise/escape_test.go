@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/supervise/supervisetest"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/supervise"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
@@ -33,7 +33,7 @@ func TestEscapedDescendantsDieWithInit(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	k := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{ContainerID: cid, InitPID: init.PID, SetsidChild: true, DaemonChild: true})
+	k := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{ContainerID: cid, InitPID: init.PID, SetsidChild: true, DaemonChild: true})
 	wrapper := k.Cmd.Process.Pid
 	if k.Daemon.PID == 0 || k.Daemon.PPID != wrapper {
 		t.Fatalf("the daemon %+v was not adopted by the wrapper %d", k.Daemon, wrapper)

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/supervise/supervisetest"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/supervise"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 

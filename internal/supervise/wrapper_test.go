@@ -18,9 +18,9 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 	"github.com/kc-watchman/kc-watchman/internal/supervise"
-	"github.com/kc-watchman/kc-watchman/internal/supervise/supervisetest"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
-	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/supervise"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 	proc.Main() // the innocent helper processes of signal_test.go
 	code := m.Run()
 	supervisetest.RemoveBuild()
-	testkit.RemoveContainParents()
+	testutil.RemoveContainParents()
 	os.Exit(code)
 }
 
@@ -109,7 +109,7 @@ func startWrapper(t *testing.T, init fingerprint.Stat, flags []string, command .
 	}
 	pgid := w.st.PID // the group the wrapper will lead
 	supervisetest.KillGroups(t, func() []int { return []int{pgid} }, w.st)
-	t.Cleanup(func() { testkit.RemoveContainCgroups(t, cid) })
+	t.Cleanup(func() { testutil.RemoveContainCgroups(t, cid) })
 	t.Cleanup(func() {
 		w.cmd.Process.Signal(syscall.SIGKILL) //nolint:errcheck // it may be gone
 		<-w.done
@@ -125,7 +125,7 @@ func startWrapper(t *testing.T, init fingerprint.Stat, flags []string, command .
 // it), and the ready file it writes its pid to. Like real kcserver it
 // stays in the wrapper's group and carries no container ID.
 func fakeKCServer(t *testing.T, sockDir string, extraEnv ...string) ([]string, string) {
-	bin := testkit.BuildKCServer(t)
+	bin := testutil.BuildKCServer(t)
 	ready := filepath.Join(t.TempDir(), "ready")
 	argv := append([]string{"env", "KCFAKE_READY_FILE=" + ready, "KCFAKE_CHILDREN=2"}, extraEnv...)
 	return append(argv, bin, "--transport=socket", "--socket-dir="+sockDir), ready

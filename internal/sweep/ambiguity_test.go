@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 // TestSweepPIDNameDisagreeingWithStatus: a kc-<pid>.sock whose PID check
@@ -23,7 +23,7 @@ func TestSweepPIDNameDisagreeingWithStatus(t *testing.T) {
 		{
 			name: "a live server's socket under a dead PID's name: /status names the server",
 			setup: func(t *testing.T, dir string) string {
-				k := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{})
+				k := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{})
 				p := filepath.Join(dir, fmt.Sprintf("kc-%d.sock", deadPID(t)))
 				if err := os.Link(k.Socket, p); err != nil {
 					t.Fatal(err)
@@ -35,7 +35,7 @@ func TestSweepPIDNameDisagreeingWithStatus(t *testing.T) {
 		{
 			name: "a live session channel under an all-digit name: listening, /status silent",
 			setup: func(t *testing.T, dir string) string {
-				k := testkit.StartKCServer(t, shortTemp(t), testkit.Fake{OpenChannels: true})
+				k := testutil.StartKCServer(t, shortTemp(t), testutil.Fake{OpenChannels: true})
 				return linkFakeSession(t, k, dir, fmt.Sprintf("kc-%d.sock", deadPID(t)))
 			},
 			want: VerdictUnknown, in: "listening",
@@ -62,7 +62,7 @@ func TestSweepPIDNameDisagreeingWithStatus(t *testing.T) {
 			if s.Verdict != tt.want || !strings.Contains(s.Reason, tt.in) {
 				t.Errorf("verdict %s (%s), want %s with %q", s.Verdict, s.Reason, tt.want, tt.in)
 			}
-			if gone := !exists(p); gone != (tt.want == VerdictStale) {
+			if gone := !testutil.PathExists(p); gone != (tt.want == VerdictStale) {
 				t.Errorf("unlinked: %v, verdict %s", gone, s.Verdict)
 			}
 		})

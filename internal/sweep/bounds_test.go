@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 const nobody = 65534
@@ -47,7 +47,7 @@ func TestSweepDeadline(t *testing.T) {
 	for _, links := range []bool{true, false} {
 		t.Run(fmt.Sprintf("hard links %v", links), func(t *testing.T) {
 			dir := worldDir(t)
-			testkit.StartSockServer(t, dir, testkit.SockServer{N: n, First: 4000000, Links: links, UID: nobody})
+			testutil.StartSockServer(t, dir, testutil.SockServer{N: n, First: 4000000, Links: links, UID: nobody})
 			orphan := orphanSocket(t, dir, fmt.Sprintf("kc-%d.sock", deadPID(t)))
 
 			cfg := fastConfig(dir)
@@ -70,7 +70,7 @@ func TestSweepDeadline(t *testing.T) {
 					continue
 				}
 				hung++
-				if s.Verdict != VerdictUnknown || s.Action != ActionKept || !exists(s.Path) {
+				if s.Verdict != VerdictUnknown || s.Action != ActionKept || !testutil.PathExists(s.Path) {
 					t.Errorf("%s: %s, %s (%s): want unknown and kept", s.Path, s.Verdict, s.Action, s.Reason)
 				}
 				if links && strings.Contains(s.Reason, "not probed") {
@@ -92,7 +92,7 @@ func TestSweepDeadline(t *testing.T) {
 					t.Errorf("no socket says the deadline passed")
 				}
 			}
-			if links && exists(orphan) {
+			if links && testutil.PathExists(orphan) {
 				t.Errorf("orphan %s next to the hard links was not unlinked", orphan)
 			}
 		})
@@ -140,7 +140,7 @@ func TestUnreadableEntry(t *testing.T) {
 	cfg := fastConfig(dir)
 	cfg.Apply = true
 	got := sweep(t, cfg) // fails the test on any directory error
-	if s := got[orphan]; s == nil || s.Action != ActionUnlinked || exists(orphan) {
+	if s := got[orphan]; s == nil || s.Action != ActionUnlinked || testutil.PathExists(orphan) {
 		t.Errorf("orphan next to the unreadable entry: %+v", s)
 	}
 	s := got[fuse]
@@ -153,13 +153,13 @@ func TestUnreadableEntry(t *testing.T) {
 // set to comm, and returns its PID once it is ready.
 func startFakeAs(t *testing.T, uid int, comm string, args, env []string) int {
 	t.Helper()
-	bin := testkit.BuildKCServer(t)
+	bin := testutil.BuildKCServer(t)
 	pub := shortTemp(t)
 	if err := os.Chmod(pub, 0o777); err != nil {
 		t.Fatal(err)
 	}
 	run := filepath.Join(pub, "kcserver")
-	if err := testkit.CopyFile(bin, run, 0o755); err != nil {
+	if err := testutil.CopyFile(bin, run, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	ready := filepath.Join(pub, "ready")
@@ -227,7 +227,7 @@ func TestDiscoveredDirsRules(t *testing.T) {
 	cfg.Apply = true
 	got := sweep(t, cfg) // fails the test on any directory error
 	for _, p := range []string{inRootOnly, inThird} {
-		if !exists(p) {
+		if !testutil.PathExists(p) {
 			t.Errorf("%s was unlinked through a directory a user's process named", p)
 		}
 	}

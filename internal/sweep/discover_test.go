@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 func TestFlagValues(t *testing.T) {
@@ -41,7 +41,7 @@ func TestSweepLearnsHostDirs(t *testing.T) {
 	// only this test's supervisor.
 	const comm = "kcsrv-discover"
 	argvDir, xdg, tmp := shortTemp(t), shortTemp(t), shortTemp(t)
-	k := testkit.StartKCServer(t, argvDir, testkit.Fake{Comm: comm, OpenChannels: true,
+	k := testutil.StartKCServer(t, argvDir, testutil.Fake{Comm: comm, OpenChannels: true,
 		Env: []string{"XDG_RUNTIME_DIR=" + xdg, "TMPDIR=" + tmp}})
 	stale := []string{
 		orphanSocket(t, argvDir, fmt.Sprintf("kc-%d.sock", deadPID(t))),
@@ -78,7 +78,7 @@ func TestSweepLearnsHostDirs(t *testing.T) {
 
 func TestDiscoverSkipsRelativeAndGlobs(t *testing.T) {
 	const comm = "kcsrv-disc-bad"
-	k := testkit.StartKCServer(t, "", testkit.Fake{Comm: comm, Args: []string{"--unix-socket=" + shortTemp(t) + "/c.sock"},
+	k := testutil.StartKCServer(t, "", testutil.Fake{Comm: comm, Args: []string{"--unix-socket=" + shortTemp(t) + "/c.sock"},
 		Env: []string{"XDG_RUNTIME_DIR=relative/dir", "TMPDIR=/tmp/*"}})
 	found := discoverDirs(hostView("/proc"), Target{}, []string{comm})
 	if len(found) != 1 || !strings.HasSuffix(k.Socket, "/c.sock") || found[0].Path+"/c.sock" != k.Socket {

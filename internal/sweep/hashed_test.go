@@ -14,7 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 // hashedName is a name in Kallichore's hashed form, kc-<hex>.sock.
@@ -50,7 +51,7 @@ func agedAt(t testing.TB, p string, age time.Duration) func() time.Time {
 // linkFakeSession hard-links the session socket of a fake kcserver
 // running in its own directory to dir/name: the same socket inode, so a
 // connect through the link reaches the fake.
-func linkFakeSession(t *testing.T, k *testkit.KCServer, dir, name string) string {
+func linkFakeSession(t *testing.T, k *testutil.KCServer, dir, name string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
 	if err := os.Link(filepath.Join(k.Dir, fmt.Sprintf("kc-%d.%s.sock", k.PID, sessionTag)), p); err != nil {
@@ -74,7 +75,7 @@ func TestSweepHashed(t *testing.T) {
 		{
 			name: "live fake kcserver's session socket under a hashed name (a channel: no HTTP)",
 			setup: func(t *testing.T, dir string) string {
-				k := testkit.StartKCServer(t, shortTemp(t), testkit.Fake{OpenChannels: true})
+				k := testutil.StartKCServer(t, shortTemp(t), testutil.Fake{OpenChannels: true})
 				return linkFakeSession(t, k, dir, hashedName)
 			},
 			age: old, want: VerdictLive,
@@ -91,7 +92,7 @@ func TestSweepHashed(t *testing.T) {
 		{
 			name: "SIGKILLed kcserver, older than the minimum age",
 			setup: func(t *testing.T, dir string) string {
-				k := testkit.StartKCServer(t, shortTemp(t), testkit.Fake{OpenChannels: true})
+				k := testutil.StartKCServer(t, shortTemp(t), testutil.Fake{OpenChannels: true})
 				p := linkFakeSession(t, k, dir, hashedName)
 				k.Kill(t)
 				waitDead(t, k.PID)
@@ -147,7 +148,7 @@ func TestSweepHashed(t *testing.T) {
 			if len(got) != 1 || s == nil {
 				t.Fatalf("swept %v, want only %s", keys(got), p)
 			}
-			if !s.Hashed || s.PID != 0 || s.Kind != KindSession {
+			if !s.Hashed || s.PID != 0 || s.Kind != sockets.KindSession {
 				t.Errorf("hashed %v pid %d kind %s, want a pid-less session socket", s.Hashed, s.PID, s.Kind)
 			}
 			if s.Verdict != tt.want {
@@ -165,8 +166,8 @@ func TestSweepHashed(t *testing.T) {
 			if tt.want == VerdictStale {
 				wantAction = ActionWouldUnlink
 			}
-			if s.Action != wantAction || !exists(p) {
-				t.Errorf("dry run: action %s, exists %v; want %s and kept", s.Action, exists(p), wantAction)
+			if s.Action != wantAction || !testutil.PathExists(p) {
+				t.Errorf("dry run: action %s, exists %v; want %s and kept", s.Action, testutil.PathExists(p), wantAction)
 			}
 
 			cfg.Apply = true
@@ -175,11 +176,11 @@ func TestSweepHashed(t *testing.T) {
 				t.Fatal("not found on the second sweep")
 			}
 			if tt.want == VerdictStale {
-				if s.Action != ActionUnlinked || exists(p) {
-					t.Errorf("--apply: action %s (%v), exists %v; want unlinked", s.Action, s.Err, exists(p))
+				if s.Action != ActionUnlinked || testutil.PathExists(p) {
+					t.Errorf("--apply: action %s (%v), exists %v; want unlinked", s.Action, s.Err, testutil.PathExists(p))
 				}
-			} else if s.Action != ActionKept || !exists(p) {
-				t.Errorf("--apply: action %s, exists %v; want kept (%s)", s.Action, exists(p), s.Reason)
+			} else if s.Action != ActionKept || !testutil.PathExists(p) {
+				t.Errorf("--apply: action %s, exists %v; want kept (%s)", s.Action, testutil.PathExists(p), s.Reason)
 			}
 		})
 	}
@@ -203,7 +204,7 @@ func TestSweepHashedNeverUnlinks(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() {
-					if !exists(target) {
+					if !testutil.PathExists(target) {
 						t.Error("symlink target removed")
 					}
 				})
@@ -271,8 +272,8 @@ func TestSweepHashedNeverUnlinks(t *testing.T) {
 			if s.Verdict != tt.want || !strings.Contains(s.Reason, tt.wantInReason) {
 				t.Errorf("verdict %s (%s), want %s with %q", s.Verdict, s.Reason, tt.want, tt.wantInReason)
 			}
-			if s.Action != ActionKept || !exists(p) {
-				t.Errorf("action %s (%v), exists %v; want kept", s.Action, s.Err, exists(p))
+			if s.Action != ActionKept || !testutil.PathExists(p) {
+				t.Errorf("action %s (%v), exists %v; want kept", s.Action, s.Err, testutil.PathExists(p))
 			}
 		})
 	}
@@ -316,7 +317,7 @@ func TestSweepHashedLookAlikes(t *testing.T) {
 		t.Errorf("reported %v, want nothing", keys(got))
 	}
 	for _, p := range paths {
-		if !exists(p) {
+		if !testutil.PathExists(p) {
 			t.Errorf("%q removed", filepath.Base(p))
 		}
 	}
@@ -407,7 +408,7 @@ func TestSweepHashedSwapped(t *testing.T) {
 			if s.Action != ActionKept || !strings.Contains(s.Reason, "changed since it was examined") {
 				t.Errorf("action %s (%v): %s; want kept as changed", s.Action, s.Err, s.Reason)
 			}
-			if !exists(victim) || inodeOf(t, victim) != swapped {
+			if !testutil.PathExists(victim) || inodeOf(t, victim) != swapped {
 				t.Errorf("the swapped-in file was removed or replaced")
 			}
 		})

@@ -12,13 +12,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 // boundSocket binds a socket of type typ to p and leaves it open, neither
-// listening nor connected (testkit.BoundSocket).
+// listening nor connected (testutil.BoundSocket).
 func boundSocket(t testing.TB, p string, typ int) (fd int, release func()) {
-	return testkit.BoundSocket(t, p, typ)
+	return testutil.BoundSocket(t, p, typ)
 }
 
 func TestListenGate(t *testing.T) {
@@ -154,8 +154,8 @@ func TestSweepHeldSockets(t *testing.T) {
 					if s.Verdict != n.whileHeld || !strings.Contains(s.Reason, "a live process holds it") || !strings.Contains(s.Reason, h.wantHeld) {
 						t.Errorf("apply=%v, held: verdict %s (%s), want %s, held %s", apply, s.Verdict, s.Reason, n.whileHeld, h.wantHeld)
 					}
-					if s.Action != ActionKept || !exists(p) {
-						t.Fatalf("apply=%v, held: action %s (%v), exists %v; want kept", apply, s.Action, s.Err, exists(p))
+					if s.Action != ActionKept || !testutil.PathExists(p) {
+						t.Fatalf("apply=%v, held: action %s (%v), exists %v; want kept", apply, s.Action, s.Err, testutil.PathExists(p))
 					}
 				}
 
@@ -168,8 +168,8 @@ func TestSweepHeldSockets(t *testing.T) {
 				if s.Verdict != VerdictStale || !strings.Contains(s.Reason, "not bound in net/unix") {
 					t.Errorf("released: verdict %s (%s), want stale", s.Verdict, s.Reason)
 				}
-				if s.Action != ActionUnlinked || exists(p) {
-					t.Errorf("released, --apply: action %s (%v), exists %v; want unlinked", s.Action, s.Err, exists(p))
+				if s.Action != ActionUnlinked || testutil.PathExists(p) {
+					t.Errorf("released, --apply: action %s (%v), exists %v; want unlinked", s.Action, s.Err, testutil.PathExists(p))
 				}
 			})
 		}

@@ -12,12 +12,12 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 // orphanSocket creates a socket file at dir/name with nothing listening:
 // what a SIGKILLed server leaves behind.
-func orphanSocket(t testing.TB, dir, name string) string { return testkit.OrphanSocket(t, dir, name) }
+func orphanSocket(t testing.TB, dir, name string) string { return testutil.OrphanSocket(t, dir, name) }
 
 // listenSocket creates a socket at dir/name that this test process
 // listens on until the test ends.
@@ -28,7 +28,7 @@ func listenSocket(t testing.TB, dir, name string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testkit.Serve(t, l)
+	testutil.Serve(t, l)
 	return p
 }
 
@@ -72,11 +72,6 @@ func threadID(t testing.TB) int {
 	}
 	t.Skip("test process has a single thread")
 	return 0
-}
-
-func exists(p string) bool {
-	_, err := os.Lstat(p)
-	return err == nil
 }
 
 // waitDead polls until pid is gone or a zombie.

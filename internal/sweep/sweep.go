@@ -15,6 +15,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
 
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
+	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
 // Verdict is the outcome of the gates for one socket.
@@ -133,7 +134,7 @@ func (c *Config) defaults() {
 		c.Now = time.Now
 	}
 	if len(c.SupervisorComms) == 0 {
-		c.SupervisorComms = []string{"kcserver"}
+		c.SupervisorComms = []string{trees.DefaultComm}
 	}
 	if c.ProcRoot == "" {
 		c.ProcRoot = fingerprint.DefaultRoot
@@ -145,18 +146,18 @@ func (c *Config) defaults() {
 
 // Socket is one swept socket file and what became of it.
 type Socket struct {
-	Path    string  // host-visible path
-	PID     int     // from the name, in the target's PID namespace; 0 if Hashed
-	Kind    Kind    // control or session
-	Session string  // <x> of a session socket
-	Hashed  bool    // a hashed name, kc-<hex>.sock: no PID, judged without gate 1
-	Verdict Verdict // live, stale or unknown
-	Reason  string  // why, gate by gate
-	Action  Action  // kept, would-unlink, unlinked or failed
-	Err     error   // set when Action is failed
+	Path    string       // host-visible path
+	PID     int          // from the name, in the target's PID namespace; 0 if Hashed
+	Kind    sockets.Kind // control or session
+	Session string       // <x> of a session socket
+	Hashed  bool         // a hashed name, kc-<hex>.sock: no PID, judged without gate 1
+	Verdict Verdict      // live, stale or unknown
+	Reason  string       // why, gate by gate
+	Action  Action       // kept, would-unlink, unlinked or failed
+	Err     error        // set when Action is failed
 	// UID is the file's owner as classified; ID its identity.
 	UID int
-	ID  sockets.FileID
+	ID  sockets.File
 
 	e *entry
 	// cut says the deadline (or the caller) ended probing before this
@@ -230,7 +231,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 		for _, e := range ents {
 			s := &Socket{
 				Path: e.shownPath(), PID: e.parsed.PID, Kind: e.parsed.Kind, Session: e.parsed.Session, Hashed: e.parsed.Hashed(),
-				UID: e.uid, ID: sockets.FileID{Dev: e.dev, Ino: e.ino, UID: e.uid, CtimeSec: e.ctime.Sec, CtimeNsec: e.ctime.Nsec}, e: e,
+				UID: e.uid, ID: sockets.File{Dev: e.dev, Ino: e.ino, UID: e.uid, CtimeSec: e.ctime.Sec, CtimeNsec: e.ctime.Nsec}, e: e,
 			}
 			if e.err != nil {
 				// One entry nobody can lstat (a FUSE mount of another
@@ -267,7 +268,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 			s.Verdict, s.Reason = VerdictUnknown, "not a socket ("+fileType(s.e.mode)+")"
 		case s.Hashed:
 			hashed = append(hashed, s)
-		case s.Kind == KindControl:
+		case s.Kind == sockets.KindControl:
 			controls = append(controls, s)
 		default:
 			sessions = append(sessions, s)

@@ -16,7 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 // sessionTag is the <x> of the fake's default session socket.
@@ -33,7 +34,7 @@ func TestSweepVerdicts(t *testing.T) {
 		{
 			name: "live fake kcserver: control and session kept",
 			setup: func(t *testing.T, dir string) map[string]Verdict {
-				k := testkit.StartKCServer(t, dir, testkit.Fake{OpenChannels: true, Children: 1})
+				k := testutil.StartKCServer(t, dir, testutil.Fake{OpenChannels: true, Children: 1})
 				return map[string]Verdict{
 					k.Socket: VerdictLive,
 					filepath.Join(dir, fmt.Sprintf("kc-%d.%s.sock", k.PID, sessionTag)): VerdictLive,
@@ -43,7 +44,7 @@ func TestSweepVerdicts(t *testing.T) {
 		{
 			name: "SIGKILLed kcserver: control and session stale",
 			setup: func(t *testing.T, dir string) map[string]Verdict {
-				k := testkit.StartKCServer(t, dir, testkit.Fake{OpenChannels: true})
+				k := testutil.StartKCServer(t, dir, testutil.Fake{OpenChannels: true})
 				k.Kill(t)
 				waitDead(t, k.PID)
 				return map[string]Verdict{
@@ -96,7 +97,7 @@ func TestSweepVerdicts(t *testing.T) {
 		{
 			name: "session socket of a live server that nobody listens on follows the server",
 			setup: func(t *testing.T, dir string) map[string]Verdict {
-				k := testkit.StartKCServer(t, dir, testkit.Fake{})
+				k := testutil.StartKCServer(t, dir, testutil.Fake{})
 				return map[string]Verdict{
 					k.Socket: VerdictLive,
 					orphanSocket(t, dir, fmt.Sprintf("kc-%d.deadbeef.sock", k.PID)): VerdictLive,
@@ -106,8 +107,8 @@ func TestSweepVerdicts(t *testing.T) {
 		{
 			name: "another live kcserver answers on the socket: process_id differs",
 			setup: func(t *testing.T, dir string) map[string]Verdict {
-				a := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{})
-				b := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{})
+				a := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{})
+				b := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{})
 				p := filepath.Join(dir, fmt.Sprintf("kc-%d.sock", a.PID))
 				if err := os.Link(b.Socket, p); err != nil {
 					t.Fatal(err)
@@ -134,7 +135,7 @@ func TestSweepVerdicts(t *testing.T) {
 				if s.Verdict != v {
 					t.Errorf("%s: verdict %s (%s), want %s", p, s.Verdict, s.Reason, v)
 				}
-				if tt.wantInCause != "" && s.Kind == KindControl && !strings.Contains(s.Reason, tt.wantInCause) {
+				if tt.wantInCause != "" && s.Kind == sockets.KindControl && !strings.Contains(s.Reason, tt.wantInCause) {
 					t.Errorf("%s: reason %q lacks %q", p, s.Reason, tt.wantInCause)
 				}
 				wantAction := ActionKept
@@ -144,7 +145,7 @@ func TestSweepVerdicts(t *testing.T) {
 				if s.Action != wantAction {
 					t.Errorf("%s: action %s, want %s (dry run)", p, s.Action, wantAction)
 				}
-				if !exists(p) {
+				if !testutil.PathExists(p) {
 					t.Errorf("%s: removed by a dry run", p)
 				}
 			}
@@ -160,11 +161,11 @@ func TestSweepVerdicts(t *testing.T) {
 					continue
 				}
 				if v == VerdictStale {
-					if s.Action != ActionUnlinked || exists(p) {
-						t.Errorf("%s: action %s (%v), exists %v; want unlinked", p, s.Action, s.Err, exists(p))
+					if s.Action != ActionUnlinked || testutil.PathExists(p) {
+						t.Errorf("%s: action %s (%v), exists %v; want unlinked", p, s.Action, s.Err, testutil.PathExists(p))
 					}
-				} else if s.Action != ActionKept || !exists(p) {
-					t.Errorf("%s: action %s, exists %v; want kept", p, s.Action, exists(p))
+				} else if s.Action != ActionKept || !testutil.PathExists(p) {
+					t.Errorf("%s: action %s, exists %v; want kept", p, s.Action, testutil.PathExists(p))
 				}
 			}
 		})
@@ -181,7 +182,7 @@ func keys(m map[string]*Socket) []string {
 
 func TestSweepHungServerIsBounded(t *testing.T) {
 	dir := t.TempDir()
-	k := testkit.StartKCServer(t, dir, testkit.Fake{Hang: true})
+	k := testutil.StartKCServer(t, dir, testutil.Fake{Hang: true})
 	cfg := Config{Dirs: []string{dir}, DialTimeout: 200 * time.Millisecond, Timeout: 500 * time.Millisecond, Pause: 100 * time.Millisecond, Apply: true}
 	start := time.Now()
 	got := sweep(t, cfg)
@@ -190,7 +191,7 @@ func TestSweepHungServerIsBounded(t *testing.T) {
 	if s == nil {
 		t.Fatal("hung server's socket not reported")
 	}
-	if s.Verdict == VerdictStale || s.Action != ActionKept || !exists(k.Socket) {
+	if s.Verdict == VerdictStale || s.Action != ActionKept || !testutil.PathExists(k.Socket) {
 		t.Errorf("hung live kcserver: verdict %s action %s (%s)", s.Verdict, s.Action, s.Reason)
 	}
 	// It listens, so it cannot be stale: /status is not asked twice.
@@ -240,15 +241,15 @@ func TestSweepNeverUnlinksNonSockets(t *testing.T) {
 			t.Errorf("%s not reported", n)
 			continue
 		}
-		if s.Action != ActionKept || !exists(p) {
-			t.Errorf("%s: action %s, exists %v (%s)", n, s.Action, exists(p), s.Reason)
+		if s.Action != ActionKept || !testutil.PathExists(p) {
+			t.Errorf("%s: action %s, exists %v (%s)", n, s.Action, testutil.PathExists(p), s.Reason)
 		}
 		t.Logf("%s: %s, %s: %s", n, s.Verdict, s.Action, s.Reason)
 	}
 	if s := got[foreign]; s != nil && (s.Verdict != VerdictStale || !strings.Contains(s.Reason, "uid 65534")) {
 		t.Errorf("foreign socket: %s %q", s.Verdict, s.Reason)
 	}
-	if !exists(target) {
+	if !testutil.PathExists(target) {
 		t.Error("symlink target removed")
 	}
 }
@@ -349,7 +350,7 @@ func TestSweepContainer(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("needs root for a new PID namespace")
 	}
-	bin := testkit.BuildKCServer(t)
+	bin := testutil.BuildKCServer(t)
 	dir := t.TempDir()
 	ready := filepath.Join(t.TempDir(), "ready")
 	cmd := exec.Command("sh", "-c", `"$0" --transport=socket --socket-dir="$1" & exec sleep 1000000`, bin, dir)
@@ -388,7 +389,7 @@ func TestSweepContainer(t *testing.T) {
 
 	// A host kcserver whose host PID names a socket inside the container:
 	// on the host that PID is a live kcserver, in the container nothing.
-	hostFake := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{})
+	hostFake := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{})
 	hostNamed := orphanSocket(t, dir, fmt.Sprintf("kc-%d.sock", hostFake.PID))
 	initNamed := orphanSocket(t, dir, "kc-1.sock")
 
@@ -433,7 +434,7 @@ func TestSweepContainer(t *testing.T) {
 	got = sweep(t, cfg)
 	for _, p := range []string{control, session} {
 		s := got[shown(p)]
-		if s == nil || s.Verdict != VerdictStale || s.Action != ActionUnlinked || exists(p) {
+		if s == nil || s.Verdict != VerdictStale || s.Action != ActionUnlinked || testutil.PathExists(p) {
 			t.Errorf("%s after SIGKILL: %+v", p, s)
 		}
 	}
@@ -459,7 +460,7 @@ func TestSweepContextCancelled(t *testing.T) {
 		t.Errorf("%d sockets reported, want 2", len(rep.Sockets))
 	}
 	for _, s := range rep.Sockets {
-		if s.Verdict == VerdictStale || !exists(s.Path) {
+		if s.Verdict == VerdictStale || !testutil.PathExists(s.Path) {
 			t.Errorf("%s judged %s without probing (%s)", s.Path, s.Verdict, s.Reason)
 		}
 	}
@@ -482,14 +483,14 @@ func BenchmarkSweep1000(b *testing.B) {
 	}
 	live := sessFile(97) // 5 × (1 + 97) = 490
 	for i := 0; i < 5; i++ {
-		testkit.StartKCServer(b, dir, testkit.Fake{OpenChannels: true, Sessions: live})
+		testutil.StartKCServer(b, dir, testutil.Fake{OpenChannels: true, Sessions: live})
 	}
 	for i := 0; i < 10; i++ { // 10 hung control sockets: 500 not stale
-		testkit.StartKCServer(b, dir, testkit.Fake{Hang: true})
+		testutil.StartKCServer(b, dir, testutil.Fake{Hang: true})
 	}
 	dead := sessFile(49) // 5 × (1 + 49) = 250 stale
 	for i := 0; i < 5; i++ {
-		k := testkit.StartKCServer(b, dir, testkit.Fake{OpenChannels: true, Sessions: dead})
+		k := testutil.StartKCServer(b, dir, testutil.Fake{OpenChannels: true, Sessions: dead})
 		k.Kill(b)
 	}
 	seen := map[int]bool{}
@@ -537,7 +538,7 @@ func TestContainerRootConfinesSymlinks(t *testing.T) {
 		t.Skip("needs root for chroot")
 	}
 	root := t.TempDir()
-	data, err := os.ReadFile(testkit.BuildKCServer(t))
+	data, err := os.ReadFile(testutil.BuildKCServer(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -558,7 +559,7 @@ func TestContainerRootConfinesSymlinks(t *testing.T) {
 		cmd.Wait()
 	})
 	deadline := time.Now().Add(15 * time.Second)
-	for !exists(filepath.Join(root, "inside", "ready")) {
+	for !testutil.PathExists(filepath.Join(root, "inside", "ready")) {
 		if time.Now().After(deadline) {
 			t.Fatal("chrooted fake not ready")
 		}

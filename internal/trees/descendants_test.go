@@ -9,7 +9,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
-	tproc "github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+	tproc "github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 // escapeFixture is a member (bash, leading its own group) with a child in

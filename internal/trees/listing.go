@@ -9,22 +9,6 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
 )
 
-// Lister chooses how the fast scan lists the host's processes (package
-// proctable). Either way the decisions are the same: the listing only
-// settles which groups are candidates, and candidates are read from /proc.
-type Lister = proctable.Lister
-
-// The --bpf settings, as package proctable names them.
-const (
-	ListAuto = proctable.ListAuto
-	ListProc = proctable.ListProc
-	ListBPF  = proctable.ListBPF
-)
-
-// ParseLister reads the --bpf setting: auto, on (ListBPF) or off
-// (ListProc).
-func ParseLister(s string) (Lister, error) { return proctable.ParseLister(s) }
-
 // ParseComms reads --supervisor-comm, a comma-separated list of process
 // names. The kernel truncates comm to 15 bytes, so a longer name could
 // never match.

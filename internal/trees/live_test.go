@@ -13,8 +13,8 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
-	testproc "github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	testproc "github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 const cidLive = "1111111111111111111111111111111111111111111111111111111111111111"
@@ -30,23 +30,23 @@ func findTree(ts []Tree, pgid int) *Tree {
 
 func TestScanRealSupervisor(t *testing.T) {
 	dir := t.TempDir()
-	k := testkit.StartKCServer(t, dir, testkit.Fake{ContainerID: cidLive, Children: 2})
-	bare := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{}) // no container ID: never a tree
+	k := testutil.StartKCServer(t, dir, testutil.Fake{ContainerID: cidLive, Children: 2})
+	bare := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{}) // no container ID: never a tree
 	for _, tt := range []struct {
-		lister Lister
+		lister proctable.Lister
 		want   string
 	}{
 		// This host (and CI's) runs the tests as root on a kernel with
 		// BTF: auto must take the iterator.
-		{ListAuto, "bpf"},
-		{ListBPF, "bpf"},
-		{ListProc, "proc"},
+		{proctable.ListAuto, "bpf"},
+		{proctable.ListBPF, "bpf"},
+		{proctable.ListProc, "proc"},
 	} {
 		t.Run(tt.lister.String(), func(t *testing.T) { scanRealSupervisor(t, k, bare, tt.lister, tt.want) })
 	}
 }
 
-func scanRealSupervisor(t *testing.T, k, bare *testkit.KCServer, lister Lister, wantLister string) {
+func scanRealSupervisor(t *testing.T, k, bare *testutil.KCServer, lister proctable.Lister, wantLister string) {
 	got, stats, err := Scan(Options{Comms: []string{"kcserver"}, Lister: lister})
 	if err != nil {
 		t.Fatal(err)
@@ -81,14 +81,14 @@ func scanRealSupervisor(t *testing.T, k, bare *testkit.KCServer, lister Lister, 
 // process, on the same live process table.
 func TestFastScanMatchesFullScan(t *testing.T) {
 	for i := 0; i < 3; i++ {
-		testkit.StartKCServer(t, t.TempDir(), testkit.Fake{ContainerID: cidLive, Children: 1})
+		testutil.StartKCServer(t, t.TempDir(), testutil.Fake{ContainerID: cidLive, Children: 1})
 	}
-	testkit.StartKCServer(t, t.TempDir(), testkit.Fake{Children: 1})
+	testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Children: 1})
 
 	for _, p := range pipelines {
-		t.Run(fmt.Sprintf("proc/%+v", p), func(t *testing.T) { fastMatchesFull(t, Options{Lister: ListProc, pipeline: p}) })
+		t.Run(fmt.Sprintf("proc/%+v", p), func(t *testing.T) { fastMatchesFull(t, Options{Lister: proctable.ListProc, pipeline: p}) })
 	}
-	t.Run("bpf", func(t *testing.T) { fastMatchesFull(t, Options{Lister: ListBPF}) })
+	t.Run("bpf", func(t *testing.T) { fastMatchesFull(t, Options{Lister: proctable.ListBPF}) })
 }
 
 func fastMatchesFull(t *testing.T, fastOpt Options) {
@@ -128,31 +128,12 @@ func fastMatchesFull(t *testing.T, fastOpt Options) {
 // another procfs root asked to use it fails instead of mixing the two.
 func TestListBPFRefusesAnotherRoot(t *testing.T) {
 	root := writeFixture(t, []proc{{pid: 100, pgid: 100, comm: "kcserver", start: 90000, argv: []string{"kcserver", cidA}}})
-	if _, _, err := Scan(Options{Root: root, Lister: ListBPF}); !errors.Is(err, proctable.ErrNoIterator) {
+	if _, _, err := Scan(Options{Root: root, Lister: proctable.ListBPF}); !errors.Is(err, proctable.ErrNoIterator) {
 		t.Fatalf("Scan of a fixture root with ListBPF: err = %v, want proctable.ErrNoIterator", err)
 	}
 	ts, stats, err := Scan(Options{Root: root, Comms: []string{"kcserver"}})
 	if err != nil || len(ts) != 1 || stats.Lister != "proc" {
 		t.Fatalf("Scan of a fixture root with ListAuto = %d trees, lister %q, err %v; want 1 tree listed from the root", len(ts), stats.Lister, err)
-	}
-}
-
-func TestParseLister(t *testing.T) {
-	for _, tt := range []struct {
-		in   string
-		want Lister
-		ok   bool
-	}{
-		{"auto", ListAuto, true}, {"on", ListBPF, true}, {"off", ListProc, true},
-		{"", ListAuto, false}, {"bpf", ListAuto, false}, {"ON", ListAuto, false}, {"true", ListAuto, false},
-	} {
-		got, err := ParseLister(tt.in)
-		if (err == nil) != tt.ok || (tt.ok && got != tt.want) {
-			t.Errorf("ParseLister(%q) = %v, %v; want %v (ok %v)", tt.in, got, err, tt.want, tt.ok)
-		}
-		if tt.ok && got.String() != tt.in {
-			t.Errorf("ParseLister(%q).String() = %q", tt.in, got.String())
-		}
 	}
 }
 
@@ -202,7 +183,7 @@ func TestIterMissedMemberIsRead(t *testing.T) {
 		{"hidden, scan for the first container only", func(pid int) bool { return pid == hidden }, map[string]bool{cidLive: true}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			ts, stats, err := Scan(Options{Comms: []string{"kcserver"}, Lister: ListBPF, iterHide: tt.hide, Only: tt.only})
+			ts, stats, err := Scan(Options{Comms: []string{"kcserver"}, Lister: proctable.ListBPF, iterHide: tt.hide, Only: tt.only})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -237,7 +218,7 @@ func TestIterCensusVouches(t *testing.T) {
 	opt := Options{Comms: []string{"kcserver"}}
 	vouched := 0
 	for try := 0; try < 200; try++ {
-		opt.Lister, opt.Full = ListBPF, false
+		opt.Lister, opt.Full = proctable.ListBPF, false
 		fast, stats, err := Scan(opt)
 		if err != nil {
 			t.Fatal(err)
@@ -245,7 +226,7 @@ func TestIterCensusVouches(t *testing.T) {
 		if stats.IterConfirmed {
 			continue
 		}
-		opt.Lister, opt.Full = ListProc, true
+		opt.Lister, opt.Full = proctable.ListProc, true
 		full, _, err := Scan(opt)
 		if err != nil {
 			t.Fatal(err)
@@ -288,7 +269,7 @@ func TestOnlyScanConfirmsWhenItMust(t *testing.T) {
 		{"ledger identities", map[Key]string{{PID: 1 << 22, StartTicks: 1, PGID: 1 << 22}: other}, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			ts, stats, err := Scan(Options{Comms: []string{"kcserver"}, Lister: ListBPF, Only: map[string]bool{other: true}, Known: tt.known, iterHide: hideSelf})
+			ts, stats, err := Scan(Options{Comms: []string{"kcserver"}, Lister: proctable.ListBPF, Only: map[string]bool{other: true}, Known: tt.known, iterHide: hideSelf})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -31,6 +31,10 @@ import (
 // supervisor.
 const WrapperComm = "kc-hook"
 
+// DefaultComm is the comm of Kallichore's supervisor: the default of
+// --supervisor-comm in both commands and of the sweep.
+const DefaultComm = "kcserver"
+
 // ClockTicks is USER_HZ, the unit of start times in /proc/<pid>/stat. It is
 // 100 on every Linux architecture kc-watchman runs on.
 const ClockTicks = 100
@@ -58,7 +62,7 @@ type Options struct {
 	// Now overrides the clock for age computations (tests).
 	Now func() time.Time
 	// Lister chooses how the fast scan lists the host's processes.
-	Lister Lister
+	Lister proctable.Lister
 	// Only, when not nil, asks for the trees of these containers alone
 	// (kc-hook's poststop wants one container's): a candidate group is
 	// then read in full only if a member's argv carries one of the IDs

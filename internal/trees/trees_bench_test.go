@@ -11,7 +11,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 // The benchmarks scan the host's /proc as it is, plus three fake
@@ -21,7 +21,7 @@ import (
 
 func startBenchTrees(b *testing.B) {
 	for range 3 {
-		testkit.StartKCServer(b, b.TempDir(), testkit.Fake{ContainerID: cidLive, Children: 2})
+		testutil.StartKCServer(b, b.TempDir(), testutil.Fake{ContainerID: cidLive, Children: 2})
 	}
 }
 
@@ -31,8 +31,8 @@ func BenchmarkScan(b *testing.B) {
 		name string
 		opt  Options
 	}{
-		{"fast-bpf", Options{Lister: ListBPF}},
-		{"fast-proc", Options{Lister: ListProc}},
+		{"fast-bpf", Options{Lister: proctable.ListBPF}},
+		{"fast-proc", Options{Lister: proctable.ListProc}},
 		{"full", Options{Full: true}},
 	} {
 		b.Run(v.name, func(b *testing.B) {
@@ -139,7 +139,7 @@ func errClass(err error) string {
 // process of the host, on thread IDs and on malformed fixtures: the fast
 // and the full scan then decide on the same data.
 func TestProcReaderMatchesFingerprint(t *testing.T) {
-	k := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{ContainerID: cidLive, Children: 2})
+	k := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{ContainerID: cidLive, Children: 2})
 	r := proctable.NewReader("/proc")
 	defer r.Close()
 

@@ -17,11 +17,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/containerdtest"
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/containerd"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -29,7 +29,7 @@ import (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	testkit.RemoveBuilds()
+	testutil.RemoveBuilds()
 	os.Exit(code)
 }
 
@@ -215,7 +215,7 @@ func criClient(t *testing.T, sock string) runtimeapi.RuntimeServiceClient {
 // supervisor tree dies when the container is stopped through CRI, and the
 // ledger holds the tree and the outcome.
 func TestCRIPoststopReapsTree(t *testing.T) {
-	hook := testkit.Build(t, testkit.KCHookPackage, "kc-hook")
+	hook := testutil.Build(t, testutil.KCHookPackage, "kc-hook")
 	stateDir := t.TempDir()
 	specPath := filepath.Join(t.TempDir(), "base-spec.json")
 	if err := os.WriteFile(specPath, baseSpec(t, hook, stateDir), 0o644); err != nil {
@@ -285,7 +285,7 @@ func TestCRIPoststopReapsTree(t *testing.T) {
 	// The container's host-side supervisor tree as kc-hook would start it:
 	// a `kc-hook supervise` wrapper carrying the ID, the supervisor, two
 	// kernels and one that ignores SIGTERM.
-	k := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{ContainerID: id, Children: 2, Stubborn: true})
+	k := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{ContainerID: id, Children: 2, Stubborn: true})
 	var members []fingerprint.Stat
 	deadline := time.Now().Add(10 * time.Second)
 	for len(members) < 5 {

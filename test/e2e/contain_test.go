@@ -12,7 +12,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/contain"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
@@ -29,7 +29,7 @@ func TestContainedTreeDiesWithContainer(t *testing.T) {
 	}
 	s := newSuperviseEnvWith(t, []string{"KCFAKE_SETSID_CHILD=1", "KCFAKE_DAEMON_CHILD=1"})
 	id := s.run(t, "fake")
-	t.Cleanup(func() { testkit.RemoveContainCgroups(t, id) })
+	t.Cleanup(func() { testutil.RemoveContainCgroups(t, id) })
 	tr := waitTree(t, id)
 	dir := filepath.Join(h.Mount, contain.Dir, id)
 

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/containerdtest"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/containerd"
 )
 
 // TestContainerdEvidenceOfRunning: evidence that a container runs is a
@@ -65,9 +65,9 @@ func TestContainerdEvidenceOfRunning(t *testing.T) {
 	t.Cleanup(func() { _, _ = containerdtest.TryCtr(addr, wrong, nil, "namespaces", "remove", wrong) })
 
 	const comm = "kcsrv-e2e-evid"
-	_, appTree := startTree(t, t.TempDir(), app, testkit.Fake{Comm: comm})
-	_, sandboxTree := startTree(t, t.TempDir(), sandbox, testkit.Fake{Comm: comm})
-	_, exitedTree := startTree(t, t.TempDir(), exited, testkit.Fake{Comm: comm})
+	_, appTree := startTree(t, t.TempDir(), app, testutil.Fake{Comm: comm})
+	_, sandboxTree := startTree(t, t.TempDir(), sandbox, testutil.Fake{Comm: comm})
+	_, exitedTree := startTree(t, t.TempDir(), exited, testutil.Fake{Comm: comm})
 
 	run := func(t *testing.T, args ...string) (reconcileReport, string, int) {
 		t.Helper()

@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/containerdtest"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/containerd"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 // TestSweepContainerd: sweep and cull inside a containerd container
@@ -22,7 +23,7 @@ import (
 func TestSweepContainerd(t *testing.T) {
 	addr := containerdtest.Address(t)
 	const ns = "kc-e2e-sweep"
-	kcserver := testkit.BuildKCServer(t)
+	kcserver := testutil.BuildKCServer(t)
 	id := hexID(t)
 	initPID := containerdtest.Run(t, addr, ns, id,
 		[]string{"--mount", "type=bind,src=" + kcserver + ",dst=/kcserver,options=rbind:ro", "--env", "KCFAKE_OPEN_CHANNELS=1"},
@@ -37,7 +38,7 @@ func TestSweepContainerd(t *testing.T) {
 		return fmt.Sprintf("%s/tmp/kc-%d.sock", root, pid)
 	}
 	containerdtest.Ctr(t, addr, ns, "tasks", "exec", "--exec-id", "kc-kill", id, "/bin/kill", "-KILL", strconv.Itoa(dead))
-	waitFor(t, 10*time.Second, "the killed supervisor reaped in the container", func() bool {
+	proc.WaitFor(t, 10*time.Second, "the killed supervisor reaped in the container", func() bool {
 		_, err := os.Stat(fmt.Sprintf("%s/proc/%d", root, dead))
 		return os.IsNotExist(err)
 	})

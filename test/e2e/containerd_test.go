@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/containerdtest"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/containerd"
 )
 
 func hexID(t testing.TB) string {
@@ -35,8 +35,8 @@ func TestReconcileContainerd(t *testing.T) {
 	// A supervisor name of this test's own, and --container scoping: other
 	// packages' fake trees are never this test's to reap.
 	const comm = "kcsrv-e2e-ctrd"
-	_, liveTree := startTree(t, t.TempDir(), running, testkit.Fake{Comm: comm})
-	_, strayTree := startTree(t, t.TempDir(), gone, testkit.Fake{Comm: comm})
+	_, liveTree := startTree(t, t.TempDir(), running, testutil.Fake{Comm: comm})
+	_, strayTree := startTree(t, t.TempDir(), gone, testutil.Fake{Comm: comm})
 
 	base := []string{"--engine", "containerd", "--containerd-address", addr, "--format", "json",
 		"--state-dir", t.TempDir(), "--kill-grace", "500ms", "--supervisor-comm", comm, "--min-age", "0s",

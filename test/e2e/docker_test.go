@@ -12,9 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/dockertest"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/docker"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 // TestReconcileDocker: dockerd is the ground truth. Host-side trees of a
@@ -37,7 +38,7 @@ func TestReconcileDocker(t *testing.T) {
 	const comm = "kcsrv-e2e-dock"
 	trees := map[string][]fingerprint.Stat{}
 	for _, id := range []string{running, paused, restarting, gone} {
-		_, trees[id] = startTree(t, t.TempDir(), id, testkit.Fake{Comm: comm})
+		_, trees[id] = startTree(t, t.TempDir(), id, testutil.Fake{Comm: comm})
 	}
 	// The running container by name: resolved by dockerd; the others by
 	// full ID, taken as is.
@@ -97,7 +98,7 @@ func TestReconcileDocker(t *testing.T) {
 	d.Must(t, "rm", "-f", gone)
 	// Until its containerd-shim has exited, the removed container still
 	// runs as far as DESIGN "Ground truth must be corroborated" is concerned (skipped-contradicted).
-	waitFor(t, 30*time.Second, "the removed container's containerd-shim gone", func() bool { return !shimRuns(gone) })
+	proc.WaitFor(t, 30*time.Second, "the removed container's containerd-shim gone", func() bool { return !shimRuns(gone) })
 
 	t.Run("dockerd that cannot be asked touches nothing", func(t *testing.T) {
 		dir := t.TempDir()

@@ -8,7 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kc-watchman/kc-watchman/internal/dockertest"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/docker"
 )
 
 // TestDockerOnlyHost: on a host with dockerd and no podman at all (no CLI
@@ -21,7 +22,7 @@ func TestDockerOnlyHost(t *testing.T) {
 	if _, err := exec.LookPath("unshare"); err != nil {
 		t.Skip("no unshare(1)")
 	}
-	name := "positron-server-" + randomHex(t, 6)
+	name := "positron-server-" + testutil.RandomHex(t, 12)
 	d.Run(t, []string{"--name", name})
 	janitorBin := bin(t, "kc-janitor")
 	emptyPath := t.TempDir() // no podman here, nor anything else

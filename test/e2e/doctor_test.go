@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kc-watchman/kc-watchman/internal/podmantest"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/podman"
 )
 
 type doctorCheck struct {
@@ -66,8 +66,8 @@ func TestDoctorRealPodman(t *testing.T) {
 		t.Fatal(err)
 	}
 	sockDir := t.TempDir()
-	_, strayTree := startTree(t, sockDir, stopped, testkit.Fake{Comm: comm, Sessions: sessions})
-	_, liveTree := startTree(t, sockDir, running, testkit.Fake{Comm: comm, Sessions: noSessions})
+	_, strayTree := startTree(t, sockDir, stopped, testutil.Fake{Comm: comm, Sessions: sessions})
+	_, liveTree := startTree(t, sockDir, running, testutil.Fake{Comm: comm, Sessions: noSessions})
 	stopContainer(t, e, stopped)
 
 	env := e.Environ()

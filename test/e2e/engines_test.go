@@ -7,10 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kc-watchman/kc-watchman/internal/dockertest"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/podmantest"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/docker"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/podman"
 )
 
 // TestPodmanAndDocker: a host running podman and dockerd side by side.
@@ -31,7 +31,7 @@ func TestPodmanAndDocker(t *testing.T) {
 	const comm = "kcsrv-e2e-2eng"
 	trees := map[string][]fingerprint.Stat{}
 	for _, id := range []string{inDocker, inPodman} {
-		_, trees[id] = startTree(t, t.TempDir(), id, testkit.Fake{Comm: comm})
+		_, trees[id] = startTree(t, t.TempDir(), id, testutil.Fake{Comm: comm})
 	}
 	env := e.Environ()
 	env = slices.DeleteFunc(env, func(kv string) bool {
@@ -115,7 +115,7 @@ func TestEngineBadInput(t *testing.T) {
 	// touched anything would reap it.
 	stray := d.Run(t, nil)
 	const comm = "kcsrv-e2e-bad"
-	_, tree := startTree(t, t.TempDir(), stray, testkit.Fake{Comm: comm})
+	_, tree := startTree(t, t.TempDir(), stray, testutil.Fake{Comm: comm})
 	d.Must(t, "rm", "-f", stray)
 
 	dock := []string{"--docker-url", d.URL}

@@ -14,21 +14,21 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/podmantest"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/podman"
 )
 
 // bin builds (once per test binary) and returns the path of kc-hook or
 // kc-janitor, built as the Makefile builds them.
 func bin(t testing.TB, name string) string {
 	t.Helper()
-	return testkit.Build(t, "github.com/kc-watchman/kc-watchman/cmd/"+name, name)
+	return testutil.Build(t, "github.com/kc-watchman/kc-watchman/cmd/"+name, name)
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	testkit.RemoveBuilds()
-	testkit.RemoveContainParents()
+	testutil.RemoveBuilds()
+	testutil.RemoveContainParents()
 	os.Exit(code)
 }
 
@@ -131,10 +131,10 @@ func waitAllDead(t testing.TB, ms []fingerprint.Stat, within time.Duration) {
 // stand-in init, not the container's), the supervisor, two sleeping
 // kernels and one that ignores SIGTERM, plus f's other settings. It
 // returns the server and the group's members once all are there.
-func startTree(t testing.TB, sockDir, id string, f testkit.Fake) (*testkit.KCServer, []fingerprint.Stat) {
+func startTree(t testing.TB, sockDir, id string, f testutil.Fake) (*testutil.KCServer, []fingerprint.Stat) {
 	t.Helper()
 	f.ContainerID, f.Children, f.Stubborn = id, 2, true
-	k := testkit.StartKCServer(t, sockDir, f)
+	k := testutil.StartKCServer(t, sockDir, f)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ms := group(t, k.PGID)

@@ -11,8 +11,8 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/podmantest"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/podman"
 )
 
 const otherContainer = "0000000000000000000000000000000000000000000000000000000000000042"
@@ -28,10 +28,10 @@ func TestHookReapsTreeOnStop(t *testing.T) {
 
 	// --ignore-term: the supervisor survives SIGTERM, so it dies by SIGKILL
 	// without removing its socket, and the hook must unlink it.
-	k, tree := startTree(t, sockDir, id, testkit.Fake{IgnoreTerm: true})
+	k, tree := startTree(t, sockDir, id, testutil.Fake{IgnoreTerm: true})
 	// A tree of another container, and a foreign group (a shell that ran a
 	// supervisor by hand) carrying this container's ID: both must survive.
-	_, other := startTree(t, t.TempDir(), otherContainer, testkit.Fake{})
+	_, other := startTree(t, t.TempDir(), otherContainer, testutil.Fake{})
 	foreign := startForeign(t, id)
 
 	store, err := ledger.OpenReadOnly(state)
@@ -86,7 +86,7 @@ func TestHookOnRestart(t *testing.T) {
 	installHook(t, e, state)
 	id := e.Run(t)
 	for i := 0; i < 2; i++ {
-		_, tree := startTree(t, t.TempDir(), id, testkit.Fake{})
+		_, tree := startTree(t, t.TempDir(), id, testutil.Fake{})
 		if _, err := e.Podman("restart", "-t", "0", id); err != nil {
 			t.Fatal(err)
 		}
@@ -103,7 +103,7 @@ func TestHookOnRestart(t *testing.T) {
 // supervisor, leads the group.
 func startForeign(t *testing.T, id string) []fingerprint.Stat {
 	t.Helper()
-	bin := testkit.BuildKCServer(t)
+	bin := testutil.BuildKCServer(t)
 	cmd := exec.Command("sh", "-c", `"$0" --transport socket --socket-dir "$1" & sh -c 'sleep 1000000; :' anchor "$2" & wait`, bin, t.TempDir(), id)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -137,7 +137,7 @@ func TestHookAfterContainerDiesByItself(t *testing.T) {
 	state := t.TempDir()
 	installHook(t, e, state)
 	id := e.Run(t)
-	_, tree := startTree(t, t.TempDir(), id, testkit.Fake{})
+	_, tree := startTree(t, t.TempDir(), id, testutil.Fake{})
 
 	if _, err := e.Podman("kill", "-s", "KILL", id); err != nil {
 		t.Fatal(err)

@@ -8,8 +8,9 @@ import (
 	"testing"
 
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/podmantest"
 	"github.com/kc-watchman/kc-watchman/internal/supervise"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/podman"
 )
 
 // badInputScript runs kc-hook ($1) at stage $2 on input kind $3, appends
@@ -27,7 +28,7 @@ rc=$?
 echo "$stage $kind $rc" >>"$log"
 exit $rc`
 
-// TestPreStartBadInputRealPodman (issue 16): kc-hook at every pre-start
+// TestPreStartBadInputRealPodman: kc-hook at every pre-start
 // stage podman runs on the host, on each kind of input it cannot use — a
 // bad supervisor annotation with no allowlist, garbage or empty state on
 // stdin, a container ID that is not hex (as ctr/nerdctl allow), a state
@@ -42,7 +43,7 @@ func TestPreStartBadInputRealPodman(t *testing.T) {
 	log := filepath.Join(t.TempDir(), "exits.log")
 	// A hook that cannot write its state dir leaves its trace in the
 	// root hook's fixed place; take it away again unless it was there.
-	if trace := ledger.RootStateDir + ".trace"; !exists(trace) {
+	if trace := ledger.RootStateDir + ".trace"; !testutil.PathExists(trace) {
 		t.Cleanup(func() { os.Remove(trace) })
 	}
 
@@ -75,9 +76,4 @@ func TestPreStartBadInputRealPodman(t *testing.T) {
 		}
 	}
 	t.Logf("%d hook runs, all exit 0; container %.12s running", len(lines), id)
-}
-
-func exists(p string) bool {
-	_, err := os.Lstat(p)
-	return err == nil
 }

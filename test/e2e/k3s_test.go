@@ -9,7 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kc-watchman/kc-watchman/internal/containerdtest"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/containerd"
 )
 
 // TestAutoFindsK3sContainerd: on a k3s or RKE2 node containerd's socket
@@ -53,7 +54,7 @@ exec "$@"`
 	run := func(layout string) (reconcileOut, string, int) {
 		t.Helper()
 		args := []string{"--mount", "--propagation", "private", "/bin/sh", "-c", script, "sh", tmp, addr, layout, janitorBin,
-			"reconcile", "--format", "json", "--container", randomHex(t, 32)}
+			"reconcile", "--format", "json", "--container", testutil.RandomHex(t, 64)}
 		cmd := exec.Command("unshare", args...)
 		cmd.Env = env
 		var stderr strings.Builder

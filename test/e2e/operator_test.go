@@ -8,8 +8,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/kc-watchman/kc-watchman/internal/podmantest"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/podman"
 )
 
 // operatorEnv is a private podman API service and two stray trees of
@@ -31,8 +31,8 @@ func newOperatorEnv(t *testing.T, comm string) *operatorEnv {
 	o.env = append(o.e.Environ(), "KC_STATE_DIR="+o.stateDir)
 	o.base = []string{"--podman-url", url, "--supervisor-comm", comm, "--min-age", "0s", "--kill-grace", "500ms"}
 	for i := range o.ids {
-		o.ids[i] = randomHex(t, 32)
-		_, ms := startTree(t, t.TempDir(), o.ids[i], testkit.Fake{Comm: comm})
+		o.ids[i] = testutil.RandomHex(t, 64)
+		_, ms := startTree(t, t.TempDir(), o.ids[i], testutil.Fake{Comm: comm})
 		o.pgids[i] = ms[0].PGID
 	}
 	return o
@@ -172,7 +172,7 @@ func TestFailedRunsLeaveAnAuditLine(t *testing.T) {
 		container string
 		code      int
 	}{
-		{"no such container", "KC_SWEEPER_LOG", []string{"sweep", "--podman-url", url, "--container", "no-such-container-" + randomHex(t, 4)}, "no-such-container-", 2},
+		{"no such container", "KC_SWEEPER_LOG", []string{"sweep", "--podman-url", url, "--container", "no-such-container-" + testutil.RandomHex(t, 8)}, "no-such-container-", 2},
 		{"stopped container", "KC_CULLER_LOG", []string{"cull", "--podman-url", url, "--container", stopped}, stopped, 1},
 		{"engine down", "KC_SWEEPER_LOG", []string{"sweep", "--engine", "podman", "--podman-url", "unix:///nonexistent/podman.sock", "--container", stopped}, stopped, 3},
 	}

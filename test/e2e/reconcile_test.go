@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kc-watchman/kc-watchman/internal/podmantest"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/podman"
 )
 
 type reconcileReport struct {
@@ -54,8 +54,8 @@ func TestReconcileRealPodman(t *testing.T) {
 	// A supervisor name of this test's own: --apply must not reap the fake
 	// trees of tests running in parallel in other packages.
 	const comm = "kcsrv-e2e-rec"
-	_, strayTree := startTree(t, t.TempDir(), stopped, testkit.Fake{IgnoreTerm: true, Comm: comm})
-	_, liveTree := startTree(t, t.TempDir(), running, testkit.Fake{Comm: comm})
+	_, strayTree := startTree(t, t.TempDir(), stopped, testutil.Fake{IgnoreTerm: true, Comm: comm})
+	_, liveTree := startTree(t, t.TempDir(), running, testutil.Fake{Comm: comm})
 	stopContainer(t, e, stopped) // no hook installed: the tree stays
 
 	env := append(e.Environ(), "KC_STATE_DIR="+t.TempDir())

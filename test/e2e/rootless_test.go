@@ -15,7 +15,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 // rootlessUser is the throwaway user .ci/lib/rootless.sh created, with
@@ -98,7 +98,7 @@ func (ru rootlessUser) install(t *testing.T, src, name string) string {
 	return p
 }
 
-// TestRootlessPoststop is issue 20's end-to-end test: the shipped
+// TestRootlessPoststop is the rootless poststop end to end: the shipped
 // descriptors, only their path rewritten, in the user's hooks_dir; a
 // `podman stop` as the user reaps the user's tree (whose supervisor ignores
 // SIGTERM, so its socket stays for the hook), removes its socket and
@@ -109,7 +109,7 @@ func TestRootlessPoststop(t *testing.T) {
 	ru := needRootlessUser(t)
 	hook := ru.install(t, bin(t, "kc-hook"), "kc-hook")
 	kcj := ru.install(t, bin(t, "kc-janitor"), "kc-janitor")
-	fake := ru.install(t, testkit.BuildKCServer(t), "kcserver")
+	fake := ru.install(t, testutil.BuildKCServer(t), "kcserver")
 
 	// A busybox root file system the user owns.
 	rootfs := filepath.Join(ru.dir, "rootfs")
@@ -193,7 +193,7 @@ func TestRootlessPoststop(t *testing.T) {
 	}
 
 	// Root's tree with the same container ID.
-	rootTree := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{ContainerID: id, Children: 1})
+	rootTree := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{ContainerID: id, Children: 1})
 	rootMembers := group(t, rootTree.PGID)
 
 	if _, code := ru.run(t, env, "podman", "stop", "-t", "1", id); code != 0 {
@@ -325,7 +325,7 @@ func (ru rootlessUser) startUserTree(t *testing.T, hook, fake, id string) (finge
 func TestRootJanitorOnUserSocket(t *testing.T) {
 	ru := needRootlessUser(t)
 	hook := ru.install(t, bin(t, "kc-hook"), "kc-hook")
-	fake := ru.install(t, testkit.BuildKCServer(t), "kcserver")
+	fake := ru.install(t, testutil.BuildKCServer(t), "kcserver")
 
 	sock := filepath.Join(ru.dir, "podman.sock")
 	svc := ru.command(ru.env(), "podman", "system", "service", "--time=0", "unix://"+sock)
@@ -354,7 +354,7 @@ func TestRootJanitorOnUserSocket(t *testing.T) {
 
 	id := strings.Repeat("5e", 32) // no container of the user's has it
 	fakeSt, _ := ru.startUserTree(t, hook, fake, id)
-	rootTree := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{ContainerID: id, Children: 1})
+	rootTree := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{ContainerID: id, Children: 1})
 	rootMembers := group(t, rootTree.PGID)
 
 	var out string
@@ -391,7 +391,7 @@ func TestRootJanitorOnUserSocket(t *testing.T) {
 		t.Errorf("root's tree was signalled: %d of %d members left", len(alive), len(rootMembers))
 	}
 
-	// Issue 16 item 2: the path no longer says who answers. A socket file
+	// The path does not say who answers. A socket file
 	// that stat()s as root's (what swapping the path for root's socket
 	// after the query showed the old code) vouches only for the UID of
 	// the service that answered on the connection; a symlinked endpoint is

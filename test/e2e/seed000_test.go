@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/dockertest"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/docker"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 // sweepReport is sweep's JSON, the fields the tests read.
@@ -60,7 +59,7 @@ type cullReport struct {
 // container is stopped, sweep refuses it (exit 1).
 func TestSeed000Docker(t *testing.T) {
 	d := dockertest.Need(t)
-	kcserver := testkit.BuildKCServer(t)
+	kcserver := testutil.BuildKCServer(t)
 	tests := []struct {
 		name   string
 		thread bool
@@ -75,7 +74,7 @@ func TestSeed000Docker(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			name := "positron-server-" + randomHex(t, 6)
+			name := "positron-server-" + testutil.RandomHex(t, 12)
 			opts := []string{"--name", name, "-v", kcserver + ":/kcserver:ro", "-e", "KCFAKE_OPEN_CHANNELS=1"}
 			if tt.thread {
 				// ns_last_pid must be writable inside the container
@@ -86,7 +85,7 @@ func TestSeed000Docker(t *testing.T) {
 			var id string
 			if tt.exec {
 				id = d.Run(t, append(opts, "--init"), "/bin/sh", "-c", "chmod 1777 /tmp && exec sleep 100000")
-				waitFor(t, 10*time.Second, "/tmp writable by all", func() bool {
+				proc.WaitFor(t, 10*time.Second, "/tmp writable by all", func() bool {
 					st, err := os.Stat(fmt.Sprintf("/proc/%d/root/tmp", d.InitPID(t, id)))
 					return err == nil && st.Mode()&os.ModeSticky != 0
 				})
@@ -116,7 +115,7 @@ func TestSeed000Docker(t *testing.T) {
 				t.Fatalf("%s is owned by uid %d", sock(dead, false), uid)
 			}
 			d.Must(t, "exec", name, "/bin/kill", "-KILL", strconv.Itoa(dead))
-			waitFor(t, 10*time.Second, "the killed supervisor reaped in the container", func() bool {
+			proc.WaitFor(t, 10*time.Second, "the killed supervisor reaped in the container", func() bool {
 				_, err := os.Stat(fmt.Sprintf("%s/proc/%d", root, dead))
 				return os.IsNotExist(err)
 			})
@@ -216,7 +215,7 @@ func threadAtInContainer(t *testing.T, d *dockertest.Docker, name, root string, 
 	t.Helper()
 	d.Must(t, "exec", "-d", name, "/bin/sh", "-c",
 		fmt.Sprintf("echo %d > /proc/sys/kernel/ns_last_pid && exec /kcserver --transport tcp", pid-1))
-	waitFor(t, 10*time.Second, fmt.Sprintf("pid %d taken in the container", pid), func() bool {
+	proc.WaitFor(t, 10*time.Second, fmt.Sprintf("pid %d taken in the container", pid), func() bool {
 		_, err := os.Stat(fmt.Sprintf("%s/proc/%d/status", root, pid))
 		return err == nil
 	})
@@ -247,7 +246,7 @@ func assertThread(t *testing.T, root string, pid int) {
 func readyPID(t *testing.T, path string) int {
 	t.Helper()
 	var pid int
-	waitFor(t, 30*time.Second, path, func() bool {
+	proc.WaitFor(t, 30*time.Second, path, func() bool {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			return false
@@ -257,25 +256,4 @@ func readyPID(t *testing.T, path string) int {
 		return err == nil
 	})
 	return pid
-}
-
-// waitFor polls cond until it holds, failing the test after within.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %v", what, within)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func randomHex(t *testing.T, n int) string {
-	t.Helper()
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
 }

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/corroborate"
-	"github.com/kc-watchman/kc-watchman/internal/podmantest"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/podman"
 )
 
 // stopContainer stops a real container and waits until nothing local

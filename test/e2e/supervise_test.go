@@ -13,9 +13,9 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/podmantest"
 	"github.com/kc-watchman/kc-watchman/internal/supervise"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/podman"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
@@ -98,7 +98,7 @@ func newSuperviseEnvWith(t *testing.T, fakeEnv []string, stages ...string) *supe
 			}
 		}
 		for _, id := range s.ids {
-			testkit.RemoveContainCgroups(t, id)
+			testutil.RemoveContainCgroups(t, id)
 		}
 		if t.Failed() {
 			log, _ := os.ReadFile(filepath.Join(s.state, "kc-hook.log"))
@@ -382,7 +382,7 @@ func exampleAllowlist(t *testing.T, sockDir string) map[string]any {
 	if !ok || len(e.Argv) == 0 || filepath.Base(e.Argv[0]) != "kcserver" {
 		t.Fatalf("the example has no kcserver entry named kallichore: %s", data)
 	}
-	argv := append([]string{testkit.BuildKCServer(t)}, e.Argv[1:]...)
+	argv := append([]string{testutil.BuildKCServer(t)}, e.Argv[1:]...)
 	i := slices.Index(argv, "--socket-dir")
 	if i < 0 || i+1 >= len(argv) || argv[i+1] != "/tmp" {
 		t.Fatalf("the example's kallichore entry does not say --socket-dir /tmp: %q", e.Argv)

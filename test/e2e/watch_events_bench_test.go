@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/containerdtest"
-	"github.com/kc-watchman/kc-watchman/internal/dockertest"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/podmantest"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/containerd"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/docker"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/podman"
 )
 
 // BenchmarkWatchDeathToReap measures, with `kc-janitor watch --interval 1h
@@ -134,7 +134,7 @@ func deathToReap(b *testing.B, engine string, engineArgs []string, run func(*tes
 // id, the fake supervisor and two sleeping kernels.
 func startQuickTree(b *testing.B, id, comm string) []fingerprint.Stat {
 	b.Helper()
-	k := testkit.StartKCServer(b, b.TempDir(), testkit.Fake{ContainerID: id, Children: 2, Comm: comm})
+	k := testutil.StartKCServer(b, b.TempDir(), testutil.Fake{ContainerID: id, Children: 2, Comm: comm})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ms := group(b, k.PGID)

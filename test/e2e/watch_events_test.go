@@ -12,10 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/containerdtest"
-	"github.com/kc-watchman/kc-watchman/internal/dockertest"
 	"github.com/kc-watchman/kc-watchman/internal/metrics"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/containerd"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/docker"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 // watchProc is a `kc-janitor watch` running in the background, logging
@@ -143,8 +144,8 @@ func TestWatchDockerDeathEvents(t *testing.T) {
 
 	t.Run("killed container reaped and live one untouched", func(t *testing.T) {
 		live, victim := dt.Run(t, nil), dt.Run(t, nil)
-		_, liveTree := startTree(t, t.TempDir(), live, testkit.Fake{Comm: comm})
-		_, victimTree := startTree(t, t.TempDir(), victim, testkit.Fake{Comm: comm})
+		_, liveTree := startTree(t, t.TempDir(), live, testutil.Fake{Comm: comm})
+		_, victimTree := startTree(t, t.TempDir(), victim, testutil.Fake{Comm: comm})
 		mf := filepath.Join(t.TempDir(), "kc.prom")
 		w := startWatch(t, append(engine, "--reconcile-apply", "--metrics-file", mf, "--container", live, "--container", victim)...)
 		w.waitReady(t, "docker")
@@ -179,7 +180,7 @@ func TestWatchDockerDeathEvents(t *testing.T) {
 			t.Skipf("no containerd of the private dockerd's at %s: %v", sock, err)
 		}
 		victim := dt.Run(t, nil)
-		_, tree := startTree(t, t.TempDir(), victim, testkit.Fake{Comm: comm})
+		_, tree := startTree(t, t.TempDir(), victim, testutil.Fake{Comm: comm})
 		w := startWatch(t, "--engine", "docker,containerd", "--docker-url", dt.URL, "--containerd-address", sock,
 			"--containerd-namespace", "moby", "--supervisor-comm", comm, "--min-age", "0s", "--reconcile-apply", "--container", victim)
 		w.waitReady(t, "docker")
@@ -191,7 +192,7 @@ func TestWatchDockerDeathEvents(t *testing.T) {
 		// docker's die, containerd's /tasks/exit and /tasks/delete: the
 		// two that came second and third are coalesced.
 		coalesced := map[string]any{"msg": "container death already being handled or just handled; coalesced", "container": victim}
-		waitFor(t, 20*time.Second, "the repeats coalesced", func() bool { return len(w.lines(coalesced)) >= 2 })
+		proc.WaitFor(t, 20*time.Second, "the repeats coalesced", func() bool { return len(w.lines(coalesced)) >= 2 })
 		handled := w.lines(map[string]any{"msg": "container death handled", "container": victim})
 		if len(handled) != 1 || handled[0]["reaped"] != float64(1) {
 			t.Errorf("death handled %d times (%v), want once, reaping the tree", len(handled), handled)
@@ -200,7 +201,7 @@ func TestWatchDockerDeathEvents(t *testing.T) {
 
 	t.Run("dry run logs would-reap and no-events waits for the round", func(t *testing.T) {
 		victim := dt.Run(t, nil)
-		_, tree := startTree(t, t.TempDir(), victim, testkit.Fake{Comm: comm})
+		_, tree := startTree(t, t.TempDir(), victim, testutil.Fake{Comm: comm})
 		dry := startWatch(t, append(engine, "--container", victim)...)
 		noEvents := startWatch(t, append(engine, "--reconcile-apply", "--no-events", "--container", victim)...)
 		dry.waitReady(t, "docker")
@@ -236,8 +237,8 @@ func TestWatchContainerdDeathEvents(t *testing.T) {
 	live, victim := hexID(t), hexID(t)
 	containerdtest.Run(t, addr, ns, live, nil, "/bin/sleep", "600")
 	containerdtest.Run(t, addr, ns, victim, nil, "/bin/sleep", "600")
-	_, liveTree := startTree(t, t.TempDir(), live, testkit.Fake{Comm: comm})
-	_, victimTree := startTree(t, t.TempDir(), victim, testkit.Fake{Comm: comm})
+	_, liveTree := startTree(t, t.TempDir(), live, testutil.Fake{Comm: comm})
+	_, victimTree := startTree(t, t.TempDir(), victim, testutil.Fake{Comm: comm})
 	w := startWatch(t, "--engine", "containerd", "--containerd-address", addr, "--supervisor-comm", comm, "--min-age", "0s",
 		"--reconcile-apply", "--container", live, "--container", victim)
 	w.waitReady(t, "containerd")

@@ -4,10 +4,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/dockertest"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/podmantest"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/docker"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/podman"
 )
 
 // TestWatchPidfdDeaths: with podman's events turned off (--no-events) and
@@ -19,8 +19,8 @@ func TestWatchPidfdDeaths(t *testing.T) {
 	url := pm.StartAPI(t)
 	const comm = "kcsrv-e2e-pfd"
 	live, victim := pm.Run(t), pm.Run(t)
-	_, liveTree := startTree(t, t.TempDir(), live, testkit.Fake{Comm: comm})
-	_, victimTree := startTree(t, t.TempDir(), victim, testkit.Fake{Comm: comm})
+	_, liveTree := startTree(t, t.TempDir(), live, testutil.Fake{Comm: comm})
+	_, victimTree := startTree(t, t.TempDir(), victim, testutil.Fake{Comm: comm})
 	w := startWatch(t, append(podmanWatchArgs(pm, url), "--no-events", "--supervisor-comm", comm, "--min-age", "0s",
 		"--reconcile-apply", "--container", live, "--container", victim)...)
 	w.waitLine(t, map[string]any{"msg": "live containers pinned", "pinned": float64(2), "events_only": float64(0)})
@@ -61,7 +61,7 @@ func TestWatchPidfdBurst(t *testing.T) {
 	var trees [][]fingerprint.Stat
 	for range n {
 		id := pm.Run(t)
-		_, tree := startTree(t, t.TempDir(), id, testkit.Fake{Comm: comm})
+		_, tree := startTree(t, t.TempDir(), id, testutil.Fake{Comm: comm})
 		trees = append(trees, tree)
 		args = append(args, "--container", id)
 		kill = append(kill, id)
@@ -100,8 +100,8 @@ func TestWatchDockerPidfdDeaths(t *testing.T) {
 	dt := dockertest.Need(t)
 	const comm = "kcsrv-e2e-dpf"
 	live, victim := dt.Run(t, nil), dt.Run(t, nil)
-	_, liveTree := startTree(t, t.TempDir(), live, testkit.Fake{Comm: comm})
-	_, victimTree := startTree(t, t.TempDir(), victim, testkit.Fake{Comm: comm})
+	_, liveTree := startTree(t, t.TempDir(), live, testutil.Fake{Comm: comm})
+	_, victimTree := startTree(t, t.TempDir(), victim, testutil.Fake{Comm: comm})
 	w := startWatch(t, "--engine", "docker", "--docker-url", dt.URL, "--no-events", "--supervisor-comm", comm,
 		"--min-age", "0s", "--reconcile-apply", "--container", live, "--container", victim)
 	w.waitLine(t, map[string]any{"msg": "live containers pinned", "pinned": float64(2), "events_only": float64(0)})

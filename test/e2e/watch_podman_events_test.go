@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/podmantest"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/podman"
 )
 
 // podmanWatchArgs point watch at pm's API service and store.
@@ -34,9 +34,9 @@ func TestWatchPodmanDeathEvents(t *testing.T) {
 
 	t.Run("killed and removed containers reaped and the live one untouched", func(t *testing.T) {
 		live, killed, removed := pm.Run(t), pm.Run(t), pm.Run(t)
-		_, liveTree := startTree(t, t.TempDir(), live, testkit.Fake{Comm: comm})
-		_, killedTree := startTree(t, t.TempDir(), killed, testkit.Fake{Comm: comm})
-		_, removedTree := startTree(t, t.TempDir(), removed, testkit.Fake{Comm: comm})
+		_, liveTree := startTree(t, t.TempDir(), live, testutil.Fake{Comm: comm})
+		_, killedTree := startTree(t, t.TempDir(), killed, testutil.Fake{Comm: comm})
+		_, removedTree := startTree(t, t.TempDir(), removed, testutil.Fake{Comm: comm})
 		mf := filepath.Join(t.TempDir(), "kc.prom")
 		w := startWatch(t, append(base, "--reconcile-apply", "--metrics-file", mf,
 			"--container", live, "--container", killed, "--container", removed)...)
@@ -76,7 +76,7 @@ func TestWatchPodmanDeathEvents(t *testing.T) {
 	t.Run("no API service: podman events as a child", func(t *testing.T) {
 		gone := "unix://" + filepath.Join(t.TempDir(), "podman.sock")
 		victim := pm.Run(t)
-		_, tree := startTree(t, t.TempDir(), victim, testkit.Fake{Comm: comm})
+		_, tree := startTree(t, t.TempDir(), victim, testutil.Fake{Comm: comm})
 		w := startWatch(t, append(podmanWatchArgs(pm, gone), "--supervisor-comm", comm, "--min-age", "0s",
 			"--reconcile-apply", "--container", victim)...)
 		w.waitReady(t, "podman")

@@ -15,7 +15,7 @@ import (
 
 const raceAskComm = "kcrel-askrace"
 
-// TestTreeBornWhileAskingIsSpared (issue 16 item 4): the engine is asked
+// TestTreeBornWhileAskingIsSpared: the engine is asked
 // while a container starts. The podman CLI, when asked, first starts that
 // container's supervisor tree (a real process), then answers [] — as an
 // answer computed an instant before the container was created would. A

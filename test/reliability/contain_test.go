@@ -17,7 +17,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/contain"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 // containLoop: each generation starts the next in a session of its own
@@ -88,7 +88,7 @@ func containTrial(t *testing.T, h contain.Host, otherUID bool) (time.Duration, c
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cg.Close(); testkit.RemoveContainCgroups(t, id) })
+	t.Cleanup(func() { cg.Close(); testutil.RemoveContainCgroups(t, id) })
 	dir := filepath.Join(h.Mount, cg.Path)
 	script := filepath.Join(t.TempDir(), "loop.sh")
 	if err := os.WriteFile(script, []byte(containLoop), 0o644); err != nil {

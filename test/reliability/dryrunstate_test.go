@@ -10,12 +10,12 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/podmantest"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/podman"
 )
 
 const auditComm = "kcrel-audit"
 
-// TestDryRunCreatesStateDir (issue 16, DESIGN "Ledger"): on a janitor-only host
+// TestDryRunCreatesStateDir (DESIGN "Ledger"): on a janitor-only host
 // in its audit weeks there is no state dir yet. A dry run against a real
 // podman creates it (0700) and snapshots the live container's tree, so
 // that when the supervisor later dies and the container stops, the next

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
-	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/docker"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 const escapeComm = "kcrel-escape"
@@ -114,7 +114,7 @@ func (tr escapeTree) check(t *testing.T, how string, bystander fingerprint.Stat)
 // `reconcile --apply` and with kc-hook's poststop; another UID's
 // descendant, another container's anchor under the tree and an unrelated
 // process of the same UID live. On the code before descendants were
-// members, the setsid child lived on, reparented to PID 1 (issue 30).
+// members, the setsid child lived on, reparented to PID 1.
 func TestEscapedDescendantsDie(t *testing.T) {
 	state := t.TempDir()
 	env := baseEnv(noContainersPodman(t)+":/usr/bin:/bin", "KC_STATE_DIR="+state, "KC_SUPERVISOR_COMM="+escapeComm, "KC_KILL_GRACE=300ms")
@@ -216,7 +216,7 @@ func TestEscapedDescendantDiesWithWatch(t *testing.T) {
 	var mu sync.Mutex
 	running := true
 	events := make(chan string, 1)
-	dockerSock := testkit.DockerAPI(t, shortDir(t, "kcesc"), func() string {
+	dockerSock := dockertest.API(t, shortDir(t, "kcesc"), func() string {
 		mu.Lock()
 		defer mu.Unlock()
 		if running {

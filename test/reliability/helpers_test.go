@@ -21,9 +21,9 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/corroborate"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/podmantest"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
-	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/podman"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 const procRoot = "/proc"
@@ -62,8 +62,8 @@ func binaries(t testing.TB) string {
 		if buildErr = os.Chmod(binDir, 0o755); buildErr != nil {
 			return
 		}
-		for name, pkg := range map[string]string{"kc-hook": testkit.KCHookPackage, "kc-janitor": testkit.KCJanitorPackage} {
-			if buildErr = testkit.GoBuild(pkg, filepath.Join(binDir, name)); buildErr != nil {
+		for name, pkg := range map[string]string{"kc-hook": testutil.KCHookPackage, "kc-janitor": testutil.KCJanitorPackage} {
+			if buildErr = testutil.GoBuild(pkg, filepath.Join(binDir, name)); buildErr != nil {
 				return
 			}
 		}
@@ -105,7 +105,7 @@ func supervisorBin(t testing.TB, comm string) string {
 		t.Fatal(err)
 	}
 	p := filepath.Join(dir, comm)
-	if err := testkit.CopyFile(sleep, p, 0o755); err != nil {
+	if err := testutil.CopyFile(sleep, p, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	supBins[comm] = p
@@ -436,7 +436,7 @@ func listingPodman(t testing.TB) (dir string, set func(states map[string]string)
 
 // orphanSocket leaves a socket file at dir/name with nothing listening:
 // what a SIGKILLed supervisor leaves behind.
-func orphanSocket(t testing.TB, dir, name string) string { return testkit.OrphanSocket(t, dir, name) }
+func orphanSocket(t testing.TB, dir, name string) string { return testutil.OrphanSocket(t, dir, name) }
 
 // reconcileJSON is the part of `kc-janitor reconcile --format json` the
 // suite reads.

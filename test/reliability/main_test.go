@@ -1,7 +1,7 @@
 //go:build reliability
 
-// Package reliability is kc-watchman's reliability and security suite
-// (issue 7): it tries, many times over, to make kc-hook and kc-janitor
+// Package reliability is kc-watchman's reliability and security suite:
+// it tries, many times over, to make kc-hook and kc-janitor
 // signal the wrong process or unlink the wrong file, and injects faults
 // (podman unreachable, hooks killed mid-run, a stop storm, a reboot, a
 // full or read-only state dir, hostile input), and reports what it tried,
@@ -32,8 +32,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
-	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 // reportEnv names the file the figures are written to.
@@ -92,6 +92,6 @@ func TestMain(m *testing.M) {
 		}
 	}
 	cleanupBinaries()
-	testkit.RemoveBuilds() // the fake kcserver of the sweep attack
+	testutil.RemoveBuilds() // the fake kcserver of the sweep attack
 	os.Exit(code)
 }

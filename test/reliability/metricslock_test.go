@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
-// TestMetricsLockNobodyCanHold (issue 16 item 3): a user who can read the
+// TestMetricsLockNobodyCanHold: a user who can read the
 // metrics directory holds an flock on it (what the old writer waited on
 // forever) and the run does not notice; that user cannot even open the
 // janitor's lock file; a second writer of the janitor's own UID stuck
@@ -31,7 +31,7 @@ func TestMetricsLockNobodyCanHold(t *testing.T) {
 		return runTool(t, janitorBin(t), env, "", "sweep", "--socket-dir", socks, "--metrics-file", mf)
 	}
 
-	testkit.HoldFlock(t, dir, nobody)
+	testutil.HoldFlock(t, dir, nobody)
 	r := sweep()
 	if r.Code != 0 {
 		t.Fatalf("sweep with the directory locked by uid %d: exit %d: %s", nobody, r.Code, r.Stderr)
@@ -51,7 +51,7 @@ func TestMetricsLockNobodyCanHold(t *testing.T) {
 	report(t, "metrics-lock", "other_user_can_open_lock", false)
 
 	// A stuck writer of the janitor's own UID: bounded wait, then exit 1.
-	testkit.HoldFlock(t, lock, os.Geteuid())
+	testutil.HoldFlock(t, lock, os.Geteuid())
 	r = sweep()
 	if r.Code != 1 || !strings.Contains(r.Stderr, "metrics not written") {
 		t.Fatalf("sweep with the lock held: exit %d, want 1 saying metrics not written: %s", r.Code, r.Stderr)

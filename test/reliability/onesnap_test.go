@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
-	"github.com/kc-watchman/kc-watchman/internal/taskiter"
-	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+	"github.com/kc-watchman/kc-watchman/internal/proctable/taskiter"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 const snapComm = "kcrel-snap"
@@ -27,7 +27,7 @@ const snapComm = "kcrel-snap"
 // cost (about a hundred files), few enough to start in seconds.
 const fillerCount = 2000
 
-// TestOneSnapshotPerRun (issue 26 item 4, DESIGN "One view of the host"): a reconcile that
+// TestOneSnapshotPerRun (DESIGN "One view of the host"): a reconcile that
 // finds stray trees, and the hook's poststop, list /proc at most once and
 // open about as many files with 2,000 more processes on the host as
 // without them. The run's cost must grow with its candidates, not with

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 func inPIDNS() bool { return proc.InPIDNamespace() }

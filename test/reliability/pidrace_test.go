@@ -16,7 +16,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
-	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
@@ -68,7 +68,7 @@ type raceSummary struct {
 	Elapsed      time.Duration
 }
 
-// TestPIDReuseRace is the misdirected-signal trial of issue 7: in a new
+// TestPIDReuseRace is the misdirected-signal trial: in a new
 // PID namespace, a supervisor tree found by trees.Scan is killed with
 // pgkill.Kill exactly as kc-hook and kc-janitor kill it, while the test
 // makes a recorded member die and hands its PID — or the whole group's

@@ -16,7 +16,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/podmantest"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/podman"
 )
 
 const stateComm = "kcrel-state"

@@ -16,8 +16,8 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/podmantest"
-	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/podman"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 const stormComm = "kcrel-storm"

@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 const sweepComm = "kcrel-sweep"
@@ -176,7 +176,7 @@ func TestSweepUnderAttack(t *testing.T) {
 		plant(orphanSocket(t, outside, name()), "stale socket behind a glob-matched symlink", false)
 
 		// A live supervisor: kept.
-		k := testkit.StartKCServer(t, private, testkit.Fake{Comm: sweepComm, OpenChannels: true})
+		k := testutil.StartKCServer(t, private, testutil.Fake{Comm: sweepComm, OpenChannels: true})
 		plant(k.Socket, "live supervisor's socket", false)
 
 		// Swaps between classification and unlink, held by a tripwire:
@@ -218,7 +218,7 @@ func TestSweepUnderAttack(t *testing.T) {
 					return err
 				}
 				l.(*net.UnixListener).SetUnlinkOnClose(false)
-				testkit.Serve(t, l)
+				testutil.Serve(t, l)
 				return nil
 			}},
 		}

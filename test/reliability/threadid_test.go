@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
-	"github.com/kc-watchman/kc-watchman/internal/testkit/proc"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 const threadComm = "kcrel-thread"

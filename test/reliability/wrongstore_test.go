@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/podmantest"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/podman"
 )
 
 const wrongComm = "kcrel-wrong"
 
-// TestWrongStoreContradicted (issue 16 item 1, DESIGN "Ground truth must be corroborated"): reconcile
+// TestWrongStoreContradicted (DESIGN "Ground truth must be corroborated"): reconcile
 // --apply asks a real podman API service that runs on an empty store of
 // its own (--root/--runroot in the test's temp dirs) and answers [] while
 // containers run in another real store. A tree whose container's conmon

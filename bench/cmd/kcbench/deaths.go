@@ -17,8 +17,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kc-watchman/kc-watchman/internal/containerdtest"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/containerd"
 )
 
 // Death to reap: the last phase, on the host as the largest N left it.

@@ -14,8 +14,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/containerdtest"
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/containerd"
 )
 
 // Engine paths: reconcile asked through Docker Engine's API and through

@@ -29,7 +29,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
@@ -347,11 +347,11 @@ func (b *bench) preflight() error {
 		m["cgroup_pids_max"] = pm
 	}
 
-	progress("building the fake supervisor (internal/testkit/kcserver) and the rusage helper (bench/cmd/rusage)")
+	progress("building the fake supervisor (internal/testutil/kcserver) and the rusage helper (bench/cmd/rusage)")
 	b.kcserver = filepath.Join(b.tmp, "bin", "kcserver")
 	rusageBin = filepath.Join(b.tmp, "bin", "rusage")
-	for out, pkg := range map[string]string{b.kcserver: "./internal/testkit/kcserver", rusageBin: "./bench/cmd/rusage"} {
-		if err := testkit.GoBuild(pkg, out); err != nil {
+	for out, pkg := range map[string]string{b.kcserver: "./internal/testutil/kcserver", rusageBin: "./bench/cmd/rusage"} {
+		if err := testutil.GoBuild(pkg, out); err != nil {
 			return err
 		}
 	}
@@ -518,7 +518,7 @@ func (b *bench) plant() error {
 	if err := os.MkdirAll(filepath.Dir(conmon), 0o755); err != nil {
 		return err
 	}
-	if err := testkit.CopyFile(b.kcserver, conmon, 0o755); err != nil {
+	if err := testutil.CopyFile(b.kcserver, conmon, 0o755); err != nil {
 		return err
 	}
 	if _, _, err := pop.startKCServer(conmon, "decoy-conmon", b.strayIDs[0], nil, "--socket-dir="+sock); err != nil {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/proctable"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
@@ -84,8 +85,8 @@ type scanResult struct {
 	Processes int         `json:"processes"`
 	Fillers   int         `json:"fillers"`
 	Groups    int         `json:"filler_groups"`
-	FastBPF   samples     `json:"fast_bpf_ns"`  // trees.ListBPF
-	FastProc  samples     `json:"fast_proc_ns"` // trees.ListProc
+	FastBPF   samples     `json:"fast_bpf_ns"`  // proctable.ListBPF
+	FastProc  samples     `json:"fast_proc_ns"` // proctable.ListProc
 	Full      samples     `json:"full_ns"`
 	Naive     samples     `json:"naive_ns"`
 	PS        samples     `json:"ps_ns"`
@@ -191,19 +192,19 @@ func (b *bench) atN(n int) error {
 		if sr.BPFError == "" {
 			runtime.GC()
 			var err error
-			if _, bst, d0, err = projectScan(false, trees.ListBPF, b.comms, b.known); err != nil {
+			if _, bst, d0, err = projectScan(false, proctable.ListBPF, b.comms, b.known); err != nil {
 				b.bpfFailed(&sr, err)
 			} else if bst.Lister != "bpf" {
 				b.bpfFailed(&sr, fmt.Errorf("trees.Scan reported lister %q", bst.Lister))
 			}
 		}
 		runtime.GC()
-		_, pst, d1, err := projectScan(false, trees.ListProc, b.comms, b.known)
+		_, pst, d1, err := projectScan(false, proctable.ListProc, b.comms, b.known)
 		if err != nil {
 			return err
 		}
 		runtime.GC()
-		_, flst, d2, err := projectScan(true, trees.ListAuto, b.comms, b.known)
+		_, flst, d2, err := projectScan(true, proctable.ListAuto, b.comms, b.known)
 		if err != nil {
 			return err
 		}
@@ -239,7 +240,7 @@ func (b *bench) atN(n int) error {
 		}
 	}
 	if sr.ProcStats.Lister != "proc" {
-		b.fail("N=%d: the /proc fast scan (trees.ListProc) reported lister %q", n, sr.ProcStats.Lister)
+		b.fail("N=%d: the /proc fast scan (proctable.ListProc) reported lister %q", n, sr.ProcStats.Lister)
 	}
 	sr.Load = loadavg()
 	b.res.Scans = append(b.res.Scans, sr)
@@ -261,17 +262,17 @@ func (b *bench) atN(n int) error {
 func (b *bench) bpfFailed(sr *scanResult, err error) {
 	sr.BPFError = err.Error()
 	sr.FastBPF = nil
-	b.fail("N=%d: the fast scan with the BPF task iterator (trees.ListBPF) failed; only the /proc lister is measured: %v", sr.N, err)
+	b.fail("N=%d: the fast scan with the BPF task iterator (proctable.ListBPF) failed; only the /proc lister is measured: %v", sr.N, err)
 }
 
 // fastVariant is one lister the fast scan is checked and timed with.
 type fastVariant struct {
 	name   string
-	lister trees.Lister
+	lister proctable.Lister
 }
 
 func fastVariants(sr *scanResult) []fastVariant {
-	vs := []fastVariant{{"fast (BPF iterator)", trees.ListBPF}, {"fast (/proc)", trees.ListProc}}
+	vs := []fastVariant{{"fast (BPF iterator)", proctable.ListBPF}, {"fast (/proc)", proctable.ListProc}}
 	if sr.BPFError != "" {
 		vs = vs[1:]
 	}
@@ -285,7 +286,7 @@ func fastVariants(sr *scanResult) []fastVariant {
 func (b *bench) agreement(sr *scanResult) string {
 	// A BPF failure is recorded once here rather than as a disagreement:
 	// the /proc lister is still checked and timed.
-	if _, st, _, err := projectScan(false, trees.ListBPF, b.comms, b.known); err != nil {
+	if _, st, _, err := projectScan(false, proctable.ListBPF, b.comms, b.known); err != nil {
 		b.bpfFailed(sr, err)
 	} else if st.Lister != "bpf" {
 		b.bpfFailed(sr, fmt.Errorf("trees.Scan reported lister %q", st.Lister))
@@ -293,7 +294,7 @@ func (b *bench) agreement(sr *scanResult) string {
 	vs := fastVariants(sr)
 	// scanAll returns the full scan's decisions and each variant's.
 	scanAll := func(known map[trees.Key]string) ([]decision, [][]decision, error) {
-		lt, _, _, err := projectScan(true, trees.ListAuto, b.comms, known)
+		lt, _, _, err := projectScan(true, proctable.ListAuto, b.comms, known)
 		if err != nil {
 			return nil, nil, fmt.Errorf("full: %w", err)
 		}

@@ -13,14 +13,14 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/podmantest"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/podman"
 )
 
 // privatePodman is a podman that shares nothing with the host's: its own
 // containers.conf (runc, file locks, no events, cgroupfs, rlimits that
 // work here), its own storage (vfs) and API socket, containers from a
 // busybox rootfs with no network. The recipe is the one of
-// internal/liveness/podman_test.go.
+// internal/engine/podman/podman_test.go.
 type privatePodman struct {
 	bin, dir, root, runroot, rootfs, sock, conf string
 	service                                     *child

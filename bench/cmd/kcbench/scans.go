@@ -17,6 +17,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/proctable"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
@@ -60,7 +61,7 @@ func rusageCPU(ps *os.ProcessState) time.Duration {
 
 // projectScan runs the project's scan in this process (lister matters
 // only to the fast scan).
-func projectScan(full bool, lister trees.Lister, comms []string, known map[trees.Key]string) ([]trees.Tree, trees.Stats, timing, error) {
+func projectScan(full bool, lister proctable.Lister, comms []string, known map[trees.Key]string) ([]trees.Tree, trees.Stats, timing, error) {
 	c0, start := selfCPU(), time.Now()
 	ts, st, err := trees.Scan(trees.Options{Comms: comms, Known: known, Full: full, Lister: lister})
 	return ts, st, timing{time.Since(start), selfCPU() - c0}, err

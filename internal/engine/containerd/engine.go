@@ -1,0 +1,226 @@
+package containerd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/containerid"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
+)
+
+func init() {
+	engine.Register(engine.Spec{Name: "containerd", Detect: detectContainerd, New: New})
+}
+
+// namespaceName is containerd's rule for a namespace identifier: a name
+// it would refuse can only be a typo.
+var namespaceName = regexp.MustCompile(`^[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*$`)
+
+// containerd asks containerd through the gRPC services of its api module
+// (client.go; docs/ENGINES.md, "containerd"). Each question
+// opens its own connection and closes it before returning: engines are
+// built per question and per round and dropped without a word, and a
+// connection held by an engine would outlive it (one socket and three
+// goroutines per round of watch, on both sides).
+type containerd struct {
+	cfg        engine.Config
+	address    string
+	namespaces []string
+	// ambiguous names the known sockets that all exist when none was
+	// given: asking one would leave the other's containers out of the
+	// ground truth, so every question fails (exit 3) until one is named.
+	ambiguous []string
+}
+
+// containerdSockets are where Kubernetes distributions put containerd's
+// socket: upstream's, k3s's and RKE2's, microk8s's. With no address given,
+// the first that exists is asked; on a k3s node auto must not fall back to
+// podman or Docker and miss every pod.
+var containerdSockets = []string{
+	DefaultAddress,
+	"/run/k3s/containerd/containerd.sock",
+	"/var/snap/microk8s/common/run/containerd.sock",
+}
+
+// containerdAddress is --containerd-address, else $CONTAINERD_ADDRESS,
+// else the first of the known sockets that exists (else upstream's).
+func containerdAddress(cfg engine.Config) string {
+	if cfg.ContainerdAddress != "" || os.Getenv("CONTAINERD_ADDRESS") != "" {
+		return ResolveAddress(cfg.ContainerdAddress)
+	}
+	if p, ok := firstExisting(containerdSockets); ok {
+		return p
+	}
+	return DefaultAddress
+}
+
+// existing are those of paths that exist.
+func existing(paths []string) []string {
+	var out []string
+	for _, p := range paths {
+		if _, err := os.Lstat(p); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// firstExisting is the first of paths that exists (a symlink too: asking
+// it refuses it, loudly, rather than auto quietly skipping it).
+func firstExisting(paths []string) (string, bool) {
+	for _, p := range paths {
+		if _, err := os.Lstat(p); err == nil {
+			return p, true
+		}
+	}
+	return "", false
+}
+
+// CheckSettings refuses a malformed --containerd-address or
+// --containerd-namespace before anything runs.
+func CheckSettings(addr string, namespaces []string) error {
+	if _, err := CheckAddress(ResolveAddress(addr)); err != nil {
+		return fmt.Errorf("%w: --containerd-address: %w", engine.ErrUsage, err)
+	}
+	for _, ns := range namespaces {
+		if len(ns) > 76 || !namespaceName.MatchString(ns) {
+			return fmt.Errorf("%w: --containerd-namespace %q: not a containerd namespace name (letters, digits, and . _ - between them)", engine.ErrUsage, ns)
+		}
+	}
+	return nil
+}
+
+func New(cfg engine.Config) (engine.Engine, error) {
+	if err := CheckSettings(cfg.ContainerdAddress, cfg.ContainerdNamespaces); err != nil {
+		return nil, err
+	}
+	p, err := CheckAddress(containerdAddress(cfg))
+	if err != nil {
+		return nil, fmt.Errorf("%w: --containerd-address: %w", engine.ErrUsage, err)
+	}
+	c := &containerd{cfg: cfg, address: p, namespaces: cfg.ContainerdNamespaces}
+	if cfg.ContainerdAddress == "" && os.Getenv("CONTAINERD_ADDRESS") == "" {
+		if found := existing(containerdSockets); len(found) > 1 {
+			c.ambiguous = found
+		}
+	}
+	return c, nil
+}
+
+// open makes the client for one question; the caller closes it.
+func (c *containerd) open() (*Client, error) {
+	if len(c.ambiguous) > 1 {
+		return nil, fmt.Errorf("containerd sockets at %s all exist: asking one would miss the others' containers; name the one to ask with --containerd-address (KC_CONTAINERD_ADDRESS)", strings.Join(c.ambiguous, " and "))
+	}
+	cl, err := Dial(c.address)
+	if err != nil {
+		return nil, fmt.Errorf("containerd at %s: %w", c.address, err)
+	}
+	return cl, nil
+}
+
+// detectContainerd finds containerd when an address was given or its
+// socket exists (a symlink too: asking will refuse it, loudly).
+func detectContainerd(cfg engine.Config) (string, bool) {
+	addr := containerdAddress(cfg)
+	if cfg.ContainerdAddress != "" || os.Getenv("CONTAINERD_ADDRESS") != "" {
+		return addr, true
+	}
+	if _, ok := firstExisting(containerdSockets); ok {
+		return addr, true
+	}
+	// Not found: say every place looked at (doctor prints it).
+	return strings.Join(containerdSockets, " or "), false
+}
+
+func (c *containerd) Name() string     { return "containerd" }
+func (c *containerd) Endpoint() string { return c.address }
+
+// list asks every namespace (or the named ones) at once; uid is the
+// answering peer's.
+func (c *containerd) list(ctx context.Context) (cs []Container, took time.Duration, uid int, err error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.AskTimeout())
+	defer cancel()
+	cl, err := c.open()
+	if err != nil {
+		return nil, 0, engine.UIDUnknown, err
+	}
+	defer cl.Close()
+	start := time.Now()
+	cs, err = cl.List(ctx, c.namespaces)
+	return cs, time.Since(start), cl.PeerUID(), err
+}
+
+// Live lists the containers whose IDs are container ID tokens (64 hex):
+// only those can be carried by a supervisor tree. Other IDs (ctr and
+// nerdctl names) are left out of the ground truth, and Resolve still
+// finds them.
+func (c *containerd) Live(ctx context.Context) (engine.Answer, error) {
+	cs, took, uid, err := c.list(ctx)
+	if err != nil {
+		return engine.Answer{}, err
+	}
+	if uid == engine.UIDUnknown {
+		return engine.Answer{}, errors.New("containerd at " + c.address + ": the answering peer's UID could not be read")
+	}
+	a := engine.Answer{Engine: "containerd", Endpoint: c.address, Source: engine.SourceAPI, UID: uid, Took: took}
+	for _, x := range cs {
+		if !containerid.Valid(x.ID) {
+			continue
+		}
+		a.Containers = append(a.Containers, engine.Container{ID: x.ID, State: x.Status, Live: x.Live, InitPID: x.PID})
+	}
+	return a, nil
+}
+
+// Resolve matches ref against every listed container, 64-hex or not, in
+// every namespace asked: the same ID in two namespaces is two candidates.
+func (c *containerd) Resolve(ctx context.Context, ref string) ([]engine.Match, error) {
+	cs, _, _, err := c.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	all := make([]engine.Container, 0, len(cs))
+	for _, x := range cs {
+		all = append(all, engine.Container{ID: x.ID, State: x.Status, Live: x.Live, InitPID: x.PID})
+	}
+	return engine.MatchRef("containerd", all, ref), nil
+}
+
+// Deaths follows containerd's /tasks/exit and /tasks/delete events.
+// containerd replays nothing, so w.Since is not used.
+func (c *containerd) Deaths(ctx context.Context, w engine.DeathWatch) error {
+	var ready chan struct{}
+	if w.Ready != nil {
+		ready = make(chan struct{})
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			select {
+			case <-ready:
+				w.Ready()
+			case <-done: // refused before it was in place
+			}
+		}()
+	}
+	cl, err := c.open()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	return cl.Subscribe(ctx, c.namespaces, ready, func(e Event) {
+		if !containerid.Valid(e.ContainerID) {
+			return
+		}
+		at := e.At
+		if at.IsZero() {
+			at = time.Now()
+		}
+		w.Death(engine.Death{Engine: "containerd", ID: e.ContainerID, At: at})
+	})
+}

@@ -1,0 +1,169 @@
+package containerd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+
+	containersapi "github.com/containerd/containerd/api/services/containers/v1"
+	namespacesapi "github.com/containerd/containerd/api/services/namespaces/v1"
+	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
+	tasktypes "github.com/containerd/containerd/api/types/task"
+)
+
+// ErrNoNamespace means a namespace the caller named does not exist in this
+// containerd. It is not "no containers": a misspelt namespace would
+// otherwise hide every container of the real one and make their trees
+// look stray.
+var ErrNoNamespace = errors.New("containerd namespace does not exist")
+
+// Container is one containerd container and its task.
+type Container struct {
+	Namespace string
+	ID        string
+	Image     string
+	// Status is the task's status in containerd's words ("running",
+	// "stopped", ...), or "no task" when the container has none.
+	Status string
+	// Live says the container's processes may run: its task is created,
+	// running, paused or pausing, or exists with a status containerd could
+	// not tell (an unanswering shim is no proof of death).
+	Live bool
+	// PID is the task's init PID on the host (0 without a live task).
+	PID int
+}
+
+// NoTask is Container.Status for a container without a task.
+const NoTask = "no task"
+
+// IsLiveStatus reports whether a task in status s counts as alive.
+func IsLiveStatus(s tasktypes.Status) bool {
+	switch s {
+	case tasktypes.Status_CREATED, tasktypes.Status_RUNNING, tasktypes.Status_PAUSED, tasktypes.Status_PAUSING, tasktypes.Status_UNKNOWN:
+		return true
+	}
+	return false
+}
+
+// statusName is containerd's lower-case word for a task status, as ctr
+// prints it.
+func statusName(s tasktypes.Status) string {
+	switch s {
+	case tasktypes.Status_CREATED:
+		return "created"
+	case tasktypes.Status_RUNNING:
+		return "running"
+	case tasktypes.Status_STOPPED:
+		return "stopped"
+	case tasktypes.Status_PAUSED:
+		return "paused"
+	case tasktypes.Status_PAUSING:
+		return "pausing"
+	}
+	return "unknown"
+}
+
+// Namespaces lists containerd's namespaces, sorted.
+func (c *Client) Namespaces(ctx context.Context) ([]string, error) {
+	r, err := namespacesapi.NewNamespacesClient(c.conn).List(ctx, &namespacesapi.ListNamespacesRequest{})
+	if err != nil {
+		return nil, c.wrap("list namespaces", err)
+	}
+	var out []string
+	for _, ns := range r.GetNamespaces() {
+		out = append(out, ns.GetName())
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// List returns every container of the given namespaces with its task's
+// status and PID; nil or empty namespaces means every namespace. Any
+// failure — a namespace that does not exist, a list that could not be
+// read — is an error and no partial list: callers take the answer as
+// ground truth.
+func (c *Client) List(ctx context.Context, namespaces []string) ([]Container, error) {
+	all, err := c.Namespaces(ctx)
+	if err != nil {
+		return nil, err
+	}
+	want := all
+	if len(namespaces) > 0 {
+		want = nil
+		for _, ns := range namespaces {
+			if !slices.Contains(all, ns) {
+				return nil, fmt.Errorf("%w: %q (containerd at %s has %v)", ErrNoNamespace, ns, c.address, all)
+			}
+			if !slices.Contains(want, ns) {
+				want = append(want, ns)
+			}
+		}
+	}
+	var out []Container
+	for _, ns := range want {
+		cs, err := c.listNamespace(ctx, ns)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, cs...)
+	}
+	return out, nil
+}
+
+// listNamespace joins one namespace's containers with its tasks. Tasks are
+// listed after containers, so a container created in between has no task
+// here (not live) — and a task can only exist for a listed container
+// unless one was created in between, which is kept as live all the same.
+func (c *Client) listNamespace(ctx context.Context, ns string) ([]Container, error) {
+	nctx := withNamespace(ctx, ns)
+	cr, err := containersapi.NewContainersClient(c.conn).List(nctx, &containersapi.ListContainersRequest{})
+	if err != nil {
+		return nil, c.wrap("list containers in namespace "+ns, err)
+	}
+	tr, err := tasksapi.NewTasksClient(c.conn).List(nctx, &tasksapi.ListTasksRequest{})
+	if err != nil {
+		return nil, c.wrap("list tasks in namespace "+ns, err)
+	}
+	tasks := map[string]*tasktypes.Process{}
+	for _, t := range tr.GetTasks() {
+		// Exec processes share their container's ID; the init process's
+		// own ID is the container's.
+		if id := t.GetContainerID(); id == "" {
+			tasks[t.GetID()] = t
+		} else if t.GetID() == id || tasks[id] == nil {
+			tasks[id] = t
+		}
+	}
+	out := make([]Container, 0, len(cr.GetContainers()))
+	seen := map[string]bool{}
+	for _, ct := range cr.GetContainers() {
+		id := ct.GetID()
+		if id == "" || seen[id] {
+			return nil, fmt.Errorf("containerd at %s: namespace %s lists a container with an empty or repeated ID %q", c.address, ns, id)
+		}
+		seen[id] = true
+		out = append(out, fromTask(ns, id, ct.GetImage(), tasks[id]))
+	}
+	for id, t := range tasks {
+		if !seen[id] {
+			out = append(out, fromTask(ns, id, "", t))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+func fromTask(ns, id, image string, t *tasktypes.Process) Container {
+	c := Container{Namespace: ns, ID: id, Image: image, Status: NoTask}
+	if t == nil {
+		return c
+	}
+	c.Status = statusName(t.GetStatus())
+	c.Live = IsLiveStatus(t.GetStatus())
+	if c.Live {
+		c.PID = int(t.GetPid())
+	}
+	return c
+}

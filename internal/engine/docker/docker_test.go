@@ -1,0 +1,197 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/docker"
+)
+
+func TestDockerRealEngine(t *testing.T) {
+	dt := dockertest.Need(t)
+	name := "kc-engine-test-" + strings.ReplaceAll(time.Now().Format("150405.000000"), ".", "")
+	running := dt.Run(t, []string{"--name", name})
+	paused := dt.Run(t, nil)
+	dt.Must(t, "pause", paused)
+	exited := dt.Run(t, nil, "/bin/sh", "-c", "exit 0")
+	dt.Must(t, "wait", exited)
+	created := dt.Must(t, "create", "--network", "none", dt.Image, "/bin/sleep", "100000")
+	t.Cleanup(func() { dt.Docker("rm", "-f", created) })
+
+	e, err := New(engine.Config{DockerURL: dt.URL, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := e.Live(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := map[string]engine.Container{}
+	for _, c := range a.Containers {
+		states[c.ID] = c
+	}
+	for _, tc := range []struct {
+		id, state string
+		live      bool
+	}{{running, "running", true}, {paused, "paused", true}, {created, "created", true}, {exited, "exited", false}} {
+		c, ok := states[tc.id]
+		if !ok || c.State != tc.state || c.Live != tc.live {
+			t.Errorf("container %s: got %+v, want state %s live %v", tc.id[:12], c, tc.state, tc.live)
+		}
+	}
+	if a.UID != os.Geteuid() || a.Source != engine.SourceAPI {
+		t.Errorf("answer uid %d source %s, want the dockerd's uid %d from api", a.UID, a.Source, os.Geteuid())
+	}
+
+	for _, ref := range []string{running, running[:12], name} {
+		ms, err := e.Resolve(t.Context(), ref)
+		if err != nil || len(ms) != 1 || ms[0].ID != running || ms[0].InitPID != dt.InitPID(t, running) {
+			t.Errorf("Resolve(%q) = %+v, %v", ref, ms, err)
+		}
+	}
+	if ms, err := e.Resolve(t.Context(), "no-such-container-kc"); err != nil || len(ms) != 0 {
+		t.Errorf("Resolve(missing) = %+v, %v", ms, err)
+	}
+
+	t.Run("deaths", func(t *testing.T) {
+		victim := dt.Run(t, nil)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		got := make(chan engine.Death, 16)
+		done := make(chan error, 1)
+		go func() { done <- e.Deaths(ctx, engine.DeathWatch{Death: func(d engine.Death) { got <- d }}) }()
+		// The subscription is in place once dockerd has it; a kill before
+		// that would be missed, so kill until the event comes.
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		killed := false
+		for {
+			select {
+			case d := <-got:
+				if d.ID == victim {
+					cancel()
+					if err := <-done; err != nil {
+						t.Fatalf("Deaths after cancel: %v", err)
+					}
+					return
+				}
+			case <-tick.C:
+				if !killed {
+					dt.Must(t, "kill", victim)
+					killed = true
+				}
+			case <-ctx.Done():
+				t.Fatal("no die event for the killed container")
+			}
+		}
+	})
+}
+
+func TestDockerBadAnswersAreErrors(t *testing.T) {
+	id := strings.Repeat("ab", 32)
+	for _, tc := range []struct {
+		name string
+		body string
+		code int
+		want string
+	}{
+		{"garbage", "<html>hello</html>", 200, "not the JSON"},
+		{"null", "null", 200, "null"},
+		{"object", `{"message":"x"}`, 200, "not the JSON"},
+		{"short id", `[{"Id":"abc","State":"running"}]`, 200, "no full container ID"},
+		{"no state", `[{"Id":"` + id + `"}]`, 200, "unknown state"},
+		{"odd state", `[{"Id":"` + id + `","State":"Up 3 minutes"}]`, 200, "unknown state"},
+		{"server error", `{"message":"boom"}`, 500, "boom"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u, _ := dockertest.Fake(t, func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(tc.code)
+				w.Write([]byte(tc.body))
+			})
+			e, err := New(engine.Config{DockerURL: u, Timeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = e.Live(t.Context())
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Live() err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+	t.Run("an empty list is an answer", func(t *testing.T) {
+		u, _ := dockertest.Fake(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("[]")) })
+		e, _ := New(engine.Config{DockerURL: u})
+		a, err := e.Live(t.Context())
+		if err != nil || len(a.Containers) != 0 || a.UID != os.Geteuid() {
+			t.Fatalf("Live() = %+v, %v", a, err)
+		}
+	})
+}
+
+func TestDockerHungAndUnreachable(t *testing.T) {
+	t.Run("hung", func(t *testing.T) {
+		u, _ := dockertest.Fake(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+		e, _ := New(engine.Config{DockerURL: u, Timeout: 300 * time.Millisecond})
+		start := time.Now()
+		_, err := e.Live(t.Context())
+		if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want a deadline", err)
+		}
+		if took := time.Since(start); took > 3*time.Second {
+			t.Fatalf("took %v", took)
+		}
+	})
+	t.Run("unreachable", func(t *testing.T) {
+		e, _ := New(engine.Config{DockerURL: "unix://" + filepath.Join(t.TempDir(), "none.sock")})
+		if _, err := e.Live(t.Context()); err == nil {
+			t.Fatal("no error from a socket that does not exist")
+		}
+	})
+	t.Run("symlinked socket is refused", func(t *testing.T) {
+		_, dir := dockertest.Fake(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("[]")) })
+		link := filepath.Join(dir, "link.sock")
+		if err := os.Symlink(filepath.Join(dir, "docker.sock"), link); err != nil {
+			t.Fatal(err)
+		}
+		e, _ := New(engine.Config{DockerURL: "unix://" + link})
+		if _, err := e.Live(t.Context()); err == nil || !strings.Contains(err.Error(), "symlink") {
+			t.Fatalf("err = %v, want a symlink refusal", err)
+		}
+	})
+}
+
+func TestDockerURL(t *testing.T) {
+	for _, tc := range []struct {
+		url, env string
+		want     string
+		bad      bool
+	}{
+		{"", "", DefaultURL, false},
+		{"", "unix:///srv/d.sock", "unix:///srv/d.sock", false},
+		{"tcp://127.0.0.1:2375", "unix:///srv/d.sock", "tcp://127.0.0.1:2375", false},
+		{"ssh://host", "", "", true},
+		{"unix://", "", "", true},
+		{"", "npipe:////./pipe/docker", "", true},
+	} {
+		t.Run(tc.url+"|"+tc.env, func(t *testing.T) {
+			t.Setenv("DOCKER_HOST", tc.env)
+			e, err := New(engine.Config{DockerURL: tc.url})
+			if tc.bad {
+				if !errors.Is(err, engine.ErrUsage) {
+					t.Fatalf("err = %v, want usage", err)
+				}
+				return
+			}
+			if err != nil || e.Endpoint() != tc.want {
+				t.Fatalf("got %v, %v; want %s", e, err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,167 @@
+package podman
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/engine"
+)
+
+// cliWaitDelay bounds how long queryCLI waits for the CLI's output pipes
+// after the process exited or was killed (a grandchild may hold them).
+const cliWaitDelay = 500 * time.Millisecond
+
+// maxStderr bounds the CLI stderr quoted in errors.
+const maxStderr = 512
+
+// queryCLI runs `<bin> <global...> ps --all --no-trunc --format json` and
+// parses its output. The CLI runs in its own process group, killed as a
+// whole when ctx is done, so a hanging podman (or a wrapper script and its
+// children) cannot outlive the query.
+func queryCLI(ctx context.Context, bin string, global []string, log *slog.Logger) (engine.Set, error) {
+	args := append(append([]string{}, global...), "ps", "--all", "--no-trunc", "--format", "json")
+	cmd, err := Command(ctx, bin, args)
+	if err != nil {
+		return engine.Set{}, err
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout = &stdout
+	cmd.Stderr = &stderr
+	endpoint := cmd.Path + " " + strings.Join(args, " ")
+
+	start := time.Now()
+	err = cmd.Run()
+	took := time.Since(start)
+	if ctx.Err() != nil {
+		return engine.Set{}, fmt.Errorf("podman CLI %s: %w (after %v)", endpoint, context.Cause(ctx), took.Round(time.Millisecond))
+	}
+	if err != nil {
+		return engine.Set{}, fmt.Errorf("podman CLI %s: %w%s", endpoint, err, QuoteStderr(stderr.Bytes()))
+	}
+	l, err := parseCLI(stdout.Bytes())
+	if err != nil {
+		return engine.Set{}, fmt.Errorf("podman CLI %s: %w%s", endpoint, err, QuoteStderr(stderr.Bytes()))
+	}
+	logIgnored(log, engine.SourceCLI, l.Ignored)
+	set := engine.Set{
+		Source:   engine.SourceCLI,
+		Live:     l.Live,
+		States:   l.States,
+		Names:    l.Names,
+		PIDs:     l.PIDs,
+		Ignored:  l.Ignored,
+		Endpoint: endpoint,
+		Took:     took,
+	}
+	log.Debug("podman CLI answered", "cmd", endpoint, "containers", len(set.States), "live", len(set.Live), "took", took)
+	return set, nil
+}
+
+// Command is the podman CLI `bin args...` (bin "" is "podman" on $PATH) as
+// kc-janitor runs it: without the variables that would send it to another
+// podman, in its own process group, killed as a whole when ctx is done, so
+// a hanging podman (or a wrapper script and its children) cannot outlive
+// the caller.
+func Command(ctx context.Context, bin string, args []string) (*exec.Cmd, error) {
+	if bin == "" {
+		bin = "podman"
+	}
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		return nil, fmt.Errorf("podman CLI: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Env = cliEnv(os.Environ())
+	cmd.Stdin = nil
+	// Pdeathsig: a `podman events` child lives as long as watch does, and
+	// must not outlive a watch that is SIGKILLed or crashes.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error {
+		// Kill the whole group: podman may re-exec or fork helpers, a
+		// wrapper script has children. Only while the leader is unreaped
+		// (os.Process signals through a pidfd; ErrProcessDone once Wait
+		// reaped it): then its PID, which is the PGID, is still ours.
+		if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {
+			return err
+		}
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	cmd.WaitDelay = cliWaitDelay
+	return cmd, nil
+}
+
+// cliEnv drops the variables that would point the CLI at another podman
+// than the arguments say (podman 4 goes remote when CONTAINER_HOST is set).
+func cliEnv(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "CONTAINER_HOST=") || strings.HasPrefix(kv, "CONTAINER_CONNECTION=") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// QuoteStderr is a CLI's stderr as the tail of an error: ": " and its
+// first maxStderr bytes on one line, or "" when it said nothing.
+func QuoteStderr(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return ""
+	}
+	if len(s) > maxStderr {
+		s = s[:maxStderr] + "…"
+	}
+	return ": " + strings.ReplaceAll(s, "\n", " | ")
+}
+
+// cliContainer is the part of a `podman ps --format json` entry we read.
+// State is podman's raw state ("running", "exited", ...) — never Status,
+// which is the display string ("Up 3 minutes").
+type cliContainer struct {
+	ID    string          `json:"Id"`
+	State json.RawMessage `json:"State"`
+	Names []string        `json:"Names"`
+	Pid   int             `json:"Pid"`
+}
+
+// errNoOutput is parseCLI's error for empty output: podman prints "[]" when
+// there are no containers, so nothing at all means something went wrong.
+var errNoOutput = errors.New("no output")
+
+// parseCLI reads `podman ps --all --no-trunc --format json`. A JSON array
+// of containers, "[]" or "null" (no containers) is accepted; empty output,
+// anything else, or an entry whose State is missing or not a string is an
+// error. Entries without a full ID are ignored (listed in Ignored) unless
+// all of them are (see fromEntries).
+func parseCLI(out []byte) (listing, error) {
+	out = bytes.TrimSpace(out)
+	if len(out) == 0 {
+		return listing{}, errNoOutput
+	}
+	var list []cliContainer
+	if err := json.Unmarshal(out, &list); err != nil {
+		return listing{}, fmt.Errorf("parse ps JSON: %w", err)
+	}
+	es := make([]entry, 0, len(list))
+	for i, c := range list {
+		var state string
+		if len(c.State) > 0 {
+			if err := json.Unmarshal(c.State, &state); err != nil {
+				return listing{}, fmt.Errorf("parse ps JSON: entry %d (%q): State %s is not a string", i, c.ID, c.State)
+			}
+		}
+		es = append(es, entry{ID: c.ID, State: state, Names: c.Names, PID: c.Pid})
+	}
+	return fromEntries(es)
+}

@@ -1,0 +1,243 @@
+package podman
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
+)
+
+// These tests need no podman: the API is a missing or a silent socket, the
+// CLI a shell script.
+
+// writeScript writes an executable shell script into dir.
+func writeScript(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// silentSocket listens on a Unix socket, accepts connections and never
+// answers: a hung podman service.
+func silentSocket(t *testing.T, path string) {
+	t.Helper()
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := make(chan net.Conn, 64)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns <- c
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		for {
+			select {
+			case c := <-conns:
+				c.Close()
+			default:
+				return
+			}
+		}
+	})
+}
+
+func TestQueryNothingAnswersIsUnknownQuickly(t *testing.T) {
+	dir := t.TempDir()
+	start := time.Now()
+	set, err := Query(t.Context(), Options{
+		URL:       "unix://" + filepath.Join(dir, "absent.sock"),
+		PodmanBin: filepath.Join(dir, "no-such-podman"),
+		Timeout:   10 * time.Second,
+		Logger:    testLogger(t),
+	})
+	took := time.Since(start)
+	if !errors.Is(err, engine.ErrUnknown) {
+		t.Fatalf("Query = %+v, %v; want ErrUnknown", set, err)
+	}
+	t.Logf("took %v: %v", took, err)
+	// A missing socket and a missing binary need no timeout (nor the
+	// bindings' retry pauses, 0.6s in all).
+	if took > 2*time.Second {
+		t.Errorf("took %v; a refused connect and a missing CLI should fail fast", took)
+	}
+}
+
+func TestQueryCLIFallbackFailures(t *testing.T) {
+	dir := t.TempDir()
+	url := "unix://" + filepath.Join(dir, "absent.sock")
+	for _, tt := range []struct{ name, body string }{
+		{"exit status", "echo 'Error: cannot connect' >&2; exit 125\n"},
+		{"garbage", "echo 'this is not json'\n"},
+		{"empty output", "exit 0\n"},
+		{"truncated IDs", `echo '[{"Id":"f42f18001b73","State":"running"}]'` + "\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			bin := writeScript(t, t.TempDir(), "podman", tt.body)
+			_, err := Query(t.Context(), Options{URL: url, PodmanBin: bin, Timeout: 5 * time.Second})
+			if !errors.Is(err, engine.ErrUnknown) {
+				t.Fatalf("err = %v, want ErrUnknown", err)
+			}
+			t.Log(err)
+		})
+	}
+}
+
+func TestQueryCLIFallbackAsksTheSameService(t *testing.T) {
+	dir := t.TempDir()
+	argsFile := filepath.Join(dir, "args")
+	bin := writeScript(t, dir, "podman", `echo "$@" > `+argsFile+`
+echo "CONTAINER_HOST=$CONTAINER_HOST" >> `+argsFile+`
+cat <<'EOF'
+[{"Id":"`+id('a')+`","State":"running","Status":"Up 1 minute"},
+ {"Id":"`+id('b')+`","State":"exited","Status":"Up 1 minute"}]
+EOF
+`)
+	url := "unix://" + filepath.Join(dir, "absent.sock")
+	t.Setenv("CONTAINER_HOST", "unix:///somewhere/else.sock")
+
+	set, err := Query(t.Context(), Options{URL: url, PodmanBin: bin, Timeout: 5 * time.Second, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set.Source != engine.SourceCLI || !set.IsLive(id('a')) || set.IsLive(id('b')) || set.States[id('b')] != "exited" {
+		t.Errorf("set = %+v", set)
+	}
+	// A non-default socket: the CLI is pointed at it, not at its own store,
+	// and CONTAINER_HOST does not leak into it.
+	got, err := os.ReadFile(argsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "--url " + url + " ps --all --no-trunc --format json\nCONTAINER_HOST=\n"
+	if string(got) != want {
+		t.Errorf("CLI got %q, want %q", got, want)
+	}
+	// The socket cannot be stat'ed (nobody listens there): owner unknown.
+	if set.UID != engine.UIDUnknown {
+		t.Errorf("UID = %d, want %d", set.UID, engine.UIDUnknown)
+	}
+
+	// Explicit CLIArgs are used verbatim; the CLI's UID is this process's.
+	set, err = Query(t.Context(), Options{URL: url, PodmanBin: bin, CLIArgs: []string{"--root", "/x"}, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ = os.ReadFile(argsFile)
+	if !strings.HasPrefix(string(got), "--root /x ps --all") {
+		t.Errorf("CLI got %q", got)
+	}
+	if set.UID != os.Geteuid() {
+		t.Errorf("UID = %d, want %d", set.UID, os.Geteuid())
+	}
+}
+
+func TestQueryHangingAPIAndCLIIsUnknownWithinTimeout(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "hung.sock")
+	silentSocket(t, sock)
+	pidFile := filepath.Join(dir, "child.pid")
+	// The script's child keeps stdout open: killing the script alone would
+	// leave the pipe open and the reader waiting.
+	bin := writeScript(t, dir, "podman", "sleep 300 &\necho $! > "+pidFile+"\nwait\n")
+	var childPID int
+	t.Cleanup(func() {
+		if childPID > 0 && !proc.Dead(childPID) {
+			syscall.Kill(childPID, syscall.SIGKILL)
+		}
+	})
+
+	const timeout = 2 * time.Second
+	start := time.Now()
+	_, err := Query(t.Context(), Options{URL: "unix://" + sock, PodmanBin: bin, Timeout: timeout, Logger: testLogger(t)})
+	took := time.Since(start)
+	if !errors.Is(err, engine.ErrUnknown) {
+		t.Fatalf("err = %v, want ErrUnknown", err)
+	}
+	t.Logf("took %v: %v", took, err)
+	if took > timeout+time.Second {
+		t.Errorf("took %v with a %v timeout", took, timeout)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatalf("the hanging CLI never ran: %v", err)
+	}
+	childPID, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	proc.WaitFor(t, 5*time.Second, "the hung CLI's child to die", func() bool { return proc.Dead(childPID) })
+}
+
+func TestQueryHangingAPILeavesTimeForCLI(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "hung.sock")
+	silentSocket(t, sock)
+	bin := writeScript(t, dir, "podman", `echo '[{"Id":"`+id('c')+`","State":"paused"}]'`+"\n")
+
+	const timeout = 3 * time.Second
+	start := time.Now()
+	set, err := Query(t.Context(), Options{URL: "unix://" + sock, PodmanBin: bin, Timeout: timeout})
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("Query: %v (after %v)", err, took)
+	}
+	if set.Source != engine.SourceCLI || !set.IsLive(id('c')) {
+		t.Errorf("set = %+v", set)
+	}
+	// The CLI asked the service via --url: we never saw the connection
+	// that answered, and the socket's path could have been swapped under
+	// it, so the answer vouches for no UID.
+	if set.UID != engine.UIDUnknown {
+		t.Errorf("UID = %d, want %d: a stat of the path is no proof of who answered", set.UID, engine.UIDUnknown)
+	}
+	t.Logf("took %v", took)
+	if took > timeout {
+		t.Errorf("took %v with a %v timeout", took, timeout)
+	}
+}
+
+func TestQueryRespectsParentContext(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "hung.sock")
+	silentSocket(t, sock)
+	bin := writeScript(t, dir, "podman", "exec sleep 300\n")
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := Query(ctx, Options{URL: "unix://" + sock, PodmanBin: bin, Timeout: time.Minute})
+	if !errors.Is(err, engine.ErrUnknown) {
+		t.Fatalf("err = %v, want ErrUnknown", err)
+	}
+	t.Log(err)
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("took %v; the caller's context expired after 0.5s", took)
+	}
+}

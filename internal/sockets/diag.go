@@ -1,0 +1,156 @@
+package sockets
+
+// sock_diag: the listening Unix sockets of the caller's network
+// namespace through the kernel's sock_diag netlink interface, with the
+// path each was bound to and the inode of the socket file that bind(2)
+// created.
+//
+// kc-hook needs it under rootless podman: it runs as root of podman's user
+// namespace, where the user's own supervisors' /proc/<pid>/fd links cannot
+// be read (ptrace access across user namespaces is refused), so a tree's
+// sockets cannot be found through its descriptors. sock_diag answers
+// without any: it needs no privilege and no access to the holder.
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Request and answer flags of linux/unix_diag.h (not in x/sys/unix).
+const (
+	showName = 0x01 // UDIAG_SHOW_NAME
+	showVFS  = 0x02 // UDIAG_SHOW_VFS
+
+	attrName = 0 // UNIX_DIAG_NAME
+	attrVFS  = 1 // UNIX_DIAG_VFS
+
+	tcpListen = 10 // TCP_LISTEN: the state a listening Unix socket reports
+
+	reqLen = 24 // sizeof(struct unix_diag_req)
+	msgLen = 16 // sizeof(struct unix_diag_msg)
+)
+
+// DiagSocket is one listening Unix socket bound to a path.
+type DiagSocket struct {
+	// Inode is the socket's own inode (socket:[N] in /proc/<pid>/fd).
+	Inode uint64
+	// Path is what the holder passed to bind(2), in its mount namespace.
+	Path string
+	// Dev and Ino identify the socket file bind(2) created, as stat(2)
+	// reports them: the path names that very file to a caller only if a
+	// stat of it gives the same pair. HasVFS is false when the kernel
+	// gave none.
+	Dev, Ino uint64
+	HasVFS   bool
+}
+
+// ErrUnsupported is returned (wrapped) when the kernel has no Unix socket
+// diagnostics (CONFIG_UNIX_DIAG unset).
+var ErrUnsupported = errors.New("unix socket diagnostics unavailable")
+
+// DiagListening returns the listening path-bound Unix sockets of the caller's
+// network namespace. Abstract and unnamed sockets are left out.
+func DiagListening() ([]DiagSocket, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	if err != nil {
+		return nil, fmt.Errorf("opening a sock_diag socket: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Sendto(fd, diagRequest(), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return nil, fmt.Errorf("asking sock_diag for Unix sockets: %w", err)
+	}
+	buf := make([]byte, 64<<10)
+	var out []DiagSocket
+	for {
+		n, _, err := unix.Recvfrom(fd, buf, 0)
+		if err != nil {
+			return nil, fmt.Errorf("reading sock_diag's answer: %w", err)
+		}
+		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+		if err != nil {
+			return nil, fmt.Errorf("parsing sock_diag's answer: %w", err)
+		}
+		for _, m := range msgs {
+			switch m.Header.Type {
+			case unix.NLMSG_DONE:
+				return out, nil
+			case unix.NLMSG_ERROR:
+				if len(m.Data) >= 4 {
+					errno := unix.Errno(-int32(binary.NativeEndian.Uint32(m.Data[:4])))
+					if errno == 0 {
+						continue
+					}
+					if errno == unix.ENOENT || errno == unix.EOPNOTSUPP {
+						return nil, fmt.Errorf("%w: %w", ErrUnsupported, errno)
+					}
+					return nil, fmt.Errorf("sock_diag: %w", errno)
+				}
+				return nil, errors.New("sock_diag: truncated error message")
+			case unix.SOCK_DIAG_BY_FAMILY:
+				if s, ok := parseDiag(m.Data); ok {
+					out = append(out, s)
+				}
+			}
+		}
+	}
+}
+
+func diagRequest() []byte {
+	b := make([]byte, unix.NLMSG_HDRLEN+reqLen)
+	ne := binary.NativeEndian
+	ne.PutUint32(b[0:], uint32(len(b)))
+	ne.PutUint16(b[4:], unix.SOCK_DIAG_BY_FAMILY)
+	ne.PutUint16(b[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
+	ne.PutUint32(b[8:], 1)                    // sequence
+	ne.PutUint32(b[12:], uint32(os.Getpid())) // port
+	r := b[unix.NLMSG_HDRLEN:]
+	r[0] = unix.AF_UNIX
+	ne.PutUint32(r[4:], 1<<tcpListen)
+	ne.PutUint32(r[12:], showName|showVFS)
+	return b
+}
+
+// parse reads one unix_diag_msg and its attributes.
+func parseDiag(data []byte) (DiagSocket, bool) {
+	if len(data) < msgLen || data[0] != unix.AF_UNIX || data[2] != tcpListen {
+		return DiagSocket{}, false
+	}
+	ne := binary.NativeEndian
+	s := DiagSocket{Inode: uint64(ne.Uint32(data[4:]))}
+	attrs := data[msgLen:]
+	for len(attrs) >= 4 {
+		l := int(ne.Uint16(attrs[0:]))
+		typ := ne.Uint16(attrs[2:])
+		if l < 4 || l > len(attrs) {
+			break
+		}
+		val := attrs[4:l]
+		switch typ {
+		case attrName:
+			// bind(2)'s address, with its terminating NUL when it has
+			// one; an abstract name starts with a NUL.
+			for len(val) > 0 && val[len(val)-1] == 0 {
+				val = val[:len(val)-1]
+			}
+			if len(val) > 0 && val[0] != 0 {
+				s.Path = string(val)
+			}
+		case attrVFS:
+			if len(val) >= 8 {
+				s.Ino = uint64(ne.Uint32(val[0:]))
+				// The kernel's dev_t (major << 20 | minor), not the
+				// encoding stat(2) returns.
+				kdev := ne.Uint32(val[4:])
+				s.Dev = unix.Mkdev(kdev>>20, kdev&(1<<20-1))
+				s.HasVFS = true
+			}
+		}
+		attrs = attrs[min(len(attrs), (l+3)&^3):]
+	}
+	return s, s.Path != ""
+}

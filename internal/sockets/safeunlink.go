@@ -1,0 +1,140 @@
+package sockets
+
+// The one unlink primitive of kc-watchman (the hook, reconcile and sweep
+// all go through it): it removes socket files without ever removing
+// anything else: never through a symlink, never a file of another owner,
+// never a file that was replaced since it was examined.
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+var (
+	// ErrNotSocket is returned (wrapped) by Examine for anything but a
+	// Unix socket: a symlink, a regular file, a FIFO, a directory.
+	ErrNotSocket = errors.New("not a socket")
+	// ErrChanged is returned (wrapped) when the entry is no longer the
+	// socket that was examined: another file type, another inode or another
+	// owner. Nothing is unlinked.
+	ErrChanged = errors.New("changed since it was examined")
+	// ErrGone is returned (wrapped) when the entry no longer exists.
+	ErrGone = errors.New("no longer exists")
+)
+
+// File identifies a socket file as it was examined.
+type File struct {
+	Dev, Ino uint64
+	UID      int
+	// Ctime is the inode change time, which approximates when the socket
+	// was bound.
+	CtimeSec, CtimeNsec int64
+}
+
+// Examine lstats path (never following a final symlink) and returns its
+// identity if it is a Unix socket.
+func Examine(path string) (File, error) {
+	dfd, name, err := openParent(path)
+	if err != nil {
+		return File{}, err
+	}
+	defer unix.Close(dfd)
+	st, err := lstatAt(dfd, name)
+	if err != nil {
+		return File{}, fmt.Errorf("%s: %w", path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return File{}, fmt.Errorf("%s (mode %#o): %w", path, st.Mode&unix.S_IFMT, ErrNotSocket)
+	}
+	return File{Dev: st.Dev, Ino: st.Ino, UID: int(st.Uid), CtimeSec: st.Ctim.Sec, CtimeNsec: st.Ctim.Nsec}, nil
+}
+
+// Unlink removes path only if it is still the socket described by want.
+// See unlinkAt.
+func Unlink(path string, want File) error {
+	dfd, name, err := openParent(path)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	if err := unlinkAt(dfd, name, want); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// unlinkAt removes name from the directory open as dirfd, but only if,
+// checked immediately before the unlink, the entry (not following
+// symlinks) is a socket with want's device, inode, owner and, when want
+// has one, change time. The check and
+// the unlink are both relative to dirfd, so neither a symlinked path
+// component nor a renamed directory can redirect them. A window of a few
+// system calls remains between the check and unlinkat(2); the inode check
+// narrows it to an entry being replaced in that window, which needs write
+// access to the directory (and, in a sticky directory, its own file).
+func unlinkAt(dirfd int, name string, want File) error {
+	if name == "" || name == "." || name == ".." || filepath.Base(name) != name {
+		return fmt.Errorf("%q is not a file name: %w", name, ErrChanged)
+	}
+	st, err := lstatAt(dirfd, name)
+	if err != nil {
+		return err
+	}
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFSOCK:
+		return fmt.Errorf("%s: now mode %#o: %w", name, st.Mode&unix.S_IFMT, ErrChanged)
+	case st.Dev != want.Dev || st.Ino != want.Ino:
+		return fmt.Errorf("%s: now inode %d:%d, examined %d:%d: %w", name, st.Dev, st.Ino, want.Dev, want.Ino, ErrChanged)
+	case int(st.Uid) != want.UID:
+		return fmt.Errorf("%s: now owned by uid %d, examined %d: %w", name, st.Uid, want.UID, ErrChanged)
+	case want.CtimeSec != 0 && (st.Ctim.Sec != want.CtimeSec || st.Ctim.Nsec != want.CtimeNsec):
+		// A socket unlinked and bound again can get the same inode number
+		// at once (tmpfs does this); its change time tells them apart.
+		return fmt.Errorf("%s: inode changed at %d.%09d, examined at %d.%09d: %w", name, st.Ctim.Sec, st.Ctim.Nsec, want.CtimeSec, want.CtimeNsec, ErrChanged)
+	}
+	if err := unix.Unlinkat(dirfd, name, 0); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("%s: %w", name, ErrGone)
+		}
+		return &fs.PathError{Op: "unlink", Path: name, Err: err}
+	}
+	return nil
+}
+
+func lstatAt(dirfd int, name string) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return st, fmt.Errorf("%s: %w", name, ErrGone)
+		}
+		return st, &fs.PathError{Op: "lstat", Path: name, Err: err}
+	}
+	return st, nil
+}
+
+// openParent opens path's directory as an O_PATH descriptor without
+// following a symlink in any component (openat2 RESOLVE_NO_SYMLINKS; on
+// kernels before 5.6, only the last component is checked), and returns the
+// file name within it. A path through a symlink is refused, not resolved:
+// whoever can change a symlink on the way could otherwise redirect the
+// unlink between the examination and the act.
+func openParent(path string) (int, string, error) {
+	// Dir, not Split: a trailing slash would make open follow a symlinked
+	// last directory component despite O_NOFOLLOW.
+	dir, name := filepath.Dir(path), filepath.Base(path)
+	fd, err := unix.Openat2(unix.AT_FDCWD, dir, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if errors.Is(err, unix.ENOSYS) {
+		fd, err = unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	}
+	if err != nil {
+		return -1, "", &fs.PathError{Op: "open", Path: dir, Err: err}
+	}
+	return fd, name, nil
+}

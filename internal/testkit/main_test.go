@@ -1,6 +1,0 @@
-package testkit
-
-import "testing"
-
-// TestMain removes the binaries Build compiled for these tests.
-func TestMain(m *testing.M) { Main(m) }

@@ -1,0 +1,26 @@
+package testutil
+
+import (
+	"io"
+	"os"
+)
+
+// CopyFile copies src to dst, creating dst with mode or truncating it.
+// Tests copy binaries (a test binary, busybox, a fake supervisor) to
+// where another user, a rootfs or a chosen comm needs them.
+func CopyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}

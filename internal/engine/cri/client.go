@@ -29,7 +29,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/kc-watchman/kc-watchman/internal/peercred"
+	"github.com/kc-watchman/kc-watchman/internal/engine/peercred"
 )
 
 // CRIOSocket is CRI-O's socket; the containerd sockets a node may have

@@ -48,6 +48,13 @@ func hooklessSpec(t *testing.T) string {
 // through CRI, and returns the container's ID.
 func runPodContainer(ctx context.Context, t *testing.T, rs runtimeapi.RuntimeServiceClient, name string) string {
 	t.Helper()
+	return runPodContainerWith(ctx, t, rs, name, "")
+}
+
+// runPodContainerWith is runPodContainer with a runtime handler ("" is
+// the default one).
+func runPodContainerWith(ctx context.Context, t *testing.T, rs runtimeapi.RuntimeServiceClient, name, handler string) string {
+	t.Helper()
 	podCfg := &runtimeapi.PodSandboxConfig{
 		Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Uid: name + "-uid", Namespace: "kc-ns"},
 		LogDirectory: t.TempDir(),
@@ -55,7 +62,7 @@ func runPodContainer(ctx context.Context, t *testing.T, rs runtimeapi.RuntimeSer
 			NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE},
 		}},
 	}
-	pod, err := rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: podCfg})
+	pod, err := rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: podCfg, RuntimeHandler: handler})
 	if err != nil {
 		t.Fatalf("RunPodSandbox: %v", err)
 	}

@@ -359,6 +359,7 @@ func Union(answers []Answer) Set {
 		States: map[string]string{},
 		Names:  map[string][]string{},
 		PIDs:   map[string]int{},
+		Pods:   map[string]string{},
 		UID:    UIDUnknown,
 		UIDs:   []int{},
 	}
@@ -380,6 +381,9 @@ func Union(answers []Answer) Set {
 			}
 			if len(c.Names) > 0 {
 				s.Names[c.ID] = c.Names
+			}
+			if c.Pod != "" {
+				s.Pods[c.ID] = c.Pod
 			}
 			if c.InitPID > 0 {
 				s.PIDs[c.ID] = c.InitPID

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/containerdtest"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
+	_ "github.com/kc-watchman/kc-watchman/internal/engine/cri" // registers --engine cri
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/testkit"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -101,8 +102,18 @@ type criReport struct {
 	} `json:"engines"`
 	Trees []struct {
 		PGID   int    `json:"pgid"`
+		Pod    string `json:"pod"`
 		Action string `json:"action"`
 	} `json:"trees"`
+}
+
+func (r criReport) pod(pgid int) string {
+	for _, t := range r.Trees {
+		if t.PGID == pgid {
+			return t.Pod
+		}
+	}
+	return ""
 }
 
 func (r criReport) action(pgid int) string {
@@ -205,14 +216,18 @@ func TestCRIEngine(t *testing.T) {
 	})
 
 	t.Run("dry run, then apply", func(t *testing.T) {
+		logFile := filepath.Join(t.TempDir(), "janitor.log")
 		rep, errOut, code := run(t, base...)
 		if code != 0 || !rep.LivenessKnown || rep.action(liveTree[0].PGID) != "skipped-live" || rep.action(strayTree[0].PGID) != "would-reap" {
 			t.Fatalf("dry run: exit %d, live %q, stray %q: %s", code, rep.action(liveTree[0].PGID), rep.action(strayTree[0].PGID), errOut)
 		}
+		if got := rep.pod(liveTree[0].PGID); got != "kc-ns/kc-running/app" {
+			t.Errorf("the running container's tree names pod %q, want kc-ns/kc-running/app", got)
+		}
 		if len(rep.Engines) != 1 || rep.Engines[0].Name != "cri" || rep.Engines[0].Live < 1 {
 			t.Fatalf("engines %+v, want cri with the running container live", rep.Engines)
 		}
-		rep, errOut, code = run(t, append(base, "--apply")...)
+		rep, errOut, code = run(t, append(base, "--apply", "--log-file", logFile)...)
 		if code != 0 || rep.action(strayTree[0].PGID) != "reaped" {
 			t.Fatalf("apply: exit %d, stray %q: %s", code, rep.action(strayTree[0].PGID), errOut)
 		}
@@ -225,6 +240,12 @@ func TestCRIEngine(t *testing.T) {
 		}
 		if alive(liveTree) != len(liveTree) {
 			t.Fatal("the running container's tree lost a member")
+		}
+		// A removed pod container is listed exited, labels and all: its
+		// audit line names the pod.
+		audit, err := os.ReadFile(logFile)
+		if err != nil || !strings.Contains(string(audit), "pod=kc-ns/kc-stopped/app") {
+			t.Errorf("the audit log does not name the reaped tree's pod (%v):\n%s", err, audit)
 		}
 	})
 }

@@ -173,7 +173,7 @@ func (c *containerd) Live(ctx context.Context) (engine.Answer, error) {
 		if !containerid.Valid(x.ID) {
 			continue
 		}
-		a.Containers = append(a.Containers, engine.Container{ID: x.ID, State: x.Status, Live: x.Live, InitPID: x.PID})
+		a.Containers = append(a.Containers, engine.Container{ID: x.ID, State: x.Status, Live: x.Live, InitPID: x.PID, Pod: engine.PodName(x.Labels)})
 	}
 	return a, nil
 }
@@ -187,7 +187,7 @@ func (c *containerd) Resolve(ctx context.Context, ref string) ([]engine.Match, e
 	}
 	all := make([]engine.Container, 0, len(cs))
 	for _, x := range cs {
-		all = append(all, engine.Container{ID: x.ID, State: x.Status, Live: x.Live, InitPID: x.PID})
+		all = append(all, engine.Container{ID: x.ID, State: x.Status, Live: x.Live, InitPID: x.PID, Pod: engine.PodName(x.Labels)})
 	}
 	return engine.MatchRef("containerd", all, ref), nil
 }

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/engine/peercred"
 )
 
@@ -65,13 +66,6 @@ var ErrUnreachable = errors.New("CRI runtime unreachable")
 // GetContainerEvents (containerd before 1.7, older CRI-O).
 var ErrNotServed = errors.New("the runtime does not serve container events")
 
-// Labels the kubelet puts on every container it creates through CRI.
-const (
-	LabelPodNamespace = "io.kubernetes.pod.namespace"
-	LabelPodName      = "io.kubernetes.pod.name"
-	LabelContainer    = "io.kubernetes.container.name"
-)
-
 // Container is one container the runtime listed.
 type Container struct {
 	ID string
@@ -83,22 +77,9 @@ type Container struct {
 	// Live: created, running and unknown are live (DESIGN "Engines"): a
 	// created container's hook has run, and unknown is not dead.
 	Live bool
-	// Pod names the pod from the kubelet's labels; empty outside
-	// Kubernetes.
-	Pod Pod
-}
-
-// Pod is a container's pod, as the kubelet's labels name it.
-type Pod struct {
-	Namespace, Name, Container string
-}
-
-// String is "namespace/pod/container", or "" when no label was set.
-func (p Pod) String() string {
-	if p.Namespace == "" && p.Name == "" {
-		return ""
-	}
-	return p.Namespace + "/" + p.Name + "/" + p.Container
+	// Pod is namespace/pod/container from the kubelet's labels; empty
+	// outside Kubernetes.
+	Pod string
 }
 
 // Status is what a verbose ContainerStatus adds: the init's host PID
@@ -297,7 +278,7 @@ func container(id, name string, st runtimeapi.ContainerState, labels map[string]
 		Name:  name,
 		State: st.String(),
 		Live:  st != runtimeapi.ContainerState_CONTAINER_EXITED,
-		Pod:   Pod{Namespace: labels[LabelPodNamespace], Name: labels[LabelPodName], Container: labels[LabelContainer]},
+		Pod:   engine.PodName(labels),
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 )
 
 func TestCheckEndpoint(t *testing.T) {
@@ -135,7 +137,7 @@ func client(t *testing.T, sock string) *Client {
 func TestListNamesPodsAndPeer(t *testing.T) {
 	sock := serve(t, &fakeRuntime{containers: []*runtimeapi.Container{
 		{Id: "a", Metadata: &runtimeapi.ContainerMetadata{Name: "app"}, State: runtimeapi.ContainerState_CONTAINER_RUNNING,
-			Labels: map[string]string{LabelPodNamespace: "ns", LabelPodName: "web-0", LabelContainer: "app"}},
+			Labels: map[string]string{engine.LabelPodNamespace: "ns", engine.LabelPodName: "web-0", engine.LabelContainer: "app"}},
 		{Id: "b", State: runtimeapi.ContainerState_CONTAINER_EXITED},
 	}})
 	c := client(t, sock)
@@ -145,7 +147,7 @@ func TestListNamesPodsAndPeer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cs) != 2 || !cs[0].Live || cs[1].Live || cs[0].Pod.String() != "ns/web-0/app" || cs[1].Pod.String() != "" {
+	if len(cs) != 2 || !cs[0].Live || cs[1].Live || cs[0].Pod != "ns/web-0/app" || cs[1].Pod != "" {
 		t.Fatalf("List = %+v", cs)
 	}
 	if c.PeerUID() != os.Getuid() {

@@ -117,7 +117,7 @@ func (e *criEngine) list(ctx context.Context, wantPIDs func(Container) bool) (cs
 	sem := make(chan struct{}, statusConcurrency)
 	var wg sync.WaitGroup
 	for i, x := range xs {
-		cs[i] = engine.Container{ID: x.ID, Names: criNames(x), State: x.State, Live: x.Live, Pod: x.Pod.String()}
+		cs[i] = engine.Container{ID: x.ID, Names: criNames(x), State: x.State, Live: x.Live, Pod: x.Pod}
 		if !x.Live || !wantPIDs(x) {
 			continue
 		}
@@ -141,8 +141,8 @@ func criNames(x Container) []string {
 	if x.Name != "" {
 		out = append(out, x.Name)
 	}
-	if p := x.Pod.String(); p != "" {
-		out = append(out, p)
+	if x.Pod != "" {
+		out = append(out, x.Pod)
 	}
 	return out
 }

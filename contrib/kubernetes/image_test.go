@@ -185,7 +185,7 @@ func TestImageJanitorReapsDeadTree(t *testing.T) {
 	dead := hex.EncodeToString(b[:])
 	containerdtest.Run(t, addr, "kc-image", dead, nil, "/bin/sleep", "600")
 	const comm = "kcsrv-image"
-	k := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{ContainerID: dead, Comm: comm, Children: 1})
+	k := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{ContainerID: dead, Comm: comm, Children: 1})
 	containerdtest.Kill(t, addr, "kc-image", dead)
 	containerdtest.Ctr(t, addr, "kc-image", "tasks", "rm", dead)
 	containerdtest.Ctr(t, addr, "kc-image", "containers", "rm", dead)

@@ -13,11 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/containerdtest"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	_ "github.com/kc-watchman/kc-watchman/internal/engine/cri" // registers --engine cri
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/containerd"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -182,7 +182,7 @@ func TestCRIEngine(t *testing.T) {
 	if _, err := rs.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: stopped, Timeout: 2}); err != nil {
 		t.Fatalf("StopContainer: %v", err)
 	}
-	janitor := testkit.Build(t, testkit.KCJanitorPackage, "kc-janitor")
+	janitor := testutil.Build(t, testutil.KCJanitorPackage, "kc-janitor")
 	base := []string{"reconcile", "--engine", "cri", "--cri-endpoint", sock, "--format", "json", "--state-dir", t.TempDir(),
 		"--kill-grace", "500ms", "--supervisor-comm", comm, "--min-age", "0s", "--container", running, "--container", stopped}
 	run := func(t *testing.T, args ...string) (criReport, string, int) {
@@ -254,7 +254,7 @@ func TestCRIEngine(t *testing.T) {
 // e2e tests do, and returns its members once all five are there.
 func startCRITree(t *testing.T, id, comm string) []fingerprint.Stat {
 	t.Helper()
-	k := testkit.StartKCServer(t, t.TempDir(), testkit.Fake{ContainerID: id, Comm: comm, Children: 2, Stubborn: true})
+	k := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{ContainerID: id, Comm: comm, Children: 2, Stubborn: true})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ms := group(t, k.PGID)

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kc-watchman/kc-watchman/internal/containerdtest"
-	"github.com/kc-watchman/kc-watchman/internal/testkit"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/containerd"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -35,8 +35,8 @@ func TestBaseSpecKeepsContainerdLimits(t *testing.T) {
 	if _, ok := doc.Process["rlimits"]; ok {
 		t.Error("the shipped base spec sets process.rlimits")
 	}
-	hook := testkit.Build(t, testkit.KCHookPackage, "kc-hook")
-	janitor := testkit.Build(t, testkit.KCJanitorPackage, "kc-janitor")
+	hook := testutil.Build(t, testutil.KCHookPackage, "kc-hook")
+	janitor := testutil.Build(t, testutil.KCJanitorPackage, "kc-janitor")
 	dir := t.TempDir()
 	specOut := filepath.Join(dir, "base-spec.json")
 	// The DaemonSet's init container step: kc-hook onto the node, and the

@@ -105,9 +105,11 @@ install-completion:
 	chmod 0644 $(DESTDIR)$(BASHCOMPDIR)/kc-janitor $(DESTDIR)$(ZSHCOMPDIR)/_kc-janitor
 
 # Leaves $(SYSCONFDIR)/default/kc-janitor (the operator's settings) alone.
+# The hook descriptors before the binary they name: an engine that reads a
+# descriptor whose hook is missing fails every container it creates.
 uninstall:
-	rm -f $(DESTDIR)$(BINDIR)/kc-janitor $(DESTDIR)$(HOOKDIR)/kc-hook
 	for f in hooks.d/*.json; do rm -f $(DESTDIR)$(HOOKSDDIR)/$$(basename $$f); done
+	rm -f $(DESTDIR)$(BINDIR)/kc-janitor $(DESTDIR)$(HOOKDIR)/kc-hook
 	for f in $(UNITS); do rm -f $(DESTDIR)$(UNITDIR)/$$(basename $$f); done
 	for f in $(USERUNITS); do rm -f $(DESTDIR)$(USERUNITDIR)/$$(basename $$f); done
 	rm -f $(DESTDIR)$(MANDIR)/man8/kc-janitor.8 $(DESTDIR)$(MANDIR)/man8/kc-hook.8 $(DESTDIR)$(BASHCOMPDIR)/kc-janitor $(DESTDIR)$(ZSHCOMPDIR)/_kc-janitor

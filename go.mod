@@ -3,6 +3,7 @@ module github.com/kc-watchman/kc-watchman
 go 1.26.8
 
 require (
+	github.com/BurntSushi/toml v1.5.0
 	github.com/containerd/containerd/api v1.10.0
 	github.com/containers/podman/v5 v5.8.1
 	github.com/cpuguy83/go-md2man/v2 v2.0.7
@@ -26,7 +27,6 @@ require (
 require (
 	dario.cat/mergo v1.0.2 // indirect
 	github.com/Azure/go-ansiterm v0.0.0-20250102033503-faa5f7b0171c // indirect
-	github.com/BurntSushi/toml v1.5.0 // indirect
 	github.com/Microsoft/go-winio v0.6.2 // indirect
 	github.com/VividCortex/ewma v1.2.0 // indirect
 	github.com/acarl005/stripansi v0.0.0-20180116102854-5a71ef0e047d // indirect

@@ -15,7 +15,7 @@ var flagValues = map[string][]string{
 	flagLogFormat: {"text", "json"},
 	flagLogLevel:  {"debug", "info", "warn", "error"},
 	"bpf":         {"auto", "on", "off"},
-	flagEngine:    {"auto", "podman", "docker", "containerd"},
+	flagEngine:    {"auto", "podman", "docker", "containerd", "cri"},
 }
 
 // completionCommand prints a shell completion script. Both scripts ask the

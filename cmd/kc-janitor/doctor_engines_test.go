@@ -90,8 +90,8 @@ func TestDoctorEngines(t *testing.T) {
 					}
 				}
 			}
-			if len(rep.Engines) != 3 {
-				t.Fatalf("engines %+v, want podman, docker, containerd", rep.Engines)
+			if len(rep.Engines) != 4 {
+				t.Fatalf("engines %+v, want podman, docker, containerd, cri", rep.Engines)
 			}
 			for _, r := range rep.Engines {
 				n, asked := tc.live[r.Name]

@@ -13,6 +13,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/engine/containerd"
+	"github.com/kc-watchman/kc-watchman/internal/engine/cri"
 	"github.com/kc-watchman/kc-watchman/internal/engine/docker"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 )
@@ -25,15 +26,17 @@ const (
 
 	flagContainerdAddress   = "containerd-address"
 	flagContainerdNamespace = "containerd-namespace"
+	flagCRIEndpoint         = "cri-endpoint"
 )
 
 func engineFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: flagEngine, Value: "auto", Usage: "container `ENGINES` to ask: auto (every engine whose endpoint exists here) or a comma list of podman, docker, containerd", EnvVars: []string{"KC_ENGINE"}},
+		&cli.StringFlag{Name: flagEngine, Value: "auto", Usage: "container `ENGINES` to ask: auto (every engine whose endpoint exists here) or a comma list of podman, docker, containerd, cri", EnvVars: []string{"KC_ENGINE"}},
 		&cli.DurationFlag{Name: "podman-timeout", Value: 10 * time.Second, Usage: "bound on asking each container engine (for podman: API, then CLI)", EnvVars: []string{"KC_PODMAN_TIMEOUT"}},
 		&cli.StringSliceFlag{Name: "podman-arg", Usage: "global `ARG` for the podman CLI, repeatable (e.g. --podman-arg=--root=/srv/storage); a podman API service whose store is not the --root/--runroot named here is not believed: the CLI is asked instead", EnvVars: []string{"KC_PODMAN_ARGS"}},
 		&cli.StringFlag{Name: flagContainerdAddress, Usage: "containerd socket `PATH`; default: CONTAINERD_ADDRESS, else the one of /run/containerd/containerd.sock, /run/k3s/containerd/containerd.sock (k3s, RKE2) and /var/snap/microk8s/common/run/containerd.sock that exists (several: exit 3 until one is named)", EnvVars: []string{"KC_CONTAINERD_ADDRESS"}},
 		&cli.StringSliceFlag{Name: flagContainerdNamespace, Usage: "ask only containerd `NAMESPACE` (repeatable or comma-separated; default every namespace: moby is Docker's, k8s.io Kubernetes', default ctr's and nerdctl's)", EnvVars: []string{"KC_CONTAINERD_NAMESPACE"}},
+		&cli.StringFlag{Name: flagCRIEndpoint, Usage: "CRI runtime socket `PATH` for --engine cri (CRI-O, or containerd's CRI plugin); default: /run/crio/crio.sock, else the containerd socket that exists; auto asks CRI only where CRI-O's socket exists", EnvVars: []string{"KC_CRI_ENDPOINT"}},
 		&cli.StringFlag{Name: flagDockerURL, Usage: "Docker Engine API `URL` (unix:///path or tcp://host:port); default: DOCKER_HOST, else unix:///var/run/docker.sock", EnvVars: []string{"KC_DOCKER_URL"}},
 	}
 }
@@ -63,6 +66,10 @@ func loadEngineGlobals(c *cli.Context, g *globals) error {
 	if err := containerd.CheckSettings(g.ContainerdAddress, g.ContainerdNamespaces); err != nil {
 		return engineUsageErr(err)
 	}
+	g.CRIEndpoint = sharedString(c, flagCRIEndpoint)
+	if err := cri.CheckSettings(g.CRIEndpoint); err != nil {
+		return engineUsageErr(err)
+	}
 	return nil
 }
 
@@ -74,6 +81,7 @@ func engineConfig(c *cli.Context, g globals, log *slog.Logger) engine.Config {
 
 		ContainerdAddress:    g.ContainerdAddress,
 		ContainerdNamespaces: g.ContainerdNamespaces,
+		CRIEndpoint:          g.CRIEndpoint,
 		Timeout:              c.Duration("podman-timeout"),
 		Logger:               log,
 	}

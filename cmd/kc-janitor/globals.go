@@ -62,6 +62,8 @@ type globals struct {
 	// --containerd-namespace.
 	ContainerdAddress    string
 	ContainerdNamespaces []string
+	// CRIEndpoint: --cri-endpoint.
+	CRIEndpoint string
 	// LogLevel is the least level logged on stderr; LevelSet says whether
 	// --log-level or --quiet chose it.
 	LogLevel slog.Level

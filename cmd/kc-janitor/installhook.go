@@ -56,7 +56,7 @@ func runInstallHook(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("install-hook: %v", err), exitFailed)
 	}
-	out, n, err := pointHooks(data, hookPath)
+	out, n, stripped, err := pointHooks(data, hookPath)
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("install-hook: %s: %v", c.String("base-spec"), err), exitFailed)
 	}
@@ -67,19 +67,31 @@ func runInstallHook(c *cli.Context) error {
 		return cli.Exit(fmt.Sprintf("install-hook: %v", err), exitFailed)
 	}
 	fmt.Fprintf(c.App.Writer, "wrote %s (%d hooks -> %s)\n", c.String("base-spec-out"), n, hookPath)
+	if stripped {
+		fmt.Fprintf(c.App.Writer, "left out the spec's process.rlimits: containerd's own limits apply\n")
+	}
 	return nil
 }
 
 // pointHooks sets the path of every hook in an OCI spec whose binary is
-// kc-hook to hookPath; numbers are kept as written (rlimits, uids).
-func pointHooks(spec []byte, hookPath string) ([]byte, int, error) {
+// kc-hook to hookPath, and drops process.rlimits: a base spec replaces
+// containerd's default spec for every pod of its runtime handler, and
+// containerd applies its own limits only to a spec that sets none (a 1.6
+// default spec's RLIMIT_NOFILE 1024:1024 would cap every pod on the node).
+// Numbers are kept as written (uids, modes).
+func pointHooks(spec []byte, hookPath string) (out []byte, n int, strippedRlimits bool, err error) {
 	dec := json.NewDecoder(bytes.NewReader(spec))
 	dec.UseNumber()
 	var doc map[string]any
 	if err := dec.Decode(&doc); err != nil {
-		return nil, 0, fmt.Errorf("not a JSON object: %w", err)
+		return nil, 0, false, fmt.Errorf("not a JSON object: %w", err)
 	}
-	n := 0
+	if proc, ok := doc["process"].(map[string]any); ok {
+		if _, ok := proc["rlimits"]; ok {
+			delete(proc, "rlimits")
+			strippedRlimits = true
+		}
+	}
 	hooks, _ := doc["hooks"].(map[string]any)
 	for _, stage := range hooks {
 		list, _ := stage.([]any)
@@ -91,11 +103,11 @@ func pointHooks(spec []byte, hookPath string) ([]byte, int, error) {
 			}
 		}
 	}
-	out, err := json.MarshalIndent(doc, "", "  ")
+	out, err = json.MarshalIndent(doc, "", "  ")
 	if err != nil {
-		return nil, 0, fmt.Errorf("encoding: %w", err)
+		return nil, 0, false, fmt.Errorf("encoding: %w", err)
 	}
-	return append(out, '\n'), n, nil
+	return append(out, '\n'), n, strippedRlimits, nil
 }
 
 func copyExecutable(src, dst string) error {

@@ -155,6 +155,69 @@ func TestImageJanitor(t *testing.T) {
 	addr := containerdtest.Address(t)
 	e := podmantest.New(t)
 	image, _ := buildImage(t, e)
+	_, c := janitor(t)
+	id := runJanitorImage(t, e, image, addr, nil)
+	logs := waitRound(t, e, id, `"msg":"cull"`)
+	if strings.Contains(logs, "ground truth unknown") {
+		t.Errorf("containerd was not asked successfully:\n%s", logs)
+	}
+	probe(t, c, servingAddr(t, logs))
+	if out, err := e.Podman("stop", "-t", "30", id); err != nil {
+		t.Errorf("stop: %v\n%s", err, out)
+	}
+	if code, err := e.Podman("inspect", "-f", "{{.State.ExitCode}}", id); err != nil || code != "143" {
+		t.Errorf("exit %q (%v) after SIGTERM, want 143", code, err)
+	}
+}
+
+// TestImageJanitorReapsDeadTree: the image's janitor, run as the
+// DaemonSet runs it, reports the tree of a containerd container that was
+// removed as would-reap in audit mode, and reaps it with
+// KC_RECONCILE_APPLY=1. Its reconcile is scoped to that container
+// (KC_RECONCILE_CONTAINERS) and a supervisor name of this test's own:
+// other tests' trees on this machine are never its to reap.
+func TestImageJanitorReapsDeadTree(t *testing.T) {
+	addr := containerdtest.Address(t)
+	e := podmantest.New(t)
+	image, _ := buildImage(t, e)
+	var b [32]byte
+	rand.Read(b[:])
+	dead := hex.EncodeToString(b[:])
+	containerdtest.Run(t, addr, "kc-image", dead, nil, "/bin/sleep", "600")
+	const comm = "kcsrv-image"
+	k := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{ContainerID: dead, Comm: comm, Children: 1})
+	containerdtest.Kill(t, addr, "kc-image", dead)
+	containerdtest.Ctr(t, addr, "kc-image", "tasks", "rm", dead)
+	containerdtest.Ctr(t, addr, "kc-image", "containers", "rm", dead)
+	scope := []string{"KC_RECONCILE_CONTAINERS=" + dead, "KC_SUPERVISOR_COMM=" + comm, "KC_MIN_AGE=0s"}
+
+	audit := runJanitorImage(t, e, image, addr, scope)
+	logs := waitRound(t, e, audit, "would-reap")
+	if !strings.Contains(logs, fmt.Sprint(k.PGID)) {
+		t.Errorf("the audit round does not name the tree %d:\n%s", k.PGID, logs)
+	}
+	if _, err := e.Podman("rm", "-f", "-t", "0", audit); err != nil {
+		t.Fatal(err)
+	}
+	if k.Cmd.ProcessState != nil {
+		t.Fatal("the audit round touched the tree")
+	}
+	apply := runJanitorImage(t, e, image, addr, append(scope, "KC_RECONCILE_APPLY=1"))
+	waitRound(t, e, apply, `"action":"reaped"`)
+	select {
+	case <-k.Exited():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the tree of the removed container is still alive after the janitor reaped it")
+	}
+}
+
+// runJanitorImage starts the image's janitor container as the DaemonSet
+// runs it: hostPID, host network, privileged, the manifest's args and env
+// (the pod's IP resolved, the port the kernel's; extra appended), its
+// hostPath volumes mapped under a temp host root but /run/containerd,
+// which is the private containerd's at addr. It is removed at cleanup.
+func runJanitorImage(t *testing.T, e *podmantest.Env, image, addr string, extra []string) string {
+	t.Helper()
 	ds, c := janitor(t)
 	spec := ds.Spec.Template.Spec
 	if !spec.HostPID || !spec.HostNetwork {
@@ -193,7 +256,7 @@ func TestImageJanitor(t *testing.T) {
 		}
 		args = append(args, "-v", src+":"+m.MountPath+opt)
 	}
-	for _, kv := range kubeletEnv(t, c, map[string]string{"KC_METRICS_LISTEN": "127.0.0.1:0"}) {
+	for _, kv := range append(kubeletEnv(t, c, map[string]string{"KC_METRICS_LISTEN": "127.0.0.1:0"}), extra...) {
 		args = append(args, "-e", kv)
 	}
 	args = append(args, image)
@@ -203,32 +266,28 @@ func TestImageJanitor(t *testing.T) {
 		t.Fatalf("the janitor container: %v", err)
 	}
 	t.Cleanup(func() {
-		if out, err := e.Podman("rm", "-f", "-t", "0", id); err != nil {
+		if out, err := e.Podman("rm", "-f", "-t", "0", id); err != nil && !strings.Contains(out, "no such container") {
 			t.Errorf("%v\n%s", err, out)
 		}
 	})
-	var logs string
+	return id
+}
+
+// waitRound waits up to a minute for the janitor container's logs to
+// contain want, and returns them.
+func waitRound(t *testing.T, e *podmantest.Env, id, want string) string {
+	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		logs, err = containerLogs(e, id)
-		if err == nil && strings.Contains(logs, `"msg":"cull"`) {
-			break
+		logs, err := containerLogs(e, id)
+		if err == nil && strings.Contains(logs, want) {
+			return logs
 		}
 		if time.Now().After(deadline) {
 			state, _ := e.Podman("inspect", "-f", "{{.State.Status}} {{.State.ExitCode}} {{.State.Error}}", id)
-			t.Fatalf("no round finished in 60s (%v; container %s):\n%s", err, state, logs)
+			t.Fatalf("no %s in 60s (%v; container %s):\n%s", want, err, state, logs)
 		}
 		time.Sleep(200 * time.Millisecond)
-	}
-	if strings.Contains(logs, "ground truth unknown") {
-		t.Errorf("containerd was not asked successfully:\n%s", logs)
-	}
-	probe(t, c, servingAddr(t, logs))
-	if out, err := e.Podman("stop", "-t", "30", id); err != nil {
-		t.Errorf("stop: %v\n%s", err, out)
-	}
-	if code, err := e.Podman("inspect", "-f", "{{.State.ExitCode}}", id); err != nil || code != "143" {
-		t.Errorf("exit %q (%v) after SIGTERM, want 143", code, err)
 	}
 }
 

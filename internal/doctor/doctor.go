@@ -110,6 +110,7 @@ const (
 	NamePodman        = "podman"
 	NameDocker        = "docker"
 	NameContainerd    = "containerd"
+	NameCRI           = "cri"
 	NameStateDir      = "state-dir"
 	NameListing       = "process-listing"
 	NamePidfds        = "death-pidfds"
@@ -120,7 +121,7 @@ const (
 )
 
 // Names lists every check, in report order.
-var Names = []string{NameHookInstalled, NameHookAlive, NameEngines, NamePodman, NameDocker, NameContainerd, NameStateDir, NameListing, NamePidfds, NameContainment, NameStrays, NameSockets, NameSessions}
+var Names = []string{NameHookInstalled, NameHookAlive, NameEngines, NamePodman, NameDocker, NameContainerd, NameCRI, NameStateDir, NameListing, NamePidfds, NameContainment, NameStrays, NameSockets, NameSessions}
 
 var labels = map[string]string{
 	NameHookInstalled: "hook installed",
@@ -129,6 +130,7 @@ var labels = map[string]string{
 	NamePodman:        "podman ground truth",
 	NameDocker:        "docker ground truth",
 	NameContainerd:    "containerd ground truth",
+	NameCRI:           "cri ground truth",
 	NameStateDir:      "state dir and ledger",
 	NameListing:       "process listing",
 	NamePidfds:        "deaths seen from the kernel",

@@ -60,6 +60,7 @@ var remedies = map[string]string{
 	NamePodman:     "start podman's API service (systemctl enable --now podman.socket) or point --podman-url (KC_PODMAN_URL) at it; without a service the podman CLI must be on PATH",
 	NameDocker:     "start dockerd or point --docker-url (KC_DOCKER_URL, DOCKER_HOST) at its socket",
 	NameContainerd: "start containerd or point --containerd-address (KC_CONTAINERD_ADDRESS) at its socket; check --containerd-namespace",
+	NameCRI:        "start the CRI runtime (CRI-O: systemctl start crio) or point --cri-endpoint (KC_CRI_ENDPOINT) at its socket",
 }
 
 // Engines turns what was found into the "engines" check (which engines

@@ -89,6 +89,9 @@ type Container struct {
 	// InitPID is the host PID of its init process when the engine said
 	// (0 if not running or not told).
 	InitPID int
+	// Pod is namespace/pod/container when the kubelet made it (the CRI
+	// labels); empty otherwise.
+	Pod string
 }
 
 // InitPIDAsker is an engine whose list gives no init PID but which can be
@@ -175,6 +178,9 @@ type Config struct {
 	// ContainerdNamespaces limits containerd to these namespaces; nil is
 	// every namespace.
 	ContainerdNamespaces []string
+	// CRIEndpoint: a CRI runtime's socket path (unix:// optional). Empty:
+	// CRI-O's socket, else the first containerd socket that exists.
+	CRIEndpoint string
 	// Timeout bounds one question to one engine; default
 	// DefaultTimeout.
 	Timeout time.Duration
@@ -221,7 +227,7 @@ func Register(s Spec) {
 }
 
 // Known lists the names --engine accepts besides "auto".
-var Known = []string{"podman", "docker", "containerd"}
+var Known = []string{"podman", "docker", "containerd", "cri"}
 
 // ParseNames reads an --engine value: "auto" (or empty), or a comma list
 // of engine names. It returns nil for auto.
@@ -312,7 +318,7 @@ type Truth struct {
 // filled either way.
 func Ask(ctx context.Context, engines []Engine) (Truth, error) {
 	if len(engines) == 0 {
-		return Truth{}, fmt.Errorf("%w: no container engine found on this host (podman, docker, containerd); name one with --engine", ErrUnknown)
+		return Truth{}, fmt.Errorf("%w: no container engine found on this host (podman, docker, containerd, CRI-O); name one with --engine", ErrUnknown)
 	}
 	answers := make([]Answer, len(engines))
 	errs := make([]error, len(engines))
@@ -360,6 +366,7 @@ func Union(answers []Answer) Set {
 		States: map[string]string{},
 		Names:  map[string][]string{},
 		PIDs:   map[string]int{},
+		Pods:   map[string]string{},
 		UID:    UIDUnknown,
 		UIDs:   []int{},
 	}
@@ -381,6 +388,9 @@ func Union(answers []Answer) Set {
 			}
 			if len(c.Names) > 0 {
 				s.Names[c.ID] = c.Names
+			}
+			if c.Pod != "" {
+				s.Pods[c.ID] = c.Pod
 			}
 			if c.InitPID > 0 {
 				s.PIDs[c.ID] = c.InitPID

@@ -45,6 +45,10 @@ type Set struct {
 	// PIDs maps a listed container's full ID to its init process's host
 	// PID when the engine said (0 or absent: not running, or not told).
 	PIDs map[string]int
+	// Pods maps a listed container's full ID to namespace/pod/container
+	// when the kubelet made it (its CRI labels): reports and audit lines
+	// name the pod an operator knows.
+	Pods map[string]string
 	// Ignored lists IDs an engine printed that are not full container IDs;
 	// they are left out of Live and States (and logged).
 	Ignored []string
@@ -84,4 +88,22 @@ func (s Set) Vouches(uid int) bool {
 		return false
 	}
 	return uid == s.UID
+}
+
+// The labels the kubelet puts on every container it creates through CRI;
+// containerd and CRI runtimes keep them on the container.
+const (
+	LabelPodNamespace = "io.kubernetes.pod.namespace"
+	LabelPodName      = "io.kubernetes.pod.name"
+	LabelContainer    = "io.kubernetes.container.name"
+)
+
+// PodName is namespace/pod/container from a container's labels, or ""
+// when the kubelet did not make it.
+func PodName(labels map[string]string) string {
+	ns, pod := labels[LabelPodNamespace], labels[LabelPodName]
+	if ns == "" && pod == "" {
+		return ""
+	}
+	return ns + "/" + pod + "/" + labels[LabelContainer]
 }

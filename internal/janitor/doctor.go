@@ -46,6 +46,7 @@ func Doctor(ctx context.Context, s Settings, fix bool, hooksDirs []string, log *
 	if !podmanAsked(ein) {
 		installed = doctor.HookWithoutPodman(installed, descs)
 	}
+	installed = doctor.WithContainerdHandlers(installed, "")
 	rep.Add(installed)
 	boot, err := doctor.BootTime(fingerprint.DefaultRoot)
 	if err != nil {

@@ -6,6 +6,7 @@ package janitor
 // clients and kc-hook free of all of them.
 import (
 	_ "github.com/kc-watchman/kc-watchman/internal/engine/containerd"
+	_ "github.com/kc-watchman/kc-watchman/internal/engine/cri"
 	_ "github.com/kc-watchman/kc-watchman/internal/engine/docker"
 	_ "github.com/kc-watchman/kc-watchman/internal/engine/podman"
 )

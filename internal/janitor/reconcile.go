@@ -136,8 +136,12 @@ func logTrees(ctx context.Context, log *slog.Logger, rep reconcile.Report) {
 			continue
 		}
 		lvl, msg := slog.LevelInfo, "[DRY-RUN] would reap stray tree"
-		attrs := []any{"container", t.ContainerID, "pgid", t.PGID, "uid", t.UID,
-			"age_seconds", t.AgeSeconds, "members", members(t.Members), "action", t.Action}
+		attrs := []any{"container", t.ContainerID}
+		if t.Pod != "" {
+			attrs = append(attrs, "pod", t.Pod)
+		}
+		attrs = append(attrs, "pgid", t.PGID, "uid", t.UID,
+			"age_seconds", t.AgeSeconds, "members", members(t.Members), "action", t.Action)
 		if t.Action == action.WouldNotDie {
 			lvl, msg = slog.LevelError, "stray tree would not die"
 		}

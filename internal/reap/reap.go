@@ -59,7 +59,10 @@ type Tree struct {
 
 // Container is one container's trees.
 type Container struct {
-	ID    string
+	ID string
+	// Pod is namespace/pod/container where an engine named it; it goes
+	// into the audit line of each reaped tree.
+	Pod   string
 	Trees []Tree
 	// All says Trees are every tree of the container (the hook scans for
 	// exactly that): their snapshots replace the record's, and the record
@@ -134,7 +137,7 @@ func Run(ctx context.Context, opt Options, c Container) Result {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			kill(ctx, opt, log, c.ID, t, held[i], snap)
+			kill(ctx, opt, log, c, t, held[i], snap)
 		}()
 	}
 	wg.Wait()
@@ -179,7 +182,7 @@ func refusal(t Tree) action.Action {
 // kill takes one group down through pgkill (which revalidates every
 // member's PID and start time at signal time) and, once its members are
 // dead, unlinks the sockets they held.
-func kill(ctx context.Context, opt Options, log *slog.Logger, id string, t Tree, held []sockets.TreeSocket, snap *ledger.Tree) {
+func kill(ctx context.Context, opt Options, log *slog.Logger, c Container, t Tree, held []sockets.TreeSocket, snap *ledger.Tree) {
 	popt := pgkill.Options{Root: opt.Root, Grace: opt.Grace}
 	// The escaped members share the group's grace rather than wait for
 	// it to end: a kernel's setsid child must not double the stop time.
@@ -199,7 +202,10 @@ func kill(ctx context.Context, opt Options, log *slog.Logger, id string, t Tree,
 	if r.Err != nil {
 		snap.Error = r.Err.Error()
 	}
-	log.Info("[REAP] stray tree", "container", id, "pgid", t.PGID, "action", r.Outcome, "signals", fmt.Sprint(r.Signals),
+	if c.Pod != "" {
+		log = log.With("pod", c.Pod)
+	}
+	log.Info("[REAP] stray tree", "container", c.ID, "pgid", t.PGID, "action", r.Outcome, "signals", fmt.Sprint(r.Signals),
 		"escaped", len(t.Escaped), "escaped_signals", fmt.Sprint(esc.Signals), "withheld", len(t.Withheld), "err", r.Err)
 	if r.Outcome == action.WouldNotDie {
 		return // a live owner keeps its sockets

@@ -115,11 +115,14 @@ func WithheldOf(t trees.Tree) []Member {
 
 // Tree is one line of the report.
 type Tree struct {
-	ContainerID string   `json:"container_id"`
-	PGID        int      `json:"pgid"`
-	UID         int      `json:"uid"`
-	AgeSeconds  int64    `json:"age_seconds"`
-	Members     []Member `json:"members"`
+	ContainerID string `json:"container_id"`
+	// Pod is namespace/pod/container where an engine named it (the
+	// kubelet's labels).
+	Pod        string   `json:"pod,omitempty"`
+	PGID       int      `json:"pgid"`
+	UID        int      `json:"uid"`
+	AgeSeconds int64    `json:"age_seconds"`
+	Members    []Member `json:"members"`
 	// Withheld are descendants outside the group of another UID or
 	// carrying another container's ID: reported, never signalled.
 	Withheld []Member      `json:"withheld,omitempty"`
@@ -286,7 +289,7 @@ func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 		if len(opt.Containers) > 0 && !anyIn(t.ContainerIDs, opt.Containers) {
 			continue
 		}
-		rt := Tree{ContainerID: t.ContainerID, PGID: t.PGID, UID: t.UID, Action: Decide(t, live, opt.MinAge), tree: t}
+		rt := Tree{ContainerID: t.ContainerID, Pod: live.Pods[t.ContainerID], PGID: t.PGID, UID: t.UID, Action: Decide(t, live, opt.MinAge), tree: t}
 		died := opt.DiedAt
 		if at, ok := opt.DiedAtByID[t.ContainerID]; ok {
 			died = at
@@ -456,7 +459,7 @@ func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) (
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := reap.Container{ID: id}
+			c := reap.Container{ID: id, Pod: ts[idx[0]].Pod}
 			for _, i := range idx {
 				// The janitor reads /proc in host terms.
 				c.Trees = append(c.Trees, reap.Tree{Tree: ts[i].tree, HostUID: ts[i].tree.UID})

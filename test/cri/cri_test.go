@@ -69,8 +69,9 @@ func baseSpec(t *testing.T, hook, stateDir string) []byte {
 }
 
 // criContainerd starts a containerd of its own with the CRI plugin on,
-// configured with the shipped snippet, and returns its socket.
-func criContainerd(t *testing.T, specPath string) string {
+// configured with the shipped snippet, and returns its socket. extra is
+// appended to the configuration (more runtime handlers).
+func criContainerd(t *testing.T, specPath string, extra ...string) string {
 	t.Helper()
 	containerdtest.Address(t) // skip or fail like every containerd test
 	if _, err := exec.LookPath("containerd"); err != nil {
@@ -106,7 +107,7 @@ state = %[2]q
     bin_dir = %[6]q
     conf_dir = %[7]q
 `, filepath.Join(dir, "root"), filepath.Join(dir, "state"), filepath.Join(dir, "c.sock"), filepath.Join(dir, "c.sock.ttrpc"),
-		containerdtest.ImageName, filepath.Join(dir, "cni-bin"), filepath.Join(dir, "cni-conf")) + conf
+		containerdtest.ImageName, filepath.Join(dir, "cni-bin"), filepath.Join(dir, "cni-conf")) + conf + strings.Join(extra, "\n")
 	// version = 2 must come first in the file.
 	conf = "version = 2\n" + strings.ReplaceAll(conf, "version = 2\n", "")
 	confPath := filepath.Join(dir, "config.toml")

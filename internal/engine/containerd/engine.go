@@ -37,11 +37,11 @@ type containerd struct {
 	ambiguous []string
 }
 
-// containerdSockets are where Kubernetes distributions put containerd's
+// KnownSockets are where Kubernetes distributions put containerd's
 // socket: upstream's, k3s's and RKE2's, microk8s's. With no address given,
 // the first that exists is asked; on a k3s node auto must not fall back to
 // podman or Docker and miss every pod.
-var containerdSockets = []string{
+var KnownSockets = []string{
 	DefaultAddress,
 	"/run/k3s/containerd/containerd.sock",
 	"/var/snap/microk8s/common/run/containerd.sock",
@@ -53,7 +53,7 @@ func containerdAddress(cfg engine.Config) string {
 	if cfg.ContainerdAddress != "" || os.Getenv("CONTAINERD_ADDRESS") != "" {
 		return ResolveAddress(cfg.ContainerdAddress)
 	}
-	if p, ok := firstExisting(containerdSockets); ok {
+	if p, ok := firstExisting(KnownSockets); ok {
 		return p
 	}
 	return DefaultAddress
@@ -105,7 +105,7 @@ func New(cfg engine.Config) (engine.Engine, error) {
 	}
 	c := &containerd{cfg: cfg, address: p, namespaces: cfg.ContainerdNamespaces}
 	if cfg.ContainerdAddress == "" && os.Getenv("CONTAINERD_ADDRESS") == "" {
-		if found := existing(containerdSockets); len(found) > 1 {
+		if found := existing(KnownSockets); len(found) > 1 {
 			c.ambiguous = found
 		}
 	}
@@ -131,11 +131,11 @@ func detectContainerd(cfg engine.Config) (string, bool) {
 	if cfg.ContainerdAddress != "" || os.Getenv("CONTAINERD_ADDRESS") != "" {
 		return addr, true
 	}
-	if _, ok := firstExisting(containerdSockets); ok {
+	if _, ok := firstExisting(KnownSockets); ok {
 		return addr, true
 	}
 	// Not found: say every place looked at (doctor prints it).
-	return strings.Join(containerdSockets, " or "), false
+	return strings.Join(KnownSockets, " or "), false
 }
 
 func (c *containerd) Name() string     { return "containerd" }
@@ -173,7 +173,7 @@ func (c *containerd) Live(ctx context.Context) (engine.Answer, error) {
 		if !containerid.Valid(x.ID) {
 			continue
 		}
-		a.Containers = append(a.Containers, engine.Container{ID: x.ID, State: x.Status, Live: x.Live, InitPID: x.PID})
+		a.Containers = append(a.Containers, engine.Container{ID: x.ID, State: x.Status, Live: x.Live, InitPID: x.PID, Pod: engine.PodName(x.Labels)})
 	}
 	return a, nil
 }
@@ -187,7 +187,7 @@ func (c *containerd) Resolve(ctx context.Context, ref string) ([]engine.Match, e
 	}
 	all := make([]engine.Container, 0, len(cs))
 	for _, x := range cs {
-		all = append(all, engine.Container{ID: x.ID, State: x.Status, Live: x.Live, InitPID: x.PID})
+		all = append(all, engine.Container{ID: x.ID, State: x.Status, Live: x.Live, InitPID: x.PID, Pod: engine.PodName(x.Labels)})
 	}
 	return engine.MatchRef("containerd", all, ref), nil
 }

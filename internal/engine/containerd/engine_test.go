@@ -136,7 +136,7 @@ func TestContainerdEngine(t *testing.T) {
 // containerd socket that exists, upstream's before k3s's and microk8s's.
 func TestContainerdSocketsOfKubernetesDistributions(t *testing.T) {
 	for _, want := range []string{"/run/containerd/containerd.sock", "/run/k3s/containerd/containerd.sock", "/var/snap/microk8s/common/run/containerd.sock"} {
-		if !slices.Contains(containerdSockets, want) {
+		if !slices.Contains(KnownSockets, want) {
 			t.Errorf("auto does not look at %s", want)
 		}
 	}

@@ -33,6 +33,8 @@ type Container struct {
 	Live bool
 	// PID is the task's init PID on the host (0 without a live task).
 	PID int
+	// Labels are the container's (the kubelet's name its pod).
+	Labels map[string]string
 }
 
 // NoTask is Container.Status for a container without a task.
@@ -144,7 +146,9 @@ func (c *Client) listNamespace(ctx context.Context, ns string) ([]Container, err
 			return nil, fmt.Errorf("containerd at %s: namespace %s lists a container with an empty or repeated ID %q", c.address, ns, id)
 		}
 		seen[id] = true
-		out = append(out, fromTask(ns, id, ct.GetImage(), tasks[id]))
+		c := fromTask(ns, id, ct.GetImage(), tasks[id])
+		c.Labels = ct.GetLabels()
+		out = append(out, c)
 	}
 	for id, t := range tasks {
 		if !seen[id] {

@@ -1,0 +1,174 @@
+package doctor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// ContainerdConfigs are where containerd's configuration lives: upstream's,
+// then k3s's and RKE2's generated one.
+var ContainerdConfigs = []string{
+	"/etc/containerd/config.toml",
+	"/var/lib/rancher/k3s/agent/etc/containerd/config.toml",
+	"/var/lib/rancher/rke2/agent/etc/containerd/config.toml",
+}
+
+// maxConfigBytes caps what is read of a containerd config or base spec: a
+// file anyone made huge must not make doctor large.
+const maxConfigBytes = 4 << 20
+
+// Handler is one CRI runtime handler of a containerd configuration, and
+// whether the pods it runs get kc-hook.
+type Handler struct {
+	Name     string
+	BaseSpec string
+	// Stages are the kc-hook stages its base spec carries.
+	Stages []string
+	// Problem says why it carries no hook, when it does not.
+	Problem string
+}
+
+// Carries reports whether the handler's pods run kc-hook at poststop.
+func (h Handler) Carries() bool {
+	for _, s := range h.Stages {
+		if s == "poststop" {
+			return true
+		}
+	}
+	return false
+}
+
+// ContainerdHandlers reads a containerd configuration (config version 2's
+// `io.containerd.grpc.v1.cri` plugin or version 3's
+// `io.containerd.cri.v1.runtime`) and says, per runtime handler, whether
+// its base runtime spec carries kc-hook (DESIGN "Kubernetes nodes and
+// packages": containerd runs only the hooks in a container's spec, and
+// takes them from the handler's base_runtime_spec). root prefixes every
+// path read (the DaemonSet reads the node through a host mount).
+func ContainerdHandlers(root, configPath string) ([]Handler, error) {
+	data, err := readCapped(filepath.Join(root, configPath))
+	if err != nil {
+		return nil, err
+	}
+	var conf struct {
+		Plugins map[string]struct {
+			Containerd struct {
+				Runtimes map[string]struct {
+					BaseRuntimeSpec string `toml:"base_runtime_spec"`
+				} `toml:"runtimes"`
+			} `toml:"containerd"`
+		} `toml:"plugins"`
+	}
+	if _, err := toml.Decode(string(data), &conf); err != nil {
+		return nil, fmt.Errorf("%s: %w", configPath, err)
+	}
+	var out []Handler
+	for _, plugin := range []string{"io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime"} {
+		for name, rt := range conf.Plugins[plugin].Containerd.Runtimes {
+			h := Handler{Name: name, BaseSpec: rt.BaseRuntimeSpec}
+			switch {
+			case h.BaseSpec == "":
+				h.Problem = "no base_runtime_spec: containerd runs no hook for its pods"
+			default:
+				h.Stages, h.Problem = specHooks(filepath.Join(root, h.BaseSpec))
+			}
+			out = append(out, h)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// specHooks lists the stages of an OCI spec whose hook is kc-hook, or
+// says what is wrong with it.
+func specHooks(path string) (stages []string, problem string) {
+	data, err := readCapped(path)
+	if err != nil {
+		return nil, "base spec unreadable: " + err.Error()
+	}
+	var spec struct {
+		Hooks map[string][]struct {
+			Path string `json:"path"`
+		} `json:"hooks"`
+	}
+	if err := json.Unmarshal(data, &spec); err != nil {
+		return nil, "base spec is not an OCI spec: " + err.Error()
+	}
+	for stage, hs := range spec.Hooks {
+		for _, h := range hs {
+			if filepath.Base(h.Path) == "kc-hook" {
+				stages = append(stages, stage)
+				break
+			}
+		}
+	}
+	sort.Strings(stages)
+	if len(stages) == 0 {
+		return nil, "its base spec names no kc-hook"
+	}
+	return stages, ""
+}
+
+func readCapped(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxConfigBytes {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, maxConfigBytes)
+	}
+	return data, nil
+}
+
+// WithContainerdHandlers adds to the hook-installed check what the first
+// containerd configuration found says of each runtime handler. A node
+// whose handlers carry the hook has it installed, descriptors or not.
+func WithContainerdHandlers(c Check, root string) Check {
+	for _, conf := range ContainerdConfigs {
+		hs, err := ContainerdHandlers(root, conf)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			c.Items = append(c.Items, "containerd: "+err.Error())
+			return c
+		}
+		var carrying []string
+		for _, h := range hs {
+			if h.Carries() {
+				carrying = append(carrying, h.Name)
+				c.Items = append(c.Items, fmt.Sprintf("containerd handler %s: kc-hook at %s (%s)", h.Name, strings.Join(h.Stages, ", "), h.BaseSpec))
+				continue
+			}
+			problem := h.Problem
+			if problem == "" {
+				problem = "no poststop kc-hook in its base spec"
+			}
+			c.Items = append(c.Items, fmt.Sprintf("containerd handler %s: %s", h.Name, problem))
+		}
+		if len(carrying) > 0 && c.Verdict == Error {
+			c.Verdict, c.Remedy = OK, ""
+			c.Detail = fmt.Sprintf("containerd (%s) runs kc-hook for handlers %s", conf, strings.Join(carrying, ", "))
+		}
+		if len(carrying) > 0 && len(carrying) < len(hs) && c.Verdict == OK {
+			// Pods of the other runtime classes lose their trees to
+			// the janitor's rounds alone.
+			c.Verdict = Warn
+		}
+		return c
+	}
+	return c
+}

@@ -1,0 +1,94 @@
+package doctor
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestContainerdHandlers(t *testing.T) {
+	const hooked = `{"hooks":{"createRuntime":[{"path":"/usr/local/libexec/oci/hooks.d/kc-hook"}],"poststop":[{"path":"/usr/local/libexec/oci/hooks.d/kc-hook"}]}}`
+	const other = `{"hooks":{"poststop":[{"path":"/usr/bin/other-hook"}]}}`
+	for _, tc := range []struct {
+		name    string
+		config  string
+		files   map[string]string
+		verdict Verdict // starting from an Error: no descriptor in hooks.d
+		items   []string
+	}{
+		{
+			name: "v2 runc carries, kata has no base spec",
+			config: `version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  base_runtime_spec = "/etc/containerd/kc.json"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.kata]
+  runtime_type = "io.containerd.kata.v2"
+`,
+			files:   map[string]string{"/etc/containerd/kc.json": hooked},
+			verdict: Warn,
+			items:   []string{"handler kata: no base_runtime_spec", "handler runc: kc-hook at createRuntime, poststop"},
+		},
+		{
+			name: "v3 every handler carries",
+			config: `version = 3
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+  base_runtime_spec = "/etc/containerd/kc.json"
+`,
+			files:   map[string]string{"/etc/containerd/kc.json": hooked},
+			verdict: OK,
+			items:   []string{"handler runc: kc-hook"},
+		},
+		{
+			name: "base spec without kc-hook",
+			config: `version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  base_runtime_spec = "/etc/containerd/other.json"
+`,
+			files:   map[string]string{"/etc/containerd/other.json": other},
+			verdict: Error,
+			items:   []string{"handler runc: its base spec names no kc-hook"},
+		},
+		{
+			name: "base spec missing",
+			config: `version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  base_runtime_spec = "/etc/containerd/gone.json"
+`,
+			verdict: Error,
+			items:   []string{"handler runc: base spec unreadable"},
+		},
+		{name: "not toml", config: "[[[", verdict: Error, items: []string{"containerd: /etc/containerd/config.toml"}},
+		{name: "no containerd config", verdict: Error},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			write := func(p, s string) {
+				if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(root, p), []byte(s), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.config != "" {
+				write(ContainerdConfigs[0], tc.config)
+			}
+			for p, s := range tc.files {
+				write(p, s)
+			}
+			c := WithContainerdHandlers(newCheck(NameHookInstalled, Error, "no kc-hook descriptor"), root)
+			if c.Verdict != tc.verdict {
+				t.Errorf("verdict %v (%s), want %v", c.Verdict, c.Text(), tc.verdict)
+			}
+			if len(c.Items) != len(tc.items) {
+				t.Fatalf("items %q, want %d like %q", c.Items, len(tc.items), tc.items)
+			}
+			for i, want := range tc.items {
+				if !strings.Contains(c.Items[i], want) {
+					t.Errorf("item %q lacks %q", c.Items[i], want)
+				}
+			}
+		})
+	}
+}

@@ -58,7 +58,18 @@ func TestContainedForkLoopDiesWithInit(t *testing.T) {
 	if err := os.WriteFile(script, []byte(forkLoop), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { killAll(running(script)) })
+	// A loop that outlived a failed teardown keeps forking: one pass
+	// of kills misses the children born meanwhile.
+	t.Cleanup(func() {
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+			left := running(script)
+			if len(left) == 0 {
+				return
+			}
+			killAll(left)
+		}
+		t.Errorf("the fork loop %s could not be stopped", script)
+	})
 	w := startWrapper(t, init, []string{"--kill-grace=1s"}, "/bin/sh", "-c", `/bin/sh "$0" 0 & exec sleep 1000000`, script)
 	// Each generation lives a moment: several seen, one after the other.
 	seen := map[int]bool{}

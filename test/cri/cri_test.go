@@ -234,44 +234,9 @@ func TestCRIPoststopReapsTree(t *testing.T) {
 	}
 	t.Logf("CRI runtime %s %s, API %s", v.RuntimeName, v.RuntimeVersion, v.RuntimeApiVersion)
 
-	podCfg := &runtimeapi.PodSandboxConfig{
-		Metadata:     &runtimeapi.PodSandboxMetadata{Name: "kc-pod", Uid: "kc-pod-uid", Namespace: "default"},
-		LogDirectory: t.TempDir(),
-		Linux: &runtimeapi.LinuxPodSandboxConfig{
-			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
-				NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE},
-			},
-		},
-	}
-	pod, err := rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: podCfg})
-	if err != nil {
-		t.Fatalf("RunPodSandbox: %v", err)
-	}
-	t.Cleanup(func() {
-		c, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		rs.StopPodSandbox(c, &runtimeapi.StopPodSandboxRequest{PodSandboxId: pod.PodSandboxId})
-		rs.RemovePodSandbox(c, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: pod.PodSandboxId})
-	})
-	cr, err := rs.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
-		PodSandboxId:  pod.PodSandboxId,
-		SandboxConfig: podCfg,
-		Config: &runtimeapi.ContainerConfig{
-			Metadata: &runtimeapi.ContainerMetadata{Name: "kc-app"},
-			Image:    &runtimeapi.ImageSpec{Image: containerdtest.ImageName},
-			Command:  []string{"/bin/sleep", "600"},
-			LogPath:  "kc-app.log",
-		},
-	})
-	if err != nil {
-		t.Fatalf("CreateContainer: %v", err)
-	}
-	id := cr.ContainerId
+	id := runPodContainer(ctx, t, rs, "kc-pod")
 	if !containerid.Valid(id) {
 		t.Fatalf("CRI container ID %q is not 64 hex", id)
-	}
-	if _, err := rs.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}); err != nil {
-		t.Fatalf("StartContainer: %v", err)
 	}
 
 	store, err := ledger.OpenReadOnly(stateDir)

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -52,8 +51,8 @@ const namespaceKey = "containerd-namespace"
 var Keepalive = keepalive.ClientParameters{Time: 6 * time.Minute, Timeout: 20 * time.Second, PermitWithoutStream: false}
 
 // ErrAddress marks an address that cannot be a containerd socket (empty,
-// relative, a URL with another scheme, a symlink): a usage error.
-var ErrAddress = errors.New("bad containerd address")
+// relative, a URL with another scheme): a usage error.
+var ErrAddress = engine.ErrSocketPath
 
 // Client is a connection to one containerd.
 type Client struct {
@@ -78,18 +77,7 @@ func ResolveAddress(addr string) string {
 // CheckAddress reports whether addr can name a containerd socket: an
 // absolute path, optionally written as unix:///path. It does not look at
 // the file system.
-func CheckAddress(addr string) (string, error) {
-	p := addr
-	if rest, ok := strings.CutPrefix(p, "unix://"); ok {
-		p = rest
-	} else if i := strings.Index(p, "://"); i >= 0 {
-		return "", fmt.Errorf("%w %q: scheme %q not supported (a unix socket path)", ErrAddress, addr, p[:i])
-	}
-	if p == "" || !filepath.IsAbs(p) {
-		return "", fmt.Errorf("%w %q: not an absolute socket path", ErrAddress, addr)
-	}
-	return filepath.Clean(p), nil
-}
+func CheckAddress(addr string) (string, error) { return engine.SocketPath(addr) }
 
 // Dial prepares a client for the containerd socket at addr. It does not
 // connect: the first call does, bounded by that call's context, through

@@ -18,34 +18,6 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
-func TestCheckAddress(t *testing.T) {
-	for _, tc := range []struct {
-		in, want string
-		bad      bool
-	}{
-		{in: "/run/containerd/containerd.sock", want: "/run/containerd/containerd.sock"},
-		{in: "unix:///run/containerd/containerd.sock", want: "/run/containerd/containerd.sock"},
-		{in: "/run//containerd/", want: "/run/containerd"},
-		{in: "", bad: true},
-		{in: "containerd.sock", bad: true},
-		{in: "tcp://127.0.0.1:1", bad: true},
-		{in: "unix://", bad: true},
-	} {
-		t.Run(tc.in, func(t *testing.T) {
-			got, err := CheckAddress(tc.in)
-			if tc.bad {
-				if !errors.Is(err, ErrAddress) {
-					t.Fatalf("CheckAddress(%q) = %q, %v; want ErrAddress", tc.in, got, err)
-				}
-				return
-			}
-			if err != nil || got != tc.want {
-				t.Fatalf("CheckAddress(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
-			}
-		})
-	}
-}
-
 func TestResolveAddress(t *testing.T) {
 	t.Setenv("CONTAINERD_ADDRESS", "")
 	if got := ResolveAddress(""); got != DefaultAddress {

@@ -53,32 +53,10 @@ func containerdAddress(cfg engine.Config) string {
 	if cfg.ContainerdAddress != "" || os.Getenv("CONTAINERD_ADDRESS") != "" {
 		return ResolveAddress(cfg.ContainerdAddress)
 	}
-	if p, ok := firstExisting(KnownSockets); ok {
+	if p, ok := engine.FirstExisting(KnownSockets); ok {
 		return p
 	}
 	return DefaultAddress
-}
-
-// existing are those of paths that exist.
-func existing(paths []string) []string {
-	var out []string
-	for _, p := range paths {
-		if _, err := os.Lstat(p); err == nil {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// firstExisting is the first of paths that exists (a symlink too: asking
-// it refuses it, loudly, rather than auto quietly skipping it).
-func firstExisting(paths []string) (string, bool) {
-	for _, p := range paths {
-		if _, err := os.Lstat(p); err == nil {
-			return p, true
-		}
-	}
-	return "", false
 }
 
 // CheckSettings refuses a malformed --containerd-address or
@@ -105,7 +83,7 @@ func New(cfg engine.Config) (engine.Engine, error) {
 	}
 	c := &containerd{cfg: cfg, address: p, namespaces: cfg.ContainerdNamespaces}
 	if cfg.ContainerdAddress == "" && os.Getenv("CONTAINERD_ADDRESS") == "" {
-		if found := existing(KnownSockets); len(found) > 1 {
+		if found := engine.Existing(KnownSockets); len(found) > 1 {
 			c.ambiguous = found
 		}
 	}
@@ -131,7 +109,7 @@ func detectContainerd(cfg engine.Config) (string, bool) {
 	if cfg.ContainerdAddress != "" || os.Getenv("CONTAINERD_ADDRESS") != "" {
 		return addr, true
 	}
-	if _, ok := firstExisting(KnownSockets); ok {
+	if _, ok := engine.FirstExisting(KnownSockets); ok {
 		return addr, true
 	}
 	// Not found: say every place looked at (doctor prints it).
@@ -195,19 +173,8 @@ func (c *containerd) Resolve(ctx context.Context, ref string) ([]engine.Match, e
 // Deaths follows containerd's /tasks/exit and /tasks/delete events.
 // containerd replays nothing, so w.Since is not used.
 func (c *containerd) Deaths(ctx context.Context, w engine.DeathWatch) error {
-	var ready chan struct{}
-	if w.Ready != nil {
-		ready = make(chan struct{})
-		done := make(chan struct{})
-		defer close(done)
-		go func() {
-			select {
-			case <-ready:
-				w.Ready()
-			case <-done: // refused before it was in place
-			}
-		}()
-	}
+	ready, done := w.ReadySignal()
+	defer done()
 	cl, err := c.open()
 	if err != nil {
 		return err

@@ -157,8 +157,8 @@ func TestContainerdSocketsOfKubernetesDistributions(t *testing.T) {
 		{"the first that exists", []string{missing, k3s, other}, k3s, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if got, ok := firstExisting(tt.paths); got != tt.want || ok != tt.found {
-				t.Errorf("firstExisting = %q, %v; want %q, %v", got, ok, tt.want, tt.found)
+			if got, ok := engine.FirstExisting(tt.paths); got != tt.want || ok != tt.found {
+				t.Errorf("FirstExisting = %q, %v; want %q, %v", got, ok, tt.want, tt.found)
 			}
 		})
 	}

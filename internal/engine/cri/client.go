@@ -17,8 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -57,7 +55,7 @@ const (
 var Keepalive = keepalive.ClientParameters{Time: 6 * time.Minute, Timeout: 20 * time.Second}
 
 // ErrEndpoint marks an endpoint that cannot be a CRI socket: a usage error.
-var ErrEndpoint = errors.New("bad CRI endpoint")
+var ErrEndpoint = engine.ErrSocketPath
 
 // ErrUnreachable marks a runtime that could not be connected to.
 var ErrUnreachable = errors.New("CRI runtime unreachable")
@@ -107,18 +105,7 @@ func (e Event) Dead() bool {
 // path, optionally written unix:///path (the kubelet's
 // --container-runtime-endpoint spelling). It does not look at the file
 // system.
-func CheckEndpoint(ep string) (string, error) {
-	p := ep
-	if rest, ok := strings.CutPrefix(p, "unix://"); ok {
-		p = rest
-	} else if i := strings.Index(p, "://"); i >= 0 {
-		return "", fmt.Errorf("%w %q: scheme %q not supported (a unix socket path)", ErrEndpoint, ep, p[:i])
-	}
-	if p == "" || !filepath.IsAbs(p) {
-		return "", fmt.Errorf("%w %q: not an absolute socket path", ErrEndpoint, ep)
-	}
-	return filepath.Clean(p), nil
-}
+func CheckEndpoint(ep string) (string, error) { return engine.SocketPath(ep) }
 
 // Client is a connection to one CRI runtime.
 type Client struct {

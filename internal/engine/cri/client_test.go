@@ -16,34 +16,6 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 )
 
-func TestCheckEndpoint(t *testing.T) {
-	for _, tc := range []struct {
-		in, want string
-		bad      bool
-	}{
-		{in: "/run/crio/crio.sock", want: "/run/crio/crio.sock"},
-		{in: "unix:///run/crio/crio.sock", want: "/run/crio/crio.sock"},
-		{in: "unix:///run//crio/../crio/crio.sock", want: "/run/crio/crio.sock"},
-		{in: "", bad: true},
-		{in: "crio.sock", bad: true},
-		{in: "tcp://10.0.0.1:1234", bad: true},
-		{in: "npipe:////./pipe/containerd", bad: true},
-	} {
-		t.Run(tc.in, func(t *testing.T) {
-			got, err := CheckEndpoint(tc.in)
-			if tc.bad {
-				if !errors.Is(err, ErrEndpoint) {
-					t.Fatalf("CheckEndpoint(%q) = %q, %v; want ErrEndpoint", tc.in, got, err)
-				}
-				return
-			}
-			if err != nil || got != tc.want {
-				t.Fatalf("CheckEndpoint(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
-			}
-		})
-	}
-}
-
 func TestVerboseInfo(t *testing.T) {
 	for _, tc := range []struct {
 		name, doc string

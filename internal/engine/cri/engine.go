@@ -37,7 +37,7 @@ func criEndpoint(cfg engine.Config) string {
 	if cfg.CRIEndpoint != "" {
 		return cfg.CRIEndpoint
 	}
-	if p, ok := firstExisting(append([]string{CRIOSocket}, containerd.KnownSockets...)); ok {
+	if p, ok := engine.FirstExisting(append([]string{CRIOSocket}, containerd.KnownSockets...)); ok {
 		return p
 	}
 	return CRIOSocket
@@ -187,19 +187,8 @@ func (e *criEngine) Deaths(ctx context.Context, w engine.DeathWatch) error {
 		return err
 	}
 	defer cl.Close()
-	var ready chan struct{}
-	if w.Ready != nil {
-		ready = make(chan struct{})
-		done := make(chan struct{})
-		defer close(done)
-		go func() {
-			select {
-			case <-ready:
-				w.Ready()
-			case <-done:
-			}
-		}()
-	}
+	ready, done := w.ReadySignal()
+	defer done()
 	err = cl.Events(ctx, ready, func(ev Event) {
 		if !ev.Dead() || !containerid.Valid(ev.ID) {
 			return
@@ -214,15 +203,4 @@ func (e *criEngine) Deaths(ctx context.Context, w engine.DeathWatch) error {
 		return fmt.Errorf("%w: the CRI runtime at %s does not serve GetContainerEvents", engine.ErrNoEvents, e.endpoint)
 	}
 	return err
-}
-
-// firstExisting is the first of paths that exists (a symlink too: asking
-// it refuses it, loudly).
-func firstExisting(paths []string) (string, bool) {
-	for _, p := range paths {
-		if _, err := os.Lstat(p); err == nil {
-			return p, true
-		}
-	}
-	return "", false
 }

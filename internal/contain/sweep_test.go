@@ -15,6 +15,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 // forkLoop: each generation starts the next in a session of its own and
@@ -90,23 +91,6 @@ func cgroupProcs(t *testing.T, c *Cgroup) []int {
 	return out
 }
 
-// running lists live processes whose command line contains s.
-func running(s string) []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		id, err := fingerprint.Read("/proc", pid)
-		if err == nil && !id.Zombie() && strings.Contains(strings.Join(id.Argv, " "), s) {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
 func within(d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
 	for !cond() {
@@ -153,11 +137,11 @@ func TestSweepForkLoop(t *testing.T) {
 			if _, err := os.Lstat(filepath.Join(c.Mount, c.Path)); !os.IsNotExist(err) || c.Exists() {
 				t.Errorf("the cgroup is still there: %v", err)
 			}
-			if left := running(script); len(left) > 0 {
+			if left := proc.Running(script); len(left) > 0 {
 				t.Errorf("the fork loop lives on: %v", left)
 			}
-			if within(200*time.Millisecond, func() bool { return len(running(script)) > 0 }) {
-				t.Errorf("the fork loop came back: %v", running(script))
+			if within(200*time.Millisecond, func() bool { return len(proc.Running(script)) > 0 }) {
+				t.Errorf("the fork loop came back: %v", proc.Running(script))
 			}
 			if err := bystander.Process.Signal(syscall.Signal(0)); err != nil {
 				t.Errorf("a same-UID process outside the cgroup was killed: %v", err)

@@ -3,8 +3,6 @@ package supervise_test
 import (
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +10,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/contain"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 	"github.com/kc-watchman/kc-watchman/internal/testutil/supervise"
 )
 
@@ -26,23 +25,6 @@ n=$1
 [ $((n % 25)) -eq 0 ] && setsid /bin/sh "$0" kernel &
 setsid /bin/sh "$0" $((n+1)) &
 `
-
-// running lists live processes whose command line contains s.
-func running(s string) []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		id, err := fingerprint.Read("/proc", pid)
-		if err == nil && !id.Zombie() && strings.Contains(strings.Join(id.Argv, " "), s) {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
 
 // TestContainedForkLoopDiesWithInit: a supervised tree whose kernel runs
 // a fork loop of new sessions (each generation orphaned at once) dies
@@ -62,7 +44,7 @@ func TestContainedForkLoopDiesWithInit(t *testing.T) {
 	// of kills misses the children born meanwhile.
 	t.Cleanup(func() {
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-			left := running(script)
+			left := proc.Running(script)
 			if len(left) == 0 {
 				return
 			}
@@ -74,7 +56,7 @@ func TestContainedForkLoopDiesWithInit(t *testing.T) {
 	// Each generation lives a moment: several seen, one after the other.
 	seen := map[int]bool{}
 	supervisetest.Eventually(t, 10*time.Second, "the fork loop running", func() bool {
-		for _, p := range running(script) {
+		for _, p := range proc.Running(script) {
 			seen[p] = true
 		}
 		return len(seen) >= 5
@@ -86,7 +68,7 @@ func TestContainedForkLoopDiesWithInit(t *testing.T) {
 	if code := w.exitCode(t, 30*time.Second); code != 0 {
 		t.Errorf("wrapper exit code %d:\n%s", code, w.logText())
 	}
-	if left := running(script); len(left) > 0 {
+	if left := proc.Running(script); len(left) > 0 {
 		t.Errorf("the fork loop lives on after the teardown: %v\n%s", left, w.logText())
 	}
 	if cg := filepath.Join(cgroup2Mount(), "kc-watchman", cid); exists(cg) {

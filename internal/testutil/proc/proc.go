@@ -302,3 +302,21 @@ func Dead(pid int) bool {
 	st, err := fingerprint.ReadStat("/proc", pid)
 	return err != nil || st.Zombie()
 }
+
+// Running lists the live processes whose command line contains s: what a
+// test started by a script path of its own, however often it forked.
+func Running(s string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		id, err := fingerprint.Read("/proc", pid)
+		if err == nil && !id.Zombie() && strings.Contains(strings.Join(id.Argv, " "), s) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}

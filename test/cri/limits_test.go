@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,6 +44,19 @@ func TestBaseSpecKeepsContainerdLimits(t *testing.T) {
 	// base spec naming it.
 	run(t, janitor, "install-hook", "--from", hook, "--to", dir,
 		"--base-spec", "../../contrib/containerd/base-runtime-spec.json", "--base-spec-out", specOut)
+	// The hook the spec names records into this test's state dir, never
+	// the host's default.
+	spec, err := os.ReadFile(specOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec = []byte(strings.ReplaceAll(string(spec), `"env": [`, `"env": ["KC_STATE_DIR=`+t.TempDir()+`", `))
+	if !strings.Contains(string(spec), "KC_STATE_DIR=") {
+		t.Fatal("install-hook's spec has no env list to add the state dir to")
+	}
+	if err := os.WriteFile(specOut, spec, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	sock := criContainerd(t, specOut, `[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.plain]
   runtime_type = "io.containerd.runc.v2"
 `)

@@ -45,6 +45,7 @@ var malformed = map[string][]string{
 	"engine":               {"dokcer", "auto,docker", ",", "lxc"},
 	"docker-url":           {"ftp://host", ":::", "unix://", "tcp://", "ssh://host"},
 	"containerd-address":   {"relative.sock", "unix://", "tcp://127.0.0.1:1"},
+	"cri-endpoint":         {"relative.sock", "unix://", "tcp://127.0.0.1:1", "npipe:////./pipe/cri"},
 	"containerd-namespace": {"bad ns", "../x", "-x"},
 	"state-dir":            {""},
 	"supervisor-comm":      {"", ",", "sixteen-chars-xx"},

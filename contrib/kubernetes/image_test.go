@@ -168,18 +168,17 @@ func TestImageJanitor(t *testing.T) {
 	if code, err := e.Podman("inspect", "-f", "{{.State.ExitCode}}", id); err != nil || code != "143" {
 		t.Errorf("exit %q (%v) after SIGTERM, want 143", code, err)
 	}
+	// The same image (one build per test run: each takes most of a
+	// minute here).
+	t.Run("reaps a dead container's tree", func(t *testing.T) { reapsDeadTree(t, e, image, addr) })
 }
 
-// TestImageJanitorReapsDeadTree: the image's janitor, run as the
-// DaemonSet runs it, reports the tree of a containerd container that was
-// removed as would-reap in audit mode, and reaps it with
-// KC_RECONCILE_APPLY=1. Its reconcile is scoped to that container
+// reapsDeadTree: the image's janitor, run as the DaemonSet runs it,
+// reports the tree of a containerd container that was removed as
+// would-reap in audit mode, and reaps it with KC_RECONCILE_APPLY=1. Its reconcile is scoped to that container
 // (KC_RECONCILE_CONTAINERS) and a supervisor name of this test's own:
 // other tests' trees on this machine are never its to reap.
-func TestImageJanitorReapsDeadTree(t *testing.T) {
-	addr := containerdtest.Address(t)
-	e := podmantest.New(t)
-	image, _ := buildImage(t, e)
+func reapsDeadTree(t *testing.T, e *podmantest.Env, image, addr string) {
 	var b [32]byte
 	rand.Read(b[:])
 	dead := hex.EncodeToString(b[:])

@@ -136,7 +136,8 @@ func deathsHandled(t *testing.T, path, engine string) float64 {
 // TestWatchDockerDeathEvents: with --interval 1h, watch reaps the tree of a
 // container killed with `docker kill` from its "die" event alone, and the
 // tree of a container that keeps running is not touched. A dry run only
-// logs would-reap; --no-events leaves the tree for the next round.
+// logs would-reap; --no-events --no-pidfd leaves the tree for the next
+// round (--no-events alone still sees the death through the init's pidfd).
 func TestWatchDockerDeathEvents(t *testing.T) {
 	dt := dockertest.Need(t)
 	const comm = "kcsrv-e2e-wdk"
@@ -203,7 +204,7 @@ func TestWatchDockerDeathEvents(t *testing.T) {
 		victim := dt.Run(t, nil)
 		_, tree := startTree(t, t.TempDir(), victim, testutil.Fake{Comm: comm})
 		dry := startWatch(t, append(engine, "--container", victim)...)
-		noEvents := startWatch(t, append(engine, "--reconcile-apply", "--no-events", "--container", victim)...)
+		noEvents := startWatch(t, append(engine, "--reconcile-apply", "--no-events", "--no-pidfd", "--container", victim)...)
 		dry.waitReady(t, "docker")
 		noEvents.waitLine(t, map[string]any{"msg": "reconcile", "step": "reconcile"})
 
@@ -218,7 +219,7 @@ func TestWatchDockerDeathEvents(t *testing.T) {
 			t.Error("the dry run did not log the would-reap tree")
 		}
 		if len(aliveOf(tree)) != len(tree) {
-			t.Fatal("a tree was reaped without --reconcile-apply, or by a watch with --no-events")
+			t.Fatal("a tree was reaped without --reconcile-apply, or by a watch with --no-events --no-pidfd")
 		}
 		if n := len(noEvents.lines(map[string]any{"msg": "following container deaths"})); n != 0 {
 			t.Errorf("--no-events followed deaths (%d lines)", n)

@@ -2,6 +2,7 @@ package contain
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -215,5 +216,42 @@ func TestSweepRefusesTheCaller(t *testing.T) {
 	}
 	if res := Sweep(context.Background(), c, SweepOptions{}); res.Outcome != action.SkipForeign {
 		t.Errorf("sweep = %+v, want refused", res)
+	}
+}
+
+// TestSweepWithholdsAnotherContainersProcess: a process of the tree's
+// own UID in the cgroup whose argv carries another container's ID (a
+// kernel that ran `podman run`, its conmon moved in by hand) is reported,
+// never signalled, and the cgroup is kept; the tree's own process dies.
+func TestSweepWithholdsAnotherContainersProcess(t *testing.T) {
+	c := contained(t, KindCgroup2)
+	mine := startIn(t, c, "sleep", "1000000")
+	// A shell that stops itself and so stays, childless, carrying the
+	// other ID in its argv.
+	other := startIn(t, c, "/bin/sh", "-c", "kill -STOP $$", "kc", newID(t))
+	if !within(5*time.Second, func() bool {
+		id, err := fingerprint.Read("/proc", mine.Process.Pid)
+		st, err2 := os.ReadFile(fmt.Sprintf("/proc/%d/stat", other.Process.Pid))
+		return err == nil && id.Comm == "sleep" && err2 == nil && strings.Contains(string(st), ") T ")
+	}) {
+		t.Fatal("the processes did not start")
+	}
+
+	res := Sweep(context.Background(), c, SweepOptions{KillWait: 300 * time.Millisecond})
+	if res.Removed || res.Method != "pidfd" {
+		t.Errorf("sweep = %+v, want pidfds only and the cgroup kept", res)
+	}
+	if len(res.Withheld) != 1 || res.Withheld[0].PID != other.Process.Pid {
+		t.Errorf("withheld %+v, want the other container's %d", res.Withheld, other.Process.Pid)
+	}
+	if err := other.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("the other container's process was signalled: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { mine.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Error("the tree's own process lives")
 	}
 }

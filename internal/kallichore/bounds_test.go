@@ -98,6 +98,15 @@ func TestBudget(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { _, err := c.Status(context.Background(), slow); done <- err }()
 	<-started
+	// The server having written is not the client holding its share:
+	// wait until the slow read has taken its bytes of the budget.
+	for deadline := time.Now().Add(5 * time.Second); c.Budget.sem.TryAcquire(c.Budget.size); {
+		c.Budget.sem.Release(c.Budget.size)
+		if time.Now().After(deadline) {
+			t.Fatal("the slow read never took its share of the budget")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	// The quick answer is chunked: it weighs the whole /status cap, more
 	// than the 64 KiB budget, so it must wait for all of it.
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)

@@ -3,6 +3,7 @@ package supervise_test
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,5 +100,32 @@ func killAll(pids []int) {
 		if st, err := fingerprint.ReadStat("/proc", p); err == nil {
 			supervisetest.KillProcess(st)
 		}
+	}
+}
+
+// TestGivingUpRemovesCgroup: a command that keeps exiting spends its
+// restarts, and the wrapper that gives up removes the cgroup it made for
+// it (it used to keep it for a restart that never came).
+func TestGivingUpRemovesCgroup(t *testing.T) {
+	if h := contain.Detect(contain.Options{}); h.Kind != contain.KindCgroup2 {
+		t.Skipf("containment here is %s (%s)", h, h.Why)
+	}
+	_, init := supervisetest.Process(t, "sleep", "1000000")
+	for _, tc := range []struct{ name, restarts string }{
+		{"no restart", "--max-restarts=0"},
+		{"after one restart", "--max-restarts=1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := startWrapper(t, init, []string{tc.restarts, "--restart-delay=10ms"}, "/bin/sh", "-c", "exit 3")
+			if code := w.exitCode(t, 30*time.Second); code == 0 {
+				t.Errorf("wrapper exit code 0, want the give-up's:\n%s", w.logText())
+			}
+			if !strings.Contains(w.logText(), "giving up") {
+				t.Fatalf("the wrapper did not give up:\n%s", w.logText())
+			}
+			if cg := filepath.Join(cgroup2Mount(), "kc-watchman", cid); exists(cg) {
+				t.Errorf("the cgroup %s is still there after the wrapper gave up:\n%s", cg, w.logText())
+			}
+		})
 	}
 }

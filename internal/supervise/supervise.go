@@ -193,6 +193,9 @@ func Run(ctx context.Context, o Options) error {
 		c, err := r.startChild()
 		if err != nil {
 			r.log.Error("command did not start", "argv0", o.Command[0], "err", err)
+			if r.givesUp(restarts, ran) {
+				r.sweep(false) // the cgroup made for it
+			}
 		} else {
 			r.child = c
 			r.log.Info("command started", "pid", c.pid, "argv0", o.Command[0], "restart", restarts)
@@ -204,19 +207,21 @@ func Run(ctx context.Context, o Options) error {
 			ran = time.Since(c.started)
 			// Whatever the command left in the group goes before the next
 			// start, while its unreaped zombie still pins its own group.
+			// The cgroup is kept for that start, and removed when none
+			// follows.
 			left := r.stopGroup()
-			r.sweep(true)
+			r.sweep(!r.givesUp(restarts, ran))
 			st := c.reap()
 			r.child = nil
 			r.log.Warn("command exited", "pid", c.pid, "status", st.String(), "ran", ran.Round(time.Millisecond).String(), "left_alive", len(left))
 		}
-		if ran >= o.StableAfter {
-			restarts = 0
-		}
-		if restarts >= o.MaxRestarts {
+		if r.givesUp(restarts, ran) {
 			r.log.Error("giving up: the command keeps exiting", "restarts", restarts, "max_restarts", o.MaxRestarts)
 			r.recordOutcome(action.Gone, "")
 			return ErrGaveUp
+		}
+		if ran >= o.StableAfter {
+			restarts = 0
 		}
 		delay := Backoff(o.RestartDelay, o.MaxRestartDelay, restarts)
 		restarts++
@@ -232,6 +237,15 @@ func Run(ctx context.Context, o Options) error {
 			return r.shutdown("stop signal")
 		}
 	}
+}
+
+// givesUp: no restart follows a run of ran after restarts restarts (a
+// stable run starts the count afresh).
+func (r *runner) givesUp(restarts int, ran time.Duration) bool {
+	if ran >= r.o.StableAfter {
+		restarts = 0
+	}
+	return restarts >= r.o.MaxRestarts
 }
 
 type runner struct {

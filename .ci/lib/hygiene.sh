@@ -6,7 +6,9 @@
 #     not the sleep it forked, a supervisor nobody reaped);
 #   - entries of /tmp (t.TempDir dirs remade after their removal, build
 #     dirs, kc-<pid>.sock sockets of killed supervisors);
-#   - /run/kc-watchman (the production state dir: tests use their own).
+#   - /run/kc-watchman (the production state dir: tests use their own);
+#   - kc-watchman/<id> cgroups (a supervisor's, left by a wrapper that
+#     never tore down and by no sweep after it).
 #
 #   source .ci/lib/hygiene.sh
 #   hygiene_snapshot DIR/before       # before the tests
@@ -45,6 +47,17 @@ hygiene_procs() {
 	done | sort
 }
 
+# hygiene_cgroups prints the kc-watchman/<id> cgroups on each hierarchy.
+hygiene_cgroups() {
+	local m d
+	for m in /sys/fs/cgroup /sys/fs/cgroup/unified /sys/fs/cgroup/freezer; do
+		for d in "$m"/kc-watchman/*/; do
+			[ -d "$d" ] && echo "${d%/}"
+		done
+	done
+	return 0
+}
+
 # hygiene_snapshot DIR writes the snapshot files into DIR.
 hygiene_snapshot() {
 	local dir=$1
@@ -57,6 +70,7 @@ hygiene_snapshot() {
 	read -r up _ </proc/uptime
 	echo $((${up%.*} * $(getconf CLK_TCK))) >"$dir/since"
 	ls -A /tmp | sort >"$dir/tmp"
+	hygiene_cgroups | sort >"$dir/cgroups"
 	if [ -d "$HYGIENE_RUN_DIR" ]; then
 		{ echo "$HYGIENE_RUN_DIR"; find "$HYGIENE_RUN_DIR" -mindepth 1 2>/dev/null; } | sort >"$dir/run"
 	else
@@ -114,13 +128,16 @@ hygiene_check() {
 		esac
 		left+=("  /tmp/$e ($what)")
 	done < <(hygiene_new "$before/tmp" "$after/tmp")
+	while IFS= read -r e; do
+		left+=("  cgroup $e ($(wc -l <"$e/cgroup.procs" 2>/dev/null || echo '?') processes)")
+	done < <(hygiene_new "$before/cgroups" "$after/cgroups")
 	if [ ! -s "$before/run" ] && [ -s "$after/run" ]; then
 		left+=("  $HYGIENE_RUN_DIR (created by the tests; $(($(wc -l <"$after/run") - 1)) entries)")
 	else
 		while IFS= read -r e; do left+=("  $e (new in $HYGIENE_RUN_DIR)"); done < <(hygiene_new "$before/run" "$after/run")
 	fi
 	if [ ${#left[@]} -eq 0 ]; then
-		echo "hygiene: the tests left nothing behind (orphaned processes, /tmp entries, $HYGIENE_RUN_DIR)"
+		echo "hygiene: the tests left nothing behind (orphaned processes, /tmp entries, $HYGIENE_RUN_DIR, cgroups)"
 		printf 'clean\n' >"$after/verdict"
 		return 0
 	fi

@@ -31,6 +31,10 @@ type SweepOptions struct {
 	// Keep leaves the emptied cgroup in place (a supervisor about to be
 	// restarted into it).
 	Keep bool
+	// BornBefore, when set, withholds every process that started after
+	// it (in /proc's start ticks): a sweep decided on an earlier look at
+	// the host spares what a restart of the container put in since.
+	BornBefore uint64
 }
 
 func (o SweepOptions) withDefaults() SweepOptions {
@@ -232,7 +236,8 @@ func (c *Cgroup) kill(fd int, opt SweepOptions, res *SweepResult) {
 			case err != nil:
 				withheld = append(withheld, fingerprint.Identity{Stat: fingerprint.Stat{PID: pid}})
 			case id.Zombie():
-			case pid == os.Getpid() || pid <= 1 || !rules.Member(id):
+			case pid == os.Getpid() || pid <= 1 || !rules.Member(id),
+				opt.BornBefore > 0 && id.StartTicks > opt.BornBefore:
 				withheld = append(withheld, id)
 			default:
 				allowed = append(allowed, id.Stat)

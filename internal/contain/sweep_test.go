@@ -255,3 +255,43 @@ func TestSweepWithholdsAnotherContainersProcess(t *testing.T) {
 		t.Error("the tree's own process lives")
 	}
 }
+
+// TestSweepWithholdsTheNewborn: with BornBefore, a process that started
+// after it (a restarted container's supervisor, put in the same cgroup
+// after the sweep was decided) is withheld, and the older one killed.
+func TestSweepWithholdsTheNewborn(t *testing.T) {
+	c := contained(t, KindCgroup2)
+	old := startIn(t, c, "sleep", "1000000")
+	var oldStat fingerprint.Stat
+	if !within(5*time.Second, func() bool {
+		st, err := fingerprint.ReadStat("/proc", old.Process.Pid)
+		oldStat = st
+		return err == nil && st.Comm == "sleep"
+	}) {
+		t.Fatal("the first process did not start")
+	}
+	// Start ticks count in hundredths: the newborn must be a tick younger.
+	var young *exec.Cmd
+	if !within(5*time.Second, func() bool {
+		if young != nil {
+			young.Process.Kill()
+			young.Wait()
+		}
+		young = startIn(t, c, "sleep", "1000000")
+		st, err := fingerprint.ReadStat("/proc", young.Process.Pid)
+		return err == nil && st.StartTicks > oldStat.StartTicks
+	}) {
+		t.Fatal("no process younger than the first by a tick")
+	}
+
+	res := Sweep(context.Background(), c, SweepOptions{KillWait: 300 * time.Millisecond, BornBefore: oldStat.StartTicks})
+	if len(res.Withheld) != 1 || res.Withheld[0].PID != young.Process.Pid {
+		t.Errorf("withheld %+v, want the newborn %d", res.Withheld, young.Process.Pid)
+	}
+	if len(res.Killed) != 1 || res.Killed[0].PID != old.Process.Pid {
+		t.Errorf("killed %+v, want the old %d", res.Killed, old.Process.Pid)
+	}
+	if err := young.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("the newborn was signalled: %v", err)
+	}
+}

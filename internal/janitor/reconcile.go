@@ -129,8 +129,14 @@ func LogReconcile(ctx context.Context, log *slog.Logger, rep reconcile.Report) {
 		"would_not_die", rep.Count(action.WouldNotDie), "ledger_collected", rep.LedgerCollected)
 }
 
-// logTrees writes one line per tree that would be reaped or would not die.
+// logTrees writes one line per tree (and cgroup) that would be reaped or
+// would not die.
 func logTrees(ctx context.Context, log *slog.Logger, rep reconcile.Report) {
+	for _, c := range rep.Cgroups {
+		if c.Outcome == action.WouldReap {
+			log.Info("[DRY-RUN] would sweep the cgroup of a gone container", "container", c.ContainerID, "cgroup", c.Path, "action", c.Outcome)
+		}
+	}
 	for _, t := range rep.Trees {
 		if t.Action != action.WouldReap && t.Action != action.WouldNotDie {
 			continue
@@ -184,6 +190,7 @@ func (rep Report) Text(w io.Writer) {
 		truth = []string{rep.Source}
 	}
 	fmt.Fprintf(w, "ground truth: %s; mode: %s\n", strings.Join(truth, ", "), mode)
+	defer rep.cgroupsText(w)
 	if len(rep.Trees) == 0 {
 		fmt.Fprintln(w, "no supervisor trees found")
 		return
@@ -214,5 +221,19 @@ func (rep Report) Text(w io.Writer) {
 		fmt.Fprintf(w, "nothing was reaped: %s\n", rep.Refused)
 	case n > 0:
 		fmt.Fprintf(w, "%d stray tree(s) would be reaped; run with --apply to reap them\n", n)
+	}
+}
+
+// cgroupsText writes a line per supervisor cgroup swept, or that would be.
+func (rep Report) cgroupsText(w io.Writer) {
+	for _, c := range rep.Cgroups {
+		line := fmt.Sprintf("cgroup %s: %s", c.Path, c.Outcome)
+		if len(c.Withheld) > 0 {
+			line += fmt.Sprintf(", %d process(es) withheld", len(c.Withheld))
+		}
+		if c.Error != "" {
+			line += ": " + c.Error
+		}
+		fmt.Fprintln(w, line)
 	}
 }

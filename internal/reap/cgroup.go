@@ -9,21 +9,22 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 )
 
-// sweep reaps what is left in the cgroup the container's record names
-// (DESIGN "Descendants that leave the group"), once: a cgroup already
-// removed is not looked at again. The record's path is trusted only as
-// far as contain.FromRecord validates it (kc-watchman's own places, no
-// "..", no symlinks); a refused one is recorded as such and never
-// touched. Nil when the record names none.
-func sweep(ctx context.Context, opt Options, log *slog.Logger, id string) *ledger.Cgroup {
-	if opt.Store == nil {
+// sweep reaps what is left in the container's supervisor cgroup (DESIGN
+// "Descendants that leave the group"), once: a cgroup already removed is
+// not looked at again. The cgroup is the one the container's record
+// names, trusted only as far as contain.FromRecord validates it
+// (kc-watchman's own places, no "..", no symlinks; a refused one is
+// recorded as such and never touched); else, with listed, the
+// kc-watchman/<id> found on cgroupfs (a supervisor started by hand, or
+// whose wrapper had no ledger). Nil when there is none.
+func sweep(ctx context.Context, opt Options, log *slog.Logger, id string, listed bool) *ledger.Cgroup {
+	lc, ok := recorded(opt, id)
+	if !ok && listed {
+		lc, ok = found(opt, log, id)
+	}
+	if !ok {
 		return nil
 	}
-	rec, err := opt.Store.Load(id)
-	if err != nil || rec.Cgroup == nil || rec.Cgroup.Removed || !opt.Store.Current(rec) {
-		return nil
-	}
-	lc := *rec.Cgroup
 	cg, err := contain.FromRecord(lc, id, opt.Contain)
 	if err != nil {
 		log.Warn("[REAP] recorded cgroup refused", "container", id, "kind", lc.Kind, "path", lc.Path, "err", err)
@@ -41,4 +42,31 @@ func sweep(ctx context.Context, opt Options, log *slog.Logger, id string) *ledge
 		log.Info("[REAP] contained cgroup", args...)
 	}
 	return &out
+}
+
+// recorded is the cgroup the container's current record names, if not
+// removed yet.
+func recorded(opt Options, id string) (ledger.Cgroup, bool) {
+	if opt.Store == nil {
+		return ledger.Cgroup{}, false
+	}
+	rec, err := opt.Store.Load(id)
+	if err != nil || rec.Cgroup == nil || rec.Cgroup.Removed || !opt.Store.Current(rec) {
+		return ledger.Cgroup{}, false
+	}
+	return *rec.Cgroup, true
+}
+
+// found is the container's kc-watchman/<id> on cgroupfs, if there is one.
+func found(opt Options, log *slog.Logger, id string) (ledger.Cgroup, bool) {
+	ls, err := contain.List(opt.Contain)
+	if err != nil {
+		log.Warn("could not list kc-watchman's cgroups", "err", err)
+	}
+	for _, l := range ls {
+		if l.ContainerID == id {
+			return l.Record, true
+		}
+	}
+	return ledger.Cgroup{}, false
 }

@@ -73,7 +73,9 @@ func sleepers(args ...string) map[string]fingerprint.Stat {
 // was reparented to PID 1 before any scan. The poststop's one reap path
 // kills the group, then sweeps the cgroup its record names: all three
 // die, the cgroup is removed and recorded so, and a same-UID process
-// outside lives. Before the sweep, the daemon lived on.
+// outside lives. Before the sweep, the daemon lived on. Without a record
+// of the cgroup (a supervisor started by hand, without a ledger), the
+// poststop finds kc-watchman/<id> itself.
 func TestRunSweepsTheRecordedCgroup(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
@@ -82,6 +84,18 @@ func TestRunSweepsTheRecordedCgroup(t *testing.T) {
 	if h.Kind != contain.KindCgroup2 {
 		t.Skipf("no cgroup v2 here: %s", h.Why)
 	}
+	for _, tc := range []struct {
+		name     string
+		recorded bool
+	}{
+		{"named by the record", true},
+		{"found on cgroupfs", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) { sweepsContainedTree(t, h, tc.recorded) })
+	}
+}
+
+func sweepsContainedTree(t *testing.T, h contain.Host, recorded bool) {
 	id := randomID(t)
 	cg, err := contain.Prepare(context.Background(), h, id, os.Getuid())
 	if err != nil {
@@ -92,7 +106,13 @@ func TestRunSweepsTheRecordedCgroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := store.Update(id, func(r *ledger.Record) error { lc := cg.Record(); r.Cgroup = &lc; return nil }); err != nil {
+	if err := store.Update(id, func(r *ledger.Record) error {
+		if recorded {
+			lc := cg.Record()
+			r.Cgroup = &lc
+		}
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -128,12 +128,15 @@ func Run(ctx context.Context, opt Options, c Container) Result {
 	}
 
 	var wg sync.WaitGroup
+	signalled, refused := false, false
 	for i, t := range c.Trees {
 		snap := &res.Trees[i]
 		if snap.Action != "" {
 			log.Info("not signalling tree", "pgid", t.PGID, "reason", snap.Action, "container_ids", t.ContainerIDs)
+			refused = true
 			continue
 		}
+		signalled = true
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -143,8 +146,13 @@ func Run(ctx context.Context, opt Options, c Container) Result {
 	wg.Wait()
 
 	// After the groups' polite stop, what is left in the supervisor's
-	// cgroup: a daemon, a setsid child's fork loop.
-	res.Cgroup = sweep(ctx, opt, log, c.ID)
+	// cgroup: a daemon, a setsid child's fork loop. Not when a tree was
+	// refused: the cgroup may hold it. A cgroup no record names is looked
+	// for only when the container is known to be gone: a tree of it
+	// reaped, or the hook's poststop.
+	if !refused {
+		res.Cgroup = sweep(ctx, opt, log, c.ID, c.All || signalled)
+	}
 	res.Outcome = summary(res.Trees)
 	if res.Cgroup != nil {
 		switch {

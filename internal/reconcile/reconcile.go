@@ -145,7 +145,8 @@ type Report struct {
 	DryRun        bool   `json:"dry_run"`
 	Trees         []Tree `json:"trees"`
 	// Cgroups are the supervisors' cgroups swept with their containers'
-	// trees (apply only).
+	// trees, and those of gone containers nothing else swept (a dry run
+	// lists these as would-reap).
 	Cgroups []Cgroup `json:"cgroups,omitempty"`
 	// LedgerCollected counts ledger records garbage-collected (apply only).
 	LedgerCollected int `json:"ledger_collected"`
@@ -229,6 +230,11 @@ type Scanned struct {
 	snap *proctable.Listing
 	// scanned is when the scan ended: the trees' ages are as of then.
 	scanned time.Time
+	// cgroups are kc-watchman's cgroups on cgroupfs, listed with the scan
+	// (before the engines are asked, as the trees are).
+	cgroups []contain.Listed
+	// bootTicks is the scan's end in /proc's start ticks.
+	bootTicks uint64
 }
 
 // Scan reads the ledger and scans /proc. It changes nothing. Scanning
@@ -259,10 +265,14 @@ func Scan(opt Options) (*Scanned, error) {
 	}
 	found, stats, snap, err := trees.ScanSnapshot(trees.Options{Root: opt.Root, Comms: opt.Comms, Known: known, Full: opt.FullScan, Lister: opt.Lister, Watch: corroborate.Watch})
 	sc.scanned = time.Now()
+	sc.bootTicks = bootTicks()
 	if err != nil {
 		return nil, fmt.Errorf("scanning processes: %w", err)
 	}
 	sc.snap = snap
+	if sc.cgroups, err = contain.List(opt.Contain); err != nil {
+		log.Warn("could not list kc-watchman's cgroups", "err", err)
+	}
 	log.Debug("scanned", "processes", stats.Processes, "groups", stats.Groups, "trees", len(found), "lister", stats.Lister, "lister_fallback", stats.ListerFallback, "duration", stats.Duration)
 	sc.found = found
 	return sc, nil
@@ -324,8 +334,12 @@ func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 			return rep, nil
 		}
 		rep.Cgroups, rep.Unrecorded = reapStrays(ctx, opt, log, rep.Trees)
+		sc.sweepLeftCgroups(ctx, &rep, live)
 		rep.LedgerCollected = collect(opt, log, records, live, contradicted(rep.Trees), opt.MinAge)
-	} else if opt.LedgerRetention >= 0 {
+	} else {
+		sc.sweepLeftCgroups(ctx, &rep, live)
+	}
+	if !opt.Apply && opt.LedgerRetention >= 0 {
 		// Only files in the ledger go; nothing is signalled.
 		keep := opt.LedgerRetention
 		if keep == 0 {

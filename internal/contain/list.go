@@ -1,0 +1,93 @@
+package contain
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/containerid"
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
+)
+
+// Listed is a kc-watchman/<id> cgroup found on the host's cgroupfs.
+type Listed struct {
+	ContainerID string
+	// Record names it as the ledger would (FromRecord takes it); UID is
+	// the directory's owner, the wrapper that made it.
+	Record ledger.Cgroup
+	// Changed is the directory's last change: its creation, for a cgroup
+	// nobody writes into.
+	Changed time.Time
+}
+
+// maxListed bounds one listing: kc-watchman/ is root's, so only root
+// fills it, but a run's memory never depends on a directory's size.
+const maxListed = 16384
+
+// List finds the kc-watchman/<id> cgroups on this host's cgroup v2 and
+// v1 freezer hierarchies: one directory read each. A wrapper killed
+// before its teardown (reaped by poststop or reconcile where no ledger
+// names its cgroup) leaves one behind. systemd scopes are not listed:
+// systemd removes a scope once it is empty.
+func List(opt Options) ([]Listed, error) {
+	opt = opt.withDefaults()
+	ms, err := readMounts(opt.Proc)
+	if err != nil {
+		return nil, fmt.Errorf("reading the mount table: %w", err)
+	}
+	var out []Listed
+	var errs []error
+	for _, kind := range []Kind{KindCgroup2, KindFreezer} {
+		mnt := ms.mountOf(kind)
+		if mnt == "" {
+			continue
+		}
+		l, err := listIn(mnt, kind)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		out = append(out, l...)
+	}
+	return out, errors.Join(errs...)
+}
+
+func listIn(mnt string, kind Kind) ([]Listed, error) {
+	mfd, err := openMount(mnt, kind)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(mfd)
+	pfd, err := openDirAt(mfd, Dir, kind)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s/%s: %w", mnt, Dir, err)
+	}
+	// The fd is the directory checked above, whatever replaces the path.
+	dir := os.NewFile(uintptr(pfd), mnt+"/"+Dir)
+	defer dir.Close()
+	names, err := dir.Readdirnames(maxListed)
+	if err != nil && len(names) == 0 {
+		return nil, nil // empty (io.EOF), or unreadable: nothing to list
+	}
+	var out []Listed
+	for _, n := range names {
+		if !containerid.Valid(n) {
+			continue
+		}
+		var st unix.Stat_t
+		if err := unix.Fstatat(pfd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			continue
+		}
+		out = append(out, Listed{
+			ContainerID: n,
+			Record:      ledger.Cgroup{Kind: string(kind), Path: Dir + "/" + n, UID: int(st.Uid)},
+			Changed:     time.Unix(st.Mtim.Unix()),
+		})
+	}
+	return out, nil
+}

@@ -11,6 +11,8 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/cull"
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
 	"github.com/kc-watchman/kc-watchman/internal/metrics"
+	"github.com/kc-watchman/kc-watchman/internal/proctable"
+	"github.com/kc-watchman/kc-watchman/internal/proctable/taskiter"
 	"github.com/kc-watchman/kc-watchman/internal/sweep"
 )
 
@@ -54,6 +56,17 @@ func (w *Watch) Once(ctx context.Context, log *slog.Logger) int {
 // when the engines to follow cannot be built.
 func (w *Watch) Run(ctx context.Context, stopping <-chan struct{}, log *slog.Logger) error {
 	w.serial = &sync.Mutex{}
+	if w.Reconcile.Lister != proctable.ListProc && w.Reconcile.Program == nil {
+		// One load of the iterator program for every decision: at a
+		// death, the BTF read and the verifier would be most of a small
+		// host's scan.
+		if p, err := taskiter.Load(); err == nil {
+			w.Reconcile.Program = p
+			defer p.Close()
+		} else {
+			log.Debug("task iterator not loaded once; each scan tries its own", "err", err)
+		}
+	}
 	round := func(ctx context.Context) int { return w.round(ctx, log) }
 	stopEvents := func() {}
 	if w.Events || w.Pidfd {

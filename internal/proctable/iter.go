@@ -27,7 +27,11 @@ func listBPF(opt Options) (*Listing, error) {
 	defer r.Close()
 	l := &Listing{Lister: "bpf", root: opt.Root, named: opt.Named, watch: opt.Watch, Starts: []uint64{}, PPIDs: []int32{}, UIDs: []int32{}}
 	tasks, sawInit := 0, false
-	census, err := taskiter.Each(func(t *taskiter.Task) {
+	each := taskiter.Each
+	if opt.Program != nil {
+		each = opt.Program.Each
+	}
+	census, err := each(func(t *taskiter.Task) {
 		if opt.Hide != nil && opt.Hide(t.PID) {
 			return
 		}

@@ -25,6 +25,7 @@ import (
 	"slices"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/proctable/taskiter"
 )
 
 // Lister chooses how List lists the host's processes.
@@ -98,6 +99,9 @@ type Options struct {
 	// Hide drops processes from the task iterator's listing, as the
 	// kernel has been seen to (tests).
 	Hide func(pid int) bool
+	// Program is an iterator program the caller loaded and keeps (watch:
+	// one load for every decision); nil loads one for the listing.
+	Program *taskiter.Program
 }
 
 // Proc is a process the listing kept whole (Options.Watch).

@@ -20,6 +20,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
+	"github.com/kc-watchman/kc-watchman/internal/proctable/taskiter"
 	"github.com/kc-watchman/kc-watchman/internal/reap"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
@@ -43,6 +44,9 @@ type Options struct {
 	MaxReap int
 	// Lister is how the fast scan lists processes.
 	Lister proctable.Lister
+	// Program, when set, is the loaded iterator program the scan lists
+	// with (watch loads it once for all its decisions).
+	Program *taskiter.Program
 	// Containers, when not empty, limits the run to trees of these
 	// container IDs.
 	Containers map[string]bool
@@ -263,7 +267,7 @@ func Scan(opt Options) (*Scanned, error) {
 		}
 		known = ledger.KnownFrom(sc.records, opt.Store.CurrentBootID())
 	}
-	found, stats, snap, err := trees.ScanSnapshot(trees.Options{Root: opt.Root, Comms: opt.Comms, Known: known, Full: opt.FullScan, Lister: opt.Lister, Watch: corroborate.Watch})
+	found, stats, snap, err := trees.ScanSnapshot(trees.Options{Root: opt.Root, Comms: opt.Comms, Known: known, Full: opt.FullScan, Lister: opt.Lister, Program: opt.Program, Watch: corroborate.Watch})
 	sc.scanned = time.Now()
 	sc.bootTicks = bootTicks()
 	if err != nil {

@@ -42,7 +42,7 @@ const minMembersPerWorker = 32
 func listGroups(opt Options, comms map[string]bool, stats *Stats) (*proctable.Listing, []candidate, []*scanner, error) {
 	l, err := proctable.List(proctable.Options{
 		Root: opt.Root, Lister: opt.Lister, Named: comms, Defer: true,
-		Pipeline: opt.pipeline, Hide: opt.iterHide, Watch: opt.Watch,
+		Pipeline: opt.pipeline, Hide: opt.iterHide, Watch: opt.Watch, Program: opt.Program,
 	})
 	if err != nil {
 		return nil, nil, nil, err

@@ -25,6 +25,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
+	"github.com/kc-watchman/kc-watchman/internal/proctable/taskiter"
 )
 
 // WrapperComm is the comm of `kc-hook supervise`, which always counts as a
@@ -63,6 +64,9 @@ type Options struct {
 	Now func() time.Time
 	// Lister chooses how the fast scan lists the host's processes.
 	Lister proctable.Lister
+	// Program is a loaded iterator program to list with
+	// (proctable.Options.Program).
+	Program *taskiter.Program
 	// Only, when not nil, asks for the trees of these containers alone
 	// (kc-hook's poststop wants one container's): a candidate group is
 	// then read in full only if a member's argv carries one of the IDs

@@ -143,31 +143,73 @@ func readCounts(before bool) (tasks int, forks uint64, err error) {
 	return tasks, forks, err
 }
 
+// Program is the iterator program, loaded into the kernel for passes
+// until Close. Loading costs most of a small host's pass (the kernel's
+// BTF read and the verifier: several milliseconds), so a long-running
+// caller (watch) loads it once. Passes may run at once: each attaches
+// the program anew, and the program keeps no state between tasks.
+type Program struct {
+	fd int
+}
+
+// Load builds the program from the kernel's BTF and loads it. Errors wrap
+// ErrUnavailable.
+func Load() (*Program, error) {
+	if err := checkNamespaces(); err != nil {
+		return nil, err
+	}
+	l, err := readLayout()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	prog, err := program(l)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	fd, err := loadProgram(prog, l.iterFunc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return &Program{fd: fd}, nil
+}
+
+// Close unloads the program.
+func (p *Program) Close() error {
+	if p == nil || p.fd < 0 {
+		return nil
+	}
+	err := unix.Close(p.fd)
+	p.fd = -1
+	return err
+}
+
+// Each loads the program, runs one pass and unloads it (Program.Each).
+func Each(fn func(*Task)) (Census, error) {
+	p, err := Load()
+	if err != nil {
+		return Census{}, err
+	}
+	defer p.Close()
+	return p.Each(fn)
+}
+
 // Each runs one pass of the iterator and calls fn for every process of the
 // host, in ascending PID order. If Each returns an error, what fn was
 // given must be thrown away. The pass ends with a check of this very
 // process's record against getpgrp(2) and /proc/self/stat (group, start
 // time, comm, alive, some thread): a layout gone wrong in one of those
 // fields fails it.
-func Each(fn func(*Task)) (Census, error) {
+func (p *Program) Each(fn func(*Task)) (Census, error) {
 	var census Census
+	if p == nil || p.fd < 0 {
+		return census, fmt.Errorf("%w: the program is not loaded", ErrUnavailable)
+	}
+	// The namespaces are checked again: the program reports the initial
+	// namespaces' numbers, and a caller may have moved since Load.
 	if err := checkNamespaces(); err != nil {
 		return census, err
 	}
-	l, err := readLayout()
-	if err != nil {
-		return census, fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	prog, err := program(l)
-	if err != nil {
-		return census, fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	progFd, err := loadProgram(prog, l.iterFunc)
-	if err != nil {
-		return census, fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	defer unix.Close(progFd)
-	fd, err := openIter(progFd)
+	fd, err := openIter(p.fd)
 	if err != nil {
 		return census, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}

@@ -567,3 +567,43 @@ func TestComm(t *testing.T) {
 		})
 	}
 }
+
+// TestProgramReused: a program loaded once serves several passes, at once
+// too, each listing this process; once closed it lists nothing.
+func TestProgramReused(t *testing.T) {
+	p, err := Load()
+	if err != nil {
+		if missingFeature(err) {
+			t.Skipf("task iterator not usable on this host: %v", err)
+		}
+		t.Fatal(err)
+	}
+	pass := func() error {
+		seen := false
+		if _, err := p.Each(func(task *Task) { seen = seen || task.PID == os.Getpid() }); err != nil {
+			return err
+		}
+		if !seen {
+			return errors.New("this process is not in the pass")
+		}
+		return nil
+	}
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() { errs <- pass() }()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if err := pass(); err != nil {
+		t.Errorf("a pass after the others: %v", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Each(func(*Task) {}); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("a pass of a closed program: %v, want ErrUnavailable", err)
+	}
+}

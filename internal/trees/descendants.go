@@ -30,14 +30,14 @@ func monitorComm(comm string) bool {
 const maxDescendants = 4096
 
 // addDescendants fills t.Escaped and t.Withheld from the parent links of
-// the listing, or, where the listing has none (the /proc fallback, the
-// full scan), from the children files of the tree's own processes only
-// (DESIGN "One view of the host").
-func addDescendants(root string, t *Tree, l *proctable.Listing) {
+// the listing (kids, indexed once per scan), or, where the listing has
+// none (the /proc fallback, the full scan), from the children files of
+// the tree's own processes only (DESIGN "One view of the host").
+func addDescendants(root string, t *Tree, kids childIndex) {
 	if len(t.Members) == 0 {
 		return
 	}
-	t.Escaped, t.Withheld = Descendants(root, l, t.Members, Rules{
+	t.Escaped, t.Withheld = descendants(root, kids.of(root), t.Members, Rules{
 		InGroup:     func(pgid int) bool { return pgid == t.PGID },
 		UID:         t.UID,
 		ContainerID: t.ContainerID,
@@ -45,6 +45,33 @@ func addDescendants(root string, t *Tree, l *proctable.Listing) {
 	for _, w := range t.Withheld {
 		t.callerBelow = t.callerBelow || w.PID == os.Getpid()
 	}
+}
+
+// childIndex is a listing's processes by parent; nil where the listing
+// has no parent links.
+type childIndex map[int][]int
+
+// indexChildren indexes l's processes by parent, once for all of a
+// scan's trees: per tree, it cost a pass over the whole host.
+func indexChildren(l *proctable.Listing) childIndex {
+	if l == nil || l.PPIDs == nil {
+		return nil
+	}
+	byParent := make(childIndex, len(l.PIDs)/4)
+	for i, pp := range l.PPIDs {
+		if pp > 0 && l.PGIDs[i] > 0 {
+			byParent[int(pp)] = append(byParent[int(pp)], l.PIDs[i])
+		}
+	}
+	return byParent
+}
+
+// of returns the children lookup: the index, or the children files.
+func (k childIndex) of(root string) func(pid int) []int {
+	if k == nil {
+		return func(pid int) []int { return Children(root, pid) }
+	}
+	return func(pid int) []int { return k[pid] }
 }
 
 // Rules say which descendants of a tree's processes are its members.
@@ -69,18 +96,10 @@ type Rules struct {
 // when it has them (nil: read the children files of the walked processes
 // only).
 func Descendants(root string, l *proctable.Listing, from []fingerprint.Identity, r Rules) (escaped, withheld []fingerprint.Identity) {
-	var children func(pid int) []int
-	if l != nil && l.PPIDs != nil {
-		byParent := make(map[int][]int)
-		for i, pp := range l.PPIDs {
-			if pp > 0 && l.PGIDs[i] > 0 {
-				byParent[int(pp)] = append(byParent[int(pp)], l.PIDs[i])
-			}
-		}
-		children = func(pid int) []int { return byParent[pid] }
-	} else {
-		children = func(pid int) []int { return Children(root, pid) }
-	}
+	return descendants(root, indexChildren(l).of(root), from, r)
+}
+
+func descendants(root string, children func(pid int) []int, from []fingerprint.Identity, r Rules) (escaped, withheld []fingerprint.Identity) {
 	visited := make(map[int]bool, len(from))
 	queue := make([]fingerprint.Identity, 0, len(from))
 	for _, m := range from {

@@ -238,13 +238,18 @@ func ScanSnapshot(opt Options) ([]Tree, Stats, *proctable.Listing, error) {
 		}
 	}
 	var out []Tree
+	var kids childIndex
+	indexed := false
 	for _, t := range found {
 		if t == nil {
 			continue
 		}
 		t.AgeKnown = t.AgeKnown && uptimeErr == nil
 		if t.Signalable() {
-			addDescendants(opt.Root, t, listing)
+			if !indexed {
+				kids, indexed = indexChildren(listing), true
+			}
+			addDescendants(opt.Root, t, kids)
 		}
 		if t.AgeKnown {
 			t.Age, t.Oldest = ages(t.Members, uptime)

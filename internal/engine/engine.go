@@ -142,6 +142,8 @@ type Death struct {
 	// Via is "pidfd" when the death was seen from the kernel (the init's
 	// pidfd became readable), "" when the engine reported it.
 	Via string
+	// PID is the init's host PID the kernel saw exit (Via "pidfd").
+	PID int
 }
 
 // DeathWatch is what Deaths reports to.

@@ -323,11 +323,13 @@ func (h *deathHandler) handle(batch []engine.Death) {
 		opt := h.w.Reconcile
 		opt.Containers = map[string]bool{}
 		opt.DiedAtByID = map[string]time.Time{}
-		opt.InitExited = map[string]bool{}
+		opt.InitExited = map[string]int{}
 		for id, d := range waiting {
 			opt.Containers[id] = true
 			opt.DiedAtByID[id] = d.At
-			opt.InitExited[id] = d.Via == "pidfd"
+			if d.Via == "pidfd" {
+				opt.InitExited[id] = d.PID
+			}
 		}
 		opt.Logger = log
 		rep, liveErr, err := h.locked(opt, log)

@@ -197,7 +197,7 @@ func (p *pinner) loop() {
 		p.mu.Unlock()
 		for _, pn := range dead {
 			p.log.Debug("container init exited", "container", pn.id, "engine", pn.engine, "pid", pn.p.PID)
-			p.death(engine.Death{Engine: pn.engine, ID: pn.id, At: now, Via: "pidfd"})
+			p.death(engine.Death{Engine: pn.engine, ID: pn.id, At: now, Via: "pidfd", PID: pn.p.PID})
 		}
 	}
 }
@@ -337,7 +337,7 @@ func (p *pinner) apply(answers []engine.Answer, told map[string]map[string]int) 
 		}
 		if w, ok := wants[id]; !ok || w.pid != pn.p.PID || byPID[w.pid] > 1 {
 			if readable(pn.p.Fd()) {
-				dead = append(dead, engine.Death{Engine: pn.engine, ID: id, At: time.Now(), Via: "pidfd"})
+				dead = append(dead, engine.Death{Engine: pn.engine, ID: id, At: time.Now(), Via: "pidfd", PID: pn.p.PID})
 				p.diedAt[id] = time.Now()
 			}
 			p.drop(pn)
@@ -368,7 +368,7 @@ func (p *pinner) apply(answers []engine.Answer, told map[string]map[string]int) 
 		}
 		pn, err := pinInit(p.root, id, w.pid, recordedStart(st, id, w.pid))
 		if errors.Is(err, errInitDead) && !w.ledger {
-			dead = append(dead, engine.Death{Engine: w.engine, ID: id, At: time.Now(), Via: "pidfd"})
+			dead = append(dead, engine.Death{Engine: w.engine, ID: id, At: time.Now(), Via: "pidfd", PID: w.pid})
 			continue
 		}
 		if err != nil {

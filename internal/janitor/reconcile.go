@@ -67,6 +67,7 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 		return rep, live, err, nil
 	}
 	live = tr.Set
+	s.nameDeadInits(ctx, opt, &live, log)
 	if s.onTruth != nil {
 		s.onTruth(tr)
 	}
@@ -235,5 +236,40 @@ func (rep Report) cgroupsText(w io.Writer) {
 			line += ": " + c.Error
 		}
 		fmt.Fprintln(w, line)
+	}
+}
+
+// nameDeadInits asks the engines that list no init PIDs (Docker: one
+// inspect each) for the init of each container whose init the kernel saw
+// exit and which they still call live, so that reconcile can tell an
+// engine behind the kernel from a restarted container (DESIGN "Engines").
+// Only the few containers of a death's decision are asked; an answer
+// that fails leaves the container live.
+func (s Settings) nameDeadInits(ctx context.Context, opt reconcile.Options, live *engine.Set, log *slog.Logger) {
+	var ids []string
+	for id, pid := range opt.InitExited {
+		if pid > 0 && live.IsLive(id) && live.PIDs[id] == 0 {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	es, err := s.Select(log)
+	if err != nil {
+		return
+	}
+	if live.PIDs == nil {
+		live.PIDs = map[string]int{}
+	}
+	for _, e := range es {
+		if _, ok := e.(engine.InitPIDAsker); !ok {
+			continue
+		}
+		for id, pid := range askInitPIDs(ctx, es, e.Name(), ids, s.Engine.Timeout, log) {
+			if pid > 0 {
+				live.PIDs[id] = pid
+			}
+		}
 	}
 }

@@ -58,12 +58,14 @@ type Options struct {
 	// DiedAtByID is DiedAt for each container of a burst of deaths
 	// decided together; it wins over DiedAt for the containers it names.
 	DiedAtByID map[string]time.Time
-	// InitExited names the containers whose init the kernel reported
-	// exited (a pinned pidfd became readable). Their trees do not count
-	// toward --max-reap: the guard is against a wrong engine answer at
-	// scale, and these deaths are not the engine's word (a node drain
-	// must not be refused round after round).
-	InitExited map[string]bool
+	// InitExited maps the containers whose init the kernel reported
+	// exited (a pinned pidfd became readable) to that init's host PID.
+	// Their trees do not count toward --max-reap: the guard is against a
+	// wrong engine answer at scale, and these deaths are not the
+	// engine's word (a node drain must not be refused round after round).
+	// And an engine that still calls such a container live, naming that
+	// very init, is behind the kernel (see staleLive).
+	InitExited map[string]int
 	// Store is the ledger; nil runs without one (no attribution of trees
 	// whose anchor died, no snapshots, no garbage collection).
 	Store *ledger.Store
@@ -294,6 +296,7 @@ func (sc *Scanned) UseStore(s *ledger.Store) {
 // reaps the strays.
 func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 	opt, log, records, found := sc.opt, sc.log, sc.records, sc.found
+	live = staleLive(opt, log, live)
 	rep := Report{LivenessKnown: true, Source: string(live.Source), DryRun: !opt.Apply, Trees: []Tree{}}
 
 	for _, t := range found {
@@ -398,7 +401,7 @@ func blastRadius(opt Options, ts []Tree) string {
 	for _, t := range ts {
 		switch {
 		case t.Action != action.WouldReap:
-		case opt.InitExited[t.ContainerID]:
+		case opt.InitExited[t.ContainerID] > 0:
 			exited++
 		default:
 			n++

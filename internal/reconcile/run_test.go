@@ -263,7 +263,7 @@ func TestScanBeforeAsking(t *testing.T) {
 }
 
 func TestBlastRadius(t *testing.T) {
-	exited := map[string]bool{cidGone: true}
+	exited := map[string]int{cidGone: 4242}
 	trees := func(stray, other int) []Tree {
 		var ts []Tree
 		for range stray {

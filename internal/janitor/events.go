@@ -340,6 +340,8 @@ func (h *deathHandler) handle(batch []engine.Death) {
 			one := only(rep, id)
 			stillLive := err == nil && (liveErr != nil || one.Count(action.SkipLive)+one.Count(action.SkipContradicted) > 0)
 			if stillLive && !last {
+				logOf(d).Debug("dead container still looks live", "attempt", attempts, "skipped_live", one.Count(action.SkipLive),
+					"skipped_contradicted", one.Count(action.SkipContradicted), "truth_unknown", liveErr != nil)
 				again = append(again, id)
 				continue
 			}

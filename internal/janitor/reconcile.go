@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -240,11 +241,13 @@ func (rep Report) cgroupsText(w io.Writer) {
 }
 
 // nameDeadInits asks the engines that list no init PIDs (Docker: one
-// inspect each) for the init of each container whose init the kernel saw
-// exit and which they still call live, so that reconcile can tell an
+// inspect each) about each container whose init the kernel saw exit and
+// which their list still calls live, so that reconcile can tell an
 // engine behind the kernel from a restarted container (DESIGN "Engines").
-// Only the few containers of a death's decision are asked; an answer
-// that fails leaves the container live.
+// dockerd's list lags its inspect: an inspect that says the container
+// is not running is the engine's own word, and the container is taken
+// out of the live set. Only the few containers of a death's decision
+// are asked; an answer that fails leaves the container live.
 func (s Settings) nameDeadInits(ctx context.Context, opt reconcile.Options, live *engine.Set, log *slog.Logger) {
 	var ids []string
 	for id, pid := range opt.InitExited {
@@ -259,8 +262,9 @@ func (s Settings) nameDeadInits(ctx context.Context, opt reconcile.Options, live
 	if err != nil {
 		return
 	}
-	if live.PIDs == nil {
-		live.PIDs = map[string]int{}
+	pids, notRunning := maps.Clone(live.PIDs), map[string]bool{}
+	if pids == nil {
+		pids = map[string]int{}
 	}
 	for _, e := range es {
 		if _, ok := e.(engine.InitPIDAsker); !ok {
@@ -268,8 +272,24 @@ func (s Settings) nameDeadInits(ctx context.Context, opt reconcile.Options, live
 		}
 		for id, pid := range askInitPIDs(ctx, es, e.Name(), ids, s.Engine.Timeout, log) {
 			if pid > 0 {
-				live.PIDs[id] = pid
+				pids[id] = pid
+			} else {
+				notRunning[id] = true
 			}
+		}
+	}
+	live.PIDs = pids
+	if len(notRunning) == 0 {
+		return
+	}
+	live.Live = maps.Clone(live.Live)
+	for id := range notRunning {
+		// Another engine may still list it running (a container both
+		// dockerd and containerd's moby namespace know): only a PID
+		// from one of them would have kept it.
+		if pids[id] == 0 {
+			delete(live.Live, id)
+			log.Info("the engine's list still calls the container live, its inspect does not: taken as gone", "container", id, "init_pid", opt.InitExited[id])
 		}
 	}
 }

@@ -1,0 +1,69 @@
+package janitor
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/reconcile"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/docker"
+)
+
+// TestNameDeadInits: for a container whose init the kernel saw exit and
+// which dockerd's list still calls running, the decision asks its
+// inspect: "not running" takes it out of the live set; a running init
+// (the one that died, or a restart's) is named for reconcile to judge;
+// a failed inspect and a death the kernel did not see leave it as the
+// list said, without asking.
+func TestNameDeadInits(t *testing.T) {
+	id := strings.Repeat("ab", 32)
+	for _, tc := range []struct {
+		name      string
+		exited    int    // the PID the kernel saw exit; 0: not seen
+		inspect   string // State of inspect's answer; "" fails it
+		wantLive  bool
+		wantPID   int
+		wantAsked bool
+	}{
+		{"inspect says not running", 4242, `{"Running":false,"Pid":0}`, false, 0, true},
+		{"inspect names the dead init", 4242, `{"Running":true,"Pid":4242}`, true, 4242, true},
+		{"inspect names a restart's init", 4242, `{"Running":true,"Pid":5151}`, true, 5151, true},
+		{"inspect fails", 4242, "", true, 0, true},
+		{"the kernel saw no death", 0, `{"Running":false,"Pid":0}`, true, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var asked atomic.Bool
+			u, _ := dockertest.Fake(t, func(w http.ResponseWriter, r *http.Request) {
+				if !strings.HasSuffix(r.URL.Path, "/containers/"+id+"/json") {
+					http.NotFound(w, r)
+					return
+				}
+				asked.Store(true)
+				if tc.inspect == "" {
+					http.Error(w, "boom", http.StatusInternalServerError)
+					return
+				}
+				fmt.Fprintf(w, `{"Id":%q,"State":%s}`, id, tc.inspect)
+			})
+			s := Settings{Engines: []string{"docker"}, Engine: engine.Config{DockerURL: u}}
+			opt := reconcile.Options{InitExited: map[string]int{}}
+			if tc.exited > 0 {
+				opt.InitExited[id] = tc.exited
+			}
+			live := engine.Set{Live: map[string]bool{id: true}, UID: os.Geteuid()}
+			listed := live.Live
+			s.nameDeadInits(t.Context(), opt, &live, slog.New(slog.DiscardHandler))
+			if live.IsLive(id) != tc.wantLive || live.PIDs[id] != tc.wantPID || asked.Load() != tc.wantAsked {
+				t.Errorf("live %v, pid %d, asked %v; want %v, %d, %v", live.IsLive(id), live.PIDs[id], asked.Load(), tc.wantLive, tc.wantPID, tc.wantAsked)
+			}
+			if !listed[id] {
+				t.Error("the engine's own answer was changed")
+			}
+		})
+	}
+}

@@ -269,7 +269,7 @@ func Scan(opt Options) (*Scanned, error) {
 		}
 		known = ledger.KnownFrom(sc.records, opt.Store.CurrentBootID())
 	}
-	found, stats, snap, err := trees.ScanSnapshot(trees.Options{Root: opt.Root, Comms: opt.Comms, Known: known, Full: opt.FullScan, Lister: opt.Lister, Program: opt.Program, Watch: corroborate.Watch})
+	found, stats, snap, err := trees.ScanSnapshot(trees.Options{Root: opt.Root, Comms: opt.Comms, Known: known, Full: opt.FullScan, Lister: opt.Lister, Program: opt.Program, Watch: corroborate.Watch, Only: only(opt.Containers)})
 	sc.scanned = time.Now()
 	sc.bootTicks = bootTicks()
 	if err != nil {
@@ -602,4 +602,14 @@ func anyIn(ids []string, set map[string]bool) bool {
 		}
 	}
 	return false
+}
+
+// only is the scan's filter for a run scoped to containers (--container,
+// a death in watch): other containers' groups cost one cmdline read per
+// member, not a full read, since Run leaves their trees out anyway.
+func only(scope map[string]bool) map[string]bool {
+	if len(scope) == 0 {
+		return nil
+	}
+	return scope
 }

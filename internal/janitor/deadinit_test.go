@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
@@ -63,6 +64,32 @@ func TestNameDeadInits(t *testing.T) {
 			}
 			if !listed[id] {
 				t.Error("the engine's own answer was changed")
+			}
+		})
+	}
+}
+
+// TestDeathsOnly: the engines are asked during the scan only for a run
+// whose every container has its time of death (the rule that spares a
+// tree born after it stands in for the scan-first order).
+func TestDeathsOnly(t *testing.T) {
+	a, b := strings.Repeat("a", 64), strings.Repeat("b", 64)
+	now := time.Now()
+	for _, tc := range []struct {
+		name string
+		opt  reconcile.Options
+		want bool
+	}{
+		{"a round", reconcile.Options{}, false},
+		{"--container", reconcile.Options{Containers: map[string]bool{a: true}}, false},
+		{"one death", reconcile.Options{Containers: map[string]bool{a: true}, DiedAtByID: map[string]time.Time{a: now}}, true},
+		{"a burst", reconcile.Options{Containers: map[string]bool{a: true, b: true}, DiedAtByID: map[string]time.Time{a: now, b: now}}, true},
+		{"a burst with one undated", reconcile.Options{Containers: map[string]bool{a: true, b: true}, DiedAtByID: map[string]time.Time{a: now}}, false},
+		{"one death time for all", reconcile.Options{Containers: map[string]bool{a: true, b: true}, DiedAt: now}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := deathsOnly(tc.opt); got != tc.want {
+				t.Errorf("deathsOnly = %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -52,11 +52,33 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 	// The scan only reads the ledger; nothing is created before the
 	// engines have answered.
 	opt.Store = openStore(s.StateDir, false, log)
-	scanned, err := reconcile.Scan(opt)
-	if err != nil {
-		return rep, live, nil, err
+	var scanned *reconcile.Scanned
+	var tr engine.Truth
+	if deathsOnly(opt) {
+		// The scan-first order keeps a tree made after the answer from
+		// being judged by it. A death's decision is kept from that by
+		// its own rule instead: a tree whose members all started after
+		// the death is a restarted container's and is spared, whatever
+		// the answer. So the engines are asked while the host is
+		// scanned, and a death waits for the slower of the two only.
+		asked := make(chan struct{})
+		go func() {
+			defer close(asked)
+			tr, err = s.Ask(ctx, log)
+		}()
+		var scanErr error
+		scanned, scanErr = reconcile.Scan(opt)
+		<-asked
+		if scanErr != nil {
+			return rep, live, nil, scanErr
+		}
+	} else {
+		scanned, err = reconcile.Scan(opt)
+		if err != nil {
+			return rep, live, nil, err
+		}
+		tr, err = s.Ask(ctx, log)
 	}
-	tr, err := s.Ask(ctx, log)
 	if tr.Statuses != nil {
 		rep.Engines = tr.Statuses
 	}
@@ -292,4 +314,19 @@ func (s Settings) nameDeadInits(ctx context.Context, opt reconcile.Options, live
 			log.Info("the engine's list still calls the container live, its inspect does not: taken as gone", "container", id, "init_pid", opt.InitExited[id])
 		}
 	}
+}
+
+// deathsOnly: the run decides on deaths alone, every container in its
+// scope with its time of death (watch's death handling), so that a tree
+// born after the death is spared whatever the engines answer.
+func deathsOnly(opt reconcile.Options) bool {
+	if len(opt.Containers) == 0 {
+		return false
+	}
+	for id := range opt.Containers {
+		if _, ok := opt.DiedAtByID[id]; !ok && opt.DiedAt.IsZero() {
+			return false
+		}
+	}
+	return true
 }

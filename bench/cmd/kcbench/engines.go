@@ -165,6 +165,7 @@ func (c *benchContainerd) cleanup() {
 		}()
 	}
 	wg.Wait()
+	containerdtest.RemoveNamespaceCgroups(c.ns) // once the last container's is gone
 	if out, err := containerdtest.TryCtr(c.addr, c.ns, nil, "images", "ls", "-q"); err == nil {
 		for _, img := range strings.Fields(out) {
 			containerdtest.TryCtr(c.addr, c.ns, nil, "images", "rm", img)

@@ -322,6 +322,9 @@ func (p *population) startKCServer(bin, name, cid string, knobs []string, args .
 		}
 		argv = append([]string{p.hookBin, "supervise", "--state-dir=", "--max-restarts=0",
 			cid, strconv.Itoa(init), strconv.FormatUint(ticks, 10), "--"}, argv...)
+		// The wrapper contains the fake in kc-watchman/<cid>; killed at
+		// the end, it never removes it.
+		p.atCleanup(func() { removeCgroups(cid) })
 	}
 	env := append(append(os.Environ(), "KCFAKE_READY_FILE="+ready), knobs...)
 	c, err := p.start(name, argv, env, true)
@@ -407,4 +410,22 @@ func (p *population) fillerCount() (int, int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.fillers), p.groups
+}
+
+// removeCgroups kills what is left in the kc-watchman/<cid> cgroups the
+// trees' wrappers made and removes them, and kc-watchman/ once empty.
+func removeCgroups(cid string) {
+	for _, m := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/freezer"} {
+		dir := filepath.Join(m, "kc-watchman", cid)
+		if _, err := os.Lstat(dir); err != nil {
+			continue
+		}
+		os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0) //nolint:errcheck // v1 has none; the fake's group was killed already
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if err := syscall.Rmdir(dir); err == nil || errors.Is(err, syscall.ENOENT) || time.Now().After(deadline) {
+				break
+			}
+		}
+		syscall.Rmdir(filepath.Dir(dir)) //nolint:errcheck // in use by another container's, or not empty
+	}
 }

@@ -12,8 +12,10 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -158,4 +160,19 @@ func Remove(addr, ns, id string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	_, _ = TryCtr(addr, ns, nil, "containers", "rm", id)
+	RemoveNamespaceCgroups(ns)
+}
+
+// RemoveNamespaceCgroups removes the cgroup directories runc made for
+// namespace ns under each hierarchy (/sys/fs/cgroup/<ns>, …/<ctrl>/<ns>):
+// containerd removes a container's, never its namespace's. One still in
+// use (another container of ns) stays.
+func RemoveNamespaceCgroups(ns string) {
+	if ns == "" || strings.ContainsAny(ns, "/.") {
+		return
+	}
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/*/" + ns)
+	for _, d := range append(dirs, "/sys/fs/cgroup/"+ns) {
+		_ = syscall.Rmdir(d)
+	}
 }

@@ -16,13 +16,18 @@ import (
 // (kc-watchman's own places, no "..", no symlinks; a refused one is
 // recorded as such and never touched); else, with listed, the
 // kc-watchman/<id> found on cgroupfs (a supervisor started by hand, or
-// whose wrapper had no ledger). Nil when there is none.
-func sweep(ctx context.Context, opt Options, log *slog.Logger, id string, listed bool) *ledger.Cgroup {
+// whose wrapper had no ledger). Only a cgroup of a UID uidOK accepts is
+// swept. Nil when there is none, or it is not swept.
+func sweep(ctx context.Context, opt Options, log *slog.Logger, id string, listed bool, uidOK func(int) bool) *ledger.Cgroup {
 	lc, ok := recorded(opt, id)
 	if !ok && listed {
 		lc, ok = found(opt, log, id)
 	}
 	if !ok {
+		return nil
+	}
+	if !uidOK(lc.UID) {
+		log.Info("supervisor cgroup left: its UID is not one this decision covers", "container", id, "path", lc.Path, "uid", lc.UID)
 		return nil
 	}
 	cg, err := contain.FromRecord(lc, id, opt.Contain)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -218,6 +219,60 @@ func TestRunRefusesAnEscapingCgroup(t *testing.T) {
 			rec, err := store.Load(id)
 			if err != nil || rec.Cgroup == nil || rec.Cgroup.Outcome != action.SkipForeign {
 				t.Errorf("recorded %+v (%v), want refused", rec, err)
+			}
+		})
+	}
+}
+
+// TestRunLeavesACgroupItsDecisionDoesNotCover: a run that signals no tree
+// of the cgroup's UID (here none at all, as a reconcile whose engine
+// vouched for another UID's trees only) and is not the hook's poststop
+// leaves the container's cgroup and what is in it, recorded or found.
+func TestRunLeavesACgroupItsDecisionDoesNotCover(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	h := contain.Detect(contain.Options{})
+	if h.Kind != contain.KindCgroup2 {
+		t.Skipf("no cgroup v2 here: %s", h.Why)
+	}
+	for _, recorded := range []bool{true, false} {
+		t.Run(fmt.Sprintf("recorded=%v", recorded), func(t *testing.T) {
+			id := randomID(t)
+			cg, err := contain.Prepare(context.Background(), h, id, os.Getuid())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cg.Close(); testutil.RemoveContainCgroups(t, id) })
+			store, err := ledger.Open(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if recorded {
+				if err := store.Update(id, func(r *ledger.Record) error { lc := cg.Record(); r.Cgroup = &lc; return nil }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			fd, _ := cg.CloneFD()
+			inside := exec.Command("sleep", strconv.Itoa(7000000+int(time.Now().UnixNano()%1000000)))
+			inside.SysProcAttr = &syscall.SysProcAttr{Setsid: true, UseCgroupFD: true, CgroupFD: fd}
+			if err := inside.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { inside.Process.Kill(); inside.Wait() })
+			st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, inside.Process.Pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := Run(context.Background(), Options{Store: store, Source: "reconcile"}, Container{ID: id})
+			if res.Cgroup != nil {
+				t.Errorf("cgroup %+v, want it left alone", res.Cgroup)
+			}
+			if !fingerprint.Alive(fingerprint.DefaultRoot, st) {
+				t.Error("the process in the cgroup was killed")
+			}
+			if _, err := os.Lstat(filepath.Join(cg.Mount, cg.Path)); err != nil {
+				t.Errorf("the cgroup: %v", err)
 			}
 		})
 	}

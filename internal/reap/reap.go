@@ -128,7 +128,7 @@ func Run(ctx context.Context, opt Options, c Container) Result {
 	}
 
 	var wg sync.WaitGroup
-	signalled, refused := false, false
+	signalled, refused := map[int]bool{}, false
 	for i, t := range c.Trees {
 		snap := &res.Trees[i]
 		if snap.Action != "" {
@@ -136,7 +136,7 @@ func Run(ctx context.Context, opt Options, c Container) Result {
 			refused = true
 			continue
 		}
-		signalled = true
+		signalled[t.HostUID] = true
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -147,11 +147,13 @@ func Run(ctx context.Context, opt Options, c Container) Result {
 
 	// After the groups' polite stop, what is left in the supervisor's
 	// cgroup: a daemon, a setsid child's fork loop. Not when a tree was
-	// refused: the cgroup may hold it. A cgroup no record names is looked
-	// for only when the container is known to be gone: a tree of it
-	// reaped, or the hook's poststop.
+	// refused: the cgroup may hold it. The caller's decision covers the
+	// UIDs of the trees it gave: a cgroup of another UID (root's wrapper
+	// where a rootless engine answered) is swept only by the hook's
+	// poststop, which is the container's own. A cgroup no record names
+	// is looked for by poststop only; reconcile finds those itself.
 	if !refused {
-		res.Cgroup = sweep(ctx, opt, log, c.ID, c.All || signalled)
+		res.Cgroup = sweep(ctx, opt, log, c.ID, c.All, func(uid int) bool { return c.All || signalled[uid] })
 	}
 	res.Outcome = summary(res.Trees)
 	if res.Cgroup != nil {

@@ -51,6 +51,17 @@ func TestSweepsCgroupsOfGoneContainers(t *testing.T) {
 			t.Errorf("swept %+v, want nothing within MinAge", rep.Cgroups)
 		}
 	})
+	t.Run("an engine that vouches for another UID only", func(t *testing.T) {
+		rootless := live
+		rootless.UID = 4321
+		rep, err := Run(ctx, Options{Containers: scope, Apply: true}, rootless)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Cgroups) != 0 || !running(inGone.Process.Pid) || !isDir(dir(empty)) {
+			t.Errorf("swept %+v with an answer that vouches for uid 4321 only", rep.Cgroups)
+		}
+	})
 	t.Run("dry run", func(t *testing.T) {
 		rep, err := Run(ctx, Options{Containers: scope}, live)
 		if err != nil {

@@ -131,6 +131,11 @@ cleanup() {
 		grep " $T/" /proc/mounts | awk '{print $2}' | sort -r | xargs -r -n1 umount -l
 	fi
 	rm -rf "$T" || echo "demo: cleanup: could not remove $T" >&2
+	# The trees' wrappers made kc-watchman/ for their cgroups; each one
+	# went with its tree, and the parent goes once empty.
+	for e in /sys/fs/cgroup/kc-watchman /sys/fs/cgroup/unified/kc-watchman /sys/fs/cgroup/freezer/kc-watchman; do
+		rmdir "$e" 2>/dev/null
+	done
 	exit "$rc"
 }
 trap cleanup EXIT

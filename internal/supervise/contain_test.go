@@ -3,6 +3,7 @@ package supervise_test
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/contain"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/supervise"
 	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 	"github.com/kc-watchman/kc-watchman/internal/testutil/supervise"
 )
@@ -127,5 +129,32 @@ func TestGivingUpRemovesCgroup(t *testing.T) {
 				t.Errorf("the cgroup %s is still there after the wrapper gave up:\n%s", cg, w.logText())
 			}
 		})
+	}
+}
+
+// TestSupervisorOutputBounded: a supervisor (its kernels) printing without
+// end fills its log file only up to the cap: the wrapper empties it and
+// says so, and the last output is kept.
+func TestSupervisorOutputBounded(t *testing.T) {
+	initCmd, init := supervisetest.Process(t, "sleep", "1000000")
+	const printed = 3*supervise.DefaultOutputCap + 12345
+	w := startWrapper(t, init, []string{"--no-contain"}, "/bin/sh", "-c",
+		`head -c "$0" /dev/zero | tr '\0' x; echo; echo the-last-line; exec sleep 1000000`, strconv.Itoa(printed))
+	supervisetest.Eventually(t, 30*time.Second, "the command's last line in the log", func() bool {
+		return strings.Contains(w.logText(), "the-last-line")
+	})
+	if err := initCmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	w.exitCode(t, 30*time.Second)
+	st, err := os.Stat(w.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Size() > supervise.DefaultOutputCap+64<<10 {
+		t.Errorf("the log holds %d bytes after %d printed, cap %d", st.Size(), printed, supervise.DefaultOutputCap)
+	}
+	if !strings.Contains(w.logText(), "output over") {
+		t.Error("the log does not say it was emptied")
 	}
 }

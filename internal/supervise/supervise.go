@@ -1,6 +1,7 @@
 package supervise
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -49,6 +50,10 @@ type Options struct {
 	Dir string
 	// Stdout and Stderr are the command's; default the wrapper's own.
 	Stdout, Stderr *os.File
+	// OutputCap bounds a regular file Stdout or Stderr is (0:
+	// DefaultOutputCap; negative: no bound): the command writes through
+	// the wrapper, which empties the file before it would grow past it.
+	OutputCap int64
 	// Root is the procfs mount; default /proc.
 	Root string
 	// Store receives snapshots of the group; nil records nothing.
@@ -163,6 +168,18 @@ func Run(ctx context.Context, o Options) error {
 	r := &runner{o: o, log: o.Logger, snaps: map[int]string{}}
 	if err := r.lead(); err != nil {
 		return err
+	}
+	if o.OutputCap >= 0 {
+		max := cmp.Or(o.OutputCap, DefaultOutputCap)
+		for _, f := range []**os.File{&r.o.Stdout, &r.o.Stderr} {
+			w, stop, err := capOutput(*f, max)
+			if err != nil {
+				r.log.Warn("command output not bounded", "err", err)
+				continue
+			}
+			*f = w
+			defer stop()
+		}
 	}
 	// A daemon the supervisor's kernels double-fork is orphaned before
 	// anything could see its parent: as the subreaper, the wrapper gets

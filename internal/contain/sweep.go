@@ -121,7 +121,10 @@ func Sweep(ctx context.Context, c *Cgroup, opt SweepOptions) SweepResult {
 		res.Outcome, res.Err = action.WouldNotDie, err
 		return res
 	}
-	if len(pids) > 0 {
+	// Tasks still exiting (the tree's, killed a moment ago) are listed
+	// until they are gone, and a freeze would wait for them: with none
+	// running, there is nothing to freeze or kill, only to wait for.
+	if slices.ContainsFunc(pids, func(pid int) bool { return running(opt.Root, pid) }) {
 		res.Frozen = c.freeze(fd, opt.FreezeWait)
 		c.kill(fd, opt, &res)
 		if err := c.thaw(fd); err != nil {
@@ -366,4 +369,14 @@ func mergeStats(have, add []fingerprint.Stat) []fingerprint.Stat {
 		}
 	}
 	return have
+}
+
+// running: pid is a process that has not exited, or one whose state
+// cannot be read (which is then treated as running).
+func running(root string, pid int) bool {
+	st, err := fingerprint.ReadStat(root, pid)
+	if err != nil {
+		return !errors.Is(err, fingerprint.ErrNotFound)
+	}
+	return !st.Zombie()
 }

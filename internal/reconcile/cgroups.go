@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -46,6 +47,11 @@ func (sc *Scanned) sweepLeftCgroups(ctx context.Context, rep *Report, live engin
 	for _, c := range rep.Cgroups {
 		spare[c.ContainerID] = true // swept with its tree
 	}
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		sem = make(chan struct{}, 8) // a drain's cgroups, a few at a time
+	)
 	for _, l := range sc.cgroups {
 		id := l.ContainerID
 		switch {
@@ -61,8 +67,17 @@ func (sc *Scanned) sweepLeftCgroups(ctx context.Context, rep *Report, live engin
 			rep.Cgroups = append(rep.Cgroups, Cgroup{ContainerID: id, Cgroup: lc})
 			continue
 		}
-		rep.Cgroups = append(rep.Cgroups, Cgroup{ContainerID: id, Cgroup: sweepListed(ctx, opt, log, l, sc.bootTicks)})
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			c := Cgroup{ContainerID: id, Cgroup: sweepListed(ctx, opt, log, l, sc.bootTicks)}
+			mu.Lock()
+			rep.Cgroups = append(rep.Cgroups, c)
+			mu.Unlock()
+		}()
 	}
+	wg.Wait()
 	slices.SortFunc(rep.Cgroups, func(a, b Cgroup) int { return strings.Compare(a.ContainerID, b.ContainerID) })
 }
 

@@ -421,3 +421,35 @@ func TestSchemaVersions(t *testing.T) {
 		}
 	})
 }
+
+// TestStripedLocks: a writer holding one record's stripe does not hold up
+// a record of another stripe, and does hold up its own stripe's (within
+// LockTimeout: ErrLocked).
+func TestStripedLocks(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, other := "a"+id(1)[1:], "b"+id(1)[1:]
+	f, err := os.OpenFile(filepath.Join(s.Dir(), ".lock-a"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Update(other, func(*Record) error { return nil }) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("a record of another stripe: %v", err)
+		}
+	case <-time.After(LockTimeout / 2):
+		t.Fatal("a record of another stripe waited for the held one")
+	}
+	if err := s.Update(held, func(*Record) error { return nil }); !errors.Is(err, ErrLocked) {
+		t.Errorf("a record of the held stripe: %v, want ErrLocked", err)
+	}
+}

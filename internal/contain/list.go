@@ -21,6 +21,9 @@ type Listed struct {
 	// Changed is the directory's last change: its creation, for a cgroup
 	// nobody writes into.
 	Changed time.Time
+	// Populated: a process is in it (or it could not be read). Removing an
+	// empty one kills nothing; sweeping a populated one does.
+	Populated bool
 }
 
 // maxListed bounds one listing: kc-watchman/ is root's, so only root
@@ -87,7 +90,23 @@ func listIn(mnt string, kind Kind) ([]Listed, error) {
 			ContainerID: n,
 			Record:      ledger.Cgroup{Kind: string(kind), Path: Dir + "/" + n, UID: int(st.Uid)},
 			Changed:     time.Unix(st.Mtim.Unix()),
+			Populated:   populated(pfd, n, kind),
 		})
 	}
 	return out, nil
+}
+
+// populated reads whether the cgroup name below dirfd holds a process;
+// one it cannot read counts as populated.
+func populated(dirfd int, name string, kind Kind) bool {
+	fd, err := openDirAt(dirfd, name, kind)
+	if err != nil {
+		return true
+	}
+	defer unix.Close(fd)
+	if kind != KindFreezer {
+		return !eventIs(fd, "populated", "0")
+	}
+	pids, err := procs(fd)
+	return err != nil || len(pids) > 0
 }

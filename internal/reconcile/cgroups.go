@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -12,29 +13,28 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/contain"
+	"github.com/kc-watchman/kc-watchman/internal/corroborate"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
-// sweepLeftCgroups sweeps the kc-watchman/<id> cgroups the scan listed
-// whose container the ground truth says is gone, and which no ledger
-// record brought to this run's reap: a wrapper killed before its own
-// teardown, where no ledger named its cgroup, leaves one, empty or
-// holding what escaped the tree (DESIGN "Descendants that leave the
-// group"). A dry run reports them as would-reap.
+// leftCgroups picks, among the kc-watchman/<id> cgroups the scan listed,
+// those of containers the ground truth says are gone and that no tree of
+// this run keeps: a wrapper killed before its own teardown, where no
+// ledger named its cgroup, leaves one, empty or holding what escaped the
+// tree (DESIGN "Descendants that leave the group").
 //
 // Spared: a container in the answer, or one whose engine does not vouch
-// for the cgroup's owner; one local evidence says runs; one with a tree
-// this run did not reap (too young, ambiguous, foreign: its cgroup may
-// hold it); a cgroup changed within MinAge; anything outside
-// --container. The sweep itself withholds every process the member
-// rules refuse, and every one started after the scan (the container
-// restarted meanwhile, into the same cgroup).
-func (sc *Scanned) sweepLeftCgroups(ctx context.Context, rep *Report, live engine.Set) {
-	opt, log := sc.opt, sc.log
-	spare := contradicted(rep.Trees)
-	for _, t := range rep.Trees {
+// for the cgroup's owner; one with a tree this run does not reap
+// (contradicted, too young, ambiguous, foreign: its cgroup may hold it);
+// a cgroup changed within MinAge; anything outside --container. A
+// populated one is then checked for evidence of running like a stray
+// tree (corroborateCgroups) and counted by the blast-radius guard.
+func (sc *Scanned) leftCgroups(ts []Tree, live engine.Set) []contain.Listed {
+	opt := sc.opt
+	spare := map[string]bool{}
+	for _, t := range ts {
 		switch t.Action {
 		case action.WouldReap, action.Reaped, action.Gone:
 		default:
@@ -44,14 +44,7 @@ func (sc *Scanned) sweepLeftCgroups(ctx context.Context, rep *Report, live engin
 			spare[t.ContainerID] = true
 		}
 	}
-	for _, c := range rep.Cgroups {
-		spare[c.ContainerID] = true // swept with its tree
-	}
-	var (
-		wg  sync.WaitGroup
-		mu  sync.Mutex
-		sem = make(chan struct{}, 8) // a drain's cgroups, a few at a time
-	)
+	var out []contain.Listed
 	for _, l := range sc.cgroups {
 		id := l.ContainerID
 		switch {
@@ -61,6 +54,83 @@ func (sc *Scanned) sweepLeftCgroups(ctx context.Context, rep *Report, live engin
 			continue
 		}
 		spare[id] = true // listed on both hierarchies: one sweep
+		out = append(out, l)
+	}
+	return out
+}
+
+// corroborateCgroups drops the populated cgroups whose container local
+// evidence says still runs, as corroborate does for stray trees, and
+// returns the count of root's evidence against containers the engines do
+// not list at all, for the wrong-store rule. An empty cgroup is kept:
+// removing it kills nothing.
+func (sc *Scanned) corroborateCgroups(ls []contain.Listed, live engine.Set) ([]contain.Listed, int, []string) {
+	var (
+		ck   *corroborate.Checker
+		kept []contain.Listed
+		why  []string
+	)
+	for _, l := range ls {
+		if !l.Populated {
+			kept = append(kept, l)
+			continue
+		}
+		if ck == nil {
+			ck = sc.checker()
+		}
+		_, known := live.States[l.ContainerID]
+		ev, running, err := ck.Check(corroborate.Query{ID: l.ContainerID, UID: l.Record.UID, Exited: known})
+		var msg string
+		switch {
+		case running:
+			msg = fmt.Sprintf("container %s is not listed as running by the engines but %s", l.ContainerID, ev)
+			if ev.Root() && !known {
+				why = append(why, msg)
+			}
+		case err != nil:
+			msg = fmt.Sprintf("container %s: cannot look for evidence of it running: %v", l.ContainerID, err)
+		default:
+			kept = append(kept, l)
+			continue
+		}
+		sc.log.Warn("ground truth contradicted; cgroup left alone", "container", l.ContainerID, "cgroup", l.Record.Path, "evidence", msg)
+	}
+	return kept, len(why), why
+}
+
+// populatedCount counts the cgroups a sweep would kill in, but those of
+// containers whose init the kernel saw exit (as blastRadius does trees).
+func populatedCount(opt Options, ls []contain.Listed) int {
+	n := 0
+	for _, l := range ls {
+		if l.Populated && opt.InitExited[l.ContainerID] == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// sweepLeftCgroups sweeps the cgroups leftCgroups picked (a dry run
+// reports them as would-reap), but those swept with their tree already.
+// The sweep itself withholds every process the member rules refuse, and
+// every one started after the scan (the container restarted meanwhile,
+// into the same cgroup).
+func (sc *Scanned) sweepLeftCgroups(ctx context.Context, rep *Report, ls []contain.Listed) {
+	opt, log := sc.opt, sc.log
+	swept := map[string]bool{}
+	for _, c := range rep.Cgroups {
+		swept[c.ContainerID] = true
+	}
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		sem = make(chan struct{}, 8) // a drain's cgroups, a few at a time
+	)
+	for _, l := range ls {
+		id := l.ContainerID
+		if swept[id] {
+			continue
+		}
 		if !opt.Apply {
 			lc := l.Record
 			lc.Outcome = action.WouldReap

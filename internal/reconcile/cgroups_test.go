@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/contain"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
@@ -30,6 +33,8 @@ func TestSweepsCgroupsOfGoneContainers(t *testing.T) {
 	contained(t, h, empty).Process.Kill() //nolint:errcheck // an emptied cgroup
 	inLive := contained(t, h, liveID)
 	inOther := contained(t, h, other)
+	gone2 := testutil.RandomHex(t, 64)
+	inGone2 := contained(t, h, gone2)
 	live := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{liveID: true}, UID: os.Geteuid()}
 	scope := map[string]bool{gone: true, empty: true, liveID: true}
 	ctx := context.Background()
@@ -61,6 +66,65 @@ func TestSweepsCgroupsOfGoneContainers(t *testing.T) {
 		if len(rep.Cgroups) != 0 || !running(inGone.Process.Pid) || !isDir(dir(empty)) {
 			t.Errorf("swept %+v with an answer that vouches for uid 4321 only", rep.Cgroups)
 		}
+	})
+	// Evidence that a container runs: the ledger's init of it, alive.
+	evidence := func(t *testing.T, ids ...string) *ledger.Store {
+		st, err := fingerprint.ReadStat("/proc", inOther.Process.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		store := recordedStore(t, ids[0], func(r *ledger.Record) {
+			r.Init = &ledger.Process{PID: st.PID, StartTicks: st.StartTicks, Comm: st.Comm}
+		})
+		for _, id := range ids[1:] {
+			if err := store.Update(id, func(r *ledger.Record) error {
+				r.Init = &ledger.Process{PID: st.PID, StartTicks: st.StartTicks, Comm: st.Comm}
+				r.Stages = map[string]time.Time{"createRuntime": time.Now()}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return store
+	}
+	untouched := func(t *testing.T, rep Report) {
+		t.Helper()
+		for _, c := range rep.Cgroups {
+			if c.Outcome != action.WouldReap {
+				t.Errorf("cgroup of %s: %s", c.ContainerID[:12], c.Outcome)
+			}
+		}
+		if !running(inGone.Process.Pid) || !running(inGone2.Process.Pid) || !isDir(dir(gone)) || !isDir(dir(gone2)) {
+			t.Error("a populated cgroup was swept")
+		}
+	}
+	t.Run("local evidence spares a populated cgroup", func(t *testing.T) {
+		rep, err := Run(ctx, Options{Containers: map[string]bool{gone: true, liveID: true}, Apply: true, Store: evidence(t, gone)}, live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := outcomes(rep); got[gone] != "" {
+			t.Errorf("outcomes %v: the contradicted container's cgroup was not spared", got)
+		}
+		untouched(t, rep)
+	})
+	t.Run("two contradicted: the answer is the wrong one", func(t *testing.T) {
+		both := map[string]bool{gone: true, gone2: true}
+		rep, err := Run(ctx, Options{Containers: both, Apply: true, Store: evidence(t, gone, gone2)}, live)
+		if !errors.Is(err, engine.ErrUnknown) {
+			t.Errorf("err %v, want the ground truth unknown", err)
+		}
+		untouched(t, rep)
+	})
+	t.Run("more populated cgroups than --max-reap", func(t *testing.T) {
+		rep, err := Run(ctx, Options{Containers: map[string]bool{gone: true, gone2: true}, Apply: true, MaxReap: 1}, live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Refused == "" {
+			t.Error("not refused")
+		}
+		untouched(t, rep)
 	})
 	t.Run("dry run", func(t *testing.T) {
 		rep, err := Run(ctx, Options{Containers: scope}, live)

@@ -29,11 +29,7 @@ func (sc *Scanned) corroborate(ts []Tree, live engine.Set) (int, []string) {
 	if len(candidates) == 0 {
 		return 0, nil
 	}
-	boot := ""
-	if sc.opt.Store != nil {
-		boot = sc.opt.Store.CurrentBootID()
-	}
-	ck := corroborate.New(sc.opt.Root, sc.snap, sc.records, boot)
+	ck := sc.checker()
 	var why []string
 	for _, t := range candidates {
 		_, known := live.States[t.ContainerID]
@@ -64,4 +60,13 @@ func (sc *Scanned) corroborate(ts []Tree, live engine.Set) (int, []string) {
 
 func wrongStore(why []string) error {
 	return fmt.Errorf("%w: %s", ErrWrongStore, strings.Join(why, "; "))
+}
+
+// checker looks for evidence in the run's one snapshot.
+func (sc *Scanned) checker() *corroborate.Checker {
+	boot := ""
+	if sc.opt.Store != nil {
+		boot = sc.opt.Store.CurrentBootID()
+	}
+	return corroborate.New(sc.opt.Root, sc.snap, sc.records, boot)
 }

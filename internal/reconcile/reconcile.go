@@ -325,15 +325,18 @@ func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 
 	// Before anything is touched: a stray whose container still runs here
 	// is a contradiction; more than one means the answer is the wrong one.
-	if n, why := sc.corroborate(rep.Trees, live); n > 1 {
+	// The cgroups of gone containers count as their trees do.
+	n, why := sc.corroborate(rep.Trees, live)
+	left, nc, whyc := sc.corroborateCgroups(sc.leftCgroups(rep.Trees, live), live)
+	if n+nc > 1 {
 		rep.LivenessKnown = false
-		return rep, wrongStore(why)
+		return rep, wrongStore(append(why, whyc...))
 	}
 
 	refreshSnapshots(opt, log, rep.Trees, records)
 	if opt.Apply {
 		rep.Trees = dropDead(opt, rep.Trees)
-		if why := blastRadius(opt, rep.Trees); why != "" {
+		if why := blastRadius(opt, rep.Trees, populatedCount(opt, left)); why != "" {
 			// A wrong answer at scale looks exactly like this: reap
 			// nothing, collect nothing, and say so.
 			rep.Refused = why
@@ -341,12 +344,11 @@ func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 			return rep, nil
 		}
 		rep.Cgroups, rep.Unrecorded = reapStrays(ctx, opt, log, rep.Trees)
-		sc.sweepLeftCgroups(ctx, &rep, live)
-		rep.LedgerCollected = collect(opt, log, records, live, contradicted(rep.Trees), opt.MinAge)
-	} else {
-		sc.sweepLeftCgroups(ctx, &rep, live)
 	}
-	if !opt.Apply && opt.LedgerRetention >= 0 {
+	sc.sweepLeftCgroups(ctx, &rep, left)
+	if opt.Apply {
+		rep.LedgerCollected = collect(opt, log, records, live, contradicted(rep.Trees), opt.MinAge)
+	} else if opt.LedgerRetention >= 0 {
 		// Only files in the ledger go; nothing is signalled.
 		keep := opt.LedgerRetention
 		if keep == 0 {
@@ -393,11 +395,14 @@ const guardMinStrays = 3
 // blastRadius says why an apply run with these decisions must not reap,
 // or "" when it may. A run scoped with --container is judged by MaxReap
 // alone: every tree of a gone container is stray by definition.
-func blastRadius(opt Options, ts []Tree) string {
+func blastRadius(opt Options, ts []Tree, cgroups int) string {
 	if opt.MaxReap <= 0 {
 		return ""
 	}
 	n, exited := 0, 0
+	if cgroups > opt.MaxReap {
+		return fmt.Sprintf("%d populated cgroups of gone containers found, more than --max-reap %d: if their containers are all truly gone, raise --max-reap (KC_MAX_REAP) for one run", cgroups, opt.MaxReap)
+	}
 	for _, t := range ts {
 		switch {
 		case t.Action != action.WouldReap:

@@ -304,7 +304,7 @@ func TestBlastRadius(t *testing.T) {
 		{"a drain beside a few others", 5, scoped, append(drained(100, 0), trees(5, 0)...), false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			why := blastRadius(Options{MaxReap: tt.max, Containers: tt.scope, InitExited: exited}, tt.ts)
+			why := blastRadius(Options{MaxReap: tt.max, Containers: tt.scope, InitExited: exited}, tt.ts, 0)
 			if (why != "") != tt.refused {
 				t.Errorf("refused %q, want refused=%v", why, tt.refused)
 			}

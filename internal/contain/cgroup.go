@@ -96,6 +96,11 @@ func Prepare(ctx context.Context, h Host, containerID string, uid int) (*Cgroup,
 		return nil, err
 	}
 	c.dirFD, c.Path = fd, Dir+"/"+containerID
+	// One reused from a wrapper killed mid-sweep may be frozen still: the
+	// new supervisor would start frozen.
+	if err := c.thaw(fd); err != nil {
+		c.opt.Logger.Warn("cannot thaw the reused cgroup", "cgroup", c.String(), "err", err)
+	}
 	return c, nil
 }
 

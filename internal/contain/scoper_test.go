@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -128,11 +129,36 @@ func TestSystemdScope(t *testing.T) {
 // kc-watchman.slice is refused: its path is what later sweeps trust.
 func TestSystemdScopeElsewhere(t *testing.T) {
 	id := newID(t)
+	// The sweep below must reach the hierarchy, as a wrapper's would: a
+	// real cgroup v2 mount, and a caller in a cgroup of its own.
+	mount := Detect(Options{}).Mount
+	if mount == "" {
+		mount = "/sys/fs/cgroup"
+	}
+	proc := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(proc, "self"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(proc, "self", "cgroup"), []byte("0::/kc-test-elsewhere\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, p := range []string{"/system.slice/" + UnitName(id), "/" + SlicePath + "/../" + UnitName(id), "/" + SlicePath + "/x/" + UnitName(id), "/" + Slice + "/" + UnitName(id), "/"} {
 		f := &fakeScoper{path: p}
-		c := &Cgroup{Kind: KindSystemd, Unit: UnitName(id), scoper: f, dirFD: -1}
+		c := &Cgroup{Kind: KindSystemd, Mount: mount, Unit: UnitName(id), scoper: f, dirFD: -1, opt: Options{Proc: proc}.withDefaults()}
 		if err := c.Enter(context.Background(), 1); !errors.Is(err, ErrRefused) || c.Path != "" {
 			t.Errorf("scope at %q: %v, path %q; want refused", p, err, c.Path)
 		}
+		// The unit may be another wrapper's: a sweep of what was never
+		// entered must not stop it (systemd would kill all in it).
+		if res := Sweep(context.Background(), c, SweepOptions{}); res.Outcome != action.SkipForeign || res.Removed {
+			t.Errorf("scope at %q: sweep %+v, want refused", p, res)
+		}
+		f.mu.Lock()
+		for _, call := range f.calls {
+			if strings.HasPrefix(call, "stop") {
+				t.Errorf("scope at %q: the unit was stopped", p)
+			}
+		}
+		f.mu.Unlock()
 	}
 }

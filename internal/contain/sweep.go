@@ -32,7 +32,7 @@ type SweepOptions struct {
 	// restarted into it).
 	Keep bool
 	// BornBefore, when set, withholds every process that started after
-	// it (in /proc's start ticks): a sweep decided on an earlier look at
+	// it, or in its tick (in /proc's start ticks): a sweep decided on an earlier look at
 	// the host spares what a restart of the container put in since.
 	BornBefore uint64
 }
@@ -94,6 +94,13 @@ func (r SweepResult) Record(c *Cgroup) ledger.Cgroup {
 func Sweep(ctx context.Context, c *Cgroup, opt SweepOptions) SweepResult {
 	opt = opt.withDefaults()
 	res := SweepResult{Outcome: action.Gone}
+	if c.Path == "" {
+		// A scope that was never started (Enter failed): there is no
+		// cgroup of this tree's to sweep, and its unit name may be
+		// another's.
+		res.Outcome, res.Err = action.SkipForeign, fmt.Errorf("%s was never entered: not swept", c)
+		return res
+	}
 	if c.selfInside() {
 		res.Outcome, res.Err = action.SkipForeign, fmt.Errorf("%s holds the caller itself: not swept", c)
 		return res
@@ -124,7 +131,7 @@ func Sweep(ctx context.Context, c *Cgroup, opt SweepOptions) SweepResult {
 	// Tasks still exiting (the tree's, killed a moment ago) are listed
 	// until they are gone, and a freeze would wait for them: with none
 	// running, there is nothing to freeze or kill, only to wait for.
-	if slices.ContainsFunc(pids, func(pid int) bool { return running(opt.Root, pid) }) {
+	if slices.ContainsFunc(pids, func(pid int) bool { return fingerprint.Running(opt.Root, pid) }) {
 		res.Frozen = c.freeze(fd, opt.FreezeWait)
 		c.kill(fd, opt, &res)
 		if err := c.thaw(fd); err != nil {
@@ -240,7 +247,7 @@ func (c *Cgroup) kill(fd int, opt SweepOptions, res *SweepResult) {
 				withheld = append(withheld, fingerprint.Identity{Stat: fingerprint.Stat{PID: pid}})
 			case id.Zombie():
 			case pid == os.Getpid() || pid <= 1 || !rules.Member(id),
-				opt.BornBefore > 0 && id.StartTicks > opt.BornBefore:
+				opt.BornBefore > 0 && id.StartTicks >= opt.BornBefore: // same tick: the doubt spares
 				withheld = append(withheld, id)
 			default:
 				allowed = append(allowed, id.Stat)
@@ -271,6 +278,12 @@ func (c *Cgroup) kill(fd int, opt SweepOptions, res *SweepResult) {
 // killAll writes cgroup.kill once the cgroup holds exactly the processes
 // judged: one moved in since is judged first.
 func (c *Cgroup) killAll(fd int, judged []int) bool {
+	// cgroup.kill takes the child cgroups too, whose processes procs
+	// does not list and no rule judged (a delegated scope's, a nested
+	// runtime's): those are left to the pidfds of the judged ones.
+	if !eventIsIn(fd, "cgroup.stat", "nr_descendants", "0") {
+		return false
+	}
 	now, err := procs(fd)
 	if err != nil || len(now) != len(judged) {
 		return false
@@ -327,7 +340,12 @@ func (c *Cgroup) gone(mfd int) bool {
 
 // eventIs reports whether cgroup.events has key set to value.
 func eventIs(fd int, key, value string) bool {
-	data, err := readAt(fd, "cgroup.events")
+	return eventIsIn(fd, "cgroup.events", key, value)
+}
+
+// eventIsIn reports whether the flat-keyed file name has key at value.
+func eventIsIn(fd int, name, key, value string) bool {
+	data, err := readAt(fd, name)
 	if err != nil {
 		return false
 	}
@@ -369,14 +387,4 @@ func mergeStats(have, add []fingerprint.Stat) []fingerprint.Stat {
 		}
 	}
 	return have
-}
-
-// running: pid is a process that has not exited, or one whose state
-// cannot be read (which is then treated as running).
-func running(root string, pid int) bool {
-	st, err := fingerprint.ReadStat(root, pid)
-	if err != nil {
-		return !errors.Is(err, fingerprint.ErrNotFound)
-	}
-	return !st.Zombie()
 }

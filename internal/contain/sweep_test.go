@@ -284,7 +284,7 @@ func TestSweepWithholdsTheNewborn(t *testing.T) {
 		t.Fatal("no process younger than the first by a tick")
 	}
 
-	res := Sweep(context.Background(), c, SweepOptions{KillWait: 300 * time.Millisecond, BornBefore: oldStat.StartTicks})
+	res := Sweep(context.Background(), c, SweepOptions{KillWait: 300 * time.Millisecond, BornBefore: oldStat.StartTicks + 1})
 	if len(res.Withheld) != 1 || res.Withheld[0].PID != young.Process.Pid {
 		t.Errorf("withheld %+v, want the newborn %d", res.Withheld, young.Process.Pid)
 	}
@@ -293,5 +293,71 @@ func TestSweepWithholdsTheNewborn(t *testing.T) {
 	}
 	if err := young.Process.Signal(syscall.Signal(0)); err != nil {
 		t.Errorf("the newborn was signalled: %v", err)
+	}
+}
+
+// TestSweepLeavesChildCgroups: cgroup.kill would take a child cgroup's
+// processes too, which the sweep never listed nor judged: with a child
+// cgroup present the tree's own process is killed through its pidfd and
+// the child's lives.
+func TestSweepLeavesChildCgroups(t *testing.T) {
+	c := contained(t, KindCgroup2)
+	sub := filepath.Join(c.Mount, c.Path, "nested")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	nested := exec.Command("sleep", "1000000")
+	if err := nested.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Registered after contained's: runs first, so the parent can go.
+	t.Cleanup(func() {
+		nested.Process.Kill()
+		nested.Wait()
+		within(5*time.Second, func() bool { return os.Remove(sub) == nil || os.IsNotExist(os.Remove(sub)) })
+	})
+	if err := os.WriteFile(filepath.Join(sub, "cgroup.procs"), []byte(strconv.Itoa(nested.Process.Pid)), 0); err != nil {
+		t.Fatal(err)
+	}
+	mine := startIn(t, c, "sleep", "1000000")
+	if !within(5*time.Second, func() bool {
+		id, err := fingerprint.Read("/proc", mine.Process.Pid)
+		return err == nil && id.Comm == "sleep"
+	}) {
+		t.Fatal("the tree's process did not start")
+	}
+
+	res := Sweep(context.Background(), c, SweepOptions{KillWait: 300 * time.Millisecond})
+	if res.Method == "cgroup.kill" || res.Removed {
+		t.Errorf("sweep = %+v, want no cgroup.kill and the cgroup kept", res)
+	}
+	if st, err := fingerprint.ReadStat("/proc", nested.Process.Pid); err != nil || st.Zombie() {
+		t.Errorf("the child cgroup's process was killed: %+v, %v", st, err)
+	}
+	done := make(chan struct{})
+	go func() { mine.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Error("the tree's own process lives")
+	}
+}
+
+// TestPrepareThawsAReusedCgroup: a cgroup left frozen (its wrapper killed
+// between freeze and thaw) is thawed when the container's next wrapper
+// takes it again, or its supervisor would start frozen.
+func TestPrepareThawsAReusedCgroup(t *testing.T) {
+	c := contained(t, KindCgroup2)
+	freeze := filepath.Join(c.Mount, c.Path, "cgroup.freeze")
+	if err := os.WriteFile(freeze, []byte("1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Prepare(context.Background(), Detect(Options{}), c.containerID, os.Getuid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if data, err := os.ReadFile(freeze); err != nil || strings.TrimSpace(string(data)) != "0" {
+		t.Errorf("cgroup.freeze = %q, %v after Prepare reused it; want 0", data, err)
 	}
 }

@@ -101,6 +101,18 @@ func Alive(root string, want Stat) bool {
 	return err == nil && !st.Zombie()
 }
 
+// Running reports whether a process that has not exited holds pid,
+// whichever process it is; a stat that cannot be read for another reason
+// than the process's absence counts as running (the safe answer for a
+// caller about to decide something is gone).
+func Running(root string, pid int) bool {
+	st, err := ReadStat(root, pid)
+	if err != nil {
+		return !errors.Is(err, ErrNotFound)
+	}
+	return !st.Zombie()
+}
+
 // ErrRecycled is returned (wrapped) when a PID now belongs to another
 // process than the one recorded.
 var ErrRecycled = errors.New("pid now belongs to another process")

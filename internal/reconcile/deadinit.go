@@ -1,7 +1,7 @@
 package reconcile
 
 import (
-	"errors"
+	"cmp"
 	"log/slog"
 	"maps"
 
@@ -21,7 +21,7 @@ import (
 func staleLive(opt Options, log *slog.Logger, live engine.Set) engine.Set {
 	var stale []string
 	for id, pid := range opt.InitExited {
-		if pid <= 0 || !live.IsLive(id) || live.PIDs[id] != pid || heldRunning(opt.Root, pid) {
+		if pid <= 0 || !live.IsLive(id) || live.PIDs[id] != pid || fingerprint.Running(cmp.Or(opt.Root, fingerprint.DefaultRoot), pid) {
 			continue
 		}
 		stale = append(stale, id)
@@ -36,18 +36,4 @@ func staleLive(opt Options, log *slog.Logger, live engine.Set) engine.Set {
 		log.Info("the engine still calls the container live, naming the init the kernel saw exit: taken as gone", "container", id, "init_pid", opt.InitExited[id], "state", live.States[id])
 	}
 	return out
-}
-
-// heldRunning reports whether a process that is not a zombie holds pid;
-// a stat that cannot be read for another reason than the process's
-// absence counts as running.
-func heldRunning(root string, pid int) bool {
-	if root == "" {
-		root = fingerprint.DefaultRoot
-	}
-	st, err := fingerprint.ReadStat(root, pid)
-	if err != nil {
-		return !errors.Is(err, fingerprint.ErrNotFound)
-	}
-	return !st.Zombie()
 }

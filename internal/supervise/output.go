@@ -74,3 +74,13 @@ func (c *cappedFile) Write(p []byte) (int, error) {
 	}
 	return n, nil
 }
+
+// sameFile reports whether a and b are one open file.
+func sameFile(a, b *os.File) bool {
+	sa, err := a.Stat()
+	if err != nil {
+		return false
+	}
+	sb, err := b.Stat()
+	return err == nil && os.SameFile(sa, sb)
+}

@@ -171,11 +171,20 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if o.OutputCap >= 0 {
 		max := cmp.Or(o.OutputCap, DefaultOutputCap)
-		for _, f := range []**os.File{&r.o.Stdout, &r.o.Stderr} {
+		// One file (kc-hook's launch gives both the log) gets one pipe:
+		// its lines keep their order, and one writer empties it.
+		targets := []**os.File{&r.o.Stdout, &r.o.Stderr}
+		if sameFile(r.o.Stdout, r.o.Stderr) {
+			targets = targets[:1]
+		}
+		for _, f := range targets {
 			w, stop, err := capOutput(*f, max)
 			if err != nil {
 				r.log.Warn("command output not bounded", "err", err)
 				continue
+			}
+			if len(targets) == 1 {
+				r.o.Stderr = w
 			}
 			*f = w
 			defer stop()
@@ -493,7 +502,12 @@ func (r *runner) startChild() (*child, error) {
 		err := r.cg.Enter(ctx, c.pid)
 		cancel()
 		if err != nil {
+			// Never swept then: a scope that could not be started for
+			// it may be another wrapper's of the same name, and what a
+			// cgroup it never entered holds is not its tree.
 			r.log.Warn("command not moved into its cgroup; it runs uncontained", "cgroup", r.cg.String(), "err", err)
+			r.cg.Close()
+			r.cg = nil
 		} else if !r.cgRecorded {
 			r.log.Info("command contained", "cgroup", r.cg.String(), "kind", r.cg.Kind)
 			r.recordCgroup(r.cg.Record())

@@ -236,8 +236,18 @@ func TestRunLeavesACgroupItsDecisionDoesNotCover(t *testing.T) {
 	if h.Kind != contain.KindCgroup2 {
 		t.Skipf("no cgroup v2 here: %s", h.Why)
 	}
-	for _, recorded := range []bool{true, false} {
-		t.Run(fmt.Sprintf("recorded=%v", recorded), func(t *testing.T) {
+	for _, tc := range []struct {
+		recorded bool
+		c        func(id string) Container
+	}{
+		{true, func(id string) Container { return Container{ID: id} }},
+		{false, func(id string) Container { return Container{ID: id} }},
+		// Even the container's own poststop leaves it when the caller
+		// spared another tree of the container, which it may hold.
+		{true, func(id string) Container { return Container{ID: id, All: true, KeepCgroup: true} }},
+	} {
+		recorded := tc.recorded
+		t.Run(fmt.Sprintf("recorded=%v/%+v", recorded, tc.c("x")), func(t *testing.T) {
 			id := randomID(t)
 			cg, err := contain.Prepare(context.Background(), h, id, os.Getuid())
 			if err != nil {
@@ -264,7 +274,7 @@ func TestRunLeavesACgroupItsDecisionDoesNotCover(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			res := Run(context.Background(), Options{Store: store, Source: "reconcile"}, Container{ID: id})
+			res := Run(context.Background(), Options{Store: store, Source: "reconcile"}, tc.c(id))
 			if res.Cgroup != nil {
 				t.Errorf("cgroup %+v, want it left alone", res.Cgroup)
 			}

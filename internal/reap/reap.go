@@ -44,7 +44,11 @@ type Options struct {
 	// Contain finds the cgroup a record names (and, with a systemd
 	// client, stops its scope).
 	Contain contain.Options
-	Logger  *slog.Logger
+	// BornBefore, when set, withholds from a cgroup sweep every process
+	// started after it (the caller's decision was made before: a restart
+	// of the container may have put its new tree in the same cgroup).
+	BornBefore uint64
+	Logger     *slog.Logger
 }
 
 // Tree is one tree to act on.
@@ -70,6 +74,9 @@ type Container struct {
 	// "nothing". Otherwise only these groups' snapshots are replaced: the
 	// container's other trees must stay attributable.
 	All bool
+	// KeepCgroup: another tree of the container was spared (too young,
+	// ambiguous, foreign), which its cgroup may hold: no sweep.
+	KeepCgroup bool
 }
 
 // Result is what became of one container's trees.
@@ -152,7 +159,7 @@ func Run(ctx context.Context, opt Options, c Container) Result {
 	// where a rootless engine answered) is swept only by the hook's
 	// poststop, which is the container's own. A cgroup no record names
 	// is looked for by poststop only; reconcile finds those itself.
-	if !refused {
+	if !refused && !c.KeepCgroup {
 		res.Cgroup = sweep(ctx, opt, log, c.ID, c.All, func(uid int) bool { return c.All || signalled[uid] })
 	}
 	res.Outcome = summary(res.Trees)

@@ -269,7 +269,7 @@ func Scan(opt Options) (*Scanned, error) {
 		}
 		known = ledger.KnownFrom(sc.records, opt.Store.CurrentBootID())
 	}
-	found, stats, snap, err := trees.ScanSnapshot(trees.Options{Root: opt.Root, Comms: opt.Comms, Known: known, Full: opt.FullScan, Lister: opt.Lister, Program: opt.Program, Watch: corroborate.Watch, Only: only(opt.Containers)})
+	found, stats, snap, err := trees.ScanSnapshot(trees.Options{Root: opt.Root, Comms: opt.Comms, Known: known, Full: opt.FullScan, Lister: opt.Lister, Program: opt.Program, Watch: corroborate.Watch, Only: opt.Containers})
 	sc.scanned = time.Now()
 	sc.bootTicks = bootTicks()
 	if err != nil {
@@ -343,7 +343,7 @@ func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 			log.Error("blast-radius guard: nothing reaped", "why", why)
 			return rep, nil
 		}
-		rep.Cgroups, rep.Unrecorded = reapStrays(ctx, opt, log, rep.Trees)
+		rep.Cgroups, rep.Unrecorded = reapStrays(ctx, opt, log, rep.Trees, sc.bootTicks)
 	}
 	sc.sweepLeftCgroups(ctx, &rep, left)
 	if opt.Apply {
@@ -467,14 +467,20 @@ func sameTrees(a, b []ledger.Tree) bool {
 // and copies what became of them into the report. It returns the
 // containers' swept cgroups, and why an outcome could not be recorded,
 // if one could not.
-func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) ([]Cgroup, error) {
+func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree, bornBefore uint64) ([]Cgroup, error) {
 	byContainer := map[string][]int{}
+	spared := map[string]bool{} // a tree of it is left: its cgroup may hold it
 	for i := range ts {
 		if ts[i].Action == action.WouldReap {
 			byContainer[ts[i].ContainerID] = append(byContainer[ts[i].ContainerID], i)
+			continue
 		}
+		for _, id := range ts[i].tree.ContainerIDs {
+			spared[id] = true
+		}
+		spared[ts[i].ContainerID] = true
 	}
-	ropt := reap.Options{Root: opt.Root, Grace: opt.KillGrace, Store: opt.Store, Source: "reconcile", Contain: opt.Contain, Logger: log}
+	ropt := reap.Options{Root: opt.Root, Grace: opt.KillGrace, Store: opt.Store, Source: "reconcile", Contain: opt.Contain, Logger: log, BornBefore: bornBefore}
 	var (
 		wg         sync.WaitGroup
 		mu         sync.Mutex
@@ -485,7 +491,7 @@ func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree) (
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := reap.Container{ID: id, Pod: ts[idx[0]].Pod}
+			c := reap.Container{ID: id, Pod: ts[idx[0]].Pod, KeepCgroup: spared[id]}
 			for _, i := range idx {
 				// The janitor reads /proc in host terms.
 				c.Trees = append(c.Trees, reap.Tree{Tree: ts[i].tree, HostUID: ts[i].tree.UID})
@@ -607,14 +613,4 @@ func anyIn(ids []string, set map[string]bool) bool {
 		}
 	}
 	return false
-}
-
-// only is the scan's filter for a run scoped to containers (--container,
-// a death in watch): other containers' groups cost one cmdline read per
-// member, not a full read, since Run leaves their trees out anyway.
-func only(scope map[string]bool) map[string]bool {
-	if len(scope) == 0 {
-		return nil
-	}
-	return scope
 }

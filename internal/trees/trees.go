@@ -67,7 +67,7 @@ type Options struct {
 	// Program is a loaded iterator program to list with
 	// (proctable.Options.Program).
 	Program *taskiter.Program
-	// Only, when not nil, asks for the trees of these containers alone
+	// Only, when not empty, asks for the trees of these containers alone
 	// (kc-hook's poststop wants one container's): a candidate group is
 	// then read in full only if a member's argv carries one of the IDs
 	// or a member's PID is in Known. Other groups are dropped after one
@@ -204,7 +204,7 @@ func ScanSnapshot(opt Options) ([]Tree, Stats, *proctable.Listing, error) {
 	if err != nil {
 		return nil, stats, nil, err
 	}
-	if opt.Only != nil {
+	if len(opt.Only) > 0 {
 		known := make(map[int]bool, len(opt.Known))
 		for k := range opt.Known {
 			known[k.PID] = true
@@ -223,11 +223,11 @@ func ScanSnapshot(opt Options) ([]Tree, Stats, *proctable.Listing, error) {
 	// janitor's scans are the backstop for a tree whose every sign the
 	// iterator missed.
 	pending := listing != nil && listing.Pending()
-	if pending && opt.Only == nil {
+	if pending && len(opt.Only) == 0 {
 		listing.Prefetch()
 	}
 	found := examineAll(ss, cands)
-	if pending && (opt.Only == nil || len(opt.Known) > 0 || slices.ContainsFunc(found, func(t *Tree) bool { return t != nil })) {
+	if pending && (len(opt.Only) == 0 || len(opt.Known) > 0 || slices.ContainsFunc(found, func(t *Tree) bool { return t != nil })) {
 		grouped, err := listing.Confirm()
 		if err != nil {
 			return nil, stats, nil, err
@@ -484,7 +484,7 @@ func (s *scanner) examine(c candidate) (Tree, bool) {
 	if leaderLive && !leaderSup && !s.opt.Full {
 		return Tree{}, false
 	}
-	if s.opt.Only != nil && !s.mayHoldOnly(pids) {
+	if len(s.opt.Only) > 0 && !s.mayHoldOnly(pids) {
 		return Tree{}, false
 	}
 	if !leaderSup {

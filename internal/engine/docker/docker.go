@@ -230,17 +230,30 @@ func (d *docker) InitPID(ctx context.Context, id string) (int, error) {
 	var in struct {
 		ID    string `json:"Id"`
 		State *struct {
-			Pid int `json:"Pid"`
+			Pid        int   `json:"Pid"`
+			Running    *bool `json:"Running"`
+			Restarting *bool `json:"Restarting"`
 		} `json:"State"`
 	}
 	if err := d.get(ctx, hc, "/containers/"+url.PathEscape(id)+"/json", &in); err != nil {
 		return 0, err
 	}
-	if in.ID != id || in.State == nil {
+	if in.ID != id || in.State == nil || in.State.Running == nil {
 		return 0, fmt.Errorf("docker API %s: inspect %s answered another container or no state", d.ep.Raw, id)
+	}
+	// A container in its restart policy's backoff has no init (Pid 0)
+	// and is live all the same: 0 must mean "not running" only.
+	if in.State.Restarting != nil && *in.State.Restarting {
+		return 0, fmt.Errorf("docker API %s: container %s is restarting: %w", d.ep.Raw, id, errRestarting)
+	}
+	if !*in.State.Running {
+		return 0, nil
 	}
 	return in.State.Pid, nil
 }
+
+// errRestarting: a restarting container has no init PID to give.
+var errRestarting = errors.New("no init while restarting")
 
 // dockerEvent is the part of an /events message we read.
 type dockerEvent struct {

@@ -76,6 +76,15 @@ func (sc *Scanned) corroborateCgroups(ls []contain.Listed, live engine.Set) ([]c
 			continue
 		}
 		if ck == nil {
+			// A scoped scan that found no tree left its listing
+			// unconfirmed (nothing to act on then): evidence needs it
+			// whole.
+			if sc.snap != nil && sc.snap.Pending() {
+				if _, err := sc.snap.Confirm(); err != nil {
+					sc.log.Warn("cannot complete the process listing; populated cgroups left alone", "err", err)
+					return kept, 0, nil
+				}
+			}
 			ck = sc.checker()
 		}
 		_, known := live.States[l.ContainerID]

@@ -36,7 +36,7 @@ func engineFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "podman-arg", Usage: "global `ARG` for the podman CLI, repeatable (e.g. --podman-arg=--root=/srv/storage); a podman API service whose store is not the --root/--runroot named here is not believed: the CLI is asked instead", EnvVars: []string{"KC_PODMAN_ARGS"}},
 		&cli.StringFlag{Name: flagContainerdAddress, Usage: "containerd socket `PATH`; default: CONTAINERD_ADDRESS, else the one of /run/containerd/containerd.sock, /run/k3s/containerd/containerd.sock (k3s, RKE2) and /var/snap/microk8s/common/run/containerd.sock that exists (several: exit 3 until one is named)", EnvVars: []string{"KC_CONTAINERD_ADDRESS"}},
 		&cli.StringSliceFlag{Name: flagContainerdNamespace, Usage: "ask only containerd `NAMESPACE` (repeatable or comma-separated; default every namespace: moby is Docker's, k8s.io Kubernetes', default ctr's and nerdctl's)", EnvVars: []string{"KC_CONTAINERD_NAMESPACE"}},
-		&cli.StringFlag{Name: flagCRIEndpoint, Usage: "CRI runtime socket `PATH` for --engine cri (CRI-O, or containerd's CRI plugin); default: /run/crio/crio.sock, else the containerd socket that exists; auto asks CRI only where CRI-O's socket exists", EnvVars: []string{"KC_CRI_ENDPOINT"}},
+		&cli.StringFlag{Name: flagCRIEndpoint, Usage: "CRI runtime socket `PATH` for --engine cri (CRI-O, or containerd's CRI plugin); default: /run/crio/crio.sock, else the containerd socket that exists (none when several do); auto asks CRI only where CRI-O's socket exists", EnvVars: []string{"KC_CRI_ENDPOINT"}},
 		&cli.StringFlag{Name: flagDockerURL, Usage: "Docker Engine API `URL` (unix:///path or tcp://host:port); default: DOCKER_HOST, else unix:///var/run/docker.sock", EnvVars: []string{"KC_DOCKER_URL"}},
 	}
 }

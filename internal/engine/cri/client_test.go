@@ -204,3 +204,34 @@ func TestUnreachableAndHungRuntime(t *testing.T) {
 		}
 	})
 }
+
+// TestAmbiguousSocketsAskNothing: with no --cri-endpoint and more than one
+// runtime socket on the node, asking one would miss the others'
+// containers: the engine fails every question (the truth is unknown, so
+// nothing is touched) instead of answering for one of them.
+func TestAmbiguousSocketsAskNothing(t *testing.T) {
+	sock := serve(t, &fakeRuntime{containers: []*runtimeapi.Container{
+		{Id: strings.Repeat("a", 64), State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+	}})
+	for _, tc := range []struct {
+		name      string
+		ambiguous []string
+		wantErr   bool
+	}{
+		{"one socket (control)", nil, false},
+		{"two sockets", []string{sock, "/run/k3s/containerd/containerd.sock"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := &criEngine{endpoint: sock, ambiguous: tc.ambiguous}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			a, err := e.Live(ctx)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("Live = %+v, %v; want an error %v", a, err, tc.wantErr)
+			}
+			if tc.wantErr && (len(a.Containers) > 0 || !strings.Contains(err.Error(), "--cri-endpoint")) {
+				t.Errorf("answer %+v, err %v: want none, and the flag to name", a, err)
+			}
+		})
+	}
+}

@@ -28,11 +28,15 @@ const statusConcurrency = 8
 type criEngine struct {
 	cfg      engine.Config
 	endpoint string
+	// ambiguous lists the runtime sockets found when none was named and
+	// more than one exists: asking one would miss the others' containers,
+	// so every question fails (as the containerd engine's does).
+	ambiguous []string
 }
 
 // criEndpoint is --cri-endpoint, else CRI-O's socket if it exists, else
 // the first containerd socket that exists (its CRI plugin serves the same
-// socket), else CRI-O's.
+// socket), else CRI-O's; newCRI refuses to ask when several exist.
 func criEndpoint(cfg engine.Config) string {
 	if cfg.CRIEndpoint != "" {
 		return cfg.CRIEndpoint
@@ -75,7 +79,21 @@ func newCRI(cfg engine.Config) (engine.Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: --cri-endpoint: %w", engine.ErrUsage, err)
 	}
-	return &criEngine{cfg: cfg, endpoint: p}, nil
+	e := &criEngine{cfg: cfg, endpoint: p}
+	if cfg.CRIEndpoint == "" {
+		if found := engine.Existing(append([]string{CRIOSocket}, containerd.KnownSockets...)); len(found) > 1 {
+			e.ambiguous = found
+		}
+	}
+	return e, nil
+}
+
+// open makes the client for one question; the caller closes it.
+func (e *criEngine) open() (*Client, error) {
+	if len(e.ambiguous) > 1 {
+		return nil, fmt.Errorf("CRI runtime sockets at %s all exist: asking one would miss the others' containers; name the one to ask with --cri-endpoint (KC_CRI_ENDPOINT)", strings.Join(e.ambiguous, " and "))
+	}
+	return New(e.endpoint)
 }
 
 func (e *criEngine) Name() string     { return "cri" }
@@ -85,7 +103,7 @@ func (e *criEngine) Endpoint() string { return e.endpoint }
 func (e *criEngine) Version(ctx context.Context) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.AskTimeout())
 	defer cancel()
-	cl, err := New(e.endpoint)
+	cl, err := e.open()
 	if err != nil {
 		return "", err
 	}
@@ -103,7 +121,7 @@ func (e *criEngine) Version(ctx context.Context) (string, error) {
 func (e *criEngine) list(ctx context.Context, wantPIDs func(Container) bool) (cs []engine.Container, took time.Duration, uid int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.AskTimeout())
 	defer cancel()
-	cl, err := New(e.endpoint)
+	cl, err := e.open()
 	if err != nil {
 		return nil, 0, engine.UIDUnknown, err
 	}
@@ -182,7 +200,7 @@ func (e *criEngine) Resolve(ctx context.Context, ref string) ([]engine.Match, er
 // (containerd 1.6) is ErrNoEvents: watch then learns deaths from the
 // pinned inits and its relisting, never by reading a refusal as a drop.
 func (e *criEngine) Deaths(ctx context.Context, w engine.DeathWatch) error {
-	cl, err := New(e.endpoint)
+	cl, err := e.open()
 	if err != nil {
 		return err
 	}

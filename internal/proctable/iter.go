@@ -38,6 +38,10 @@ func listBPF(opt Options) (*Listing, error) {
 		tasks += t.Threads
 		sawInit = sawInit || t.PID == 1
 		l.add(t.PID, t.PGID, t.StartTicks, t.PPID, t.UID)
+		var comm [16]byte
+		copy(comm[:], t.Comm())
+		l.comms = append(l.comms, comm[:]...)
+		l.dead = append(l.dead, t.Zombie())
 		// Indexing the map or asking Watch with the converted bytes
 		// does not allocate; only a kept comm becomes a string.
 		if opt.Watch != nil && opt.Watch(t.Comm()) {

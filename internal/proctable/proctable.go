@@ -19,6 +19,7 @@
 package proctable
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -201,6 +202,11 @@ type Listing struct {
 	ascending int
 	// all is WatchedAll's answer, once completed.
 	all []Proc
+	// comms holds the task iterator's comm of PIDs[i] at [16*i:16*i+16]
+	// (NUL-padded) and dead whether it was a zombie, for the processes
+	// the iterator listed (see Seen).
+	comms []byte
+	dead  []bool
 }
 
 // List lists the host's processes (see Options.Lister); the listing is
@@ -251,6 +257,21 @@ func (l *Listing) add(pid, pgid int, start uint64, ppid, uid int) {
 	if l.UIDs != nil {
 		l.UIDs = append(l.UIDs, int32(uid))
 	}
+}
+
+// Seen returns the comm of the process at index i as the task iterator
+// saw it, and whether it was a zombie then; ok is false for a process it
+// did not list (a /proc listing, or one Confirm added), whose files must
+// be read instead.
+func (l *Listing) Seen(i int) (comm string, zombie, ok bool) {
+	if i < 0 || i >= len(l.dead) {
+		return "", false, false
+	}
+	c := l.comms[16*i : 16*i+16]
+	if n := bytes.IndexByte(c, 0); n >= 0 {
+		c = c[:n]
+	}
+	return string(c), l.dead[i], true
 }
 
 // Index returns where pid is in the listing, or -1. The listing is in

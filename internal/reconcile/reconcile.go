@@ -269,7 +269,7 @@ func Scan(opt Options) (*Scanned, error) {
 		}
 		known = ledger.KnownFrom(sc.records, opt.Store.CurrentBootID())
 	}
-	found, stats, snap, err := trees.ScanSnapshot(trees.Options{Root: opt.Root, Comms: opt.Comms, Known: known, Full: opt.FullScan, Lister: opt.Lister, Program: opt.Program, Watch: corroborate.Watch, Only: opt.Containers})
+	found, stats, snap, err := trees.ScanSnapshot(trees.Options{Root: opt.Root, Comms: opt.Comms, Known: known, Full: opt.FullScan, Lister: opt.Lister, Program: opt.Program, Watch: corroborate.Watch, Only: opt.Containers, Partial: true})
 	sc.scanned = time.Now()
 	sc.bootTicks = bootTicks()
 	if err != nil {
@@ -295,8 +295,9 @@ func (sc *Scanned) UseStore(s *ledger.Store) {
 // Run decides on the scanned trees with podman's answer and, with Apply,
 // reaps the strays.
 func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
-	opt, log, records, found := sc.opt, sc.log, sc.records, sc.found
+	opt, log, records := sc.opt, sc.log, sc.records
 	live = staleLive(opt, log, live)
+	found := complete(sc.found, live)
 	rep := Report{LivenessKnown: true, Source: string(live.Source), DryRun: !opt.Apply, Trees: []Tree{}}
 
 	for _, t := range found {
@@ -357,6 +358,26 @@ func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 		rep.LedgerCollected = collect(opt, log, records, live, contradicted(rep.Trees), keep)
 	}
 	return rep, nil
+}
+
+// complete reads in full the trees the scan left partial whose
+// container the answer does not call live: a live container's tree is
+// spared as the leader's argv and the listing show it, and only the
+// others are decided on every member's files (DESIGN "One view of the
+// host"). The completion reads the members the scan listed, before the
+// engines were asked, so the order that closes the race stands.
+func complete(found []trees.Tree, live engine.Set) []trees.Tree {
+	out := make([]trees.Tree, 0, len(found))
+	for _, t := range found {
+		if t.Partial && !live.IsLive(t.ContainerID) {
+			var ok bool
+			if t, ok = t.Complete(); !ok {
+				continue
+			}
+		}
+		out = append(out, t)
+	}
+	return out
 }
 
 // dropDead leaves out the strays none of whose members is still the

@@ -47,7 +47,7 @@ func listGroups(opt Options, comms map[string]bool, stats *Stats) (*proctable.Li
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	ss := []*scanner{{opt: opt, comms: comms, proc: proctable.NewReader(opt.Root)}}
+	ss := []*scanner{{opt: opt, comms: comms, proc: proctable.NewReader(opt.Root), listing: l}}
 	cands := ss[0].candidates(l, stats)
 	// The candidates' identities are read from /proc; spread them.
 	members := 0
@@ -55,7 +55,7 @@ func listGroups(opt Options, comms map[string]bool, stats *Stats) (*proctable.Li
 		members += len(c.pids)
 	}
 	for w := 1; w < runtime.GOMAXPROCS(0) && members >= 2*w*minMembersPerWorker; w++ {
-		ss = append(ss, &scanner{opt: opt, comms: comms, proc: proctable.NewReader(opt.Root)})
+		ss = append(ss, &scanner{opt: opt, comms: comms, proc: proctable.NewReader(opt.Root), listing: l})
 	}
 	return l, cands, ss, nil
 }
@@ -104,8 +104,8 @@ func (s *scanner) candidates(l *proctable.Listing, stats *Stats) []candidate {
 	}
 
 	type member struct {
-		pgid, pid int
-		start     uint64
+		pgid, pid, i int
+		start        uint64
 	}
 	var open []member
 	for i, pgid32 := range l.PGIDs {
@@ -117,7 +117,7 @@ func (s *scanner) candidates(l *proctable.Listing, stats *Stats) []candidate {
 		if ok && leaders[j].mark.live && !leaders[j].mark.sup {
 			continue
 		}
-		m := member{pgid: pgid, pid: l.PIDs[i]}
+		m := member{pgid: pgid, pid: l.PIDs[i], i: i}
 		if l.Starts != nil {
 			m.start = l.Starts[i]
 		}
@@ -132,6 +132,7 @@ func (s *scanner) candidates(l *proctable.Listing, stats *Stats) []candidate {
 		for ; i < len(open) && open[i].pgid == c.pgid; i++ {
 			c.pids = append(c.pids, open[i].pid)
 			c.starts = append(c.starts, open[i].start)
+			c.at = append(c.at, open[i].i)
 		}
 		if j, ok := slices.BinarySearchFunc(leaders, c.pgid, func(l leaderAt, pgid int) int { return l.pid - pgid }); ok {
 			c.leader, c.listed = leaders[j].mark, true

@@ -78,6 +78,17 @@ type Options struct {
 	// /proc (proctable.Listing.Confirm): it has nothing to act on.
 	Only map[string]bool
 
+	// Partial leaves a group led by a live supervisor whose argv names
+	// one container, and no other by the ledger, unread but for the
+	// leader: the tree is built from the listing (Tree.Partial), and its
+	// caller reads it in full (Tree.Complete) only if it must decide
+	// more about it than that it is that container's — a reconcile,
+	// for a container the engines do not call live. Only a listing of
+	// the BPF task iterator carries what the members' files would tell;
+	// on any other, and for a member the iterator did not list, the
+	// group is read in full as without Partial.
+	Partial bool
+
 	// Watch is handed to the listing (proctable.Options.Watch): the
 	// processes it picks are kept whole in the snapshot ScanSnapshot
 	// returns, for the decisions after the scan (container monitors).
@@ -128,9 +139,18 @@ type Tree struct {
 	// Withheld are descendants outside the group of another UID or
 	// carrying another container's ID: reported, never signalled.
 	Withheld []fingerprint.Identity
+	// Partial: only the leader's argv was read (Options.Partial). The
+	// container is the leader's; Members come from the listing and carry
+	// no argv but the leader's, so another container's ID on a member
+	// (which would make the tree Ambiguous) is not ruled out. Such a tree
+	// may be spared as it stands; anything else reads it with Complete.
+	Partial bool
 	// callerBelow: the calling process is a descendant of the tree (see
 	// HoldsCaller).
 	callerBelow bool
+	// rest and cand complete a Partial tree: the scan's and its group's.
+	rest *completion
+	cand *candidate
 }
 
 // Stats reports how much a scan read, for benchmarks and logs.
@@ -238,21 +258,17 @@ func ScanSnapshot(opt Options) ([]Tree, Stats, *proctable.Listing, error) {
 		}
 	}
 	var out []Tree
-	var kids childIndex
-	indexed := false
+	fin := &completion{opt: opt, comms: comms, listing: listing, uptime: uptime, uptimeErr: uptimeErr}
+	if len(ss) > 0 {
+		fin.knownPIDs = ss[0].knownPIDs
+	}
 	for _, t := range found {
 		if t == nil {
 			continue
 		}
-		t.AgeKnown = t.AgeKnown && uptimeErr == nil
-		if t.Signalable() {
-			if !indexed {
-				kids, indexed = indexChildren(listing), true
-			}
-			addDescendants(opt.Root, t, kids)
-		}
-		if t.AgeKnown {
-			t.Age, t.Oldest = ages(t.Members, uptime)
+		fin.finish(t)
+		if t.Partial {
+			t.rest = fin
 		}
 		out = append(out, *t)
 	}
@@ -266,6 +282,55 @@ func ScanSnapshot(opt Options) ([]Tree, Stats, *proctable.Listing, error) {
 	}
 	stats.Duration = time.Since(start)
 	return out, stats, listing, nil
+}
+
+// completion is what a scan keeps to read its Partial trees in full.
+type completion struct {
+	opt       Options
+	comms     map[string]bool
+	knownPIDs map[int]bool
+	listing   *proctable.Listing
+	uptime    time.Duration
+	uptimeErr error
+
+	once sync.Once
+	kids childIndex
+}
+
+// finish adds what a tree's decisions read besides its members: ages
+// and, for a tree that may be signalled, its descendants.
+func (c *completion) finish(t *Tree) {
+	t.AgeKnown = t.AgeKnown && c.uptimeErr == nil
+	if t.Signalable() {
+		c.once.Do(func() { c.kids = indexChildren(c.listing) })
+		addDescendants(c.opt.Root, t, c.kids)
+	}
+	if t.AgeKnown {
+		t.Age, t.Oldest = ages(t.Members, c.uptime)
+	}
+}
+
+// Complete reads a Partial tree in full, as a scan without
+// Options.Partial would have: the members of its group as the scan
+// listed them, each still the process listed. The group may turn out to
+// be no tree any more (its members gone) or another tree (Ambiguous,
+// another container's by a member's argv); ok is false for none. A tree
+// that is not Partial is returned as it is.
+func (t Tree) Complete() (Tree, bool) {
+	if !t.Partial || t.rest == nil {
+		return t, true
+	}
+	c := t.rest
+	opt := c.opt
+	opt.Partial = false
+	s := &scanner{opt: opt, comms: c.comms, knownPIDs: c.knownPIDs, proc: proctable.NewReader(opt.Root), listing: c.listing}
+	defer s.proc.Close()
+	full, ok := s.examine(*t.cand)
+	if !ok {
+		return Tree{}, false
+	}
+	c.finish(&full)
+	return full, true
 }
 
 // examineAll examines the candidates on the scanners' goroutines.
@@ -327,6 +392,9 @@ type candidate struct {
 	// (nil: none known).
 	starts []uint64
 	leader leaderMark
+	// at are the members' indexes in the listing (nil for the full
+	// scan's groups).
+	at []int
 	// listed: the listing had the leader (or failed to read it). When
 	// it did not, examine asks /proc before taking the group for
 	// leaderless: a listing is a snapshot, and the kernel's task
@@ -371,6 +439,8 @@ type scanner struct {
 	// proc is the fast scan's reader; nil for the full scan, which reads
 	// through package fingerprint.
 	proc *proctable.Reader
+	// listing is the fast scan's; nil for the full scan.
+	listing *proctable.Listing
 }
 
 // readStat reads pid's stat: through the fast reader, or (full scan)
@@ -492,6 +562,11 @@ func (s *scanner) examine(c candidate) (Tree, bool) {
 			return Tree{}, false
 		}
 	}
+	if s.opt.Partial && leaderLive {
+		if t, ok := s.partial(c); ok {
+			return t, true
+		}
+	}
 
 	t := Tree{PGID: pgid, UID: -2, AgeKnown: true}
 	for i, pid := range pids {
@@ -580,6 +655,60 @@ func (s *scanner) examine(c candidate) (Tree, bool) {
 		}
 	default:
 		t.Ambiguous = true
+	}
+	return t, true
+}
+
+// partial builds the tree of a group led by a live supervisor from the
+// listing and its leader's argv alone (Options.Partial); ok is false
+// where it cannot, and the group is then read in full. The leader's stat
+// is read after its argv: the argv is the listed leader's only if the
+// PID was not reused in between.
+func (s *scanner) partial(c candidate) (Tree, bool) {
+	l := s.listing
+	if l == nil || l.UIDs == nil || l.PPIDs == nil || len(c.at) != len(c.pids) || len(c.starts) != len(c.pids) {
+		return Tree{}, false
+	}
+	lead := slices.Index(c.pids, c.pgid)
+	if lead < 0 {
+		return Tree{}, false
+	}
+	argv, err := s.readArgv(c.pgid)
+	if err != nil {
+		return Tree{}, false
+	}
+	st, err := s.readStat(c.pgid)
+	if err != nil || st.StartTicks != c.starts[lead] || st.PGID != c.pgid || st.Zombie() || !s.supervisor(c.pgid, st.Comm, argv) {
+		return Tree{}, false
+	}
+	ids := containerid.FromArgv(argv)
+	if len(ids) != 1 || (len(s.opt.Only) > 0 && !s.opt.Only[ids[0]]) {
+		return Tree{}, false
+	}
+	t := Tree{PGID: c.pgid, UID: -2, AgeKnown: true, ContainerID: ids[0], ContainerIDs: ids, Partial: true, cand: &c}
+	for k, pid := range c.pids {
+		i := c.at[k]
+		comm, zombie, seen := l.Seen(i)
+		if !seen || c.starts[k] == 0 || l.UIDs[i] < 0 {
+			return Tree{}, false
+		}
+		if cid, ok := s.opt.Known[Key{PID: pid, StartTicks: c.starts[k], PGID: c.pgid}]; ok && cid != ids[0] {
+			return Tree{}, false // ambiguous by the ledger: read it all
+		}
+		if zombie {
+			continue
+		}
+		id := fingerprint.Identity{Stat: fingerprint.Stat{PID: pid, Comm: comm, PPID: int(l.PPIDs[i]), PGID: c.pgid, StartTicks: c.starts[k]}, TGID: pid, UID: int(l.UIDs[i])}
+		if k == lead {
+			id.Stat, id.Argv = st, argv
+		}
+		switch {
+		case t.UID == -2:
+			t.UID = id.UID
+		case t.UID != id.UID:
+			t.UID = -1
+		}
+		t.Members = append(t.Members, id)
 	}
 	return t, true
 }

@@ -145,7 +145,7 @@ func traceHook(bin, tmp, stateDir, id string) (traced, error) {
 	if err != nil {
 		return traced{}, err
 	}
-	return traceRun([]string{bin, "poststop"}, hookEnv(stateDir), bundle, stf)
+	return traceRun([]string{bin, "poststop"}, hookEnv(stateDir), bundle, stf, "")
 }
 
 // janitorSample is one kc-janitor run with its parsed JSON report.

@@ -555,7 +555,11 @@ func (b *bench) reconcileBench(n, procs int) error {
 	}
 	if haveStrace() {
 		for _, path := range paths {
-			tr, err := traceRun(append([]string{b.janitor, "reconcile", "--format", "json"}, args[path]...), b.janEnv, "", "")
+			keep := "" // -keep-tmp keeps the trace, to see what a run opens
+			if b.cfg.keepTmp {
+				keep = filepath.Join(b.tmp, fmt.Sprintf("strace-reconcile-%d-%s.txt", n, path))
+			}
+			tr, err := traceRun(append([]string{b.janitor, "reconcile", "--format", "json"}, args[path]...), b.janEnv, "", "", keep)
 			if err != nil {
 				return fmt.Errorf("%s: %w", path, err)
 			}

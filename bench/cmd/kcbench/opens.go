@@ -34,14 +34,23 @@ func haveStrace() bool {
 
 // traceRun runs argv under strace -f (children included: the podman
 // stand-in's shell is counted with the janitor) and counts its opens and
-// /proc listings. stdin is a file to read, or "".
-func traceRun(argv, env []string, dir, stdin string) (traced, error) {
-	out, err := os.CreateTemp("", "kcbench-strace-")
+// /proc listings. stdin is a file to read, or "". keepAs, when not
+// empty, is where the trace is written and left.
+func traceRun(argv, env []string, dir, stdin, keepAs string) (traced, error) {
+	var out *os.File
+	var err error
+	if keepAs != "" {
+		out, err = os.Create(keepAs)
+	} else {
+		out, err = os.CreateTemp("", "kcbench-strace-")
+	}
 	if err != nil {
 		return traced{}, err
 	}
 	out.Close()
-	defer os.Remove(out.Name())
+	if keepAs == "" {
+		defer os.Remove(out.Name())
+	}
 	cmd := exec.Command("strace", append([]string{"-f", "-y", "-qq", "-e", "trace=openat,getdents64", "-o", out.Name()}, argv...)...)
 	cmd.Env, cmd.Dir = env, dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -21,8 +21,10 @@ type Listed struct {
 	// Changed is the directory's last change: its creation, for a cgroup
 	// nobody writes into.
 	Changed time.Time
-	// Populated: a process is in it (or it could not be read). Removing an
-	// empty one kills nothing; sweeping a populated one does.
+	// Populated: a process is in it, or it could not be read, or it has
+	// not been read: List leaves that to Populate, for the few cgroups a
+	// decision needs it of. Removing an empty one kills nothing; sweeping
+	// a populated one does.
 	Populated bool
 }
 
@@ -36,6 +38,21 @@ const maxListed = 16384
 // names its cgroup) leaves one behind. systemd scopes are not listed:
 // systemd removes a scope once it is empty.
 func List(opt Options) ([]Listed, error) {
+	return list(opt, "")
+}
+
+// Find is List for the cgroup(s) of one container: one fstatat(2) per
+// hierarchy instead of a directory read.
+func Find(opt Options, containerID string) ([]Listed, error) {
+	if !containerid.Valid(containerID) {
+		return nil, fmt.Errorf("%q is not a container ID", containerID)
+	}
+	return list(opt, containerID)
+}
+
+// list lists kc-watchman/<only>, or every kc-watchman/<id> when only is
+// empty.
+func list(opt Options, only string) ([]Listed, error) {
 	opt = opt.withDefaults()
 	ms, err := readMounts(opt.Proc)
 	if err != nil {
@@ -48,7 +65,7 @@ func List(opt Options) ([]Listed, error) {
 		if mnt == "" {
 			continue
 		}
-		l, err := listIn(mnt, kind)
+		l, err := listIn(mnt, kind, only)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -57,7 +74,7 @@ func List(opt Options) ([]Listed, error) {
 	return out, errors.Join(errs...)
 }
 
-func listIn(mnt string, kind Kind) ([]Listed, error) {
+func listIn(mnt string, kind Kind, only string) ([]Listed, error) {
 	mfd, err := openMount(mnt, kind)
 	if err != nil {
 		return nil, err
@@ -73,9 +90,12 @@ func listIn(mnt string, kind Kind) ([]Listed, error) {
 	// The fd is the directory checked above, whatever replaces the path.
 	dir := os.NewFile(uintptr(pfd), mnt+"/"+Dir)
 	defer dir.Close()
-	names, err := dir.Readdirnames(maxListed)
-	if err != nil && len(names) == 0 {
-		return nil, nil // empty (io.EOF), or unreadable: nothing to list
+	names := []string{only}
+	if only == "" {
+		names, err = dir.Readdirnames(maxListed)
+		if err != nil && len(names) == 0 {
+			return nil, nil // empty (io.EOF), or unreadable: nothing to list
+		}
 	}
 	var out []Listed
 	for _, n := range names {
@@ -90,10 +110,55 @@ func listIn(mnt string, kind Kind) ([]Listed, error) {
 			ContainerID: n,
 			Record:      ledger.Cgroup{Kind: string(kind), Path: Dir + "/" + n, UID: int(st.Uid)},
 			Changed:     time.Unix(st.Mtim.Unix()),
-			Populated:   populated(pfd, n, kind),
+			Populated:   true, // until Populate reads it
 		})
 	}
 	return out, nil
+}
+
+// Populate reads whether each of ls (as List returned them) holds a
+// process: one cgroup.events read each (cgroup.procs on the v1 freezer).
+// One it cannot read stays populated.
+func Populate(opt Options, ls []Listed) error {
+	opt = opt.withDefaults()
+	ms, err := readMounts(opt.Proc)
+	if err != nil {
+		return fmt.Errorf("reading the mount table: %w", err)
+	}
+	var errs []error
+	for _, kind := range []Kind{KindCgroup2, KindFreezer} {
+		var these []*Listed
+		for i := range ls {
+			if Kind(ls[i].Record.Kind) == kind {
+				these = append(these, &ls[i])
+			}
+		}
+		mnt := ms.mountOf(kind)
+		if len(these) == 0 || mnt == "" {
+			continue
+		}
+		if err := populateIn(mnt, kind, these); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func populateIn(mnt string, kind Kind, ls []*Listed) error {
+	mfd, err := openMount(mnt, kind)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(mfd)
+	pfd, err := openDirAt(mfd, Dir, kind)
+	if err != nil {
+		return fmt.Errorf("%s/%s: %w", mnt, Dir, err)
+	}
+	defer unix.Close(pfd)
+	for _, l := range ls {
+		l.Populated = populated(pfd, l.ContainerID, kind)
+	}
+	return nil
 }
 
 // populated reads whether the cgroup name below dirfd holds a process;

@@ -423,21 +423,29 @@ func (c *Checker) scan() error {
 	if len(monitors) == 0 {
 		return nil
 	}
-	var kids []int
+	// A child the task iterator listed is taken as it saw it (comm,
+	// start, parent); any other's stat is read.
+	type kid struct {
+		pid, at int // at: its index in snap, -1 for none
+	}
+	var kids []kid
 	if snap.PPIDs != nil {
 		for i, pid := range snap.PIDs {
 			if _, ok := monitors[int(snap.PPIDs[i])]; ok && snap.PGIDs[i] >= 0 {
-				kids = append(kids, pid)
+				kids = append(kids, kid{pid, i})
 			}
 		}
 	} else {
 		for pid := range monitors {
-			kids = append(kids, childrenOf(c.root, pid)...)
+			for _, k := range childrenOf(c.root, pid) {
+				kids = append(kids, kid{k, -1})
+			}
 		}
 	}
 	monCgroups := map[int]map[string]bool{}
-	for _, pid := range kids {
-		st, err := r.Stat(pid)
+	for _, k := range kids {
+		pid := k.pid
+		st, err := c.stat(r, k.pid, k.at)
 		if err != nil || st.Zombie() {
 			continue
 		}
@@ -447,8 +455,8 @@ func (c *Checker) scan() error {
 		}
 		c.parents[pid] = st.PPID
 		uid := -1
-		if i := snap.Index(pid); i >= 0 && snap.UIDs != nil {
-			uid = int(snap.UIDs[i])
+		if k.at >= 0 && snap.UIDs != nil {
+			uid = int(snap.UIDs[k.at])
 		}
 		if uid < 0 {
 			id, err := r.IdentitySince(pid, st.StartTicks)
@@ -484,6 +492,22 @@ func (c *Checker) scan() error {
 		c.children = append(c.children, ch)
 	}
 	return nil
+}
+
+// stat is what the snapshot's task iterator saw of the process at
+// index at of the snapshot, or, where it saw nothing (a /proc listing),
+// its stat file.
+func (c *Checker) stat(r *proctable.Reader, pid, at int) (fingerprint.Stat, error) {
+	if at >= 0 && c.snap.Starts != nil {
+		if comm, zombie, ok := c.snap.Seen(at); ok {
+			st := fingerprint.Stat{PID: pid, Comm: comm, PPID: int(c.snap.PPIDs[at]), PGID: int(c.snap.PGIDs[at]), StartTicks: c.snap.Starts[at]}
+			if zombie {
+				st.State = 'Z'
+			}
+			return st, nil
+		}
+	}
+	return r.Stat(pid)
 }
 
 // childrenOf reads a process's children from each of its threads'

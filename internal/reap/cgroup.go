@@ -64,14 +64,12 @@ func recorded(opt Options, id string) (ledger.Cgroup, bool) {
 
 // found is the container's kc-watchman/<id> on cgroupfs, if there is one.
 func found(opt Options, log *slog.Logger, id string) (ledger.Cgroup, bool) {
-	ls, err := contain.List(opt.Contain)
+	ls, err := contain.Find(opt.Contain, id)
 	if err != nil {
-		log.Warn("could not list kc-watchman's cgroups", "err", err)
+		log.Warn("could not look for the container's kc-watchman cgroup", "err", err)
 	}
-	for _, l := range ls {
-		if l.ContainerID == id {
-			return l.Record, true
-		}
+	if len(ls) == 0 {
+		return ledger.Cgroup{}, false
 	}
-	return ledger.Cgroup{}, false
+	return ls[0].Record, true
 }

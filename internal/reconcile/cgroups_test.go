@@ -140,7 +140,8 @@ func TestSweepsCgroupsOfGoneContainers(t *testing.T) {
 		}
 	})
 	t.Run("apply", func(t *testing.T) {
-		rep, err := Run(ctx, Options{Containers: scope, Apply: true}, live)
+		// --max-reap 1: the empty cgroup kills nothing and does not count.
+		rep, err := Run(ctx, Options{Containers: scope, Apply: true, MaxReap: 1}, live)
 		if err != nil {
 			t.Fatal(err)
 		}

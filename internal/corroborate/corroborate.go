@@ -101,6 +101,10 @@ type Checker struct {
 	parents map[int]int
 	scanErr error
 	own     map[string]bool
+	// monitors are the snapshot's live monitors; monCgroups their cgroup
+	// lines, by PID, as read.
+	monitors   map[int]bool
+	monCgroups map[int]map[string]bool
 }
 
 // child is a live child of a container monitor.
@@ -162,7 +166,10 @@ func (c *Checker) Check(q Query) (Evidence, bool, error) {
 		if ch.uid != 0 && ch.uid != q.UID {
 			continue
 		}
-		cg, ok := c.inContainer(ch.cgroups, q.ID, exact)
+		if _, ok := c.inContainer(ch.cgroups, q.ID, exact); !ok {
+			continue
+		}
+		cg, ok := c.inContainer(c.notMonitors(ch), q.ID, exact)
 		if !ok || c.descends(ch.PID, members) {
 			continue
 		}
@@ -207,6 +214,12 @@ func (c *Checker) inRecorded(q Query, exact []string, members map[int]bool) (Evi
 		}
 		id, err := r.Identity(pid)
 		if err != nil || id.Zombie() || (id.UID != 0 && id.UID != q.UID) {
+			continue
+		}
+		// A monitor, or a monitor's child (judged above, with the lines
+		// it shares with its monitor left out): in the recorded cgroup
+		// they say only that the runtime left the init there.
+		if c.monitors[id.PID] || c.monitors[id.PPID] {
 			continue
 		}
 		if c.descendsRead(r, id.Stat, members) {
@@ -420,6 +433,10 @@ func (c *Checker) scan() error {
 			c.parents[p.PID] = p.PPID
 		}
 	}
+	c.monitors = make(map[int]bool, len(monitors))
+	for pid := range monitors {
+		c.monitors[pid] = true
+	}
 	if len(monitors) == 0 {
 		return nil
 	}
@@ -442,7 +459,6 @@ func (c *Checker) scan() error {
 			}
 		}
 	}
-	monCgroups := map[int]map[string]bool{}
 	for _, k := range kids {
 		pid := k.pid
 		st, err := c.stat(r, k.pid, k.at)
@@ -465,33 +481,48 @@ func (c *Checker) scan() error {
 			}
 			uid = id.UID
 		}
-		mcg, ok := monCgroups[mon.PID]
-		if !ok {
-			mcg = map[string]bool{}
-			if d, err := r.ReadFile(mon.PID, "cgroup"); err == nil {
-				mcg = cgroupLines(d)
-			}
-			monCgroups[mon.PID] = mcg
-		}
-		// Read after the monitor's: the reader's buffer is reused.
 		data, err := r.ReadFile(pid, "cgroup")
 		if err != nil {
 			continue
 		}
 		ch := child{Stat: st, uid: uid, monitor: mon}
 		for l := range cgroupLines(data) {
-			// A hierarchy the runtime left the child in with its monitor
-			// (or in the root) is no container's own: on a hybrid host a
-			// v1 line can be "/" for every process, and a recorded init's
-			// line shared with every other monitor child would make it
-			// evidence of every container.
-			if !mcg[l] && !strings.HasSuffix(l, ":/") {
+			// In a hierarchy's root is in no container: on a hybrid
+			// host a v1 line can be "/" for every process.
+			if !strings.HasSuffix(l, ":/") {
 				ch.cgroups = append(ch.cgroups, l)
 			}
 		}
 		c.children = append(c.children, ch)
 	}
 	return nil
+}
+
+// notMonitors is ch's cgroup lines but those it shares with its monitor:
+// a hierarchy the runtime left the child in with its monitor is no
+// container's own, and a recorded init's line shared with every other
+// monitor child would make it evidence of every container. The
+// monitor's cgroup is read only for a child whose lines could be the
+// container asked about, and once.
+func (c *Checker) notMonitors(ch child) []string {
+	if c.monCgroups == nil {
+		c.monCgroups = map[int]map[string]bool{}
+	}
+	mcg, ok := c.monCgroups[ch.monitor.PID]
+	if !ok {
+		mcg = map[string]bool{}
+		if d, err := os.ReadFile(filepath.Join(c.root, strconv.Itoa(ch.monitor.PID), "cgroup")); err == nil {
+			mcg = cgroupLines(d)
+		}
+		c.monCgroups[ch.monitor.PID] = mcg
+	}
+	var out []string
+	for _, l := range ch.cgroups {
+		if !mcg[l] {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // stat is what the snapshot's task iterator saw of the process at

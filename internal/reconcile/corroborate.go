@@ -62,11 +62,16 @@ func wrongStore(why []string) error {
 	return fmt.Errorf("%w: %s", ErrWrongStore, strings.Join(why, "; "))
 }
 
-// checker looks for evidence in the run's one snapshot.
+// checker looks for evidence in the run's one snapshot: one for the
+// run, so that its trees and its left cgroups read the monitors' children
+// once.
 func (sc *Scanned) checker() *corroborate.Checker {
-	boot := ""
-	if sc.opt.Store != nil {
-		boot = sc.opt.Store.CurrentBootID()
+	if sc.ck == nil {
+		boot := ""
+		if sc.opt.Store != nil {
+			boot = sc.opt.Store.CurrentBootID()
+		}
+		sc.ck = corroborate.New(sc.opt.Root, sc.snap, sc.records, boot)
 	}
-	return corroborate.New(sc.opt.Root, sc.snap, sc.records, boot)
+	return sc.ck
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -323,11 +324,22 @@ func TestEvidenceOfRunning(t *testing.T) {
 	// cgroup (or one the runtime did not move the init into): no
 	// container's own.
 	t.Run("a recorded cgroup the child shares with its monitor is no evidence", func(t *testing.T) {
+		// The monitor and its child in a cgroup that is not this test's
+		// own (which is never evidence anyway).
+		shared := testutil.MakeCgroup(t, "monitor")
 		tree := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Comm: comm, ContainerID: app})
-		mon, _ := startMonitor(t, "containerd-shim-runc-v2", nil, nil, "-id", app)
+		mon, child := startMonitor(t, "containerd-shim-runc-v2", nil, nil, "-id", app)
+		for _, pid := range []int{mon, child} {
+			if err := os.WriteFile(filepath.Join(shared.Dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+				t.Fatal(err)
+			}
+		}
 		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", mon))
 		if err != nil {
 			t.Fatal(err)
+		}
+		if !strings.Contains(string(data), "::"+shared.Path+"\n") {
+			t.Fatalf("the monitor is not in %s: %s", shared.Path, data)
 		}
 		store := recordedStore(t, app, func(r *ledger.Record) {
 			r.Cgroups = strings.Fields(string(data))

@@ -241,6 +241,8 @@ type Scanned struct {
 	cgroups []contain.Listed
 	// bootTicks is the scan's end in /proc's start ticks.
 	bootTicks uint64
+	// ck is the run's evidence checker (see checker).
+	ck *corroborate.Checker
 }
 
 // Scan reads the ledger and scans /proc. It changes nothing. Scanning

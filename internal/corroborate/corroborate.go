@@ -183,8 +183,8 @@ func (c *Checker) Check(q Query) (Evidence, bool, error) {
 }
 
 // inRecorded looks in the cgroup v2 directory the hook recorded for the
-// container (its "0::" line) for a live process that is not the tree's:
-// one whose parent is no monitor (its init gone, a process it left). Only
+// container (its "0::" line) for a live process that is not the tree's
+// (its init gone, a process it left), unless a monitor runs there. Only
 // the v2 line: a v1 hierarchy the runtime did not move the init into is
 // the runtime's own, full of processes that say nothing of the container.
 func (c *Checker) inRecorded(q Query, exact []string, members map[int]bool) (Evidence, bool) {
@@ -205,21 +205,26 @@ func (c *Checker) inRecorded(q Query, exact []string, members map[int]bool) (Evi
 	if err != nil {
 		return Evidence{}, false
 	}
-	r := proctable.NewReader(c.root)
-	defer r.Close()
+	var pids []int
 	for _, f := range strings.Fields(string(data)) {
 		pid, err := strconv.Atoi(f)
 		if err != nil {
 			continue
 		}
+		if c.monitors[pid] {
+			// A cgroup a monitor runs in is the monitor's: the runtime
+			// left the init in it, and every process there says
+			// nothing of the container (the children above were
+			// judged without the lines they share with their monitor).
+			return Evidence{}, false
+		}
+		pids = append(pids, pid)
+	}
+	r := proctable.NewReader(c.root)
+	defer r.Close()
+	for _, pid := range pids {
 		id, err := r.Identity(pid)
 		if err != nil || id.Zombie() || (id.UID != 0 && id.UID != q.UID) {
-			continue
-		}
-		// A monitor, or a monitor's child (judged above, with the lines
-		// it shares with its monitor left out): in the recorded cgroup
-		// they say only that the runtime left the init there.
-		if c.monitors[id.PID] || c.monitors[id.PPID] {
 			continue
 		}
 		if c.descendsRead(r, id.Stat, members) {

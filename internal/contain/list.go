@@ -26,6 +26,8 @@ type Listed struct {
 	// decision needs it of. Removing an empty one kills nothing; sweeping
 	// a populated one does.
 	Populated bool
+
+	mount string // the hierarchy's mount point, for Populate
 }
 
 // maxListed bounds one listing: kc-watchman/ is root's, so only root
@@ -111,6 +113,7 @@ func listIn(mnt string, kind Kind, only string) ([]Listed, error) {
 			Record:      ledger.Cgroup{Kind: string(kind), Path: Dir + "/" + n, UID: int(st.Uid)},
 			Changed:     time.Unix(st.Mtim.Unix()),
 			Populated:   true, // until Populate reads it
+			mount:       mnt,
 		})
 	}
 	return out, nil
@@ -119,25 +122,23 @@ func listIn(mnt string, kind Kind, only string) ([]Listed, error) {
 // Populate reads whether each of ls (as List returned them) holds a
 // process: one cgroup.events read each (cgroup.procs on the v1 freezer).
 // One it cannot read stays populated.
-func Populate(opt Options, ls []Listed) error {
-	opt = opt.withDefaults()
-	ms, err := readMounts(opt.Proc)
-	if err != nil {
-		return fmt.Errorf("reading the mount table: %w", err)
+func Populate(ls []Listed) error {
+	byMount := map[string][]*Listed{}
+	var mounts []string
+	for i := range ls {
+		m := ls[i].mount
+		if m == "" {
+			continue // not from List: stays populated
+		}
+		if _, ok := byMount[m]; !ok {
+			mounts = append(mounts, m)
+		}
+		byMount[m] = append(byMount[m], &ls[i])
 	}
 	var errs []error
-	for _, kind := range []Kind{KindCgroup2, KindFreezer} {
-		var these []*Listed
-		for i := range ls {
-			if Kind(ls[i].Record.Kind) == kind {
-				these = append(these, &ls[i])
-			}
-		}
-		mnt := ms.mountOf(kind)
-		if len(these) == 0 || mnt == "" {
-			continue
-		}
-		if err := populateIn(mnt, kind, these); err != nil {
+	for _, m := range mounts {
+		these := byMount[m]
+		if err := populateIn(m, Kind(these[0].Record.Kind), these); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -37,7 +37,7 @@ func TestListFindPopulate(t *testing.T) {
 					t.Errorf("%s listed as empty before it was read", l.Record.Path)
 				}
 			}
-			if err := Populate(Options{}, ours); err != nil {
+			if err := Populate(ours); err != nil {
 				t.Fatal(err)
 			}
 			for _, l := range ours {

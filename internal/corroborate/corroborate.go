@@ -285,22 +285,23 @@ func cgroup2Mount(root string) string {
 // own cgroups never are.
 func (c *Checker) inContainer(lines []string, id string, exact []string) (string, bool) {
 	for _, l := range lines {
-		_, path, ok := strings.Cut(l, ":")
-		if !ok {
+		path := linePath(l)
+		switch {
+		case path == "":
 			continue
-		}
-		if _, path, ok = strings.Cut(path, ":"); !ok || c.own[l] || ownPath(path) {
-			continue
-		}
-		if len(exact) > 0 {
-			if slices.Contains(exact, l) {
-				return path, true
+		case len(exact) > 0:
+			if !slices.Contains(exact, l) {
+				continue
 			}
+		case !NameMatches(path, id):
 			continue
 		}
-		if NameMatches(path, id) {
-			return path, true
+		// Checked last: nearly every line of nearly every child fails
+		// the match above, asked once per stray candidate.
+		if c.own[l] || ownPath(path) {
+			continue
 		}
+		return path, true
 	}
 	return "", false
 }
@@ -312,6 +313,20 @@ func (c *Checker) inContainer(lines []string, id string, exact []string) (string
 // kc-watchman.slice. A supervisor's kernel reparented to a container
 // monitor (conmon is a subreaper) sits in one and must not pass for the
 // container's own process.
+// linePath is the path of a /proc/<pid>/cgroup line
+// ("hierarchy:controllers:path"), "" for a line of another form.
+func linePath(l string) string {
+	_, rest, ok := strings.Cut(l, ":")
+	if !ok {
+		return ""
+	}
+	_, path, ok := strings.Cut(rest, ":")
+	if !ok {
+		return ""
+	}
+	return path
+}
+
 func ownPath(path string) bool {
 	return strings.Contains(path, "/kc-watchman.slice") || strings.Contains(path, "/kc-watchman-") ||
 		strings.Contains(path+"/", "/kc-watchman/")

@@ -57,7 +57,7 @@ func (sc *Scanned) leftCgroups(ts []Tree, live engine.Set) []contain.Listed {
 		out = append(out, l)
 	}
 	// Read for these only: most listed cgroups are live containers'.
-	if err := contain.Populate(opt.Contain, out); err != nil {
+	if err := contain.Populate(out); err != nil {
 		sc.log.Warn("could not read whether kc-watchman's cgroups hold processes; taken as populated", "err", err)
 	}
 	return out

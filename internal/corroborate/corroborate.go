@@ -206,19 +206,23 @@ func (c *Checker) inRecorded(q Query, exact []string, members map[int]bool) (Evi
 		return Evidence{}, false
 	}
 	var pids []int
+	in := map[int]bool{}
 	for _, f := range strings.Fields(string(data)) {
-		pid, err := strconv.Atoi(f)
-		if err != nil {
-			continue
+		if pid, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, pid)
+			in[pid] = true
 		}
-		if c.monitors[pid] {
-			// A cgroup a monitor runs in is the monitor's: the runtime
-			// left the init in it, and every process there says
-			// nothing of the container (the children above were
-			// judged without the lines they share with their monitor).
+	}
+	for _, pid := range pids {
+		// A cgroup a monitor started from outside it runs in is the
+		// monitor's: the runtime left the init in it, and no process
+		// there says anything of the container (the children above
+		// were judged without the lines they share with their
+		// monitor). One the cgroup's own processes started is only
+		// named like one.
+		if pp, ok := c.parents[pid]; ok && c.monitors[pid] && !in[pp] {
 			return Evidence{}, false
 		}
-		pids = append(pids, pid)
 	}
 	r := proctable.NewReader(c.root)
 	defer r.Close()
@@ -306,13 +310,6 @@ func (c *Checker) inContainer(lines []string, id string, exact []string) (string
 	return "", false
 }
 
-// ownPath: the cgroups kc-watchman makes for its supervisors (DESIGN
-// "Descendants that leave the group")
-// hold trees, never containers: kc-watchman/<id> on cgroupfs, named
-// after the container it serves, and the systemd scopes in
-// kc-watchman.slice. A supervisor's kernel reparented to a container
-// monitor (conmon is a subreaper) sits in one and must not pass for the
-// container's own process.
 // linePath is the path of a /proc/<pid>/cgroup line
 // ("hierarchy:controllers:path"), "" for a line of another form.
 func linePath(l string) string {
@@ -327,6 +324,13 @@ func linePath(l string) string {
 	return path
 }
 
+// ownPath: the cgroups kc-watchman makes for its supervisors (DESIGN
+// "Descendants that leave the group")
+// hold trees, never containers: kc-watchman/<id> on cgroupfs, named
+// after the container it serves, and the systemd scopes in
+// kc-watchman.slice. A supervisor's kernel reparented to a container
+// monitor (conmon is a subreaper) sits in one and must not pass for the
+// container's own process.
 func ownPath(path string) bool {
 	return strings.Contains(path, "/kc-watchman.slice") || strings.Contains(path, "/kc-watchman-") ||
 		strings.Contains(path+"/", "/kc-watchman/")

@@ -27,13 +27,17 @@ import (
 //
 // Spared: a container in the answer, or one whose engine does not vouch
 // for the cgroup's owner; one with a tree this run does not reap
-// (contradicted, too young, ambiguous, foreign: its cgroup may hold it);
+// (contradicted, too young, ambiguous, foreign: its cgroup may hold it),
+// or whose partial tree was gone before it could be read;
 // a cgroup changed within MinAge; anything outside --container. A
 // populated one is then checked for evidence of running like a stray
 // tree (corroborateCgroups) and counted by the blast-radius guard.
 func (sc *Scanned) leftCgroups(ts []Tree, live engine.Set) []contain.Listed {
 	opt := sc.opt
 	spare := map[string]bool{}
+	for id := range sc.vanished {
+		spare[id] = true
+	}
 	for _, t := range ts {
 		switch t.Action {
 		case action.WouldReap, action.Reaped, action.Gone:

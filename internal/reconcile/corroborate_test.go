@@ -355,6 +355,42 @@ func TestEvidenceOfRunning(t *testing.T) {
 	// A process the container left in its recorded cgroup, under no
 	// monitor (its init gone, no PID namespace), still runs it; the
 	// tree's own member there does not.
+	// A process the container left there may name itself conmon: only a
+	// monitor started from outside the cgroup makes it the monitor's.
+	t.Run("a process named like a monitor does not silence the recorded cgroup", func(t *testing.T) {
+		cg := testutil.MakeCgroup(t, "default", app)
+		tree := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Comm: comm, ContainerID: app})
+		fake := filepath.Join(t.TempDir(), "conmon")
+		if err := testutil.CopyFile("/bin/sh", fake, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// The shell moves itself in, then starts the conmon-named
+		// child (not exec'd: the "; :" after it).
+		left := exec.Command("sh", "-c", `echo 0 > "$0/cgroup.procs" && "$1" -c 'sleep 1000; :'; :`, cg.Dir, fake)
+		proc.StartGroup(t, left)
+		proc.WaitFor(t, 10*time.Second, "the process and its conmon-named child in the cgroup", func() bool {
+			data, err := os.ReadFile(filepath.Join(cg.Dir, "cgroup.procs"))
+			if err != nil {
+				return false
+			}
+			for _, f := range strings.Fields(string(data)) {
+				if c, err := os.ReadFile("/proc/" + f + "/comm"); err == nil && strings.TrimSpace(string(c)) == "conmon" {
+					return true
+				}
+			}
+			return false
+		})
+		store := recordedStore(t, app, func(r *ledger.Record) {
+			r.Cgroups = []string{"0::" + cg.Path}
+		})
+		opt := base
+		opt.Store = store
+		opt.Containers = map[string]bool{app: true}
+		if tr, _ := one(t, opt, empty, tree.PGID); tr.Action != action.SkipContradicted {
+			t.Fatalf("tree: %s, want %s", tr.Action, action.SkipContradicted)
+		}
+	})
+
 	t.Run("a process in the recorded cgroup under no monitor", func(t *testing.T) {
 		// The cgroup first: its cleanup waits for the tree's, which it
 		// will hold.

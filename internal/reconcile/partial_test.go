@@ -7,6 +7,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
@@ -40,13 +41,46 @@ func TestRunCompletesPartialTrees(t *testing.T) {
 		t.Fatal(err)
 	}
 	if tr := findByPGID(rep, mixed.PGID); tr == nil || tr.Action != action.SkipAmbiguous {
-		t.Errorf("a gone container's group with another's ID on a member: %+v, want %s", tr, action.SkipAmbiguous)
+		t.Fatalf("a gone container's group with another's ID on a member: %+v, want %s", tr, action.SkipAmbiguous)
 	}
 	tr := findByPGID(rep, kept.PGID)
 	if tr == nil || tr.Action != action.SkipLive || tr.ContainerID != liveID || len(tr.Members) != 3 {
-		t.Errorf("a live container's tree: %+v, want %s with its 3 members", tr, action.SkipLive)
+		t.Fatalf("a live container's tree: %+v, want %s with its 3 members", tr, action.SkipLive)
 	}
 	if n := alive(t, tr.Members); n != 3 {
 		t.Errorf("%d of the live tree's members alive, want 3", n)
+	}
+}
+
+// TestLiveAmbiguousGroupIsNotRecorded: a live container's group is read
+// in full before its ledger snapshot is written. Recorded on its leader
+// alone, a group with another container's ID on a member would be given
+// to the live container, and a later run, its leader gone, would reap
+// what the old code spared as ambiguous.
+func TestLiveAmbiguousGroupIsNotRecorded(t *testing.T) {
+	const comm = "kcsrv-partial"
+	liveID, otherID := testutil.RandomHex(t, 64), testutil.RandomHex(t, 64)
+	mixed := testutil.StartMixedGroup(t, comm, liveID, otherID)
+	store, err := ledger.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{liveID: true}, UID: os.Geteuid()}
+	opt := Options{Comms: []string{comm}, Containers: map[string]bool{liveID: true, otherID: true}, Store: store}
+	for run := 1; run <= 2; run++ {
+		rep, err := Run(context.Background(), opt, live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tr := findByPGID(rep, mixed.PGID); tr == nil || tr.Action != action.SkipAmbiguous {
+			t.Fatalf("run %d: the live container's ambiguous group: %+v, want %s", run, tr, action.SkipAmbiguous)
+		}
+		if r, err := store.Load(liveID); err == nil {
+			for _, tr := range r.Trees {
+				if tr.PGID == mixed.PGID {
+					t.Fatalf("run %d: the ambiguous group was recorded as %s's: %+v", run, liveID[:12], tr)
+				}
+			}
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -243,6 +244,9 @@ type Scanned struct {
 	bootTicks uint64
 	// ck is the run's evidence checker (see checker).
 	ck *corroborate.Checker
+	// vanished are the containers of partial trees gone before they
+	// could be read in full (see complete).
+	vanished map[string]bool
 }
 
 // Scan reads the ledger and scans /proc. It changes nothing. Scanning
@@ -299,7 +303,7 @@ func (sc *Scanned) UseStore(s *ledger.Store) {
 func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 	opt, log, records := sc.opt, sc.log, sc.records
 	live = staleLive(opt, log, live)
-	found := complete(sc.found, live)
+	found := sc.complete(live)
 	rep := Report{LivenessKnown: true, Source: string(live.Source), DryRun: !opt.Apply, Trees: []Tree{}}
 
 	for _, t := range found {
@@ -346,7 +350,7 @@ func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 			log.Error("blast-radius guard: nothing reaped", "why", why)
 			return rep, nil
 		}
-		rep.Cgroups, rep.Unrecorded = reapStrays(ctx, opt, log, rep.Trees, sc.bootTicks)
+		rep.Cgroups, rep.Unrecorded = reapStrays(ctx, opt, log, rep.Trees, sc.bootTicks, sc.vanished)
 	}
 	sc.sweepLeftCgroups(ctx, &rep, left)
 	if opt.Apply {
@@ -368,18 +372,62 @@ func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 // others are decided on every member's files (DESIGN "One view of the
 // host"). The completion reads the members the scan listed, before the
 // engines were asked, so the order that closes the race stands.
-func complete(found []trees.Tree, live engine.Set) []trees.Tree {
-	out := make([]trees.Tree, 0, len(found))
-	for _, t := range found {
-		if t.Partial && !live.IsLive(t.ContainerID) {
+//
+// A live container's partial trees are read in full too when its ledger
+// snapshot would change: a snapshot gives its members to the container
+// for later runs, so it is taken only of what a full read shows — a
+// member carrying another container's ID makes the group ambiguous, and
+// no container's to record. A tree gone by then keeps its container's
+// cgroup unswept this run (sc.vanished), as its decision would have.
+func (sc *Scanned) complete(live engine.Set) []trees.Tree {
+	changed := sc.changedSnapshots(live)
+	out := make([]trees.Tree, 0, len(sc.found))
+	for _, t := range sc.found {
+		if t.Partial && (!live.IsLive(t.ContainerID) || changed[t.ContainerID]) {
+			id := t.ContainerID
 			var ok bool
 			if t, ok = t.Complete(); !ok {
+				if sc.vanished == nil {
+					sc.vanished = map[string]bool{}
+				}
+				sc.vanished[id] = true
 				continue
 			}
 		}
 		out = append(out, t)
 	}
 	return out
+}
+
+// changedSnapshots are the live containers whose trees, as scanned, are
+// not those their ledger record holds (refreshSnapshots would write
+// them).
+func (sc *Scanned) changedSnapshots(live engine.Set) map[string]bool {
+	if sc.opt.Store == nil {
+		return nil
+	}
+	now := time.Now()
+	byContainer := map[string][]ledger.Tree{}
+	for _, t := range sc.found {
+		if !t.Signalable() || !live.IsLive(t.ContainerID) || t.HoldsCaller() ||
+			(len(sc.opt.Containers) > 0 && !anyIn(t.ContainerIDs, sc.opt.Containers)) {
+			continue
+		}
+		byContainer[t.ContainerID] = append(byContainer[t.ContainerID], ledger.Snapshot(t, "reconcile", now))
+	}
+	held := map[string][]ledger.Tree{}
+	for _, r := range sc.records {
+		if r != nil {
+			held[r.ContainerID] = r.Trees
+		}
+	}
+	changed := map[string]bool{}
+	for id, snaps := range byContainer {
+		if !sameTrees(held[id], snaps) {
+			changed[id] = true
+		}
+	}
+	return changed
 }
 
 // dropDead leaves out the strays none of whose members is still the
@@ -490,9 +538,12 @@ func sameTrees(a, b []ledger.Tree) bool {
 // and copies what became of them into the report. It returns the
 // containers' swept cgroups, and why an outcome could not be recorded,
 // if one could not.
-func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree, bornBefore uint64) ([]Cgroup, error) {
+func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree, bornBefore uint64, keep map[string]bool) ([]Cgroup, error) {
 	byContainer := map[string][]int{}
-	spared := map[string]bool{} // a tree of it is left: its cgroup may hold it
+	spared := maps.Clone(keep) // a tree of it is left: its cgroup may hold it
+	if spared == nil {
+		spared = map[string]bool{}
+	}
 	for i := range ts {
 		if ts[i].Action == action.WouldReap {
 			byContainer[ts[i].ContainerID] = append(byContainer[ts[i].ContainerID], i)

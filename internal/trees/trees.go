@@ -315,10 +315,14 @@ func (c *completion) finish(t *Tree) {
 // listed them, each still the process listed. The group may turn out to
 // be no tree any more (its members gone) or another tree (Ambiguous,
 // another container's by a member's argv); ok is false for none. A tree
-// that is not Partial is returned as it is.
+// that is not Partial is returned as it is; a Partial one built by hand,
+// with nothing to read it by, is no tree.
 func (t Tree) Complete() (Tree, bool) {
-	if !t.Partial || t.rest == nil {
+	if !t.Partial {
 		return t, true
+	}
+	if t.rest == nil || t.cand == nil {
+		return Tree{}, false
 	}
 	c := t.rest
 	opt := c.opt

@@ -84,3 +84,42 @@ func TestLiveAmbiguousGroupIsNotRecorded(t *testing.T) {
 		}
 	}
 }
+
+// TestScopedRunCompletesOthersTrees: a run scoped to one container reads
+// another container's group through its leader; if that container is
+// not live, the members' argv are read after all, and a member carrying
+// the wanted ID makes the group ambiguous — reported, never reaped.
+func TestScopedRunCompletesOthersTrees(t *testing.T) {
+	const comm = "kcsrv-partial"
+	leaderID, memberID := testutil.RandomHex(t, 64), testutil.RandomHex(t, 64)
+	mixed := testutil.StartMixedGroup(t, comm, leaderID, memberID)
+	opt := Options{Comms: []string{comm}, Containers: map[string]bool{memberID: true}}
+	for _, tc := range []struct {
+		name       string
+		leaderLive bool
+		want       action.Action // "" for not reported
+	}{
+		{"the leader's container gone", false, action.SkipAmbiguous},
+		// As an unscoped run: a live container's group is spared on its
+		// leader's word.
+		{"the leader's container live", true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			live := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()}
+			if tc.leaderLive {
+				live.Live[leaderID] = true
+			}
+			rep, err := Run(context.Background(), opt, live)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr := findByPGID(rep, mixed.PGID)
+			switch {
+			case tc.want == "" && tr != nil:
+				t.Errorf("reported %+v, want nothing", tr)
+			case tc.want != "" && (tr == nil || tr.Action != tc.want):
+				t.Errorf("got %+v, want %s", tr, tc.want)
+			}
+		})
+	}
+}

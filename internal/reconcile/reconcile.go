@@ -384,13 +384,15 @@ func (sc *Scanned) complete(live engine.Set) []trees.Tree {
 	out := make([]trees.Tree, 0, len(sc.found))
 	for _, t := range sc.found {
 		if t.Partial && (!live.IsLive(t.ContainerID) || changed[t.ContainerID]) {
-			id := t.ContainerID
+			id, wanted := t.ContainerID, len(sc.opt.Containers) == 0 || sc.opt.Containers[t.ContainerID]
 			var ok bool
 			if t, ok = t.Complete(); !ok {
-				if sc.vanished == nil {
-					sc.vanished = map[string]bool{}
+				if wanted {
+					if sc.vanished == nil {
+						sc.vanished = map[string]bool{}
+					}
+					sc.vanished[id] = true
 				}
-				sc.vanished[id] = true
 				continue
 			}
 		}

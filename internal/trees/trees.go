@@ -71,7 +71,9 @@ type Options struct {
 	// (kc-hook's poststop wants one container's): a candidate group is
 	// then read in full only if a member's argv carries one of the IDs
 	// or a member's PID is in Known. Other groups are dropped after one
-	// cmdline read per member, which is what makes a hook's scan cheap.
+	// cmdline read per member, which is what makes a hook's scan cheap;
+	// with Partial, a group whose leader names another container is a
+	// Partial tree of it, its members' argv read only by Complete.
 	// Trees of other containers that share a group with one of these are
 	// still reported, as without Only. Such a scan that finds no tree
 	// also skips confirming the BPF task iterator's listing against
@@ -329,6 +331,12 @@ func (t Tree) Complete() (Tree, bool) {
 	opt.Partial = false
 	s := &scanner{opt: opt, comms: c.comms, knownPIDs: c.knownPIDs, proc: proctable.NewReader(opt.Root), listing: c.listing}
 	defer s.proc.Close()
+	// A tree of a container Options.Only does not want is read only as
+	// far as Only's filter: it matters only if a member carries a
+	// wanted ID.
+	if len(opt.Only) > 0 && !slices.ContainsFunc(t.ContainerIDs, func(id string) bool { return opt.Only[id] }) && !s.mayHoldOnly(t.cand.pids) {
+		return Tree{}, false
+	}
 	full, ok := s.examine(*t.cand)
 	if !ok {
 		return Tree{}, false
@@ -558,17 +566,20 @@ func (s *scanner) examine(c candidate) (Tree, bool) {
 	if leaderLive && !leaderSup && !s.opt.Full {
 		return Tree{}, false
 	}
+	// Before Only's filter: a group whose leader names another
+	// container is read through the leader alone, and its members' argv
+	// only if that container turns out not live (Tree.Complete).
+	if s.opt.Partial && leaderLive && leaderSup {
+		if t, ok := s.partial(c); ok {
+			return t, true
+		}
+	}
 	if len(s.opt.Only) > 0 && !s.mayHoldOnly(pids) {
 		return Tree{}, false
 	}
 	if !leaderSup {
 		if !s.interesting(pgid, pids) {
 			return Tree{}, false
-		}
-	}
-	if s.opt.Partial && leaderLive {
-		if t, ok := s.partial(c); ok {
-			return t, true
 		}
 	}
 
@@ -686,8 +697,17 @@ func (s *scanner) partial(c candidate) (Tree, bool) {
 		return Tree{}, false
 	}
 	ids := containerid.FromArgv(argv)
-	if len(ids) != 1 || (len(s.opt.Only) > 0 && !s.opt.Only[ids[0]]) {
+	if len(ids) != 1 {
 		return Tree{}, false
+	}
+	if len(s.opt.Only) > 0 && !s.opt.Only[ids[0]] {
+		// Another container's: a ledger identity of a member may still
+		// give the group to a wanted one, which a full read decides.
+		for _, pid := range c.pids {
+			if s.knownPIDs[pid] {
+				return Tree{}, false
+			}
+		}
 	}
 	t := Tree{PGID: c.pgid, UID: -2, AgeKnown: true, ContainerID: ids[0], ContainerIDs: ids, Partial: true, cand: &c}
 	for k, pid := range c.pids {

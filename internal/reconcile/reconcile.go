@@ -381,12 +381,14 @@ func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 // cgroup unswept this run (sc.vanished), as its decision would have.
 func (sc *Scanned) complete(live engine.Set) []trees.Tree {
 	changed := sc.changedSnapshots(live)
+	var cp trees.Completer
+	defer cp.Close()
 	out := make([]trees.Tree, 0, len(sc.found))
 	for _, t := range sc.found {
 		if t.Partial && (!live.IsLive(t.ContainerID) || changed[t.ContainerID]) {
 			id, wanted := t.ContainerID, len(sc.opt.Containers) == 0 || sc.opt.Containers[t.ContainerID]
 			var ok bool
-			if t, ok = t.Complete(); !ok {
+			if t, ok = cp.Complete(t); !ok {
 				if wanted {
 					if sc.vanished == nil {
 						sc.vanished = map[string]bool{}

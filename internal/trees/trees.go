@@ -320,6 +320,20 @@ func (c *completion) finish(t *Tree) {
 // that is not Partial is returned as it is; a Partial one built by hand,
 // with nothing to read it by, is no tree.
 func (t Tree) Complete() (Tree, bool) {
+	var c Completer
+	defer c.Close()
+	return c.Complete(t)
+}
+
+// Completer completes Partial trees one after the other on one /proc
+// reader per scan (Tree.Complete opens one each); Close releases them.
+// It is not safe for concurrent use.
+type Completer struct {
+	scanners map[*completion]*scanner
+}
+
+// Complete is Tree.Complete.
+func (cp *Completer) Complete(t Tree) (Tree, bool) {
 	if !t.Partial {
 		return t, true
 	}
@@ -327,15 +341,24 @@ func (t Tree) Complete() (Tree, bool) {
 		return Tree{}, false
 	}
 	c := t.rest
-	opt := c.opt
-	opt.Partial = false
-	s := &scanner{opt: opt, comms: c.comms, knownPIDs: c.knownPIDs, proc: proctable.NewReader(opt.Root), listing: c.listing}
-	defer s.proc.Close()
+	s := cp.scanners[c]
+	if s == nil {
+		opt := c.opt
+		opt.Partial = false
+		s = &scanner{opt: opt, comms: c.comms, knownPIDs: c.knownPIDs, proc: proctable.NewReader(opt.Root), listing: c.listing}
+		if cp.scanners == nil {
+			cp.scanners = map[*completion]*scanner{}
+		}
+		cp.scanners[c] = s
+	}
 	// A tree of a container Options.Only does not want is read only as
 	// far as Only's filter: it matters only if a member carries a
-	// wanted ID.
-	if len(opt.Only) > 0 && !slices.ContainsFunc(t.ContainerIDs, func(id string) bool { return opt.Only[id] }) && !s.mayHoldOnly(t.cand.pids) {
-		return Tree{}, false
+	// wanted ID. The leader's argv, read by the scan, carries none.
+	if only := s.opt.Only; len(only) > 0 && !slices.ContainsFunc(t.ContainerIDs, func(id string) bool { return only[id] }) {
+		others := slices.DeleteFunc(slices.Clone(t.cand.pids), func(pid int) bool { return pid == t.PGID })
+		if !s.mayHoldOnly(others) {
+			return Tree{}, false
+		}
 	}
 	full, ok := s.examine(*t.cand)
 	if !ok {
@@ -343,6 +366,14 @@ func (t Tree) Complete() (Tree, bool) {
 	}
 	c.finish(&full)
 	return full, true
+}
+
+// Close releases the readers.
+func (cp *Completer) Close() {
+	for _, s := range cp.scanners {
+		s.proc.Close()
+	}
+	cp.scanners = nil
 }
 
 // examineAll examines the candidates on the scanners' goroutines.

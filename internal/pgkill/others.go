@@ -1,6 +1,7 @@
 package pgkill
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"slices"
@@ -81,13 +82,15 @@ func KillOthers(groups []int, opt Options) OthersResult {
 }
 
 // othersPhase sends sig once to each member of groups but the caller,
-// looking again every opt.Poll, and returns the members still alive when
-// wait ran out (nil once none is left).
+// looking again every opt.Poll or as soon as a signalled member exits
+// (its pidfd: a tree dies in a few ms, and a fixed tick made every
+// teardown last one tick and two listings of /proc), and returns the
+// members still alive when wait ran out (nil once none is left).
 func othersPhase(opt Options, groups []int, sig syscall.Signal, wait time.Duration, refused *int) []fingerprint.Stat {
 	self := os.Getpid()
 	deadline := time.Now().Add(wait)
-	t := time.NewTicker(opt.Poll)
-	defer t.Stop()
+	w := newExitWatch(opt.Root)
+	defer w.close()
 	sent := map[fingerprint.Stat]bool{}
 	for {
 		ms := slices.DeleteFunc(Members(opt.Root, groups...), func(m fingerprint.Stat) bool { return m.PID == self })
@@ -104,10 +107,11 @@ func othersPhase(opt Options, groups []int, sig syscall.Signal, wait time.Durati
 				*refused++
 			}
 		}
-		if time.Now().After(deadline) {
+		left := time.Until(deadline)
+		if left <= 0 {
 			return ms
 		}
-		<-t.C
+		w.wait(context.Background(), ms, min(opt.Poll, left))
 	}
 }
 

@@ -164,11 +164,15 @@ func newDeathHandler(w Watch, log *slog.Logger, serial *sync.Mutex, work, stop c
 		inFlight: map[string]bool{}, again: map[string]engine.Death{}, recent: map[string]time.Time{}, handled: map[string]int{}, skipped: map[string]int{}, followed: map[string]bool{}}
 }
 
-// burstWindow: deaths that arrive this close together (a node drain, a
-// pod's containers, one container's pidfd and engine event) are decided
-// together, on one scan and one engine question (DESIGN "One view of the host"). The first
-// death of a burst waits this long at most.
-const burstWindow = 20 * time.Millisecond
+// burstWindow: deaths that arrive this close together (a pod's
+// containers, killed at once) are decided together, on one scan and one
+// engine question (DESIGN "One view of the host"). The first death of a
+// burst waits this long, so it is short: a death that misses it joins
+// the next handling, which takes every death that arrived while the one
+// before decided and reaped (a node drain's come hundreds of ms apart),
+// and one container's second report (pidfd, then engine event) is
+// coalesced whenever it comes.
+const burstWindow = 5 * time.Millisecond
 
 // death takes one reported death; it never blocks the event stream.
 func (h *deathHandler) death(d engine.Death) {

@@ -155,7 +155,7 @@ func (b *bench) deathsOf(e, path string) error {
 	logPath := filepath.Join(dir, "watch.log")
 	argv := []string{b.janitor, "watch", "--interval", "1h", "--no-cull", "--reconcile-apply", "--min-age", "0s",
 		"--kill-grace", "500ms", "--max-reap", strconv.Itoa(len(ids) + 1), "--state-dir", filepath.Join(dir, "state"), "--socket-dir", filepath.Join(dir, "sockets"),
-		"--log-level", "debug", "--log-format", "json", "--log-file", logPath}
+		"--log-level", "debug", "--log-format", "json", "--log-file", logPath, "--metrics-file", filepath.Join(dir, "watch.prom")}
 	argv = append(argv, b.janArgs[path]...)
 	for _, id := range ids {
 		argv = append(argv, "--container", id)
@@ -173,6 +173,17 @@ func (b *bench) deathsOf(e, path string) error {
 		return l["msg"] == "live containers pinned" && l["pinned"] == float64(len(ids))
 	}); err != nil {
 		return fmt.Errorf("watch did not pin every container: %w (%s)", err, w.logTail())
+	}
+	// The metrics file is written once the start-up round is over: its
+	// sweep looks into every container, and on 2 vCPUs deaths timed
+	// during it measured the sweep.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(dir, "watch.prom")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("watch's start-up round did not end within a minute (%s)", w.logTail())
+		}
 	}
 
 	dr := deathResult{Engine: e, Processes: countProcesses(), Via: map[string]int{}}

@@ -206,17 +206,20 @@ func (w *Watch) sweep(ctx context.Context, log *slog.Logger, ms *metrics.Set) (i
 	}
 	code := ExitOK
 	var live []cull.Source
+	// One listing of the host's PID namespaces for every container of
+	// the round, not a walk of /proc each (sweep.NSIndex).
+	idx := sweep.NewNSIndex()
 	for _, t := range targets {
-		c, srcs := w.sweepOne(ctx, log, ms, t)
+		c, srcs := w.sweepOne(ctx, log, ms, t, idx)
 		code = max(code, c)
 		live = append(live, srcs...)
 	}
 	return code, live
 }
 
-func (w *Watch) sweepOne(ctx context.Context, log *slog.Logger, ms *metrics.Set, t sweep.Target) (int, []cull.Source) {
+func (w *Watch) sweepOne(ctx context.Context, log *slog.Logger, ms *metrics.Set, t sweep.Target, idx *sweep.NSIndex) (int, []cull.Source) {
 	cfg := w.Sockets
-	cfg.Target = t
+	cfg.Target, cfg.Namespaces = t, idx
 	cfg.Logger = log.With("step", "sweep")
 	if t.Container() {
 		cfg.Logger = cfg.Logger.With("container_pid", t.InitPID)

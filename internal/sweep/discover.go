@@ -54,9 +54,7 @@ var (
 func discoverDirs(view *pidView, target Target, comms []string) []Dir {
 	var pids []int
 	if view.container {
-		for _, host := range view.hostOf {
-			pids = append(pids, host)
-		}
+		pids = view.hostPIDs()
 	} else {
 		pids = listPIDs(view.procRoot)
 	}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -71,12 +72,20 @@ type pidView struct {
 	procRoot  string
 	container bool
 	hostOf    map[int]int // container PID -> host PID
+	// ns is the container's PID namespace (readlink of ns/pid); indexed
+	// says hostOf came from an NSIndex and each entry is checked at use.
+	ns      string
+	indexed bool
+	// mu guards hostOf and indexed: the probes judge owners
+	// concurrently, and a miss replaces the map.
+	mu sync.Mutex
 }
 
 func hostView(procRoot string) *pidView { return &pidView{procRoot: procRoot} }
 
-// containerView builds the view of initPID's PID namespace.
-func containerView(procRoot string, initPID int) (*pidView, error) {
+// containerView builds the view of initPID's PID namespace, from idx
+// when it has one of it (nil: walk /proc).
+func containerView(procRoot string, initPID int, idx *NSIndex) (*pidView, error) {
 	want, err := os.Readlink(procRoot + "/" + strconv.Itoa(initPID) + "/ns/pid")
 	if err != nil {
 		return nil, fmt.Errorf("container init %d: %w", initPID, err)
@@ -86,30 +95,67 @@ func containerView(procRoot string, initPID int) (*pidView, error) {
 		// The container shares our PID namespace (--pid=host).
 		return hostView(procRoot), nil
 	}
-	v := &pidView{procRoot: procRoot, container: true, hostOf: map[int]int{}}
-	ents, err := os.ReadDir(procRoot)
-	if err != nil {
-		return nil, err
+	if idx != nil {
+		if ps, err := idx.of(procRoot, want); err == nil {
+			v := &pidView{procRoot: procRoot, container: true, hostOf: make(map[int]int, len(ps)), ns: want, indexed: true}
+			for _, p := range ps {
+				v.hostOf[p.inner] = p.host
+			}
+			// The index is of the container's init as it is now, or
+			// of nothing (a container restarted since has another
+			// namespace).
+			if v.hostOf[1] == initPID && stillIn(procRoot, initPID, 1, want) {
+				return v, nil
+			}
+		}
 	}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		base := procRoot + "/" + e.Name()
-		ns, err := os.Readlink(base + "/ns/pid")
-		if err != nil || ns != want {
-			continue
-		}
-		inner, ok := nsPID(base + "/status")
-		if ok {
-			v.hostOf[inner] = pid
-		}
+	v := &pidView{procRoot: procRoot, container: true, ns: want}
+	if err := v.walk(); err != nil {
+		return nil, err
 	}
 	if _, ok := v.hostOf[1]; !ok {
 		return nil, fmt.Errorf("container init %d: no process found in its PID namespace", initPID)
 	}
 	return v, nil
+}
+
+// walk fills the view from a walk of /proc: one readlink per process.
+func (v *pidView) walk() error {
+	ents, err := os.ReadDir(v.procRoot)
+	if err != nil {
+		return err
+	}
+	hostOf := map[int]int{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		base := v.procRoot + "/" + e.Name()
+		ns, err := os.Readlink(base + "/ns/pid")
+		if err != nil || ns != v.ns {
+			continue
+		}
+		if inner, ok := nsPID(base + "/status"); ok {
+			hostOf[inner] = pid
+		}
+	}
+	v.hostOf, v.indexed = hostOf, false
+	return nil
+}
+
+// hostPIDs are the host PIDs of the container's processes; from an
+// index, only those still in the namespace with the PID it listed.
+func (v *pidView) hostPIDs() []int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []int
+	for inner, h := range v.hostOf {
+		if !v.indexed || stillIn(v.procRoot, h, inner, v.ns) {
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 // nsPID returns the innermost PID from the NSpid line of a status file.
@@ -134,19 +180,33 @@ func nsPID(statusPath string) (int, bool) {
 	return 0, false
 }
 
-// hostPID maps a PID from a socket name to a host PID.
-func (v *pidView) hostPID(pid int) (int, bool) {
+// hostPID maps a PID from a socket name to a host PID. A view from an
+// index that lacks the PID, or maps it to a process no longer that one,
+// walks /proc first: the index is older than the sweep. err is why the
+// walk failed.
+func (v *pidView) hostPID(pid int) (int, bool, error) {
 	if !v.container {
-		return pid, true
+		return pid, true, nil
 	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
 	h, ok := v.hostOf[pid]
-	return h, ok
+	if v.indexed && !(ok && stillIn(v.procRoot, h, pid, v.ns)) {
+		if err := v.walk(); err != nil {
+			return 0, false, fmt.Errorf("listing the container's processes: %w", err)
+		}
+		h, ok = v.hostOf[pid]
+	}
+	return h, ok, nil
 }
 
 // ownerGate is gate 1: is the socket's named owner a live supervisor that
 // could have created it?
 func ownerGate(v *pidView, pid int, comms []string, changed, boot time.Time) (say, string) {
-	host, ok := v.hostPID(pid)
+	host, ok, err := v.hostPID(pid)
+	if err != nil {
+		return sayUnsure, err.Error()
+	}
 	if !ok {
 		return sayStale, fmt.Sprintf("no process %d in the container", pid)
 	}

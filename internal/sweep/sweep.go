@@ -71,6 +71,10 @@ type Config struct {
 	Dirs []string
 	// Target is the host (zero value) or a container.
 	Target Target
+	// Namespaces, when set, is shared by the sweeps of several
+	// containers in a row (a watch round): the host's processes by PID
+	// namespace, listed once for them all (NSIndex).
+	Namespaces *NSIndex
 	// SupervisorComms are the comm values a socket's owner may have
 	// (default: kcserver).
 	SupervisorComms []string
@@ -211,7 +215,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	view := hostView(cfg.ProcRoot)
 	if cfg.Target.Container() {
-		if view, err = containerView(cfg.ProcRoot, cfg.Target.InitPID); err != nil {
+		if view, err = containerView(cfg.ProcRoot, cfg.Target.InitPID, cfg.Namespaces); err != nil {
 			return nil, err
 		}
 	}

@@ -1,6 +1,7 @@
 package sweep
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -378,12 +379,12 @@ func TestSweepContainer(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	view, err := containerView("/proc", initPID)
+	view, err := containerView("/proc", initPID, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hostKC, ok := view.hostPID(2)
-	if !ok {
+	hostKC, ok, err := view.hostPID(2)
+	if err != nil || !ok {
 		t.Fatal("pid 2 not mapped")
 	}
 
@@ -414,6 +415,16 @@ func TestSweepContainer(t *testing.T) {
 	}
 	if s := got[shown(initNamed)]; s != nil && !strings.Contains(s.Reason, `"sleep"`) {
 		t.Errorf("kc-1.sock: %s", s.Reason)
+	}
+	// A watch round's sweeps share one listing of the namespaces: the
+	// same verdicts.
+	indexed := cfg
+	indexed.Namespaces = NewNSIndex()
+	igot := sweep(t, indexed)
+	for p, v := range want {
+		if s := igot[p]; s == nil || s.Verdict != v {
+			t.Errorf("with an NSIndex: %s: %+v, want %s", p, s, v)
+		}
 	}
 	if s := got[shown(hostNamed)]; s != nil && !strings.Contains(s.Reason, "in the container") {
 		t.Errorf("%s: %s", hostNamed, s.Reason)
@@ -588,5 +599,74 @@ func TestContainerRootConfinesSymlinks(t *testing.T) {
 	p := fmt.Sprintf("/proc/%d/root/tmp/kc-%d.sock", cmd.Process.Pid, cmd.Process.Pid)
 	if s := got[p]; s == nil || s.Verdict != VerdictLive {
 		t.Errorf("%s: %+v (%v)", p, s, keys(got))
+	}
+}
+
+// TestNSIndexIsCheckedAtUse: a view taken from an index older than the
+// sweep maps a PID only to the process that holds it in the namespace
+// now: one started since is found by walking /proc after all, one gone
+// since is not mapped to whatever took its host PID.
+func TestNSIndexIsCheckedAtUse(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root for a new PID namespace")
+	}
+	if _, err := exec.LookPath("nsenter"); err != nil {
+		t.Skip("no nsenter")
+	}
+	init := exec.Command("sleep", "1000000")
+	init.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+	if err := init.Start(); err != nil {
+		t.Skipf("cannot create a PID namespace: %v", err)
+	}
+	t.Cleanup(func() {
+		init.Process.Kill() // and with it the namespace
+		init.Wait()
+	})
+	idx := NewNSIndex()
+	view, err := containerView("/proc", init.Process.Pid, idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !view.indexed {
+		t.Fatal("the view was not taken from the index")
+	}
+	if h, ok, err := view.hostPID(1); err != nil || !ok || h != init.Process.Pid {
+		t.Fatalf("pid 1 maps to %d, %v, %v; want %d", h, ok, err, init.Process.Pid)
+	}
+
+	// Started in the namespace after the index was listed.
+	late := exec.Command("nsenter", "--target", strconv.Itoa(init.Process.Pid), "--pid", "--", "sh", "-c", "echo $$; exec sleep 1000000")
+	out, err := late.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := late.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { late.Process.Kill(); late.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, ok, err := view.hostPID(inner)
+	if err != nil || !ok || !stillIn("/proc", h, inner, view.ns) {
+		t.Fatalf("pid %d, started after the index: maps to %d, %v, %v", inner, h, ok, err)
+	}
+
+	// Gone since: its host PID is no process of the namespace.
+	view, err = containerView("/proc", init.Process.Pid, idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	view.hostOf[inner] = h // as an index listed after it started would
+	view.indexed = true
+	killPID(h)
+	waitDead(t, h)
+	if h2, ok, err := view.hostPID(inner); err != nil || ok {
+		t.Errorf("pid %d, gone: maps to %d, %v, %v; want not found", inner, h2, ok, err)
 	}
 }

@@ -35,6 +35,11 @@ type SweepOptions struct {
 	// it, or in its tick (in /proc's start ticks): a sweep decided on an earlier look at
 	// the host spares what a restart of the container put in since.
 	BornBefore uint64
+	// Spare, when set, withholds the processes it names: members of
+	// trees the sweep's decision left alone (a live container's group
+	// holding a process of this one), which the cgroup's member rules
+	// cannot tell from the rest.
+	Spare func(fingerprint.Stat) bool
 }
 
 func (o SweepOptions) withDefaults() SweepOptions {
@@ -247,7 +252,8 @@ func (c *Cgroup) kill(fd int, opt SweepOptions, res *SweepResult) {
 				withheld = append(withheld, fingerprint.Identity{Stat: fingerprint.Stat{PID: pid}})
 			case id.Zombie():
 			case pid == os.Getpid() || pid <= 1 || !rules.Member(id),
-				opt.BornBefore > 0 && id.StartTicks >= opt.BornBefore: // same tick: the doubt spares
+				opt.BornBefore > 0 && id.StartTicks >= opt.BornBefore, // same tick: the doubt spares
+				opt.Spare != nil && opt.Spare(id.Stat):
 				withheld = append(withheld, id)
 			default:
 				allowed = append(allowed, id.Stat)

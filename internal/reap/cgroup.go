@@ -37,7 +37,7 @@ func sweep(ctx context.Context, opt Options, log *slog.Logger, id string, listed
 		return &lc
 	}
 	defer cg.Close()
-	res := contain.Sweep(ctx, cg, contain.SweepOptions{Root: opt.Root, BornBefore: opt.BornBefore})
+	res := contain.Sweep(ctx, cg, contain.SweepOptions{Root: opt.Root, BornBefore: opt.BornBefore, Spare: opt.Spare})
 	out := res.Record(cg)
 	args := []any{"container", id, "cgroup", cg.String(), "action", res.Outcome, "method", res.Method,
 		"killed", len(res.Killed), "withheld", len(res.Withheld), "frozen", res.Frozen, "empty", res.Empty, "removed", res.Removed, "err", res.Err}

@@ -48,7 +48,10 @@ type Options struct {
 	// started after it (the caller's decision was made before: a restart
 	// of the container may have put its new tree in the same cgroup).
 	BornBefore uint64
-	Logger     *slog.Logger
+	// Spare withholds from a cgroup sweep the processes it names
+	// (contain.SweepOptions.Spare).
+	Spare  func(fingerprint.Stat) bool
+	Logger *slog.Logger
 }
 
 // Tree is one tree to act on.

@@ -15,6 +15,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/contain"
 	"github.com/kc-watchman/kc-watchman/internal/corroborate"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
@@ -132,7 +133,7 @@ func populatedCount(opt Options, ls []contain.Listed) int {
 // The sweep itself withholds every process the member rules refuse, and
 // every one started after the scan (the container restarted meanwhile,
 // into the same cgroup).
-func (sc *Scanned) sweepLeftCgroups(ctx context.Context, rep *Report, ls []contain.Listed) {
+func (sc *Scanned) sweepLeftCgroups(ctx context.Context, rep *Report, ls []contain.Listed, spare func(fingerprint.Stat) bool) {
 	opt, log := sc.opt, sc.log
 	swept := map[string]bool{}
 	for _, c := range rep.Cgroups {
@@ -158,7 +159,7 @@ func (sc *Scanned) sweepLeftCgroups(ctx context.Context, rep *Report, ls []conta
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			c := Cgroup{ContainerID: id, Cgroup: sweepListed(ctx, opt, log, l, sc.bootTicks)}
+			c := Cgroup{ContainerID: id, Cgroup: sweepListed(ctx, opt, log, l, sc.bootTicks, spare)}
 			mu.Lock()
 			rep.Cgroups = append(rep.Cgroups, c)
 			mu.Unlock()
@@ -168,7 +169,7 @@ func (sc *Scanned) sweepLeftCgroups(ctx context.Context, rep *Report, ls []conta
 	slices.SortFunc(rep.Cgroups, func(a, b Cgroup) int { return strings.Compare(a.ContainerID, b.ContainerID) })
 }
 
-func sweepListed(ctx context.Context, opt Options, log *slog.Logger, l contain.Listed, bornBefore uint64) ledger.Cgroup {
+func sweepListed(ctx context.Context, opt Options, log *slog.Logger, l contain.Listed, bornBefore uint64, spare func(fingerprint.Stat) bool) ledger.Cgroup {
 	o := opt.Contain
 	o.Systemd = nil // cgroupfs only: scopes are not listed
 	cg, err := contain.FromRecord(l.Record, l.ContainerID, o)
@@ -180,7 +181,7 @@ func sweepListed(ctx context.Context, opt Options, log *slog.Logger, l contain.L
 	defer cg.Close()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	res := contain.Sweep(ctx, cg, contain.SweepOptions{Root: opt.Root, BornBefore: bornBefore})
+	res := contain.Sweep(ctx, cg, contain.SweepOptions{Root: opt.Root, BornBefore: bornBefore, Spare: spare})
 	args := []any{"container", l.ContainerID, "cgroup", cg.String(), "action", res.Outcome, "method", res.Method,
 		"killed", len(res.Killed), "withheld", len(res.Withheld), "removed", res.Removed, "err", res.Err}
 	switch {
@@ -203,4 +204,38 @@ func bootTicks() uint64 {
 		return 0
 	}
 	return uint64(time.Duration(ts.Nano()) / (time.Second / trees.ClockTicks))
+}
+
+// spared is what this run's cgroup sweeps withhold: the processes of every
+// tree the scan found that the run does not reap (live, young, ambiguous,
+// foreign, outside --container, or left partial). A live container's
+// group can hold a process of a gone one's — a member that carries its ID,
+// in its cgroup — and the member rules, which look at that process alone,
+// cannot tell it from the gone container's own; a scan that judged the
+// group on its leader never learnt of it.
+func (sc *Scanned) spared(ts []Tree) func(fingerprint.Stat) bool {
+	reaped := map[int]bool{}
+	for _, t := range ts {
+		switch t.Action {
+		case action.WouldReap, action.Reaped, action.Gone:
+			reaped[t.PGID] = true
+		}
+	}
+	type key struct {
+		pid   int
+		start uint64
+	}
+	keep := map[key]bool{}
+	for _, t := range sc.found {
+		if reaped[t.PGID] {
+			continue
+		}
+		for _, m := range append(slices.Clip(t.Members), t.Escaped...) {
+			keep[key{m.PID, m.StartTicks}] = true
+		}
+	}
+	if len(keep) == 0 {
+		return nil
+	}
+	return func(st fingerprint.Stat) bool { return keep[key{st.PID, st.StartTicks}] }
 }

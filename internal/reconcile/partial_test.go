@@ -3,9 +3,12 @@ package reconcile
 import (
 	"context"
 	"os"
+	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/contain"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
@@ -121,5 +124,49 @@ func TestScopedRunCompletesOthersTrees(t *testing.T) {
 				t.Errorf("got %+v, want %s", tr, tc.want)
 			}
 		})
+	}
+}
+
+// TestCgroupSweepSparesALiveTreesMember: a process of a live container's
+// group that carries a gone container's ID and sits in that container's
+// kc-watchman cgroup is withheld when the cgroup is swept. The member
+// rules, which look at it alone, would take it (its UID, that
+// container's ID); the scan, which judged its group on its leader, never
+// saw it carry another ID.
+func TestCgroupSweepSparesALiveTreesMember(t *testing.T) {
+	h := contain.Detect(contain.Options{})
+	if h.Kind != contain.KindCgroup2 {
+		t.Skipf("containment here is %s (%s)", h, h.Why)
+	}
+	const comm = "kcsrv-partial"
+	liveID, gone := testutil.RandomHex(t, 64), testutil.RandomHex(t, 64)
+	inGone := contained(t, h, gone) // the gone container's own process
+	mixed := testutil.StartMixedGroup(t, comm, liveID, gone)
+	procs := filepath.Join(h.Mount, contain.Dir, gone, "cgroup.procs")
+	if err := os.WriteFile(procs, []byte(strconv.Itoa(mixed.Member)), 0); err != nil {
+		t.Fatal(err)
+	}
+	live := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{liveID: true}, UID: os.Geteuid()}
+	// Scoped: an unscoped apply has no place on a shared test host.
+	{
+		rep, err := Run(context.Background(), Options{Comms: []string{comm}, Containers: map[string]bool{gone: true}, Apply: true}, live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var swept *Cgroup
+		for i := range rep.Cgroups {
+			if rep.Cgroups[i].ContainerID == gone {
+				swept = &rep.Cgroups[i]
+			}
+		}
+		if swept == nil {
+			t.Fatalf("the gone container's cgroup was not swept: %+v", rep.Cgroups)
+		}
+		if !running(mixed.Member) {
+			t.Errorf("the live container's member %d in the gone container's cgroup was killed: %+v", mixed.Member, swept)
+		}
+		if running(inGone.Process.Pid) {
+			t.Errorf("the gone container's own process %d lives on: %+v", inGone.Process.Pid, swept)
+		}
 	}
 }

@@ -341,6 +341,7 @@ func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 	}
 
 	refreshSnapshots(opt, log, rep.Trees, records)
+	spare := sc.spared(rep.Trees)
 	if opt.Apply {
 		rep.Trees = dropDead(opt, rep.Trees)
 		if why := blastRadius(opt, rep.Trees, populatedCount(opt, left)); why != "" {
@@ -350,9 +351,9 @@ func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 			log.Error("blast-radius guard: nothing reaped", "why", why)
 			return rep, nil
 		}
-		rep.Cgroups, rep.Unrecorded = reapStrays(ctx, opt, log, rep.Trees, sc.bootTicks, sc.vanished)
+		rep.Cgroups, rep.Unrecorded = reapStrays(ctx, opt, log, rep.Trees, sc.bootTicks, sc.vanished, spare)
 	}
-	sc.sweepLeftCgroups(ctx, &rep, left)
+	sc.sweepLeftCgroups(ctx, &rep, left, spare)
 	if opt.Apply {
 		rep.LedgerCollected = collect(opt, log, records, live, contradicted(rep.Trees), opt.MinAge)
 	} else if opt.LedgerRetention >= 0 {
@@ -542,7 +543,7 @@ func sameTrees(a, b []ledger.Tree) bool {
 // and copies what became of them into the report. It returns the
 // containers' swept cgroups, and why an outcome could not be recorded,
 // if one could not.
-func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree, bornBefore uint64, keep map[string]bool) ([]Cgroup, error) {
+func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree, bornBefore uint64, keep map[string]bool, spare func(fingerprint.Stat) bool) ([]Cgroup, error) {
 	byContainer := map[string][]int{}
 	spared := maps.Clone(keep) // a tree of it is left: its cgroup may hold it
 	if spared == nil {
@@ -558,7 +559,7 @@ func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree, b
 		}
 		spared[ts[i].ContainerID] = true
 	}
-	ropt := reap.Options{Root: opt.Root, Grace: opt.KillGrace, Store: opt.Store, Source: "reconcile", Contain: opt.Contain, Logger: log, BornBefore: bornBefore}
+	ropt := reap.Options{Root: opt.Root, Grace: opt.KillGrace, Store: opt.Store, Source: "reconcile", Contain: opt.Contain, Logger: log, BornBefore: bornBefore, Spare: spare}
 	var (
 		wg         sync.WaitGroup
 		mu         sync.Mutex

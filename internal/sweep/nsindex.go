@@ -1,10 +1,13 @@
 package sweep
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strconv"
 	"sync"
+	"syscall"
 )
 
 // NSIndex is the host's processes by PID namespace, listed once for the
@@ -71,12 +74,29 @@ func listNamespaces(procRoot string) (map[string][]nsProc, error) {
 }
 
 // stillIn reports whether host PID h is, now, the process with PID
-// inner in namespace ns.
-func stillIn(procRoot string, h, inner int, ns string) bool {
+// inner in namespace ns. err says why that could not be read, when the
+// process is not simply gone (out of descriptors, an I/O error): the
+// caller must not take that for an answer.
+func stillIn(procRoot string, h, inner int, ns string) (bool, error) {
 	base := procRoot + "/" + strconv.Itoa(h)
-	if got, err := os.Readlink(base + "/ns/pid"); err != nil || got != ns {
-		return false
+	got, err := os.Readlink(base + "/ns/pid")
+	if err != nil {
+		return false, unlessGone(base, err)
+	}
+	if got != ns {
+		return false, nil
 	}
 	n, ok := nsPID(base + "/status")
-	return ok && n == inner
+	if !ok {
+		return false, unlessGone(base, fmt.Errorf("no NSpid in %s/status", base))
+	}
+	return n == inner, nil
+}
+
+// unlessGone is err, or nil when the process at base is gone.
+func unlessGone(base string, err error) error {
+	if _, serr := os.Stat(base); errors.Is(serr, fs.ErrNotExist) || errors.Is(serr, syscall.ESRCH) {
+		return nil
+	}
+	return err
 }

@@ -104,7 +104,7 @@ func containerView(procRoot string, initPID int, idx *NSIndex) (*pidView, error)
 			// The index is of the container's init as it is now, or
 			// of nothing (a container restarted since has another
 			// namespace).
-			if v.hostOf[1] == initPID && stillIn(procRoot, initPID, 1, want) {
+			if ok, err := stillIn(procRoot, initPID, 1, want); ok && err == nil && v.hostOf[1] == initPID {
 				return v, nil
 			}
 		}
@@ -151,7 +151,9 @@ func (v *pidView) hostPIDs() []int {
 	defer v.mu.Unlock()
 	var out []int
 	for inner, h := range v.hostOf {
-		if !v.indexed || stillIn(v.procRoot, h, inner, v.ns) {
+		if !v.indexed {
+			out = append(out, h)
+		} else if ok, err := stillIn(v.procRoot, h, inner, v.ns); ok && err == nil {
 			out = append(out, h)
 		}
 	}
@@ -191,12 +193,22 @@ func (v *pidView) hostPID(pid int) (int, bool, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	h, ok := v.hostOf[pid]
-	if v.indexed && !(ok && stillIn(v.procRoot, h, pid, v.ns)) {
-		if err := v.walk(); err != nil {
-			return 0, false, fmt.Errorf("listing the container's processes: %w", err)
-		}
-		h, ok = v.hostOf[pid]
+	if !v.indexed {
+		return h, ok, nil
 	}
+	if ok {
+		still, err := stillIn(v.procRoot, h, pid, v.ns)
+		if err != nil {
+			return 0, false, fmt.Errorf("checking host pid %d: %w", h, err)
+		}
+		if still {
+			return h, true, nil
+		}
+	}
+	if err := v.walk(); err != nil {
+		return 0, false, fmt.Errorf("listing the container's processes: %w", err)
+	}
+	h, ok = v.hostOf[pid]
 	return h, ok, nil
 }
 

@@ -653,7 +653,7 @@ func TestNSIndexIsCheckedAtUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, ok, err := view.hostPID(inner)
-	if err != nil || !ok || !stillIn("/proc", h, inner, view.ns) {
+	if still, serr := stillIn("/proc", h, inner, view.ns); err != nil || !ok || !still || serr != nil {
 		t.Fatalf("pid %d, started after the index: maps to %d, %v, %v", inner, h, ok, err)
 	}
 

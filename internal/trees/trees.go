@@ -731,15 +731,6 @@ func (s *scanner) partial(c candidate) (Tree, bool) {
 	if len(ids) != 1 {
 		return Tree{}, false
 	}
-	if len(s.opt.Only) > 0 && !s.opt.Only[ids[0]] {
-		// Another container's: a ledger identity of a member may still
-		// give the group to a wanted one, which a full read decides.
-		for _, pid := range c.pids {
-			if s.knownPIDs[pid] {
-				return Tree{}, false
-			}
-		}
-	}
 	t := Tree{PGID: c.pgid, UID: -2, AgeKnown: true, ContainerID: ids[0], ContainerIDs: ids, Partial: true, cand: &c}
 	for k, pid := range c.pids {
 		i := c.at[k]

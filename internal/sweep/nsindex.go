@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // NSIndex is the host's processes by PID namespace, listed once for the
@@ -22,27 +23,37 @@ import (
 type NSIndex struct {
 	mu       sync.Mutex
 	procRoot string
-	built    bool
+	at       time.Time // when listed; zero: not yet
+	maxAge   time.Duration
 	err      error
 	byNS     map[string][]nsProc
 }
 
+// nsIndexMaxAge: an index older than this is listed again for the next
+// container. Its entries are checked at use, but a supervisor started
+// after it would go undiscovered (its socket directory not swept) for
+// the rest of a round whose probes can take seconds per container.
+const nsIndexMaxAge = time.Second
+
 type nsProc struct{ host, inner int }
 
 // NewNSIndex returns an index, listed at its first use.
-func NewNSIndex() *NSIndex { return &NSIndex{} }
+func NewNSIndex() *NSIndex { return &NSIndex{maxAge: nsIndexMaxAge} }
 
 // of returns the processes of PID namespace ns (readlink of ns/pid) as
 // the index listed them under procRoot.
 func (x *NSIndex) of(procRoot, ns string) ([]nsProc, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if !x.built {
-		x.procRoot, x.built = procRoot, true
-		x.byNS, x.err = listNamespaces(procRoot)
+	if x.at.IsZero() {
+		x.procRoot = procRoot
 	}
 	if procRoot != x.procRoot {
 		return nil, fmt.Errorf("namespace index of %s asked about %s", x.procRoot, procRoot)
+	}
+	if x.at.IsZero() || time.Since(x.at) > x.maxAge {
+		x.at = time.Now()
+		x.byNS, x.err = listNamespaces(procRoot)
 	}
 	return x.byNS[ns], x.err
 }

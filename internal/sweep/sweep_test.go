@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -623,6 +624,7 @@ func TestNSIndexIsCheckedAtUse(t *testing.T) {
 		init.Wait()
 	})
 	idx := NewNSIndex()
+	idx.maxAge = time.Hour // young for as long as the test needs
 	view, err := containerView("/proc", init.Process.Pid, idx)
 	if err != nil {
 		t.Fatal(err)
@@ -652,6 +654,15 @@ func TestNSIndexIsCheckedAtUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A view taken from the index again lacks it while the index is
+	// young; one older than its bound is listed again.
+	if v, err := containerView("/proc", init.Process.Pid, idx); err != nil || !v.indexed || v.hostOf[inner] != 0 {
+		t.Errorf("a young index was listed again: %v, %+v", err, v)
+	}
+	idx.maxAge = 0
+	if v, err := containerView("/proc", init.Process.Pid, idx); err != nil || !v.indexed || v.hostOf[inner] == 0 {
+		t.Errorf("an old index was not listed again: %v, %+v", err, v)
+	}
 	h, ok, err := view.hostPID(inner)
 	if still, serr := stillIn("/proc", h, inner, view.ns); err != nil || !ok || !still || serr != nil {
 		t.Fatalf("pid %d, started after the index: maps to %d, %v, %v", inner, h, ok, err)
@@ -666,6 +677,9 @@ func TestNSIndexIsCheckedAtUse(t *testing.T) {
 	view.indexed = true
 	killPID(h)
 	waitDead(t, h)
+	if slices.Contains(view.hostPIDs(), h) {
+		t.Errorf("discovery would read host pid %d, gone from the namespace", h)
+	}
 	if h2, ok, err := view.hostPID(inner); err != nil || ok {
 		t.Errorf("pid %d, gone: maps to %d, %v, %v; want not found", inner, h2, ok, err)
 	}

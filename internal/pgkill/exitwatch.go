@@ -86,6 +86,10 @@ func (w *exitWatch) wait(ctx context.Context, live []fingerprint.Stat, limit tim
 	}
 }
 
+// watching reports whether a pinned member has not exited yet (false
+// too when ticking: there is nothing to wake on).
+func (w *exitWatch) watching() bool { return !w.ticker && len(w.pins) > 0 }
+
 // pinNew pins the live members not tried yet and reports whether one of
 // them proved to have exited meanwhile. Each member is tried once: one
 // that cannot be pinned now (EMFILE, ENOSYS, EPERM, unreadable /proc) is

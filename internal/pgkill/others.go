@@ -82,10 +82,12 @@ func KillOthers(groups []int, opt Options) OthersResult {
 }
 
 // othersPhase sends sig once to each member of groups but the caller,
-// looking again every opt.Poll or as soon as a signalled member exits
-// (its pidfd: a tree dies in a few ms, and a fixed tick made every
-// teardown last one tick and two listings of /proc), and returns the
-// members still alive when wait ran out (nil once none is left).
+// looking again every opt.Poll or as soon as every signalled member has
+// exited (their pidfds: a tree dies in a few ms, and a fixed tick made
+// every teardown last one tick), and returns the members still alive
+// when wait ran out (nil once none is left). Each look lists /proc (a
+// getpgid per process on the host): it waits for them all, not the
+// first, or a burst of a hundred teardowns lists it hundreds of times.
 func othersPhase(opt Options, groups []int, sig syscall.Signal, wait time.Duration, refused *int) []fingerprint.Stat {
 	self := os.Getpid()
 	deadline := time.Now().Add(wait)
@@ -111,7 +113,13 @@ func othersPhase(opt Options, groups []int, sig syscall.Signal, wait time.Durati
 		if left <= 0 {
 			return ms
 		}
-		w.wait(context.Background(), ms, min(opt.Poll, left))
+		look := time.Now().Add(min(opt.Poll, left))
+		for {
+			w.wait(context.Background(), ms, time.Until(look))
+			if !w.watching() || !time.Now().Before(look) {
+				break
+			}
+		}
 	}
 }
 

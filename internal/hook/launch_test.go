@@ -241,10 +241,12 @@ func TestLaunchOnePerContainer(t *testing.T) {
 		ws := wrappers(t)
 		return len(ws) == 1 && ws[0].PGID == w1.PID && len(ws[0].Members) == 3 // wrapper, fake, child
 	})
-	logData, _ := os.ReadFile(SupervisorLog(e.cfg.StateDir, lcid))
-	if !strings.Contains(string(logData), "command started") {
-		t.Errorf("wrapper log lacks its start:\n%s", logData)
-	}
+	// The wrapper's lines reach its log through the pipe that caps it,
+	// a moment after its command runs.
+	supervisetest.Eventually(t, 15*time.Second, "wrapper log lacks its start", func() bool {
+		logData, _ := os.ReadFile(SupervisorLog(e.cfg.StateDir, lcid))
+		return strings.Contains(string(logData), "command started")
+	})
 	env, _ := os.ReadFile("/proc/" + itoa(w1.PID) + "/environ")
 	if !bytes.Contains(env, []byte("FAKE_INIT="+itoa(init1.PID)+"\x00")) {
 		t.Errorf("allowlist env with placeholder not passed: %q", env)

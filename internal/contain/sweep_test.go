@@ -92,6 +92,18 @@ func cgroupProcs(t *testing.T, c *Cgroup) []int {
 	return out
 }
 
+// exits reports whether cmd exits (and is reaped) within d.
+func exits(cmd *exec.Cmd, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
 func within(d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
 	for !cond() {
@@ -195,11 +207,7 @@ func TestSweepWithholdsOtherUID(t *testing.T) {
 	if state, _ := os.ReadFile(filepath.Join(c.Mount, c.Path, "cgroup.freeze")); strings.TrimSpace(string(state)) != "0" {
 		t.Errorf("the cgroup was left frozen: %q", state)
 	}
-	done := make(chan struct{})
-	go func() { mine.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
+	if !exits(mine, 5*time.Second) {
 		t.Error("the tree's own process lives")
 	}
 }
@@ -247,11 +255,7 @@ func TestSweepWithholdsAnotherContainersProcess(t *testing.T) {
 	if err := other.Process.Signal(syscall.Signal(0)); err != nil {
 		t.Errorf("the other container's process was signalled: %v", err)
 	}
-	done := make(chan struct{})
-	go func() { mine.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
+	if !exits(mine, 5*time.Second) {
 		t.Error("the tree's own process lives")
 	}
 }
@@ -334,11 +338,7 @@ func TestSweepLeavesChildCgroups(t *testing.T) {
 	if st, err := fingerprint.ReadStat("/proc", nested.Process.Pid); err != nil || st.Zombie() {
 		t.Errorf("the child cgroup's process was killed: %+v, %v", st, err)
 	}
-	done := make(chan struct{})
-	go func() { mine.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
+	if !exits(mine, 5*time.Second) {
 		t.Error("the tree's own process lives")
 	}
 }

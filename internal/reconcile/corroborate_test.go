@@ -227,6 +227,19 @@ func TestEvidenceOfRunning(t *testing.T) {
 		}
 		return *tr, err
 	}
+	// recorded runs app's decision with these cgroup lines recorded for
+	// it (as the hook records the init's), wants the tree's action, and
+	// returns the options for another run.
+	recorded := func(t *testing.T, pgid int, lines []string, want action.Action) Options {
+		t.Helper()
+		opt := base
+		opt.Store = recordedStore(t, app, func(r *ledger.Record) { r.Cgroups = lines })
+		opt.Containers = map[string]bool{app: true}
+		if tr, _ := one(t, opt, empty, pgid); tr.Action != want {
+			t.Fatalf("tree: %s, want %s (%v)", tr.Action, want, deref(tr.Error))
+		}
+		return opt
+	}
 
 	// Finding 1: a pod's shim carries only the sandbox's ID; the app
 	// container's init is its child, in /<namespace>/<app>.
@@ -300,16 +313,8 @@ func TestEvidenceOfRunning(t *testing.T) {
 		startMonitor(t, "containerd-shim-runc-v2", &named, nil, "-id", app)
 		// The hook recorded the init in another cgroup: one named after
 		// the container is someone else's.
-		store := recordedStore(t, app, func(r *ledger.Record) {
-			r.Cgroups = []string{"0::/elsewhere/" + app}
-		})
-		opt := base
-		opt.Store = store
-		opt.Containers = map[string]bool{app: true}
-		if tr, _ := one(t, opt, empty, tree.PGID); tr.Action != action.WouldReap {
-			t.Fatalf("tree: %s, want %s (%v)", tr.Action, action.WouldReap, deref(tr.Error))
-		}
-		if err := store.Update(app, func(r *ledger.Record) error {
+		opt := recorded(t, tree.PGID, []string{"0::/elsewhere/" + app}, action.WouldReap)
+		if err := opt.Store.Update(app, func(r *ledger.Record) error {
 			r.Cgroups = []string{"0::" + named.Path}
 			return nil
 		}); err != nil {
@@ -341,15 +346,7 @@ func TestEvidenceOfRunning(t *testing.T) {
 		if !strings.Contains(string(data), "::"+shared.Path+"\n") {
 			t.Fatalf("the monitor is not in %s: %s", shared.Path, data)
 		}
-		store := recordedStore(t, app, func(r *ledger.Record) {
-			r.Cgroups = strings.Fields(string(data))
-		})
-		opt := base
-		opt.Store = store
-		opt.Containers = map[string]bool{app: true}
-		if tr, _ := one(t, opt, empty, tree.PGID); tr.Action != action.WouldReap {
-			t.Fatalf("tree: %s, want %s (%v)", tr.Action, action.WouldReap, deref(tr.Error))
-		}
+		recorded(t, tree.PGID, strings.Fields(string(data)), action.WouldReap)
 	})
 
 	// A process the container left in its recorded cgroup, under no
@@ -380,15 +377,7 @@ func TestEvidenceOfRunning(t *testing.T) {
 			}
 			return false
 		})
-		store := recordedStore(t, app, func(r *ledger.Record) {
-			r.Cgroups = []string{"0::" + cg.Path}
-		})
-		opt := base
-		opt.Store = store
-		opt.Containers = map[string]bool{app: true}
-		if tr, _ := one(t, opt, empty, tree.PGID); tr.Action != action.SkipContradicted {
-			t.Fatalf("tree: %s, want %s", tr.Action, action.SkipContradicted)
-		}
+		recorded(t, tree.PGID, []string{"0::" + cg.Path}, action.SkipContradicted)
 	})
 
 	t.Run("a process in the recorded cgroup under no monitor", func(t *testing.T) {
@@ -402,15 +391,7 @@ func TestEvidenceOfRunning(t *testing.T) {
 			data, err := os.ReadFile(filepath.Join(cg.Dir, "cgroup.procs"))
 			return err == nil && strings.TrimSpace(string(data)) == fmt.Sprint(left.Process.Pid)
 		})
-		store := recordedStore(t, app, func(r *ledger.Record) {
-			r.Cgroups = []string{"0::" + cg.Path}
-		})
-		opt := base
-		opt.Store = store
-		opt.Containers = map[string]bool{app: true}
-		if tr, _ := one(t, opt, empty, tree.PGID); tr.Action != action.SkipContradicted {
-			t.Fatalf("tree: %s, want %s", tr.Action, action.SkipContradicted)
-		}
+		opt := recorded(t, tree.PGID, []string{"0::" + cg.Path}, action.SkipContradicted)
 		// Now the tree's supervisor is the one in the cgroup.
 		proc.KillGroup(t, left)
 		if err := os.WriteFile(filepath.Join(cg.Dir, "cgroup.procs"), []byte(fmt.Sprint(tree.PID)), 0o644); err != nil {

@@ -63,7 +63,9 @@ func TestPartial(t *testing.T) {
 			if g, w := memberKeys(p.Members), memberKeys(want[c.pgid].Members); !reflect.DeepEqual(g, w) {
 				t.Errorf("group %d: partial members %v, want %v", c.pgid, g, w)
 			}
-			done, ok := p.Complete()
+			var cp Completer
+			defer cp.Close()
+			done, ok := cp.Complete(p)
 			if !ok {
 				t.Fatalf("group %d: Complete found no tree", c.pgid)
 			}

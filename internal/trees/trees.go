@@ -83,7 +83,7 @@ type Options struct {
 	// Partial leaves a group led by a live supervisor whose argv names
 	// one container, and no other by the ledger, unread but for the
 	// leader: the tree is built from the listing (Tree.Partial), and its
-	// caller reads it in full (Tree.Complete) only if it must decide
+	// caller reads it in full (Completer) only if it must decide
 	// more about it than that it is that container's — a reconcile,
 	// for a container the engines do not call live. Only a listing of
 	// the BPF task iterator carries what the members' files would tell;
@@ -312,6 +312,13 @@ func (c *completion) finish(t *Tree) {
 	}
 }
 
+// Completer reads Partial trees in full, one after the other, on one
+// /proc reader per scan; Close releases them. It is not safe for
+// concurrent use.
+type Completer struct {
+	scanners map[*completion]*scanner
+}
+
 // Complete reads a Partial tree in full, as a scan without
 // Options.Partial would have: the members of its group as the scan
 // listed them, each still the process listed. The group may turn out to
@@ -319,20 +326,6 @@ func (c *completion) finish(t *Tree) {
 // another container's by a member's argv); ok is false for none. A tree
 // that is not Partial is returned as it is; a Partial one built by hand,
 // with nothing to read it by, is no tree.
-func (t Tree) Complete() (Tree, bool) {
-	var c Completer
-	defer c.Close()
-	return c.Complete(t)
-}
-
-// Completer completes Partial trees one after the other on one /proc
-// reader per scan (Tree.Complete opens one each); Close releases them.
-// It is not safe for concurrent use.
-type Completer struct {
-	scanners map[*completion]*scanner
-}
-
-// Complete is Tree.Complete.
 func (cp *Completer) Complete(t Tree) (Tree, bool) {
 	if !t.Partial {
 		return t, true
@@ -599,7 +592,7 @@ func (s *scanner) examine(c candidate) (Tree, bool) {
 	}
 	// Before Only's filter: a group whose leader names another
 	// container is read through the leader alone, and its members' argv
-	// only if that container turns out not live (Tree.Complete).
+	// only if that container turns out not live (Completer).
 	if s.opt.Partial && leaderLive && leaderSup {
 		if t, ok := s.partial(c); ok {
 			return t, true

@@ -183,6 +183,10 @@ type Config struct {
 	// CRIEndpoint: a CRI runtime's socket path (unix:// optional). Empty:
 	// CRI-O's socket, else the first containerd socket that exists.
 	CRIEndpoint string
+	// Detected is the endpoint auto detection found for the engine being
+	// made (Select sets it; empty when the engine was named): an engine
+	// auto picked asks what was found there.
+	Detected string
 	// Timeout bounds one question to one engine; default
 	// DefaultTimeout.
 	Timeout time.Duration
@@ -267,6 +271,7 @@ func ParseNames(v string) ([]string, error) {
 func Select(names []string, cfg Config) ([]Engine, error) {
 	specsMu.Lock()
 	defer specsMu.Unlock()
+	detected := map[string]string{}
 	if names == nil {
 		for _, n := range Known {
 			s, ok := specs[n]
@@ -276,6 +281,7 @@ func Select(names []string, cfg Config) ([]Engine, error) {
 			if ep, found := s.Detect(cfg); found {
 				cfg.Log().Debug("engine found", "engine", n, "endpoint", ep)
 				names = append(names, n)
+				detected[n] = ep
 			}
 		}
 	}
@@ -285,7 +291,9 @@ func Select(names []string, cfg Config) ([]Engine, error) {
 		if !ok {
 			return nil, fmt.Errorf("%w: --engine %s: this kc-janitor is built without that engine", ErrUsage, n)
 		}
-		e, err := s.New(cfg)
+		c := cfg
+		c.Detected = detected[n]
+		e, err := s.New(c)
 		if err != nil {
 			return nil, err
 		}

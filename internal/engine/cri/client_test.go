@@ -235,3 +235,27 @@ func TestAmbiguousSocketsAskNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestAmbiguity: only `--engine cri` named without an endpoint refuses
+// several runtime sockets; one named, or CRI-O's found by auto (the
+// containerd engine asked beside it), is asked.
+func TestAmbiguity(t *testing.T) {
+	both := []string{CRIOSocket, "/run/containerd/containerd.sock"}
+	for _, tc := range []struct {
+		name     string
+		cfg      engine.Config
+		existing []string
+		want     bool
+	}{
+		{"named engine, several sockets", engine.Config{}, both, true},
+		{"named engine, one socket", engine.Config{}, both[:1], false},
+		{"an endpoint given", engine.Config{CRIEndpoint: CRIOSocket}, both, false},
+		{"picked by auto", engine.Config{Detected: CRIOSocket}, both, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ambiguous(tc.cfg, tc.existing); (len(got) > 0) != tc.want {
+				t.Errorf("ambiguous = %v, want ambiguous %v", got, tc.want)
+			}
+		})
+	}
+}

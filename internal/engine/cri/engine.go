@@ -41,6 +41,9 @@ func criEndpoint(cfg engine.Config) string {
 	if cfg.CRIEndpoint != "" {
 		return cfg.CRIEndpoint
 	}
+	if cfg.Detected != "" {
+		return cfg.Detected
+	}
 	if p, ok := engine.FirstExisting(append([]string{CRIOSocket}, containerd.KnownSockets...)); ok {
 		return p
 	}
@@ -80,12 +83,20 @@ func newCRI(cfg engine.Config) (engine.Engine, error) {
 		return nil, fmt.Errorf("%w: --cri-endpoint: %w", engine.ErrUsage, err)
 	}
 	e := &criEngine{cfg: cfg, endpoint: p}
-	if cfg.CRIEndpoint == "" {
-		if found := engine.Existing(append([]string{CRIOSocket}, containerd.KnownSockets...)); len(found) > 1 {
-			e.ambiguous = found
-		}
-	}
+	e.ambiguous = ambiguous(cfg, engine.Existing(append([]string{CRIOSocket}, containerd.KnownSockets...)))
 	return e, nil
+}
+
+// ambiguous is the runtime sockets that make `--engine cri` without
+// --cri-endpoint unanswerable: several exist, and asking one would miss
+// the others' containers. Auto picks cri only for CRI-O's socket, which
+// it then asks (cfg.Detected); the containerd sockets are the containerd
+// engine's, asked beside it.
+func ambiguous(cfg engine.Config, existing []string) []string {
+	if cfg.CRIEndpoint != "" || cfg.Detected != "" || len(existing) < 2 {
+		return nil
+	}
+	return existing
 }
 
 // open makes the client for one question; the caller closes it.

@@ -38,6 +38,7 @@ func TestNameDeadInits(t *testing.T) {
 		{"the kernel saw no death", 0, `{"Running":false,"Pid":0}`, true, 0, false},
 		{"restarting: live without an init", 4242, `{"Running":true,"Restarting":true,"Pid":0}`, true, 0, true},
 		{"an answer without a state", 4242, `{}`, true, 0, true},
+		{"running with no init PID", 4242, `{"Running":true,"Pid":0}`, true, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var asked atomic.Bool

@@ -249,6 +249,11 @@ func (d *docker) InitPID(ctx context.Context, id string) (int, error) {
 	if !*in.State.Running {
 		return 0, nil
 	}
+	if in.State.Pid <= 0 {
+		// Running with no init to name: not an answer a death may be
+		// decided on (0 would read as "not running").
+		return 0, fmt.Errorf("docker API %s: container %s is running with no init PID", d.ep.Raw, id)
+	}
 	return in.State.Pid, nil
 }
 

@@ -2,10 +2,12 @@ package reconcile
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/contain"
@@ -129,8 +131,12 @@ func TestScopedRunCompletesOthersTrees(t *testing.T) {
 
 // TestCgroupSweepSparesALiveTreesMember: a process of a live container's
 // group that carries a gone container's ID and sits in that container's
-// kc-watchman cgroup is withheld when the cgroup is swept. The member
-// rules, which look at it alone, would take it (its UID, that
+// kc-watchman cgroup is withheld when the cgroup is swept — as a left
+// cgroup, and with the gone container's own stray tree (reap's sweep; a
+// tree led by its supervisor, not by a wrapper, whose own teardown would
+// sweep its cgroup by the member rules alone: only root moving a process
+// into it puts another session's there).
+// The member rules, which look at it alone, would take it (its UID, that
 // container's ID); the scan, which judged its group on its leader, never
 // saw it carry another ID.
 func TestCgroupSweepSparesALiveTreesMember(t *testing.T) {
@@ -139,34 +145,63 @@ func TestCgroupSweepSparesALiveTreesMember(t *testing.T) {
 		t.Skipf("containment here is %s (%s)", h, h.Why)
 	}
 	const comm = "kcsrv-partial"
-	liveID, gone := testutil.RandomHex(t, 64), testutil.RandomHex(t, 64)
-	inGone := contained(t, h, gone) // the gone container's own process
-	mixed := testutil.StartMixedGroup(t, comm, liveID, gone)
-	procs := filepath.Join(h.Mount, contain.Dir, gone, "cgroup.procs")
-	if err := os.WriteFile(procs, []byte(strconv.Itoa(mixed.Member)), 0); err != nil {
-		t.Fatal(err)
-	}
-	live := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{liveID: true}, UID: os.Geteuid()}
-	// Scoped: an unscoped apply has no place on a shared test host.
-	{
-		rep, err := Run(context.Background(), Options{Comms: []string{comm}, Containers: map[string]bool{gone: true}, Apply: true}, live)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var swept *Cgroup
-		for i := range rep.Cgroups {
-			if rep.Cgroups[i].ContainerID == gone {
-				swept = &rep.Cgroups[i]
+	for _, withTree := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stray tree %v", withTree), func(t *testing.T) {
+			liveID, gone := testutil.RandomHex(t, 64), testutil.RandomHex(t, 64)
+			inGone := contained(t, h, gone) // the gone container's own process
+			var stray *testutil.MixedGroup
+			if withTree {
+				g := testutil.StartMixedGroup(t, comm, gone, gone) // one ID: a plain tree
+				stray = &g
 			}
-		}
-		if swept == nil {
-			t.Fatalf("the gone container's cgroup was not swept: %+v", rep.Cgroups)
-		}
-		if !running(mixed.Member) {
-			t.Errorf("the live container's member %d in the gone container's cgroup was killed: %+v", mixed.Member, swept)
-		}
-		if running(inGone.Process.Pid) {
-			t.Errorf("the gone container's own process %d lives on: %+v", inGone.Process.Pid, swept)
-		}
+			mixed := testutil.StartMixedGroup(t, comm, liveID, gone)
+			procs := filepath.Join(h.Mount, contain.Dir, gone, "cgroup.procs")
+			if err := os.WriteFile(procs, []byte(strconv.Itoa(mixed.Member)), 0); err != nil {
+				t.Fatal(err)
+			}
+			live := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{liveID: true}, UID: os.Geteuid()}
+			// Scoped: an unscoped apply has no place on a shared test host.
+			opt := Options{Comms: []string{comm}, Containers: map[string]bool{gone: true}, Apply: true, KillGrace: 300 * time.Millisecond}
+			if withTree {
+				// Recorded, as the wrapper records it: reap sweeps it
+				// with the tree (an unrecorded one is the left-cgroup
+				// pass's).
+				store, err := ledger.Open(t.TempDir())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := store.Update(gone, func(r *ledger.Record) error {
+					r.Cgroup = &ledger.Cgroup{Kind: string(contain.KindCgroup2), Path: contain.Dir + "/" + gone, UID: os.Geteuid()}
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+				opt.Store = store
+			}
+			rep, err := Run(context.Background(), opt, live)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var swept *Cgroup
+			for i := range rep.Cgroups {
+				if rep.Cgroups[i].ContainerID == gone {
+					swept = &rep.Cgroups[i]
+				}
+			}
+			if swept == nil {
+				t.Fatalf("the gone container's cgroup was not swept: %+v", rep.Cgroups)
+			}
+			if !running(mixed.Member) {
+				t.Errorf("the live container's member %d in the gone container's cgroup was killed: %+v", mixed.Member, swept)
+			}
+			if running(inGone.Process.Pid) {
+				t.Errorf("the gone container's own process %d lives on: %+v", inGone.Process.Pid, swept)
+			}
+			if stray != nil {
+				if tr := findByPGID(rep, stray.PGID); tr == nil || tr.Action != action.Reaped {
+					t.Errorf("the gone container's stray tree: %+v, want %s", tr, action.Reaped)
+				}
+			}
+		})
 	}
 }

@@ -310,15 +310,17 @@ func TestSweepLeavesChildCgroups(t *testing.T) {
 	if err := os.Mkdir(sub, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// Registered after contained's: runs first, so the parent can go.
+	t.Cleanup(func() {
+		within(5*time.Second, func() bool { return os.Remove(sub) == nil || os.IsNotExist(os.Remove(sub)) })
+	})
 	nested := exec.Command("sleep", "1000000")
 	if err := nested.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// Registered after contained's: runs first, so the parent can go.
-	t.Cleanup(func() {
+	t.Cleanup(func() { // runs before the removal above
 		nested.Process.Kill()
 		nested.Wait()
-		within(5*time.Second, func() bool { return os.Remove(sub) == nil || os.IsNotExist(os.Remove(sub)) })
 	})
 	if err := os.WriteFile(filepath.Join(sub, "cgroup.procs"), []byte(strconv.Itoa(nested.Process.Pid)), 0); err != nil {
 		t.Fatal(err)

@@ -2,10 +2,10 @@ package main
 
 import (
 	"log/slog"
+	"os"
 	"path/filepath"
 
 	"github.com/urfave/cli/v2"
-	"go.podman.io/common/pkg/config"
 
 	"github.com/kc-watchman/kc-watchman/internal/doctor"
 	"github.com/kc-watchman/kc-watchman/internal/janitor"
@@ -70,12 +70,12 @@ func probeFlags() []cli.Flag {
 // confHooksDirs returns containers.conf's hooks_dir (podman's own
 // defaults included), or nil when the configuration cannot be read.
 func confHooksDirs(log *slog.Logger) []string {
-	cfg, err := config.New(nil)
+	dirs, err := doctor.ConfHooksDirs(doctor.SystemConfPaths(), os.Getenv)
 	if err != nil {
 		log.Warn("cannot read containers.conf; looking in the default hooks dirs only", "err", err)
 		return nil
 	}
-	return cfg.Engine.HooksDir.Get()
+	return dirs
 }
 
 func runDoctor(c *cli.Context) error {

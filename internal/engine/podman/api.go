@@ -2,24 +2,23 @@ package podman
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"time"
-
-	"github.com/containers/podman/v5/pkg/bindings"
-	"github.com/containers/podman/v5/pkg/bindings/containers"
-	"github.com/containers/podman/v5/pkg/bindings/system"
 
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/engine/peercred"
 )
 
 // queryAPI lists all containers through the podman API service at ep. The
-// bindings honour ctx for the HTTP exchange but sleep between their own
-// retries regardless of it, so the call runs in a goroutine and queryAPI
-// returns as soon as ctx is done.
+// query runs in a goroutine and queryAPI returns as soon as ctx is done,
+// whatever the exchange is blocked in.
 func queryAPI(ctx context.Context, ep endpoint, store storeArgs, log *slog.Logger) (engine.Set, error) {
 	type result struct {
 		l   listing
@@ -30,8 +29,7 @@ func queryAPI(ctx context.Context, ep endpoint, store storeArgs, log *slog.Logge
 	ch := make(chan result, 1) // buffered: a late answer must not block the goroutine
 	go func() {
 		// Nobody listening is the common case (podman.socket not enabled):
-		// find out with one dial rather than through the bindings, which
-		// retry three times with pauses in between.
+		// one dial says so before a request is built.
 		if err := probe(ctx, ep); err != nil {
 			ch <- result{err: fmt.Errorf("podman API %s: %w", ep.Raw, err)}
 			return
@@ -64,33 +62,36 @@ func queryAPI(ctx context.Context, ep endpoint, store storeArgs, log *slog.Logge
 	return set, nil
 }
 
-// listAPI is the bindings call proper. Over a unix socket every request
-// goes through a peercred transport, so the UID returned is the peer of
-// the connections that answered (UIDUnknown for tcp). With store set, the
-// service's own store paths (GET /info) must be the ones named, or the
-// answer is not about the store the caller asked for.
+// libpodAPI is the libpod API version the queries are asked under: 4.0.0
+// is the oldest the paths exist in; podman 4.x and 5.x serve them
+// unchanged.
+const libpodAPI = "/v4.0.0/libpod"
+
+// maxAPIBody caps an answer: a service that streams without end must not
+// grow the janitor. A list of 64 MiB is some 100,000 containers.
+const maxAPIBody = 64 << 20
+
+// listAPI lists all containers (GET /containers/json?all=true). Over a
+// unix socket the request goes through a peercred transport, so the UID
+// returned is the peer of the connection that answered (UIDUnknown for
+// tcp). With store set, the service's own store paths (GET /info) must
+// be the ones named, or the answer is not about the store the caller
+// asked for.
 func listAPI(ctx context.Context, ep endpoint, store storeArgs) (listing, int, error) {
 	uri := ep.Raw
-	cctx, err := bindings.NewConnection(ctx, uri)
-	if err != nil {
-		return listing{}, engine.UIDUnknown, fmt.Errorf("podman API %s: %w", uri, err)
-	}
-	conn, err := bindings.GetClient(cctx)
-	if err != nil {
-		return listing{}, engine.UIDUnknown, fmt.Errorf("podman API %s: %w", uri, err)
-	}
-	// Each connection has its own transport; don't leave its keep-alive
-	// connection to the service open after every query.
-	conn.Client.CloseIdleConnections()
-	uidOf := func() (int, error) { return engine.UIDUnknown, nil }
-	if ep.Network == "unix" {
-		tr := peercred.NewTransportAs("podman's API socket", ep.Addr)
-		conn.Client.Transport = tr
-		uidOf = tr.UID
-	}
-	defer conn.Client.CloseIdleConnections()
+	hc, uidOf := ep.Client("podman's API socket")
+	defer hc.CloseIdleConnections()
 	if !store.empty() {
-		info, err := system.Info(cctx, nil)
+		var info struct {
+			Store *struct {
+				GraphRoot string `json:"graphRoot"`
+				RunRoot   string `json:"runRoot"`
+			} `json:"store"`
+		}
+		body, err := getAPI(ctx, hc, "/info")
+		if err == nil {
+			err = json.Unmarshal(body, &info)
+		}
 		if err != nil {
 			return listing{}, engine.UIDUnknown, fmt.Errorf("podman API %s: info (to check --podman-arg's store): %w", uri, err)
 		}
@@ -101,23 +102,50 @@ func listAPI(ctx context.Context, ep endpoint, store storeArgs) (listing, int, e
 			return listing{}, engine.UIDUnknown, fmt.Errorf("podman API %s: %w: %w", uri, errOtherStore, err)
 		}
 	}
-	list, err := containers.List(cctx, new(containers.ListOptions).WithAll(true))
+	body, err := getAPI(ctx, hc, "/containers/json?all=true")
 	if err != nil {
 		return listing{}, engine.UIDUnknown, fmt.Errorf("podman API %s: list containers: %w", uri, err)
 	}
-	es := make([]entry, 0, len(list))
-	for _, c := range list {
-		es = append(es, entry{ID: c.ID, State: c.State, Names: c.Names, PID: c.Pid})
-	}
-	l, err := fromEntries(es)
+	// The service answers with the entries `podman ps --format json`
+	// prints.
+	l, err := parseCLI(body)
 	if err != nil {
-		return listing{}, engine.UIDUnknown, fmt.Errorf("podman API %s: %w", uri, err)
+		return listing{}, engine.UIDUnknown, fmt.Errorf("podman API %s: list containers: %w", uri, err)
 	}
 	uid, err := uidOf()
 	if err != nil {
 		return listing{}, engine.UIDUnknown, fmt.Errorf("podman API %s: %w", uri, err)
 	}
 	return l, uid, nil
+}
+
+// getAPI asks the libpod API for path and returns the body of a 200
+// answer, at most maxAPIBody bytes of it.
+func getAPI(ctx context.Context, hc *http.Client, path string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://d"+libpodAPI+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		// The method and URL http adds are ours, not news to the operator.
+		if ue := (*url.Error)(nil); errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAPIBody+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(body) > maxAPIBody {
+		return nil, fmt.Errorf("answer larger than %d bytes", maxAPIBody)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("answered %d: %s", resp.StatusCode, engine.APIMessage(body))
+	}
+	return body, nil
 }
 
 // probe connects to ep once and hangs up. A unix socket is reached the

@@ -287,3 +287,94 @@ func TestRunLeavesACgroupItsDecisionDoesNotCover(t *testing.T) {
 		})
 	}
 }
+
+// TestRunWithholdsFromTheRecordedCgroup: the sweep of the cgroup a record
+// names kills what the caller decided about and nothing younger or spared:
+// a process started after BornBefore (a restarted container's, put in the
+// same cgroup after the decision) and one Spare names (a member of a tree
+// the caller left alone) live, the older one dies, and the cgroup, still
+// holding the two, is kept.
+func TestRunWithholdsFromTheRecordedCgroup(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	h := contain.Detect(contain.Options{})
+	if h.Kind != contain.KindCgroup2 {
+		t.Skipf("no cgroup v2 here: %s", h.Why)
+	}
+	id := randomID(t)
+	cg, err := contain.Prepare(context.Background(), h, id, os.Getuid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cg.Close(); testutil.RemoveContainCgroups(t, id) })
+	store, err := ledger.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Update(id, func(r *ledger.Record) error {
+		lc := cg.Record()
+		r.Cgroup = &lc
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	base := 7000000 + int(time.Now().UnixNano()%1000000)*4
+	arg := func(i int) string { return strconv.Itoa(base + i) }
+	fd, _ := cg.CloneFD()
+	start := func(a string) fingerprint.Stat {
+		t.Helper()
+		cmd := exec.Command("sleep", a)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, UseCgroupFD: true, CgroupFD: fd}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		var st fingerprint.Stat
+		deadline := time.Now().Add(5 * time.Second)
+		for st, err = fingerprint.ReadStat(fingerprint.DefaultRoot, cmd.Process.Pid); err != nil || st.Comm != "sleep"; st, err = fingerprint.ReadStat(fingerprint.DefaultRoot, cmd.Process.Pid) {
+			if time.Now().After(deadline) {
+				t.Fatalf("sleep %s did not start: %+v, %v", a, st, err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return st
+	}
+	old := start(arg(0))
+	spared := start(arg(1))
+	// Start ticks count in hundredths: the newborn must be a tick younger
+	// than the decision.
+	var young fingerprint.Stat
+	for i := 0; ; i++ {
+		if young = start(arg(2 + i)); young.StartTicks > old.StartTicks && young.StartTicks > spared.StartTicks {
+			break
+		}
+		if i == 100 {
+			t.Fatal("no process younger than the first two by a tick")
+		}
+	}
+	bornBefore := max(old.StartTicks, spared.StartTicks) + 1
+	res := Run(context.Background(), Options{
+		Store: store, Source: "reconcile", Grace: time.Second, BornBefore: bornBefore,
+		Spare: func(st fingerprint.Stat) bool { return st.PID == spared.PID && st.StartTicks == spared.StartTicks },
+	}, Container{ID: id, All: true})
+	deadline := time.Now().Add(5 * time.Second)
+	for fingerprint.Alive(fingerprint.DefaultRoot, old) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if fingerprint.Alive(fingerprint.DefaultRoot, old) {
+		t.Error("the process the decision covered lives on")
+	}
+	if !fingerprint.Alive(fingerprint.DefaultRoot, young) {
+		t.Error("a process started after the decision was killed")
+	}
+	if !fingerprint.Alive(fingerprint.DefaultRoot, spared) {
+		t.Error("a spared process was killed")
+	}
+	if res.Cgroup == nil || res.Cgroup.Removed {
+		t.Errorf("cgroup %+v: want it swept and kept (it still holds the withheld)", res.Cgroup)
+	}
+	if _, err := os.Lstat(filepath.Join(cg.Mount, cg.Path)); err != nil {
+		t.Errorf("the cgroup holding the withheld: %v", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -203,5 +204,60 @@ func TestCgroupSweepSparesALiveTreesMember(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestVanishedPartialTreeKeepsItsCgroup: a tree the scan read through its
+// leader and that is gone before the run could read it in full leaves its
+// container's cgroup alone this run, as the decision about the tree would
+// have: what the cgroup holds was never judged. Swept, the process in it
+// would die on a decision nobody took.
+func TestVanishedPartialTreeKeepsItsCgroup(t *testing.T) {
+	h := contain.Detect(contain.Options{})
+	if h.Kind != contain.KindCgroup2 {
+		t.Skipf("containment here is %s (%s)", h, h.Why)
+	}
+	const comm = "kcsrv-partial"
+	gone := testutil.RandomHex(t, 64)
+	inGone := contained(t, h, gone)
+	tree := testutil.StartMixedGroup(t, comm, gone, gone)
+	live := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()}
+	opt := Options{Comms: []string{comm}, Containers: map[string]bool{gone: true}, Apply: true, KillGrace: 300 * time.Millisecond}
+	sc, err := Scan(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	partial := false
+	for _, tr := range sc.found {
+		partial = partial || tr.PGID == tree.PGID && tr.Partial
+	}
+	if !partial {
+		t.Fatalf("the scan did not read group %d through its leader: %+v", tree.PGID, sc.found)
+	}
+	// The tree dies between the scan and the run's full read.
+	if err := syscall.Kill(-tree.PGID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for running(tree.PGID) || running(tree.Member) {
+		if time.Now().After(deadline) {
+			t.Fatal("the tree did not die")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	rep, err := sc.Run(context.Background(), live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr := findByPGID(rep, tree.PGID); tr != nil {
+		t.Errorf("the vanished tree was decided on: %+v", tr)
+	}
+	for _, c := range rep.Cgroups {
+		if c.ContainerID == gone {
+			t.Errorf("the vanished tree's cgroup was swept: %+v", c)
+		}
+	}
+	if !running(inGone.Process.Pid) {
+		t.Error("the process in the vanished tree's cgroup was killed")
 	}
 }

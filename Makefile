@@ -1,8 +1,6 @@
-# The podman bindings build without cgo only with these tags; every build,
-# vet and test goes through this file so nobody has to remember them.
+# Every build, vet and test goes through this file: static binaries
+# (no cgo), the same flags for all.
 GO          ?= go
-TAGS        := remote containers_image_openpgp
-GOFLAGS_ALL := -tags "$(TAGS)"
 export CGO_ENABLED := 0
 
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -38,12 +36,12 @@ PKGS        ?= ./...
 all: build
 
 build:
-	$(GO) build $(GOFLAGS_ALL) -trimpath -ldflags "$(LDFLAGS)" -o bin/kc-hook ./cmd/kc-hook
-	$(GO) build $(GOFLAGS_ALL) -trimpath -ldflags "$(LDFLAGS)" -o bin/kc-janitor ./cmd/kc-janitor
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/kc-hook ./cmd/kc-hook
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/kc-janitor ./cmd/kc-janitor
 
 vet:
-	$(GO) vet $(GOFLAGS_ALL) ./...
-	$(GO) vet -tags "$(TAGS) reliability" ./test/reliability/
+	$(GO) vet ./...
+	$(GO) vet -tags reliability ./test/reliability/
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { gofmt -l .; echo 'gofmt needed'; exit 1; }
 
 # go test -json through scripts/testsummary: go test's own output (ok/FAIL
@@ -52,7 +50,7 @@ vet:
 TESTSUMMARY := .tmp/testsummary
 test: vet
 	@mkdir -p $(dir $(TESTSUMMARY)) && $(GO) build -o $(TESTSUMMARY) ./scripts/testsummary
-	$(TESTSUMMARY) $(GO) test -json $(GOFLAGS_ALL) $(TESTFLAGS) $(PKGS)
+	$(TESTSUMMARY) $(GO) test -json $(TESTFLAGS) $(PKGS)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
@@ -149,17 +147,17 @@ demo: build
 	./scripts/demo.sh
 
 bench:
-	$(GO) test $(GOFLAGS_ALL) -run '^$$' -bench . -benchmem ./...
+	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 # The side-by-side harness of docs/PERFORMANCE.md (root; a few minutes).
 # BENCH_ARGS example: -n 1000,10000 -podman off
 bench-harness: build
-	$(GO) run $(GOFLAGS_ALL) ./bench/cmd/kcbench $(BENCH_ARGS)
+	$(GO) run ./bench/cmd/kcbench $(BENCH_ARGS)
 
 # The reliability suite of docs/RELIABILITY.md (root, real podman; a few
 # minutes). KC_RELIABILITY_REPORT=FILE also writes its figures to FILE.
 reliability:
-	$(GO) test -tags "$(TAGS) reliability" $(TESTFLAGS) -v ./test/reliability/
+	$(GO) test -tags reliability $(TESTFLAGS) -v ./test/reliability/
 
 # Every fuzz target for FUZZ_SECONDS each (the corpora are committed).
 FUZZ_SECONDS ?= 20

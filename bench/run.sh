@@ -9,4 +9,4 @@
 set -eu
 cd "$(dirname "$0")/.."
 make build
-exec env CGO_ENABLED=0 go run -tags "remote containers_image_openpgp" ./bench/cmd/kcbench "$@"
+exec env CGO_ENABLED=0 go run ./bench/cmd/kcbench "$@"

@@ -23,9 +23,9 @@ var forbidden = []string{
 }
 
 // deps lists the packages pkg links, built as the Makefile builds it.
-func deps(t *testing.T, tags, pkg string) []string {
+func deps(t *testing.T, pkg string) []string {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-deps", "-tags", tags, pkg)
+	cmd := exec.Command("go", "list", "-deps", pkg)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -36,29 +36,25 @@ func deps(t *testing.T, tags, pkg string) []string {
 	return strings.Fields(string(out))
 }
 
-// TestHookLinksNoHTTP fails when cmd/kc-hook's dependency set, with
-// either tag set the project builds with, includes a forbidden package.
+// TestHookLinksNoHTTP fails when cmd/kc-hook's dependency set includes a
+// forbidden package.
 // The same listing of kc-janitor, which does sweep, must find them: a
 // listing that cannot see net/http proves nothing.
 func TestHookLinksNoHTTP(t *testing.T) {
-	for _, tags := range []string{"", "remote containers_image_openpgp"} {
-		t.Run("tags="+tags, func(t *testing.T) {
-			hook := deps(t, tags, module+"/cmd/kc-hook")
-			if !slices.Contains(hook, module+"/internal/sockets") {
-				t.Fatalf("kc-hook's listing lacks internal/sockets, which reap uses: the listing is broken: %v", hook)
-			}
-			for _, p := range forbidden {
-				if slices.Contains(hook, p) {
-					t.Errorf("kc-hook links %s; keep what the janitor alone needs out of the hook's packages (see internal/sockets' package comment)", p)
-				}
-			}
-			janitor := deps(t, tags, module+"/cmd/kc-janitor")
-			for _, p := range forbidden {
-				if !slices.Contains(janitor, p) {
-					t.Errorf("kc-janitor's listing lacks %s: the check cannot tell a forbidden package when it is there", p)
-				}
-			}
-		})
+	hook := deps(t, module+"/cmd/kc-hook")
+	if !slices.Contains(hook, module+"/internal/sockets") {
+		t.Fatalf("kc-hook's listing lacks internal/sockets, which reap uses: the listing is broken: %v", hook)
+	}
+	for _, p := range forbidden {
+		if slices.Contains(hook, p) {
+			t.Errorf("kc-hook links %s; keep what the janitor alone needs out of the hook's packages (see internal/sockets' package comment)", p)
+		}
+	}
+	janitor := deps(t, module+"/cmd/kc-janitor")
+	for _, p := range forbidden {
+		if !slices.Contains(janitor, p) {
+			t.Errorf("kc-janitor's listing lacks %s: the check cannot tell a forbidden package when it is there", p)
+		}
 	}
 }
 
@@ -68,20 +64,18 @@ func TestHookLinksNoHTTP(t *testing.T) {
 // one (…test). The fake supervisor under internal/testutil/kcserver is a
 // main package of its own and is never linked either.
 func TestBinariesLinkNoTestHelper(t *testing.T) {
-	for _, tags := range []string{"", "remote containers_image_openpgp"} {
-		for _, bin := range []string{"kc-hook", "kc-janitor"} {
-			t.Run(bin+"/tags="+tags, func(t *testing.T) {
-				pkgs := deps(t, tags, module+"/cmd/"+bin)
-				if !slices.Contains(pkgs, module+"/internal/fingerprint") {
-					t.Fatalf("%s's listing lacks internal/fingerprint: the listing is broken: %v", bin, pkgs)
+	for _, bin := range []string{"kc-hook", "kc-janitor"} {
+		t.Run(bin, func(t *testing.T) {
+			pkgs := deps(t, module+"/cmd/"+bin)
+			if !slices.Contains(pkgs, module+"/internal/fingerprint") {
+				t.Fatalf("%s's listing lacks internal/fingerprint: the listing is broken: %v", bin, pkgs)
+			}
+			for _, p := range pkgs {
+				last := p[strings.LastIndexByte(p, '/')+1:]
+				if strings.HasPrefix(p, module+"/internal/testutil") || (strings.HasPrefix(p, module+"/") && strings.HasSuffix(last, "test")) {
+					t.Errorf("%s links the test helper %s", bin, p)
 				}
-				for _, p := range pkgs {
-					last := p[strings.LastIndexByte(p, '/')+1:]
-					if strings.HasPrefix(p, module+"/internal/testutil") || (strings.HasPrefix(p, module+"/") && strings.HasSuffix(last, "test")) {
-						t.Errorf("%s links the test helper %s", bin, p)
-					}
-				}
-			})
-		}
+			}
+		})
 	}
 }

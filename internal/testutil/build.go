@@ -14,10 +14,6 @@ import (
 	"testing"
 )
 
-// Tags are the build tags the Makefile builds with; the podman bindings do
-// not build without them.
-const Tags = "remote containers_image_openpgp"
-
 // Import paths of the project's binaries, for Build.
 const (
 	KCHookPackage    = "github.com/kc-watchman/kc-watchman/cmd/kc-hook"
@@ -116,14 +112,14 @@ func compile(pkg, name string) (string, error) {
 
 // GoBuild compiles pkg (an import path, or a directory relative to the
 // working directory) into the binary out as the Makefile does:
-// CGO_ENABLED=0 and Tags. It is the one place tests, the reliability suite
+// CGO_ENABLED=0. It is the one place tests, the reliability suite
 // and the benchmark harness build the project's programs.
 func GoBuild(pkg, out string) error {
 	gobin, err := goTool()
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(gobin, "build", "-tags", Tags, "-o", out, pkg)
+	cmd := exec.Command(gobin, "build", "-o", out, pkg)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

@@ -9,7 +9,7 @@
 //
 // It runs only with the build tag "reliability" (make reliability):
 //
-//	go test -tags "remote containers_image_openpgp reliability" -count=1 ./test/reliability/
+//	go test -tags reliability -count=1 ./test/reliability/
 //
 // Every figure is logged as one line
 //

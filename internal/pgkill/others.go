@@ -85,17 +85,22 @@ func KillOthers(groups []int, opt Options) OthersResult {
 // looking again every opt.Poll or as soon as every signalled member has
 // exited (their pidfds: a tree dies in a few ms, and a fixed tick made
 // every teardown last one tick), and returns the members still alive
-// when wait ran out (nil once none is left). Each look lists /proc (a
-// getpgid per process on the host): it waits for them all, not the
-// first, or a burst of a hundred teardowns lists it hundreds of times.
+// when wait ran out (nil once none is left). Each look lists the members
+// (opt.Members, else /proc with a getpgid per process on the host): it
+// waits for them all, not the first, or a burst of a hundred teardowns
+// lists them hundreds of times.
 func othersPhase(opt Options, groups []int, sig syscall.Signal, wait time.Duration, refused *int) []fingerprint.Stat {
 	self := os.Getpid()
 	deadline := time.Now().Add(wait)
 	w := newExitWatch(opt.Root)
 	defer w.close()
+	list := opt.Members
+	if list == nil {
+		list = func(groups []int) []fingerprint.Stat { return Members(opt.Root, groups...) }
+	}
 	sent := map[fingerprint.Stat]bool{}
 	for {
-		ms := slices.DeleteFunc(Members(opt.Root, groups...), func(m fingerprint.Stat) bool { return m.PID == self })
+		ms := slices.DeleteFunc(list(groups), func(m fingerprint.Stat) bool { return m.PID == self })
 		if len(ms) == 0 {
 			return nil
 		}

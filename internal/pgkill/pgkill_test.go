@@ -323,3 +323,40 @@ func TestKillZombieLeader(t *testing.T) {
 		t.Errorf("zombie-leader process ended by %v, want SIGTERM", sig)
 	}
 }
+
+// TestKillOthersListsThroughMembers: with Options.Members, KillOthers
+// signals what that lister finds and nothing else: a member it leaves
+// out lives, and a process it names that is not in the groups (another
+// group's) is re-verified and refused, not signalled.
+func TestKillOthersListsThroughMembers(t *testing.T) {
+	g := startGroup(t, exec.Command("sleep", "1000"), exec.Command("sleep", "1000"))
+	listed, unlisted := g.Members[0], g.Members[1]
+	other := startGroup(t, exec.Command("sleep", "1000")).Members[0]
+	looks := 0
+	opt := pgkill.Options{Grace: 500 * time.Millisecond, KillWait: 300 * time.Millisecond, Members: func(groups []int) []fingerprint.Stat {
+		looks++
+		var out []fingerprint.Stat
+		for _, m := range []fingerprint.Stat{listed, other} {
+			if fingerprint.Alive(fingerprint.DefaultRoot, m) {
+				out = append(out, m)
+			}
+		}
+		return out
+	}}
+	res := pgkill.KillOthers([]int{g.PGID}, opt)
+	if looks == 0 {
+		t.Fatal("Members was never asked")
+	}
+	if fingerprint.Alive(fingerprint.DefaultRoot, listed) {
+		t.Error("the member the lister found lives on")
+	}
+	if !fingerprint.Alive(fingerprint.DefaultRoot, unlisted) {
+		t.Error("a member the lister left out was signalled")
+	}
+	if !fingerprint.Alive(fingerprint.DefaultRoot, other) {
+		t.Error("a process of another group the lister named was signalled")
+	}
+	if res.Refused == 0 {
+		t.Errorf("result %+v: want the other group's process refused", res)
+	}
+}

@@ -158,3 +158,51 @@ func TestSupervisorOutputBounded(t *testing.T) {
 		t.Error("the log does not say it was emptied")
 	}
 }
+
+// TestOrphanedMemberGetsTheGroupsTerm: a contained wrapper finds its
+// group's members by walking below itself rather than listing /proc. A
+// member whose parent exited (a double fork that stays in the group) was
+// reparented to the wrapper, the subreaper: the walk reaches it, and it
+// gets the group's SIGTERM and its grace. Missed, it would die only of
+// the cgroup sweep's SIGKILL, its TERM handler never run.
+func TestOrphanedMemberGetsTheGroupsTerm(t *testing.T) {
+	if h := contain.Detect(contain.Options{}); h.Kind != contain.KindCgroup2 {
+		t.Skipf("containment here is %s (%s)", h, h.Why)
+	}
+	initCmd, init := supervisetest.Process(t, "sleep", "1000000")
+	dir := t.TempDir()
+	pidFile, mark := filepath.Join(dir, "orphan.pid"), filepath.Join(dir, "term")
+	// The subshell exits at once, orphaning the sh inside it; the trap
+	// runs when its foreground sleep dies of the same SIGTERM.
+	orphan := `trap 'echo term > "$2"; exit 0' TERM; echo $$ > "$1"; while :; do sleep 1; done`
+	w := startWrapper(t, init, []string{"--kill-grace=5s"}, "/bin/sh", "-c",
+		`(/bin/sh -c "$0" orphan "$1" "$2" &); exec sleep 1000000`, orphan, pidFile, mark)
+
+	var st fingerprint.Stat
+	supervisetest.Eventually(t, 10*time.Second, "the orphan reparented to the wrapper", func() bool {
+		data, err := os.ReadFile(pidFile)
+		if err != nil {
+			return false
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+		if err != nil {
+			return false
+		}
+		st, err = fingerprint.ReadStat(fingerprint.DefaultRoot, pid)
+		return err == nil && st.PPID == w.st.PID && st.PGID == w.st.PID
+	})
+	t.Cleanup(func() { supervisetest.KillProcess(st) })
+
+	if err := initCmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if code := w.exitCode(t, 30*time.Second); code != 0 {
+		t.Errorf("wrapper exit code %d:\n%s", code, w.logText())
+	}
+	if !supervisetest.Dead(st) {
+		t.Fatalf("the orphaned member %d lives on:\n%s", st.PID, w.logText())
+	}
+	if _, err := os.Stat(mark); err != nil {
+		t.Errorf("the orphaned member died without its SIGTERM (%v): the group's stop missed it\n%s", err, w.logText())
+	}
+}

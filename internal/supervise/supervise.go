@@ -381,6 +381,9 @@ func (r *runner) groups() []int {
 // returns the members still alive. The command is not reaped here.
 func (r *runner) stopGroup() []fingerprint.Stat {
 	popt := pgkill.Options{Root: r.o.Root, Grace: r.o.KillGrace, KillWait: r.o.KillWait, Poll: r.o.Poll}
+	if r.cg != nil && r.subreaper && r.self.SID == r.self.PID {
+		popt.Members = r.membersBelow
+	}
 	groups := r.groups()
 	// Escaped descendants share the group's grace: found before the
 	// group dies (a setsid child still has its parent then), killed
@@ -401,6 +404,50 @@ func (r *runner) stopGroup() []fingerprint.Stat {
 	left = append(left, r.stopEscaped(groups, popt)...)
 	r.reapAdopted()
 	return append(res.Left, left...)
+}
+
+// maxBelow bounds membersBelow's walk; a bigger tree is listed through
+// /proc.
+const maxBelow = 1 << 16
+
+// membersBelow lists the live members of groups among the wrapper's
+// descendants, for pgkill.KillOthers in place of a /proc listing, whose
+// getpgid per process on the host, done by a hundred wrappers at once
+// when a node drains, starved the host for seconds. It finds every
+// member when the wrapper (stopGroup checks) leads its session, is a
+// subreaper and contains the command: only a process of the session can
+// join its groups, every such process was forked below the wrapper, an
+// orphan is reparented to the wrapper and not to PID 1, and a process
+// cannot leave the cgroup on its own. A member missed all the same —
+// one being reparented while the walk passes, one moved out of the
+// cgroup by root — is in the cgroup the teardown sweeps next, or outside
+// it by an administrator's hand.
+func (r *runner) membersBelow(groups []int) []fingerprint.Stat {
+	self := os.Getpid()
+	seen := map[int]bool{self: true}
+	queue := []int{self}
+	var out []fingerprint.Stat
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		for _, c := range trees.Children(r.o.Root, pid) {
+			if seen[c] {
+				continue
+			}
+			if len(seen) >= maxBelow {
+				return pgkill.Members(r.o.Root, groups...)
+			}
+			seen[c] = true
+			queue = append(queue, c)
+			st, err := fingerprint.ReadStat(r.o.Root, c)
+			if err != nil || st.Zombie() || !slices.Contains(groups, st.PGID) {
+				continue
+			}
+			out = append(out, st)
+		}
+	}
+	slices.SortFunc(out, func(a, b fingerprint.Stat) int { return a.PID - b.PID })
+	return out
 }
 
 // maxEscapedRounds bounds the walks for escaped descendants of a

@@ -160,7 +160,7 @@ func (b *bench) deathsOf(e, path string) error {
 	for _, id := range ids {
 		argv = append(argv, "--container", id)
 	}
-	w, err := pop.start("watch-"+e, argv, b.janEnv, true)
+	w, err := pop.start("watch-"+e, argv, b.janEnv, newGroup)
 	if err != nil {
 		return err
 	}

@@ -532,7 +532,7 @@ func (b *bench) plant() error {
 	// A foreign group: a shell leads a group holding a supervisor.
 	ready := filepath.Join(b.tmp, "ready-foreign")
 	sh := fmt.Sprintf("KCFAKE_CHILDREN=1 KCFAKE_READY_FILE=%s %s --transport=socket --socket-dir=%s & sh -c 'sleep 1000000; :' anchor %s & wait", ready, b.kcserver, sock, randomID())
-	fc, err := pop.start("decoy-foreign", []string{"/bin/sh", "-c", sh}, nil, true)
+	fc, err := pop.start("decoy-foreign", []string{"/bin/sh", "-c", sh}, nil, newGroup)
 	if err != nil {
 		return err
 	}

@@ -130,7 +130,7 @@ func (p *privatePodman) run(timeout time.Duration, args ...string) (string, erro
 func (p *privatePodman) serve(pop *population) error {
 	argv := append([]string{p.bin}, p.globalArgs()...)
 	argv = append(argv, "system", "service", "--time=0", p.url())
-	c, err := pop.start("podman-service", argv, p.env(), true)
+	c, err := pop.start("podman-service", argv, p.env(), newGroup)
 	if err != nil {
 		return err
 	}

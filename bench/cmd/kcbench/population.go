@@ -182,10 +182,19 @@ func (p *population) spawnFiller(pgid int) (int, error) {
 	return pid, err
 }
 
+// leading is where start puts a child: in a new process group it leads,
+// or in a new session it leads (as kc-hook starts `kc-hook supervise`).
+type leading int
+
+const (
+	newGroup leading = iota
+	newSession
+)
+
 // start execs argv[0] as a direct child with stdout and stderr in a log
-// file. newGroup puts it in a new process group it leads (do not use it
-// for programs that call setsid themselves).
-func (p *population) start(name string, argv []string, env []string, newGroup bool) (*child, error) {
+// file, leading a new process group or session (do not use newGroup for
+// programs that call setsid themselves).
+func (p *population) start(name string, argv []string, env []string, lead leading) (*child, error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -207,7 +216,7 @@ func (p *population) start(name string, argv []string, env []string, newGroup bo
 	pid, err := syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{
 		Env:   env,
 		Files: []uintptr{p.devnull.Fd(), logf.Fd(), logf.Fd()},
-		Sys:   &syscall.SysProcAttr{Setpgid: newGroup, Pdeathsig: syscall.SIGKILL},
+		Sys:   &syscall.SysProcAttr{Setpgid: lead == newGroup, Setsid: lead == newSession, Pdeathsig: syscall.SIGKILL},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", argv[0], err)
@@ -327,7 +336,11 @@ func (p *population) startKCServer(bin, name, cid string, knobs []string, args .
 		p.atCleanup(func() { removeCgroups(cid) })
 	}
 	env := append(append(os.Environ(), "KCFAKE_READY_FILE="+ready), knobs...)
-	c, err := p.start(name, argv, env, true)
+	lead := newGroup
+	if cid != "" {
+		lead = newSession
+	}
+	c, err := p.start(name, argv, env, lead)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -363,7 +376,7 @@ func (p *population) initStandIn() (int, uint64, error) {
 	if p.hookBin == "" {
 		return 0, 0, errors.New("no kc-hook to run supervisor trees with")
 	}
-	c, err := p.start("init-stand-in", []string{"/bin/sleep", "1000000"}, nil, true)
+	c, err := p.start("init-stand-in", []string{"/bin/sleep", "1000000"}, nil, newGroup)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -360,3 +360,54 @@ func TestKillOthersListsThroughMembers(t *testing.T) {
 		t.Errorf("result %+v: want the other group's process refused", res)
 	}
 }
+
+// TestKillOthersTakesMembersBornDuringTheWait: a member that forks as it
+// dies (a TERM handler that starts one more process) leaves a new member
+// behind after the first look; KillOthers finds it at the next look and
+// returns only once the groups are empty, with both the lister it is
+// given and its own /proc listing.
+func TestKillOthersTakesMembersBornDuringTheWait(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		members func(groups []int) []fingerprint.Stat
+	}{
+		{"proc", nil},
+		{"lister", func(groups []int) []fingerprint.Stat { return pgkill.Members("", groups...) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			born, ready := dir+"/born", dir+"/ready"
+			// A shell named sleep, for startGroup's wait; on SIGTERM it
+			// starts a new sleep in the group, writes its PID and exits.
+			shell := dir + "/sleep"
+			data, err := os.ReadFile("/bin/sh")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(shell, data, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			sh := exec.Command(shell, "-c", `trap 'sleep 1000 & echo $! > "$0"; exit 0' TERM; : > "$1"; while :; do sleep 0.05; done`, born, ready)
+			g := startGroup(t, sh)
+			proc.WaitFor(t, waitLong, "the shell's TERM handler", func() bool { _, err := os.Stat(ready); return err == nil })
+			res := pgkill.KillOthers([]int{g.PGID}, pgkill.Options{Grace: 5 * time.Second, KillWait: time.Second, Members: tc.members})
+			// The handler writes the PID before it exits, which the
+			// real KillOthers waits for; a broken one may return first.
+			proc.WaitFor(t, waitLong, "the TERM handler's new member", func() bool {
+				data, err = os.ReadFile(born)
+				return err == nil && len(data) > 1
+			})
+			pid, err := strconv.Atoi(string(data[:len(data)-1]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, pid); err == nil && !st.Zombie() && st.PGID == g.PGID {
+				t.Errorf("the member born during the wait (%d) lives on; result %+v", pid, res)
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+			if left := pgkill.Members("", g.PGID); len(left) > 0 || len(res.Outlived) > 0 {
+				t.Errorf("left %+v, outlived %+v: want the group empty within the grace", left, res.Outlived)
+			}
+		})
+	}
+}

@@ -96,9 +96,10 @@ type Container struct {
 
 // InitPIDAsker is an engine whose list gives no init PID but which can be
 // asked one container's (Docker's inspect, State.Pid; 0 when it is not
-// running).
+// running). uid is the answering peer's, as Answer.UID is the list's: an
+// answer is worth what its peer's list would be.
 type InitPIDAsker interface {
-	InitPID(ctx context.Context, id string) (int, error)
+	InitPID(ctx context.Context, id string) (pid, uid int, err error)
 }
 
 // Answer is one engine's view of its containers at one moment.

@@ -20,7 +20,9 @@ import (
 // inspect: "not running" takes it out of the live set; a running init
 // (the one that died, or a restart's) is named for reconcile to judge;
 // a failed inspect and a death the kernel did not see leave it as the
-// list said, without asking.
+// list said, without asking. An inspect answered by a peer the list's
+// UIDs do not include (another user's dockerd where the list's was) is
+// not the engine's word and changes nothing.
 func TestNameDeadInits(t *testing.T) {
 	id := strings.Repeat("ab", 32)
 	for _, tc := range []struct {
@@ -30,15 +32,19 @@ func TestNameDeadInits(t *testing.T) {
 		wantLive  bool
 		wantPID   int
 		wantAsked bool
+		// otherUID: the list vouched for a UID the fake dockerd, which
+		// answers as the test's, does not run as.
+		otherUID bool
 	}{
-		{"inspect says not running", 4242, `{"Running":false,"Pid":0}`, false, 0, true},
-		{"inspect names the dead init", 4242, `{"Running":true,"Pid":4242}`, true, 4242, true},
-		{"inspect names a restart's init", 4242, `{"Running":true,"Pid":5151}`, true, 5151, true},
-		{"inspect fails", 4242, "", true, 0, true},
-		{"the kernel saw no death", 0, `{"Running":false,"Pid":0}`, true, 0, false},
-		{"restarting: live without an init", 4242, `{"Running":true,"Restarting":true,"Pid":0}`, true, 0, true},
-		{"an answer without a state", 4242, `{}`, true, 0, true},
-		{"running with no init PID", 4242, `{"Running":true,"Pid":0}`, true, 0, true},
+		{"inspect says not running", 4242, `{"Running":false,"Pid":0}`, false, 0, true, false},
+		{"inspect names the dead init", 4242, `{"Running":true,"Pid":4242}`, true, 4242, true, false},
+		{"inspect names a restart's init", 4242, `{"Running":true,"Pid":5151}`, true, 5151, true, false},
+		{"inspect fails", 4242, "", true, 0, true, false},
+		{"the kernel saw no death", 0, `{"Running":false,"Pid":0}`, true, 0, false, false},
+		{"restarting: live without an init", 4242, `{"Running":true,"Restarting":true,"Pid":0}`, true, 0, true, false},
+		{"an answer without a state", 4242, `{}`, true, 0, true, false},
+		{"running with no init PID", 4242, `{"Running":true,"Pid":0}`, true, 0, true, false},
+		{"inspect from a peer the list does not vouch for", 4242, `{"Running":false,"Pid":0}`, true, 0, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var asked atomic.Bool
@@ -60,6 +66,9 @@ func TestNameDeadInits(t *testing.T) {
 				opt.InitExited[id] = tc.exited
 			}
 			live := engine.Set{Live: map[string]bool{id: true}, UID: os.Geteuid()}
+			if tc.otherUID {
+				live.UID = os.Geteuid() + 4321
+			}
 			listed := live.Live
 			s.nameDeadInits(t.Context(), opt, &live, slog.New(slog.DiscardHandler))
 			if live.IsLive(id) != tc.wantLive || live.PIDs[id] != tc.wantPID || asked.Load() != tc.wantAsked {

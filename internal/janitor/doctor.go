@@ -71,7 +71,7 @@ func Doctor(ctx context.Context, s Settings, fix bool, hooksDirs []string, log *
 		if err != nil {
 			return nil
 		}
-		return askInitPIDs(ctx, es, eng, ids, s.Engine.Timeout, log)
+		return askInitPIDs(ctx, es, eng, ids, s.Engine.Timeout, nil, log)
 	})))
 	rep.Add(doctor.Containment(contain.Detect(s.Reconcile.Contain)))
 

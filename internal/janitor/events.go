@@ -609,7 +609,7 @@ func startDeathEvents(work context.Context, w *Watch, serial *sync.Mutex, log *s
 				if err != nil {
 					return nil
 				}
-				return askInitPIDs(ctx, es, eng, ids, w.Engine.Timeout, pins.log)
+				return askInitPIDs(ctx, es, eng, ids, w.Engine.Timeout, nil, pins.log)
 			}
 			// Every answer the engines give a round or a death moves the
 			// pins: a restarted container's new init is pinned by the

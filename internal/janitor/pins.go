@@ -439,8 +439,9 @@ func recordedStart(st *ledger.Store, id string, pid int) uint64 {
 
 // askInitPIDs asks the engine named eng among es for the init PIDs of ids
 // (Docker's inspect), a few at a time, within timeout (0: the engines'
-// default). An ID whose answer failed is left out; one not running is 0.
-func askInitPIDs(ctx context.Context, es []engine.Engine, eng string, ids []string, timeout time.Duration, log *slog.Logger) map[string]int {
+// default). An ID whose answer failed is left out, and so is one answered
+// by a peer vouch refuses (nil: any); one not running is 0.
+func askInitPIDs(ctx context.Context, es []engine.Engine, eng string, ids []string, timeout time.Duration, vouch func(uid int) bool, log *slog.Logger) map[string]int {
 	var asker engine.InitPIDAsker
 	for _, e := range es {
 		if a, ok := e.(engine.InitPIDAsker); ok && e.Name() == eng {
@@ -464,9 +465,13 @@ func askInitPIDs(ctx context.Context, es []engine.Engine, eng string, ids []stri
 		go func() {
 			defer wg.Done()
 			for id := range next {
-				pid, err := asker.InitPID(ctx, id)
+				pid, uid, err := asker.InitPID(ctx, id)
 				if err != nil {
 					log.Debug("init PID not known; the container is followed by events alone", "container", id, "engine", eng, "err", err)
+					continue
+				}
+				if vouch != nil && !vouch(uid) {
+					log.Warn("init PID answered by a peer the engines' list does not vouch for; ignored", "container", id, "engine", eng, "uid", uid)
 					continue
 				}
 				mu.Lock()

@@ -123,7 +123,7 @@ func TestPinnerDocker(t *testing.T) {
 	}
 	log := slog.New(slog.DiscardHandler)
 	ask := func(eng string, ids []string) map[string]int {
-		return askInitPIDs(context.Background(), es, eng, ids, 0, log)
+		return askInitPIDs(context.Background(), es, eng, ids, 0, nil, log)
 	}
 	if got := ask("docker", []string{id}); got[id] != dt.InitPID(t, id) {
 		t.Fatalf("asked %v, want %s's State.Pid %d", got, id, dt.InitPID(t, id))

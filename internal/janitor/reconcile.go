@@ -292,7 +292,7 @@ func (s Settings) nameDeadInits(ctx context.Context, opt reconcile.Options, live
 		if _, ok := e.(engine.InitPIDAsker); !ok {
 			continue
 		}
-		for id, pid := range askInitPIDs(ctx, es, e.Name(), ids, s.Engine.Timeout, log) {
+		for id, pid := range askInitPIDs(ctx, es, e.Name(), ids, s.Engine.Timeout, live.Vouches, log) {
 			if pid > 0 {
 				pids[id] = pid
 			} else {

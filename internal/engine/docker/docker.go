@@ -212,7 +212,7 @@ func (d *docker) Resolve(ctx context.Context, ref string) ([]engine.Match, error
 	if len(ms) != 1 {
 		return ms, nil
 	}
-	pid, err := d.InitPID(ctx, ms[0].ID)
+	pid, _, err := d.InitPID(ctx, ms[0].ID)
 	if err != nil {
 		return nil, err
 	}
@@ -221,11 +221,13 @@ func (d *docker) Resolve(ctx context.Context, ref string) ([]engine.Match, error
 }
 
 // InitPID is State.Pid of one container (0 when it is not running): the
-// list gives none, so watch asks it of each live container it pins.
-func (d *docker) InitPID(ctx context.Context, id string) (int, error) {
+// list gives none, so watch asks it of each live container it pins. uid
+// is the answering dockerd's (SO_PEERCRED), checked by the caller as the
+// list's is.
+func (d *docker) InitPID(ctx context.Context, id string) (pid, uid int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.AskTimeout())
 	defer cancel()
-	hc, _ := d.client()
+	hc, uidOf := d.client()
 	defer hc.CloseIdleConnections()
 	var in struct {
 		ID    string `json:"Id"`
@@ -236,25 +238,28 @@ func (d *docker) InitPID(ctx context.Context, id string) (int, error) {
 		} `json:"State"`
 	}
 	if err := d.get(ctx, hc, "/containers/"+url.PathEscape(id)+"/json", &in); err != nil {
-		return 0, err
+		return 0, engine.UIDUnknown, err
 	}
 	if in.ID != id || in.State == nil || in.State.Running == nil {
-		return 0, fmt.Errorf("docker API %s: inspect %s answered another container or no state", d.ep.Raw, id)
+		return 0, engine.UIDUnknown, fmt.Errorf("docker API %s: inspect %s answered another container or no state", d.ep.Raw, id)
+	}
+	if uid, err = uidOf(); err != nil {
+		return 0, engine.UIDUnknown, fmt.Errorf("docker API %s: %w", d.ep.Raw, err)
 	}
 	// A container in its restart policy's backoff has no init (Pid 0)
 	// and is live all the same: 0 must mean "not running" only.
 	if in.State.Restarting != nil && *in.State.Restarting {
-		return 0, fmt.Errorf("docker API %s: container %s is restarting: %w", d.ep.Raw, id, errRestarting)
+		return 0, uid, fmt.Errorf("docker API %s: container %s is restarting: %w", d.ep.Raw, id, errRestarting)
 	}
 	if !*in.State.Running {
-		return 0, nil
+		return 0, uid, nil
 	}
 	if in.State.Pid <= 0 {
 		// Running with no init to name: not an answer a death may be
 		// decided on (0 would read as "not running").
-		return 0, fmt.Errorf("docker API %s: container %s is running with no init PID", d.ep.Raw, id)
+		return 0, uid, fmt.Errorf("docker API %s: container %s is running with no init PID", d.ep.Raw, id)
 	}
-	return in.State.Pid, nil
+	return in.State.Pid, uid, nil
 }
 
 // errRestarting: a restarting container has no init PID to give.

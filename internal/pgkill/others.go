@@ -99,8 +99,14 @@ func othersPhase(opt Options, groups []int, sig syscall.Signal, wait time.Durati
 		list = func(groups []int) []fingerprint.Stat { return Members(opt.Root, groups...) }
 	}
 	sent := map[fingerprint.Stat]bool{}
+	notSelf := func(m fingerprint.Stat) bool { return m.PID == self }
 	for {
-		ms := slices.DeleteFunc(list(groups), func(m fingerprint.Stat) bool { return m.PID == self })
+		ms := slices.DeleteFunc(list(groups), notSelf)
+		if len(ms) == 0 && opt.Members != nil {
+			// A lister's "none left" is what ends the phase: /proc has
+			// the last word, once per phase rather than at every look.
+			ms = slices.DeleteFunc(Members(opt.Root, groups...), notSelf)
+		}
 		if len(ms) == 0 {
 			return nil
 		}

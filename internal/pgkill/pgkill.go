@@ -64,13 +64,13 @@ type Options struct {
 	// KillWait bounds the wait after SIGKILL; default 3s.
 	KillWait time.Duration
 	// Members, when set, is how KillOthers finds the groups' members
-	// instead of listing /proc (Members) at every look. A listing costs a
-	// getpgid per process on the host, and a burst of a hundred
-	// teardowns, each looking a few times, starved the hosts' other work
-	// for seconds. Only a caller that knows where every member must be
-	// may set it (kc-hook's wrapper; see internal/supervise): a member it
-	// misses is not signalled. Each member found is still re-verified
-	// before its signal.
+	// instead of listing /proc (Members) at every look; a look at which
+	// it finds none is checked against /proc before the phase ends. A
+	// listing costs a getpgid per process on the host, and a burst of a
+	// hundred teardowns, each looking a few times, starved the host's
+	// other work for seconds. A caller that knows where the members are
+	// (kc-hook's wrapper; see internal/supervise) sets it. Each member
+	// found is still re-verified before its signal.
 	Members func(groups []int) []fingerprint.Stat
 
 	// seams let a test act at moments only Kill knows; zero outside tests.

@@ -381,7 +381,7 @@ func (r *runner) groups() []int {
 // returns the members still alive. The command is not reaped here.
 func (r *runner) stopGroup() []fingerprint.Stat {
 	popt := pgkill.Options{Root: r.o.Root, Grace: r.o.KillGrace, KillWait: r.o.KillWait, Poll: r.o.Poll}
-	if r.cg != nil && r.subreaper && r.self.SID == r.self.PID {
+	if r.subreaper && r.self.SID == r.self.PID {
 		popt.Members = r.membersBelow
 	}
 	groups := r.groups()
@@ -411,17 +411,16 @@ func (r *runner) stopGroup() []fingerprint.Stat {
 const maxBelow = 1 << 16
 
 // membersBelow lists the live members of groups among the wrapper's
-// descendants, for pgkill.KillOthers in place of a /proc listing, whose
-// getpgid per process on the host, done by a hundred wrappers at once
-// when a node drains, starved the host for seconds. It finds every
-// member when the wrapper (stopGroup checks) leads its session, is a
-// subreaper and contains the command: only a process of the session can
-// join its groups, every such process was forked below the wrapper, an
-// orphan is reparented to the wrapper and not to PID 1, and a process
-// cannot leave the cgroup on its own. A member missed all the same —
-// one being reparented while the walk passes, one moved out of the
-// cgroup by root — is in the cgroup the teardown sweeps next, or outside
-// it by an administrator's hand.
+// descendants, for pgkill.KillOthers's looks in place of a /proc
+// listing, whose getpgid per process on the host, done by a hundred
+// wrappers at once when a node drains, starved the host for seconds.
+// When the wrapper (stopGroup checks) leads its session and is a
+// subreaper, every member is below it: only the session's processes can
+// join its groups, all were forked below the wrapper, and an orphan is
+// reparented to the wrapper, not to PID 1. The walk can still miss one
+// (being reparented as it passes, or where the kernel has no children
+// files): KillOthers checks a look that finds none against /proc, so
+// that only the last look of a teardown lists the host.
 func (r *runner) membersBelow(groups []int) []fingerprint.Stat {
 	self := os.Getpid()
 	seen := map[int]bool{self: true}

@@ -20,9 +20,10 @@ import (
 // inspect: "not running" takes it out of the live set; a running init
 // (the one that died, or a restart's) is named for reconcile to judge;
 // a failed inspect and a death the kernel did not see leave it as the
-// list said, without asking. An inspect answered by a peer the list's
-// UIDs do not include (another user's dockerd where the list's was) is
-// not the engine's word and changes nothing.
+// list said, without asking. An inspect answered by a peer of another UID
+// than docker's own list (another user's dockerd where the list's was) is
+// not the engine's word and changes nothing, and docker is not asked
+// about a container only another engine listed.
 func TestNameDeadInits(t *testing.T) {
 	id := strings.Repeat("ab", 32)
 	for _, tc := range []struct {
@@ -32,19 +33,23 @@ func TestNameDeadInits(t *testing.T) {
 		wantLive  bool
 		wantPID   int
 		wantAsked bool
-		// otherUID: the list vouched for a UID the fake dockerd, which
-		// answers as the test's, does not run as.
+		// otherUID: docker's list came from a UID the fake dockerd,
+		// which answers as the test's, does not run as.
 		otherUID bool
+		// otherEngine: another engine's list called the container live,
+		// not docker's.
+		otherEngine bool
 	}{
-		{"inspect says not running", 4242, `{"Running":false,"Pid":0}`, false, 0, true, false},
-		{"inspect names the dead init", 4242, `{"Running":true,"Pid":4242}`, true, 4242, true, false},
-		{"inspect names a restart's init", 4242, `{"Running":true,"Pid":5151}`, true, 5151, true, false},
-		{"inspect fails", 4242, "", true, 0, true, false},
-		{"the kernel saw no death", 0, `{"Running":false,"Pid":0}`, true, 0, false, false},
-		{"restarting: live without an init", 4242, `{"Running":true,"Restarting":true,"Pid":0}`, true, 0, true, false},
-		{"an answer without a state", 4242, `{}`, true, 0, true, false},
-		{"running with no init PID", 4242, `{"Running":true,"Pid":0}`, true, 0, true, false},
-		{"inspect from a peer the list does not vouch for", 4242, `{"Running":false,"Pid":0}`, true, 0, true, true},
+		{"inspect says not running", 4242, `{"Running":false,"Pid":0}`, false, 0, true, false, false},
+		{"inspect names the dead init", 4242, `{"Running":true,"Pid":4242}`, true, 4242, true, false, false},
+		{"inspect names a restart's init", 4242, `{"Running":true,"Pid":5151}`, true, 5151, true, false, false},
+		{"inspect fails", 4242, "", true, 0, true, false, false},
+		{"the kernel saw no death", 0, `{"Running":false,"Pid":0}`, true, 0, false, false, false},
+		{"restarting: live without an init", 4242, `{"Running":true,"Restarting":true,"Pid":0}`, true, 0, true, false, false},
+		{"an answer without a state", 4242, `{}`, true, 0, true, false, false},
+		{"running with no init PID", 4242, `{"Running":true,"Pid":0}`, true, 0, true, false, false},
+		{"inspect from a peer docker's list does not vouch for", 4242, `{"Running":false,"Pid":0}`, true, 0, true, true, false},
+		{"a container docker did not list", 4242, `{"Running":false,"Pid":0}`, true, 0, false, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var asked atomic.Bool
@@ -65,12 +70,18 @@ func TestNameDeadInits(t *testing.T) {
 			if tc.exited > 0 {
 				opt.InitExited[id] = tc.exited
 			}
-			live := engine.Set{Live: map[string]bool{id: true}, UID: os.Geteuid()}
+			// The union vouches for the fake's UID whatever the case: only
+			// docker's own answer may decide whose inspect counts.
+			live := engine.Set{Live: map[string]bool{id: true}, UIDs: []int{os.Geteuid(), os.Geteuid() + 4321}}
+			docker := engine.Answer{Engine: "docker", Endpoint: u, UID: os.Geteuid(), Containers: []engine.Container{{ID: id, Live: true}}}
 			if tc.otherUID {
-				live.UID = os.Geteuid() + 4321
+				docker.UID = os.Geteuid() + 4321
+			}
+			if tc.otherEngine {
+				docker.Containers = nil
 			}
 			listed := live.Live
-			s.nameDeadInits(t.Context(), opt, &live, slog.New(slog.DiscardHandler))
+			s.nameDeadInits(t.Context(), opt, &live, []engine.Answer{docker}, slog.New(slog.DiscardHandler))
 			if live.IsLive(id) != tc.wantLive || live.PIDs[id] != tc.wantPID || asked.Load() != tc.wantAsked {
 				t.Errorf("live %v, pid %d, asked %v; want %v, %d, %v", live.IsLive(id), live.PIDs[id], asked.Load(), tc.wantLive, tc.wantPID, tc.wantAsked)
 			}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -90,7 +91,7 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 		return rep, live, err, nil
 	}
 	live = tr.Set
-	s.nameDeadInits(ctx, opt, &live, log)
+	s.nameDeadInits(ctx, opt, &live, tr.Answers, log)
 	if s.onTruth != nil {
 		s.onTruth(tr)
 	}
@@ -269,8 +270,10 @@ func (rep Report) cgroupsText(w io.Writer) {
 // dockerd's list lags its inspect: an inspect that says the container
 // is not running is the engine's own word, and the container is taken
 // out of the live set. Only the few containers of a death's decision
-// are asked; an answer that fails leaves the container live.
-func (s Settings) nameDeadInits(ctx context.Context, opt reconcile.Options, live *engine.Set, log *slog.Logger) {
+// are asked, each of the engine whose own list called it live, and an
+// answer counts only from a peer of the UID that list came from; one
+// that fails leaves the container live.
+func (s Settings) nameDeadInits(ctx context.Context, opt reconcile.Options, live *engine.Set, answers []engine.Answer, log *slog.Logger) {
 	var ids []string
 	for id, pid := range opt.InitExited {
 		if pid > 0 && live.IsLive(id) && live.PIDs[id] == 0 {
@@ -292,7 +295,19 @@ func (s Settings) nameDeadInits(ctx context.Context, opt reconcile.Options, live
 		if _, ok := e.(engine.InitPIDAsker); !ok {
 			continue
 		}
-		for id, pid := range askInitPIDs(ctx, es, e.Name(), ids, s.Engine.Timeout, live.Vouches, log) {
+		i := slices.IndexFunc(answers, func(a engine.Answer) bool { return a.Engine == e.Name() && a.Endpoint == e.Endpoint() })
+		if i < 0 {
+			continue
+		}
+		a := answers[i]
+		var its []string
+		for _, id := range ids {
+			if slices.ContainsFunc(a.Containers, func(c engine.Container) bool { return c.ID == id && c.Live }) {
+				its = append(its, id)
+			}
+		}
+		vouch := func(uid int) bool { return uid >= 0 && uid == a.UID }
+		for id, pid := range askInitPIDs(ctx, es, e.Name(), its, s.Engine.Timeout, vouch, log) {
 			if pid > 0 {
 				pids[id] = pid
 			} else {

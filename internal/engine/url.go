@@ -30,7 +30,7 @@ func ParseURL(raw string) (URL, error) {
 	switch u.Scheme {
 	case "unix":
 		p := u.Path
-		if u.Host != "" { // unix://relative/path, as the podman bindings accept it
+		if u.Host != "" { // unix://relative/path, as podman accepts it
 			p = "/" + u.Host + u.Path
 		}
 		if p == "" || p == "/" {

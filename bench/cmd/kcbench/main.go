@@ -393,7 +393,7 @@ func (b *bench) raisePidMax(maxN int) error {
 func (b *bench) linkCheck() {
 	l := &b.res.Link
 	if out, err := exec.Command("go", "version", "-m", b.hookBin).Output(); err == nil {
-		l.VersionM = !strings.Contains(string(out), "containers/podman")
+		l.VersionM = !strings.Contains(string(out), "containers/podman") && !strings.Contains(string(out), "go.podman.io")
 		l.Modules = strings.Count(string(out), "\tdep\t")
 	} else {
 		l.Error = err.Error()
@@ -401,7 +401,7 @@ func (b *bench) linkCheck() {
 	cmd := exec.Command("go", "list", "-deps", "./cmd/kc-hook")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.Output(); err == nil {
-		l.ListDeps = !strings.Contains(string(out), "github.com/containers/podman")
+		l.ListDeps = !strings.Contains(string(out), "github.com/containers/podman") && !strings.Contains(string(out), "go.podman.io")
 		l.Packages = strings.Count(string(out), "\n")
 	} else {
 		l.Error = err.Error()

@@ -667,7 +667,7 @@ func (b *bench) targets() {
 		}
 	}
 	l := b.res.Link
-	add("kc-hook does not link the podman bindings", "not linked", fmt.Sprintf("go version -m: %s; go list -deps: %s", okWord(l.VersionM, "absent", "PRESENT"), okWord(l.ListDeps, "absent", "PRESENT")), l.VersionM && l.ListDeps)
+	add("kc-hook links no podman module", "not linked", fmt.Sprintf("go version -m: %s; go list -deps: %s", okWord(l.VersionM, "absent", "PRESENT"), okWord(l.ListDeps, "absent", "PRESENT")), l.VersionM && l.ListDeps)
 	if sw := b.res.Sweep; sw != nil {
 		m := sw.Wall.wall()
 		add(fmt.Sprintf("sweep of %d sockets (%d hung)", sw.Sockets, sw.Hung), "< 5 s", fmt.Sprintf("%s (seed approach ≥ %s: %.0f×)", ms(m), sw.SeedCost, ratio(sw.SeedCost, m)), m < 5*time.Second)

@@ -5,8 +5,8 @@
 //
 // It speaks the api module's gRPC services directly rather than through
 // containerd's full Go client: the full client (containerd/v2/client)
-// needs runtime-spec 1.3, which the podman bindings this module must keep
-// refuse, and the services alone are all the janitor asks for. They are
+// would pull in much of containerd for the few calls the janitor makes,
+// and the services alone are all it asks for. They are
 // wire-compatible with containerd 1.6 (Debian 12's 1.6.20 is tested) and
 // later. The namespace of each call travels as the gRPC metadata key
 // "containerd-namespace", as containerd's own client sends it.

@@ -1,6 +1,7 @@
 package podman
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -105,6 +106,11 @@ func listAPI(ctx context.Context, ep endpoint, store storeArgs) (listing, int, e
 	body, err := getAPI(ctx, hc, "/containers/json?all=true")
 	if err != nil {
 		return listing{}, engine.UIDUnknown, fmt.Errorf("podman API %s: list containers: %w", uri, err)
+	}
+	// The service sends [] for no containers; null is not its answer,
+	// and taken for one would make every tree look stray.
+	if bytes.Equal(bytes.TrimSpace(body), []byte("null")) {
+		return listing{}, engine.UIDUnknown, fmt.Errorf("podman API %s: list containers: answered null, not a list", uri)
 	}
 	// The service answers with the entries `podman ps --format json`
 	// prints.

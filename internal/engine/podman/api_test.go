@@ -29,6 +29,7 @@ func TestQueryAPIAnswers(t *testing.T) {
 		{name: "not JSON", status: 200, body: `<html>proxy</html>`, wantErr: "parse ps JSON"},
 		{name: "no state", status: 200, body: `[{"Id":"` + id + `","Names":["k"]}]`, wantErr: "no state"},
 		{name: "empty", status: 200, body: ``, wantErr: "no output"},
+		{name: "null", status: 200, body: `null`, wantErr: "answered null"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,7 +2,7 @@
 // a --container reference, and container deaths (libpod's event stream, or
 // `podman events` where no service runs).
 //
-// Query first asks the podman API service (the bindings), then falls back to
+// Query first asks the podman API service (libpod's container list), then falls back to
 // the podman CLI (`podman ps --all --no-trunc --format json`). If neither
 // answers, the error wraps engine.ErrUnknown and callers must do nothing: an empty
 // or partial live set taken for the truth would turn every tree into a stray.

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -25,13 +27,24 @@ type ConfPaths struct {
 	UID            int
 }
 
-// SystemConfPaths are the paths podman reads for the calling user.
+// SystemConfPaths are the paths podman reads for the calling user: its
+// UID is _CONTAINERS_ROOTLESS_UID when podman set it, else the real UID;
+// its home $HOME, else the password database's.
 func SystemConfPaths() ConfPaths {
-	p := ConfPaths{Usr: "/usr/share/containers/containers.conf", Etc: "/etc/containers/containers.conf", UID: os.Geteuid()}
+	p := ConfPaths{Usr: "/usr/share/containers/containers.conf", Etc: "/etc/containers/containers.conf", UID: os.Getuid()}
+	if u, err := strconv.Atoi(os.Getenv("_CONTAINERS_ROOTLESS_UID")); err == nil {
+		p.UID = u
+	}
+	home := os.Getenv("HOME")
+	if home == "" {
+		if u, err := user.LookupId(strconv.Itoa(p.UID)); err == nil {
+			home = u.HomeDir
+		}
+	}
 	if x := os.Getenv("XDG_CONFIG_HOME"); x != "" {
 		p.Home = filepath.Join(x, "containers", "containers.conf")
-	} else if h, err := os.UserHomeDir(); err == nil {
-		p.Home = filepath.Join(h, ".config", "containers", "containers.conf")
+	} else if home != "" {
+		p.Home = filepath.Join(home, ".config", "containers", "containers.conf")
 	}
 	return p
 }
@@ -40,9 +53,10 @@ func SystemConfPaths() ConfPaths {
 // from containers.conf: $CONTAINERS_CONF alone if set (it must exist),
 // else the vendor file, the administrator's and its .d, for a rootless
 // user containers.rootless.conf, its .d and .d/<UID>, then the user's and
-// its .d; $CONTAINERS_CONF_OVERRIDE last. Each file that sets hooks_dir
-// replaces what came before, unless its list ends in {append=true}.
-// getenv is os.Getenv outside tests.
+// its .d; $CONTAINERS_CONF_OVERRIDE last. As podman's attributed lists
+// do, each file that sets hooks_dir replaces what came before, unless an
+// {append=true} in its list (or in an earlier file's: the flag carries
+// over) makes it append. getenv is os.Getenv outside tests.
 //
 // Reading the files here rather than through podman's own config package
 // keeps that package, and its start-up cost, out of every kc-janitor run:
@@ -71,16 +85,17 @@ func ConfHooksDirs(p ConfPaths, getenv func(string) string) ([]string, error) {
 	if f := getenv("CONTAINERS_CONF_OVERRIDE"); f != "" {
 		files = append(files, f)
 	}
-	dirs := DefaultConfHooksDirs
+	dirs := slices.Clone(DefaultConfHooksDirs)
+	var appending *bool
 	for _, f := range files {
-		set, appended, err := readHooksDir(f)
+		set, err := readHooksDir(f, &appending)
 		if err != nil {
 			return nil, err
 		}
 		switch {
 		case set == nil:
-		case appended:
-			dirs = append(append([]string{}, dirs...), set...)
+		case appending != nil && *appending:
+			dirs = append(dirs, set...)
 		default:
 			dirs = set
 		}
@@ -111,18 +126,18 @@ func dropIns(dir string) []string {
 const maxConfFile = 1 << 20
 
 // readHooksDir reads one file's [engine] hooks_dir: nil when the file does
-// not exist or does not set it; appended when the list ends in
-// {append=true}.
-func readHooksDir(file string) (dirs []string, appended bool, err error) {
+// not exist or does not set it. An {append=BOOL} anywhere in the list
+// sets *appending, for this file and the ones after it.
+func readHooksDir(file string, appending **bool) ([]string, error) {
 	data, err := os.ReadFile(file)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, false, nil
+		return nil, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("containers.conf %s: %w", file, err)
+		return nil, fmt.Errorf("containers.conf %s: %w", file, err)
 	}
 	if len(data) > maxConfFile {
-		return nil, false, fmt.Errorf("containers.conf %s: larger than %d bytes", file, maxConfFile)
+		return nil, fmt.Errorf("containers.conf %s: larger than %d bytes", file, maxConfFile)
 	}
 	var conf struct {
 		Engine struct {
@@ -130,25 +145,27 @@ func readHooksDir(file string) (dirs []string, appended bool, err error) {
 		} `toml:"engine"`
 	}
 	if _, err := toml.Decode(string(data), &conf); err != nil {
-		return nil, false, fmt.Errorf("containers.conf %s: %w", file, err)
+		return nil, fmt.Errorf("containers.conf %s: %w", file, err)
 	}
 	if conf.Engine.HooksDir == nil {
-		return nil, false, nil
+		return nil, nil
 	}
-	dirs = []string{}
+	dirs := []string{}
 	for i, v := range conf.Engine.HooksDir {
 		switch v := v.(type) {
 		case string:
 			dirs = append(dirs, v)
 		case map[string]any:
-			if a, ok := v["append"].(bool); ok && i == len(conf.Engine.HooksDir)-1 {
-				appended = a
-				continue
+			for k, a := range v {
+				b, ok := a.(bool)
+				if k != "append" || !ok {
+					return nil, fmt.Errorf("containers.conf %s: hooks_dir: entry %d: %s = %v is not an {append=true|false}", file, i, k, a)
+				}
+				*appending = &b
 			}
-			return nil, false, fmt.Errorf("containers.conf %s: hooks_dir: entry %d is neither a path nor a closing {append=true}", file, i)
 		default:
-			return nil, false, fmt.Errorf("containers.conf %s: hooks_dir: entry %d is not a path", file, i)
+			return nil, fmt.Errorf("containers.conf %s: hooks_dir: entry %d is not a path", file, i)
 		}
 	}
-	return dirs, appended, nil
+	return dirs, nil
 }

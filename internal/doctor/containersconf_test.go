@@ -8,7 +8,8 @@ import (
 )
 
 // TestConfHooksDirs: containers.conf files are read in podman's order, a
-// later hooks_dir replacing an earlier one unless it appends, and
+// later hooks_dir replacing an earlier one unless an {append=true}, in it
+// or in an earlier file, makes it append (podman's attributed lists), and
 // CONTAINERS_CONF and CONTAINERS_CONF_OVERRIDE do what podman makes of
 // them.
 func TestConfHooksDirs(t *testing.T) {
@@ -60,7 +61,16 @@ func TestConfHooksDirs(t *testing.T) {
 		}, env: map[string]string{"CONTAINERS_CONF_OVERRIDE": "override.conf"}, want: []string{"/override"}},
 		{name: "malformed", files: map[string]string{"etc/containers.conf": "[engine\n"}, wantErr: true},
 		{name: "not a list of paths", files: map[string]string{"etc/containers.conf": conf(`[1]`)}, wantErr: true},
-		{name: "append not last", files: map[string]string{"etc/containers.conf": conf(`[{append=true}, "/x"]`)}, wantErr: true},
+		{name: "append first", files: map[string]string{"etc/containers.conf": conf(`[{append=true}, "/x"]`)}, want: append(slices.Clone(DefaultConfHooksDirs), "/x")},
+		{name: "append carries over to later files", files: map[string]string{
+			"etc/containers.conf":           conf(`["/a", {append=true}]`),
+			"etc/containers.conf.d/10.conf": conf(`["/b"]`),
+		}, want: append(slices.Clone(DefaultConfHooksDirs), "/a", "/b")},
+		{name: "append=false replaces", files: map[string]string{
+			"etc/containers.conf":           conf(`["/a", {append=true}]`),
+			"etc/containers.conf.d/10.conf": conf(`["/b", {append=false}]`),
+		}, want: []string{"/b"}},
+		{name: "an attribute podman does not know", files: map[string]string{"etc/containers.conf": conf(`["/x", {prepend=true}]`)}, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

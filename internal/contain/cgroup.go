@@ -114,6 +114,16 @@ func (c *Cgroup) CloneFD() (int, bool) {
 	return c.dirFD, true
 }
 
+// Procs lists the processes of a cgroup v2 cgroup a process can be
+// started into (CloneFD), through its descriptor.
+func (c *Cgroup) Procs() ([]int, error) {
+	fd, ok := c.CloneFD()
+	if !ok {
+		return nil, fmt.Errorf("%s: not a cgroup v2 cgroup held open", c)
+	}
+	return procs(fd)
+}
+
 // Enter moves pid, just started, into the cgroup where it could not be
 // started inside: the v1 freezer (written to cgroup.procs) and a systemd
 // scope (StartTransientUnit; once the scope exists, its cgroup.procs).

@@ -103,9 +103,13 @@ func othersPhase(opt Options, groups []int, sig syscall.Signal, wait time.Durati
 	for {
 		ms := slices.DeleteFunc(list(groups), notSelf)
 		if len(ms) == 0 && opt.Members != nil {
-			// A lister's "none left" is what ends the phase: /proc has
-			// the last word, once per phase rather than at every look.
-			ms = slices.DeleteFunc(Members(opt.Root, groups...), notSelf)
+			// A lister's "none left" is what ends the phase: it is
+			// checked, once per phase rather than at every look.
+			confirm := opt.Confirm
+			if confirm == nil {
+				confirm = func(groups []int) []fingerprint.Stat { return Members(opt.Root, groups...) }
+			}
+			ms = slices.DeleteFunc(confirm(groups), notSelf)
 		}
 		if len(ms) == 0 {
 			return nil

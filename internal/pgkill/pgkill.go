@@ -72,6 +72,11 @@ type Options struct {
 	// (kc-hook's wrapper; see internal/supervise) sets it. Each member
 	// found is still re-verified before its signal.
 	Members func(groups []int) []fingerprint.Stat
+	// Confirm, with Members, is what checks a look at which Members
+	// found none; nil lists /proc. A caller may set it only where it
+	// sees every member Members could have missed (the wrapper: the
+	// cgroup its command was started in).
+	Confirm func(groups []int) []fingerprint.Stat
 
 	// seams let a test act at moments only Kill knows; zero outside tests.
 	seams joinerSeams

@@ -404,3 +404,32 @@ func TestKillOthersTakesMembersBornDuringTheWait(t *testing.T) {
 		})
 	}
 }
+
+// TestKillOthersConfirmsThroughConfirm: with Confirm set, a look at which
+// Members finds none is checked through Confirm, not /proc: the member
+// Confirm names is signalled, and one neither finds is left (the caller
+// vouched that Confirm sees every member Members can miss).
+func TestKillOthersConfirmsThroughConfirm(t *testing.T) {
+	g := startGroup(t, exec.Command("sleep", "1000"), exec.Command("sleep", "1000"))
+	confirmed, unseen := g.Members[0], g.Members[1]
+	confirms := 0
+	opt := pgkill.Options{Grace: 2 * time.Second, KillWait: time.Second,
+		Members: func([]int) []fingerprint.Stat { return nil },
+		Confirm: func([]int) []fingerprint.Stat {
+			confirms++
+			if fingerprint.Alive(fingerprint.DefaultRoot, confirmed) {
+				return []fingerprint.Stat{confirmed}
+			}
+			return nil
+		}}
+	res := pgkill.KillOthers([]int{g.PGID}, opt)
+	if confirms == 0 {
+		t.Fatal("Confirm was never asked")
+	}
+	if fingerprint.Alive(fingerprint.DefaultRoot, confirmed) {
+		t.Errorf("the member Confirm named lives on; result %+v", res)
+	}
+	if !fingerprint.Alive(fingerprint.DefaultRoot, unseen) {
+		t.Error("a member neither lister named was signalled: /proc was listed")
+	}
+}

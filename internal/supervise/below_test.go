@@ -1,6 +1,8 @@
 package supervise
 
 import (
+	"context"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -8,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/contain"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 // TestMembersBelow: the walk below the wrapper (here the test process)
@@ -63,5 +67,47 @@ func TestMembersBelow(t *testing.T) {
 	// the test's descendants is in it.
 	if got := r.membersBelow([]int{syscall.Getpgrp()}); len(got) != 0 {
 		t.Errorf("members of the test's own group: %+v", got)
+	}
+}
+
+// TestMembersInCgroup: the confirmation of a look that found no member
+// reads the command's cgroup: it lists the cgroup's members of the groups
+// named, not a process of the cgroup in another group nor one of the
+// groups outside the cgroup.
+func TestMembersInCgroup(t *testing.T) {
+	h := contain.Detect(contain.Options{})
+	if h.Kind != contain.KindCgroup2 {
+		t.Skipf("containment here is %s (%s)", h, h.Why)
+	}
+	id := testutil.RandomHex(t, 64)
+	cg, err := contain.Prepare(context.Background(), h, id, os.Getuid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cg.Close(); testutil.RemoveContainCgroups(t, id) })
+	fd, _ := cg.CloneFD()
+	start := func(pgid int, inside bool) *exec.Cmd {
+		t.Helper()
+		cmd := exec.Command("sleep", "1000")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: pgid, UseCgroupFD: inside, CgroupFD: fd}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// Killed before the cgroup's removal above (cleanups run last first).
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd
+	}
+	leader := start(0, true)
+	member := start(leader.Process.Pid, true)
+	outside := start(leader.Process.Pid, false)
+	otherGroup := start(0, true)
+	r := &runner{o: Options{Root: fingerprint.DefaultRoot}, cg: cg}
+	var pids []int
+	for _, m := range r.membersInCgroup([]int{leader.Process.Pid}) {
+		pids = append(pids, m.PID)
+	}
+	if !slices.Equal(pids, []int{leader.Process.Pid, member.Process.Pid}) {
+		t.Errorf("members %v, want %d and %d (not %d outside the cgroup, not %d of another group)",
+			pids, leader.Process.Pid, member.Process.Pid, outside.Process.Pid, otherGroup.Process.Pid)
 	}
 }

@@ -285,9 +285,12 @@ type runner struct {
 	// subreaper: orphaned descendants are reparented to the wrapper,
 	// which must reap them (reapAdopted).
 	subreaper bool
-	// cg is the command's cgroup; nil when it is not contained.
+	// cg is the command's cgroup; nil when it is not contained. cloned:
+	// the command was started inside it (cgroup v2, CLONE_INTO_CGROUP),
+	// so that everything it forks is in it unless moved out.
 	cg         *contain.Cgroup
 	cgRecorded bool
+	cloned     bool
 }
 
 // lead makes the wrapper the leader of its own process group. kc-hook
@@ -383,6 +386,9 @@ func (r *runner) stopGroup() []fingerprint.Stat {
 	popt := pgkill.Options{Root: r.o.Root, Grace: r.o.KillGrace, KillWait: r.o.KillWait, Poll: r.o.Poll}
 	if r.subreaper && r.self.SID == r.self.PID {
 		popt.Members = r.membersBelow
+		if r.cloned {
+			popt.Confirm = r.membersInCgroup
+		}
 	}
 	groups := r.groups()
 	// Escaped descendants share the group's grace: found before the
@@ -444,6 +450,30 @@ func (r *runner) membersBelow(groups []int) []fingerprint.Stat {
 			}
 			out = append(out, st)
 		}
+	}
+	slices.SortFunc(out, func(a, b fingerprint.Stat) int { return a.PID - b.PID })
+	return out
+}
+
+// membersInCgroup lists the live members of groups in the command's
+// cgroup, to confirm that the walk below the wrapper missed none: with
+// the command started inside (r.cloned), a member the walk could miss
+// (one being reparented as it passed) is there, and reading it costs the
+// tree, not the host. A member that moved itself out of the cgroup and
+// was missed by that last walk too is left to the janitor's scans. The
+// cgroup unreadable, /proc is listed.
+func (r *runner) membersInCgroup(groups []int) []fingerprint.Stat {
+	pids, err := r.cg.Procs()
+	if err != nil {
+		return pgkill.Members(r.o.Root, groups...)
+	}
+	var out []fingerprint.Stat
+	for _, pid := range pids {
+		st, err := fingerprint.ReadStat(r.o.Root, pid)
+		if err != nil || st.Zombie() || !slices.Contains(groups, st.PGID) {
+			continue
+		}
+		out = append(out, st)
 	}
 	slices.SortFunc(out, func(a, b fingerprint.Stat) int { return a.PID - b.PID })
 	return out
@@ -533,6 +563,7 @@ type child struct {
 // never keeps a supervisor from running, and the subreaper remains.
 func (r *runner) startChild() (*child, error) {
 	fd, into := r.cg.CloneFD()
+	r.cloned = false
 	c, err := r.startCommand(fd, into)
 	if err != nil && into {
 		r.log.Warn("command not started in its cgroup; starting it uncontained", "cgroup", r.cg.String(), "err", err)
@@ -543,6 +574,7 @@ func (r *runner) startChild() (*child, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.cloned = into && r.cg != nil
 	if r.cg != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := r.cg.Enter(ctx, c.pid)

@@ -398,8 +398,11 @@ func TestKillOthersTakesMembersBornDuringTheWait(t *testing.T) {
 				t.Errorf("the member born during the wait (%d) lives on; result %+v", pid, res)
 				syscall.Kill(pid, syscall.SIGKILL)
 			}
-			if left := pgkill.Members("", g.PGID); len(left) > 0 || len(res.Outlived) > 0 {
-				t.Errorf("left %+v, outlived %+v: want the group empty within the grace", left, res.Outlived)
+			// Outliving the grace is allowed: a TERM that reaches a child
+			// between fork and exec runs the shell's handler, not sleep's
+			// default, and only SIGKILL ends it.
+			if left := pgkill.Members("", g.PGID); len(left) > 0 || len(res.Left) > 0 {
+				t.Errorf("left %+v (result %+v): want the group empty", left, res)
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"strconv"
@@ -76,6 +77,10 @@ type pidView struct {
 	// says hostOf came from an NSIndex and each entry is checked at use.
 	ns      string
 	indexed bool
+	// unread is why the last walk could not place a process it listed
+	// (not gone, not another user's): a PID it did not map may be that
+	// one's, so it is not proof that the owner is dead.
+	unread error
 	// mu guards hostOf and indexed: the probes judge owners
 	// concurrently, and a miss replaces the map.
 	mu sync.Mutex
@@ -126,6 +131,7 @@ func (v *pidView) walk() error {
 		return err
 	}
 	hostOf := map[int]int{}
+	var unread error
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -133,14 +139,25 @@ func (v *pidView) walk() error {
 		}
 		base := v.procRoot + "/" + e.Name()
 		ns, err := os.Readlink(base + "/ns/pid")
-		if err != nil || ns != v.ns {
+		if err != nil {
+			if err := v.unplaced(pid, base, err); err != nil {
+				unread = err
+			}
 			continue
 		}
-		if inner, ok := nsPID(base + "/status"); ok {
-			hostOf[inner] = pid
+		if ns != v.ns {
+			continue
 		}
+		inner, ok := nsPID(base + "/status")
+		if !ok {
+			if err := v.unplaced(pid, base, fmt.Errorf("no NSpid in %s/status", base)); err != nil {
+				unread = err
+			}
+			continue
+		}
+		hostOf[inner] = pid
 	}
-	v.hostOf, v.indexed = hostOf, false
+	v.hostOf, v.indexed, v.unread = hostOf, false, unread
 	return nil
 }
 
@@ -185,7 +202,8 @@ func nsPID(statusPath string) (int, bool) {
 // hostPID maps a PID from a socket name to a host PID. A view from an
 // index that lacks the PID, or maps it to a process no longer that one,
 // walks /proc first: the index is older than the sweep. err is why the
-// walk failed.
+// walk failed, or why a PID it did not map may be the container's all
+// the same (a process it could not read).
 func (v *pidView) hostPID(pid int) (int, bool, error) {
 	if !v.container {
 		return pid, true, nil
@@ -194,7 +212,7 @@ func (v *pidView) hostPID(pid int) (int, bool, error) {
 	defer v.mu.Unlock()
 	h, ok := v.hostOf[pid]
 	if !v.indexed {
-		return h, ok, nil
+		return h, ok, v.missed(ok)
 	}
 	if ok {
 		still, err := stillIn(v.procRoot, h, pid, v.ns)
@@ -209,7 +227,31 @@ func (v *pidView) hostPID(pid int) (int, bool, error) {
 		return 0, false, fmt.Errorf("listing the container's processes: %w", err)
 	}
 	h, ok = v.hostOf[pid]
-	return h, ok, nil
+	return h, ok, v.missed(ok)
+}
+
+// unplaced is err, the reason the walk could not place process pid, when
+// that process may be a live one of the container: nil when it is gone or
+// a zombie (its namespace links go first), or another user's (not
+// inspectable, and never in a namespace of ours).
+func (v *pidView) unplaced(pid int, base string, err error) error {
+	if errors.Is(err, fs.ErrPermission) || unlessGone(base, err) == nil {
+		return nil
+	}
+	if st, serr := fingerprint.ReadStat(v.procRoot, pid); errors.Is(serr, fingerprint.ErrNotFound) || serr == nil && st.Zombie() {
+		return nil
+	}
+	return fmt.Errorf("pid %d: %w", pid, err)
+}
+
+// missed is why a PID the last walk did not map may still be a live
+// process of the container: nil when the walk placed every process it
+// listed.
+func (v *pidView) missed(mapped bool) error {
+	if mapped || v.unread == nil {
+		return nil
+	}
+	return fmt.Errorf("a process of the container could not be read (%w): the PID may be its", v.unread)
 }
 
 // ownerGate is gate 1: is the socket's named owner a live supervisor that

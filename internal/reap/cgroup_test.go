@@ -68,16 +68,10 @@ func sleepers(args ...string) map[string]fingerprint.Stat {
 	return out
 }
 
-// TestRunSweepsTheRecordedCgroup: a contained tree whose wrapper died
-// without its teardown (SIGKILL, OOM) has a kernel's setsid child and a
-// double-forked daemon, which no group kill nor walk reaches: the daemon
-// was reparented to PID 1 before any scan. The poststop's one reap path
-// kills the group, then sweeps the cgroup its record names: all three
-// die, the cgroup is removed and recorded so, and a same-UID process
-// outside lives. Before the sweep, the daemon lived on. Without a record
-// of the cgroup (a supervisor started by hand, without a ledger), the
-// poststop finds kc-watchman/<id> itself.
-func TestRunSweepsTheRecordedCgroup(t *testing.T) {
+// cgroup2Host skips a test that needs root on cgroup v2, and returns the
+// host's containment.
+func cgroup2Host(t *testing.T) contain.Host {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
@@ -85,18 +79,14 @@ func TestRunSweepsTheRecordedCgroup(t *testing.T) {
 	if h.Kind != contain.KindCgroup2 {
 		t.Skipf("no cgroup v2 here: %s", h.Why)
 	}
-	for _, tc := range []struct {
-		name     string
-		recorded bool
-	}{
-		{"named by the record", true},
-		{"found on cgroupfs", false},
-	} {
-		t.Run(tc.name, func(t *testing.T) { sweepsContainedTree(t, h, tc.recorded) })
-	}
+	return h
 }
 
-func sweepsContainedTree(t *testing.T, h contain.Host, recorded bool) {
+// preparedCgroup makes kc-watchman/<id> for a new container ID (removed
+// at cleanup) and a ledger holding the container's record, which names
+// the cgroup when recorded.
+func preparedCgroup(t *testing.T, h contain.Host, recorded bool) (string, *contain.Cgroup, *ledger.Store) {
+	t.Helper()
 	id := randomID(t)
 	cg, err := contain.Prepare(context.Background(), h, id, os.Getuid())
 	if err != nil {
@@ -116,6 +106,33 @@ func sweepsContainedTree(t *testing.T, h contain.Host, recorded bool) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	return id, cg, store
+}
+
+// TestRunSweepsTheRecordedCgroup: a contained tree whose wrapper died
+// without its teardown (SIGKILL, OOM) has a kernel's setsid child and a
+// double-forked daemon, which no group kill nor walk reaches: the daemon
+// was reparented to PID 1 before any scan. The poststop's one reap path
+// kills the group, then sweeps the cgroup its record names: all three
+// die, the cgroup is removed and recorded so, and a same-UID process
+// outside lives. Before the sweep, the daemon lived on. Without a record
+// of the cgroup (a supervisor started by hand, without a ledger), the
+// poststop finds kc-watchman/<id> itself.
+func TestRunSweepsTheRecordedCgroup(t *testing.T) {
+	h := cgroup2Host(t)
+	for _, tc := range []struct {
+		name     string
+		recorded bool
+	}{
+		{"named by the record", true},
+		{"found on cgroupfs", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) { sweepsContainedTree(t, h, tc.recorded) })
+	}
+}
+
+func sweepsContainedTree(t *testing.T, h contain.Host, recorded bool) {
+	id, cg, store := preparedCgroup(t, h, recorded)
 
 	// Durations of this run's own: other tests sleep too.
 	base := 5000000 + int(time.Now().UnixNano()%1000000)*4
@@ -174,13 +191,7 @@ func sweepsContainedTree(t *testing.T, h contain.Host, recorded bool) {
 // kc-watchman/<id> ("..", another place, another container's) is refused
 // and recorded so; the process in the cgroup it points at lives.
 func TestRunRefusesAnEscapingCgroup(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
-	h := contain.Detect(contain.Options{})
-	if h.Kind != contain.KindCgroup2 {
-		t.Skipf("no cgroup v2 here: %s", h.Why)
-	}
+	cgroup2Host(t)
 	victim := testutil.MakeCgroup(t, "victim")
 	inside := startSleep(t, strconv.Itoa(6000000+int(time.Now().UnixNano()%1000000)))
 	if err := os.WriteFile(filepath.Join(victim.Dir, "cgroup.procs"), []byte(strconv.Itoa(inside.PID)), 0); err != nil {
@@ -229,13 +240,7 @@ func TestRunRefusesAnEscapingCgroup(t *testing.T) {
 // vouched for another UID's trees only) and is not the hook's poststop
 // leaves the container's cgroup and what is in it, recorded or found.
 func TestRunLeavesACgroupItsDecisionDoesNotCover(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
-	h := contain.Detect(contain.Options{})
-	if h.Kind != contain.KindCgroup2 {
-		t.Skipf("no cgroup v2 here: %s", h.Why)
-	}
+	h := cgroup2Host(t)
 	for _, tc := range []struct {
 		recorded bool
 		c        func(id string) Container
@@ -248,21 +253,7 @@ func TestRunLeavesACgroupItsDecisionDoesNotCover(t *testing.T) {
 	} {
 		recorded := tc.recorded
 		t.Run(fmt.Sprintf("recorded=%v/%+v", recorded, tc.c("x")), func(t *testing.T) {
-			id := randomID(t)
-			cg, err := contain.Prepare(context.Background(), h, id, os.Getuid())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { cg.Close(); testutil.RemoveContainCgroups(t, id) })
-			store, err := ledger.Open(t.TempDir())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if recorded {
-				if err := store.Update(id, func(r *ledger.Record) error { lc := cg.Record(); r.Cgroup = &lc; return nil }); err != nil {
-					t.Fatal(err)
-				}
-			}
+			id, cg, store := preparedCgroup(t, h, recorded)
 			fd, _ := cg.CloneFD()
 			inside := exec.Command("sleep", strconv.Itoa(7000000+int(time.Now().UnixNano()%1000000)))
 			inside.SysProcAttr = &syscall.SysProcAttr{Setsid: true, UseCgroupFD: true, CgroupFD: fd}
@@ -295,30 +286,8 @@ func TestRunLeavesACgroupItsDecisionDoesNotCover(t *testing.T) {
 // the caller left alone) live, the older one dies, and the cgroup, still
 // holding the two, is kept.
 func TestRunWithholdsFromTheRecordedCgroup(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
-	h := contain.Detect(contain.Options{})
-	if h.Kind != contain.KindCgroup2 {
-		t.Skipf("no cgroup v2 here: %s", h.Why)
-	}
-	id := randomID(t)
-	cg, err := contain.Prepare(context.Background(), h, id, os.Getuid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cg.Close(); testutil.RemoveContainCgroups(t, id) })
-	store, err := ledger.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.Update(id, func(r *ledger.Record) error {
-		lc := cg.Record()
-		r.Cgroup = &lc
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	h := cgroup2Host(t)
+	id, cg, store := preparedCgroup(t, h, true)
 	base := 7000000 + int(time.Now().UnixNano()%1000000)*4
 	arg := func(i int) string { return strconv.Itoa(base + i) }
 	fd, _ := cg.CloneFD()
@@ -331,6 +300,7 @@ func TestRunWithholdsFromTheRecordedCgroup(t *testing.T) {
 		}
 		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 		var st fingerprint.Stat
+		var err error
 		deadline := time.Now().Add(5 * time.Second)
 		for st, err = fingerprint.ReadStat(fingerprint.DefaultRoot, cmd.Process.Pid); err != nil || st.Comm != "sleep"; st, err = fingerprint.ReadStat(fingerprint.DefaultRoot, cmd.Process.Pid) {
 			if time.Now().After(deadline) {

@@ -94,9 +94,13 @@ func othersPhase(opt Options, groups []int, sig syscall.Signal, wait time.Durati
 	deadline := time.Now().Add(wait)
 	w := newExitWatch(opt.Root)
 	defer w.close()
-	list := opt.Members
+	proc := func(groups []int) []fingerprint.Stat { return Members(opt.Root, groups...) }
+	list, confirm := opt.Members, opt.Confirm
 	if list == nil {
-		list = func(groups []int) []fingerprint.Stat { return Members(opt.Root, groups...) }
+		list = proc
+	}
+	if confirm == nil {
+		confirm = proc
 	}
 	sent := map[fingerprint.Stat]bool{}
 	notSelf := func(m fingerprint.Stat) bool { return m.PID == self }
@@ -105,10 +109,6 @@ func othersPhase(opt Options, groups []int, sig syscall.Signal, wait time.Durati
 		if len(ms) == 0 && opt.Members != nil {
 			// A lister's "none left" is what ends the phase: it is
 			// checked, once per phase rather than at every look.
-			confirm := opt.Confirm
-			if confirm == nil {
-				confirm = func(groups []int) []fingerprint.Stat { return Members(opt.Root, groups...) }
-			}
 			ms = slices.DeleteFunc(confirm(groups), notSelf)
 		}
 		if len(ms) == 0 {

@@ -65,7 +65,8 @@ type Options struct {
 	KillWait time.Duration
 	// Members, when set, is how KillOthers finds the groups' members
 	// instead of listing /proc (Members) at every look; a look at which
-	// it finds none is checked against /proc before the phase ends. A
+	// it finds none is checked (Confirm, else /proc) before the phase
+	// ends. A
 	// listing costs a getpgid per process on the host, and a burst of a
 	// hundred teardowns, each looking a few times, starved the host's
 	// other work for seconds. A caller that knows where the members are

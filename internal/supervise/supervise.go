@@ -425,8 +425,9 @@ const maxBelow = 1 << 16
 // join its groups, all were forked below the wrapper, and an orphan is
 // reparented to the wrapper, not to PID 1. The walk can still miss one
 // (being reparented as it passes, or where the kernel has no children
-// files): KillOthers checks a look that finds none against /proc, so
-// that only the last look of a teardown lists the host.
+// files): KillOthers checks a look that finds none against the cgroup
+// the command was started in (membersInCgroup), else /proc, so that no
+// look but that last one reads more than the tree.
 func (r *runner) membersBelow(groups []int) []fingerprint.Stat {
 	self := os.Getpid()
 	seen := map[int]bool{self: true}

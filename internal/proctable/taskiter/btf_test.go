@@ -301,6 +301,66 @@ func TestParseLayoutGood(t *testing.T) {
 	}
 }
 
+// TestParseLayoutCast: the cast kfunc's ID and struct task_struct's are
+// taken only together, the kfunc by its exact name, the struct's first
+// definition when there are two alike.
+func TestParseLayoutCast(t *testing.T) {
+	addStructs := func(b *btfBuilder, ss []btfStruct) (task uint32) {
+		for _, st := range ss {
+			if id := b.addStruct(st.name, st.kflag, st.members...); st.name == "task_struct" && task == 0 {
+				task = id
+			}
+		}
+		return task
+	}
+	addCast := func(b *btfBuilder, name string) uint32 {
+		proto := b.add(0, kindFuncProto, false, 0, 0)
+		return b.add(b.str(name), kindFunc, false, 1, proto)
+	}
+	tests := []struct {
+		name  string
+		build func(b *btfBuilder) (cast, task uint32)
+	}{
+		{"kfunc after the structs", func(b *btfBuilder) (uint32, uint32) {
+			task := addStructs(b, goodStructs())
+			return addCast(b, castFuncName), task
+		}},
+		{"kfunc before the structs", func(b *btfBuilder) (uint32, uint32) {
+			cast := addCast(b, castFuncName)
+			return cast, addStructs(b, goodStructs())
+		}},
+		{"task_struct twice alike: the first", func(b *btfBuilder) (uint32, uint32) {
+			task := addStructs(b, goodStructs())
+			addStructs(b, goodStructs()[:1])
+			return addCast(b, castFuncName), task
+		}},
+		{"no kfunc", func(b *btfBuilder) (uint32, uint32) {
+			addStructs(b, goodStructs())
+			return 0, 0
+		}},
+		{"only names that start like it", func(b *btfBuilder) (uint32, uint32) {
+			addCast(b, "bpf_rdonly_cast_x")
+			addCast(b, "bpf_rdonly")
+			addStructs(b, goodStructs())
+			return 0, 0
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newBTF()
+			cast, task := tt.build(b)
+			b.addIterFunc()
+			l, err := parseLayout(b.blob())
+			if err != nil {
+				t.Fatalf("parseLayout: %v", err)
+			}
+			if l.rdonlyCast != cast || l.taskStruct != task {
+				t.Errorf("rdonlyCast %d, taskStruct %d; want %d, %d", l.rdonlyCast, l.taskStruct, cast, task)
+			}
+		})
+	}
+}
+
 func TestParseLayoutRefuses(t *testing.T) {
 	withStructs := func(edit func([]btfStruct) []btfStruct) func() []byte {
 		return func() []byte {

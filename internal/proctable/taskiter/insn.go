@@ -30,6 +30,8 @@ const (
 	opCall    = 0x85 // call helper imm
 	opExit    = 0x95
 	helperSeq = 127 // bpf_seq_write(seq, data, len)
+
+	pseudoKfuncCall = 2
 )
 
 func ldxW(dst, src uint8, off uint32) insn {
@@ -55,7 +57,11 @@ func jneReg(dst, src uint8, skip int16) insn {
 	return insn{op: opJneReg, dst: dst, src: src, off: skip}
 }
 func call(helper int32) insn { return insn{op: opCall, imm: helper} }
-func exit() insn             { return insn{op: opExit} }
+
+// callKfunc calls the kernel function with BTF ID id in vmlinux
+// (src BPF_PSEUDO_KFUNC_CALL, off 0: not a module's BTF).
+func callKfunc(id uint32) insn { return insn{op: opCall, src: pseudoKfuncCall, imm: int32(id)} }
+func exit() insn               { return insn{op: opExit} }
 
 // encode lays the instructions out as the kernel reads them: 8 bytes each,
 // the registers in one byte (dst in the low nibble on little-endian hosts).

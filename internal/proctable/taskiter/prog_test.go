@@ -3,6 +3,8 @@ package taskiter
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -104,9 +106,32 @@ var progLayout = layout{
 }
 
 func TestProgram(t *testing.T) {
-	prog, err := program(progLayout)
+	cast := progLayout
+	cast.rdonlyCast, cast.taskStruct = 65425, 114
+	for _, l := range []layout{progLayout, cast} {
+		t.Run(fmt.Sprintf("cast %d", l.rdonlyCast), func(t *testing.T) { testProgram(t, l) })
+	}
+}
+
+func testProgram(t *testing.T, l layout) {
+	prog, err := program(l)
 	if err != nil {
 		t.Fatalf("program: %v", err)
+	}
+	// With the cast kfunc, every load through the task reads the
+	// untrusted pointer it returns: the cast comes first.
+	firstTaskLoad := slices.IndexFunc(prog, func(in insn) bool { return (in.op == opLdxW || in.op == opLdxDW) && in.src == r7 })
+	castAt := slices.IndexFunc(prog, func(in insn) bool { return in.op == opCall && in.src == pseudoKfuncCall })
+	switch {
+	case l.rdonlyCast == 0 && castAt >= 0:
+		t.Errorf("kfunc call at %d without a cast kfunc in the layout", castAt)
+	case l.rdonlyCast != 0 && (castAt < 2 || castAt+1 >= len(prog) || castAt > firstTaskLoad):
+		t.Fatalf("kfunc call at %d, first load through r7 at %d: want the cast before it", castAt, firstTaskLoad)
+	case l.rdonlyCast != 0:
+		want := []insn{mov(r1, r7), movImm(r2, int32(l.taskStruct)), callKfunc(l.rdonlyCast), mov(r7, r0)}
+		if got := prog[castAt-2 : castAt+2]; !slices.Equal(got, want) {
+			t.Errorf("cast sequence %+v, want %+v", got, want)
+		}
 	}
 	if n := len(prog); n < 2 || prog[n-1] != exit() || prog[n-2] != movImm(r0, 0) {
 		t.Fatalf("program does not end with r0 = 0; exit: %+v", prog[max(0, n-2):])
@@ -121,7 +146,6 @@ func TestProgram(t *testing.T) {
 			t.Errorf("jump at %d with off %d lands outside the program", at, in.off)
 		}
 	}
-	l := progLayout
 	// Each field is read by one load of its size, from the right base
 	// register: the task (r7), its signal (r8) or the pgid's struct pid (r2).
 	loads := []struct {
@@ -261,6 +285,7 @@ func TestEncode(t *testing.T) {
 		{"negative immediate", []insn{addImm(r2, -40)},
 			cat([]byte{0x07, regs(2, 0)}, native(0, 0), native(0xff, 0xff, 0xff, 0xd8))},
 		{"call", []insn{call(helperSeq)}, cat([]byte{0x85, 0}, native(0, 0), native(0, 0, 0, 127))},
+		{"kfunc call: src BPF_PSEUDO_KFUNC_CALL, BTF ID", []insn{callKfunc(0x1ff91)}, cat([]byte{0x85, regs(0, 2)}, native(0, 0), native(0, 1, 0xff, 0x91))},
 		{"two instructions in order", []insn{mov(r6, r1), jneReg(r2, r3, 5)},
 			cat([]byte{0xbf, regs(6, 1)}, native(0, 0), native(0, 0, 0, 0), []byte{0x5d, regs(2, 3)}, native(0, 5), native(0, 0, 0, 0))},
 	}

@@ -162,15 +162,30 @@ func Load() (*Program, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	prog, err := program(l)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	fd, err := loadProgram(prog, l.iterFunc)
+	fd, err := loadFor(l)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return &Program{fd: fd}, nil
+}
+
+// loadFor loads the program for layout l. A kernel that lists the cast
+// kfunc but does not offer it to iterators gets the program without it.
+func loadFor(l layout) (int, error) {
+	fd, err := load(l)
+	if err != nil && l.rdonlyCast != 0 {
+		l.rdonlyCast, l.taskStruct = 0, 0
+		fd, err = load(l)
+	}
+	return fd, err
+}
+
+func load(l layout) (int, error) {
+	prog, err := program(l)
+	if err != nil {
+		return -1, err
+	}
+	return loadProgram(prog, l.iterFunc)
 }
 
 // Close unloads the program.

@@ -607,3 +607,64 @@ func TestProgramReused(t *testing.T) {
 		t.Errorf("a pass of a closed program: %v, want ErrUnavailable", err)
 	}
 }
+
+// TestCastReadsTheSame: the program that reads the task through
+// bpf_rdonly_cast lists what the one without it does, and a cast the
+// kernel refuses (here the ID of a function that is no kfunc) falls back
+// to the program without it.
+func TestCastReadsTheSame(t *testing.T) {
+	if err := checkNamespaces(); err != nil {
+		t.Skip(err)
+	}
+	l, err := readLayout()
+	if err != nil {
+		t.Skipf("no usable kernel BTF: %v", err)
+	}
+	if l.rdonlyCast == 0 {
+		t.Skip("kernel without bpf_rdonly_cast")
+	}
+	plain := l
+	plain.rdonlyCast, plain.taskStruct = 0, 0
+	bogus := l
+	bogus.rdonlyCast = l.iterFunc
+	if fd, err := load(bogus); err == nil {
+		unix.Close(fd)
+		t.Fatal("the kernel took a program calling a function that is no kfunc: the fallback below would prove nothing")
+	}
+	pass := func(l layout, load func(layout) (int, error)) map[int]Task {
+		t.Helper()
+		fd, err := load(l)
+		if err != nil {
+			if missingFeature(err) {
+				t.Skipf("task iterator not usable on this host: %v", err)
+			}
+			t.Fatalf("load: %v", err)
+		}
+		p := &Program{fd: fd}
+		defer p.Close()
+		out := map[int]Task{}
+		if _, err := p.Each(func(task *Task) { out[task.PID] = *task }); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	withCast, without, fellBack := pass(l, load), pass(plain, load), pass(bogus, loadFor)
+	for _, other := range []map[int]Task{without, fellBack} {
+		same := 0
+		for pid, a := range withCast {
+			b, ok := other[pid]
+			// A process that came, went or changed between the passes
+			// is not compared; the steady ones must agree field by field.
+			if !ok || a.StartTicks != b.StartTicks || a.Threads != b.Threads || a.ExitState != b.ExitState {
+				continue
+			}
+			if a != b {
+				t.Errorf("PID %d: with the cast %+v, without %+v", pid, a, b)
+			}
+			same++
+		}
+		if same < len(withCast)/2 || withCast[os.Getpid()].PID == 0 {
+			t.Errorf("only %d of %d processes compared, this one's in the cast's pass: %v", same, len(withCast), withCast[os.Getpid()].PID != 0)
+		}
+	}
+}

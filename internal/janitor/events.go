@@ -146,7 +146,14 @@ type deathHandler struct {
 	// handling ends with the container still live, so that an engine
 	// slower to agree than the retries are long (dockerd in a drain)
 	// does not lose the death to the next round.
-	again   map[string]engine.Death
+	again map[string]engine.Death
+	// nudges wakes the wait between attempts of the handling a death is
+	// in when another source reports it: dockerd's "die" comes when it
+	// has finished with the container, which is when its answers stop
+	// calling it running. A drain's deaths are then decided as the
+	// engine catches up, not on the next step of the backoff (up to
+	// 2.56 s later).
+	nudges  map[string]chan struct{}
 	pending []engine.Death // this burst window's, not yet handled
 	// scans counts the attempts made, each one scan and one engine
 	// question: a burst costs one, not one per death.
@@ -161,7 +168,7 @@ type deathHandler struct {
 
 func newDeathHandler(w Watch, log *slog.Logger, serial *sync.Mutex, work, stop context.Context) *deathHandler {
 	return &deathHandler{w: w, log: log, serial: serial, work: work, stop: stop, retries: stillLiveRetries(),
-		inFlight: map[string]bool{}, again: map[string]engine.Death{}, recent: map[string]time.Time{}, handled: map[string]int{}, skipped: map[string]int{}, followed: map[string]bool{}}
+		inFlight: map[string]bool{}, again: map[string]engine.Death{}, nudges: map[string]chan struct{}{}, recent: map[string]time.Time{}, handled: map[string]int{}, skipped: map[string]int{}, followed: map[string]bool{}}
 }
 
 // burstWindow: deaths that arrive this close together (a pod's
@@ -195,6 +202,10 @@ func (h *deathHandler) death(d engine.Death) {
 	if _, seen := h.recent[d.ID]; seen || h.inFlight[d.ID] {
 		if !seen {
 			h.again[d.ID] = d
+			select {
+			case h.nudges[d.ID] <- struct{}{}: // a nil channel never takes
+			default:
+			}
 		}
 		log.Debug("container death already being handled or just handled; coalesced")
 		return
@@ -287,6 +298,7 @@ func (h *deathHandler) handle(batch []engine.Death) {
 		h.mu.Lock()
 		for _, d := range batch {
 			delete(h.inFlight, d.ID)
+			delete(h.nudges, d.ID)
 			if settled[d.ID] {
 				h.recent[d.ID] = time.Now()
 			}
@@ -314,15 +326,20 @@ func (h *deathHandler) handle(batch []engine.Death) {
 
 	start := time.Now()
 	waiting := map[string]engine.Death{}
+	nudge := make(chan struct{}, 1)
+	h.mu.Lock()
 	for _, d := range batch {
 		waiting[d.ID] = d
+		h.nudges[d.ID] = nudge
 	}
+	h.mu.Unlock()
 	log := h.log
 	if len(batch) == 1 {
 		log = logOf(batch[0])
 	} else {
 		log.Debug("container deaths decided together", "burst", len(batch))
 	}
+	waits := 0 // the backoff's steps taken; a nudged attempt takes none
 	for attempts := 1; len(waiting) > 0; attempts++ {
 		opt := h.w.Reconcile
 		opt.Containers = map[string]bool{}
@@ -337,7 +354,7 @@ func (h *deathHandler) handle(batch []engine.Death) {
 		}
 		opt.Logger = log
 		rep, liveErr, err := h.locked(opt, log)
-		last := attempts > len(h.retries)
+		last := waits >= len(h.retries)
 		var again []string
 		for _, id := range slices.Sorted(maps.Keys(waiting)) {
 			d := waiting[id]
@@ -358,8 +375,12 @@ func (h *deathHandler) handle(batch []engine.Death) {
 		}
 		if len(again) > 0 {
 			log.Debug("dead container(s) still look live; asking again", "attempt", attempts, "containers", len(again),
-				"truth_unknown", liveErr != nil, "retry_in", h.retries[attempts-1])
-			if !h.wait(h.retries[attempts-1]) {
+				"truth_unknown", liveErr != nil, "retry_in", h.retries[waits])
+			nudged, ok := h.wait(h.retries[waits], nudge)
+			if !nudged {
+				waits++
+			}
+			if !ok {
 				for _, id := range again {
 					d := waiting[id]
 					h.report(d, logOf(d), Report{}, nil, errStopping, attempts, start, len(batch))
@@ -437,17 +458,32 @@ func (h *deathHandler) locked(opt reconcile.Options, log *slog.Logger) (Report, 
 	return rep, liveErr, err
 }
 
-// wait sleeps for d unless watch is stopping; false if it is.
-func (h *deathHandler) wait(d time.Duration) bool {
+// wait sleeps for d, or until nudged and nudgeWindow more; ok is false
+// if watch is stopping.
+func (h *deathHandler) wait(d time.Duration, nudge <-chan struct{}) (nudged, ok bool) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-h.stop.Done():
-		return false
+		return false, false
 	case <-t.C:
-		return true
+		return false, true
+	case <-nudge:
+	}
+	// The engine finishes a drain's containers one after the other:
+	// those it finishes next join the attempt.
+	t.Reset(nudgeWindow)
+	select {
+	case <-h.stop.Done():
+		return true, false
+	case <-t.C:
+		return true, true
 	}
 }
+
+// nudgeWindow is how long an attempt woken by a death's second report
+// waits for more of them.
+const nudgeWindow = 20 * time.Millisecond
 
 // count records a handled death and, with --metrics-file, writes the
 // counts at once: the next round may be an interval away.

@@ -406,6 +406,40 @@ func TestDeathHandlerBurst(t *testing.T) {
 	}
 }
 
+// TestDeathHandlerNudged: a dead container the engine still calls live is
+// asked again as soon as another source reports its death (dockerd's
+// "die" after the pidfd), not on the backoff's next step, here an hour
+// away; a nudged attempt takes no step of the backoff, so two of them
+// still leave the one step there is.
+func TestDeathHandlerNudged(t *testing.T) {
+	id := strings.Repeat("d8", 32)
+	sa := &scriptedAttempts{calls: map[string]int{}, scripts: map[string][]action.Action{
+		id: {action.SkipLive, action.SkipLive, action.Reaped},
+	}}
+	log, buf := jsonLogger()
+	var serial sync.Mutex
+	stop, cancel := context.WithCancel(t.Context())
+	h := newDeathHandler(Watch{}, log, &serial, t.Context(), stop)
+	h.retries = []time.Duration{time.Hour}
+	h.attempt = sa.attempt
+	defer h.close()
+	defer cancel() // first: a failed run ends its hour's wait
+
+	now := time.Now()
+	h.death(engine.Death{Engine: "docker", ID: id, At: now, Via: "pidfd"})
+	for n := 1; n <= 2; n++ {
+		proc.WaitFor(t, time.Minute, "the attempt's wait", func() bool {
+			return len(buf.records("dead container(s) still look live; asking again")) == n
+		})
+		h.death(engine.Death{Engine: "docker", ID: id, At: now}) // another report
+	}
+	proc.WaitFor(t, time.Minute, "the death handled", func() bool { return len(buf.records("container death handled")) == 1 })
+	r := buf.records("container death handled")[0]
+	if r["reaped"] != float64(1) || r["attempts"] != float64(3) {
+		t.Errorf("handled: %v; want reaped after 3 attempts", r)
+	}
+}
+
 // TestDeathHandlerReportedAgain: a death reported again while its first
 // report is being handled (a pidfd, then the engine's event) is handled
 // anew when every attempt of the first still found the container live

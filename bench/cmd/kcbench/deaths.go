@@ -41,11 +41,15 @@ type deathResult struct {
 	Burst     int             `json:"burst"`
 	// BurstKill is from the first SIGKILL to the last init dead;
 	// BurstReap from the last init dead to the last tree gone.
-	BurstKill time.Duration  `json:"burst_kill_ns"`
-	BurstReap time.Duration  `json:"burst_reap_ns"`
-	Via       map[string]int `json:"via"` // deaths handled, by what saw them
-	Scans     int            `json:"scans"`
-	Load      string         `json:"load"`
+	BurstKill time.Duration `json:"burst_kill_ns"`
+	BurstReap time.Duration `json:"burst_reap_ns"`
+	// BurstEngine is from the last init dead to the engine's own list
+	// running none of the burst (polled through its CLI): watch must
+	// wait for that answer, so it bounds BurstReap from below.
+	BurstEngine time.Duration  `json:"burst_engine_ns"`
+	Via         map[string]int `json:"via"` // deaths handled, by what saw them
+	Scans       int            `json:"scans"`
+	Load        string         `json:"load"`
 }
 
 // deathVictim is one container about to be killed.
@@ -78,21 +82,78 @@ func (b *bench) initPIDs(e string, ids []string) (map[string]int, error) {
 			}
 		}
 	case "containerd":
-		text, err := containerdtest.TryCtr(b.ctrd.addr, b.ctrd.ns, nil, "tasks", "ls")
-		if err != nil {
+		var err error
+		if out, err = b.initPIDsRunning(); err != nil {
 			return nil, err
-		}
-		for _, l := range strings.Split(text, "\n") {
-			f := strings.Fields(l)
-			if len(f) >= 3 && f[2] == "RUNNING" {
-				out[f[0]], _ = strconv.Atoi(f[1])
-			}
 		}
 	}
 	for _, id := range ids {
 		if out[id] <= 0 {
 			return nil, fmt.Errorf("%s: no init PID for %.12s", e, id)
 		}
+	}
+	return out, nil
+}
+
+// initPIDsRunning is the init PID of each task containerd calls running
+// in the harness's namespace.
+func (b *bench) initPIDsRunning() (map[string]int, error) {
+	text, err := containerdtest.TryCtr(b.ctrd.addr, b.ctrd.ns, nil, "tasks", "ls")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, l := range strings.Split(text, "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 3 && f[2] == "RUNNING" {
+			out[f[0]], _ = strconv.Atoi(f[1])
+		}
+	}
+	return out, nil
+}
+
+// waitNotRunning polls e's list until it runs none of vs and returns
+// when it saw that, or the zero time after timeout. Docker is asked over
+// its socket; podman and containerd through their CLIs (tens of
+// milliseconds a poll, which is then the figure's resolution).
+func (b *bench) waitNotRunning(e string, vs []*deathVictim, timeout time.Duration) time.Time {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); {
+		running, err := b.running(e)
+		now := time.Now()
+		if err == nil && !slices.ContainsFunc(vs, func(v *deathVictim) bool { return running[v.id] }) {
+			return now
+		}
+		if e == "docker" {
+			time.Sleep(10 * time.Millisecond)
+		} else {
+			time.Sleep(100 * time.Millisecond) // a CLI run costs the CPU watch needs
+		}
+	}
+	return time.Time{}
+}
+
+// running lists the containers engine e calls running.
+func (b *bench) running(e string) (map[string]bool, error) {
+	out := map[string]bool{}
+	var text string
+	var err error
+	switch e {
+	case "podman":
+		text, err = b.pm.run(time.Minute, "ps", "-q", "--no-trunc")
+	case "docker":
+		return b.docker.runningAPI()
+	case "containerd":
+		pids, lerr := b.initPIDsRunning()
+		for id := range pids {
+			out[id] = true
+		}
+		return out, lerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range strings.Fields(text) {
+		out[id] = true
 	}
 	return out, nil
 }
@@ -207,7 +268,14 @@ func (b *bench) deathsOf(e, path string) error {
 		}
 		last := slices.MaxFunc(died, func(a, b time.Time) int { return a.Compare(b) })
 		dr.Burst, dr.BurstKill = len(burst), last.Sub(start)
+		engineDone := make(chan time.Time, 1)
+		go func() { engineDone <- b.waitNotRunning(e, burst, 30*time.Second) }()
 		gone, err := waitTreesGone(burst, 30*time.Second)
+		if at := <-engineDone; at.IsZero() {
+			dr.BurstEngine = -1
+		} else {
+			dr.BurstEngine = at.Sub(last)
+		}
 		if err != nil {
 			// The singles' figures stand; the burst's is the failure.
 			dr.BurstReap = -1
@@ -383,15 +451,19 @@ func (b *bench) deathTable(w io.Writer) {
 		return
 	}
 	fmt.Fprintf(w, "### death to reap (`watch --reconcile-apply` scoped to the engine's containers; each init SIGKILLed through a pidfd; from the init's death to its tree gone)\n\n")
-	fmt.Fprintln(w, "| engine | processes | p50 | p95 | deaths | burst | burst: kills → last init dead | burst: last death → all trees gone | deaths seen via | scans | load after |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| engine | processes | p50 | p95 | deaths | burst | burst: kills → last init dead | burst: last death → all trees gone | burst: last death → the engine's list runs none | deaths seen via | scans | load after |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, d := range b.res.Deaths {
 		reap := ms(d.BurstReap)
 		if d.BurstReap < 0 {
 			reap = "not all within 30 s"
 		}
-		fmt.Fprintf(w, "| %s | %d | %s | %s | %d | %d | %s | %s | %v | %d | %s |\n", d.Engine, d.Processes, ms(percentile(d.Singles, 50)), ms(percentile(d.Singles, 95)),
-			len(d.Singles), d.Burst, ms(d.BurstKill), reap, viaText(d.Via), d.Scans, d.Load)
+		eng := ms(d.BurstEngine)
+		if d.BurstEngine < 0 {
+			eng = "not within 30 s"
+		}
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %d | %d | %s | %s | %s | %v | %d | %s |\n", d.Engine, d.Processes, ms(percentile(d.Singles, 50)), ms(percentile(d.Singles, 95)),
+			len(d.Singles), d.Burst, ms(d.BurstKill), reap, eng, viaText(d.Via), d.Scans, d.Load)
 	}
 	fmt.Fprintln(w)
 }
@@ -410,7 +482,7 @@ func (b *bench) deathTargets() {
 				Goal: "≤ 2 s (for 100)", Measured: "not all within 30 s", Met: false})
 		} else if d.Burst > 0 {
 			t := target{What: fmt.Sprintf("%s: burst of %d deaths, last death → all trees gone", d.Engine, d.Burst),
-				Goal: "≤ 2 s (for 100)", Measured: fmt.Sprintf("%s (%d scans)", ms(d.BurstReap), d.Scans), Met: d.BurstReap <= 2*time.Second}
+				Goal: "≤ 2 s (for 100)", Measured: fmt.Sprintf("%s (%d scans; the engine's own list ran none after %s)", ms(d.BurstReap), d.Scans, ms(d.BurstEngine)), Met: d.BurstReap <= 2*time.Second}
 			if d.Burst < 100 {
 				t.Comparison, t.Goal = true, "— (fewer than 100: -containers)"
 			}

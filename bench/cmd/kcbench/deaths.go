@@ -58,6 +58,9 @@ type deathVictim struct {
 	init    int
 	pidfd   int
 	members []fingerprint.Stat
+	// memberFDs are pidfds of the members: the harness waits for the
+	// tree's end in poll(2), taking no CPU from what it times.
+	memberFDs []int
 }
 
 // initPIDs asks engine e for the init PIDs of ids.
@@ -124,7 +127,7 @@ func (b *bench) waitNotRunning(e string, vs []*deathVictim, timeout time.Duratio
 			return now
 		}
 		if e == "docker" {
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(25 * time.Millisecond) // each costs dockerd a listing
 		} else {
 			time.Sleep(100 * time.Millisecond) // a CLI run costs the CPU watch needs
 		}
@@ -192,6 +195,9 @@ func (b *bench) deathsOf(e, path string) error {
 			if v.pidfd >= 0 {
 				unix.Close(v.pidfd)
 			}
+			for _, fd := range v.memberFDs {
+				unix.Close(fd)
+			}
 		}
 	}()
 	for _, id := range ids {
@@ -199,10 +205,21 @@ func (b *bench) deathsOf(e, path string) error {
 		if len(v.members) == 0 {
 			return fmt.Errorf("the tree of %.12s has no members", id)
 		}
+		victims = append(victims, v)
 		if v.pidfd, err = unix.PidfdOpen(v.init, 0); err != nil {
 			return fmt.Errorf("pidfd_open of %.12s's init %d: %w", id, v.init, err)
 		}
-		victims = append(victims, v)
+		for _, m := range v.members {
+			fd, err := unix.PidfdOpen(m.PID, 0)
+			if err != nil {
+				return fmt.Errorf("pidfd_open of %.12s's tree member %d: %w", id, m.PID, err)
+			}
+			v.memberFDs = append(v.memberFDs, fd)
+			// Opened after the listing: the PID must still be the member's.
+			if st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, m.PID); err != nil || st.StartTicks != m.StartTicks {
+				return fmt.Errorf("%.12s's tree member %d changed before the kills", id, m.PID)
+			}
+		}
 		// The tree's wrapper is the harness's child: reaped on exit, as a
 		// real supervisor's parent does.
 		pop.reapOnExitPID(leaders[id])
@@ -334,13 +351,27 @@ func killInits(vs []*deathVictim) ([]time.Time, error) {
 			return nil, fmt.Errorf("killing %.12s's init: %w", v.id, err)
 		}
 	}
-	died := make([]time.Time, len(vs))
-	fds := make([]unix.PollFd, len(vs))
+	fds := make([]int, len(vs))
 	for i, v := range vs {
-		fds[i] = unix.PollFd{Fd: int32(v.pidfd), Events: unix.POLLIN}
+		fds[i] = v.pidfd
 	}
-	left := len(vs)
-	deadline := time.Now().Add(20 * time.Second)
+	died, err := waitReadable(fds, 20*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("inits after SIGKILL: %w", err)
+	}
+	return died, nil
+}
+
+// waitReadable waits until each pidfd is readable (its process exited)
+// and returns when each became so.
+func waitReadable(pidfds []int, within time.Duration) ([]time.Time, error) {
+	at := make([]time.Time, len(pidfds))
+	fds := make([]unix.PollFd, len(pidfds))
+	for i, fd := range pidfds {
+		fds[i] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
+	}
+	left := len(fds)
+	deadline := time.Now().Add(within)
 	for left > 0 {
 		n, err := unix.Poll(fds, 100)
 		if errors.Is(err, unix.EINTR) {
@@ -352,42 +383,30 @@ func killInits(vs []*deathVictim) ([]time.Time, error) {
 		now := time.Now()
 		for i := range fds {
 			if n > 0 && fds[i].Revents != 0 && fds[i].Fd >= 0 {
-				died[i] = now
+				at[i] = now
 				fds[i].Fd = -1 // poll skips negative fds
 				left--
 			}
 		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%d inits still alive 20s after SIGKILL", left)
+		if left > 0 && now.After(deadline) {
+			return nil, fmt.Errorf("%d processes still alive after %v", left, within)
 		}
 	}
-	return died, nil
+	return at, nil
 }
 
-// waitTreesGone polls every millisecond until every member of every
-// victim's tree is gone (exited, a zombie, or its PID another process's)
-// and returns that moment.
+// waitTreesGone waits until every member of every victim's tree has
+// exited and returns that moment.
 func waitTreesGone(vs []*deathVictim, within time.Duration) (time.Time, error) {
-	deadline := time.Now().Add(within)
-	left := slices.Clone(vs)
-	for {
-		left = slices.DeleteFunc(left, func(v *deathVictim) bool {
-			for _, m := range v.members {
-				st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, m.PID)
-				if err == nil && st.StartTicks == m.StartTicks && !st.Zombie() {
-					return false
-				}
-			}
-			return true
-		})
-		if len(left) == 0 {
-			return time.Now(), nil
-		}
-		if time.Now().After(deadline) {
-			return time.Time{}, fmt.Errorf("%d trees (first: %.12s's) still there %v after their containers' deaths", len(left), left[0].id, within)
-		}
-		time.Sleep(time.Millisecond)
+	var fds []int
+	for _, v := range vs {
+		fds = append(fds, v.memberFDs...)
 	}
+	at, err := waitReadable(fds, within)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("trees of %d containers after their deaths: %w", len(vs), err)
+	}
+	return slices.MaxFunc(at, func(a, b time.Time) int { return a.Compare(b) }), nil
 }
 
 // readLog parses a JSON log file's lines.

@@ -279,7 +279,31 @@ func (b *bench) setupEngines() error {
 		b.res.Machine["containerd"] = c.version() + " (private containerd; namespace " + c.ns + ", busybox /bin/sleep via ctr run)"
 		progress("containerd containers ready after %v", time.Since(start).Round(time.Millisecond))
 	}
+	b.askAll()
 	return nil
+}
+
+// askAll adds the path "all": one reconcile asking every engine the
+// harness runs, as --engine auto does on a host that has them all, so
+// that each engine's live containers are live to it and none is read as
+// another engine's stray.
+func (b *bench) askAll() {
+	var engines []string
+	var args []string
+	if pm, ok := b.janArgs["api"]; ok {
+		engines = append(engines, "podman")
+		args = append(args, pm[2:]...) // after "--engine podman"
+	}
+	for _, e := range []string{"docker", "containerd"} {
+		if a, ok := b.janArgs[e]; ok {
+			engines = append(engines, e)
+			args = append(args, a[2:]...)
+		}
+	}
+	if len(engines) < 2 {
+		return
+	}
+	b.janArgs["all"] = append([]string{"--engine", strings.Join(engines, ",")}, args...)
 }
 
 // pathEngine is the engine a reconcile path asks.
@@ -293,6 +317,14 @@ func pathEngine(path string) string {
 
 // liveFor are the container IDs the engine of path lists live.
 func (b *bench) liveFor(path string) []string {
+	if path == "all" {
+		out := slices.Clone(b.engineIDs["docker"])
+		out = append(out, b.engineIDs["containerd"]...)
+		if _, ok := b.janArgs["api"]; ok { // else podman's are the stand-in CLI's
+			out = append(out, b.liveIDs...)
+		}
+		return out
+	}
 	if e := pathEngine(path); e != "podman" {
 		return b.engineIDs[e]
 	}

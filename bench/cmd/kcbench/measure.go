@@ -491,7 +491,7 @@ func (b *bench) reconcileBench(n, procs int) error {
 	if b.pm == nil {
 		paths = []string{"fake-cli"}
 	}
-	for _, e := range []string{"docker", "containerd"} {
+	for _, e := range []string{"docker", "containerd", "all"} {
 		if _, ok := b.janArgs[e]; ok {
 			paths = append(paths, e)
 		}

@@ -89,7 +89,11 @@ func (sc *Scanned) corroborateCgroups(ls []contain.Listed, live engine.Set) ([]c
 			// unconfirmed (nothing to act on then): evidence needs it
 			// whole.
 			if sc.snap != nil && sc.snap.Pending() {
-				if _, err := sc.snap.Confirm(); err != nil {
+				confirm := sc.snap.Confirm
+				if sc.confirm != nil {
+					confirm = sc.confirm
+				}
+				if _, err := confirm(); err != nil {
 					sc.log.Warn("cannot complete the process listing; populated cgroups left alone", "err", err)
 					return kept, 0, nil
 				}

@@ -3,9 +3,12 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -15,6 +18,8 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/proctable"
+	"github.com/kc-watchman/kc-watchman/internal/proctable/taskiter"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
@@ -192,4 +197,57 @@ func contained(t *testing.T, h contain.Host, id string) *exec.Cmd {
 func isDir(p string) bool {
 	st, err := os.Lstat(p)
 	return err == nil && st.IsDir()
+}
+
+// TestPopulatedCgroupsNeedACompleteListing: a populated cgroup of a gone
+// container is swept only once its container has been checked for
+// evidence of running, and that check needs the whole process table. When
+// the iterator's listing cannot be completed against /proc, no populated
+// cgroup is kept for sweeping (what it holds may be a live container's);
+// with the listing completed, the same cgroup, without evidence, is.
+func TestPopulatedCgroupsNeedACompleteListing(t *testing.T) {
+	hidden := os.Getpid() // left out of the pass, so the census cannot vouch
+	gone, empty := testutil.RandomHex(t, 64), testutil.RandomHex(t, 64)
+	live := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()}
+	for _, tc := range []struct {
+		name       string
+		confirmErr error
+		want       []string
+	}{
+		{"listing completed", nil, []string{gone, empty}},
+		// The empty one after it goes too: the run stops looking.
+		{"listing cannot be completed", errors.New("listing /proc: too many open files"), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			snap, err := proctable.List(proctable.Options{Lister: proctable.ListBPF, Defer: true, Hide: func(pid int) bool { return pid == hidden }})
+			if errors.Is(err, taskiter.ErrUnavailable) {
+				t.Skipf("task iterator not usable here: %v", err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !snap.Pending() {
+				t.Fatal("a pass that left a process out is complete: nothing to confirm")
+			}
+			var buf strings.Builder
+			sc := &Scanned{opt: Options{Root: fingerprint.DefaultRoot}, log: slog.New(slog.NewTextHandler(&buf, nil)), snap: snap}
+			if tc.confirmErr != nil {
+				sc.confirm = func() (int, error) { return 0, tc.confirmErr }
+			}
+			ls := []contain.Listed{{ContainerID: gone, Populated: true}, {ContainerID: empty}}
+			kept, _, _ := sc.corroborateCgroups(ls, live)
+			var got []string
+			for _, l := range kept {
+				got = append(got, l.ContainerID)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("kept %v, want %v; log:\n%s", got, tc.want, buf.String())
+			}
+			// The evidence checker refuses a pending listing too; the
+			// refusal must come before it is asked.
+			if tc.confirmErr != nil && (!strings.Contains(buf.String(), "populated cgroups left alone") || sc.ck != nil) {
+				t.Errorf("not refused before the evidence check:\n%s", buf.String())
+			}
+		})
+	}
 }

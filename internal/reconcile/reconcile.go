@@ -247,6 +247,8 @@ type Scanned struct {
 	// vanished are the containers of partial trees gone before they
 	// could be read in full (see complete).
 	vanished map[string]bool
+	// confirm completes snap; nil: snap.Confirm (tests make it fail).
+	confirm func() (int, error)
 }
 
 // Scan reads the ledger and scans /proc. It changes nothing. Scanning

@@ -61,7 +61,6 @@ func (d *benchDocker) run(timeout time.Duration, args ...string) (string, error)
 	return strings.TrimSpace(stdout.String()), nil
 }
 
-// version is dockerd's, for the machine table.
 // runningAPI lists the running containers over the API socket: a CLI
 // run every few milliseconds would take the CPU the reaping is timed on.
 func (d *benchDocker) runningAPI() (map[string]bool, error) {
@@ -95,6 +94,7 @@ func (d *benchDocker) runningAPI() (map[string]bool, error) {
 	return out, nil
 }
 
+// version is dockerd's, for the machine table.
 func (d *benchDocker) version() string {
 	v, err := d.run(30*time.Second, "version", "--format", "{{.Server.Version}} (API {{.Server.APIVersion}})")
 	if err != nil {

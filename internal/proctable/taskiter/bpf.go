@@ -105,7 +105,7 @@ func loadProgram(prog []insn, attachID uint32) (int, error) {
 	if err == nil {
 		return fd, nil
 	}
-	if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.EACCES) {
+	if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.EACCES) && !errors.Is(err, unix.EFAULT) {
 		return -1, fmt.Errorf("load task iterator program: %w", err)
 	}
 	log := make([]byte, 64<<10)

@@ -37,6 +37,11 @@ type layout struct {
 	// cast of it, whose loads the verifier checks without its by-name
 	// lookups of trusted and RCU members (about 3 ms of every load).
 	rdonlyCast, taskStruct uint32
+	// walkNew, walkNext and walkDestroy are the BTF IDs of the open-coded
+	// task iterator's kfuncs (Linux 6.7), 0 where the kernel has none:
+	// with them and the cast, one run of the program walks every process
+	// (walk.go).
+	walkNew, walkNext, walkDestroy uint32
 }
 
 // wantedMembers names, per struct, the members the program reads.
@@ -57,6 +62,13 @@ const (
 
 // iterFuncName is the kernel function a task iterator program attaches to.
 const iterFuncName = "bpf_iter_task"
+
+// The open-coded task iterator's kfuncs.
+const (
+	walkNewName     = "bpf_iter_task_new"
+	walkNextName    = "bpf_iter_task_next"
+	walkDestroyName = "bpf_iter_task_destroy"
+)
 
 // castFuncName is the kfunc that makes a pointer an untrusted one of a
 // given type; the verifier inlines it as a move.
@@ -171,6 +183,9 @@ func parseLayout(blob []byte) (layout, error) {
 	l := layout{iterFunc: ids.iterFunc}
 	if ids.rdonlyCast != 0 && ids.taskStruct != 0 {
 		l.rdonlyCast, l.taskStruct = ids.rdonlyCast, ids.taskStruct
+		if ids.walkNew != 0 && ids.walkNext != 0 && ids.walkDestroy != 0 {
+			l.walkNew, l.walkNext, l.walkDestroy = ids.walkNew, ids.walkNext, ids.walkDestroy
+		}
 	}
 	for _, f := range []struct {
 		dst     *uint32
@@ -223,6 +238,7 @@ func nameAt(strs []byte, off uint32) []byte {
 // the cast kfunc and the task struct (the first, if defined twice).
 type btfIDs struct {
 	iterFunc, rdonlyCast, taskStruct uint32
+	walkNew, walkNext, walkDestroy   uint32
 }
 
 // findTypes walks a type section and returns, for each struct whose name
@@ -277,6 +293,12 @@ func findTypes(types, strs []byte) (map[string]map[string]uint32, btfIDs, error)
 				ids.iterFunc = id
 			case castFuncName:
 				ids.rdonlyCast = id
+			case walkNewName:
+				ids.walkNew = id
+			case walkNextName:
+				ids.walkNext = id
+			case walkDestroyName:
+				ids.walkDestroy = id
 			}
 		case kind == kindStruct && structFirst[first]:
 			b := nameAt(strs, nameOff)

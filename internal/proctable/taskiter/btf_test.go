@@ -586,3 +586,53 @@ func TestParseKernelBTF(t *testing.T) {
 	}
 	t.Logf("%+v", l)
 }
+
+// TestParseLayoutWalk: the open-coded iterator's kfuncs are taken only
+// all three together, and with the cast, which the walk reads through.
+func TestParseLayoutWalk(t *testing.T) {
+	addFunc := func(b *btfBuilder, name string) uint32 {
+		proto := b.add(0, kindFuncProto, false, 0, 0)
+		return b.add(b.str(name), kindFunc, false, 1, proto)
+	}
+	all := []string{walkNewName, walkNextName, walkDestroyName}
+	tests := []struct {
+		name  string
+		funcs []string
+		cast  bool
+		want  bool
+	}{
+		{"all three and the cast", all, true, true},
+		{"all three, no cast", all, false, false},
+		{"no destroy", all[:2], true, false},
+		{"no new", all[1:], true, false},
+		{"names that only start like them", []string{walkNewName + "_x", "bpf_iter_task_nex", walkDestroyName + "2"}, true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newBTF()
+			ids := map[string]uint32{}
+			for _, f := range tt.funcs {
+				ids[f] = addFunc(b, f)
+			}
+			for _, st := range goodStructs() {
+				b.addStruct(st.name, st.kflag, st.members...)
+			}
+			if tt.cast {
+				addFunc(b, castFuncName)
+			}
+			b.addIterFunc()
+			l, err := parseLayout(b.blob())
+			if err != nil {
+				t.Fatalf("parseLayout: %v", err)
+			}
+			got := [3]uint32{l.walkNew, l.walkNext, l.walkDestroy}
+			want := [3]uint32{}
+			if tt.want {
+				want = [3]uint32{ids[walkNewName], ids[walkNextName], ids[walkDestroyName]}
+			}
+			if got != want {
+				t.Errorf("walk kfuncs %v, want %v", got, want)
+			}
+		})
+	}
+}

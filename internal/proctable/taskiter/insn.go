@@ -12,7 +12,7 @@ type insn struct {
 }
 
 const (
-	r0, r1, r2, r3, r6, r7, r8, r10 = 0, 1, 2, 3, 6, 7, 8, 10
+	r0, r1, r2, r3, r6, r7, r8, r9, r10 = 0, 1, 2, 3, 6, 7, 8, 9, 10
 )
 
 // Opcodes: class | size/source | mode/operation.
@@ -27,6 +27,8 @@ const (
 	opAddImm  = 0x07 // dst += imm (64-bit)
 	opJeqImm  = 0x15 // if dst == imm goto +off
 	opJneReg  = 0x5d // if dst != src goto +off
+	opJa      = 0x05 // goto +off
+	opLdImm64 = 0x18 // dst = imm64 (two instructions)
 	opCall    = 0x85 // call helper imm
 	opExit    = 0x95
 	helperSeq = 127 // bpf_seq_write(seq, data, len)
@@ -56,6 +58,7 @@ func jeqImm(dst uint8, imm int32, skip int16) insn {
 func jneReg(dst, src uint8, skip int16) insn {
 	return insn{op: opJneReg, dst: dst, src: src, off: skip}
 }
+func ja(skip int16) insn     { return insn{op: opJa, off: skip} }
 func call(helper int32) insn { return insn{op: opCall, imm: helper} }
 
 // callKfunc calls the kernel function with BTF ID id in vmlinux

@@ -22,6 +22,9 @@ const (
 	ctxMeta = 0
 	ctxTask = 8
 	metaSeq = 0
+	// metaSeqNum is bpf_iter_meta.seq_num: the number of the task the
+	// program is called for, from 0.
+	metaSeqNum = 16
 )
 
 // program builds the iterator program for a kernel's layout. The kernel
@@ -110,6 +113,7 @@ func program(l layout) ([]insn, error) {
 type builder struct {
 	prog   []insn
 	jumps  map[int]string
+	backs  map[int]string
 	labels map[string]int
 }
 
@@ -120,6 +124,15 @@ func (b *builder) jump(in insn, label string) {
 		b.jumps = map[int]string{}
 	}
 	b.jumps[len(b.prog)] = label
+	b.add(in)
+}
+
+// back adds a jump to a label already placed: a loop's.
+func (b *builder) back(in insn, label string) {
+	if b.backs == nil {
+		b.backs = map[int]string{}
+	}
+	b.backs[len(b.prog)] = label
 	b.add(in)
 }
 
@@ -135,6 +148,13 @@ func (b *builder) resolve() ([]insn, error) {
 		to, ok := b.labels[name]
 		if !ok || to <= at {
 			return nil, fmt.Errorf("jump to %q: no such label ahead", name)
+		}
+		b.prog[at].off = int16(to - at - 1)
+	}
+	for at, name := range b.backs {
+		to, ok := b.labels[name]
+		if !ok || to > at {
+			return nil, fmt.Errorf("jump back to %q: no such label behind", name)
 		}
 		b.prog[at].off = int16(to - at - 1)
 	}

@@ -53,6 +53,25 @@ func TestBuilderResolve(t *testing.T) {
 			b.jump(jeqImm(r1, 0, 0), "back")
 			b.add(exit())
 		}, nil, `"back"`},
+		{"a loop: back to a label behind, and out", func(b *builder) {
+			b.add(marker(1))
+			b.label("top")
+			b.add(marker(2))                 // 1
+			b.jump(jeqImm(r1, 0, 0), "out")  // 2
+			b.back(jneReg(r2, r3, 0), "top") // 3
+			b.back(ja(0), "top")             // 4
+			b.label("out")
+			b.add(marker(3)) // 5
+		}, map[int]int32{2: 3, 3: 2, 4: 2}, ""},
+		{"back to a label ahead", func(b *builder) {
+			b.back(ja(0), "ahead")
+			b.label("ahead")
+			b.add(exit())
+		}, nil, `"ahead"`},
+		{"back to a missing label", func(b *builder) {
+			b.add(marker(1))
+			b.back(ja(0), "nowhere")
+		}, nil, `"nowhere"`},
 		{"label on the jump itself", func(b *builder) {
 			b.add(marker(1))
 			b.label("self")
@@ -76,7 +95,7 @@ func TestBuilderResolve(t *testing.T) {
 			}
 			jumps := 0
 			for at, in := range prog {
-				if in.op != opJeqImm && in.op != opJneReg {
+				if in.op != opJeqImm && in.op != opJneReg && in.op != opJa {
 					continue
 				}
 				jumps++

@@ -1,11 +1,17 @@
-// Package taskiter lists the host's processes through a BPF task iterator:
-// a small program the kernel runs once per task, which writes each
-// process's ID, process group, exit state, thread count, start time,
-// comm, parent and real UID into one stream read with a few read(2) calls. Listing /proc costs
-// a getdents(2) share, a getpgid(2) and, for a group leader, an
+// Package taskiter lists the host's processes through BPF: a small
+// program that records each process's ID, process group, exit state,
+// thread count, start time, comm, parent and real UID. Listing /proc
+// costs a getdents(2) share, a getpgid(2) and, for a group leader, an
 // openat/read/close per process; on a host with tens of thousands of
 // processes, and on virtual machines where each system call is dear, that
 // is most of a scan's time.
+//
+// Where the kernel has the open-coded task iterator (Linux 6.7), the
+// program walks the kernel's process list itself, in one run, into a map
+// this process reads in place (walk.go); elsewhere it is a task iterator
+// program, which the kernel runs once per task, writing into one stream
+// read with a few read(2) calls. The walk takes half the time: the task
+// iterator looks each task up by PID.
 //
 // The program is built here, at run time, from the kernel's own BTF (so no
 // compiler and no object file are involved) and lives only while Each
@@ -16,9 +22,9 @@
 // list /proc instead.
 //
 // The listing is not to be staked a signal on as it comes. The kernel's
-// iterator has been seen to leave out a live process (PID 1 and its
+// iterators have been seen to leave out a live process (PID 1 and its
 // threads, on this project's Linux 6.18 Firecracker VMs, whose kernel
-// shields its init; /proc shows it), and Each's closing
+// shields its init from both; /proc shows it), and Each's closing
 // self-check cannot notice an absence. Each returns a Census for that:
 // the listed processes' threads add up to the kernel's task count, in a
 // pass during which no task was created or went away, only if no process
@@ -146,10 +152,15 @@ func readCounts(before bool) (tasks int, forks uint64, err error) {
 // Program is the iterator program, loaded into the kernel for passes
 // until Close. Loading costs most of a small host's pass (the kernel's
 // BTF read and the verifier: several milliseconds), so a long-running
-// caller (watch) loads it once. Passes may run at once: each attaches
-// the program anew, and the program keeps no state between tasks.
+// caller (watch) loads it once. Passes may run at once.
+//
+// Where the kernel has the open-coded task iterator, the program is the
+// walk (walk.go), whose passes take their turn, since they share its
+// map; elsewhere it is the task iterator program, of which each pass
+// attaches its own instance and which keeps no state between tasks.
 type Program struct {
-	fd int
+	fd int     // the task iterator program, -1 when w is used
+	w  *walker // the walk, nil where the kernel has none
 }
 
 // Load builds the program from the kernel's BTF and loads it. Errors wrap
@@ -161,6 +172,14 @@ func Load() (*Program, error) {
 	l, err := readLayout()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if l.walkNew != 0 {
+		// A kernel that lists the kfuncs but will not take the walk
+		// (a verifier older or stricter than the one it was written
+		// for) gets the task iterator program.
+		if w, err := newWalker(l); err == nil {
+			return &Program{fd: -1, w: w}, nil
+		}
 	}
 	fd, err := loadFor(l)
 	if err != nil {
@@ -190,7 +209,14 @@ func load(l layout) (int, error) {
 
 // Close unloads the program.
 func (p *Program) Close() error {
-	if p == nil || p.fd < 0 {
+	if p == nil {
+		return nil
+	}
+	if p.w != nil {
+		p.w.close()
+		p.w = nil
+	}
+	if p.fd < 0 {
 		return nil
 	}
 	err := unix.Close(p.fd)
@@ -216,7 +242,7 @@ func Each(fn func(*Task)) (Census, error) {
 // fields fails it.
 func (p *Program) Each(fn func(*Task)) (Census, error) {
 	var census Census
-	if p == nil || p.fd < 0 {
+	if p == nil || (p.fd < 0 && p.w == nil) {
 		return census, fmt.Errorf("%w: the program is not loaded", ErrUnavailable)
 	}
 	// The namespaces are checked again: the program reports the initial
@@ -224,57 +250,80 @@ func (p *Program) Each(fn func(*Task)) (Census, error) {
 	if err := checkNamespaces(); err != nil {
 		return census, err
 	}
+	if p.w != nil {
+		return p.w.each(fn)
+	}
 	fd, err := openIter(p.fd)
 	if err != nil {
 		return census, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	defer unix.Close(fd)
 
-	self, selfPGID := os.Getpid(), unix.Getpgrp()
-	var me *Task
-	var t Task
+	ls := newLister(fn)
 	census.TasksBefore, census.ForksBefore, err = readCounts(true)
 	if err != nil {
 		return census, err
 	}
-	last := 0
-	var order error
-	err = readRecords(fd, func(rec []byte) {
-		t = Task{
-			PID:        int(binary.NativeEndian.Uint32(rec[0:])),
-			PGID:       int(binary.NativeEndian.Uint32(rec[4:])),
-			ExitState:  binary.NativeEndian.Uint32(rec[8:]),
-			Threads:    int(binary.NativeEndian.Uint32(rec[12:])),
-			StartTicks: binary.NativeEndian.Uint64(rec[16:]) / nsPerTick,
-			PPID:       int(binary.NativeEndian.Uint32(rec[40:])),
-			UID:        -1,
-		}
-		if uid := binary.NativeEndian.Uint32(rec[44:]); uid != 1<<32-1 {
-			t.UID = int(uid)
-		}
-		// A PID twice, or out of order, would count its threads twice
-		// in the census; the pass is then not to be trusted.
-		if t.PID <= last && order == nil {
-			order = fmt.Errorf("%w: the iterator listed PID %d after %d", ErrUnavailable, t.PID, last)
-		}
-		last = t.PID
-		copy(t.comm[:], rec[24:40])
-		if t.PID == self {
-			c := t
-			me = &c
-		}
-		fn(&t)
-	})
-	if err != nil {
+	if err := readRecords(fd, ls.record); err != nil {
 		return census, err
 	}
-	if order != nil {
-		return census, order
+	return ls.finish(census)
+}
+
+// lister hands a pass's records to the caller's function as Tasks and
+// checks them on the way: in ascending PID order, each PID once, this
+// process among them and as /proc sees it.
+type lister struct {
+	fn         func(*Task)
+	self, pgid int
+	me         *Task
+	t          Task
+	last       int
+	order      error
+}
+
+func newLister(fn func(*Task)) *lister {
+	return &lister{fn: fn, self: os.Getpid(), pgid: unix.Getpgrp()}
+}
+
+func (ls *lister) record(rec []byte) {
+	t := &ls.t
+	*t = Task{
+		PID:        int(binary.NativeEndian.Uint32(rec[0:])),
+		PGID:       int(binary.NativeEndian.Uint32(rec[4:])),
+		ExitState:  binary.NativeEndian.Uint32(rec[8:]),
+		Threads:    int(binary.NativeEndian.Uint32(rec[12:])),
+		StartTicks: binary.NativeEndian.Uint64(rec[16:]) / nsPerTick,
+		PPID:       int(binary.NativeEndian.Uint32(rec[40:])),
+		UID:        -1,
 	}
+	if uid := binary.NativeEndian.Uint32(rec[44:]); uid != 1<<32-1 {
+		t.UID = int(uid)
+	}
+	// A PID twice, or out of order, would count its threads twice
+	// in the census; the pass is then not to be trusted.
+	if t.PID <= ls.last && ls.order == nil {
+		ls.order = fmt.Errorf("%w: the iterator listed PID %d after %d", ErrUnavailable, t.PID, ls.last)
+	}
+	ls.last = t.PID
+	copy(t.comm[:], rec[24:40])
+	if t.PID == ls.self {
+		c := *t
+		ls.me = &c
+	}
+	ls.fn(t)
+}
+
+// finish closes the census and checks the pass as a whole.
+func (ls *lister) finish(census Census) (Census, error) {
+	if ls.order != nil {
+		return census, ls.order
+	}
+	var err error
 	if census.TasksAfter, census.ForksAfter, err = readCounts(false); err != nil {
 		return census, err
 	}
-	return census, checkSelf(me, self, selfPGID)
+	return census, checkSelf(ls.me, ls.self, ls.pgid)
 }
 
 // readLoadavg returns the kernel's task count, from /proc/loadavg.

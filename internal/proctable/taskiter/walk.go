@@ -1,0 +1,357 @@
+package taskiter
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The walk: where the kernel has the open-coded task iterator (Linux
+// 6.7), the program is attached to this thread alone and, in its one run,
+// walks the kernel's list of processes itself, writing one record per
+// process into an array map that this process has mapped. The task
+// iterator proper looks every task up by PID (an IDR search, the struct
+// pid, a reference taken and dropped): half of a pass's time at 10,000
+// processes. The list walk touches only the task it reads.
+//
+// The records come in the order processes were created, not by PID; the
+// pass sorts them. The list is walked under RCU, so a process is seen at
+// most once, and every process that lives throughout the pass is seen.
+
+// Map and bpf(2) constants (include/uapi/linux/bpf.h).
+const (
+	cmdMapCreate     = 0
+	mapTypeArray     = 2
+	mapFlagMmapable  = 1 << 10
+	helperMapLookup  = 1
+	pseudoMapFD      = 1
+	walkAllProcesses = 0 // BPF_TASK_ITER_ALL_PROCS
+)
+
+// walkHeader is what the walk writes to the iterator's stream once it has
+// walked the list: the number of records, and 1 if the map was too small
+// for them all.
+const walkHeaderSize = 12
+
+type mapCreateAttr struct {
+	mapType    uint32
+	keySize    uint32
+	valueSize  uint32
+	maxEntries uint32
+	mapFlags   uint32
+}
+
+// walkMap is the array map a walk writes its records to, mapped read-only
+// into this process.
+type walkMap struct {
+	fd   int
+	cap  int
+	data []byte
+}
+
+func newWalkMap(capacity int) (*walkMap, error) {
+	attr := mapCreateAttr{mapType: mapTypeArray, keySize: 4, valueSize: recordSize, maxEntries: uint32(capacity), mapFlags: mapFlagMmapable}
+	fd, err := bpf(cmdMapCreate, unsafe.Pointer(&attr), unsafe.Sizeof(attr))
+	if err != nil {
+		return nil, fmt.Errorf("create the walk's map of %d records: %w", capacity, err)
+	}
+	size := (capacity*recordSize + unix.Getpagesize() - 1) &^ (unix.Getpagesize() - 1)
+	data, err := unix.Mmap(fd, 0, size, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("map the walk's records: %w", err)
+	}
+	return &walkMap{fd: fd, cap: capacity, data: data}, nil
+}
+
+func (m *walkMap) close() {
+	if m == nil {
+		return
+	}
+	unix.Munmap(m.data)
+	unix.Close(m.fd)
+}
+
+func ldMapFD(dst uint8, fd int) [2]insn {
+	return [2]insn{{op: opLdImm64, dst: dst, src: pseudoMapFD, imm: int32(fd)}, {}}
+}
+
+// walkProgram builds the walk for layout l, writing to map fd.
+//
+// Stack: the iterator's state at fp-24 (struct bpf_iter_task, 24 bytes),
+// the map key at fp-32, the header at fp-48.
+func walkProgram(l layout, mapFD int) ([]insn, error) {
+	if l.walkNew == 0 || l.rdonlyCast == 0 {
+		return nil, fmt.Errorf("kernel without the open-coded task iterator")
+	}
+	var b builder
+	const it, key, hdr = -24, -32, -48
+	b.add(mov(r6, r1))              // r6 = ctx
+	b.add(ldxDW(r7, r6, ctxTask))   // r7 = ctx->task
+	b.jump(jeqImm(r7, 0, 0), "out") // the end of the pass
+	// r8 = the next record's index. It starts from the meta's seq_num
+	// (0: this is the iterator's first and only task), a number the
+	// verifier cannot know: from a known 0 it would follow the index
+	// through every turn of the loop instead of once.
+	b.add(ldxDW(r8, r6, ctxMeta))
+	b.add(ldxDW(r8, r8, metaSeqNum))
+	b.add(stxW(r10, hdr+8, r8)) // the header's first index
+	b.add(movImm(r9, 0))        // r9 = 1: the map is full
+	b.add(mov(r1, r10))
+	b.add(addImm(r1, it))
+	b.add(movImm(r2, 0))
+	b.add(movImm(r3, walkAllProcesses))
+	b.add(callKfunc(l.walkNew))
+	b.label("next")
+	b.add(mov(r1, r10))
+	b.add(addImm(r1, it))
+	b.add(callKfunc(l.walkNext))
+	b.jump(jeqImm(r0, 0, 0), "done")
+	b.add(mov(r1, r0))
+	b.add(movImm(r2, int32(l.taskStruct)))
+	b.add(callKfunc(l.rdonlyCast))
+	b.add(mov(r7, r0))
+	b.add(ldxW(r2, r7, l.taskPID))
+	b.add(ldxW(r3, r7, l.taskTGID))
+	b.back(jneReg(r2, r3, 0), "next") // a thread, not a process
+	b.add(stxW(r10, key, r8))
+	m := ldMapFD(r1, mapFD)
+	b.add(m[0])
+	b.add(m[1])
+	b.add(mov(r2, r10))
+	b.add(addImm(r2, key))
+	b.add(call(helperMapLookup))
+	b.jump(jeqImm(r0, 0, 0), "full")
+	b.add(ldxW(r2, r7, l.taskTGID))
+	b.add(stxW(r0, 0, r2))
+	b.add(ldxW(r2, r7, l.taskExitState))
+	b.add(stxW(r0, 8, r2))
+	b.add(ldxDW(r2, r7, l.taskStart))
+	b.add(stxDW(r0, 16, r2))
+	b.add(ldxDW(r2, r7, l.taskComm))
+	b.add(stxDW(r0, 24, r2))
+	b.add(ldxDW(r2, r7, l.taskComm+8))
+	b.add(stxDW(r0, 32, r2))
+	b.add(ldxDW(r2, r7, l.taskParent))
+	b.add(ldxW(r3, r2, l.taskTGID))
+	b.add(stxW(r0, 40, r3))
+	b.add(ldxDW(r2, r7, l.taskCred))
+	b.add(ldxW(r3, r2, l.credUID))
+	b.add(stxW(r0, 44, r3))
+	b.add(ldxDW(r2, r7, l.taskSignal))
+	b.add(ldxW(r3, r2, l.signalThreads))
+	b.add(stxW(r0, 12, r3))
+	b.add(ldxDW(r3, r2, l.signalPIDs+8*l.pidtypePGID))
+	b.add(ldxW(r3, r3, l.pidNumbers+l.upidNR))
+	b.add(stxW(r0, 4, r3))
+	b.add(addImm(r8, 1))
+	b.back(ja(0), "next")
+	b.label("full")
+	b.add(movImm(r9, 1))
+	b.label("done")
+	b.add(mov(r1, r10))
+	b.add(addImm(r1, it))
+	b.add(callKfunc(l.walkDestroy))
+	b.add(stxW(r10, hdr, r8))
+	b.add(stxW(r10, hdr+4, r9))
+	b.add(ldxDW(r1, r6, ctxMeta))
+	b.add(ldxDW(r1, r1, metaSeq))
+	b.add(mov(r2, r10))
+	b.add(addImm(r2, hdr))
+	b.add(movImm(r3, walkHeaderSize))
+	b.add(call(helperSeq))
+	b.label("out")
+	b.add(movImm(r0, 0))
+	b.add(exit())
+	return b.resolve()
+}
+
+// openWalk attaches the walk to one task alone, this process's main
+// thread, which lives as long as the process (the iterator runs the
+// program once, for that task, and once more at the end), and opens a
+// run of it.
+func openWalk(progFd int) (int, error) {
+	var info [12]byte // union bpf_iter_link_info: task.tid, pid, pid_fd
+	binary.NativeEndian.PutUint32(info[0:], uint32(unix.Getpid()))
+	la := linkCreateAttr{progFd: uint32(progFd), attachType: attachTraceIter,
+		iterInfo: uint64(uintptr(unsafe.Pointer(&info[0]))), iterInfoLen: uint32(len(info))}
+	linkFd, err := bpf(cmdLinkCreate, unsafe.Pointer(&la), unsafe.Sizeof(la))
+	if err != nil {
+		return -1, fmt.Errorf("attach the walk: %w", err)
+	}
+	defer unix.Close(linkFd)
+	ia := iterCreateAttr{linkFd: uint32(linkFd)}
+	fd, err := bpf(cmdIterCreate, unsafe.Pointer(&ia), unsafe.Sizeof(ia))
+	if err != nil {
+		return -1, fmt.Errorf("open the walk: %w", err)
+	}
+	return fd, nil
+}
+
+// runWalk runs the walk once and returns its records sorted by PID (a
+// view into the map, valid until the next run), or full if the map was
+// too small.
+func runWalk(progFd int, m *walkMap) (recs [][]byte, full bool, err error) {
+	fd, err := openWalk(progFd)
+	if err != nil {
+		return nil, false, err
+	}
+	defer unix.Close(fd)
+	var hdr [walkHeaderSize + 4]byte
+	n, got := 0, 0
+	for {
+		n, err = unix.Read(fd, hdr[got:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("read the walk: %w", err)
+		}
+		if n == 0 {
+			break
+		}
+		got += n
+	}
+	first, end, full, err := parseWalkHeader(hdr[:got], m.cap)
+	if err != nil || full {
+		return nil, full, err
+	}
+	// Each PID is sorted with its record's place packed into one number:
+	// a comparison function's calls would cost more than the sort's
+	// comparisons.
+	keys := make([]uint64, end-first)
+	for i := range keys {
+		keys[i] = uint64(binary.NativeEndian.Uint32(m.data[(first+i)*recordSize:]))<<32 | uint64(first+i)
+	}
+	slices.Sort(keys)
+	recs = make([][]byte, len(keys))
+	for i, k := range keys {
+		at := int(uint32(k)) * recordSize
+		recs[i] = m.data[at : at+recordSize : at+recordSize]
+	}
+	return recs, false, nil
+}
+
+// walker is a loaded walk and its map. Its passes take their turn: they
+// write to the one map.
+type walker struct {
+	mu sync.Mutex
+	l  layout
+	fd int
+	m  *walkMap
+}
+
+// walkCapacity is the number of records a map is made for, given the
+// kernel's task count: room for the processes forked while a pass runs.
+func walkCapacity(tasks int) int { return tasks + tasks/2 + 1024 }
+
+func newWalker(l layout) (*walker, error) {
+	tasks, err := readLoadavg()
+	if err != nil {
+		return nil, err
+	}
+	w := &walker{l: l, fd: -1}
+	if err := w.load(walkCapacity(tasks)); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// load makes a map for capacity records and loads the walk that writes
+// to it, in place of the ones w has.
+func (w *walker) load(capacity int) error {
+	m, err := newWalkMap(capacity)
+	if err != nil {
+		return err
+	}
+	prog, err := walkProgram(w.l, m.fd)
+	if err == nil {
+		var fd int
+		if fd, err = loadProgram(prog, w.l.iterFunc); err == nil {
+			w.release()
+			w.fd, w.m = fd, m
+			return nil
+		}
+	}
+	m.close()
+	return err
+}
+
+func (w *walker) release() {
+	if w.fd >= 0 {
+		unix.Close(w.fd)
+		w.fd = -1
+	}
+	w.m.close()
+	w.m = nil
+}
+
+func (w *walker) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.release()
+}
+
+// each is Program.Each for the walk.
+func (w *walker) each(fn func(*Task)) (Census, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var census Census
+	if w.fd < 0 {
+		return census, fmt.Errorf("%w: the program is not loaded", ErrUnavailable)
+	}
+	var recs [][]byte
+	for try := 0; ; try++ {
+		var err error
+		if census.TasksBefore, census.ForksBefore, err = readCounts(true); err != nil {
+			return census, err
+		}
+		var full bool
+		recs, full, err = runWalk(w.fd, w.m)
+		if err != nil {
+			return census, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		if !full {
+			break
+		}
+		// More processes than the map holds: once, a map for the
+		// host as it is now.
+		if try > 0 {
+			return census, fmt.Errorf("%w: more processes than a map of %d records holds", ErrUnavailable, w.m.cap)
+		}
+		if err := w.load(max(walkCapacity(census.TasksBefore), 2*w.m.cap)); err != nil {
+			return census, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+	}
+	ls := newLister(fn)
+	for _, rec := range recs {
+		// The list starts at the idle task, PID 0, which is no process
+		// (/proc and the task iterator do not show it either).
+		if binary.NativeEndian.Uint32(rec) == 0 {
+			continue
+		}
+		ls.record(rec)
+	}
+	return ls.finish(census)
+}
+
+// parseWalkHeader reads what the walk wrote to the stream: the records
+// are at [first, end) in a map of capacity records, unless the map was
+// full.
+func parseWalkHeader(hdr []byte, capacity int) (first, end int, full bool, err error) {
+	if len(hdr) != walkHeaderSize {
+		return 0, 0, false, fmt.Errorf("the walk wrote %d bytes, want its %d-byte header", len(hdr), walkHeaderSize)
+	}
+	end, first = int(binary.NativeEndian.Uint32(hdr[0:])), int(binary.NativeEndian.Uint32(hdr[8:]))
+	if binary.NativeEndian.Uint32(hdr[4:]) != 0 {
+		return 0, 0, true, nil
+	}
+	if first > end || end > capacity {
+		return 0, 0, false, fmt.Errorf("the walk wrote records [%d, %d) into a map of %d", first, end, capacity)
+	}
+	return first, end, false, nil
+}

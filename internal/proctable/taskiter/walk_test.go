@@ -1,0 +1,236 @@
+package taskiter
+
+import (
+	"encoding/binary"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
+)
+
+func TestParseWalkHeader(t *testing.T) {
+	hdr := func(end, full, first uint32) []byte {
+		b := make([]byte, walkHeaderSize)
+		binary.NativeEndian.PutUint32(b[0:], end)
+		binary.NativeEndian.PutUint32(b[4:], full)
+		binary.NativeEndian.PutUint32(b[8:], first)
+		return b
+	}
+	tests := []struct {
+		name        string
+		hdr         []byte
+		first, end  int
+		full        bool
+		errContains string
+	}{
+		{"records from 0", hdr(300, 0, 0), 0, 300, false, ""},
+		{"records from a later index", hdr(300, 0, 7), 7, 300, false, ""},
+		{"none", hdr(0, 0, 0), 0, 0, false, ""},
+		{"as many as the map holds", hdr(1000, 0, 0), 0, 1000, false, ""},
+		{"full", hdr(1000, 1, 0), 0, 0, true, ""},
+		{"more than the map holds", hdr(1001, 0, 0), 0, 0, false, "map of 1000"},
+		{"end before first", hdr(3, 0, 5), 0, 0, false, "[5, 3)"},
+		{"nothing written: the program never ran", nil, 0, 0, false, "wrote 0 bytes"},
+		{"two headers: the program ran twice", append(hdr(1, 0, 0), hdr(1, 0, 0)[:4]...), 0, 0, false, "wrote 16 bytes"},
+		{"a short header", hdr(1, 0, 0)[:8], 0, 0, false, "wrote 8 bytes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			first, end, full, err := parseWalkHeader(tt.hdr, 1000)
+			if tt.errContains != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.errContains) {
+					t.Fatalf("error %v, want one containing %q", err, tt.errContains)
+				}
+				return
+			}
+			if err != nil || first != tt.first || end != tt.end || full != tt.full {
+				t.Fatalf("got [%d, %d) full %v err %v, want [%d, %d) full %v", first, end, full, err, tt.first, tt.end, tt.full)
+			}
+		})
+	}
+}
+
+func TestWalkProgram(t *testing.T) {
+	l := progLayout
+	l.rdonlyCast, l.taskStruct = 65425, 114
+	l.walkNew, l.walkNext, l.walkDestroy = 64198, 64201, 64193
+	const mapFD = 42
+	prog, err := walkProgram(l, mapFD)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kfuncs := map[int32]int{}
+	var nextAt, castAt []int
+	for at, in := range prog {
+		if in.op == opCall && in.src == pseudoKfuncCall {
+			kfuncs[in.imm]++
+			switch uint32(in.imm) {
+			case l.walkNext:
+				nextAt = append(nextAt, at)
+			case l.rdonlyCast:
+				castAt = append(castAt, at)
+			}
+		}
+	}
+	if kfuncs[int32(l.walkNew)] != 1 || kfuncs[int32(l.walkNext)] != 1 || kfuncs[int32(l.walkDestroy)] != 1 || kfuncs[int32(l.rdonlyCast)] != 1 {
+		t.Fatalf("kfunc calls %v: want new, next, destroy and the cast once each", kfuncs)
+	}
+	// Every backward jump returns to the call of next: the verifier
+	// proves the loop ends through the iterator, and only there.
+	backs := 0
+	for at, in := range prog {
+		if in.op != opJa && in.op != opJneReg && in.op != opJeqImm || in.off >= 0 {
+			continue
+		}
+		backs++
+		if to := at + 1 + int(in.off); to+2 != nextAt[0] || prog[to] != mov(r1, r10) {
+			t.Errorf("jump back at %d lands on %d; the call of next is at %d", at, to, nextAt[0])
+		}
+	}
+	if backs != 2 {
+		t.Errorf("%d jumps back, want 2 (a thread skipped, a record written)", backs)
+	}
+	// The task is read only through the cast's untrusted pointer.
+	for at, in := range prog {
+		if (in.op == opLdxW || in.op == opLdxDW) && in.src == r7 && at < castAt[0] {
+			t.Errorf("load through r7 at %d, before the cast at %d", at, castAt[0])
+		}
+	}
+	// The map is named once, by a two-instruction load of its fd.
+	maps := 0
+	for at, in := range prog {
+		if in.op == opLdImm64 {
+			maps++
+			if in.src != pseudoMapFD || in.imm != mapFD || at+1 >= len(prog) || prog[at+1] != (insn{}) {
+				t.Errorf("map load at %d: %+v %+v", at, in, prog[min(at+1, len(prog)-1)])
+			}
+		}
+	}
+	if maps != 1 {
+		t.Errorf("%d map loads, want 1", maps)
+	}
+	if n := len(prog); prog[n-1] != exit() || prog[n-2] != movImm(r0, 0) {
+		t.Errorf("program does not end with r0 = 0; exit")
+	}
+	for _, missing := range []func(*layout){
+		func(l *layout) { l.walkNew = 0 },
+		func(l *layout) { l.rdonlyCast = 0 },
+	} {
+		bad := l
+		missing(&bad)
+		if _, err := walkProgram(bad, mapFD); err == nil {
+			t.Errorf("walk built for a layout without its kfuncs: %+v", bad)
+		}
+	}
+}
+
+// kernelWalk returns the kernel's layout, skipping where the walk cannot
+// run here.
+func kernelWalk(t *testing.T) layout {
+	t.Helper()
+	if err := checkNamespaces(); err != nil {
+		t.Skip(err)
+	}
+	l, err := readLayout()
+	if err != nil {
+		t.Skipf("no usable kernel BTF: %v", err)
+	}
+	if l.walkNew == 0 || l.rdonlyCast == 0 {
+		t.Skip("kernel without the open-coded task iterator")
+	}
+	return l
+}
+
+// TestWalkReadsTheSame: the walk lists what the task iterator program
+// does, field by field, and Load chooses it where the kernel has it.
+func TestWalkReadsTheSame(t *testing.T) {
+	l := kernelWalk(t)
+	p, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if p.w == nil {
+		t.Fatal("Load did not choose the walk on a kernel that has it")
+	}
+	fd, err := loadFor(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iter := &Program{fd: fd}
+	defer iter.Close()
+	pass := func(p *Program) map[int]Task {
+		out := map[int]Task{}
+		if _, err := p.Each(func(task *Task) { out[task.PID] = *task }); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	start, err := proc.UptimeTicks(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	walked, iterated := pass(p), pass(iter)
+	same := 0
+	for pid, a := range iterated {
+		b, ok := walked[pid]
+		// A process that came, went or changed between the passes is
+		// not compared; the steady ones must agree field by field.
+		if !ok || a.StartTicks != b.StartTicks || a.Threads != b.Threads || a.ExitState != b.ExitState {
+			continue
+		}
+		if a != b {
+			t.Errorf("PID %d: walked %+v, iterated %+v", pid, b, a)
+		}
+		same++
+	}
+	if same < len(iterated)/2 || walked[os.Getpid()].PID == 0 {
+		t.Errorf("only %d of %d processes compared, this one's in the walk: %v", same, len(iterated), walked[os.Getpid()].PID != 0)
+	}
+	if _, ok := walked[0]; ok {
+		t.Error("the walk listed PID 0, the idle task")
+	}
+	// A process one pass left out must have come or gone meanwhile: one
+	// that started before both and still runs was left out wrongly.
+	for _, pair := range [][2]map[int]Task{{iterated, walked}, {walked, iterated}} {
+		for pid, task := range pair[0] {
+			if _, ok := pair[1][pid]; ok || task.StartTicks >= start {
+				continue
+			}
+			if st, err := fingerprint.ReadStat(root, pid); err == nil && st.StartTicks == task.StartTicks {
+				t.Errorf("PID %d (%s), running since before both passes, is in one only", pid, task.Comm())
+			}
+		}
+	}
+}
+
+// TestWalkGrows: a host with more processes than the walk's map holds
+// gets a map for them all, and the pass lists them.
+func TestWalkGrows(t *testing.T) {
+	l := kernelWalk(t)
+	w := &walker{l: l, fd: -1}
+	if err := w.load(8); err != nil {
+		t.Fatal(err)
+	}
+	defer w.close()
+	if _, full, err := runWalk(w.fd, w.m); err != nil || !full {
+		t.Fatalf("a walk into a map of 8: full %v, err %v; want full", full, err)
+	}
+	var pids []int
+	if _, err := w.each(func(task *Task) { pids = append(pids, task.PID) }); err != nil {
+		t.Fatal(err)
+	}
+	if w.m.cap <= 8 || len(pids) > w.m.cap {
+		t.Errorf("map of %d records after a pass of %d processes", w.m.cap, len(pids))
+	}
+	if !slices.IsSorted(pids) || !slices.Contains(pids, os.Getpid()) {
+		t.Errorf("pass of %d processes: sorted %v, this process in it %v", len(pids), slices.IsSorted(pids), slices.Contains(pids, os.Getpid()))
+	}
+	w.close()
+	if _, err := w.each(func(*Task) {}); err == nil {
+		t.Error("a pass of a closed walk succeeded")
+	}
+}

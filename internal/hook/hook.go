@@ -126,7 +126,11 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 			known = ledger.KnownFrom([]*ledger.Record{rec}, store.CurrentBootID())
 		}
 	}
-	found, stats, err := trees.Scan(trees.Options{Root: root(cfg), Comms: cfg.Comms, Known: known, Lister: cfg.Lister, Only: map[string]bool{st.ID: true}})
+	var cache string
+	if res.Unrecorded == nil {
+		cache = ledger.LayoutCache(store)
+	}
+	found, stats, err := trees.Scan(trees.Options{Root: root(cfg), Comms: cfg.Comms, Known: known, Lister: cfg.Lister, LayoutCache: cache, Only: map[string]bool{st.ID: true}})
 	if err != nil {
 		return res, err
 	}

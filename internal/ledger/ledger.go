@@ -170,6 +170,16 @@ func Open(stateDir string) (*Store, error) {
 	return &Store{dir: dir, bootID: boot}, nil
 }
 
+// LayoutCache is where a caller with the ledger keeps the BPF program's
+// layout for the rest of the boot (taskiter.LoadCached): in the ledger's
+// own directory, which nobody else may write. "" for no ledger.
+func LayoutCache(s *Store) string {
+	if s == nil {
+		return ""
+	}
+	return filepath.Join(s.dir, "taskiter-layout")
+}
+
 // OpenReadOnly opens an existing ledger without creating anything.
 func OpenReadOnly(stateDir string) (*Store, error) {
 	dir := filepath.Join(stateDir, "containers")

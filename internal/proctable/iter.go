@@ -25,11 +25,20 @@ import (
 func listBPF(opt Options) (*Listing, error) {
 	r := newPassReader(opt)
 	defer r.Close()
-	l := &Listing{Lister: "bpf", root: opt.Root, named: opt.Named, watch: opt.Watch, Starts: []uint64{}, PPIDs: []int32{}, UIDs: []int32{}}
+	l := &Listing{Lister: "bpf", root: opt.Root, named: opt.Named, watch: opt.Watch}
+	l.reserve(expectProcesses())
 	tasks, sawInit := 0, false
 	each := taskiter.Each
-	if opt.Program != nil {
+	switch {
+	case opt.Program != nil:
 		each = opt.Program.Each
+	case opt.LayoutCache != "":
+		p, err := taskiter.LoadCached(opt.LayoutCache)
+		if err != nil {
+			return nil, err
+		}
+		defer p.Close()
+		each = p.Each
 	}
 	census, err := each(func(t *taskiter.Task) {
 		if opt.Hide != nil && opt.Hide(t.PID) {

@@ -2,7 +2,9 @@ package proctable
 
 import (
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"syscall"
 	"testing"
@@ -80,5 +82,45 @@ func TestListIsComplete(t *testing.T) {
 func TestListBPFRefusesAnotherRoot(t *testing.T) {
 	if _, err := List(Options{Root: t.TempDir(), Lister: ListBPF}); !errors.Is(err, ErrNoIterator) {
 		t.Fatalf("List of another root with ListBPF: err = %v, want ErrNoIterator", err)
+	}
+}
+
+// TestListKeepsTheLayout: a listing given a layout cache loads the
+// program through it, leaving the kernel's layout there for the next,
+// and lists the same with it as without.
+func TestListKeepsTheLayout(t *testing.T) {
+	if _, err := taskiter.Load(); err != nil {
+		t.Skipf("task iterator not usable here: %v", err)
+	}
+	cache := filepath.Join(t.TempDir(), "layout")
+	for i := range 2 {
+		l, err := List(Options{Root: "/proc", Lister: ListBPF, LayoutCache: cache})
+		if err != nil {
+			t.Fatalf("listing %d: %v", i, err)
+		}
+		if !slices.Contains(l.PIDs, os.Getpid()) {
+			t.Fatalf("listing %d does not hold this process", i)
+		}
+		st, err := os.Lstat(cache)
+		if err != nil {
+			t.Fatalf("after listing %d: %v", i, err)
+		}
+		if !st.Mode().IsRegular() || st.Mode().Perm() != 0o600 {
+			t.Errorf("after listing %d: the layout file is %v, want a regular file of mode 0600", i, st.Mode())
+		}
+	}
+}
+
+func TestExpectProcesses(t *testing.T) {
+	n := expectProcesses()
+	if n <= 0 || n > 1<<17 {
+		t.Fatalf("expectProcesses() = %d", n)
+	}
+	l, err := List(Options{Root: "/proc", Lister: ListProc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.PIDs) > n {
+		t.Errorf("%d processes listed, more than the %d expected at most", len(l.PIDs), n)
 	}
 }

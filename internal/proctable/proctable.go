@@ -22,8 +22,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/proctable/taskiter"
@@ -103,6 +106,10 @@ type Options struct {
 	// Program is an iterator program the caller loaded and keeps (watch:
 	// one load for every decision); nil loads one for the listing.
 	Program *taskiter.Program
+	// LayoutCache, when set and Program is not, is the file in a
+	// private directory that the loaded program's layout is kept in
+	// (taskiter.LoadCached).
+	LayoutCache string
 }
 
 // Proc is a process the listing kept whole (Options.Watch).
@@ -245,6 +252,36 @@ func List(opt Options) (*Listing, error) {
 
 // add appends a process to the listing; ppid and uid are dropped by a
 // listing that does not carry them, -1 is unknown.
+// reserve makes room for n processes in the iterator's columns, which
+// a pass fills: grown by appends instead, they would be copied a dozen
+// times over at 10,000 processes.
+func (l *Listing) reserve(n int) {
+	l.PIDs, l.PGIDs = make([]int, 0, n), make([]int32, 0, n)
+	l.Starts, l.PPIDs, l.UIDs = make([]uint64, 0, n), make([]int32, 0, n), make([]int32, 0, n)
+	l.comms, l.dead = make([]byte, 0, 16*n), make([]bool, 0, n)
+	l.Leaders = make([]Leader, 0, n/2)
+}
+
+// expectProcesses returns the kernel's task count, which the processes
+// cannot outnumber but by those forked meanwhile, capped so that a host
+// of many threads does not make a listing reserve for them.
+func expectProcesses() int {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(data))
+	if len(f) != 5 {
+		return 0
+	}
+	_, total, _ := strings.Cut(f[3], "/")
+	n, err := strconv.Atoi(total)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return min(n+n/16, 1<<17)
+}
+
 func (l *Listing) add(pid, pgid int, start uint64, ppid, uid int) {
 	l.PIDs = append(l.PIDs, pid)
 	l.PGIDs = append(l.PGIDs, int32(pgid))

@@ -277,7 +277,8 @@ func Scan(opt Options) (*Scanned, error) {
 		}
 		known = ledger.KnownFrom(sc.records, opt.Store.CurrentBootID())
 	}
-	found, stats, snap, err := trees.ScanSnapshot(trees.Options{Root: opt.Root, Comms: opt.Comms, Known: known, Full: opt.FullScan, Lister: opt.Lister, Program: opt.Program, Watch: corroborate.Watch, Only: opt.Containers, Partial: true})
+	found, stats, snap, err := trees.ScanSnapshot(trees.Options{Root: opt.Root, Comms: opt.Comms, Known: known, Full: opt.FullScan, Lister: opt.Lister, Program: opt.Program,
+		LayoutCache: ledger.LayoutCache(opt.Store), Watch: corroborate.Watch, Only: opt.Containers, Partial: true})
 	sc.scanned = time.Now()
 	sc.bootTicks = bootTicks()
 	if err != nil {

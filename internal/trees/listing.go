@@ -43,6 +43,7 @@ func listGroups(opt Options, comms map[string]bool, stats *Stats) (*proctable.Li
 	l, err := proctable.List(proctable.Options{
 		Root: opt.Root, Lister: opt.Lister, Named: comms, Defer: true,
 		Pipeline: opt.pipeline, Hide: opt.iterHide, Watch: opt.Watch, Program: opt.Program,
+		LayoutCache: opt.LayoutCache,
 	})
 	if err != nil {
 		return nil, nil, nil, err

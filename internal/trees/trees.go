@@ -67,6 +67,8 @@ type Options struct {
 	// Program is a loaded iterator program to list with
 	// (proctable.Options.Program).
 	Program *taskiter.Program
+	// LayoutCache is proctable.Options.LayoutCache.
+	LayoutCache string
 	// Only, when not empty, asks for the trees of these containers alone
 	// (kc-hook's poststop wants one container's): a candidate group is
 	// then read in full only if a member's argv carries one of the IDs

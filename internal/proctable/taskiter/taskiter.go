@@ -161,6 +161,9 @@ func readCounts(before bool) (tasks int, forks uint64, err error) {
 type Program struct {
 	fd int     // the task iterator program, -1 when w is used
 	w  *walker // the walk, nil where the kernel has none
+	// cache is the file the layout was read from (LoadCached), removed
+	// when a pass disagrees with /proc.
+	cache string
 }
 
 // Load builds the program from the kernel's BTF and loads it. Errors wrap
@@ -173,6 +176,11 @@ func Load() (*Program, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
+	return loadLayout(l)
+}
+
+// loadLayout loads the program for layout l.
+func loadLayout(l layout) (*Program, error) {
 	if l.walkNew != 0 {
 		// A kernel that lists the kfuncs but will not take the walk
 		// (a verifier older or stricter than the one it was written
@@ -250,6 +258,17 @@ func (p *Program) Each(fn func(*Task)) (Census, error) {
 	if err := checkNamespaces(); err != nil {
 		return census, err
 	}
+	census, err := p.pass(fn)
+	if err != nil && p.cache != "" {
+		// The layout came from a file, and this pass cannot vouch for
+		// it: the next load reads the kernel's BTF again.
+		os.Remove(p.cache)
+	}
+	return census, err
+}
+
+func (p *Program) pass(fn func(*Task)) (Census, error) {
+	var census Census
 	if p.w != nil {
 		return p.w.each(fn)
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/contain/systemd"
 	"github.com/kc-watchman/kc-watchman/internal/hook"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/oneshot"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
 	"github.com/kc-watchman/kc-watchman/internal/supervise"
@@ -186,6 +187,7 @@ func runStage(s *settings, args []string, stdin io.Reader, stderr io.Writer) int
 	if err != nil {
 		return usageError(stderr, hookName, err)
 	}
+	oneshot.Tune()
 	if s.killGrace <= 0 || s.deadline <= 0 {
 		return usageError(stderr, hookName, errors.New("--kill-grace and --deadline must be positive"))
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -490,5 +491,27 @@ func TestHelpWidth(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestStagesRunWithoutTheCollector: a stage runs with the garbage
+// collector off (oneshot.Tune); a bad stage name is refused before that.
+func TestStagesRunWithoutTheCollector(t *testing.T) {
+	t.Setenv("GOGC", "") // restored after the test
+	os.Unsetenv("GOGC")
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
+	if code, _, _ := runHook(t, "", "--state-dir", t.TempDir(), "nostage"); code != exitBadInput {
+		t.Fatalf("exit %d for a bad stage, want %d", code, exitBadInput)
+	}
+	if gc := debug.SetGCPercent(100); gc != 100 {
+		t.Errorf("after a bad stage, GC percent %d, want 100", gc)
+	}
+	dir := t.TempDir()
+	if code, _, stderr := runHook(t, `{"ociVersion":"1.0.2","id":"`+strings.Repeat("ab", 32)+`","status":"stopped","bundle":"`+dir+`"}`, "--state-dir", dir, "poststop"); code != 0 {
+		t.Fatalf("poststop exit %d: %s", code, stderr)
+	}
+	if gc := debug.SetGCPercent(100); gc != -1 {
+		t.Errorf("after poststop, GC percent %d, want -1 (off)", gc)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kc-watchman/kc-watchman/internal/cliapp"
+	"github.com/kc-watchman/kc-watchman/internal/oneshot"
 )
 
 // Exit codes shared by the commands (DESIGN "The outside").
@@ -46,6 +47,18 @@ func run(args []string) int {
 	// flag, bad value, missing argument.
 	fmt.Fprintln(os.Stderr, "kc-janitor:", cliapp.UsageMessage(err, app.Commands))
 	return exitUsage
+}
+
+// longRunning names the commands that run until stopped.
+func longRunning(command string) bool { return command == "watch" }
+
+// tuned runs a command that does one job and exits without the garbage
+// collector (oneshot.Tune); watch, which runs on, keeps it.
+func tuned(action cli.ActionFunc) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		oneshot.Tune()
+		return action(c)
+	}
 }
 
 // runApp runs app on args as the binary does: a completion request is
@@ -117,6 +130,9 @@ func commands(stateDir string) []*cli.Command {
 		ownHelp(c)
 		if c.Action != nil {
 			c.Action = withAudit(c.Name, noStrayArgs(withMetrics(c.Name, c.Action)))
+			if !longRunning(c.Name) {
+				c.Action = tuned(c.Action)
+			}
 		}
 		if c.OnUsageError == nil {
 			name := c.Name

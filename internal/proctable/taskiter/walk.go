@@ -90,7 +90,7 @@ func walkProgram(l layout, mapFD int) ([]insn, error) {
 	}
 	var b builder
 	const it, key, hdr = -24, -32, -48
-	b.add(mov(r6, r1))              // r6 = ctx
+	b.add(mov(r6, r1))              // r6 = ctx, until the seq below
 	b.add(ldxDW(r7, r6, ctxTask))   // r7 = ctx->task
 	b.jump(jeqImm(r7, 0, 0), "out") // the end of the pass
 	// r8 = the next record's index. It starts from the meta's seq_num
@@ -100,6 +100,12 @@ func walkProgram(l layout, mapFD int) ([]insn, error) {
 	b.add(ldxDW(r8, r6, ctxMeta))
 	b.add(ldxDW(r8, r8, metaSeqNum))
 	b.add(stxW(r10, hdr+8, r8)) // the header's first index
+	// r6 = ctx->meta->seq, loaded here, on the one path through the
+	// start: a pointer loaded through the meta costs the verifier its
+	// by-name BTF searches on every path it checks the load on, and the
+	// end is reached on several.
+	b.add(ldxDW(r6, r6, ctxMeta))
+	b.add(ldxDW(r6, r6, metaSeq))
 	b.add(movImm(r9, 0))        // r9 = 1: the map is full
 	b.add(mov(r1, r10))
 	b.add(addImm(r1, it))
@@ -158,8 +164,7 @@ func walkProgram(l layout, mapFD int) ([]insn, error) {
 	b.add(callKfunc(l.walkDestroy))
 	b.add(stxW(r10, hdr, r8))
 	b.add(stxW(r10, hdr+4, r9))
-	b.add(ldxDW(r1, r6, ctxMeta))
-	b.add(ldxDW(r1, r1, metaSeq))
+	b.add(mov(r1, r6))
 	b.add(mov(r2, r10))
 	b.add(addImm(r2, hdr))
 	b.add(movImm(r3, walkHeaderSize))

@@ -97,10 +97,17 @@ func (s *scanner) candidates(l *proctable.Listing, stats *Stats) []candidate {
 	if !slices.IsSortedFunc(leaders, byPID) {
 		slices.SortStableFunc(leaders, byPID)
 	}
-	settled := 0
+	// The groups settled by their live leader, as a bitset indexed by
+	// PGID: every process of the host is looked up in it.
+	settled, maxPID := 0, 0
+	if n := len(leaders); n > 0 {
+		maxPID = leaders[n-1].pid
+	}
+	settledSet := make([]uint64, maxPID/64+1)
 	for _, l := range leaders {
 		if l.mark.live && !l.mark.sup {
 			settled++
+			settledSet[l.pid/64] |= 1 << (l.pid % 64)
 		}
 	}
 
@@ -114,8 +121,7 @@ func (s *scanner) candidates(l *proctable.Listing, stats *Stats) []candidate {
 		if pgid <= 0 {
 			continue // gone, or a kernel thread
 		}
-		j, ok := slices.BinarySearchFunc(leaders, pgid, func(l leaderAt, pgid int) int { return l.pid - pgid })
-		if ok && leaders[j].mark.live && !leaders[j].mark.sup {
+		if pgid <= maxPID && settledSet[pgid/64]&(1<<(pgid%64)) != 0 {
 			continue
 		}
 		m := member{pgid: pgid, pid: l.PIDs[i], i: i}

@@ -4,7 +4,7 @@
 // Hooks of many containers run at once and the janitor may run beside them,
 // so every change is a read-modify-write under an exclusive flock on the
 // directory's lock file, and every write is atomic: a temporary file in the
-// same directory, fsync, rename, fsync of the directory. A reader never
+// same directory, renamed over the record (package atomicfile). A reader never
 // sees a torn record, and a writer killed at any point leaves either the old
 // record or the new one (plus, at worst, a stray temporary file that List
 // ignores and GC removes).
@@ -220,7 +220,7 @@ func (s *Store) path(id string) string { return filepath.Join(s.dir, id+".json")
 // lock serialises the writers of id's record: ".lock" shared, then one
 // of 16 stripe locks (".lock-<first hex digit of the ID>") exclusive.
 // One exclusive lock for the whole ledger made a drain's records, each
-// written and fsync'd before and after its reap, wait for one another
+// written before and after its reap, wait for one another
 // (a burst of 51 reaps came out 30 ms apart). A writer that takes
 // ".lock" exclusive (an older kc-hook, during an upgrade) still excludes
 // every other. The files are fixed, so none is ever unlinked while
@@ -390,9 +390,6 @@ func (s *Store) Remove(id string, keep func(*Record) bool) (bool, error) {
 	}
 	if err := removeNoFollow(SupervisorLog(filepath.Dir(s.dir), id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return true, fmt.Errorf("removing supervisor log: %w", err)
-	}
-	if err := atomicfile.SyncDir(s.dir); err != nil {
-		return true, fmt.Errorf("syncing ledger directory: %w", err)
 	}
 	return true, nil
 }

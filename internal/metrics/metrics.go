@@ -6,7 +6,7 @@
 // Several commands may share one file (reconcile, sweep and cull from one
 // timer), so WriteFile merges: it replaces the series this run measured and
 // keeps every other series already in the file. The file is replaced
-// atomically (temporary file in the same directory, fsync, rename) under a
+// atomically (temporary file in the same directory, rename) under a
 // lock only the janitor's user can open, held for a bounded time, so the
 // collector never reads a half-written file, two commands finishing at once
 // never lose each other's series, and no other user can hang a run.

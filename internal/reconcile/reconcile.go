@@ -505,7 +505,7 @@ func blastRadius(opt Options, ts []Tree, cgroups int) string {
 // do this too: it changes nothing but the ledger. A record read by the
 // scan (records) that already holds the same trees is left as it is: on
 // a host whose containers do not change, every run would otherwise
-// rewrite and fsync every live container's record.
+// rewrite every live container's record.
 func refreshSnapshots(opt Options, log *slog.Logger, ts []Tree, records []*ledger.Record) {
 	if opt.Store == nil {
 		return

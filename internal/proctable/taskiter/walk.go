@@ -106,7 +106,7 @@ func walkProgram(l layout, mapFD int) ([]insn, error) {
 	// end is reached on several.
 	b.add(ldxDW(r6, r6, ctxMeta))
 	b.add(ldxDW(r6, r6, metaSeq))
-	b.add(movImm(r9, 0))        // r9 = 1: the map is full
+	b.add(movImm(r9, 0)) // r9 = 1: the map is full
 	b.add(mov(r1, r10))
 	b.add(addImm(r1, it))
 	b.add(movImm(r2, 0))

@@ -11,16 +11,19 @@ import (
 )
 
 // The walk: where the kernel has the open-coded task iterator (Linux
-// 6.7), the program is attached to this thread alone and, in its one run,
-// walks the kernel's list of processes itself, writing one record per
-// process into an array map that this process has mapped. The task
-// iterator proper looks every task up by PID (an IDR search, the struct
-// pid, a reference taken and dropped): half of a pass's time at 10,000
-// processes. The list walk touches only the task it reads.
+// 6.7), the program is attached to one task alone (this process's main
+// thread) and, in its one run, walks the kernel's list of processes
+// itself, writing one record per process into an array map that this
+// process has mapped. The task iterator proper looks every task up by PID
+// (an IDR search, the struct pid, a reference taken and dropped): half of
+// a pass's time at 10,000 processes. The list walk touches only the task
+// it reads.
 //
 // The records come in the order processes were created, not by PID; the
 // pass sorts them. The list is walked under RCU, so a process is seen at
 // most once, and every process that lives throughout the pass is seen.
+// The read lock is held for the whole walk: about 2.5 ms at 10,000
+// processes.
 
 // Map and bpf(2) constants (include/uapi/linux/bpf.h).
 const (
@@ -32,9 +35,10 @@ const (
 	walkAllProcesses = 0 // BPF_TASK_ITER_ALL_PROCS
 )
 
-// walkHeader is what the walk writes to the iterator's stream once it has
-// walked the list: the number of records, and 1 if the map was too small
-// for them all.
+// walkHeaderSize is the size of what the walk writes to the iterator's
+// stream once it has walked the list, three u32s: the index after its
+// last record, 1 if the map was too small for them all, and the index of
+// its first record.
 const walkHeaderSize = 12
 
 type mapCreateAttr struct {

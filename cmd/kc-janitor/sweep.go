@@ -27,7 +27,7 @@ func socketFlags() []cli.Flag {
 		&cli.IntFlag{Name: flagContainerPID, Usage: "host `PID` of the container's init process (instead of asking the engines)", EnvVars: []string{"KC_CONTAINER_PID"}, Hidden: true},
 		&cli.DurationFlag{Name: flagTimeout, Value: sweep.DefaultTimeout, Usage: "timeout of one request to a supervisor", EnvVars: []string{"KC_PROBE_TIMEOUT"}},
 		&cli.IntFlag{Name: flagWorkers, Value: sweep.DefaultWorkers, Usage: "sockets probed concurrently", EnvVars: []string{"KC_PROBE_WORKERS"}},
-		&cli.DurationFlag{Name: flagDeadline, Value: sweep.DefaultDeadline, Usage: "bound on all of a sweep's probing; sockets not probed by then are unknown and kept", EnvVars: []string{"KC_SWEEP_DEADLINE"}},
+		&cli.DurationFlag{Name: flagDeadline, Value: sweep.DefaultDeadline, Usage: "bound on all of a sweep's probing, and of cull's audit; sockets not probed by then are unknown and kept, supervisors not asked are reported not audited", EnvVars: []string{"KC_SWEEP_DEADLINE"}},
 	}
 }
 

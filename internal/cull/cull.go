@@ -6,6 +6,7 @@ package cull
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -67,8 +68,14 @@ type Supervisor struct {
 	Err error
 }
 
+// ErrNotAudited is a source's Err when ctx ended before its turn came.
+var ErrNotAudited = errors.New("not audited")
+
 // Audit reads /sessions from every source, at most workers at a time, and
-// returns one Supervisor per source in the same order.
+// returns one Supervisor per source in the same order. Once ctx ends (a
+// deadline: the supervisors' sockets belong to their users, who may make
+// every one of them stall to its timeout), the sources still waiting are
+// not asked; their Err wraps ErrNotAudited.
 func Audit(ctx context.Context, c *kallichore.Client, sources []Source, thresholdSeconds int64, workers int) []Supervisor {
 	if c == nil {
 		c = kallichore.DefaultClient
@@ -80,8 +87,13 @@ func Audit(ctx context.Context, c *kallichore.Client, sources []Source, threshol
 	sem := make(chan struct{}, workers)
 	var wg sync.WaitGroup
 	for i, src := range sources {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			out[i] = Supervisor{Source: src, Err: fmt.Errorf("%w: %w", ErrNotAudited, context.Cause(ctx))}
+			continue
+		}
 		wg.Add(1)
-		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()

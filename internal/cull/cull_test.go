@@ -3,6 +3,7 @@ package cull
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -148,5 +149,40 @@ func TestAudit(t *testing.T) {
 		if s.Socket != srcs[i].Socket || s.PID != srcs[i].PID {
 			t.Errorf("result %d is for %s, want %s", i, s.Socket, srcs[i].Socket)
 		}
+	}
+}
+
+// TestAuditStopsAtTheDeadline: supervisors that stall every request to
+// the client's timeout cannot make an audit outlast its context; the
+// sources whose turn had not come when it ended are reported not
+// audited, in their places.
+func TestAuditStopsAtTheDeadline(t *testing.T) {
+	dir := t.TempDir()
+	var srcs []Source
+	for range 6 {
+		h := testutil.StartKCServer(t, dir, testutil.Fake{Hang: true})
+		srcs = append(srcs, Source{h.Socket, h.PID})
+	}
+	c := &kallichore.Client{Timeout: 30 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	got := Audit(ctx, c, srcs, 86400, 2)
+	// One worker's timeout alone is 30 s: an audit that waited for any
+	// would take that long, six of them, three rounds.
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("the audit took %v past a 300ms deadline", took)
+	}
+	notAudited := 0
+	for i, s := range got {
+		if s.Socket != srcs[i].Socket || s.Err == nil {
+			t.Errorf("result %d: %+v", i, s)
+		}
+		if errors.Is(s.Err, ErrNotAudited) {
+			notAudited++
+		}
+	}
+	if notAudited < len(srcs)-2 {
+		t.Errorf("%d of %d sources reported not audited, want all but the first two workers'", notAudited, len(srcs))
 	}
 }

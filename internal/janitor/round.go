@@ -253,11 +253,17 @@ func (w *Watch) cull(ctx context.Context, log *slog.Logger, ms *metrics.Set, sou
 
 // Audit reads the sessions of the supervisors on sources (cull's audit,
 // for cull, watch and doctor) with cfg's timeout, workers and budget of
-// bytes in flight (shared with the sweeps given the same cfg).
+// bytes in flight (shared with the sweeps given the same cfg), all of it
+// within cfg's deadline, as a sweep's probes are.
 func Audit(ctx context.Context, cfg sweep.Config, sources []cull.Source, threshold int64) []cull.Supervisor {
 	if cfg.Budget == nil {
 		cfg.Budget = kallichore.NewBudget(0)
 	}
+	if cfg.Deadline <= 0 {
+		cfg.Deadline = sweep.DefaultDeadline
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, cfg.Deadline, fmt.Errorf("the audit's deadline (%s) passed", cfg.Deadline))
+	defer cancel()
 	client := &kallichore.Client{Timeout: cfg.Timeout, RetryAfter: sweep.DefaultPause, Budget: cfg.Budget}
 	return cull.Audit(ctx, client, sources, threshold, cfg.Workers)
 }

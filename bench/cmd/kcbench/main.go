@@ -395,6 +395,7 @@ func (b *bench) linkCheck() {
 	if out, err := exec.Command("go", "version", "-m", b.hookBin).Output(); err == nil {
 		l.VersionM = !strings.Contains(string(out), "containers/podman") && !strings.Contains(string(out), "go.podman.io")
 		l.Modules = strings.Count(string(out), "\tdep\t")
+		l.VersionMChecked = true
 	} else {
 		l.Error = err.Error()
 	}
@@ -403,6 +404,7 @@ func (b *bench) linkCheck() {
 	if out, err := cmd.Output(); err == nil {
 		l.ListDeps = !strings.Contains(string(out), "github.com/containers/podman") && !strings.Contains(string(out), "go.podman.io")
 		l.Packages = strings.Count(string(out), "\n")
+		l.ListDepsChecked = true
 	} else {
 		l.Error = err.Error()
 	}

@@ -40,6 +40,19 @@ type linkResult struct {
 	HookBytes    int64  `json:"hook_bytes"`
 	JanitorBytes int64  `json:"janitor_bytes"`
 	Error        string `json:"error,omitempty"`
+	// VersionMChecked and ListDepsChecked are false when the check
+	// could not run (no go command): then nothing is known either way.
+	VersionMChecked bool `json:"-"`
+	ListDepsChecked bool `json:"-"`
+}
+
+// podmanWord says what a link check found: "absent", "PRESENT", or that
+// it could not run.
+func podmanWord(checked, absent bool) string {
+	if !checked {
+		return "not checked"
+	}
+	return okWord(absent, "absent", "PRESENT")
 }
 
 // samples are timings; medians are taken of wall and CPU separately.
@@ -667,7 +680,7 @@ func (b *bench) targets() {
 		}
 	}
 	l := b.res.Link
-	add("kc-hook links no podman module", "not linked", fmt.Sprintf("go version -m: %s; go list -deps: %s", okWord(l.VersionM, "absent", "PRESENT"), okWord(l.ListDeps, "absent", "PRESENT")), l.VersionM && l.ListDeps)
+	add("kc-hook links no podman module", "not linked", fmt.Sprintf("go version -m: %s; go list -deps: %s", podmanWord(l.VersionMChecked, l.VersionM), podmanWord(l.ListDepsChecked, l.ListDeps)), l.VersionM && l.ListDeps)
 	if sw := b.res.Sweep; sw != nil {
 		m := sw.Wall.wall()
 		add(fmt.Sprintf("sweep of %d sockets (%d hung)", sw.Sockets, sw.Hung), "< 5 s", fmt.Sprintf("%s (seed approach ≥ %s: %.0f×)", ms(m), sw.SeedCost, ratio(sw.SeedCost, m)), m < 5*time.Second)

@@ -131,7 +131,7 @@ func (b *bench) report(w io.Writer) {
 
 	l := r.Link
 	fmt.Fprintf(w, "### kc-hook's dependencies\n\n`go version -m bin/kc-hook`: %d modules, podman modules %s; `go list -deps ./cmd/kc-hook`: %d packages, podman %s. Binary sizes: kc-hook %s, kc-janitor %s.\n\n",
-		l.Modules, okWord(l.VersionM, "absent", "PRESENT"), l.Packages, okWord(l.ListDeps, "absent", "PRESENT"), mb(l.HookBytes/1024), mb(l.JanitorBytes/1024))
+		l.Modules, podmanWord(l.VersionMChecked, l.VersionM), l.Packages, podmanWord(l.ListDepsChecked, l.ListDeps), mb(l.HookBytes/1024), mb(l.JanitorBytes/1024))
 
 	if len(r.Targets) > 0 {
 		fmt.Fprintln(w, "### Targets\n\n| target | goal | measured | met |\n|---|---|---|---|")

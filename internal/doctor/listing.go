@@ -29,7 +29,7 @@ func Listing(lister proctable.Lister) Check {
 	case l.Lister != "bpf":
 		return newCheck(NameListing, OK, "/proc; the BPF task iterator cannot be used here: %s", l.Fallback)
 	}
-	detail := fmt.Sprintf("BPF task iterator: %s in %s", plural(len(l.PIDs)-l.Missed, "process", "processes"), took)
+	detail := fmt.Sprintf("BPF %s: %s in %s", l.Method, plural(len(l.PIDs)-l.Missed, "process", "processes"), took)
 	switch {
 	case l.Unvouched != "":
 		detail += "; " + l.Unvouched + ", so scans check its listing against /proc's"

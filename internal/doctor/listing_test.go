@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
+	"github.com/kc-watchman/kc-watchman/internal/proctable/taskiter"
 	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
@@ -16,8 +17,8 @@ func TestListing(t *testing.T) {
 		lister proctable.Lister
 		want   string
 	}{
-		{proctable.ListAuto, "BPF task iterator: "},
-		{proctable.ListBPF, "BPF task iterator: "},
+		{proctable.ListAuto, "BPF " + bpfMethod(t) + ": "},
+		{proctable.ListBPF, "BPF " + bpfMethod(t) + ": "},
 		{proctable.ListProc, "/proc; --bpf off"},
 	} {
 		t.Run(tt.lister.String(), func(t *testing.T) {
@@ -48,4 +49,16 @@ func TestListingWhereTheIteratorCannotRun(t *testing.T) {
 	if got.On.Verdict != Error || !strings.Contains(got.On.Detail, "--bpf on") {
 		t.Errorf("on in another PID namespace: %+v; want an error naming --bpf on", got.On)
 	}
+}
+
+// bpfMethod is how this host's BPF program lists: the walk where the
+// kernel has the open-coded task iterator, else the task iterator.
+func bpfMethod(t *testing.T) string {
+	t.Helper()
+	p, err := taskiter.Load()
+	if err != nil {
+		t.Skipf("no BPF listing here: %v", err)
+	}
+	defer p.Close()
+	return p.Method()
 }

@@ -28,18 +28,20 @@ func listBPF(opt Options) (*Listing, error) {
 	l := &Listing{Lister: "bpf", root: opt.Root, named: opt.Named, watch: opt.Watch}
 	l.reserve(expectProcesses())
 	tasks, sawInit := 0, false
-	each := taskiter.Each
-	switch {
-	case opt.Program != nil:
-		each = opt.Program.Each
-	case opt.LayoutCache != "":
-		p, err := taskiter.LoadCached(opt.LayoutCache)
-		if err != nil {
+	p := opt.Program
+	if p == nil {
+		load := taskiter.Load
+		if opt.LayoutCache != "" {
+			load = func() (*taskiter.Program, error) { return taskiter.LoadCached(opt.LayoutCache) }
+		}
+		var err error
+		if p, err = load(); err != nil {
 			return nil, err
 		}
 		defer p.Close()
-		each = p.Each
 	}
+	l.Method = p.Method()
+	each := p.Each
 	census, err := each(func(t *taskiter.Task) {
 		if opt.Hide != nil && opt.Hide(t.PID) {
 			return

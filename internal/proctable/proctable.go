@@ -181,6 +181,9 @@ type Listing struct {
 
 	// Lister is how the processes were listed: "bpf" or "proc".
 	Lister string
+	// Method is, for the "bpf" lister, how its program listed
+	// (taskiter.Program.Method).
+	Method string
 	// Fallback says why ListAuto did not use the BPF task iterator;
 	// empty when it did or was not asked to.
 	Fallback string

@@ -215,6 +215,15 @@ func load(l layout) (int, error) {
 	return loadProgram(prog, l.iterFunc)
 }
 
+// Method says how the program lists, for operators: "walk of the process
+// list" or "task iterator".
+func (p *Program) Method() string {
+	if p.w != nil {
+		return "walk of the process list"
+	}
+	return "task iterator"
+}
+
 // Close unloads the program.
 func (p *Program) Close() error {
 	if p == nil {

@@ -49,11 +49,12 @@ func run(args []string) int {
 	return exitUsage
 }
 
-// longRunning names the commands that run until stopped.
-func longRunning(command string) bool { return command == "watch" }
+// tunedCommand names the commands that do one job and exit with memory
+// the host's process table bounds: watch runs on (and --once sweeps), and
+// sweep's and cull's memory follows what other users' sockets answer.
+func tunedCommand(command string) bool { return command == "reconcile" || command == "status" }
 
-// tuned runs a command that does one job and exits without the garbage
-// collector (oneshot.Tune); watch, which runs on, keeps it.
+// tuned runs a command without the garbage collector (oneshot.Tune).
 func tuned(action cli.ActionFunc) cli.ActionFunc {
 	return func(c *cli.Context) error {
 		oneshot.Tune()
@@ -130,7 +131,7 @@ func commands(stateDir string) []*cli.Command {
 		ownHelp(c)
 		if c.Action != nil {
 			c.Action = withAudit(c.Name, noStrayArgs(withMetrics(c.Name, c.Action)))
-			if !longRunning(c.Name) {
+			if tunedCommand(c.Name) {
 				c.Action = tuned(c.Action)
 			}
 		}

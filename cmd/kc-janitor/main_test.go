@@ -13,8 +13,9 @@ import (
 // TestMain removes the binaries testutil.Build compiled for these tests.
 func TestMain(m *testing.M) { testutil.Main(m) }
 
-// TestOneShotCommandsRunWithoutTheCollector: a command that does one job
-// runs with the garbage collector off (oneshot.Tune); watch keeps it.
+// TestOneShotCommandsRunWithoutTheCollector: reconcile and status run
+// with the garbage collector off (oneshot.Tune); sweep, whose memory other
+// users' sockets drive, and every other command keep it.
 func TestOneShotCommandsRunWithoutTheCollector(t *testing.T) {
 	t.Setenv("GOGC", "") // restored after the test
 	os.Unsetenv("GOGC")
@@ -22,19 +23,28 @@ func TestOneShotCommandsRunWithoutTheCollector(t *testing.T) {
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
 	var names []string
 	for _, c := range commands(t.TempDir()) {
-		if longRunning(c.Name) {
+		if tunedCommand(c.Name) {
 			names = append(names, c.Name)
 		}
 	}
-	if !slices.Equal(names, []string{"watch"}) {
-		t.Errorf("long-running commands %v, want watch alone", names)
+	if !slices.Equal(names, []string{"reconcile", "status"}) {
+		t.Errorf("tuned commands %v, want reconcile and status", names)
 	}
-	app := newApp()
-	app.Writer = io.Discard
-	if err := runApp(app, []string{"kc-janitor", "version", "--state-dir", t.TempDir()}); err != nil {
-		t.Fatal(err)
-	}
-	if gc := debug.SetGCPercent(100); gc != -1 {
-		t.Errorf("after version, GC percent %d, want -1 (off)", gc)
+	for _, tt := range []struct {
+		args []string
+		gc   int
+	}{
+		{[]string{"sweep", "--socket-dir", t.TempDir()}, 100},
+		{[]string{"status"}, -1},
+	} {
+		app := newApp()
+		app.Writer, app.ErrWriter = io.Discard, io.Discard
+		args := append(append([]string{"kc-janitor"}, tt.args...), "--state-dir", t.TempDir())
+		if err := runApp(app, args); err != nil {
+			t.Fatalf("%v: %v", tt.args, err)
+		}
+		if gc := debug.SetGCPercent(100); gc != tt.gc {
+			t.Errorf("after %v, GC percent %d, want %d", tt.args, gc, tt.gc)
+		}
 	}
 }

@@ -87,6 +87,12 @@ func Audit(ctx context.Context, c *kallichore.Client, sources []Source, threshol
 	sem := make(chan struct{}, workers)
 	var wg sync.WaitGroup
 	for i, src := range sources {
+		// Checked before the select, which picks at random between a
+		// free worker and the end.
+		if ctx.Err() != nil {
+			out[i] = Supervisor{Source: src, Err: fmt.Errorf("%w: %w", ErrNotAudited, context.Cause(ctx))}
+			continue
+		}
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():

@@ -29,7 +29,8 @@ func TestTune(t *testing.T) {
 		{"defaults", nil, -1, MemoryLimit},
 		{"GOGC set", []string{"GOGC=50"}, 50, math.MaxInt64},
 		{"GOGC off by the operator", []string{"GOGC=off"}, -1, math.MaxInt64},
-		{"GOMEMLIMIT set", []string{"GOMEMLIMIT=1GiB"}, -1, 1 << 30},
+		{"GOMEMLIMIT set", []string{"GOMEMLIMIT=1GiB"}, 100, 1 << 30},
+		{"GOMEMLIMIT off", []string{"GOMEMLIMIT=off"}, 100, math.MaxInt64},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -22,11 +22,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/proctable/taskiter"
@@ -253,8 +250,6 @@ func List(opt Options) (*Listing, error) {
 	return l, nil
 }
 
-// add appends a process to the listing; ppid and uid are dropped by a
-// listing that does not carry them, -1 is unknown.
 // reserve makes room for n processes in the iterator's columns, which
 // a pass fills: grown by appends instead, they would be copied a dozen
 // times over at 10,000 processes.
@@ -269,22 +264,15 @@ func (l *Listing) reserve(n int) {
 // cannot outnumber but by those forked meanwhile, capped so that a host
 // of many threads does not make a listing reserve for them.
 func expectProcesses() int {
-	data, err := os.ReadFile("/proc/loadavg")
+	n, err := taskiter.TaskCount()
 	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(data))
-	if len(f) != 5 {
-		return 0
-	}
-	_, total, _ := strings.Cut(f[3], "/")
-	n, err := strconv.Atoi(total)
-	if err != nil || n < 0 {
 		return 0
 	}
 	return min(n+n/16, 1<<17)
 }
 
+// add appends a process to the listing; ppid and uid are dropped by a
+// listing that does not carry them, -1 is unknown.
 func (l *Listing) add(pid, pgid int, start uint64, ppid, uid int) {
 	l.PIDs = append(l.PIDs, pid)
 	l.PGIDs = append(l.PGIDs, int32(pgid))

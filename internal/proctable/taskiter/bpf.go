@@ -46,8 +46,9 @@ type progLoadAttr struct {
 	_                  uint32
 }
 
-// linkCreateAttr is union bpf_attr for BPF_LINK_CREATE of an iterator
-// without parameters (every task of the host).
+// linkCreateAttr is union bpf_attr for BPF_LINK_CREATE of an iterator:
+// without iterInfo, over every task of the host (the task iterator
+// program); with it, over the tasks it names (the walk's one).
 type linkCreateAttr struct {
 	progFd      uint32
 	targetFd    uint32

@@ -18,7 +18,7 @@ import (
 // A layout read from the kernel's BTF holds until the next boot, and the
 // read is a tenth of a short-lived caller's run (kc-hook's: 1.5-2 ms of
 // mapping and walking five megabytes). LoadCached keeps it in a file of
-// the caller's private state dir, named with the boot's ID. A layout from
+// the caller's private state dir, with the boot's ID. A layout from
 // the file is trusted no more than one read afresh: the verifier checks
 // the program built from it, every pass checks this process's record
 // against /proc, and a layout that fails either is removed and read
@@ -84,6 +84,9 @@ func decodeCache(data []byte, boot string) (layout, error) {
 	}
 	if l.iterFunc == 0 {
 		return layout{}, errors.New("no iterator function")
+	}
+	if err := l.validate(); err != nil {
+		return layout{}, err
 	}
 	return l, nil
 }

@@ -186,3 +186,23 @@ func TestLoadCached(t *testing.T) {
 		t.Errorf("the file holds %+v, %v; want the kernel's", l, err)
 	}
 }
+
+// TestLoadCachedWithoutAFile: a layout file that cannot be written (its
+// directory is missing) costs nothing but the file: the program loads and
+// lists.
+func TestLoadCachedWithoutAFile(t *testing.T) {
+	kernelWalk(t)
+	path := filepath.Join(t.TempDir(), "missing", "layout")
+	p, err := LoadCached(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	seen := false
+	if _, err := p.Each(func(task *Task) { seen = seen || task.PID == os.Getpid() }); err != nil || !seen {
+		t.Fatalf("pass: this process seen %v, err %v", seen, err)
+	}
+	if _, err := os.Lstat(path); !os.IsNotExist(err) {
+		t.Errorf("a layout file at %s: %v", path, err)
+	}
+}

@@ -52,14 +52,8 @@ const (
 // also skips the searches, but its seven calls per process cost more at
 // 10,000 processes than the searches do.)
 func program(l layout) ([]insn, error) {
-	for _, off := range []uint32{l.taskPID, l.taskTGID, l.taskExitState, l.taskStart, l.taskComm + 8, l.taskSignal, l.signalThreads,
-		l.signalPIDs + 8*l.pidtypePGID, l.pidNumbers + l.upidNR, l.taskParent, l.taskCred, l.credUID} {
-		if off > 1<<15-1 {
-			return nil, fmt.Errorf("field offset %d does not fit an instruction", off)
-		}
-	}
-	if l.taskStruct > 1<<31-1 || l.rdonlyCast > 1<<31-1 {
-		return nil, fmt.Errorf("BTF IDs %d, %d do not fit an instruction", l.taskStruct, l.rdonlyCast)
+	if err := l.validate(); err != nil {
+		return nil, err
 	}
 	var b builder
 	const rec = -recordSize
@@ -107,6 +101,24 @@ func program(l layout) ([]insn, error) {
 	b.add(movImm(r0, 0))
 	b.add(exit())
 	return b.resolve()
+}
+
+// validate refuses a layout whose offsets or IDs do not fit the
+// instructions that carry them: cast to their fields, they would wrap to
+// other offsets, which the verifier takes for any inside the struct.
+func (l layout) validate() error {
+	for _, off := range []uint32{l.taskPID, l.taskTGID, l.taskExitState, l.taskStart, l.taskComm + 8, l.taskSignal, l.signalThreads,
+		l.signalPIDs + 8*l.pidtypePGID, l.pidNumbers + l.upidNR, l.taskParent, l.taskCred, l.credUID} {
+		if off > 1<<15-1 {
+			return fmt.Errorf("field offset %d does not fit an instruction", off)
+		}
+	}
+	for _, id := range []uint32{l.taskStruct, l.rdonlyCast, l.walkNew, l.walkNext, l.walkDestroy} {
+		if id > 1<<31-1 {
+			return fmt.Errorf("BTF ID %d does not fit an instruction", id)
+		}
+	}
+	return nil
 }
 
 // builder resolves forward jumps to labels.

@@ -246,29 +246,55 @@ func TestProgramRefusesLargeOffsets(t *testing.T) {
 		{"task->real_parent", func(l *layout) { l.taskParent = limit + 1 }, false},
 		{"task->real_cred", func(l *layout) { l.taskCred = limit + 1 }, false},
 		{"cred->uid", func(l *layout) { l.credUID = limit + 1 }, false},
+		{"cred->uid at 65536, which an int16 reads as 0", func(l *layout) { l.credUID = 1 << 16 }, false},
+		{"a kfunc's ID", func(l *layout) { l.walkNext = 1 << 31 }, false},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			l := progLayout
-			tt.set(&l)
-			prog, err := program(l)
-			if tt.ok {
-				if err != nil {
-					t.Fatalf("program: %v", err)
-				}
-				// An offset that passes must reach the instruction whole,
-				// not wrapped negative.
-				for _, in := range prog {
-					if in.off < 0 && in.dst != r10 && in.op != opJeqImm && in.op != opJneReg {
-						t.Errorf("instruction %+v has a negative offset", in)
-					}
-				}
-				return
+	// The task iterator program, the walk and a layout file all refuse
+	// the same offsets.
+	builds := []struct {
+		name  string
+		build func(l layout) ([]insn, error)
+	}{
+		{"task iterator", program},
+		{"walk", func(l layout) ([]insn, error) { return walkProgram(l, 42) }},
+		{"layout file", func(l layout) ([]insn, error) {
+			if _, err := decodeCache(encodeCache(testBoot, l), testBoot); err != nil {
+				return nil, err
 			}
-			if err == nil || !strings.Contains(err.Error(), "does not fit") {
-				t.Fatalf("program error = %v, want a refusal", err)
-			}
-		})
+			return program(l)
+		}},
+	}
+	for _, b := range builds {
+		for _, tt := range tests {
+			t.Run(b.name+"/"+tt.name, func(t *testing.T) {
+				l := progLayout
+				l.rdonlyCast, l.taskStruct = 65425, 114
+				l.walkNew, l.walkNext, l.walkDestroy = 64198, 64201, 64193
+				tt.set(&l)
+				testLargeOffset(t, b.build, l, tt.ok)
+			})
+		}
+	}
+}
+
+func testLargeOffset(t *testing.T, build func(layout) ([]insn, error), l layout, ok bool) {
+	t.Helper()
+	prog, err := build(l)
+	if !ok {
+		if err == nil || !strings.Contains(err.Error(), "does not fit") {
+			t.Fatalf("error = %v, want a refusal", err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	// An offset that passes must reach the instruction whole, not
+	// wrapped negative.
+	for _, in := range prog {
+		if in.off < 0 && in.dst != r10 && in.op != opJeqImm && in.op != opJneReg && in.op != opJa {
+			t.Errorf("instruction %+v has a negative offset", in)
+		}
 	}
 }
 

@@ -164,6 +164,9 @@ type Program struct {
 	// cache is the file the layout was read from (LoadCached), removed
 	// when a pass disagrees with /proc.
 	cache string
+	// walkErr is why a kernel that lists the walk's kfuncs did not take
+	// the walk.
+	walkErr error
 }
 
 // Load builds the program from the kernel's BTF and loads it. Errors wrap
@@ -181,19 +184,22 @@ func Load() (*Program, error) {
 
 // loadLayout loads the program for layout l.
 func loadLayout(l layout) (*Program, error) {
+	var walkErr error
 	if l.walkNew != 0 {
 		// A kernel that lists the kfuncs but will not take the walk
 		// (a verifier older or stricter than the one it was written
 		// for) gets the task iterator program.
-		if w, err := newWalker(l); err == nil {
+		w, err := newWalker(l)
+		if err == nil {
 			return &Program{fd: -1, w: w}, nil
 		}
+		walkErr = err
 	}
 	fd, err := loadFor(l)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	return &Program{fd: fd}, nil
+	return &Program{fd: fd, walkErr: walkErr}, nil
 }
 
 // loadFor loads the program for layout l. A kernel that lists the cast
@@ -216,10 +222,14 @@ func load(l layout) (int, error) {
 }
 
 // Method says how the program lists, for operators: "walk of the process
-// list" or "task iterator".
+// list", or "task iterator" and why not the walk where the kernel lists
+// its kfuncs.
 func (p *Program) Method() string {
-	if p.w != nil {
+	switch {
+	case p.w != nil:
 		return "walk of the process list"
+	case p.walkErr != nil:
+		return fmt.Sprintf("task iterator (the walk was refused: %v)", p.walkErr)
 	}
 	return "task iterator"
 }
@@ -230,8 +240,7 @@ func (p *Program) Close() error {
 		return nil
 	}
 	if p.w != nil {
-		p.w.close()
-		p.w = nil
+		p.w.close() // a pass after it fails: its fd is gone
 	}
 	if p.fd < 0 {
 		return nil
@@ -353,6 +362,10 @@ func (ls *lister) finish(census Census) (Census, error) {
 	}
 	return census, checkSelf(ls.me, ls.self, ls.pgid)
 }
+
+// TaskCount returns the kernel's count of tasks (threads included), from
+// /proc/loadavg: what the processes cannot outnumber.
+func TaskCount() (int, error) { return readLoadavg() }
 
 // readLoadavg returns the kernel's task count, from /proc/loadavg.
 func readLoadavg() (int, error) {

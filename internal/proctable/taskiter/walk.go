@@ -3,6 +3,7 @@ package taskiter
 import (
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"unsafe"
@@ -91,6 +92,9 @@ func ldMapFD(dst uint8, fd int) [2]insn {
 func walkProgram(l layout, mapFD int) ([]insn, error) {
 	if l.walkNew == 0 || l.rdonlyCast == 0 {
 		return nil, fmt.Errorf("kernel without the open-coded task iterator")
+	}
+	if err := l.validate(); err != nil {
+		return nil, err
 	}
 	var b builder
 	const it, key, hdr = -24, -32, -48
@@ -184,11 +188,14 @@ func walkProgram(l layout, mapFD int) ([]insn, error) {
 // program once, for that task, and once more at the end), and opens a
 // run of it.
 func openWalk(progFd int) (int, error) {
-	var info [12]byte // union bpf_iter_link_info: task.tid, pid, pid_fd
+	// union bpf_iter_link_info: task.tid, pid, pid_fd. On the heap, which
+	// does not move, since the kernel finds it through an integer.
+	info := new([12]byte)
 	binary.NativeEndian.PutUint32(info[0:], uint32(unix.Getpid()))
 	la := linkCreateAttr{progFd: uint32(progFd), attachType: attachTraceIter,
-		iterInfo: uint64(uintptr(unsafe.Pointer(&info[0]))), iterInfoLen: uint32(len(info))}
+		iterInfo: uint64(uintptr(unsafe.Pointer(info))), iterInfoLen: uint32(len(info))}
 	linkFd, err := bpf(cmdLinkCreate, unsafe.Pointer(&la), unsafe.Sizeof(la))
+	runtime.KeepAlive(info)
 	if err != nil {
 		return -1, fmt.Errorf("attach the walk: %w", err)
 	}
@@ -229,20 +236,29 @@ func runWalk(progFd int, m *walkMap) (recs [][]byte, full bool, err error) {
 	if err != nil || full {
 		return nil, full, err
 	}
+	return walkRecords(m.data, first, end), false, nil
+}
+
+// walkRecords returns the records at [first, end) of data by PID, without
+// the idle task's: the list starts at PID 0, which is no process (/proc
+// and the task iterator do not show it either).
+func walkRecords(data []byte, first, end int) [][]byte {
 	// Each PID is sorted with its record's place packed into one number:
 	// a comparison function's calls would cost more than the sort's
 	// comparisons.
-	keys := make([]uint64, end-first)
-	for i := range keys {
-		keys[i] = uint64(binary.NativeEndian.Uint32(m.data[(first+i)*recordSize:]))<<32 | uint64(first+i)
+	keys := make([]uint64, 0, end-first)
+	for i := first; i < end; i++ {
+		if pid := binary.NativeEndian.Uint32(data[i*recordSize:]); pid != 0 {
+			keys = append(keys, uint64(pid)<<32|uint64(i))
+		}
 	}
 	slices.Sort(keys)
-	recs = make([][]byte, len(keys))
+	recs := make([][]byte, len(keys))
 	for i, k := range keys {
 		at := int(uint32(k)) * recordSize
-		recs[i] = m.data[at : at+recordSize : at+recordSize]
+		recs[i] = data[at : at+recordSize : at+recordSize]
 	}
-	return recs, false, nil
+	return recs
 }
 
 // walker is a loaded walk and its map. Its passes take their turn: they
@@ -256,7 +272,9 @@ type walker struct {
 
 // walkCapacity is the number of records a map is made for, given the
 // kernel's task count: room for the processes forked while a pass runs.
-func walkCapacity(tasks int) int { return tasks + tasks/2 + 1024 }
+// The task count counts threads too; on a host of many threads the first
+// map is capped (6 MB), and a pass that fills it makes a map for them all.
+func walkCapacity(tasks int) int { return min(tasks+tasks/2+1024, 1<<17) }
 
 func newWalker(l layout) (*walker, error) {
 	tasks, err := readLoadavg()
@@ -332,17 +350,12 @@ func (w *walker) each(fn func(*Task)) (Census, error) {
 		if try > 0 {
 			return census, fmt.Errorf("%w: more processes than a map of %d records holds", ErrUnavailable, w.m.cap)
 		}
-		if err := w.load(max(walkCapacity(census.TasksBefore), 2*w.m.cap)); err != nil {
+		if err := w.load(max(census.TasksBefore+census.TasksBefore/2+1024, 2*w.m.cap)); err != nil {
 			return census, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 	}
 	ls := newLister(fn)
 	for _, rec := range recs {
-		// The list starts at the idle task, PID 0, which is no process
-		// (/proc and the task iterator do not show it either).
-		if binary.NativeEndian.Uint32(rec) == 0 {
-			continue
-		}
 		ls.record(rec)
 	}
 	return ls.finish(census)

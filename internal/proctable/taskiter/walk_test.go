@@ -2,6 +2,7 @@ package taskiter
 
 import (
 	"encoding/binary"
+	"errors"
 	"os"
 	"slices"
 	"strings"
@@ -232,5 +233,45 @@ func TestWalkGrows(t *testing.T) {
 	w.close()
 	if _, err := w.each(func(*Task) {}); err == nil {
 		t.Error("a pass of a closed walk succeeded")
+	}
+}
+
+// TestWalkRecords: the walk's records come out by PID, from the header's
+// first index on, without the idle task's; a PID listed twice reaches the
+// lister, which refuses the pass.
+func TestWalkRecords(t *testing.T) {
+	rec := func(pid uint32) []byte {
+		b := make([]byte, recordSize)
+		binary.NativeEndian.PutUint32(b, pid)
+		binary.NativeEndian.PutUint32(b[12:], 1) // a thread
+		return b
+	}
+	var data []byte
+	for _, pid := range []uint32{999, 0, 7, 300, 5, 42, 300} {
+		data = append(data, rec(pid)...)
+	}
+	pids := func(recs [][]byte) []uint32 {
+		var out []uint32
+		for _, r := range recs {
+			out = append(out, binary.NativeEndian.Uint32(r))
+		}
+		return out
+	}
+	if got, want := pids(walkRecords(data, 1, 6)), []uint32{5, 7, 42, 300}; !slices.Equal(got, want) {
+		t.Errorf("records [1, 6) by PID: %v, want %v", got, want)
+	}
+	if got := walkRecords(data, 3, 3); len(got) != 0 {
+		t.Errorf("records [3, 3): %v, want none", pids(got))
+	}
+	all := walkRecords(data, 0, 7)
+	if got, want := pids(all), []uint32{5, 7, 42, 300, 300, 999}; !slices.Equal(got, want) {
+		t.Fatalf("all records by PID: %v, want %v", got, want)
+	}
+	ls := newLister(func(*Task) {})
+	for _, r := range all {
+		ls.record(r)
+	}
+	if ls.order == nil || !errors.Is(ls.order, ErrUnavailable) || !strings.Contains(ls.order.Error(), "PID 300 after 300") {
+		t.Errorf("a PID listed twice: %v, want the pass refused", ls.order)
 	}
 }

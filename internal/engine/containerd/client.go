@@ -16,18 +16,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strings"
-	"sync/atomic"
-	"time"
 
 	versionapi "github.com/containerd/containerd/api/services/version/v1"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
-	"github.com/kc-watchman/kc-watchman/internal/engine/peercred"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/keepalive"
+	"github.com/kc-watchman/kc-watchman/internal/engine/grpcunix"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
@@ -39,17 +33,6 @@ const DefaultAddress = "/run/containerd/containerd.sock"
 // namespace from.
 const namespaceKey = "containerd-namespace"
 
-// Keepalive pings containerd on a connection with a call open (watch's
-// event stream: a containerd that stopped answering, SIGSTOPped or wedged,
-// would otherwise leave it deaf and open for ever) and drops the
-// connection when a ping goes unanswered. containerd 1.6 (and 1.7, 2.x)
-// builds its gRPC server with no keepalive options (services/server's
-// Dial), so grpc-go's default enforcement policy holds: pings less than 5
-// minutes apart are strikes, the third a GOAWAY "too_many_pings", and
-// none without an open stream. 6 minutes keeps clear of that with room
-// for timer slack; idle connections are not pinged.
-var Keepalive = keepalive.ClientParameters{Time: 6 * time.Minute, Timeout: 20 * time.Second, PermitWithoutStream: false}
-
 // ErrAddress marks an address that cannot be a containerd socket (empty,
 // relative, a URL with another scheme): a usage error.
 var ErrAddress = engine.ErrSocketPath
@@ -57,8 +40,7 @@ var ErrAddress = engine.ErrSocketPath
 // Client is a connection to one containerd.
 type Client struct {
 	address string
-	conn    *grpc.ClientConn
-	peerUID atomic.Int64
+	conn    *grpcunix.Conn
 }
 
 // ResolveAddress applies the documented defaults to a --containerd-address
@@ -88,31 +70,13 @@ func Dial(addr string) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{address: p}
-	c.peerUID.Store(engine.UIDUnknown)
-	dial := func(ctx context.Context, _ string) (net.Conn, error) {
-		conn, uid, err := peercred.DialUnixAs(ctx, "containerd's socket", p)
-		if err != nil {
-			c.peerUID.Store(engine.UIDUnknown)
-			return nil, err
-		}
-		c.peerUID.Store(int64(uid))
-		return conn, nil
-	}
-	conn, err := grpc.NewClient("passthrough:///containerd",
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(dial),
-		grpc.WithAuthority("localhost"),
-		// containerd's own client raises the receive limit the same way: a
-		// node with thousands of containers answers List with many MiB.
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)),
-		grpc.WithKeepaliveParams(Keepalive),
-	)
+	// containerd's own client raises the receive limit the same way: a
+	// node with thousands of containers answers List with many MiB.
+	conn, err := grpcunix.Dial("containerd's socket", p, 64<<20)
 	if err != nil {
 		return nil, fmt.Errorf("containerd client for %s: %w", p, err)
 	}
-	c.conn = conn
-	return c, nil
+	return &Client{address: p, conn: conn}, nil
 }
 
 // Address is the socket path this client asks.
@@ -121,7 +85,7 @@ func (c *Client) Address() string { return c.address }
 // PeerUID is the UID of the process that accepted the latest connection
 // (SO_PEERCRED): the UID containerd's answers vouch for. engine.UIDUnknown before
 // the first call.
-func (c *Client) PeerUID() int { return int(c.peerUID.Load()) }
+func (c *Client) PeerUID() int { return c.conn.PeerUID() }
 
 // Close drops the connection.
 func (c *Client) Close() error { return c.conn.Close() }

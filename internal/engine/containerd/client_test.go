@@ -314,17 +314,3 @@ func publishExit(t *testing.T, c *Client, ns, id string) {
 		t.Fatalf("publishing a probe event: %v", err)
 	}
 }
-
-// TestKeepaliveWithinContainerdPolicy: containerd's server takes grpc-go's
-// default enforcement (pings at least 5 minutes apart, none on a
-// connection without a stream); a client pinging more often is sent
-// GOAWAY and its event stream dropped every few minutes.
-func TestKeepaliveWithinContainerdPolicy(t *testing.T) {
-	const serverMinTime = 5 * time.Minute
-	if Keepalive.Time <= serverMinTime || Keepalive.PermitWithoutStream {
-		t.Errorf("keepalive %+v: pings must be more than %v apart and only with a stream open", Keepalive, serverMinTime)
-	}
-	if Keepalive.Timeout <= 0 || Keepalive.Timeout >= Keepalive.Time {
-		t.Errorf("keepalive timeout %v: set, and below the ping interval", Keepalive.Timeout)
-	}
-}

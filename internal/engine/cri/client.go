@@ -16,19 +16,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/kc-watchman/kc-watchman/internal/engine"
-	"github.com/kc-watchman/kc-watchman/internal/engine/peercred"
+	"github.com/kc-watchman/kc-watchman/internal/engine/grpcunix"
 )
 
 // CRIOSocket is CRI-O's socket; the containerd sockets a node may have
@@ -38,7 +34,7 @@ const CRIOSocket = "/run/crio/crio.sock"
 
 // UIDUnknown is PeerUID's answer before a connection was made, or when
 // the peer's credentials could not be read.
-const UIDUnknown = -1
+const UIDUnknown = grpcunix.UIDUnknown
 
 // The caps on what a runtime may send. A node with thousands of
 // containers answers ListContainers with a few MiB (each carries its
@@ -48,11 +44,6 @@ const (
 	maxStatusBytes = 4 << 20
 	maxEventBytes  = 1 << 20
 )
-
-// Keepalive: see containerd's client. CRI runtimes build their gRPC
-// servers without keepalive enforcement options, so grpc-go's default
-// policy (pings under 5 minutes apart are strikes) holds for them too.
-var Keepalive = keepalive.ClientParameters{Time: 6 * time.Minute, Timeout: 20 * time.Second}
 
 // ErrEndpoint marks an endpoint that cannot be a CRI socket: a usage error.
 var ErrEndpoint = engine.ErrSocketPath
@@ -109,10 +100,9 @@ func CheckEndpoint(ep string) (string, error) { return engine.SocketPath(ep) }
 
 // Client is a connection to one CRI runtime.
 type Client struct {
-	path    string
-	conn    *grpc.ClientConn
-	rs      runtimeapi.RuntimeServiceClient
-	peerUID atomic.Int64
+	path string
+	conn *grpcunix.Conn
+	rs   runtimeapi.RuntimeServiceClient
 }
 
 // New prepares a client for the socket at ep. It does not connect: the
@@ -124,37 +114,18 @@ func New(ep string) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{path: p}
-	c.peerUID.Store(UIDUnknown)
-	dial := func(ctx context.Context, _ string) (net.Conn, error) {
-		conn, uid, err := peercred.DialUnixAs(ctx, "the CRI socket", p)
-		if err != nil {
-			c.peerUID.Store(UIDUnknown)
-			return nil, err
-		}
-		c.peerUID.Store(int64(uid))
-		return conn, nil
-	}
-	conn, err := grpc.NewClient("passthrough:///cri",
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(dial),
-		grpc.WithAuthority("localhost"),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxListBytes)),
-		grpc.WithKeepaliveParams(Keepalive),
-	)
+	conn, err := grpcunix.Dial("the CRI socket", p, maxListBytes)
 	if err != nil {
 		return nil, fmt.Errorf("CRI client for %s: %w", p, err)
 	}
-	c.conn = conn
-	c.rs = runtimeapi.NewRuntimeServiceClient(conn)
-	return c, nil
+	return &Client{path: p, conn: conn, rs: runtimeapi.NewRuntimeServiceClient(conn)}, nil
 }
 
 // Endpoint is the socket path this client asks.
 func (c *Client) Endpoint() string { return c.path }
 
 // PeerUID is the UID of the process that accepted the latest connection.
-func (c *Client) PeerUID() int { return int(c.peerUID.Load()) }
+func (c *Client) PeerUID() int { return c.conn.PeerUID() }
 
 // Close drops the connection.
 func (c *Client) Close() error { return c.conn.Close() }

@@ -66,12 +66,12 @@ func Doctor(ctx context.Context, s Settings, fix bool, hooksDirs []string, log *
 	}
 	rep.Add(doctor.StateDir(s.StateDir))
 	rep.Add(doctor.Listing(s.Reconcile.Lister))
-	rep.Add(doctor.Pidfds(pinnable(s, answers, func(eng string, ids []string) map[string]int {
+	rep.Add(doctor.Pidfds(pinnable(s, answers, func(by listedBy, ids []string) map[string]int {
 		es, err := s.Select(log)
 		if err != nil {
 			return nil
 		}
-		return askInitPIDs(ctx, es, eng, ids, s.Engine.Timeout, nil, log)
+		return askInitPIDs(ctx, es, by, ids, s.Engine.Timeout, log)
 	})))
 	rep.Add(doctor.Containment(contain.Detect(s.Reconcile.Contain)))
 

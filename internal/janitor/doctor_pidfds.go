@@ -19,14 +19,14 @@ var errNoPID = errors.New("no init PID known")
 // pin, with watch's checks (each pidfd closed at once), and the others by
 // reason, for doctor. ask is asked, as watch asks, for the init PIDs an
 // engine's list gave none for.
-func pinnable(s Settings, answers []engine.Answer, ask func(eng string, ids []string) map[string]int) (pinned, eventsOnly int, why []string) {
+func pinnable(s Settings, answers []engine.Answer, ask func(by listedBy, ids []string) map[string]int) (pinned, eventsOnly int, why []string) {
 	root := s.Reconcile.Root
 	if root == "" {
 		root = fingerprint.DefaultRoot
 	}
 	st := openStore(s.StateDir, false, slog.New(slog.DiscardHandler))
 	pids, byPID := map[string]int{}, map[int]int{}
-	noPID := map[string][]string{}
+	noPID := map[listedBy][]string{}
 	for _, a := range answers {
 		for _, c := range a.Containers {
 			if _, seen := pids[c.ID]; seen || !c.Live || (len(s.Reconcile.Containers) > 0 && !s.Reconcile.Containers[c.ID]) {
@@ -34,14 +34,14 @@ func pinnable(s Settings, answers []engine.Answer, ask func(eng string, ids []st
 			}
 			pids[c.ID] = c.InitPID
 			if c.InitPID <= 0 {
-				noPID[a.Engine] = append(noPID[a.Engine], c.ID)
+				noPID[listedIn(a)] = append(noPID[listedIn(a)], c.ID)
 			}
 		}
 	}
-	for eng, ids := range noPID {
+	for by, ids := range noPID {
 		var told map[string]int
 		if ask != nil {
-			told = ask(eng, ids)
+			told = ask(by, ids)
 		}
 		for _, id := range ids {
 			if pid, ok := told[id]; ok {

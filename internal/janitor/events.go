@@ -640,12 +640,12 @@ func startDeathEvents(work context.Context, w *Watch, serial *sync.Mutex, log *s
 		if err != nil {
 			log.Warn("container deaths are not seen from the kernel; engine events alone", "err", err)
 		} else {
-			pins.askPID = func(eng string, ids []string) map[string]int {
+			pins.askPID = func(by listedBy, ids []string) map[string]int {
 				es, err := w.Select(log)
 				if err != nil {
 					return nil
 				}
-				return askInitPIDs(ctx, es, eng, ids, w.Engine.Timeout, nil, pins.log)
+				return askInitPIDs(ctx, es, by, ids, w.Engine.Timeout, pins.log)
 			}
 			// Every answer the engines give a round or a death moves the
 			// pins: a restarted container's new init is pinned by the

@@ -113,9 +113,10 @@ type pinner struct {
 	// max keeps the pidfds under the file limit; containers past it are
 	// followed by events alone.
 	max int
-	// askPID, when set, asks engine for the init PIDs of ids its list
-	// gave none for (Docker's inspect); an ID left out has none.
-	askPID func(engine string, ids []string) map[string]int
+	// askPID, when set, asks the engine of an answer for the init PIDs
+	// of ids its list gave none for (Docker's inspect, askInitPIDs); an
+	// ID left out has none.
+	askPID func(by listedBy, ids []string) map[string]int
 
 	mu      sync.Mutex
 	closed  bool
@@ -221,7 +222,7 @@ func (p *pinner) refresh(answers []engine.Answer) { p.apply(answers, nil) }
 
 // apply is refresh; told, when not nil, is askPID's answers for the
 // containers the engines listed without an init PID.
-func (p *pinner) apply(answers []engine.Answer, told map[string]map[string]int) {
+func (p *pinner) apply(answers []engine.Answer, told map[listedBy]map[string]int) {
 	type want struct {
 		engine string
 		pid    int
@@ -231,8 +232,8 @@ func (p *pinner) apply(answers []engine.Answer, told map[string]map[string]int) 
 	}
 	wants := map[string]want{}
 	live := map[string]bool{}
-	// Live containers whose engine gave no init PID, by engine.
-	noPID := map[string]string{}
+	// Live containers whose engine gave no init PID, and the answer.
+	noPID := map[string]listedBy{}
 	for _, a := range answers {
 		for _, c := range a.Containers {
 			if !c.Live || (len(p.scope) > 0 && !p.scope[c.ID]) {
@@ -241,7 +242,7 @@ func (p *pinner) apply(answers []engine.Answer, told map[string]map[string]int) 
 			live[c.ID] = true
 			if c.InitPID <= 0 {
 				if _, ok := noPID[c.ID]; !ok {
-					noPID[c.ID] = a.Engine
+					noPID[c.ID] = listedIn(a)
 				}
 				continue
 			}
@@ -258,13 +259,13 @@ func (p *pinner) apply(answers []engine.Answer, told map[string]map[string]int) 
 	}
 	// A pinned container keeps its pin while its engine lists it live: a
 	// restart kills the init, which the pidfd reports.
-	ask := map[string][]string{}
-	for id, eng := range noPID {
+	ask := map[listedBy][]string{}
+	for id, by := range noPID {
 		if _, ok := wants[id]; ok {
 			continue
 		}
 		if pn, ok := p.pins[id]; ok {
-			wants[id] = want{engine: eng, pid: pn.p.PID}
+			wants[id] = want{engine: by.engine, pid: pn.p.PID}
 			continue
 		}
 		if _, ok := p.refused[id]; ok {
@@ -275,7 +276,7 @@ func (p *pinner) apply(answers []engine.Answer, told map[string]map[string]int) 
 		if at, ok := p.diedAt[id]; ok && time.Since(at) < pinRelist {
 			continue
 		}
-		ask[eng] = append(ask[eng], id)
+		ask[by] = append(ask[by], id)
 	}
 	for id, at := range p.diedAt {
 		if time.Since(at) >= pinRelist {
@@ -288,9 +289,9 @@ func (p *pinner) apply(answers []engine.Answer, told map[string]map[string]int) 
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
-			got := map[string]map[string]int{}
-			for eng, ids := range ask {
-				got[eng] = p.askPID(eng, ids)
+			got := map[listedBy]map[string]int{}
+			for by, ids := range ask {
+				got[by] = p.askPID(by, ids)
 			}
 			p.apply(answers, got)
 			p.mu.Lock()
@@ -300,21 +301,21 @@ func (p *pinner) apply(answers []engine.Answer, told map[string]map[string]int) 
 	}
 	p.mu.Unlock()
 	var st *ledger.Store
-	for eng, ids := range ask {
+	for by, ids := range ask {
 		if later {
 			break
 		}
 		for _, id := range ids {
-			pid, ok := told[eng][id]
+			pid, ok := told[by][id]
 			switch {
 			case pid > 0:
-				wants[id] = want{engine: eng, pid: pid}
+				wants[id] = want{engine: by.engine, pid: pid}
 			case !ok:
 				if st == nil && p.store != nil {
 					st = p.store()
 				}
 				if pid = recordedPID(st, id); pid > 0 {
-					wants[id] = want{engine: eng, pid: pid, ledger: true}
+					wants[id] = want{engine: by.engine, pid: pid, ledger: true}
 				}
 			}
 		}
@@ -348,7 +349,8 @@ func (p *pinner) apply(answers []engine.Answer, told map[string]map[string]int) 
 		if _, ok := p.pins[id]; ok {
 			continue
 		}
-		if pid, ok := p.refused[id]; ok && (pid == w.pid || noPID[id] != "") {
+		_, asked := noPID[id]
+		if pid, ok := p.refused[id]; ok && (pid == w.pid || asked) {
 			eventsOnly++
 			continue
 		}
@@ -437,14 +439,26 @@ func recordedStart(st *ledger.Store, id string, pid int) uint64 {
 	return r.Init.StartTicks
 }
 
-// askInitPIDs asks the engine named eng among es for the init PIDs of ids
-// (Docker's inspect), a few at a time, within timeout (0: the engines'
-// default). An ID whose answer failed is left out, and so is one answered
-// by a peer vouch refuses (nil: any); one not running is 0.
-func askInitPIDs(ctx context.Context, es []engine.Engine, eng string, ids []string, timeout time.Duration, vouch func(uid int) bool, log *slog.Logger) map[string]int {
+// listedBy is the engine answer that listed a container live without its
+// init PID: the engine, its endpoint, and the UID of the peer that
+// answered, whom the init PID must come from too.
+type listedBy struct {
+	engine, endpoint string
+	uid              int
+}
+
+func listedIn(a engine.Answer) listedBy { return listedBy{a.Engine, a.Endpoint, a.UID} }
+
+// askInitPIDs asks the engine by names among es (that endpoint's) for the
+// init PIDs of ids (Docker's inspect), a few at a time, within timeout
+// (0: the engines' default). An ID whose answer failed is left out, and
+// so is one answered by a peer other than the list's; one not running
+// is 0.
+func askInitPIDs(ctx context.Context, es []engine.Engine, by listedBy, ids []string, timeout time.Duration, log *slog.Logger) map[string]int {
+	eng := by.engine
 	var asker engine.InitPIDAsker
 	for _, e := range es {
-		if a, ok := e.(engine.InitPIDAsker); ok && e.Name() == eng {
+		if a, ok := e.(engine.InitPIDAsker); ok && e.Name() == by.engine && e.Endpoint() == by.endpoint {
 			asker = a
 		}
 	}
@@ -470,8 +484,8 @@ func askInitPIDs(ctx context.Context, es []engine.Engine, eng string, ids []stri
 					log.Debug("init PID not known; the container is followed by events alone", "container", id, "engine", eng, "err", err)
 					continue
 				}
-				if vouch != nil && !vouch(uid) {
-					log.Warn("init PID answered by a peer the engines' list does not vouch for; ignored", "container", id, "engine", eng, "uid", uid)
+				if uid < 0 || uid != by.uid {
+					log.Warn("init PID answered by a peer other than the one that listed the container; ignored", "container", id, "engine", eng, "uid", uid, "list_uid", by.uid)
 					continue
 				}
 				mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -122,21 +123,36 @@ func TestPinnerDocker(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	ask := func(eng string, ids []string) map[string]int {
-		return askInitPIDs(context.Background(), es, eng, ids, 0, nil, log)
+	ask := func(by listedBy, ids []string) map[string]int {
+		return askInitPIDs(context.Background(), es, by, ids, 0, log)
 	}
-	if got := ask("docker", []string{id}); got[id] != dt.InitPID(t, id) {
+	// The list's answer as docker gives it: its endpoint, and the UID of
+	// the dockerd that answered (this test's: root).
+	answer := engine.Answer{Engine: "docker", Endpoint: es[0].Endpoint(), UID: os.Geteuid(), Containers: []engine.Container{{ID: id, Live: true}}}
+	if got := ask(listedIn(answer), []string{id}); got[id] != dt.InitPID(t, id) {
 		t.Fatalf("asked %v, want %s's State.Pid %d", got, id, dt.InitPID(t, id))
 	}
-	answers := []engine.Answer{{Engine: "docker", Containers: []engine.Container{{ID: id, Live: true}}}}
+	// A list from another UID, or through another endpoint, does not
+	// vouch for this dockerd's inspect.
+	otherUID, otherEndpoint := answer, answer
+	otherUID.UID = os.Geteuid() + 4321
+	otherEndpoint.Endpoint = "unix:///nonexistent/docker.sock"
+	for _, a := range []engine.Answer{otherUID, otherEndpoint} {
+		if got := ask(listedIn(a), []string{id}); len(got) != 0 {
+			t.Errorf("asked for a list by %+v: %v, want no answer taken", listedIn(a), got)
+		}
+	}
 	for _, tc := range []struct {
 		name           string
-		ask            func(string, []string) map[string]int
+		answer         engine.Answer
+		ask            func(listedBy, []string) map[string]int
 		pinned, evOnly int
 	}{
-		{"asked through inspect", ask, 1, 0},
-		{"not asked", nil, 0, 1},
+		{"asked through inspect", answer, ask, 1, 0},
+		{"not asked", answer, nil, 0, 1},
+		{"listed by another UID", otherUID, ask, 0, 1},
 	} {
+		answers := []engine.Answer{tc.answer}
 		t.Run(tc.name, func(t *testing.T) {
 			if pinned, eventsOnly, why := pinnable(Settings{StateDir: t.TempDir()}, answers, tc.ask); pinned != tc.pinned || eventsOnly != tc.evOnly {
 				t.Errorf("doctor: pinnable %d, events only %d (%v); want %d, %d", pinned, eventsOnly, why, tc.pinned, tc.evOnly)

@@ -306,8 +306,7 @@ func (s Settings) nameDeadInits(ctx context.Context, opt reconcile.Options, live
 				its = append(its, id)
 			}
 		}
-		vouch := func(uid int) bool { return uid >= 0 && uid == a.UID }
-		for id, pid := range askInitPIDs(ctx, es, e.Name(), its, s.Engine.Timeout, vouch, log) {
+		for id, pid := range askInitPIDs(ctx, es, listedIn(a), its, s.Engine.Timeout, log) {
 			if pid > 0 {
 				pids[id] = pid
 			} else {

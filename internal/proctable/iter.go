@@ -25,9 +25,6 @@ import (
 func listBPF(opt Options) (*Listing, error) {
 	r := newPassReader(opt)
 	defer r.Close()
-	l := &Listing{Lister: "bpf", root: opt.Root, named: opt.Named, watch: opt.Watch}
-	l.reserve(expectProcesses())
-	tasks, sawInit := 0, false
 	p := opt.Program
 	if p == nil {
 		load := taskiter.Load
@@ -40,9 +37,55 @@ func listBPF(opt Options) (*Listing, error) {
 		}
 		defer p.Close()
 	}
-	l.Method = p.Method()
-	each := p.Each
-	census, err := each(func(t *taskiter.Task) {
+	var l *Listing
+	for passes := 1; ; passes++ {
+		var census taskiter.Census
+		var tasks int
+		var sawInit bool
+		var err error
+		l, census, tasks, sawInit, err = pass(p, opt)
+		if err != nil {
+			return nil, err
+		}
+		if opt.churn != nil {
+			opt.churn(&census)
+		}
+		l.Passes = passes
+		r.watched = nil
+		listed := len(l.PIDs)
+		l.ascending = listed
+		if l.Unvouched = l.vouch(r, &census, tasks, sawInit); l.Unvouched != "" {
+			// A host whose processes came and went during the pass
+			// is likely still within a few milliseconds: the walk is
+			// run again, up to churnPasses in all, before /proc is
+			// listed (40 ms at 10,000 processes, the walk 4).
+			if l.Unvouched == churned && p.Walks() && passes < churnPasses {
+				continue
+			}
+			l.pending = &confirmation{}
+		}
+		l.iterSeen = len(l.PIDs)
+		l.Watched = append(l.Watched, r.watched...)
+		l.Missed = len(l.PIDs) - listed
+		l.StatReads += r.statReads
+		return l, nil
+	}
+}
+
+// churnPasses bounds the walks of a listing whose census the host's
+// changes keep from vouching.
+const churnPasses = 3
+
+// churned is vouch's answer when the census was inexact.
+const churned = "processes came and went during the pass"
+
+// pass lists the host with p into a new Listing, and returns it with the
+// pass's census, the listed processes' threads and whether PID 1 was
+// among them.
+func pass(p *taskiter.Program, opt Options) (l *Listing, census taskiter.Census, tasks int, sawInit bool, err error) {
+	l = &Listing{Lister: "bpf", root: opt.Root, named: opt.Named, watch: opt.Watch, Method: p.Method()}
+	l.reserve(expectProcesses())
+	census, err = p.Each(func(t *taskiter.Task) {
 		if opt.Hide != nil && opt.Hide(t.PID) {
 			return
 		}
@@ -70,19 +113,7 @@ func listBPF(opt Options) (*Listing, error) {
 		}
 		l.Leaders = append(l.Leaders, ld)
 	})
-	if err != nil {
-		return nil, err
-	}
-	listed := len(l.PIDs)
-	l.ascending = listed
-	if l.Unvouched = l.vouch(r, &census, tasks, sawInit); l.Unvouched != "" {
-		l.pending = &confirmation{}
-	}
-	l.iterSeen = len(l.PIDs)
-	l.Watched = append(l.Watched, r.watched...)
-	l.Missed = len(l.PIDs) - listed
-	l.StatReads += r.statReads
-	return l, nil
+	return l, census, tasks, sawInit, err
 }
 
 // vouch checks that the pass's census proves that l lists every process,
@@ -113,7 +144,7 @@ func (l *Listing) vouch(r *passReader, census *taskiter.Census, tasks int, sawIn
 	}
 	switch n, exact := census.Unlisted(tasks); {
 	case !exact:
-		return "processes came and went during the pass"
+		return churned
 	case n != 0:
 		return fmt.Sprintf("it left out processes holding %d task(s)", n)
 	}

@@ -8,8 +8,10 @@ import (
 	"slices"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/proctable/taskiter"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 // TestListIsComplete: a process the task iterator leaves out (as the
@@ -122,5 +124,58 @@ func TestExpectProcesses(t *testing.T) {
 	}
 	if len(l.PIDs) > n {
 		t.Errorf("%d processes listed, more than the %d expected at most", len(l.PIDs), n)
+	}
+}
+
+// TestListWalksAgainOnChurn: a pass whose census the host's changes
+// spoiled is walked again, not confirmed against /proc, until one
+// vouches; a host that keeps changing gets churnPasses walks, then the
+// /proc confirmation.
+func TestListWalksAgainOnChurn(t *testing.T) {
+	p, err := taskiter.Load()
+	if err != nil {
+		t.Skipf("task iterator not usable here: %v", err)
+	}
+	defer p.Close()
+	if !p.Walks() {
+		t.Skip("the kernel has no open-coded task iterator: no walk to run again")
+	}
+	spoil := func(first int) func(*taskiter.Census) {
+		n := 0
+		return func(c *taskiter.Census) {
+			if n++; n <= first {
+				c.ForksBefore-- // a fork during the pass
+			}
+		}
+	}
+	for _, tt := range []struct {
+		name    string
+		spoiled int
+		passes  int
+		pending bool
+	}{
+		{"one pass spoiled", 1, 2, false},
+		{"two spoiled", 2, 3, false},
+		{"every pass spoiled", 100, churnPasses, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var l *Listing
+			// Unspoiled passes may still see the host change: a few
+			// tries for one whose count of passes is the test's.
+			proc.WaitFor(t, 10*time.Second, "a listing whose own passes vouched as planned", func() bool {
+				var err error
+				l, err = List(Options{Root: "/proc", Lister: ListBPF, Program: p, Defer: true, churn: spoil(tt.spoiled)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return l.Passes == tt.passes && l.Pending() == tt.pending
+			})
+			if tt.pending && l.Unvouched != churned {
+				t.Errorf("unvouched %q, want %q", l.Unvouched, churned)
+			}
+			if !slices.Contains(l.PIDs, os.Getpid()) {
+				t.Error("this process is not listed")
+			}
+		})
 	}
 }

@@ -100,6 +100,9 @@ type Options struct {
 	// Hide drops processes from the task iterator's listing, as the
 	// kernel has been seen to (tests).
 	Hide func(pid int) bool
+	// churn, when set, is told each pass's census before it is judged,
+	// and may spoil it, as a fork meanwhile would (tests).
+	churn func(*taskiter.Census)
 	// Program is an iterator program the caller loaded and keeps (watch:
 	// one load for every decision); nil loads one for the listing.
 	Program *taskiter.Program
@@ -194,6 +197,10 @@ type Listing struct {
 	// its pass (and so /proc was, or is to be, listed too); empty when it
 	// did, and for a /proc listing.
 	Unvouched string
+	// Passes counts the BPF passes made: more than one when a pass's
+	// census could not vouch for it because the host changed meanwhile,
+	// and the walk was run again rather than /proc listed.
+	Passes int
 	// StatReads counts the stat files read.
 	StatReads int
 

@@ -234,6 +234,10 @@ func (p *Program) Method() string {
 	return "task iterator"
 }
 
+// Walks reports whether the program is the walk, whose pass is cheap
+// enough to run again rather than confirm a listing some other way.
+func (p *Program) Walks() bool { return p.w != nil }
+
 // Close unloads the program.
 func (p *Program) Close() error {
 	if p == nil {

@@ -2,6 +2,7 @@ package taskiter
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"runtime"
@@ -123,10 +124,19 @@ func loadProgram(prog []insn, attachID uint32) (int, error) {
 }
 
 // openIter attaches the program as a task iterator and opens one pass of
-// it; reading the returned descriptor runs the program over every task.
-func openIter(progFd int) (int, error) {
+// it; reading the returned descriptor runs the program over every task,
+// or, with tid, over that one task alone (the walk's single run).
+func openIter(progFd, tid int) (int, error) {
 	la := linkCreateAttr{progFd: uint32(progFd), attachType: attachTraceIter}
+	// union bpf_iter_link_info: task.tid, pid, pid_fd. On the heap, which
+	// does not move, since the kernel finds it through an integer.
+	info := new([12]byte)
+	if tid > 0 {
+		binary.NativeEndian.PutUint32(info[0:], uint32(tid))
+		la.iterInfo, la.iterInfoLen = uint64(uintptr(unsafe.Pointer(info))), uint32(len(info))
+	}
 	linkFd, err := bpf(cmdLinkCreate, unsafe.Pointer(&la), unsafe.Sizeof(la))
+	runtime.KeepAlive(info)
 	if err != nil {
 		return -1, fmt.Errorf("attach task iterator: %w", err)
 	}

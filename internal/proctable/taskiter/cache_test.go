@@ -206,3 +206,28 @@ func TestLoadCachedWithoutAFile(t *testing.T) {
 		t.Errorf("a layout file at %s: %v", path, err)
 	}
 }
+
+// TestLoadCachedReplacesASymlink: a symlink planted at the layout's path
+// is neither read nor written through: the layout file takes its place
+// and the link's target is untouched.
+func TestLoadCachedReplacesASymlink(t *testing.T) {
+	kernelWalk(t)
+	dir := t.TempDir()
+	victim := filepath.Join(dir, "victim")
+	write(t, victim, []byte("precious"), 0o600)
+	path := filepath.Join(dir, "layout")
+	if err := os.Symlink(victim, path); err != nil {
+		t.Fatal(err)
+	}
+	p, err := LoadCached(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	if b, err := os.ReadFile(victim); err != nil || string(b) != "precious" {
+		t.Errorf("the link's target now holds %q, %v", b, err)
+	}
+	if st, err := os.Lstat(path); err != nil || !st.Mode().IsRegular() {
+		t.Errorf("the layout path is %v, %v; want a regular file in the link's place", st, err)
+	}
+}

@@ -294,7 +294,7 @@ func (p *Program) pass(fn func(*Task)) (Census, error) {
 	if p.w != nil {
 		return p.w.each(fn)
 	}
-	fd, err := openIter(p.fd)
+	fd, err := openIter(p.fd, 0)
 	if err != nil {
 		return census, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}

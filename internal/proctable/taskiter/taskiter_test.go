@@ -642,29 +642,41 @@ func TestCastReadsTheSame(t *testing.T) {
 		}
 		p := &Program{fd: fd}
 		defer p.Close()
-		out := map[int]Task{}
-		if _, err := p.Each(func(task *Task) { out[task.PID] = *task }); err != nil {
-			t.Fatal(err)
-		}
-		return out
+		return byPID(t, p)
 	}
 	withCast, without, fellBack := pass(l, load), pass(plain, load), pass(bogus, loadFor)
 	for _, other := range []map[int]Task{without, fellBack} {
-		same := 0
-		for pid, a := range withCast {
-			b, ok := other[pid]
-			// A process that came, went or changed between the passes
-			// is not compared; the steady ones must agree field by field.
-			if !ok || a.StartTicks != b.StartTicks || a.Threads != b.Threads || a.ExitState != b.ExitState {
-				continue
-			}
-			if a != b {
-				t.Errorf("PID %d: with the cast %+v, without %+v", pid, a, b)
-			}
-			same++
+		sameSteady(t, "with the cast", withCast, "without", other)
+	}
+}
+
+// byPID is a pass of p, by PID.
+func byPID(t *testing.T, p *Program) map[int]Task {
+	t.Helper()
+	out := map[int]Task{}
+	if _, err := p.Each(func(task *Task) { out[task.PID] = *task }); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// sameSteady checks that two passes agree field by field on the
+// processes steady between them (a process that came, went or changed
+// is not compared), that most were, and that this process is in a.
+func sameSteady(t *testing.T, aName string, a map[int]Task, bName string, b map[int]Task) {
+	t.Helper()
+	same := 0
+	for pid, x := range a {
+		y, ok := b[pid]
+		if !ok || x.StartTicks != y.StartTicks || x.Threads != y.Threads || x.ExitState != y.ExitState {
+			continue
 		}
-		if same < len(withCast)/2 || withCast[os.Getpid()].PID == 0 {
-			t.Errorf("only %d of %d processes compared, this one's in the cast's pass: %v", same, len(withCast), withCast[os.Getpid()].PID != 0)
+		if x != y {
+			t.Errorf("PID %d: %s %+v, %s %+v", pid, aName, x, bName, y)
 		}
+		same++
+	}
+	if same < len(a)/2 || a[os.Getpid()].PID == 0 {
+		t.Errorf("only %d of %d processes compared; this one in the %s pass: %v", same, len(a), aName, a[os.Getpid()].PID != 0)
 	}
 }

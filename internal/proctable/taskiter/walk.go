@@ -3,7 +3,6 @@ package taskiter
 import (
 	"encoding/binary"
 	"fmt"
-	"runtime"
 	"slices"
 	"sync"
 	"unsafe"
@@ -183,36 +182,14 @@ func walkProgram(l layout, mapFD int) ([]insn, error) {
 	return b.resolve()
 }
 
-// openWalk attaches the walk to one task alone, this process's main
-// thread, which lives as long as the process (the iterator runs the
-// program once, for that task, and once more at the end), and opens a
-// run of it.
-func openWalk(progFd int) (int, error) {
-	// union bpf_iter_link_info: task.tid, pid, pid_fd. On the heap, which
-	// does not move, since the kernel finds it through an integer.
-	info := new([12]byte)
-	binary.NativeEndian.PutUint32(info[0:], uint32(unix.Getpid()))
-	la := linkCreateAttr{progFd: uint32(progFd), attachType: attachTraceIter,
-		iterInfo: uint64(uintptr(unsafe.Pointer(info))), iterInfoLen: uint32(len(info))}
-	linkFd, err := bpf(cmdLinkCreate, unsafe.Pointer(&la), unsafe.Sizeof(la))
-	runtime.KeepAlive(info)
-	if err != nil {
-		return -1, fmt.Errorf("attach the walk: %w", err)
-	}
-	defer unix.Close(linkFd)
-	ia := iterCreateAttr{linkFd: uint32(linkFd)}
-	fd, err := bpf(cmdIterCreate, unsafe.Pointer(&ia), unsafe.Sizeof(ia))
-	if err != nil {
-		return -1, fmt.Errorf("open the walk: %w", err)
-	}
-	return fd, nil
-}
-
 // runWalk runs the walk once and returns its records sorted by PID (a
 // view into the map, valid until the next run), or full if the map was
 // too small.
 func runWalk(progFd int, m *walkMap) (recs [][]byte, full bool, err error) {
-	fd, err := openWalk(progFd)
+	// Attached to this process's main thread alone, which lives as long
+	// as the process: the program runs once, for it, and once more at
+	// the end.
+	fd, err := openIter(progFd, unix.Getpid())
 	if err != nil {
 		return nil, false, err
 	}

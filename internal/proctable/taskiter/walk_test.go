@@ -163,34 +163,12 @@ func TestWalkReadsTheSame(t *testing.T) {
 	}
 	iter := &Program{fd: fd}
 	defer iter.Close()
-	pass := func(p *Program) map[int]Task {
-		out := map[int]Task{}
-		if _, err := p.Each(func(task *Task) { out[task.PID] = *task }); err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
 	start, err := proc.UptimeTicks(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	walked, iterated := pass(p), pass(iter)
-	same := 0
-	for pid, a := range iterated {
-		b, ok := walked[pid]
-		// A process that came, went or changed between the passes is
-		// not compared; the steady ones must agree field by field.
-		if !ok || a.StartTicks != b.StartTicks || a.Threads != b.Threads || a.ExitState != b.ExitState {
-			continue
-		}
-		if a != b {
-			t.Errorf("PID %d: walked %+v, iterated %+v", pid, b, a)
-		}
-		same++
-	}
-	if same < len(iterated)/2 || walked[os.Getpid()].PID == 0 {
-		t.Errorf("only %d of %d processes compared, this one's in the walk: %v", same, len(iterated), walked[os.Getpid()].PID != 0)
-	}
+	walked, iterated := byPID(t, p), byPID(t, iter)
+	sameSteady(t, "walked", walked, "iterated", iterated)
 	if _, ok := walked[0]; ok {
 		t.Error("the walk listed PID 0, the idle task")
 	}

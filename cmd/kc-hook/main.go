@@ -11,7 +11,8 @@
 // and stop path, and urfave/cli, with the template and markdown packages it
 // pulls in, was over a third of the binary's start-up time. Flags go
 // before STAGE, each flag's environment variable sits below the flag and
-// above the default, and every usage error is one line and exit status 2.
+// above the default, and every usage error is one line and exit status 2
+// (in a pre-start stage, exit status 0: see settingsError).
 package main
 
 import (
@@ -165,7 +166,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cl, err := parseCommandLine(args[1:])
 	switch {
 	case err != nil:
-		return usageError(stderr, hookName, err)
+		return settingsError(stderr, args[1:], "", err)
 	case cl.help:
 		writeHookHelp(stdout)
 		return exitOK
@@ -181,7 +182,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 func runStage(s *settings, args []string, stdin io.Reader, stderr io.Writer) int {
 	if len(args) != 1 {
-		return usageError(stderr, hookName, fmt.Errorf("want one STAGE after the options, got %q", args))
+		return settingsError(stderr, args, s.stateDir, fmt.Errorf("want one STAGE after the options, got %q", args))
 	}
 	stage, err := hook.ParseStage(args[0])
 	if err != nil {
@@ -189,15 +190,15 @@ func runStage(s *settings, args []string, stdin io.Reader, stderr io.Writer) int
 	}
 	oneshot.Tune()
 	if s.killGrace <= 0 || s.deadline <= 0 {
-		return usageError(stderr, hookName, errors.New("--kill-grace and --deadline must be positive"))
+		return settingsError(stderr, args, s.stateDir, errors.New("--kill-grace and --deadline must be positive"))
 	}
 	comms, err := checkCommon(s)
 	if err != nil {
-		return usageError(stderr, hookName, err)
+		return settingsError(stderr, args, s.stateDir, err)
 	}
 	lister, err := proctable.ParseLister(s.bpf)
 	if err != nil {
-		return usageError(stderr, hookName, fmt.Errorf("--bpf: %w", err))
+		return settingsError(stderr, args, s.stateDir, fmt.Errorf("--bpf: %w", err))
 	}
 	if f, ok := stdin.(*os.File); ok && isTerminal(f) {
 		// A person typed the command: the State would be awaited forever.
@@ -311,6 +312,44 @@ func splitComms(s string) []string {
 		}
 	}
 	return out
+}
+
+// settingsError reports options or KC_* variables kc-hook cannot use. In
+// a pre-start stage that is a warning, not a failure: the descriptor's env
+// applies to every container, and the runtime fails a start on any
+// non-zero exit, so one typo would stop every container on the host. The
+// stage is still found among args when they did not parse; it must be a
+// known one, so a misspelt stage stays a usage error.
+func settingsError(stderr io.Writer, args []string, stateDir string, err error) int {
+	stage, ok := preStartStage(args)
+	if !ok {
+		return usageError(stderr, hookName, err)
+	}
+	msg := strings.ReplaceAll(err.Error(), "\n", `\n`)
+	fmt.Fprintf(stderr, "%s: %s (see %s --help); nothing recorded, the container starts anyway\n", hookName, msg, hookName)
+	hostUID := userns.HostEUID()
+	e := ledger.TraceEntry{Time: time.Now().UTC(), Stage: string(stage), HostUID: hostUID, StateDir: stateDir, Error: "settings: " + msg}
+	_, _ = ledger.WriteTrace(traceFiles(hostUID), e) //nolint:errcheck // stderr already says it
+	return exitOK
+}
+
+// preStartStage finds a pre-start stage among a hook's arguments, which
+// may not have parsed; none when they name supervise or poststop too.
+func preStartStage(args []string) (hook.Stage, bool) {
+	var found hook.Stage
+	for _, a := range args {
+		if a == superviseName {
+			return "", false
+		}
+		switch st, err := hook.ParseStage(a); {
+		case err != nil:
+		case st == hook.StagePoststop:
+			return "", false
+		case found == "":
+			found = st
+		}
+	}
+	return found, found != ""
 }
 
 // traceFiles is where a hook that cannot keep its books says so; tests

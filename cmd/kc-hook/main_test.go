@@ -5,6 +5,7 @@ import (
 	"flag"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -123,6 +124,70 @@ func TestPreStartBadInputNeverFails(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestPreStartBadSettingsNeverFail: options or variables the hook cannot
+// use fail poststop (exit 2) but never a container's start: a pre-start
+// stage says so on stderr and in the trace, writes no state, exits 0.
+func TestPreStartBadSettingsNeverFail(t *testing.T) {
+	settings := []struct {
+		name string
+		env  map[string]string
+		args []string
+	}{
+		{"malformed kill grace", map[string]string{"KC_KILL_GRACE": "soon"}, nil},
+		{"zero deadline", map[string]string{"KC_HOOK_DEADLINE": "0s"}, nil},
+		{"relative state dir", map[string]string{"KC_STATE_DIR": "rel"}, nil},
+		{"unknown bpf mode", map[string]string{"KC_BPF": "yes"}, nil},
+		{"unknown log level", map[string]string{"KC_LOG_LEVEL": "verbose"}, nil},
+		{"comm over 15 bytes", map[string]string{"KC_SUPERVISOR_COMM": "a-very-long-supervisor"}, nil},
+		{"unknown flag", nil, []string{"--nope"}},
+		{"flag after the stage", nil, []string{"STAGE", "--kill-grace=1s"}},
+	}
+	for _, stage := range []string{"createRuntime", "prestart", "createContainer", "startContainer", "poststart", "poststop"} {
+		for _, tt := range settings {
+			t.Run(stage+"/"+tt.name, func(t *testing.T) {
+				env := map[string]string{"KC_STATE_DIR": filepath.Join(t.TempDir(), "state")}
+				maps.Copy(env, tt.env)
+				withEnv(t, env)
+				trace := withTrace(t)
+				args := slices.Clone(tt.args)
+				if i := slices.Index(args, "STAGE"); i >= 0 {
+					args[i] = stage
+				} else {
+					args = append(args, stage)
+				}
+				code, _, stderr := runHook(t, `{"id":"`+cid+`","pid":1,"status":"creating"}`, args...)
+				want := exitOK
+				if stage == "poststop" {
+					want = exitBadInput
+				}
+				if code != want {
+					t.Errorf("exit %d, want %d (stderr %q)", code, want, stderr)
+				}
+				if !isOneLine(stderr) || !strings.HasPrefix(stderr, "kc-hook: ") || (want == exitOK) != strings.HasSuffix(stderr, "the container starts anyway\n") {
+					t.Errorf("stderr is not one clear line: %q", stderr)
+				}
+				if filepath.IsAbs(env["KC_STATE_DIR"]) {
+					if _, err := os.Stat(env["KC_STATE_DIR"]); !os.IsNotExist(err) {
+						t.Errorf("state dir was created: %v", err)
+					}
+				}
+				data, err := os.ReadFile(trace)
+				if (err == nil) != (want == exitOK) || (err == nil && !strings.Contains(string(data), tracedStage(stage))) {
+					t.Errorf("trace file: %q, %v", data, err)
+				}
+			})
+		}
+	}
+}
+
+// tracedStage is the name a stage is traced under.
+func tracedStage(s string) string {
+	if s == "prestart" {
+		return "createRuntime"
+	}
+	return s
 }
 
 // withTrace points the hook's trace at a file in a temp dir and returns it.

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // ErrSocketPath marks an endpoint that cannot name a unix socket: a usage
@@ -29,13 +31,23 @@ func SocketPath(ep string) (string, error) {
 }
 
 // Existing are those of paths that exist (a symlink too: asking it
-// refuses it, loudly, rather than auto quietly skipping it).
+// refuses it, loudly, rather than auto quietly skipping it) and that the
+// caller may connect to. For root that is every one; an ordinary user is
+// refused by root's Docker or containerd socket unless its group lets him
+// in, and their answers could not vouch for his trees anyway (only his
+// own podman's can): found, they would make every run of his exit 3.
 func Existing(paths []string) []string {
 	var out []string
 	for _, p := range paths {
-		if _, err := os.Lstat(p); err == nil {
-			out = append(out, p)
+		if _, err := os.Lstat(p); err != nil {
+			continue
 		}
+		// access(2) checks the real IDs, which are the janitor's: it is
+		// not setuid.
+		if os.Geteuid() != 0 && unix.Access(p, unix.W_OK) != nil {
+			continue
+		}
+		out = append(out, p)
 	}
 	return out
 }

@@ -2,6 +2,12 @@ package engine
 
 import (
 	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -32,5 +38,82 @@ func TestSocketPath(t *testing.T) {
 				t.Fatalf("SocketPath(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
 			}
 		})
+	}
+}
+
+// existingAsEnv makes the test binary a helper that prints, one per line,
+// what Existing returns for the paths in the variable (":"-separated).
+const existingAsEnv = "KC_TEST_ENGINE_EXISTING"
+
+func TestMain(m *testing.M) {
+	if paths, ok := os.LookupEnv(existingAsEnv); ok {
+		for _, p := range Existing(strings.Split(paths, ":")) {
+			os.Stdout.WriteString(p + "\n")
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestExistingForAnotherUser: root finds every socket path that exists,
+// a dangling symlink too (asking refuses it, loudly); an ordinary user
+// only those he may connect to, so that auto does not make each of his
+// runs exit 3 on root's Docker or containerd socket.
+func TestExistingForAnotherUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run the check as another user")
+	}
+	// Not t.TempDir: its parent is 0700, closed to nobody.
+	dir, err := os.MkdirTemp("", "kc-engine-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := func(name string) string { return filepath.Join(dir, name) }
+	for name, mode := range map[string]os.FileMode{"open.sock": 0o666, "closed.sock": 0o660} {
+		if err := os.WriteFile(path(name), nil, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path(name), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(path("closed.sock"), path("link.sock")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(path("absent.sock"), path("dangling.sock")); err != nil {
+		t.Fatal(err)
+	}
+	all := []string{path("open.sock"), path("closed.sock"), path("link.sock"), path("dangling.sock"), path("missing.sock")}
+	if got, want := Existing(all), all[:4]; !slices.Equal(got, want) {
+		t.Errorf("as root: %q, want %q", got, want)
+	}
+
+	// The test binary again, as nobody.
+	exe := filepath.Join(dir, "engine.test")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exe, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), existingAsEnv+"="+strings.Join(all, ":"))
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helper as nobody: %v", err)
+	}
+	if got, want := strings.Fields(string(out)), all[:1]; !slices.Equal(got, want) {
+		t.Errorf("as nobody: %q, want %q", got, want)
 	}
 }

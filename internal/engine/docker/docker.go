@@ -92,8 +92,7 @@ func detectDocker(cfg engine.Config) (string, bool) {
 	if err != nil {
 		return raw, true
 	}
-	_, err = os.Lstat(ep.Addr)
-	return raw, err == nil
+	return raw, len(engine.Existing([]string{ep.Addr})) > 0
 }
 
 func (d *docker) Name() string     { return "docker" }

@@ -31,7 +31,7 @@ USERUNITS   := contrib/systemd/user/kc-janitor.service contrib/systemd/user/kc-j
 TESTFLAGS   ?= -count=1 -timeout 15m
 PKGS        ?= ./...
 
-.PHONY: all build test vet fmt docs pkgroot deb rpm deb-test image install install-bin install-hooks install-units install-man install-completion uninstall demo bench bench-harness reliability fuzz clean
+.PHONY: all build built test vet fmt docs pkgroot deb rpm deb-test image install install-bin install-hooks install-units install-man install-completion uninstall demo bench bench-harness reliability fuzz clean
 
 all: build
 
@@ -63,9 +63,11 @@ docs: build
 
 # Binaries, hook descriptors, systemd units (audit mode), the default
 # settings file (never overwritten), the man page and shell completion.
-install: build install-bin install-hooks install-units install-man install-completion
+# It copies bin/ and does not build: under sudo, Debian's secure_path has
+# no Go, and root would build into its own caches.
+install: install-bin install-hooks install-units install-man install-completion
 
-install-bin:
+install-bin: built
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(HOOKDIR)
 	install -m 0755 bin/kc-janitor $(DESTDIR)$(BINDIR)/kc-janitor
 	install -m 0755 bin/kc-hook $(DESTDIR)$(HOOKDIR)/kc-hook
@@ -90,17 +92,20 @@ install-units:
 		chmod 0644 $(DESTDIR)$(USERUNITDIR)/$$(basename $$f); \
 	done
 
-install-man:
+install-man: built
 	install -d $(DESTDIR)$(MANDIR)/man8
 	$(JANITOR) man > $(DESTDIR)$(MANDIR)/man8/kc-janitor.8
 	chmod 0644 $(DESTDIR)$(MANDIR)/man8/kc-janitor.8
 	install -m 0644 docs/man/kc-hook.8 $(DESTDIR)$(MANDIR)/man8/kc-hook.8
 
-install-completion:
+install-completion: built
 	install -d $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR)
 	$(JANITOR) completion bash > $(DESTDIR)$(BASHCOMPDIR)/kc-janitor
 	$(JANITOR) completion zsh > $(DESTDIR)$(ZSHCOMPDIR)/_kc-janitor
 	chmod 0644 $(DESTDIR)$(BASHCOMPDIR)/kc-janitor $(DESTDIR)$(ZSHCOMPDIR)/_kc-janitor
+
+built:
+	@test -x bin/kc-hook -a -x bin/kc-janitor || { echo "bin/ is not built: run 'make build' first, as yourself"; exit 1; }
 
 # Leaves $(SYSCONFDIR)/default/kc-janitor (the operator's settings) alone.
 # The hook descriptors before the binary they name: an engine that reads a

@@ -22,7 +22,9 @@ it; "?": an engine could not be asked) and what reconcile would decide for
 them. SOCKETS lists kc-*.sock files with their classification, as a
 dry-run sweep sees them.
 
-Exit status: 0 (2 for usage errors).`,
+Exit status: 0; 1 when --metrics-file cannot be written; 2 for usage
+errors and a --container that matches nothing or several; 3 when no
+engine could be asked to resolve --container.`,
 		Flags:  flags,
 		Action: runStatus,
 	}

@@ -68,7 +68,10 @@ symlinks, FIFOs or regular files) owned by the expected uid and still the
 same inode as when classified are unlinked. KC_SWEEPER_LOG names a log file
 when --log-file is not given.
 
-Exit status: 0 ok; 1 an unlink failed or a socket directory could not be read.`,
+Exit status: 0 ok; 1 an unlink failed, a socket directory could not be
+read, or the --container named is not running; 2 usage errors and a
+--container that matches nothing or several; 3 no engine could be asked
+to resolve --container.`,
 		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "apply", Usage: "unlink stale sockets", DefaultText: "dry run", EnvVars: []string{"KC_SWEEP", "KC_APPLY"}},
 			&cli.DurationFlag{Name: flagHashedMinAge, Value: sweep.DefaultHashedMinAge, Usage: "least age (since its ctime) at which a hashed-name kc-<hex>.sock may be stale", EnvVars: []string{"KC_SWEEP_HASHED_MIN_AGE"}},

@@ -22,10 +22,11 @@ func noStrayArgs(action cli.ActionFunc) cli.ActionFunc {
 }
 
 // notRead are the flags a command accepts with a shared set but does not
-// read: its help does not list them (status never signals anything, so
-// --kill-grace means nothing to it).
+// read: its help does not list them (status never signals anything nor
+// writes the ledger, so --kill-grace, --max-reap and --ledger-retention
+// mean nothing to it).
 var notRead = map[string][]string{
-	"status": {"kill-grace"},
+	"status": {"kill-grace", "max-reap", "ledger-retention"},
 }
 
 // ownHelp leaves in a command's help only the flags it reads and that are

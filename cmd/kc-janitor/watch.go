@@ -22,7 +22,7 @@ func watchCommand() *cli.Command {
 		&cli.DurationFlag{Name: "interval", Value: 15 * time.Minute, Usage: "time between the starts of two rounds", EnvVars: []string{"KC_WATCH_INTERVAL"}},
 		&cli.BoolFlag{Name: "reconcile-apply", Usage: "reap stray trees", DefaultText: "dry run", EnvVars: []string{"KC_RECONCILE_APPLY", "KC_APPLY"}},
 		&cli.BoolFlag{Name: "sweep-apply", Usage: "unlink stale sockets", DefaultText: "dry run", EnvVars: []string{"KC_SWEEP", "KC_APPLY"}},
-		&cli.BoolFlag{Name: "no-reconcile", Usage: "skip reconcile (where no engine kc-janitor asks is the ground truth, e.g. CRI-O nodes)", EnvVars: []string{"KC_WATCH_NO_RECONCILE"}},
+		&cli.BoolFlag{Name: "no-reconcile", Usage: "skip reconcile (where no engine kc-janitor can ask is the ground truth)", EnvVars: []string{"KC_WATCH_NO_RECONCILE"}},
 		&cli.BoolFlag{Name: "no-cull", Usage: "skip the session audit", EnvVars: []string{"KC_WATCH_NO_CULL"}},
 		&cli.BoolFlag{Name: "once", Usage: "run one round and exit with its worst exit code (for a systemd timer or cron)", EnvVars: []string{"KC_WATCH_ONCE"}},
 		&cli.BoolFlag{Name: "no-events", Usage: "do not follow the engines' container deaths (Docker's die, podman's died, containerd's task exit): a dead container's trees then wait for the next round", EnvVars: []string{"KC_WATCH_NO_EVENTS"}},
@@ -66,9 +66,9 @@ and kc-hook's poststop, or the next round, does this job.
 --no-events (or --no-reconcile) turns this off; --once never follows.
 
 watch also holds a pidfd for each live container's init (the PID podman's
-list or containerd's task gives) and decides that container's trees the
+list, Docker's inspect, containerd's task or the CRI gives) and decides that container's trees the
 moment its init exits, the same way, whatever the engine's events do;
-deaths within 20ms of each other are decided on one scan. An init whose
+deaths within 5ms of each other are decided on one scan. An init whose
 start time, cgroup or PID namespace is not the container's is not pinned,
 and its container is followed by events alone. --no-pidfd turns this off.
 

@@ -96,3 +96,21 @@ func TestReportJSONShape(t *testing.T) {
 		t.Errorf("error fields: %v, %v", first["error"], tr[1].(map[string]any)["error"])
 	}
 }
+
+// TestMemberJSONFields: a member carries every field the outside contract
+// (DESIGN "The outside") names, escaped included when false.
+func TestMemberJSONFields(t *testing.T) {
+	data, err := json.Marshal(Member{PID: 7, StartTicks: 9, Comm: "kcserver"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"pid", "start_ticks", "comm", "escaped"} {
+		if _, ok := got[k]; !ok {
+			t.Errorf("member JSON %s lacks %q", data, k)
+		}
+	}
+}

@@ -94,8 +94,9 @@ type Member struct {
 	StartTicks uint64 `json:"start_ticks"`
 	Comm       string `json:"comm"`
 	// Escaped: a descendant outside the tree's process group, a member
-	// all the same (DESIGN "Descendants that leave the group").
-	Escaped bool `json:"escaped,omitempty"`
+	// all the same (DESIGN "Descendants that leave the group"). Always
+	// present: the seed design lists it among a member's fields.
+	Escaped bool `json:"escaped"`
 }
 
 // MembersOf lists t's members for the reports: the group's, then the

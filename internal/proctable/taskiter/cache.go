@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"os"
 	"path/filepath"
@@ -26,7 +27,7 @@ import (
 
 // cacheVersion heads the file; a kc-watchman whose layout has other
 // fields writes another.
-const cacheVersion = "kc-watchman taskiter layout 2"
+const cacheVersion = "kc-watchman taskiter layout 3"
 
 // cacheMax caps what is read of the file.
 const cacheMax = 2048
@@ -56,7 +57,17 @@ func encodeCache(boot string, l layout) []byte {
 	for _, f := range l.fields() {
 		fmt.Fprintf(&b, "%s %d\n", f.name, *f.v)
 	}
+	fmt.Fprintf(&b, "sum %016x\n", cacheSum(b.Bytes()))
 	return b.Bytes()
+}
+
+// cacheSum guards the file against a changed digit: PIDTYPE_PGID 3
+// instead of 2 reads the session for the group, which a process that
+// leads both (as a systemd service does) cannot tell from its own record.
+func cacheSum(data []byte) uint64 {
+	h := fnv.New64a()
+	h.Write(data)
+	return h.Sum64()
 }
 
 // decodeCache reads a file encodeCache wrote for boot: every field once,
@@ -65,8 +76,12 @@ func decodeCache(data []byte, boot string) (layout, error) {
 	var l layout
 	lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
 	fields := l.fields()
-	if len(lines) != 2+len(fields) || lines[0] != cacheVersion {
+	if len(lines) != 3+len(fields) || lines[0] != cacheVersion {
 		return layout{}, errors.New("not a layout this kc-watchman writes")
+	}
+	body := data[:len(data)-len(lines[len(lines)-1])-1]
+	if lines[len(lines)-1] != fmt.Sprintf("sum %016x", cacheSum(body)) {
+		return layout{}, errors.New("its checksum does not match")
 	}
 	if lines[1] != "boot "+boot {
 		return layout{}, errors.New("written during another boot")

@@ -1,6 +1,7 @@
 package taskiter
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,6 +42,7 @@ func TestDecodeCacheRefuses(t *testing.T) {
 		{"beyond 32 bits", strings.Replace(good, "cred.uid 8", "cred.uid 4294967296", 1), "line"},
 		{"a negative offset", strings.Replace(good, "cred.uid 8", "cred.uid -8", 1), "line"},
 		{"no iterator function", strings.Replace(good, "btf.bpf_iter_task 64274", "btf.bpf_iter_task 0", 1), "no iterator function"},
+		{"a PGID index that wraps its offset", strings.Replace(good, "PIDTYPE_PGID 2", "PIDTYPE_PGID 536870913", 1), "not an index"},
 		{"empty", "", "not a layout"},
 	}
 	for _, tt := range tests {
@@ -48,8 +50,44 @@ func TestDecodeCacheRefuses(t *testing.T) {
 			if tt.data == good {
 				t.Fatal("test setup: the edit changed nothing")
 			}
-			if _, err := decodeCache([]byte(tt.data), testBoot); err == nil || !strings.Contains(err.Error(), tt.want) {
+			if _, err := decodeCache([]byte(resum(tt.data)), testBoot); err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// resum gives an edited file the checksum of its edited contents.
+func resum(data string) string {
+	i := strings.LastIndex(data, "sum ")
+	if i < 0 {
+		return data
+	}
+	rest := ""
+	if j := strings.IndexByte(data[i:], '\n'); j >= 0 {
+		rest = data[i+j+1:]
+	}
+	return data[:i] + fmt.Sprintf("sum %016x\n", cacheSum([]byte(data[:i]))) + rest
+}
+
+// TestDecodeCacheChecksum: a changed digit, or a missing sum, refuses the
+// file whatever the value (PIDTYPE_PGID 3 is a valid index: the session's).
+func TestDecodeCacheChecksum(t *testing.T) {
+	good := string(encodeCache(testBoot, cacheLayout()))
+	if _, err := decodeCache([]byte(good), testBoot); err != nil {
+		t.Fatalf("the file as written: %v", err)
+	}
+	for name, data := range map[string]string{
+		"a digit changed": strings.Replace(good, "PIDTYPE_PGID 2", "PIDTYPE_PGID 3", 1),
+		"the sum changed": strings.Replace(good, "sum ", "sum 0", 1)[:len(good)-1] + "\n",
+		"no sum":          good[:strings.LastIndex(good, "sum ")] + "task.pid 1\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			if data == good {
+				t.Fatal("test setup: the edit changed nothing")
+			}
+			if _, err := decodeCache([]byte(data), testBoot); err == nil {
+				t.Error("taken")
 			}
 		})
 	}

@@ -107,8 +107,17 @@ func program(l layout) ([]insn, error) {
 // instructions that carry them: cast to their fields, they would wrap to
 // other offsets, which the verifier takes for any inside the struct.
 func (l layout) validate() error {
-	for _, off := range []uint32{l.taskPID, l.taskTGID, l.taskExitState, l.taskStart, l.taskComm + 8, l.taskSignal, l.signalThreads,
-		l.signalPIDs + 8*l.pidtypePGID, l.pidNumbers + l.upidNR, l.taskParent, l.taskCred, l.credUID} {
+	// PIDTYPE_PGID indexes signal_struct.pids, which has 4 entries in
+	// every kernel so far; parseLayout allows up to 15, and so must a
+	// layout from a file, or 8*index could wrap into another field.
+	if l.pidtypePGID > 15 {
+		return fmt.Errorf("PIDTYPE_PGID %d is not an index into signal_struct.pids", l.pidtypePGID)
+	}
+	// Sums in 64 bits: in 32, a huge component wraps to a small offset.
+	for _, off := range []uint64{uint64(l.taskPID), uint64(l.taskTGID), uint64(l.taskExitState), uint64(l.taskStart),
+		uint64(l.taskComm) + 8, uint64(l.taskSignal), uint64(l.signalThreads),
+		uint64(l.signalPIDs) + 8*uint64(l.pidtypePGID), uint64(l.pidNumbers) + uint64(l.upidNR),
+		uint64(l.taskParent), uint64(l.taskCred), uint64(l.credUID)} {
 		if off > 1<<15-1 {
 			return fmt.Errorf("field offset %d does not fit an instruction", off)
 		}

@@ -31,7 +31,7 @@ USERUNITS   := contrib/systemd/user/kc-janitor.service contrib/systemd/user/kc-j
 TESTFLAGS   ?= -count=1 -timeout 15m
 PKGS        ?= ./...
 
-.PHONY: all build built test vet fmt docs pkgroot deb rpm deb-test image install install-bin install-hooks install-units install-man install-completion uninstall demo bench bench-harness reliability fuzz clean
+.PHONY: all build built janitor-built test vet fmt docs pkgroot deb rpm deb-test image install install-bin install-hooks install-units install-man install-completion uninstall demo bench bench-harness reliability fuzz clean
 
 all: build
 
@@ -92,20 +92,23 @@ install-units:
 		chmod 0644 $(DESTDIR)$(USERUNITDIR)/$$(basename $$f); \
 	done
 
-install-man: built
+install-man: janitor-built
 	install -d $(DESTDIR)$(MANDIR)/man8
 	$(JANITOR) man > $(DESTDIR)$(MANDIR)/man8/kc-janitor.8
 	chmod 0644 $(DESTDIR)$(MANDIR)/man8/kc-janitor.8
 	install -m 0644 docs/man/kc-hook.8 $(DESTDIR)$(MANDIR)/man8/kc-hook.8
 
-install-completion: built
+install-completion: janitor-built
 	install -d $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR)
 	$(JANITOR) completion bash > $(DESTDIR)$(BASHCOMPDIR)/kc-janitor
 	$(JANITOR) completion zsh > $(DESTDIR)$(ZSHCOMPDIR)/_kc-janitor
 	chmod 0644 $(DESTDIR)$(BASHCOMPDIR)/kc-janitor $(DESTDIR)$(ZSHCOMPDIR)/_kc-janitor
 
-built:
+built: janitor-built
 	@test -x bin/kc-hook -a -x bin/kc-janitor || { echo "bin/ is not built: run 'make build' first, as yourself"; exit 1; }
+
+janitor-built:
+	@test -x $(JANITOR) || { echo "$(JANITOR) is not built: run 'make build' first, as yourself"; exit 1; }
 
 # Leaves $(SYSCONFDIR)/default/kc-janitor (the operator's settings) alone.
 # The hook descriptors before the binary they name: an engine that reads a

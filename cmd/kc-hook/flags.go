@@ -120,10 +120,14 @@ func helpAsked(args []string) bool {
 // usageError reports a bad command line or variable and returns exit
 // status 2.
 func usageError(stderr io.Writer, cmd string, err error) int {
-	// One line, whatever the flag package echoes back from argv.
-	msg := strings.ReplaceAll(err.Error(), "\n", `\n`)
-	fmt.Fprintf(stderr, "%s: %s (see %s --help)\n", cmd, msg, cmd)
+	fmt.Fprintf(stderr, "%s: %s (see %s --help)\n", cmd, oneLine(err), cmd)
 	return exitBadInput
+}
+
+// oneLine is err's message on one line, whatever the flag package echoes
+// back from argv.
+func oneLine(err error) string {
+	return strings.ReplaceAll(err.Error(), "\n", `\n`)
 }
 
 // helpWidth is the width help is wrapped at, as kc-janitor's.

@@ -325,7 +325,7 @@ func settingsError(stderr io.Writer, args []string, stateDir string, err error) 
 	if !ok {
 		return usageError(stderr, hookName, err)
 	}
-	msg := strings.ReplaceAll(err.Error(), "\n", `\n`)
+	msg := oneLine(err)
 	fmt.Fprintf(stderr, "%s: %s (see %s --help); nothing recorded, the container starts anyway\n", hookName, msg, hookName)
 	hostUID := userns.HostEUID()
 	e := ledger.TraceEntry{Time: time.Now().UTC(), Stage: string(stage), HostUID: hostUID, StateDir: stateDir, Error: "settings: " + msg}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 func TestSocketPath(t *testing.T) {
@@ -98,11 +100,7 @@ func TestExistingForAnotherUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(self)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(exe, data, 0o755); err != nil {
+	if err := testutil.CopyFile(self, exe, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(exe, "-test.run=^$")

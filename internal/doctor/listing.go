@@ -20,12 +20,20 @@ func Listing(lister proctable.Lister) Check {
 	}
 	start := time.Now()
 	l, err := proctable.List(proctable.Options{Lister: lister, Defer: true})
-	took := time.Since(start).Round(100 * time.Microsecond)
+	return listingCheck(lister, l, err, time.Since(start).Round(100*time.Microsecond))
+}
+
+// listingCheck judges a listing made under lister. A fallback for want of
+// the iterator is a fact of the host; one because a pass went wrong here
+// is worth a report, though scans stay right.
+func listingCheck(lister proctable.Lister, l *proctable.Listing, err error, took time.Duration) Check {
 	switch {
 	case err != nil && lister == proctable.ListBPF:
 		return newCheck(NameListing, Error, "--bpf on, but the BPF task iterator cannot be used: %v", err)
 	case err != nil:
 		return newCheck(NameListing, Error, "listing the processes: %v", err)
+	case l.Lister != "bpf" && l.Refused:
+		return newCheck(NameListing, Warn, "/proc; the BPF task iterator runs here, but its pass was refused: %s (scans are slower, not wrong; worth a report with this kernel's version)", l.Fallback)
 	case l.Lister != "bpf":
 		return newCheck(NameListing, OK, "/proc; the BPF task iterator cannot be used here: %s", l.Fallback)
 	}

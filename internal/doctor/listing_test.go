@@ -62,3 +62,25 @@ func bpfMethod(t *testing.T) string {
 	defer p.Close()
 	return p.Method()
 }
+
+// TestListingCheck: an auto listing that fell back to /proc is ok when
+// the host cannot run the iterator, a warning when a pass went wrong here.
+func TestListingCheck(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		l       *proctable.Listing
+		verdict Verdict
+		want    string
+	}{
+		{"host without the iterator", &proctable.Listing{Lister: "proc", Fallback: "BPF task iterator unavailable: operation not permitted"}, OK, "/proc; the BPF task iterator cannot be used here: BPF task iterator unavailable: operation not permitted"},
+		{"pass refused", &proctable.Listing{Lister: "proc", Fallback: "BPF task iterator unavailable: the listing disagrees with /proc", Refused: true}, Warn, "/proc; the BPF task iterator runs here, but its pass was refused: BPF task iterator unavailable: the listing disagrees with /proc"},
+		{"listed", &proctable.Listing{Lister: "bpf", Method: "walk", PIDs: []int{1, 2}}, OK, "BPF walk: 2 processes in 1ms; it listed every process"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := listingCheck(proctable.ListAuto, tt.l, nil, time.Millisecond)
+			if c.Verdict != tt.verdict || !strings.HasPrefix(c.Detail, tt.want) {
+				t.Errorf("listingCheck = %v %q; want %v, starting %q", c.Verdict, c.Detail, tt.verdict, tt.want)
+			}
+		})
+	}
+}

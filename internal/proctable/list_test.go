@@ -44,7 +44,7 @@ func TestListIsComplete(t *testing.T) {
 	for _, lister := range []Lister{ListProc, ListBPF} {
 		t.Run(lister.String(), func(t *testing.T) {
 			l, err := List(Options{Lister: lister, Named: named, Hide: hide})
-			if errors.Is(err, taskiter.ErrUnavailable) {
+			if taskiter.Unsupported(err) {
 				t.Skipf("task iterator not usable here: %v", err)
 			}
 			if err != nil {
@@ -58,7 +58,7 @@ func TestListIsComplete(t *testing.T) {
 	}
 	t.Run("deferred", func(t *testing.T) {
 		l, err := List(Options{Lister: ListBPF, Named: named, Hide: hide, Defer: true})
-		if errors.Is(err, taskiter.ErrUnavailable) {
+		if taskiter.Unsupported(err) {
 			t.Skipf("task iterator not usable here: %v", err)
 		}
 		if err != nil {

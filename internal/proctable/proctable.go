@@ -187,6 +187,10 @@ type Listing struct {
 	// Fallback says why ListAuto did not use the BPF task iterator;
 	// empty when it did or was not asked to.
 	Fallback string
+	// Refused: the fallback is not for want of the iterator on this host
+	// (taskiter.Unsupported) but because a pass here went wrong — a
+	// verifier's refusal, a listing at odds with /proc, churn.
+	Refused bool
 	// Confirmed: the task iterator's listing was checked against /proc's
 	// (its census could not vouch for it).
 	Confirmed bool
@@ -232,6 +236,7 @@ func List(opt Options) (*Listing, error) {
 	// "/proc/" is the host's /proc too.
 	opt.Root = filepath.Clean(opt.Root)
 	var fallback string
+	var refused bool
 	if opt.Lister != ListProc && opt.Root == fingerprint.DefaultRoot {
 		l, err := listBPF(opt)
 		if err == nil {
@@ -245,7 +250,7 @@ func List(opt Options) (*Listing, error) {
 		if opt.Lister == ListBPF {
 			return nil, fmt.Errorf("%w: %w", ErrNoIterator, err)
 		}
-		fallback = err.Error()
+		fallback, refused = err.Error(), !taskiter.Unsupported(err)
 	} else if opt.Lister == ListBPF {
 		return nil, fmt.Errorf("%w: it lists only the host's /proc, not %s", ErrNoIterator, opt.Root)
 	}
@@ -253,7 +258,7 @@ func List(opt Options) (*Listing, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.Fallback = fallback
+	l.Fallback, l.Refused = fallback, refused
 	return l, nil
 }
 

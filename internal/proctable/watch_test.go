@@ -1,7 +1,6 @@
 package proctable
 
 import (
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,7 +60,7 @@ func TestWatchedAll(t *testing.T) {
 	for _, lister := range []Lister{ListProc, ListBPF} {
 		t.Run(lister.String(), func(t *testing.T) {
 			l, err := List(Options{Lister: lister, Watch: watch})
-			if errors.Is(err, taskiter.ErrUnavailable) {
+			if taskiter.Unsupported(err) {
 				t.Skipf("task iterator not usable here: %v", err)
 			}
 			if err != nil {

@@ -220,7 +220,7 @@ func TestPopulatedCgroupsNeedACompleteListing(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			snap, err := proctable.List(proctable.Options{Lister: proctable.ListBPF, Defer: true, Hide: func(pid int) bool { return pid == hidden }})
-			if errors.Is(err, taskiter.ErrUnavailable) {
+			if taskiter.Unsupported(err) {
 				t.Skipf("task iterator not usable here: %v", err)
 			}
 			if err != nil {

@@ -86,7 +86,7 @@ func TestEachCensus(t *testing.T) {
 			tasks += task.Threads
 		})
 		if err != nil {
-			if missingFeature(err) {
+			if Unsupported(err) {
 				t.Skipf("task iterator not usable on this host: %v", err)
 			}
 			t.Fatal(err)

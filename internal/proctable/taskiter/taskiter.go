@@ -41,6 +41,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -52,6 +53,24 @@ import (
 
 // ErrUnavailable wraps every reason the iterator cannot be used here.
 var ErrUnavailable = errors.New("BPF task iterator unavailable")
+
+// ErrChurn, with ErrUnavailable, says that processes came and went too
+// fast for a pass to list them (PIDs reused, the host outgrowing the
+// walk's map): a pass of a moment later may succeed, and nothing is said
+// against the layout the program was built from.
+var ErrChurn = errors.New("processes changed too fast to list")
+
+// Unsupported reports whether err says only that this host cannot run
+// the iterator — no privilege, no BTF, no bpf(2), no task iterator, not
+// the host's namespaces — rather than that a pass went wrong here (a
+// verifier's refusal, a listing that disagrees with /proc, churn). The
+// former is a fact of the host; the latter is worth an operator's look,
+// and a test's failure.
+func Unsupported(err error) bool {
+	return errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrChurn) &&
+		(errors.Is(err, unix.EPERM) || errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOSYS) ||
+			errors.Is(err, errNamespace) || strings.Contains(err.Error(), "no function "+iterFuncName))
+}
 
 // Task is one process (thread-group leader) as the kernel saw it.
 type Task struct {
@@ -281,12 +300,17 @@ func (p *Program) Each(fn func(*Task)) (Census, error) {
 		return census, err
 	}
 	census, err := p.pass(fn)
-	if err != nil && p.cache != "" {
-		// The layout came from a file, and this pass cannot vouch for
-		// it: the next load reads the kernel's BTF again.
+	p.judgeCache(err)
+	return census, err
+}
+
+// judgeCache removes the file the layout came from when a pass's error
+// speaks against the layout: the next load reads the kernel's BTF again.
+// Churn does not.
+func (p *Program) judgeCache(err error) {
+	if err != nil && p.cache != "" && !errors.Is(err, ErrChurn) {
 		os.Remove(p.cache)
 	}
-	return census, err
 }
 
 func (p *Program) pass(fn func(*Task)) (Census, error) {
@@ -445,6 +469,9 @@ func readRecords(fd int, fn func([]byte)) error {
 	}
 }
 
+// errNamespace is a caller outside the host's PID or time namespace.
+var errNamespace = errors.New("caller outside the host's namespaces")
+
 // checkNamespaces refuses callers outside the initial PID and time
 // namespaces: the program reports the initial namespaces' PIDs and an
 // unshifted boot clock.
@@ -462,7 +489,7 @@ func checkNamespaces() error {
 			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		if st.Ino != ns.ino {
-			return fmt.Errorf("%w: not in the host's %s namespace", ErrUnavailable, ns.name)
+			return fmt.Errorf("%w: %w: this process is in another %s namespace", ErrUnavailable, errNamespace, ns.name)
 		}
 	}
 	return nil

@@ -30,23 +30,13 @@ const (
 	waitLong = 10 * time.Second
 )
 
-// missingFeature tells an Each error that only says this host cannot run
-// the iterator (no privilege, no BTF, no bpf(2), no task iterator) from
-// one that says the package is wrong: a verifier refusal (EACCES, EINVAL)
-// or a listing that disagrees with /proc must fail the test, not skip it.
-func missingFeature(err error) bool {
-	return errors.Is(err, ErrUnavailable) &&
-		(errors.Is(err, unix.EPERM) || errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOSYS) ||
-			strings.Contains(err.Error(), "no function "+iterFuncName))
-}
-
 // list runs Each and returns copies of the tasks it gave, in its order.
 func list(t *testing.T) []Task {
 	t.Helper()
 	var tasks []Task
 	_, err := Each(func(task *Task) { tasks = append(tasks, *task) })
 	if err != nil {
-		if missingFeature(err) {
+		if Unsupported(err) {
 			t.Skipf("task iterator not usable on this host: %v", err)
 		}
 		t.Fatalf("Each: %v", err)
@@ -573,7 +563,7 @@ func TestComm(t *testing.T) {
 func TestProgramReused(t *testing.T) {
 	p, err := Load()
 	if err != nil {
-		if missingFeature(err) {
+		if Unsupported(err) {
 			t.Skipf("task iterator not usable on this host: %v", err)
 		}
 		t.Fatal(err)
@@ -635,7 +625,7 @@ func TestCastReadsTheSame(t *testing.T) {
 		t.Helper()
 		fd, err := load(l)
 		if err != nil {
-			if missingFeature(err) {
+			if Unsupported(err) {
 				t.Skipf("task iterator not usable on this host: %v", err)
 			}
 			t.Fatalf("load: %v", err)

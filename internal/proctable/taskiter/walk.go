@@ -184,14 +184,14 @@ func walkProgram(l layout, mapFD int) ([]insn, error) {
 
 // runWalk runs the walk once and returns its records sorted by PID (a
 // view into the map, valid until the next run), or full if the map was
-// too small.
-func runWalk(progFd int, m *walkMap) (recs [][]byte, full bool, err error) {
+// too small. twice is a PID listed twice (0: none).
+func runWalk(progFd int, m *walkMap) (recs [][]byte, twice int, full bool, err error) {
 	// Attached to this process's main thread alone, which lives as long
 	// as the process: the program runs once, for it, and once more at
 	// the end.
 	fd, err := openIter(progFd, unix.Getpid())
 	if err != nil {
-		return nil, false, err
+		return nil, 0, false, err
 	}
 	defer unix.Close(fd)
 	var hdr [walkHeaderSize + 4]byte
@@ -202,7 +202,7 @@ func runWalk(progFd int, m *walkMap) (recs [][]byte, full bool, err error) {
 			continue
 		}
 		if err != nil {
-			return nil, false, fmt.Errorf("read the walk: %w", err)
+			return nil, 0, false, fmt.Errorf("read the walk: %w", err)
 		}
 		if n == 0 {
 			break
@@ -211,15 +211,19 @@ func runWalk(progFd int, m *walkMap) (recs [][]byte, full bool, err error) {
 	}
 	first, end, full, err := parseWalkHeader(hdr[:got], m.cap)
 	if err != nil || full {
-		return nil, full, err
+		return nil, 0, full, err
 	}
-	return walkRecords(m.data, first, end), false, nil
+	recs, twice = walkRecords(m.data, first, end)
+	return recs, twice, false, nil
 }
 
 // walkRecords returns the records at [first, end) of data by PID, without
 // the idle task's: the list starts at PID 0, which is no process (/proc
-// and the task iterator do not show it either).
-func walkRecords(data []byte, first, end int) [][]byte {
+// and the task iterator do not show it either). twice is a PID listed
+// twice, if any: the list is walked in creation order, so a process that
+// exits during the walk and whose PID goes to a new process at once is
+// seen twice, old and new.
+func walkRecords(data []byte, first, end int) (recs [][]byte, twice int) {
 	// Each PID is sorted with its record's place packed into one number:
 	// a comparison function's calls would cost more than the sort's
 	// comparisons.
@@ -230,13 +234,20 @@ func walkRecords(data []byte, first, end int) [][]byte {
 		}
 	}
 	slices.Sort(keys)
-	recs := make([][]byte, len(keys))
+	recs = make([][]byte, len(keys))
 	for i, k := range keys {
+		if i > 0 && k>>32 == keys[i-1]>>32 && twice == 0 {
+			twice = int(k >> 32)
+		}
 		at := int(uint32(k)) * recordSize
 		recs[i] = data[at : at+recordSize : at+recordSize]
 	}
-	return recs
+	return recs, twice
 }
+
+// walkChurnTries bounds the walks of a pass during which PIDs keep being
+// reused.
+const walkChurnTries = 3
 
 // walker is a loaded walk and its map. Its passes take their turn: they
 // write to the one map.
@@ -309,24 +320,34 @@ func (w *walker) each(fn func(*Task)) (Census, error) {
 		return census, fmt.Errorf("%w: the program is not loaded", ErrUnavailable)
 	}
 	var recs [][]byte
-	for try := 0; ; try++ {
+	for grown, churned := false, 0; ; {
 		var err error
 		if census.TasksBefore, census.ForksBefore, err = readCounts(true); err != nil {
 			return census, err
 		}
 		var full bool
-		recs, full, err = runWalk(w.fd, w.m)
+		var twice int
+		recs, twice, full, err = runWalk(w.fd, w.m)
 		if err != nil {
 			return census, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		if twice != 0 {
+			// The host's PIDs wrapped during the walk: a few
+			// milliseconds later they likely no longer do.
+			if churned++; churned < walkChurnTries {
+				continue
+			}
+			return census, fmt.Errorf("%w: %w: PID %d was listed twice in %d walks running", ErrUnavailable, ErrChurn, twice, churned)
 		}
 		if !full {
 			break
 		}
 		// More processes than the map holds: once, a map for the
 		// host as it is now.
-		if try > 0 {
-			return census, fmt.Errorf("%w: more processes than a map of %d records holds", ErrUnavailable, w.m.cap)
+		if grown {
+			return census, fmt.Errorf("%w: %w: more than a map of %d records holds", ErrUnavailable, ErrChurn, w.m.cap)
 		}
+		grown = true
 		if err := w.load(max(census.TasksBefore+census.TasksBefore/2+1024, 2*w.m.cap)); err != nil {
 			return census, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}

@@ -3,7 +3,9 @@ package taskiter
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -195,7 +197,7 @@ func TestWalkGrows(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.close()
-	if _, full, err := runWalk(w.fd, w.m); err != nil || !full {
+	if _, _, full, err := runWalk(w.fd, w.m); err != nil || !full {
 		t.Fatalf("a walk into a map of 8: full %v, err %v; want full", full, err)
 	}
 	var pids []int
@@ -215,8 +217,8 @@ func TestWalkGrows(t *testing.T) {
 }
 
 // TestWalkRecords: the walk's records come out by PID, from the header's
-// first index on, without the idle task's; a PID listed twice reaches the
-// lister, which refuses the pass.
+// first index on, without the idle task's; a PID listed twice (reused
+// while the walk ran) is reported, and would be refused by the lister.
 func TestWalkRecords(t *testing.T) {
 	rec := func(pid uint32) []byte {
 		b := make([]byte, recordSize)
@@ -235,21 +237,60 @@ func TestWalkRecords(t *testing.T) {
 		}
 		return out
 	}
-	if got, want := pids(walkRecords(data, 1, 6)), []uint32{5, 7, 42, 300}; !slices.Equal(got, want) {
-		t.Errorf("records [1, 6) by PID: %v, want %v", got, want)
+	for _, tc := range []struct {
+		name       string
+		first, end int
+		want       []uint32
+		wantTwice  int
+	}{
+		{"from the header's first index", 1, 6, []uint32{5, 7, 42, 300}, 0},
+		{"none", 3, 3, nil, 0},
+		{"a PID reused", 0, 7, []uint32{5, 7, 42, 300, 300, 999}, 300},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			recs, twice := walkRecords(data, tc.first, tc.end)
+			if got := pids(recs); !slices.Equal(got, tc.want) || twice != tc.wantTwice {
+				t.Errorf("records [%d, %d): %v, twice %d; want %v, %d", tc.first, tc.end, got, twice, tc.want, tc.wantTwice)
+			}
+			if tc.wantTwice == 0 {
+				return
+			}
+			ls := newLister(func(*Task) {})
+			for _, r := range recs {
+				ls.record(r)
+			}
+			if ls.order == nil || !errors.Is(ls.order, ErrUnavailable) || !strings.Contains(ls.order.Error(), "PID 300 after 300") {
+				t.Errorf("a PID listed twice reaching the lister: %v, want the pass refused", ls.order)
+			}
+		})
 	}
-	if got := walkRecords(data, 3, 3); len(got) != 0 {
-		t.Errorf("records [3, 3): %v, want none", pids(got))
-	}
-	all := walkRecords(data, 0, 7)
-	if got, want := pids(all), []uint32{5, 7, 42, 300, 300, 999}; !slices.Equal(got, want) {
-		t.Fatalf("all records by PID: %v, want %v", got, want)
-	}
-	ls := newLister(func(*Task) {})
-	for _, r := range all {
-		ls.record(r)
-	}
-	if ls.order == nil || !errors.Is(ls.order, ErrUnavailable) || !strings.Contains(ls.order.Error(), "PID 300 after 300") {
-		t.Errorf("a PID listed twice: %v, want the pass refused", ls.order)
+}
+
+// TestJudgeCache: a pass that failed for churn keeps the layout file;
+// one that failed otherwise (the listing disagreed with /proc) removes
+// it, so that the next load reads the kernel's BTF again.
+func TestJudgeCache(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		kept bool
+	}{
+		{"pass succeeded", nil, true},
+		{"PIDs reused in every walk", fmt.Errorf("%w: %w: PID 7 was listed twice", ErrUnavailable, ErrChurn), true},
+		{"listing disagrees with /proc", fmt.Errorf("%w: the listing disagrees with /proc for this process", ErrUnavailable), false},
+		{"iterator out of order", fmt.Errorf("%w: the iterator listed PID 3 after 3", ErrUnavailable), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "layout")
+			if err := os.WriteFile(file, []byte("layout"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			p := &Program{fd: -1, cache: file}
+			p.judgeCache(tc.err)
+			_, err := os.Stat(file)
+			if kept := err == nil; kept != tc.kept {
+				t.Errorf("after %v: layout file kept %v, want %v", tc.err, kept, tc.kept)
+			}
+		})
 	}
 }

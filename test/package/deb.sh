@@ -7,6 +7,11 @@
 #     and the packaged kc-hook they name;
 #   - no systemd unit is enabled by the install (audit first);
 #   - /etc/default/kc-janitor is a conffile: kept on remove, gone on purge;
+#   - the maintainer scripts touch no systemd under dpkg --root; a purge
+#     drops the janitor units' enablement links and nothing else;
+#   - run as on a live systemd host (a private /run), they start nothing
+#     on install, restart a running watch on upgrade, stop the units on
+#     removal;
 #   - after the purge the root holds exactly what it held before.
 #
 #   test/package/deb.sh dist/kc-watchman_<version>_<arch>.deb   (as root)
@@ -18,9 +23,16 @@ command -v dpkg >/dev/null || { echo "deb.sh: no dpkg here: skipped" >&2; exit 0
 deb=$(realpath "$deb")
 
 root=$(mktemp -d "${TMPDIR:-/tmp}/kc-deb-test.XXXXXX")
-trap 'rm -rf "$root"' EXIT
+aside=$(mktemp -d "${TMPDIR:-/tmp}/kc-deb-test-aside.XXXXXX")
+trap 'rm -rf "$root" "$aside"' EXIT
 fail() { echo "deb.sh: FAIL: $*" >&2; exit 1; }
-pkg() { dpkg --root="$root" --force-script-chrootless "$@" >"$root.log" 2>&1 || { cat "$root.log" >&2; rm -f "$root.log"; fail "dpkg $*"; }; rm -f "$root.log"; }
+# A systemctl that only writes down how it was called: the scripts run on
+# this host (--force-script-chrootless), and must not reach its systemd.
+mkdir "$aside/bin"
+printf '#!/bin/sh\necho "$*" >>"%s/calls"\n' "$aside" >"$aside/bin/systemctl"
+chmod 755 "$aside/bin/systemctl"
+: >"$aside/calls"
+pkg() { PATH="$aside/bin:$PATH" dpkg --root="$root" --force-script-chrootless "$@" >"$aside/log" 2>&1 || { cat "$aside/log" >&2; fail "dpkg $*"; }; }
 listing() { (cd "$root" && find . -path ./var/lib/dpkg -prune -o -print | sort); }
 
 mkdir -p "$root/var/lib/dpkg/info" "$root/var/lib/dpkg/updates" "$root/etc" "$root/tmp"
@@ -57,13 +69,52 @@ fi
 dpkg-query --admindir="$root/var/lib/dpkg" -W -f='${Conffiles}\n' "$name" | grep -q '^ /etc/default/kc-janitor ' ||
 	fail "/etc/default/kc-janitor is not a conffile"
 echo 'KC_APPLY=1' >>"$root/etc/default/kc-janitor"
+# What `systemctl enable` would make, beside a unit of another package
+# and a file that is not a link.
+wants=$root/etc/systemd/system/timers.target.wants
+mkdir -p "$wants" "$root/etc/systemd/system/multi-user.target.wants"
+ln -s /usr/lib/systemd/system/kc-janitor.timer "$wants/kc-janitor.timer"
+ln -s /usr/lib/systemd/system/kc-janitor-container@.timer "$wants/kc-janitor-container@0123abcd.timer"
+ln -s /usr/lib/systemd/system/kc-janitor-watch.service "$root/etc/systemd/system/multi-user.target.wants/kc-janitor-watch.service"
+ln -s /usr/lib/systemd/system/other.timer "$wants/other.timer"
+echo 'not a link' >"$wants/kc-janitor.service"
 pkg -r "$name"
 grep -q '^KC_APPLY=1$' "$root/etc/default/kc-janitor" || fail "remove did not keep the edited /etc/default/kc-janitor"
+[ -L "$wants/kc-janitor.timer" ] || fail "remove dropped the operator's enablement of kc-janitor.timer"
 pkg -P "$name"
+for gone in "$wants/kc-janitor.timer" "$wants/kc-janitor-container@0123abcd.timer" "$root/etc/systemd/system/multi-user.target.wants/kc-janitor-watch.service"; do
+	[ ! -L "$gone" ] || fail "the purge left ${gone#"$root"}"
+done
+[ -L "$wants/other.timer" ] && [ -f "$wants/kc-janitor.service" ] && [ ! -L "$wants/kc-janitor.service" ] ||
+	fail "the purge removed what is not a kc-watchman unit's link: $(ls -l "$wants")"
+[ ! -s "$aside/calls" ] || fail "maintainer scripts under dpkg --root called systemctl: $(cat "$aside/calls")"
+rm -r "$root/etc/systemd"
 
 after=$(listing)
 if [ "$before" != "$after" ]; then
 	diff <(printf '%s\n' "$before") <(printf '%s\n' "$after") >&2 || true
 	fail "the purge left files behind"
 fi
-echo "deb.sh: ok: $(basename "$deb") installs, is found by doctor, enables nothing, purges clean"
+# The scripts as on a live systemd host: a private /run holding
+# /run/systemd/system, the recording systemctl, no DPKG_ROOT. A purge is
+# not run so: it would edit this host's /etc/systemd.
+dpkg-deb -e "$deb" "$aside/control"
+live() {
+	: >"$aside/calls"
+	env -u DPKG_ROOT PATH="$aside/bin:$PATH" unshare -m sh -c 'mount -t tmpfs kc-deb-test /run && mkdir -p /run/systemd/system && exec sh "$@"' sh "$aside/control/$1" "${@:2}" ||
+		fail "$* exited $?"
+	tr '\n' ';' <"$aside/calls"
+}
+for tc in \
+	"postinst configure|daemon-reload;" \
+	"postinst configure 0.9.0|daemon-reload;try-restart kc-janitor-watch.service;" \
+	"prerm upgrade 1.0.0|" \
+	"prerm remove|stop kc-janitor.timer kc-janitor-container@*.timer kc-janitor-watch.service kc-janitor.service kc-janitor-container@*.service;" \
+	"postrm remove|daemon-reload;"; do
+	args=${tc%%|*} want=${tc#*|}
+	# shellcheck disable=SC2086 # the script's name and arguments
+	got=$(live $args)
+	[ "$got" = "$want" ] || fail "$args on a systemd host called systemctl as \"$got\", want \"$want\""
+done
+
+echo "deb.sh: ok: $(basename "$deb") installs, is found by doctor, enables nothing, stops its units on removal, purges clean"

@@ -163,6 +163,9 @@ func (cl *commandLine) supervise() bool {
 // run is the whole command. Help and version go to stdout; errors and
 // logs to stderr, which the runtime keeps.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 1 && args[1] == checkSettingsFlag {
+		return checkSettings(args[2:], stdout)
+	}
 	cl, err := parseCommandLine(args[1:])
 	switch {
 	case err != nil:
@@ -180,26 +183,41 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return runStage(&cl.settings, cl.args, stdin, stderr)
 }
 
-func runStage(s *settings, args []string, stdin io.Reader, stderr io.Writer) int {
+// checkStage validates a stage's arguments and settings and returns the
+// stage, the supervisor names and the lister. A STAGE kc-hook does not
+// know wraps hook.ErrBadInput.
+func checkStage(s *settings, args []string) (hook.Stage, []string, proctable.Lister, error) {
 	if len(args) != 1 {
-		return settingsError(stderr, args, s.stateDir, fmt.Errorf("want one STAGE after the options, got %q", args))
+		return "", nil, 0, fmt.Errorf("want one STAGE after the options, got %q", args)
 	}
 	stage, err := hook.ParseStage(args[0])
 	if err != nil {
-		return usageError(stderr, hookName, err)
+		return "", nil, 0, err
 	}
-	oneshot.Tune()
 	if s.killGrace <= 0 || s.deadline <= 0 {
-		return settingsError(stderr, args, s.stateDir, errors.New("--kill-grace and --deadline must be positive"))
+		return "", nil, 0, errors.New("--kill-grace and --deadline must be positive")
 	}
 	comms, err := checkCommon(s)
 	if err != nil {
-		return settingsError(stderr, args, s.stateDir, err)
+		return "", nil, 0, err
 	}
 	lister, err := proctable.ParseLister(s.bpf)
 	if err != nil {
-		return settingsError(stderr, args, s.stateDir, fmt.Errorf("--bpf: %w", err))
+		return "", nil, 0, fmt.Errorf("--bpf: %w", err)
 	}
+	return stage, comms, lister, nil
+}
+
+func runStage(s *settings, args []string, stdin io.Reader, stderr io.Writer) int {
+	stage, comms, lister, err := checkStage(s, args)
+	switch {
+	case errors.Is(err, hook.ErrBadInput):
+		// Unknown in every stage, so a usage error in every stage.
+		return usageError(stderr, hookName, err)
+	case err != nil:
+		return settingsError(stderr, args, s.stateDir, err)
+	}
+	oneshot.Tune()
 	if f, ok := stdin.(*os.File); ok && isTerminal(f) {
 		// A person typed the command: the State would be awaited forever.
 		return usageError(stderr, hookName, errors.New("stdin is a terminal: the runtime passes the container's State (JSON) on stdin; by hand: echo '{\"id\":\"<64 hex>\",\"status\":\"stopped\"}' | kc-hook poststop"))
@@ -312,6 +330,36 @@ func splitComms(s string) []string {
 		}
 	}
 	return out
+}
+
+// checkSettingsFlag, first on the command line, makes kc-hook only judge
+// the options, variables and stage after it, as the stage would, and say
+// so on stdout: "kc-hook: settings ok" (exit 0) or "kc-hook: settings
+// refused: WHY" (exit 2). It reads nothing and writes no file. kc-janitor
+// doctor runs each descriptor's kc-hook so, with the descriptor's args
+// and env: a pre-start stage only warns of settings it cannot use, and
+// runc throws that warning away.
+const checkSettingsFlag = "--check-settings"
+
+func checkSettings(args []string, stdout io.Writer) int {
+	refuse := func(err error) int {
+		fmt.Fprintf(stdout, "%s: settings refused: %s\n", hookName, oneLine(err))
+		return exitBadInput
+	}
+	cl, err := parseCommandLine(args)
+	switch {
+	case err != nil:
+		return refuse(err)
+	case cl.help || cl.version:
+		return refuse(errors.New("the arguments ask for --help or --version: the hook would print and do nothing"))
+	case cl.supervise():
+		return refuse(errors.New("supervise is not a hook stage"))
+	}
+	if _, _, _, err := checkStage(&cl.settings, cl.args); err != nil {
+		return refuse(err)
+	}
+	fmt.Fprintf(stdout, "%s: settings ok\n", hookName)
+	return exitOK
 }
 
 // settingsError reports options or KC_* variables kc-hook cannot use. In

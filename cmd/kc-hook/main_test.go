@@ -182,6 +182,54 @@ func TestPreStartBadSettingsNeverFail(t *testing.T) {
 	}
 }
 
+// TestCheckSettings: --check-settings judges what a stage would be run
+// with and says so in one line on stdout, for every stage alike; it
+// reads no State, creates no state dir and leaves no trace.
+func TestCheckSettings(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string // "" for ok, else in the refusal
+	}{
+		{"defaults", nil, []string{"poststop"}, ""},
+		{"pre-start stage", nil, []string{"createRuntime"}, ""},
+		{"flags", nil, []string{"--kill-grace=2s", "--bpf", "off", "prestart"}, ""},
+		{"malformed kill grace", map[string]string{"KC_KILL_GRACE": "soon"}, []string{"createRuntime"}, `"soon" for $KC_KILL_GRACE`},
+		{"relative state dir", map[string]string{"KC_STATE_DIR": "rel"}, []string{"poststop"}, "absolute path"},
+		{"unknown bpf mode", map[string]string{"KC_BPF": "yes"}, []string{"poststart"}, "--bpf"},
+		{"comm over 15 bytes", nil, []string{"--supervisor-comm=a-very-long-supervisor", "poststop"}, "15 bytes"},
+		{"unknown flag", nil, []string{"--nope", "poststop"}, "-nope"},
+		{"misspelt stage", nil, []string{"postpone"}, `unknown stage "postpone"`},
+		{"no stage", nil, nil, "want one STAGE"},
+		{"help", nil, []string{"--help", "poststop"}, "--help"},
+		{"supervise", nil, []string{"supervise"}, "not a hook stage"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			state := filepath.Join(t.TempDir(), "state")
+			env := map[string]string{"KC_STATE_DIR": state}
+			maps.Copy(env, tt.env)
+			withEnv(t, env)
+			trace := withTrace(t)
+			code, stdout, stderr := runHook(t, "not read", append([]string{"--check-settings"}, tt.args...)...)
+			switch {
+			case tt.want == "" && (code != exitOK || stdout != "kc-hook: settings ok\n"):
+				t.Errorf("exit %d, stdout %q; want 0 and settings ok", code, stdout)
+			case tt.want != "" && (code != exitBadInput || !isOneLine(stdout) || !strings.HasPrefix(stdout, "kc-hook: settings refused: ") || !strings.Contains(stdout, tt.want)):
+				t.Errorf("exit %d, stdout %q; want 2 and a refusal naming %q", code, stdout, tt.want)
+			}
+			if stderr != "" {
+				t.Errorf("stderr %q, want nothing", stderr)
+			}
+			for _, f := range []string{state, trace} {
+				if _, err := os.Lstat(f); !os.IsNotExist(err) {
+					t.Errorf("%s exists after a check: %v", f, err)
+				}
+			}
+		})
+	}
+}
+
 // tracedStage is the name a stage is traced under.
 func tracedStage(s string) string {
 	if s == "prestart" {

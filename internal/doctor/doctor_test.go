@@ -18,6 +18,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
 	"github.com/kc-watchman/kc-watchman/internal/sweep"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 // fakeHook is an executable standing in for the installed kc-hook.
@@ -157,6 +158,41 @@ func TestHookInstalled(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "hooks.d")
 			c.setup(t, dir)
+			got, _ := HookInstalled([]string{dir}, state, state)
+			all := got.Detail + "\n" + strings.Join(got.Items, "\n")
+			if got.Verdict != c.want || !strings.Contains(all, c.text) {
+				t.Errorf("verdict %v, want %v; want %q in:\n%s", got.Verdict, c.want, c.text, all)
+			}
+		})
+	}
+}
+
+// TestHookInstalledSettings runs the real kc-hook with each descriptor's
+// args and env: settings it refuses are an error at poststop (every stop
+// would fail) and a warning at createRuntime (it records nothing, runc
+// drops its warning); doctor's own environment does not leak into the
+// check, and a program that does not answer the check is taken as it is.
+func TestHookInstalledSettings(t *testing.T) {
+	hook := testutil.Build(t, testutil.KCHookPackage, "kc-hook")
+	state := "/run/kc-watchman"
+	t.Setenv("KC_KILL_GRACE", "doctor's own, unusable")
+	for _, c := range []struct {
+		name     string
+		post, cr []string // the descriptors' env
+		hook     string
+		want     Verdict
+		text     string
+	}{
+		{"accepted", []string{"KC_KILL_GRACE=2s"}, nil, hook, OK, "kc-hook-poststop.json"},
+		{"refused at poststop", []string{"KC_KILL_GRACE=soon"}, nil, hook, Error, `kc-hook-poststop.json: kc-hook refuses its settings: invalid value "soon" for $KC_KILL_GRACE`},
+		{"refused at createRuntime", nil, []string{"KC_BPF=yes"}, hook, Warn, "kc-hook-createruntime.json: kc-hook refuses its settings: --bpf"},
+		{"relative state dir", []string{"KC_STATE_DIR=kc"}, nil, hook, Error, "absolute path"},
+		{"not kc-hook", []string{"KC_KILL_GRACE=soon"}, nil, fakeHook(t), OK, "kc-hook-poststop.json"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "hooks.d")
+			write(t, dir, "kc-hook-createruntime.json", descriptor(c.hook, "createRuntime", c.cr...))
+			write(t, dir, "kc-hook-poststop.json", descriptor(c.hook, "poststop", c.post...))
 			got, _ := HookInstalled([]string{dir}, state, state)
 			all := got.Detail + "\n" + strings.Join(got.Items, "\n")
 			if got.Verdict != c.want || !strings.Contains(all, c.text) {

@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -387,6 +388,18 @@ func HookInstalled(dirs []string, stateDir, hookDefault string) (Check, []Descri
 	if len(items) > 0 && verdict == OK {
 		verdict = Warn // broken or masked descriptors next to working ones
 	}
+	for _, d := range post {
+		if why := HookSettings(context.Background(), d); why != "" {
+			verdict = Error
+			items = append(items, fmt.Sprintf("%s: kc-hook refuses its settings: %s; every container's poststop fails and reaps nothing", d.File, why))
+		}
+	}
+	for _, d := range recorders {
+		if why := HookSettings(context.Background(), d); why != "" {
+			verdict = max(verdict, Warn)
+			items = append(items, fmt.Sprintf("%s: kc-hook refuses its settings: %s; it records no container (they start all the same)", d.File, why))
+		}
+	}
 	for _, d := range append(post, recorders...) {
 		hookDir, set := d.Setting("state-dir", "KC_STATE_DIR")
 		if !set || hookDir == "" {
@@ -395,7 +408,7 @@ func HookInstalled(dirs []string, stateDir, hookDefault string) (Check, []Descri
 		if filepath.Clean(hookDir) == filepath.Clean(stateDir) {
 			continue
 		}
-		verdict = Warn
+		verdict = max(verdict, Warn)
 		if set {
 			items = append(items, fmt.Sprintf("%s: the hook keeps its ledger in %s, the janitor reads %s (--state-dir / KC_STATE_DIR)", d.File, hookDir, stateDir))
 		} else {

@@ -3,11 +3,9 @@ package engine
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
@@ -65,15 +63,7 @@ func TestExistingForAnotherUser(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to run the check as another user")
 	}
-	// Not t.TempDir: its parent is 0700, closed to nobody.
-	dir, err := os.MkdirTemp("", "kc-engine-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := testutil.OpenTempDir(t, "kc-engine-test-", 0o755)
 	path := func(name string) string { return filepath.Join(dir, name) }
 	for name, mode := range map[string]os.FileMode{"open.sock": 0o666, "closed.sock": 0o660} {
 		if err := os.WriteFile(path(name), nil, mode); err != nil {
@@ -94,19 +84,7 @@ func TestExistingForAnotherUser(t *testing.T) {
 		t.Errorf("as root: %q, want %q", got, want)
 	}
 
-	// The test binary again, as nobody.
-	exe := filepath.Join(dir, "engine.test")
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := testutil.CopyFile(self, exe, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), existingAsEnv+"="+strings.Join(all, ":"))
-	cmd.Dir = dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
+	cmd := testutil.SelfAsNobody(t, dir, "engine.test", existingAsEnv+"="+strings.Join(all, ":"))
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("helper as nobody: %v", err)

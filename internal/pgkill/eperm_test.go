@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"syscall"
@@ -77,7 +76,7 @@ func TestKillJoinerNotPermitted(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to run processes and the caller as another user")
 	}
-	nobody := &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}
+	nobody := testutil.NobodyCredential()
 	cmds := []*exec.Cmd{sleepCmd(), sleepCmd()}
 	var g pgkill.Group
 	for _, cmd := range cmds {
@@ -123,28 +122,8 @@ func killAsNobody(t *testing.T, g pgkill.Group) killReport {
 		t.Fatal(err)
 	}
 
-	// A copy of this test binary that nobody (65534) may execute.
-	dir, err := os.MkdirTemp("", "kc-pgkill-eperm-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	exe := filepath.Join(dir, "pgkill.test")
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := testutil.CopyFile(self, exe, 0o755); err != nil {
-		t.Fatal(err)
-	}
-
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), killAsEnv+"="+string(spec))
-	cmd.Dir = dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
+	dir := testutil.OpenTempDir(t, "kc-pgkill-eperm-", 0o755)
+	cmd := testutil.SelfAsNobody(t, dir, "pgkill.test", killAsEnv+"="+string(spec))
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("helper as uid 65534: %v; stderr: %s", err, exitStderr(err))

@@ -5,12 +5,13 @@ import (
 	"errors"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 // TestMain doubles as a listener run under another UID: the child listens
@@ -107,28 +108,11 @@ func TestPeerIsTheListenerNotTheFileOwner(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to run a listener as another UID")
 	}
-	// Under /tmp itself: the listener must reach both its binary and the
-	// socket's directory.
-	dir, err := os.MkdirTemp("", "peercred-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	self, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "listener")
-	if err := os.WriteFile(bin, self, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	// The other user must reach both the test binary and the socket's
+	// directory.
+	dir := testutil.OpenTempDir(t, "peercred-", 0o777)
 	sock := filepath.Join(dir, "other.sock")
-	cmd := exec.Command(bin, "-test.run=^$")
-	cmd.Env = append(os.Environ(), "PEERCRED_LISTEN="+sock)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	cmd := testutil.SelfAsNobody(t, dir, "listener", "PEERCRED_LISTEN="+sock)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -163,16 +147,9 @@ func contains(s, sub string) bool { return strings.Contains(s, sub) }
 // its own path, never the /proc/self/fd one dialled, with the cause in
 // words and what to do about it.
 func TestDialErrorWords(t *testing.T) {
-	// Under /tmp itself, open to all: a user other than root runs this
-	// test's binary from here.
-	dir, err := os.MkdirTemp("", "peercred-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
+	// The other user must reach both the test binary and the socket's
+	// directory.
+	dir := testutil.OpenTempDir(t, "peercred-", 0o777)
 	closed := filepath.Join(dir, "closed.sock") // bound once, nobody listens
 	l, err := net.Listen("unix", closed)
 	if err != nil {
@@ -221,17 +198,7 @@ func TestDialErrorWords(t *testing.T) {
 // the error it printed.
 func dialAsNobody(t *testing.T, dir, path string) string {
 	t.Helper()
-	self, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "dialer")
-	if err := os.WriteFile(bin, self, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-test.run=^$")
-	cmd.Env = append(os.Environ(), "PEERCRED_DIAL="+path)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	cmd := testutil.SelfAsNobody(t, dir, "dialer", "PEERCRED_DIAL="+path)
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("dialling as nobody: %v", err)

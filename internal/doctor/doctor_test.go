@@ -198,6 +198,9 @@ func TestHookInstalledSettings(t *testing.T) {
 			if got.Verdict != c.want || !strings.Contains(all, c.text) {
 				t.Errorf("verdict %v, want %v; want %q in:\n%s", got.Verdict, c.want, c.text, all)
 			}
+			if refused := strings.Contains(all, "refuses its settings"); refused != strings.Contains(got.Remedy, "descriptor's args or env") {
+				t.Errorf("remedy %q for a check that refused settings: %v", got.Remedy, refused)
+			}
 		})
 	}
 }

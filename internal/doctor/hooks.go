@@ -388,15 +388,16 @@ func HookInstalled(dirs []string, stateDir, hookDefault string) (Check, []Descri
 	if len(items) > 0 && verdict == OK {
 		verdict = Warn // broken or masked descriptors next to working ones
 	}
+	refused := false
 	for _, d := range post {
 		if why := HookSettings(context.Background(), d); why != "" {
-			verdict = Error
+			verdict, refused = Error, true
 			items = append(items, fmt.Sprintf("%s: kc-hook refuses its settings: %s; every container's poststop fails and reaps nothing", d.File, why))
 		}
 	}
 	for _, d := range recorders {
 		if why := HookSettings(context.Background(), d); why != "" {
-			verdict = max(verdict, Warn)
+			verdict, refused = max(verdict, Warn), true
 			items = append(items, fmt.Sprintf("%s: kc-hook refuses its settings: %s; it records no container (they start all the same)", d.File, why))
 		}
 	}
@@ -431,6 +432,9 @@ func HookInstalled(dirs []string, stateDir, hookDefault string) (Check, []Descri
 	}
 	c := newCheck(NameHookInstalled, verdict, "%s", detail)
 	c.Items = items
+	if refused {
+		c.Remedy = "fix the descriptor's args or env (kc-hook --help lists its options and variables)"
+	}
 	return c, descs
 }
 

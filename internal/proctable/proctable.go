@@ -188,8 +188,9 @@ type Listing struct {
 	// empty when it did or was not asked to.
 	Fallback string
 	// Refused: the fallback is not for want of the iterator on this host
-	// (taskiter.Unsupported) but because a pass here went wrong — a
-	// verifier's refusal, a listing at odds with /proc, churn.
+	// (taskiter.Unsupported) nor for churn (taskiter.ErrChurn), but
+	// because a pass here went wrong: a verifier's refusal, a listing
+	// at odds with /proc.
 	Refused bool
 	// Confirmed: the task iterator's listing was checked against /proc's
 	// (its census could not vouch for it).
@@ -250,7 +251,7 @@ func List(opt Options) (*Listing, error) {
 		if opt.Lister == ListBPF {
 			return nil, fmt.Errorf("%w: %w", ErrNoIterator, err)
 		}
-		fallback, refused = err.Error(), !taskiter.Unsupported(err)
+		fallback, refused = err.Error(), !taskiter.Unsupported(err) && !errors.Is(err, taskiter.ErrChurn)
 	} else if opt.Lister == ListBPF {
 		return nil, fmt.Errorf("%w: it lists only the host's /proc, not %s", ErrNoIterator, opt.Root)
 	}

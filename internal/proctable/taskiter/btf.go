@@ -167,7 +167,7 @@ func parseLayout(blob []byte) (layout, error) {
 		return layout{}, err
 	}
 	if ids.iterFunc == 0 {
-		return layout{}, fmt.Errorf("kernel BTF has no function %s (kernel without task iterators)", iterFuncName)
+		return layout{}, fmt.Errorf("%w: kernel BTF has no function %s", errNoTaskIter, iterFuncName)
 	}
 	member := func(st, m string) (uint32, error) {
 		ms, ok := found[st]

@@ -69,8 +69,11 @@ var ErrChurn = errors.New("processes changed too fast to list")
 func Unsupported(err error) bool {
 	return errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrChurn) &&
 		(errors.Is(err, unix.EPERM) || errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOSYS) ||
-			errors.Is(err, errNamespace) || strings.Contains(err.Error(), "no function "+iterFuncName))
+			errors.Is(err, errNamespace) || errors.Is(err, errNoTaskIter))
 }
+
+// errNoTaskIter is a kernel without task iterators (before 5.8).
+var errNoTaskIter = errors.New("kernel without task iterators")
 
 // Task is one process (thread-group leader) as the kernel saw it.
 type Task struct {

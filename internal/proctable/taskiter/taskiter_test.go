@@ -675,3 +675,32 @@ func sameSteady(t *testing.T, aName string, a map[int]Task, bName string, b map[
 		t.Errorf("only %d of %d processes compared; this one in the %s pass: %v", same, len(a), aName, a[os.Getpid()].PID != 0)
 	}
 }
+
+// TestUnsupported: only a host that lacks what the iterator needs is
+// unsupported (tests skip, doctor is content); a pass that went wrong
+// here, or churn, is not.
+func TestUnsupported(t *testing.T) {
+	wrap := func(err error) error { return fmt.Errorf("%w: %w", ErrUnavailable, err) }
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"no privilege", wrap(fmt.Errorf("load: %w", unix.EPERM)), true},
+		{"no BTF", wrap(&fs.PathError{Op: "open", Path: "/sys/kernel/btf/vmlinux", Err: fs.ErrNotExist}), true},
+		{"no bpf(2)", wrap(unix.ENOSYS), true},
+		{"no task iterator", wrap(fmt.Errorf("%w: kernel BTF has no function %s", errNoTaskIter, iterFuncName)), true},
+		{"another PID namespace", fmt.Errorf("%w: %w: this process is in another pid namespace", ErrUnavailable, errNamespace), true},
+		{"verifier refusal", wrap(fmt.Errorf("load: %w", unix.EACCES)), false},
+		{"listing at odds with /proc", fmt.Errorf("%w: the listing disagrees with /proc for this process", ErrUnavailable), false},
+		{"churn", fmt.Errorf("%w: %w: a PID was reused during each of 3 walks", ErrUnavailable, ErrChurn), false},
+		{"not the iterator's", fmt.Errorf("open: %w", fs.ErrNotExist), false},
+		{"nil", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Unsupported(tc.err); got != tc.want {
+				t.Errorf("Unsupported(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
+	}
+}

@@ -249,6 +249,20 @@ func walkRecords(data []byte, first, end int) (recs [][]byte, twice int) {
 // reused.
 const walkChurnTries = 3
 
+// forkedSince returns nil if a process was forked since the kernel's fork
+// count (read by count) was forks, and otherwise an error (not churn)
+// saying that what happened cannot be the host's doing.
+func forkedSince(count func() (uint64, error), forks uint64, what string) error {
+	now, err := count()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if now == forks {
+		return fmt.Errorf("%w: %s with no process forked meanwhile: the walk misreads this kernel", ErrUnavailable, what)
+	}
+	return nil
+}
+
 // walker is a loaded walk and its map. Its passes take their turn: they
 // write to the one map.
 type walker struct {
@@ -320,7 +334,8 @@ func (w *walker) each(fn func(*Task)) (Census, error) {
 		return census, fmt.Errorf("%w: the program is not loaded", ErrUnavailable)
 	}
 	var recs [][]byte
-	for grown, churned := false, 0; ; {
+	grown, reused := false, 0
+	for {
 		var err error
 		if census.TasksBefore, census.ForksBefore, err = readCounts(true); err != nil {
 			return census, err
@@ -331,26 +346,36 @@ func (w *walker) each(fn func(*Task)) (Census, error) {
 		if err != nil {
 			return census, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
-		if twice != 0 {
-			// The host's PIDs wrapped during the walk: a few
-			// milliseconds later they likely no longer do.
-			if churned++; churned < walkChurnTries {
+		switch {
+		case twice != 0:
+			// A PID is reused during a walk only by a process forked
+			// during it; without one, the walk misreads the kernel.
+			if err := forkedSince(readForks, census.ForksBefore, fmt.Sprintf("PID %d was listed twice", twice)); err != nil {
+				return census, err
+			}
+			// The host's PIDs wrapped: a few milliseconds later they
+			// likely no longer do.
+			if reused++; reused < walkChurnTries {
 				continue
 			}
-			return census, fmt.Errorf("%w: %w: PID %d was listed twice in %d walks running", ErrUnavailable, ErrChurn, twice, churned)
+			return census, fmt.Errorf("%w: %w: a PID was reused during each of %d walks (last: PID %d)", ErrUnavailable, ErrChurn, reused, twice)
+		case full && !grown:
+			// More processes than the map holds: once, a map for the
+			// host as it is now.
+			grown = true
+			if err := w.load(max(census.TasksBefore+census.TasksBefore/2+1024, 2*w.m.cap)); err != nil {
+				return census, fmt.Errorf("%w: %w", ErrUnavailable, err)
+			}
+			continue
+		case full:
+			// A map with room for half as many again as the kernel's
+			// tasks overflows only if the host forked that many.
+			if err := forkedSince(readForks, census.ForksBefore, fmt.Sprintf("a map of %d records overflowed", w.m.cap)); err != nil {
+				return census, err
+			}
+			return census, fmt.Errorf("%w: %w: more processes than a map of %d records holds", ErrUnavailable, ErrChurn, w.m.cap)
 		}
-		if !full {
-			break
-		}
-		// More processes than the map holds: once, a map for the
-		// host as it is now.
-		if grown {
-			return census, fmt.Errorf("%w: %w: more than a map of %d records holds", ErrUnavailable, ErrChurn, w.m.cap)
-		}
-		grown = true
-		if err := w.load(max(census.TasksBefore+census.TasksBefore/2+1024, 2*w.m.cap)); err != nil {
-			return census, fmt.Errorf("%w: %w", ErrUnavailable, err)
-		}
+		break
 	}
 	ls := newLister(fn)
 	for _, rec := range recs {

@@ -294,3 +294,32 @@ func TestJudgeCache(t *testing.T) {
 		})
 	}
 }
+
+// TestForkedSince: a PID seen twice, or a map overflowing, is churn only
+// if the host forked meanwhile; otherwise it is the walk's mistake, which
+// must not pass for churn (churn keeps the layout file).
+func TestForkedSince(t *testing.T) {
+	count := func(n uint64, err error) func() (uint64, error) {
+		return func() (uint64, error) { return n, err }
+	}
+	for _, tc := range []struct {
+		name     string
+		count    func() (uint64, error)
+		wantErr  bool
+		misreads bool
+	}{
+		{"forked meanwhile", count(1001, nil), false, false},
+		{"nothing forked", count(1000, nil), true, true},
+		{"fork count unreadable", count(0, errors.New("task census: no processes line in /proc/stat")), true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := forkedSince(tc.count, 1000, "PID 7 was listed twice")
+			if (err != nil) != tc.wantErr || errors.Is(err, ErrChurn) || (err != nil && !errors.Is(err, ErrUnavailable)) {
+				t.Fatalf("forkedSince = %v; want error %v, never churn, always ErrUnavailable", err, tc.wantErr)
+			}
+			if got := err != nil && strings.Contains(err.Error(), "misreads this kernel"); got != tc.misreads {
+				t.Errorf("forkedSince = %v; want it to say the walk misreads the kernel: %v", err, tc.misreads)
+			}
+		})
+	}
+}

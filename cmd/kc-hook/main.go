@@ -128,7 +128,8 @@ func (cl *commandLine) flagSet() *flag.FlagSet {
 
 func writeHookHelp(w io.Writer) {
 	io.WriteString(w, hookHelp)
-	writeOptions(w, new(commandLine).flagSet(), hookEnv, "--help, -h\tshow this help", "--version, -v\tprint the version")
+	writeOptions(w, new(commandLine).flagSet(), hookEnv, "--help, -h\tshow this help", "--version, -v\tprint the version",
+		checkSettingsFlag+"\tfirst on the line: only judge the options, variables and STAGE after it (kc-janitor doctor runs this)")
 }
 
 func main() {
@@ -183,33 +184,39 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return runStage(&cl.settings, cl.args, stdin, stderr)
 }
 
-// checkStage validates a stage's arguments and settings and returns the
-// stage, the supervisor names and the lister. A STAGE kc-hook does not
-// know wraps hook.ErrBadInput.
-func checkStage(s *settings, args []string) (hook.Stage, []string, proctable.Lister, error) {
+// stageRun is what a stage runs with, once its settings are checked.
+type stageRun struct {
+	stage  hook.Stage
+	comms  []string
+	lister proctable.Lister
+}
+
+// checkStage validates a stage's arguments and settings. A STAGE kc-hook
+// does not know wraps hook.ErrBadInput.
+func checkStage(s *settings, args []string) (stageRun, error) {
+	var r stageRun
 	if len(args) != 1 {
-		return "", nil, 0, fmt.Errorf("want one STAGE after the options, got %q", args)
+		return r, fmt.Errorf("want one STAGE after the options, got %q", args)
 	}
-	stage, err := hook.ParseStage(args[0])
-	if err != nil {
-		return "", nil, 0, err
+	var err error
+	if r.stage, err = hook.ParseStage(args[0]); err != nil {
+		return r, err
 	}
 	if s.killGrace <= 0 || s.deadline <= 0 {
-		return "", nil, 0, errors.New("--kill-grace and --deadline must be positive")
+		return r, errors.New("--kill-grace and --deadline must be positive")
 	}
-	comms, err := checkCommon(s)
-	if err != nil {
-		return "", nil, 0, err
+	if r.comms, err = checkCommon(s); err != nil {
+		return r, err
 	}
-	lister, err := proctable.ParseLister(s.bpf)
-	if err != nil {
-		return "", nil, 0, fmt.Errorf("--bpf: %w", err)
+	if r.lister, err = proctable.ParseLister(s.bpf); err != nil {
+		return r, fmt.Errorf("--bpf: %w", err)
 	}
-	return stage, comms, lister, nil
+	return r, nil
 }
 
 func runStage(s *settings, args []string, stdin io.Reader, stderr io.Writer) int {
-	stage, comms, lister, err := checkStage(s, args)
+	r, err := checkStage(s, args)
+	stage := r.stage
 	switch {
 	case errors.Is(err, hook.ErrBadInput):
 		// Unknown in every stage, so a usage error in every stage.
@@ -242,11 +249,11 @@ func runStage(s *settings, args []string, stdin io.Reader, stderr io.Writer) int
 	// Only now, with usable input, may anything be written.
 	cfg := hook.Config{
 		StateDir:        s.stateDir,
-		Comms:           comms,
+		Comms:           r.comms,
 		KillGrace:       s.killGrace,
 		Deadline:        s.deadline,
 		SupervisorsFile: s.supervisorsFile,
-		Lister:          lister,
+		Lister:          r.lister,
 		Contain:         contain.Options{Systemd: systemd.Scoper},
 	}
 	hostUID := userns.HostEUID()
@@ -355,7 +362,7 @@ func checkSettings(args []string, stdout io.Writer) int {
 	case cl.supervise():
 		return refuse(errors.New("supervise is not a hook stage"))
 	}
-	if _, _, _, err := checkStage(&cl.settings, cl.args); err != nil {
+	if _, err := checkStage(&cl.settings, cl.args); err != nil {
 		return refuse(err)
 	}
 	fmt.Fprintf(stdout, "%s: settings ok\n", hookName)

@@ -2,11 +2,14 @@ package doctor
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -158,7 +161,7 @@ func TestHookInstalled(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "hooks.d")
 			c.setup(t, dir)
-			got, _ := HookInstalled([]string{dir}, state, state)
+			got, _ := HookInstalled(context.Background(), []string{dir}, state, state)
 			all := got.Detail + "\n" + strings.Join(got.Items, "\n")
 			if got.Verdict != c.want || !strings.Contains(all, c.text) {
 				t.Errorf("verdict %v, want %v; want %q in:\n%s", got.Verdict, c.want, c.text, all)
@@ -187,13 +190,15 @@ func TestHookInstalledSettings(t *testing.T) {
 		{"refused at poststop", []string{"KC_KILL_GRACE=soon"}, nil, hook, Error, `kc-hook-poststop.json: kc-hook refuses its settings: invalid value "soon" for $KC_KILL_GRACE`},
 		{"refused at createRuntime", nil, []string{"KC_BPF=yes"}, hook, Warn, "kc-hook-createruntime.json: kc-hook refuses its settings: --bpf"},
 		{"relative state dir", []string{"KC_STATE_DIR=kc"}, nil, hook, Error, "absolute path"},
-		{"not kc-hook", []string{"KC_KILL_GRACE=soon"}, nil, fakeHook(t), OK, "kc-hook-poststop.json"},
+		{"not answering the check", []string{"KC_KILL_GRACE=soon"}, nil, fakeHook(t), OK, "kc-hook-poststop.json"},
+		{"writable by others: not run", []string{"KC_KILL_GRACE=soon"}, nil, openCopy(t, hook), OK, "kc-hook-poststop.json"},
+		{"not a program", nil, nil, garbage(t), Error, "kc-hook-poststop.json: cannot run"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "hooks.d")
 			write(t, dir, "kc-hook-createruntime.json", descriptor(c.hook, "createRuntime", c.cr...))
 			write(t, dir, "kc-hook-poststop.json", descriptor(c.hook, "poststop", c.post...))
-			got, _ := HookInstalled([]string{dir}, state, state)
+			got, _ := HookInstalled(context.Background(), []string{dir}, state, state)
 			all := got.Detail + "\n" + strings.Join(got.Items, "\n")
 			if got.Verdict != c.want || !strings.Contains(all, c.text) {
 				t.Errorf("verdict %v, want %v; want %q in:\n%s", got.Verdict, c.want, c.text, all)
@@ -205,6 +210,65 @@ func TestHookInstalledSettings(t *testing.T) {
 	}
 }
 
+// openCopy is a copy of bin named kc-hook that any user could rewrite.
+func openCopy(t *testing.T, bin string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "kc-hook")
+	if err := testutil.CopyFile(bin, p, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// garbage is an executable named kc-hook that the kernel cannot run.
+func garbage(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "kc-hook")
+	if err := os.WriteFile(p, []byte{0x7f, 'E', 'L', 'F', 0, 0, 0, 0}, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestHookSettingsOverstays: a kc-hook that does not answer is killed
+// with what it started, and said to have not answered.
+func TestHookSettingsOverstays(t *testing.T) {
+	dir := t.TempDir()
+	hook := filepath.Join(dir, "kc-hook")
+	pidFile := filepath.Join(dir, "child")
+	script := "#!/bin/sh\nsleep 600 &\necho $! >" + pidFile + "\nwait\n"
+	if err := os.WriteFile(hook, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	why, err := hookSettings(ctx, Descriptor{Path: hook, Args: []string{"kc-hook", "poststop"}})
+	if why != "" || err == nil || !strings.Contains(err.Error(), "did not answer") {
+		t.Fatalf("hookSettings = %q, %v; want it to say the hook did not answer", why, err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("hookSettings took %s past a 500ms deadline", took)
+	}
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("the hook's child %d outlived the check", pid)
+		}
+	}
+}
+
 // A descriptor in a directory of higher precedence masks one of the same
 // name, as podman does; a broken override breaks a good default.
 func TestHookInstalledMasking(t *testing.T) {
@@ -212,7 +276,7 @@ func TestHookInstalledMasking(t *testing.T) {
 	low, high := filepath.Join(base, "usr"), filepath.Join(base, "etc")
 	installPair(t, low, fakeHook(t))
 	write(t, high, "kc-hook-poststop.json", descriptor("/gone/kc-hook", "poststop"))
-	got, descs := HookInstalled([]string{low, high}, "/run/kc-watchman", "/run/kc-watchman")
+	got, descs := HookInstalled(context.Background(), []string{low, high}, "/run/kc-watchman", "/run/kc-watchman")
 	if got.Verdict != Error || !strings.Contains(strings.Join(got.Items, "\n"), "masked by "+filepath.Join(high, "kc-hook-poststop.json")) {
 		t.Errorf("%+v", got)
 	}
@@ -639,12 +703,12 @@ func TestDescriptorSetting(t *testing.T) {
 func TestHookInstalledDefaultMismatch(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "hooks.d")
 	installPair(t, dir, fakeHook(t))
-	got, _ := HookInstalled([]string{dir}, "/srv/kc", "/run/user/1001/kc-watchman")
+	got, _ := HookInstalled(context.Background(), []string{dir}, "/srv/kc", "/run/user/1001/kc-watchman")
 	all := got.Detail + "\n" + strings.Join(got.Items, "\n")
 	if got.Verdict != Warn || !strings.Contains(all, "its default /run/user/1001/kc-watchman") {
 		t.Errorf("%v: %s", got.Verdict, all)
 	}
-	if got, _ := HookInstalled([]string{dir}, "/run/user/1001/kc-watchman", "/run/user/1001/kc-watchman"); got.Verdict != OK {
+	if got, _ := HookInstalled(context.Background(), []string{dir}, "/run/user/1001/kc-watchman", "/run/user/1001/kc-watchman"); got.Verdict != OK {
 		t.Errorf("matching defaults: %+v", got)
 	}
 }
@@ -660,7 +724,7 @@ func TestHookInstalledElsewhere(t *testing.T) {
 	t.Cleanup(func() { MisplacedHooksDirs = saved })
 
 	read := filepath.Join(t.TempDir(), "hooks.d")
-	got, _ := HookInstalled([]string{read}, "/run/kc-watchman", "/run/kc-watchman")
+	got, _ := HookInstalled(context.Background(), []string{read}, "/run/kc-watchman", "/run/kc-watchman")
 	all := got.Detail + "\n" + strings.Join(got.Items, "\n")
 	if got.Verdict != Error || !strings.Contains(got.Detail, read) {
 		t.Errorf("verdict %v, detail %q: want an error naming %s", got.Verdict, got.Detail, read)
@@ -669,7 +733,7 @@ func TestHookInstalledElsewhere(t *testing.T) {
 		t.Errorf("the misplaced descriptors are not named:\n%s", all)
 	}
 	// Found where podman does read them, they are fine.
-	if got, _ := HookInstalled([]string{misplaced}, "/run/kc-watchman", "/run/kc-watchman"); got.Verdict != OK {
+	if got, _ := HookInstalled(context.Background(), []string{misplaced}, "/run/kc-watchman", "/run/kc-watchman"); got.Verdict != OK {
 		t.Errorf("descriptors in a dir podman reads: %v %s", got.Verdict, got.Detail)
 	}
 }
@@ -697,7 +761,7 @@ func TestHookWithoutPodman(t *testing.T) {
 				t.Fatal(err)
 			}
 			c.setup(t, dir)
-			with, descs := HookInstalled([]string{dir}, state, state)
+			with, descs := HookInstalled(context.Background(), []string{dir}, state, state)
 			got := HookWithoutPodman(with, descs)
 			if got.Verdict != c.want || !strings.Contains(got.Text(), c.text) {
 				t.Errorf("verdict %v (%s), want %v with %q", got.Verdict, got.Detail, c.want, c.text)

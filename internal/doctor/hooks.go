@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -323,7 +324,7 @@ func unreadDirs(dirs []string) []string {
 // podman runs hooks as: root's or a rootless user's); a hook writing
 // elsewhere than the janitor reads is a warning too, whichever side was
 // configured, since the janitor would not read its ledger.
-func HookInstalled(dirs []string, stateDir, hookDefault string) (Check, []Descriptor) {
+func HookInstalled(ctx context.Context, dirs []string, stateDir, hookDefault string) (Check, []Descriptor) {
 	descs, errs := FindDescriptors(dirs)
 	where := strings.Join(dirs, ", ")
 	var items []string
@@ -389,16 +390,22 @@ func HookInstalled(dirs []string, stateDir, hookDefault string) (Check, []Descri
 		verdict = Warn // broken or masked descriptors next to working ones
 	}
 	refused := false
-	for _, d := range post {
-		if why := HookSettings(context.Background(), d); why != "" {
+	for _, d := range append(post, recorders...) {
+		why, err := hookSettings(ctx, d)
+		atStop := slices.Contains(d.Stages, "poststop")
+		switch {
+		case why != "" && atStop:
 			verdict, refused = Error, true
 			items = append(items, fmt.Sprintf("%s: kc-hook refuses its settings: %s; every container's poststop fails and reaps nothing", d.File, why))
-		}
-	}
-	for _, d := range recorders {
-		if why := HookSettings(context.Background(), d); why != "" {
+		case why != "":
 			verdict, refused = max(verdict, Warn), true
 			items = append(items, fmt.Sprintf("%s: kc-hook refuses its settings: %s; it records no container (they start all the same)", d.File, why))
+		case err != nil && atStop:
+			verdict = Error
+			items = append(items, fmt.Sprintf("%s: %v; the runtime will fail to run it too", d.File, err))
+		case err != nil:
+			verdict = max(verdict, Warn)
+			items = append(items, fmt.Sprintf("%s: %v; the runtime will fail to run it too", d.File, err))
 		}
 	}
 	for _, d := range append(post, recorders...) {

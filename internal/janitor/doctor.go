@@ -42,7 +42,7 @@ func Doctor(ctx context.Context, s Settings, fix bool, hooksDirs []string, log *
 	rj, _, liveErr, scanErr := ScanThenAsk(ctx, fixing, fix, log)
 	ein := engineInputs(ctx, s, log)
 	// Whether podman is an engine here decides what a missing hook means.
-	installed, descs := doctor.HookInstalled(hooksDirs, s.StateDir, hookDefault)
+	installed, descs := doctor.HookInstalled(ctx, hooksDirs, s.StateDir, hookDefault)
 	if !podmanAsked(ein) {
 		installed = doctor.HookWithoutPodman(installed, descs)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,7 +46,8 @@ func hookSettings(ctx context.Context, d Descriptor) (refused string, err error)
 	cmd.Env = append([]string{}, d.Env...)
 	cmd.Dir = "/"
 	out := &capped{max: 4 << 10}
-	cmd.Stdout = out
+	// Pipes, not /dev/null, which a chroot (the package's test) may lack.
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(""), out, io.Discard
 	// Whatever it starts goes with it when it overstays.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }

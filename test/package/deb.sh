@@ -76,13 +76,16 @@ mkdir -p "$wants" "$root/etc/systemd/system/multi-user.target.wants"
 ln -s /usr/lib/systemd/system/kc-janitor.timer "$wants/kc-janitor.timer"
 ln -s /usr/lib/systemd/system/kc-janitor-container@.timer "$wants/kc-janitor-container@0123abcd.timer"
 ln -s /usr/lib/systemd/system/kc-janitor-watch.service "$root/etc/systemd/system/multi-user.target.wants/kc-janitor-watch.service"
+mkdir -p "$root/etc/systemd/user/default.target.wants"
+ln -s /usr/lib/systemd/user/kc-janitor-watch.service "$root/etc/systemd/user/default.target.wants/kc-janitor-watch.service"
 ln -s /usr/lib/systemd/system/other.timer "$wants/other.timer"
 echo 'not a link' >"$wants/kc-janitor.service"
 pkg -r "$name"
 grep -q '^KC_APPLY=1$' "$root/etc/default/kc-janitor" || fail "remove did not keep the edited /etc/default/kc-janitor"
 [ -L "$wants/kc-janitor.timer" ] || fail "remove dropped the operator's enablement of kc-janitor.timer"
 pkg -P "$name"
-for gone in "$wants/kc-janitor.timer" "$wants/kc-janitor-container@0123abcd.timer" "$root/etc/systemd/system/multi-user.target.wants/kc-janitor-watch.service"; do
+for gone in "$wants/kc-janitor.timer" "$wants/kc-janitor-container@0123abcd.timer" "$root/etc/systemd/system/multi-user.target.wants/kc-janitor-watch.service" \
+	"$root/etc/systemd/user/default.target.wants/kc-janitor-watch.service"; do
 	[ ! -L "$gone" ] || fail "the purge left ${gone#"$root"}"
 done
 [ -L "$wants/other.timer" ] && [ -f "$wants/kc-janitor.service" ] && [ ! -L "$wants/kc-janitor.service" ] ||
@@ -105,12 +108,23 @@ live() {
 		fail "$* exited $?"
 	tr '\n' ';' <"$aside/calls"
 }
+# dpkg's words and rpm's numbers (postrm purge and 0 are not run so: they
+# would edit this host's /etc/systemd). The recording systemctl says
+# every unit is enabled.
+stop="stop kc-janitor.timer kc-janitor-container@*.timer kc-janitor-watch.service kc-janitor.service kc-janitor-container@*.service;"
 for tc in \
 	"postinst configure|daemon-reload;" \
 	"postinst configure 0.9.0|daemon-reload;try-restart kc-janitor-watch.service;" \
+	"postinst 1|daemon-reload;" \
+	"postinst 3|daemon-reload;try-restart kc-janitor-watch.service;" \
+	"postinst abort-remove|daemon-reload;is-enabled --quiet kc-janitor.timer;start kc-janitor.timer;is-enabled --quiet kc-janitor-watch.service;start kc-janitor-watch.service;" \
 	"prerm upgrade 1.0.0|" \
-	"prerm remove|stop kc-janitor.timer kc-janitor-container@*.timer kc-janitor-watch.service kc-janitor.service kc-janitor-container@*.service;" \
-	"postrm remove|daemon-reload;"; do
+	"prerm 1|" \
+	"prerm remove|$stop" \
+	"prerm 0|$stop" \
+	"postrm remove|daemon-reload;" \
+	"postrm upgrade 1.0.0|daemon-reload;" \
+	"postrm 1|daemon-reload;"; do
 	args=${tc%%|*} want=${tc#*|}
 	# shellcheck disable=SC2086 # the script's name and arguments
 	got=$(live $args)

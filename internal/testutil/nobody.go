@@ -19,7 +19,9 @@ func NobodyCredential() *syscall.Credential {
 }
 
 // OpenTempDir makes a directory of the given mode in os.TempDir(), removed
-// when t ends. t.TempDir's parent is 0700, closed to another user.
+// when t ends. t.TempDir's parent is 0700, closed to another user. One
+// that others may write is sticky: no one removes or renames another's
+// files in it.
 func OpenTempDir(t testing.TB, prefix string, mode os.FileMode) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", prefix)
@@ -27,6 +29,9 @@ func OpenTempDir(t testing.TB, prefix string, mode os.FileMode) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	if mode&0o002 != 0 {
+		mode |= os.ModeSticky
+	}
 	// MkdirTemp's 0700 is under the umask's reach; Chmod is not.
 	if err := os.Chmod(dir, mode); err != nil {
 		t.Fatal(err)
@@ -35,7 +40,8 @@ func OpenTempDir(t testing.TB, prefix string, mode os.FileMode) string {
 }
 
 // SelfAsNobody returns a command that runs a copy of the running test
-// binary, named name in dir (a directory nobody can reach: OpenTempDir),
+// binary, made as the new file name in dir (a directory nobody can reach:
+// OpenTempDir; a name already there fails t),
 // as Nobody, running no test: the package's TestMain (or init) finds its
 // task in the environment, which is this process's plus env.
 func SelfAsNobody(t testing.TB, dir, name string, env ...string) *exec.Cmd {
@@ -45,7 +51,7 @@ func SelfAsNobody(t testing.TB, dir, name string, env ...string) *exec.Cmd {
 		t.Fatal(err)
 	}
 	exe := filepath.Join(dir, name)
-	if err := CopyFile(self, exe, 0o755); err != nil {
+	if err := copyNew(self, exe, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(exe, "-test.run=^$")

@@ -676,7 +676,16 @@ func TestNSIndexIsCheckedAtUse(t *testing.T) {
 	view.hostOf[inner] = h // as an index listed after it started would
 	view.indexed = true
 	killPID(h)
-	waitDead(t, h)
+	// Dead is not yet out of the namespace: an exiting task keeps its
+	// namespaces a moment after its stat stops saying it runs.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Readlink("/proc/" + strconv.Itoa(h) + "/ns/pid"); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d still in its namespace 10s after SIGKILL", h)
+		}
+	}
 	if slices.Contains(view.hostPIDs(), h) {
 		t.Errorf("discovery would read host pid %d, gone from the namespace", h)
 	}

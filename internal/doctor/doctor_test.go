@@ -233,6 +233,71 @@ func garbage(t *testing.T) string {
 	return p
 }
 
+// TestHookSettingsRunsOnlyKCHook: a descriptor whose path is another
+// program is not run, whatever its argv[0] says; one named kc-hook that
+// another user could have written is not run either.
+func TestHookSettingsRunsOnlyKCHook(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "ran")
+	script := []byte("#!/bin/sh\ntouch " + marker + "\n")
+	for _, tc := range []struct {
+		name string
+		file string
+		mode os.FileMode
+		ran  bool
+	}{
+		{"a wrapper given kc-hook's argv[0]", "wrapper", 0o755, false},
+		{"kc-hook writable by others", "kc-hook", 0o777, false},
+		{"kc-hook through a symlink", "link/kc-hook", 0o755, false},
+		{"kc-hook in a directory others may write", "open/kc-hook", 0o755, false},
+		{"kc-hook of this user's", "kc-hook", 0o755, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			os.Remove(marker)
+			base := t.TempDir()
+			real := filepath.Join(base, "kc-hook")
+			if err := os.WriteFile(real, script, tc.mode); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(real, tc.mode); err != nil {
+				t.Fatal(err)
+			}
+			p := real
+			switch sub, _, _ := strings.Cut(tc.file, "/"); sub {
+			case "wrapper":
+				p = filepath.Join(base, "wrapper")
+				if err := os.Rename(real, p); err != nil {
+					t.Fatal(err)
+				}
+			case "link":
+				p = filepath.Join(base, "link", "kc-hook")
+				os.Mkdir(filepath.Dir(p), 0o755)
+				if err := os.Symlink(real, p); err != nil {
+					t.Fatal(err)
+				}
+			case "open":
+				p = filepath.Join(base, "open", "kc-hook")
+				if err := os.Mkdir(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chmod(filepath.Dir(p), 0o777); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Rename(real, p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			why, err := hookSettings(context.Background(), Descriptor{Path: p, Args: []string{"kc-hook", "poststop"}})
+			if why != "" || err != nil {
+				t.Errorf("hookSettings = %q, %v; want nothing said", why, err)
+			}
+			if _, err := os.Stat(marker); (err == nil) != tc.ran {
+				t.Errorf("%s: ran %v, want %v", p, err == nil, tc.ran)
+			}
+		})
+	}
+}
+
 // TestHookSettingsOverstays: a kc-hook that does not answer is killed
 // with what it started, and said to have not answered.
 func TestHookSettingsOverstays(t *testing.T) {

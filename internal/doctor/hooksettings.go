@@ -10,8 +10,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 )
 
 // settingsTimeout bounds one kc-hook settings check: it parses and exits.
@@ -27,14 +30,14 @@ const settingsRefused = "kc-hook: settings refused: "
 // warns of settings it cannot use, on a stderr the runtime throws away;
 // this is how an operator hears of it.
 //
-// It runs only a kc-hook (by path or argv[0]) that no other user could
+// It runs only a kc-hook (by its path's name) that no other user could
 // have written: doctor runs as root, and a descriptor's file name alone
 // makes it kc-hook's. The stage argument is given as poststop, whose
 // settings are every stage's: a kc-hook older than the check refuses the
 // flag there without a trace line, and is taken as "cannot tell" ("",
 // nil). err says the program could not be run or did not answer.
 func hookSettings(ctx context.Context, d Descriptor) (refused string, err error) {
-	if len(d.Args) < 2 || !runnableHook(d) {
+	if len(d.Args) < 2 || !runnableHook(d.Path) {
 		return "", nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, settingsTimeout)
@@ -49,8 +52,7 @@ func hookSettings(ctx context.Context, d Descriptor) (refused string, err error)
 	// Pipes, not /dev/null, which a chroot (the package's test) may lack.
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(""), out, io.Discard
 	// Whatever it starts goes with it when it overstays.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	pgkill.OwnGroupKilledOnCancel(cmd)
 	cmd.WaitDelay = time.Second
 	runErr := cmd.Run()
 	line, _, _ := bytes.Cut(out.buf.Bytes(), []byte("\n"))
@@ -67,18 +69,32 @@ func hookSettings(ctx context.Context, d Descriptor) (refused string, err error)
 	return "", nil
 }
 
-// runnableHook reports whether d names a kc-hook that only root or this
-// user could have written.
-func runnableHook(d Descriptor) bool {
-	if filepath.Base(d.Path) != HookName && filepath.Base(d.Args[0]) != HookName {
+// runnableHook reports whether path is a kc-hook that no user but root
+// or this one could have written or swapped: the file itself (not a
+// symlink) and every directory above it owned by one of them and not
+// writable by others, unless sticky (/tmp, where no one else may rename
+// what is ours).
+func runnableHook(path string) bool {
+	if filepath.Base(path) != HookName || !filepath.IsAbs(path) {
 		return false
 	}
-	fi, err := os.Stat(d.Path)
-	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o022 != 0 {
-		return false
+	for p := filepath.Clean(path); ; p = filepath.Dir(p) {
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return false
+		}
+		kind := uint32(unix.S_IFDIR)
+		if p == filepath.Clean(path) {
+			kind = unix.S_IFREG
+		}
+		writable := st.Mode&0o022 != 0 && (kind == unix.S_IFREG || st.Mode&unix.S_ISVTX == 0)
+		if st.Mode&unix.S_IFMT != kind || writable || (st.Uid != 0 && int(st.Uid) != os.Geteuid()) {
+			return false
+		}
+		if p == "/" {
+			return true
+		}
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	return ok && (st.Uid == 0 || int(st.Uid) == os.Geteuid())
 }
 
 // capped keeps the first max bytes written to it and drops the rest: a

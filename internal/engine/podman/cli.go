@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 )
 
 // cliWaitDelay bounds how long queryCLI waits for the CLI's output pipes
@@ -84,17 +85,9 @@ func Command(ctx context.Context, bin string, args []string) (*exec.Cmd, error) 
 	cmd.Stdin = nil
 	// Pdeathsig: a `podman events` child lives as long as watch does, and
 	// must not outlive a watch that is SIGKILLed or crashes.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error {
-		// Kill the whole group: podman may re-exec or fork helpers, a
-		// wrapper script has children. Only while the leader is unreaped
-		// (os.Process signals through a pidfd; ErrProcessDone once Wait
-		// reaped it): then its PID, which is the PGID, is still ours.
-		if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {
-			return err
-		}
-		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// podman may re-exec or fork helpers, a wrapper script has children.
+	pgkill.OwnGroupKilledOnCancel(cmd)
 	cmd.WaitDelay = cliWaitDelay
 	return cmd, nil
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/atomicfile"
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 )
 
 // LockTimeout bounds the wait for the ledger lock.
@@ -163,7 +164,7 @@ func Open(stateDir string) (*Store, error) {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("securing ledger directory: %w", err)
 	}
-	boot, err := BootID()
+	boot, err := fingerprint.BootID()
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +187,7 @@ func OpenReadOnly(stateDir string) (*Store, error) {
 	if _, err := os.Stat(dir); err != nil {
 		return nil, fmt.Errorf("ledger directory: %w", err)
 	}
-	boot, err := BootID()
+	boot, err := fingerprint.BootID()
 	if err != nil {
 		return nil, err
 	}
@@ -205,15 +206,6 @@ func (s *Store) Dir() string { return s.dir }
 
 // CurrentBootID returns the boot ID records are stamped with.
 func (s *Store) CurrentBootID() string { return s.bootID }
-
-// BootID reads the kernel's boot ID; records from another boot are stale.
-func BootID() (string, error) {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return "", fmt.Errorf("reading boot id: %w", err)
-	}
-	return strings.TrimSpace(string(b)), nil
-}
 
 func (s *Store) path(id string) string { return filepath.Join(s.dir, id+".json") }
 

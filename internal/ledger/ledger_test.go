@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 )
 
 func id(n int) string { return fmt.Sprintf("%064x", n) }
@@ -377,7 +379,7 @@ func TestSchemaVersions(t *testing.T) {
 	}
 	older := strings.Repeat("a", 64)
 	newer := strings.Repeat("b", 64)
-	boot, err := BootID()
+	boot, err := fingerprint.BootID()
 	if err != nil {
 		t.Fatal(err)
 	}

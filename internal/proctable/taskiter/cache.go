@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/atomicfile"
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 )
 
 // A layout read from the kernel's BTF holds until the next boot, and the
@@ -132,14 +133,6 @@ func readCache(path, boot string) (layout, error) {
 	return decodeCache(data, boot)
 }
 
-func bootID() (string, error) {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return "", err
-	}
-	return string(bytes.TrimSpace(b)), nil
-}
-
 // LoadCached is Load with the layout kept in the file at path, in a
 // directory only the caller may write to (a state dir). A layout there
 // from this boot is used instead of the kernel's BTF; one read from the
@@ -149,7 +142,7 @@ func LoadCached(path string) (*Program, error) {
 	if err := checkNamespaces(); err != nil {
 		return nil, err
 	}
-	boot, err := bootID()
+	boot, err := fingerprint.BootID()
 	if err != nil {
 		return Load()
 	}

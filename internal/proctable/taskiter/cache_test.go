@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 )
 
 const testBoot = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
@@ -164,7 +166,7 @@ func write(t *testing.T, path string, data []byte, mode os.FileMode) {
 // removed, and the load after it reads the BTF again.
 func TestLoadCached(t *testing.T) {
 	kernel := kernelWalk(t)
-	boot, err := bootID()
+	boot, err := fingerprint.BootID()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,12 +24,7 @@ total kernel memory. Reclaiming a session stays manual.
 
 --idle takes a duration (24h) or seconds (86400); KC_IDLE_SECONDS works as
 in the seed culler. KC_CULLER_LOG names a log file when --log-file is not
-given.
-
-Exit status: 0 ok; 1 a supervisor could not be read (the others are still
-reported) or the --container named is not running; 2 usage errors and a
---container that matches nothing or several; 3 no engine could be asked
-to resolve --container.`,
+given.`,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "idle", Value: "24h", Usage: "report sessions idle longer than `DURATION` (or seconds)", EnvVars: []string{"KC_IDLE", "KC_IDLE_SECONDS"}},
 			&cli.StringSliceFlag{Name: "socket", Usage: "audit the supervisor on control socket `PATH` (repeatable) instead of discovering them", EnvVars: []string{"KC_SOCKET"}},

@@ -45,9 +45,7 @@ engine that cannot be asked is an ERROR); state dir and ledger; orphaned supervi
 reconcile; --fix reaps them as reconcile --apply would); orphan sockets (a
 dry-run sweep); abandoned sessions (a cull audit).
 
-Nothing is changed without --fix, and --fix only reaps stray trees.
-
-Exit status: 0 all ok; 1 the worst verdict is WARN; 2 it is ERROR.`,
+Nothing is changed without --fix, and --fix only reaps stray trees.`,
 		Flags:  flags,
 		Action: runDoctor,
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -11,22 +10,22 @@ import (
 
 // exitStatus is each command's exit codes, shown at the end of its help,
 // in the man page and in docs/COMMANDS.md's generated twin,
-// docs/CONFIGURATION.md. A usage error is 2 everywhere.
+// docs/CONFIGURATION.md: the one place they are written. A usage error
+// is 2 everywhere.
 var exitStatus = map[string]string{
 	"reconcile": "0 ok (nothing stray, all reaped, or a dry run); 1 a tree would not die, or another error; 2 usage error; 3 ground truth unknown (no engine could be asked): nothing was touched.",
-	"sweep":     "0 ok; 1 an unlink failed, a socket directory could not be read or --container could not be resolved; 2 usage error.",
-	"cull":      "0 ok; 1 a supervisor could not be read (the others are still reported); 2 usage error.",
+	"sweep":     "0 ok; 1 an unlink failed, a socket directory could not be read, or the --container named is not running; 2 usage errors and a --container that matches nothing or several; 3 no engine could be asked to resolve --container.",
+	"cull":      "0 ok; 1 a supervisor could not be read (the others are still reported) or the --container named is not running; 2 usage errors and a --container that matches nothing or several; 3 no engine could be asked to resolve --container.",
 	"doctor":    "0 all ok; 1 the worst verdict is WARN; 2 it is ERROR, or a usage error.",
-	"status":    "0, whatever it finds; 2 usage error.",
+	"status":    "0, whatever it finds; 1 --metrics-file cannot be written; 2 usage errors and a --container that matches nothing or several; 3 no engine could be asked to resolve --container.",
 	"watch":     "130 or 143 when stopped by SIGINT or SIGTERM (after the current round); with --once the round's worst: 0 ok, 1 a step failed, 3 ground truth unknown; 2 usage error.",
 	"version":   "0; 2 usage error.",
 }
 
-// withExitStatus appends a command's exit codes to its description unless
-// the description already states them.
+// withExitStatus appends a command's exit codes to its description.
 func withExitStatus(c *cli.Command) {
 	st, ok := exitStatus[c.Name]
-	if !ok || strings.Contains(c.Description, "Exit status:") {
+	if !ok {
 		return
 	}
 	if c.Description != "" {

@@ -20,11 +20,7 @@ lists the supervisor trees running now with their container's engine
 (podman, docker, containerd) and its state there ("gone": no engine lists
 it; "?": an engine could not be asked) and what reconcile would decide for
 them. SOCKETS lists kc-*.sock files with their classification, as a
-dry-run sweep sees them.
-
-Exit status: 0; 1 when --metrics-file cannot be written; 2 for usage
-errors and a --container that matches nothing or several; 3 when no
-engine could be asked to resolve --container.`,
+dry-run sweep sees them.`,
 		Flags:  flags,
 		Action: runStatus,
 	}

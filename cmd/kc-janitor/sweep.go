@@ -66,12 +66,7 @@ be read (another user's FUSE mount) is kept as unknown.
 Dry run unless --apply (KC_SWEEP=1 or KC_APPLY=1). Only sockets (never
 symlinks, FIFOs or regular files) owned by the expected uid and still the
 same inode as when classified are unlinked. KC_SWEEPER_LOG names a log file
-when --log-file is not given.
-
-Exit status: 0 ok; 1 an unlink failed, a socket directory could not be
-read, or the --container named is not running; 2 usage errors and a
---container that matches nothing or several; 3 no engine could be asked
-to resolve --container.`,
+when --log-file is not given.`,
 		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "apply", Usage: "unlink stale sockets", DefaultText: "dry run", EnvVars: []string{"KC_SWEEP", "KC_APPLY"}},
 			&cli.DurationFlag{Name: flagHashedMinAge, Value: sweep.DefaultHashedMinAge, Usage: "least age (since its ctime) at which a hashed-name kc-<hex>.sock may be stale", EnvVars: []string{"KC_SWEEP_HASHED_MIN_AGE"}},

@@ -34,16 +34,22 @@ func doctorCommand() *cli.Command {
 
 with details indented below (or one JSON object with --format json).
 
-Checks: hook installed (a valid kc-hook descriptor for poststop and for
-createRuntime in podman's hooks dirs, its binary present and executable:
-podman silently drops a descriptor whose binary is missing); hook alive
-(its log or ledger shows runs since boot); engines (which ones --engine
-auto found, and where it looked for the others); one check per engine,
-podman, docker, containerd (reachable, version, containers, live, and the
-UID its answer vouches for, read from the answering connection; a named
-engine that cannot be asked is an ERROR); state dir and ledger; orphaned supervisor trees (a dry-run
-reconcile; --fix reaps them as reconcile --apply would); orphan sockets (a
-dry-run sweep); abandoned sessions (a cull audit).
+Checks, in order: hook installed (a valid kc-hook descriptor for poststop
+and for createRuntime in podman's hooks dirs, its binary present and
+executable, since podman silently drops a descriptor whose binary is
+missing, and the settings in its args and env accepted: doctor runs
+a kc-hook owned by root (or its own user) that no one else can write
+with --check-settings, as the descriptor would); hook alive (its log or ledger shows runs since boot);
+engines (which ones --engine auto found, and where it looked for the
+others); one check per engine, podman, docker, containerd, cri
+(reachable, version, containers, live, and the UID its answer vouches
+for, read from the answering connection; a named engine that cannot be
+asked is an ERROR); state dir and ledger; process listing (the BPF
+iterator or /proc, and why); deaths seen from the kernel (how many live
+containers watch would pin through a pidfd); supervisor containment;
+orphaned supervisor trees (a dry-run reconcile; --fix reaps them as
+reconcile --apply would); orphan sockets (a dry-run sweep); abandoned
+sessions (a cull audit).
 
 Nothing is changed without --fix, and --fix only reaps stray trees.`,
 		Flags:  flags,

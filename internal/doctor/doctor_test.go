@@ -16,6 +16,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/cull"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
@@ -326,7 +327,9 @@ func TestHookSettingsOverstays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(10 * time.Millisecond) {
+	// Running, not kill(pid, 0): the killed sleep is PID 1's zombie until
+	// PID 1 gets round to reaping it, which can take seconds.
+	for deadline := time.Now().Add(5 * time.Second); fingerprint.Running(fingerprint.DefaultRoot, pid); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			syscall.Kill(pid, syscall.SIGKILL)
 			t.Fatalf("the hook's child %d outlived the check", pid)

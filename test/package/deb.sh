@@ -11,7 +11,7 @@
 #     drops the janitor units' enablement links and nothing else;
 #   - run as on a live systemd host (a private /run), they start nothing
 #     on install, restart a running watch on upgrade, stop the units on
-#     removal;
+#     removal and start the ones that ran when the package comes back;
 #   - after the purge the root holds exactly what it held before.
 #
 #   test/package/deb.sh dist/kc-watchman_<version>_<arch>.deb   (as root)
@@ -29,7 +29,12 @@ fail() { echo "deb.sh: FAIL: $*" >&2; exit 1; }
 # A systemctl that only writes down how it was called: the scripts run on
 # this host (--force-script-chrootless), and must not reach its systemd.
 mkdir "$aside/bin"
-printf '#!/bin/sh\necho "$*" >>"%s/calls"\n' "$aside" >"$aside/bin/systemctl"
+# is-enabled fails for the units named in $aside/disabled.
+cat >"$aside/bin/systemctl" <<SH
+#!/bin/sh
+echo "\$*" >>"$aside/calls"
+[ "\$1" != is-enabled ] || ! grep -qxF "\$3" "$aside/disabled" 2>/dev/null
+SH
 chmod 755 "$aside/bin/systemctl"
 : >"$aside/calls"
 pkg() { PATH="$aside/bin:$PATH" dpkg --root="$root" --force-script-chrootless "$@" >"$aside/log" 2>&1 || { cat "$aside/log" >&2; fail "dpkg $*"; }; }
@@ -99,36 +104,62 @@ if [ "$before" != "$after" ]; then
 	fail "the purge left files behind"
 fi
 # The scripts as on a live systemd host: a private /run holding
-# /run/systemd/system, the recording systemctl, no DPKG_ROOT. A purge is
-# not run so: it would edit this host's /etc/systemd.
+# /run/systemd/system, $aside/varlib as /var/lib (where the prerm notes
+# the units it stopped), the recording systemctl, no DPKG_ROOT. A purge
+# is not run so: it would edit this host's /etc/systemd.
 dpkg-deb -e "$deb" "$aside/control"
+mkdir "$aside/varlib"
+note=$aside/varlib/kc-watchman/stopped-units
 live() {
 	: >"$aside/calls"
-	env -u DPKG_ROOT PATH="$aside/bin:$PATH" unshare -m sh -c 'mount -t tmpfs kc-deb-test /run && mkdir -p /run/systemd/system && exec sh "$@"' sh "$aside/control/$1" "${@:2}" ||
+	env -u DPKG_ROOT PATH="$aside/bin:$PATH" unshare -m sh -c 'mount -t tmpfs kc-deb-test /run && mkdir -p /run/systemd/system &&
+		mount --bind "$0" /var/lib && exec sh "$@"' "$aside/varlib" "$aside/control/$1" "${@:2}" ||
 		fail "$* exited $?"
 	tr '\n' ';' <"$aside/calls"
 }
 # dpkg's words and rpm's numbers (postrm purge and 0 are not run so: they
-# would edit this host's /etc/systemd). The recording systemctl says
-# every unit is enabled.
+# would edit this host's /etc/systemd), each with no note. The recording
+# systemctl says every unit is active and enabled.
 stop="stop kc-janitor.timer kc-janitor-container@*.timer kc-janitor-watch.service kc-janitor.service kc-janitor-container@*.service;"
+noted="is-active --quiet kc-janitor.timer;is-active --quiet kc-janitor-watch.service;"
 for tc in \
 	"postinst configure|daemon-reload;" \
 	"postinst configure 0.9.0|daemon-reload;try-restart kc-janitor-watch.service;" \
 	"postinst 1|daemon-reload;" \
 	"postinst 3|daemon-reload;try-restart kc-janitor-watch.service;" \
-	"postinst abort-remove|daemon-reload;is-enabled --quiet kc-janitor.timer;start kc-janitor.timer;is-enabled --quiet kc-janitor-watch.service;start kc-janitor-watch.service;" \
+	"postinst abort-remove|daemon-reload;" \
 	"prerm upgrade 1.0.0|" \
 	"prerm 1|" \
-	"prerm remove|$stop" \
-	"prerm 0|$stop" \
+	"prerm remove|$noted$stop" \
+	"prerm 0|$noted$stop" \
 	"postrm remove|daemon-reload;" \
 	"postrm upgrade 1.0.0|daemon-reload;" \
 	"postrm 1|daemon-reload;"; do
 	args=${tc%%|*} want=${tc#*|}
+	rm -f "$note"
 	# shellcheck disable=SC2086 # the script's name and arguments
 	got=$(live $args)
 	[ "$got" = "$want" ] || fail "$args on a systemd host called systemctl as \"$got\", want \"$want\""
 done
 
-echo "deb.sh: ok: $(basename "$deb") installs, is found by doctor, enables nothing, stops its units on removal, purges clean"
+# dpkg -r, then the package again: what the removal stopped starts again,
+# if still enabled, once.
+rm -f "$note"
+live prerm remove >/dev/null
+[ "$(tr '\n' ';' <"$note")" = "kc-janitor.timer;kc-janitor-watch.service;" ] || fail "prerm remove noted \"$(cat "$note")\""
+[ "$(stat -c %a "$aside/varlib/kc-watchman")" = 700 ] || fail "the note's directory is not 0700"
+echo kc-janitor-watch.service >"$aside/disabled"
+got=$(live postinst configure 1.0.0)
+want="daemon-reload;try-restart kc-janitor-watch.service;is-enabled --quiet kc-janitor.timer;start kc-janitor.timer;is-enabled --quiet kc-janitor-watch.service;"
+[ "$got" = "$want" ] || fail "a reinstall after dpkg -r called systemctl as \"$got\", want \"$want\""
+[ ! -e "$note" ] || fail "the reinstall kept the note"
+got=$(live postinst configure 1.0.0)
+[ "$got" = "daemon-reload;try-restart kc-janitor-watch.service;" ] || fail "a second configure called systemctl as \"$got\""
+# A note starts only the janitor's own units, whatever else it holds.
+: >"$aside/disabled"
+printf '%s\n' sshd.service 'kc-janitor.timer;x' ../kc-janitor.timer kc-janitor-container@ab12.timer >"$note"
+got=$(live postinst abort-remove)
+want="daemon-reload;is-enabled --quiet kc-janitor-container@ab12.timer;start kc-janitor-container@ab12.timer;"
+[ "$got" = "$want" ] || fail "abort-remove with a foreign note called systemctl as \"$got\", want \"$want\""
+
+echo "deb.sh: ok: $(basename "$deb") installs, is found by doctor, enables nothing, stops its units on removal and starts them on a reinstall, purges clean"

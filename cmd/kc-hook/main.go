@@ -55,6 +55,7 @@ const (
 	hookHelp = `Usage: kc-hook [options] STAGE < state.json
        kc-hook [options] supervise [supervise options]
                CONTAINER-ID INIT-PID INIT-START-TICKS -- COMMAND...
+       kc-hook --check-settings [options] STAGE
 
 OCI hook: record a container's init process, reap its supervisor trees when
 it stops. The runtime runs it with the container's State on stdin.

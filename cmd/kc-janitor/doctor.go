@@ -39,7 +39,8 @@ and for createRuntime in podman's hooks dirs, its binary present and
 executable, since podman silently drops a descriptor whose binary is
 missing, and the settings in its args and env accepted: doctor runs
 a kc-hook owned by root (or its own user) that no one else can write
-with --check-settings, as the descriptor would); hook alive (its log or ledger shows runs since boot);
+with --check-settings, as the descriptor would; and which containerd
+runtime handlers carry it); hook alive (its log or ledger shows runs since boot);
 engines (which ones --engine auto found, and where it looked for the
 others); one check per engine, podman, docker, containerd, cri
 (reachable, version, containers, live, and the UID its answer vouches

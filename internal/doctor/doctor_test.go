@@ -560,6 +560,10 @@ func TestEnginesSummary(t *testing.T) {
 			"auto found podman (unix:///run/podman/podman.sock); not found: docker at unix:///var/run/docker.sock, containerd at /run/containerd/containerd.sock"},
 		{"auto found none", EnginesInput{Auto: true, Engines: []EngineInput{dk, cd}}, Warn,
 			"auto found no engine (looked for docker at unix:///var/run/docker.sock, containerd at /run/containerd/containerd.sock), so reconcile would touch nothing (exit 3); remedy: start one, or name it with --engine and its endpoint"},
+		{"auto found one, for a user", EnginesInput{Auto: true, NotRoot: true, Engines: []EngineInput{pm, dk}}, OK,
+			"auto found podman (unix:///run/podman/podman.sock); not found or not connectable: docker at unix:///var/run/docker.sock"},
+		{"auto found none, for a user", EnginesInput{Auto: true, NotRoot: true, Engines: []EngineInput{dk}}, Warn,
+			"auto found no engine this user can connect to (looked for docker at unix:///var/run/docker.sock), so reconcile would touch nothing (exit 3); remedy: start one, or name it with --engine and its endpoint"},
 		{"named", EnginesInput{Engines: []EngineInput{pm, {Name: NameDocker, Endpoint: "unix:///d.sock", Named: true, Asked: true}, cd}}, OK,
 			"named by --engine: podman (unix:///run/podman/podman.sock), docker (unix:///d.sock)"},
 	} {

@@ -35,7 +35,10 @@ type EngineInput struct {
 // EnginesInput is every built-in engine, in the order they are asked.
 type EnginesInput struct {
 	// Auto: --engine auto (else the engines were named).
-	Auto    bool
+	Auto bool
+	// NotRoot: doctor runs as a user other than root, for whom auto
+	// leaves out sockets that exist but he cannot connect to.
+	NotRoot bool
 	Engines []EngineInput
 }
 
@@ -72,7 +75,7 @@ func Engines(in EnginesInput) (summary Check, perEngine []Check, reports []Engin
 		// An engine --engine leaves out gets no check: doctor --engine
 		// docker says nothing of podman. Its JSON report says so.
 		if in.Auto || e.Asked {
-			perEngine = append(perEngine, engineCheck(e, in.Auto))
+			perEngine = append(perEngine, engineCheck(e, in.Auto, in.NotRoot))
 		}
 		r := EngineReport{Name: e.Name, Endpoint: e.Endpoint, Found: e.Found, Named: e.Named, Asked: e.Asked,
 			Version: e.Version, Source: e.Source, UID: engine.UIDUnknown}
@@ -90,6 +93,10 @@ func Engines(in EnginesInput) (summary Check, perEngine []Check, reports []Engin
 
 func enginesSummary(in EnginesInput) Check {
 	var asked, absent []string
+	notFound := "not found"
+	if in.NotRoot {
+		notFound = "not found or not connectable"
+	}
 	for _, e := range in.Engines {
 		switch {
 		case e.Asked:
@@ -102,22 +109,31 @@ func enginesSummary(in EnginesInput) Check {
 		return newCheck(NameEngines, OK, "named by --engine: %s", strings.Join(asked, ", "))
 	}
 	if len(asked) == 0 {
-		c := newCheck(NameEngines, Warn, "auto found no engine (looked for %s), so reconcile would touch nothing (exit 3)",
-			strings.Join(absent, ", "))
+		c := newCheck(NameEngines, Warn, "auto found no engine%s (looked for %s), so reconcile would touch nothing (exit 3)",
+			connectable(in.NotRoot), strings.Join(absent, ", "))
 		c.Remedy = "start one, or name it with --engine and its endpoint"
 		return c
 	}
 	detail := "auto found " + strings.Join(asked, ", ")
 	if len(absent) > 0 {
-		detail += "; not found: " + strings.Join(absent, ", ")
+		detail += "; " + notFound + ": " + strings.Join(absent, ", ")
 	}
 	return newCheck(NameEngines, OK, "%s", detail)
 }
 
-func engineCheck(e EngineInput, auto bool) Check {
+// connectable qualifies what auto did not find for a user other than
+// root: a socket he cannot connect to is left out as if absent.
+func connectable(notRoot bool) string {
+	if notRoot {
+		return " this user can connect to"
+	}
+	return ""
+}
+
+func engineCheck(e EngineInput, auto, notRoot bool) Check {
 	name := e.Name
 	if !e.Asked {
-		return newCheck(name, OK, "not asked: auto found nothing at %s", e.Endpoint)
+		return newCheck(name, OK, "not asked: auto found nothing%s at %s", connectable(notRoot), e.Endpoint)
 	}
 	if e.Err != nil {
 		// A named engine that cannot be asked fails every run that needs

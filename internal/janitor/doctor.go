@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"slices"
 	"sync"
 
@@ -114,7 +115,7 @@ func Doctor(ctx context.Context, s Settings, fix bool, hooksDirs []string, log *
 func engineInputs(ctx context.Context, s Settings, log *slog.Logger) doctor.EnginesInput {
 	cfg := s.Engine
 	cfg.Logger = log
-	in := doctor.EnginesInput{Auto: s.Engines == nil}
+	in := doctor.EnginesInput{Auto: s.Engines == nil, NotRoot: os.Geteuid() != 0}
 	es, selErr := engine.Select(s.Engines, cfg)
 
 	var tr engine.Truth

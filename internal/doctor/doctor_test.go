@@ -194,6 +194,7 @@ func TestHookInstalledSettings(t *testing.T) {
 		{"not answering the check", []string{"KC_KILL_GRACE=soon"}, nil, fakeHook(t), OK, "kc-hook-poststop.json"},
 		{"writable by others: not run", []string{"KC_KILL_GRACE=soon"}, nil, openCopy(t, hook), OK, "kc-hook-poststop.json"},
 		{"not a program", nil, nil, garbage(t), Error, "kc-hook-poststop.json: cannot run"},
+		{"not a program: the runtime fails too", nil, nil, garbage(t), Error, "the runtime will fail to run it too"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "hooks.d")
@@ -299,41 +300,54 @@ func TestHookSettingsRunsOnlyKCHook(t *testing.T) {
 	}
 }
 
-// TestHookSettingsOverstays: a kc-hook that does not answer is killed
-// with what it started, and said to have not answered.
+// A kc-hook that overstays, or exits leaving a child behind in its group:
+// either way the check returns in time and the child is gone.
 func TestHookSettingsOverstays(t *testing.T) {
-	dir := t.TempDir()
-	hook := filepath.Join(dir, "kc-hook")
-	pidFile := filepath.Join(dir, "child")
-	script := "#!/bin/sh\nsleep 600 &\necho $! >" + pidFile + "\nwait\n"
-	if err := os.WriteFile(hook, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	why, err := hookSettings(ctx, Descriptor{Path: hook, Args: []string{"kc-hook", "poststop"}})
-	if why != "" || err == nil || !strings.Contains(err.Error(), "did not answer") {
-		t.Fatalf("hookSettings = %q, %v; want it to say the hook did not answer", why, err)
-	}
-	if took := time.Since(start); took > 3*time.Second {
-		t.Errorf("hookSettings took %s past a 500ms deadline", took)
-	}
-	data, err := os.ReadFile(pidFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Running, not kill(pid, 0): the killed sleep is PID 1's zombie until
-	// PID 1 gets round to reaping it, which can take seconds.
-	for deadline := time.Now().Add(5 * time.Second); fingerprint.Running(fingerprint.DefaultRoot, pid); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			syscall.Kill(pid, syscall.SIGKILL)
-			t.Fatalf("the hook's child %d outlived the check", pid)
-		}
+	for _, tc := range []struct {
+		name, tail string
+		answer     bool // the check reports that it did not answer
+	}{
+		{name: "waits for its child", tail: "wait\n", answer: true},
+		{name: "exits at once", tail: "exit 0\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			hook := filepath.Join(dir, "kc-hook")
+			pidFile := filepath.Join(dir, "child")
+			script := "#!/bin/sh\nsleep 600 &\necho $! >" + pidFile + "\n" + tc.tail
+			if err := os.WriteFile(hook, []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			why, err := hookSettings(ctx, Descriptor{Path: hook, Args: []string{"kc-hook", "poststop"}})
+			if tc.answer && (why != "" || err == nil || !strings.Contains(err.Error(), "did not answer")) {
+				t.Fatalf("hookSettings = %q, %v; want it to say the hook did not answer", why, err)
+			}
+			if !tc.answer && (why != "" || err != nil) {
+				t.Fatalf("hookSettings = %q, %v; want no verdict", why, err)
+			}
+			if took := time.Since(start); took > 3*time.Second {
+				t.Errorf("hookSettings took %s past a 500ms deadline", took)
+			}
+			data, err := os.ReadFile(pidFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Running, not kill(pid, 0): the killed sleep is PID 1's zombie
+			// until PID 1 gets round to reaping it, which can take seconds.
+			for deadline := time.Now().Add(5 * time.Second); fingerprint.Running(fingerprint.DefaultRoot, pid); time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					syscall.Kill(pid, syscall.SIGKILL)
+					t.Fatalf("the hook's child %d outlived the check", pid)
+				}
+			}
+		})
 	}
 }
 

@@ -393,6 +393,10 @@ func HookInstalled(ctx context.Context, dirs []string, stateDir, hookDefault str
 	for _, d := range append(post, recorders...) {
 		why, err := hookSettings(ctx, d)
 		atStop := slices.Contains(d.Stages, "poststop")
+		also := ""
+		if errors.Is(err, errCannotRun) {
+			also = "; the runtime will fail to run it too"
+		}
 		switch {
 		case why != "" && atStop:
 			verdict, refused = Error, true
@@ -402,10 +406,10 @@ func HookInstalled(ctx context.Context, dirs []string, stateDir, hookDefault str
 			items = append(items, fmt.Sprintf("%s: kc-hook refuses its settings: %s; it records no container (they start all the same)", d.File, why))
 		case err != nil && atStop:
 			verdict = Error
-			items = append(items, fmt.Sprintf("%s: %v; the runtime will fail to run it too", d.File, err))
+			items = append(items, fmt.Sprintf("%s: %v%s", d.File, err, also))
 		case err != nil:
 			verdict = max(verdict, Warn)
-			items = append(items, fmt.Sprintf("%s: %v; the runtime will fail to run it too", d.File, err))
+			items = append(items, fmt.Sprintf("%s: %v%s", d.File, err, also))
 		}
 	}
 	for _, d := range append(post, recorders...) {

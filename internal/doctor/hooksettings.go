@@ -24,6 +24,9 @@ const settingsTimeout = 5 * time.Second
 // cannot use what the descriptor gives it.
 const settingsRefused = "kc-hook: settings refused: "
 
+// errCannotRun: the program could not be executed at all.
+var errCannotRun = errors.New("cannot run")
+
 // hookSettings runs the descriptor's kc-hook as the runtime would — its
 // path, its args, exactly its env and no other — with --check-settings
 // first, and returns why kc-hook refuses them. A pre-start stage only
@@ -43,7 +46,7 @@ func hookSettings(ctx context.Context, d Descriptor) (refused string, err error)
 	ctx, cancel := context.WithTimeout(ctx, settingsTimeout)
 	defer cancel()
 	argv := append([]string{d.Args[0], "--check-settings"}, d.Args[1:len(d.Args)-1]...)
-	cmd := exec.CommandContext(ctx, d.Path)
+	cmd := exec.Command(d.Path)
 	cmd.Args = append(argv, "poststop")
 	// Non-nil, so that nothing of doctor's own environment is inherited.
 	cmd.Env = append([]string{}, d.Env...)
@@ -51,20 +54,22 @@ func hookSettings(ctx context.Context, d Descriptor) (refused string, err error)
 	out := &capped{max: 4 << 10}
 	// Pipes, not /dev/null, which a chroot (the package's test) may lack.
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(""), out, io.Discard
-	// Whatever it starts goes with it when it overstays.
-	pgkill.OwnGroupKilledOnCancel(cmd)
+	// Whatever it starts goes with it, when it overstays and when it exits.
 	cmd.WaitDelay = time.Second
-	runErr := cmd.Run()
+	timedOut, runErr := pgkill.RunOwnGroup(ctx, cmd)
 	line, _, _ := bytes.Cut(out.buf.Bytes(), []byte("\n"))
 	if why, ok := strings.CutPrefix(string(line), settingsRefused); ok {
 		return why, nil
 	}
 	var exit *exec.ExitError
 	switch {
-	case ctx.Err() != nil:
+	case timedOut:
 		return "", fmt.Errorf("%s --check-settings did not answer within %s", d.Path, settingsTimeout)
+	case errors.Is(runErr, exec.ErrWaitDelay):
+		// Something it started left its group and kept the output open.
+		return "", fmt.Errorf("%s --check-settings left a process holding its output", d.Path)
 	case runErr != nil && !errors.As(runErr, &exit):
-		return "", fmt.Errorf("cannot run %s: %w", d.Path, runErr)
+		return "", fmt.Errorf("%w %s: %w", errCannotRun, d.Path, runErr)
 	}
 	return "", nil
 }

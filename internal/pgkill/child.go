@@ -1,17 +1,23 @@
 package pgkill
 
 import (
+	"context"
+	"errors"
 	"os/exec"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // OwnGroupKilledOnCancel puts the child cmd will start in a process group
 // of its own, and makes the end of cmd's context kill that whole group, so
-// that neither the child nor what it started (a wrapper script's children)
-// outlives the caller's deadline. The group is killed only while the
-// child is unreaped: until then its PID, which is the group's ID, is
-// still the child's (os.Process signals through a pidfd, and reports
-// ErrProcessDone once Wait has reaped it).
+// that neither a hanging child nor what it started (a wrapper script's
+// children) outlives the caller's deadline. What the child leaves in its
+// group after exiting by itself stays (podman's rootless pause process
+// must); RunOwnGroup is for a child that may leave nothing. The group is
+// killed only while the child is unreaped: until then its PID, which is
+// the group's ID, is still the child's (os.Process signals through a
+// pidfd, and reports ErrProcessDone once Wait has reaped it).
 func OwnGroupKilledOnCancel(cmd *exec.Cmd) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
@@ -23,4 +29,42 @@ func OwnGroupKilledOnCancel(cmd *exec.Cmd) {
 		}
 		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
+}
+
+// RunOwnGroup runs cmd (made with exec.Command, not CommandContext) in a
+// process group of its own and SIGKILLs that whole group when the child
+// exits or ctx ends, whichever comes first: nothing the child started in
+// its group outlives the call, even when the child exits at once and
+// leaves a process holding its stdout. The kill comes before the child is
+// reaped (waitid with WNOWAIT), while its PID, the group's ID, cannot be
+// another process's. timedOut says ctx ended first.
+func RunOwnGroup(ctx context.Context, cmd *exec.Cmd) (timedOut bool, err error) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	if err := cmd.Start(); err != nil {
+		return false, err
+	}
+	pid := cmd.Process.Pid
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		var info unix.Siginfo
+		for {
+			err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+			if !errors.Is(err, unix.EINTR) {
+				return
+			}
+		}
+	}()
+	select {
+	case <-exited:
+	case <-ctx.Done():
+		timedOut = true
+	}
+	// Unreaped until cmd.Wait below, so the group is still the child's.
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	<-exited
+	return timedOut, cmd.Wait()
 }

@@ -104,7 +104,8 @@ if [ "$before" != "$after" ]; then
 	fail "the purge left files behind"
 fi
 # The scripts as on a live systemd host: a private /run holding
-# /run/systemd/system, $aside/varlib as /var/lib (where the prerm notes
+# /run/systemd/system, an empty /etc/systemd/system (not this host's
+# enablements), $aside/varlib as /var/lib (where the prerm notes
 # the units it stopped), the recording systemctl, no DPKG_ROOT. A purge
 # is not run so: it would edit this host's /etc/systemd.
 dpkg-deb -e "$deb" "$aside/control"
@@ -113,7 +114,7 @@ note=$aside/varlib/kc-watchman/stopped-units
 live() {
 	: >"$aside/calls"
 	env -u DPKG_ROOT PATH="$aside/bin:$PATH" unshare -m sh -c 'mount -t tmpfs kc-deb-test /run && mkdir -p /run/systemd/system &&
-		mount --bind "$0" /var/lib && exec sh "$@"' "$aside/varlib" "$aside/control/$1" "${@:2}" ||
+		mount --bind "$0" /var/lib && { [ ! -d /etc/systemd/system ] || mount -t tmpfs kc-deb-test /etc/systemd/system; } && exec sh "$@"' "$aside/varlib" "$aside/control/$1" "${@:2}" ||
 		fail "$* exited $?"
 	tr '\n' ';' <"$aside/calls"
 }

@@ -38,8 +38,10 @@ Checks, in order: hook installed (a valid kc-hook descriptor for poststop
 and for createRuntime in podman's hooks dirs, its binary present and
 executable, since podman silently drops a descriptor whose binary is
 missing, and the settings in its args and env accepted: doctor runs
-a kc-hook owned by root (or its own user) that no one else can write
-with --check-settings, as the descriptor would; and which containerd
+kc-hook with --check-settings, as the descriptor would, unless it is not
+named kc-hook, or it, its descriptor or a directory above either could be
+changed by a user other than root or doctor's own (an ERROR: the runtime
+runs it as root); and which containerd
 runtime handlers carry it); hook alive (its log or ledger shows runs since boot);
 engines (which ones --engine auto found, and where it looked for the
 others); one check per engine, podman, docker, containerd, cri

@@ -2,11 +2,14 @@ package doctor
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,6 +26,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
 	"github.com/kc-watchman/kc-watchman/internal/sweep"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/trust"
 )
 
 // fakeHook is an executable standing in for the installed kc-hook.
@@ -192,7 +196,9 @@ func TestHookInstalledSettings(t *testing.T) {
 		{"refused at createRuntime", nil, []string{"KC_BPF=yes"}, hook, Warn, "kc-hook-createruntime.json: kc-hook refuses its settings: --bpf"},
 		{"relative state dir", []string{"KC_STATE_DIR=kc"}, nil, hook, Error, "absolute path"},
 		{"not answering the check", []string{"KC_KILL_GRACE=soon"}, nil, fakeHook(t), OK, "kc-hook-poststop.json"},
-		{"writable by others: not run", []string{"KC_KILL_GRACE=soon"}, nil, openCopy(t, hook), OK, "kc-hook-poststop.json"},
+		{"writable by others: not run, and an error", []string{"KC_KILL_GRACE=soon"}, nil, openCopy(t, hook), Error, "kc-hook-poststop.json: settings not checked: /"},
+		{"writable by others: says why", nil, nil, openCopy(t, hook), Error, "kc-hook is writable by group or others (mode 0777); the runtime runs"},
+		{"a wrapper: said, not run, no verdict", []string{"KC_KILL_GRACE=soon"}, nil, wrapper(t), OK, "kc-hook-poststop.json: settings not checked: not kc-hook: "},
 		{"not a program", nil, nil, garbage(t), Error, "kc-hook-poststop.json: cannot run"},
 		{"not a program: the runtime fails too", nil, nil, garbage(t), Error, "the runtime will fail to run it too"},
 	} {
@@ -225,6 +231,16 @@ func openCopy(t *testing.T, bin string) string {
 	return p
 }
 
+// wrapper is a program not named kc-hook that says nothing and exits 0.
+func wrapper(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "kc-hook-wrapper")
+	if err := os.WriteFile(p, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // garbage is an executable named kc-hook that the kernel cannot run.
 func garbage(t *testing.T) string {
 	t.Helper()
@@ -235,66 +251,99 @@ func garbage(t *testing.T) string {
 	return p
 }
 
-// TestHookSettingsRunsOnlyKCHook: a descriptor whose path is another
-// program is not run, whatever its argv[0] says; one named kc-hook that
-// another user could have written is not run either.
+// TestHookSettingsRunsOnlyKCHook: doctor runs, as root, only a program
+// named kc-hook that no other user could have written or swapped, named
+// by a descriptor no other user could have written; every refusal says
+// why, and one that leaves a hole open is an error.
 func TestHookSettingsRunsOnlyKCHook(t *testing.T) {
-	dir := t.TempDir()
-	marker := filepath.Join(dir, "ran")
+	marker := filepath.Join(t.TempDir(), "ran")
 	script := []byte("#!/bin/sh\ntouch " + marker + "\n")
+	// Each case lays out a tree under base: "kc-hook" is the program the
+	// descriptor names unless path says otherwise; desc is the
+	// descriptor's file.
+	type layout struct {
+		path   string // the descriptor's hook.path, under base
+		real   string // where the script is, under base
+		dirs   map[string]os.FileMode
+		links  map[string]string
+		mode   os.FileMode // the script's
+		owner  map[string]int
+		desc   string
+		dmode  os.FileMode
+		sticky string
+	}
 	for _, tc := range []struct {
 		name string
-		file string
-		mode os.FileMode
+		l    layout
 		ran  bool
+		err  error // what hookSettings' error wraps
 	}{
-		{"a wrapper given kc-hook's argv[0]", "wrapper", 0o755, false},
-		{"kc-hook writable by others", "kc-hook", 0o777, false},
-		{"kc-hook through a symlink", "link/kc-hook", 0o755, false},
-		{"kc-hook in a directory others may write", "open/kc-hook", 0o755, false},
-		{"kc-hook of this user's", "kc-hook", 0o755, true},
+		{name: "kc-hook of this user's", l: layout{}, ran: true},
+		{name: "a wrapper given kc-hook's argv[0]", l: layout{path: "wrapper", real: "wrapper"}, err: errNotKCHook},
+		{name: "kc-hook leading to another name", l: layout{path: "kc-hook", real: "wrapper", links: map[string]string{"kc-hook": "wrapper"}}, err: errNotKCHook},
+		{name: "kc-hook writable by others", l: layout{mode: 0o777}, err: trust.ErrUntrusted},
+		{name: "kc-hook writable by its group", l: layout{mode: 0o775}, err: trust.ErrUntrusted},
+		{name: "kc-hook of another user's", l: layout{owner: map[string]int{"kc-hook": 65534}}, err: trust.ErrUntrusted},
+		{name: "kc-hook in a directory of another user's", l: layout{path: "bin/kc-hook", real: "bin/kc-hook", dirs: map[string]os.FileMode{"bin": 0o755}, owner: map[string]int{"bin": 65534}}, err: trust.ErrUntrusted},
+		{name: "kc-hook in a directory others may write", l: layout{path: "open/kc-hook", real: "open/kc-hook", dirs: map[string]os.FileMode{"open": 0o777}}, err: trust.ErrUntrusted},
+		{name: "kc-hook in a sticky directory its group may write", l: layout{path: "shared/kc-hook", real: "shared/kc-hook", dirs: map[string]os.FileMode{"shared": 0o775}, sticky: "shared"}, ran: true},
+		{name: "kc-hook through a symlinked directory", l: layout{path: "local/kc-hook", real: "var/local/kc-hook", dirs: map[string]os.FileMode{"var": 0o755, "var/local": 0o755}, links: map[string]string{"local": "var/local"}}, ran: true},
+		{name: "kc-hook through a symlink in a directory others may write", l: layout{path: "open/kc-hook", real: "real/kc-hook", dirs: map[string]os.FileMode{"open": 0o777, "real": 0o755}, links: map[string]string{"open/kc-hook": "../real/kc-hook"}}, err: trust.ErrUntrusted},
+		{name: "a descriptor others may write", l: layout{dmode: 0o666}, err: trust.ErrUntrusted},
+		{name: "a descriptor of another user's", l: layout{owner: map[string]int{"hooks.d/kc-hook.json": 65534}}, err: trust.ErrUntrusted},
+		{name: "a descriptor in a directory others may write", l: layout{desc: "open/kc-hook.json", dirs: map[string]os.FileMode{"open": 0o777}}, err: trust.ErrUntrusted},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			os.Remove(marker)
 			base := t.TempDir()
-			real := filepath.Join(base, "kc-hook")
-			if err := os.WriteFile(real, script, tc.mode); err != nil {
+			if err := os.Chmod(base, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.Chmod(real, tc.mode); err != nil {
+			l := tc.l
+			l.path, l.real, l.desc = cmp.Or(l.path, "kc-hook"), cmp.Or(l.real, "kc-hook"), cmp.Or(l.desc, "hooks.d/kc-hook.json")
+			for _, d := range slices.Sorted(maps.Keys(l.dirs)) {
+				if err := os.Mkdir(filepath.Join(base, d), l.dirs[d]); err != nil {
+					t.Fatal(err)
+				}
+				mode := l.dirs[d]
+				if d == l.sticky {
+					mode |= os.ModeSticky
+				}
+				if err := os.Chmod(filepath.Join(base, d), mode); err != nil {
+					t.Fatal(err)
+				}
+			}
+			desc := write(t, filepath.Join(base, filepath.Dir(l.desc)), filepath.Base(l.desc), "{}")
+			if err := os.Chmod(desc, cmp.Or(l.dmode, 0o644)); err != nil {
 				t.Fatal(err)
 			}
-			p := real
-			switch sub, _, _ := strings.Cut(tc.file, "/"); sub {
-			case "wrapper":
-				p = filepath.Join(base, "wrapper")
-				if err := os.Rename(real, p); err != nil {
-					t.Fatal(err)
-				}
-			case "link":
-				p = filepath.Join(base, "link", "kc-hook")
-				os.Mkdir(filepath.Dir(p), 0o755)
-				if err := os.Symlink(real, p); err != nil {
-					t.Fatal(err)
-				}
-			case "open":
-				p = filepath.Join(base, "open", "kc-hook")
-				if err := os.Mkdir(filepath.Dir(p), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.Chmod(filepath.Dir(p), 0o777); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.Rename(real, p); err != nil {
+			real := filepath.Join(base, l.real)
+			if err := os.WriteFile(real, script, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(real, cmp.Or(l.mode, 0o755)); err != nil {
+				t.Fatal(err)
+			}
+			for link, to := range l.links {
+				if err := os.Symlink(to, filepath.Join(base, link)); err != nil {
 					t.Fatal(err)
 				}
 			}
-			why, err := hookSettings(context.Background(), Descriptor{Path: p, Args: []string{"kc-hook", "poststop"}})
-			if why != "" || err != nil {
-				t.Errorf("hookSettings = %q, %v; want nothing said", why, err)
+			for p, uid := range l.owner {
+				if err := os.Lchown(filepath.Join(base, p), uid, uid); err != nil {
+					t.Fatal(err)
+				}
+			}
+			d := Descriptor{File: desc, Path: filepath.Join(base, l.path), Args: []string{"kc-hook", "poststop"}}
+			why, err := hookSettings(context.Background(), d)
+			if why != "" || !errors.Is(err, tc.err) || (err != nil) != (tc.err != nil) {
+				t.Errorf("hookSettings = %q, %v; want nothing refused and %v", why, err, tc.err)
+			}
+			if tc.err != nil && !errors.Is(err, errNotChecked) {
+				t.Errorf("hookSettings: %v, want it to say the settings were not checked", err)
 			}
 			if _, err := os.Stat(marker); (err == nil) != tc.ran {
-				t.Errorf("%s: ran %v, want %v", p, err == nil, tc.ran)
+				t.Errorf("%s: ran %v, want %v", d.Path, err == nil, tc.ran)
 			}
 		})
 	}
@@ -321,7 +370,8 @@ func TestHookSettingsOverstays(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 			defer cancel()
 			start := time.Now()
-			why, err := hookSettings(ctx, Descriptor{Path: hook, Args: []string{"kc-hook", "poststop"}})
+			desc := write(t, dir, "kc-hook.json", "{}")
+			why, err := hookSettings(ctx, Descriptor{File: desc, Path: hook, Args: []string{"kc-hook", "poststop"}})
 			if tc.answer && (why != "" || err == nil || !strings.Contains(err.Error(), "did not answer")) {
 				t.Fatalf("hookSettings = %q, %v; want it to say the hook did not answer", why, err)
 			}

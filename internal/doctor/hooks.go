@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	hook "go.podman.io/common/pkg/hooks/1.0.0"
+
+	"github.com/kc-watchman/kc-watchman/internal/trust"
 )
 
 // Podman's and CRI-O's default hook directories, in increasing precedence:
@@ -398,6 +400,11 @@ func HookInstalled(ctx context.Context, dirs []string, stateDir, hookDefault str
 			also = "; the runtime will fail to run it too"
 		}
 		switch {
+		case errors.Is(err, trust.ErrUntrusted):
+			verdict = Error
+			items = append(items, fmt.Sprintf("%s: %v; the runtime runs what it names as root at every container start, so whoever can change either can too", d.File, err))
+		case errors.Is(err, errNotChecked):
+			items = append(items, fmt.Sprintf("%s: %v (doctor runs only kc-hook itself)", d.File, err))
 		case why != "" && atStop:
 			verdict, refused = Error, true
 			items = append(items, fmt.Sprintf("%s: kc-hook refuses its settings: %s; every container's poststop fails and reaps nothing", d.File, why))

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
+	"github.com/kc-watchman/kc-watchman/internal/trust"
 )
 
 // settingsTimeout bounds one kc-hook settings check: it parses and exits.
@@ -24,8 +25,14 @@ const settingsTimeout = 5 * time.Second
 // cannot use what the descriptor gives it.
 const settingsRefused = "kc-hook: settings refused: "
 
-// errCannotRun: the program could not be executed at all.
-var errCannotRun = errors.New("cannot run")
+var (
+	// errCannotRun: the program could not be executed at all.
+	errCannotRun = errors.New("cannot run")
+	// errNotChecked: doctor would not run the program (runnableHook).
+	errNotChecked = errors.New("settings not checked")
+	// errNotKCHook: the descriptor runs a program not named kc-hook.
+	errNotKCHook = errors.New("not kc-hook")
+)
 
 // hookSettings runs the descriptor's kc-hook as the runtime would — its
 // path, its args, exactly its env and no other — with --check-settings
@@ -34,14 +41,18 @@ var errCannotRun = errors.New("cannot run")
 // this is how an operator hears of it.
 //
 // It runs only a kc-hook (by its path's name) that no other user could
-// have written: doctor runs as root, and a descriptor's file name alone
-// makes it kc-hook's. The stage argument is given as poststop, whose
+// have written (runnableHook; errNotChecked says why not): doctor runs as
+// root, and a descriptor's file name alone makes it kc-hook's. The stage
+// argument is given as poststop, whose
 // settings are every stage's: a kc-hook older than the check refuses the
 // flag there without a trace line, and is taken as "cannot tell" ("",
 // nil). err says the program could not be run or did not answer.
 func hookSettings(ctx context.Context, d Descriptor) (refused string, err error) {
-	if len(d.Args) < 2 || !runnableHook(d.Path) {
+	if len(d.Args) < 2 {
 		return "", nil
+	}
+	if err := runnableHook(d); err != nil {
+		return "", fmt.Errorf("%w: %w", errNotChecked, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, settingsTimeout)
 	defer cancel()
@@ -74,32 +85,32 @@ func hookSettings(ctx context.Context, d Descriptor) (refused string, err error)
 	return "", nil
 }
 
-// runnableHook reports whether path is a kc-hook that no user but root
-// or this one could have written or swapped: the file itself (not a
-// symlink) and every directory above it owned by one of them and not
-// writable by others, unless sticky (/tmp, where no one else may rename
-// what is ours).
-func runnableHook(path string) bool {
-	if filepath.Base(path) != HookName || !filepath.IsAbs(path) {
-		return false
+// runnableHook says why doctor will not run the descriptor's program:
+// it is not kc-hook by name (a wrapper may do anything), or the program,
+// the descriptor that gives its env, or a directory either is reached
+// through could have been written or swapped by a user other than root
+// or this one. The runtime runs it as root all the same, so the latter
+// is a hole in itself.
+func runnableHook(d Descriptor) error {
+	owners := []uint32{0, uint32(os.Geteuid())}
+	file, err := filepath.Abs(d.File)
+	if err == nil {
+		_, err = trust.Path(file, unix.S_IFREG, owners...)
 	}
-	for p := filepath.Clean(path); ; p = filepath.Dir(p) {
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			return false
-		}
-		kind := uint32(unix.S_IFDIR)
-		if p == filepath.Clean(path) {
-			kind = unix.S_IFREG
-		}
-		writable := st.Mode&0o022 != 0 && (kind == unix.S_IFREG || st.Mode&unix.S_ISVTX == 0)
-		if st.Mode&unix.S_IFMT != kind || writable || (st.Uid != 0 && int(st.Uid) != os.Geteuid()) {
-			return false
-		}
-		if p == "/" {
-			return true
-		}
+	if err != nil {
+		return fmt.Errorf("the descriptor: %w", err)
 	}
+	if filepath.Base(d.Path) != HookName {
+		return fmt.Errorf("%w: %s", errNotKCHook, d.Path)
+	}
+	resolved, err := trust.Path(d.Path, unix.S_IFREG, owners...)
+	if err != nil {
+		return err
+	}
+	if filepath.Base(resolved) != HookName {
+		return fmt.Errorf("%w: %s leads to %s", errNotKCHook, d.Path, resolved)
+	}
+	return nil
 }
 
 // capped keeps the first max bytes written to it and drops the rest: a

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/trust"
 )
 
 // ErrApplyLocked is returned when another run held the apply lock for
@@ -35,13 +37,8 @@ func LockApply(ctx context.Context, stateDir string, wait time.Duration) (unlock
 		return nil, fmt.Errorf("state dir %s: %w", stateDir, err)
 	}
 	euid := uint32(os.Geteuid())
-	switch {
-	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
-		return nil, fmt.Errorf("state dir %s is not a directory (a symlink is refused)", stateDir)
-	case st.Uid != euid:
-		return nil, fmt.Errorf("state dir %s belongs to UID %d, not to this run's UID %d", stateDir, st.Uid, euid)
-	case st.Mode&0o022 != 0:
-		return nil, fmt.Errorf("state dir %s is writable by others (mode %04o): make it 0700", stateDir, st.Mode&0o7777)
+	if err := trust.Stat(stateDir, &st, unix.S_IFDIR, false, euid); err != nil {
+		return nil, fmt.Errorf("state dir: %w: it must be a directory (not a symlink) of this run's UID %d, mode 0700", err, euid)
 	}
 	path := filepath.Join(stateDir, ApplyLockName)
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0o600)

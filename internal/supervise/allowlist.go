@@ -30,6 +30,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/trust"
 )
 
 // Annotation is the container annotation that opts a container in; its
@@ -260,14 +262,8 @@ func trusted(path string, st *unix.Stat_t, owner int, dir bool) error {
 	if dir {
 		kind = unix.S_IFDIR
 	}
-	if st.Mode&unix.S_IFMT != kind {
-		return fmt.Errorf("%w: %s is not a regular file", ErrUntrusted, path)
-	}
-	if int(st.Uid) != owner {
-		return fmt.Errorf("%w: %s is owned by uid %d, not %d", ErrUntrusted, path, st.Uid, owner)
-	}
-	if st.Mode&0o022 != 0 {
-		return fmt.Errorf("%w: %s is writable by group or others (mode %04o)", ErrUntrusted, path, st.Mode&0o7777)
+	if err := trust.Stat(path, st, kind, false, uint32(owner)); err != nil {
+		return fmt.Errorf("%w: %w", ErrUntrusted, err)
 	}
 	return nil
 }

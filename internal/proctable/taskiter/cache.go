@@ -15,6 +15,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/atomicfile"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/trust"
 )
 
 // A layout read from the kernel's BTF holds until the next boot, and the
@@ -120,8 +121,8 @@ func readCache(path, boot string) (layout, error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return layout{}, err
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
-		return layout{}, fmt.Errorf("%s is not a regular file of this user's that only it may write", path)
+	if err := trust.Stat(path, &st, unix.S_IFREG, false, uint32(os.Geteuid())); err != nil {
+		return layout{}, err
 	}
 	data, err := io.ReadAll(io.LimitReader(f, cacheMax+1))
 	if err != nil {

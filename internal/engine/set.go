@@ -3,6 +3,8 @@ package engine
 import (
 	"errors"
 	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/engine/peercred"
 )
 
 // ErrUnknown means an engine that had to be asked did not say which
@@ -25,7 +27,7 @@ const DefaultTimeout = 10 * time.Second
 
 // UIDUnknown is Set.UID when the endpoint's owner cannot be determined (a
 // tcp URL): callers then have ground truth for no UID's trees.
-const UIDUnknown = -1
+const UIDUnknown = peercred.UIDUnknown
 
 // Set is the engines' view of their containers at one moment: one
 // engine's answer, or the Union of several.

@@ -32,10 +32,6 @@ import (
 // engine's knowledge).
 const CRIOSocket = "/run/crio/crio.sock"
 
-// UIDUnknown is PeerUID's answer before a connection was made, or when
-// the peer's credentials could not be read.
-const UIDUnknown = grpcunix.UIDUnknown
-
 // The caps on what a runtime may send. A node with thousands of
 // containers answers ListContainers with a few MiB (each carries its
 // labels and annotations); one verbose status is a spec and a config.

@@ -19,10 +19,6 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/engine/peercred"
 )
 
-// UIDUnknown is PeerUID's answer before a connection was made, or when
-// the peer's credentials could not be read.
-const UIDUnknown = -1
-
 // Keepalive pings the engine on a connection with a call open (watch's
 // event stream: an engine that stopped answering, SIGSTOPped or wedged,
 // would otherwise leave it deaf and open for ever) and drops the
@@ -46,11 +42,11 @@ type Conn struct {
 // context.
 func Dial(what, path string, maxRecv int) (*Conn, error) {
 	c := &Conn{}
-	c.peerUID.Store(UIDUnknown)
+	c.peerUID.Store(peercred.UIDUnknown)
 	dial := func(ctx context.Context, _ string) (net.Conn, error) {
 		conn, uid, err := peercred.DialUnixAs(ctx, what, path)
 		if err != nil {
-			c.peerUID.Store(UIDUnknown)
+			c.peerUID.Store(peercred.UIDUnknown)
 			return nil, err
 		}
 		c.peerUID.Store(int64(uid))
@@ -72,5 +68,5 @@ func Dial(what, path string, maxRecv int) (*Conn, error) {
 }
 
 // PeerUID is the UID of the process that accepted the latest connection
-// (SO_PEERCRED), UIDUnknown before the first call.
+// (SO_PEERCRED), peercred.UIDUnknown before the first call.
 func (c *Conn) PeerUID() int { return int(c.peerUID.Load()) }

@@ -22,6 +22,10 @@ import (
 // symlink: an engine endpoint is named by its real path.
 var ErrSymlink = errors.New("is a symlink; give the socket's real path")
 
+// UIDUnknown stands for a peer whose UID is not known: no connection was
+// made, its credentials could not be read, or it is not a unix socket.
+const UIDUnknown = -1
+
 // DialError is a unix socket that could not be connected to. It names
 // the socket's own path, never the /proc/self/fd path dialled, and says
 // the cause in words.
@@ -74,19 +78,19 @@ func DialUnix(ctx context.Context, path string) (net.Conn, int, error) {
 func DialUnixAs(ctx context.Context, what, path string) (net.Conn, int, error) {
 	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, -1, &DialError{What: what, Path: path, Err: err}
+		return nil, UIDUnknown, &DialError{What: what, Path: path, Err: err}
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, -1, fmt.Errorf("%s: %w", path, err)
+		return nil, UIDUnknown, fmt.Errorf("%s: %w", path, err)
 	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFSOCK:
 	case unix.S_IFLNK:
-		return nil, -1, fmt.Errorf("%s %w", path, ErrSymlink)
+		return nil, UIDUnknown, fmt.Errorf("%s %w", path, ErrSymlink)
 	default:
-		return nil, -1, fmt.Errorf("%s: not a socket", path)
+		return nil, UIDUnknown, fmt.Errorf("%s: not a socket", path)
 	}
 	c, err := (&net.Dialer{}).DialContext(ctx, "unix", "/proc/self/fd/"+strconv.Itoa(fd))
 	if err != nil {
@@ -96,12 +100,12 @@ func DialUnixAs(ctx context.Context, what, path string) (net.Conn, int, error) {
 		if errors.As(err, &errno) {
 			err = errno
 		}
-		return nil, -1, &DialError{What: what, Path: path, Err: err}
+		return nil, UIDUnknown, &DialError{What: what, Path: path, Err: err}
 	}
 	uid, err := PeerUID(c)
 	if err != nil {
 		c.Close()
-		return nil, -1, fmt.Errorf("%s: %w", path, err)
+		return nil, UIDUnknown, fmt.Errorf("%s: %w", path, err)
 	}
 	return c, uid, nil
 }
@@ -111,21 +115,21 @@ func DialUnixAs(ctx context.Context, what, path string) (net.Conn, int, error) {
 func PeerUID(c net.Conn) (int, error) {
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
-		return -1, fmt.Errorf("not a unix connection")
+		return UIDUnknown, fmt.Errorf("not a unix connection")
 	}
 	raw, err := uc.SyscallConn()
 	if err != nil {
-		return -1, err
+		return UIDUnknown, err
 	}
 	var cred *unix.Ucred
 	var gerr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, gerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil {
-		return -1, err
+		return UIDUnknown, err
 	}
 	if gerr != nil {
-		return -1, fmt.Errorf("SO_PEERCRED: %w", gerr)
+		return UIDUnknown, fmt.Errorf("SO_PEERCRED: %w", gerr)
 	}
 	return int(cred.Uid), nil
 }
@@ -171,11 +175,11 @@ func (t *Transport) UID() (int, error) {
 	defer t.mu.Unlock()
 	switch len(t.uids) {
 	case 0:
-		return -1, errors.New("no connection was made")
+		return UIDUnknown, errors.New("no connection was made")
 	case 1:
 		for u := range t.uids {
 			return u, nil
 		}
 	}
-	return -1, fmt.Errorf("the socket answered as %d different UIDs (was its path swapped?)", len(t.uids))
+	return UIDUnknown, fmt.Errorf("the socket answered as %d different UIDs (was its path swapped?)", len(t.uids))
 }

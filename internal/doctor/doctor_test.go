@@ -534,19 +534,62 @@ func TestStateDir(t *testing.T) {
 			}
 		}
 	})
-	t.Run("unreadable record and loose mode", func(t *testing.T) {
+	t.Run("unreadable record and loose ledger dir", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "state")
 		if _, err := ledger.Open(dir); err != nil {
 			t.Fatal(err)
 		}
 		write(t, filepath.Join(dir, "containers"), strings.Repeat("d", 64)+".json", "{torn")
-		os.Chmod(dir, 0o777)
+		os.Chmod(filepath.Join(dir, "containers"), 0o777)
 		c := StateDir(dir)
 		all := c.Detail + strings.Join(c.Items, "\n")
 		if c.Verdict != Warn || !strings.Contains(all, "unreadable record") || !strings.Contains(all, "mode 0777") {
 			t.Errorf("%+v", c)
 		}
 	})
+	// What LockApply refuses is an error: no --apply run would act.
+	for _, tc := range []struct {
+		name, why string
+		prepare   func(t *testing.T, dir string) string
+	}{
+		{"writable by others", "writable by group or others (mode 0777)", func(t *testing.T, dir string) string {
+			os.Chmod(dir, 0o777)
+			return dir
+		}},
+		{"a symlink", "is a symlink", func(t *testing.T, dir string) string {
+			link := filepath.Join(t.TempDir(), "link")
+			if err := os.Symlink(dir, link); err != nil {
+				t.Fatal(err)
+			}
+			return link
+		}},
+		{"another user's", "is owned by UID 65534", func(t *testing.T, dir string) string {
+			if os.Geteuid() != 0 {
+				t.Skip("needs root: it gives the dir away")
+			}
+			if err := os.Chown(dir, 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+			return dir
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "state")
+			if _, err := ledger.Open(dir); err != nil {
+				t.Fatal(err)
+			}
+			state := tc.prepare(t, dir)
+			c := StateDir(state)
+			if c.Verdict != Error || !strings.Contains(c.Detail, tc.why) || !strings.Contains(c.Detail, "--apply runs refuse it") || c.Remedy == "" {
+				t.Errorf("%+v; want an ERROR saying %q, with a remedy", c, tc.why)
+			}
+			unlock, err := ledger.LockApply(context.Background(), state, time.Millisecond)
+			if err == nil {
+				unlock()
+				t.Errorf("LockApply took a state dir doctor calls refused")
+			}
+		})
+	}
 	if os.Geteuid() == 0 {
 		return // root writes anywhere: not-writable needs another user
 	}

@@ -7,11 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/trust"
 )
 
 // StateDir checks the janitor's state dir: present, a directory, writable
@@ -27,6 +27,17 @@ func StateDir(dir string) Check {
 	case !st.IsDir():
 		return newCheck(NameStateDir, Error, "%s is not a directory", dir)
 	}
+	euid := uint32(os.Geteuid())
+	// As ledger.LockApply will find it: a state dir another user could
+	// hold or swap makes every --apply run refuse to act.
+	var lst unix.Stat_t
+	if err := unix.Lstat(dir, &lst); err == nil {
+		if err := trust.Stat(dir, &lst, unix.S_IFDIR, false, euid); err != nil {
+			c := newCheck(NameStateDir, Error, "%v: --apply runs refuse it, so nothing is reaped", err)
+			c.Remedy = fmt.Sprintf("make it a directory (not a symlink) of UID %d, mode 0700", euid)
+			return c
+		}
+	}
 	var items []string
 	verdict := OK
 	for _, d := range []string{dir, filepath.Join(dir, "containers")} {
@@ -36,14 +47,10 @@ func StateDir(dir string) Check {
 			}
 			return newCheck(NameStateDir, Error, "%s is not writable: %v", d, err)
 		}
-		if st, err := os.Stat(d); err == nil {
-			if st.Mode().Perm()&0o022 != 0 {
+		if err := unix.Lstat(d, &lst); err == nil {
+			if err := trust.Stat(d, &lst, unix.S_IFDIR, false, euid); err != nil {
 				verdict = Warn
-				items = append(items, fmt.Sprintf("%s has mode %04o: others can write the ledger, which names processes to kill (want 0700)", d, st.Mode().Perm()))
-			}
-			if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Geteuid() {
-				verdict = Warn
-				items = append(items, fmt.Sprintf("%s is owned by uid %d, not %d", d, sys.Uid, os.Geteuid()))
+				items = append(items, fmt.Sprintf("%v: others could change the ledger, which names processes to kill (want UID %d's, 0700)", err, euid))
 			}
 		}
 	}

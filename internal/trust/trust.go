@@ -58,8 +58,9 @@ func Stat(path string, st *unix.Stat_t, kind uint32, sticky bool, owners ...uint
 
 // Path resolves path one name at a time, as the kernel does, and checks
 // every directory it passes through and the file it ends at with Stat
-// (sticky directories accepted). A symlink is followed: its own directory
-// is one of those checked, so no one else can change where it points. It
+// (sticky directories accepted). A symlink is followed when a trusted
+// owner's: its own directory is one of those checked, so no one else can
+// change where it points. It
 // returns the path resolved. path must be absolute and clean: the kernel
 // takes ".." after a symlink from where the link led, filepath.Clean does
 // not.
@@ -89,6 +90,11 @@ func Path(path string, kind uint32, owners ...uint32) (resolved string, err erro
 			return "", fmt.Errorf("%s: %w", next, err)
 		}
 		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			// In a sticky directory others may write, a link is its
+			// owner's to remove and plant again.
+			if !slices.Contains(owners, st.Uid) {
+				return "", untrusted(next, "is a symlink owned by UID %d", st.Uid)
+			}
 			if links++; links > maxLinks {
 				return "", fmt.Errorf("%s: %w", path, unix.ELOOP)
 			}

@@ -37,6 +37,9 @@ func build(t *testing.T, base string, es []entry) {
 			t.Fatal(err)
 		}
 		if e.link != "" {
+			if err := os.Lchown(p, e.uid, e.uid); err != nil {
+				t.Fatal(err)
+			}
 			continue
 		}
 		mode := e.mode
@@ -92,6 +95,12 @@ func TestPath(t *testing.T) {
 		{name: "symlink in a writable dir", tree: []entry{
 			{path: "open", dir: true, mode: 0o777}, {path: "kc-hook.real", mode: 0o755}, {path: "open/kc-hook", link: "../kc-hook.real"},
 		}, path: "open/kc-hook", refused: true},
+		{name: "another user's symlink in a sticky dir", tree: []entry{
+			{path: "tmp", dir: true, mode: 0o777, sticky: true}, {path: "kc-hook.real", mode: 0o755}, {path: "tmp/kc-hook", link: "../kc-hook.real", uid: 65534},
+		}, path: "tmp/kc-hook", refused: true},
+		{name: "root's symlink in a sticky dir", tree: []entry{
+			{path: "tmp", dir: true, mode: 0o777, sticky: true}, {path: "kc-hook.real", mode: 0o755}, {path: "tmp/kc-hook", link: "../kc-hook.real"},
+		}, path: "tmp/kc-hook", resolved: "kc-hook.real"},
 		{name: "file symlink to a trusted file", tree: []entry{
 			{path: "kc-hook.real", mode: 0o755}, {path: "kc-hook", link: "kc-hook.real"},
 		}, path: "kc-hook", resolved: "kc-hook.real"},

@@ -403,8 +403,10 @@ func HookInstalled(ctx context.Context, dirs []string, stateDir, hookDefault str
 		case errors.Is(err, trust.ErrUntrusted):
 			verdict = Error
 			items = append(items, fmt.Sprintf("%s: %v; the runtime runs what it names as root at every container start, so whoever can change either can too", d.File, err))
-		case errors.Is(err, errNotChecked):
+		case errors.Is(err, errNotKCHook):
 			items = append(items, fmt.Sprintf("%s: %v (doctor runs only kc-hook itself)", d.File, err))
+		case errors.Is(err, errNotChecked):
+			items = append(items, fmt.Sprintf("%s: %v", d.File, err))
 		case why != "" && atStop:
 			verdict, refused = Error, true
 			items = append(items, fmt.Sprintf("%s: kc-hook refuses its settings: %s; every container's poststop fails and reaps nothing", d.File, why))

@@ -100,12 +100,13 @@ func runnableHook(d Descriptor) error {
 	if err != nil {
 		return fmt.Errorf("the descriptor: %w", err)
 	}
-	if filepath.Base(d.Path) != HookName {
-		return fmt.Errorf("%w: %s", errNotKCHook, d.Path)
-	}
+	// Before the name: the runtime runs a wrapper as root too.
 	resolved, err := trust.Path(d.Path, unix.S_IFREG, owners...)
 	if err != nil {
 		return err
+	}
+	if filepath.Base(d.Path) != HookName {
+		return fmt.Errorf("%w: %s", errNotKCHook, d.Path)
 	}
 	if filepath.Base(resolved) != HookName {
 		return fmt.Errorf("%w: %s leads to %s", errNotKCHook, d.Path, resolved)

@@ -61,12 +61,13 @@ func Stat(path string, st *unix.Stat_t, kind uint32, sticky bool, owners ...uint
 // (sticky directories accepted). A symlink is followed when a trusted
 // owner's: its own directory is one of those checked, so no one else can
 // change where it points. It
-// returns the path resolved. path must be absolute and clean: the kernel
-// takes ".." after a symlink from where the link led, filepath.Clean does
-// not.
+// returns the path resolved. ".." is taken from where the walk stands,
+// as the kernel takes it, not from the path's text. Links in /proc, whose
+// targets are not where their text says, are refused, as is a file with
+// other hard links in a directory others may write.
 func Path(path string, kind uint32, owners ...uint32) (resolved string, err error) {
-	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
-		return "", untrusted(path, "is not a clean absolute path")
+	if !filepath.IsAbs(path) {
+		return "", untrusted(path, "is not an absolute path")
 	}
 	if err := lstat("/", unix.S_IFDIR, owners); err != nil {
 		return "", err
@@ -95,6 +96,13 @@ func Path(path string, kind uint32, owners ...uint32) (resolved string, err erro
 			if !slices.Contains(owners, st.Uid) {
 				return "", untrusted(next, "is a symlink owned by UID %d", st.Uid)
 			}
+			var fs unix.Statfs_t
+			if err := unix.Statfs(cur, &fs); err != nil {
+				return "", fmt.Errorf("%s: %w", cur, err)
+			}
+			if fs.Type == unix.PROC_SUPER_MAGIC {
+				return "", untrusted(next, "is a link in /proc")
+			}
 			if links++; links > maxLinks {
 				return "", fmt.Errorf("%s: %w", path, unix.ELOOP)
 			}
@@ -114,6 +122,17 @@ func Path(path string, kind uint32, owners ...uint32) (resolved string, err erro
 		}
 		if err := Stat(next, &st, want, true, owners...); err != nil {
 			return "", err
+		}
+		// Anyone may link a file of ours into a dir he may write (unless
+		// fs.protected_hardlinks): the name there is not ours.
+		if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink > 1 {
+			var dir unix.Stat_t
+			if err := unix.Stat(cur, &dir); err != nil {
+				return "", fmt.Errorf("%s: %w", cur, err)
+			}
+			if dir.Mode&0o022 != 0 {
+				return "", untrusted(next, "has %d hard links and is in %s, which others may write", st.Nlink, cur)
+			}
 		}
 		cur = next
 	}

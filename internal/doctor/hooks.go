@@ -402,7 +402,7 @@ func HookInstalled(ctx context.Context, dirs []string, stateDir, hookDefault str
 		switch {
 		case errors.Is(err, trust.ErrUntrusted):
 			verdict = Error
-			items = append(items, fmt.Sprintf("%s: %v; the runtime runs what it names as root at every container start, so whoever can change either can too", d.File, err))
+			items = append(items, fmt.Sprintf("%s: %v; the runtime runs its program as root at every container start, so whoever can change them runs code as root", d.File, err))
 		case errors.Is(err, errNotKCHook):
 			items = append(items, fmt.Sprintf("%s: %v (doctor runs only kc-hook itself)", d.File, err))
 		case errors.Is(err, errNotChecked):

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,7 +18,6 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/cull"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
-	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
@@ -29,15 +27,21 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/trust"
 )
 
-// fakeHook is an executable standing in for the installed kc-hook.
-func fakeHook(t *testing.T) string {
+// program writes an executable named name, holding content, in a fresh
+// temp dir closed to other users.
+func program(t *testing.T, name string, content []byte) string {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), "kc-hook")
-	if err := os.WriteFile(p, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, content, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return p
 }
+
+var exitZero = []byte("#!/bin/sh\nexit 0\n")
+
+// fakeHook is an executable standing in for the installed kc-hook.
+func fakeHook(t *testing.T) string { return program(t, "kc-hook", exitZero) }
 
 func descriptor(path, stage string, env ...string) string {
 	d := map[string]any{
@@ -232,23 +236,11 @@ func openCopy(t *testing.T, bin string) string {
 }
 
 // wrapper is a program not named kc-hook that says nothing and exits 0.
-func wrapper(t *testing.T) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "kc-hook-wrapper")
-	if err := os.WriteFile(p, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
+func wrapper(t *testing.T) string { return program(t, "kc-hook-wrapper", exitZero) }
 
 // garbage is an executable named kc-hook that the kernel cannot run.
 func garbage(t *testing.T) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "kc-hook")
-	if err := os.WriteFile(p, []byte{0x7f, 'E', 'L', 'F', 0, 0, 0, 0}, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return program(t, "kc-hook", []byte{0x7f, 'E', 'L', 'F', 0, 0, 0, 0})
 }
 
 // TestHookSettingsRunsOnlyKCHook: doctor runs, as root, only a program
@@ -385,21 +377,10 @@ func TestHookSettingsOverstays(t *testing.T) {
 			if took := time.Since(start); took > 3*time.Second {
 				t.Errorf("hookSettings took %s past a 500ms deadline", took)
 			}
-			data, err := os.ReadFile(pidFile)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			// Running, not kill(pid, 0): the killed sleep is PID 1's zombie
-			// until PID 1 gets round to reaping it, which can take seconds.
-			for deadline := time.Now().Add(5 * time.Second); fingerprint.Running(fingerprint.DefaultRoot, pid); time.Sleep(10 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					syscall.Kill(pid, syscall.SIGKILL)
-					t.Fatalf("the hook's child %d outlived the check", pid)
-				}
+			pid := testutil.ReadPID(t, pidFile)
+			if !testutil.WaitStopped(pid, 5*time.Second) {
+				syscall.Kill(pid, syscall.SIGKILL)
+				t.Fatalf("the hook's child %d outlived the check", pid)
 			}
 		})
 	}

@@ -2,17 +2,15 @@ package pgkill_test
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 // RunOwnGroup kills what the child left in its group, whether the child
@@ -37,7 +35,7 @@ func TestRunOwnGroup(t *testing.T) {
 			if timedOut != tc.timedOut {
 				t.Errorf("timedOut = %v (err %v), want %v", timedOut, err, tc.timedOut)
 			}
-			pid := readPID(t, pidFile)
+			pid := testutil.ReadPID(t, pidFile)
 			defer syscall.Kill(pid, syscall.SIGKILL)
 			if tc.survives {
 				if !fingerprint.Running(fingerprint.DefaultRoot, pid) {
@@ -45,24 +43,9 @@ func TestRunOwnGroup(t *testing.T) {
 				}
 				return
 			}
-			for deadline := time.Now().Add(5 * time.Second); fingerprint.Running(fingerprint.DefaultRoot, pid); time.Sleep(10 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("the child %d outlived the run", pid)
-				}
+			if !testutil.WaitStopped(pid, 5*time.Second) {
+				t.Fatalf("the child %d outlived the run", pid)
 			}
 		})
 	}
-}
-
-func readPID(t *testing.T, path string) int {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pid
 }

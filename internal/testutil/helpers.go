@@ -4,7 +4,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 )
 
 // PathExists reports whether p names anything, a dangling symlink
@@ -23,4 +28,30 @@ func RandomHex(t testing.TB, digits int) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(b)[:digits]
+}
+
+// ReadPID returns the PID a test's child wrote to path.
+func ReadPID(t testing.TB, path string) int {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return pid
+}
+
+// WaitStopped polls until pid no longer runs and reports whether that
+// happened within d. A zombie counts as stopped: a killed orphan stays
+// PID 1's zombie until PID 1 reaps it, which can take seconds.
+func WaitStopped(pid int, d time.Duration) bool {
+	for deadline := time.Now().Add(d); fingerprint.Running(fingerprint.DefaultRoot, pid); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
 }

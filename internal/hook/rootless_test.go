@@ -28,21 +28,10 @@ import (
 // next to this user's. It is killed by PID at cleanup.
 func startOtherUsersTree(t *testing.T, id string) fingerprint.Stat {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "kc-other-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
+	dir := testutil.OpenTempDir(t, "kc-other-", 0o777)
 	copyExec := func(src, name string) string {
-		data, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
 		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, data, 0o755); err != nil {
+		if err := testutil.CopyFile(src, p, 0o755); err != nil {
 			t.Fatal(err)
 		}
 		return p
@@ -64,7 +53,7 @@ func startOtherUsersTree(t *testing.T, id string) fingerprint.Stat {
 	cmd := exec.Command(hook, "supervise", "--state-dir=", "--max-restarts=0", id, strconv.Itoa(initSt.PID), strconv.FormatUint(initSt.StartTicks, 10),
 		"--", bin, "--transport=socket", "--socket-dir="+dir)
 	cmd.Env = append(os.Environ(), "KCFAKE_READY_FILE="+ready, "KCFAKE_CHILDREN=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: testutil.NobodyCredential()}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -15,9 +15,12 @@ import (
 // children) outlives the caller's deadline. What the child leaves in its
 // group after exiting by itself stays (podman's rootless pause process
 // must); RunOwnGroup is for a child that may leave nothing. The group is
-// killed only while the child is unreaped: until then its PID, which is
-// the group's ID, is still the child's (os.Process signals through a
-// pidfd, and reports ErrProcessDone once Wait has reaped it).
+// killed only if the child was unreaped a moment before (os.Process
+// signals through a pidfd, and reports ErrProcessDone once Wait has
+// reaped it). Wait may reap it in between: the group's ID still cannot
+// name another group while any member lives, so only an emptied group
+// whose number a new group took within that moment could be hit.
+// RunOwnGroup, which holds off the reap (WNOWAIT), has no such window.
 func OwnGroupKilledOnCancel(cmd *exec.Cmd) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}

@@ -4,9 +4,10 @@ import (
 	"context"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
@@ -36,7 +37,12 @@ func TestRunOwnGroup(t *testing.T) {
 				t.Errorf("timedOut = %v (err %v), want %v", timedOut, err, tc.timedOut)
 			}
 			pid := testutil.ReadPID(t, pidFile)
-			defer syscall.Kill(pid, syscall.SIGKILL)
+			// Cleaned up through a pidfd: once killed and reaped, the PID
+			// may be another process's.
+			if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+				defer unix.Close(fd)
+				defer unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+			}
 			if tc.survives {
 				if !fingerprint.Running(fingerprint.DefaultRoot, pid) {
 					t.Errorf("the child %d in its own session was killed", pid)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 	"github.com/kc-watchman/kc-watchman/internal/testutil/podman"
 	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
@@ -103,7 +104,7 @@ func TestNeverSignalled(t *testing.T) {
 		foreignSession := protected{what: "foreign group (session)", members: []fingerprint.Stat{joined.Stat}, bystanders: []*bystander{session}}
 
 		// Another UID's tree.
-		cred := &syscall.Credential{Uid: nobody, Gid: nobody}
+		cred := testutil.NobodyCredential()
 		other := startSupervisor(t, neverComm, stopped, &syscall.SysProcAttr{Setpgid: true, Credential: cred})
 		otherKernel := startKernel(t, &syscall.SysProcAttr{Setpgid: true, Pgid: other.PID, Credential: cred})
 		otherUID := protected{what: "another UID's tree", members: []fingerprint.Stat{other.Stat, otherKernel.Stat}}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -57,10 +56,10 @@ func detectCRI(cfg engine.Config) (string, bool) {
 	if cfg.CRIEndpoint != "" {
 		return cfg.CRIEndpoint, true
 	}
-	if _, err := os.Lstat(CRIOSocket); err == nil {
-		return CRIOSocket, true
-	}
-	return CRIOSocket, false
+	// As for the other engines: a socket this user cannot connect to is
+	// left out (engine.Existing).
+	_, ok := engine.FirstExisting([]string{CRIOSocket})
+	return CRIOSocket, ok
 }
 
 // CheckSettings refuses a malformed --cri-endpoint before anything runs.

@@ -34,25 +34,25 @@ func doctorCommand() *cli.Command {
 
 with details indented below (or one JSON object with --format json).
 
-Checks, in order: hook installed (a valid kc-hook descriptor for poststop
-and for createRuntime in podman's hooks dirs, its binary present and
-executable, since podman silently drops a descriptor whose binary is
-missing, and the settings in its args and env accepted: doctor runs
-kc-hook with --check-settings, as the descriptor would, unless it is not
-named kc-hook, or it, its descriptor or a directory above either could be
-changed by a user other than root or doctor's own (an ERROR: the runtime
-runs it as root); and which containerd
-runtime handlers carry it); hook alive (its log or ledger shows runs since boot);
-engines (which ones --engine auto found, and where it looked for the
-others); one check per engine, podman, docker, containerd, cri
-(reachable, version, containers, live, and the UID its answer vouches
-for, read from the answering connection; a named engine that cannot be
-asked is an ERROR); state dir and ledger; process listing (the BPF
-iterator or /proc, and why); deaths seen from the kernel (how many live
-containers watch would pin through a pidfd); supervisor containment;
-orphaned supervisor trees (a dry-run reconcile; --fix reaps them as
-reconcile --apply would); orphan sockets (a dry-run sweep); abandoned
-sessions (a cull audit).
+Checks, in order: hook installed (a valid kc-hook descriptor for
+poststop and for createRuntime in podman's hooks dirs, its binary
+present and executable, since podman silently drops a descriptor whose
+binary is missing, and the settings in its args and env accepted: doctor
+runs kc-hook with --check-settings, as the descriptor would, unless it
+is not named kc-hook, or it, its descriptor or a directory above either
+could be changed by a user other than root or doctor's own (an ERROR:
+the runtime runs it as root); and which containerd runtime handlers
+carry it); hook alive (its log or ledger shows runs since boot); engines
+(which ones --engine auto found, and where it looked for the others);
+one check per engine, podman, docker, containerd, cri (reachable,
+version, containers, live, and the UID its answer vouches for, read from
+the answering connection; a named engine that cannot be asked is an
+ERROR); state dir and ledger; process listing (the BPF iterator or
+/proc, and why); deaths seen from the kernel (how many live containers
+watch would pin through a pidfd); supervisor containment; orphaned
+supervisor trees (a dry-run reconcile; --fix reaps them as reconcile
+--apply would); orphan sockets (a dry-run sweep); abandoned sessions (a
+cull audit).
 
 Nothing is changed without --fix, and --fix only reaps stray trees.`,
 		Flags:  flags,

@@ -65,12 +65,13 @@ from "podman events" run as a child when the CLI reads the same store
 and kc-hook's poststop, or the next round, does this job.
 --no-events (or --no-reconcile) turns this off; --once never follows.
 
-watch also holds a pidfd for each live container's init (the PID podman's
-list, Docker's inspect, containerd's task or the CRI gives) and decides that container's trees the
-moment its init exits, the same way, whatever the engine's events do;
-deaths within 5ms of each other are decided on one scan. An init whose
-start time, cgroup or PID namespace is not the container's is not pinned,
-and its container is followed by events alone. --no-pidfd turns this off.
+watch also holds a pidfd for each live container's init (the PID
+podman's list, Docker's inspect, containerd's task or the CRI gives) and
+decides that container's trees the moment its init exits, the same way,
+whatever the engine's events do; deaths within 5ms of each other are
+decided on one scan. An init whose start time, cgroup or PID namespace
+is not the container's is not pinned, and its container is followed by
+events alone. --no-pidfd turns this off.
 
 A round that fails (an engine unreachable, an unreadable directory, a tree
 that would not die, even a crash inside a step) is logged and the next

@@ -169,8 +169,9 @@ func TestWalkReadsTheSame(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	walked, iterated := byPID(t, p), byPID(t, iter)
-	sameSteady(t, "walked", walked, "iterated", iterated)
+	walked, iterated := sameSteady(t, "walked", "iterated", func() (map[int]Task, map[int]Task) {
+		return byPID(t, p), byPID(t, iter)
+	})
 	if _, ok := walked[0]; ok {
 		t.Error("the walk listed PID 0, the idle task")
 	}

@@ -8,7 +8,8 @@
 #   - no systemd unit is enabled by the install (audit first);
 #   - /etc/default/kc-janitor is a conffile: kept on remove, gone on purge;
 #   - the maintainer scripts touch no systemd under dpkg --root; a purge
-#     drops the janitor units' enablement links and nothing else;
+#     drops the links enabling the package's units and nothing else (an
+#     operator's own unit of the same name stays enabled);
 #   - run as on a live systemd host (a private /run), they start nothing
 #     on install, restart a running watch on upgrade, stop the units on
 #     removal and start the ones that ran when the package comes back;
@@ -84,6 +85,10 @@ ln -s /usr/lib/systemd/system/kc-janitor-watch.service "$root/etc/systemd/system
 mkdir -p "$root/etc/systemd/user/default.target.wants"
 ln -s /usr/lib/systemd/user/kc-janitor-watch.service "$root/etc/systemd/user/default.target.wants/kc-janitor-watch.service"
 ln -s /usr/lib/systemd/system/other.timer "$wants/other.timer"
+# An operator's own unit of the package's name, in /etc, and enabled.
+own=$root/etc/systemd/system/graphical.target.wants/kc-janitor.service
+mkdir -p "${own%/*}"
+ln -s /etc/systemd/system/kc-janitor.service "$own"
 echo 'not a link' >"$wants/kc-janitor.service"
 pkg -r "$name"
 grep -q '^KC_APPLY=1$' "$root/etc/default/kc-janitor" || fail "remove did not keep the edited /etc/default/kc-janitor"
@@ -95,6 +100,7 @@ for gone in "$wants/kc-janitor.timer" "$wants/kc-janitor-container@0123abcd.time
 done
 [ -L "$wants/other.timer" ] && [ -f "$wants/kc-janitor.service" ] && [ ! -L "$wants/kc-janitor.service" ] ||
 	fail "the purge removed what is not a kc-watchman unit's link: $(ls -l "$wants")"
+[ -L "$own" ] || fail "the purge disabled the operator's own kc-janitor.service in /etc"
 [ ! -s "$aside/calls" ] || fail "maintainer scripts under dpkg --root called systemctl: $(cat "$aside/calls")"
 rm -r "$root/etc/systemd"
 

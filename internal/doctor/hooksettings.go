@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kc-watchman/kc-watchman/internal/headbuf"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 	"github.com/kc-watchman/kc-watchman/internal/trust"
 )
@@ -62,13 +63,13 @@ func hookSettings(ctx context.Context, d Descriptor) (refused string, err error)
 	// Non-nil, so that nothing of doctor's own environment is inherited.
 	cmd.Env = append([]string{}, d.Env...)
 	cmd.Dir = "/"
-	out := &capped{max: 4 << 10}
+	out := &headbuf.Buffer{Max: 4 << 10}
 	// Pipes, not /dev/null, which a chroot (the package's test) may lack.
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(""), out, io.Discard
 	// Whatever it starts goes with it, when it overstays and when it exits.
 	cmd.WaitDelay = time.Second
 	timedOut, runErr := pgkill.RunOwnGroup(ctx, cmd)
-	line, _, _ := bytes.Cut(out.buf.Bytes(), []byte("\n"))
+	line, _, _ := bytes.Cut(out.Bytes(), []byte("\n"))
 	if why, ok := strings.CutPrefix(string(line), settingsRefused); ok {
 		return why, nil
 	}
@@ -112,18 +113,4 @@ func runnableHook(d Descriptor) error {
 		return fmt.Errorf("%w: %s leads to %s", errNotKCHook, d.Path, resolved)
 	}
 	return nil
-}
-
-// capped keeps the first max bytes written to it and drops the rest: a
-// program that is not kc-hook may write anything.
-type capped struct {
-	buf bytes.Buffer
-	max int
-}
-
-func (c *capped) Write(p []byte) (int, error) {
-	if room := c.max - c.buf.Len(); room > 0 {
-		c.buf.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
 }

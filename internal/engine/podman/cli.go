@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/headbuf"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 )
 
@@ -34,9 +35,10 @@ func queryCLI(ctx context.Context, bin string, global []string, log *slog.Logger
 	if err != nil {
 		return engine.Set{}, err
 	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout = &stdout
-	cmd.Stderr = &stderr
+	// A list as large as the API's biggest answer is the most we read;
+	// a CLI that prints more (a wrapper gone wrong) is no answer.
+	stdout, stderr := &headbuf.Buffer{Max: maxAPIBody}, &headbuf.Buffer{Max: 4096}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
 	endpoint := cmd.Path + " " + strings.Join(args, " ")
 
 	start := time.Now()
@@ -47,6 +49,9 @@ func queryCLI(ctx context.Context, bin string, global []string, log *slog.Logger
 	}
 	if err != nil {
 		return engine.Set{}, fmt.Errorf("podman CLI %s: %w%s", endpoint, err, QuoteStderr(stderr.Bytes()))
+	}
+	if stdout.Dropped() {
+		return engine.Set{}, fmt.Errorf("podman CLI %s: printed more than %d MiB, more than any list we read", endpoint, maxAPIBody>>20)
 	}
 	l, err := parseCLI(stdout.Bytes())
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/headbuf"
 )
 
 // cliEventsSettle: a `podman events` still running this long after its
@@ -85,7 +86,7 @@ func (p *podman) deathsCLI(parent context.Context, w engine.DeathWatch, global [
 		return fmt.Errorf("%w: %w", errNoCLI, err)
 	}
 	endpoint := cmd.Path + " " + strings.Join(args, " ")
-	stderr := &headWriter{max: 4096}
+	stderr := &headbuf.Buffer{Max: 4096}
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -166,18 +167,5 @@ loop:
 	if streamErr == nil {
 		streamErr = io.ErrUnexpectedEOF
 	}
-	return fmt.Errorf("podman events (CLI) %s: stream ended: %w%s", endpoint, streamErr, QuoteStderr(stderr.buf))
-}
-
-// headWriter keeps the first max bytes written to it.
-type headWriter struct {
-	max int
-	buf []byte
-}
-
-func (h *headWriter) Write(b []byte) (int, error) {
-	if n := h.max - len(h.buf); n > 0 {
-		h.buf = append(h.buf, b[:min(n, len(b))]...)
-	}
-	return len(b), nil
+	return fmt.Errorf("podman events (CLI) %s: stream ended: %w%s", endpoint, streamErr, QuoteStderr(stderr.Bytes()))
 }

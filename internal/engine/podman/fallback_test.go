@@ -100,6 +100,8 @@ func TestQueryCLIFallbackFailures(t *testing.T) {
 		{"garbage", "echo 'this is not json'\n"},
 		{"empty output", "exit 0\n"},
 		{"truncated IDs", `echo '[{"Id":"f42f18001b73","State":"running"}]'` + "\n"},
+		// An empty list, were it read to its end.
+		{"more than the cap", "printf '['; head -c 67108865 /dev/zero | tr '\\0' ' '; echo ']'\n"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			bin := writeScript(t, t.TempDir(), "podman", tt.body)
@@ -239,4 +241,53 @@ func TestQueryRespectsParentContext(t *testing.T) {
 	if took := time.Since(start); took > 2*time.Second {
 		t.Errorf("took %v; the caller's context expired after 0.5s", took)
 	}
+}
+
+// TestVersionCLI: with no service to ask, Version asks the CLI as every
+// query does: its first line only, and nothing of it outlives the deadline.
+func TestVersionCLI(t *testing.T) {
+	absent := "unix://" + filepath.Join(t.TempDir(), "absent.sock")
+	version := func(t *testing.T, bin string, timeout time.Duration) (string, error) {
+		e, err := New(engine.Config{PodmanURL: absent, PodmanBin: bin, Timeout: timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.(*podman).Version(t.Context())
+	}
+	for _, tc := range []struct{ name, body, want string }{
+		{"its version", "echo 'podman version 4.3.1'\n", "4.3.1 (CLI)"},
+		{"a first line, then 8 MiB", "echo 'podman version 4.3.1'; head -c 8388608 /dev/zero | tr '\\0' x\n", "4.3.1 (CLI)"},
+		{"nothing", "exit 0\n", ""},
+		{"an exit status", "echo 'podman version 4.3.1'; exit 125\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := version(t, writeScript(t, t.TempDir(), "podman", tc.body), 5*time.Second)
+			if got != tc.want || (err == nil) != (tc.want != "") {
+				t.Errorf("Version = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+	t.Run("a child holds its output", func(t *testing.T) {
+		dir := t.TempDir()
+		pidFile := filepath.Join(dir, "child.pid")
+		bin := writeScript(t, dir, "podman", "echo 'podman version 4.3.1'\nsleep 300 &\necho $! > "+pidFile+"\nwait\n")
+		var childPID int
+		t.Cleanup(func() {
+			if childPID > 0 && !proc.Dead(childPID) {
+				syscall.Kill(childPID, syscall.SIGKILL)
+			}
+		})
+		const timeout = 2 * time.Second
+		start := time.Now()
+		got, err := version(t, bin, timeout)
+		if took := time.Since(start); err == nil || took > timeout+time.Second {
+			t.Errorf("Version = %q, %v after %v; want an error within the %v timeout", got, err, took, timeout)
+		}
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			t.Fatalf("the CLI never ran: %v", err)
+		}
+		childPID, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		proc.WaitFor(t, 5*time.Second, "the CLI's child to die", func() bool { return proc.Dead(childPID) })
+	})
 }

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os/exec"
 	"strings"
 
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/engine/docker"
 	"github.com/kc-watchman/kc-watchman/internal/engine/peercred"
+	"github.com/kc-watchman/kc-watchman/internal/headbuf"
 )
 
 // Version asks the podman API service's Docker-compatible GET /version
@@ -28,16 +28,23 @@ func (p *podman) Version(ctx context.Context) (string, error) {
 			return v, nil
 		}
 	}
-	bin := p.cfg.PodmanBin
-	if bin == "" {
-		bin = "podman"
-	}
-	out, err := exec.CommandContext(ctx, bin, "--version").Output()
+	// As every CLI call: in its own group, killed with it at the deadline,
+	// and only the first line's worth of what it prints kept.
+	cmd, err := Command(ctx, p.cfg.PodmanBin, []string{"--version"})
 	if err != nil {
 		return "", fmt.Errorf("podman version: API: %w; CLI: %w", apiErr, err)
 	}
+	out := &headbuf.Buffer{Max: 4096}
+	cmd.Stdout = out
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			err = context.Cause(ctx)
+		}
+		return "", fmt.Errorf("podman version: API: %w; CLI: %w", apiErr, err)
+	}
 	// "podman version 4.3.1"
-	f := strings.Fields(string(out))
+	line, _, _ := strings.Cut(string(out.Bytes()), "\n")
+	f := strings.Fields(line)
 	if len(f) == 0 {
 		return "", fmt.Errorf("podman --version printed nothing")
 	}

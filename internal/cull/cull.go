@@ -62,7 +62,8 @@ type Supervisor struct {
 	// every session's sampled memory (candidates or not).
 	SessionsTotal int
 	MemoryBytes   int64
-	// Candidates are the sessions meeting the rule, in the server's order.
+	// Candidates are the sessions meeting the rule, in the server's order,
+	// holding only what the audit reports of them.
 	Candidates []kallichore.ActiveSession
 	// Err is set when /sessions could not be read; the rest is then zero.
 	Err error
@@ -121,8 +122,18 @@ func audit(ctx context.Context, c *kallichore.Client, src Source, threshold int6
 	for _, s := range l.Sessions {
 		sup.MemoryBytes += s.MemoryBytes()
 		if IsCandidate(s, threshold) {
-			sup.Candidates = append(sup.Candidates, s)
+			sup.Candidates = append(sup.Candidates, reported(s))
 		}
 	}
 	return sup
+}
+
+// reported is what the audit shows of a session. Every supervisor's
+// candidates are held until the run reports, and a supervisor may
+// describe each session at length (argv, kernel info, prompts).
+func reported(s kallichore.ActiveSession) kallichore.ActiveSession {
+	return kallichore.ActiveSession{
+		SessionID: s.SessionID, Language: s.Language, Status: s.Status, Connected: s.Connected,
+		IdleSeconds: s.IdleSeconds, WorkingDirectory: s.WorkingDirectory, ResourceUsage: s.ResourceUsage,
+	}
 }

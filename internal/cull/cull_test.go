@@ -79,7 +79,10 @@ type sess struct {
 	Connected bool   `json:"connected"`
 	Idle      int64  `json:"idle_seconds"`
 	WD        string `json:"working_directory"`
-	Usage     *struct {
+	// Argv is what a supervisor says at length and the audit does not
+	// report.
+	Argv  []string `json:"argv,omitempty"`
+	Usage *struct {
 		Mem int64 `json:"memory_bytes"`
 	} `json:"resource_usage,omitempty"`
 }
@@ -111,7 +114,7 @@ func sessionsFile(t *testing.T, ss ...sess) string {
 func TestAudit(t *testing.T) {
 	dir := t.TempDir()
 	a := testutil.StartKCServer(t, dir, testutil.Fake{Sessions: sessionsFile(t,
-		sess{ID: "py-old", Language: "python", Status: "idle", Idle: 90000, WD: "/home/a", Usage: mem(100)},
+		sess{ID: "py-old", Language: "python", Status: "idle", Idle: 90000, WD: "/home/a", Argv: []string{"python3", "-m", "ipykernel"}, Usage: mem(100)},
 		sess{ID: "py-edge", Language: "python", Status: "idle", Idle: 86400, Usage: mem(20)},
 		sess{ID: "r-conn", Language: "r", Status: "idle", Connected: true, Idle: 99999, Usage: mem(3)},
 		sess{ID: "r-busy", Language: "r", Status: "busy", Idle: 0},
@@ -133,7 +136,8 @@ func TestAudit(t *testing.T) {
 		t.Fatalf("%d results", len(got))
 	}
 	if s := got[0]; s.Err != nil || s.SessionsTotal != 4 || s.MemoryBytes != 123 || len(s.Candidates) != 1 ||
-		s.Candidates[0].SessionID != "py-old" || s.Candidates[0].WorkingDirectory != "/home/a" || s.Candidates[0].MemoryBytes() != 100 {
+		s.Candidates[0].SessionID != "py-old" || s.Candidates[0].WorkingDirectory != "/home/a" || s.Candidates[0].MemoryBytes() != 100 ||
+		s.Candidates[0].Argv != nil {
 		t.Errorf("a: %+v", s)
 	}
 	if s := got[1]; s.Err != nil || s.SessionsTotal != 0 || s.MemoryBytes != 0 || len(s.Candidates) != 0 {

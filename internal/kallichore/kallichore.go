@@ -175,8 +175,44 @@ type wireSession struct {
 }
 
 type wireList struct {
-	Total    *int           `json:"total"`
-	Sessions *[]wireSession `json:"sessions"`
+	Total    *int         `json:"total"`
+	Sessions *sessionList `json:"sessions"`
+}
+
+// maxSessions bounds the sessions one answer may list. Kallichore runs a
+// kernel process for each; a longer list is no supervisor's, and decoded
+// whole it would cost far more than its bytes ("{}," is 3 bytes of the
+// body and hundreds once decoded).
+const maxSessions = 4096
+
+// sessionList is a JSON list of sessions decoded one at a time, each
+// checked as it comes: an answer costs what its valid sessions do, and
+// the first that is not one ends the decoding.
+type sessionList []ActiveSession
+
+func (l *sessionList) UnmarshalJSON(data []byte) error {
+	// The decoder calling this has checked the syntax of all of data. A
+	// list given twice is taken as the last, as for any other field.
+	*l = nil
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if t, err := dec.Token(); err != nil || t != json.Delim('[') {
+		return fmt.Errorf("%w: the sessions are not a list", ErrShape)
+	}
+	for i := 0; dec.More(); i++ {
+		if i == maxSessions {
+			return fmt.Errorf("%w: more than %d sessions", ErrShape, maxSessions)
+		}
+		var w wireSession
+		if err := dec.Decode(&w); err != nil {
+			return fmt.Errorf("%w: session %d: %v", ErrShape, i, err)
+		}
+		s, err := checkSession(&w)
+		if err != nil {
+			return fmt.Errorf("session %d: %w", i, err)
+		}
+		*l = append(*l, s)
+	}
+	return nil
 }
 
 // DecodeStatus decodes a /status answer.
@@ -212,11 +248,11 @@ func decodeSessions(r io.Reader) (SessionList, error) {
 	if err != nil {
 		return SessionList{}, fmt.Errorf("sessions: %w", err)
 	}
-	var wire []wireSession
+	var list sessionList
 	total := -1
 	switch first {
 	case '[':
-		if err := decodeOne(br, &wire); err != nil {
+		if err := decodeOne(br, &list); err != nil {
 			return SessionList{}, fmt.Errorf("sessions: %w", err)
 		}
 	case '{':
@@ -227,7 +263,7 @@ func decodeSessions(r io.Reader) (SessionList, error) {
 		if w.Sessions == nil {
 			return SessionList{}, fmt.Errorf("sessions: %w: object without a sessions list", ErrShape)
 		}
-		wire = *w.Sessions
+		list = *w.Sessions
 		if w.Total != nil {
 			total = *w.Total
 		}
@@ -238,13 +274,9 @@ func decodeSessions(r io.Reader) (SessionList, error) {
 		}
 		return SessionList{}, fmt.Errorf("sessions: %w: neither an object nor a list", ErrShape)
 	}
-	out := SessionList{Sessions: make([]ActiveSession, 0, len(wire))}
-	for i := range wire {
-		s, err := checkSession(&wire[i])
-		if err != nil {
-			return SessionList{}, fmt.Errorf("sessions[%d]: %w", i, err)
-		}
-		out.Sessions = append(out.Sessions, s)
+	out := SessionList{Sessions: list}
+	if out.Sessions == nil {
+		out.Sessions = []ActiveSession{}
 	}
 	out.Total = total
 	if total < 0 {
@@ -292,6 +324,8 @@ func decodeOne(r io.Reader, v any) error {
 		return re.err
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.As(err, &se):
 		return fmt.Errorf("%w: %v", ErrBadJSON, err)
+	case errors.Is(err, ErrShape):
+		return err
 	}
 	return fmt.Errorf("%w: %v", ErrShape, err)
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -76,6 +77,7 @@ func TestDecodeStatus(t *testing.T) {
 
 func TestDecodeSessions(t *testing.T) {
 	minimal := `{"session_id":"s1","status":"busy","connected":true,"idle_seconds":0}`
+	many := func(n int) string { return "[" + strings.Repeat(minimal+",", n-1) + minimal + "]" }
 	tests := []struct {
 		name      string
 		in        string
@@ -84,6 +86,9 @@ func TestDecodeSessions(t *testing.T) {
 		wantErr   error
 	}{
 		{"documented object", `{"total":1,"sessions":[` + sessionObj + `]}`, 1, 1, nil},
+		{"as many sessions as an answer may list", many(maxSessions), maxSessions, maxSessions, nil},
+		{"one session more", many(maxSessions + 1), 0, 0, ErrShape},
+		{"sessions given twice", `{"sessions":[` + minimal + `],"sessions":[` + minimal + `,` + minimal + `]}`, 2, 2, nil},
 		{"older bare list", `[` + sessionObj + `,` + minimal + `]`, 2, 2, nil},
 		{"empty object list", `{"total":0,"sessions":[]}`, 0, 0, nil},
 		{"empty bare list", `[]`, 0, 0, nil},
@@ -138,6 +143,25 @@ func TestDecodeSessions(t *testing.T) {
 	}
 	if string(s.KernelInfo) != `{"banner":"hi"}` {
 		t.Errorf("kernel_info %s", s.KernelInfo)
+	}
+}
+
+// TestDecodeSessionsCostsItsBytes: an answer of sessions that are not
+// (16 MiB of "{},", each hundreds of bytes once decoded) is refused at the
+// first, costing little more than the body's bytes.
+func TestDecodeSessionsCostsItsBytes(t *testing.T) {
+	body := []byte("[" + strings.Repeat("{},", MaxSessionsBody/3-1) + "{}]")
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := DecodeSessions(body)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrShape) {
+		t.Fatalf("err %v, want ErrShape", err)
+	}
+	// The decoder's buffer grows by doubling until it holds the body.
+	if got := after.TotalAlloc - before.TotalAlloc; got > 8*uint64(len(body)) {
+		t.Errorf("decoding %d bytes allocated %d MiB", len(body), got>>20)
 	}
 }
 

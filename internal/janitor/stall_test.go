@@ -126,7 +126,9 @@ func TestDeathNotBehindStalledSweep(t *testing.T) {
 	if len(buf.records("sweep")) > 0 {
 		t.Fatal("the sweep ended before the death was handled: the test proved nothing")
 	}
-	if took > time.Second {
-		t.Errorf("death handled %v after it was reported, want < 1 s while the sweep is stalled", took)
+	// The sweep waits 30 s on its socket; a loaded machine may take a
+	// while over the death, but nothing near that.
+	if took > 5*time.Second {
+		t.Errorf("death handled %v after it was reported, want < 5 s while the sweep is stalled for 30 s", took)
 	}
 }

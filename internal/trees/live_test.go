@@ -79,11 +79,13 @@ func scanRealSupervisor(t *testing.T, k, bare *testutil.KCServer, lister proctab
 // TestFastScanMatchesFullScan checks that the optimised scan makes the same
 // decisions about what may be signalled as the simple scan that reads every
 // process, on the same live process table.
+// Its trees have a name of their own: other packages' tests start and end
+// kcserver trees while it compares.
 func TestFastScanMatchesFullScan(t *testing.T) {
 	for i := 0; i < 3; i++ {
-		testutil.StartKCServer(t, t.TempDir(), testutil.Fake{ContainerID: cidLive, Children: 1})
+		testutil.StartKCServer(t, t.TempDir(), testutil.Fake{ContainerID: cidLive, Children: 1, Comm: fastFullComm})
 	}
-	testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Children: 1})
+	testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Children: 1, Comm: fastFullComm})
 
 	for _, p := range pipelines {
 		t.Run(fmt.Sprintf("proc/%+v", p), func(t *testing.T) { fastMatchesFull(t, Options{Lister: proctable.ListProc, pipeline: p}) })
@@ -91,9 +93,11 @@ func TestFastScanMatchesFullScan(t *testing.T) {
 	t.Run("bpf", func(t *testing.T) { fastMatchesFull(t, Options{Lister: proctable.ListBPF}) })
 }
 
+const fastFullComm = "kcsrv-fastfull"
+
 func fastMatchesFull(t *testing.T, fastOpt Options) {
 	signalable := func(full bool) []summary {
-		opt := Options{Comms: []string{"kcserver"}, Full: full}
+		opt := Options{Comms: []string{fastFullComm}, Full: full}
 		if !full {
 			opt.Lister, opt.pipeline = fastOpt.Lister, fastOpt.pipeline
 		}
@@ -109,8 +113,8 @@ func fastMatchesFull(t *testing.T, fastOpt Options) {
 		}
 		return summarise(keep)
 	}
-	// Processes may come and go between the two scans (other tests, the
-	// system); retry a few times before calling it a disagreement.
+	// A tree may still be starting between the two scans; retry a few
+	// times before calling it a disagreement.
 	var fast, full []summary
 	for try := 0; try < 5; try++ {
 		fast, full = signalable(false), signalable(true)

@@ -366,6 +366,51 @@ func TestTraceWriteAndRead(t *testing.T) {
 			t.Fatal("WriteTrace wrote another user's file")
 		}
 	})
+	// What anyone may leave at a trace file's name in the temp dir is not
+	// read: a FIFO would hold the open for ever, and another user's file,
+	// or a symlink to ours, could say anything.
+	t.Run("read only from a file WriteTrace would write", func(t *testing.T) {
+		data, err := os.ReadFile(second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fifo := filepath.Join(dir, "fifo.trace")
+		if err := unix.Mkfifo(fifo, 0o666); err != nil {
+			t.Fatal(err)
+		}
+		link := filepath.Join(dir, "link-to-ours.trace")
+		if err := os.Symlink(second, link); err != nil {
+			t.Fatal(err)
+		}
+		files := []string{fifo, link}
+		if os.Geteuid() == 0 {
+			theirs := filepath.Join(dir, "theirs-with-lines.trace")
+			if err := os.WriteFile(theirs, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(theirs, 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+			files = append(files, theirs)
+		}
+		done := make(chan []TraceEntry, 1)
+		go func() {
+			entries, _ := ReadTrace(files, e.Time.Add(-time.Second))
+			done <- entries
+		}()
+		select {
+		case entries := <-done:
+			if len(entries) != 0 {
+				t.Errorf("ReadTrace read %+v from %v", entries, files)
+			}
+		case <-time.After(10 * time.Second):
+			// Release the blocked open so the test can end.
+			if f, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+				f.Close()
+			}
+			t.Fatal("ReadTrace still waiting after 10 s: it opened the FIFO as a reader")
+		}
+	})
 }
 
 // TestSchemaVersions: records carry the schema they were written in; one

@@ -91,27 +91,41 @@ func appendTrace(path string, line []byte) error {
 }
 
 // ReadTrace returns the entries of the trace files written at or after
-// since, oldest first, and the files they came from.
+// since, oldest first, and the files they came from. It reads only what
+// WriteTrace would have written: a regular file of the caller's own,
+// reached without following a symlink. The names are in the temp dir,
+// where anyone may put a FIFO (which would hold the open) or a file of
+// their own saying anything.
 func ReadTrace(files []string, since time.Time) ([]TraceEntry, []string) {
 	var out []TraceEntry
 	var from []string
 	for _, p := range files {
-		f, err := os.Open(p)
-		if err != nil {
-			continue
-		}
 		n := len(out)
-		sc := bufio.NewScanner(io.LimitReader(f, traceLimit*2))
-		for sc.Scan() {
-			var e TraceEntry
-			if json.Unmarshal(sc.Bytes(), &e) == nil && !e.Time.Before(since) {
-				out = append(out, e)
-			}
-		}
-		f.Close()
+		out = readTrace(p, since, out)
 		if len(out) > n {
 			from = append(from, p)
 		}
 	}
 	return out, from
+}
+
+func readTrace(path string, since time.Time, out []TraceEntry) []TraceEntry {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return out
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid() {
+		return out
+	}
+	sc := bufio.NewScanner(io.LimitReader(f, traceLimit*2))
+	for sc.Scan() {
+		var e TraceEntry
+		if json.Unmarshal(sc.Bytes(), &e) == nil && !e.Time.Before(since) {
+			out = append(out, e)
+		}
+	}
+	return out
 }

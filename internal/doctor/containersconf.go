@@ -121,23 +121,20 @@ func dropIns(dir string) []string {
 	return out
 }
 
-// maxConfFile caps one containers.conf read: the files are root's, but a
-// user's own is read too.
+// maxConfFile caps one containers.conf or hook descriptor read: the files
+// are root's, but a user's own are read too.
 const maxConfFile = 1 << 20
 
 // readHooksDir reads one file's [engine] hooks_dir: nil when the file does
 // not exist or does not set it. An {append=BOOL} anywhere in the list
 // sets *appending, for this file and the ones after it.
 func readHooksDir(file string, appending **bool) ([]string, error) {
-	data, err := os.ReadFile(file)
+	data, err := readConfig(file, maxConfFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("containers.conf %s: %w", file, err)
-	}
-	if len(data) > maxConfFile {
-		return nil, fmt.Errorf("containers.conf %s: larger than %d bytes", file, maxConfFile)
+		return nil, fmt.Errorf("containers.conf: %w", err)
 	}
 	var conf struct {
 		Engine struct {

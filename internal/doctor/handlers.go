@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -54,7 +53,7 @@ func (h Handler) Carries() bool {
 // takes them from the handler's base_runtime_spec). root prefixes every
 // path read (the DaemonSet reads the node through a host mount).
 func ContainerdHandlers(root, configPath string) ([]Handler, error) {
-	data, err := readCapped(filepath.Join(root, configPath))
+	data, err := readConfig(filepath.Join(root, configPath), maxConfigBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +89,7 @@ func ContainerdHandlers(root, configPath string) ([]Handler, error) {
 // specHooks lists the stages of an OCI spec whose hook is kc-hook, or
 // says what is wrong with it.
 func specHooks(path string) (stages []string, problem string) {
-	data, err := readCapped(path)
+	data, err := readConfig(path, maxConfigBytes)
 	if err != nil {
 		return nil, "base spec unreadable: " + err.Error()
 	}
@@ -115,22 +114,6 @@ func specHooks(path string) (stages []string, problem string) {
 		return nil, "its base spec names no kc-hook"
 	}
 	return stages, ""
-}
-
-func readCapped(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > maxConfigBytes {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, maxConfigBytes)
-	}
-	return data, nil
 }
 
 // WithContainerdHandlers adds to the hook-installed check what the first

@@ -260,7 +260,7 @@ func FindDescriptors(dirs []string) ([]Descriptor, []error) {
 				continue
 			}
 			file := filepath.Join(dir, name)
-			data, err := os.ReadFile(file)
+			data, err := readConfig(file, maxConfFile)
 			if err != nil {
 				errs = append(errs, err)
 				continue

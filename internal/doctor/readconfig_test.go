@@ -1,0 +1,72 @@
+package doctor
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestReadConfig: what doctor reads of configuration is a regular file
+// within its cap; anything else at the name is refused at once.
+func TestReadConfig(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	fifo := filepath.Join(dir, "fifo.conf")
+	if err := unix.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.conf")
+	if err := os.Symlink(file("target.conf", "x = 1\n"), link); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, path, want, err string
+	}{
+		{"a file", file("ok.conf", "a = 1\n"), "a = 1\n", ""},
+		{"at the cap", file("cap.conf", strings.Repeat("x", 16)), strings.Repeat("x", 16), ""},
+		{"a byte over the cap", file("over.conf", strings.Repeat("x", 17)), "", "larger than 16 bytes"},
+		{"a symlink to a file (as /etc/alternatives)", link, "x = 1\n", ""},
+		{"a FIFO", fifo, "", "not a regular file"},
+		{"a directory", dir, "", "not a regular file"},
+		{"missing", filepath.Join(dir, "missing.conf"), "", "no such file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			done := make(chan struct{})
+			var data []byte
+			var err error
+			go func() { data, err = readConfig(tc.path, 16); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				if f, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+					f.Close() // releases the blocked open
+				}
+				t.Fatal("readConfig still waiting after 10 s")
+			}
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("readConfig = %q, %v; want an error saying %q", data, err, tc.err)
+				}
+				return
+			}
+			if err != nil || string(data) != tc.want {
+				t.Fatalf("readConfig = %q, %v; want %q", data, err, tc.want)
+			}
+		})
+	}
+	if _, err := readConfig(filepath.Join(dir, "missing.conf"), 16); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a missing file: %v, want fs.ErrNotExist (callers take it as not configured)", err)
+	}
+}

@@ -9,8 +9,10 @@
 package corroborate
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -269,12 +271,16 @@ func (c *Checker) descendsRead(r *proctable.Reader, st fingerprint.Stat, members
 // mount namespace, at its root (/sys/fs/cgroup, or …/unified on a hybrid
 // host); "" when it is not.
 func cgroup2Mount(root string) string {
-	data, err := os.ReadFile(filepath.Join(root, "self", "mountinfo"))
+	f, err := os.Open(filepath.Join(root, "self", "mountinfo"))
 	if err != nil {
 		return ""
 	}
-	for _, l := range strings.Split(string(data), "\n") {
-		pre, post, ok := strings.Cut(l, " - ")
+	defer f.Close()
+	// Users may add mounts (FUSE); the cgroup mounts come early, and a
+	// table past 1 MiB is not read further.
+	sc := bufio.NewScanner(io.LimitReader(f, 1<<20))
+	for sc.Scan() {
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
 		f, g := strings.Fields(pre), strings.Fields(post)
 		if ok && len(f) >= 5 && len(g) >= 1 && g[0] == "cgroup2" && f[3] == "/" {
 			return f[4]

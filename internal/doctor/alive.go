@@ -82,7 +82,8 @@ func readHookLog(path string, boot time.Time, hostUID int) (int, hookRun, error)
 	}
 	n := 0
 	var last hookRun
-	sc := bufio.NewScanner(f)
+	// Only the tail: a log written to meanwhile is not followed.
+	sc := bufio.NewScanner(io.LimitReader(f, logTail))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := bytes.TrimSpace(sc.Bytes())

@@ -3,6 +3,7 @@ package sweep
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -122,7 +123,10 @@ func openDirs(t Target, patterns []string) ([]*dir, []error) {
 			add(openDir(root, pat, false))
 			continue
 		}
-		names, err := listNames(root, parent)
+		names, err := listNames(root, parent, func(n string) bool {
+			ok, _ := filepath.Match(last, n)
+			return ok
+		})
 		if err != nil {
 			if !errors.Is(err, fs.ErrNotExist) {
 				errs = append(errs, fmt.Errorf("socket directory pattern %q: %w", pat, err))
@@ -269,14 +273,44 @@ func joinInts(v []int) string {
 	return strings.Join(s, ", ")
 }
 
-// listNames lists a directory inside the target (or on the host).
-func listNames(root *os.File, inner string) ([]string, error) {
+// listNames lists the names in a directory inside the target (or on the
+// host) that keep accepts.
+func listNames(root *os.File, inner string, keep func(string) bool) ([]string, error) {
 	d, err := openDir(root, inner, false)
 	if err != nil {
 		return nil, err
 	}
 	defer d.close()
-	return d.f.Readdirnames(-1)
+	return readNames(d.f, keep, maxNames)
+}
+
+// maxNames bounds the names one directory listing keeps.
+const maxNames = 1 << 16
+
+// readNames reads f's names a batch at a time and keeps those keep
+// accepts, at most max of them: anyone may fill /tmp with names, and
+// only the few that matter are held. Past max it returns those kept with
+// an error.
+func readNames(f *os.File, keep func(string) bool, max int) ([]string, error) {
+	var out []string
+	for {
+		batch, err := f.Readdirnames(1024)
+		for _, n := range batch {
+			if !keep(n) {
+				continue
+			}
+			if len(out) == max {
+				return out, fmt.Errorf("more than %d entries to read: the rest are left", max)
+			}
+			out = append(out, n)
+		}
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+	}
 }
 
 // entry is one kc-*.sock directory entry as lstat saw it.
@@ -305,7 +339,10 @@ func (d *dir) scan() ([]*entry, error) {
 	if _, err := d.f.Seek(0, 0); err != nil {
 		return nil, err
 	}
-	names, listErr := d.f.Readdirnames(-1)
+	names, listErr := readNames(d.f, func(n string) bool {
+		_, ok := sockets.ParseName(n)
+		return ok
+	}, maxNames)
 	if listErr != nil {
 		listErr = fmt.Errorf("list %s: %w", d.shown, listErr)
 	}

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestHookLogRotates: a hook log at its cap is renamed to .1 (replacing
@@ -96,5 +99,35 @@ func TestHookLogRefusesASymlink(t *testing.T) {
 	}
 	if _, err := os.Lstat(path + ".1"); err == nil {
 		t.Error("the link was rotated")
+	}
+}
+
+// TestHookLogDoesNotWaitOnAFIFO: a FIFO at the log's name, which no one
+// reads, is refused at once rather than holding the hook (and the
+// container's stop) until the runtime's timeout.
+func TestHookLogDoesNotWaitOnAFIFO(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kc-hook.log")
+	if err := unix.Mkfifo(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		f, err := openRotated(path, 4096)
+		if err == nil {
+			f.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("a FIFO no one reads was opened as the log")
+		}
+	case <-time.After(10 * time.Second):
+		// Release the blocked open so the test can end.
+		if f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+		t.Fatal("opening the log still waits on the FIFO after 10 s")
 	}
 }

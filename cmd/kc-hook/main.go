@@ -443,8 +443,9 @@ const maxLogSize = 1 << 20
 // appends where it is: the holder is renaming.
 func openRotated(path string, max int64) (*os.File, error) {
 	open := func() (*os.File, error) {
-		// Root appends here: never through a symlink planted at the name.
-		return os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+		// Root appends here: never through a symlink planted at the name,
+		// and never waiting on a FIFO there (a regular file does not block).
+		return os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0o600)
 	}
 	f, err := open()
 	if err != nil {

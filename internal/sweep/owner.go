@@ -185,6 +185,9 @@ func nsPID(statusPath string) (int, bool) {
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
+	// NSpid comes after Groups, which for a process of 65536 groups (a
+	// user namespace's setgroups allows as many) is some 700 KB.
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
 	for sc.Scan() {
 		line := sc.Bytes()
 		if rest, ok := bytes.CutPrefix(line, []byte("NSpid:")); ok {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -17,6 +18,10 @@ import (
 // map it (the socket's owner then stays unsure and the socket is kept).
 func TestStillInRefusesWhatItCannotRead(t *testing.T) {
 	const ns, host, inner = "pid:[4026532999]", 4242, 7
+	var groups strings.Builder
+	for g := range 65536 {
+		fmt.Fprintf(&groups, "%d ", 100000+g)
+	}
 	tests := []struct {
 		name    string
 		link    string // ns/pid target; "" for none
@@ -27,6 +32,7 @@ func TestStillInRefusesWhatItCannotRead(t *testing.T) {
 	}{
 		{name: "the listed process", link: ns, status: "Name:\tkcserver\nNSpid:\t4242\t7\n", want: true},
 		{name: "another PID in the namespace", link: ns, status: "NSpid:\t4242\t8\n"},
+		{name: "the listed process, of 65536 groups", link: ns, status: "Name:\tkcserver\nGroups:\t" + groups.String() + "\nNSpid:\t4242\t7\n", want: true},
 		{name: "another namespace", link: "pid:[4026531836]", status: "NSpid:\t4242\n"},
 		{name: "gone", gone: true},
 		{name: "status unreadable", link: ns, status: "-", wantErr: true},

@@ -142,24 +142,41 @@ var errNoOutput = errors.New("no output")
 // anything else, or an entry whose State is missing or not a string is an
 // error. Entries without a full ID are ignored (listed in Ignored) unless
 // all of them are (see fromEntries).
+//
+// The list is decoded one entry at a time: an entry of "{}" is 3 bytes of
+// the answer and a struct once decoded, and the answer may be a user's
+// service's.
 func parseCLI(out []byte) (listing, error) {
 	out = bytes.TrimSpace(out)
 	if len(out) == 0 {
 		return listing{}, errNoOutput
 	}
-	var list []cliContainer
-	if err := json.Unmarshal(out, &list); err != nil {
-		return listing{}, fmt.Errorf("parse ps JSON: %w", err)
+	if !json.Valid(out) {
+		return listing{}, fmt.Errorf("parse ps JSON: %w", json.Unmarshal(out, new(any)))
 	}
-	es := make([]entry, 0, len(list))
-	for i, c := range list {
+	var b listed
+	if bytes.Equal(out, []byte("null")) {
+		return b.done()
+	}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	if t, _ := dec.Token(); t != json.Delim('[') {
+		return listing{}, fmt.Errorf("parse ps JSON: not a list")
+	}
+	var c cliContainer
+	for i := 0; dec.More(); i++ {
+		c = cliContainer{}
+		if err := dec.Decode(&c); err != nil {
+			return listing{}, fmt.Errorf("parse ps JSON: entry %d: %w", i, err)
+		}
 		var state string
 		if len(c.State) > 0 {
 			if err := json.Unmarshal(c.State, &state); err != nil {
-				return listing{}, fmt.Errorf("parse ps JSON: entry %d (%q): State %s is not a string", i, c.ID, c.State)
+				return listing{}, fmt.Errorf("parse ps JSON: entry %d (%q): State %.80s is not a string", i, c.ID, c.State)
 			}
 		}
-		es = append(es, entry{ID: c.ID, State: state, Names: c.Names, PID: c.Pid})
+		if err := b.add(entry{ID: c.ID, State: state, Names: c.Names, PID: c.Pid}); err != nil {
+			return listing{}, err
+		}
 	}
-	return fromEntries(es)
+	return b.done()
 }

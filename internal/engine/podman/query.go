@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
@@ -251,38 +252,59 @@ type listing struct {
 	Ignored []string
 }
 
-// fromEntries classifies entries. IDs that are not full container IDs are
-// ignored (podman never makes one; they mean mangled or truncated output),
-// but if every entry is one of those the whole list is rejected: that is
-// what a missing --no-trunc looks like, and a list we cannot match against
-// would make every tree look stray.
-func fromEntries(es []entry) (listing, error) {
-	l := listing{Live: map[string]bool{}, States: map[string]string{}, Names: map[string][]string{}, PIDs: map[string]int{}}
-	for _, e := range es {
-		if !containerid.Valid(e.ID) {
-			l.Ignored = append(l.Ignored, e.ID)
-			continue
-		}
-		if e.State == "" {
-			// podman always names a state ("unknown" at worst); none means
-			// we are not reading the output we think we are.
-			return listing{}, fmt.Errorf("container %s: no state", e.ID)
-		}
-		l.States[e.ID] = e.State
-		if len(e.Names) > 0 {
-			l.Names[e.ID] = e.Names
-		}
-		if e.PID > 0 {
-			l.PIDs[e.ID] = e.PID
-		}
-		if IsLiveState(e.State) {
-			l.Live[e.ID] = true
-		}
+// maxIgnored bounds the IDs without a full ID a listing keeps to be
+// logged; the rest are only counted.
+const maxIgnored = 16
+
+// listed accumulates a container list, one entry at a time, so a list
+// costs what its containers do, not what its entries decode to. IDs
+// that are not full container IDs are ignored (podman never makes one;
+// they mean mangled or truncated output), but if every entry is one of
+// those the whole list is rejected (done): that is what a missing
+// --no-trunc looks like, and a list we cannot match against would make
+// every tree look stray.
+type listed struct {
+	l       listing
+	entries int
+}
+
+func (b *listed) add(e entry) error {
+	if b.l.Live == nil {
+		b.l = listing{Live: map[string]bool{}, States: map[string]string{}, Names: map[string][]string{}, PIDs: map[string]int{}}
 	}
-	if len(es) > 0 && len(l.States) == 0 {
-		return listing{}, fmt.Errorf("none of the %d listed containers has a full 64-hex ID (truncated output?)", len(es))
+	b.entries++
+	if !containerid.Valid(e.ID) {
+		if len(b.l.Ignored) < maxIgnored {
+			b.l.Ignored = append(b.l.Ignored, strings.Clone(e.ID[:min(len(e.ID), 80)]))
+		}
+		return nil
 	}
-	return l, nil
+	if e.State == "" {
+		// podman always names a state ("unknown" at worst); none means
+		// we are not reading the output we think we are.
+		return fmt.Errorf("container %s: no state", e.ID)
+	}
+	b.l.States[e.ID] = e.State
+	if len(e.Names) > 0 {
+		b.l.Names[e.ID] = e.Names
+	}
+	if e.PID > 0 {
+		b.l.PIDs[e.ID] = e.PID
+	}
+	if IsLiveState(e.State) {
+		b.l.Live[e.ID] = true
+	}
+	return nil
+}
+
+func (b *listed) done() (listing, error) {
+	if b.entries > 0 && len(b.l.States) == 0 {
+		return listing{}, fmt.Errorf("none of the %d listed containers has a full 64-hex ID (truncated output?)", b.entries)
+	}
+	if b.l.Live == nil {
+		b.l = listing{Live: map[string]bool{}, States: map[string]string{}, Names: map[string][]string{}, PIDs: map[string]int{}}
+	}
+	return b.l, nil
 }
 
 func logIgnored(log *slog.Logger, src engine.Source, ids []string) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -84,6 +85,14 @@ func TestParseCLI(t *testing.T) {
 			states:  map[string]string{id('a'): "running"},
 			ignored: []string{"f42f18001b73", strings.ToUpper(idRunning), ""},
 		},
+		{
+			name:    "more without a full ID than are kept to be logged",
+			in:      `[{"Id": "` + id('a') + `", "State": "running"}` + strings.Repeat(`, {"State": "running"}`, maxIgnored+5) + `]`,
+			live:    []string{id('a')},
+			states:  map[string]string{id('a'): "running"},
+			ignored: make([]string, maxIgnored),
+		},
+		{name: "an object", in: `{"Id": "` + id('a') + `", "State": "running"}`, wantErr: true},
 		{
 			name:    "all IDs truncated",
 			in:      `[{"Id": "f42f18001b73", "State": "running"}, {"Id": "c38a7724233c", "State": "exited"}]`,
@@ -250,8 +259,9 @@ func TestCLIEnv(t *testing.T) {
 	}
 }
 
-func TestFromEntriesEmptyState(t *testing.T) {
-	if _, err := fromEntries([]entry{{ID: id('a'), State: ""}}); err == nil {
+func TestListedEmptyState(t *testing.T) {
+	var b listed
+	if err := b.add(entry{ID: id('a'), State: ""}); err == nil {
 		t.Error("empty state accepted")
 	}
 }
@@ -263,5 +273,24 @@ func TestErrUnknownWrapping(t *testing.T) {
 	_, err := Query(t.Context(), Options{URL: "ssh://core@host/run/podman/podman.sock"})
 	if !errors.Is(err, engine.ErrUnknown) {
 		t.Fatalf("err = %v, want ErrUnknown", err)
+	}
+}
+
+// TestParseCLICostsItsBytes: a list of entries that are no containers
+// (16 MiB of "{},", each a struct once decoded) costs a few times its
+// bytes; decoded whole it took gigabytes.
+func TestParseCLICostsItsBytes(t *testing.T) {
+	body := []byte("[" + strings.Repeat("{},", 16<<20/3-1) + "{}]")
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := parseCLI(body)
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "has a full 64-hex ID") {
+		t.Fatalf("parseCLI = %v, want no full ID among them", err)
+	}
+	// Garbage included: each entry's decoding allocates a little.
+	if got := after.TotalAlloc - before.TotalAlloc; got > 8*uint64(len(body)) {
+		t.Errorf("parsing %d bytes allocated %d MiB", len(body), got>>20)
 	}
 }

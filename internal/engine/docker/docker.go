@@ -4,6 +4,7 @@
 package docker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -126,6 +127,9 @@ func (d *docker) get(ctx context.Context, hc *http.Client, path string, v any) e
 		return &dockerStatusError{code: resp.StatusCode, msg: engine.APIMessage(body)}
 	}
 	if err := json.Unmarshal(body, v); err != nil {
+		if le := (*listError)(nil); errors.As(err, &le) {
+			return fmt.Errorf("docker API %s: %w", d.ep.Raw, le)
+		}
 		return fmt.Errorf("docker API %s: %s: not the JSON Docker sends: %w", d.ep.Raw, path, err)
 	}
 	return nil
@@ -160,36 +164,74 @@ type dockerListEntry struct {
 	State *string  `json:"State"`
 }
 
-// list asks for every container. Any entry without a full ID or with a
-// state Docker never reports fails the whole answer: a list we cannot
-// read entirely is not ground truth.
+// listError is an entry of a container list that Docker would not send.
+type listError struct{ msg string }
+
+func (e *listError) Error() string { return e.msg }
+
+// dockerList is a /containers/json answer, decoded one entry at a time
+// and each checked as it comes: an entry of "{}" is 3 bytes of the answer
+// and a struct once decoded, and the first entry without a full ID or
+// with a state Docker never reports fails the whole answer (a list we
+// cannot read entirely is not ground truth).
+type dockerList struct {
+	containers []engine.Container
+	null       bool
+}
+
+func (l *dockerList) UnmarshalJSON(data []byte) error {
+	if bytes.Equal(data, []byte("null")) {
+		l.null = true
+		return nil
+	}
+	// The decoder calling this has checked the syntax of all of data.
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if t, err := dec.Token(); err != nil || t != json.Delim('[') {
+		return errors.New("not a list")
+	}
+	var e dockerListEntry
+	for i := 0; dec.More(); i++ {
+		e = dockerListEntry{}
+		if err := dec.Decode(&e); err != nil {
+			return &listError{fmt.Sprintf("entry %d: not the JSON Docker sends: %v", i, err)}
+		}
+		if e.ID == nil || !containerid.Valid(*e.ID) {
+			return &listError{fmt.Sprintf("entry %d has no full container ID", i)}
+		}
+		if e.State == nil || !dockerStates[*e.State] {
+			return &listError{fmt.Sprintf("container %s: unknown state %.40q", *e.ID, deref(e.State))}
+		}
+		names := make([]string, 0, len(e.Names))
+		for _, n := range e.Names {
+			names = append(names, strings.TrimPrefix(n, "/"))
+		}
+		l.containers = append(l.containers, engine.Container{ID: *e.ID, Names: names, State: *e.State, Live: dockerLiveStates[*e.State]})
+	}
+	return nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "(none)"
+	}
+	return *s
+}
+
+// list asks for every container.
 func (d *docker) list(ctx context.Context) (engine.Answer, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.AskTimeout())
 	defer cancel()
 	start := time.Now()
 	hc, uidOf := d.client()
 	defer hc.CloseIdleConnections()
-	var raw []dockerListEntry
+	var raw dockerList
 	if err := d.get(ctx, hc, "/containers/json?all=1", &raw); err != nil {
 		return engine.Answer{}, err
 	}
-	if raw == nil {
+	if raw.null {
 		return engine.Answer{}, fmt.Errorf("docker API %s: containers/json answered null, not a list", d.ep.Raw)
 	}
-	a := engine.Answer{Engine: "docker", Endpoint: d.ep.Raw, Source: engine.SourceAPI, Took: time.Since(start)}
-	for i, e := range raw {
-		if e.ID == nil || !containerid.Valid(*e.ID) {
-			return engine.Answer{}, fmt.Errorf("docker API %s: entry %d has no full container ID", d.ep.Raw, i)
-		}
-		if e.State == nil || !dockerStates[*e.State] {
-			return engine.Answer{}, fmt.Errorf("docker API %s: container %s: unknown state %v", d.ep.Raw, *e.ID, e.State)
-		}
-		names := make([]string, 0, len(e.Names))
-		for _, n := range e.Names {
-			names = append(names, strings.TrimPrefix(n, "/"))
-		}
-		a.Containers = append(a.Containers, engine.Container{ID: *e.ID, Names: names, State: *e.State, Live: dockerLiveStates[*e.State]})
-	}
+	a := engine.Answer{Engine: "docker", Endpoint: d.ep.Raw, Source: engine.SourceAPI, Took: time.Since(start), Containers: raw.containers}
 	uid, err := uidOf()
 	if err != nil {
 		return engine.Answer{}, fmt.Errorf("docker API %s: %w", d.ep.Raw, err)

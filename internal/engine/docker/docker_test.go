@@ -2,10 +2,12 @@ package docker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -193,5 +195,24 @@ func TestDockerURL(t *testing.T) {
 				t.Fatalf("got %v, %v; want %s", e, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestDockerListCostsItsBytes: a list of entries that are no containers
+// (16 MiB of "{},", each a struct once decoded) is refused at the first
+// entry, not decoded whole first.
+func TestDockerListCostsItsBytes(t *testing.T) {
+	body := []byte("[" + strings.Repeat("{},", 16<<20/3-1) + "{}]")
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	var l dockerList
+	err := json.Unmarshal(body, &l)
+	runtime.ReadMemStats(&after)
+	if le := (*listError)(nil); !errors.As(err, &le) || !strings.Contains(err.Error(), "entry 0 has no full container ID") {
+		t.Fatalf("Unmarshal = %v, want entry 0 refused", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 2*uint64(len(body)) {
+		t.Errorf("decoding %d bytes allocated %d MiB", len(body), got>>20)
 	}
 }

@@ -131,3 +131,47 @@ func TestHookLogDoesNotWaitOnAFIFO(t *testing.T) {
 		t.Fatal("opening the log still waits on the FIFO after 10 s")
 	}
 }
+
+// TestHookLogOnlyOurs: the log is a regular file of the hook's own UID,
+// or /dev/null; a FIFO someone reads (it would hold every write once its
+// buffer filled) and another user's file are refused.
+func TestHookLogOnlyOurs(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "read.log")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reader, err := os.OpenFile(fifo, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	theirs := filepath.Join(dir, "theirs.log")
+	if err := os.WriteFile(theirs, nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		if err := os.Chown(theirs, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name, path string
+		ok         bool
+	}{
+		{"a FIFO with a reader", fifo, false},
+		{"another user's file", theirs, os.Geteuid() != 0},
+		{"/dev/null", "/dev/null", true},
+		{"a new file", filepath.Join(dir, "new.log"), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := openRotated(tc.path, 4096)
+			if err == nil {
+				f.Close()
+			}
+			if (err == nil) != tc.ok {
+				t.Errorf("openRotated(%s) = %v; want opened %v", tc.path, err, tc.ok)
+			}
+		})
+	}
+}

@@ -451,6 +451,20 @@ func openRotated(path string, max int64) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A FIFO someone reads would take lines until its buffer is full and
+	// then hold every write; another user's file is not ours to write.
+	var sys unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &sys); err != nil {
+		f.Close()
+		return nil, err
+	}
+	switch {
+	case sys.Mode&unix.S_IFMT == unix.S_IFCHR && sys.Rdev == unix.Mkdev(1, 3):
+		return f, nil // /dev/null, an operator's way to turn the log off
+	case sys.Mode&unix.S_IFMT != unix.S_IFREG || int(sys.Uid) != os.Geteuid():
+		f.Close()
+		return nil, fmt.Errorf("%s: not a regular file of uid %d", path, os.Geteuid())
+	}
 	st, err := f.Stat()
 	if err != nil || st.Size() < max {
 		return f, nil

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
@@ -70,12 +71,15 @@ const logTail = 1 << 20
 // readHookLog counts the hook's log lines written since boot and returns
 // the latest one.
 func readHookLog(path string, boot time.Time, hostUID int) (int, hookRun, error) {
-	f, err := os.Open(path)
+	// Not blocking on a FIFO at the log's name, nor reading one.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
 		return 0, hookRun{}, err
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Size() > logTail {
+	if st, err := f.Stat(); err == nil && !st.Mode().IsRegular() {
+		return 0, hookRun{}, fmt.Errorf("%s: not a regular file", path)
+	} else if err == nil && st.Size() > logTail {
 		if _, err := f.Seek(-logTail, io.SeekEnd); err != nil {
 			return 0, hookRun{}, err
 		}

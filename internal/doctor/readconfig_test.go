@@ -39,6 +39,8 @@ func TestReadConfig(t *testing.T) {
 		{"a byte over the cap", file("over.conf", strings.Repeat("x", 17)), "", "larger than 16 bytes"},
 		{"a symlink to a file (as /etc/alternatives)", link, "x = 1\n", ""},
 		{"a FIFO", fifo, "", "not a regular file"},
+		{"/dev/null, read as empty (CONTAINERS_CONF_OVERRIDE=/dev/null)", "/dev/null", "", ""},
+		{"another device", "/dev/zero", "", "not a regular file"},
 		{"a directory", dir, "", "not a regular file"},
 		{"missing", filepath.Join(dir, "missing.conf"), "", "no such file"},
 	} {
@@ -68,5 +70,30 @@ func TestReadConfig(t *testing.T) {
 	}
 	if _, err := readConfig(filepath.Join(dir, "missing.conf"), 16); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a missing file: %v, want fs.ErrNotExist (callers take it as not configured)", err)
+	}
+}
+
+// TestReadHookLogRefusesAFIFO: a FIFO at the hook log's name is an error
+// at once, not a wait for a writer.
+func TestReadHookLogRefusesAFIFO(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "kc-hook.log")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := readHookLog(fifo, time.Time{}, 0)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("readHookLog = %v, want not a regular file", err)
+		}
+	case <-time.After(10 * time.Second):
+		if f, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+			f.Close() // releases the blocked open
+		}
+		t.Fatal("readHookLog still waiting on the FIFO after 10 s")
 	}
 }

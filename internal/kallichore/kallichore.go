@@ -191,8 +191,8 @@ const maxSessions = 4096
 type sessionList []ActiveSession
 
 func (l *sessionList) UnmarshalJSON(data []byte) error {
-	// The decoder calling this has checked the syntax of all of data. A
-	// list given twice is taken as the last, as for any other field.
+	// The decoder calling this has checked the syntax of all of data. Of
+	// a list given twice the last is kept, and each must be valid.
 	*l = nil
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if t, err := dec.Token(); err != nil || t != json.Delim('[') {

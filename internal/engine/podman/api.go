@@ -47,7 +47,7 @@ func queryAPI(ctx context.Context, ep endpoint, store storeArgs, log *slog.Logge
 	if r.err != nil {
 		return engine.Set{}, r.err
 	}
-	logIgnored(log, engine.SourceAPI, r.l.Ignored)
+	logIgnored(log, engine.SourceAPI, r.l)
 	set := engine.Set{
 		Source:   engine.SourceAPI,
 		Live:     r.l.Live,

@@ -57,7 +57,7 @@ func queryCLI(ctx context.Context, bin string, global []string, log *slog.Logger
 	if err != nil {
 		return engine.Set{}, fmt.Errorf("podman CLI %s: %w%s", endpoint, err, QuoteStderr(stderr.Bytes()))
 	}
-	logIgnored(log, engine.SourceCLI, l.Ignored)
+	logIgnored(log, engine.SourceCLI, l)
 	set := engine.Set{
 		Source:   engine.SourceCLI,
 		Live:     l.Live,
@@ -171,7 +171,7 @@ func parseCLI(out []byte) (listing, error) {
 		var state string
 		if len(c.State) > 0 {
 			if err := json.Unmarshal(c.State, &state); err != nil {
-				return listing{}, fmt.Errorf("parse ps JSON: entry %d (%q): State %.80s is not a string", i, c.ID, c.State)
+				return listing{}, fmt.Errorf("parse ps JSON: entry %d (%.80q): State %.80s is not a string", i, c.ID, c.State)
 			}
 		}
 		if err := b.add(entry{ID: c.ID, State: state, Names: c.Names, PID: c.Pid}); err != nil {

@@ -250,6 +250,8 @@ type listing struct {
 	Names   map[string][]string
 	PIDs    map[string]int
 	Ignored []string
+	// IgnoredMore counts the IDs without a full ID past those in Ignored.
+	IgnoredMore int
 }
 
 // maxIgnored bounds the IDs without a full ID a listing keeps to be
@@ -276,6 +278,8 @@ func (b *listed) add(e entry) error {
 	if !containerid.Valid(e.ID) {
 		if len(b.l.Ignored) < maxIgnored {
 			b.l.Ignored = append(b.l.Ignored, strings.Clone(e.ID[:min(len(e.ID), 80)]))
+		} else {
+			b.l.IgnoredMore++
 		}
 		return nil
 	}
@@ -307,8 +311,11 @@ func (b *listed) done() (listing, error) {
 	return b.l, nil
 }
 
-func logIgnored(log *slog.Logger, src engine.Source, ids []string) {
-	for _, id := range ids {
+func logIgnored(log *slog.Logger, src engine.Source, l listing) {
+	for _, id := range l.Ignored {
 		log.Warn("ignoring a listed container without a full ID", "source", src, "id", id)
+	}
+	if l.IgnoredMore > 0 {
+		log.Warn("ignoring more listed containers without a full ID", "source", src, "count", l.IgnoredMore)
 	}
 }

@@ -34,6 +34,7 @@ func TestParseCLI(t *testing.T) {
 		live    []string
 		states  map[string]string
 		ignored []string
+		more    int // IDs without a full ID past those kept
 		wantErr bool
 	}{
 		{
@@ -91,6 +92,7 @@ func TestParseCLI(t *testing.T) {
 			live:    []string{id('a')},
 			states:  map[string]string{id('a'): "running"},
 			ignored: make([]string, maxIgnored),
+			more:    5,
 		},
 		{name: "an object", in: `{"Id": "` + id('a') + `", "State": "running"}`, wantErr: true},
 		{
@@ -126,8 +128,8 @@ func TestParseCLI(t *testing.T) {
 			if !reflect.DeepEqual(l.States, tt.states) {
 				t.Errorf("states = %v, want %v", l.States, tt.states)
 			}
-			if !slices.Equal(l.Ignored, tt.ignored) {
-				t.Errorf("ignored = %q, want %q", l.Ignored, tt.ignored)
+			if !slices.Equal(l.Ignored, tt.ignored) || l.IgnoredMore != tt.more {
+				t.Errorf("ignored = %q and %d more, want %q and %d", l.Ignored, l.IgnoredMore, tt.ignored, tt.more)
 			}
 		})
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 // TestReadConfig: what doctor reads of configuration is a regular file
@@ -45,18 +47,9 @@ func TestReadConfig(t *testing.T) {
 		{"missing", filepath.Join(dir, "missing.conf"), "", "no such file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			done := make(chan struct{})
 			var data []byte
 			var err error
-			go func() { data, err = readConfig(tc.path, 16); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				if f, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
-					f.Close() // releases the blocked open
-				}
-				t.Fatal("readConfig still waiting after 10 s")
-			}
+			testutil.NotBlockedBy(t, fifo, func() { data, err = readConfig(tc.path, 16) })
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("readConfig = %q, %v; want an error saying %q", data, err, tc.err)
@@ -80,20 +73,9 @@ func TestReadHookLogRefusesAFIFO(t *testing.T) {
 	if err := unix.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() {
-		_, _, err := readHookLog(fifo, time.Time{}, 0)
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
-			t.Errorf("readHookLog = %v, want not a regular file", err)
-		}
-	case <-time.After(10 * time.Second):
-		if f, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
-			f.Close() // releases the blocked open
-		}
-		t.Fatal("readHookLog still waiting on the FIFO after 10 s")
+	var err error
+	testutil.NotBlockedBy(t, fifo, func() { _, _, err = readHookLog(fifo, time.Time{}, 0) })
+	if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("readHookLog = %v, want not a regular file", err)
 	}
 }

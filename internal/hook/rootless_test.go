@@ -31,7 +31,7 @@ func startOtherUsersTree(t *testing.T, id string) fingerprint.Stat {
 	dir := testutil.OpenTempDir(t, "kc-other-", 0o777)
 	copyExec := func(src, name string) string {
 		p := filepath.Join(dir, name)
-		if err := testutil.CopyFile(src, p, 0o755); err != nil {
+		if err := testutil.CopyNew(src, p, 0o755); err != nil {
 			t.Fatal(err)
 		}
 		return p

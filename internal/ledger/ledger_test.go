@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 func id(n int) string { return fmt.Sprintf("%064x", n) }
@@ -393,22 +394,10 @@ func TestTraceWriteAndRead(t *testing.T) {
 			}
 			files = append(files, theirs)
 		}
-		done := make(chan []TraceEntry, 1)
-		go func() {
-			entries, _ := ReadTrace(files, e.Time.Add(-time.Second))
-			done <- entries
-		}()
-		select {
-		case entries := <-done:
-			if len(entries) != 0 {
-				t.Errorf("ReadTrace read %+v from %v", entries, files)
-			}
-		case <-time.After(10 * time.Second):
-			// Release the blocked open so the test can end.
-			if f, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
-				f.Close()
-			}
-			t.Fatal("ReadTrace still waiting after 10 s: it opened the FIFO as a reader")
+		var entries []TraceEntry
+		testutil.NotBlockedBy(t, fifo, func() { entries, _ = ReadTrace(files, e.Time.Add(-time.Second)) })
+		if len(entries) != 0 {
+			t.Errorf("ReadTrace read %+v from %v", entries, files)
 		}
 	})
 }

@@ -55,3 +55,44 @@ func TestRunOwnGroup(t *testing.T) {
 		})
 	}
 }
+
+// OwnGroupKilledOnCancel kills the child's group when the context ends
+// while the child runs, and never once the child has exited by itself:
+// what it left in its group then stays (podman's rootless pause process).
+func TestOwnGroupKilledOnCancel(t *testing.T) {
+	for _, tc := range []struct {
+		name, script string
+		survives     bool // the child's child must outlive the run and the cancel
+	}{
+		{name: "overstays", script: "sleep 600 </dev/null >/dev/null 2>&1 & echo $! >\"$1\"; wait"},
+		{name: "exits leaving a child", script: "sleep 600 </dev/null >/dev/null 2>&1 & echo $! >\"$1\"; exit 0", survives: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pidFile := filepath.Join(t.TempDir(), "child")
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "/bin/sh", "-c", tc.script, "sh", pidFile)
+			pgkill.OwnGroupKilledOnCancel(cmd)
+			err := cmd.Run()
+			cancel() // the context ends after the child, where it exited first
+			pid := testutil.ReadPID(t, pidFile)
+			if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+				defer unix.Close(fd)
+				defer unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+			}
+			if tc.survives {
+				if err != nil {
+					t.Fatalf("the child failed: %v", err)
+				}
+				// A kill would have come within Run: Cancel runs only then.
+				if !fingerprint.Running(fingerprint.DefaultRoot, pid) {
+					t.Errorf("the child %d it left in its group was killed after it exited", pid)
+				}
+				return
+			}
+			if !testutil.WaitStopped(pid, 5*time.Second) {
+				t.Fatalf("the child %d outlived the deadline (run: %v)", pid, err)
+			}
+		})
+	}
+}

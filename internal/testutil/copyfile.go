@@ -13,9 +13,10 @@ func CopyFile(src, dst string, mode os.FileMode) error {
 	return copyFile(src, dst, mode, os.O_TRUNC)
 }
 
-// copyNew copies src to a new file dst, never through a name another
-// user placed there first (a directory open to all).
-func copyNew(src, dst string, mode os.FileMode) error {
+// CopyNew copies src to a new file dst, never through a name another
+// user placed there first: what a test copies as root into a directory
+// open to all.
+func CopyNew(src, dst string, mode os.FileMode) error {
 	return copyFile(src, dst, mode, os.O_EXCL|syscall.O_NOFOLLOW)
 }
 

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 )
 
@@ -54,4 +56,31 @@ func WaitStopped(pid int, d time.Duration) bool {
 		}
 	}
 	return true
+}
+
+// NotBlockedBy runs f and fails the test if f has not returned within
+// 10 s: code that opens fifo (a FIFO no one else opens) blocking waits
+// for the other end for ever. fifo is then opened for reading and
+// writing, which never blocks and lets a waiting open of either end
+// return, so that f ends before the test does.
+func NotBlockedBy(t testing.TB, fifo string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+		return
+	case <-time.After(10 * time.Second):
+	}
+	if fd, err := unix.Open(fifo, unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0); err == nil {
+		unix.Close(fd)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+	}
+	t.Fatalf("still waiting after 10 s: the FIFO %s was opened blocking", fifo)
 }

@@ -51,7 +51,7 @@ func SelfAsNobody(t testing.TB, dir, name string, env ...string) *exec.Cmd {
 		t.Fatal(err)
 	}
 	exe := filepath.Join(dir, name)
-	if err := copyNew(self, exe, 0o755); err != nil {
+	if err := CopyNew(self, exe, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(exe, "-test.run=^$")

@@ -7,13 +7,15 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
@@ -167,16 +169,7 @@ func TestQueryHangingAPIAndCLIIsUnknownWithinTimeout(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "hung.sock")
 	silentSocket(t, sock)
-	pidFile := filepath.Join(dir, "child.pid")
-	// The script's child keeps stdout open: killing the script alone would
-	// leave the pipe open and the reader waiting.
-	bin := writeScript(t, dir, "podman", "sleep 300 &\necho $! > "+pidFile+"\nwait\n")
-	var childPID int
-	t.Cleanup(func() {
-		if childPID > 0 && !proc.Dead(childPID) {
-			syscall.Kill(childPID, syscall.SIGKILL)
-		}
-	})
+	bin, childGone := holdingCLI(t, "")
 
 	const timeout = 2 * time.Second
 	start := time.Now()
@@ -189,12 +182,41 @@ func TestQueryHangingAPIAndCLIIsUnknownWithinTimeout(t *testing.T) {
 	if took > timeout+time.Second {
 		t.Errorf("took %v with a %v timeout", took, timeout)
 	}
-	b, err := os.ReadFile(pidFile)
-	if err != nil {
-		t.Fatalf("the hanging CLI never ran: %v", err)
+	childGone()
+}
+
+// holdingCLI writes a podman CLI that prints first, then leaves a child
+// holding its output and waits for it: killing the script alone would
+// leave the pipe open and the reader waiting. childGone, called after the
+// query, checks that the query's kill took the child too; a child still
+// running at cleanup is killed, through a pidfd of the sleep it was.
+func holdingCLI(t *testing.T, first string) (bin string, childGone func()) {
+	t.Helper()
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "child.pid")
+	bin = writeScript(t, dir, "podman", first+"sleep 300 &\necho $! > "+pidFile+"\nwait\n")
+	t.Cleanup(func() {
+		if !testutil.PathExists(pidFile) {
+			return
+		}
+		pid := testutil.ReadPID(t, pidFile)
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			return
+		}
+		defer unix.Close(fd)
+		if st, err := fingerprint.ReadStat("/proc", pid); err == nil && st.Comm == "sleep" {
+			unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+		}
+	})
+	return bin, func() {
+		t.Helper()
+		if !testutil.PathExists(pidFile) {
+			t.Fatal("the CLI never ran")
+		}
+		pid := testutil.ReadPID(t, pidFile)
+		proc.WaitFor(t, 5*time.Second, "the CLI's child to die", func() bool { return proc.Dead(pid) })
 	}
-	childPID, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-	proc.WaitFor(t, 5*time.Second, "the hung CLI's child to die", func() bool { return proc.Dead(childPID) })
 }
 
 func TestQueryHangingAPILeavesTimeForCLI(t *testing.T) {
@@ -268,26 +290,13 @@ func TestVersionCLI(t *testing.T) {
 		})
 	}
 	t.Run("a child holds its output", func(t *testing.T) {
-		dir := t.TempDir()
-		pidFile := filepath.Join(dir, "child.pid")
-		bin := writeScript(t, dir, "podman", "echo 'podman version 4.3.1'\nsleep 300 &\necho $! > "+pidFile+"\nwait\n")
-		var childPID int
-		t.Cleanup(func() {
-			if childPID > 0 && !proc.Dead(childPID) {
-				syscall.Kill(childPID, syscall.SIGKILL)
-			}
-		})
+		bin, childGone := holdingCLI(t, "echo 'podman version 4.3.1'\n")
 		const timeout = 2 * time.Second
 		start := time.Now()
 		got, err := version(t, bin, timeout)
 		if took := time.Since(start); err == nil || took > timeout+time.Second {
 			t.Errorf("Version = %q, %v after %v; want an error within the %v timeout", got, err, took, timeout)
 		}
-		b, err := os.ReadFile(pidFile)
-		if err != nil {
-			t.Fatalf("the CLI never ran: %v", err)
-		}
-		childPID, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		proc.WaitFor(t, 5*time.Second, "the CLI's child to die", func() bool { return proc.Dead(childPID) })
+		childGone()
 	})
 }

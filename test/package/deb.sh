@@ -49,6 +49,9 @@ before=$(listing)
 
 pkg -i "$deb"
 name=$(dpkg-deb -f "$deb" Package)
+# dpkg --root must have told the scripts (DPKG_ROOT) before they could
+# reach this host's systemd or /var/lib.
+[ ! -s "$aside/calls" ] || fail "the install's scripts under dpkg --root called systemctl: $(cat "$aside/calls")"
 
 # doctor as an operator on that host runs it: the binary is static, so a
 # chroot into the package's files is that host. Its exit status speaks of
@@ -85,6 +88,9 @@ ln -s /usr/lib/systemd/system/kc-janitor-watch.service "$root/etc/systemd/system
 mkdir -p "$root/etc/systemd/user/default.target.wants"
 ln -s /usr/lib/systemd/user/kc-janitor-watch.service "$root/etc/systemd/user/default.target.wants/kc-janitor-watch.service"
 ln -s /usr/lib/systemd/system/other.timer "$wants/other.timer"
+# Links of the package's names that enable another file, or climb out.
+ln -s /usr/lib/systemd/system/other.timer "$root/etc/systemd/system/multi-user.target.wants/kc-janitor.timer"
+ln -s /usr/lib/systemd/system/../../../../etc/kc.service "$root/etc/systemd/system/multi-user.target.wants/kc-janitor.service"
 # An operator's own unit of the package's name, in /etc, and enabled.
 own=$root/etc/systemd/system/graphical.target.wants/kc-janitor.service
 mkdir -p "${own%/*}"
@@ -101,6 +107,10 @@ done
 [ -L "$wants/other.timer" ] && [ -f "$wants/kc-janitor.service" ] && [ ! -L "$wants/kc-janitor.service" ] ||
 	fail "the purge removed what is not a kc-watchman unit's link: $(ls -l "$wants")"
 [ -L "$own" ] || fail "the purge disabled the operator's own kc-janitor.service in /etc"
+for kept in kc-janitor.timer kc-janitor.service; do
+	[ -L "$root/etc/systemd/system/multi-user.target.wants/$kept" ] ||
+		fail "the purge removed multi-user.target.wants/$kept, which enables no file of the package"
+done
 [ ! -s "$aside/calls" ] || fail "maintainer scripts under dpkg --root called systemctl: $(cat "$aside/calls")"
 rm -r "$root/etc/systemd"
 

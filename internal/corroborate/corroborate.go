@@ -165,7 +165,11 @@ func (c *Checker) Check(q Query) (Evidence, bool, error) {
 		members[m] = true
 	}
 	for _, ch := range c.children {
-		if ch.uid != 0 && ch.uid != q.UID {
+		// Another user's process counts only as a child of root's
+		// monitor (a rootful container run as a third UID): a user can
+		// make no child of root's shim or conmon, but can run a monitor
+		// of his own.
+		if ch.uid != 0 && ch.uid != q.UID && ch.monitor.UID != 0 {
 			continue
 		}
 		if _, ok := c.inContainer(ch.cgroups, q.ID, exact); !ok {
@@ -464,8 +468,16 @@ func (c *Checker) scan() error {
 		}
 	}
 	c.monitors = make(map[int]bool, len(monitors))
-	for pid := range monitors {
+	for pid, p := range monitors {
 		c.monitors[pid] = true
+		if p.UID < 0 {
+			// The /proc lister learns no UID: read it, for the rule on
+			// another user's children above.
+			if id, err := r.IdentitySince(pid, p.StartTicks); err == nil {
+				p.UID = id.UID
+				monitors[pid] = p
+			}
+		}
 	}
 	if len(monitors) == 0 {
 		return nil

@@ -442,28 +442,32 @@ const maxLogSize = 1 << 20
 // so two never rotate the same log twice. One that finds the lock taken
 // appends where it is: the holder is renaming.
 func openRotated(path string, max int64) (*os.File, error) {
-	open := func() (*os.File, error) {
+	open := func() (f *os.File, null bool, err error) {
 		// Root appends here: never through a symlink planted at the name,
 		// and never waiting on a FIFO there (a regular file does not block).
-		return os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0o600)
+		f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY, 0o600)
+		if err != nil {
+			return nil, false, err
+		}
+		// A FIFO someone reads would take lines until its buffer is full
+		// and then hold every write; another user's file is not ours.
+		var st unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+			f.Close()
+			return nil, false, err
+		}
+		switch {
+		case st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == unix.Mkdev(1, 3):
+			return f, true, nil // /dev/null, an operator's way to turn the log off
+		case st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid():
+			f.Close()
+			return nil, false, fmt.Errorf("%s: not a regular file of uid %d", path, os.Geteuid())
+		}
+		return f, false, nil
 	}
-	f, err := open()
-	if err != nil {
-		return nil, err
-	}
-	// A FIFO someone reads would take lines until its buffer is full and
-	// then hold every write; another user's file is not ours to write.
-	var sys unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &sys); err != nil {
-		f.Close()
-		return nil, err
-	}
-	switch {
-	case sys.Mode&unix.S_IFMT == unix.S_IFCHR && sys.Rdev == unix.Mkdev(1, 3):
-		return f, nil // /dev/null, an operator's way to turn the log off
-	case sys.Mode&unix.S_IFMT != unix.S_IFREG || int(sys.Uid) != os.Geteuid():
-		f.Close()
-		return nil, fmt.Errorf("%s: not a regular file of uid %d", path, os.Geteuid())
+	f, null, err := open()
+	if err != nil || null {
+		return f, err
 	}
 	st, err := f.Stat()
 	if err != nil || st.Size() < max {
@@ -481,7 +485,8 @@ func openRotated(path string, max int64) (*os.File, error) {
 		}
 	}
 	f.Close() // drops the lock
-	return open()
+	f, _, err = open()
+	return f, err
 }
 
 // isTerminal reports whether f is a terminal.

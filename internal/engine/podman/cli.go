@@ -138,10 +138,11 @@ type cliContainer struct {
 var errNoOutput = errors.New("no output")
 
 // parseCLI reads `podman ps --all --no-trunc --format json`. A JSON array
-// of containers, "[]" or "null" (no containers) is accepted; empty output,
-// anything else, or an entry whose State is missing or not a string is an
-// error. Entries without a full ID are ignored (listed in Ignored) unless
-// all of them are (see fromEntries).
+// of containers, "[]" for none, is accepted; empty output, "null" (podman
+// has printed "[]" for no containers since 1.6; taken for an answer it
+// would make every tree look stray), anything else, or an entry whose
+// State is missing or not a string is an error. Entries without a full ID
+// are ignored (listed in Ignored) unless all of them are (see listed).
 //
 // The list is decoded one entry at a time: an entry of "{}" is 3 bytes of
 // the answer and a struct once decoded, and the answer may be a user's
@@ -154,10 +155,10 @@ func parseCLI(out []byte) (listing, error) {
 	if !json.Valid(out) {
 		return listing{}, fmt.Errorf("parse ps JSON: %w", json.Unmarshal(out, new(any)))
 	}
-	var b listed
 	if bytes.Equal(out, []byte("null")) {
-		return b.done()
+		return listing{}, fmt.Errorf("parse ps JSON: null, not a list")
 	}
+	var b listed
 	dec := json.NewDecoder(bytes.NewReader(out))
 	if t, _ := dec.Token(); t != json.Delim('[') {
 		return listing{}, fmt.Errorf("parse ps JSON: not a list")

@@ -45,7 +45,7 @@ func TestParseCLI(t *testing.T) {
 		},
 		{name: "empty output", in: "", wantErr: true},
 		{name: "whitespace only", in: " \n", wantErr: true},
-		{name: "null", in: "null\n", states: map[string]string{}},
+		{name: "null", in: "null\n", wantErr: true},
 		{name: "empty list", in: "[]\n", states: map[string]string{}},
 		{name: "garbage", in: "Error: something went wrong\n", wantErr: true},
 		{name: "truncated JSON", in: `[{"Id": "` + id('a') + `", "State": "runn`, wantErr: true},

@@ -66,16 +66,26 @@ func TestSweepAndCullInRealContainer(t *testing.T) {
 		}
 	}
 
-	code, out = runJanitorCapture(t, podmanArgs(e, "cull", "--container", name, "--socket-dir", "/tmp", "--format", "json")...)
-	if code != exitOK {
-		t.Fatalf("cull exit %d\n%s", code, out)
-	}
-	var cr cullOut
-	if err := json.Unmarshal([]byte(out), &cr); err != nil {
-		t.Fatal(err)
-	}
-	if len(cr.Supervisors) != 1 || cr.Supervisors[0].Socket != control || len(cr.Supervisors[0].Candidates) != 1 {
-		t.Errorf("cull: %s", out)
+	// cull audits the supervisors its own sweep finds live; on a loaded
+	// machine that probe can come back unknown (the supervisor is then
+	// not audited, exit 0), so a run that finds none is taken again.
+	for try := 1; ; try++ {
+		code, out = runJanitorCapture(t, podmanArgs(e, "cull", "--container", name, "--socket-dir", "/tmp", "--format", "json", "--log-level", "info")...)
+		if code != exitOK {
+			t.Fatalf("cull exit %d\n%s", code, out)
+		}
+		var cr cullOut
+		if err := json.Unmarshal([]byte(out), &cr); err != nil {
+			t.Fatal(err)
+		}
+		if len(cr.Supervisors) == 0 && try < 3 {
+			t.Logf("cull found no live supervisor (try %d): %s", try, out)
+			continue
+		}
+		if len(cr.Supervisors) != 1 || cr.Supervisors[0].Socket != control || len(cr.Supervisors[0].Candidates) != 1 {
+			t.Errorf("cull: %s", out)
+		}
+		break
 	}
 
 	// SIGKILL the supervisor (found as the init's kcserver child on the

@@ -141,11 +141,7 @@ func rowOf(f cli.Flag) flagRow {
 			r.names += " " + placeholder(d.GetUsage())
 		}
 	}
-	var env []string
-	for _, e := range d.GetEnvVars() {
-		env = append(env, e)
-	}
-	r.env = strings.Join(env, ", ")
+	r.env = strings.Join(d.GetEnvVars(), ", ")
 	r.def = strings.Trim(d.GetDefaultText(), `"`)
 	if _, isBool := f.(*cli.BoolFlag); r.def == "[]" || isBool && r.def == "false" {
 		r.def = "" // an unset switch needs no default

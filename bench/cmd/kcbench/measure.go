@@ -180,7 +180,7 @@ func (b *bench) atN(n int) error {
 	start := time.Now()
 	added, err := pop.grow(n)
 	if err != nil {
-		return fmt.Errorf("N=%d: %w", n, err)
+		return fmt.Errorf("at %d processes: %w", n, err)
 	}
 	procs := countProcesses()
 	progress("N=%d: added %d in %v; host has %d processes", n, added, time.Since(start).Round(time.Millisecond), procs)

@@ -48,10 +48,9 @@ func stxW(dst uint8, off int16, src uint8) insn {
 func stxDW(dst uint8, off int16, src uint8) insn {
 	return insn{op: opStxDW, dst: dst, src: src, off: off}
 }
-func stW(dst uint8, off int16, imm int32) insn { return insn{op: opStW, dst: dst, off: off, imm: imm} }
-func mov(dst, src uint8) insn                  { return insn{op: opMovReg, dst: dst, src: src} }
-func movImm(dst uint8, imm int32) insn         { return insn{op: opMovImm, dst: dst, imm: imm} }
-func addImm(dst uint8, imm int32) insn         { return insn{op: opAddImm, dst: dst, imm: imm} }
+func mov(dst, src uint8) insn          { return insn{op: opMovReg, dst: dst, src: src} }
+func movImm(dst uint8, imm int32) insn { return insn{op: opMovImm, dst: dst, imm: imm} }
+func addImm(dst uint8, imm int32) insn { return insn{op: opAddImm, dst: dst, imm: imm} }
 func jeqImm(dst uint8, imm int32, skip int16) insn {
 	return insn{op: opJeqImm, dst: dst, imm: imm, off: skip}
 }

@@ -40,7 +40,8 @@ func OwnGroupKilledOnCancel(cmd *exec.Cmd) {
 // its group outlives the call, even when the child exits at once and
 // leaves a process holding its stdout. The kill comes before the child is
 // reaped (waitid with WNOWAIT), while its PID, the group's ID, cannot be
-// another process's. timedOut says ctx ended first.
+// another process's; the child itself is killed too, in whatever group it
+// moved to. timedOut says ctx ended first.
 func RunOwnGroup(ctx context.Context, cmd *exec.Cmd) (timedOut bool, err error) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
@@ -66,8 +67,11 @@ func RunOwnGroup(ctx context.Context, cmd *exec.Cmd) (timedOut bool, err error) 
 	case <-ctx.Done():
 		timedOut = true
 	}
-	// Unreaped until cmd.Wait below, so the group is still the child's.
+	// Unreaped until cmd.Wait below, so the group is still the child's,
+	// and the PID its own: a child that moved itself into another group
+	// is not in the one killed, and is killed by PID.
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	_ = cmd.Process.Kill()
 	<-exited
 	return timedOut, cmd.Wait()
 }

@@ -15,24 +15,49 @@ import (
 )
 
 // RunOwnGroup kills what the child left in its group, whether the child
-// exited or overstayed, and nothing that left the group (a setsid'd
-// process is another group: not its to kill).
+// exited or overstayed, the child itself wherever it went, and nothing
+// else that left the group (a setsid'd process is another group: not its
+// to kill).
 func TestRunOwnGroup(t *testing.T) {
 	for _, tc := range []struct {
 		name, script string
+		argv         []string // run instead of the script, with the PID file's path last
 		timedOut     bool
 		survives     bool // the child's child must outlive the run
 	}{
 		{name: "exits leaving a child", script: "sleep 600 </dev/null >/dev/null 2>&1 & echo $! >\"$1\"; exit 0"},
 		{name: "overstays", script: "sleep 600 </dev/null >/dev/null 2>&1 & echo $! >\"$1\"; wait", timedOut: true},
 		// The child writes its PID once setsid has moved it out of the group.
+		// The child itself leaves its group for the caller's: the group
+		// killed is then empty, and the child must die all the same.
+		{name: "leaves its group", argv: []string{"perl", "-e", `setpgrp(0, getpgrp(getppid())) or die "setpgrp: $!"; open(my $f, ">", $ARGV[0]) or die; print $f "$$"; close $f; sleep 600`}, timedOut: true},
 		{name: "a child in its own session", script: "setsid sh -c 'echo $$ >\"$1\"; exec sleep 600' sh \"$1\" </dev/null >/dev/null 2>&1 & while [ ! -s \"$1\" ]; do :; done; exit 0", survives: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pidFile := filepath.Join(t.TempDir(), "child")
-			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			deadline, cmd := 500*time.Millisecond, exec.Command("/bin/sh", "-c", tc.script, "sh", pidFile)
+			if tc.argv != nil {
+				// Longer: perl must have left the group by then.
+				deadline, cmd = 2*time.Second, exec.Command(tc.argv[0], append(tc.argv[1:], pidFile)...)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
 			defer cancel()
-			timedOut, err := pgkill.RunOwnGroup(ctx, exec.Command("/bin/sh", "-c", tc.script, "sh", pidFile))
+			var timedOut bool
+			var err error
+			ran := make(chan struct{})
+			go func() {
+				defer close(ran)
+				timedOut, err = pgkill.RunOwnGroup(ctx, cmd)
+			}()
+			select {
+			case <-ran:
+			case <-time.After(10 * time.Second):
+				if fd, err := unix.PidfdOpen(testutil.ReadPID(t, pidFile), 0); err == nil {
+					unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+					unix.Close(fd)
+				}
+				t.Fatal("RunOwnGroup did not return 10 s after the deadline")
+			}
 			if timedOut != tc.timedOut {
 				t.Errorf("timedOut = %v (err %v), want %v", timedOut, err, tc.timedOut)
 			}

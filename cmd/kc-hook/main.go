@@ -130,7 +130,7 @@ func (cl *commandLine) flagSet() *flag.FlagSet {
 func writeHookHelp(w io.Writer) {
 	io.WriteString(w, hookHelp)
 	writeOptions(w, new(commandLine).flagSet(), hookEnv, "--help, -h\tshow this help", "--version, -v\tprint the version",
-		checkSettingsFlag+"\tfirst on the line: only judge the options, variables and STAGE after it (kc-janitor doctor runs this)")
+		checkSettingsFlag+"\tfirst on the line: only judge the options, variables and STAGE after it and print \"settings ok\" (exit 0) or \"settings refused: WHY\" (exit 2); kc-janitor doctor runs this")
 }
 
 func main() {

@@ -367,6 +367,18 @@ func TestTraceWriteAndRead(t *testing.T) {
 			t.Fatal("WriteTrace wrote another user's file")
 		}
 	})
+	t.Run("never a file others may write", func(t *testing.T) {
+		p := filepath.Join(dir, "open.trace")
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, 0o622); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := WriteTrace([]string{p}, e); err == nil {
+			t.Fatal("WriteTrace wrote a file others may write")
+		}
+	})
 	// What anyone may leave at a trace file's name in the temp dir is not
 	// read: a FIFO would hold the open for ever, and another user's file,
 	// or a symlink to ours, could say anything.
@@ -383,7 +395,14 @@ func TestTraceWriteAndRead(t *testing.T) {
 		if err := os.Symlink(second, link); err != nil {
 			t.Fatal(err)
 		}
-		files := []string{fifo, link}
+		open := filepath.Join(dir, "ours-others-may-write.trace")
+		if err := os.WriteFile(open, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(open, 0o662); err != nil {
+			t.Fatal(err)
+		}
+		files := []string{fifo, link, open}
 		if os.Geteuid() == 0 {
 			theirs := filepath.Join(dir, "theirs-with-lines.trace")
 			if err := os.WriteFile(theirs, data, 0o644); err != nil {

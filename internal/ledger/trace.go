@@ -44,8 +44,8 @@ func TraceFiles(hostUID int) []string {
 }
 
 // WriteTrace appends e to the first trace file that can be written safely
-// (a regular file of the caller's own, reached without following a
-// symlink) and returns its path.
+// (a regular file of the caller's own that only it may write, reached
+// without following a symlink) and returns its path.
 func WriteTrace(files []string, e TraceEntry) (string, error) {
 	line, err := json.Marshal(e)
 	if err != nil {
@@ -75,9 +75,9 @@ func appendTrace(path string, line []byte) error {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	// In a shared temp dir, someone else's file under this name is not
-	// ours to write.
-	if st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid() {
-		return fmt.Errorf("%s: not a regular file of uid %d", path, os.Geteuid())
+	// ours to write, nor is one others may write lines into.
+	if !ownTrace(&st) {
+		return fmt.Errorf("%s: not a regular file of uid %d that only it may write", path, os.Geteuid())
 	}
 	if st.Size > traceLimit {
 		if err := f.Truncate(0); err != nil {
@@ -92,10 +92,10 @@ func appendTrace(path string, line []byte) error {
 
 // ReadTrace returns the entries of the trace files written at or after
 // since, oldest first, and the files they came from. It reads only what
-// WriteTrace would have written: a regular file of the caller's own,
-// reached without following a symlink. The names are in the temp dir,
-// where anyone may put a FIFO (which would hold the open) or a file of
-// their own saying anything.
+// WriteTrace would have written: a regular file of the caller's own that
+// only it may write, reached without following a symlink. The names are
+// in the temp dir, where anyone may put a FIFO (which would hold the
+// open) or a file of their own saying anything.
 func ReadTrace(files []string, since time.Time) ([]TraceEntry, []string) {
 	var out []TraceEntry
 	var from []string
@@ -109,6 +109,12 @@ func ReadTrace(files []string, since time.Time) ([]TraceEntry, []string) {
 	return out, from
 }
 
+// ownTrace: a trace file is a regular file of the caller's that no group
+// or other user may write.
+func ownTrace(st *unix.Stat_t) bool {
+	return st.Mode&unix.S_IFMT == unix.S_IFREG && int(st.Uid) == os.Geteuid() && st.Mode&0o022 == 0
+}
+
 func readTrace(path string, since time.Time, out []TraceEntry) []TraceEntry {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
@@ -117,7 +123,7 @@ func readTrace(path string, since time.Time, out []TraceEntry) []TraceEntry {
 	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
 	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid() {
+	if unix.Fstat(fd, &st) != nil || !ownTrace(&st) {
 		return out
 	}
 	sc := bufio.NewScanner(io.LimitReader(f, traceLimit*2))

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -38,6 +39,12 @@ func run(args []string) int {
 	}
 	var ec cli.ExitCoder
 	if errors.As(err, &ec) {
+		// urfave/cli's help command exits 3 on a topic it does not know:
+		// here 3 means "ground truth unknown", which alerts page on.
+		if topic, ok := strings.CutPrefix(err.Error(), "No help topic for '"); ok && ec.ExitCode() == exitUnknown {
+			fmt.Fprintln(os.Stderr, "kc-janitor:", cliapp.UnknownCommand(app, strings.TrimSuffix(topic, "'")))
+			return exitUsage
+		}
 		if msg := err.Error(); msg != "" {
 			fmt.Fprintln(os.Stderr, "kc-janitor:", msg)
 		}

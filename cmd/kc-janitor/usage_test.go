@@ -49,6 +49,10 @@ func TestUsageErrors(t *testing.T) {
 		{"unknown global flag", []string{"--frobnicate", "reconcile"}, "unknown flag --frobnicate (see kc-janitor --help)"},
 		{"bad number", []string{"sweep", "--workers", "x"}, `invalid value "x" for --workers: want a whole number`},
 		{"bad switch", []string{"reconcile", "--apply=maybe"}, `invalid boolean value "maybe" for --apply: want true or false`},
+		{"flag without its value", []string{"--state-dir"}, "kc-janitor: --state-dir needs a value"},
+		{"command flag without its value", []string{"reconcile", "--min-age"}, "kc-janitor: --min-age needs a value"},
+		{"bad short switch", []string{"status", "-q=2"}, `invalid boolean value "2" for -q: want true or false`},
+		{"help on no command", []string{"help", "reconcil"}, `"reconcil" is not a kc-janitor command; did you mean reconcile?`},
 		{"bad log level", []string{"sweep", "--socket-dir", socks, "--log-level", "loud"}, "--log-level must be debug, info, warn or error"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -49,11 +49,7 @@ func nearest(name string, names []string) string {
 // own, or a global one. name is as the flag package reports it, without
 // dashes.
 func UnknownFlag(c *cli.Context, name string) string {
-	typed := "--" + name
-	if len(name) == 1 {
-		typed = "-" + name
-	}
-	msg := "unknown flag " + typed
+	msg := "unknown flag " + Dashed(name)
 	if c == nil || c.App == nil || c.Command == nil {
 		return msg + " (see --help)"
 	}
@@ -95,8 +91,11 @@ func editDistance(a, b string) int {
 }
 
 var (
-	goFlagName   = regexp.MustCompile(`\b(?:for flag|flag|for) -{0,2}([A-Za-z0-9][A-Za-z0-9_-]*)`)
+	// A flag's name after "for flag" (urfave/cli's words for a variable
+	// it could not parse, without dashes) or "for -" (package flag's).
+	goFlagName   = regexp.MustCompile(`\b(?:for flag -{0,2}|for -{1,2})([A-Za-z0-9][A-Za-z0-9_-]*)`)
 	undefinedArg = regexp.MustCompile(`^flag provided but not defined: -{1,2}(.*)$`)
+	missingValue = regexp.MustCompile(`^flag needs an argument: -{1,2}(.*)$`)
 )
 
 // DurationHint is what every duration flag accepts, as usage errors say.
@@ -117,18 +116,31 @@ func UsageMessageIn(c *cli.Context, err error, cmds []*cli.Command) string {
 	if m := undefinedArg.FindStringSubmatch(msg); m != nil {
 		return UnknownFlag(c, m[1])
 	}
+	if m := missingValue.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("%s needs a value", Dashed(m[1]))
+	}
 	var name string
 	if m := goFlagName.FindStringSubmatch(msg); m != nil {
 		name = m[1]
 	}
-	msg = goFlagName.ReplaceAllString(msg, "for --$1")
+	msg = goFlagName.ReplaceAllStringFunc(msg, func(s string) string {
+		return "for " + Dashed(goFlagName.FindStringSubmatch(s)[1])
+	})
 	hints := map[string]string{"duration": DurationHint, "bool": "want true or false", "int": "want a whole number"}
 	if hint, ok := hints[flagKind(cmds, name)]; ok && (strings.Contains(msg, "invalid") || strings.Contains(msg, "could not parse")) {
-		if i := strings.Index(msg, "--"+name); i >= 0 {
-			msg = msg[:i+2+len(name)] + ": " + hint
+		if i := strings.Index(msg, "for "+Dashed(name)); i >= 0 {
+			msg = msg[:i+4+len(Dashed(name))] + ": " + hint
 		}
 	}
 	return strings.ReplaceAll(msg, "\n", " ")
+}
+
+// Dashed is a flag's name as it is typed: -q, --min-age.
+func Dashed(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
 }
 
 // flagKind is "duration", "bool", "int" or "" for the flag name, looked up

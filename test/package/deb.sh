@@ -135,7 +135,8 @@ live() {
 	tr '\n' ';' <"$aside/calls"
 }
 # dpkg's words and rpm's numbers (postrm purge and 0 are not run so: they
-# would edit this host's /etc/systemd), each with no note. The recording
+# would edit this host's /etc/systemd; 0 is run under DPKG_ROOT below),
+# each with no note. The recording
 # systemctl says every unit is active and enabled.
 stop="stop kc-janitor.timer kc-janitor-container@*.timer kc-janitor-watch.service kc-janitor.service kc-janitor-container@*.service;"
 noted="is-active --quiet kc-janitor.timer;is-active --quiet kc-janitor-watch.service;"
@@ -178,5 +179,18 @@ printf '%s\n' sshd.service 'kc-janitor.timer;x' ../kc-janitor.timer kc-janitor-c
 got=$(live postinst abort-remove)
 want="daemon-reload;is-enabled --quiet kc-janitor-container@ab12.timer;start kc-janitor-container@ab12.timer;"
 [ "$got" = "$want" ] || fail "abort-remove with a foreign note called systemctl as \"$got\", want \"$want\""
+
+# rpm's erase (postrm 0) drops what dpkg's purge does, and only that; run
+# under DPKG_ROOT, its links are the throwaway root's.
+wants=$root/etc/systemd/system/timers.target.wants
+mkdir -p "$wants"
+ln -s /usr/lib/systemd/system/kc-janitor.timer "$wants/kc-janitor.timer"
+ln -s /etc/systemd/system/kc-janitor.service "$wants/kc-janitor.service"
+: >"$aside/calls"
+DPKG_ROOT=$root PATH="$aside/bin:$PATH" sh "$aside/control/postrm" 0 || fail "postrm 0 exited $?"
+[ ! -L "$wants/kc-janitor.timer" ] || fail "rpm's erase (postrm 0) left the link enabling kc-janitor.timer"
+[ -L "$wants/kc-janitor.service" ] || fail "rpm's erase (postrm 0) disabled the operator's own kc-janitor.service"
+[ ! -s "$aside/calls" ] || fail "postrm 0 under DPKG_ROOT called systemctl: $(cat "$aside/calls")"
+rm -r "$root/etc/systemd"
 
 echo "deb.sh: ok: $(basename "$deb") installs, is found by doctor, enables nothing, stops its units on removal and starts them on a reinstall, purges clean"

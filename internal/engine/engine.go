@@ -348,9 +348,10 @@ func Ask(ctx context.Context, engines []Engine) (Truth, error) {
 	for i, e := range engines {
 		st := Status{Name: e.Name(), Endpoint: e.Endpoint(), UID: UIDUnknown}
 		if errs[i] != nil {
-			msg := errs[i].Error()
+			fe := failedEngine{name: e.Name(), err: errs[i]}
+			msg := fe.reason()
 			st.Error = &msg
-			failed = append(failed, fmt.Errorf("%s: %w", e.Name(), errs[i]))
+			failed = append(failed, fe)
 		} else {
 			a := answers[i]
 			st.Source, st.UID, st.Containers, st.Live = string(a.Source), a.UID, len(a.Containers), a.LiveCount()
@@ -433,3 +434,18 @@ func MatchRef(engine string, cs []Container, ref string) []Match {
 	}
 	return pick(func(c Container) bool { return strings.HasPrefix(c.ID, ref) })
 }
+
+// failedEngine is an engine that could not be asked, as the union reports
+// it: its name, then why, without the "ground truth unknown" the union
+// says once for all of them.
+type failedEngine struct {
+	name string
+	err  error
+}
+
+func (f failedEngine) reason() string {
+	return strings.TrimPrefix(f.err.Error(), ErrUnknown.Error()+": ")
+}
+
+func (f failedEngine) Error() string { return f.name + ": " + f.reason() }
+func (f failedEngine) Unwrap() error { return f.err }

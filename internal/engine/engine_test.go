@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -98,6 +99,18 @@ func TestAskAnyFailureIsUnknown(t *testing.T) {
 	}
 	if tr.Set.Live != nil {
 		t.Fatal("a failed Ask must not give a live set")
+	}
+	// An engine's own error says "ground truth unknown" already (podman's
+	// does); the union says it once, and what the engine failed on stays
+	// reachable.
+	cause := errors.New("no such file or directory")
+	said := &fake{name: "podman", err: fmt.Errorf("%w: %w", ErrUnknown, cause)}
+	tr, err = Ask(t.Context(), []Engine{said})
+	if got, want := err.Error(), "ground truth unknown: podman: no such file or directory"; got != want || !errors.Is(err, cause) {
+		t.Errorf("err = %q (wraps the cause: %v), want %q", got, errors.Is(err, cause), want)
+	}
+	if st := tr.Statuses[0]; st.Error == nil || *st.Error != cause.Error() {
+		t.Errorf("status error %v, want %q", st.Error, cause)
 	}
 	if _, err := Ask(t.Context(), nil); !errors.Is(err, ErrUnknown) {
 		t.Fatalf("no engine: err = %v, want unknown", err)

@@ -221,7 +221,8 @@ func Query(ctx context.Context, opt Options) (engine.Set, error) {
 	}
 	set, cliErr := queryCLI(ctx, opt.PodmanBin, args, log)
 	if cliErr != nil {
-		log.Warn("podman CLI failed", "err", cliErr)
+		// The error says it, with the API's: the caller reports it once.
+		log.Info("podman CLI failed", "err", cliErr)
 		return engine.Set{}, fmt.Errorf("%w: %w; %w", engine.ErrUnknown, apiErr, cliErr)
 	}
 	set.UID = os.Geteuid()

@@ -3,7 +3,6 @@ package janitor
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"slices"
 
@@ -24,7 +23,7 @@ func pinnable(s Settings, answers []engine.Answer, ask func(by listedBy, ids []s
 	if root == "" {
 		root = fingerprint.DefaultRoot
 	}
-	st := openStore(s.StateDir, false, slog.New(slog.DiscardHandler))
+	st, _ := openStore(s.StateDir, false) // doctor's state-dir check says why
 	pids, byPID := map[string]int{}, map[int]int{}
 	noPID := map[listedBy][]string{}
 	for _, a := range answers {

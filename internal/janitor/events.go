@@ -635,7 +635,14 @@ func startDeathEvents(work context.Context, w *Watch, serial *sync.Mutex, log *s
 	var h *deathHandler
 	var pins *pinner
 	if w.Pidfd {
-		store := func() *ledger.Store { return openStore(w.StateDir, false, log) }
+		store := func() *ledger.Store {
+			st, err := openStore(w.StateDir, false)
+			if err != nil {
+				// Each round's reconcile says it; a pin goes by the engines.
+				log.Debug("pinning without the ledger", "dir", w.StateDir, "err", err)
+			}
+			return st
+		}
 		pins, err = newPinner(w.Reconcile.Root, log, w.Reconcile.Containers, store, func(d engine.Death) { h.death(d) })
 		if err != nil {
 			log.Warn("container deaths are not seen from the kernel; engine events alone", "err", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"slices"
@@ -52,7 +53,10 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 	rep = Report{Report: reconcile.Report{DryRun: !opt.Apply, Trees: []reconcile.Tree{}}, Engines: []engine.Status{}}
 	// The scan only reads the ledger; nothing is created before the
 	// engines have answered.
-	opt.Store = openStore(s.StateDir, false, log)
+	var storeErr error
+	if opt.Store, storeErr = openStore(s.StateDir, false); storeErr != nil {
+		withoutLedger(log, s.StateDir, storeErr)
+	}
 	var scanned *reconcile.Scanned
 	var tr engine.Truth
 	if deathsOnly(opt) {
@@ -108,7 +112,10 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 		defer unlock()
 	}
 	if create && opt.Store == nil {
-		st := openStore(s.StateDir, true, log)
+		st, err := openStore(s.StateDir, true)
+		if err != nil && storeErr == nil {
+			withoutLedger(log, s.StateDir, err)
+		}
 		if st == nil && opt.Apply {
 			return rep, live, nil, fmt.Errorf("nothing reaped: the ledger in %s cannot be opened, so no reap could be recorded", s.StateDir)
 		}
@@ -125,8 +132,10 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 }
 
 // openStore opens the ledger, creating the state dir (0700) when create
-// is set. Without a ledger reconcile still works from /proc alone.
-func openStore(dir string, create bool, log *slog.Logger) *ledger.Store {
+// is set. Without a ledger reconcile still works from /proc alone. A state
+// dir that does not exist yet is no error: no hook has run here, and
+// nothing is recorded to miss.
+func openStore(dir string, create bool) (*ledger.Store, error) {
 	var s *ledger.Store
 	var err error
 	if create {
@@ -134,11 +143,17 @@ func openStore(dir string, create bool, log *slog.Logger) *ledger.Store {
 	} else {
 		s, err = ledger.OpenReadOnly(dir)
 	}
-	if err != nil {
-		log.Debug("running without the ledger", "dir", dir, "err", err)
-		return nil
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
 	}
-	return s
+	return s, err
+}
+
+// withoutLedger says that a run goes on without the ledger it cannot use:
+// trees known only from their records (a kernel whose supervisor died)
+// are not found, and nothing is recorded.
+func withoutLedger(log *slog.Logger, dir string, err error) {
+	log.Warn("running without the ledger: trees only its records name are not found", "dir", dir, "err", err)
 }
 
 // LogReconcile writes the run's audit record: one line per tree that

@@ -137,7 +137,7 @@ func TestDoctorText(t *testing.T) {
 	if n != len(doctor.Names) {
 		t.Errorf("%d check lines, want %d:\n%s", n, len(doctor.Names), out)
 	}
-	if !strings.Contains(out, "podman ground truth .......... WARN (unreachable") {
+	if !strings.Contains(out, "podman ground truth ........... WARN (unreachable") {
 		t.Errorf("output:\n%s", out)
 	}
 }

@@ -140,6 +140,25 @@ var labels = map[string]string{
 	NameSessions:      "abandoned sessions",
 }
 
+// remedies are what to do about a check that is not ok, where the check
+// itself knows nothing more precise: each points to where the details are.
+var remedies = map[string]string{
+	NameHookInstalled: "install the hook (the package, or sudo make install) so that its descriptors are in a dir podman reads",
+	NameHookAlive:     "start and stop a container, then run doctor again; kc-hook's log and trace say why it did not record",
+	NameEngines:       "start one, or name it with --engine and its endpoint",
+	NamePodman:        "start podman's API service (systemctl enable --now podman.socket) or point --podman-url (KC_PODMAN_URL) at it; without a service the podman CLI must be on PATH",
+	NameDocker:        "start dockerd or point --docker-url (KC_DOCKER_URL, DOCKER_HOST) at its socket",
+	NameContainerd:    "start containerd or point --containerd-address (KC_CONTAINERD_ADDRESS) at its socket; check --containerd-namespace",
+	NameCRI:           "start the CRI runtime (CRI-O: systemctl start crio) or point --cri-endpoint (KC_CRI_ENDPOINT) at its socket",
+	NameStateDir:      "make the state dir a directory of this UID, mode 0700, or name another with --state-dir (KC_STATE_DIR)",
+	NameListing:       "--bpf auto (the default) lists through /proc where the BPF task iterator cannot run",
+	NamePidfds:        "kc-janitor watch logs why a container could not be pinned",
+	NameContainment:   "a cgroup v2 or v1 freezer mount lets kc-hook supervise contain its supervisors",
+	NameStrays:        "kc-janitor reconcile shows each tree and why",
+	NameSockets:       "kc-janitor sweep shows each socket and why",
+	NameSessions:      "kc-janitor cull shows each supervisor and session and why",
+}
+
 func newCheck(name string, v Verdict, format string, args ...any) Check {
 	return Check{Name: name, Label: labels[name], Verdict: v, Detail: fmt.Sprintf(format, args...)}
 }
@@ -157,16 +176,21 @@ type Report struct {
 	Engines    []EngineReport `json:"engines,omitempty"`
 }
 
-// Add appends a check and updates Worst.
+// Add appends a check and updates Worst. A check that is not ok and names
+// no remedy of its own gets its kind's.
 func (r *Report) Add(c Check) {
+	if c.Verdict != OK && c.Remedy == "" {
+		c.Remedy = remedies[c.Name]
+	}
 	r.Checks = append(r.Checks, c)
 	if c.Verdict > r.Worst {
 		r.Worst = c.Verdict
 	}
 }
 
-// labelWidth is the width labels are padded to with dots.
-const labelWidth = 30
+// labelWidth is the width labels are padded to with dots: the longest
+// label, a space and three dots.
+const labelWidth = 31
 
 // WriteText prints one line per check, `label .... verdict (detail)`, and
 // the items indented below it.

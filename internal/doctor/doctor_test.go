@@ -748,8 +748,8 @@ func TestReportOutput(t *testing.T) {
 	}
 	var b bytes.Buffer
 	r.WriteText(&b)
-	want := "hook installed ............... ok (fine)\n" +
-		"orphaned supervisor trees .... WARN (2 stray trees)\n" +
+	want := "hook installed ................ ok (fine)\n" +
+		"orphaned supervisor trees ..... WARN (2 stray trees; remedy: " + remedies[NameStrays] + ")\n" +
 		"    tree one\n"
 	if b.String() != want {
 		t.Errorf("text:\n%s\nwant:\n%s", b.String(), want)
@@ -766,6 +766,28 @@ func TestReportOutput(t *testing.T) {
 	}
 	if !strings.Contains(b.String(), `"verdict": "warn"`) {
 		t.Errorf("json: %s", b.String())
+	}
+}
+
+// TestEveryCheckNamesARemedy: a check that is not ok says what to do
+// (COMMANDS "doctor"): its own remedy, else its kind's; an ok one says none.
+func TestEveryCheckNamesARemedy(t *testing.T) {
+	for _, name := range Names {
+		if remedies[name] == "" {
+			t.Errorf("check %s has no remedy", name)
+		}
+		if labels[name] == "" || len(labels[name])+4 > labelWidth {
+			t.Errorf("check %s: label %q does not fit %d columns with its dots", name, labels[name], labelWidth)
+		}
+	}
+	var r Report
+	own := newCheck(NameStateDir, Error, "bad")
+	own.Remedy = "its own"
+	for _, c := range []Check{newCheck(NameSessions, Warn, "could not audit"), own, newCheck(NameSockets, OK, "fine")} {
+		r.Add(c)
+	}
+	if got := []string{r.Checks[0].Remedy, r.Checks[1].Remedy, r.Checks[2].Remedy}; got[0] != remedies[NameSessions] || got[1] != "its own" || got[2] != "" {
+		t.Errorf("remedies %q", got)
 	}
 }
 

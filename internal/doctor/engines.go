@@ -58,14 +58,6 @@ type EngineReport struct {
 	Error      *string `json:"error"`
 }
 
-// remedies say what to do about an engine that cannot be asked.
-var remedies = map[string]string{
-	NamePodman:     "start podman's API service (systemctl enable --now podman.socket) or point --podman-url (KC_PODMAN_URL) at it; without a service the podman CLI must be on PATH",
-	NameDocker:     "start dockerd or point --docker-url (KC_DOCKER_URL, DOCKER_HOST) at its socket",
-	NameContainerd: "start containerd or point --containerd-address (KC_CONTAINERD_ADDRESS) at its socket; check --containerd-namespace",
-	NameCRI:        "start the CRI runtime (CRI-O: systemctl start crio) or point --cri-endpoint (KC_CRI_ENDPOINT) at its socket",
-}
-
 // Engines turns what was found into the "engines" check (which engines
 // auto found, or which were named), one check per built-in engine, and
 // the JSON report of each.
@@ -155,7 +147,9 @@ func engineCheck(e EngineInput, auto, notRoot bool) Check {
 	detail := fmt.Sprintf("%s %s: version %s, %s, %d live, uid %d (%s)", e.Source, e.Endpoint, version,
 		plural(e.Containers, "container", "containers"), e.Live, e.UID, e.Took.Round(time.Millisecond))
 	if e.UID == engine.UIDUnknown {
-		return newCheck(name, Warn, "%s: the endpoint's owner is unknown (tcp, or the CLI through --url), so no tree can be judged a stray by it", detail)
+		c := newCheck(name, Warn, "%s: the endpoint's owner is unknown (tcp, or the CLI through --url), so no tree can be judged a stray by it", detail)
+		c.Remedy = "ask the engine at its unix socket, whose owner the connection tells"
+		return c
 	}
 	if e.Source == string(engine.SourceCLI) {
 		detail += "; the API did not answer"

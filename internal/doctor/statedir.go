@@ -119,5 +119,7 @@ func missingStateDir(dir string) Check {
 	if err := unix.Access(parent, unix.W_OK|unix.X_OK); err != nil {
 		return newCheck(NameStateDir, Error, "%s does not exist and kc-hook (uid %d) cannot create it: %s: %v", dir, os.Geteuid(), parent, err)
 	}
-	return newCheck(NameStateDir, Warn, "%s does not exist: kc-hook creates it on its first run; until then reconcile has no ledger", dir)
+	c := newCheck(NameStateDir, Warn, "%s does not exist: kc-hook creates it on its first run; until then reconcile has no ledger", dir)
+	c.Remedy = "start a container with the hook installed, or run kc-janitor reconcile, which creates it"
+	return c
 }

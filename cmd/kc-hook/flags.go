@@ -57,12 +57,51 @@ func parse(fs *flag.FlagSet, env map[string]string, args []string) (rest []strin
 		}
 	})
 	if err == nil {
-		err = fs.Parse(args)
+		if err = fs.Parse(args); err != nil && !errors.Is(err, flag.ErrHelp) {
+			err = reworded(err)
+		}
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		return nil, true, nil
 	}
 	return fs.Args(), false, err
+}
+
+// reworded names the flag in package flag's errors as it is typed
+// (--kill-grace, -q), as kc-janitor's errors do: "-kill-grace" is no
+// flag an operator wrote.
+func reworded(err error) error {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+		name = strings.TrimLeft(name, "-")
+		if name == checkSettingsFlag[2:] {
+			return fmt.Errorf("%s comes first, before every other argument", checkSettingsFlag)
+		}
+		return fmt.Errorf("unknown flag %s", dashed(name))
+	}
+	if name, ok := strings.CutPrefix(msg, "flag needs an argument: "); ok {
+		return fmt.Errorf("%s needs a value", dashed(strings.TrimLeft(name, "-")))
+	}
+	for _, marker := range []string{" for flag -", " for -"} {
+		i := strings.Index(msg, marker)
+		if i < 0 {
+			continue
+		}
+		name, why, ok := strings.Cut(msg[i+len(marker):], ": ")
+		if !ok {
+			break
+		}
+		return fmt.Errorf("%s for %s: %s", msg[:i], dashed(name), why)
+	}
+	return err
+}
+
+// dashed is a flag's name as it is typed: -q, --kill-grace.
+func dashed(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
 }
 
 // explained gives a flag's own parser's message for a value it refuses:

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 
 	"github.com/urfave/cli/v2"
@@ -42,6 +44,9 @@ func runCull(c *cli.Context) error {
 	g, log, cfg, threshold := se.g, se.log, se.s.Sockets, se.s.Threshold
 
 	var sources []cull.Source
+	// Named paths that are no socket: reported as not read, never asked
+	// (a retry would only wait to be refused again).
+	var notSockets []cull.Supervisor
 	if paths := c.StringSlice("socket"); len(paths) > 0 {
 		for _, p := range paths {
 			if p == "" {
@@ -50,6 +55,10 @@ func runCull(c *cli.Context) error {
 			src := cull.Source{Socket: p}
 			if n, ok := sockets.ParseName(filepath.Base(p)); ok {
 				src.PID = n.PID
+			}
+			if err := isSocket(p); err != nil {
+				notSockets = append(notSockets, cull.Supervisor{Source: src, Err: err})
+				continue
 			}
 			sources = append(sources, src)
 		}
@@ -69,7 +78,7 @@ func runCull(c *cli.Context) error {
 		})...)
 	}
 
-	sups := janitor.Audit(c.Context, cfg, sources, threshold)
+	sups := append(notSockets, janitor.Audit(c.Context, cfg, sources, threshold)...)
 	janitor.RecordCull(metricsOf(c), sups)
 	failed, _ := cull.Log(log, threshold, sups)
 	switch {
@@ -88,4 +97,31 @@ func runCull(c *cli.Context) error {
 		return cli.Exit("", exitFailed)
 	}
 	return nil
+}
+
+// isSocket says why path, named with --socket, is no socket to ask.
+func isSocket(path string) error {
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return err
+	case fi.Mode().Type() != fs.ModeSocket:
+		return fmt.Errorf("%s is not a socket (%s)", path, fileKind(fi.Mode()))
+	}
+	return nil
+}
+
+// fileKind names a file's type as an operator would.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return "a regular file"
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	}
+	return m.Type().String()
 }

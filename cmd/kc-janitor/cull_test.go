@@ -185,6 +185,26 @@ func TestCullCLIUsage(t *testing.T) {
 	}
 }
 
+// TestCullNamedNonSocket: a --socket that is no socket is reported as
+// such (not as a refused connection after a retry), and fails the run.
+func TestCullNamedNonSocket(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "kc-123.sock")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ path, want string }{
+		{file, "is not a socket (a regular file)"},
+		{dir, "is not a socket (a directory)"},
+		{filepath.Join(dir, "missing.sock"), "no such file or directory"},
+	} {
+		code, out := runJanitorCapture(t, "cull", "--socket", tc.path)
+		if code != exitFailed || !strings.Contains(out, tc.path) || !strings.Contains(out, tc.want) || strings.Contains(out, "connect:") {
+			t.Errorf("cull --socket %s: exit %d, want %d and %q:\n%s", tc.path, code, exitFailed, tc.want, out)
+		}
+	}
+}
+
 func TestCullCLINoSupervisors(t *testing.T) {
 	code, out := runJanitorCapture(t, "cull", "--format", "json", "--socket-dir", t.TempDir())
 	if code != exitOK {

@@ -46,6 +46,9 @@ func run(args []string) int {
 			return exitUsage
 		}
 		if msg := err.Error(); msg != "" {
+			if ec.ExitCode() == exitUsage {
+				msg = cliapp.FromEnv(app, args[1:], msg)
+			}
 			fmt.Fprintln(os.Stderr, "kc-janitor:", msg)
 		}
 		return ec.ExitCode()

@@ -70,6 +70,30 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// TestUsageErrorsNameTheVariable: a value refused from a KC_* variable is
+// named by the variable (the flag was never typed), and by the flag when
+// the flag gave it.
+func TestUsageErrorsNameTheVariable(t *testing.T) {
+	socks := t.TempDir()
+	for _, tc := range []struct {
+		env  string
+		args []string
+		want string
+	}{
+		{"KC_FORMAT=xml", []string{"status"}, `kc-janitor: $KC_FORMAT (--format) must be text or json, not "xml"`},
+		{"KC_FORMAT=json", []string{"status", "--format", "xml"}, `kc-janitor: --format must be text or json, not "xml"`},
+		{"KC_PROBE_WORKERS=0", []string{"sweep", "--socket-dir", socks}, "kc-janitor: $KC_PROBE_WORKERS (--workers) must be positive"},
+		{"KC_PROBE_WORKERS=0", []string{"sweep", "--socket-dir", socks, "--workers=0"}, "kc-janitor: --workers must be positive"},
+	} {
+		t.Run(tc.env+" "+strings.Join(tc.args, " "), func(t *testing.T) {
+			code, _, stderr := runJanitor(t, []string{tc.env}, tc.args...)
+			if code != exitUsage || strings.TrimSpace(stderr) != tc.want {
+				t.Errorf("exit %d, stderr %q; want %d, %q", code, stderr, exitUsage, tc.want)
+			}
+		})
+	}
+}
+
 // TestDurationsEverywhere: every duration flag takes what --idle always
 // took: a Go duration or a bare number of seconds, on the command line or
 // in its variable.

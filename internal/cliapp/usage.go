@@ -225,3 +225,52 @@ func isBareNumber(s string) bool {
 	_, err := strconv.ParseFloat(s, 64)
 	return err == nil && !strings.ContainsAny(s, "eEnNiIxX") // not 1e3, NaN, Inf, 0x10
 }
+
+// leadingFlag is the flag a usage message starts with: "--format must be …".
+var leadingFlag = regexp.MustCompile(`^--([a-z0-9][a-z0-9-]*)`)
+
+// FromEnv names the variable a refused value came from: a message that
+// starts with a flag the command line (args) does not hold, while one of
+// that flag's variables is set, starts with the variable instead,
+// "$KC_FORMAT (--format) must be …". An operator who never typed --format
+// looks for it in the unit's environment file, not in the cron line.
+func FromEnv(app *cli.App, args []string, msg string) string {
+	m := leadingFlag.FindStringSubmatch(msg)
+	if m == nil {
+		return msg
+	}
+	var names, envs []string
+	for _, f := range everyFlag(app) {
+		if slices.Contains(f.Names(), m[1]) {
+			names = f.Names()
+			if ev, ok := f.(interface{ GetEnvVars() []string }); ok {
+				envs = ev.GetEnvVars()
+			}
+			break
+		}
+	}
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && slices.Contains(names, name) {
+			return msg // typed on the command line
+		}
+	}
+	for _, e := range envs {
+		if _, set := os.LookupEnv(e); set {
+			return "$" + e + " (" + m[0] + ")" + msg[len(m[0]):]
+		}
+	}
+	return msg
+}
+
+// everyFlag are the app's flags and every command's, hidden ones too.
+func everyFlag(app *cli.App) []cli.Flag {
+	out := slices.Clone(app.Flags)
+	for _, c := range app.Commands {
+		out = append(out, c.Flags...)
+	}
+	return out
+}

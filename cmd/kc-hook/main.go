@@ -200,7 +200,7 @@ type stageRun struct {
 }
 
 // checkStage validates a stage's arguments and settings. A STAGE kc-hook
-// does not know wraps hook.ErrBadInput.
+// does not know wraps hook.ErrUnknownStage.
 func checkStage(s *settings, args []string) (stageRun, error) {
 	var r stageRun
 	if len(args) != 1 {
@@ -226,7 +226,7 @@ func runStage(s *settings, args []string, stdin io.Reader, stderr io.Writer) int
 	r, err := checkStage(s, args)
 	stage := r.stage
 	switch {
-	case errors.Is(err, hook.ErrBadInput):
+	case errors.Is(err, hook.ErrUnknownStage):
 		// Unknown in every stage, so a usage error in every stage.
 		return usageError(stderr, hookName, err)
 	case err != nil:

@@ -131,8 +131,11 @@ func runSupervise(g *settings, args []string, stdout, stderr io.Writer) int {
 	if stateDir != "" && !filepath.IsAbs(stateDir) {
 		return usageError(stderr, superviseCmd, fmt.Errorf("--state-dir must be an absolute path, not %q", stateDir))
 	}
-	if s.maxRestarts < 0 || grace <= 0 {
-		return usageError(stderr, superviseCmd, errors.New("--max-restarts must not be negative and --kill-grace must be positive"))
+	if s.maxRestarts < 0 {
+		return usageError(stderr, superviseCmd, fmt.Errorf("--max-restarts must not be negative, not %d", s.maxRestarts))
+	}
+	if grace <= 0 {
+		return usageError(stderr, superviseCmd, fmt.Errorf("--kill-grace must be positive, not %s", grace))
 	}
 
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: g.level})).With("container", spec.ContainerID, "wrapper_pid", os.Getpid())

@@ -18,6 +18,9 @@ import (
 // ErrBadInput is returned (wrapped) for a State the hook cannot use.
 var ErrBadInput = errors.New("unusable hook input")
 
+// ErrUnknownStage is returned (wrapped) for a STAGE the hook does not know.
+var ErrUnknownStage = errors.New("unknown stage")
+
 // MaxInput bounds what the hook reads from stdin. A runtime-spec State is
 // a few hundred bytes plus annotations.
 const MaxInput = 1 << 20
@@ -43,7 +46,7 @@ func ParseStage(s string) (Stage, error) {
 	case string(StageCreateContainer), string(StageStartContainer), string(StagePoststart), string(StagePoststop):
 		return Stage(s), nil
 	}
-	return "", fmt.Errorf("%w: unknown stage %q (want createRuntime, prestart, createContainer, startContainer, poststart or poststop)", ErrBadInput, s)
+	return "", fmt.Errorf("%w %q (want createRuntime, prestart, createContainer, startContainer, poststart or poststop)", ErrUnknownStage, s)
 }
 
 // ReadState decodes the runtime-spec State from r and checks what the hook

@@ -85,7 +85,7 @@ func TestParseStage(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
 			got, err := ParseStage(tt.in)
-			if (err != nil) != tt.wantErr || got != tt.want {
+			if (err != nil) != tt.wantErr || got != tt.want || (err != nil && !errors.Is(err, ErrUnknownStage)) {
 				t.Errorf("ParseStage(%q) = %q, %v", tt.in, got, err)
 			}
 		})

@@ -86,7 +86,7 @@ func ParseArgv(argv []string) (Spec, error) {
 func ParseArgs(pos, command []string) (Spec, error) {
 	var s Spec
 	if len(pos) != 3 {
-		return s, fmt.Errorf("want CONTAINER-ID INIT-PID INIT-START-TICKS, got %d arguments", len(pos))
+		return s, fmt.Errorf("want CONTAINER-ID INIT-PID INIT-START-TICKS before --, got %q", pos)
 	}
 	if !containerid.Valid(pos[0]) {
 		return s, fmt.Errorf("container id %.80q is not 64 lowercase hex characters", pos[0])

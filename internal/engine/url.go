@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"strings"
 
 	"github.com/kc-watchman/kc-watchman/internal/engine/peercred"
 )
@@ -42,9 +43,12 @@ func ParseURL(raw string) (URL, error) {
 			return URL{}, fmt.Errorf("%q: no host", raw)
 		}
 		return URL{Raw: raw, Network: "tcp", Addr: u.Host}, nil
-	default:
-		return URL{}, fmt.Errorf("%q: scheme %q not supported (unix:// or tcp://)", raw, u.Scheme)
+	case "":
+		if strings.HasPrefix(raw, "/") {
+			return URL{}, fmt.Errorf("%q: scheme \"\" not supported (unix:// or tcp://); did you mean unix://%s?", raw, raw)
+		}
 	}
+	return URL{}, fmt.Errorf("%q: scheme %q not supported (unix:// or tcp://)", raw, u.Scheme)
 }
 
 // ParseFlagURL is ParseURL for the value of --flag: its error wraps

@@ -133,7 +133,7 @@ func TestEngineBadInput(t *testing.T) {
 		{"unknown engine, watch", nil, []string{"watch", "--engine", "cri-o"}, `unknown engine "cri-o"`},
 		{"docker-url ssh", nil, append([]string{"reconcile", "--engine", "docker", "--docker-url", "ssh://me@host"}, reap...), `scheme "ssh" not supported (unix:// or tcp://)`},
 		{"docker-url http", nil, []string{"doctor", "--docker-url", "http://127.0.0.1:2375"}, `scheme "http" not supported`},
-		{"docker-url a bare path", nil, []string{"sweep", "--docker-url", "/var/run/docker.sock"}, "not supported (unix:// or tcp://)"},
+		{"docker-url a bare path", nil, []string{"sweep", "--docker-url", "/var/run/docker.sock"}, "not supported (unix:// or tcp://); did you mean unix:///var/run/docker.sock?"},
 		{"DOCKER_HOST npipe", []string{"DOCKER_HOST=npipe:////./pipe/docker_engine"}, append([]string{"reconcile", "--engine", "docker"}, reap...), `scheme "npipe" not supported`},
 		{"name matching nothing, sweep", nil, append([]string{"sweep", "--engine", "docker", "--container", "kc-no-such-container"}, dock...), `no such container: "kc-no-such-container" (asked docker)`},
 		{"name matching nothing, cull", []string{"KC_CONTAINER=kc-no-such-container"}, append([]string{"cull", "--engine", "docker"}, dock...), `no such container: "kc-no-such-container"`},

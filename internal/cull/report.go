@@ -135,19 +135,23 @@ func Dash(s string) string {
 	return s
 }
 
-// HumanSeconds renders seconds as e.g. "1d2h", "3h4m", "59s".
+// HumanSeconds renders seconds as e.g. "1d2h", "3h4m", "2h", "59s": the
+// two largest units, a zero second one left out.
 func HumanSeconds(s int64) string {
 	d := time.Duration(s) * time.Second
-	days := s / 86400
+	two := func(a int64, au string, b int64, bu string) string {
+		if b == 0 {
+			return fmt.Sprintf("%d%s", a, au)
+		}
+		return fmt.Sprintf("%d%s%d%s", a, au, b, bu)
+	}
 	switch {
-	case days > 0 && (s%86400)/3600 == 0:
-		return fmt.Sprintf("%dd", days)
-	case days > 0:
-		return fmt.Sprintf("%dd%dh", days, (s%86400)/3600)
+	case s >= 86400:
+		return two(s/86400, "d", (s%86400)/3600, "h")
 	case d >= time.Hour:
-		return fmt.Sprintf("%dh%dm", s/3600, (s%3600)/60)
+		return two(s/3600, "h", (s%3600)/60, "m")
 	case d >= time.Minute:
-		return fmt.Sprintf("%dm%ds", s/60, s%60)
+		return two(s/60, "m", s%60, "s")
 	}
 	return fmt.Sprintf("%ds", s)
 }

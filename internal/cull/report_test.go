@@ -14,7 +14,11 @@ func TestSmallWords(t *testing.T) {
 		{plural(2, "session"), "2 sessions"},
 		{HumanSeconds(86400), "1d"},
 		{HumanSeconds(90000), "1d1h"},
-		{HumanSeconds(3600), "1h0m"},
+		{HumanSeconds(3600), "1h"},
+		{HumanSeconds(5400), "1h30m"},
+		{HumanSeconds(120), "2m"},
+		{HumanSeconds(61), "1m1s"},
+		{HumanSeconds(59), "59s"},
 		{pidText(0), "unknown"},
 		{pidText(42), "42"},
 	} {

@@ -791,13 +791,6 @@ func TestEveryCheckNamesARemedy(t *testing.T) {
 	}
 }
 
-func TestHumanUnits(t *testing.T) {
-	for d, want := range map[time.Duration]string{24 * time.Hour: "24h", 90 * time.Minute: "1h30m", 25*time.Hour + time.Second: "25h0m1s", 45 * time.Second: "45s"} {
-		if got := shortDuration(d); got != want {
-			t.Errorf("shortDuration(%v) = %s, want %s", d, got, want)
-		}
-	}
-}
 
 // TestHookAliveRootless: a rootless user's doctor counts only its own
 // hook's log lines (a log file shared with root's hook is not evidence),

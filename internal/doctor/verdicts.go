@@ -127,12 +127,11 @@ func Sessions(sups []cull.Supervisor, thresholdSeconds int64, err error) Check {
 			n++
 			mem += c.MemoryBytes()
 			items = append(items, fmt.Sprintf("%s (pid %d): session %s (%s) idle %s, %s, %s",
-				s.Socket, s.PID, c.SessionID, c.Language, shortDuration(time.Duration(c.IdleSeconds)*time.Second),
+				s.Socket, s.PID, c.SessionID, c.Language, cull.HumanSeconds(c.IdleSeconds),
 				cull.HumanBytes(c.MemoryBytes()), c.WorkingDirectory))
 		}
 	}
-	limit := time.Duration(thresholdSeconds) * time.Second
-	detail := fmt.Sprintf("%s idle and disconnected for more than %s in %s", plural(n, "session", "sessions"), shortDuration(limit),
+	detail := fmt.Sprintf("%s idle and disconnected for more than %s in %s", plural(n, "session", "sessions"), cull.HumanSeconds(thresholdSeconds),
 		plural(len(sups), "live supervisor", "live supervisors"))
 	verdict, remedy := OK, ""
 	if n > 0 {
@@ -153,16 +152,4 @@ func Sessions(sups []cull.Supervisor, thresholdSeconds int64, err error) Check {
 // ScanFailed is the strays check when /proc could not be scanned.
 func ScanFailed(err error) Check {
 	return newCheck(NameStrays, Error, "cannot scan processes: %v", err)
-}
-
-// shortDuration drops a duration's zero tails: 24h, 90m, 1h30m.
-func shortDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }

@@ -791,7 +791,6 @@ func TestEveryCheckNamesARemedy(t *testing.T) {
 	}
 }
 
-
 // TestHookAliveRootless: a rootless user's doctor counts only its own
 // hook's log lines (a log file shared with root's hook is not evidence),
 // and a hook that left a trace because it could not write its state dir is

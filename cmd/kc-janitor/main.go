@@ -81,6 +81,9 @@ func runApp(app *cli.App, args []string) error {
 		cliapp.Complete(app.Writer, app, words, flagValues)
 		return nil
 	}
+	if cmd, ok := cliapp.VersionWithCommand(app, args[1:]); ok {
+		return usageErr("--version (-v) prints the version and runs no command, yet %s follows it (more logs: --log-level debug)", cmd)
+	}
 	return app.Run(cliapp.NormalizeDurations(app, args))
 }
 

@@ -53,6 +53,8 @@ func TestUsageErrors(t *testing.T) {
 		{"command flag without its value", []string{"reconcile", "--min-age"}, "kc-janitor: --min-age needs a value"},
 		{"bad short switch", []string{"status", "-q=2"}, `invalid boolean value "2" for -q: want true or false`},
 		{"help on no command", []string{"help", "reconcil"}, `"reconcil" is not a kc-janitor command; did you mean reconcile?`},
+		{"version before a command", []string{"-v", "reconcile"}, "--version (-v) prints the version and runs no command, yet reconcile follows it"},
+		{"version after a global flag", []string{"--state-dir", "/x", "--version", "status"}, "yet status follows it"},
 		{"bad log level", []string{"sweep", "--socket-dir", socks, "--log-level", "loud"}, "--log-level must be debug, info, warn or error"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -274,3 +274,40 @@ func everyFlag(app *cli.App) []cli.Flag {
 	}
 	return out
 }
+
+// VersionWithCommand finds a command after the version flag among the
+// app's own flags (args without the program name): urfave/cli prints the
+// version and runs nothing, so `kc-janitor -v reconcile`, -v meant as
+// "verbose", would exit 0 having done nothing.
+func VersionWithCommand(app *cli.App, args []string) (string, bool) {
+	takesValue := map[string]bool{}
+	for _, f := range app.Flags {
+		_, isBool := f.(*cli.BoolFlag)
+		for _, n := range f.Names() {
+			takesValue[n] = !isBool
+		}
+	}
+	version := false
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return "", false
+		}
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			if version && app.Command(a) != nil {
+				return a, true
+			}
+			return "", false
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if cli.VersionFlag != nil && slices.Contains(cli.VersionFlag.Names(), name) {
+			on, err := strconv.ParseBool(value)
+			version = !hasValue || (err == nil && on)
+			continue
+		}
+		if takesValue[name] && !hasValue {
+			i++
+		}
+	}
+	return "", false
+}

@@ -78,17 +78,22 @@ func TestUsageErrors(t *testing.T) {
 func TestUsageErrorsNameTheVariable(t *testing.T) {
 	socks := t.TempDir()
 	for _, tc := range []struct {
-		env  string
+		env  []string
 		args []string
 		want string
 	}{
-		{"KC_FORMAT=xml", []string{"status"}, `kc-janitor: $KC_FORMAT (--format) must be text or json, not "xml"`},
-		{"KC_FORMAT=json", []string{"status", "--format", "xml"}, `kc-janitor: --format must be text or json, not "xml"`},
-		{"KC_PROBE_WORKERS=0", []string{"sweep", "--socket-dir", socks}, "kc-janitor: $KC_PROBE_WORKERS (--workers) must be positive"},
-		{"KC_PROBE_WORKERS=0", []string{"sweep", "--socket-dir", socks, "--workers=0"}, "kc-janitor: --workers must be positive"},
+		{[]string{"KC_FORMAT=xml"}, []string{"status"}, `kc-janitor: $KC_FORMAT (--format) must be text or json, not "xml"`},
+		{[]string{"KC_FORMAT=json"}, []string{"status", "--format", "xml"}, `kc-janitor: --format must be text or json, not "xml"`},
+		{[]string{"KC_PROBE_WORKERS=0"}, []string{"sweep", "--socket-dir", socks}, "kc-janitor: $KC_PROBE_WORKERS (--workers) must be positive"},
+		{[]string{"KC_PROBE_WORKERS=0"}, []string{"sweep", "--socket-dir", socks, "--workers=0"}, "kc-janitor: --workers must be positive"},
+		// The command's own flag's variables: sweep reads KC_CONTAINER,
+		// never reconcile's KC_RECONCILE_CONTAINERS.
+		{[]string{"KC_RECONCILE_CONTAINERS=x/y", "KC_CONTAINER=x/y"}, []string{"sweep", "--socket-dir", socks}, `kc-janitor: $KC_CONTAINER (--container) "x/y" is not a container name, ID or ID prefix`},
+		// A flag's value that looks like the end of the options.
+		{[]string{"KC_STATE_DIR=/x"}, []string{"reconcile", "--podman-arg", "--", "--state-dir", "rel"}, `kc-janitor: --state-dir must be an absolute path, not "rel"`},
 	} {
-		t.Run(tc.env+" "+strings.Join(tc.args, " "), func(t *testing.T) {
-			code, _, stderr := runJanitor(t, []string{tc.env}, tc.args...)
+		t.Run(strings.Join(append(tc.env, tc.args...), " "), func(t *testing.T) {
+			code, _, stderr := runJanitor(t, tc.env, tc.args...)
 			if code != exitUsage || strings.TrimSpace(stderr) != tc.want {
 				t.Errorf("exit %d, stderr %q; want %d, %q", code, stderr, exitUsage, tc.want)
 			}

@@ -229,85 +229,102 @@ func isBareNumber(s string) bool {
 // leadingFlag is the flag a usage message starts with: "--format must be …".
 var leadingFlag = regexp.MustCompile(`^--([a-z0-9][a-z0-9-]*)`)
 
+// commandLine is what a scan of the arguments finds: the command named
+// (nil for none), whether the version flag came before it, and the flags
+// typed, by every name they have.
+type commandLine struct {
+	cmd     *cli.Command
+	version bool
+	typed   map[string]bool
+}
+
+// scan reads args (without the program name) as urfave/cli will: the
+// app's flags, the command, then the command's flags; a flag's value is
+// skipped, so that a value such as "--" or "--x" is not read as a flag.
+func scan(app *cli.App, args []string) commandLine {
+	cl := commandLine{typed: map[string]bool{}}
+	flags := app.Flags
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			break
+		}
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			if cl.cmd != nil {
+				continue // an argument of the command
+			}
+			if cl.cmd = app.Command(a); cl.cmd == nil {
+				break
+			}
+			flags = cl.cmd.Flags
+			continue
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if cl.cmd == nil && cli.VersionFlag != nil && slices.Contains(cli.VersionFlag.Names(), name) {
+			on, err := strconv.ParseBool(value)
+			cl.version = !hasValue || (err == nil && on)
+			continue
+		}
+		for _, f := range flags {
+			if !slices.Contains(f.Names(), name) {
+				continue
+			}
+			for _, n := range f.Names() {
+				cl.typed[n] = true
+			}
+			if _, isBool := f.(*cli.BoolFlag); !isBool && !hasValue {
+				i++
+			}
+			break
+		}
+	}
+	return cl
+}
+
 // FromEnv names the variable a refused value came from: a message that
-// starts with a flag the command line (args) does not hold, while one of
-// that flag's variables is set, starts with the variable instead,
-// "$KC_FORMAT (--format) must be …". An operator who never typed --format
-// looks for it in the unit's environment file, not in the cron line.
+// starts with a flag the command line (args, without the program name)
+// does not hold, while one of that flag's variables (the command's own
+// flag's, where the command has one of that name) is set, starts with the
+// variable instead: "$KC_FORMAT (--format) must be …". An operator who
+// never typed --format looks for it in the unit's environment file, not
+// in the cron line.
 func FromEnv(app *cli.App, args []string, msg string) string {
 	m := leadingFlag.FindStringSubmatch(msg)
 	if m == nil {
 		return msg
 	}
-	var names, envs []string
-	for _, f := range everyFlag(app) {
-		if slices.Contains(f.Names(), m[1]) {
-			names = f.Names()
-			if ev, ok := f.(interface{ GetEnvVars() []string }); ok {
-				envs = ev.GetEnvVars()
+	cl := scan(app, args)
+	if cl.typed[m[1]] {
+		return msg
+	}
+	flags := app.Flags
+	if cl.cmd != nil {
+		flags = append(slices.Clone(cl.cmd.Flags), flags...)
+	}
+	for _, f := range flags {
+		if !slices.Contains(f.Names(), m[1]) {
+			continue
+		}
+		if ev, ok := f.(interface{ GetEnvVars() []string }); ok {
+			for _, e := range ev.GetEnvVars() {
+				if _, set := os.LookupEnv(e); set {
+					return "$" + e + " (" + m[0] + ")" + msg[len(m[0]):]
+				}
 			}
-			break
 		}
-	}
-	for _, a := range args {
-		if a == "--" {
-			break
-		}
-		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if strings.HasPrefix(a, "-") && slices.Contains(names, name) {
-			return msg // typed on the command line
-		}
-	}
-	for _, e := range envs {
-		if _, set := os.LookupEnv(e); set {
-			return "$" + e + " (" + m[0] + ")" + msg[len(m[0]):]
-		}
+		break
 	}
 	return msg
 }
 
-// everyFlag are the app's flags and every command's, hidden ones too.
-func everyFlag(app *cli.App) []cli.Flag {
-	out := slices.Clone(app.Flags)
-	for _, c := range app.Commands {
-		out = append(out, c.Flags...)
-	}
-	return out
-}
-
-// VersionWithCommand finds a command after the version flag among the
-// app's own flags (args without the program name): urfave/cli prints the
-// version and runs nothing, so `kc-janitor -v reconcile`, -v meant as
-// "verbose", would exit 0 having done nothing.
+// VersionWithCommand finds a command after the version flag (args without
+// the program name): urfave/cli prints the version and runs nothing, so
+// `kc-janitor -v reconcile`, -v meant as "verbose", would exit 0 having
+// done nothing.
 func VersionWithCommand(app *cli.App, args []string) (string, bool) {
-	takesValue := map[string]bool{}
-	for _, f := range app.Flags {
-		_, isBool := f.(*cli.BoolFlag)
-		for _, n := range f.Names() {
-			takesValue[n] = !isBool
-		}
-	}
-	version := false
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			return "", false
-		}
-		if !strings.HasPrefix(a, "-") || a == "-" {
-			if version && app.Command(a) != nil {
-				return a, true
-			}
-			return "", false
-		}
-		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if cli.VersionFlag != nil && slices.Contains(cli.VersionFlag.Names(), name) {
-			on, err := strconv.ParseBool(value)
-			version = !hasValue || (err == nil && on)
-			continue
-		}
-		if takesValue[name] && !hasValue {
-			i++
-		}
+	cl := scan(app, args)
+	if cl.version && cl.cmd != nil {
+		return cl.cmd.Name, true
 	}
 	return "", false
 }

@@ -86,7 +86,7 @@ func WriteJSON(w io.Writer, threshold int64, sups []Supervisor) error {
 // sessions, then the totals.
 func WriteText(w io.Writer, threshold int64, sups []Supervisor) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	limit := HumanSeconds(threshold)
+	limit := ExactSeconds(threshold)
 	total, mem := 0, int64(0)
 	for _, s := range sups {
 		if s.Err != nil {
@@ -154,6 +154,26 @@ func HumanSeconds(s int64) string {
 		return two(s/60, "m", s%60, "s")
 	}
 	return fmt.Sprintf("%ds", s)
+}
+
+// ExactSeconds renders seconds in days, hours, minutes and seconds,
+// leaving out the zero ones: "1d12h30m", "24h" is "1d". A threshold is
+// written so, never rounded, so that what the report says is the rule.
+func ExactSeconds(s int64) string {
+	if s <= 0 {
+		return "0s"
+	}
+	var b strings.Builder
+	for _, u := range []struct {
+		n    int64
+		name string
+	}{{86400, "d"}, {3600, "h"}, {60, "m"}, {1, "s"}} {
+		if q := s / u.n; q > 0 {
+			fmt.Fprintf(&b, "%d%s", q, u.name)
+			s -= q * u.n
+		}
+	}
+	return b.String()
 }
 
 // HumanBytes renders n bytes as e.g. "512 B", "1.5 MiB".

@@ -19,6 +19,10 @@ func TestSmallWords(t *testing.T) {
 		{HumanSeconds(120), "2m"},
 		{HumanSeconds(61), "1m1s"},
 		{HumanSeconds(59), "59s"},
+		{ExactSeconds(86400), "1d"},
+		{ExactSeconds(131400), "1d12h30m"},
+		{ExactSeconds(131401), "1d12h30m1s"},
+		{ExactSeconds(0), "0s"},
 		{pidText(0), "unknown"},
 		{pidText(42), "42"},
 	} {

@@ -732,6 +732,10 @@ func TestSessionsVerdict(t *testing.T) {
 	if c := Sessions(sups, 86400, nil); c.Verdict != OK || !strings.Contains(c.Detail, "0 sessions") {
 		t.Errorf("%+v", c)
 	}
+	// The rule as it is, never rounded to two units.
+	if c := Sessions(sups, 131401, nil); !strings.Contains(c.Detail, "more than 1d12h30m1s") {
+		t.Errorf("threshold written as %q", c.Detail)
+	}
 	sups[0].Err = errors.New("refused")
 	if c := Sessions(sups, 86400, nil); c.Verdict != Warn {
 		t.Errorf("%+v", c)

@@ -3,7 +3,6 @@ package doctor
 import (
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/cull"
@@ -32,7 +31,7 @@ func describeTree(t reconcile.Tree) string {
 	}
 	age := "age ?"
 	if t.AgeSeconds >= 0 {
-		age = "age " + (time.Duration(t.AgeSeconds) * time.Second).String()
+		age = "age " + cull.HumanSeconds(t.AgeSeconds)
 	}
 	s := fmt.Sprintf("container %s pgid %d uid %d %s: %s: %s", cid, t.PGID, t.UID, age, strings.Join(ms, " "), t.Action)
 	if t.Error != nil {
@@ -131,7 +130,7 @@ func Sessions(sups []cull.Supervisor, thresholdSeconds int64, err error) Check {
 				cull.HumanBytes(c.MemoryBytes()), c.WorkingDirectory))
 		}
 	}
-	detail := fmt.Sprintf("%s idle and disconnected for more than %s in %s", plural(n, "session", "sessions"), cull.HumanSeconds(thresholdSeconds),
+	detail := fmt.Sprintf("%s idle and disconnected for more than %s in %s", plural(n, "session", "sessions"), cull.ExactSeconds(thresholdSeconds),
 		plural(len(sups), "live supervisor", "live supervisors"))
 	verdict, remedy := OK, ""
 	if n > 0 {

@@ -75,7 +75,7 @@ func reworded(err error) error {
 	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
 		name = strings.TrimLeft(name, "-")
 		if name == checkSettingsFlag[2:] {
-			return fmt.Errorf("%s comes first, before every other argument", checkSettingsFlag)
+			return fmt.Errorf("%s must be the first argument, spelled exactly so", checkSettingsFlag)
 		}
 		return fmt.Errorf("unknown flag %s", dashed(name))
 	}

@@ -62,12 +62,13 @@ it stops. The runtime runs it with the container's State on stdin.
 STAGE is createRuntime (or its old name prestart), createContainer,
 startContainer, poststart or poststop.
 
-Exit codes: a pre-start stage always exits 0, so that no container fails
-to start: one that cannot do its job says why on stderr and in a trace
-file kc-janitor doctor reads (/run/kc-watchman.trace; another user's
-/run/user/UID/kc-hook.trace, else the temp dir's kc-hook-UID.trace).
-poststop exits 2 on unusable input or options, 1 when a tree would not
-die or /proc could not be scanned.
+Exit codes: a pre-start stage exits 0 on input, options or variables it
+cannot use, so that no container fails to start: it says why on stderr
+and in a trace file kc-janitor doctor reads (/run/kc-watchman.trace;
+another user's /run/user/UID/kc-hook.trace, else the temp dir's
+kc-hook-UID.trace). An unknown STAGE is 2 in every stage. poststop exits
+2 on unusable input or options, 1 when a tree would not die or /proc
+could not be scanned.
 
 Commands:
    supervise  run COMMAND as a supervisor that dies with the container's

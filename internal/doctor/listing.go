@@ -31,9 +31,13 @@ func listingCheck(lister proctable.Lister, l *proctable.Listing, err error, took
 	case err != nil && lister == proctable.ListBPF:
 		return newCheck(NameListing, Error, "--bpf on, but the BPF task iterator cannot be used: %v", err)
 	case err != nil:
-		return newCheck(NameListing, Error, "listing the processes: %v", err)
+		c := newCheck(NameListing, Error, "listing the processes: %v", err)
+		c.Remedy = procRemedy
+		return c
 	case l.Lister != "bpf" && l.Refused:
-		return newCheck(NameListing, Warn, "/proc; the BPF task iterator runs here, but its pass was refused: %s (scans are slower, not wrong; worth a report with this kernel's version)", l.Fallback)
+		c := newCheck(NameListing, Warn, "/proc; the BPF task iterator runs here, but its pass was refused: %s (scans are slower, not wrong)", l.Fallback)
+		c.Remedy = "report it with this kernel's version (uname -r); --bpf off stops the attempts"
+		return c
 	case l.Lister != "bpf":
 		return newCheck(NameListing, OK, "/proc; the BPF task iterator cannot be used here: %s", l.Fallback)
 	}

@@ -76,6 +76,10 @@ func StateDir(dir string) Check {
 		detail += fmt.Sprintf("; %d unreadable (reconcile ignores them)", len(errs))
 	}
 	c := newCheck(NameStateDir, verdict, "%s", detail)
+	if len(errs) > 0 {
+		// A record of a newer schema is a janitor older than its hook.
+		c.Remedy = "upgrade kc-janitor to kc-hook's version where the items say \"written by a newer kc-watchman\"; else remove the records listed (their containers lose what the ledger knew of their trees)"
+	}
 	c.Items = items
 	return c
 }

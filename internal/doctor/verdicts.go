@@ -150,5 +150,10 @@ func Sessions(sups []cull.Supervisor, thresholdSeconds int64, err error) Check {
 
 // ScanFailed is the strays check when /proc could not be scanned.
 func ScanFailed(err error) Check {
-	return newCheck(NameStrays, Error, "cannot scan processes: %v", err)
+	c := newCheck(NameStrays, Error, "cannot scan processes: %v", err)
+	c.Remedy = procRemedy
+	return c
 }
+
+// procRemedy is what to do when /proc cannot be listed or read.
+const procRemedy = "check that /proc is mounted and readable here (hidepid= hides other users' processes from all but root)"

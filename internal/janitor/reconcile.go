@@ -53,9 +53,13 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 	rep = Report{Report: reconcile.Report{DryRun: !opt.Apply, Trees: []reconcile.Tree{}}, Engines: []engine.Status{}}
 	// The scan only reads the ledger; nothing is created before the
 	// engines have answered.
+	// Said once a run: by the runs that would record, not by doctor's
+	// look (its state-dir check says it) nor by each death in watch (its
+	// rounds say it).
+	loud := create && !deathsOnly(opt)
 	var storeErr error
 	if opt.Store, storeErr = openStore(s.StateDir, false); storeErr != nil {
-		withoutLedger(log, s.StateDir, storeErr)
+		withoutLedger(log, s.StateDir, storeErr, loud)
 	}
 	var scanned *reconcile.Scanned
 	var tr engine.Truth
@@ -114,7 +118,7 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 	if create && opt.Store == nil {
 		st, err := openStore(s.StateDir, true)
 		if err != nil && storeErr == nil {
-			withoutLedger(log, s.StateDir, err)
+			withoutLedger(log, s.StateDir, err, loud)
 		}
 		if st == nil && opt.Apply {
 			return rep, live, nil, fmt.Errorf("nothing reaped: the ledger in %s cannot be opened, so no reap could be recorded", s.StateDir)
@@ -152,8 +156,12 @@ func openStore(dir string, create bool) (*ledger.Store, error) {
 // withoutLedger says that a run goes on without the ledger it cannot use:
 // trees known only from their records (a kernel whose supervisor died)
 // are not found, and nothing is recorded.
-func withoutLedger(log *slog.Logger, dir string, err error) {
-	log.Warn("running without the ledger: trees only its records name are not found", "dir", dir, "err", err)
+func withoutLedger(log *slog.Logger, dir string, err error, loud bool) {
+	level := slog.LevelDebug
+	if loud {
+		level = slog.LevelWarn
+	}
+	log.Log(context.Background(), level, "running without the ledger: trees only its records name are not found", "dir", dir, "err", err)
 }
 
 // LogReconcile writes the run's audit record: one line per tree that

@@ -18,6 +18,7 @@ import (
 // TestRunWithoutTheLedger: a state dir the janitor cannot use (a file, a
 // path through one) is said once, as a warning, and the run goes on; one
 // that does not exist yet is no news (no hook has run) and is created.
+// doctor's look leaves it to its state-dir check.
 func TestRunWithoutTheLedger(t *testing.T) {
 	u, _ := dockertest.Fake(t, func(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasSuffix(r.URL.Path, "/containers/json") {
@@ -33,12 +34,14 @@ func TestRunWithoutTheLedger(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name, stateDir string
+		look           bool // doctor's: it says so in its own check
 		warnings       int
 		created        bool
 	}{
-		{"a file", file, 1, false},
-		{"under a file", filepath.Join(file, "state"), 1, false},
-		{"not there yet", filepath.Join(dir, "new"), 0, true},
+		{"a file", file, false, 1, false},
+		{"under a file", filepath.Join(file, "state"), false, 1, false},
+		{"doctor's look at a file", file, true, 0, false},
+		{"not there yet", filepath.Join(dir, "new"), false, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs bytes.Buffer
@@ -46,7 +49,7 @@ func TestRunWithoutTheLedger(t *testing.T) {
 			s := Settings{Engines: []string{"docker"}, Engine: engine.Config{DockerURL: u}, StateDir: tc.stateDir,
 				// A container of no tree on this host: nothing is decided.
 				Reconcile: reconcile.Options{Containers: map[string]bool{strings.Repeat("e", 64): true}}}
-			_, _, liveErr, err := ScanThenAsk(t.Context(), s, true, log)
+			_, _, liveErr, err := ScanThenAsk(t.Context(), s, !tc.look, log)
 			if err != nil || liveErr != nil {
 				t.Fatalf("ScanThenAsk: %v, %v", liveErr, err)
 			}

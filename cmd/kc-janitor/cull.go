@@ -5,6 +5,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -44,11 +46,12 @@ func runCull(c *cli.Context) error {
 	g, log, cfg, threshold := se.g, se.log, se.s.Sockets, se.s.Threshold
 
 	var sources []cull.Source
-	// Named paths that are no socket: reported as not read, never asked
-	// (a retry would only wait to be refused again).
-	var notSockets []cull.Supervisor
+	// Named paths that are no socket are reported as not read, in the
+	// order given, and never asked (a retry would only wait to be refused
+	// again).
+	notSockets := map[int]cull.Supervisor{}
 	if paths := c.StringSlice("socket"); len(paths) > 0 {
-		for _, p := range paths {
+		for i, p := range paths {
 			if p == "" {
 				return usageErr("--socket must not be empty")
 			}
@@ -57,7 +60,7 @@ func runCull(c *cli.Context) error {
 				src.PID = n.PID
 			}
 			if err := isSocket(p); err != nil {
-				notSockets = append(notSockets, cull.Supervisor{Source: src, Err: err})
+				notSockets[i] = cull.Supervisor{Source: src, Err: err}
 				continue
 			}
 			sources = append(sources, src)
@@ -78,7 +81,13 @@ func runCull(c *cli.Context) error {
 		})...)
 	}
 
-	sups := append(notSockets, janitor.Audit(c.Context, cfg, sources, threshold)...)
+	sups := janitor.Audit(c.Context, cfg, sources, threshold)
+	for i := 0; len(notSockets) > 0; i++ {
+		if sup, ok := notSockets[i]; ok {
+			sups = slices.Insert(sups, i, sup)
+			delete(notSockets, i)
+		}
+	}
 	janitor.RecordCull(metricsOf(c), sups)
 	failed, _ := cull.Log(log, threshold, sups)
 	switch {
@@ -99,8 +108,12 @@ func runCull(c *cli.Context) error {
 	return nil
 }
 
-// isSocket says why path, named with --socket, is no socket to ask.
+// isSocket says why path, named with --socket, is no socket to ask. An
+// abstract name (@name) has no file to look at: it is asked.
 func isSocket(path string) error {
+	if strings.HasPrefix(path, "@") {
+		return nil
+	}
 	fi, err := os.Stat(path)
 	switch {
 	case err != nil:

@@ -203,6 +203,20 @@ func TestCullNamedNonSocket(t *testing.T) {
 			t.Errorf("cull --socket %s: exit %d, want %d and %q:\n%s", tc.path, code, exitFailed, tc.want, out)
 		}
 	}
+	// Reported in the order given, around the supervisor that is read.
+	good := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Sessions: writeSessions(t, cullSessions)})
+	code, out := runJanitorCapture(t, "cull", "--format", "json", "--socket", file, "--socket", good.Socket, "--socket", dir)
+	var got cullOut
+	if err := json.Unmarshal([]byte(out), &got); err != nil || code != exitFailed {
+		t.Fatalf("exit %d, %v:\n%s", code, err, out)
+	}
+	var order []string
+	for _, sup := range got.Supervisors {
+		order = append(order, sup.Socket)
+	}
+	if want := []string{file, good.Socket, dir}; !reflect.DeepEqual(order, want) {
+		t.Errorf("supervisors %q, want %q", order, want)
+	}
 }
 
 func TestCullCLINoSupervisors(t *testing.T) {

@@ -57,7 +57,9 @@ func TestUnitsVerify(t *testing.T) {
 // TestUnitsCommandLines: every ExecStart is a valid kc-janitor command
 // line, and the timer's service runs in audit mode.
 func TestUnitsCommandLines(t *testing.T) {
-	exec := regexp.MustCompile(`(?m)^ExecStart=/usr/local/bin/kc-janitor (.*)$`)
+	// A command line of its own, or one of several a shell runs in turn
+	// ("$$1" being the instance).
+	exec := regexp.MustCompile(`(?m)(?:^ExecStart=|'|; )/usr/local/bin/kc-janitor ([^;'&\n]*)`)
 	for _, u := range units {
 		if !strings.HasSuffix(u, ".service") {
 			continue
@@ -66,7 +68,10 @@ func TestUnitsCommandLines(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ms := exec.FindAllStringSubmatch(instance(string(data)), -1)
+		ms := exec.FindAllStringSubmatch(strings.ReplaceAll(instance(string(data)), `"$$1"`, "positron-server"), -1)
+		if want := strings.Count(string(data), "/usr/local/bin/kc-janitor "); len(ms) != want {
+			t.Errorf("%s: %d kc-janitor command lines read, of %d", u, len(ms), want)
+		}
 		if ms == nil {
 			t.Errorf("%s: no ExecStart=/usr/local/bin/kc-janitor (make install rewrites that path)", u)
 			continue
@@ -172,7 +177,7 @@ func TestMakeInstallDestdir(t *testing.T) {
 		if strings.Contains(string(data), "/usr/local/bin") {
 			t.Errorf("%s still names /usr/local/bin", f)
 		}
-		if strings.HasSuffix(f, ".service") && !strings.Contains(string(data), "ExecStart=/opt/kc/bin/kc-janitor") {
+		if strings.HasSuffix(f, ".service") && !strings.Contains(string(data), "/opt/kc/bin/kc-janitor ") {
 			t.Errorf("%s: ExecStart not rewritten", f)
 		}
 	}

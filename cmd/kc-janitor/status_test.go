@@ -2,9 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -173,5 +175,32 @@ func TestStatusTreeAction(t *testing.T) {
 				t.Errorf("%s = %v (present %v), want %q: %v", tc.key, got, ok, tc.want, tr)
 			}
 		})
+	}
+}
+
+// TestStatusLedgerNotThereYet: a state dir no hook has made yet (a Docker
+// host, a fresh boot) is no problem; one that cannot be a ledger is.
+func TestStatusLedgerNotThereYet(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "a-file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		stateDir string
+		problem  bool
+	}{
+		{filepath.Join(dir, "not-yet"), false},
+		{file, true},
+	} {
+		_, out := runJanitorCapture(t, "status", "--format", "json", "--state-dir", tc.stateDir, "--socket-dir", t.TempDir(), "--podman-url", "unix:///nonexistent.sock", "--engine", "podman")
+		var rep struct{ Errors []string }
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		problem := slices.ContainsFunc(rep.Errors, func(e string) bool { return strings.HasPrefix(e, "ledger: ") })
+		if problem != tc.problem {
+			t.Errorf("state dir %s: ledger problem %v, want %v (errors %q)", tc.stateDir, problem, tc.problem, rep.Errors)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"sort"
 	"strings"
@@ -100,7 +101,9 @@ func Status(ctx context.Context, s Settings, log *slog.Logger) (StatusReport, er
 		for _, e := range errs {
 			out.Errors = append(out.Errors, "ledger: "+e.Error())
 		}
-	} else {
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		// Not there yet is no problem: no hook has run here (a Docker
+		// host), or none since boot.
 		out.Errors = append(out.Errors, "ledger: "+err.Error())
 	}
 	sort.Slice(records, func(i, j int) bool { return records[i].UpdatedAt.After(records[j].UpdatedAt) })

@@ -101,9 +101,12 @@ func runDoctor(c *cli.Context) error {
 	hooksDirs := doctor.HooksDirs(c.StringSlice(flagHooksDir), confHooksDirsUnless(c, se.log))
 	rep := janitor.Doctor(c.Context, se.s, c.Bool("fix"), hooksDirs, se.log, metricsOf(c))
 
-	if se.g.JSON {
+	switch {
+	case se.g.JSON:
 		err = rep.WriteJSON(c.App.Writer)
-	} else {
+	case se.g.Quiet() && rep.Worst == doctor.OK:
+		// For cron, which mails whatever reaches stdout.
+	default:
 		err = rep.WriteText(c.App.Writer)
 	}
 	if err != nil {

@@ -36,8 +36,12 @@ func runStatus(c *cli.Context) error {
 	if err != nil {
 		return err // a usage error
 	}
-	if se.g.JSON {
+	switch {
+	case se.g.JSON:
 		writeJSON(c.App.Writer, rep)
+		return nil
+	case se.g.Quiet() && len(rep.Errors) == 0:
+		// For cron: the look is printed only when it has PROBLEMS.
 		return nil
 	}
 	return rep.Text(c.App.Writer)

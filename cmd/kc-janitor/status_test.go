@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -202,5 +204,22 @@ func TestStatusLedgerNotThereYet(t *testing.T) {
 		if problem != tc.problem {
 			t.Errorf("state dir %s: ledger problem %v, want %v (errors %q)", tc.stateDir, problem, tc.problem, rep.Errors)
 		}
+	}
+}
+
+// TestStatusQuiet: for cron, -q prints the look only when it has PROBLEMS.
+func TestStatusQuiet(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "a-file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"status", "-q", "--socket-dir", t.TempDir(), "--engine", "docker"}
+	u, _ := dockertest.Fake(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, `[]`) })
+	if code, out := runJanitorCapture(t, append(base, "--docker-url", u, "--state-dir", filepath.Join(dir, "new"))...); code != exitOK || out != "" {
+		t.Errorf("no problems: exit %d, printed %q", code, out)
+	}
+	if _, out := runJanitorCapture(t, append(base, "--docker-url", u, "--state-dir", file)...); !strings.Contains(out, "PROBLEMS") {
+		t.Errorf("a problem, yet printed %q", out)
 	}
 }

@@ -94,7 +94,7 @@ func newApp() *cli.App {
 	stateDir := defaultStateDir()
 	return &cli.App{
 		Name:    "kc-janitor",
-		Usage:   "reap what container supervisors leave behind, with the container engines (podman, Docker, containerd) as ground truth",
+		Usage:   "reap what container supervisors leave behind, with the container engines (podman, Docker, containerd, CRI) as ground truth",
 		Version: version,
 		Description: `kc-janitor finds supervisor process trees whose container is gone,
 orphan kc-*.sock sockets and abandoned kernel sessions. Every command is a

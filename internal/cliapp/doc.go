@@ -57,7 +57,7 @@ func (d Doc) ManPage(app *cli.App) ([]byte, error) {
 	for _, f := range allFlags(app) {
 		r := rowOf(f)
 		if r.env != "" {
-			fmt.Fprintf(&b, "**%s**: %s\n\n", r.env, strings.Fields(r.names)[0])
+			fmt.Fprintf(&b, "**%s**: %s\n\n", r.env, strings.TrimSuffix(strings.Fields(r.names)[0], ","))
 		}
 	}
 	for _, v := range d.OtherEnv {

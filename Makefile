@@ -104,8 +104,16 @@ install-completion: janitor-built
 	$(JANITOR) completion zsh > $(DESTDIR)$(ZSHCOMPDIR)/_kc-janitor
 	chmod 0644 $(DESTDIR)$(BASHCOMPDIR)/kc-janitor $(DESTDIR)$(ZSHCOMPDIR)/_kc-janitor
 
+# bin/ built from another commit than this tree's (a pull since) is not
+# installed; where git cannot tell (root in a user's clone: VERSION is
+# dev), the check is left out.
 built: janitor-built
 	@test -x bin/kc-hook -a -x bin/kc-janitor || { echo "bin/ is not built: run 'make build' first, as yourself"; exit 1; }
+	@for b in kc-hook kc-janitor; do \
+		v=$$(bin/$$b --version 2>/dev/null | awk '{print $$2}'); \
+		[ '$(VERSION)' = dev ] || [ "$$v" = '$(VERSION)' ] || \
+			{ echo "bin/$$b is version $$v, this tree is $(VERSION): run 'make build' first, as yourself"; exit 1; }; \
+	done
 
 janitor-built:
 	@test -x $(JANITOR) || { echo "$(JANITOR) is not built: run 'make build' first, as yourself"; exit 1; }

@@ -224,3 +224,35 @@ func TestUnitsMemoryMax(t *testing.T) {
 		}
 	}
 }
+
+// TestMakeInstallRefusesStaleBinaries: `make install` copies bin/ without
+// building it (sudo's PATH has no Go), so binaries of another commit than
+// the tree's are refused; where git cannot tell (VERSION dev), they pass.
+func TestMakeInstallRefusesStaleBinaries(t *testing.T) {
+	mk, err := exec.LookPath("make")
+	if err != nil {
+		t.Skip("make not installed")
+	}
+	makefile, err := filepath.Abs("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []string{"kc-hook", "kc-janitor"} {
+		if err := os.WriteFile(filepath.Join(dir, "bin", b), []byte("#!/bin/sh\necho "+b+" abc1234\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		version string
+		ok      bool
+	}{{"abc1234", true}, {"dev", true}, {"def5678", false}, {"abc1234-dirty", false}} {
+		out, err := exec.Command(mk, "-s", "-f", makefile, "-C", dir, "built", "VERSION="+tc.version).CombinedOutput()
+		if (err == nil) != tc.ok || (!tc.ok && !strings.Contains(string(out), "bin/kc-hook is version abc1234, this tree is "+tc.version+": run 'make build' first")) {
+			t.Errorf("VERSION=%s: %v\n%s", tc.version, err, out)
+		}
+	}
+}

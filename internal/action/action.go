@@ -41,6 +41,9 @@ const (
 	SkipContradicted Action = "skipped-contradicted"
 )
 
+// Skips are the reasons above, in the order reports give them.
+var Skips = []Action{SkipLive, SkipYoung, SkipAgeUnknown, SkipForeign, SkipOtherUID, SkipAmbiguous, SkipContradicted}
+
 // Nothing is a ledger record's outcome when no tree was there to act on.
 const Nothing Action = "nothing"
 

@@ -1,6 +1,9 @@
 package action
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 func TestIsSkip(t *testing.T) {
 	tests := []struct {
@@ -45,6 +48,19 @@ func TestStrings(t *testing.T) {
 	for a, s := range want {
 		if string(a) != s {
 			t.Errorf("%q printed as %q", s, string(a))
+		}
+	}
+}
+
+// TestSkips: the list reports count from holds every reason once.
+func TestSkips(t *testing.T) {
+	want := []Action{SkipLive, SkipYoung, SkipAgeUnknown, SkipForeign, SkipOtherUID, SkipAmbiguous, SkipContradicted}
+	if !slices.Equal(Skips, want) {
+		t.Errorf("Skips = %q, want %q", Skips, want)
+	}
+	for _, a := range Skips {
+		if !a.IsSkip() {
+			t.Errorf("%q in Skips is no skip", a)
 		}
 	}
 }

@@ -172,9 +172,20 @@ func LogReconcile(ctx context.Context, log *slog.Logger, rep reconcile.Report) {
 	if rep.Unrecorded != nil {
 		log.Error("reaped without recording in the ledger: the audit trail of these kills is missing", "err", rep.Unrecorded)
 	}
-	log.Info("reconcile", "source", rep.Source, "dry_run", rep.DryRun, "trees", len(rep.Trees),
-		"would_reap", rep.Count(action.WouldReap), "reaped", rep.Count(action.Reaped)+rep.Count(action.Gone),
-		"would_not_die", rep.Count(action.WouldNotDie), "ledger_collected", rep.LedgerCollected)
+	attrs := []any{"source", rep.Source, "dry_run", rep.DryRun, "trees", len(rep.Trees),
+		"would_reap", rep.Count(action.WouldReap), "reaped", rep.Count(action.Reaped) + rep.Count(action.Gone),
+		"would_not_die", rep.Count(action.WouldNotDie), "ledger_collected", rep.LedgerCollected}
+	// Why the other trees were spared, for an audit that reads the log
+	// alone: only the reasons that occurred (skipped_young=2 …).
+	for _, a := range action.Skips {
+		if n := rep.Count(a); n > 0 {
+			attrs = append(attrs, strings.ReplaceAll(string(a), "-", "_"), n)
+		}
+	}
+	if n := len(rep.Cgroups); n > 0 {
+		attrs = append(attrs, "cgroups", n)
+	}
+	log.Info("reconcile", attrs...)
 }
 
 // logTrees writes one line per tree (and cgroup) that would be reaped or

@@ -18,6 +18,12 @@ var flagValues = map[string][]string{
 	flagEngine:    {"auto", "podman", "docker", "containerd", "cri"},
 }
 
+// flagLists lists what may follow a comma in the flags that take a list
+// (auto stands alone).
+var flagLists = map[string][]string{
+	flagEngine: {"podman", "docker", "containerd", "cri"},
+}
+
 // completionCommand prints a shell completion script. Both scripts ask the
 // binary (kc-janitor __complete ...) for candidates, with stdin closed.
 func completionCommand() *cli.Command {

@@ -139,6 +139,13 @@ func TestCompletionScripts(t *testing.T) {
 				if got := tab(t, shell, bin, "--log-level", "w"); !slices.Equal(got, []string{"warn"}) {
 					t.Errorf("--log-level w<TAB> = %q", got)
 				}
+				// A list: the engines not named yet, after those that are.
+				if got := tab(t, shell, bin, "reconcile", "--engine", "podman,"); !slices.Equal(got, []string{"podman,docker", "podman,containerd", "podman,cri"}) {
+					t.Errorf("--engine podman,<TAB> = %q", got)
+				}
+				if got := tab(t, shell, bin, "reconcile", "--engine", "podman,docker,c"); !slices.Equal(got, []string{"podman,docker,containerd", "podman,docker,cri"}) {
+					t.Errorf("--engine podman,docker,c<TAB> = %q", got)
+				}
 			})
 			t.Run("files", func(t *testing.T) {
 				got := tab(t, shell, bin, "reconcile", "--metrics-file", "")

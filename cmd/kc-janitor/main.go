@@ -78,7 +78,7 @@ func tuned(action cli.ActionFunc) cli.ActionFunc {
 func runApp(app *cli.App, args []string) error {
 	if words, ok := cliapp.Words(args); ok {
 		app.Setup() // the writers, the help command and flag
-		cliapp.Complete(app.Writer, app, words, flagValues)
+		cliapp.Complete(app.Writer, app, words, flagValues, flagLists)
 		return nil
 	}
 	if cmd, ok := cliapp.VersionWithCommand(app, args[1:]); ok {

@@ -47,10 +47,12 @@ func Words(args []string) ([]string, bool) {
 
 // Complete writes the candidates for the last of words (the word under the
 // cursor, possibly empty) given the words before it; values are the
-// choices of the flags that take one of a fixed set, by name. It prints nothing when
+// choices of the flags that take one of a fixed set, by name, and lists
+// the choices that may follow a comma for the flags that take a list
+// (--engine podman,<TAB> offers podman,docker …). It prints nothing when
 // a file name or free text is expected: the scripts then fall back to the
 // shell's file completion.
-func Complete(w io.Writer, app *cli.App, words []string, values map[string][]string) {
+func Complete(w io.Writer, app *cli.App, words []string, values, lists map[string][]string) {
 	if len(words) == 0 {
 		words = []string{""}
 	}
@@ -77,6 +79,15 @@ func Complete(w io.Writer, app *cli.App, words []string, values map[string][]str
 	}
 	var candidates []string
 	switch {
+	case pending != nil && lists[pending.Names()[0]] != nil && strings.Contains(cur, ","):
+		// The choices not given yet, after those that were.
+		done := cur[:strings.LastIndex(cur, ",")+1]
+		given := strings.Split(done, ",")
+		for _, v := range lists[pending.Names()[0]] {
+			if !slices.Contains(given, v) {
+				candidates = append(candidates, done+v)
+			}
+		}
 	case pending != nil:
 		candidates = values[pending.Names()[0]]
 	case strings.HasPrefix(cur, "-") && !flagsDone:

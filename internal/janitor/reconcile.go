@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/cull"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
@@ -249,9 +250,9 @@ func (rep Report) Text(w io.Writer) {
 		truth = []string{rep.Source}
 	}
 	fmt.Fprintf(w, "ground truth: %s; mode: %s\n", strings.Join(truth, ", "), mode)
-	defer rep.cgroupsText(w)
 	if len(rep.Trees) == 0 {
 		fmt.Fprintln(w, "no supervisor trees found")
+		rep.cgroupsText(w)
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -266,7 +267,7 @@ func (rep Report) Text(w io.Writer) {
 		}
 		age := "?"
 		if t.AgeSeconds >= 0 {
-			age = (time.Duration(t.AgeSeconds) * time.Second).String()
+			age = cull.HumanSeconds(t.AgeSeconds)
 		}
 		what := string(t.Action)
 		if t.Error != nil {
@@ -275,6 +276,7 @@ func (rep Report) Text(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", cid, t.PGID, t.UID, age, members(t.Members), what)
 	}
 	tw.Flush()
+	rep.cgroupsText(w)
 	switch n := rep.Count(action.WouldReap); {
 	case rep.Refused != "":
 		fmt.Fprintf(w, "nothing was reaped: %s\n", rep.Refused)
@@ -286,7 +288,7 @@ func (rep Report) Text(w io.Writer) {
 // cgroupsText writes a line per supervisor cgroup swept, or that would be.
 func (rep Report) cgroupsText(w io.Writer) {
 	for _, c := range rep.Cgroups {
-		line := fmt.Sprintf("cgroup %s: %s", c.Path, c.Outcome)
+		line := fmt.Sprintf("cgroup %s of a gone container: %s", c.Path, c.Outcome)
 		if len(c.Withheld) > 0 {
 			line += fmt.Sprintf(", %d process(es) withheld", len(c.Withheld))
 		}

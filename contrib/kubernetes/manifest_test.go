@@ -15,6 +15,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
@@ -169,12 +170,22 @@ func TestDaemonSetForContainerd(t *testing.T) {
 			t.Errorf("janitor does not mount %s", path)
 		}
 	}
-	// The evidence that a container runs is read from the host's cgroups
-	// (a pod has its own cgroup namespace on v2); nothing there is written.
+	// The evidence that a container runs is read from the host's
+	// cgroups, and an apply run sweeps a gone container's supervisor
+	// cgroup there; host mounts made after the start (logind's
+	// /run/user/UID) must show.
 	for _, m := range c.VolumeMounts {
-		if m.MountPath == "/sys/fs/cgroup" && !m.ReadOnly {
-			t.Error("the host's /sys/fs/cgroup is mounted writable")
+		if m.MountPath == "/sys/fs/cgroup" && m.ReadOnly {
+			t.Error("the host's /sys/fs/cgroup is mounted read-only: an apply run could not freeze or kill a cgroup")
 		}
+		if slices.Contains([]string{"/run/user", "/run/containerd", "/sys/fs/cgroup"}, m.MountPath) &&
+			(m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationHostToContainer) {
+			t.Errorf("%s does not see the host's later mounts (mountPropagation HostToContainer)", m.MountPath)
+		}
+	}
+	// The units' MemoryMax: what a round may peak at (RELIABILITY.md).
+	if lim := c.Resources.Limits.Memory(); lim.Cmp(resource.MustParse("256Mi")) < 0 {
+		t.Errorf("memory limit %s, below the 256Mi a round may need", lim)
 	}
 	for _, ct := range append(spec.InitContainers, spec.Containers...) {
 		for _, m := range ct.VolumeMounts {
@@ -198,8 +209,8 @@ func TestDaemonSetProbesAndMetrics(t *testing.T) {
 	if ip := env["POD_IP"]; ip.ValueFrom == nil || ip.ValueFrom.FieldRef == nil || ip.ValueFrom.FieldRef.FieldPath != "status.podIP" {
 		t.Errorf("POD_IP is not the pod's IP: %+v", ip)
 	}
-	if v := env["KC_METRICS_LISTEN"].Value; v != "$(POD_IP):9475" {
-		t.Errorf("KC_METRICS_LISTEN %q, want $(POD_IP):9475", v)
+	if v := env["KC_METRICS_LISTEN"].Value; v != "[$(POD_IP)]:9475" {
+		t.Errorf("KC_METRICS_LISTEN %q, want [$(POD_IP)]:9475 (an IPv6 pod IP has colons)", v)
 	}
 	var port int32
 	for _, p := range c.Ports {

@@ -143,6 +143,11 @@ pkgroot: build
 	$(MAKE) --no-print-directory install-bin install-hooks install-units install-man install-completion \
 		DESTDIR=$(CURDIR)/$(PKGROOT) PREFIX=/usr HOOKDIR=/usr/libexec/kc-watchman SYSCONFDIR=/etc
 	install -D -m 0644 README.md $(PKGROOT)/usr/share/doc/kc-watchman/README.md
+	# containerd's base spec, naming the packaged kc-hook (contrib/containerd).
+	install -d $(PKGROOT)/usr/share/kc-watchman/containerd
+	sed 's|/usr/local/libexec/oci/hooks.d/kc-hook|/usr/libexec/kc-watchman/kc-hook|g' contrib/containerd/base-runtime-spec.json \
+		> $(PKGROOT)/usr/share/kc-watchman/containerd/base-runtime-spec.json
+	install -m 0644 contrib/containerd/config.toml $(PKGROOT)/usr/share/kc-watchman/containerd/config.toml
 
 deb rpm: pkgroot
 	mkdir -p dist

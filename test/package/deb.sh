@@ -62,6 +62,11 @@ printf '%s\n' "$hook" | grep -q '"verdict": "ok"' || fail "doctor does not find 
 printf '%s\n' "$hook" | grep -q '/usr/share/containers/oci/hooks.d/kc-hook-poststop.json' || fail "doctor names no packaged descriptor: $hook"
 printf '%s\n' "$hook" | grep -q '/usr/libexec/kc-watchman/kc-hook' || fail "doctor names no packaged kc-hook: $hook"
 [ -x "$root/usr/libexec/kc-watchman/kc-hook" ] || fail "kc-hook not installed"
+# containerd's base spec must name the packaged kc-hook: one naming a
+# missing hook fails every container of its handler.
+spec=$root/usr/share/kc-watchman/containerd/base-runtime-spec.json
+[ "$(grep -c '"path": "/usr/libexec/kc-watchman/kc-hook"' "$spec")" = 2 ] && ! grep -q /usr/local/libexec "$spec" ||
+	fail "the packaged base spec does not name the packaged kc-hook: $(grep '"path"' "$spec")"
 chroot "$root" /usr/libexec/kc-watchman/kc-hook --version >/dev/null || fail "the packaged kc-hook does not run"
 
 # Enabling a unit is a symlink under /etc/systemd; the package makes none.

@@ -33,6 +33,9 @@ type Handler struct {
 	Stages []string
 	// Problem says why it carries no hook, when it does not.
 	Problem string
+	// Broken: its base spec names a kc-hook the node does not have, so
+	// runc fails every container of the handler.
+	Broken bool
 }
 
 // Carries reports whether the handler's pods run kc-hook at poststop.
@@ -77,7 +80,7 @@ func ContainerdHandlers(root, configPath string) ([]Handler, error) {
 			case h.BaseSpec == "":
 				h.Problem = "no base_runtime_spec: containerd runs no hook for its pods"
 			default:
-				h.Stages, h.Problem = specHooks(filepath.Join(root, h.BaseSpec))
+				h.Stages, h.Problem, h.Broken = specHooks(root, h.BaseSpec)
 			}
 			out = append(out, h)
 		}
@@ -86,12 +89,13 @@ func ContainerdHandlers(root, configPath string) ([]Handler, error) {
 	return out, nil
 }
 
-// specHooks lists the stages of an OCI spec whose hook is kc-hook, or
-// says what is wrong with it.
-func specHooks(path string) (stages []string, problem string) {
-	data, err := readConfig(path, maxConfigBytes)
+// specHooks lists the stages of the OCI spec at path (under root) whose
+// hook is kc-hook, or says what is wrong with it: a kc-hook the node does
+// not have fails every container of the handler (runc cannot run it).
+func specHooks(root, path string) (stages []string, problem string, broken bool) {
+	data, err := readConfig(filepath.Join(root, path), maxConfigBytes)
 	if err != nil {
-		return nil, "base spec unreadable: " + err.Error()
+		return nil, "base spec unreadable: " + err.Error(), false
 	}
 	var spec struct {
 		Hooks map[string][]struct {
@@ -99,21 +103,25 @@ func specHooks(path string) (stages []string, problem string) {
 		} `json:"hooks"`
 	}
 	if err := json.Unmarshal(data, &spec); err != nil {
-		return nil, "base spec is not an OCI spec: " + err.Error()
+		return nil, "base spec is not an OCI spec: " + err.Error(), false
 	}
 	for stage, hs := range spec.Hooks {
 		for _, h := range hs {
-			if filepath.Base(h.Path) == "kc-hook" {
-				stages = append(stages, stage)
-				break
+			if filepath.Base(h.Path) != "kc-hook" {
+				continue
 			}
+			if _, err := os.Stat(filepath.Join(root, h.Path)); err != nil {
+				return nil, fmt.Sprintf("its base spec names kc-hook at %s, which cannot be run here (%v): runc fails every container of this handler", h.Path, err), true
+			}
+			stages = append(stages, stage)
+			break
 		}
 	}
 	sort.Strings(stages)
 	if len(stages) == 0 {
-		return nil, "its base spec names no kc-hook"
+		return nil, "its base spec names no kc-hook", false
 	}
-	return stages, ""
+	return stages, "", false
 }
 
 // WithContainerdHandlers adds to the hook-installed check what the first
@@ -130,7 +138,9 @@ func WithContainerdHandlers(c Check, root string) Check {
 			return c
 		}
 		var carrying []string
+		broken := false
 		for _, h := range hs {
+			broken = broken || h.Broken
 			if h.Carries() {
 				carrying = append(carrying, h.Name)
 				c.Items = append(c.Items, fmt.Sprintf("containerd handler %s: kc-hook at %s (%s)", h.Name, strings.Join(h.Stages, ", "), h.BaseSpec))
@@ -150,6 +160,10 @@ func WithContainerdHandlers(c Check, root string) Check {
 			// Pods of the other runtime classes lose their trees to
 			// the janitor's rounds alone.
 			c.Verdict = Warn
+		}
+		if broken {
+			c.Verdict = Error
+			c.Remedy = "put kc-hook where the base spec names it (kc-janitor install-hook), or drop that base_runtime_spec and restart containerd"
 		}
 		return c
 	}

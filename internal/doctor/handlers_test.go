@@ -11,11 +11,14 @@ func TestContainerdHandlers(t *testing.T) {
 	const hooked = `{"hooks":{"createRuntime":[{"path":"/usr/local/libexec/oci/hooks.d/kc-hook"}],"poststop":[{"path":"/usr/local/libexec/oci/hooks.d/kc-hook"}]}}`
 	const other = `{"hooks":{"poststop":[{"path":"/usr/bin/other-hook"}]}}`
 	for _, tc := range []struct {
-		name    string
-		config  string
-		files   map[string]string
-		verdict Verdict // starting from an Error: no descriptor in hooks.d
-		items   []string
+		name   string
+		config string
+		files  map[string]string
+		// descriptors: hooks.d has kc-hook's (the check starts ok, not
+		// at Error).
+		descriptors bool
+		verdict     Verdict
+		items       []string
 	}{
 		{
 			name: "v2 runc carries, kata has no base spec",
@@ -25,7 +28,7 @@ func TestContainerdHandlers(t *testing.T) {
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.kata]
   runtime_type = "io.containerd.kata.v2"
 `,
-			files:   map[string]string{"/etc/containerd/kc.json": hooked},
+			files:   map[string]string{"/etc/containerd/kc.json": hooked, "/usr/local/libexec/oci/hooks.d/kc-hook": "#!/bin/sh\n"},
 			verdict: Warn,
 			items:   []string{"handler kata: no base_runtime_spec", "handler runc: kc-hook at createRuntime, poststop"},
 		},
@@ -35,7 +38,7 @@ func TestContainerdHandlers(t *testing.T) {
 [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
   base_runtime_spec = "/etc/containerd/kc.json"
 `,
-			files:   map[string]string{"/etc/containerd/kc.json": hooked},
+			files:   map[string]string{"/etc/containerd/kc.json": hooked, "/usr/local/libexec/oci/hooks.d/kc-hook": "#!/bin/sh\n"},
 			verdict: OK,
 			items:   []string{"handler runc: kc-hook"},
 		},
@@ -48,6 +51,18 @@ func TestContainerdHandlers(t *testing.T) {
 			files:   map[string]string{"/etc/containerd/other.json": other},
 			verdict: Error,
 			items:   []string{"handler runc: its base spec names no kc-hook"},
+		},
+		{
+			// runc cannot run it: every container of the handler fails.
+			name: "kc-hook named but not on the node",
+			config: `version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  base_runtime_spec = "/etc/containerd/kc.json"
+`,
+			files:       map[string]string{"/etc/containerd/kc.json": hooked},
+			descriptors: true, // podman's are fine: the node's containerd is not
+			verdict:     Error,
+			items:       []string{"handler runc: its base spec names kc-hook at /usr/local/libexec/oci/hooks.d/kc-hook, which cannot be run here"},
 		},
 		{
 			name: "base spec missing",
@@ -77,7 +92,11 @@ func TestContainerdHandlers(t *testing.T) {
 			for p, s := range tc.files {
 				write(p, s)
 			}
-			c := WithContainerdHandlers(newCheck(NameHookInstalled, Error, "no kc-hook descriptor"), root)
+			from := Error
+			if tc.descriptors {
+				from = OK
+			}
+			c := WithContainerdHandlers(newCheck(NameHookInstalled, from, "descriptors"), root)
 			if c.Verdict != tc.verdict {
 				t.Errorf("verdict %v (%s), want %v", c.Verdict, c.Text(), tc.verdict)
 			}

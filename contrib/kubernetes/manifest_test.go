@@ -165,7 +165,9 @@ func TestDaemonSetForContainerd(t *testing.T) {
 	for _, v := range spec.Volumes {
 		volumes[v.Name] = true
 	}
-	for _, path := range []string{"/run/containerd", "/run/kc-watchman", "/tmp", "/var/lib/node-exporter", "/sys/fs/cgroup"} {
+	// doctor reads the node's containerd config, its base spec and the
+	// kc-hook it names at the node's paths.
+	for _, path := range []string{"/run/containerd", "/run/kc-watchman", "/tmp", "/var/lib/node-exporter", "/sys/fs/cgroup", "/etc/containerd", "/opt/kc-watchman"} {
 		if mounts[path] == "" {
 			t.Errorf("janitor does not mount %s", path)
 		}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+	"golang.org/x/sys/unix"
 )
 
 // ContainerdConfigs are where containerd's configuration lives: upstream's,
@@ -110,7 +111,7 @@ func specHooks(root, path string) (stages []string, problem string, broken bool)
 			if filepath.Base(h.Path) != "kc-hook" {
 				continue
 			}
-			if _, err := os.Stat(filepath.Join(root, h.Path)); err != nil {
+			if err := runnable(root, h.Path); err != nil {
 				return nil, fmt.Sprintf("its base spec names kc-hook at %s, which cannot be run here (%v): runc fails every container of this handler", h.Path, err), true
 			}
 			stages = append(stages, stage)
@@ -122,6 +123,53 @@ func specHooks(root, path string) (stages []string, problem string, broken bool)
 		return nil, "its base spec names no kc-hook", false
 	}
 	return stages, "", false
+}
+
+// runnable says why the hook path p, as the node's runtime resolves it,
+// is not a program runc could run. It is looked up in the node's
+// filesystem: under root when given, else under PID 1's root when this
+// process has another mount namespace (doctor in the DaemonSet's pod,
+// with hostPID; the image has a kc-hook of its own), symlinks resolved
+// inside it.
+func runnable(root, p string) error {
+	if !filepath.IsAbs(p) {
+		return errors.New("not an absolute path")
+	}
+	if root == "" {
+		root = nodeRoot()
+	}
+	if root == "" {
+		root = "/"
+	}
+	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dir)
+	fd, err := unix.Openat2(dir, strings.TrimPrefix(p, "/"), &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT})
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Mode&0o111 == 0 {
+		return fmt.Errorf("not an executable file (mode %o)", st.Mode)
+	}
+	return nil
+}
+
+// nodeRoot is PID 1's root when this process runs in another mount
+// namespace than PID 1 (both readable only by root), else "".
+func nodeRoot() string {
+	self, err1 := os.Readlink("/proc/self/ns/mnt")
+	init, err2 := os.Readlink("/proc/1/ns/mnt")
+	if err1 != nil || err2 != nil || self == init {
+		return ""
+	}
+	return "/proc/1/root"
 }
 
 // WithContainerdHandlers adds to the hook-installed check what the first
@@ -163,6 +211,7 @@ func WithContainerdHandlers(c Check, root string) Check {
 		}
 		if broken {
 			c.Verdict = Error
+			c.Detail = fmt.Sprintf("containerd (%s) has a handler whose base spec names a kc-hook that cannot be run: its containers fail to start", conf)
 			c.Remedy = "put kc-hook where the base spec names it (kc-janitor install-hook), or drop that base_runtime_spec and restart containerd"
 		}
 		return c

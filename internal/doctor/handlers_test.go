@@ -82,7 +82,11 @@ func TestContainerdHandlers(t *testing.T) {
 				if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
 					t.Fatal(err)
 				}
-				if err := os.WriteFile(filepath.Join(root, p), []byte(s), 0o644); err != nil {
+				mode := os.FileMode(0o644)
+				if strings.HasPrefix(s, "#!") {
+					mode = 0o755
+				}
+				if err := os.WriteFile(filepath.Join(root, p), []byte(s), mode); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -109,5 +113,52 @@ func TestContainerdHandlers(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRunnable: a hook path is judged as runc would run it on the node:
+// absolute, a regular executable file, symlinks resolved inside the
+// node's root (an absolute one names the node's file, not ours).
+func TestRunnable(t *testing.T) {
+	root := t.TempDir()
+	mk := func(p string, mode os.FileMode) {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, p), []byte("#!/bin/sh\n"), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("/opt/kc/kc-hook", 0o755)
+	mk("/opt/noexec/kc-hook", 0o644)
+	if err := os.MkdirAll(filepath.Join(root, "/opt/dir/kc-hook"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Absolute targets: inside the root they name root's /opt/kc/kc-hook;
+	// followed on this host they would name a file that is not there.
+	if err := os.MkdirAll(filepath.Join(root, "/usr/bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/opt/kc/kc-hook", filepath.Join(root, "/usr/bin/kc-hook")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(root, "opt/kc/kc-hook"), filepath.Join(root, "/usr/bin/escaping-kc-hook")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path string
+		ok   bool
+	}{
+		{"/opt/kc/kc-hook", true},
+		{"/usr/bin/kc-hook", true},
+		{"/usr/bin/escaping-kc-hook", false}, // its target is read inside the root, where it is not
+		{"/opt/noexec/kc-hook", false},
+		{"/opt/dir/kc-hook", false},
+		{"/opt/missing/kc-hook", false},
+		{"opt/kc/kc-hook", false},
+	} {
+		if err := runnable(root, tc.path); (err == nil) != tc.ok {
+			t.Errorf("runnable(%s) = %v, want ok %v", tc.path, err, tc.ok)
+		}
 	}
 }

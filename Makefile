@@ -105,8 +105,8 @@ install-completion: janitor-built
 	chmod 0644 $(DESTDIR)$(BASHCOMPDIR)/kc-janitor $(DESTDIR)$(ZSHCOMPDIR)/_kc-janitor
 
 # bin/ built from another commit than this tree's (a pull since) is not
-# installed; where git cannot tell (root in a user's clone: VERSION is
-# dev), the check is left out.
+# installed; where git cannot tell (VERSION is dev: no git, or a clone
+# root's git does not trust without sudo's SUDO_UID), it is left out.
 built: janitor-built
 	@test -x bin/kc-hook -a -x bin/kc-janitor || { echo "bin/ is not built: run 'make build' first, as yourself"; exit 1; }
 	@for b in kc-hook kc-janitor; do \

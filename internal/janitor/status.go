@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"os"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -101,9 +102,9 @@ func Status(ctx context.Context, s Settings, log *slog.Logger) (StatusReport, er
 		for _, e := range errs {
 			out.Errors = append(out.Errors, "ledger: "+e.Error())
 		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		// Not there yet is no problem: no hook has run here (a Docker
-		// host), or none since boot.
+	} else if _, serr := os.Stat(s.StateDir); !errors.Is(serr, fs.ErrNotExist) {
+		// A state dir not there yet is no problem: no hook has run here
+		// (a Docker host), or none since boot.
 		out.Errors = append(out.Errors, "ledger: "+err.Error())
 	}
 	sort.Slice(records, func(i, j int) bool { return records[i].UpdatedAt.After(records[j].UpdatedAt) })

@@ -146,6 +146,10 @@ func TestCompletionScripts(t *testing.T) {
 				if got := tab(t, shell, bin, "reconcile", "--engine", "podman,docker,c"); !slices.Equal(got, []string{"podman,docker,containerd", "podman,docker,cri"}) {
 					t.Errorf("--engine podman,docker,c<TAB> = %q", got)
 				}
+				// auto stands alone: nothing follows it.
+				if got := tab(t, shell, bin, "reconcile", "--engine", "auto,"); len(got) != 0 && !slices.Equal(got, []string{"__files__"}) {
+					t.Errorf("--engine auto,<TAB> = %q", got)
+				}
 			})
 			t.Run("files", func(t *testing.T) {
 				got := tab(t, shell, bin, "reconcile", "--metrics-file", "")

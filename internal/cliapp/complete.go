@@ -83,7 +83,11 @@ func Complete(w io.Writer, app *cli.App, words []string, values, lists map[strin
 		// The choices not given yet, after those that were.
 		done := cur[:strings.LastIndex(cur, ",")+1]
 		given := strings.Split(done, ",")
-		for _, v := range lists[pending.Names()[0]] {
+		choices := lists[pending.Names()[0]]
+		if slices.ContainsFunc(given[:len(given)-1], func(g string) bool { return !slices.Contains(choices, g) }) {
+			break // a choice that stands alone (auto), or none at all
+		}
+		for _, v := range choices {
 			if !slices.Contains(given, v) {
 				candidates = append(candidates, done+v)
 			}

@@ -246,8 +246,15 @@ func scopePath(p, unit string) (string, error) {
 }
 
 // selfInside reports whether the calling process is in c or below it: a
-// sweep would freeze the caller itself.
+// sweep would freeze the caller itself. In a cgroup namespace of its own
+// (a pod's) the caller's path is relative to that namespace and says
+// nothing of c's: unknown, so assumed the worst.
 func (c *Cgroup) selfInside() bool {
+	self, err1 := os.Readlink(c.opt.Proc + "/self/ns/cgroup")
+	host, err2 := os.Readlink(c.opt.Proc + "/1/ns/cgroup")
+	if err1 == nil && err2 == nil && self != host {
+		return true
+	}
 	data, err := os.ReadFile(c.opt.Proc + "/self/cgroup")
 	if err != nil {
 		return true // unknown: assume the worst

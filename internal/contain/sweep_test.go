@@ -227,6 +227,31 @@ func TestSweepRefusesTheCaller(t *testing.T) {
 	}
 }
 
+// TestSweepRefusesFromAnotherCgroupNamespace: in a cgroup namespace of its
+// own (a pod's), the caller's "0::/" says nothing of where it is on the
+// host: the sweep refuses rather than take it for "not inside".
+func TestSweepRefusesFromAnotherCgroupNamespace(t *testing.T) {
+	c := contained(t, KindCgroup2)
+	c.opt.Proc = t.TempDir()
+	for _, d := range []string{"self/ns", "1/ns"} {
+		if err := os.MkdirAll(filepath.Join(c.opt.Proc, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(c.opt.Proc, "self", "cgroup"), []byte("0::/\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("cgroup:[4026532001]", filepath.Join(c.opt.Proc, "self/ns/cgroup")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("cgroup:[4026531835]", filepath.Join(c.opt.Proc, "1/ns/cgroup")); err != nil {
+		t.Fatal(err)
+	}
+	if res := Sweep(context.Background(), c, SweepOptions{}); res.Outcome != action.SkipForeign {
+		t.Errorf("sweep = %+v, want refused", res)
+	}
+}
+
 // TestSweepWithholdsAnotherContainersProcess: a process of the tree's
 // own UID in the cgroup whose argv carries another container's ID (a
 // kernel that ran `podman run`, its conmon moved in by hand) is reported,

@@ -5,6 +5,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -28,10 +30,10 @@ func TestRunOwnGroup(t *testing.T) {
 	}{
 		{name: "exits leaving a child", script: "sleep 600 </dev/null >/dev/null 2>&1 & echo $! >\"$1\"; exit 0"},
 		{name: "overstays", script: "sleep 600 </dev/null >/dev/null 2>&1 & echo $! >\"$1\"; wait", timedOut: true},
-		// The child itself leaves its group for the caller's, then writes
+		// The child itself leaves its group for a bystander's, then writes
 		// its PID: the group killed is then empty, and the child must die
-		// all the same.
-		{name: "leaves its group", argv: []string{"perl", "-e", `setpgrp(0, getpgrp(getppid())) or die "setpgrp: $!"; open(my $f, ">", $ARGV[0]) or die; print $f "$$"; close $f; sleep 600`}, timedOut: true},
+		// all the same, by PID; the group it joined must not.
+		{name: "leaves its group", argv: []string{"perl", "-e", `setpgrp(0, $ENV{KC_BYSTANDER_PGID}) or die "setpgrp: $!"; open(my $f, ">", $ARGV[0]) or die; print $f "$$"; close $f; sleep 600`}, timedOut: true},
 		// The child writes its PID once setsid has moved it out of the group.
 		{name: "a child in its own session", script: "setsid sh -c 'echo $$ >\"$1\"; exec sleep 600' sh \"$1\" </dev/null >/dev/null 2>&1 & while [ ! -s \"$1\" ]; do :; done; exit 0", survives: true},
 	} {
@@ -43,6 +45,20 @@ func TestRunOwnGroup(t *testing.T) {
 					t.Skipf("no %s here: %v", tc.argv[0], err)
 				}
 				cmd = exec.Command(tc.argv[0], append(tc.argv[1:], pidFile)...)
+				// A group of its own to join (never the test's): a kill of
+				// the group the child is in now would take it down.
+				bystander := exec.Command("sleep", "600")
+				bystander.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+				if err := bystander.Start(); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { bystander.Process.Kill(); bystander.Wait() })
+				cmd.Env = append(os.Environ(), "KC_BYSTANDER_PGID="+strconv.Itoa(bystander.Process.Pid))
+				defer func() {
+					if !fingerprint.Running(fingerprint.DefaultRoot, bystander.Process.Pid) {
+						t.Error("the group the child joined was killed")
+					}
+				}()
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kc-watchman/kc-watchman/internal/cliapp"
 	"github.com/kc-watchman/kc-watchman/internal/janitor"
 )
 
@@ -41,6 +42,10 @@ func withAudit(name string, action cli.ActionFunc) cli.ActionFunc {
 		msg := ""
 		if err != nil {
 			msg = err.Error()
+		}
+		if code == exitUsage {
+			// As stderr says it: by the variable, where one gave the value.
+			msg = cliapp.FromEnv(c.App, os.Args[1:], msg)
 		}
 		if msg == "" {
 			msg = "see the records above"

@@ -82,7 +82,9 @@ func runApp(app *cli.App, args []string) error {
 		return nil
 	}
 	if cmd, ok := cliapp.VersionWithCommand(app, args[1:]); ok {
-		return usageErr("--version (-v) prints the version and runs no command, yet %s follows it (more logs: --log-level debug)", cmd)
+		msg := fmt.Sprintf("--version (-v) prints the version and runs no command, yet %s follows it (more logs: --log-level debug)", cmd)
+		auditParseError(cmd, msg)
+		return cli.Exit(msg, exitUsage)
 	}
 	return app.Run(cliapp.NormalizeDurations(app, args))
 }

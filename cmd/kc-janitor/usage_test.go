@@ -232,10 +232,14 @@ func TestUsageErrorsLeaveAnAuditLine(t *testing.T) {
 		{"KC_SWEEPER_LOG", []string{"sweep", "--bogus-flag"}, "cmd=sweep exit=2"},
 		{"KC_CULLER_LOG", []string{"cull", "--timeout", "soon"}, "cmd=cull exit=2"},
 		{"KC_LOG_FILE", []string{"reconcile", "--min-age", "soon"}, "cmd=reconcile exit=2"},
+		// -v meant as "verbose" in a cron line: the run did nothing.
+		{"KC_SWEEPER_LOG", []string{"-v", "sweep"}, "cmd=sweep exit=2"},
+		// The log names the variable that gave the value, as stderr does.
+		{"KC_SWEEPER_LOG", []string{"sweep", "--socket-dir", "/nonexistent-kc"}, `cmd=sweep exit=2 err="$KC_PROBE_WORKERS (--workers) must be positive"`},
 	} {
-		t.Run(tt.args[1], func(t *testing.T) {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			logf := filepath.Join(t.TempDir(), "audit.log")
-			if code, _, _ := runJanitor(t, []string{tt.env + "=" + logf}, tt.args...); code != exitUsage {
+			if code, _, _ := runJanitor(t, []string{tt.env + "=" + logf, "KC_PROBE_WORKERS=0"}, tt.args...); code != exitUsage {
 				t.Fatalf("exit %d, want 2", code)
 			}
 			data, _ := os.ReadFile(logf)

@@ -3,12 +3,11 @@ package main
 import (
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/cull"
 	"github.com/kc-watchman/kc-watchman/internal/janitor"
@@ -46,12 +45,12 @@ func runCull(c *cli.Context) error {
 	g, log, cfg, threshold := se.g, se.log, se.s.Sockets, se.s.Threshold
 
 	var sources []cull.Source
-	// Named paths that are no socket are reported as not read, in the
-	// order given, and never asked (a retry would only wait to be refused
-	// again).
-	notSockets := map[int]cull.Supervisor{}
+	// The named sockets in the order given; those that are no socket are
+	// reported as not read, never asked (a retry would only wait to be
+	// refused again).
+	var named []cull.Supervisor
 	if paths := c.StringSlice("socket"); len(paths) > 0 {
-		for i, p := range paths {
+		for _, p := range paths {
 			if p == "" {
 				return usageErr("--socket must not be empty")
 			}
@@ -59,11 +58,11 @@ func runCull(c *cli.Context) error {
 			if n, ok := sockets.ParseName(filepath.Base(p)); ok {
 				src.PID = n.PID
 			}
-			if err := isSocket(p); err != nil {
-				notSockets[i] = cull.Supervisor{Source: src, Err: err}
-				continue
+			err := isSocket(p)
+			if err == nil {
+				sources = append(sources, src)
 			}
-			sources = append(sources, src)
+			named = append(named, cull.Supervisor{Source: src, Err: err})
 		}
 	} else {
 		// A dry run, for classification only; its per-socket records
@@ -82,11 +81,14 @@ func runCull(c *cli.Context) error {
 	}
 
 	sups := janitor.Audit(c.Context, cfg, sources, threshold)
-	for i := 0; len(notSockets) > 0; i++ {
-		if sup, ok := notSockets[i]; ok {
-			sups = slices.Insert(sups, i, sup)
-			delete(notSockets, i)
+	if named != nil {
+		audited := sups
+		for i := range named {
+			if named[i].Err == nil {
+				named[i], audited = audited[0], audited[1:]
+			}
 		}
+		sups = named
 	}
 	janitor.RecordCull(metricsOf(c), sups)
 	failed, _ := cull.Log(log, threshold, sups)
@@ -114,27 +116,12 @@ func isSocket(path string) error {
 	if strings.HasPrefix(path, "@") {
 		return nil
 	}
-	fi, err := os.Stat(path)
-	switch {
-	case err != nil:
-		return err
-	case fi.Mode().Type() != fs.ModeSocket:
-		return fmt.Errorf("%s is not a socket (%s)", path, fileKind(fi.Mode()))
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return fmt.Errorf("%s is not a socket (%s)", path, sweep.FileType(st.Mode&unix.S_IFMT))
 	}
 	return nil
-}
-
-// fileKind names a file's type as an operator would.
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m.IsRegular():
-		return "a regular file"
-	case m.IsDir():
-		return "a directory"
-	case m&fs.ModeNamedPipe != 0:
-		return "a FIFO"
-	case m&fs.ModeDevice != 0:
-		return "a device"
-	}
-	return m.Type().String()
 }

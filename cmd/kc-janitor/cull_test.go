@@ -194,8 +194,8 @@ func TestCullNamedNonSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct{ path, want string }{
-		{file, "is not a socket (a regular file)"},
-		{dir, "is not a socket (a directory)"},
+		{file, "is not a socket (regular file)"},
+		{dir, "is not a socket (directory)"},
 		{filepath.Join(dir, "missing.sock"), "no such file or directory"},
 	} {
 		code, out := runJanitorCapture(t, "cull", "--socket", tc.path)

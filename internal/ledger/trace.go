@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/trust"
 )
 
 // A hook that cannot write its state dir has nowhere to say so: runc
@@ -76,8 +78,8 @@ func appendTrace(path string, line []byte) error {
 	}
 	// In a shared temp dir, someone else's file under this name is not
 	// ours to write, nor is one others may write lines into.
-	if !ownTrace(&st) {
-		return fmt.Errorf("%s: not a regular file of uid %d that only it may write", path, os.Geteuid())
+	if err := trust.Stat(path, &st, unix.S_IFREG, false, uint32(os.Geteuid())); err != nil {
+		return err
 	}
 	if st.Size > traceLimit {
 		if err := f.Truncate(0); err != nil {
@@ -109,12 +111,6 @@ func ReadTrace(files []string, since time.Time) ([]TraceEntry, []string) {
 	return out, from
 }
 
-// ownTrace: a trace file is a regular file of the caller's that no group
-// or other user may write.
-func ownTrace(st *unix.Stat_t) bool {
-	return st.Mode&unix.S_IFMT == unix.S_IFREG && int(st.Uid) == os.Geteuid() && st.Mode&0o022 == 0
-}
-
 func readTrace(path string, since time.Time, out []TraceEntry) []TraceEntry {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
@@ -123,7 +119,7 @@ func readTrace(path string, since time.Time, out []TraceEntry) []TraceEntry {
 	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
 	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil || !ownTrace(&st) {
+	if unix.Fstat(fd, &st) != nil || trust.Stat(path, &st, unix.S_IFREG, false, uint32(os.Geteuid())) != nil {
 		return out
 	}
 	sc := bufio.NewScanner(io.LimitReader(f, traceLimit*2))

@@ -387,7 +387,8 @@ func (e *entry) isSocket() bool { return e.mode == unix.S_IFSOCK }
 func (e *entry) shownPath() string { return path.Join(e.dir.shown, e.name) }
 func (e *entry) innerPath() string { return path.Join(e.dir.inner, e.name) }
 
-func fileType(mode uint32) string {
+// FileType names a file type (a stat mode's S_IFMT bits) as reports write it.
+func FileType(mode uint32) string {
 	switch mode {
 	case unix.S_IFSOCK:
 		return "socket"

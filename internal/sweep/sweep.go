@@ -269,7 +269,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 		switch {
 		case s.e.err != nil:
 		case !s.e.isSocket():
-			s.Verdict, s.Reason = VerdictUnknown, "not a socket ("+fileType(s.e.mode)+")"
+			s.Verdict, s.Reason = VerdictUnknown, "not a socket ("+FileType(s.e.mode)+")"
 		case s.Hashed:
 			hashed = append(hashed, s)
 		case s.Kind == sockets.KindControl:

@@ -32,7 +32,8 @@ func doctorCommand() *cli.Command {
 
    label .... ok|WARN|ERROR (detail)
 
-with details indented below (or one JSON object with --format json).
+with details indented below (or one JSON object with --format json);
+with -q, only when a check is not ok.
 
 Checks, in order: hook installed (a valid kc-hook descriptor for
 poststop and for createRuntime in podman's hooks dirs, its binary

@@ -17,10 +17,11 @@ func statusCommand() *cli.Command {
 LEDGER lists kc-hook's records: container, its engine, the hook stages
 seen, the trees recorded, the outcome of the last poststop or reap. TREES
 lists the supervisor trees running now with their container's engine
-(podman, docker, containerd, cri) and its state there ("gone": no engine lists
-it; "?": an engine could not be asked) and what reconcile would decide for
-them. SOCKETS lists kc-*.sock files with their classification, as a
-dry-run sweep sees them.`,
+(podman, docker, containerd, cri) and its state there ("gone": no
+engine lists it; "?": an engine could not be asked) and what reconcile
+would decide for them. SOCKETS lists kc-*.sock files with their
+classification, as a dry-run sweep sees them. With -q it prints only
+when it has PROBLEMS.`,
 		Flags:  flags,
 		Action: runStatus,
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/printable"
 )
 
 // reportJSON is cull's JSON report (DESIGN "The outside").
@@ -90,11 +92,11 @@ func WriteText(w io.Writer, threshold int64, sups []Supervisor) error {
 	total, mem := 0, int64(0)
 	for _, s := range sups {
 		if s.Err != nil {
-			fmt.Fprintf(tw, "%s (pid %s): ERROR: %v\n", s.Socket, pidText(s.PID), s.Err)
+			fmt.Fprintf(tw, "%s (pid %s): ERROR: %s\n", printable.Quote(s.Socket), pidText(s.PID), printable.Quote(s.Err.Error()))
 			continue
 		}
 		fmt.Fprintf(tw, "%s (pid %s): %s, %s kernel memory, %d idle > %s\n",
-			s.Socket, pidText(s.PID), plural(s.SessionsTotal, "session"), HumanBytes(s.MemoryBytes), len(s.Candidates), limit)
+			printable.Quote(s.Socket), pidText(s.PID), plural(s.SessionsTotal, "session"), HumanBytes(s.MemoryBytes), len(s.Candidates), limit)
 		if len(s.Candidates) == 0 {
 			continue
 		}
@@ -102,8 +104,8 @@ func WriteText(w io.Writer, threshold int64, sups []Supervisor) error {
 		for _, c := range s.Candidates {
 			total++
 			mem += c.MemoryBytes()
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", c.SessionID, Dash(c.Language), c.Status,
-				HumanSeconds(c.IdleSeconds), HumanBytes(c.MemoryBytes()), Dash(c.WorkingDirectory))
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", printable.Quote(c.SessionID), printable.Quote(Dash(c.Language)), printable.Quote(c.Status),
+				HumanSeconds(c.IdleSeconds), HumanBytes(c.MemoryBytes()), printable.Quote(Dash(c.WorkingDirectory)))
 		}
 	}
 	fmt.Fprintf(tw, "%s; %s idle and disconnected for more than %s, holding %s; nothing was shut down\n",

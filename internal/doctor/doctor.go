@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/kc-watchman/kc-watchman/internal/printable"
 )
 
 // Verdict of one check. Its numeric value is the exit code it stands for.
@@ -203,11 +205,11 @@ func (r Report) WriteText(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "%s %s %s", c.Label, strings.Repeat(".", dots), c.Verdict)
 		if t := c.Text(); t != "" {
-			fmt.Fprintf(&b, " (%s)", t)
+			fmt.Fprintf(&b, " (%s)", printable.Quote(t))
 		}
 		b.WriteByte('\n')
 		for _, it := range c.Items {
-			fmt.Fprintf(&b, "    %s\n", it)
+			fmt.Fprintf(&b, "    %s\n", printable.Quote(it))
 		}
 	}
 	_, err := io.WriteString(w, b.String())

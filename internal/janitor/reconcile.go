@@ -17,6 +17,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/cull"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/printable"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 )
 
@@ -231,9 +232,9 @@ func members(ms []reconcile.Member) string {
 // with a '+', so a reader sees why a killpg alone would not have sufficed.
 func memberText(m reconcile.Member) string {
 	if m.Escaped {
-		return fmt.Sprintf("+%s(%d)", m.Comm, m.PID)
+		return fmt.Sprintf("+%s(%d)", printable.Word(m.Comm), m.PID)
 	}
-	return fmt.Sprintf("%s(%d)", m.Comm, m.PID)
+	return fmt.Sprintf("%s(%d)", printable.Word(m.Comm), m.PID)
 }
 
 // Text writes reconcile's text report.
@@ -271,7 +272,7 @@ func (rep Report) Text(w io.Writer) {
 		}
 		what := string(t.Action)
 		if t.Error != nil {
-			what += ": " + *t.Error
+			what += ": " + printable.Quote(*t.Error)
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", cid, t.PGID, t.UID, age, members(t.Members), what)
 	}
@@ -288,12 +289,12 @@ func (rep Report) Text(w io.Writer) {
 // cgroupsText writes a line per supervisor cgroup swept, or that would be.
 func (rep Report) cgroupsText(w io.Writer) {
 	for _, c := range rep.Cgroups {
-		line := fmt.Sprintf("cgroup %s of a gone container: %s", c.Path, c.Outcome)
+		line := fmt.Sprintf("cgroup %s of a gone container: %s", printable.Quote(c.Path), c.Outcome)
 		if len(c.Withheld) > 0 {
 			line += fmt.Sprintf(", %d process(es) withheld", len(c.Withheld))
 		}
 		if c.Error != "" {
-			line += ": " + c.Error
+			line += ": " + printable.Quote(c.Error)
 		}
 		fmt.Fprintln(w, line)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/cull"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/printable"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 	"github.com/kc-watchman/kc-watchman/internal/sweep"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
@@ -239,13 +240,13 @@ func (st StatusReport) Text(w io.Writer) error {
 	if len(st.Sockets) > 0 {
 		fmt.Fprintln(tw, "PATH\tKIND\tPID\tVERDICT\tREASON")
 		for _, s := range st.Sockets {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", s.Path, s.Kind, s.PID, s.Verdict, s.Reason)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", printable.Quote(s.Path), s.Kind, s.PID, s.Verdict, printable.Quote(s.Reason))
 		}
 	}
 	if len(st.Errors) > 0 {
 		fmt.Fprintln(tw, "\nPROBLEMS")
 		for _, e := range st.Errors {
-			fmt.Fprintf(tw, "  %s\n", e)
+			fmt.Fprintf(tw, "  %s\n", printable.Quote(e))
 		}
 	}
 	return tw.Flush()

@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"log/slog"
 	"strings"
+
+	"github.com/kc-watchman/kc-watchman/internal/printable"
 )
 
 // reportJSON is sweep's JSON report (DESIGN "The outside").
@@ -97,22 +99,23 @@ func (r *Report) WriteText(w io.Writer) error {
 	acted := 0
 	for _, s := range r.Sockets {
 		count[s.Verdict]++
-		what := fmt.Sprintf("%s (%s, pid %d)", s.Path, s.Kind, s.PID)
+		path, reason := printable.Quote(s.Path), printable.Quote(s.Reason)
+		what := fmt.Sprintf("%s (%s, pid %d)", path, s.Kind, s.PID)
 		if s.Hashed {
-			what = fmt.Sprintf("%s (%s, hashed name, no pid)", s.Path, s.Kind)
+			what = fmt.Sprintf("%s (%s, hashed name, no pid)", path, s.Kind)
 		}
 		var err error
 		switch s.Action {
 		case ActionWouldUnlink:
 			acted++
-			_, err = fmt.Fprintf(w, "[DRY-RUN] would unlink %s: %s\n", what, s.Reason)
+			_, err = fmt.Fprintf(w, "[DRY-RUN] would unlink %s: %s\n", what, reason)
 		case ActionUnlinked:
 			acted++
-			_, err = fmt.Fprintf(w, "unlinked %s: %s\n", what, s.Reason)
+			_, err = fmt.Fprintf(w, "unlinked %s: %s\n", what, reason)
 		case ActionFailed:
-			_, err = fmt.Fprintf(w, "FAILED to unlink %s: %v (%s)\n", what, s.Err, s.Reason)
+			_, err = fmt.Fprintf(w, "FAILED to unlink %s: %s (%s)\n", what, printable.Quote(fmt.Sprint(s.Err)), reason)
 		default:
-			_, err = fmt.Fprintf(w, "kept %s, %s: %s\n", what, s.Verdict, s.Reason)
+			_, err = fmt.Fprintf(w, "kept %s, %s: %s\n", what, s.Verdict, reason)
 		}
 		if err != nil {
 			return err
@@ -120,7 +123,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	for _, d := range r.Dirs {
 		if d.Refused != "" && !errors.Is(d.err, fs.ErrNotExist) {
-			if _, err := fmt.Fprintf(w, "not swept %s (named by %s): %s\n", d.Path, strings.Join(d.Sources, ", "), d.Refused); err != nil {
+			if _, err := fmt.Fprintf(w, "not swept %s (named by %s): %s\n", printable.Quote(d.Path), strings.Join(d.Sources, ", "), printable.Quote(d.Refused)); err != nil {
 				return err
 			}
 		}

@@ -219,11 +219,29 @@ func logTrees(ctx context.Context, log *slog.Logger, rep reconcile.Report) {
 	}
 }
 
-// members renders a tree's processes as "comm(pid) comm(pid)".
+// shownMembers is how many of a tree's processes a text report names: a
+// user can put thousands in one group, and the JSON lists them all.
+const shownMembers = 8
+
+// members renders a tree's processes as "comm(pid) comm(pid)": the first
+// shownMembers of them, then how many more and how many of those escaped.
 func members(ms []reconcile.Member) string {
 	var out []string
-	for _, m := range ms {
+	for _, m := range ms[:min(len(ms), shownMembers)] {
 		out = append(out, memberText(m))
+	}
+	if rest := ms[min(len(ms), shownMembers):]; len(rest) > 0 {
+		escaped := 0
+		for _, m := range rest {
+			if m.Escaped {
+				escaped++
+			}
+		}
+		more := fmt.Sprintf("(+%d more", len(rest))
+		if escaped > 0 {
+			more += fmt.Sprintf(", %d escaped", escaped)
+		}
+		out = append(out, more+")")
 	}
 	return strings.Join(out, " ")
 }

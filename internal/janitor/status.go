@@ -224,15 +224,11 @@ func (st StatusReport) Text(w io.Writer) error {
 			if t.AgeSeconds >= 0 {
 				age = cull.HumanSeconds(t.AgeSeconds)
 			}
-			var ms []string
-			for _, m := range t.Members {
-				ms = append(ms, memberText(m))
-			}
 			cid := short(t.ContainerID)
 			if t.ByLedger {
 				cid += "*"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", cid, cull.Dash(t.Engine), t.ContainerState, t.PGID, t.UID, age, strings.Join(ms, " "), t.Action)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", cid, cull.Dash(t.Engine), t.ContainerState, t.PGID, t.UID, age, members(t.Members), t.Action)
 		}
 	}
 

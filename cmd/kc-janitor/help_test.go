@@ -51,6 +51,8 @@ func TestHelpReadable(t *testing.T) {
 		{[]string{"help"}, globals, nil},
 		{[]string{"reconcile", "--help"}, []string{"apply", "min-age", "kill-grace", "container", "bpf"}, globals},
 		{[]string{"help", "reconcile"}, []string{"apply", "kill-grace"}, globals},
+		{[]string{"reconcile", "help"}, []string{"apply", "kill-grace"}, globals},
+		{[]string{"status", "h"}, []string{"min-age"}, globals},
 		{[]string{"sweep", "--help"}, []string{"apply", "socket-dir", "hashed-min-age", "container"}, append([]string{"container-pid"}, globals...)},
 		{[]string{"cull", "-h"}, []string{"idle", "socket", "socket-dir"}, globals},
 		{[]string{"doctor", "--help"}, []string{"fix", "hooks-dir", "kill-grace"}, globals},

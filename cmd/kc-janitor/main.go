@@ -144,11 +144,16 @@ func commands(stateDir string) []*cli.Command {
 		c.Flags = append(c.Flags, engineFlags()...)
 		c.Flags = append(c.Flags, metricsFlags()...)
 		ownHelp(c)
+		// urfave/cli's own help subcommand would answer a malformed flag
+		// after it ("reconcile help --x") with its help and "Incorrect
+		// Usage" on stdout; helpArg keeps "reconcile help" working.
+		c.HideHelpCommand = true
 		if c.Action != nil {
 			c.Action = withAudit(c.Name, noStrayArgs(withMetrics(c.Name, c.Action)))
 			if tunedCommand(c.Name) {
 				c.Action = tuned(c.Action)
 			}
+			c.Action = helpArg(c.Action)
 		}
 		if c.OnUsageError == nil {
 			name := c.Name

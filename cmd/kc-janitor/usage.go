@@ -21,6 +21,23 @@ func noStrayArgs(action cli.ActionFunc) cli.ActionFunc {
 	}
 }
 
+// helpArg shows a command's help for "COMMAND help" (or "h"), as
+// urfave/cli's help subcommand did, before anything is run or audited.
+func helpArg(action cli.ActionFunc) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		if first := c.Args().First(); c.Command.ArgsUsage == "" && (first == "help" || first == "h") {
+			if c.NArg() > 1 {
+				return usageErr("%s %s takes nothing after it, but was given %q (see kc-janitor %s --help)",
+					c.Command.Name, first, c.Args().Get(1), c.Command.Name)
+			}
+			if l := c.Lineage(); len(l) > 1 {
+				return cli.ShowCommandHelp(l[1], c.Command.Name)
+			}
+		}
+		return action(c)
+	}
+}
+
 // notRead are the flags a command accepts with a shared set but does not
 // read: its help does not list them (status never signals anything nor
 // writes the ledger, so --kill-grace, --max-reap and --ledger-retention

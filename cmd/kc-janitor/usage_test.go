@@ -52,15 +52,19 @@ func TestUsageErrors(t *testing.T) {
 		{"flag without its value", []string{"--state-dir"}, "kc-janitor: --state-dir needs a value"},
 		{"command flag without its value", []string{"reconcile", "--min-age"}, "kc-janitor: --min-age needs a value"},
 		{"bad short switch", []string{"status", "-q=2"}, `invalid boolean value "2" for -q: want true or false`},
+		{"a flag after a command's help", []string{"reconcile", "help", "--flag"}, `reconcile help takes nothing after it, but was given "--flag"`},
 		{"help on no command", []string{"help", "reconcil"}, `"reconcil" is not a kc-janitor command; did you mean reconcile?`},
 		{"version before a command", []string{"-v", "reconcile"}, "--version (-v) prints the version and runs no command, yet reconcile follows it"},
 		{"version after a global flag", []string{"--state-dir", "/x", "--version", "status"}, "yet status follows it"},
 		{"bad log level", []string{"sweep", "--socket-dir", socks, "--log-level", "loud"}, "--log-level must be debug, info, warn or error"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, _, stderr := runJanitor(t, nil, tc.args...)
+			code, stdout, stderr := runJanitor(t, nil, tc.args...)
 			if code != exitUsage {
 				t.Errorf("exit %d, want %d (stderr %q)", code, exitUsage, stderr)
+			}
+			if stdout != "" {
+				t.Errorf("a usage error printed on stdout: %q", stdout)
 			}
 			if !strings.Contains(stderr, tc.want) {
 				t.Errorf("stderr %q lacks %q", stderr, tc.want)

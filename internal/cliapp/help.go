@@ -70,7 +70,9 @@ func printHelp(w io.Writer, templ string, data any) {
 	switch templ {
 	case cli.AppHelpTemplate:
 		templ = appHelp
-	case cli.CommandHelpTemplate:
+	case cli.CommandHelpTemplate, cli.SubcommandHelpTemplate:
+		// The second is what --help of a command without a help
+		// subcommand (HideHelpCommand) is printed with.
 		templ = commandHelp
 	}
 	cli.HelpPrinterCustom(w, templ, data, map[string]any{

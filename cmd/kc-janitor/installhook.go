@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -25,6 +26,7 @@ func installHookCommand() *cli.Command {
 			&cli.StringFlag{Name: "hook-path", Usage: "the path of the installed kc-hook as the node sees it, for the base spec", DefaultText: "DIR/kc-hook"},
 			&cli.StringFlag{Name: "base-spec", Usage: "containerd base runtime spec whose kc-hook entries are to name --hook-path"},
 			&cli.StringFlag{Name: "base-spec-out", Usage: "where to write that spec (a host path mounted into the container)"},
+			&cli.BoolFlag{Name: "add-hooks", Usage: "--base-spec is the node's own: add kc-hook's createRuntime and poststop hooks where it names none, keep the rest (its rlimits too)"},
 		},
 		Action: runInstallHook,
 	}
@@ -56,12 +58,12 @@ func runInstallHook(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("install-hook: %v", err), exitFailed)
 	}
-	out, n, stripped, err := pointHooks(data, hookPath)
+	out, n, stripped, err := pointHooks(data, hookPath, c.Bool("add-hooks"))
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("install-hook: %s: %v", c.String("base-spec"), err), exitFailed)
 	}
 	if n == 0 {
-		return cli.Exit(fmt.Sprintf("install-hook: %s names no kc-hook in its hooks", c.String("base-spec")), exitFailed)
+		return cli.Exit(fmt.Sprintf("install-hook: %s names no kc-hook in its hooks (--add-hooks adds them to a spec of the node's own)", c.String("base-spec")), exitFailed)
 	}
 	if err := writeAtomic(c.String("base-spec-out"), out, 0o644); err != nil {
 		return cli.Exit(fmt.Sprintf("install-hook: %v", err), exitFailed)
@@ -73,35 +75,69 @@ func runInstallHook(c *cli.Context) error {
 	return nil
 }
 
+// kcHookStages are the stages kc-hook runs at under containerd, as
+// contrib/containerd/base-runtime-spec.json lists them.
+var kcHookStages = []string{"createRuntime", "poststop"}
+
 // pointHooks sets the path of every hook in an OCI spec whose binary is
-// kc-hook to hookPath, and drops process.rlimits: a base spec replaces
+// kc-hook to hookPath. The shipped spec is containerd's default with the
+// hooks added, so process.rlimits are dropped: a base spec replaces
 // containerd's default spec for every pod of its runtime handler, and
 // containerd applies its own limits only to a spec that sets none (a 1.6
 // default spec's RLIMIT_NOFILE 1024:1024 would cap every pod on the node).
-// Numbers are kept as written (uids, modes).
-func pointHooks(spec []byte, hookPath string) (out []byte, n int, strippedRlimits bool, err error) {
+// With add, the spec is the node's own and only its hooks change: each
+// stage of kcHookStages without a kc-hook gets one, after the hooks of
+// other tools. Numbers are kept as written (uids, modes).
+func pointHooks(spec []byte, hookPath string, add bool) (out []byte, n int, strippedRlimits bool, err error) {
 	dec := json.NewDecoder(bytes.NewReader(spec))
 	dec.UseNumber()
 	var doc map[string]any
 	if err := dec.Decode(&doc); err != nil {
 		return nil, 0, false, fmt.Errorf("not a JSON object: %w", err)
 	}
-	if proc, ok := doc["process"].(map[string]any); ok {
+	if proc, ok := doc["process"].(map[string]any); ok && !add {
 		if _, ok := proc["rlimits"]; ok {
 			delete(proc, "rlimits")
 			strippedRlimits = true
 		}
 	}
-	hooks, _ := doc["hooks"].(map[string]any)
-	for _, stage := range hooks {
-		list, _ := stage.([]any)
+	hooks, ok := doc["hooks"].(map[string]any)
+	if h, present := doc["hooks"]; present && h != nil && !ok {
+		return nil, 0, false, errors.New("hooks is not an object")
+	}
+	if hooks == nil {
+		hooks = map[string]any{}
+	}
+	has := map[string]bool{}
+	for name, stage := range hooks {
+		list, ok := stage.([]any)
+		if !ok && stage != nil {
+			return nil, 0, false, fmt.Errorf("hooks.%s is not a list", name)
+		}
 		for _, h := range list {
 			m, _ := h.(map[string]any)
 			if p, ok := m["path"].(string); ok && filepath.Base(p) == "kc-hook" {
 				m["path"] = hookPath
+				has[name] = true
 				n++
 			}
 		}
+	}
+	if add {
+		for _, name := range kcHookStages {
+			if has[name] {
+				continue
+			}
+			list, _ := hooks[name].([]any)
+			hooks[name] = append(list, map[string]any{
+				"path":    hookPath,
+				"args":    []any{"kc-hook", name},
+				"env":     []any{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+				"timeout": json.Number("30"),
+			})
+			n++
+		}
+		doc["hooks"] = hooks
 	}
 	out, err = json.MarshalIndent(doc, "", "  ")
 	if err != nil {

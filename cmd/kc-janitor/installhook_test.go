@@ -109,3 +109,118 @@ func TestInstallHookReplacesSymlinks(t *testing.T) {
 		}
 	}
 }
+
+// TestInstallHookAddsHooks: a node whose runtime handler has a base spec
+// of its own keeps it. With --add-hooks, kc-hook's entries (as the shipped
+// spec has them) are added after other tools' hooks, once, and nothing
+// else changes: not the spec's rlimits, not its other hooks. Without it,
+// such a spec is refused.
+func TestInstallHookAddsHooks(t *testing.T) {
+	const hookPath = "/opt/kc-watchman/kc-hook"
+	dir := t.TempDir()
+	from := filepath.Join(dir, "src-kc-hook")
+	if err := os.WriteFile(from, []byte("#!binary"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	to := filepath.Join(dir, "opt")
+	if err := os.Mkdir(to, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The shipped spec's entries, as every added one must read.
+	var shipped struct {
+		Hooks map[string][]map[string]any `json:"hooks"`
+	}
+	data, err := os.ReadFile(filepath.Join("..", "..", "contrib", "containerd", "base-runtime-spec.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &shipped); err != nil {
+		t.Fatal(err)
+	}
+	for _, list := range shipped.Hooks {
+		for _, h := range list {
+			h["path"] = hookPath
+		}
+	}
+	const own = `{"ociVersion":"1.0.2","process":{"rlimits":[{"type":"RLIMIT_NOFILE","hard":65536,"soft":65536}]},
+ "hooks":{"createRuntime":[{"path":"/usr/bin/nvidia-ctk","args":["nvidia-ctk","hook"]}]}}`
+	for _, tc := range []struct {
+		name, spec string
+		add        bool
+		code       int
+		others     int // hooks of other tools kept
+	}{
+		{"own spec, added", own, true, exitOK, 1},
+		{"own spec, refused without --add-hooks", own, false, exitFailed, 0},
+		{"no hooks at all", `{"ociVersion":"1.0.2","process":{"rlimits":[]}}`, true, exitOK, 0},
+		{"hooks null", `{"hooks":null}`, true, exitOK, 0},
+		{"kc-hook already there: pointed, not added twice", `{"process":{"rlimits":[]},"hooks":{"createRuntime":[{"path":"/old/kc-hook","args":["kc-hook","createRuntime"],"env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],"timeout":30}]}}`, true, exitOK, 0},
+		{"hooks not an object", `{"hooks":[]}`, true, exitFailed, 0},
+		{"a stage not a list", `{"hooks":{"poststop":{}}}`, true, exitFailed, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := filepath.Join(t.TempDir(), "own.json")
+			if err := os.WriteFile(in, []byte(tc.spec), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out := filepath.Join(t.TempDir(), "spec.json")
+			args := []string{"install-hook", "--from", from, "--to", to, "--hook-path", hookPath, "--base-spec", in, "--base-spec-out", out}
+			if tc.add {
+				args = append(args, "--add-hooks")
+			}
+			code, o := runJanitorCapture(t, args...)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d: %s", code, tc.code, o)
+			}
+			if code != exitOK {
+				if _, err := os.Stat(out); err == nil {
+					t.Error("a refused spec was written")
+				}
+				return
+			}
+			var got, before map[string]any
+			if err := json.Unmarshal(mustRead(t, out), &got); err != nil {
+				t.Fatal(err)
+			}
+			json.Unmarshal([]byte(tc.spec), &before)
+			hooks := got["hooks"].(map[string]any)
+			others := 0
+			for stage, list := range hooks {
+				var mine []any
+				for _, h := range list.([]any) {
+					if h.(map[string]any)["path"] == hookPath {
+						mine = append(mine, h)
+					} else {
+						others++
+					}
+				}
+				if want := shipped.Hooks[stage]; len(mine) != len(want) || !jsonEqual(mine[0], want[0]) {
+					t.Errorf("%s: kc-hook entries %v, want %v", stage, mine, want)
+				}
+			}
+			if len(hooks) != len(shipped.Hooks) || others != tc.others {
+				t.Errorf("stages %v, %d other hooks (want %d)", hooks, others, tc.others)
+			}
+			delete(got, "hooks")
+			delete(before, "hooks")
+			if !jsonEqual(got, before) {
+				t.Errorf("the rest of the spec changed:\n%v\n%v", got, before)
+			}
+		})
+	}
+}
+
+func mustRead(t *testing.T, p string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func jsonEqual(a, b any) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}

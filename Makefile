@@ -31,7 +31,7 @@ USERUNITS   := contrib/systemd/user/kc-janitor.service contrib/systemd/user/kc-j
 TESTFLAGS   ?= -count=1 -timeout 15m
 PKGS        ?= ./...
 
-.PHONY: all build built janitor-built test vet fmt docs pkgroot deb rpm deb-test image install install-bin install-hooks install-units install-man install-completion uninstall demo bench bench-harness reliability fuzz clean
+.PHONY: all build built janitor-built test vet fmt docs pkgroot deb rpm deb-test rpm-test image install install-bin install-hooks install-units install-man install-completion uninstall demo bench bench-harness reliability fuzz clean
 
 all: build
 
@@ -157,6 +157,12 @@ deb rpm: pkgroot
 # Installs the .deb into a throwaway dpkg root and purges it (test/package).
 deb-test: deb
 	./test/package/deb.sh dist/kc-watchman_$(PKGVERSION)-1_$(PKGARCH).deb
+
+# rpm's names for Go's architectures.
+RPMARCH     ?= $(subst arm64,aarch64,$(subst amd64,x86_64,$(PKGARCH)))
+
+rpm-test: rpm
+	./test/package/rpm.sh dist/kc-watchman-$(PKGVERSION)-1.$(RPMARCH).rpm
 
 # The DaemonSet's image, offline: FROM scratch with the static binaries.
 PODMAN      ?= podman

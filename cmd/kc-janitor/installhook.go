@@ -18,7 +18,7 @@ import (
 func installHookCommand() *cli.Command {
 	return &cli.Command{
 		Name:   "install-hook",
-		Usage:  "copy kc-hook onto a node and write containerd's base runtime spec naming it (the DaemonSet's init container)",
+		Usage:  "copy kc-hook onto a node and write containerd's base runtime spec, or CRI-O's hook descriptors, naming it (the DaemonSet's init container)",
 		Hidden: true,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "from", Value: "/usr/libexec/kc-watchman/kc-hook", Usage: "the kc-hook binary to copy"},
@@ -26,6 +26,8 @@ func installHookCommand() *cli.Command {
 			&cli.StringFlag{Name: "hook-path", Usage: "the path of the installed kc-hook as the node sees it, for the base spec", DefaultText: "DIR/kc-hook"},
 			&cli.StringFlag{Name: "base-spec", Usage: "containerd base runtime spec whose kc-hook entries are to name --hook-path"},
 			&cli.StringFlag{Name: "base-spec-out", Usage: "where to write that spec (a host path mounted into the container)"},
+			&cli.StringFlag{Name: "hooks-dir", Usage: "write kc-hook's oci-hooks(5) descriptors, naming --hook-path, to `DIR` (CRI-O's /etc/containers/oci/hooks.d, as a host path mounted into the container)"},
+			&cli.StringFlag{Name: "descriptors", Value: "/usr/share/kc-watchman/hooks.d", Usage: "the `DIR` of kc-hook's descriptors to write to --hooks-dir"},
 			&cli.BoolFlag{Name: "add-hooks", Usage: "--base-spec is the node's own: add kc-hook's createRuntime and poststop hooks where it names none, keep the rest (its rlimits too)"},
 		},
 		Action: runInstallHook,
@@ -38,21 +40,26 @@ func runInstallHook(c *cli.Context) error {
 	}
 	to := c.String("to")
 	dst := filepath.Join(to, "kc-hook")
-	// The binary before the spec: containerd fails every container whose
-	// hook path does not exist.
-	if err := copyExecutable(c.String("from"), dst); err != nil {
-		return cli.Exit(fmt.Sprintf("install-hook: %v", err), exitFailed)
-	}
-	fmt.Fprintf(c.App.Writer, "installed %s\n", dst)
-	if c.String("base-spec") == "" {
-		return nil
-	}
 	hookPath := c.String("hook-path")
 	if hookPath == "" {
 		hookPath = dst
 	}
-	if !filepath.IsAbs(hookPath) {
+	if (c.String("base-spec") != "" || c.String("hooks-dir") != "") && !filepath.IsAbs(hookPath) {
 		return usageErr("--hook-path must be absolute, not %q", hookPath)
+	}
+	// The binary before the spec and the descriptors: containerd fails
+	// every container whose hook path does not exist.
+	if err := copyExecutable(c.String("from"), dst); err != nil {
+		return cli.Exit(fmt.Sprintf("install-hook: %v", err), exitFailed)
+	}
+	fmt.Fprintf(c.App.Writer, "installed %s\n", dst)
+	if dir := c.String("hooks-dir"); dir != "" {
+		if err := writeDescriptors(c.App.Writer, c.String("descriptors"), dir, hookPath); err != nil {
+			return cli.Exit(fmt.Sprintf("install-hook: %v", err), exitFailed)
+		}
+	}
+	if c.String("base-spec") == "" {
+		return nil
 	}
 	data, err := os.ReadFile(c.String("base-spec"))
 	if err != nil {
@@ -144,6 +151,53 @@ func pointHooks(spec []byte, hookPath string, add bool) (out []byte, n int, stri
 		return nil, 0, false, fmt.Errorf("encoding: %w", err)
 	}
 	return append(out, '\n'), n, strippedRlimits, nil
+}
+
+// writeDescriptors writes each kc-hook descriptor in from (one file per
+// stage, as hooks.d/ has them) to dir with its hook path set to hookPath.
+// A descriptor there of another name, an operator's own, is left alone.
+func writeDescriptors(w io.Writer, from, dir, hookPath string) error {
+	names, err := filepath.Glob(filepath.Join(from, "*.json"))
+	if err != nil || len(names) == 0 {
+		return fmt.Errorf("no hook descriptors (*.json) in %s", from)
+	}
+	for _, name := range names {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		out, err := pointDescriptor(data, hookPath)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		dst := filepath.Join(dir, filepath.Base(name))
+		if err := writeAtomic(dst, out, 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "wrote %s (-> %s)\n", dst, hookPath)
+	}
+	return nil
+}
+
+// pointDescriptor sets an oci-hooks(5) descriptor's hook path, which must
+// be kc-hook's, to hookPath. Numbers are kept as written.
+func pointDescriptor(data []byte, hookPath string) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var doc map[string]any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	hook, _ := doc["hook"].(map[string]any)
+	if p, _ := hook["path"].(string); filepath.Base(p) != "kc-hook" {
+		return nil, errors.New("not a kc-hook descriptor (hook.path)")
+	}
+	hook["path"] = hookPath
+	out, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encoding: %w", err)
+	}
+	return append(out, '\n'), nil
 }
 
 func copyExecutable(src, dst string) error {

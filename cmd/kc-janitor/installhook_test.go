@@ -224,3 +224,74 @@ func jsonEqual(a, b any) bool {
 	y, _ := json.Marshal(b)
 	return string(x) == string(y)
 }
+
+// TestInstallHookDescriptors: for a CRI-O node the init container writes
+// kc-hook's descriptors, each naming the node's kc-hook and otherwise as
+// hooks.d/ has them, beside an operator's own descriptor, which stays.
+func TestInstallHookDescriptors(t *testing.T) {
+	const hookPath = "/opt/kc-watchman/kc-hook"
+	dir := t.TempDir()
+	from := filepath.Join(dir, "src-kc-hook")
+	if err := os.WriteFile(from, []byte("#!binary"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	to, hooksDir := filepath.Join(dir, "opt"), filepath.Join(dir, "hooks.d")
+	for _, d := range []string{to, hooksDir} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	theirs := filepath.Join(hooksDir, "nvidia.json")
+	if err := os.WriteFile(theirs, []byte(`{"version":"1.0.0"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	shipped := filepath.Join("..", "..", "hooks.d")
+	if code, o := runJanitorCapture(t, "install-hook", "--from", from, "--to", to, "--hook-path", hookPath,
+		"--descriptors", shipped, "--hooks-dir", hooksDir); code != exitOK {
+		t.Fatalf("exit %d: %s", code, o)
+	}
+	want, _ := filepath.Glob(filepath.Join(shipped, "*.json"))
+	if len(want) != 2 {
+		t.Fatalf("hooks.d has %v", want)
+	}
+	for _, w := range want {
+		var got, orig map[string]any
+		if err := json.Unmarshal(mustRead(t, filepath.Join(hooksDir, filepath.Base(w))), &got); err != nil {
+			t.Fatal(err)
+		}
+		json.Unmarshal(mustRead(t, w), &orig)
+		if p := got["hook"].(map[string]any)["path"]; p != hookPath {
+			t.Errorf("%s names %v, want %s", filepath.Base(w), p, hookPath)
+		}
+		orig["hook"].(map[string]any)["path"] = hookPath
+		if !jsonEqual(got, orig) {
+			t.Errorf("%s changed beyond its path:\n%v\n%v", filepath.Base(w), got, orig)
+		}
+	}
+	if string(mustRead(t, theirs)) != `{"version":"1.0.0"}` {
+		t.Error("an operator's own descriptor was changed")
+	}
+	if entries, _ := os.ReadDir(hooksDir); len(entries) != 3 {
+		t.Errorf("%s holds %d files, want the 2 descriptors and the operator's", hooksDir, len(entries))
+	}
+
+	t.Run("not kc-hook's", func(t *testing.T) {
+		other := t.TempDir()
+		if err := os.WriteFile(filepath.Join(other, "x.json"), []byte(`{"hook":{"path":"/usr/bin/nvidia-ctk"}}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out := t.TempDir()
+		if code, o := runJanitorCapture(t, "install-hook", "--from", from, "--to", to, "--hook-path", hookPath,
+			"--descriptors", other, "--hooks-dir", out); code != exitFailed {
+			t.Errorf("exit %d: %s", code, o)
+		}
+		if entries, _ := os.ReadDir(out); len(entries) != 0 {
+			t.Errorf("wrote %v", entries)
+		}
+	})
+	t.Run("relative hook path", func(t *testing.T) {
+		if code, _ := runJanitorCapture(t, "install-hook", "--from", from, "--to", "rel", "--hooks-dir", t.TempDir()); code != exitUsage {
+			t.Errorf("exit %d, want 2", code)
+		}
+	})
+}

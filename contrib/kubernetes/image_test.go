@@ -94,6 +94,31 @@ func TestImageInitContainer(t *testing.T) {
 		}
 	}
 
+	// A CRI-O node (README.md, "CRI-O nodes"): the image's descriptors,
+	// naming the node's kc-hook, in CRI-O's hooks dir.
+	crio := filepath.Join(host, "etc/containers/oci/hooks.d")
+	if err := os.MkdirAll(crio, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := e.Podman("run", "--rm", "--network", "none", "-v", filepath.Join(host, "opt/kc-watchman")+":/host/opt/kc-watchman",
+		"-v", crio+":/host/etc/containers/oci/hooks.d", image,
+		"install-hook", "--to", "/host/opt/kc-watchman", "--hook-path", "/opt/kc-watchman/kc-hook", "--hooks-dir", "/host/etc/containers/oci/hooks.d"); err != nil {
+		t.Fatalf("the init container, CRI-O's way: %v\n%s", err, out)
+	}
+	for _, stage := range []string{"createruntime", "poststop"} {
+		var d struct {
+			Hook   struct{ Path string } `json:"hook"`
+			Stages []string              `json:"stages"`
+		}
+		data, err := os.ReadFile(filepath.Join(crio, "kc-hook-"+stage+".json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(data, &d); err != nil || d.Hook.Path != "/opt/kc-watchman/kc-hook" || !strings.EqualFold(strings.Join(d.Stages, ","), stage) {
+			t.Errorf("descriptor for %s: %+v %v", stage, d, err)
+		}
+	}
+
 	// The entrypoint runs with no shell in the image.
 	out, err := e.Podman("run", "--rm", "--network", "none", image, "version")
 	if err != nil || !strings.Contains(out, "kc-janitor") {

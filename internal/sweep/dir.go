@@ -48,6 +48,9 @@ type dir struct {
 	mode  uint32 // its permission bits
 	dev   uint64
 	ino   uint64
+	// othersLeft counts the names past maxOthers that parse as sockets'
+	// but are listed as another file type: not reported, never acted on.
+	othersLeft int
 }
 
 // fdPath is a short path that reaches name through the open directory:
@@ -281,34 +284,59 @@ func listNames(root *os.File, inner string, keep func(string) bool) ([]string, e
 		return nil, err
 	}
 	defer d.close()
-	return readNames(d.f, keep, maxNames)
+	l, err := readNames(d.f, keep, fs.ModeDir, maxNames, 0)
+	return l.names, err
 }
 
-// maxNames bounds the names one directory listing keeps.
-const maxNames = 1 << 16
+// maxNames bounds the names of the wanted file type one directory listing
+// keeps; maxOthers those of other types (look-alikes, reported as such).
+const (
+	maxNames  = 1 << 16
+	maxOthers = 1 << 10
+)
+
+// listing is what readNames kept of a directory.
+type listing struct {
+	names []string
+	// left counts the names of other types not kept past maxOthers.
+	left int
+}
 
 // readNames reads f's names a batch at a time and keeps those keep
-// accepts, at most max of them: anyone may fill /tmp with names, and
-// only the few that matter are held. Past max it returns those kept with
-// an error.
-func readNames(f *os.File, keep func(string) bool, max int) ([]string, error) {
-	var out []string
+// accepts: anyone may fill /tmp with names, and only the few that matter
+// are held. Names of the file type want (as the directory lists it; the
+// caller's lstat decides) come first, at most max of them: past that it
+// returns those kept with an error. Names of other types, which no
+// sweep acts on, are kept up to others and then only counted, so that
+// files named like sockets never crowd a socket out.
+func readNames(f *os.File, keep func(string) bool, want fs.FileMode, max, others int) (listing, error) {
+	var l listing
+	kept := 0
 	for {
-		batch, err := f.Readdirnames(1024)
-		for _, n := range batch {
+		batch, err := f.ReadDir(1024)
+		for _, e := range batch {
+			n := e.Name()
 			if !keep(n) {
 				continue
 			}
-			if len(out) == max {
-				return out, fmt.Errorf("more than %d entries to read: the rest are left", max)
+			if e.Type()&fs.ModeType != want {
+				if len(l.names)-kept == others {
+					l.left++
+					continue
+				}
+			} else {
+				if kept == max {
+					return l, fmt.Errorf("more than %d entries to read: the rest are left", max)
+				}
+				kept++
 			}
-			out = append(out, n)
+			l.names = append(l.names, n)
 		}
 		if errors.Is(err, io.EOF) {
-			return out, nil
+			return l, nil
 		}
 		if err != nil {
-			return out, err
+			return l, err
 		}
 	}
 }
@@ -339,13 +367,15 @@ func (d *dir) scan() ([]*entry, error) {
 	if _, err := d.f.Seek(0, 0); err != nil {
 		return nil, err
 	}
-	names, listErr := readNames(d.f, func(n string) bool {
+	l, listErr := readNames(d.f, func(n string) bool {
 		_, ok := sockets.ParseName(n)
 		return ok
-	}, maxNames)
+	}, fs.ModeSocket, maxNames, maxOthers)
 	if listErr != nil {
 		listErr = fmt.Errorf("list %s: %w", d.shown, listErr)
 	}
+	d.othersLeft = l.left
+	names := l.names
 	sort.Strings(names)
 	var out []*entry
 	for _, n := range names {

@@ -232,6 +232,9 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 		if err != nil {
 			rep.DirErrors = append(rep.DirErrors, err)
 		}
+		if d.othersLeft > 0 {
+			cfg.Logger.Warn("names of sockets that are other files, left out of the report", "dir", d.shown, "count", d.othersLeft, "reported", maxOthers)
+		}
 		for _, e := range ents {
 			s := &Socket{
 				Path: e.shownPath(), PID: e.parsed.PID, Kind: e.parsed.Kind, Session: e.parsed.Session, Hashed: e.parsed.Hashed(),

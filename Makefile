@@ -159,7 +159,7 @@ deb-test: deb
 	./test/package/deb.sh dist/kc-watchman_$(PKGVERSION)-1_$(PKGARCH).deb
 
 # rpm's names for Go's architectures.
-RPMARCH     ?= $(subst arm64,aarch64,$(subst amd64,x86_64,$(PKGARCH)))
+RPMARCH     ?= $(subst 386,i386,$(subst arm64,aarch64,$(subst amd64,x86_64,$(PKGARCH))))
 
 rpm-test: rpm
 	./test/package/rpm.sh dist/kc-watchman-$(PKGVERSION)-1.$(RPMARCH).rpm

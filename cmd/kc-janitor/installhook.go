@@ -23,7 +23,7 @@ func installHookCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "from", Value: "/usr/libexec/kc-watchman/kc-hook", Usage: "the kc-hook binary to copy"},
 			&cli.StringFlag{Name: "to", Required: true, Usage: "`DIR` to install kc-hook in (a host path mounted into the container)"},
-			&cli.StringFlag{Name: "hook-path", Usage: "the path of the installed kc-hook as the node sees it, for the base spec", DefaultText: "DIR/kc-hook"},
+			&cli.StringFlag{Name: "hook-path", Usage: "the path of the installed kc-hook as the node sees it, for the base spec and the descriptors", DefaultText: "DIR/kc-hook"},
 			&cli.StringFlag{Name: "base-spec", Usage: "containerd base runtime spec whose kc-hook entries are to name --hook-path"},
 			&cli.StringFlag{Name: "base-spec-out", Usage: "where to write that spec (a host path mounted into the container)"},
 			&cli.StringFlag{Name: "hooks-dir", Usage: "write kc-hook's oci-hooks(5) descriptors, naming --hook-path, to `DIR` (CRI-O's /etc/containers/oci/hooks.d, as a host path mounted into the container)"},
@@ -46,6 +46,11 @@ func runInstallHook(c *cli.Context) error {
 	}
 	if (c.String("base-spec") != "" || c.String("hooks-dir") != "") && !filepath.IsAbs(hookPath) {
 		return usageErr("--hook-path must be absolute, not %q", hookPath)
+	}
+	if in, out := c.String("base-spec"), c.String("base-spec-out"); in != "" && sameFile(in, out) {
+		// The spec a handler names would keep naming kc-hook once
+		// /opt/kc-watchman is removed, and runc fail all its containers.
+		return usageErr("--base-spec-out must not be --base-spec itself (%s): write the spec with kc-hook's hooks beside it, and name that one", in)
 	}
 	// The binary before the spec and the descriptors: containerd fails
 	// every container whose hook path does not exist.
@@ -156,27 +161,41 @@ func pointHooks(spec []byte, hookPath string, add bool) (out []byte, n int, stri
 // writeDescriptors writes each kc-hook descriptor in from (one file per
 // stage, as hooks.d/ has them) to dir with its hook path set to hookPath.
 // A descriptor there of another name, an operator's own, is left alone.
+// All are read before any is written: one stage's hook without the
+// other's would record trees no poststop reaps.
 func writeDescriptors(w io.Writer, from, dir, hookPath string) error {
 	names, err := filepath.Glob(filepath.Join(from, "*.json"))
 	if err != nil || len(names) == 0 {
 		return fmt.Errorf("no hook descriptors (*.json) in %s", from)
 	}
-	for _, name := range names {
+	outs := make([][]byte, len(names))
+	for i, name := range names {
 		data, err := os.ReadFile(name)
 		if err != nil {
 			return err
 		}
-		out, err := pointDescriptor(data, hookPath)
-		if err != nil {
+		if outs[i], err = pointDescriptor(data, hookPath); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
+	}
+	for i, name := range names {
 		dst := filepath.Join(dir, filepath.Base(name))
-		if err := writeAtomic(dst, out, 0o644); err != nil {
+		if err := writeAtomic(dst, outs[i], 0o644); err != nil {
 			return err
 		}
 		fmt.Fprintf(w, "wrote %s (-> %s)\n", dst, hookPath)
 	}
 	return nil
+}
+
+// sameFile reports whether a and b name one file (b need not exist).
+func sameFile(a, b string) bool {
+	sa, err := os.Stat(a)
+	if err != nil {
+		return filepath.Clean(a) == filepath.Clean(b)
+	}
+	sb, err := os.Stat(b)
+	return err == nil && os.SameFile(sa, sb)
 }
 
 // pointDescriptor sets an oci-hooks(5) descriptor's hook path, which must

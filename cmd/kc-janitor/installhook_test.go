@@ -194,7 +194,7 @@ func TestInstallHookAddsHooks(t *testing.T) {
 						others++
 					}
 				}
-				if want := shipped.Hooks[stage]; len(mine) != len(want) || !jsonEqual(mine[0], want[0]) {
+				if want := shipped.Hooks[stage]; len(want) == 0 || len(mine) != len(want) || !jsonEqual(mine[0], want[0]) {
 					t.Errorf("%s: kc-hook entries %v, want %v", stage, mine, want)
 				}
 			}
@@ -208,6 +208,19 @@ func TestInstallHookAddsHooks(t *testing.T) {
 			}
 		})
 	}
+	t.Run("the handler's own spec is not edited in place", func(t *testing.T) {
+		own := filepath.Join(t.TempDir(), "own.json")
+		if err := os.WriteFile(own, []byte(`{"hooks":{}}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if code, _ := runJanitorCapture(t, "install-hook", "--from", from, "--to", to, "--hook-path", hookPath,
+			"--base-spec", own, "--base-spec-out", own, "--add-hooks"); code != exitUsage {
+			t.Errorf("exit %d, want 2", code)
+		}
+		if string(mustRead(t, own)) != `{"hooks":{}}` {
+			t.Error("the handler's own spec was changed")
+		}
+	})
 }
 
 func mustRead(t *testing.T, p string) []byte {
@@ -287,6 +300,25 @@ func TestInstallHookDescriptors(t *testing.T) {
 		}
 		if entries, _ := os.ReadDir(out); len(entries) != 0 {
 			t.Errorf("wrote %v", entries)
+		}
+	})
+	t.Run("half a set is not written", func(t *testing.T) {
+		set := t.TempDir()
+		for name, body := range map[string]string{
+			"a.json": `{"hook":{"path":"/x/kc-hook"}}`,
+			"b.json": `{"hook":{"path":"/usr/bin/nvidia-ctk"}}`,
+		} {
+			if err := os.WriteFile(filepath.Join(set, name), []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out := t.TempDir()
+		if code, o := runJanitorCapture(t, "install-hook", "--from", from, "--to", to, "--hook-path", hookPath,
+			"--descriptors", set, "--hooks-dir", out); code != exitFailed {
+			t.Errorf("exit %d: %s", code, o)
+		}
+		if entries, _ := os.ReadDir(out); len(entries) != 0 {
+			t.Errorf("wrote %v of a set with a bad descriptor", entries)
 		}
 	})
 	t.Run("relative hook path", func(t *testing.T) {

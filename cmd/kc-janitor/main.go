@@ -149,11 +149,10 @@ func commands(stateDir string) []*cli.Command {
 		// Usage" on stdout; helpArg keeps "reconcile help" working.
 		c.HideHelpCommand = true
 		if c.Action != nil {
-			c.Action = withAudit(c.Name, noStrayArgs(withMetrics(c.Name, c.Action)))
+			c.Action = withAudit(c.Name, helpArg(noStrayArgs(withMetrics(c.Name, c.Action))))
 			if tunedCommand(c.Name) {
 				c.Action = tuned(c.Action)
 			}
-			c.Action = helpArg(c.Action)
 		}
 		if c.OnUsageError == nil {
 			name := c.Name

@@ -22,10 +22,11 @@ func noStrayArgs(action cli.ActionFunc) cli.ActionFunc {
 }
 
 // helpArg shows a command's help for "COMMAND help" (or "h"), as
-// urfave/cli's help subcommand did, before anything is run or audited.
+// urfave/cli's help subcommand did, before anything is run; what follows
+// the word is a usage error (audited as such).
 func helpArg(action cli.ActionFunc) cli.ActionFunc {
 	return func(c *cli.Context) error {
-		if first := c.Args().First(); c.Command.ArgsUsage == "" && (first == "help" || first == "h") {
+		if first := c.Args().First(); first == "help" || first == "h" {
 			if c.NArg() > 1 {
 				return usageErr("%s %s takes nothing after it, but was given %q (see kc-janitor %s --help)",
 					c.Command.Name, first, c.Args().Get(1), c.Command.Name)

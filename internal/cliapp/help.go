@@ -72,7 +72,8 @@ func printHelp(w io.Writer, templ string, data any) {
 		templ = appHelp
 	case cli.CommandHelpTemplate, cli.SubcommandHelpTemplate:
 		// The second is what --help of a command without a help
-		// subcommand (HideHelpCommand) is printed with.
+		// subcommand (HideHelpCommand) is printed with. No command here
+		// has subcommands, whose list commandHelp would not show.
 		templ = commandHelp
 	}
 	cli.HelpPrinterCustom(w, templ, data, map[string]any{

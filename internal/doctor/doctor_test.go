@@ -758,6 +758,16 @@ func TestReportOutput(t *testing.T) {
 	if b.String() != want {
 		t.Errorf("text:\n%s\nwant:\n%s", b.String(), want)
 	}
+	// What a user named (a comm, a path) reaches an item or a detail: a
+	// newline or an escape sequence in it is shown escaped.
+	b.Reset()
+	var u Report
+	u.Add(newCheck(NameStrays, Warn, "x\x1bc"))
+	u.Checks[0].Items = []string{"pgid 7: k\nFORGED(7)"}
+	u.WriteText(&b)
+	if out := b.String(); strings.ContainsAny(out, "\x1b") || strings.Contains(out, "\nFORGED") || !strings.Contains(out, `"pgid 7: k\nFORGED(7)"`) {
+		t.Errorf("text:\n%q", out)
+	}
 	b.Reset()
 	r.Add(newCheck(NameStateDir, Error, "bad"))
 	r.WriteJSON(&b)

@@ -2,7 +2,6 @@ package doctor
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/cull"
@@ -25,15 +24,11 @@ func describeTree(t reconcile.Tree) string {
 	if len(cid) > 12 {
 		cid = cid[:12]
 	}
-	var ms []string
-	for _, m := range t.Members {
-		ms = append(ms, fmt.Sprintf("%s(%d)", m.Comm, m.PID))
-	}
 	age := "age ?"
 	if t.AgeSeconds >= 0 {
 		age = "age " + cull.HumanSeconds(t.AgeSeconds)
 	}
-	s := fmt.Sprintf("container %s pgid %d uid %d %s: %s: %s", cid, t.PGID, t.UID, age, strings.Join(ms, " "), t.Action)
+	s := fmt.Sprintf("container %s pgid %d uid %d %s: %s: %s", cid, t.PGID, t.UID, age, reconcile.MembersText(t.Members, reconcile.ShownMembers), t.Action)
 	if t.Error != nil {
 		s += ": " + *t.Error
 	}

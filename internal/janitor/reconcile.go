@@ -208,7 +208,7 @@ func logTrees(ctx context.Context, log *slog.Logger, rep reconcile.Report) {
 			attrs = append(attrs, "pod", t.Pod)
 		}
 		attrs = append(attrs, "pgid", t.PGID, "uid", t.UID,
-			"age_seconds", t.AgeSeconds, "members", members(t.Members), "action", t.Action)
+			"age_seconds", t.AgeSeconds, "members", logMembers(t), "action", t.Action)
 		if t.Action == action.WouldNotDie {
 			lvl, msg = slog.LevelError, "stray tree would not die"
 		}
@@ -219,40 +219,14 @@ func logTrees(ctx context.Context, log *slog.Logger, rep reconcile.Report) {
 	}
 }
 
-// shownMembers is how many of a tree's processes a text report names: a
-// user can put thousands in one group, and the JSON lists them all.
-const shownMembers = 8
-
-// members renders a tree's processes as "comm(pid) comm(pid)": the first
-// shownMembers of them, then how many more and how many of those escaped.
-func members(ms []reconcile.Member) string {
-	var out []string
-	for _, m := range ms[:min(len(ms), shownMembers)] {
-		out = append(out, memberText(m))
+// logMembers is a tree's members for its log line: the first few, but
+// all of a tree that would not die, which the operator must deal with by
+// hand from the log alone.
+func logMembers(t reconcile.Tree) string {
+	if t.Action == action.WouldNotDie {
+		return reconcile.MembersText(t.Members, 0)
 	}
-	if rest := ms[min(len(ms), shownMembers):]; len(rest) > 0 {
-		escaped := 0
-		for _, m := range rest {
-			if m.Escaped {
-				escaped++
-			}
-		}
-		more := fmt.Sprintf("(+%d more", len(rest))
-		if escaped > 0 {
-			more += fmt.Sprintf(", %d escaped", escaped)
-		}
-		out = append(out, more+")")
-	}
-	return strings.Join(out, " ")
-}
-
-// memberText names a member; an escaped one (outside the group) is marked
-// with a '+', so a reader sees why a killpg alone would not have sufficed.
-func memberText(m reconcile.Member) string {
-	if m.Escaped {
-		return fmt.Sprintf("+%s(%d)", printable.Word(m.Comm), m.PID)
-	}
-	return fmt.Sprintf("%s(%d)", printable.Word(m.Comm), m.PID)
+	return reconcile.MembersText(t.Members, reconcile.ShownMembers)
 }
 
 // Text writes reconcile's text report.
@@ -292,7 +266,7 @@ func (rep Report) Text(w io.Writer) {
 		if t.Error != nil {
 			what += ": " + printable.Quote(*t.Error)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", cid, t.PGID, t.UID, age, members(t.Members), what)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", cid, t.PGID, t.UID, age, reconcile.MembersText(t.Members, reconcile.ShownMembers), what)
 	}
 	tw.Flush()
 	rep.cgroupsText(w)

@@ -228,7 +228,7 @@ func (st StatusReport) Text(w io.Writer) error {
 			if t.ByLedger {
 				cid += "*"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", cid, cull.Dash(t.Engine), t.ContainerState, t.PGID, t.UID, age, members(t.Members), t.Action)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", cid, cull.Dash(t.Engine), t.ContainerState, t.PGID, t.UID, age, reconcile.MembersText(t.Members, reconcile.ShownMembers), t.Action)
 		}
 	}
 

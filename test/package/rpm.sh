@@ -30,7 +30,7 @@ for f in /usr/bin/kc-janitor /usr/libexec/kc-watchman/kc-hook \
 	[ -f "$root$f" ] || fail "$f is not installed"
 done
 [ -x "$root/usr/libexec/kc-watchman/kc-hook" ] || fail "kc-hook is not executable"
-r -qc kc-watchman | grep -qxF /etc/default/kc-janitor || fail "/etc/default/kc-janitor is not a config file"
+r -qc kc-watchman | grep -xF /etc/default/kc-janitor >/dev/null || fail "/etc/default/kc-janitor is not a config file"
 # rpm removes on erase only the directories a package owns.
 own=$(cd "$root" && find . -path ./var -prune -o -type d -name 'kc-watchman*' -print | sed 's|^\.||')
 [ -n "$own" ] || fail "no kc-watchman directory installed"

@@ -1,9 +1,10 @@
 package sweep
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -138,9 +139,6 @@ func openDirs(t Target, patterns []string) ([]*dir, []error) {
 		}
 		sort.Strings(names)
 		for _, n := range names {
-			if ok, _ := filepath.Match(last, n); !ok {
-				continue
-			}
 			// A match that is a symlink is not followed: whoever can
 			// create entries next to the directories a glob is meant to
 			// match (a world-writable parent) could otherwise point the
@@ -284,7 +282,7 @@ func listNames(root *os.File, inner string, keep func(string) bool) ([]string, e
 		return nil, err
 	}
 	defer d.close()
-	l, err := readNames(d.f, keep, fs.ModeDir, maxNames, 0)
+	l, err := readNames(d.fd, keep, unix.DT_DIR, maxNames, 0)
 	return l.names, err
 }
 
@@ -302,43 +300,92 @@ type listing struct {
 	left int
 }
 
-// readNames reads f's names a batch at a time and keeps those keep
-// accepts: anyone may fill /tmp with names, and only the few that matter
-// are held. Names of the file type want (as the directory lists it; the
-// caller's lstat decides) come first, at most max of them: past that it
-// returns those kept with an error. Names of other types, which no
-// sweep acts on, are kept up to others and then only counted, so that
-// files named like sockets never crowd a socket out.
-func readNames(f *os.File, keep func(string) bool, want fs.FileMode, max, others int) (listing, error) {
+// readNames reads the names in the directory open at fd a batch at a time
+// and keeps those keep accepts: anyone may fill /tmp with names, and only
+// the few that matter are held. Names of the file type want (a DT_*
+// value, as the directory lists it; the caller's lstat decides) come
+// first, at most max of them: past that it returns those kept with an
+// error. Names of other types, which no sweep acts on, are kept up to
+// others and then only counted, so that files named like sockets never
+// crowd a socket out. A file system that lists no types (DT_UNKNOWN) has
+// its names taken as of type want.
+func readNames(fd int, keep func(string) bool, want uint8, max, others int) (listing, error) {
 	var l listing
 	kept := 0
+	var full error
+	buf := make([]byte, 32<<10)
 	for {
-		batch, err := f.ReadDir(1024)
-		for _, e := range batch {
-			n := e.Name()
-			if !keep(n) {
-				continue
+		more, err := readDirents(fd, buf, func(n string, typ uint8) {
+			if full != nil || !keep(n) {
+				return
 			}
-			if e.Type()&fs.ModeType != want {
+			if typ != want && typ != unix.DT_UNKNOWN {
 				if len(l.names)-kept == others {
 					l.left++
-					continue
+					return
 				}
 			} else {
 				if kept == max {
-					return l, fmt.Errorf("more than %d entries to read: the rest are left", max)
+					full = fmt.Errorf("more than %d entries to read: the rest are left", max)
+					return
 				}
 				kept++
 			}
 			l.names = append(l.names, n)
-		}
-		if errors.Is(err, io.EOF) {
+		})
+		switch {
+		case full != nil:
+			return l, full
+		case err != nil:
+			return l, err
+		case !more:
 			return l, nil
 		}
-		if err != nil {
-			return l, err
+	}
+}
+
+// readDirents reads one batch of the directory open at fd with getdents64
+// and calls fn with each entry's name and type as the directory lists
+// them. Unlike os.File.ReadDir it never lstats an entry whose type the
+// file system leaves unknown: on a FUSE mount that lstat can fail, or
+// wait, for a name nobody asked about. more is false at the end.
+func readDirents(fd int, buf []byte, fn func(name string, typ uint8)) (more bool, err error) {
+	var n int
+	for {
+		n, err = unix.Getdents(fd, buf)
+		if !errors.Is(err, unix.EINTR) {
+			break
 		}
 	}
+	if err != nil {
+		return false, err
+	}
+	return n > 0, parseDirents(buf[:n], fn)
+}
+
+// parseDirents calls fn for each struct linux_dirent64 in buf (d_ino u64,
+// d_off s64, d_reclen u16, d_type u8, d_name NUL-terminated) but "." and
+// "..".
+func parseDirents(buf []byte, fn func(name string, typ uint8)) error {
+	const nameOff = 19
+	for off := 0; off < len(buf); {
+		if off+nameOff > len(buf) {
+			return errors.New("getdents64: truncated entry")
+		}
+		reclen := int(binary.NativeEndian.Uint16(buf[off+16:]))
+		if reclen <= nameOff || off+reclen > len(buf) {
+			return errors.New("getdents64: bad record length")
+		}
+		name := buf[off+nameOff : off+reclen]
+		if i := bytes.IndexByte(name, 0); i >= 0 {
+			name = name[:i]
+		}
+		if s := string(name); s != "." && s != ".." {
+			fn(s, buf[off+18])
+		}
+		off += reclen
+	}
+	return nil
 }
 
 // entry is one kc-*.sock directory entry as lstat saw it.
@@ -362,15 +409,15 @@ type entry struct {
 // is returned with its error, and the others are still read. An error
 // listing d is returned with the entries listed before it.
 func (d *dir) scan() ([]*entry, error) {
-	// Readdirnames advances the descriptor's offset; rewind so a directory
+	// Reading advances the descriptor's offset; rewind so a directory
 	// can be scanned again (and so the fd is left as found).
 	if _, err := d.f.Seek(0, 0); err != nil {
 		return nil, err
 	}
-	l, listErr := readNames(d.f, func(n string) bool {
+	l, listErr := readNames(d.fd, func(n string) bool {
 		_, ok := sockets.ParseName(n)
 		return ok
-	}, fs.ModeSocket, maxNames, maxOthers)
+	}, unix.DT_SOCK, maxNames, maxOthers)
 	if listErr != nil {
 		listErr = fmt.Errorf("list %s: %w", d.shown, listErr)
 	}

@@ -1,10 +1,11 @@
 package sweep
 
 import (
+	"encoding/binary"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -73,7 +74,7 @@ func TestReadNames(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			l, err := readNames(f, isSock, fs.ModeSocket, 10, tc.othersReported)
+			l, err := readNames(int(f.Fd()), isSock, unix.DT_SOCK, 10, tc.othersReported)
 			socks, files := 0, 0
 			for _, n := range l.names {
 				if !isSock(n) {
@@ -88,6 +89,50 @@ func TestReadNames(t *testing.T) {
 			if socks != tc.wantSocks || files != tc.wantFiles || l.left != tc.wantLeft || (err != nil) != tc.wantErr {
 				t.Errorf("readNames kept %d sockets and %d files, left %d, error %v; want %d, %d, %d, error %v",
 					socks, files, l.left, err, tc.wantSocks, tc.wantFiles, tc.wantLeft, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestParseDirents: getdents64 records as the kernel lays them out,
+// padded to 8 bytes; a name with no type (DT_UNKNOWN) is passed on as
+// such, and a record that runs past the buffer is an error, not a read
+// beyond it.
+func TestParseDirents(t *testing.T) {
+	rec := func(name string, typ uint8) []byte {
+		n := (19 + len(name) + 1 + 7) &^ 7
+		b := make([]byte, n)
+		binary.NativeEndian.PutUint64(b, 42)
+		binary.NativeEndian.PutUint16(b[16:], uint16(n))
+		b[18] = typ
+		copy(b[19:], name)
+		return b
+	}
+	type ent struct {
+		name string
+		typ  uint8
+	}
+	var good []byte
+	for _, r := range [][]byte{rec(".", unix.DT_DIR), rec("..", unix.DT_DIR), rec("kc-1.sock", unix.DT_SOCK), rec("kc-2.sock", unix.DT_UNKNOWN)} {
+		good = append(good, r...)
+	}
+	bad := rec("kc-3.sock", unix.DT_SOCK)
+	binary.NativeEndian.PutUint16(bad[16:], uint16(len(bad)+8))
+	for _, tc := range []struct {
+		name    string
+		buf     []byte
+		want    []ent
+		wantErr bool
+	}{
+		{"entries", good, []ent{{"kc-1.sock", unix.DT_SOCK}, {"kc-2.sock", unix.DT_UNKNOWN}}, false},
+		{"a record past the end", append(rec("kc-1.sock", unix.DT_SOCK), bad...), []ent{{"kc-1.sock", unix.DT_SOCK}}, true},
+		{"truncated", good[:10], nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []ent
+			err := parseDirents(tc.buf, func(n string, typ uint8) { got = append(got, ent{n, typ}) })
+			if (err != nil) != tc.wantErr || !slices.Equal(got, tc.want) {
+				t.Errorf("parseDirents = %v, %v; want %v, error %v", got, err, tc.want, tc.wantErr)
 			}
 		})
 	}

@@ -288,39 +288,31 @@ func TestInstallHookDescriptors(t *testing.T) {
 		t.Errorf("%s holds %d files, want the 2 descriptors and the operator's", hooksDir, len(entries))
 	}
 
-	t.Run("not kc-hook's", func(t *testing.T) {
-		other := t.TempDir()
-		if err := os.WriteFile(filepath.Join(other, "x.json"), []byte(`{"hook":{"path":"/usr/bin/nvidia-ctk"}}`), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		out := t.TempDir()
-		if code, o := runJanitorCapture(t, "install-hook", "--from", from, "--to", to, "--hook-path", hookPath,
-			"--descriptors", other, "--hooks-dir", out); code != exitFailed {
-			t.Errorf("exit %d: %s", code, o)
-		}
-		if entries, _ := os.ReadDir(out); len(entries) != 0 {
-			t.Errorf("wrote %v", entries)
-		}
-	})
-	t.Run("half a set is not written", func(t *testing.T) {
-		set := t.TempDir()
-		for name, body := range map[string]string{
-			"a.json": `{"hook":{"path":"/x/kc-hook"}}`,
-			"b.json": `{"hook":{"path":"/usr/bin/nvidia-ctk"}}`,
-		} {
-			if err := os.WriteFile(filepath.Join(set, name), []byte(body), 0o644); err != nil {
-				t.Fatal(err)
+	// A set with a descriptor that is not kc-hook's is refused whole: one
+	// stage's hook without the other's would record trees no poststop reaps.
+	for _, tc := range []struct {
+		name string
+		set  map[string]string
+	}{
+		{"not kc-hook's", map[string]string{"x.json": `{"hook":{"path":"/usr/bin/nvidia-ctk"}}`}},
+		{"half a set", map[string]string{"a.json": `{"hook":{"path":"/x/kc-hook"}}`, "b.json": `{"hook":{"path":"/usr/bin/nvidia-ctk"}}`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			set, out := t.TempDir(), t.TempDir()
+			for name, body := range tc.set {
+				if err := os.WriteFile(filepath.Join(set, name), []byte(body), 0o644); err != nil {
+					t.Fatal(err)
+				}
 			}
-		}
-		out := t.TempDir()
-		if code, o := runJanitorCapture(t, "install-hook", "--from", from, "--to", to, "--hook-path", hookPath,
-			"--descriptors", set, "--hooks-dir", out); code != exitFailed {
-			t.Errorf("exit %d: %s", code, o)
-		}
-		if entries, _ := os.ReadDir(out); len(entries) != 0 {
-			t.Errorf("wrote %v of a set with a bad descriptor", entries)
-		}
-	})
+			if code, o := runJanitorCapture(t, "install-hook", "--from", from, "--to", to, "--hook-path", hookPath,
+				"--descriptors", set, "--hooks-dir", out); code != exitFailed {
+				t.Errorf("exit %d: %s", code, o)
+			}
+			if entries, _ := os.ReadDir(out); len(entries) != 0 {
+				t.Errorf("wrote %v of a refused set", entries)
+			}
+		})
+	}
 	t.Run("relative hook path", func(t *testing.T) {
 		if code, _ := runJanitorCapture(t, "install-hook", "--from", from, "--to", "rel", "--hooks-dir", t.TempDir()); code != exitUsage {
 			t.Errorf("exit %d, want 2", code)

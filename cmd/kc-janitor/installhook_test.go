@@ -72,9 +72,9 @@ func TestInstallHook(t *testing.T) {
 	}
 }
 
-// TestInstallHookReplacesSymlinks: a kc-hook or base spec name on the node
-// that is a symlink is replaced by the file itself (temp file and
-// rename); what the link named is never written.
+// TestInstallHookReplacesSymlinks: a kc-hook, base spec or descriptor name
+// on the node that is a symlink is replaced by the file itself (temp file
+// and rename); what the link named is never written.
 func TestInstallHookReplacesSymlinks(t *testing.T) {
 	dir := t.TempDir()
 	from := filepath.Join(dir, "src-kc-hook")
@@ -90,20 +90,25 @@ func TestInstallHookReplacesSymlinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "spec.json")
-	for _, link := range []string{filepath.Join(to, "kc-hook"), out} {
+	hooksDir := filepath.Join(dir, "hooks.d")
+	if err := os.Mkdir(hooksDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	descriptor := filepath.Join(hooksDir, "kc-hook-poststop.json")
+	for _, link := range []string{filepath.Join(to, "kc-hook"), out, descriptor} {
 		if err := os.Symlink(outside, link); err != nil {
 			t.Fatal(err)
 		}
 	}
 	shipped := filepath.Join("..", "..", "contrib", "containerd", "base-runtime-spec.json")
 	if code, o := runJanitorCapture(t, "install-hook", "--from", from, "--to", to, "--hook-path", "/opt/kc-watchman/kc-hook",
-		"--base-spec", shipped, "--base-spec-out", out); code != 0 {
+		"--base-spec", shipped, "--base-spec-out", out, "--descriptors", filepath.Join("..", "..", "hooks.d"), "--hooks-dir", hooksDir); code != 0 {
 		t.Fatalf("exit %d: %s", code, o)
 	}
 	if data, _ := os.ReadFile(outside); string(data) != "root:x:0:0" {
 		t.Errorf("the symlinks' target was written: %q", data)
 	}
-	for _, p := range []string{filepath.Join(to, "kc-hook"), out} {
+	for _, p := range []string{filepath.Join(to, "kc-hook"), out, descriptor} {
 		if fi, err := os.Lstat(p); err != nil || !fi.Mode().IsRegular() {
 			t.Errorf("%s is not a regular file after the install: %v %v", p, fi, err)
 		}

@@ -89,12 +89,6 @@ func TestDetect(t *testing.T) {
 	})
 }
 
-func TestMountinfoUnescape(t *testing.T) {
-	if got := unescape(`/a\040b\134c`); got != `/a b\c` {
-		t.Errorf("unescape = %q", got)
-	}
-}
-
 // TestFromRecordRefuses: a recorded cgroup is swept only where
 // kc-watchman makes them.
 func TestFromRecordRefuses(t *testing.T) {

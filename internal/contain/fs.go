@@ -1,7 +1,6 @@
 package contain
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -10,66 +9,22 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/mountinfo"
 )
 
-// maxMountinfo bounds the read of the mount table: a host with a mount
-// storm must not make every hook read megabytes.
-const maxMountinfo = 1 << 20
+type mounts []mountinfo.Mount
 
-type mount struct {
-	root, point, fstype, super string
-}
-
-type mounts []mount
-
-// readMounts reads <proc>/self/mountinfo, at most maxMountinfo bytes.
+// readMounts reads <proc>/self/mountinfo, at most mountinfo.Max bytes: a
+// host with a mount storm must not make every hook read megabytes. The
+// cgroup mounts come early; a table past the bound is used as far as it
+// was read.
 func readMounts(proc string) (mounts, error) {
-	f, err := os.Open(filepath.Join(proc, "self", "mountinfo"))
-	if err != nil {
-		return nil, err
+	ms, err := mountinfo.Read(filepath.Join(proc, "self", "mountinfo"))
+	if errors.Is(err, mountinfo.ErrTruncated) {
+		err = nil
 	}
-	defer f.Close()
-	var out mounts
-	sc := bufio.NewScanner(io.LimitReader(f, maxMountinfo))
-	sc.Buffer(make([]byte, 0, 4096), 64<<10)
-	for sc.Scan() {
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		a, b := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(a) < 5 || len(b) < 3 {
-			continue
-		}
-		out = append(out, mount{root: a[3], point: unescape(a[4]), fstype: b[0], super: b[2]})
-	}
-	return out, sc.Err()
-}
-
-// unescape undoes mountinfo's octal escapes (\040 for a space).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1:i+4]) {
-			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
-			i += 3
-			continue
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func isOctal(s string) bool {
-	if len(s) != 3 {
-		return false
-	}
-	for i := 0; i < 3; i++ {
-		if s[i] < '0' || s[i] > '7' {
-			return false
-		}
-	}
-	return true
+	return ms, err
 }
 
 // cgroup2 is the mount point of the cgroup v2 hierarchy at its root,
@@ -78,11 +33,11 @@ func isOctal(s string) bool {
 func (ms mounts) cgroup2() string {
 	best := ""
 	for _, m := range ms {
-		if m.fstype != "cgroup2" || m.root != "/" || !isFS(m.point, unix.CGROUP2_SUPER_MAGIC) {
+		if m.FSType != "cgroup2" || m.Root != "/" || !isFS(m.Point, unix.CGROUP2_SUPER_MAGIC) {
 			continue
 		}
-		if best == "" || m.point == "/sys/fs/cgroup" {
-			best = m.point
+		if best == "" || m.Point == "/sys/fs/cgroup" {
+			best = m.Point
 		}
 	}
 	return best
@@ -91,12 +46,12 @@ func (ms mounts) cgroup2() string {
 // freezer is the mount point of the v1 freezer hierarchy at its root.
 func (ms mounts) freezer() string {
 	for _, m := range ms {
-		if m.fstype != "cgroup" || m.root != "/" || !isFS(m.point, unix.CGROUP_SUPER_MAGIC) {
+		if m.FSType != "cgroup" || m.Root != "/" || !isFS(m.Point, unix.CGROUP_SUPER_MAGIC) {
 			continue
 		}
-		for _, o := range strings.Split(m.super, ",") {
+		for _, o := range strings.Split(m.Super, ",") {
 			if o == "freezer" {
-				return m.point
+				return m.Point
 			}
 		}
 	}

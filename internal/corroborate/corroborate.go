@@ -9,10 +9,8 @@
 package corroborate
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/mountinfo"
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
 )
 
@@ -275,19 +274,12 @@ func (c *Checker) descendsRead(r *proctable.Reader, st fingerprint.Stat, members
 // mount namespace, at its root (/sys/fs/cgroup, or …/unified on a hybrid
 // host); "" when it is not.
 func cgroup2Mount(root string) string {
-	f, err := os.Open(filepath.Join(root, "self", "mountinfo"))
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
 	// Users may add mounts (FUSE); the cgroup mounts come early, and a
-	// table past 1 MiB is not read further.
-	sc := bufio.NewScanner(io.LimitReader(f, 1<<20))
-	for sc.Scan() {
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if ok && len(f) >= 5 && len(g) >= 1 && g[0] == "cgroup2" && f[3] == "/" {
-			return f[4]
+	// table past mountinfo.Max is used as far as it was read.
+	ms, _ := mountinfo.Read(filepath.Join(root, "self", "mountinfo"))
+	for _, m := range ms {
+		if m.FSType == "cgroup2" && m.Root == "/" {
+			return m.Point
 		}
 	}
 	return ""

@@ -1,0 +1,107 @@
+// Package mountinfo reads a mount table (proc(5)'s mountinfo) with a
+// bound: users may add mounts (FUSE), and no run reads megabytes of them.
+package mountinfo
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Max is how much of a table is read.
+const Max = 1 << 20
+
+// ErrTruncated says the table went on past Max; the mounts before it are
+// returned with it.
+var ErrTruncated = errors.New("mount table longer than 1 MiB: the rest was not read")
+
+// Mount is one line of the table.
+type Mount struct {
+	// Root is the mount's root within its file system, Point where it is
+	// mounted (octal escapes undone), both as the reading process sees
+	// them.
+	Root, Point string
+	// FSType is the file system type ("cgroup2", "fuse.sshfs"), Super its
+	// per-superblock options ("rw,user_id=1000,group_id=1000").
+	FSType, Super string
+}
+
+// Read reads the mount table at path (/proc/self/mountinfo,
+// /proc/<pid>/mountinfo).
+func Read(path string) ([]Mount, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []Mount
+	lr := &io.LimitedReader{R: f, N: Max}
+	sc := bufio.NewScanner(lr)
+	sc.Buffer(make([]byte, 0, 4096), 64<<10)
+	for sc.Scan() {
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		a, b := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(a) < 5 || len(b) < 3 {
+			continue
+		}
+		out = append(out, Mount{Root: a[3], Point: unescape(a[4]), FSType: b[0], Super: b[2]})
+	}
+	if err := sc.Err(); err != nil {
+		return out, err
+	}
+	if lr.N == 0 {
+		// Exactly Max bytes long is taken as longer: one more read
+		// would tell, and the bound is what matters.
+		return out, ErrTruncated
+	}
+	return out, nil
+}
+
+// FUSEUser is the user a FUSE mount belongs to (its user_id option), and
+// whether m is a FUSE mount at all.
+func (m Mount) FUSEUser() (uid int, ok bool) {
+	if m.FSType != "fuse" && m.FSType != "fuseblk" && !strings.HasPrefix(m.FSType, "fuse.") {
+		return 0, false
+	}
+	for _, o := range strings.Split(m.Super, ",") {
+		if v, found := strings.CutPrefix(o, "user_id="); found {
+			if n, err := strconv.Atoi(v); err == nil {
+				return n, true
+			}
+		}
+	}
+	// The kernel always shows user_id; without it, it is nobody's to trust.
+	return -1, true
+}
+
+// unescape undoes mountinfo's octal escapes (\040 for a space).
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1:i+4]) {
+			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
+			i += 3
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isOctal(s string) bool {
+	if len(s) != 3 {
+		return false
+	}
+	for i := 0; i < 3; i++ {
+		if s[i] < '0' || s[i] > '7' {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,55 @@
+package mountinfo
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestRead(t *testing.T) {
+	line := func(point, fstype, super string) string {
+		return "36 35 0:31 / " + point + " rw,nosuid shared:1 - " + fstype + " src " + super + "\n"
+	}
+	table := line("/sys/fs/cgroup", "cgroup2", "rw,nsdelegate") +
+		line(`/home/u/with\040space`, "fuse.sshfs", "rw,user_id=1000,group_id=1000") +
+		"garbage\n" +
+		line("/mnt/blk", "fuseblk", "rw,user_id=0,group_id=0") +
+		line("/run/odd", "fuse", "rw")
+	dir := t.TempDir()
+	p := filepath.Join(dir, "mountinfo")
+	if err := os.WriteFile(p, []byte(table), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := Read(p)
+	if err != nil || len(ms) != 4 {
+		t.Fatalf("Read = %v, %v; want 4 mounts", ms, err)
+	}
+	for i, tc := range []struct {
+		point string
+		uid   int
+		fuse  bool
+	}{
+		{"/sys/fs/cgroup", 0, false},
+		{"/home/u/with space", 1000, true},
+		{"/mnt/blk", 0, true},
+		{"/run/odd", -1, true}, // no user_id: trusted as nobody's
+	} {
+		uid, fuse := ms[i].FUSEUser()
+		if ms[i].Point != tc.point || uid != tc.uid || fuse != tc.fuse {
+			t.Errorf("mount %d: %q FUSEUser %d %v; want %q %d %v", i, ms[i].Point, uid, fuse, tc.point, tc.uid, tc.fuse)
+		}
+	}
+
+	big := filepath.Join(dir, "big")
+	if err := os.WriteFile(big, []byte(strings.Repeat(line("/x", "tmpfs", "rw"), Max/40+1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if ms, err := Read(big); !errors.Is(err, ErrTruncated) || len(ms) == 0 {
+		t.Errorf("a table past Max: %d mounts, %v; want those read and ErrTruncated", len(ms), err)
+	}
+	if _, err := Read("/proc/self/mountinfo"); err != nil {
+		t.Errorf("this process's table: %v", err)
+	}
+}

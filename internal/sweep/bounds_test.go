@@ -2,6 +2,7 @@ package sweep
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -102,9 +103,11 @@ func TestSweepDeadline(t *testing.T) {
 }
 
 // mountFUSE mounts a FUSE file system that no process serves over
-// dir/name, owned by another user and without allow_other: root's lstat
-// of it then fails with EACCES, as on a user's sshfs or rclone mount.
-func mountFUSE(t *testing.T, dir, name string) string {
+// dir/name, owned by another user, as a user's sshfs or rclone mount is.
+// Without allowOther root's lstat of it fails with EACCES; with it, any
+// access of root's waits on the server, which never answers, until the
+// test ends (closing /dev/fuse aborts the connection).
+func mountFUSE(t *testing.T, dir, name string, allowOther bool) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
 	if err := os.Mkdir(p, 0o755); err != nil {
@@ -116,6 +119,9 @@ func mountFUSE(t *testing.T, dir, name string) string {
 	}
 	t.Cleanup(func() { unix.Close(fd) })
 	opts := fmt.Sprintf("fd=%d,rootmode=40000,user_id=%d,group_id=%d", fd, nobody, nobody)
+	if allowOther {
+		opts += ",allow_other"
+	}
 	if err := unix.Mount("kc-test", p, "fuse", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		t.Skipf("cannot mount FUSE here: %v", err)
 	}
@@ -124,6 +130,9 @@ func mountFUSE(t *testing.T, dir, name string) string {
 			t.Errorf("unmount %s: %v", p, err)
 		}
 	})
+	if allowOther {
+		return p
+	}
 	var st unix.Stat_t
 	if err := unix.Lstat(p, &st); err != syscall.EACCES {
 		t.Fatalf("lstat of the FUSE mount: %v, want EACCES", err)
@@ -136,7 +145,7 @@ func mountFUSE(t *testing.T, dir, name string) string {
 // found and unlinked, and the directory is not an error.
 func TestUnreadableEntry(t *testing.T) {
 	dir := shortTemp(t)
-	fuse := mountFUSE(t, dir, "kc-1.sock")
+	fuse := mountFUSE(t, dir, "kc-1.sock", false)
 	orphan := orphanSocket(t, dir, fmt.Sprintf("kc-%d.sock", deadPID(t)))
 
 	cfg := fastConfig(dir)
@@ -146,8 +155,60 @@ func TestUnreadableEntry(t *testing.T) {
 		t.Errorf("orphan next to the unreadable entry: %+v", s)
 	}
 	s := got[fuse]
-	if s == nil || s.Verdict != VerdictUnknown || s.Action != ActionKept || !strings.Contains(s.Reason, "permission denied") {
+	if s == nil || s.Verdict != VerdictUnknown || s.Action != ActionKept || !strings.Contains(s.Reason, "FUSE mount of uid") {
 		t.Errorf("unreadable entry: %+v, want unknown and kept, saying why", s)
+	}
+}
+
+// TestFUSEMountsAreNotEntered: a user's FUSE mount whose server never
+// answers, mounted with allow_other so that root's accesses do reach it,
+// as an entry named like a socket and as a socket directory: the sweep
+// lists, judges and reports the rest, within its bounds, and says why it
+// entered neither. Any lookup, open or lstat in the mount would wait for
+// ever.
+func TestFUSEMountsAreNotEntered(t *testing.T) {
+	dir := shortTemp(t)
+	entry := mountFUSE(t, dir, "kc-1.sock", true)
+	orphan := orphanSocket(t, dir, fmt.Sprintf("kc-%d.sock", deadPID(t)))
+	asDir := mountFUSE(t, shortTemp(t), "sockets", true)
+
+	done := make(chan *Report, 1)
+	go func() {
+		cfg := fastConfig(dir, asDir, filepath.Join(asDir, "sub"))
+		cfg.Deadline = 5 * time.Second
+		rep, err := Sweep(context.Background(), cfg)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- rep
+	}()
+	var rep *Report
+	select {
+	case rep = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the sweep is held by the FUSE mounts")
+	}
+	if rep == nil {
+		return
+	}
+	got := map[string]*Socket{}
+	for _, s := range rep.Sockets {
+		got[s.Path] = s
+	}
+	if s := got[orphan]; s == nil || s.Verdict != VerdictStale {
+		t.Errorf("orphan next to the FUSE mount: %+v", s)
+	}
+	if s := got[entry]; s == nil || s.Verdict != VerdictUnknown || !strings.Contains(s.Reason, "FUSE mount of uid") {
+		t.Errorf("the FUSE mount named like a socket: %+v, want unknown, saying why", s)
+	}
+	var refused []string
+	for _, e := range rep.DirErrors {
+		if errors.Is(e, errOnFUSE) {
+			refused = append(refused, e.Error())
+		}
+	}
+	if len(refused) != 2 {
+		t.Errorf("want the FUSE directory and one under it refused, got %q (all: %v)", refused, rep.DirErrors)
 	}
 }
 

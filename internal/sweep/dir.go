@@ -83,7 +83,7 @@ func (d *dir) close() {
 // wildcards (filepath.Match syntax) in its last component; a pattern
 // without them names one directory, and failing to open it is an error.
 // Directories reached twice are opened once.
-func openDirs(t Target, patterns []string) ([]*dir, []error) {
+func openDirs(t Target, g fuseGuard, patterns []string) ([]*dir, []error) {
 	var (
 		out  []*dir
 		errs []error
@@ -123,8 +123,16 @@ func openDirs(t Target, patterns []string) ([]*dir, []error) {
 			errs = append(errs, fmt.Errorf("socket directory %q: wildcards are only allowed in the last component", pat))
 			continue
 		}
+		if err := g.refuse(pat); err != nil && !hasMeta(last) {
+			errs = append(errs, err)
+			continue
+		}
 		if !hasMeta(last) {
 			add(openDir(root, pat, false))
+			continue
+		}
+		if err := g.refuse(parent); err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		names, err := listNames(root, parent, func(n string) bool {
@@ -139,6 +147,10 @@ func openDirs(t Target, patterns []string) ([]*dir, []error) {
 		}
 		sort.Strings(names)
 		for _, n := range names {
+			if err := g.refuse(filepath.Join(parent, n)); err != nil {
+				errs = append(errs, err)
+				continue
+			}
 			// A match that is a symlink is not followed: whoever can
 			// create entries next to the directories a glob is meant to
 			// match (a world-writable parent) could otherwise point the
@@ -213,7 +225,10 @@ func openDir(root *os.File, inner string, noFollow bool) (*dir, error) {
 // Each component is opened with O_NOFOLLOW relative to the one before, so
 // nothing is resolved by path after the check: what is checked is what is
 // swept.
-func openDiscovered(t Target, inner string, owners []int) (*dir, error) {
+func openDiscovered(t Target, g fuseGuard, inner string, owners []int) (*dir, error) {
+	if err := g.refuse(inner); err != nil {
+		return nil, err
+	}
 	base, shown := "/", inner
 	if t.Container() {
 		base = "/proc/" + strconv.Itoa(t.InitPID) + "/root"
@@ -408,7 +423,7 @@ type entry struct {
 // Entries that vanish meanwhile are skipped; one that cannot be lstat'ed
 // is returned with its error, and the others are still read. An error
 // listing d is returned with the entries listed before it.
-func (d *dir) scan() ([]*entry, error) {
+func (d *dir) scan(g fuseGuard) ([]*entry, error) {
 	// Reading advances the descriptor's offset; rewind so a directory
 	// can be scanned again (and so the fd is left as found).
 	if _, err := d.f.Seek(0, 0); err != nil {
@@ -430,7 +445,12 @@ func (d *dir) scan() ([]*entry, error) {
 		if !ok {
 			continue
 		}
-		e, err := d.lstat(n)
+		// Not even lstat'ed: a user's FUSE mount point would ask its
+		// server.
+		e, err := (*entry)(nil), g.mountPoint(filepath.Join(d.inner, n))
+		if err == nil {
+			e, err = d.lstat(n)
+		}
 		if errors.Is(err, unix.ENOENT) {
 			continue
 		}

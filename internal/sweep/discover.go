@@ -2,6 +2,7 @@ package sweep
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -192,8 +193,9 @@ func mergeDirs(given []string, givenSource string, found []Dir) []Dir {
 // and default directories that cannot be opened are errors (a missing
 // default is not); a discovered one that cannot be opened or fails
 // openDiscovered's rules is refused, with a warning: a process anyone can
-// start must not be able to fail the sweep.
-func openAll(cfg Config, view *pidView, rep *Report) []*dir {
+// start must not be able to fail the sweep. The guard it returns keeps
+// the listing out of users' FUSE mounts too.
+func openAll(cfg Config, view *pidView, rep *Report) ([]*dir, fuseGuard) {
 	given, source := cfg.Dirs, "--socket-dir"
 	var found []Dir
 	if len(cfg.Dirs) == 0 {
@@ -207,9 +209,19 @@ func openAll(cfg Config, view *pidView, rep *Report) []*dir {
 			trusted = append(trusted, d.Path)
 		}
 	}
-	dirs, errs := openDirs(cfg.Target, trusted)
+	guard := readFUSEGuard(cfg.ProcRoot, cfg.Target)
+	if guard.err != nil {
+		cfg.Logger.Warn("mount table not read whole: a directory on a user's FUSE mount past it could hold the sweep", "err", guard.err)
+	}
+	dirs, errs := openDirs(cfg.Target, guard, trusted)
 	for _, err := range errs {
 		if len(cfg.Dirs) == 0 && isNotExist(err) {
+			continue
+		}
+		if len(cfg.Dirs) == 0 && errors.Is(err, errOnFUSE) {
+			// A user can mount over his own /run/user/<uid>: that must
+			// not fail every sweep.
+			cfg.Logger.Warn("socket directory not swept", "why", err)
 			continue
 		}
 		rep.DirErrors = append(rep.DirErrors, err)
@@ -223,7 +235,7 @@ func openAll(cfg Config, view *pidView, rep *Report) []*dir {
 		if !rd.discovered {
 			continue
 		}
-		d, err := openDiscovered(cfg.Target, rd.Path, rd.owners)
+		d, err := openDiscovered(cfg.Target, guard, rd.Path, rd.owners)
 		if err != nil {
 			rd.Refused, rd.err = err.Error(), err
 			if !isNotExist(err) {
@@ -239,7 +251,7 @@ func openAll(cfg Config, view *pidView, rep *Report) []*dir {
 			dirs = append(dirs, d)
 		}
 	}
-	return dirs
+	return dirs, guard
 }
 
 func appendNew(list []string, s string) []string {

@@ -219,7 +219,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, err
 		}
 	}
-	dirs := openAll(cfg, view, rep)
+	dirs, guard := openAll(cfg, view, rep)
 	defer func() {
 		for _, d := range dirs {
 			d.close()
@@ -228,7 +228,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 
 	var all []*Socket
 	for _, d := range dirs {
-		ents, err := d.scan()
+		ents, err := d.scan(guard)
 		if err != nil {
 			rep.DirErrors = append(rep.DirErrors, err)
 		}

@@ -331,7 +331,7 @@ func TestOpenDirsGlobAndErrors(t *testing.T) {
 	os.WriteFile(filepath.Join(base, "file"), nil, 0o600)
 	// A glob match that is a symlink to a directory elsewhere is skipped.
 	os.Symlink(t.TempDir(), filepath.Join(base, "link"))
-	dirs, errs := openDirs(Target{}, []string{filepath.Join(base, "*"), filepath.Join(base, "1000"), filepath.Join(base, "missing"), "relative", base + "/*/x"})
+	dirs, errs := openDirs(Target{}, fuseGuard{}, []string{filepath.Join(base, "*"), filepath.Join(base, "1000"), filepath.Join(base, "missing"), "relative", base + "/*/x"})
 	defer func() {
 		for _, d := range dirs {
 			d.close()
@@ -579,7 +579,7 @@ func TestContainerRootConfinesSymlinks(t *testing.T) {
 	}
 
 	tg := Target{InitPID: cmd.Process.Pid}
-	dirs, errs := openDirs(tg, []string{"/tmp", "/escape", "/ins*"})
+	dirs, errs := openDirs(tg, fuseGuard{}, []string{"/tmp", "/escape", "/ins*"})
 	defer func() {
 		for _, d := range dirs {
 			d.close()

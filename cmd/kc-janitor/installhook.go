@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 )
@@ -161,23 +162,41 @@ func pointHooks(spec []byte, hookPath string, add bool) (out []byte, n int, stri
 // writeDescriptors writes each kc-hook descriptor in from (one file per
 // stage, as hooks.d/ has them) to dir with its hook path set to hookPath.
 // A descriptor there of another name, an operator's own, is left alone.
-// All are read before any is written: one stage's hook without the
-// other's would record trees no poststop reaps.
+// All are read before any is written, and together they must cover
+// kcHookStages: one stage's hook without the other's would record trees
+// no poststop reaps. The poststop descriptor is written first for the
+// same reason (CRI-O picks each up as it appears).
 func writeDescriptors(w io.Writer, from, dir, hookPath string) error {
 	names, err := filepath.Glob(filepath.Join(from, "*.json"))
 	if err != nil || len(names) == 0 {
 		return fmt.Errorf("no hook descriptors (*.json) in %s", from)
 	}
 	outs := make([][]byte, len(names))
+	covered := map[string]bool{}
+	first := 0
 	for i, name := range names {
 		data, err := os.ReadFile(name)
 		if err != nil {
 			return err
 		}
-		if outs[i], err = pointDescriptor(data, hookPath); err != nil {
+		var stages []string
+		if outs[i], stages, err = pointDescriptor(data, hookPath); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
+		for _, s := range stages {
+			covered[strings.ToLower(s)] = true
+			if strings.EqualFold(s, "poststop") {
+				first = i
+			}
+		}
 	}
+	for _, s := range kcHookStages {
+		if !covered[strings.ToLower(s)] {
+			return fmt.Errorf("the descriptors in %s run kc-hook at no %s stage", from, s)
+		}
+	}
+	names[0], names[first] = names[first], names[0]
+	outs[0], outs[first] = outs[first], outs[0]
 	for i, name := range names {
 		dst := filepath.Join(dir, filepath.Base(name))
 		if err := writeAtomic(dst, outs[i], 0o644); err != nil {
@@ -199,24 +218,32 @@ func sameFile(a, b string) bool {
 }
 
 // pointDescriptor sets an oci-hooks(5) descriptor's hook path, which must
-// be kc-hook's, to hookPath. Numbers are kept as written.
-func pointDescriptor(data []byte, hookPath string) ([]byte, error) {
+// be kc-hook's, to hookPath, and returns its stages. Numbers are kept as
+// written.
+func pointDescriptor(data []byte, hookPath string) ([]byte, []string, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	var doc map[string]any
 	if err := dec.Decode(&doc); err != nil {
-		return nil, fmt.Errorf("not a JSON object: %w", err)
+		return nil, nil, fmt.Errorf("not a JSON object: %w", err)
 	}
 	hook, _ := doc["hook"].(map[string]any)
 	if p, _ := hook["path"].(string); filepath.Base(p) != "kc-hook" {
-		return nil, errors.New("not a kc-hook descriptor (hook.path)")
+		return nil, nil, errors.New("not a kc-hook descriptor (hook.path)")
 	}
 	hook["path"] = hookPath
+	var stages []string
+	list, _ := doc["stages"].([]any)
+	for _, s := range list {
+		if s, ok := s.(string); ok {
+			stages = append(stages, s)
+		}
+	}
 	out, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {
-		return nil, fmt.Errorf("encoding: %w", err)
+		return nil, nil, fmt.Errorf("encoding: %w", err)
 	}
-	return append(out, '\n'), nil
+	return append(out, '\n'), stages, nil
 }
 
 func copyExecutable(src, dst string) error {

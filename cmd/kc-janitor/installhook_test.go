@@ -300,7 +300,8 @@ func TestInstallHookDescriptors(t *testing.T) {
 		set  map[string]string
 	}{
 		{"not kc-hook's", map[string]string{"x.json": `{"hook":{"path":"/usr/bin/nvidia-ctk"}}`}},
-		{"half a set", map[string]string{"a.json": `{"hook":{"path":"/x/kc-hook"}}`, "b.json": `{"hook":{"path":"/usr/bin/nvidia-ctk"}}`}},
+		{"half a set", map[string]string{"a.json": `{"hook":{"path":"/x/kc-hook"},"stages":["poststop"]}`, "b.json": `{"hook":{"path":"/usr/bin/nvidia-ctk"}}`}},
+		{"one stage only", map[string]string{"a.json": `{"hook":{"path":"/x/kc-hook"},"stages":["createRuntime"]}`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			set, out := t.TempDir(), t.TempDir()

@@ -701,6 +701,16 @@ func TestStraysVerdict(t *testing.T) {
 	if len(got.Items) != 1 || !strings.Contains(got.Items[0], "eeeeeeeeeeee pgid 42") || !strings.Contains(got.Items[0], "kcserver(42)") {
 		t.Errorf("items %q", got.Items)
 	}
+	// A user's group of thousands, one of them named to read as two.
+	big := tree(action.WouldReap)
+	big.Members = []reconcile.Member{{PID: 42, Comm: "a b"}}
+	for i := range 2000 {
+		big.Members = append(big.Members, reconcile.Member{PID: 100 + i, Comm: "sleep"})
+	}
+	got = Strays(StraysInput{Report: reconcile.Report{LivenessKnown: true, Trees: []reconcile.Tree{big}}})
+	if it := got.Items[0]; len(it) > 300 || !strings.Contains(it, `"a b"(42)`) || !strings.Contains(it, "(+1993 more)") {
+		t.Errorf("item of a tree of 2001: %d bytes: %q", len(it), it)
+	}
 }
 
 func TestSocketsVerdict(t *testing.T) {

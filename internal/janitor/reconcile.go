@@ -220,11 +220,12 @@ func logTrees(ctx context.Context, log *slog.Logger, rep reconcile.Report) {
 }
 
 // logMembers is a tree's members for its log line: the first few, but
-// all of a tree that would not die, which the operator must deal with by
-// hand from the log alone.
+// up to 256 of a tree that would not die, which the operator must deal
+// with by hand from the log alone (anyone can keep thousands in a sleep
+// no signal ends, on a FUSE mount of his own).
 func logMembers(t reconcile.Tree) string {
 	if t.Action == action.WouldNotDie {
-		return reconcile.MembersText(t.Members, 0)
+		return reconcile.MembersText(t.Members, 256)
 	}
 	return reconcile.MembersText(t.Members, reconcile.ShownMembers)
 }

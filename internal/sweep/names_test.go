@@ -58,7 +58,7 @@ func TestReadNames(t *testing.T) {
 	}{
 		{name: "empty"},
 		// More names than one batch reads.
-		{name: "a few among many others", files: many("other-", 1100), socks: []string{"kc-1.sock", "kc-2.sock"}, wantSocks: 2},
+		{name: "a few among many others", files: many("other-", 2000), socks: []string{"kc-1.sock", "kc-2.sock"}, wantSocks: 2},
 		{name: "files named like sockets are reported", files: many("kc-f", 3), othersReported: 5, wantFiles: 3},
 		{name: "files named like sockets never crowd sockets out", files: many("kc-f", 2000), socks: many("kc-s", 3),
 			othersReported: 5, wantSocks: 3, wantFiles: 5, wantLeft: 1995},
@@ -66,7 +66,7 @@ func TestReadNames(t *testing.T) {
 		{name: "one socket more", socks: many("kc-", 11), wantSocks: 10, wantErr: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
+			dir := shortTemp(t) // sockets' paths fit in sun_path
 			touch(dir, tc.files...)
 			bind(dir, tc.socks...)
 			f, err := os.Open(dir)
@@ -118,6 +118,8 @@ func TestParseDirents(t *testing.T) {
 	}
 	bad := rec("kc-3.sock", unix.DT_SOCK)
 	binary.NativeEndian.PutUint16(bad[16:], uint16(len(bad)+8))
+	zero := rec("kc-4.sock", unix.DT_SOCK)
+	binary.NativeEndian.PutUint16(zero[16:], 0)
 	for _, tc := range []struct {
 		name    string
 		buf     []byte
@@ -127,6 +129,7 @@ func TestParseDirents(t *testing.T) {
 		{"entries", good, []ent{{"kc-1.sock", unix.DT_SOCK}, {"kc-2.sock", unix.DT_UNKNOWN}}, false},
 		{"a record past the end", append(rec("kc-1.sock", unix.DT_SOCK), bad...), []ent{{"kc-1.sock", unix.DT_SOCK}}, true},
 		{"truncated", good[:10], nil, true},
+		{"a record of length 0", zero, nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []ent

@@ -297,16 +297,21 @@ func listNames(root *os.File, inner string, keep func(string) bool) ([]string, e
 		return nil, err
 	}
 	defer d.close()
-	l, err := readNames(d.fd, keep, unix.DT_DIR, maxNames, 0)
+	l, err := readNames(d.fd, keep, unix.DT_DIR, limits{names: maxNames, entries: maxEntries})
 	return l.names, err
 }
 
 // maxNames bounds the names of the wanted file type one directory listing
-// keeps; maxOthers those of other types (look-alikes, reported as such).
+// keeps; maxOthers those of other types (look-alikes, reported as such);
+// maxEntries the entries it reads at all, of any name.
 const (
-	maxNames  = 1 << 16
-	maxOthers = 1 << 10
+	maxNames   = 1 << 16
+	maxOthers  = 1 << 10
+	maxEntries = 1 << 24
 )
+
+// limits are readNames' bounds.
+type limits struct{ names, others, entries int }
 
 // listing is what readNames kept of a directory.
 type listing struct {
@@ -319,29 +324,38 @@ type listing struct {
 // and keeps those keep accepts: anyone may fill /tmp with names, and only
 // the few that matter are held. Names of the file type want (a DT_*
 // value, as the directory lists it; the caller's lstat decides) come
-// first, at most max of them: past that it returns those kept with an
-// error. Names of other types, which no sweep acts on, are kept up to
-// others and then only counted, so that files named like sockets never
-// crowd a socket out. A file system that lists no types (DT_UNKNOWN) has
-// its names taken as of type want.
-func readNames(fd int, keep func(string) bool, want uint8, max, others int) (listing, error) {
+// first, at most lim.names of them: past that it returns those kept with
+// an error. Names of other types, which no sweep acts on, are kept up to
+// lim.others and then only counted, so that files named like sockets
+// never crowd a socket out. A file system that lists no types
+// (DT_UNKNOWN) has its names taken as of type want. A directory that
+// lists more than lim.entries entries of any name (a file system that
+// never ends its listing) is an error too.
+func readNames(fd int, keep func(string) bool, want uint8, lim limits) (listing, error) {
 	var l listing
-	kept := 0
+	kept, read := 0, 0
 	var full error
 	buf := make([]byte, 32<<10)
 	for {
 		more, err := readDirents(fd, buf, func(n string, typ uint8) {
-			if full != nil || !keep(n) {
+			if full != nil {
+				return
+			}
+			if read++; read > lim.entries {
+				full = fmt.Errorf("more than %d entries in all: the rest are left", lim.entries)
+				return
+			}
+			if !keep(n) {
 				return
 			}
 			if typ != want && typ != unix.DT_UNKNOWN {
-				if len(l.names)-kept == others {
+				if len(l.names)-kept == lim.others {
 					l.left++
 					return
 				}
 			} else {
-				if kept == max {
-					full = fmt.Errorf("more than %d entries to read: the rest are left", max)
+				if kept == lim.names {
+					full = fmt.Errorf("more than %d entries to read: the rest are left", lim.names)
 					return
 				}
 				kept++
@@ -432,7 +446,7 @@ func (d *dir) scan(g fuseGuard) ([]*entry, error) {
 	l, listErr := readNames(d.fd, func(n string) bool {
 		_, ok := sockets.ParseName(n)
 		return ok
-	}, unix.DT_SOCK, maxNames, maxOthers)
+	}, unix.DT_SOCK, limits{maxNames, maxOthers, maxEntries})
 	if listErr != nil {
 		listErr = fmt.Errorf("list %s: %w", d.shown, listErr)
 	}

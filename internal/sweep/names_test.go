@@ -55,6 +55,10 @@ func TestReadNames(t *testing.T) {
 		wantLeft       int
 		wantErr        bool
 		othersReported int
+		// theirs are sockets of another user (uid 65534); with it the
+		// listing keeps at most 4 of one owner's.
+		theirs   []string
+		wantMine int
 	}{
 		{name: "empty"},
 		// More names than one batch reads.
@@ -66,27 +70,53 @@ func TestReadNames(t *testing.T) {
 		{name: "one socket more", socks: many("kc-", 11), wantSocks: 10, wantErr: true},
 		// A listing that never ends, as a file system could serve one.
 		{name: "more entries than are read", files: many("other-", 3001), socks: []string{"kc-1.sock"}, wantSocks: -1, wantErr: true},
+		// One user's sockets never crowd another's out.
+		{name: "another user's many sockets", theirs: many("kc-n", 12), socks: many("kc-", 2), wantSocks: 6, wantMine: 2, wantErr: true},
+		{name: "each owner within his share", theirs: many("kc-n", 4), socks: many("kc-", 4), wantSocks: 8, wantMine: 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := shortTemp(t) // sockets' paths fit in sun_path
 			touch(dir, tc.files...)
 			bind(dir, tc.socks...)
+			bind(dir, tc.theirs...)
+			for _, n := range tc.theirs {
+				if err := os.Lchown(filepath.Join(dir, n), nobody, nobody); err != nil {
+					t.Fatal(err)
+				}
+			}
 			f, err := os.Open(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			l, err := readNames(int(f.Fd()), isSock, unix.DT_SOCK, limits{10, tc.othersReported, 3000})
-			socks, files := 0, 0
+			var owner func(string) int
+			if tc.theirs != nil {
+				owner = func(n string) int {
+					var st unix.Stat_t
+					if unix.Lstat(filepath.Join(dir, n), &st) != nil {
+						return -1
+					}
+					return int(st.Uid)
+				}
+			}
+			l, err := readNames(int(f.Fd()), isSock, unix.DT_SOCK, limits{10, 4, tc.othersReported, 3000}, owner)
+			socks, files, mine := 0, 0, 0
 			for _, n := range l.names {
 				if !isSock(n) {
 					t.Fatalf("kept %q, which was not asked for", n)
 				}
-				if strings.HasPrefix(n, "kc-f") {
+				switch {
+				case strings.HasPrefix(n, "kc-f"):
 					files++
-				} else {
+				case strings.HasPrefix(n, "kc-n"):
 					socks++
+				default:
+					socks++
+					mine++
 				}
+			}
+			if mine != tc.wantMine && tc.theirs != nil {
+				t.Errorf("kept %d of this user's sockets beside another's %d, want %d", mine, len(tc.theirs), tc.wantMine)
 			}
 			if tc.wantSocks < 0 { // where the cap falls is the directory's order
 				tc.wantSocks = socks

@@ -13,7 +13,7 @@ func TestRead(t *testing.T) {
 		return "36 35 0:31 / " + point + " rw,nosuid shared:1 - " + fstype + " src " + super + "\n"
 	}
 	table := line("/sys/fs/cgroup", "cgroup2", "rw,nsdelegate") +
-		line(`/home/u/with\040space`, "fuse.sshfs", "rw,user_id=1000,group_id=1000") +
+		line(`/home/u/with\040space\134`, "fuse.sshfs", "rw,user_id=1000,group_id=1000") +
 		"garbage\n" +
 		line("/mnt/blk", "fuseblk", "rw,user_id=0,group_id=0") +
 		line("/run/odd", "fuse", "rw")
@@ -32,9 +32,9 @@ func TestRead(t *testing.T) {
 		fuse  bool
 	}{
 		{"/sys/fs/cgroup", 0, false},
-		{"/home/u/with space", 1000, true},
+		{`/home/u/with space\`, 1000, true},
 		{"/mnt/blk", 0, true},
-		{"/run/odd", -1, true}, // no user_id: trusted as nobody's
+		{"/run/odd", -1, true}, // no user_id: nobody's, so never root's
 	} {
 		uid, fuse := ms[i].FUSEUser()
 		if ms[i].Point != tc.point || uid != tc.uid || fuse != tc.fuse {
@@ -49,7 +49,7 @@ func TestRead(t *testing.T) {
 	if ms, err := Read(big); !errors.Is(err, ErrTruncated) || len(ms) == 0 {
 		t.Errorf("a table past Max: %d mounts, %v; want those read and ErrTruncated", len(ms), err)
 	}
-	if _, err := Read("/proc/self/mountinfo"); err != nil {
+	if _, err := Read("/proc/self/mountinfo"); err != nil && !errors.Is(err, ErrTruncated) {
 		t.Errorf("this process's table: %v", err)
 	}
 }

@@ -172,24 +172,26 @@ func TestFUSEMountsAreNotEntered(t *testing.T) {
 	orphan := orphanSocket(t, dir, fmt.Sprintf("kc-%d.sock", deadPID(t)))
 	asDir := mountFUSE(t, shortTemp(t), "sockets", true)
 
-	done := make(chan *Report, 1)
+	type result struct {
+		rep *Report
+		err error
+	}
+	done := make(chan result, 1) // a sweep released after the test must not call t
 	go func() {
 		cfg := fastConfig(dir, asDir, filepath.Join(asDir, "sub"))
 		cfg.Deadline = 5 * time.Second
 		rep, err := Sweep(context.Background(), cfg)
-		if err != nil {
-			t.Error(err)
-		}
-		done <- rep
+		done <- result{rep, err}
 	}()
 	var rep *Report
 	select {
-	case rep = <-done:
+	case r := <-done:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		rep = r.rep
 	case <-time.After(30 * time.Second):
 		t.Fatal("the sweep is held by the FUSE mounts")
-	}
-	if rep == nil {
-		return
 	}
 	got := map[string]*Socket{}
 	for _, s := range rep.Sockets {

@@ -7,19 +7,27 @@ import (
 	"testing"
 )
 
+// hookFixture is a temp dir holding a kc-hook to install (from) and the
+// node's directory to install it in (to).
+func hookFixture(t *testing.T) (dir, from, to string) {
+	t.Helper()
+	dir = t.TempDir()
+	from = filepath.Join(dir, "src-kc-hook")
+	if err := os.WriteFile(from, []byte("#!binary"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	to = filepath.Join(dir, "opt")
+	if err := os.Mkdir(to, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir, from, to
+}
+
 // TestInstallHook: the init container's step copies kc-hook (executable)
 // and writes the base spec with every kc-hook entry naming the node's
 // path, the rest of the spec unchanged.
 func TestInstallHook(t *testing.T) {
-	dir := t.TempDir()
-	from := filepath.Join(dir, "src-kc-hook")
-	if err := os.WriteFile(from, []byte("#!binary"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	to := filepath.Join(dir, "opt")
-	if err := os.Mkdir(to, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir, from, to := hookFixture(t)
 	out := filepath.Join(dir, "spec.json")
 	shipped := filepath.Join("..", "..", "contrib", "containerd", "base-runtime-spec.json")
 	if code, o := runJanitorCapture(t, "install-hook", "--from", from, "--to", to, "--hook-path", "/opt/kc-watchman/kc-hook",
@@ -76,15 +84,7 @@ func TestInstallHook(t *testing.T) {
 // on the node that is a symlink is replaced by the file itself (temp file
 // and rename); what the link named is never written.
 func TestInstallHookReplacesSymlinks(t *testing.T) {
-	dir := t.TempDir()
-	from := filepath.Join(dir, "src-kc-hook")
-	if err := os.WriteFile(from, []byte("#!binary"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	to := filepath.Join(dir, "opt")
-	if err := os.Mkdir(to, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir, from, to := hookFixture(t)
 	outside := filepath.Join(t.TempDir(), "passwd")
 	if err := os.WriteFile(outside, []byte("root:x:0:0"), 0o644); err != nil {
 		t.Fatal(err)
@@ -122,15 +122,7 @@ func TestInstallHookReplacesSymlinks(t *testing.T) {
 // such a spec is refused.
 func TestInstallHookAddsHooks(t *testing.T) {
 	const hookPath = "/opt/kc-watchman/kc-hook"
-	dir := t.TempDir()
-	from := filepath.Join(dir, "src-kc-hook")
-	if err := os.WriteFile(from, []byte("#!binary"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	to := filepath.Join(dir, "opt")
-	if err := os.Mkdir(to, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	_, from, to := hookFixture(t)
 	// The shipped spec's entries, as every added one must read.
 	var shipped struct {
 		Hooks map[string][]map[string]any `json:"hooks"`
@@ -248,16 +240,10 @@ func jsonEqual(a, b any) bool {
 // hooks.d/ has them, beside an operator's own descriptor, which stays.
 func TestInstallHookDescriptors(t *testing.T) {
 	const hookPath = "/opt/kc-watchman/kc-hook"
-	dir := t.TempDir()
-	from := filepath.Join(dir, "src-kc-hook")
-	if err := os.WriteFile(from, []byte("#!binary"), 0o600); err != nil {
+	dir, from, to := hookFixture(t)
+	hooksDir := filepath.Join(dir, "hooks.d")
+	if err := os.Mkdir(hooksDir, 0o755); err != nil {
 		t.Fatal(err)
-	}
-	to, hooksDir := filepath.Join(dir, "opt"), filepath.Join(dir, "hooks.d")
-	for _, d := range []string{to, hooksDir} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
 	}
 	theirs := filepath.Join(hooksDir, "nvidia.json")
 	if err := os.WriteFile(theirs, []byte(`{"version":"1.0.0"}`), 0o644); err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io/fs"
 	"path/filepath"
 	"strings"
 
@@ -11,6 +10,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/cull"
 	"github.com/kc-watchman/kc-watchman/internal/janitor"
+	"github.com/kc-watchman/kc-watchman/internal/nosync"
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
 	"github.com/kc-watchman/kc-watchman/internal/sweep"
 )
@@ -116,9 +116,11 @@ func isSocket(path string) error {
 	if strings.HasPrefix(path, "@") {
 		return nil
 	}
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		return &fs.PathError{Op: "stat", Path: path, Err: err}
+	// Not followed: the audit dials the socket file itself
+	// (sockets.Pin), never what a symlink points at.
+	st, err := nosync.Lstat(unix.AT_FDCWD, path)
+	if err != nil {
+		return err
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
 		return fmt.Errorf("%s is not a socket (%s)", path, sweep.FileType(st.Mode&unix.S_IFMT))

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
 )
 
 // DefaultIdle is the default threshold: a day, as in the seed culler.
@@ -113,7 +114,15 @@ func Audit(ctx context.Context, c *kallichore.Client, sources []Source, threshol
 
 func audit(ctx context.Context, c *kallichore.Client, src Source, threshold int64) Supervisor {
 	sup := Supervisor{Source: src}
-	l, err := c.Sessions(ctx, src.Socket)
+	// Pinned: the socket was found by a sweep that has ended, and its
+	// name may hold a user's FUSE mount by now (sockets.PinAt).
+	pin, err := sockets.Pin(src.Socket)
+	if err != nil {
+		sup.Err = err
+		return sup
+	}
+	defer pin.Release()
+	l, err := c.SessionsOf(ctx, kallichore.Socket{Dial: pin.Path, Name: src.Socket})
 	if err != nil {
 		sup.Err = err
 		return sup

@@ -7,10 +7,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
@@ -146,8 +148,8 @@ func TestAudit(t *testing.T) {
 	if s := got[2]; !kallichore.IsTimeout(s.Err) {
 		t.Errorf("hung: %+v", s)
 	}
-	if s := got[3]; !kallichore.IsRefused(s.Err) {
-		t.Errorf("orphan: %+v", s)
+	if s := got[3]; !kallichore.IsRefused(s.Err) || !strings.Contains(s.Err.Error(), orphan) {
+		t.Errorf("orphan: %+v, want refused, naming its path", s)
 	}
 	for i, s := range got {
 		if s.Socket != srcs[i].Socket || s.PID != srcs[i].PID {
@@ -188,5 +190,26 @@ func TestAuditStopsAtTheDeadline(t *testing.T) {
 	}
 	if notAudited < len(srcs)-2 {
 		t.Errorf("%d of %d sources reported not audited, want all but the first two workers'", notAudited, len(srcs))
+	}
+}
+
+// TestAuditPinsTheSocket: a supervisor's socket that a user replaced by
+// an unserved FUSE mount of his (allow_other, default_permissions: any
+// look inside asks the server, which never answers) between the sweep
+// that found it and the audit is reported as changed, and the audit does
+// not wait on the mount.
+func TestAuditPinsTheSocket(t *testing.T) {
+	fuse := testutil.MountFUSE(t, testutil.OpenTempDir(t, "kccull", 0o755), "kc-2.sock", "allow_other,default_permissions")
+	done := make(chan []Supervisor, 1) // buffered: an audit held past the test must not block
+	go func() {
+		done <- Audit(context.Background(), &kallichore.Client{Timeout: 300 * time.Millisecond}, []Source{{fuse, 2}}, 86400, 1)
+	}()
+	select {
+	case got := <-done:
+		if len(got) != 1 || !errors.Is(got[0].Err, sockets.ErrChanged) {
+			t.Errorf("audit of the replaced socket: %+v, want changed", got)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the audit waits on the FUSE mount")
 	}
 }

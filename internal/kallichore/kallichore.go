@@ -418,10 +418,20 @@ func Sessions(ctx context.Context, socketPath string) (SessionList, error) {
 	return DefaultClient.Sessions(ctx, socketPath)
 }
 
+// Socket is a supervisor's socket as the client reaches it: Dial is the
+// path connect(2) is given, Name the one errors show. They differ for a
+// socket held open and dialled through /proc/self/fd (sockets.Pin).
+type Socket struct{ Dial, Name string }
+
 // Status performs GET /status.
 func (c *Client) Status(ctx context.Context, socketPath string) (ServerStatus, error) {
+	return c.StatusOf(ctx, Socket{socketPath, socketPath})
+}
+
+// StatusOf performs GET /status on s.
+func (c *Client) StatusOf(ctx context.Context, s Socket) (ServerStatus, error) {
 	var st ServerStatus
-	err := c.get(ctx, socketPath, "/status", MaxStatusBody, func(r io.Reader) (err error) {
+	err := c.get(ctx, s, "/status", MaxStatusBody, func(r io.Reader) (err error) {
 		st, err = decodeStatus(r)
 		return err
 	})
@@ -430,8 +440,13 @@ func (c *Client) Status(ctx context.Context, socketPath string) (ServerStatus, e
 
 // Sessions performs GET /sessions.
 func (c *Client) Sessions(ctx context.Context, socketPath string) (SessionList, error) {
+	return c.SessionsOf(ctx, Socket{socketPath, socketPath})
+}
+
+// SessionsOf performs GET /sessions on s.
+func (c *Client) SessionsOf(ctx context.Context, s Socket) (SessionList, error) {
 	var l SessionList
-	err := c.get(ctx, socketPath, "/sessions", MaxSessionsBody, func(r io.Reader) (err error) {
+	err := c.get(ctx, s, "/sessions", MaxSessionsBody, func(r io.Reader) (err error) {
 		l, err = decodeSessions(r)
 		return err
 	})
@@ -449,8 +464,8 @@ func (c *Client) timeouts() (dial, total time.Duration) {
 	return dial, total
 }
 
-func (c *Client) get(ctx context.Context, socketPath, path string, limit int64, decode func(io.Reader) error) error {
-	err := c.getOnce(ctx, socketPath, path, limit, decode)
+func (c *Client) get(ctx context.Context, s Socket, path string, limit int64, decode func(io.Reader) error) error {
+	err := c.getOnce(ctx, s, path, limit, decode)
 	if err == nil || c.RetryAfter <= 0 || answered(err) {
 		return err
 	}
@@ -459,7 +474,7 @@ func (c *Client) get(ctx context.Context, socketPath, path string, limit int64, 
 	case <-ctx.Done():
 		return err
 	}
-	return c.getOnce(ctx, socketPath, path, limit, decode)
+	return c.getOnce(ctx, s, path, limit, decode)
 }
 
 // answered reports whether err came with an answer (so that asking again
@@ -472,14 +487,15 @@ func answered(err error) bool {
 // maxErrorBody is how much of a refusal's body is read for the log.
 const maxErrorBody = 512
 
-func (c *Client) getOnce(ctx context.Context, socketPath, path string, limit int64, decode func(io.Reader) error) error {
+func (c *Client) getOnce(ctx context.Context, s Socket, path string, limit int64, decode func(io.Reader) error) error {
+	socketPath := s.Name
 	dial, total := c.timeouts()
 	ctx, cancel := context.WithTimeout(ctx, total)
 	defer cancel()
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			d := net.Dialer{Timeout: dial}
-			return d.DialContext(ctx, "unix", socketPath)
+			return d.DialContext(ctx, "unix", s.Dial)
 		},
 		DisableKeepAlives:  true,
 		DisableCompression: true,

@@ -20,6 +20,8 @@ var ErrTruncated = errors.New("mount table longer than 1 MiB: the rest was not r
 
 // Mount is one line of the table.
 type Mount struct {
+	// ID is the mount's ID, as statx(2)'s STATX_MNT_ID reports it.
+	ID uint64
 	// Root is the mount's root within its file system, Point where it is
 	// mounted (octal escapes undone), both as the reading process sees
 	// them.
@@ -47,7 +49,11 @@ func Read(path string) ([]Mount, error) {
 		if !ok || len(a) < 5 || len(b) < 3 {
 			continue
 		}
-		out = append(out, Mount{Root: a[3], Point: unescape(a[4]), FSType: b[0], Super: b[2]})
+		id, err := strconv.ParseUint(a[0], 10, 64)
+		if err != nil {
+			continue
+		}
+		out = append(out, Mount{ID: id, Root: a[3], Point: unescape(a[4]), FSType: b[0], Super: b[2]})
 	}
 	if err := sc.Err(); err != nil {
 		return out, err

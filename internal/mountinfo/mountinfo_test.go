@@ -4,13 +4,16 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
 
 func TestRead(t *testing.T) {
+	id := 35
 	line := func(point, fstype, super string) string {
-		return "36 35 0:31 / " + point + " rw,nosuid shared:1 - " + fstype + " src " + super + "\n"
+		id++
+		return strconv.Itoa(id) + " 35 0:31 / " + point + " rw,nosuid shared:1 - " + fstype + " src " + super + "\n"
 	}
 	table := line("/sys/fs/cgroup", "cgroup2", "rw,nsdelegate") +
 		line(`/home/u/with\040space\134`, "fuse.sshfs", "rw,user_id=1000,group_id=1000") +
@@ -37,6 +40,9 @@ func TestRead(t *testing.T) {
 		{"/run/odd", -1, true}, // no user_id: nobody's, so never root's
 	} {
 		uid, fuse := ms[i].FUSEUser()
+		if want := uint64(36 + i); ms[i].ID != want {
+			t.Errorf("mount %d: ID %d, want %d", i, ms[i].ID, want)
+		}
 		if ms[i].Point != tc.point || uid != tc.uid || fuse != tc.fuse {
 			t.Errorf("mount %d: %q FUSEUser %d %v; want %q %d %v", i, ms[i].Point, uid, fuse, tc.point, tc.uid, tc.fuse)
 		}

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/nosync"
 )
 
 var (
@@ -105,15 +107,14 @@ func unlinkAt(dirfd int, name string, want File) error {
 	return nil
 }
 
+// lstatAt never waits on a FUSE server: the name may have had a user's
+// mount put over it since it was examined (nosync).
 func lstatAt(dirfd int, name string) (unix.Stat_t, error) {
-	var st unix.Stat_t
-	if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return st, fmt.Errorf("%s: %w", name, ErrGone)
-		}
-		return st, &fs.PathError{Op: "lstat", Path: name, Err: err}
+	st, err := nosync.Lstat(dirfd, name)
+	if errors.Is(err, unix.ENOENT) {
+		return st.Stat_t, fmt.Errorf("%s: %w", name, ErrGone)
 	}
-	return st, nil
+	return st.Stat_t, err
 }
 
 // openParent opens path's directory as an O_PATH descriptor without

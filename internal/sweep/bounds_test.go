@@ -102,37 +102,16 @@ func TestSweepDeadline(t *testing.T) {
 	}
 }
 
-// mountFUSE mounts a FUSE file system that no process serves over
-// dir/name, owned by another user, as a user's sshfs or rclone mount is.
-// Without allowOther root's lstat of it fails with EACCES; with it, any
-// access of root's waits on the server, which never answers, until the
-// test ends (closing /dev/fuse aborts the connection).
+// mountFUSE mounts an unserved FUSE file system of another user over
+// dir/name (testutil.MountFUSE). Without allowOther root's lstat of it
+// fails with EACCES; with it, any access of root's that asks the server
+// waits until the test ends.
 func mountFUSE(t *testing.T, dir, name string, allowOther bool) string {
 	t.Helper()
-	p := filepath.Join(dir, name)
-	if err := os.Mkdir(p, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	fd, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Skipf("no FUSE here: %v", err)
-	}
-	t.Cleanup(func() { unix.Close(fd) })
-	opts := fmt.Sprintf("fd=%d,rootmode=40000,user_id=%d,group_id=%d", fd, nobody, nobody)
 	if allowOther {
-		opts += ",allow_other"
+		return testutil.MountFUSE(t, dir, name, "allow_other")
 	}
-	if err := unix.Mount("kc-test", p, "fuse", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		t.Skipf("cannot mount FUSE here: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", p, err)
-		}
-	})
-	if allowOther {
-		return p
-	}
+	p := testutil.MountFUSE(t, dir, name, "")
 	var st unix.Stat_t
 	if err := unix.Lstat(p, &st); err != syscall.EACCES {
 		t.Fatalf("lstat of the FUSE mount: %v, want EACCES", err)

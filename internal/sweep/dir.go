@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kc-watchman/kc-watchman/internal/nosync"
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
 )
 
@@ -49,16 +50,10 @@ type dir struct {
 	mode  uint32 // its permission bits
 	dev   uint64
 	ino   uint64
+	mount uint64 // its mount ID (0: not reported)
 	// othersLeft counts the names past maxOthers that parse as sockets'
 	// but are listed as another file type: not reported, never acted on.
 	othersLeft int
-}
-
-// fdPath is a short path that reaches name through the open directory:
-// connect(2) needs a path, and this one cannot be redirected by changes
-// to the directory's own path and stays short (sun_path holds 108 bytes).
-func (d *dir) fdPath(name string) string {
-	return "/proc/self/fd/" + strconv.Itoa(d.fd) + "/" + name
 }
 
 // ownerOK applies the ownership rule for sockets in d: in a directory that
@@ -128,14 +123,14 @@ func openDirs(t Target, g fuseGuard, patterns []string) ([]*dir, []error) {
 			continue
 		}
 		if !hasMeta(last) {
-			add(openDir(root, pat, false))
+			add(openDir(root, g, pat, false))
 			continue
 		}
 		if err := g.refuse(parent); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		names, err := listNames(root, parent, func(n string) bool {
+		names, err := listNames(root, g, parent, func(n string) bool {
 			ok, _ := filepath.Match(last, n)
 			return ok
 		})
@@ -155,7 +150,7 @@ func openDirs(t Target, g fuseGuard, patterns []string) ([]*dir, []error) {
 			// create entries next to the directories a glob is meant to
 			// match (a world-writable parent) could otherwise point the
 			// sweep at any directory on the host.
-			d, err := openDir(root, filepath.Join(parent, n), true)
+			d, err := openDir(root, g, filepath.Join(parent, n), true)
 			if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
 				continue
 			}
@@ -185,13 +180,14 @@ func CheckDirPattern(pattern string) error {
 func hasMeta(s string) bool { return strings.ContainsAny(s, `*?[\`) }
 
 // openDir opens inner (an absolute path inside the target). With
-// noFollow, a symlink as the last component is refused (ELOOP).
-func openDir(root *os.File, inner string, noFollow bool) (*dir, error) {
+// noFollow, a symlink as the last component is refused (ELOOP). The
+// directory is opened O_PATH and entered only once g accepts its mount.
+func openDir(root *os.File, g fuseGuard, inner string, noFollow bool) (*dir, error) {
 	var (
 		fd    int
 		err   error
 		shown = inner
-		flags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC
+		flags = unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC
 	)
 	if noFollow {
 		flags |= unix.O_NOFOLLOW
@@ -208,12 +204,27 @@ func openDir(root *os.File, inner string, noFollow bool) (*dir, error) {
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: shown, Err: err}
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
+	defer unix.Close(fd)
+	st, err := nosync.Fstat(fd)
+	if err != nil {
 		return nil, &fs.PathError{Op: "fstat", Path: shown, Err: err}
 	}
-	return dirOf(fd, inner, shown, &st), nil
+	if err := g.mount(shown, st.MountID); err != nil {
+		return nil, err
+	}
+	return enter(fd, inner, shown, st)
+}
+
+// enter opens the directory held by the O_PATH descriptor pathFD for
+// listing, through that descriptor: what was checked is what is listed.
+// Opening for reading is the first access a file system's server sees, so
+// a user's FUSE directory must have been refused before.
+func enter(pathFD int, inner, shown string, st nosync.Stat) (*dir, error) {
+	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(pathFD), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: shown, Err: err}
+	}
+	return dirOf(fd, inner, shown, st), nil
 }
 
 // openDiscovered opens inner, a directory a process named, only if no
@@ -222,9 +233,11 @@ func openDir(root *os.File, inner string, noFollow bool) (*dir, error) {
 // user's kcserver could point root's sweep, through a symlink, at a
 // directory only root may write, or at someone else's.
 //
-// Each component is opened with O_NOFOLLOW relative to the one before, so
-// nothing is resolved by path after the check: what is checked is what is
-// swept.
+// Each component is opened O_PATH with O_NOFOLLOW relative to the one
+// before, so nothing is resolved by path after the check: what is checked
+// is what is swept. A component on a user's FUSE mount, or on one mounted
+// since g's table was read, is refused before anything in it is looked
+// up.
 func openDiscovered(t Target, g fuseGuard, inner string, owners []int) (*dir, error) {
 	if err := g.refuse(inner); err != nil {
 		return nil, err
@@ -238,47 +251,65 @@ func openDiscovered(t Target, g fuseGuard, inner string, owners []int) (*dir, er
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: base, Err: err}
 	}
+	defer func() { unix.Close(fd) }()
 	sofar := ""
 	for _, c := range strings.Split(strings.Trim(inner, "/"), "/") {
 		if c == "" {
 			continue
 		}
 		sofar += "/" + c
-		var st unix.Stat_t
-		err := unix.Fstatat(fd, c, &st, unix.AT_SYMLINK_NOFOLLOW)
-		if err == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
-			err = fmt.Errorf("%s is a symlink, and directories named by a process are not followed through symlinks", sofar)
-		} else if err == nil {
-			var next int
-			next, err = unix.Openat(fd, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-			if err == nil {
-				unix.Close(fd)
-				fd = next
-				continue
-			}
-		}
-		unix.Close(fd)
+		next, err := component(fd, c, sofar, g)
 		if errors.Is(err, unix.ENOENT) {
 			return nil, &fs.PathError{Op: "open", Path: shown, Err: fs.ErrNotExist}
 		}
-		return nil, fmt.Errorf("%s: %w", shown, err)
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", shown, err)
+		}
 		unix.Close(fd)
+		fd = next
+	}
+	st, err := nosync.Fstat(fd)
+	if err != nil {
 		return nil, &fs.PathError{Op: "fstat", Path: shown, Err: err}
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		// Only "/" itself gets here: every other component was opened
 		// with O_DIRECTORY.
-		unix.Close(fd)
 		return nil, fmt.Errorf("%s: not a directory", shown)
 	}
 	if uid := int(st.Uid); uid != 0 && !slices.Contains(owners, uid) {
-		unix.Close(fd)
 		return nil, fmt.Errorf("%s: owned by uid %d, neither root nor the uid of a process that named it (%s)", shown, uid, joinInts(owners))
 	}
-	return dirOf(fd, inner, shown, &st), nil
+	if err := g.mount(shown, st.MountID); err != nil {
+		return nil, err
+	}
+	return enter(fd, inner, shown, st)
+}
+
+// component opens c, a directory in the one open as fd, O_PATH: neither
+// a symlink nor on a mount g refuses (sofar names it in errors).
+func component(fd int, c, sofar string, g fuseGuard) (int, error) {
+	st, err := nosync.Lstat(fd, c)
+	if err != nil {
+		return -1, err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return -1, fmt.Errorf("%s is a symlink, and directories named by a process are not followed through symlinks", sofar)
+	}
+	next, err := unix.Openat(fd, c, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	// Checked on what was opened: a mount put over c since the lstat is
+	// what the descriptor holds.
+	if st, err = nosync.Fstat(next); err == nil {
+		err = g.mount(sofar, st.MountID)
+	}
+	if err != nil {
+		unix.Close(next)
+		return -1, err
+	}
+	return next, nil
 }
 
 func joinInts(v []int) string {
@@ -291,8 +322,8 @@ func joinInts(v []int) string {
 
 // listNames lists the names in a directory inside the target (or on the
 // host) that keep accepts.
-func listNames(root *os.File, inner string, keep func(string) bool) ([]string, error) {
-	d, err := openDir(root, inner, false)
+func listNames(root *os.File, g fuseGuard, inner string, keep func(string) bool) ([]string, error) {
+	d, err := openDir(root, g, inner, false)
 	if err != nil {
 		return nil, err
 	}
@@ -465,8 +496,11 @@ func (d *dir) scan(g fuseGuard) ([]*entry, error) {
 		_, ok := sockets.ParseName(n)
 		return ok
 	}, unix.DT_SOCK, limits{maxNames, maxPerOwner, maxOthers, maxEntries}, func(n string) int {
-		var st unix.Stat_t
-		if g.mountPoint(filepath.Join(d.inner, n)) != nil || unix.Fstatat(d.fd, n, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+		if g.mountPoint(filepath.Join(d.inner, n)) != nil {
+			return -1
+		}
+		st, err := nosync.Lstat(d.fd, n)
+		if err != nil || !st.OnMount(d.mount, d.dev) {
 			return -1
 		}
 		return int(st.Uid)
@@ -501,10 +535,16 @@ func (d *dir) scan(g fuseGuard) ([]*entry, error) {
 	return out, listErr
 }
 
+// lstat stats name without waiting on a file system's server, and
+// refuses a mount point: a mount put over the name after the mount table
+// was read (see fuseGuard) is still not entered.
 func (d *dir) lstat(name string) (*entry, error) {
-	var st unix.Stat_t
-	if err := unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	st, err := nosync.Lstat(d.fd, name)
+	if err != nil {
 		return nil, err
+	}
+	if !st.OnMount(d.mount, d.dev) {
+		return nil, fmt.Errorf("%w (mount %d, the directory's %d): what is mounted there is not the directory's, not entered", errMountPoint, st.MountID, d.mount)
 	}
 	changed := time.Unix(st.Mtim.Unix())
 	if c := time.Unix(st.Ctim.Unix()); c.After(changed) {
@@ -544,11 +584,11 @@ func FileType(mode uint32) string {
 }
 
 // dirOf wraps an opened directory descriptor and what fstat said of it.
-func dirOf(fd int, inner, shown string, st *unix.Stat_t) *dir {
+func dirOf(fd int, inner, shown string, st nosync.Stat) *dir {
 	return &dir{
 		f: os.NewFile(uintptr(fd), shown), fd: fd,
 		inner: inner, shown: shown,
 		uid: int(st.Uid), mode: st.Mode & 0o7777,
-		dev: st.Dev, ino: st.Ino,
+		dev: st.Dev, ino: st.Ino, mount: st.MountID,
 	}
 }

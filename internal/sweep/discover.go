@@ -218,7 +218,7 @@ func openAll(cfg Config, view *pidView, rep *Report) ([]*dir, fuseGuard) {
 		if len(cfg.Dirs) == 0 && isNotExist(err) {
 			continue
 		}
-		if len(cfg.Dirs) == 0 && errors.Is(err, errOnFUSE) {
+		if len(cfg.Dirs) == 0 && (errors.Is(err, errOnFUSE) || errors.Is(err, errNewMount)) {
 			// A user can mount over his own /run/user/<uid>: that must
 			// not fail every sweep.
 			cfg.Logger.Warn("socket directory not swept", "why", err)

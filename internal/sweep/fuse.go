@@ -9,8 +9,18 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/mountinfo"
 )
 
-// errOnFUSE marks a directory or entry on a user's FUSE mount.
-var errOnFUSE = errors.New("on a user's FUSE mount")
+var (
+	// errOnFUSE marks a directory or entry on a user's FUSE mount.
+	errOnFUSE = errors.New("on a user's FUSE mount")
+	// errNewMount marks a directory on a mount the guard's table does
+	// not hold: mounted after it was read, or past its first 1 MiB.
+	errNewMount = errors.New("on a mount the mount table did not show")
+	// errMountPoint marks an entry with something mounted over it.
+	errMountPoint = errors.New("a mount point")
+	// errReplaced marks a name that no longer holds the socket it was
+	// found with when it is about to be dialled.
+	errReplaced = errors.New("replaced since it was listed")
+)
 
 // fuseGuard holds the FUSE mounts of users other than root in the swept
 // mount namespace. Root may enter one only where its user allowed others
@@ -18,8 +28,13 @@ var errOnFUSE = errors.New("on a user's FUSE mount")
 // that user's server, for ever if it never answers: no deadline ends a
 // system call. So the sweep enters none of them: no directory at or under
 // one, no entry that is one.
+//
+// Paths are checked before they are opened; what was opened is checked
+// again by its mount ID (nosync), which a mount put on the path after the
+// table was read cannot pass: the table does not hold it.
 type fuseGuard struct {
 	points map[string]int // mount point: its user_id
+	ids    map[uint64]int // every mount's ID: its FUSE user_id, or 0
 	// err says the mount table could not be read whole; the guard holds
 	// the mounts read before it.
 	err error
@@ -35,13 +50,37 @@ func readFUSEGuard(procRoot string, t Target) fuseGuard {
 		path = filepath.Join(procRoot, strconv.Itoa(t.InitPID), "mountinfo")
 	}
 	ms, err := mountinfo.Read(path)
-	g := fuseGuard{points: map[string]int{}, err: err}
+	g := fuseGuard{points: map[string]int{}, ids: map[uint64]int{}, err: err}
 	for _, m := range ms {
-		if uid, ok := m.FUSEUser(); ok && uid != 0 {
+		uid, ok := m.FUSEUser()
+		if ok && uid != 0 {
 			g.points[filepath.Clean(m.Point)] = uid
+		} else {
+			uid = 0
 		}
+		g.ids[m.ID] = uid
 	}
 	return g
+}
+
+// mount says why the sweep must not use a directory opened (O_PATH, not
+// yet entered) at p on the mount numbered id: a user's FUSE mount, or one
+// the table does not hold. nil when it may, and where mount IDs are
+// unknown: no table read, or a kernel before 5.8.
+func (g fuseGuard) mount(p string, id uint64) error {
+	if id == 0 || len(g.ids) == 0 {
+		return nil
+	}
+	uid, ok := g.ids[id]
+	switch {
+	case !ok && g.err != nil:
+		return fmt.Errorf("%s: %w (mount %d, not in the part of the table read: %v), not entered", p, errNewMount, id, g.err)
+	case !ok:
+		return fmt.Errorf("%s: %w (mount %d, mounted since the table was read), not entered", p, errNewMount, id)
+	case uid != 0:
+		return fmt.Errorf("%s: %w of uid %d (mount %d), not entered: its server could hold the sweep for ever", p, errOnFUSE, uid, id)
+	}
+	return nil
 }
 
 // refuse says why the sweep must not enter p: it is at or under a user's

@@ -1,17 +1,16 @@
 package sweep
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
-
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
 )
 
@@ -53,6 +52,8 @@ func judgeListen(err error, innerPath string, nu sockets.NetUnix) (say, string) 
 	switch {
 	case errors.Is(err, syscall.ENOENT):
 		return sayUnsure, "vanished while probed"
+	case errors.Is(err, errReplaced):
+		return sayUnsure, "not dialled: the name was " + errReplaced.Error()
 	case nu.Listening(innerPath):
 		// A listener whose accept queue is full (a hung server) makes
 		// connect time out or fail with EAGAIN.
@@ -67,16 +68,55 @@ func judgeListen(err error, innerPath string, nu sockets.NetUnix) (say, string) 
 	return sayUnsure, fmt.Sprintf("not bound in net/unix, but connect: %v", err)
 }
 
+// pin holds p's name open for dialling (sockets.PinAt) if it is still
+// the socket inode it was listed as: a name replaced since, by another
+// file or a mount, is not dialled (errReplaced), and a silence there
+// would not be this socket's.
+func (p *probe) pin() (path string, unpin func(), err error) {
+	e := p.names[0].e
+	pin, err := sockets.PinAt(e.dir.fd, e.name)
+	if errors.Is(err, sockets.ErrChanged) || errors.Is(err, sockets.ErrNotSocket) ||
+		(err == nil && (pin.Stat.Dev != e.dev || pin.Stat.Ino != e.ino)) {
+		pin.Release()
+		return "", nil, fmt.Errorf("%s: %w", e.name, errReplaced)
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	return pin.Path, pin.Release, nil
+}
+
+// dial is gate 2's connect(2) to p's socket, pinned.
+func (p *probe) dial(ctx context.Context, timeout time.Duration) error {
+	path, unpin, err := p.pin()
+	if err != nil {
+		return err
+	}
+	defer unpin()
+	return dialSocket(ctx, path, timeout)
+}
+
+// status is one of gate 3's GET /status tries on p's socket, pinned.
+func (p *probe) status(ctx context.Context, c *kallichore.Client) statusTry {
+	path, unpin, err := p.pin()
+	if err != nil {
+		return statusTry{replaced: err}
+	}
+	defer unpin()
+	return tryStatus(ctx, c, kallichore.Socket{Dial: path, Name: p.names[0].e.name})
+}
+
 // statusTry is one GET /status attempt of gate 3.
 type statusTry struct {
 	answered bool
 	pid      int    // process_id answered
 	err      error  // why it was silent
 	other    string // answered, but not a Kallichore status
+	replaced error  // not asked: the name no longer held the socket (pin)
 }
 
-func tryStatus(ctx context.Context, c *kallichore.Client, dialPath string) statusTry {
-	st, err := c.Status(ctx, dialPath)
+func tryStatus(ctx context.Context, c *kallichore.Client, s kallichore.Socket) statusTry {
+	st, err := c.StatusOf(ctx, s)
 	if err == nil {
 		return statusTry{answered: true, pid: st.ProcessID}
 	}
@@ -96,6 +136,9 @@ func statusGate(pid int, tries ...statusTry) (say, string) {
 	last := tries[len(tries)-1]
 	for _, t := range tries {
 		switch {
+		case t.replaced != nil:
+			// Not silence: nothing was asked.
+			return sayUnsure, "/status not asked: the name was " + errReplaced.Error()
 		case t.answered && t.other != "":
 			return sayUnsure, "something answers /status, but not Kallichore: " + t.other
 		case t.answered && t.pid == pid:
@@ -127,11 +170,11 @@ func probeErr(err error) string {
 	return trimErr(err)
 }
 
-// trimErr drops the "GET /status on <path>:" prefix, which names the
-// internal /proc/self/fd path.
+// trimErr drops the "GET /status on <path>:" prefix: the report names
+// the path.
 func trimErr(err error) string {
 	s := err.Error()
-	if i := bytes.LastIndex([]byte(s), []byte(".sock: ")); i >= 0 {
+	if i := strings.LastIndex(s, ".sock: "); i >= 0 {
 		return s[i+len(".sock: "):]
 	}
 	return s

@@ -311,7 +311,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 					p.cut = true
 					continue
 				}
-				t := tryStatus(pctx, client, p.dialPath())
+				t := p.status(pctx, client)
 				if pctx.Err() != nil {
 					p.cut = true
 					continue
@@ -321,7 +321,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 		}()
 	}
 	pool(pctx, cfg.Workers, probes, func(p *probe) {
-		dialErr := dialSocket(pctx, p.dialPath(), cfg.DialTimeout)
+		dialErr := p.dial(pctx, cfg.DialTimeout)
 		if pctx.Err() != nil {
 			p.cut = true
 			return
@@ -342,7 +342,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 		if !ask {
 			return
 		}
-		t := tryStatus(pctx, client, p.dialPath())
+		t := p.status(pctx, client)
 		if pctx.Err() != nil {
 			p.cut = true
 			return
@@ -396,7 +396,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	dialed := byInode(dial)
 	pool(pctx, cfg.Workers, dialed, func(p *probe) {
-		err := dialSocket(pctx, p.dialPath(), cfg.DialTimeout)
+		err := p.dial(pctx, cfg.DialTimeout)
 		if pctx.Err() != nil {
 			p.cut = true
 			return
@@ -458,8 +458,6 @@ type probe struct {
 	triedAt time.Time // when gate 3's first try ended
 	cut     bool
 }
-
-func (p *probe) dialPath() string { return p.names[0].e.dir.fdPath(p.names[0].e.name) }
 
 // byInode groups socks by the inode they name, in their order.
 func byInode(socks []*Socket) []*probe {

@@ -1,0 +1,85 @@
+package sockets
+
+import (
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/nosync"
+)
+
+// Pinned is a socket file held open (O_PATH) for connecting to it.
+type Pinned struct {
+	// Path reaches the held inode and nothing else (/proc/self/fd/N):
+	// connect(2) through it looks no name up again. It is short, too:
+	// sun_path holds 108 bytes.
+	Path string
+	// Stat is the socket's, read without asking any file system's server.
+	Stat nosync.Stat
+	fd   int
+}
+
+// Release closes the descriptor; Path reaches nothing after it.
+func (p Pinned) Release() {
+	if p.fd >= 0 {
+		unix.Close(p.fd)
+	}
+}
+
+// PinAt opens name in the directory open as dirfd for connecting to it,
+// if it is a socket of that directory's own mount. connect(2) by name
+// would look the name up when it runs: a user may have replaced his
+// socket by a mount of his FUSE file system meanwhile, and connect would
+// then wait on its server, for ever if it never answers. The O_PATH open
+// crosses into such a mount without asking the server; the check then
+// refuses it (ErrChanged), and a name that is no socket (ErrNotSocket).
+func PinAt(dirfd int, name string) (Pinned, error) {
+	dir, err := nosync.Fstat(dirfd)
+	if err != nil {
+		return Pinned{fd: -1}, err
+	}
+	fd, err := unix.Openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return Pinned{fd: -1}, &fs.PathError{Op: "open", Path: name, Err: err}
+	}
+	p := Pinned{Path: "/proc/self/fd/" + strconv.Itoa(fd), fd: fd}
+	if p.Stat, err = nosync.Fstat(fd); err == nil {
+		switch {
+		case !p.Stat.OnMount(dir.MountID, dir.Dev):
+			err = fmt.Errorf("%s: a mount point: %w", name, ErrChanged)
+		case p.Stat.Mode&unix.S_IFMT != unix.S_IFSOCK:
+			err = fmt.Errorf("%s (mode %#o): %w", name, p.Stat.Mode&unix.S_IFMT, ErrNotSocket)
+		}
+	}
+	if err != nil {
+		p.Release()
+		return Pinned{fd: -1}, err
+	}
+	return p, nil
+}
+
+// Pin is PinAt for a path. Its directory is resolved as connect(2)
+// would, through symlinks and /proc/<pid>/root (a container's socket, as
+// sweep reports it); its last component is not followed: a symlink is
+// not a socket. An abstract address (@name) has no file: it is returned
+// as it is.
+func Pin(path string) (Pinned, error) {
+	if strings.HasPrefix(path, "@") {
+		return Pinned{Path: path, fd: -1}, nil
+	}
+	dir, name := filepath.Dir(path), filepath.Base(path)
+	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return Pinned{fd: -1}, &fs.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(dfd)
+	p, err := PinAt(dfd, name)
+	if err != nil {
+		return p, fmt.Errorf("%s: %w", path, err)
+	}
+	return p, nil
+}

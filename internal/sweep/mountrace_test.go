@@ -1,0 +1,167 @@
+package sweep
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/kallichore"
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+)
+
+// TestMountsAfterTheTableIsRead: a user puts unserved FUSE mounts over
+// names after the sweep read the mount table (fuseGuard), which then
+// does not know them: over an entry before it is lstat'ed, and over a
+// stale socket's name between its listing and its probes and unlink
+// (the directories: TestDirsMountedAfterTheTableIsRead).
+// allow_other lets root's accesses reach the server and
+// default_permissions makes even a permission check ask it, so any
+// look at the mount itself would wait for ever. None holds the sweep:
+// the entry is a mount point, the socket's name is not dialled, asked or
+// unlinked.
+func TestMountsAfterTheTableIsRead(t *testing.T) {
+	const opts = "allow_other,default_permissions"
+	g := readFUSEGuard("/proc", Target{})
+	dir := shortTemp(t)
+	d, err := openDir(nil, g, dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.close()
+	victim := orphanSocket(t, dir, "kc-2.sock")
+	testutil.MountFUSE(t, dir, "kc-1.sock", opts)
+
+	type scanned struct {
+		es  []*entry
+		err error
+	}
+	done := make(chan scanned, 1) // buffered: a scan held past the test must not block
+	go func() {
+		es, err := d.scan(g)
+		done <- scanned{es, err}
+	}()
+	var es []*entry
+	select {
+	case r := <-done:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		es = r.es
+	case <-time.After(20 * time.Second):
+		t.Fatal("the scan waits on the FUSE mount over kc-1.sock")
+	}
+	byName := map[string]*entry{}
+	for _, e := range es {
+		byName[e.name] = e
+	}
+	if e := byName["kc-1.sock"]; e == nil || !errors.Is(e.err, errMountPoint) {
+		t.Errorf("kc-1.sock: %+v, want refused as a mount point", e)
+	}
+	e := byName["kc-2.sock"]
+	if e == nil || e.err != nil || !e.isSocket() {
+		t.Fatalf("kc-2.sock: %+v, want the socket", e)
+	}
+
+	// The stale socket's name now has the mount over it.
+	if err := os.Remove(victim); err != nil {
+		t.Fatal(err)
+	}
+	testutil.MountFUSE(t, dir, filepath.Base(victim), opts)
+	p := &probe{names: []*Socket{{e: e}}}
+	type probed struct {
+		dial   error
+		status statusTry
+		unlink error
+	}
+	after := make(chan probed, 1)
+	go func() {
+		ctx := context.Background()
+		var r probed
+		r.dial = p.dial(ctx, 200*time.Millisecond)
+		r.status = p.status(ctx, &kallichore.Client{DialTimeout: 200 * time.Millisecond, Timeout: 500 * time.Millisecond})
+		r.unlink = sockets.UnlinkAt(d.fd, e.name, sockets.File{Dev: e.dev, Ino: e.ino, UID: e.uid})
+		after <- r
+	}()
+	select {
+	case r := <-after:
+		if !errors.Is(r.dial, errReplaced) {
+			t.Errorf("dial: %v, want %v", r.dial, errReplaced)
+		}
+		if got, _ := judgeListen(r.dial, e.innerPath(), sockets.NetUnix{}); got != sayUnsure {
+			t.Errorf("gate 2 on a replaced name: %v, want unsure", got)
+		}
+		if !errors.Is(r.status.replaced, errReplaced) {
+			t.Errorf("/status: %+v, want not asked, replaced", r.status)
+		}
+		if got, why := statusGate(2, r.status, r.status); got != sayUnsure {
+			t.Errorf("gate 3 on a replaced name: %v (%s), want unsure: two tries not made are no silence", got, why)
+		}
+		if !errors.Is(r.unlink, sockets.ErrChanged) {
+			t.Errorf("unlink: %v, want %v", r.unlink, sockets.ErrChanged)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("probing or unlinking the replaced name waits on the FUSE mount")
+	}
+}
+
+// TestDirsMountedAfterTheTableIsRead: socket directories a user mounts an
+// unserved FUSE file system over after the sweep read the mount table:
+// one given to the sweep, one a process named, and one under such a
+// mount. Each is refused without a look inside (opening one for listing
+// would ask its server, and wait for ever); a directory next to them is
+// opened.
+func TestDirsMountedAfterTheTableIsRead(t *testing.T) {
+	g := readFUSEGuard("/proc", Target{})
+	base := shortTemp(t)
+	plain := filepath.Join(base, "plain")
+	if err := os.Mkdir(plain, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mnt := testutil.MountFUSE(t, base, "mnt", "allow_other,default_permissions")
+
+	type opened struct {
+		given      []*dir
+		givenErrs  []error
+		discovered [3]error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		var r opened
+		r.given, r.givenErrs = openDirs(Target{}, g, []string{plain, mnt})
+		for i, p := range []string{mnt, filepath.Join(mnt, "sub"), plain} {
+			d, err := openDiscovered(Target{}, g, p, []int{0})
+			if d != nil {
+				d.close()
+			}
+			r.discovered[i] = err
+		}
+		done <- r
+	}()
+	var r opened
+	select {
+	case r = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("opening the directories waits on the FUSE mount")
+	}
+	for _, d := range r.given {
+		defer d.close()
+	}
+	if len(r.given) != 1 || r.given[0].shown != plain {
+		t.Errorf("given: opened %d, want %s alone", len(r.given), plain)
+	}
+	if len(r.givenErrs) != 1 || !errors.Is(r.givenErrs[0], errNewMount) {
+		t.Errorf("given: errors %v, want %s refused as a new mount", r.givenErrs, mnt)
+	}
+	for i, err := range r.discovered[:2] {
+		if !errors.Is(err, errNewMount) {
+			t.Errorf("discovered %d: %v, want refused as a new mount", i, err)
+		}
+	}
+	if r.discovered[2] != nil {
+		t.Errorf("discovered %s: %v", plain, r.discovered[2])
+	}
+}

@@ -225,6 +225,44 @@ func TestUnitsMemoryMax(t *testing.T) {
 	}
 }
 
+// TestOneshotUnitsTimeout: every oneshot service, system and user, ends
+// a round held for ever (systemd sets no start timeout for a oneshot, and
+// its timer would start no other), with room for the deadlines a round
+// keeps on its own.
+func TestOneshotUnitsTimeout(t *testing.T) {
+	services, err := filepath.Glob(filepath.Join(unitDir, "*.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, err := filepath.Glob(filepath.Join(unitDir, "user", "*.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`(?m)^TimeoutStartSec=(\d+)min$`)
+	oneshots := 0
+	for _, p := range append(services, user...) {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !regexp.MustCompile(`(?m)^Type=oneshot$`).Match(data) {
+			continue
+		}
+		oneshots++
+		m := re.FindSubmatch(data)
+		if m == nil {
+			t.Errorf("%s: a oneshot without TimeoutStartSec=<n>min", p)
+			continue
+		}
+		if n, _ := strconv.Atoi(string(m[1])); n < 5 {
+			t.Errorf("%s: TimeoutStartSec=%dmin, too short for a round's own deadlines", p, n)
+		}
+	}
+	if oneshots < 3 {
+		t.Errorf("%d oneshot services found, want the system, container and user rounds", oneshots)
+	}
+}
+
 // TestMakeInstallRefusesStaleBinaries: `make install` copies bin/ without
 // building it (sudo's PATH has no Go), so binaries of another commit than
 // the tree's are refused; where git cannot tell (VERSION dev), they pass.

@@ -143,7 +143,7 @@ func openDirs(t Target, g fuseGuard, patterns []string) ([]*dir, []error) {
 		sort.Strings(names)
 		for _, n := range names {
 			if err := g.refuse(filepath.Join(parent, n)); err != nil {
-				errs = append(errs, err)
+				errs = append(errs, globMatch{err})
 				continue
 			}
 			// A match that is a symlink is not followed: whoever can
@@ -154,11 +154,21 @@ func openDirs(t Target, g fuseGuard, patterns []string) ([]*dir, []error) {
 			if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
 				continue
 			}
+			if errors.Is(err, errOnFUSE) || errors.Is(err, errNewMount) {
+				err = globMatch{err}
+			}
 			add(d, err)
 		}
 	}
 	return out, errs
 }
+
+// globMatch is the refusal of a directory a pattern's wildcard matched:
+// a user's FUSE mount among /run/user/* is his own, and refusing it is
+// no failed sweep.
+type globMatch struct{ error }
+
+func (e globMatch) Unwrap() error { return e.error }
 
 // CheckDirPattern reports whether pattern is a socket directory openDirs
 // can use: absolute, wildcards (filepath.Match syntax) only in the last

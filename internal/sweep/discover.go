@@ -218,9 +218,10 @@ func openAll(cfg Config, view *pidView, rep *Report) ([]*dir, fuseGuard) {
 		if len(cfg.Dirs) == 0 && isNotExist(err) {
 			continue
 		}
-		if len(cfg.Dirs) == 0 && (errors.Is(err, errOnFUSE) || errors.Is(err, errNewMount)) {
+		var match globMatch
+		if (len(cfg.Dirs) == 0 || errors.As(err, &match)) && (errors.Is(err, errOnFUSE) || errors.Is(err, errNewMount)) {
 			// A user can mount over his own /run/user/<uid>: that must
-			// not fail every sweep.
+			// not fail every sweep, default or --socket-dir '/run/user/*'.
 			cfg.Logger.Warn("socket directory not swept", "why", err)
 			continue
 		}

@@ -3,6 +3,7 @@ package sweep
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -163,5 +164,40 @@ func TestDirsMountedAfterTheTableIsRead(t *testing.T) {
 	}
 	if r.discovered[2] != nil {
 		t.Errorf("discovered %s: %v", plain, r.discovered[2])
+	}
+}
+
+// TestGlobMatchOnFUSEIsNoFailure: --socket-dir '<base>/*' (as
+// '/run/user/*') matches a user's FUSE mount among the directories: it
+// is refused with a warning, not as a failed directory, and its
+// neighbour is swept. A user mounting over his own runtime directory
+// must not fail every sweep.
+func TestGlobMatchOnFUSEIsNoFailure(t *testing.T) {
+	base := shortTemp(t)
+	plain := filepath.Join(base, "1000")
+	if err := os.Mkdir(plain, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	orphan := orphanSocket(t, plain, fmt.Sprintf("kc-%d.sock", deadPID(t)))
+	testutil.MountFUSE(t, base, "1001", "allow_other")
+
+	cfg := fastConfig(filepath.Join(base, "*"))
+	cfg.Apply = true
+	done := make(chan *Report, 1) // buffered: a sweep held past the test must not block
+	go func() {
+		rep, _ := Sweep(context.Background(), cfg)
+		done <- rep
+	}()
+	var rep *Report
+	select {
+	case rep = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the sweep waits on the FUSE mount")
+	}
+	if rep == nil || len(rep.DirErrors) != 0 {
+		t.Fatalf("report %+v, want no failed directory", rep)
+	}
+	if testutil.PathExists(orphan) {
+		t.Errorf("the orphan next to the FUSE mount was not unlinked")
 	}
 }

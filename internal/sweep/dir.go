@@ -343,19 +343,16 @@ func listNames(root *os.File, g fuseGuard, inner string, keep func(string) bool)
 }
 
 // maxNames bounds the names of the wanted file type one directory listing
-// keeps, maxPerOwner those of one owner among them; maxOthers those of
-// other types (look-alikes, reported as such); maxEntries the entries it
-// reads at all, of any name.
+// keeps; maxOthers those of other types (look-alikes, reported as such);
+// maxEntries the entries it reads at all, of any name.
 const (
-	maxNames    = 1 << 16
-	maxPerOwner = 1 << 14
-	maxOthers   = 1 << 10
-	maxEntries  = 1 << 24
+	maxNames   = 1 << 16
+	maxOthers  = 1 << 10
+	maxEntries = 1 << 24
 )
 
-// limits are readNames' bounds; perOwner applies where it is given an
-// owner function.
-type limits struct{ names, perOwner, others, entries int }
+// limits are readNames' bounds.
+type limits struct{ names, others, entries int }
 
 // listing is what readNames kept of a directory.
 type listing struct {
@@ -371,10 +368,10 @@ type listing struct {
 // first, at most lim.names of them: past that it returns those kept with
 // an error. Names of other types, which no sweep acts on, are kept up to
 // lim.others and then only counted, so that files named like sockets
-// never crowd a socket out. With owner, no owner (a UID, -1 for none
-// known) has more than lim.perOwner of the wanted names kept: one user's
-// sockets in /tmp never crowd another's out either; past it, the owner's
-// others are left, the listing goes on, and the error is returned at the
+// never crowd a socket out. With owner, the wanted names are shared
+// among their owners (a UID, -1 for none known) max-min fairly (shares):
+// one user's sockets in /tmp never crowd another's out either; past
+// lim.names the listing goes on, and what was left is an error at the
 // end. A file system that lists no types (DT_UNKNOWN) has its names taken
 // as of type want. A directory that lists more than lim.entries entries
 // of any name (a file system that never ends its listing) is an error
@@ -382,8 +379,11 @@ type listing struct {
 func readNames(fd int, keep func(string) bool, want uint8, lim limits, owner func(string) int) (listing, error) {
 	var l listing
 	kept, read := 0, 0
-	var full, over error
-	perOwner := map[int]int{}
+	var full error
+	var fair *shares
+	if owner != nil {
+		fair = newShares(lim.names)
+	}
 	buf := make([]byte, 32<<10)
 	for {
 		more, err := readDirents(fd, buf, func(n string, typ uint8) {
@@ -403,31 +403,31 @@ func readNames(fd int, keep func(string) bool, want uint8, lim limits, owner fun
 					return
 				}
 			} else {
+				if fair != nil {
+					fair.offer(owner(n), n)
+					return
+				}
 				if kept == lim.names {
 					full = fmt.Errorf("more than %d entries to read: the rest are left", lim.names)
 					return
-				}
-				if owner != nil {
-					uid := owner(n)
-					if perOwner[uid] == lim.perOwner {
-						if over == nil {
-							over = fmt.Errorf("uid %d has more than %d entries to read: the rest of them are left", uid, lim.perOwner)
-						}
-						return
-					}
-					perOwner[uid]++
 				}
 				kept++
 			}
 			l.names = append(l.names, n)
 		})
+		if fair != nil && (full != nil || err != nil || !more) {
+			l.names = append(l.names, fair.names()...)
+		}
 		switch {
 		case full != nil:
 			return l, full
 		case err != nil:
 			return l, err
 		case !more:
-			return l, over
+			if fair != nil {
+				return l, fair.err()
+			}
+			return l, nil
 		}
 	}
 }
@@ -505,7 +505,7 @@ func (d *dir) scan(g fuseGuard) ([]*entry, error) {
 	l, listErr := readNames(d.fd, func(n string) bool {
 		_, ok := sockets.ParseName(n)
 		return ok
-	}, unix.DT_SOCK, limits{maxNames, maxPerOwner, maxOthers, maxEntries}, func(n string) int {
+	}, unix.DT_SOCK, limits{maxNames, maxOthers, maxEntries}, func(n string) int {
 		if g.mountPoint(filepath.Join(d.inner, n)) != nil {
 			return -1
 		}

@@ -55,10 +55,11 @@ func TestReadNames(t *testing.T) {
 		wantLeft       int
 		wantErr        bool
 		othersReported int
-		// theirs are sockets of another user (uid 65534); with it the
-		// listing keeps at most 4 of one owner's.
-		theirs   []string
-		wantMine int
+		// theirs are sockets of another user (uid 65534), third's of a
+		// third (uid 12345); with them the listing shares its 10 among
+		// the owners.
+		theirs, third []string
+		wantMine      int
 	}{
 		{name: "empty"},
 		// More names than one batch reads.
@@ -70,18 +71,24 @@ func TestReadNames(t *testing.T) {
 		{name: "one socket more", socks: many("kc-", 11), wantSocks: 10, wantErr: true},
 		// A listing that never ends, as a file system could serve one.
 		{name: "more entries than are read", files: many("other-", 3001), socks: []string{"kc-1.sock"}, wantSocks: -1, wantErr: true},
-		// One user's sockets never crowd another's out.
-		{name: "another user's many sockets", theirs: many("kc-n", 12), socks: many("kc-", 2), wantSocks: 6, wantMine: 2, wantErr: true},
-		{name: "each owner within his share", theirs: many("kc-n", 4), socks: many("kc-", 4), wantSocks: 8, wantMine: 4},
+		// One user's sockets never crowd another's out, and within the
+		// cap one user may have them all.
+		{name: "another user's many sockets", theirs: many("kc-n", 12), socks: many("kc-", 2), wantSocks: 10, wantMine: 2, wantErr: true},
+		{name: "two others' many sockets", theirs: many("kc-n", 8), third: many("kc-t", 8), socks: many("kc-", 3), wantSocks: 10, wantMine: 3, wantErr: true},
+		{name: "more than an even share", theirs: many("kc-n", 12), socks: many("kc-", 7), wantSocks: 10, wantMine: 5, wantErr: true},
+		{name: "one owner under the cap", theirs: many("kc-n", 9), socks: many("kc-", 1), wantSocks: 10, wantMine: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := shortTemp(t) // sockets' paths fit in sun_path
 			touch(dir, tc.files...)
 			bind(dir, tc.socks...)
 			bind(dir, tc.theirs...)
-			for _, n := range tc.theirs {
-				if err := os.Lchown(filepath.Join(dir, n), nobody, nobody); err != nil {
-					t.Fatal(err)
+			bind(dir, tc.third...)
+			for uid, names := range map[int][]string{nobody: tc.theirs, 12345: tc.third} {
+				for _, n := range names {
+					if err := os.Lchown(filepath.Join(dir, n), uid, uid); err != nil {
+						t.Fatal(err)
+					}
 				}
 			}
 			f, err := os.Open(dir)
@@ -99,7 +106,7 @@ func TestReadNames(t *testing.T) {
 					return int(st.Uid)
 				}
 			}
-			l, err := readNames(int(f.Fd()), isSock, unix.DT_SOCK, limits{10, 4, tc.othersReported, 3000}, owner)
+			l, err := readNames(int(f.Fd()), isSock, unix.DT_SOCK, limits{10, tc.othersReported, 3000}, owner)
 			socks, files, mine := 0, 0, 0
 			for _, n := range l.names {
 				if !isSock(n) {
@@ -108,7 +115,7 @@ func TestReadNames(t *testing.T) {
 				switch {
 				case strings.HasPrefix(n, "kc-f"):
 					files++
-				case strings.HasPrefix(n, "kc-n"):
+				case strings.HasPrefix(n, "kc-n"), strings.HasPrefix(n, "kc-t"):
 					socks++
 				default:
 					socks++

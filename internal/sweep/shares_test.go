@@ -1,0 +1,56 @@
+package sweep
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// TestSharesAreMaxMinFair: whatever the order names come in, the names
+// kept fill the cap, and an owner who lost any keeps within one of the
+// most anyone keeps: no owner is crowded out by another's many.
+func TestSharesAreMaxMinFair(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		max    int
+		counts []int // names per owner
+	}{
+		{"under the cap", 10, []int{3, 4}},
+		{"one owner floods", 10, []int{1, 1000}},
+		{"many owners with one each", 10, []int{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}},
+		{"uneven", 100, []int{5, 80, 80, 30, 2, 200}},
+		{"many flooders", 64, []int{40, 40, 40, 40, 40, 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for seed := range uint64(20) {
+				var offers []int
+				for uid, n := range tc.counts {
+					for range n {
+						offers = append(offers, uid)
+					}
+				}
+				r := rand.New(rand.NewPCG(seed, 1))
+				r.Shuffle(len(offers), func(i, j int) { offers[i], offers[j] = offers[j], offers[i] })
+				s := newShares(tc.max)
+				for i, uid := range offers {
+					s.offer(uid, string(rune('a'+i%26)))
+				}
+				total := len(offers)
+				if got, want := len(s.names()), min(total, tc.max); got != want {
+					t.Fatalf("seed %d: kept %d names, want %d", seed, got, want)
+				}
+				if (s.err() != nil) != (total > tc.max) || s.left != total-min(total, tc.max) {
+					t.Errorf("seed %d: left %d, error %v", seed, s.left, s.err())
+				}
+				most := 0
+				for uid := range tc.counts {
+					most = max(most, len(s.byOwner[uid]))
+				}
+				for uid, n := range tc.counts {
+					if k := len(s.byOwner[uid]); k < n && k < most-1 {
+						t.Errorf("seed %d: uid %d kept %d of %d while another kept %d", seed, uid, k, n, most)
+					}
+				}
+			}
+		})
+	}
+}

@@ -200,20 +200,8 @@ func TestMakeInstallDestdir(t *testing.T) {
 // above what a round was measured to peak at when every socket it probed
 // answered with bodies over their caps (157 MiB, TestFatAnswersMemory).
 func TestUnitsMemoryMax(t *testing.T) {
-	services, err := filepath.Glob(filepath.Join(unitDir, "*.service"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	user, err := filepath.Glob(filepath.Join(unitDir, "user", "*.service"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	re := regexp.MustCompile(`(?m)^MemoryMax=(\d+)M$`)
-	for _, p := range append(services, user...) {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for p, data := range serviceUnits(t) {
 		m := re.FindSubmatch(data)
 		if m == nil {
 			t.Errorf("%s: no MemoryMax=<n>M", p)
@@ -225,11 +213,9 @@ func TestUnitsMemoryMax(t *testing.T) {
 	}
 }
 
-// TestOneshotUnitsTimeout: every oneshot service, system and user, ends
-// a round held for ever (systemd sets no start timeout for a oneshot, and
-// its timer would start no other), with room for the deadlines a round
-// keeps on its own.
-func TestOneshotUnitsTimeout(t *testing.T) {
+// serviceUnits reads every service unit, system and user: path, text.
+func serviceUnits(t *testing.T) map[string][]byte {
+	t.Helper()
 	services, err := filepath.Glob(filepath.Join(unitDir, "*.service"))
 	if err != nil {
 		t.Fatal(err)
@@ -238,14 +224,30 @@ func TestOneshotUnitsTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	re := regexp.MustCompile(`(?m)^TimeoutStartSec=(\d+)min$`)
-	oneshots := 0
+	out := map[string][]byte{}
 	for _, p := range append(services, user...) {
 		data, err := os.ReadFile(p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !regexp.MustCompile(`(?m)^Type=oneshot$`).Match(data) {
+		out[p] = data
+	}
+	if len(out) == 0 {
+		t.Fatalf("no service units in %s", unitDir)
+	}
+	return out
+}
+
+// TestOneshotUnitsTimeout: every oneshot service, system and user, ends
+// a round held for ever (systemd sets no start timeout for a oneshot, and
+// its timer would start no other), with room for the deadlines a round
+// keeps on its own.
+func TestOneshotUnitsTimeout(t *testing.T) {
+	re := regexp.MustCompile(`(?m)^TimeoutStartSec=(\d+)min$`)
+	oneshot := regexp.MustCompile(`(?m)^Type=oneshot$`)
+	oneshots := 0
+	for p, data := range serviceUnits(t) {
+		if !oneshot.Match(data) {
 			continue
 		}
 		oneshots++

@@ -200,16 +200,10 @@ func TestAuditStopsAtTheDeadline(t *testing.T) {
 // not wait on the mount.
 func TestAuditPinsTheSocket(t *testing.T) {
 	fuse := testutil.MountFUSE(t, testutil.OpenTempDir(t, "kccull", 0o755), "kc-2.sock", "allow_other,default_permissions")
-	done := make(chan []Supervisor, 1) // buffered: an audit held past the test must not block
-	go func() {
-		done <- Audit(context.Background(), &kallichore.Client{Timeout: 300 * time.Millisecond}, []Source{{fuse, 2}}, 86400, 1)
-	}()
-	select {
-	case got := <-done:
-		if len(got) != 1 || !errors.Is(got[0].Err, sockets.ErrChanged) {
-			t.Errorf("audit of the replaced socket: %+v, want changed", got)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the audit waits on the FUSE mount")
+	got := testutil.Within(t, 20*time.Second, "the audit", func() []Supervisor {
+		return Audit(context.Background(), &kallichore.Client{Timeout: 300 * time.Millisecond}, []Source{{fuse, 2}}, 86400, 1)
+	})
+	if len(got) != 1 || !errors.Is(got[0].Err, sockets.ErrChanged) {
+		t.Errorf("audit of the replaced socket: %+v, want changed", got)
 	}
 }

@@ -57,8 +57,7 @@ func TestPin(t *testing.T) {
 				err  error
 				dial error
 			}
-			done := make(chan pinned, 1) // buffered: a pin held past the test must not block
-			go func() {
+			r := testutil.Within(t, 20*time.Second, "Pin", func() pinned {
 				p, err := Pin(tt.path)
 				r := pinned{p: p, err: err}
 				if err == nil {
@@ -69,14 +68,8 @@ func TestPin(t *testing.T) {
 					r.dial = err
 					p.Release()
 				}
-				done <- r
-			}()
-			var r pinned
-			select {
-			case r = <-done:
-			case <-time.After(20 * time.Second):
-				t.Fatal("Pin waits on a FUSE server")
-			}
+				return r
+			})
 			switch {
 			case tt.ok && (r.err != nil || r.dial != nil):
 				t.Errorf("Pin: %v; dial through it: %v", r.err, r.dial)

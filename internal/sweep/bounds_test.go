@@ -155,23 +155,16 @@ func TestFUSEMountsAreNotEntered(t *testing.T) {
 		rep *Report
 		err error
 	}
-	done := make(chan result, 1) // a sweep released after the test must not call t
-	go func() {
+	r := testutil.Within(t, 30*time.Second, "the sweep, beside FUSE mounts", func() result {
 		cfg := fastConfig(dir, asDir, filepath.Join(asDir, "sub"))
 		cfg.Deadline = 5 * time.Second
 		rep, err := Sweep(context.Background(), cfg)
-		done <- result{rep, err}
-	}()
-	var rep *Report
-	select {
-	case r := <-done:
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		rep = r.rep
-	case <-time.After(30 * time.Second):
-		t.Fatal("the sweep is held by the FUSE mounts")
+		return result{rep, err}
+	})
+	if r.err != nil {
+		t.Fatal(r.err)
 	}
+	rep := r.rep
 	got := map[string]*Socket{}
 	for _, s := range rep.Sockets {
 		got[s.Path] = s

@@ -14,6 +14,10 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
+// held bounds each call these tests expect an unserved FUSE mount not to
+// hold.
+const held = 20 * time.Second
+
 // TestMountsAfterTheTableIsRead: a user puts unserved FUSE mounts over
 // names after the sweep read the mount table (fuseGuard), which then
 // does not know them: over an entry before it is lstat'ed, and over a
@@ -40,23 +44,15 @@ func TestMountsAfterTheTableIsRead(t *testing.T) {
 		es  []*entry
 		err error
 	}
-	done := make(chan scanned, 1) // buffered: a scan held past the test must not block
-	go func() {
+	r := testutil.Within(t, held, "the scan, with a FUSE mount over kc-1.sock", func() scanned {
 		es, err := d.scan(g)
-		done <- scanned{es, err}
-	}()
-	var es []*entry
-	select {
-	case r := <-done:
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		es = r.es
-	case <-time.After(20 * time.Second):
-		t.Fatal("the scan waits on the FUSE mount over kc-1.sock")
+		return scanned{es, err}
+	})
+	if r.err != nil {
+		t.Fatal(r.err)
 	}
 	byName := map[string]*entry{}
-	for _, e := range es {
+	for _, e := range r.es {
 		byName[e.name] = e
 	}
 	if e := byName["kc-1.sock"]; e == nil || !errors.Is(e.err, errMountPoint) {
@@ -78,34 +74,28 @@ func TestMountsAfterTheTableIsRead(t *testing.T) {
 		status statusTry
 		unlink error
 	}
-	after := make(chan probed, 1)
-	go func() {
+	got := testutil.Within(t, held, "probing and unlinking the replaced name", func() probed {
 		ctx := context.Background()
-		var r probed
-		r.dial = p.dial(ctx, 200*time.Millisecond)
-		r.status = p.status(ctx, &kallichore.Client{DialTimeout: 200 * time.Millisecond, Timeout: 500 * time.Millisecond})
-		r.unlink = sockets.UnlinkAt(d.fd, e.name, sockets.File{Dev: e.dev, Ino: e.ino, UID: e.uid})
-		after <- r
-	}()
-	select {
-	case r := <-after:
-		if !errors.Is(r.dial, errReplaced) {
-			t.Errorf("dial: %v, want %v", r.dial, errReplaced)
+		return probed{
+			dial:   p.dial(ctx, 200*time.Millisecond),
+			status: p.status(ctx, &kallichore.Client{DialTimeout: 200 * time.Millisecond, Timeout: 500 * time.Millisecond}),
+			unlink: sockets.UnlinkAt(d.fd, e.name, sockets.File{Dev: e.dev, Ino: e.ino, UID: e.uid}),
 		}
-		if got, _ := judgeListen(r.dial, e.innerPath(), sockets.NetUnix{}); got != sayUnsure {
-			t.Errorf("gate 2 on a replaced name: %v, want unsure", got)
-		}
-		if !errors.Is(r.status.replaced, errReplaced) {
-			t.Errorf("/status: %+v, want not asked, replaced", r.status)
-		}
-		if got, why := statusGate(2, r.status, r.status); got != sayUnsure {
-			t.Errorf("gate 3 on a replaced name: %v (%s), want unsure: two tries not made are no silence", got, why)
-		}
-		if !errors.Is(r.unlink, sockets.ErrChanged) {
-			t.Errorf("unlink: %v, want %v", r.unlink, sockets.ErrChanged)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("probing or unlinking the replaced name waits on the FUSE mount")
+	})
+	if !errors.Is(got.dial, errReplaced) {
+		t.Errorf("dial: %v, want %v", got.dial, errReplaced)
+	}
+	if say, _ := judgeListen(got.dial, e.innerPath(), sockets.NetUnix{}); say != sayUnsure {
+		t.Errorf("gate 2 on a replaced name: %v, want unsure", say)
+	}
+	if !errors.Is(got.status.replaced, errReplaced) {
+		t.Errorf("/status: %+v, want not asked, replaced", got.status)
+	}
+	if say, why := statusGate(2, got.status, got.status); say != sayUnsure {
+		t.Errorf("gate 3 on a replaced name: %v (%s), want unsure: two tries not made are no silence", say, why)
+	}
+	if !errors.Is(got.unlink, sockets.ErrChanged) {
+		t.Errorf("unlink: %v, want %v", got.unlink, sockets.ErrChanged)
 	}
 }
 
@@ -129,8 +119,7 @@ func TestDirsMountedAfterTheTableIsRead(t *testing.T) {
 		givenErrs  []error
 		discovered [3]error
 	}
-	done := make(chan opened, 1)
-	go func() {
+	r := testutil.Within(t, held, "opening the directories", func() opened {
 		var r opened
 		r.given, r.givenErrs = openDirs(Target{}, g, []string{plain, mnt})
 		for i, p := range []string{mnt, filepath.Join(mnt, "sub"), plain} {
@@ -140,14 +129,8 @@ func TestDirsMountedAfterTheTableIsRead(t *testing.T) {
 			}
 			r.discovered[i] = err
 		}
-		done <- r
-	}()
-	var r opened
-	select {
-	case r = <-done:
-	case <-time.After(20 * time.Second):
-		t.Fatal("opening the directories waits on the FUSE mount")
-	}
+		return r
+	})
 	for _, d := range r.given {
 		defer d.close()
 	}
@@ -183,17 +166,10 @@ func TestGlobMatchOnFUSEIsNoFailure(t *testing.T) {
 
 	cfg := fastConfig(filepath.Join(base, "*"))
 	cfg.Apply = true
-	done := make(chan *Report, 1) // buffered: a sweep held past the test must not block
-	go func() {
+	rep := testutil.Within(t, held, "the sweep", func() *Report {
 		rep, _ := Sweep(context.Background(), cfg)
-		done <- rep
-	}()
-	var rep *Report
-	select {
-	case rep = <-done:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the sweep waits on the FUSE mount")
-	}
+		return rep
+	})
 	if rep == nil || len(rep.DirErrors) != 0 {
 		t.Fatalf("report %+v, want no failed directory", rep)
 	}

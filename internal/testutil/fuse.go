@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -40,4 +41,21 @@ func MountFUSE(t testing.TB, dir, name, opts string) string {
 		}
 	})
 	return p
+}
+
+// Within runs f and returns what it returns, failing t if f has not
+// returned after d: a call held by an unserved FUSE mount never returns,
+// and the test must say so rather than hang. f runs on in the background
+// past a failure; it must not use t.
+func Within[T any](t testing.TB, d time.Duration, what string, f func() T) T {
+	t.Helper()
+	done := make(chan T, 1) // buffered: f returning after the test must not block
+	go func() { done <- f() }()
+	select {
+	case v := <-done:
+		return v
+	case <-time.After(d):
+		t.Fatalf("%s: not done after %v", what, d)
+	}
+	panic("unreachable")
 }

@@ -54,6 +54,9 @@ func ParseIdle(s string) (int64, error) {
 type Source struct {
 	Socket string // path of its control socket, as reported
 	PID    int    // its PID as named by the socket (0 if unknown)
+	// DirMount is the mount ID the sweep that found it saw its
+	// directory on (0: not found by a sweep); see sockets.Pin.
+	DirMount uint64
 }
 
 // Supervisor is the audit of one supervisor.
@@ -116,7 +119,7 @@ func audit(ctx context.Context, c *kallichore.Client, src Source, threshold int6
 	sup := Supervisor{Source: src}
 	// Pinned: the socket was found by a sweep that has ended, and its
 	// name may hold a user's FUSE mount by now (sockets.PinAt).
-	pin, err := sockets.Pin(src.Socket)
+	pin, err := sockets.Pin(src.Socket, src.DirMount)
 	if err != nil {
 		sup.Err = err
 		return sup

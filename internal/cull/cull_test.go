@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
+	"github.com/kc-watchman/kc-watchman/internal/nosync"
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
@@ -131,7 +134,7 @@ func TestAudit(t *testing.T) {
 	l.SetUnlinkOnClose(false)
 	l.Close()
 
-	srcs := []Source{{a.Socket, a.PID}, {b.Socket, b.PID}, {hung.Socket, hung.PID}, {orphan, 1}}
+	srcs := []Source{{Socket: a.Socket, PID: a.PID}, {Socket: b.Socket, PID: b.PID}, {Socket: hung.Socket, PID: hung.PID}, {Socket: orphan, PID: 1}}
 	c := &kallichore.Client{Timeout: 300 * time.Millisecond}
 	got := Audit(context.Background(), c, srcs, 86400, 2)
 	if len(got) != 4 {
@@ -167,7 +170,7 @@ func TestAuditStopsAtTheDeadline(t *testing.T) {
 	var srcs []Source
 	for range 6 {
 		h := testutil.StartKCServer(t, dir, testutil.Fake{Hang: true})
-		srcs = append(srcs, Source{h.Socket, h.PID})
+		srcs = append(srcs, Source{Socket: h.Socket, PID: h.PID})
 	}
 	c := &kallichore.Client{Timeout: 30 * time.Second}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -193,17 +196,30 @@ func TestAuditStopsAtTheDeadline(t *testing.T) {
 	}
 }
 
-// TestAuditPinsTheSocket: a supervisor's socket that a user replaced by
-// an unserved FUSE mount of his (allow_other, default_permissions: any
-// look inside asks the server, which never answers) between the sweep
-// that found it and the audit is reported as changed, and the audit does
-// not wait on the mount.
+// TestAuditPinsTheSocket: between the sweep that found a supervisor's
+// socket and the audit, a user put an unserved FUSE mount of his
+// (allow_other, default_permissions: any look inside asks the server,
+// which never answers) over the socket's name, or over its directory.
+// Each is reported as changed, and the audit does not wait on the mount.
 func TestAuditPinsTheSocket(t *testing.T) {
-	fuse := testutil.MountFUSE(t, testutil.OpenTempDir(t, "kccull", 0o755), "kc-2.sock", "allow_other,default_permissions")
+	const opts = "allow_other,default_permissions"
+	base := testutil.OpenTempDir(t, "kccull", 0o755)
+	st, err := nosync.Lstat(unix.AT_FDCWD, base)
+	if err != nil || st.MountID == 0 {
+		t.Skipf("no mount ID for %s (%v): the directory's mount cannot be told", base, err)
+	}
+	overName := testutil.MountFUSE(t, base, "kc-2.sock", opts)
+	overDir := filepath.Join(testutil.MountFUSE(t, base, "sockets", opts), "kc-3.sock")
+	srcs := []Source{{Socket: overName, PID: 2, DirMount: st.MountID}, {Socket: overDir, PID: 3, DirMount: st.MountID}}
 	got := testutil.Within(t, 20*time.Second, "the audit", func() []Supervisor {
-		return Audit(context.Background(), &kallichore.Client{Timeout: 300 * time.Millisecond}, []Source{{fuse, 2}}, 86400, 1)
+		return Audit(context.Background(), &kallichore.Client{Timeout: 300 * time.Millisecond}, srcs, 86400, 1)
 	})
-	if len(got) != 1 || !errors.Is(got[0].Err, sockets.ErrChanged) {
-		t.Errorf("audit of the replaced socket: %+v, want changed", got)
+	for i, s := range got {
+		if !errors.Is(s.Err, sockets.ErrChanged) {
+			t.Errorf("%s: %v, want changed", srcs[i].Socket, s.Err)
+		}
+	}
+	if len(got) != len(srcs) {
+		t.Errorf("%d results for %d sources", len(got), len(srcs))
 	}
 }

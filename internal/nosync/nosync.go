@@ -17,7 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Stat is what lstat would say, with the mount the file is on.
+// Stat is what lstat would say, with the mount the file is on; Nlink,
+// Blksize and Blocks are not filled in.
 type Stat struct {
 	unix.Stat_t
 	// MountID is the file's mount as mountinfo's first field numbers it;
@@ -33,31 +34,45 @@ const (
 // Lstat stats name relative to the directory open as dirfd, not following
 // a final symlink. A name that is a mount point is answered for the root
 // of what is mounted there, from cached attributes.
+//
+// A FUSE mount whose user did not allow others (the default) refuses
+// root's stat with EACCES. The error is returned with what the kernel
+// still tells without asking: the device and the mount ID (MountID 0
+// where it does not), so that a caller can say it is a mount point.
 func Lstat(dirfd int, name string) (Stat, error) {
-	var x unix.Statx_t
-	if err := unix.Statx(dirfd, name, flags|unix.AT_SYMLINK_NOFOLLOW, mask, &x); err != nil {
-		return Stat{}, &fs.PathError{Op: "lstat", Path: name, Err: err}
-	}
-	return fromStatx(&x), nil
+	return statx(dirfd, name, unix.AT_SYMLINK_NOFOLLOW, "lstat")
 }
 
-// Fstat stats the file open as fd (an O_PATH descriptor will do).
+// Fstat stats the file open as fd (an O_PATH descriptor will do); errors
+// as Lstat's.
 func Fstat(fd int) (Stat, error) {
+	return statx(fd, "", unix.AT_EMPTY_PATH, "fstat")
+}
+
+func statx(dirfd int, name string, at int, op string) (Stat, error) {
 	var x unix.Statx_t
-	if err := unix.Statx(fd, "", flags|unix.AT_EMPTY_PATH, mask, &x); err != nil {
-		return Stat{}, &fs.PathError{Op: "fstat", Path: "", Err: err}
+	err := unix.Statx(dirfd, name, flags|at, mask, &x)
+	if err == nil {
+		return fromStatx(&x), nil
 	}
-	return fromStatx(&x), nil
+	var s Stat
+	// FUSE answers a request for nothing (mask 0) with its device alone,
+	// without asking its server; statx adds the mount ID.
+	if err == unix.EACCES && unix.Statx(dirfd, name, flags|at, 0, &x) == nil {
+		s.Dev = unix.Mkdev(x.Dev_major, x.Dev_minor)
+		if x.Mask&unix.STATX_MNT_ID != 0 {
+			s.MountID = x.Mnt_id
+		}
+	}
+	return s, &fs.PathError{Op: op, Path: name, Err: err}
 }
 
 // OnMount says whether s is on the mount numbered id: false for a mount
-// point over an entry of a directory on id. Without mount IDs it answers
-// from the device, which misses a bind mount of the same file system.
-func (s Stat) OnMount(id uint64, dev uint64) bool {
-	if s.MountID != 0 && id != 0 {
-		return s.MountID == id
-	}
-	return s.Dev == dev
+// point over an entry of a directory on id. Where either mount ID is
+// unknown (before Linux 5.8, or not stat'ed) it cannot tell and says
+// true: devices would not do, as overlayfs shows a file's lower layer's.
+func (s Stat) OnMount(id uint64) bool {
+	return s.MountID == 0 || id == 0 || s.MountID == id
 }
 
 func fromStatx(x *unix.Statx_t) Stat {

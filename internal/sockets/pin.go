@@ -42,18 +42,24 @@ func PinAt(dirfd int, name string) (Pinned, error) {
 	if err != nil {
 		return Pinned{fd: -1}, err
 	}
+	return pinIn(dirfd, dir, name)
+}
+
+func pinIn(dirfd int, dir nosync.Stat, name string) (Pinned, error) {
 	fd, err := unix.Openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return Pinned{fd: -1}, &fs.PathError{Op: "open", Path: name, Err: err}
 	}
 	p := Pinned{Path: "/proc/self/fd/" + strconv.Itoa(fd), fd: fd}
-	if p.Stat, err = nosync.Fstat(fd); err == nil {
-		switch {
-		case !p.Stat.OnMount(dir.MountID, dir.Dev):
-			err = fmt.Errorf("%s: a mount point: %w", name, ErrChanged)
-		case p.Stat.Mode&unix.S_IFMT != unix.S_IFSOCK:
-			err = fmt.Errorf("%s (mode %#o): %w", name, p.Stat.Mode&unix.S_IFMT, ErrNotSocket)
-		}
+	p.Stat, err = nosync.Fstat(fd)
+	switch {
+	case !p.Stat.OnMount(dir.MountID):
+		// Whatever the stat said: a mount of a user who allows no one
+		// else refuses root's with EACCES.
+		err = fmt.Errorf("%s: a mount point: %w", name, ErrChanged)
+	case err != nil:
+	case p.Stat.Mode&unix.S_IFMT != unix.S_IFSOCK:
+		err = fmt.Errorf("%s (mode %#o): %w", name, p.Stat.Mode&unix.S_IFMT, ErrNotSocket)
 	}
 	if err != nil {
 		p.Release()
@@ -65,9 +71,12 @@ func PinAt(dirfd int, name string) (Pinned, error) {
 // Pin is PinAt for a path. Its directory is resolved as connect(2)
 // would, through symlinks and /proc/<pid>/root (a container's socket, as
 // sweep reports it); its last component is not followed: a symlink is
-// not a socket. An abstract address (@name) has no file: it is returned
-// as it is.
-func Pin(path string) (Pinned, error) {
+// not a socket. With dirMount, the mount ID the directory was vouched on
+// (0: none), a directory now on another mount, such as a user's FUSE
+// mount put over it since, is refused (ErrChanged) before the name is
+// looked up in it. An abstract address (@name) has no file: it is
+// returned as it is.
+func Pin(path string, dirMount uint64) (Pinned, error) {
 	if strings.HasPrefix(path, "@") {
 		return Pinned{Path: path, fd: -1}, nil
 	}
@@ -77,7 +86,14 @@ func Pin(path string) (Pinned, error) {
 		return Pinned{fd: -1}, &fs.PathError{Op: "open", Path: dir, Err: err}
 	}
 	defer unix.Close(dfd)
-	p, err := PinAt(dfd, name)
+	dst, err := nosync.Fstat(dfd)
+	if !dst.OnMount(dirMount) {
+		return Pinned{fd: -1}, fmt.Errorf("%s: on mount %d, swept on %d: %w", dir, dst.MountID, dirMount, ErrChanged)
+	}
+	if err != nil {
+		return Pinned{fd: -1}, fmt.Errorf("%s: %w", path, err)
+	}
+	p, err := pinIn(dfd, dst, name)
 	if err != nil {
 		return p, fmt.Errorf("%s: %w", path, err)
 	}

@@ -13,9 +13,10 @@ import (
 
 // TestPin: a listening socket is pinned and reached through the pin, by
 // its path or through a symlinked directory (as connect would); a symlink
-// to it, a regular file and an unserved FUSE mount of another user's
-// (allow_other, default_permissions: any look inside asks its server,
-// which never answers) are refused, the last one without waiting.
+// to it, a regular file and unserved FUSE mounts of another user's are
+// refused: with allow_other and default_permissions any look inside asks
+// its server, which never answers, and Pin must not wait; without
+// allow_other root's stat fails (EACCES), and it is still a mount point.
 func TestPin(t *testing.T) {
 	dir := t.TempDir()
 	live := filepath.Join(dir, "live.sock")
@@ -36,7 +37,9 @@ func TestPin(t *testing.T) {
 	if err := os.Symlink(dir, dirLink); err != nil {
 		t.Fatal(err)
 	}
-	fuse := testutil.MountFUSE(t, testutil.OpenTempDir(t, "kcpin", 0o755), "kc-1.sock", "allow_other,default_permissions")
+	fuseDir := testutil.OpenTempDir(t, "kcpin", 0o755)
+	fuse := testutil.MountFUSE(t, fuseDir, "kc-1.sock", "allow_other,default_permissions")
+	private := testutil.MountFUSE(t, fuseDir, "kc-2.sock", "")
 
 	tests := []struct {
 		name string
@@ -49,6 +52,7 @@ func TestPin(t *testing.T) {
 		{"regular file", file, false, ErrNotSocket},
 		{"through a symlinked directory", filepath.Join(dirLink, "live.sock"), true, nil},
 		{"FUSE mount", fuse, false, ErrChanged},
+		{"FUSE mount root may not stat", private, false, ErrChanged},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -58,7 +62,7 @@ func TestPin(t *testing.T) {
 				dial error
 			}
 			r := testutil.Within(t, 20*time.Second, "Pin", func() pinned {
-				p, err := Pin(tt.path)
+				p, err := Pin(tt.path, 0)
 				r := pinned{p: p, err: err}
 				if err == nil {
 					c, err := net.DialTimeout("unix", p.Path, time.Second)

@@ -190,7 +190,8 @@ func CheckDirPattern(pattern string) error {
 func hasMeta(s string) bool { return strings.ContainsAny(s, `*?[\`) }
 
 // openDir opens inner (an absolute path inside the target). With
-// noFollow, a symlink as the last component is refused (ELOOP). The
+// noFollow, a symlink as the last component is refused (ENOTDIR, as
+// O_PATH opens it). The
 // directory is opened O_PATH and entered only once g accepts its mount.
 func openDir(root *os.File, g fuseGuard, inner string, noFollow bool) (*dir, error) {
 	var (
@@ -216,11 +217,11 @@ func openDir(root *os.File, g fuseGuard, inner string, noFollow bool) (*dir, err
 	}
 	defer unix.Close(fd)
 	st, err := nosync.Fstat(fd)
+	if merr := g.mount(shown, st.MountID); merr != nil {
+		return nil, merr // also on EACCES: see component
+	}
 	if err != nil {
 		return nil, &fs.PathError{Op: "fstat", Path: shown, Err: err}
-	}
-	if err := g.mount(shown, st.MountID); err != nil {
-		return nil, err
 	}
 	return enter(fd, inner, shown, st)
 }
@@ -298,8 +299,14 @@ func openDiscovered(t Target, g fuseGuard, inner string, owners []int) (*dir, er
 
 // component opens c, a directory in the one open as fd, O_PATH: neither
 // a symlink nor on a mount g refuses (sofar names it in errors).
+//
+// The mount is judged before the stat's error: a FUSE mount of a user who
+// allows no one else refuses root's stat (EACCES), and is his.
 func component(fd int, c, sofar string, g fuseGuard) (int, error) {
 	st, err := nosync.Lstat(fd, c)
+	if merr := g.mount(sofar, st.MountID); merr != nil {
+		return -1, merr
+	}
 	if err != nil {
 		return -1, err
 	}
@@ -312,8 +319,9 @@ func component(fd int, c, sofar string, g fuseGuard) (int, error) {
 	}
 	// Checked on what was opened: a mount put over c since the lstat is
 	// what the descriptor holds.
-	if st, err = nosync.Fstat(next); err == nil {
-		err = g.mount(sofar, st.MountID)
+	st, err = nosync.Fstat(next)
+	if merr := g.mount(sofar, st.MountID); merr != nil {
+		err = merr
 	}
 	if err != nil {
 		unix.Close(next)
@@ -510,7 +518,7 @@ func (d *dir) scan(g fuseGuard) ([]*entry, error) {
 			return -1
 		}
 		st, err := nosync.Lstat(d.fd, n)
-		if err != nil || !st.OnMount(d.mount, d.dev) {
+		if err != nil || !st.OnMount(d.mount) {
 			return -1
 		}
 		return int(st.Uid)
@@ -550,11 +558,13 @@ func (d *dir) scan(g fuseGuard) ([]*entry, error) {
 // was read (see fuseGuard) is still not entered.
 func (d *dir) lstat(name string) (*entry, error) {
 	st, err := nosync.Lstat(d.fd, name)
+	if !st.OnMount(d.mount) {
+		// Also when err is EACCES: a FUSE mount of a user who allows no
+		// one else.
+		return nil, fmt.Errorf("%w (mount %d, the directory's %d): what is mounted there is not the directory's, not entered", errMountPoint, st.MountID, d.mount)
+	}
 	if err != nil {
 		return nil, err
-	}
-	if !st.OnMount(d.mount, d.dev) {
-		return nil, fmt.Errorf("%w (mount %d, the directory's %d): what is mounted there is not the directory's, not entered", errMountPoint, st.MountID, d.mount)
 	}
 	changed := time.Unix(st.Mtim.Unix())
 	if c := time.Unix(st.Ctim.Unix()); c.After(changed) {

@@ -1,6 +1,7 @@
 package sweep
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -50,7 +51,7 @@ func TestListenGate(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			got, why := listenGate(p, p, nu, time.Second)
+			got, why := judgeListen(dialSocket(context.Background(), p, time.Second), p, nu)
 			if got != tt.want || !strings.Contains(why, tt.wantWhy) {
 				t.Errorf("%s (%s), want %s with %q", got, why, tt.want, tt.wantWhy)
 			}

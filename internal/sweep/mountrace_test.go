@@ -39,6 +39,9 @@ func TestMountsAfterTheTableIsRead(t *testing.T) {
 	defer d.close()
 	victim := orphanSocket(t, dir, "kc-2.sock")
 	testutil.MountFUSE(t, dir, "kc-1.sock", opts)
+	// Without allow_other root's stat of it fails (EACCES): still a
+	// mount point, not an unreadable entry.
+	testutil.MountFUSE(t, dir, "kc-3.sock", "")
 
 	type scanned struct {
 		es  []*entry
@@ -55,8 +58,10 @@ func TestMountsAfterTheTableIsRead(t *testing.T) {
 	for _, e := range r.es {
 		byName[e.name] = e
 	}
-	if e := byName["kc-1.sock"]; e == nil || !errors.Is(e.err, errMountPoint) {
-		t.Errorf("kc-1.sock: %+v, want refused as a mount point", e)
+	for _, n := range []string{"kc-1.sock", "kc-3.sock"} {
+		if e := byName[n]; e == nil || !errors.Is(e.err, errMountPoint) {
+			t.Errorf("%s: %+v, want refused as a mount point", n, e)
+		}
 	}
 	e := byName["kc-2.sock"]
 	if e == nil || e.err != nil || !e.isSocket() {
@@ -101,10 +106,11 @@ func TestMountsAfterTheTableIsRead(t *testing.T) {
 
 // TestDirsMountedAfterTheTableIsRead: socket directories a user mounts an
 // unserved FUSE file system over after the sweep read the mount table:
-// one given to the sweep, one a process named, and one under such a
-// mount. Each is refused without a look inside (opening one for listing
-// would ask its server, and wait for ever); a directory next to them is
-// opened.
+// given to the sweep, named by a process, and one under such a mount;
+// with allow_other, and without (root's stat then fails with EACCES).
+// Each is refused as a new mount, which a default or glob directory only
+// warns of, without a look inside (opening one for listing would ask its
+// server, and wait for ever); a directory next to them is opened.
 func TestDirsMountedAfterTheTableIsRead(t *testing.T) {
 	g := readFUSEGuard("/proc", Target{})
 	base := shortTemp(t)
@@ -113,16 +119,17 @@ func TestDirsMountedAfterTheTableIsRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	mnt := testutil.MountFUSE(t, base, "mnt", "allow_other,default_permissions")
+	private := testutil.MountFUSE(t, base, "private", "")
 
 	type opened struct {
 		given      []*dir
 		givenErrs  []error
-		discovered [3]error
+		discovered [5]error
 	}
 	r := testutil.Within(t, held, "opening the directories", func() opened {
 		var r opened
-		r.given, r.givenErrs = openDirs(Target{}, g, []string{plain, mnt})
-		for i, p := range []string{mnt, filepath.Join(mnt, "sub"), plain} {
+		r.given, r.givenErrs = openDirs(Target{}, g, []string{plain, mnt, private})
+		for i, p := range []string{mnt, filepath.Join(mnt, "sub"), private, filepath.Join(private, "sub"), plain} {
 			d, err := openDiscovered(Target{}, g, p, []int{0})
 			if d != nil {
 				d.close()
@@ -137,16 +144,16 @@ func TestDirsMountedAfterTheTableIsRead(t *testing.T) {
 	if len(r.given) != 1 || r.given[0].shown != plain {
 		t.Errorf("given: opened %d, want %s alone", len(r.given), plain)
 	}
-	if len(r.givenErrs) != 1 || !errors.Is(r.givenErrs[0], errNewMount) {
-		t.Errorf("given: errors %v, want %s refused as a new mount", r.givenErrs, mnt)
+	if len(r.givenErrs) != 2 || !errors.Is(r.givenErrs[0], errNewMount) || !errors.Is(r.givenErrs[1], errNewMount) {
+		t.Errorf("given: errors %v, want %s and %s refused as new mounts", r.givenErrs, mnt, private)
 	}
-	for i, err := range r.discovered[:2] {
+	for i, err := range r.discovered[:4] {
 		if !errors.Is(err, errNewMount) {
 			t.Errorf("discovered %d: %v, want refused as a new mount", i, err)
 		}
 	}
-	if r.discovered[2] != nil {
-		t.Errorf("discovered %s: %v", plain, r.discovered[2])
+	if r.discovered[4] != nil {
+		t.Errorf("discovered %s: %v", plain, r.discovered[4])
 	}
 }
 

@@ -14,13 +14,6 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
 )
 
-// listenGate is gate 2: does a live socket hold the path? dialPath
-// reaches the socket; innerPath is the path a socket bound in the socket's
-// network namespace would show in net/unix (nil nu: unread).
-func listenGate(dialPath, innerPath string, nu sockets.NetUnix, timeout time.Duration) (say, string) {
-	return judgeListen(dialSocket(context.Background(), dialPath, timeout), innerPath, nu)
-}
-
 // dialSocket is gate 2's connect(2), bounded by timeout and ctx.
 func dialSocket(ctx context.Context, dialPath string, timeout time.Duration) error {
 	d := net.Dialer{Timeout: timeout}
@@ -75,8 +68,10 @@ func judgeListen(err error, innerPath string, nu sockets.NetUnix) (say, string) 
 func (p *probe) pin() (path string, unpin func(), err error) {
 	e := p.names[0].e
 	pin, err := sockets.PinAt(e.dir.fd, e.name)
+	// The change time too: tmpfs gives a socket bound again the same
+	// inode number at once.
 	if errors.Is(err, sockets.ErrChanged) || errors.Is(err, sockets.ErrNotSocket) ||
-		(err == nil && (pin.Stat.Dev != e.dev || pin.Stat.Ino != e.ino)) {
+		(err == nil && (pin.Stat.Dev != e.dev || pin.Stat.Ino != e.ino || pin.Stat.Ctim != e.ctime)) {
 		pin.Release()
 		return "", nil, fmt.Errorf("%s: %w", e.name, errReplaced)
 	}

@@ -11,24 +11,27 @@ import (
 // max-min fairly. When it is full, a newcomer's name displaces the last
 // kept name of an owner with the most, if that owner has at least two
 // more than the newcomer's; otherwise it is left. So no owner's names
-// crowd out another's: an owner loses names only while he has as many
-// as anyone, and once every name was offered, each owner keeps all of
-// his or at least max/owners.
+// crowd out another's: an owner loses names only while he has at least
+// as many as anyone but one, and once every name was offered, each owner
+// keeps all of his or at least max/owners rounded down. Which owner with
+// the most gives one up is the one who reached that count last, so the
+// same listing keeps the same names every time.
 type shares struct {
 	max     int
 	kept    int
 	byOwner map[int][]string
-	counts  map[int]map[int]bool // a count: the owners who have that many
-	top     int                  // the most any owner has
-	left    int                  // names not kept, offered or displaced
-	losers  []int                // the first few owners who lost names
+	counts  map[int][]int // a count: the owners who have that many
+	at      map[int]int   // an owner: his index in counts[his count]
+	top     int           // the most any owner has
+	left    int           // names not kept, offered or displaced
+	losers  []int         // the first few owners who lost names
 }
 
 // maxLosers bounds the owners an error names.
 const maxLosers = 8
 
 func newShares(max int) *shares {
-	return &shares{max: max, byOwner: map[int][]string{}, counts: map[int]map[int]bool{}}
+	return &shares{max: max, byOwner: map[int][]string{}, counts: map[int][]int{}, at: map[int]int{}}
 }
 
 // offer keeps name of uid, or leaves it or another.
@@ -39,11 +42,8 @@ func (s *shares) offer(uid int, name string) {
 			s.lose(uid)
 			return
 		}
-		var rich int
-		for u := range s.counts[s.top] {
-			rich = u
-			break
-		}
+		richest := s.counts[s.top]
+		rich := richest[len(richest)-1]
 		names := s.byOwner[rich]
 		s.byOwner[rich] = names[:len(names)-1]
 		s.move(rich, len(names), len(names)-1)
@@ -55,10 +55,14 @@ func (s *shares) offer(uid int, name string) {
 	s.kept++
 }
 
-// move files uid under its new count.
+// move files uid under its new count, which differs by one.
 func (s *shares) move(uid, from, to int) {
 	if from > 0 {
-		delete(s.counts[from], uid)
+		// Out of counts[from] by moving its last owner into uid's place.
+		owners, i := s.counts[from], s.at[uid]
+		last := owners[len(owners)-1]
+		owners[i], s.at[last] = last, i
+		s.counts[from] = owners[:len(owners)-1]
 		if len(s.counts[from]) == 0 {
 			delete(s.counts, from)
 			if from == s.top {
@@ -67,10 +71,8 @@ func (s *shares) move(uid, from, to int) {
 		}
 	}
 	if to > 0 {
-		if s.counts[to] == nil {
-			s.counts[to] = map[int]bool{}
-		}
-		s.counts[to][uid] = true
+		s.at[uid] = len(s.counts[to])
+		s.counts[to] = append(s.counts[to], uid)
 	}
 	s.top = max(s.top, to)
 }

@@ -1,13 +1,16 @@
 package sweep
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
 // TestSharesAreMaxMinFair: whatever the order names come in, the names
-// kept fill the cap, and an owner who lost any keeps within one of the
-// most anyone keeps: no owner is crowded out by another's many.
+// kept fill the cap, each once and as its owner's, and an owner who lost
+// any keeps within one of the most anyone keeps: no owner is crowded out
+// by another's many. The same offers keep the same names.
 func TestSharesAreMaxMinFair(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -31,12 +34,30 @@ func TestSharesAreMaxMinFair(t *testing.T) {
 				r := rand.New(rand.NewPCG(seed, 1))
 				r.Shuffle(len(offers), func(i, j int) { offers[i], offers[j] = offers[j], offers[i] })
 				s := newShares(tc.max)
+				owner := map[string]int{}
 				for i, uid := range offers {
-					s.offer(uid, string(rune('a'+i%26)))
+					name := fmt.Sprintf("kc-%d.sock", i)
+					owner[name] = uid
+					s.offer(uid, name)
 				}
 				total := len(offers)
-				if got, want := len(s.names()), min(total, tc.max); got != want {
+				names := s.names()
+				if got, want := len(names), min(total, tc.max); got != want {
 					t.Fatalf("seed %d: kept %d names, want %d", seed, got, want)
+				}
+				seen := map[string]bool{}
+				for _, n := range names {
+					if seen[n] || !slices.Contains(s.byOwner[owner[n]], n) {
+						t.Fatalf("seed %d: %s kept twice, or not as its owner's", seed, n)
+					}
+					seen[n] = true
+				}
+				again := newShares(tc.max)
+				for i, uid := range offers {
+					again.offer(uid, fmt.Sprintf("kc-%d.sock", i))
+				}
+				if a, b := slices.Sorted(slices.Values(names)), slices.Sorted(slices.Values(again.names())); !slices.Equal(a, b) {
+					t.Errorf("seed %d: the same offers kept other names", seed)
 				}
 				if (s.err() != nil) != (total > tc.max) || s.left != total-min(total, tc.max) {
 					t.Errorf("seed %d: left %d, error %v", seed, s.left, s.err())

@@ -172,6 +172,15 @@ type Socket struct {
 	tries []statusTry
 }
 
+// DirMount is the mount ID of the directory s was found in, as the sweep
+// vouched for it (0: not known).
+func (s *Socket) DirMount() uint64 {
+	if s.e == nil {
+		return 0
+	}
+	return s.e.dir.mount
+}
+
 // Report is the result of a sweep.
 type Report struct {
 	DryRun  bool

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
+	"github.com/kc-watchman/kc-watchman/internal/sweep"
 )
 
 // DefaultIdle is the default threshold: a day, as in the seed culler.
@@ -88,6 +89,10 @@ func Audit(ctx context.Context, c *kallichore.Client, sources []Source, threshol
 	if workers <= 0 {
 		workers = 16
 	}
+	// Read once, after the sweep that found the sources: a socket on a
+	// user's FUSE mount made since is not dialled (sockets.Pin checks the
+	// socket's own directory; this, the path that leads to it).
+	refuse := sweep.HostFUSEGuard("/proc")
 	out := make([]Supervisor, len(sources))
 	sem := make(chan struct{}, workers)
 	var wg sync.WaitGroup
@@ -108,15 +113,19 @@ func Audit(ctx context.Context, c *kallichore.Client, sources []Source, threshol
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			out[i] = audit(ctx, c, src, thresholdSeconds)
+			out[i] = audit(ctx, c, src, thresholdSeconds, refuse)
 		}()
 	}
 	wg.Wait()
 	return out
 }
 
-func audit(ctx context.Context, c *kallichore.Client, src Source, threshold int64) Supervisor {
+func audit(ctx context.Context, c *kallichore.Client, src Source, threshold int64, refuse func(string) error) Supervisor {
 	sup := Supervisor{Source: src}
+	if err := refuse(src.Socket); err != nil {
+		sup.Err = err
+		return sup
+	}
 	// Pinned: the socket was found by a sweep that has ended, and its
 	// name may hold a user's FUSE mount by now (sockets.PinAt).
 	pin, err := sockets.Pin(src.Socket, src.DirMount)

@@ -199,8 +199,9 @@ func TestAuditStopsAtTheDeadline(t *testing.T) {
 // TestAuditPinsTheSocket: between the sweep that found a supervisor's
 // socket and the audit, a user put an unserved FUSE mount of his
 // (allow_other, default_permissions: any look inside asks the server,
-// which never answers) over the socket's name, or over its directory.
-// Each is reported as changed, and the audit does not wait on the mount.
+// which never answers) over the socket's name, over its directory, or
+// over a directory on the way to it. Each is refused (changed, or on a
+// user's FUSE mount), and the audit does not wait on the mount.
 func TestAuditPinsTheSocket(t *testing.T) {
 	const opts = "allow_other,default_permissions"
 	base := testutil.OpenTempDir(t, "kccull", 0o755)
@@ -210,13 +211,18 @@ func TestAuditPinsTheSocket(t *testing.T) {
 	}
 	overName := testutil.MountFUSE(t, base, "kc-2.sock", opts)
 	overDir := filepath.Join(testutil.MountFUSE(t, base, "sockets", opts), "kc-3.sock")
-	srcs := []Source{{Socket: overName, PID: 2, DirMount: st.MountID}, {Socket: overDir, PID: 3, DirMount: st.MountID}}
+	onTheWay := filepath.Join(testutil.MountFUSE(t, base, "home", opts), "run", "kc-4.sock")
+	srcs := []Source{
+		{Socket: overName, PID: 2, DirMount: st.MountID},
+		{Socket: overDir, PID: 3, DirMount: st.MountID},
+		{Socket: onTheWay, PID: 4, DirMount: st.MountID},
+	}
 	got := testutil.Within(t, 20*time.Second, "the audit", func() []Supervisor {
 		return Audit(context.Background(), &kallichore.Client{Timeout: 300 * time.Millisecond}, srcs, 86400, 1)
 	})
 	for i, s := range got {
-		if !errors.Is(s.Err, sockets.ErrChanged) {
-			t.Errorf("%s: %v, want changed", srcs[i].Socket, s.Err)
+		if !errors.Is(s.Err, sockets.ErrChanged) && (s.Err == nil || !strings.Contains(s.Err.Error(), "FUSE mount")) {
+			t.Errorf("%s: %v, want refused", srcs[i].Socket, s.Err)
 		}
 	}
 	if len(got) != len(srcs) {

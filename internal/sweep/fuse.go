@@ -86,6 +86,14 @@ func (g fuseGuard) mount(p string, id uint64) error {
 	return nil
 }
 
+// HostFUSEGuard reads the host's mount table now and returns a check
+// that refuses a path at or under a user's FUSE mount, for a caller that
+// reaches a swept socket by its path afterwards (cull's audit): a mount
+// made since the sweep would otherwise be looked up in on the way.
+func HostFUSEGuard(procRoot string) func(path string) error {
+	return readFUSEGuard(procRoot, Target{}).refuse
+}
+
 // refuse says why the sweep must not enter p: it is at or under a user's
 // FUSE mount. nil when it may.
 func (g fuseGuard) refuse(p string) error {

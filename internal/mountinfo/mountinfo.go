@@ -5,18 +5,24 @@ package mountinfo
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strconv"
 	"strings"
 )
 
-// Max is how much of a table is read.
-const Max = 1 << 20
+// Max is how much of a table Read reads; MaxWhole how much ReadWhole
+// does, for a caller that must know every mount and can refuse when
+// even that is not enough.
+const (
+	Max      = 1 << 20
+	MaxWhole = 16 << 20
+)
 
 // ErrTruncated says the table went on past Max; the mounts before it are
 // returned with it.
-var ErrTruncated = errors.New("mount table longer than 1 MiB: the rest was not read")
+var ErrTruncated = errors.New("the rest was not read")
 
 // Mount is one line of the table.
 type Mount struct {
@@ -32,15 +38,21 @@ type Mount struct {
 }
 
 // Read reads the mount table at path (/proc/self/mountinfo,
-// /proc/<pid>/mountinfo).
-func Read(path string) ([]Mount, error) {
+// /proc/<pid>/mountinfo), its first Max bytes.
+func Read(path string) ([]Mount, error) { return read(path, Max) }
+
+// ReadWhole is Read up to MaxWhole bytes; past them it returns the mounts
+// read with ErrTruncated, as Read does.
+func ReadWhole(path string) ([]Mount, error) { return read(path, MaxWhole) }
+
+func read(path string, max int64) ([]Mount, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
 	var out []Mount
-	lr := &io.LimitedReader{R: f, N: Max}
+	lr := &io.LimitedReader{R: f, N: max}
 	sc := bufio.NewScanner(lr)
 	sc.Buffer(make([]byte, 0, 4096), 64<<10)
 	for sc.Scan() {
@@ -61,7 +73,7 @@ func Read(path string) ([]Mount, error) {
 	if lr.N == 0 {
 		// Exactly Max bytes long is taken as longer: one more read
 		// would tell, and the bound is what matters.
-		return out, ErrTruncated
+		return out, fmt.Errorf("mount table longer than %d MiB: %w", max>>20, ErrTruncated)
 	}
 	return out, nil
 }

@@ -38,6 +38,15 @@ type fuseGuard struct {
 	// err says the mount table could not be read whole; the guard holds
 	// the mounts read before it.
 	err error
+	// whole is the table read again up to mountinfo.MaxWhole, once, for
+	// a mount past the first read; shared by the guard's copies.
+	whole *wholeRead
+}
+
+type wholeRead struct {
+	path string
+	done bool
+	err  error
 }
 
 // readFUSEGuard reads the mount table of the namespace t's directories
@@ -50,7 +59,12 @@ func readFUSEGuard(procRoot string, t Target) fuseGuard {
 		path = filepath.Join(procRoot, strconv.Itoa(t.InitPID), "mountinfo")
 	}
 	ms, err := mountinfo.Read(path)
-	g := fuseGuard{points: map[string]int{}, ids: map[uint64]int{}, err: err}
+	g := fuseGuard{points: map[string]int{}, ids: map[uint64]int{}, err: err, whole: &wholeRead{path: path}}
+	g.add(ms)
+	return g
+}
+
+func (g fuseGuard) add(ms []mountinfo.Mount) {
 	for _, m := range ms {
 		uid, ok := m.FUSEUser()
 		if ok && uid != 0 {
@@ -60,24 +74,30 @@ func readFUSEGuard(procRoot string, t Target) fuseGuard {
 		}
 		g.ids[m.ID] = uid
 	}
-	return g
 }
 
 // mount says why the sweep must not use a directory opened (O_PATH, not
 // yet entered) at p on the mount numbered id: a user's FUSE mount, or one
 // the table does not hold. nil when it may, and where mount IDs are
-// unknown: no table read, or a kernel before 5.8. A table cut at its
-// first 1 MiB (warned of) leaves later mounts unjudged, as before mount
-// IDs were checked: refusing them would refuse every directory mounted
-// late on a host with many mounts.
+// unknown: no table read, or a kernel before 5.8. A mount past a table
+// cut at its first 1 MiB has the table read again, once, up to 16 MiB: a
+// host with many mounts (a Kubernetes node) has its late ones judged,
+// and a user who made mounts to push his own past the table is refused.
 func (g fuseGuard) mount(p string, id uint64) error {
 	if id == 0 || len(g.ids) == 0 {
 		return nil
 	}
 	uid, ok := g.ids[id]
+	if !ok && g.err != nil && g.whole != nil && !g.whole.done {
+		g.whole.done = true
+		var ms []mountinfo.Mount
+		ms, g.whole.err = mountinfo.ReadWhole(g.whole.path)
+		g.add(ms)
+		uid, ok = g.ids[id]
+	}
 	switch {
-	case !ok && g.err != nil:
-		return nil
+	case !ok && g.err != nil && g.whole != nil && g.whole.err != nil:
+		return fmt.Errorf("%s: %w (mount %d; %v), not entered", p, errNewMount, id, g.whole.err)
 	case !ok:
 		return fmt.Errorf("%s: %w (mount %d, mounted since the table was read), not entered", p, errNewMount, id)
 	case uid != 0:

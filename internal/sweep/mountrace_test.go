@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -182,5 +184,60 @@ func TestGlobMatchOnFUSEIsNoFailure(t *testing.T) {
 	}
 	if testutil.PathExists(orphan) {
 		t.Errorf("the orphan next to the FUSE mount was not unlinked")
+	}
+}
+
+// TestGuardReadsPastTheFirstMiB: a mount the first 1 MiB of the table
+// does not show has the table read again, whole up to 16 MiB, before it
+// is judged: a user's FUSE mount pushed past the first MiB by his own
+// many mounts is refused, another late mount is not; one not there at
+// all, or past 16 MiB, is refused as new.
+func TestGuardReadsPastTheFirstMiB(t *testing.T) {
+	line := func(id int, point, fstype, super string) string {
+		return fmt.Sprintf("%d 1 0:42 / %s rw - %s src %s\n", id, point, fstype, super)
+	}
+	pad := func(b *strings.Builder, from, n int) {
+		for i := range n {
+			b.WriteString(line(from+i, "/home/u/"+strings.Repeat("x", 200)+strconv.Itoa(i), "fuse.sshfs", "rw,user_id=1000"))
+		}
+	}
+	table := func(past int) string {
+		var b strings.Builder
+		b.WriteString(line(1, "/", "ext4", "rw"))
+		pad(&b, 100, past)
+		b.WriteString(line(2, "/run/user/1000", "fuse.evil", "rw,user_id=1000,allow_other"))
+		b.WriteString(line(3, "/run/user/1001", "tmpfs", "rw"))
+		return b.String()
+	}
+	for _, tc := range []struct {
+		name string
+		past int // padding lines before mounts 2 and 3, of about 260 bytes
+		id   uint64
+		want error
+	}{
+		{"early mount", 0, 3, nil},
+		{"early FUSE", 0, 2, errOnFUSE},
+		{"late mount", 5000, 3, nil},
+		{"late FUSE", 5000, 2, errOnFUSE},
+		{"not in the table", 5000, 4, errNewMount},
+		{"past 16 MiB", 70000, 3, errNewMount},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			proc := t.TempDir()
+			if err := os.Mkdir(filepath.Join(proc, "self"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(proc, "self", "mountinfo"), []byte(table(tc.past)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			g := readFUSEGuard(proc, Target{})
+			if (tc.past > 0) != (g.err != nil) {
+				t.Fatalf("first read: %v", g.err)
+			}
+			err := g.mount("/run/user/x", tc.id)
+			if (tc.want == nil) != (err == nil) || (tc.want != nil && !errors.Is(err, tc.want)) {
+				t.Errorf("mount %d: %v, want %v", tc.id, err, tc.want)
+			}
+		})
 	}
 }

@@ -68,10 +68,12 @@ func runCull(c *cli.Context) error {
 		// A dry run, for classification only; its per-socket records
 		// ("would unlink") belong to sweep's log, not cull's.
 		cfg.Logger = nil
+		cfg.KeepDirs = true // the audit dials through them (Socket.Pin)
 		rep, err := sweep.Sweep(c.Context, cfg)
 		if err != nil {
 			return cli.Exit(fmt.Sprintf("cull: finding supervisors: %v", err), exitFailed)
 		}
+		defer rep.Close()
 		for _, e := range rep.DirErrors {
 			log.Warn("socket directory", "err", e)
 		}

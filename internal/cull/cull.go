@@ -55,9 +55,10 @@ func ParseIdle(s string) (int64, error) {
 type Source struct {
 	Socket string // path of its control socket, as reported
 	PID    int    // its PID as named by the socket (0 if unknown)
-	// DirMount is the mount ID the sweep that found it saw its
-	// directory on (0: not found by a sweep); see sockets.Pin.
-	DirMount uint64
+	// Pin holds the socket open for dialling through the directory the
+	// sweep that found it opened (sweep's Socket.Pin); nil for a socket
+	// named by path, which is then pinned by its path.
+	Pin func() (sockets.Pinned, error)
 }
 
 // Supervisor is the audit of one supervisor.
@@ -89,9 +90,9 @@ func Audit(ctx context.Context, c *kallichore.Client, sources []Source, threshol
 	if workers <= 0 {
 		workers = 16
 	}
-	// Read once, after the sweep that found the sources: a socket on a
-	// user's FUSE mount made since is not dialled (sockets.Pin checks the
-	// socket's own directory; this, the path that leads to it).
+	// For sockets named by path, read once: a path at or under a user's
+	// FUSE mount is not looked up (sockets.Pin checks the last step, this
+	// the way there as far as the table shows it).
 	refuse := sweep.HostFUSEGuard("/proc")
 	out := make([]Supervisor, len(sources))
 	sem := make(chan struct{}, workers)
@@ -122,13 +123,16 @@ func Audit(ctx context.Context, c *kallichore.Client, sources []Source, threshol
 
 func audit(ctx context.Context, c *kallichore.Client, src Source, threshold int64, refuse func(string) error) Supervisor {
 	sup := Supervisor{Source: src}
-	if err := refuse(src.Socket); err != nil {
-		sup.Err = err
-		return sup
+	// Pinned: a socket found by a sweep may have a user's FUSE mount over
+	// it or its directory by now; through the sweep's directory nothing
+	// is looked up by path.
+	var pin sockets.Pinned
+	var err error
+	if src.Pin != nil {
+		pin, err = src.Pin()
+	} else if err = refuse(src.Socket); err == nil {
+		pin, err = sockets.Pin(src.Socket)
 	}
-	// Pinned: the socket was found by a sweep that has ended, and its
-	// name may hold a user's FUSE mount by now (sockets.PinAt).
-	pin, err := sockets.Pin(src.Socket, src.DirMount)
 	if err != nil {
 		sup.Err = err
 		return sup

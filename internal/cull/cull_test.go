@@ -11,11 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
-	"github.com/kc-watchman/kc-watchman/internal/nosync"
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
+	"github.com/kc-watchman/kc-watchman/internal/sweep"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
@@ -196,36 +194,61 @@ func TestAuditStopsAtTheDeadline(t *testing.T) {
 	}
 }
 
-// TestAuditPinsTheSocket: between the sweep that found a supervisor's
-// socket and the audit, a user put an unserved FUSE mount of his
+// TestAuditPinsTheSocket: between the sweep that found two live
+// supervisors and the audit, a user put unserved FUSE mounts of his
 // (allow_other, default_permissions: any look inside asks the server,
-// which never answers) over the socket's name, over its directory, or
-// over a directory on the way to it. Each is refused (changed, or on a
-// user's FUSE mount), and the audit does not wait on the mount.
+// which never answers) over the first one's socket directory, and over
+// the second one's socket name (its server still running). The first is
+// audited through the directory the sweep holds open, as if nothing had
+// been mounted; the second is refused as changed. Sockets named by path
+// under such mounts are refused too. Nothing waits on a mount.
 func TestAuditPinsTheSocket(t *testing.T) {
 	const opts = "allow_other,default_permissions"
 	base := testutil.OpenTempDir(t, "kccull", 0o755)
-	st, err := nosync.Lstat(unix.AT_FDCWD, base)
-	if err != nil || st.MountID == 0 {
-		t.Skipf("no mount ID for %s (%v): the directory's mount cannot be told", base, err)
-	}
-	overName := testutil.MountFUSE(t, base, "kc-2.sock", opts)
-	overDir := filepath.Join(testutil.MountFUSE(t, base, "sockets", opts), "kc-3.sock")
-	onTheWay := filepath.Join(testutil.MountFUSE(t, base, "home", opts), "run", "kc-4.sock")
-	srcs := []Source{
-		{Socket: overName, PID: 2, DirMount: st.MountID},
-		{Socket: overDir, PID: 3, DirMount: st.MountID},
-		{Socket: onTheWay, PID: 4, DirMount: st.MountID},
-	}
-	got := testutil.Within(t, 20*time.Second, "the audit", func() []Supervisor {
-		return Audit(context.Background(), &kallichore.Client{Timeout: 300 * time.Millisecond}, srcs, 86400, 1)
-	})
-	for i, s := range got {
-		if !errors.Is(s.Err, sockets.ErrChanged) && (s.Err == nil || !strings.Contains(s.Err.Error(), "FUSE mount")) {
-			t.Errorf("%s: %v, want refused", srcs[i].Socket, s.Err)
+	under, over := filepath.Join(base, "under"), filepath.Join(base, "over")
+	for _, d := range []string{under, over} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
 		}
 	}
-	if len(got) != len(srcs) {
-		t.Errorf("%d results for %d sources", len(got), len(srcs))
+	a := testutil.StartKCServer(t, under, testutil.Fake{Sessions: sessionsFile(t, sess{ID: "py", Language: "python", Status: "idle", Idle: 5})})
+	b := testutil.StartKCServer(t, over, testutil.Fake{Sessions: sessionsFile(t)})
+	rep, err := sweep.Sweep(context.Background(), sweep.Config{Dirs: []string{under, over}, KeepDirs: true, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rep.Close()
+	srcs := Sources(rep.Sockets, nil)
+	if len(srcs) != 2 {
+		t.Fatalf("the sweep found %d live supervisors, want 2: %+v", len(srcs), rep.Sockets)
+	}
+
+	testutil.MountFUSE(t, base, "under", opts)
+	if err := os.Remove(b.Socket); err != nil {
+		t.Fatal(err)
+	}
+	testutil.MountFUSE(t, over, filepath.Base(b.Socket), opts)
+	srcs = append(srcs, Source{Socket: a.Socket, PID: a.PID}, Source{Socket: b.Socket, PID: b.PID})
+
+	got := testutil.Within(t, 20*time.Second, "the audit", func() []Supervisor {
+		return Audit(context.Background(), &kallichore.Client{Timeout: 2 * time.Second}, srcs, 86400, 1)
+	})
+	if len(got) != 4 {
+		t.Fatalf("%d results for 4 sources", len(got))
+	}
+	byPID := map[int]Supervisor{}
+	for _, s := range got[:2] {
+		byPID[s.PID] = s
+	}
+	if s := byPID[a.PID]; s.Err != nil || s.SessionsTotal != 1 {
+		t.Errorf("the supervisor under the mount: %+v, want its one session read through the sweep's directory", s)
+	}
+	if s := byPID[b.PID]; !errors.Is(s.Err, sockets.ErrChanged) {
+		t.Errorf("the supervisor whose socket name is a mount now: %v, want changed", s.Err)
+	}
+	for _, s := range got[2:] {
+		if s.Err == nil || !strings.Contains(s.Err.Error(), "FUSE mount") {
+			t.Errorf("%s named by path: %v, want refused, on a user's FUSE mount", s.Socket, s.Err)
+		}
 	}
 }

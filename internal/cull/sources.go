@@ -22,7 +22,7 @@ func Sources(socks []*sweep.Socket, notLive func(*sweep.Socket)) []Source {
 			}
 			continue
 		}
-		out = append(out, Source{Socket: s.Path, PID: s.PID, DirMount: s.DirMount()})
+		out = append(out, Source{Socket: s.Path, PID: s.PID, Pin: s.Pin})
 	}
 	return out
 }

@@ -31,9 +31,15 @@ func TestSources(t *testing.T) {
 			if tt.notLive {
 				cb = func(s *sweep.Socket) { left = append(left, s.Path) }
 			}
-			got := Sources(swept, cb)
+			var got []Source
+			for _, s := range Sources(swept, cb) {
+				if s.Pin == nil {
+					t.Errorf("%s: no pin through the sweep's directory", s.Socket)
+				}
+				got = append(got, Source{Socket: s.Socket, PID: s.PID})
+			}
 			want := []Source{{Socket: "/run/kc-10.sock", PID: 10}, {Socket: "/run/kc-13.sock", PID: 13}}
-			if !slices.Equal(got, want) {
+			if !slices.EqualFunc(got, want, func(a, b Source) bool { return a.Socket == b.Socket && a.PID == b.PID }) {
 				t.Errorf("Sources = %+v, want %+v", got, want)
 			}
 			if wantLeft := []string{"/run/kc-11.sock", "/run/kc-12.sock"}; tt.notLive && !slices.Equal(left, wantLeft) {

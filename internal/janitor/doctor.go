@@ -92,7 +92,9 @@ func Doctor(ctx context.Context, s Settings, fix bool, hooksDirs []string, log *
 	// Sockets (a dry-run sweep) and the sessions of the live ones.
 	scfg := s.Sockets
 	scfg.Apply = false
+	scfg.KeepDirs = true // the audit dials through them (Socket.Pin)
 	srep, serr := sweep.Sweep(ctx, scfg)
+	defer srep.Close()
 	rep.Add(doctor.Sockets(srep, serr))
 	var sups []cull.Supervisor
 	if serr == nil {

@@ -133,16 +133,20 @@ func (w *Watch) round(ctx context.Context, log *slog.Logger) int {
 	}
 
 	var liveControls []cull.Source
+	var swept []*sweep.Report
 	if w.ReconcileOn {
 		note(step(log, ms, "reconcile", func() int { return w.reconcile(ctx, log, ms) }))
 	}
 	note(step(log, ms, "sweep", func() int {
-		code, srcs := w.sweep(ctx, log, ms)
-		liveControls = srcs
+		code, srcs, reps := w.sweep(ctx, log, ms)
+		liveControls, swept = srcs, reps
 		return code
 	}))
 	if w.CullOn {
 		note(step(log, ms, "cull", func() int { return w.cull(ctx, log, ms, liveControls) }))
+	}
+	for _, rep := range swept {
+		rep.Close()
 	}
 	if w.moreMetrics != nil {
 		w.moreMetrics(ms)
@@ -195,31 +199,39 @@ func (w *Watch) reconcile(ctx context.Context, log *slog.Logger, ms *metrics.Set
 	return ExitOK
 }
 
-func (w *Watch) sweep(ctx context.Context, log *slog.Logger, ms *metrics.Set) (int, []cull.Source) {
+// sweep sweeps every target and returns the live control sockets for
+// cull, with the reports whose directories they are pinned through (see
+// sweep.Socket.Pin): the caller closes them once the audit is done.
+func (w *Watch) sweep(ctx context.Context, log *slog.Logger, ms *metrics.Set) (int, []cull.Source, []*sweep.Report) {
 	targets := []sweep.Target{w.Sockets.Target}
 	if w.SocketTargets != nil {
 		var err error
 		if targets, err = w.SocketTargets(ctx); err != nil {
 			log.Error("cannot look into the container; sweep and cull skipped", "step", "sweep", "err", err)
-			return ExitFailed, nil
+			return ExitFailed, nil, nil
 		}
 	}
 	code := ExitOK
 	var live []cull.Source
+	var reps []*sweep.Report
 	// One listing of the host's PID namespaces for every container of
 	// the round, not a walk of /proc each (sweep.NSIndex).
 	idx := sweep.NewNSIndex()
 	for _, t := range targets {
-		c, srcs := w.sweepOne(ctx, log, ms, t, idx)
+		c, srcs, rep := w.sweepOne(ctx, log, ms, t, idx)
 		code = max(code, c)
 		live = append(live, srcs...)
+		if rep != nil {
+			reps = append(reps, rep)
+		}
 	}
-	return code, live
+	return code, live, reps
 }
 
-func (w *Watch) sweepOne(ctx context.Context, log *slog.Logger, ms *metrics.Set, t sweep.Target, idx *sweep.NSIndex) (int, []cull.Source) {
+func (w *Watch) sweepOne(ctx context.Context, log *slog.Logger, ms *metrics.Set, t sweep.Target, idx *sweep.NSIndex) (int, []cull.Source, *sweep.Report) {
 	cfg := w.Sockets
 	cfg.Target, cfg.Namespaces = t, idx
+	cfg.KeepDirs = w.CullOn
 	cfg.Logger = log.With("step", "sweep")
 	if t.Container() {
 		cfg.Logger = cfg.Logger.With("container_pid", t.InitPID)
@@ -227,7 +239,7 @@ func (w *Watch) sweepOne(ctx context.Context, log *slog.Logger, ms *metrics.Set,
 	rep, err := sweep.Sweep(ctx, cfg)
 	if err != nil {
 		log.Error("sweep failed", "err", err)
-		return ExitFailed, nil
+		return ExitFailed, nil, nil
 	}
 	RecordSweep(ms, rep)
 	w.Live.swept(rep)
@@ -237,9 +249,9 @@ func (w *Watch) sweepOne(ctx context.Context, log *slog.Logger, ms *metrics.Set,
 	}
 	rep.Log(cfg.Logger)
 	if rep.Failed() || len(rep.DirErrors) > 0 {
-		return ExitFailed, live
+		return ExitFailed, live, rep
 	}
-	return ExitOK, live
+	return ExitOK, live, rep
 }
 
 func (w *Watch) cull(ctx context.Context, log *slog.Logger, ms *metrics.Set, sources []cull.Source) int {

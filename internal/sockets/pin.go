@@ -20,13 +20,14 @@ type Pinned struct {
 	Path string
 	// Stat is the socket's, read without asking any file system's server.
 	Stat nosync.Stat
-	fd   int
+	fd   int // the descriptor + 1: the zero Pinned holds none
 }
 
-// Release closes the descriptor; Path reaches nothing after it.
+// Release closes the descriptor; Path reaches nothing after it. The zero
+// Pinned holds nothing to release.
 func (p Pinned) Release() {
-	if p.fd >= 0 {
-		unix.Close(p.fd)
+	if p.fd > 0 {
+		unix.Close(p.fd - 1)
 	}
 }
 
@@ -40,7 +41,7 @@ func (p Pinned) Release() {
 func PinAt(dirfd int, name string) (Pinned, error) {
 	dir, err := nosync.Fstat(dirfd)
 	if err != nil {
-		return Pinned{fd: -1}, err
+		return Pinned{}, err
 	}
 	return pinIn(dirfd, dir, name)
 }
@@ -48,9 +49,9 @@ func PinAt(dirfd int, name string) (Pinned, error) {
 func pinIn(dirfd int, dir nosync.Stat, name string) (Pinned, error) {
 	fd, err := unix.Openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return Pinned{fd: -1}, &fs.PathError{Op: "open", Path: name, Err: err}
+		return Pinned{}, &fs.PathError{Op: "open", Path: name, Err: err}
 	}
-	p := Pinned{Path: "/proc/self/fd/" + strconv.Itoa(fd), fd: fd}
+	p := Pinned{Path: "/proc/self/fd/" + strconv.Itoa(fd), fd: fd + 1}
 	p.Stat, err = nosync.Fstat(fd)
 	switch {
 	case !p.Stat.OnMount(dir.MountID):
@@ -63,7 +64,7 @@ func pinIn(dirfd int, dir nosync.Stat, name string) (Pinned, error) {
 	}
 	if err != nil {
 		p.Release()
-		return Pinned{fd: -1}, err
+		return Pinned{}, err
 	}
 	return p, nil
 }
@@ -71,29 +72,21 @@ func pinIn(dirfd int, dir nosync.Stat, name string) (Pinned, error) {
 // Pin is PinAt for a path. Its directory is resolved as connect(2)
 // would, through symlinks and /proc/<pid>/root (a container's socket, as
 // sweep reports it); its last component is not followed: a symlink is
-// not a socket. With dirMount, the mount ID the directory was vouched on
-// (0: none), a directory now on another mount, such as a user's FUSE
-// mount put over it since, is refused (ErrChanged) before the name is
-// looked up in it. An abstract address (@name) has no file: it is
-// returned as it is.
-func Pin(path string, dirMount uint64) (Pinned, error) {
+// not a socket. It is for a path an operator named; a socket a sweep
+// found is pinned through the directory the sweep opened (sweep's
+// Socket.Pin). An abstract address (@name) has no file: it is returned
+// as it is.
+func Pin(path string) (Pinned, error) {
 	if strings.HasPrefix(path, "@") {
-		return Pinned{Path: path, fd: -1}, nil
+		return Pinned{Path: path}, nil
 	}
 	dir, name := filepath.Dir(path), filepath.Base(path)
 	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return Pinned{fd: -1}, &fs.PathError{Op: "open", Path: dir, Err: err}
+		return Pinned{}, &fs.PathError{Op: "open", Path: dir, Err: err}
 	}
 	defer unix.Close(dfd)
-	dst, err := nosync.Fstat(dfd)
-	if !dst.OnMount(dirMount) {
-		return Pinned{fd: -1}, fmt.Errorf("%s: on mount %d, swept on %d: %w", dir, dst.MountID, dirMount, ErrChanged)
-	}
-	if err != nil {
-		return Pinned{fd: -1}, fmt.Errorf("%s: %w", path, err)
-	}
-	p, err := pinIn(dfd, dst, name)
+	p, err := PinAt(dfd, name)
 	if err != nil {
 		return p, fmt.Errorf("%s: %w", path, err)
 	}

@@ -62,7 +62,7 @@ func TestPin(t *testing.T) {
 				dial error
 			}
 			r := testutil.Within(t, 20*time.Second, "Pin", func() pinned {
-				p, err := Pin(tt.path, 0)
+				p, err := Pin(tt.path)
 				r := pinned{p: p, err: err}
 				if err == nil {
 					c, err := net.DialTimeout("unix", p.Path, time.Second)

@@ -71,6 +71,8 @@ func (d *dir) ownerOK(uid int) (bool, string) {
 func (d *dir) close() {
 	if d.f != nil {
 		d.f.Close()
+		// Socket.Pin must not use the number: it may be another file's.
+		d.f, d.fd = nil, -1
 	}
 }
 

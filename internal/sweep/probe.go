@@ -67,18 +67,26 @@ func judgeListen(err error, innerPath string, nu sockets.NetUnix) (say, string) 
 // would not be this socket's.
 func (p *probe) pin() (path string, unpin func(), err error) {
 	e := p.names[0].e
-	pin, err := sockets.PinAt(e.dir.fd, e.name)
-	// The change time too: tmpfs gives a socket bound again the same
-	// inode number at once.
-	if errors.Is(err, sockets.ErrChanged) || errors.Is(err, sockets.ErrNotSocket) ||
-		(err == nil && (pin.Stat.Dev != e.dev || pin.Stat.Ino != e.ino || pin.Stat.Ctim != e.ctime)) {
-		pin.Release()
+	pin, err := e.pin()
+	if errors.Is(err, sockets.ErrChanged) || errors.Is(err, sockets.ErrNotSocket) {
 		return "", nil, fmt.Errorf("%s: %w", e.name, errReplaced)
 	}
 	if err != nil {
 		return "", nil, err
 	}
 	return pin.Path, pin.Release, nil
+}
+
+// pin is sockets.PinAt for e, and also sockets.ErrChanged where the
+// name now holds another socket than e: device, inode and change time
+// (tmpfs gives a socket bound again the same inode number at once).
+func (e *entry) pin() (sockets.Pinned, error) {
+	pin, err := sockets.PinAt(e.dir.fd, e.name)
+	if err == nil && (pin.Stat.Dev != e.dev || pin.Stat.Ino != e.ino || pin.Stat.Ctim != e.ctime) {
+		pin.Release()
+		return sockets.Pinned{}, fmt.Errorf("%s: another socket: %w", e.name, sockets.ErrChanged)
+	}
+	return pin, err
 }
 
 // dial is gate 2's connect(2) to p's socket, pinned.

@@ -100,6 +100,9 @@ type Config struct {
 	Now func() time.Time
 	// Apply unlinks stale sockets; otherwise the sweep is a dry run.
 	Apply bool
+	// KeepDirs leaves the directories open after Sweep returns, for
+	// Socket.Pin, until the report's Close.
+	KeepDirs bool
 	// Logger receives one record per socket (nil: discard).
 	Logger *slog.Logger
 	// ProcRoot is the host's procfs (default /proc); for tests.
@@ -172,13 +175,20 @@ type Socket struct {
 	tries []statusTry
 }
 
-// DirMount is the mount ID of the directory s was found in, as the sweep
-// vouched for it (0: not known).
-func (s *Socket) DirMount() uint64 {
-	if s.e == nil {
-		return 0
+// Pin holds s's socket file open for dialling, through the directory the
+// sweep listed it in (Config.KeepDirs), if it is still the socket
+// classified (sockets.ErrChanged if not). Nothing is looked up by path:
+// a mount or symlink put on the way since cannot lead elsewhere, nor
+// hold the caller on a user's FUSE server.
+func (s *Socket) Pin() (sockets.Pinned, error) {
+	if s.e == nil || s.e.dir.f == nil {
+		return sockets.Pinned{}, fmt.Errorf("%s: the sweep's directory is closed", s.Path)
 	}
-	return s.e.dir.mount
+	pin, err := s.e.pin()
+	if err != nil {
+		return pin, fmt.Errorf("%s: %w", s.Path, err)
+	}
+	return pin, nil
 }
 
 // Report is the result of a sweep.
@@ -195,6 +205,20 @@ type Report struct {
 	// Unprobed counts the sockets left unknown because the deadline
 	// passed before they were probed.
 	Unprobed int
+
+	dirs []*dir // open with Config.KeepDirs, until Close
+}
+
+// Close closes the directories a sweep with Config.KeepDirs left open;
+// Socket.Pin fails after it. A report may be closed more than once.
+func (r *Report) Close() {
+	if r == nil {
+		return
+	}
+	for _, d := range r.dirs {
+		d.close()
+	}
+	r.dirs = nil
 }
 
 // Failed reports whether an unlink failed.
@@ -229,11 +253,15 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	dirs, guard := openAll(cfg, view, rep)
-	defer func() {
-		for _, d := range dirs {
-			d.close()
-		}
-	}()
+	if cfg.KeepDirs {
+		rep.dirs = dirs
+	} else {
+		defer func() {
+			for _, d := range dirs {
+				d.close()
+			}
+		}()
+	}
 
 	var all []*Socket
 	for _, d := range dirs {

@@ -1,7 +1,9 @@
 package testutil
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -10,9 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// MountFUSE mounts a FUSE file system that no process serves over a new
-// directory dir/name, owned by Nobody, as a user's sshfs or rclone mount
-// is, and returns its path. opts are more mount options: without
+// MountFUSE mounts a FUSE file system that no process serves over the
+// directory dir/name (made if missing), owned by Nobody, as a user's sshfs
+// or rclone mount is, and returns its path. opts are more mount options: without
 // allow_other root's accesses fail with EACCES; with it, an access that
 // asks the server waits, for ever, until the test ends (closing
 // /dev/fuse aborts the connection), and default_permissions makes even a
@@ -20,7 +22,7 @@ import (
 func MountFUSE(t testing.TB, dir, name, opts string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
-	if err := os.Mkdir(p, 0o755); err != nil {
+	if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		t.Fatal(err)
 	}
 	fd, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)

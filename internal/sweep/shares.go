@@ -14,8 +14,8 @@ import (
 // crowd out another's: an owner loses names only while he has at least
 // as many as anyone but one, and once every name was offered, each owner
 // keeps all of his or at least max/owners rounded down. Which owner with
-// the most gives one up is the one who reached that count last, so the
-// same listing keeps the same names every time.
+// the most gives one up follows from the order names came in alone (no
+// map order), so the same listing keeps the same names every time.
 type shares struct {
 	max     int
 	kept    int

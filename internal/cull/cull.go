@@ -90,10 +90,11 @@ func Audit(ctx context.Context, c *kallichore.Client, sources []Source, threshol
 	if workers <= 0 {
 		workers = 16
 	}
-	// For sockets named by path, read once: a path at or under a user's
-	// FUSE mount is not looked up (sockets.Pin checks the last step, this
-	// the way there as far as the table shows it).
-	refuse := sweep.HostFUSEGuard("/proc")
+	// For sockets named by path, read once and only if there are any: a
+	// path at or under a user's FUSE mount is not looked up (sockets.Pin
+	// checks the last step, this the way there as far as the table shows
+	// it).
+	refuse := sync.OnceValue(func() func(string) error { return sweep.HostFUSEGuard("/proc") })
 	out := make([]Supervisor, len(sources))
 	sem := make(chan struct{}, workers)
 	var wg sync.WaitGroup
@@ -121,7 +122,7 @@ func Audit(ctx context.Context, c *kallichore.Client, sources []Source, threshol
 	return out
 }
 
-func audit(ctx context.Context, c *kallichore.Client, src Source, threshold int64, refuse func(string) error) Supervisor {
+func audit(ctx context.Context, c *kallichore.Client, src Source, threshold int64, refuse func() func(string) error) Supervisor {
 	sup := Supervisor{Source: src}
 	// Pinned: a socket found by a sweep may have a user's FUSE mount over
 	// it or its directory by now; through the sweep's directory nothing
@@ -130,7 +131,7 @@ func audit(ctx context.Context, c *kallichore.Client, src Source, threshold int6
 	var err error
 	if src.Pin != nil {
 		pin, err = src.Pin()
-	} else if err = refuse(src.Socket); err == nil {
+	} else if err = refuse()(src.Socket); err == nil {
 		pin, err = sockets.Pin(src.Socket)
 	}
 	if err != nil {

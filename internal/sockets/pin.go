@@ -43,10 +43,6 @@ func PinAt(dirfd int, name string) (Pinned, error) {
 	if err != nil {
 		return Pinned{}, err
 	}
-	return pinIn(dirfd, dir, name)
-}
-
-func pinIn(dirfd int, dir nosync.Stat, name string) (Pinned, error) {
 	fd, err := unix.Openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return Pinned{}, &fs.PathError{Op: "open", Path: name, Err: err}

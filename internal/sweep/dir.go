@@ -193,8 +193,8 @@ func hasMeta(s string) bool { return strings.ContainsAny(s, `*?[\`) }
 
 // openDir opens inner (an absolute path inside the target). With
 // noFollow, a symlink as the last component is refused (ENOTDIR, as
-// O_PATH opens it). The
-// directory is opened O_PATH and entered only once g accepts its mount.
+// O_PATH opens it). The directory is opened O_PATH and entered only once
+// g accepts its mount.
 func openDir(root *os.File, g fuseGuard, inner string, noFollow bool) (*dir, error) {
 	var (
 		fd    int

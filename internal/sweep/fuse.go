@@ -13,7 +13,7 @@ var (
 	// errOnFUSE marks a directory or entry on a user's FUSE mount.
 	errOnFUSE = errors.New("on a user's FUSE mount")
 	// errNewMount marks a directory on a mount the guard's table does
-	// not hold: mounted after it was read, or past its first 1 MiB.
+	// not hold: mounted after it was read, or past the 16 MiB read.
 	errNewMount = errors.New("on a mount the mount table did not show")
 	// errMountPoint marks an entry with something mounted over it.
 	errMountPoint = errors.New("a mount point")
@@ -108,8 +108,9 @@ func (g fuseGuard) mount(p string, id uint64) error {
 
 // HostFUSEGuard reads the host's mount table now and returns a check
 // that refuses a path at or under a user's FUSE mount, for a caller that
-// reaches a swept socket by its path afterwards (cull's audit): a mount
-// made since the sweep would otherwise be looked up in on the way.
+// reaches a socket an operator named by its path (cull --socket): a
+// socket a sweep found is reached through its open directory instead
+// (Socket.Pin).
 func HostFUSEGuard(procRoot string) func(path string) error {
 	return readFUSEGuard(procRoot, Target{}).refuse
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/cull"
 	"github.com/kc-watchman/kc-watchman/internal/janitor"
-	"github.com/kc-watchman/kc-watchman/internal/nosync"
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
 	"github.com/kc-watchman/kc-watchman/internal/sweep"
 )
@@ -30,7 +29,7 @@ in the seed culler. KC_CULLER_LOG names a log file when --log-file is not
 given.`,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "idle", Value: "24h", Usage: "report sessions idle longer than `DURATION` (or seconds)", EnvVars: []string{"KC_IDLE", "KC_IDLE_SECONDS"}},
-			&cli.StringSliceFlag{Name: "socket", Usage: "audit the supervisor on control socket `PATH` (repeatable) instead of discovering them", EnvVars: []string{"KC_SOCKET"}},
+			&cli.StringSliceFlag{Name: "socket", Usage: "audit the supervisor on control socket `PATH` (repeatable; a symlink is refused) instead of discovering them", EnvVars: []string{"KC_SOCKET"}},
 		}, socketFlags()...),
 		Action: runCull,
 	}
@@ -50,6 +49,7 @@ func runCull(c *cli.Context) error {
 	// refused again).
 	var named []cull.Supervisor
 	if paths := c.StringSlice("socket"); len(paths) > 0 {
+		pp := sweep.NewPathPinner("/proc")
 		for _, p := range paths {
 			if p == "" {
 				return usageErr("--socket must not be empty")
@@ -58,7 +58,7 @@ func runCull(c *cli.Context) error {
 			if n, ok := sockets.ParseName(filepath.Base(p)); ok {
 				src.PID = n.PID
 			}
-			err := isSocket(p)
+			err := isSocket(pp, p)
 			if err == nil {
 				sources = append(sources, src)
 			}
@@ -113,14 +113,14 @@ func runCull(c *cli.Context) error {
 }
 
 // isSocket says why path, named with --socket, is no socket to ask. An
-// abstract name (@name) has no file to look at: it is asked.
-func isSocket(path string) error {
+// abstract address (@name) is taken as it is.
+func isSocket(pp *sweep.PathPinner, path string) error {
 	if strings.HasPrefix(path, "@") {
 		return nil
 	}
-	// Not followed: the audit dials the socket file itself
-	// (sockets.Pin), never what a symlink points at.
-	st, err := nosync.Lstat(unix.AT_FDCWD, path)
+	// Not followed: the audit dials the socket file itself, never what a
+	// symlink points at; reached as the audit reaches it.
+	st, err := pp.Lstat(path)
 	if err != nil {
 		return err
 	}

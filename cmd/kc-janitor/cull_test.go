@@ -186,19 +186,37 @@ func TestCullCLIUsage(t *testing.T) {
 }
 
 // TestCullNamedNonSocket: a --socket that is no socket is reported as
-// such (not as a refused connection after a retry), and fails the run.
+// such (not as a refused connection after a retry), and fails the run:
+// a symlink is not followed, and a path under another user's unserved
+// FUSE mount is not looked up (that would wait for ever).
 func TestCullNamedNonSocket(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "kc-123.sock")
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	live := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{})
+	link := filepath.Join(dir, "kc-124.sock")
+	if err := os.Symlink(live.Socket, link); err != nil {
+		t.Fatal(err)
+	}
+	fuse := testutil.MountFUSE(t, dir, "fuse", "allow_other,default_permissions")
 	for _, tc := range []struct{ path, want string }{
 		{file, "is not a socket (regular file)"},
 		{dir, "is not a socket (directory)"},
 		{filepath.Join(dir, "missing.sock"), "no such file or directory"},
+		{link, "is not a socket (symlink)"},
+		{filepath.Join(fuse, "sub", "kc-125.sock"), "on a user's FUSE mount"},
 	} {
-		code, out := runJanitorCapture(t, "cull", "--socket", tc.path)
+		type ran struct {
+			code int
+			out  string
+		}
+		r := testutil.Within(t, 20*time.Second, "cull", func() ran {
+			code, out := runJanitorCapture(t, "cull", "--socket", tc.path)
+			return ran{code, out}
+		})
+		code, out := r.code, r.out
 		if code != exitFailed || !strings.Contains(out, tc.path) || !strings.Contains(out, tc.want) || strings.Contains(out, "connect:") {
 			t.Errorf("cull --socket %s: exit %d, want %d and %q:\n%s", tc.path, code, exitFailed, tc.want, out)
 		}

@@ -90,11 +90,9 @@ func Audit(ctx context.Context, c *kallichore.Client, sources []Source, threshol
 	if workers <= 0 {
 		workers = 16
 	}
-	// For sockets named by path, read once and only if there are any: a
-	// path at or under a user's FUSE mount is not looked up (sockets.Pin
-	// checks the last step, this the way there as far as the table shows
-	// it).
-	refuse := sync.OnceValue(func() func(string) error { return sweep.HostFUSEGuard("/proc") })
+	// Sockets named by path: the mount tables are read only if there are
+	// any, and once.
+	paths := sweep.NewPathPinner("/proc")
 	out := make([]Supervisor, len(sources))
 	sem := make(chan struct{}, workers)
 	var wg sync.WaitGroup
@@ -115,24 +113,24 @@ func Audit(ctx context.Context, c *kallichore.Client, sources []Source, threshol
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			out[i] = audit(ctx, c, src, thresholdSeconds, refuse)
+			out[i] = audit(ctx, c, src, thresholdSeconds, paths)
 		}()
 	}
 	wg.Wait()
 	return out
 }
 
-func audit(ctx context.Context, c *kallichore.Client, src Source, threshold int64, refuse func() func(string) error) Supervisor {
+func audit(ctx context.Context, c *kallichore.Client, src Source, threshold int64, paths *sweep.PathPinner) Supervisor {
 	sup := Supervisor{Source: src}
 	// Pinned: a socket found by a sweep may have a user's FUSE mount over
 	// it or its directory by now; through the sweep's directory nothing
-	// is looked up by path.
+	// is looked up by path, and a path is walked as the sweep walks one.
 	var pin sockets.Pinned
 	var err error
 	if src.Pin != nil {
 		pin, err = src.Pin()
-	} else if err = refuse()(src.Socket); err == nil {
-		pin, err = sockets.Pin(src.Socket)
+	} else {
+		pin, err = paths.Pin(src.Socket)
 	}
 	if err != nil {
 		sup.Err = err

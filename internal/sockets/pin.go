@@ -3,9 +3,7 @@ package sockets
 import (
 	"fmt"
 	"io/fs"
-	"path/filepath"
 	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -61,30 +59,6 @@ func PinAt(dirfd int, name string) (Pinned, error) {
 	if err != nil {
 		p.Release()
 		return Pinned{}, err
-	}
-	return p, nil
-}
-
-// Pin is PinAt for a path. Its directory is resolved as connect(2)
-// would, through symlinks and /proc/<pid>/root (a container's socket, as
-// sweep reports it); its last component is not followed: a symlink is
-// not a socket. It is for a path an operator named; a socket a sweep
-// found is pinned through the directory the sweep opened (sweep's
-// Socket.Pin). An abstract address (@name) has no file: it is returned
-// as it is.
-func Pin(path string) (Pinned, error) {
-	if strings.HasPrefix(path, "@") {
-		return Pinned{Path: path}, nil
-	}
-	dir, name := filepath.Dir(path), filepath.Base(path)
-	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return Pinned{}, &fs.PathError{Op: "open", Path: dir, Err: err}
-	}
-	defer unix.Close(dfd)
-	p, err := PinAt(dfd, name)
-	if err != nil {
-		return p, fmt.Errorf("%s: %w", path, err)
 	}
 	return p, nil
 }

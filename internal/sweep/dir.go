@@ -191,37 +191,33 @@ func CheckDirPattern(pattern string) error {
 
 func hasMeta(s string) bool { return strings.ContainsAny(s, `*?[\`) }
 
-// openDir opens inner (an absolute path inside the target). With
-// noFollow, a symlink as the last component is refused (ENOTDIR, as
-// O_PATH opens it). The directory is opened O_PATH and entered only once
-// g accepts its mount.
+// openDir opens inner (an absolute path inside the target), through
+// symlinks but, with noFollow, a symlink as its last component (ENOTDIR,
+// as O_PATH opens it). Its components are opened one at a time and each
+// entered only once g accepts its mount (walk).
 func openDir(root *os.File, g fuseGuard, inner string, noFollow bool) (*dir, error) {
-	var (
-		fd    int
-		err   error
-		shown = inner
-		flags = unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC
-	)
-	if noFollow {
-		flags |= unix.O_NOFOLLOW
-	}
+	w := walk{g: g, follow: true, followLast: !noFollow}
+	base, shown := -1, inner
 	if root == nil {
-		fd, err = unix.Open(inner, flags, 0)
+		fd, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, &fs.PathError{Op: "open", Path: "/", Err: err}
+		}
+		defer unix.Close(fd)
+		base = fd
 	} else {
+		base, w.inRoot, w.prefix = int(root.Fd()), true, root.Name()
 		shown = root.Name() + inner
-		fd, err = unix.Openat2(int(root.Fd()), strings.TrimPrefix(inner, "/"), &unix.OpenHow{
-			Flags:   uint64(flags),
-			Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
-		})
+	}
+	fd, err := w.open(base, inner)
+	if pe := (*fs.PathError)(nil); errors.As(err, &pe) && pe.Path != shown {
+		err = fmt.Errorf("%s: %w", shown, err) // stopped on the way, or through a symlink
 	}
 	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: shown, Err: err}
+		return nil, err
 	}
 	defer unix.Close(fd)
 	st, err := nosync.Fstat(fd)
-	if merr := g.mount(shown, st.MountID); merr != nil {
-		return nil, merr // also on EACCES: see component
-	}
 	if err != nil {
 		return nil, &fs.PathError{Op: "fstat", Path: shown, Err: err}
 	}
@@ -260,27 +256,23 @@ func openDiscovered(t Target, g fuseGuard, inner string, owners []int) (*dir, er
 		base = "/proc/" + strconv.Itoa(t.InitPID) + "/root"
 		shown = base + inner
 	}
-	fd, err := unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	bfd, err := unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: base, Err: err}
 	}
-	defer func() { unix.Close(fd) }()
-	sofar := ""
-	for _, c := range strings.Split(strings.Trim(inner, "/"), "/") {
-		if c == "" {
-			continue
-		}
-		sofar += "/" + c
-		next, err := component(fd, c, sofar, g)
-		if errors.Is(err, unix.ENOENT) {
-			return nil, &fs.PathError{Op: "open", Path: shown, Err: fs.ErrNotExist}
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", shown, err)
-		}
-		unix.Close(fd)
-		fd = next
+	w := walk{g: g}
+	if t.Container() {
+		w.inRoot, w.prefix = true, base
 	}
+	fd, err := w.open(bfd, inner)
+	unix.Close(bfd)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, &fs.PathError{Op: "open", Path: shown, Err: fs.ErrNotExist}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", shown, err)
+	}
+	defer unix.Close(fd)
 	st, err := nosync.Fstat(fd)
 	if err != nil {
 		return nil, &fs.PathError{Op: "fstat", Path: shown, Err: err}
@@ -297,39 +289,6 @@ func openDiscovered(t Target, g fuseGuard, inner string, owners []int) (*dir, er
 		return nil, err
 	}
 	return enter(fd, inner, shown, st)
-}
-
-// component opens c, a directory in the one open as fd, O_PATH: neither
-// a symlink nor on a mount g refuses (sofar names it in errors).
-//
-// The mount is judged before the stat's error: a FUSE mount of a user who
-// allows no one else refuses root's stat (EACCES), and is his.
-func component(fd int, c, sofar string, g fuseGuard) (int, error) {
-	st, err := nosync.Lstat(fd, c)
-	if merr := g.mount(sofar, st.MountID); merr != nil {
-		return -1, merr
-	}
-	if err != nil {
-		return -1, err
-	}
-	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-		return -1, fmt.Errorf("%s is a symlink, and directories named by a process are not followed through symlinks", sofar)
-	}
-	next, err := unix.Openat(fd, c, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, err
-	}
-	// Checked on what was opened: a mount put over c since the lstat is
-	// what the descriptor holds.
-	st, err = nosync.Fstat(next)
-	if merr := g.mount(sofar, st.MountID); merr != nil {
-		err = merr
-	}
-	if err != nil {
-		unix.Close(next)
-		return -1, err
-	}
-	return next, nil
 }
 
 func joinInts(v []int) string {

@@ -106,15 +106,6 @@ func (g fuseGuard) mount(p string, id uint64) error {
 	return nil
 }
 
-// HostFUSEGuard reads the host's mount table now and returns a check
-// that refuses a path at or under a user's FUSE mount, for a caller that
-// reaches a socket an operator named by its path (cull --socket): a
-// socket a sweep found is reached through its open directory instead
-// (Socket.Pin).
-func HostFUSEGuard(procRoot string) func(path string) error {
-	return readFUSEGuard(procRoot, Target{}).refuse
-}
-
 // refuse says why the sweep must not enter p: it is at or under a user's
 // FUSE mount. nil when it may.
 func (g fuseGuard) refuse(p string) error {

@@ -1,0 +1,118 @@
+package sweep
+
+import (
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/nosync"
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
+)
+
+// PathPinner pins sockets an operator named by path (cull --socket); a
+// socket a sweep found is pinned through the directory the sweep opened
+// instead (Socket.Pin). The way to the socket is walked as the sweep
+// walks a directory it was given: through symlinks, one component at a
+// time, none entered before its mount is judged against the mount table,
+// so a user's FUSE mount put anywhere on it does not hold the caller. A
+// path the sweep reports for a container's socket, /proc/<pid>/root/...,
+// is walked inside that container's root, against its own mount table.
+// Safe for concurrent use.
+type PathPinner struct {
+	procRoot string
+	mu       sync.Mutex
+	guards   map[int]fuseGuard // by target InitPID; 0: the host
+}
+
+// NewPathPinner returns a PathPinner whose mount tables are read at first
+// use, from procRoot (default /proc).
+func NewPathPinner(procRoot string) *PathPinner {
+	if procRoot == "" {
+		procRoot = "/proc"
+	}
+	return &PathPinner{procRoot: procRoot, guards: map[int]fuseGuard{}}
+}
+
+// containerPath is a socket path as the sweep reports a container's.
+var containerPath = regexp.MustCompile(`^/proc/([1-9][0-9]*)/root(/.*)$`)
+
+// Pin pins the socket at path; its last component is not followed (a
+// symlink is not a socket: sockets.ErrNotSocket). An abstract address
+// (@name) has no file and is returned as it is.
+func (pp *PathPinner) Pin(path string) (sockets.Pinned, error) {
+	if strings.HasPrefix(path, "@") {
+		return sockets.Pinned{Path: path}, nil
+	}
+	var p sockets.Pinned
+	err := pp.in(path, func(dfd int, name string) (err error) {
+		p, err = sockets.PinAt(dfd, name)
+		return err
+	})
+	return p, err
+}
+
+// Lstat stats the file at path, not following a last symlink, reached as
+// Pin reaches it; for what is mounted over the name, the mount's root.
+func (pp *PathPinner) Lstat(path string) (nosync.Stat, error) {
+	var st nosync.Stat
+	err := pp.in(path, func(dfd int, name string) (err error) {
+		st, err = nosync.Lstat(dfd, name)
+		return err
+	})
+	return st, err
+}
+
+// in calls f with path's directory, walked there, and its last
+// component.
+func (pp *PathPinner) in(path string, f func(dfd int, name string) error) error {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	var t Target
+	inner, base := abs, "/"
+	if m := containerPath.FindStringSubmatch(abs); m != nil {
+		if pid, err := strconv.Atoi(m[1]); err == nil {
+			t = Target{InitPID: pid}
+			inner, base = m[2], filepath.Join(pp.procRoot, m[1], "root")
+		}
+	}
+	dir, name := filepath.Split(inner)
+	// The guard's table is read once per namespace and then only
+	// extended (fuseGuard.mount), which is not safe concurrently; the
+	// walk asks no server, so holding the lock through it is cheap.
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	g, ok := pp.guards[t.InitPID]
+	if !ok {
+		g = readFUSEGuard(pp.procRoot, t)
+		pp.guards[t.InitPID] = g
+	}
+	if err := g.refuse(inner); err != nil {
+		return err
+	}
+	bfd, err := unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: base, Err: err}
+	}
+	defer unix.Close(bfd)
+	w := walk{g: g, follow: true, followLast: true}
+	if t.Container() {
+		w.inRoot, w.prefix = true, base
+	}
+	dfd, err := w.open(bfd, dir)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	if err := f(dfd, name); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,106 @@
+package sweep
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestWalk: the component walk resolves as the kernel would where it
+// may (relative and absolute symlinks, "..", /proc's own links), keeps a
+// container's paths inside its root, and refuses what it must not
+// follow.
+func TestWalk(t *testing.T) {
+	root := t.TempDir()
+	mk := func(rel string) string {
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	link := func(target, rel string) {
+		if err := os.Symlink(target, filepath.Join(root, rel)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("a/b/c")
+	mk("x")
+	link("../b", "a/b/up")           // relative, through ".."
+	link("/a/b", "x/abs")            // absolute: inside root only in a container
+	link("loop", "x/loop")           // itself
+	link(root+"/a/b/c", "x/hostabs") // absolute on the host
+	if err := os.WriteFile(filepath.Join(root, "x", "f"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	deep := strings.Repeat("/d", maxDepth+1)
+	mk(deep)
+
+	ino := func(p string) uint64 {
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Ino
+	}
+	self := "/proc/" + strconv.Itoa(os.Getpid()) + "/root"
+	tests := []struct {
+		name  string
+		w     walk
+		inner string // host: under root; container: inside root
+		host  bool   // walked from the host's "/"
+		want  string // directory reached, under root; "" when refused
+		err   error
+	}{
+		{"plain", walk{follow: true}, "/a/b/c", false, "a/b/c", nil},
+		{"dot-dot at the root stays", walk{follow: true, inRoot: true}, "/../../a", false, "a", nil},
+		{"relative symlink with ..", walk{follow: true, followLast: true}, "/a/b/up/c", false, "a/b/c", nil},
+		{"absolute symlink stays in the root", walk{follow: true, inRoot: true}, "/x/abs/c", false, "a/b/c", nil},
+		{"absolute symlink on the host", walk{follow: true}, root + "/x/hostabs", true, "", unix.ENOTDIR},
+		{"absolute symlink on the host, followed last", walk{follow: true, followLast: true}, root + "/x/hostabs", true, "a/b/c", nil},
+		{"/proc's links on the host", walk{follow: true, followLast: true}, self + root + "/a", true, "a", nil},
+		{"/proc's links in a container", walk{follow: true, followLast: true, inRoot: true}, "/proc/self/root/a", true, "", unix.ELOOP},
+		{"symlink loop", walk{follow: true, followLast: true}, "/x/loop", false, "", unix.ELOOP},
+		{"symlink without follow", walk{}, "/a/b/up/c", false, "", errSymlink},
+		{"missing", walk{follow: true}, "/a/nope/c", false, "", unix.ENOENT},
+		{"a file on the way", walk{follow: true}, "/x/f/c", false, "", unix.ENOTDIR},
+		{"too deep", walk{follow: true}, deep, false, "", unix.ENAMETOOLONG},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			base := root
+			if tt.host {
+				base = "/"
+			}
+			bfd, err := unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(bfd)
+			fd, err := tt.w.open(bfd, tt.inner)
+			if fd >= 0 {
+				defer unix.Close(fd)
+			}
+			switch {
+			case tt.err != nil && !errors.Is(err, tt.err):
+				t.Fatalf("open(%s): %v, want %v", tt.inner, err, tt.err)
+			case tt.err == nil && err != nil:
+				t.Fatalf("open(%s): %v", tt.inner, err)
+			case tt.err != nil:
+				return
+			}
+			var st unix.Stat_t
+			if err := unix.Fstat(fd, &st); err != nil {
+				t.Fatal(err)
+			}
+			if want := ino(filepath.Join(root, tt.want)); st.Ino != want {
+				t.Errorf("open(%s) reached inode %d, want %s (%d)", tt.inner, st.Ino, tt.want, want)
+			}
+		})
+	}
+}

@@ -79,16 +79,20 @@ func (g fuseGuard) add(ms []mountinfo.Mount) {
 // mount says why the sweep must not use a directory opened (O_PATH, not
 // yet entered) at p on the mount numbered id: a user's FUSE mount, or one
 // the table does not hold. nil when it may, and where mount IDs are
-// unknown: no table read, or a kernel before 5.8. A mount past a table
-// cut at its first 1 MiB has the table read again, once, up to 16 MiB: a
-// host with many mounts (a Kubernetes node) has its late ones judged,
-// and a user who made mounts to push his own past the table is refused.
+// unknown: no table read, or a kernel before 5.8.
+//
+// A mount the table does not show has the table read again, once, whole
+// up to 16 MiB, and is judged by that: a user's runtime directory
+// mounted at his login mid-sweep, or a Kubernetes node's late mounts past
+// a table cut at its first 1 MiB, are entered; a user's FUSE mount made
+// since is his, and a user who made mounts to push his own past the
+// table, or makes them faster than the sweep reads it, is refused.
 func (g fuseGuard) mount(p string, id uint64) error {
 	if id == 0 || len(g.ids) == 0 {
 		return nil
 	}
 	uid, ok := g.ids[id]
-	if !ok && g.err != nil && g.whole != nil && !g.whole.done {
+	if !ok && g.whole != nil && !g.whole.done {
 		g.whole.done = true
 		var ms []mountinfo.Mount
 		ms, g.whole.err = mountinfo.ReadWhole(g.whole.path)
@@ -96,7 +100,7 @@ func (g fuseGuard) mount(p string, id uint64) error {
 		uid, ok = g.ids[id]
 	}
 	switch {
-	case !ok && g.err != nil && g.whole != nil && g.whole.err != nil:
+	case !ok && g.whole != nil && g.whole.err != nil:
 		return fmt.Errorf("%s: %w (mount %d; %v), not entered", p, errNewMount, id, g.whole.err)
 	case !ok:
 		return fmt.Errorf("%s: %w (mount %d, mounted since the table was read), not entered", p, errNewMount, id)

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
@@ -111,10 +113,13 @@ func TestMountsAfterTheTableIsRead(t *testing.T) {
 // unserved FUSE file system over after the sweep read the mount table:
 // given to the sweep (also as the way to one, directly or through a
 // symlink), named by a process, and one under such a mount; with
-// allow_other, and without (root's stat then fails with EACCES).
-// Each is refused as a new mount, which a default or glob directory only
-// warns of, without a look inside (opening one for listing would ask its
-// server, and wait for ever); a directory next to them is opened.
+// allow_other, and without (root's stat then fails with EACCES). The
+// first mount the table does not show has it read again, which shows
+// them as the user's FUSE mounts: each is refused without a look inside
+// (opening one for listing would ask its server, and wait for ever),
+// which a default or glob directory only warns of. A tmpfs mounted since
+// is entered; a FUSE mount made after the second read is refused as one
+// the table does not show. A directory next to them is opened.
 func TestDirsMountedAfterTheTableIsRead(t *testing.T) {
 	g := readFUSEGuard("/proc", Target{})
 	base := shortTemp(t)
@@ -124,6 +129,14 @@ func TestDirsMountedAfterTheTableIsRead(t *testing.T) {
 	}
 	mnt := testutil.MountFUSE(t, base, "mnt", "allow_other,default_permissions")
 	private := testutil.MountFUSE(t, base, "private", "")
+	tmpfs := filepath.Join(base, "tmpfs")
+	if err := os.Mkdir(tmpfs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", tmpfs, "tmpfs", 0, "size=64k"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(tmpfs, unix.MNT_DETACH) })
 	toPlain, toMnt := filepath.Join(base, "to-plain"), filepath.Join(base, "to-mnt")
 	if err := os.Symlink("plain", toPlain); err != nil {
 		t.Fatal(err)
@@ -131,12 +144,13 @@ func TestDirsMountedAfterTheTableIsRead(t *testing.T) {
 	if err := os.Symlink(mnt, toMnt); err != nil {
 		t.Fatal(err)
 	}
-	given := []string{plain, mnt, private, filepath.Join(mnt, "sub"), filepath.Join(private, "sub"), filepath.Join(toMnt, "sub"), toPlain}
+	given := []string{plain, mnt, private, filepath.Join(mnt, "sub"), filepath.Join(private, "sub"), filepath.Join(toMnt, "sub"), toPlain, tmpfs}
 
 	type opened struct {
 		given      []*dir
 		givenErrs  []error
 		discovered [5]error
+		later      error
 	}
 	r := testutil.Within(t, held, "opening the directories", func() opened {
 		var r opened
@@ -148,25 +162,33 @@ func TestDirsMountedAfterTheTableIsRead(t *testing.T) {
 			}
 			r.discovered[i] = err
 		}
+		later := testutil.MountFUSE(t, base, "later", "allow_other,default_permissions")
+		_, errs := openDirs(Target{}, g, []string{later})
+		r.later = errors.Join(errs...)
 		return r
 	})
+	var shown []string
 	for _, d := range r.given {
 		defer d.close()
+		shown = append(shown, d.shown)
 	}
 	// to-plain is plain again: one directory, opened once.
-	if len(r.given) != 1 || r.given[0].shown != plain {
-		t.Errorf("given: opened %d, want %s alone", len(r.given), plain)
+	if want := []string{plain, tmpfs}; !slices.Equal(shown, want) {
+		t.Errorf("given: opened %q, want %q", shown, want)
 	}
-	if len(r.givenErrs) != 5 || slices.ContainsFunc(r.givenErrs, func(err error) bool { return !errors.Is(err, errNewMount) }) {
-		t.Errorf("given: errors %v, want %s refused as new mounts", r.givenErrs, given[1:6])
+	if len(r.givenErrs) != 5 || slices.ContainsFunc(r.givenErrs, func(err error) bool { return !errors.Is(err, errOnFUSE) }) {
+		t.Errorf("given: errors %v, want %s refused as FUSE mounts", r.givenErrs, given[1:6])
 	}
 	for i, err := range r.discovered[:4] {
-		if !errors.Is(err, errNewMount) {
-			t.Errorf("discovered %d: %v, want refused as a new mount", i, err)
+		if !errors.Is(err, errOnFUSE) {
+			t.Errorf("discovered %d: %v, want refused as a FUSE mount", i, err)
 		}
 	}
 	if r.discovered[4] != nil {
 		t.Errorf("discovered %s: %v", plain, r.discovered[4])
+	}
+	if !errors.Is(r.later, errNewMount) {
+		t.Errorf("a FUSE mount made after the second read: %v, want refused as new", r.later)
 	}
 }
 
@@ -198,11 +220,12 @@ func TestGlobMatchOnFUSEIsNoFailure(t *testing.T) {
 	}
 }
 
-// TestGuardReadsPastTheFirstMiB: a mount the first 1 MiB of the table
-// does not show has the table read again, whole up to 16 MiB, before it
-// is judged: a user's FUSE mount pushed past the first MiB by his own
-// many mounts is refused, another late mount is not; one not there at
-// all, or past 16 MiB, is refused as new.
+// TestGuardReadsPastTheFirstMiB: a mount the table does not show, past
+// its first 1 MiB or mounted since, has the table read again, whole up
+// to 16 MiB, before it is judged: a user's FUSE mount (pushed past the
+// first MiB by his own many mounts, or new) is refused, another late or
+// new mount is not; one not there at all, or past 16 MiB, is refused as
+// new.
 func TestGuardReadsPastTheFirstMiB(t *testing.T) {
 	line := func(id int, point, fstype, super string) string {
 		return fmt.Sprintf("%d 1 0:42 / %s rw - %s src %s\n", id, point, fstype, super)
@@ -221,17 +244,21 @@ func TestGuardReadsPastTheFirstMiB(t *testing.T) {
 		return b.String()
 	}
 	for _, tc := range []struct {
-		name string
-		past int // padding lines before mounts 2 and 3, of about 260 bytes
-		id   uint64
-		want error
+		name  string
+		past  int    // padding lines before mounts 2 and 3, of about 260 bytes
+		since string // lines added after the first read
+		id    uint64
+		want  error
 	}{
-		{"early mount", 0, 3, nil},
-		{"early FUSE", 0, 2, errOnFUSE},
-		{"late mount", 5000, 3, nil},
-		{"late FUSE", 5000, 2, errOnFUSE},
-		{"not in the table", 5000, 4, errNewMount},
-		{"past 16 MiB", 70000, 3, errNewMount},
+		{"early mount", 0, "", 3, nil},
+		{"early FUSE", 0, "", 2, errOnFUSE},
+		{"late mount", 5000, "", 3, nil},
+		{"late FUSE", 5000, "", 2, errOnFUSE},
+		{"not in the table", 5000, "", 4, errNewMount},
+		{"past 16 MiB", 70000, "", 3, errNewMount},
+		{"mounted since", 0, line(5, "/run/user/1002", "tmpfs", "rw"), 5, nil},
+		{"FUSE mounted since", 0, line(5, "/run/user/1002", "fuse.evil", "rw,user_id=1002,allow_other"), 5, errOnFUSE},
+		{"not there since either", 0, line(5, "/run/user/1002", "tmpfs", "rw"), 6, errNewMount},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			proc := t.TempDir()
@@ -244,6 +271,9 @@ func TestGuardReadsPastTheFirstMiB(t *testing.T) {
 			g := readFUSEGuard(proc, Target{})
 			if (tc.past > 0) != (g.err != nil) {
 				t.Fatalf("first read: %v", g.err)
+			}
+			if err := os.WriteFile(filepath.Join(proc, "self", "mountinfo"), []byte(table(tc.past)+tc.since), 0o644); err != nil {
+				t.Fatal(err)
 			}
 			err := g.mount("/run/user/x", tc.id)
 			if (tc.want == nil) != (err == nil) || (tc.want != nil && !errors.Is(err, tc.want)) {

@@ -81,10 +81,10 @@ func TestPathPinner(t *testing.T) {
 		{"FUSE mount root may not stat, at the name", private, false, errOnFUSE},
 		{"FUSE mount made since at the name", lateName, false, sockets.ErrChanged},
 		{"under a FUSE mount the table shows", filepath.Join(known, "sub", "kc-3.sock"), false, errOnFUSE},
-		{"under a FUSE mount made since", filepath.Join(late, "sub", "kc-3.sock"), false, errNewMount},
-		{"under one root may not stat, made since", filepath.Join(latePrivate, "kc-3.sock"), false, errNewMount},
-		{"through a symlink to a FUSE mount made since", filepath.Join(lateLink, "kc-3.sock"), false, errNewMount},
-		{"a container's, under a FUSE mount made since", self + filepath.Join(late, "kc-3.sock"), false, errNewMount},
+		{"under a FUSE mount made since", filepath.Join(late, "sub", "kc-3.sock"), false, errOnFUSE},
+		{"under one root may not stat, made since", filepath.Join(latePrivate, "kc-3.sock"), false, errOnFUSE},
+		{"through a symlink to a FUSE mount made since", filepath.Join(lateLink, "kc-3.sock"), false, errOnFUSE},
+		{"a container's, under a FUSE mount made since", self + filepath.Join(late, "kc-3.sock"), false, errOnFUSE},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -50,6 +50,7 @@ func runCull(c *cli.Context) error {
 	var named []cull.Supervisor
 	if paths := c.StringSlice("socket"); len(paths) > 0 {
 		pp := sweep.NewPathPinner("/proc")
+		defer pp.Close()
 		for _, p := range paths {
 			if p == "" {
 				return usageErr("--socket must not be empty")

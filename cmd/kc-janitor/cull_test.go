@@ -201,12 +201,19 @@ func TestCullNamedNonSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	fuse := testutil.MountFUSE(t, dir, "fuse", "allow_other,default_permissions")
+	// Through a symlink: no path the mount table shows, so the walk must
+	// judge the mount itself.
+	fuseLink := filepath.Join(t.TempDir(), "ln")
+	if err := os.Symlink(fuse, fuseLink); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct{ path, want string }{
 		{file, "is not a socket (regular file)"},
 		{dir, "is not a socket (directory)"},
 		{filepath.Join(dir, "missing.sock"), "no such file or directory"},
 		{link, "is not a socket (symlink)"},
 		{filepath.Join(fuse, "sub", "kc-125.sock"), "on a user's FUSE mount"},
+		{filepath.Join(fuseLink, "sub", "kc-125.sock"), "on a user's FUSE mount"},
 	} {
 		type ran struct {
 			code int

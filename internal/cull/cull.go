@@ -91,8 +91,9 @@ func Audit(ctx context.Context, c *kallichore.Client, sources []Source, threshol
 		workers = 16
 	}
 	// Sockets named by path: the mount tables are read only if there are
-	// any, and once.
+	// any, and once per audit.
 	paths := sweep.NewPathPinner("/proc")
+	defer paths.Close()
 	out := make([]Supervisor, len(sources))
 	sem := make(chan struct{}, workers)
 	var wg sync.WaitGroup

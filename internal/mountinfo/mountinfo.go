@@ -10,6 +10,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Max is how much of a table Read reads; MaxWhole how much ReadWhole
@@ -51,8 +53,58 @@ func read(path string, max int64) ([]Mount, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return parse(f, max)
+}
+
+// Table is a mount table held open, to be read again when the kernel says
+// it changed: a mount ID the table gave is then no longer sure to be the
+// same mount's (IDs are handed out again once freed).
+type Table struct{ f *os.File }
+
+// Open opens the mount table at path. What Changed reports is counted
+// from now.
+func Open(path string) (*Table, error) {
+	// Not through os.Open: mountinfo can be polled, so os.Open would add
+	// it to the runtime's epoll set, whose waits take the change from
+	// Changed's poll(2).
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	return &Table{f: os.NewFile(uintptr(fd), path)}, nil
+}
+
+// Read reads the table from its start, its first max bytes (Max,
+// MaxWhole).
+func (t *Table) Read(max int64) ([]Mount, error) {
+	if _, err := t.f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	return parse(t.f, max)
+}
+
+// Changed says whether a mount was added, removed or changed in the
+// table's namespace since it was opened or Changed last said so (poll(2)'s
+// POLLPRI on mountinfo); an error when the kernel cannot tell.
+func (t *Table) Changed() (bool, error) {
+	fds := []unix.PollFd{{Fd: int32(t.f.Fd()), Events: unix.POLLPRI}}
+	for {
+		_, err := unix.Poll(fds, 0)
+		if err == nil {
+			return fds[0].Revents&(unix.POLLPRI|unix.POLLERR) != 0, nil
+		}
+		if err != unix.EINTR {
+			return false, err
+		}
+	}
+}
+
+// Close closes the table.
+func (t *Table) Close() error { return t.f.Close() }
+
+func parse(r io.Reader, max int64) ([]Mount, error) {
 	var out []Mount
-	lr := &io.LimitedReader{R: f, N: max}
+	lr := &io.LimitedReader{R: r, N: max}
 	sc := bufio.NewScanner(lr)
 	sc.Buffer(make([]byte, 0, 4096), 64<<10)
 	for sc.Scan() {
@@ -71,7 +123,7 @@ func read(path string, max int64) ([]Mount, error) {
 		return out, err
 	}
 	if lr.N == 0 {
-		// Exactly Max bytes long is taken as longer: one more read
+		// Exactly max bytes long is taken as longer: one more read
 		// would tell, and the bound is what matters.
 		return out, fmt.Errorf("mount table longer than %d MiB: %w", max>>20, ErrTruncated)
 	}

@@ -2,11 +2,15 @@ package mountinfo
 
 import (
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestRead(t *testing.T) {
@@ -57,5 +61,54 @@ func TestRead(t *testing.T) {
 	}
 	if _, err := Read("/proc/self/mountinfo"); err != nil && !errors.Is(err, ErrTruncated) {
 		t.Errorf("this process's table: %v", err)
+	}
+}
+
+// TestTableChanged: a mount added after the table was opened is reported
+// once, by Changed, and shown by the next Read; with the runtime's own
+// poller at work (other goroutines waiting on the network), which must
+// not take the kernel's report first.
+func TestTableChanged(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to mount")
+	}
+	tb, err := Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	dir := t.TempDir()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() { // keeps the netpoller waiting
+		if c, err := l.Accept(); err == nil {
+			c.Close()
+		}
+	}()
+	for i := range 3 {
+		if _, err := tb.Read(Max); err != nil {
+			t.Fatal(err)
+		}
+		if changed, err := tb.Changed(); err != nil || changed {
+			t.Fatalf("round %d: changed %v (%v) before any mount", i, changed, err)
+		}
+		p := filepath.Join(dir, strconv.Itoa(i))
+		if err := os.Mkdir(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount("tmpfs", p, "tmpfs", 0, "size=64k"); err != nil {
+			t.Skipf("cannot mount a tmpfs: %v", err)
+		}
+		t.Cleanup(func() { unix.Unmount(p, unix.MNT_DETACH) })
+		if changed, err := tb.Changed(); err != nil || !changed {
+			t.Fatalf("round %d: changed %v (%v) after a mount", i, changed, err)
+		}
+		ms, err := tb.Read(Max)
+		if err != nil || !slices.ContainsFunc(ms, func(m Mount) bool { return m.Point == p }) {
+			t.Fatalf("round %d: the table read again does not show %s (%v)", i, p, err)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/kc-watchman/kc-watchman/internal/mountinfo"
+	"github.com/kc-watchman/kc-watchman/internal/userns"
 )
 
 var (
@@ -30,50 +31,104 @@ var (
 // one, no entry that is one.
 //
 // Paths are checked before they are opened; what was opened is checked
-// again by its mount ID (nosync), which a mount put on the path after the
-// table was read cannot pass: the table does not hold it.
+// again by its mount ID (nosync). An ID is judged by a table read since
+// the namespace's mounts last changed: the kernel hands a freed ID out
+// again, and a user's FUSE mount could otherwise pass for the mount the
+// ID was when the table was read.
 type fuseGuard struct {
-	points map[string]int // mount point: its user_id
+	points map[string]int // mount point: its user_id (-1: not a host UID)
 	ids    map[uint64]int // every mount's ID: its FUSE user_id, or 0
 	// err says the mount table could not be read whole; the guard holds
 	// the mounts read before it.
 	err error
-	// whole is the table read again up to mountinfo.MaxWhole, once, for
-	// a mount past the first read; shared by the guard's copies.
-	whole *wholeRead
+	// table is the table held open, shared by the guard's copies; nil
+	// where none could be opened.
+	table *heldTable
 }
 
-type wholeRead struct {
-	path string
-	done bool
-	err  error
+type heldTable struct {
+	f *mountinfo.Table
+	// userNS: the namespace is not the initial user namespace's, and a
+	// FUSE mount's user_id (counted in its mounter's namespace) says
+	// nothing of who it is on the host: every FUSE mount there is a
+	// user's.
+	userNS bool
+	// whole: read again up to mountinfo.MaxWhole since the first read;
+	// rereads counts those reads, err is the last one's.
+	whole   bool
+	rereads int
+	err     error
 }
+
+// maxRereads bounds the reads of one guard's table: a user who makes and
+// unmakes mounts all the time gets his directories refused, not the
+// sweep held reading.
+const maxRereads = 16
 
 // readFUSEGuard reads the mount table of the namespace t's directories
 // are opened in: the janitor's own, or the target container's, whose
 // mount points are relative to its root as the directories' inner paths
-// are.
+// are. close releases it.
 func readFUSEGuard(procRoot string, t Target) fuseGuard {
-	path := filepath.Join(procRoot, "self", "mountinfo")
+	dir := filepath.Join(procRoot, "self")
 	if t.Container() {
-		path = filepath.Join(procRoot, strconv.Itoa(t.InitPID), "mountinfo")
+		dir = filepath.Join(procRoot, strconv.Itoa(t.InitPID))
 	}
-	ms, err := mountinfo.Read(path)
-	g := fuseGuard{points: map[string]int{}, ids: map[uint64]int{}, err: err, whole: &wholeRead{path: path}}
+	g := fuseGuard{points: map[string]int{}, ids: map[uint64]int{}}
+	f, err := mountinfo.Open(filepath.Join(dir, "mountinfo"))
+	if err != nil {
+		g.err = err
+		return g
+	}
+	m, merr := userns.ReadMap(filepath.Join(dir, "uid_map"))
+	g.table = &heldTable{f: f, userNS: merr != nil || !m.Initial()}
+	var ms []mountinfo.Mount
+	ms, g.err = f.Read(mountinfo.Max)
 	g.add(ms)
 	return g
 }
 
+func (g fuseGuard) close() {
+	if g.table != nil {
+		g.table.f.Close()
+	}
+}
+
+// add puts ms in the guard, in place of what it held.
 func (g fuseGuard) add(ms []mountinfo.Mount) {
+	clear(g.points)
+	clear(g.ids)
 	for _, m := range ms {
 		uid, ok := m.FUSEUser()
-		if ok && uid != 0 {
-			g.points[filepath.Clean(m.Point)] = uid
-		} else {
+		switch {
+		case !ok:
 			uid = 0
+		case g.table != nil && g.table.userNS:
+			uid = -1
+		}
+		if uid != 0 {
+			g.points[filepath.Clean(m.Point)] = uid
 		}
 		g.ids[m.ID] = uid
 	}
+}
+
+// reread reads the table again, whole up to mountinfo.MaxWhole.
+func (g fuseGuard) reread() error {
+	t := g.table
+	if t.rereads >= maxRereads {
+		return fmt.Errorf("the mount table changed more than %d times during the sweep", maxRereads)
+	}
+	t.rereads++
+	ms, err := t.f.Read(mountinfo.MaxWhole)
+	if len(ms) == 0 {
+		// Never so: the namespace has its root. Taken as no table, it
+		// would let every mount pass.
+		return fmt.Errorf("the mount table read again shows no mount (%v)", err)
+	}
+	g.add(ms)
+	t.whole, t.err = true, err
+	return nil
 }
 
 // mount says why the sweep must not use a directory opened (O_PATH, not
@@ -81,33 +136,51 @@ func (g fuseGuard) add(ms []mountinfo.Mount) {
 // the table does not hold. nil when it may, and where mount IDs are
 // unknown: no table read, or a kernel before 5.8.
 //
-// A mount the table does not show has the table read again, once, whole
-// up to 16 MiB, and is judged by that: a user's runtime directory
-// mounted at his login mid-sweep, or a Kubernetes node's late mounts past
-// a table cut at its first 1 MiB, are entered; a user's FUSE mount made
-// since is his, and a user who made mounts to push his own past the
-// table, or makes them faster than the sweep reads it, is refused.
+// The table is read again first if the namespace's mounts changed since
+// it was read: while the caller holds the directory open, its mount's ID
+// cannot be freed, so the table then tells what it is. A mount the table
+// does not show has the table read again, once, whole up to 16 MiB: a
+// Kubernetes node's late mounts past a table cut at its first 1 MiB are
+// judged, and a user who made mounts to push his own past the table is
+// refused.
 func (g fuseGuard) mount(p string, id uint64) error {
-	if id == 0 || len(g.ids) == 0 {
+	if id == 0 || len(g.ids) == 0 || g.table == nil {
 		return nil
 	}
+	refused := func(why error) error {
+		return fmt.Errorf("%s: %w (mount %d; %v), not entered", p, errNewMount, id, why)
+	}
+	changed, err := g.table.f.Changed()
+	if err == nil && changed {
+		err = g.reread()
+	}
+	if err != nil {
+		return refused(err)
+	}
 	uid, ok := g.ids[id]
-	if !ok && g.whole != nil && !g.whole.done {
-		g.whole.done = true
-		var ms []mountinfo.Mount
-		ms, g.whole.err = mountinfo.ReadWhole(g.whole.path)
-		g.add(ms)
+	if !ok && !g.table.whole {
+		if err := g.reread(); err != nil {
+			return refused(err)
+		}
 		uid, ok = g.ids[id]
 	}
 	switch {
-	case !ok && g.whole != nil && g.whole.err != nil:
-		return fmt.Errorf("%s: %w (mount %d; %v), not entered", p, errNewMount, id, g.whole.err)
+	case !ok && g.table.err != nil:
+		return refused(g.table.err)
 	case !ok:
-		return fmt.Errorf("%s: %w (mount %d, mounted since the table was read), not entered", p, errNewMount, id)
+		return fmt.Errorf("%s: %w (mount %d, not in the table read again), not entered", p, errNewMount, id)
 	case uid != 0:
-		return fmt.Errorf("%s: %w of uid %d (mount %d), not entered: its server could hold the sweep for ever", p, errOnFUSE, uid, id)
+		return fmt.Errorf("%s: %w %s (mount %d), not entered: its server could hold the sweep for ever", p, errOnFUSE, fuseOwner(uid), id)
 	}
 	return nil
+}
+
+// fuseOwner names whose a user's FUSE mount is.
+func fuseOwner(uid int) string {
+	if uid < 0 {
+		return "of a user (its user_id is no host UID)"
+	}
+	return "of uid " + strconv.Itoa(uid)
 }
 
 // refuse says why the sweep must not enter p: it is at or under a user's
@@ -116,9 +189,9 @@ func (g fuseGuard) refuse(p string) error {
 	for q := filepath.Clean(p); ; q = filepath.Dir(q) {
 		if uid, ok := g.points[q]; ok {
 			if q == filepath.Clean(p) {
-				return fmt.Errorf("%s: %w of uid %d, not entered: its server could hold the sweep for ever", p, errOnFUSE, uid)
+				return fmt.Errorf("%s: %w %s, not entered: its server could hold the sweep for ever", p, errOnFUSE, fuseOwner(uid))
 			}
-			return fmt.Errorf("%s: %w of uid %d at %s, not entered: its server could hold the sweep for ever", p, errOnFUSE, uid, q)
+			return fmt.Errorf("%s: %w %s at %s, not entered: its server could hold the sweep for ever", p, errOnFUSE, fuseOwner(uid), q)
 		}
 		if q == "/" || q == "." {
 			return nil
@@ -130,7 +203,7 @@ func (g fuseGuard) refuse(p string) error {
 // entry of a directory that is not on one.
 func (g fuseGuard) mountPoint(p string) error {
 	if uid, ok := g.points[filepath.Clean(p)]; ok {
-		return fmt.Errorf("%w of uid %d, not entered", errOnFUSE, uid)
+		return fmt.Errorf("%w %s, not entered", errOnFUSE, fuseOwner(uid))
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
+	"github.com/kc-watchman/kc-watchman/internal/nosync"
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
@@ -36,6 +37,7 @@ const held = 20 * time.Second
 func TestMountsAfterTheTableIsRead(t *testing.T) {
 	const opts = "allow_other,default_permissions"
 	g := readFUSEGuard("/proc", Target{})
+	defer g.close()
 	dir := shortTemp(t)
 	d, err := openDir(nil, g, dir, false)
 	if err != nil {
@@ -118,10 +120,12 @@ func TestMountsAfterTheTableIsRead(t *testing.T) {
 // them as the user's FUSE mounts: each is refused without a look inside
 // (opening one for listing would ask its server, and wait for ever),
 // which a default or glob directory only warns of. A tmpfs mounted since
-// is entered; a FUSE mount made after the second read is refused as one
-// the table does not show. A directory next to them is opened.
+// is entered; a FUSE mount made after that second read has the table
+// read again (the kernel says it changed), and is refused as a FUSE
+// mount too. A directory next to them is opened.
 func TestDirsMountedAfterTheTableIsRead(t *testing.T) {
 	g := readFUSEGuard("/proc", Target{})
+	defer g.close()
 	base := shortTemp(t)
 	plain := filepath.Join(base, "plain")
 	if err := os.Mkdir(plain, 0o755); err != nil {
@@ -162,10 +166,12 @@ func TestDirsMountedAfterTheTableIsRead(t *testing.T) {
 			}
 			r.discovered[i] = err
 		}
-		later := testutil.MountFUSE(t, base, "later", "allow_other,default_permissions")
-		_, errs := openDirs(Target{}, g, []string{later})
-		r.later = errors.Join(errs...)
 		return r
+	})
+	later := testutil.MountFUSE(t, base, "later", "allow_other,default_permissions")
+	r.later = testutil.Within(t, held, "opening a directory mounted after the table was read again", func() error {
+		_, errs := openDirs(Target{}, g, []string{later})
+		return errors.Join(errs...)
 	})
 	var shown []string
 	for _, d := range r.given {
@@ -187,8 +193,8 @@ func TestDirsMountedAfterTheTableIsRead(t *testing.T) {
 	if r.discovered[4] != nil {
 		t.Errorf("discovered %s: %v", plain, r.discovered[4])
 	}
-	if !errors.Is(r.later, errNewMount) {
-		t.Errorf("a FUSE mount made after the second read: %v, want refused as new", r.later)
+	if !errors.Is(r.later, errOnFUSE) {
+		t.Errorf("a FUSE mount made after the second read: %v, want refused as a FUSE mount: the table changed, and is read again", r.later)
 	}
 }
 
@@ -225,7 +231,8 @@ func TestGlobMatchOnFUSEIsNoFailure(t *testing.T) {
 // to 16 MiB, before it is judged: a user's FUSE mount (pushed past the
 // first MiB by his own many mounts, or new) is refused, another late or
 // new mount is not; one not there at all, or past 16 MiB, is refused as
-// new.
+// new. In a user namespace every FUSE mount is a user's: its user_id is
+// counted in its mounter's namespace, and 0 there is no host root.
 func TestGuardReadsPastTheFirstMiB(t *testing.T) {
 	line := func(id int, point, fstype, super string) string {
 		return fmt.Sprintf("%d 1 0:42 / %s rw - %s src %s\n", id, point, fstype, super)
@@ -244,21 +251,25 @@ func TestGuardReadsPastTheFirstMiB(t *testing.T) {
 		return b.String()
 	}
 	for _, tc := range []struct {
-		name  string
-		past  int    // padding lines before mounts 2 and 3, of about 260 bytes
-		since string // lines added after the first read
-		id    uint64
-		want  error
+		name   string
+		past   int    // padding lines before mounts 2 and 3, of about 260 bytes
+		since  string // lines added after the first read
+		id     uint64
+		want   error
+		uidMap string // default: the initial namespace's
 	}{
-		{"early mount", 0, "", 3, nil},
-		{"early FUSE", 0, "", 2, errOnFUSE},
-		{"late mount", 5000, "", 3, nil},
-		{"late FUSE", 5000, "", 2, errOnFUSE},
-		{"not in the table", 5000, "", 4, errNewMount},
-		{"past 16 MiB", 70000, "", 3, errNewMount},
-		{"mounted since", 0, line(5, "/run/user/1002", "tmpfs", "rw"), 5, nil},
-		{"FUSE mounted since", 0, line(5, "/run/user/1002", "fuse.evil", "rw,user_id=1002,allow_other"), 5, errOnFUSE},
-		{"not there since either", 0, line(5, "/run/user/1002", "tmpfs", "rw"), 6, errNewMount},
+		{"early mount", 0, "", 3, nil, ""},
+		{"early FUSE", 0, "", 2, errOnFUSE, ""},
+		{"late mount", 5000, "", 3, nil, ""},
+		{"late FUSE", 5000, "", 2, errOnFUSE, ""},
+		{"not in the table", 5000, "", 4, errNewMount, ""},
+		{"past 16 MiB", 70000, "", 3, errNewMount, ""},
+		{"mounted since", 0, line(5, "/run/user/1002", "tmpfs", "rw"), 5, nil, ""},
+		{"FUSE mounted since", 0, line(5, "/run/user/1002", "fuse.evil", "rw,user_id=1002,allow_other"), 5, errOnFUSE, ""},
+		{"not there since either", 0, line(5, "/run/user/1002", "tmpfs", "rw"), 6, errNewMount, ""},
+		{"FUSE of root", 0, line(5, "/mnt/x", "fuse.sshfs", "rw,user_id=0"), 5, nil, ""},
+		{"FUSE of a user namespace's root", 0, line(5, "/mnt/x", "fuse.sshfs", "rw,user_id=0"), 5, errOnFUSE, "0 100000 65536\n"},
+		{"another mount in a user namespace", 0, "", 3, nil, "0 100000 65536\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			proc := t.TempDir()
@@ -268,7 +279,14 @@ func TestGuardReadsPastTheFirstMiB(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(proc, "self", "mountinfo"), []byte(table(tc.past)), 0o644); err != nil {
 				t.Fatal(err)
 			}
+			if tc.uidMap == "" {
+				tc.uidMap = "0 0 4294967295\n"
+			}
+			if err := os.WriteFile(filepath.Join(proc, "self", "uid_map"), []byte(tc.uidMap), 0o644); err != nil {
+				t.Fatal(err)
+			}
 			g := readFUSEGuard(proc, Target{})
+			defer g.close()
 			if (tc.past > 0) != (g.err != nil) {
 				t.Fatalf("first read: %v", g.err)
 			}
@@ -280,5 +298,47 @@ func TestGuardReadsPastTheFirstMiB(t *testing.T) {
 				t.Errorf("mount %d: %v, want %v", tc.id, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestMountIDReused: a mount the table showed is unmounted after it was
+// read, and a user's FUSE mount takes its ID (the kernel hands out the
+// lowest free one). The guard must not take the FUSE mount for the one
+// the ID was: the kernel says the table changed, and it is read again.
+func TestMountIDReused(t *testing.T) {
+	base := shortTemp(t)
+	gone := filepath.Join(base, "gone")
+	if err := os.Mkdir(gone, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", gone, "tmpfs", 0, "size=64k"); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v", err)
+	}
+	mountID := func(p string) uint64 {
+		st, err := nosync.Lstat(unix.AT_FDCWD, p)
+		if err != nil || st.MountID == 0 {
+			t.Skipf("no mount ID for %s (%v): Linux 5.8+", p, err)
+		}
+		return st.MountID
+	}
+	was := mountID(gone)
+	g := readFUSEGuard("/proc", Target{})
+	defer g.close()
+	if err := unix.Unmount(gone, unix.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
+	fuse := testutil.MountFUSE(t, base, "fuse", "allow_other,default_permissions")
+	if id := mountID(fuse); id != was {
+		t.Skipf("the FUSE mount got ID %d, not the freed %d: a mount elsewhere took it", id, was)
+	}
+	err := testutil.Within(t, held, "opening the FUSE mount", func() error {
+		d, err := openDir(nil, g, fuse, false)
+		if d != nil {
+			d.close()
+		}
+		return err
+	})
+	if !errors.Is(err, errOnFUSE) {
+		t.Errorf("open %s (mount %d, a tmpfs's when the table was read): %v, want refused as a FUSE mount", fuse, was, err)
 	}
 }

@@ -3,6 +3,7 @@ package sweep
 import (
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -31,12 +32,22 @@ type PathPinner struct {
 }
 
 // NewPathPinner returns a PathPinner whose mount tables are read at first
-// use, from procRoot (default /proc).
+// use, from procRoot (default /proc); Close releases them.
 func NewPathPinner(procRoot string) *PathPinner {
 	if procRoot == "" {
 		procRoot = "/proc"
 	}
 	return &PathPinner{procRoot: procRoot, guards: map[int]fuseGuard{}}
+}
+
+// Close releases the mount tables read.
+func (pp *PathPinner) Close() {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	for _, g := range pp.guards {
+		g.close()
+	}
+	clear(pp.guards)
 }
 
 // containerPath is a socket path as the sweep reports a container's.
@@ -71,9 +82,15 @@ func (pp *PathPinner) Lstat(path string) (nosync.Stat, error) {
 // in calls f with path's directory, walked there, and its last
 // component.
 func (pp *PathPinner) in(path string, f func(dfd int, name string) error) error {
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+	// Not cleaned: ".." after a symlink is the parent of where it led,
+	// as connect(2) resolves it, and the walk goes there.
+	abs := path
+	if !filepath.IsAbs(path) {
+		wd, err := os.Getwd()
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		abs = wd + "/" + path
 	}
 	var t Target
 	inner, base := abs, "/"
@@ -84,6 +101,9 @@ func (pp *PathPinner) in(path string, f func(dfd int, name string) error) error 
 		}
 	}
 	dir, name := filepath.Split(inner)
+	if name == "" || name == "." || name == ".." {
+		return fmt.Errorf("%s: %w", path, sockets.ErrNotSocket)
+	}
 	// The guard's table is read once per namespace and then only
 	// extended (fuseGuard.mount), which is not safe concurrently; the
 	// walk asks no server, so holding the lock through it is cheap.

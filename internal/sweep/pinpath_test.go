@@ -63,6 +63,7 @@ func TestPathPinner(t *testing.T) {
 	latePrivate := testutil.MountFUSE(t, fuseDir, "late-private", "")
 	lateName := testutil.MountFUSE(t, fuseDir, "kc-4.sock", "allow_other,default_permissions")
 	lateLink := symlink(late, "l")
+	fuseLink := symlink(fuseDir, "f") // no path the table shows a mount under
 
 	tests := []struct {
 		name string
@@ -79,7 +80,8 @@ func TestPathPinner(t *testing.T) {
 		{"regular file", file, false, sockets.ErrNotSocket},
 		{"FUSE mount at the name", known, false, errOnFUSE},
 		{"FUSE mount root may not stat, at the name", private, false, errOnFUSE},
-		{"FUSE mount made since at the name", lateName, false, sockets.ErrChanged},
+		{"FUSE mount made since at the name", lateName, false, errOnFUSE},
+		{"the same through a symlink: a mount point", filepath.Join(fuseLink, filepath.Base(lateName)), false, sockets.ErrChanged},
 		{"under a FUSE mount the table shows", filepath.Join(known, "sub", "kc-3.sock"), false, errOnFUSE},
 		{"under a FUSE mount made since", filepath.Join(late, "sub", "kc-3.sock"), false, errOnFUSE},
 		{"under one root may not stat, made since", filepath.Join(latePrivate, "kc-3.sock"), false, errOnFUSE},

@@ -253,6 +253,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	dirs, guard := openAll(cfg, view, rep)
+	defer guard.close()
 	if cfg.KeepDirs {
 		rep.dirs = dirs
 	} else {

@@ -53,16 +53,22 @@ var errSymlink = errors.New("is a symlink, and directories named by a process ar
 
 // open returns an O_PATH descriptor of the directory inner names,
 // relative to base (an O_PATH descriptor of "/" or of a container's root,
-// not closed). Its errors are an errno, the guard's refusal or a symlink
+// left open). Its errors are an errno, the guard's refusal or a symlink
 // refused, each naming the component where the walk stopped.
 func (w walk) open(base int, inner string) (int, error) {
 	type step struct {
 		fd   int
 		path string
 	}
-	stack := []step{{base, ""}}
+	// The base is judged too: a container's root may be a user's FUSE
+	// mount, and the first lookup would be in it.
+	first, err := w.enter(base, "", w.prefix+"/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC)
+	if err != nil {
+		return -1, err
+	}
+	stack := []step{{first, ""}}
 	defer func() {
-		for _, s := range stack[1:] {
+		for _, s := range stack {
 			unix.Close(s.fd)
 		}
 	}()
@@ -150,9 +156,6 @@ func (w walk) open(base int, inner string) (int, error) {
 		stack = append(stack, step{next, at})
 	}
 	top := stack[len(stack)-1]
-	if len(stack) == 1 {
-		return w.enter(base, "", w.prefix+"/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC)
-	}
 	stack = stack[:len(stack)-1] // the caller's now
 	return top.fd, nil
 }

@@ -9,6 +9,9 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/mountinfo"
+	"github.com/kc-watchman/kc-watchman/internal/nosync"
 )
 
 // TestWalk: the component walk resolves as the kernel would where it
@@ -100,6 +103,70 @@ func TestWalk(t *testing.T) {
 			}
 			if want := ino(filepath.Join(root, tt.want)); st.Ino != want {
 				t.Errorf("open(%s) reached inode %d, want %s (%d)", tt.inner, st.Ino, tt.want, want)
+			}
+		})
+	}
+}
+
+// TestWalkJudgesEveryMount: the walk judges the mount of every directory
+// it looks into, the base first (a container's root may be a user's FUSE
+// mount), then each mount it crosses, by the guard's table.
+func TestWalkJudgesEveryMount(t *testing.T) {
+	base := t.TempDir()
+	sub := filepath.Join(base, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", sub, "tmpfs", 0, "size=64k"); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(sub, unix.MNT_DETACH) })
+	if err := os.Mkdir(filepath.Join(sub, "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mountOf := func(p string) uint64 {
+		st, err := nosync.Lstat(unix.AT_FDCWD, p)
+		if err != nil || st.MountID == 0 {
+			t.Skipf("no mount ID for %s (%v): Linux 5.8+", p, err)
+		}
+		return st.MountID
+	}
+	outer, inner := mountOf(base), mountOf(sub)
+	// A table file that never changes: the guard is what the test says.
+	table := filepath.Join(t.TempDir(), "mountinfo")
+	if err := os.WriteFile(table, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	guard := func(ids map[uint64]int) fuseGuard {
+		f, err := mountinfo.Open(table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return fuseGuard{points: map[string]int{}, ids: ids, table: &heldTable{f: f, whole: true}}
+	}
+	for _, tc := range []struct {
+		name string
+		ids  map[uint64]int
+		want error
+	}{
+		{"both root's", map[uint64]int{outer: 0, inner: 0}, nil},
+		{"the base a user's FUSE mount", map[uint64]int{outer: 1000, inner: 0}, errOnFUSE},
+		{"the base not in the table", map[uint64]int{inner: 0}, errNewMount},
+		{"a crossed mount a user's", map[uint64]int{outer: 0, inner: 1000}, errOnFUSE},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bfd, err := unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(bfd)
+			fd, err := walk{g: guard(tc.ids), follow: true}.open(bfd, "/sub/x")
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+			if (tc.want == nil) != (err == nil) || (tc.want != nil && !errors.Is(err, tc.want)) {
+				t.Errorf("open: %v, want %v", err, tc.want)
 			}
 		})
 	}

@@ -77,10 +77,18 @@ func Open(path string) (*Table, error) {
 // Read reads the table from its start, its first max bytes (Max,
 // MaxWhole).
 func (t *Table) Read(max int64) ([]Mount, error) {
+	ms, _, err := t.ReadN(max)
+	return ms, err
+}
+
+// ReadN is Read, and says how many bytes it read.
+func (t *Table) ReadN(max int64) ([]Mount, int64, error) {
 	if _, err := t.f.Seek(0, io.SeekStart); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return parse(t.f, max)
+	lr := &io.LimitedReader{R: t.f, N: max}
+	ms, err := parse(lr, max)
+	return ms, max - lr.N, err
 }
 
 // Changed says whether a mount was added, removed or changed in the
@@ -91,6 +99,9 @@ func (t *Table) Changed() (bool, error) {
 	for {
 		_, err := unix.Poll(fds, 0)
 		if err == nil {
+			if fds[0].Revents&unix.POLLNVAL != 0 {
+				return false, unix.EBADF
+			}
 			return fds[0].Revents&(unix.POLLPRI|unix.POLLERR) != 0, nil
 		}
 		if err != unix.EINTR {

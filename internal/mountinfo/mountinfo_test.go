@@ -92,8 +92,9 @@ func TestTableChanged(t *testing.T) {
 		if _, err := tb.Read(Max); err != nil {
 			t.Fatal(err)
 		}
-		if changed, err := tb.Changed(); err != nil || changed {
-			t.Fatalf("round %d: changed %v (%v) before any mount", i, changed, err)
+		// Whatever else the host mounted meanwhile is taken now.
+		if _, err := tb.Changed(); err != nil {
+			t.Fatal(err)
 		}
 		p := filepath.Join(dir, strconv.Itoa(i))
 		if err := os.Mkdir(p, 0o755); err != nil {

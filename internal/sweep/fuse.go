@@ -3,6 +3,7 @@ package sweep
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 
@@ -54,16 +55,25 @@ type heldTable struct {
 	// user's.
 	userNS bool
 	// whole: read again up to mountinfo.MaxWhole since the first read;
-	// rereads counts those reads, err is the last one's.
-	whole   bool
-	rereads int
-	err     error
+	// err is the last read's error.
+	whole bool
+	err   error
+	// budget is what is left of the bytes the table may be read again.
+	budget int64
+	// idsOnly: the table is the janitor's own namespace's, read for a
+	// target chrooted in it; its mount points are not the target's paths.
+	idsOnly bool
+	// stale says why the table no longer tells what an ID is: the kernel
+	// said it changed and it could not be read again. Poll says a change
+	// once, so this sticks: every later judgment is a refusal.
+	stale error
 }
 
-// maxRereads bounds the reads of one guard's table: a user who makes and
-// unmakes mounts all the time gets his directories refused, not the
-// sweep held reading.
-const maxRereads = 16
+// rereadBudget bounds what one guard reads of its table again: a busy
+// node's mounts come and go, and a few reads of a few KiB each are all a
+// sweep needs; a user who makes and unmakes mounts without end gets the
+// directories judged after it refused, not the sweep held reading.
+const rereadBudget = 64 << 20
 
 // readFUSEGuard reads the mount table of the namespace t's directories
 // are opened in: the janitor's own, or the target container's, whose
@@ -81,9 +91,24 @@ func readFUSEGuard(procRoot string, t Target) fuseGuard {
 		return g
 	}
 	m, merr := userns.ReadMap(filepath.Join(dir, "uid_map"))
-	g.table = &heldTable{f: f, userNS: merr != nil || !m.Initial()}
+	g.table = &heldTable{f: f, userNS: merr != nil || !m.Initial(), budget: rereadBudget}
 	var ms []mountinfo.Mount
 	ms, g.err = f.Read(mountinfo.Max)
+	if len(ms) == 0 && t.Container() && sameMountNS(procRoot, t.InitPID) {
+		// A process chrooted below every mount of our own namespace sees
+		// none: its mounts are ours, judged by our table's IDs. Their
+		// points are not its paths, and are not used.
+		if self, err := mountinfo.Open(filepath.Join(procRoot, "self", "mountinfo")); err == nil {
+			f.Close()
+			g.table.f, g.table.idsOnly = self, true
+			ms, g.err = self.Read(mountinfo.Max)
+		}
+	}
+	if len(ms) == 0 {
+		// Never so: the namespace has its root. Taken as no table, it
+		// would let every mount pass.
+		g.table.stale = fmt.Errorf("the mount table shows no mount (%v)", g.err)
+	}
 	g.add(ms)
 	return g
 }
@@ -92,6 +117,17 @@ func (g fuseGuard) close() {
 	if g.table != nil {
 		g.table.f.Close()
 	}
+}
+
+// sameMountNS says whether process pid is in the janitor's mount
+// namespace.
+func sameMountNS(procRoot string, pid int) bool {
+	theirs, err := os.Readlink(filepath.Join(procRoot, strconv.Itoa(pid), "ns", "mnt"))
+	if err != nil {
+		return false
+	}
+	ours, err := os.Readlink(filepath.Join(procRoot, "self", "ns", "mnt"))
+	return err == nil && theirs == ours
 }
 
 // add puts ms in the guard, in place of what it held.
@@ -106,35 +142,35 @@ func (g fuseGuard) add(ms []mountinfo.Mount) {
 		case g.table != nil && g.table.userNS:
 			uid = -1
 		}
-		if uid != 0 {
+		if uid != 0 && (g.table == nil || !g.table.idsOnly) {
 			g.points[filepath.Clean(m.Point)] = uid
 		}
 		g.ids[m.ID] = uid
 	}
 }
 
-// reread reads the table again, whole up to mountinfo.MaxWhole.
-func (g fuseGuard) reread() error {
+// reread reads the table again, whole up to mountinfo.MaxWhole, or marks
+// it stale.
+func (g fuseGuard) reread() {
 	t := g.table
-	if t.rereads >= maxRereads {
-		return fmt.Errorf("the mount table changed more than %d times during the sweep", maxRereads)
+	if t.budget <= 0 {
+		t.stale = fmt.Errorf("the mount table kept changing: read again %d MiB during this run", rereadBudget>>20)
+		return
 	}
-	t.rereads++
-	ms, err := t.f.Read(mountinfo.MaxWhole)
+	ms, n, err := t.f.ReadN(min(mountinfo.MaxWhole, t.budget))
+	t.budget -= n
 	if len(ms) == 0 {
-		// Never so: the namespace has its root. Taken as no table, it
-		// would let every mount pass.
-		return fmt.Errorf("the mount table read again shows no mount (%v)", err)
+		t.stale = fmt.Errorf("the mount table read again shows no mount (%v)", err)
+		return
 	}
 	g.add(ms)
 	t.whole, t.err = true, err
-	return nil
 }
 
 // mount says why the sweep must not use a directory opened (O_PATH, not
 // yet entered) at p on the mount numbered id: a user's FUSE mount, or one
 // the table does not hold. nil when it may, and where mount IDs are
-// unknown: no table read, or a kernel before 5.8.
+// unknown: no table could be opened, or a kernel before 5.8.
 //
 // The table is read again first if the namespace's mounts changed since
 // it was read: while the caller holds the directory open, its mount's ID
@@ -144,29 +180,34 @@ func (g fuseGuard) reread() error {
 // judged, and a user who made mounts to push his own past the table is
 // refused.
 func (g fuseGuard) mount(p string, id uint64) error {
-	if id == 0 || len(g.ids) == 0 || g.table == nil {
+	if id == 0 || g.table == nil {
 		return nil
 	}
+	t := g.table
 	refused := func(why error) error {
 		return fmt.Errorf("%s: %w (mount %d; %v), not entered", p, errNewMount, id, why)
 	}
-	changed, err := g.table.f.Changed()
-	if err == nil && changed {
-		err = g.reread()
+	if t.stale == nil {
+		switch changed, err := t.f.Changed(); {
+		case err != nil:
+			t.stale = fmt.Errorf("cannot tell whether the mount table changed: %w", err)
+		case changed:
+			g.reread()
+		}
 	}
-	if err != nil {
-		return refused(err)
+	if t.stale != nil {
+		return refused(t.stale)
 	}
 	uid, ok := g.ids[id]
-	if !ok && !g.table.whole {
-		if err := g.reread(); err != nil {
-			return refused(err)
+	if !ok && !t.whole {
+		if g.reread(); t.stale != nil {
+			return refused(t.stale)
 		}
 		uid, ok = g.ids[id]
 	}
 	switch {
-	case !ok && g.table.err != nil:
-		return refused(g.table.err)
+	case !ok && t.err != nil:
+		return refused(t.err)
 	case !ok:
 		return fmt.Errorf("%s: %w (mount %d, not in the table read again), not entered", p, errNewMount, id)
 	case uid != 0:

@@ -314,6 +314,7 @@ func TestMountIDReused(t *testing.T) {
 	if err := unix.Mount("tmpfs", gone, "tmpfs", 0, "size=64k"); err != nil {
 		t.Skipf("cannot mount a tmpfs: %v", err)
 	}
+	t.Cleanup(func() { unix.Unmount(gone, unix.MNT_DETACH) }) // if skipped before the test's own
 	mountID := func(p string) uint64 {
 		st, err := nosync.Lstat(unix.AT_FDCWD, p)
 		if err != nil || st.MountID == 0 {
@@ -340,5 +341,36 @@ func TestMountIDReused(t *testing.T) {
 	})
 	if !errors.Is(err, errOnFUSE) {
 		t.Errorf("open %s (mount %d, a tmpfs's when the table was read): %v, want refused as a FUSE mount", fuse, was, err)
+	}
+}
+
+// TestGuardStaysRefusingOnceStale: once the kernel said the table
+// changed and it could not be read again (here: its reads used up), no
+// mount is judged by the old table any more, though poll(2) says the
+// change only once.
+func TestGuardStaysRefusingOnceStale(t *testing.T) {
+	base := shortTemp(t)
+	root, err := nosync.Lstat(unix.AT_FDCWD, base)
+	if err != nil || root.MountID == 0 {
+		t.Skipf("no mount ID for %s (%v): Linux 5.8+", base, err)
+	}
+	g := readFUSEGuard("/proc", Target{})
+	defer g.close()
+	if err := g.mount(base, root.MountID); err != nil {
+		t.Fatalf("before any change: %v", err)
+	}
+	g.table.budget = 0
+	changed := filepath.Join(base, "changed")
+	if err := os.Mkdir(changed, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", changed, "tmpfs", 0, "size=64k"); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(changed, unix.MNT_DETACH) })
+	for i := range 2 {
+		if err := g.mount(base, root.MountID); !errors.Is(err, errNewMount) {
+			t.Errorf("judgment %d after the change: %v, want refused", i+1, err)
+		}
 	}
 }

@@ -51,6 +51,7 @@ func TestPathPinner(t *testing.T) {
 	private := testutil.MountFUSE(t, fuseDir, "kc-2.sock", "")
 
 	pp := NewPathPinner("/proc")
+	defer pp.Close()
 	self := "/proc/" + strconv.Itoa(os.Getpid()) + "/root"
 	for _, p := range []string{live, self + live} { // the tables are read now
 		pin, err := pp.Pin(p)

@@ -136,9 +136,9 @@ func (w walk) open(base int, inner string) (int, error) {
 				stack = append(stack, step{next, at})
 				continue
 			}
-			target, err := readlinkat(top.fd, c)
+			target, err := w.readlink(top.fd, c, shown)
 			if err != nil {
-				return -1, &fs.PathError{Op: "readlink", Path: shown, Err: err}
+				return -1, err
 			}
 			if strings.HasPrefix(target, "/") {
 				back(1)
@@ -181,6 +181,32 @@ func (w walk) enter(fd int, c, shown string, flags int) (int, error) {
 		return -1, &fs.PathError{Op: "fstat", Path: shown, Err: errnoOf(err)}
 	}
 	return next, nil
+}
+
+// readlink reads the symlink c in the directory open as fd, held while it
+// is judged: what is mounted over c since it was looked at is what the
+// descriptor holds, and a read of it asks no server.
+func (w walk) readlink(fd int, c, shown string) (string, error) {
+	lfd, err := unix.Openat(fd, c, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", &fs.PathError{Op: "open", Path: shown, Err: err}
+	}
+	defer unix.Close(lfd)
+	st, err := nosync.Fstat(lfd)
+	if merr := w.g.mount(shown, st.MountID); merr != nil {
+		return "", merr
+	}
+	if err != nil {
+		return "", &fs.PathError{Op: "fstat", Path: shown, Err: errnoOf(err)}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFLNK {
+		return "", &fs.PathError{Op: "readlink", Path: shown, Err: unix.EAGAIN} // replaced since the lstat
+	}
+	target, err := readlinkat(lfd, "")
+	if err != nil {
+		return "", &fs.PathError{Op: "readlink", Path: shown, Err: err}
+	}
+	return target, nil
 }
 
 // onProcfs says whether the directory open as fd is on a procfs, where

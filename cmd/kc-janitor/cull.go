@@ -61,6 +61,9 @@ func runCull(c *cli.Context) error {
 			}
 			err := isSocket(pp, p)
 			if err == nil {
+				// The audit walks the path again with the same pinner:
+				// the mount tables are read once.
+				src.Pin = func() (sockets.Pinned, error) { return pp.Pin(p) }
 				sources = append(sources, src)
 			}
 			named = append(named, cull.Supervisor{Source: src, Err: err})

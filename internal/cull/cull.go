@@ -55,9 +55,9 @@ func ParseIdle(s string) (int64, error) {
 type Source struct {
 	Socket string // path of its control socket, as reported
 	PID    int    // its PID as named by the socket (0 if unknown)
-	// Pin holds the socket open for dialling through the directory the
-	// sweep that found it opened (sweep's Socket.Pin); nil for a socket
-	// named by path, which is then pinned by its path.
+	// Pin holds the socket open for dialling: through the directory the
+	// sweep that found it opened (sweep's Socket.Pin), or by its path
+	// (sweep.PathPinner); nil: Audit pins Socket by its path.
 	Pin func() (sockets.Pinned, error)
 }
 

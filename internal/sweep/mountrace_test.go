@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
-	"github.com/kc-watchman/kc-watchman/internal/nosync"
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
@@ -133,14 +132,7 @@ func TestDirsMountedAfterTheTableIsRead(t *testing.T) {
 	}
 	mnt := testutil.MountFUSE(t, base, "mnt", "allow_other,default_permissions")
 	private := testutil.MountFUSE(t, base, "private", "")
-	tmpfs := filepath.Join(base, "tmpfs")
-	if err := os.Mkdir(tmpfs, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("tmpfs", tmpfs, "tmpfs", 0, "size=64k"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Unmount(tmpfs, unix.MNT_DETACH) })
+	tmpfs := mountTmpfs(t, base, "tmpfs")
 	toPlain, toMnt := filepath.Join(base, "to-plain"), filepath.Join(base, "to-mnt")
 	if err := os.Symlink("plain", toPlain); err != nil {
 		t.Fatal(err)
@@ -307,29 +299,15 @@ func TestGuardReadsPastTheFirstMiB(t *testing.T) {
 // the ID was: the kernel says the table changed, and it is read again.
 func TestMountIDReused(t *testing.T) {
 	base := shortTemp(t)
-	gone := filepath.Join(base, "gone")
-	if err := os.Mkdir(gone, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("tmpfs", gone, "tmpfs", 0, "size=64k"); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v", err)
-	}
-	t.Cleanup(func() { unix.Unmount(gone, unix.MNT_DETACH) }) // if skipped before the test's own
-	mountID := func(p string) uint64 {
-		st, err := nosync.Lstat(unix.AT_FDCWD, p)
-		if err != nil || st.MountID == 0 {
-			t.Skipf("no mount ID for %s (%v): Linux 5.8+", p, err)
-		}
-		return st.MountID
-	}
-	was := mountID(gone)
+	gone := mountTmpfs(t, base, "gone")
+	was := mountIDOf(t, gone)
 	g := readFUSEGuard("/proc", Target{})
 	defer g.close()
 	if err := unix.Unmount(gone, unix.MNT_DETACH); err != nil {
 		t.Fatal(err)
 	}
 	fuse := testutil.MountFUSE(t, base, "fuse", "allow_other,default_permissions")
-	if id := mountID(fuse); id != was {
+	if id := mountIDOf(t, fuse); id != was {
 		t.Skipf("the FUSE mount got ID %d, not the freed %d: a mount elsewhere took it", id, was)
 	}
 	err := testutil.Within(t, held, "opening the FUSE mount", func() error {
@@ -350,26 +328,16 @@ func TestMountIDReused(t *testing.T) {
 // change only once.
 func TestGuardStaysRefusingOnceStale(t *testing.T) {
 	base := shortTemp(t)
-	root, err := nosync.Lstat(unix.AT_FDCWD, base)
-	if err != nil || root.MountID == 0 {
-		t.Skipf("no mount ID for %s (%v): Linux 5.8+", base, err)
-	}
+	root := mountIDOf(t, base)
 	g := readFUSEGuard("/proc", Target{})
 	defer g.close()
-	if err := g.mount(base, root.MountID); err != nil {
+	if err := g.mount(base, root); err != nil {
 		t.Fatalf("before any change: %v", err)
 	}
 	g.table.budget = 0
-	changed := filepath.Join(base, "changed")
-	if err := os.Mkdir(changed, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("tmpfs", changed, "tmpfs", 0, "size=64k"); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v", err)
-	}
-	t.Cleanup(func() { unix.Unmount(changed, unix.MNT_DETACH) })
+	mountTmpfs(t, base, "changed")
 	for i := range 2 {
-		if err := g.mount(base, root.MountID); !errors.Is(err, errNewMount) {
+		if err := g.mount(base, root); !errors.Is(err, errNewMount) {
 			t.Errorf("judgment %d after the change: %v, want refused", i+1, err)
 		}
 	}

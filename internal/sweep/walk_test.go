@@ -11,7 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/mountinfo"
-	"github.com/kc-watchman/kc-watchman/internal/nosync"
 )
 
 // TestWalk: the component walk resolves as the kernel would where it
@@ -113,25 +112,11 @@ func TestWalk(t *testing.T) {
 // mount), then each mount it crosses, by the guard's table.
 func TestWalkJudgesEveryMount(t *testing.T) {
 	base := t.TempDir()
-	sub := filepath.Join(base, "sub")
-	if err := os.Mkdir(sub, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("tmpfs", sub, "tmpfs", 0, "size=64k"); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v", err)
-	}
-	t.Cleanup(func() { unix.Unmount(sub, unix.MNT_DETACH) })
+	sub := mountTmpfs(t, base, "sub")
 	if err := os.Mkdir(filepath.Join(sub, "x"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	mountOf := func(p string) uint64 {
-		st, err := nosync.Lstat(unix.AT_FDCWD, p)
-		if err != nil || st.MountID == 0 {
-			t.Skipf("no mount ID for %s (%v): Linux 5.8+", p, err)
-		}
-		return st.MountID
-	}
-	outer, inner := mountOf(base), mountOf(sub)
+	outer, inner := mountIDOf(t, base), mountIDOf(t, sub)
 	// A table file that never changes: the guard is what the test says.
 	table := filepath.Join(t.TempDir(), "mountinfo")
 	if err := os.WriteFile(table, nil, 0o644); err != nil {

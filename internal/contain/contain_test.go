@@ -4,12 +4,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/mountinfo"
 )
 
 func newID(t *testing.T) string {
@@ -146,5 +148,38 @@ func TestOpenRefusesSymlinks(t *testing.T) {
 	defer d.Close()
 	if _, err := openDirAt(int(d.Fd()), "link", KindCgroup2); !errors.Is(err, errUnsafe) {
 		t.Errorf("opening a symlink: %v, want errUnsafe", err)
+	}
+}
+
+// TestReadMountsPastTheBound: a host that mounted cgroupfs after a
+// megabyte of other mounts still has its cgroup v2 hierarchy found; the
+// table is read on past mountinfo.Max only for that.
+func TestReadMountsPastTheBound(t *testing.T) {
+	real, err := readMounts("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2 := real.cgroup2()
+	if v2 == "" {
+		t.Skip("no cgroup v2 hierarchy here")
+	}
+	proc := t.TempDir()
+	if err := os.Mkdir(filepath.Join(proc, "self"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for i := 0; b.Len() <= mountinfo.Max; i++ {
+		fmt.Fprintf(&b, "%d 1 0:42 / /home/u/m%d rw - fuse.sshfs src rw,user_id=1000\n", 1000+i, i)
+	}
+	fmt.Fprintf(&b, "999 1 0:26 / %s rw - cgroup2 cgroup2 rw\n", v2)
+	if err := os.WriteFile(filepath.Join(proc, "self", "mountinfo"), []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := readMounts(proc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ms.cgroup2(); got != v2 {
+		t.Errorf("cgroup2 past the first MiB: %q, want %q", got, v2)
 	}
 }

@@ -15,12 +15,14 @@ import (
 
 type mounts []mountinfo.Mount
 
-// readMounts reads <proc>/self/mountinfo, at most mountinfo.Max bytes: a
-// host with a mount storm must not make every hook read megabytes. The
-// cgroup mounts come early; a table past the bound is used as far as it
-// was read.
+// readMounts reads <proc>/self/mountinfo, at most mountinfo.Max bytes
+// where they hold a cgroup mount: a host with a mount storm must not make
+// every hook read megabytes, and the cgroup mounts come early. Past the
+// bound the table is used as far as it was read.
 func readMounts(proc string) (mounts, error) {
-	ms, err := mountinfo.Read(filepath.Join(proc, "self", "mountinfo"))
+	ms, err := mountinfo.ReadFor(filepath.Join(proc, "self", "mountinfo"), func(m mountinfo.Mount) bool {
+		return m.FSType == "cgroup2" || m.FSType == "cgroup"
+	})
 	if errors.Is(err, mountinfo.ErrTruncated) {
 		err = nil
 	}

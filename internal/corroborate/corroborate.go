@@ -275,12 +275,11 @@ func (c *Checker) descendsRead(r *proctable.Reader, st fingerprint.Stat, members
 // host); "" when it is not.
 func cgroup2Mount(root string) string {
 	// Users may add mounts (FUSE); the cgroup mounts come early, and a
-	// table past mountinfo.Max is used as far as it was read.
-	ms, _ := mountinfo.Read(filepath.Join(root, "self", "mountinfo"))
-	for _, m := range ms {
-		if m.FSType == "cgroup2" && m.Root == "/" {
-			return m.Point
-		}
+	// table is read past mountinfo.Max only when they do not.
+	isV2 := func(m mountinfo.Mount) bool { return m.FSType == "cgroup2" && m.Root == "/" }
+	ms, _ := mountinfo.ReadFor(filepath.Join(root, "self", "mountinfo"), isV2)
+	if i := slices.IndexFunc(ms, isV2); i >= 0 {
+		return ms[i].Point
 	}
 	return ""
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -46,6 +47,17 @@ func Read(path string) ([]Mount, error) { return read(path, Max) }
 // ReadWhole is Read up to MaxWhole bytes; past them it returns the mounts
 // read with ErrTruncated, as Read does.
 func ReadWhole(path string) ([]Mount, error) { return read(path, MaxWhole) }
+
+// ReadFor is Read, read on up to MaxWhole bytes if the first Max hold no
+// mount want accepts: the mounts a caller looks for (cgroupfs) come early
+// in the table, and only a host that made them late pays for reading on.
+func ReadFor(path string, want func(Mount) bool) ([]Mount, error) {
+	ms, err := Read(path)
+	if errors.Is(err, ErrTruncated) && !slices.ContainsFunc(ms, want) {
+		ms, err = ReadWhole(path)
+	}
+	return ms, err
+}
 
 func read(path string, max int64) ([]Mount, error) {
 	f, err := os.Open(path)

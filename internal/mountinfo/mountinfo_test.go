@@ -62,6 +62,28 @@ func TestRead(t *testing.T) {
 	if _, err := Read("/proc/self/mountinfo"); err != nil && !errors.Is(err, ErrTruncated) {
 		t.Errorf("this process's table: %v", err)
 	}
+
+	// ReadFor reads on past Max only for what the first Max lacks.
+	late := filepath.Join(dir, "late")
+	if err := os.WriteFile(late, []byte(strings.Repeat(line("/x", "tmpfs", "rw"), Max/40+1)+line("/sys/fs/cgroup", "cgroup2", "rw")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	isCgroup := func(m Mount) bool { return m.FSType == "cgroup2" }
+	for _, tc := range []struct {
+		path string
+		want func(Mount) bool
+		cgv2 bool // the cgroup2 line is among the mounts read
+		err  error
+	}{
+		{late, isCgroup, true, nil},
+		{late, func(m Mount) bool { return m.Point == "/x" }, false, ErrTruncated},
+		{p, isCgroup, true, nil},
+	} {
+		ms, err := ReadFor(tc.path, tc.want)
+		if got := slices.ContainsFunc(ms, isCgroup); got != tc.cgv2 || !errors.Is(err, tc.err) {
+			t.Errorf("ReadFor(%s): cgroup2 read %v, %v; want %v, %v", filepath.Base(tc.path), got, err, tc.cgv2, tc.err)
+		}
+	}
 }
 
 // TestTableChanged: a mount added after the table was opened is reported

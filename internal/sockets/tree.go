@@ -45,7 +45,7 @@ func TreeSockets(procRoot string, uid int, members []int) []TreeSocket {
 	owner := map[uint64]int{}
 	var unseen []int
 	for _, pid := range members {
-		if !sameMountNS(procRoot, pid) {
+		if !SameMountNS(procRoot, pid) {
 			unseen = append(unseen, pid)
 			continue
 		}
@@ -149,9 +149,9 @@ func plausiblePath(path string, owner int) bool {
 	return ok && !n.Hashed() && n.PID == owner
 }
 
-// sameMountNS reports whether pid sees the caller's mount namespace: a path
+// SameMountNS reports whether pid sees the caller's mount namespace: a path
 // a member bound inside a private mount namespace names another file here.
-func sameMountNS(procRoot string, pid int) bool {
+func SameMountNS(procRoot string, pid int) bool {
 	theirs, err1 := os.Readlink(procRoot + "/" + strconv.Itoa(pid) + "/ns/mnt")
 	ours, err2 := os.Readlink("/proc/self/ns/mnt")
 	return err1 == nil && err2 == nil && theirs == ours

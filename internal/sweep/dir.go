@@ -270,23 +270,15 @@ func openDiscovered(t Target, g fuseGuard, inner string, owners []int) (*dir, er
 		return nil, &fs.PathError{Op: "open", Path: shown, Err: fs.ErrNotExist}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", shown, err)
+		return nil, err // it names the component where the walk stopped
 	}
 	defer unix.Close(fd)
 	st, err := nosync.Fstat(fd)
 	if err != nil {
 		return nil, &fs.PathError{Op: "fstat", Path: shown, Err: err}
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		// Only "/" itself gets here: every other component was opened
-		// with O_DIRECTORY.
-		return nil, fmt.Errorf("%s: not a directory", shown)
-	}
 	if uid := int(st.Uid); uid != 0 && !slices.Contains(owners, uid) {
 		return nil, fmt.Errorf("%s: owned by uid %d, neither root nor the uid of a process that named it (%s)", shown, uid, joinInts(owners))
-	}
-	if err := g.mount(shown, st.MountID); err != nil {
-		return nil, err
 	}
 	return enter(fd, inner, shown, st)
 }

@@ -211,7 +211,9 @@ func openAll(cfg Config, view *pidView, rep *Report) ([]*dir, fuseGuard) {
 	}
 	guard := readFUSEGuard(cfg.ProcRoot, cfg.Target)
 	if guard.err != nil {
-		cfg.Logger.Warn("mount table not read whole: a directory on a user's FUSE mount past it could hold the sweep", "err", guard.err)
+		// A mount past what was read has the table read again whole; one
+		// that cannot be judged is refused, and said so.
+		cfg.Logger.Debug("mount table not read whole", "err", guard.err)
 	}
 	dirs, errs := openDirs(cfg.Target, guard, trusted)
 	for _, err := range errs {

@@ -3,11 +3,11 @@ package sweep
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 
 	"github.com/kc-watchman/kc-watchman/internal/mountinfo"
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
 	"github.com/kc-watchman/kc-watchman/internal/userns"
 )
 
@@ -69,10 +69,11 @@ type heldTable struct {
 	stale error
 }
 
-// rereadBudget bounds what one guard reads of its table again: a busy
-// node's mounts come and go, and a few reads of a few KiB each are all a
-// sweep needs; a user who makes and unmakes mounts without end gets the
-// directories judged after it refused, not the sweep held reading.
+// rereadBudget bounds what one guard reads of its table again (the last
+// read may go past it): a busy node's mounts come and go, and a sweep
+// needs a few reads of its table; a user who makes and unmakes mounts
+// without end gets the directories judged after it refused, not the
+// sweep held reading.
 const rereadBudget = 64 << 20
 
 // readFUSEGuard reads the mount table of the namespace t's directories
@@ -84,26 +85,26 @@ func readFUSEGuard(procRoot string, t Target) fuseGuard {
 	if t.Container() {
 		dir = filepath.Join(procRoot, strconv.Itoa(t.InitPID))
 	}
-	g := fuseGuard{points: map[string]int{}, ids: map[uint64]int{}}
-	f, err := mountinfo.Open(filepath.Join(dir, "mountinfo"))
+	g := fuseGuard{points: map[string]int{}, ids: map[uint64]int{}, table: &heldTable{budget: rereadBudget}}
+	m, err := userns.ReadMap(filepath.Join(dir, "uid_map"))
+	g.table.userNS = err != nil || !m.Initial()
+	table := filepath.Join(dir, "mountinfo")
+	if t.Container() && sockets.SameMountNS(procRoot, t.InitPID) {
+		// A process chrooted in our own namespace sees only the mounts
+		// under its root, not the one that holds it: its mounts are ours,
+		// judged by our table's IDs. Their points are not its paths, and
+		// are not used.
+		table, g.table.idsOnly = filepath.Join(procRoot, "self", "mountinfo"), true
+	}
+	f, err := mountinfo.Open(table)
 	if err != nil {
-		g.err = err
+		// Without a table nothing can be judged: every mount is refused.
+		g.err, g.table.stale = err, fmt.Errorf("cannot read the mount table: %w", err)
 		return g
 	}
-	m, merr := userns.ReadMap(filepath.Join(dir, "uid_map"))
-	g.table = &heldTable{f: f, userNS: merr != nil || !m.Initial(), budget: rereadBudget}
+	g.table.f = f
 	var ms []mountinfo.Mount
 	ms, g.err = f.Read(mountinfo.Max)
-	if len(ms) == 0 && t.Container() && sameMountNS(procRoot, t.InitPID) {
-		// A process chrooted below every mount of our own namespace sees
-		// none: its mounts are ours, judged by our table's IDs. Their
-		// points are not its paths, and are not used.
-		if self, err := mountinfo.Open(filepath.Join(procRoot, "self", "mountinfo")); err == nil {
-			f.Close()
-			g.table.f, g.table.idsOnly = self, true
-			ms, g.err = self.Read(mountinfo.Max)
-		}
-	}
 	if len(ms) == 0 {
 		// Never so: the namespace has its root. Taken as no table, it
 		// would let every mount pass.
@@ -114,20 +115,9 @@ func readFUSEGuard(procRoot string, t Target) fuseGuard {
 }
 
 func (g fuseGuard) close() {
-	if g.table != nil {
+	if g.table != nil && g.table.f != nil {
 		g.table.f.Close()
 	}
-}
-
-// sameMountNS says whether process pid is in the janitor's mount
-// namespace.
-func sameMountNS(procRoot string, pid int) bool {
-	theirs, err := os.Readlink(filepath.Join(procRoot, strconv.Itoa(pid), "ns", "mnt"))
-	if err != nil {
-		return false
-	}
-	ours, err := os.Readlink(filepath.Join(procRoot, "self", "ns", "mnt"))
-	return err == nil && theirs == ours
 }
 
 // add puts ms in the guard, in place of what it held.
@@ -136,10 +126,15 @@ func (g fuseGuard) add(ms []mountinfo.Mount) {
 	clear(g.ids)
 	for _, m := range ms {
 		uid, ok := m.FUSEUser()
+		userNS := g.table != nil && g.table.userNS
 		switch {
+		case !ok && userNS && m.FSType == "overlay":
+			// Its layers are whatever the namespace's root chose: his
+			// own FUSE mounts, maybe, reached through it.
+			uid = overlayOfUserNS
 		case !ok:
 			uid = 0
-		case g.table != nil && g.table.userNS:
+		case userNS:
 			uid = -1
 		}
 		if uid != 0 && (g.table == nil || !g.table.idsOnly) {
@@ -157,7 +152,7 @@ func (g fuseGuard) reread() {
 		t.stale = fmt.Errorf("the mount table kept changing: read again %d MiB during this run", rereadBudget>>20)
 		return
 	}
-	ms, n, err := t.f.ReadN(min(mountinfo.MaxWhole, t.budget))
+	ms, n, err := t.f.ReadN(mountinfo.MaxWhole)
 	t.budget -= n
 	if len(ms) == 0 {
 		t.stale = fmt.Errorf("the mount table read again shows no mount (%v)", err)
@@ -175,13 +170,13 @@ func (g fuseGuard) reread() {
 // The table is read again first if the namespace's mounts changed since
 // it was read: while the caller holds the directory open, its mount's ID
 // cannot be freed, so the table then tells what it is. A mount the table
-// does not show has the table read again, once, whole up to 16 MiB: a
+// does not show has the table read again, whole up to 16 MiB: a
 // Kubernetes node's late mounts past a table cut at its first 1 MiB are
 // judged, and a user who made mounts to push his own past the table is
 // refused.
 func (g fuseGuard) mount(p string, id uint64) error {
 	if id == 0 || g.table == nil {
-		return nil
+		return nil // no mount IDs (Linux < 5.8), or no guard (tests)
 	}
 	t := g.table
 	refused := func(why error) error {
@@ -216,9 +211,16 @@ func (g fuseGuard) mount(p string, id uint64) error {
 	return nil
 }
 
+// overlayOfUserNS marks an overlay a user namespace made, in the guard's
+// maps of FUSE owners.
+const overlayOfUserNS = -2
+
 // fuseOwner names whose a user's FUSE mount is.
 func fuseOwner(uid int) string {
-	if uid < 0 {
+	switch {
+	case uid == overlayOfUserNS:
+		return "(an overlay a user namespace made, on layers its user chose)"
+	case uid < 0:
 		return "of a user (its user_id is no host UID)"
 	}
 	return "of uid " + strconv.Itoa(uid)

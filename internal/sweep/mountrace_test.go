@@ -262,6 +262,8 @@ func TestGuardReadsPastTheFirstMiB(t *testing.T) {
 		{"FUSE of root", 0, line(5, "/mnt/x", "fuse.sshfs", "rw,user_id=0"), 5, nil, ""},
 		{"FUSE of a user namespace's root", 0, line(5, "/mnt/x", "fuse.sshfs", "rw,user_id=0"), 5, errOnFUSE, "0 100000 65536\n"},
 		{"another mount in a user namespace", 0, "", 3, nil, "0 100000 65536\n"},
+		{"an overlay of a user namespace", 0, line(5, "/mnt/o", "overlay", "rw,lowerdir=/home/u/fuse"), 5, errOnFUSE, "0 100000 65536\n"},
+		{"an overlay of the host's", 0, line(5, "/mnt/o", "overlay", "rw,lowerdir=/var/lib/x"), 5, nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			proc := t.TempDir()
@@ -340,5 +342,18 @@ func TestGuardStaysRefusingOnceStale(t *testing.T) {
 		if err := g.mount(base, root); !errors.Is(err, errNewMount) {
 			t.Errorf("judgment %d after the change: %v, want refused", i+1, err)
 		}
+	}
+}
+
+// TestGuardWithoutATableRefuses: where the mount table cannot be read, no
+// mount can be judged, and none is taken for root's.
+func TestGuardWithoutATableRefuses(t *testing.T) {
+	g := readFUSEGuard(t.TempDir(), Target{}) // no self/mountinfo there
+	defer g.close()
+	if g.err == nil {
+		t.Fatal("a table was read from an empty procfs")
+	}
+	if err := g.mount("/tmp", 27); !errors.Is(err, errNewMount) {
+		t.Errorf("mount 27: %v, want refused", err)
 	}
 }

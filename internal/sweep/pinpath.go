@@ -3,7 +3,6 @@ package sweep
 import (
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -86,7 +85,7 @@ func (pp *PathPinner) in(path string, f func(dfd int, name string) error) error 
 	// as connect(2) resolves it, and the walk goes there.
 	abs := path
 	if !filepath.IsAbs(path) {
-		wd, err := os.Getwd()
+		wd, err := unix.Getwd() // getcwd(2): no lookup, unlike os.Getwd's stat of $PWD
 		if err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}
@@ -104,9 +103,10 @@ func (pp *PathPinner) in(path string, f func(dfd int, name string) error) error 
 	if name == "" || name == "." || name == ".." {
 		return fmt.Errorf("%s: %w", path, sockets.ErrNotSocket)
 	}
-	// The guard's table is read once per namespace and then only
-	// extended (fuseGuard.mount), which is not safe concurrently; the
-	// walk asks no server, so holding the lock through it is cheap.
+	// The guard's table is read once per namespace, then read again in
+	// place when it changed (fuseGuard.mount), which is not safe
+	// concurrently; the walk asks no server, so holding the lock through
+	// it is cheap.
 	pp.mu.Lock()
 	defer pp.mu.Unlock()
 	g, ok := pp.guards[t.InitPID]

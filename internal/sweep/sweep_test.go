@@ -560,6 +560,9 @@ func TestContainerRootConfinesSymlinks(t *testing.T) {
 	os.Mkdir(filepath.Join(root, "inside"), 0o700)
 	os.Symlink("/inside", filepath.Join(root, "tmp"))
 	os.Symlink("/etc", filepath.Join(root, "escape"))
+	// A mount inside (as a build chroot's /proc): the chroot's own table
+	// shows it, and not the mount that holds the root.
+	mountTmpfs(t, root, "mnt")
 	cmd := exec.Command("/kcserver", "--transport=socket", "--socket-dir=/inside")
 	cmd.Env = []string{"KCFAKE_READY_FILE=/inside/ready"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
@@ -579,7 +582,9 @@ func TestContainerRootConfinesSymlinks(t *testing.T) {
 	}
 
 	tg := Target{InitPID: cmd.Process.Pid}
-	dirs, errs := openDirs(tg, fuseGuard{}, []string{"/tmp", "/escape", "/ins*"})
+	g := readFUSEGuard("/proc", tg)
+	defer g.close()
+	dirs, errs := openDirs(tg, g, []string{"/tmp", "/escape", "/ins*"})
 	defer func() {
 		for _, d := range dirs {
 			d.close()

@@ -48,8 +48,16 @@ type walk struct {
 	prefix string
 }
 
-// errSymlink marks a symlink a walk without follow met.
-var errSymlink = errors.New("is a symlink, and directories named by a process are not followed through symlinks")
+var (
+	// errSymlink marks a symlink a walk without follow met.
+	errSymlink = errors.New("is a symlink, and directories named by a process are not followed through symlinks")
+	// errProcLinkInRoot marks a /proc link met inside a container's
+	// root: it would lead out of it.
+	errProcLinkInRoot = errors.New("a /proc link, not followed inside a container's root")
+	// errReplacedOnTheWay marks a symlink replaced between its look and
+	// its read.
+	errReplacedOnTheWay = errors.New("replaced while the path was walked")
+)
 
 // open returns an O_PATH descriptor of the directory inner names,
 // relative to base (an O_PATH descriptor of "/" or of a container's root,
@@ -62,7 +70,7 @@ func (w walk) open(base int, inner string) (int, error) {
 	}
 	// The base is judged too: a container's root may be a user's FUSE
 	// mount, and the first lookup would be in it.
-	first, err := w.enter(base, "", w.prefix+"/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC)
+	first, err := w.openJudged(base, "", w.prefix+"/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC)
 	if err != nil {
 		return -1, err
 	}
@@ -127,9 +135,12 @@ func (w walk) open(base int, inner string) (int, error) {
 				// nothing up on the way, and the mount is judged on
 				// arrival.
 				if w.inRoot {
-					return -1, &fs.PathError{Op: "open", Path: shown, Err: unix.ELOOP}
+					return -1, fmt.Errorf("%s: %w", shown, errProcLinkInRoot)
 				}
-				next, err := w.enter(top.fd, c, shown, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC)
+				if len(stack) > maxDepth {
+					return -1, &fs.PathError{Op: "open", Path: shown, Err: unix.ENAMETOOLONG}
+				}
+				next, err := w.openJudged(top.fd, c, shown, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC)
 				if err != nil {
 					return -1, err
 				}
@@ -149,7 +160,7 @@ func (w walk) open(base int, inner string) (int, error) {
 		if len(stack) > maxDepth {
 			return -1, &fs.PathError{Op: "open", Path: shown, Err: unix.ENAMETOOLONG}
 		}
-		next, err := w.enter(top.fd, c, shown, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC)
+		next, err := w.openJudged(top.fd, c, shown, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC)
 		if err != nil {
 			return -1, err
 		}
@@ -160,10 +171,10 @@ func (w walk) open(base int, inner string) (int, error) {
 	return top.fd, nil
 }
 
-// enter opens c in the directory open as fd ("": that directory again)
-// and judges what was opened by its mount: a mount put over c since it
-// was looked at is what the descriptor holds.
-func (w walk) enter(fd int, c, shown string, flags int) (int, error) {
+// openJudged opens c in the directory open as fd ("": that directory
+// again) and judges what was opened by its mount: a mount put over c
+// since it was looked at is what the descriptor holds.
+func (w walk) openJudged(fd int, c, shown string, flags int) (int, error) {
 	if c == "" {
 		c, flags = ".", flags&^unix.O_NOFOLLOW
 	}
@@ -200,7 +211,7 @@ func (w walk) readlink(fd int, c, shown string) (string, error) {
 		return "", &fs.PathError{Op: "fstat", Path: shown, Err: errnoOf(err)}
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFLNK {
-		return "", &fs.PathError{Op: "readlink", Path: shown, Err: unix.EAGAIN} // replaced since the lstat
+		return "", fmt.Errorf("%s: %w", shown, errReplacedOnTheWay)
 	}
 	target, err := readlinkat(lfd, "")
 	if err != nil {

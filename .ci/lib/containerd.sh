@@ -24,7 +24,7 @@ start_containerd() {
 	}
 	CONTAINERD_DIR=$(mktemp -d /tmp/kc-containerd.XXXXXX)
 	local d=$CONTAINERD_DIR
-	mkdir -p "$d/root" "$d/state"
+	mkdir -p "$d/root" "$d/state" "$d/tmp"
 	cat >"$d/config.toml" <<CONF
 # Written by .ci/lib/containerd.sh for the tests only.
 version = 2
@@ -42,7 +42,8 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 [debug]
   address = ""
 CONF
-	containerd --config "$d/config.toml" >"$d/containerd.log" 2>&1 </dev/null &
+	# TMPDIR: a stack dump (containerd.<pid>.stacks.log) stays in our dir.
+	TMPDIR="$d/tmp" containerd --config "$d/config.toml" >"$d/containerd.log" 2>&1 </dev/null &
 	CONTAINERD_PID=$!
 	local i
 	for i in $(seq 150); do

@@ -27,8 +27,11 @@ start_dockerd() {
 	# The short /tmp path keeps the socket path under the 108-byte limit.
 	DOCKERD_DIR=$(mktemp -d /tmp/kc-dockerd.XXXXXX)
 	local d=$DOCKERD_DIR
-	mkdir -p "$d/data" "$d/exec" "$d/rootfs/bin" "$d/rootfs/tmp"
-	dockerd --data-root "$d/data" --exec-root "$d/exec" -H "unix://$d/docker.sock" \
+	mkdir -p "$d/data" "$d/exec" "$d/rootfs/bin" "$d/rootfs/tmp" "$d/tmp"
+	# TMPDIR: the containerd dockerd starts writes a stack dump into the
+	# temp dir as it comes up (containerd.<pid>.stacks.log); kept in ours,
+	# it goes with it.
+	TMPDIR="$d/tmp" dockerd --data-root "$d/data" --exec-root "$d/exec" -H "unix://$d/docker.sock" \
 		--pidfile "$d/docker.pid" --iptables=false --ip-forward=false --bridge=none \
 		--ip-masq=false --userland-proxy=false --storage-driver=vfs --log-level=warn \
 		>"$d/dockerd.log" 2>&1 </dev/null &

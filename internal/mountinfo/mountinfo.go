@@ -31,6 +31,9 @@ var ErrTruncated = errors.New("the rest was not read")
 type Mount struct {
 	// ID is the mount's ID, as statx(2)'s STATX_MNT_ID reports it.
 	ID uint64
+	// Dev is its file system's device, "major:minor": the same in every
+	// namespace a mount of that file system is seen in.
+	Dev string
 	// Root is the mount's root within its file system, Point where it is
 	// mounted (octal escapes undone), both as the reading process sees
 	// them.
@@ -140,7 +143,7 @@ func parse(r io.Reader, max int64) ([]Mount, error) {
 		if err != nil {
 			continue
 		}
-		out = append(out, Mount{ID: id, Root: a[3], Point: unescape(a[4]), FSType: b[0], Super: b[2]})
+		out = append(out, Mount{ID: id, Dev: a[2], Root: a[3], Point: unescape(a[4]), FSType: b[0], Super: b[2]})
 	}
 	if err := sc.Err(); err != nil {
 		return out, err

@@ -60,6 +60,11 @@ type heldTable struct {
 	err   error
 	// budget is what is left of the bytes the table may be read again.
 	budget int64
+	// rootDevs are the devices of the file systems our own table shows
+	// as root's (no user's FUSE), for a target in a user namespace: a
+	// mount made inside one never shows in ours, so a device seen here
+	// is root's doing, whatever its user_id there says.
+	rootDevs map[string]bool
 	// idsOnly: the table is the janitor's own namespace's, read for a
 	// target chrooted in it; its mount points are not the target's paths.
 	idsOnly bool
@@ -88,6 +93,9 @@ func readFUSEGuard(procRoot string, t Target) fuseGuard {
 	g := fuseGuard{points: map[string]int{}, ids: map[uint64]int{}, table: &heldTable{budget: rereadBudget}}
 	m, err := userns.ReadMap(filepath.Join(dir, "uid_map"))
 	g.table.userNS = err != nil || !m.Initial()
+	if g.table.userNS && t.Container() {
+		g.table.rootDevs = rootDevs(procRoot)
+	}
 	table := filepath.Join(dir, "mountinfo")
 	if t.Container() && sockets.SameMountNS(procRoot, t.InitPID) {
 		// A process chrooted in our own namespace sees only the mounts
@@ -114,6 +122,23 @@ func readFUSEGuard(procRoot string, t Target) fuseGuard {
 	return g
 }
 
+// rootDevs reads our own table for the devices of root's file systems;
+// none where we are in a user namespace ourselves, or cannot tell.
+func rootDevs(procRoot string) map[string]bool {
+	self := filepath.Join(procRoot, "self")
+	if m, err := userns.ReadMap(filepath.Join(self, "uid_map")); err != nil || !m.Initial() {
+		return nil
+	}
+	ms, _ := mountinfo.Read(filepath.Join(self, "mountinfo"))
+	devs := map[string]bool{}
+	for _, m := range ms {
+		if uid, fuse := m.FUSEUser(); !fuse || uid == 0 {
+			devs[m.Dev] = true
+		}
+	}
+	return devs
+}
+
 func (g fuseGuard) close() {
 	if g.table != nil && g.table.f != nil {
 		g.table.f.Close()
@@ -128,6 +153,10 @@ func (g fuseGuard) add(ms []mountinfo.Mount) {
 		uid, ok := m.FUSEUser()
 		userNS := g.table != nil && g.table.userNS
 		switch {
+		case userNS && g.table.rootDevs[m.Dev]:
+			// Root's own file system, seen in it too (a userns-remap
+			// container's overlay root, lxcfs): as our table says.
+			uid = 0
 		case !ok && userNS && m.FSType == "overlay":
 			// Its layers are whatever the namespace's root chose: his
 			// own FUSE mounts, maybe, reached through it.

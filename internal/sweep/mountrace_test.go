@@ -357,3 +357,53 @@ func TestGuardWithoutATableRefuses(t *testing.T) {
 		t.Errorf("mount 27: %v, want refused", err)
 	}
 }
+
+// TestGuardTrustsRootsFileSystemsInAUserNamespace: in a target in a user
+// namespace, an overlay or a FUSE mount counts as the user's unless our
+// own table shows its file system as root's (a userns-remap container's
+// overlay root, lxcfs): a mount made inside the namespace never shows in
+// ours.
+func TestGuardTrustsRootsFileSystemsInAUserNamespace(t *testing.T) {
+	proc := t.TempDir()
+	write := func(rel, data string) {
+		p := filepath.Join(proc, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	line := func(id int, dev, point, fstype, super string) string {
+		return fmt.Sprintf("%d 1 %s / %s rw - %s src %s\n", id, dev, point, fstype, super)
+	}
+	write("self/uid_map", "0 0 4294967295\n")
+	write("self/mountinfo", line(1, "8:1", "/", "ext4", "rw")+
+		line(2, "0:50", "/var/lib/docker/overlay2/x/merged", "overlay", "rw,lowerdir=/var/lib/docker/l")+
+		line(3, "0:60", "/var/lib/lxcfs", "fuse.lxcfs", "rw,user_id=0")+
+		line(4, "0:70", "/home/u/fuse", "fuse.sshfs", "rw,user_id=1000"))
+	write("7/uid_map", "0 100000 65536\n")
+	write("7/mountinfo", line(10, "0:50", "/", "overlay", "rw,lowerdir=/var/lib/docker/l")+
+		line(11, "0:51", "/mnt/own", "overlay", "rw,lowerdir=/home/u/fuse")+
+		line(12, "0:60", "/proc/cpuinfo", "fuse.lxcfs", "rw,user_id=0")+
+		line(13, "0:70", "/mnt/sshfs", "fuse.sshfs", "rw,user_id=1000")+
+		line(14, "0:80", "/mnt/in", "fuse.own", "rw,user_id=0"))
+	g := readFUSEGuard(proc, Target{InitPID: 7})
+	defer g.close()
+	for _, tc := range []struct {
+		name string
+		id   uint64
+		want error
+	}{
+		{"root's overlay, bind-mounted in", 10, nil},
+		{"an overlay the namespace made", 11, errOnFUSE},
+		{"root's FUSE (lxcfs)", 12, nil},
+		{"a user's FUSE from the host", 13, errOnFUSE},
+		{"a FUSE mount the namespace made", 14, errOnFUSE},
+	} {
+		err := g.mount("/x", tc.id)
+		if (tc.want == nil) != (err == nil) || (tc.want != nil && !errors.Is(err, tc.want)) {
+			t.Errorf("%s (mount %d): %v, want %v", tc.name, tc.id, err, tc.want)
+		}
+	}
+}

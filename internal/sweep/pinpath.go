@@ -82,7 +82,9 @@ func (pp *PathPinner) Lstat(path string) (nosync.Stat, error) {
 // component.
 func (pp *PathPinner) in(path string, f func(dfd int, name string) error) error {
 	// Not cleaned: ".." after a symlink is the parent of where it led,
-	// as connect(2) resolves it, and the walk goes there.
+	// as connect(2) resolves it, and the walk goes there (after a /proc
+	// link, back to where the link is: the walk does not leave the way it
+	// came).
 	abs := path
 	if !filepath.IsAbs(path) {
 		wd, err := unix.Getwd() // getcwd(2): no lookup, unlike os.Getwd's stat of $PWD

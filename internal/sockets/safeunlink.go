@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/nosync"
+	"github.com/kc-watchman/kc-watchman/internal/pathwalk"
 )
 
 var (
@@ -38,35 +39,28 @@ type File struct {
 }
 
 // Examine lstats path (never following a final symlink) and returns its
-// identity if it is a Unix socket.
+// identity if it is a Unix socket. path is one a process bound: see
+// within for how it is reached.
 func Examine(path string) (File, error) {
-	dfd, name, err := openParent(path)
-	if err != nil {
-		return File{}, err
-	}
-	defer unix.Close(dfd)
-	st, err := lstatAt(dfd, name)
-	if err != nil {
-		return File{}, fmt.Errorf("%s: %w", path, err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
-		return File{}, fmt.Errorf("%s (mode %#o): %w", path, st.Mode&unix.S_IFMT, ErrNotSocket)
-	}
-	return File{Dev: st.Dev, Ino: st.Ino, UID: int(st.Uid), CtimeSec: st.Ctim.Sec, CtimeNsec: st.Ctim.Nsec}, nil
+	var f File
+	err := within(path, func(dfd int, name string) error {
+		st, err := lstatAt(dfd, name)
+		if err != nil {
+			return err
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+			return fmt.Errorf("mode %#o: %w", st.Mode&unix.S_IFMT, ErrNotSocket)
+		}
+		f = File{Dev: st.Dev, Ino: st.Ino, UID: int(st.Uid), CtimeSec: st.Ctim.Sec, CtimeNsec: st.Ctim.Nsec}
+		return nil
+	})
+	return f, err
 }
 
 // Unlink removes path only if it is still the socket described by want.
 // See unlinkAt.
 func Unlink(path string, want File) error {
-	dfd, name, err := openParent(path)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(dfd)
-	if err := unlinkAt(dfd, name, want); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
+	return within(path, func(dfd int, name string) error { return unlinkAt(dfd, name, want) })
 }
 
 // unlinkAt removes name from the directory open as dirfd, but only if,
@@ -117,25 +111,39 @@ func lstatAt(dirfd int, name string) (unix.Stat_t, error) {
 	return st.Stat_t, err
 }
 
-// openParent opens path's directory as an O_PATH descriptor without
-// following a symlink in any component (openat2 RESOLVE_NO_SYMLINKS; on
-// kernels before 5.6, only the last component is checked), and returns the
-// file name within it. A path through a symlink is refused, not resolved:
-// whoever can change a symlink on the way could otherwise redirect the
-// unlink between the examination and the act.
-func openParent(path string) (int, string, error) {
-	// Dir, not Split: a trailing slash would make open follow a symlinked
-	// last directory component despite O_NOFOLLOW.
+// within calls f with the directory of path, an absolute path a process
+// bound a socket to, open O_PATH, and the last component; f's error is
+// returned with path put before it. The directory is walked to a
+// component at a time (pathwalk), judged by the mount table of the
+// caller's namespace: no symlink is followed anywhere on the way, as
+// whoever can change one could redirect an unlink between the
+// examination and the act; and no user's FUSE mount is entered, as a
+// lookup in one waits on his server, for ever if it never answers, and a
+// container's stop waits on the hook.
+func within(path string, f func(dfd int, name string) error) error {
+	// Dir, not Split: a trailing slash would name the last directory
+	// as the file.
 	dir, name := filepath.Dir(path), filepath.Base(path)
-	fd, err := unix.Openat2(unix.AT_FDCWD, dir, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
-	if errors.Is(err, unix.ENOSYS) {
-		fd, err = unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if !filepath.IsAbs(path) {
+		return fmt.Errorf("%q: not an absolute path", path)
 	}
+	g := pathwalk.ReadGuard("/proc", 0)
+	defer g.Close()
+	if err := g.Refuse(dir); err != nil {
+		return err
+	}
+	root, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return -1, "", &fs.PathError{Op: "open", Path: dir, Err: err}
+		return &fs.PathError{Op: "open", Path: "/", Err: err}
 	}
-	return fd, name, nil
+	defer unix.Close(root)
+	dfd, err := pathwalk.Walk{Guard: g}.Open(root, dir)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	if err := f(dfd, name); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/pathwalk"
 )
 
 // TreeSocket is a kc-*.sock a supervisor tree's member listened on,
@@ -45,7 +47,7 @@ func TreeSockets(procRoot string, uid int, members []int) []TreeSocket {
 	owner := map[uint64]int{}
 	var unseen []int
 	for _, pid := range members {
-		if !SameMountNS(procRoot, pid) {
+		if !pathwalk.SameMountNS(procRoot, pid) {
 			unseen = append(unseen, pid)
 			continue
 		}
@@ -149,14 +151,6 @@ func plausiblePath(path string, owner int) bool {
 	return ok && !n.Hashed() && n.PID == owner
 }
 
-// SameMountNS reports whether pid sees the caller's mount namespace: a path
-// a member bound inside a private mount namespace names another file here.
-func SameMountNS(procRoot string, pid int) bool {
-	theirs, err1 := os.Readlink(procRoot + "/" + strconv.Itoa(pid) + "/ns/mnt")
-	ours, err2 := os.Readlink("/proc/self/ns/mnt")
-	return err1 == nil && err2 == nil && theirs == ours
-}
-
 // ErrStillListening is returned by RemoveTreeSocket when something accepts
 // connections on the socket: it is not dead, whoever holds it.
 var ErrStillListening = errors.New("something still listens on it")
@@ -164,32 +158,42 @@ var ErrStillListening = errors.New("something still listens on it")
 // RemoveTreeSocket unlinks s once its tree is dead: only if nothing
 // listens on it any more (connect is refused) and it is still the examined
 // socket. A socket already gone (its server unlinked it on the way out) is
-// what was wanted: no error, nothing to warn about.
+// what was wanted: no error, nothing to warn about. Its directory is
+// reached as Examine reaches it, and the socket dialled through a
+// descriptor (PinAt), so that neither the walk nor the connect waits on a
+// user's FUSE server.
 func RemoveTreeSocket(s TreeSocket) error {
-	err := refused(s.Path)
-	if err == nil {
-		err = Unlink(s.Path, s.File)
-	}
+	err := within(s.Path, func(dfd int, name string) error {
+		if err := refused(dfd, name); err != nil {
+			return err
+		}
+		return unlinkAt(dfd, name, s.File)
+	})
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, ErrGone) {
 		return nil
 	}
 	return err
 }
 
-// refused connects to path and expects ECONNREFUSED, the answer of a
-// socket file whose listener is gone.
-func refused(path string) error {
+// refused connects to name in the directory open as dirfd and expects
+// ECONNREFUSED, the answer of a socket file whose listener is gone.
+func refused(dirfd int, name string) error {
+	p, err := PinAt(dirfd, name)
+	if err != nil {
+		return err
+	}
+	defer p.Release()
 	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
 	if err != nil {
-		return fmt.Errorf("probing %s: %w", path, err)
+		return fmt.Errorf("probing: %w", err)
 	}
 	defer unix.Close(fd)
-	err = unix.Connect(fd, &unix.SockaddrUnix{Name: path})
+	err = unix.Connect(fd, &unix.SockaddrUnix{Name: p.Path})
 	switch {
 	case errors.Is(err, unix.ECONNREFUSED):
 		return nil
 	case err == nil, errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EINPROGRESS):
-		return fmt.Errorf("%s: %w", path, ErrStillListening)
+		return ErrStillListening
 	}
-	return fmt.Errorf("probing %s: %w", path, err)
+	return fmt.Errorf("probing: %w", err)
 }

@@ -8,8 +8,11 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/pathwalk"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 // listen binds a listening socket at path for the test's duration.
@@ -198,5 +201,51 @@ func TestBoundSocketsRefusesWhatItCannotVouchFor(t *testing.T) {
 	}
 	if s := boundSockets([]int{me.PID + 1}, me.UID, map[string]bool{}); len(s) != 0 {
 		t.Errorf("boundSockets for another PID = %+v", s)
+	}
+}
+
+// TestTreeSocketOnAUsersFUSEMount: a member may bind its socket inside a
+// FUSE mount of its user's, or the user may mount one over a directory on
+// the socket's path once it was examined. allow_other lets root's lookups
+// reach the server and default_permissions makes even a permission check
+// ask it, so any lookup there would wait for ever: the hook's poststop and
+// the reap must refuse the path instead, within bounds.
+func TestTreeSocketOnAUsersFUSEMount(t *testing.T) {
+	const opts = "allow_other,default_permissions"
+	const held = 20 * time.Second
+	dir := t.TempDir()
+	fuse := testutil.MountFUSE(t, dir, "fuse", opts)
+	later := filepath.Join(dir, "later")
+	if err := os.Mkdir(later, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(later, "kc-1.sock")
+	bound(t, p)
+	examined, err := Examine(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.MountFUSE(t, dir, "later", opts)
+	for _, tc := range []struct {
+		name string
+		s    TreeSocket
+	}{
+		{"in the mount", TreeSocket{Path: filepath.Join(fuse, "kc-1.sock")}},
+		{"under it", TreeSocket{Path: filepath.Join(fuse, "sub", "kc-1.sock")}},
+		{"mounted over its directory since it was examined", TreeSocket{Path: p, File: examined}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := testutil.Within(t, held, "Examine", func() error {
+				_, err := Examine(tc.s.Path)
+				return err
+			})
+			if !errors.Is(err, pathwalk.ErrOnFUSE) {
+				t.Errorf("Examine = %v, want refused as a user's FUSE mount", err)
+			}
+			err = testutil.Within(t, held, "RemoveTreeSocket", func() error { return RemoveTreeSocket(tc.s) })
+			if !errors.Is(err, pathwalk.ErrOnFUSE) {
+				t.Errorf("RemoveTreeSocket = %v, want refused as a user's FUSE mount", err)
+			}
+		})
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kc-watchman/kc-watchman/internal/pathwalk"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
@@ -177,7 +178,7 @@ func TestFUSEMountsAreNotEntered(t *testing.T) {
 	}
 	var refused []string
 	for _, e := range rep.DirErrors {
-		if errors.Is(e, errOnFUSE) {
+		if errors.Is(e, pathwalk.ErrOnFUSE) {
 			refused = append(refused, e.Error())
 		}
 	}

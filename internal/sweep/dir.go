@@ -18,12 +18,16 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/nosync"
+	"github.com/kc-watchman/kc-watchman/internal/pathwalk"
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
 )
 
 // DefaultDirs are the socket directories swept when none are given:
 // Kallichore's fallbacks ($XDG_RUNTIME_DIR, else the temp dir).
 var DefaultDirs = []string{"/tmp", "/run/user/*"}
+
+// errMountPoint marks an entry with something mounted over it.
+var errMountPoint = errors.New("a mount point")
 
 // Target is where socket directories are looked up.
 type Target struct {
@@ -80,7 +84,7 @@ func (d *dir) close() {
 // wildcards (filepath.Match syntax) in its last component; a pattern
 // without them names one directory, and failing to open it is an error.
 // Directories reached twice are opened once.
-func openDirs(t Target, g fuseGuard, patterns []string) ([]*dir, []error) {
+func openDirs(t Target, g pathwalk.Guard, patterns []string) ([]*dir, []error) {
 	var (
 		out  []*dir
 		errs []error
@@ -120,7 +124,7 @@ func openDirs(t Target, g fuseGuard, patterns []string) ([]*dir, []error) {
 			errs = append(errs, fmt.Errorf("socket directory %q: wildcards are only allowed in the last component", pat))
 			continue
 		}
-		if err := g.refuse(pat); err != nil && !hasMeta(last) {
+		if err := g.Refuse(pat); err != nil && !hasMeta(last) {
 			errs = append(errs, err)
 			continue
 		}
@@ -128,7 +132,7 @@ func openDirs(t Target, g fuseGuard, patterns []string) ([]*dir, []error) {
 			add(openDir(root, g, pat, false))
 			continue
 		}
-		if err := g.refuse(parent); err != nil {
+		if err := g.Refuse(parent); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -144,7 +148,7 @@ func openDirs(t Target, g fuseGuard, patterns []string) ([]*dir, []error) {
 		}
 		sort.Strings(names)
 		for _, n := range names {
-			if err := g.refuse(filepath.Join(parent, n)); err != nil {
+			if err := g.Refuse(filepath.Join(parent, n)); err != nil {
 				errs = append(errs, globMatch{err})
 				continue
 			}
@@ -156,7 +160,7 @@ func openDirs(t Target, g fuseGuard, patterns []string) ([]*dir, []error) {
 			if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
 				continue
 			}
-			if errors.Is(err, errOnFUSE) || errors.Is(err, errNewMount) {
+			if errors.Is(err, pathwalk.ErrOnFUSE) || errors.Is(err, pathwalk.ErrNewMount) {
 				err = globMatch{err}
 			}
 			add(d, err)
@@ -195,8 +199,8 @@ func hasMeta(s string) bool { return strings.ContainsAny(s, `*?[\`) }
 // symlinks but, with noFollow, a symlink as its last component (ENOTDIR,
 // as O_PATH opens it). Its components are opened one at a time and each
 // entered only once g accepts its mount (walk).
-func openDir(root *os.File, g fuseGuard, inner string, noFollow bool) (*dir, error) {
-	w := walk{g: g, follow: true, followLast: !noFollow}
+func openDir(root *os.File, g pathwalk.Guard, inner string, noFollow bool) (*dir, error) {
+	w := pathwalk.Walk{Guard: g, Follow: true, FollowLast: !noFollow}
 	base, shown := -1, inner
 	if root == nil {
 		fd, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -206,10 +210,10 @@ func openDir(root *os.File, g fuseGuard, inner string, noFollow bool) (*dir, err
 		defer unix.Close(fd)
 		base = fd
 	} else {
-		base, w.inRoot, w.prefix = int(root.Fd()), true, root.Name()
+		base, w.InRoot, w.Prefix = int(root.Fd()), true, root.Name()
 		shown = root.Name() + inner
 	}
-	fd, err := w.open(base, inner)
+	fd, err := w.Open(base, inner)
 	if pe := (*fs.PathError)(nil); errors.As(err, &pe) && pe.Path != shown {
 		err = fmt.Errorf("%s: %w", shown, err) // stopped on the way, or through a symlink
 	}
@@ -247,8 +251,8 @@ func enter(pathFD int, inner, shown string, st nosync.Stat) (*dir, error) {
 // is what is swept. A component on a user's FUSE mount, or on one mounted
 // since g's table was read, is refused before anything in it is looked
 // up.
-func openDiscovered(t Target, g fuseGuard, inner string, owners []int) (*dir, error) {
-	if err := g.refuse(inner); err != nil {
+func openDiscovered(t Target, g pathwalk.Guard, inner string, owners []int) (*dir, error) {
+	if err := g.Refuse(inner); err != nil {
 		return nil, err
 	}
 	base, shown := "/", inner
@@ -260,11 +264,11 @@ func openDiscovered(t Target, g fuseGuard, inner string, owners []int) (*dir, er
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: base, Err: err}
 	}
-	w := walk{g: g}
+	w := pathwalk.Walk{Guard: g}
 	if t.Container() {
-		w.inRoot, w.prefix = true, base
+		w.InRoot, w.Prefix = true, base
 	}
-	fd, err := w.open(bfd, inner)
+	fd, err := w.Open(bfd, inner)
 	unix.Close(bfd)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, &fs.PathError{Op: "open", Path: shown, Err: fs.ErrNotExist}
@@ -293,7 +297,7 @@ func joinInts(v []int) string {
 
 // listNames lists the names in a directory inside the target (or on the
 // host) that keep accepts.
-func listNames(root *os.File, g fuseGuard, inner string, keep func(string) bool) ([]string, error) {
+func listNames(root *os.File, g pathwalk.Guard, inner string, keep func(string) bool) ([]string, error) {
 	d, err := openDir(root, g, inner, false)
 	if err != nil {
 		return nil, err
@@ -457,7 +461,7 @@ type entry struct {
 // Entries that vanish meanwhile are skipped; one that cannot be lstat'ed
 // is returned with its error, and the others are still read. An error
 // listing d is returned with the entries listed before it.
-func (d *dir) scan(g fuseGuard) ([]*entry, error) {
+func (d *dir) scan(g pathwalk.Guard) ([]*entry, error) {
 	// Reading advances the descriptor's offset; rewind so a directory
 	// can be scanned again (and so the fd is left as found).
 	if _, err := d.f.Seek(0, 0); err != nil {
@@ -467,7 +471,7 @@ func (d *dir) scan(g fuseGuard) ([]*entry, error) {
 		_, ok := sockets.ParseName(n)
 		return ok
 	}, unix.DT_SOCK, limits{maxNames, maxOthers, maxEntries}, func(n string) int {
-		if g.mountPoint(filepath.Join(d.inner, n)) != nil {
+		if g.MountPoint(filepath.Join(d.inner, n)) != nil {
 			return -1
 		}
 		st, err := nosync.Lstat(d.fd, n)
@@ -490,7 +494,7 @@ func (d *dir) scan(g fuseGuard) ([]*entry, error) {
 		}
 		// Not even lstat'ed: a user's FUSE mount point would ask its
 		// server.
-		e, err := (*entry)(nil), g.mountPoint(filepath.Join(d.inner, n))
+		e, err := (*entry)(nil), g.MountPoint(filepath.Join(d.inner, n))
 		if err == nil {
 			e, err = d.lstat(n)
 		}
@@ -508,7 +512,7 @@ func (d *dir) scan(g fuseGuard) ([]*entry, error) {
 
 // lstat stats name without waiting on a file system's server, and
 // refuses a mount point: a mount put over the name after the mount table
-// was read (see fuseGuard) is still not entered.
+// was read (see pathwalk.Guard) is still not entered.
 func (d *dir) lstat(name string) (*entry, error) {
 	st, err := nosync.Lstat(d.fd, name)
 	if !st.OnMount(d.mount) {

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/pathwalk"
 )
 
 // Dir is one socket directory (or pattern) a sweep looked in, as a path
@@ -195,7 +196,7 @@ func mergeDirs(given []string, givenSource string, found []Dir) []Dir {
 // openDiscovered's rules is refused, with a warning: a process anyone can
 // start must not be able to fail the sweep. The guard it returns keeps
 // the listing out of users' FUSE mounts too.
-func openAll(cfg Config, view *pidView, rep *Report) ([]*dir, fuseGuard) {
+func openAll(cfg Config, view *pidView, rep *Report) ([]*dir, pathwalk.Guard) {
 	given, source := cfg.Dirs, "--socket-dir"
 	var found []Dir
 	if len(cfg.Dirs) == 0 {
@@ -209,11 +210,11 @@ func openAll(cfg Config, view *pidView, rep *Report) ([]*dir, fuseGuard) {
 			trusted = append(trusted, d.Path)
 		}
 	}
-	guard := readFUSEGuard(cfg.ProcRoot, cfg.Target)
-	if guard.err != nil {
+	guard := pathwalk.ReadGuard(cfg.ProcRoot, cfg.Target.InitPID)
+	if guard.Err() != nil {
 		// A mount past what was read has the table read again whole; one
 		// that cannot be judged is refused, and said so.
-		cfg.Logger.Debug("mount table not read whole", "err", guard.err)
+		cfg.Logger.Debug("mount table not read whole", "err", guard.Err())
 	}
 	dirs, errs := openDirs(cfg.Target, guard, trusted)
 	for _, err := range errs {
@@ -221,7 +222,7 @@ func openAll(cfg Config, view *pidView, rep *Report) ([]*dir, fuseGuard) {
 			continue
 		}
 		var match globMatch
-		if (len(cfg.Dirs) == 0 || errors.As(err, &match)) && (errors.Is(err, errOnFUSE) || errors.Is(err, errNewMount)) {
+		if (len(cfg.Dirs) == 0 || errors.As(err, &match)) && (errors.Is(err, pathwalk.ErrOnFUSE) || errors.Is(err, pathwalk.ErrNewMount)) {
 			// A user can mount over his own /run/user/<uid>: that must
 			// not fail every sweep, default or --socket-dir '/run/user/*'.
 			cfg.Logger.Warn("socket directory not swept", "why", err)

@@ -11,10 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
-	"github.com/kc-watchman/kc-watchman/internal/nosync"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
@@ -119,30 +116,3 @@ func sweep(t testing.TB, cfg Config) map[string]*Socket {
 }
 
 func killPID(pid int) { syscall.Kill(pid, syscall.SIGKILL) }
-
-// mountTmpfs mounts a small tmpfs on a new directory name in dir,
-// unmounted when the test ends (if it still is); it skips where it
-// cannot.
-func mountTmpfs(t *testing.T, dir, name string) string {
-	t.Helper()
-	p := filepath.Join(dir, name)
-	if err := os.Mkdir(p, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("tmpfs", p, "tmpfs", 0, "size=64k"); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v", err)
-	}
-	t.Cleanup(func() { unix.Unmount(p, unix.MNT_DETACH) })
-	return p
-}
-
-// mountIDOf is the ID of the mount p is on; it skips where the kernel
-// reports none (before Linux 5.8).
-func mountIDOf(t *testing.T, p string) uint64 {
-	t.Helper()
-	st, err := nosync.Lstat(unix.AT_FDCWD, p)
-	if err != nil || st.MountID == 0 {
-		t.Skipf("no mount ID for %s (%v): Linux 5.8+", p, err)
-	}
-	return st.MountID
-}

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/nosync"
+	"github.com/kc-watchman/kc-watchman/internal/pathwalk"
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
 )
 
@@ -27,7 +28,7 @@ import (
 type PathPinner struct {
 	procRoot string
 	mu       sync.Mutex
-	guards   map[int]fuseGuard // by target InitPID; 0: the host
+	guards   map[int]pathwalk.Guard // by target InitPID; 0: the host
 }
 
 // NewPathPinner returns a PathPinner whose mount tables are read at first
@@ -36,7 +37,7 @@ func NewPathPinner(procRoot string) *PathPinner {
 	if procRoot == "" {
 		procRoot = "/proc"
 	}
-	return &PathPinner{procRoot: procRoot, guards: map[int]fuseGuard{}}
+	return &PathPinner{procRoot: procRoot, guards: map[int]pathwalk.Guard{}}
 }
 
 // Close releases the mount tables read.
@@ -44,7 +45,7 @@ func (pp *PathPinner) Close() {
 	pp.mu.Lock()
 	defer pp.mu.Unlock()
 	for _, g := range pp.guards {
-		g.close()
+		g.Close()
 	}
 	clear(pp.guards)
 }
@@ -106,17 +107,17 @@ func (pp *PathPinner) in(path string, f func(dfd int, name string) error) error 
 		return fmt.Errorf("%s: %w", path, sockets.ErrNotSocket)
 	}
 	// The guard's table is read once per namespace, then read again in
-	// place when it changed (fuseGuard.mount), which is not safe
+	// place when it changed (pathwalk.Guard.mount), which is not safe
 	// concurrently; the walk asks no server, so holding the lock through
 	// it is cheap.
 	pp.mu.Lock()
 	defer pp.mu.Unlock()
 	g, ok := pp.guards[t.InitPID]
 	if !ok {
-		g = readFUSEGuard(pp.procRoot, t)
+		g = pathwalk.ReadGuard(pp.procRoot, t.InitPID)
 		pp.guards[t.InitPID] = g
 	}
-	if err := g.refuse(inner); err != nil {
+	if err := g.Refuse(inner); err != nil {
 		return err
 	}
 	bfd, err := unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -124,11 +125,11 @@ func (pp *PathPinner) in(path string, f func(dfd int, name string) error) error 
 		return &fs.PathError{Op: "open", Path: base, Err: err}
 	}
 	defer unix.Close(bfd)
-	w := walk{g: g, follow: true, followLast: true}
+	w := pathwalk.Walk{Guard: g, Follow: true, FollowLast: true}
 	if t.Container() {
-		w.inRoot, w.prefix = true, base
+		w.InRoot, w.Prefix = true, base
 	}
-	dfd, err := w.open(bfd, dir)
+	dfd, err := w.Open(bfd, dir)
 	if err != nil {
 		return err
 	}

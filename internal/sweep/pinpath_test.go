@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/pathwalk"
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
@@ -79,15 +80,15 @@ func TestPathPinner(t *testing.T) {
 		{"a container's, through a symlink in it", self + filepath.Join(dirLink, "live.sock"), true, nil},
 		{"symlink to it", link, false, sockets.ErrNotSocket},
 		{"regular file", file, false, sockets.ErrNotSocket},
-		{"FUSE mount at the name", known, false, errOnFUSE},
-		{"FUSE mount root may not stat, at the name", private, false, errOnFUSE},
-		{"FUSE mount made since at the name", lateName, false, errOnFUSE},
+		{"FUSE mount at the name", known, false, pathwalk.ErrOnFUSE},
+		{"FUSE mount root may not stat, at the name", private, false, pathwalk.ErrOnFUSE},
+		{"FUSE mount made since at the name", lateName, false, pathwalk.ErrOnFUSE},
 		{"the same through a symlink: a mount point", filepath.Join(fuseLink, filepath.Base(lateName)), false, sockets.ErrChanged},
-		{"under a FUSE mount the table shows", filepath.Join(known, "sub", "kc-3.sock"), false, errOnFUSE},
-		{"under a FUSE mount made since", filepath.Join(late, "sub", "kc-3.sock"), false, errOnFUSE},
-		{"under one root may not stat, made since", filepath.Join(latePrivate, "kc-3.sock"), false, errOnFUSE},
-		{"through a symlink to a FUSE mount made since", filepath.Join(lateLink, "kc-3.sock"), false, errOnFUSE},
-		{"a container's, under a FUSE mount made since", self + filepath.Join(late, "kc-3.sock"), false, errOnFUSE},
+		{"under a FUSE mount the table shows", filepath.Join(known, "sub", "kc-3.sock"), false, pathwalk.ErrOnFUSE},
+		{"under a FUSE mount made since", filepath.Join(late, "sub", "kc-3.sock"), false, pathwalk.ErrOnFUSE},
+		{"under one root may not stat, made since", filepath.Join(latePrivate, "kc-3.sock"), false, pathwalk.ErrOnFUSE},
+		{"through a symlink to a FUSE mount made since", filepath.Join(lateLink, "kc-3.sock"), false, pathwalk.ErrOnFUSE},
+		{"a container's, under a FUSE mount made since", self + filepath.Join(late, "kc-3.sock"), false, pathwalk.ErrOnFUSE},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -14,6 +14,10 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
 )
 
+// errReplaced marks a name that no longer holds the socket it was found
+// with when it is about to be dialled.
+var errReplaced = errors.New("replaced since it was listed")
+
 // dialSocket is gate 2's connect(2), bounded by timeout and ctx.
 func dialSocket(ctx context.Context, dialPath string, timeout time.Duration) error {
 	d := net.Dialer{Timeout: timeout}

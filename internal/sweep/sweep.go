@@ -253,7 +253,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	dirs, guard := openAll(cfg, view, rep)
-	defer guard.close()
+	defer guard.Close()
 	if cfg.KeepDirs {
 		rep.dirs = dirs
 	} else {

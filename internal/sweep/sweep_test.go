@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/pathwalk"
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
@@ -331,7 +332,7 @@ func TestOpenDirsGlobAndErrors(t *testing.T) {
 	os.WriteFile(filepath.Join(base, "file"), nil, 0o600)
 	// A glob match that is a symlink to a directory elsewhere is skipped.
 	os.Symlink(t.TempDir(), filepath.Join(base, "link"))
-	dirs, errs := openDirs(Target{}, fuseGuard{}, []string{filepath.Join(base, "*"), filepath.Join(base, "1000"), filepath.Join(base, "missing"), "relative", base + "/*/x"})
+	dirs, errs := openDirs(Target{}, pathwalk.Guard{}, []string{filepath.Join(base, "*"), filepath.Join(base, "1000"), filepath.Join(base, "missing"), "relative", base + "/*/x"})
 	defer func() {
 		for _, d := range dirs {
 			d.close()
@@ -562,7 +563,7 @@ func TestContainerRootConfinesSymlinks(t *testing.T) {
 	os.Symlink("/etc", filepath.Join(root, "escape"))
 	// A mount inside (as a build chroot's /proc): the chroot's own table
 	// shows it, and not the mount that holds the root.
-	mountTmpfs(t, root, "mnt")
+	testutil.MountTmpfs(t, root, "mnt")
 	cmd := exec.Command("/kcserver", "--transport=socket", "--socket-dir=/inside")
 	cmd.Env = []string{"KCFAKE_READY_FILE=/inside/ready"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
@@ -582,8 +583,8 @@ func TestContainerRootConfinesSymlinks(t *testing.T) {
 	}
 
 	tg := Target{InitPID: cmd.Process.Pid}
-	g := readFUSEGuard("/proc", tg)
-	defer g.close()
+	g := pathwalk.ReadGuard("/proc", tg.InitPID)
+	defer g.Close()
 	dirs, errs := openDirs(tg, g, []string{"/tmp", "/escape", "/ins*"})
 	defer func() {
 		for _, d := range dirs {

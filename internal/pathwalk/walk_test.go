@@ -1,4 +1,4 @@
-package sweep
+package pathwalk
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/mountinfo"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 // TestWalk: the component walk resolves as the kernel would where it
@@ -53,25 +54,25 @@ func TestWalk(t *testing.T) {
 	self := "/proc/" + strconv.Itoa(os.Getpid()) + "/root"
 	tests := []struct {
 		name  string
-		w     walk
+		w     Walk
 		inner string // host: under root; container: inside root
 		host  bool   // walked from the host's "/"
 		want  string // directory reached, under root; "" when refused
 		err   error
 	}{
-		{"plain", walk{follow: true}, "/a/b/c", false, "a/b/c", nil},
-		{"dot-dot at the root stays", walk{follow: true, inRoot: true}, "/../../a", false, "a", nil},
-		{"relative symlink with ..", walk{follow: true, followLast: true}, "/a/b/up/c", false, "a/b/c", nil},
-		{"absolute symlink stays in the root", walk{follow: true, inRoot: true}, "/x/abs/c", false, "a/b/c", nil},
-		{"absolute symlink on the host", walk{follow: true}, root + "/x/hostabs", true, "", unix.ENOTDIR},
-		{"absolute symlink on the host, followed last", walk{follow: true, followLast: true}, root + "/x/hostabs", true, "a/b/c", nil},
-		{"/proc's links on the host", walk{follow: true, followLast: true}, self + root + "/a", true, "a", nil},
-		{"/proc's links in a container", walk{follow: true, followLast: true, inRoot: true}, "/proc/self/root/a", true, "", errProcLinkInRoot},
-		{"symlink loop", walk{follow: true, followLast: true}, "/x/loop", false, "", unix.ELOOP},
-		{"symlink without follow", walk{}, "/a/b/up/c", false, "", errSymlink},
-		{"missing", walk{follow: true}, "/a/nope/c", false, "", unix.ENOENT},
-		{"a file on the way", walk{follow: true}, "/x/f/c", false, "", unix.ENOTDIR},
-		{"too deep", walk{follow: true}, deep, false, "", unix.ENAMETOOLONG},
+		{"plain", Walk{Follow: true}, "/a/b/c", false, "a/b/c", nil},
+		{"dot-dot at the root stays", Walk{Follow: true, InRoot: true}, "/../../a", false, "a", nil},
+		{"relative symlink with ..", Walk{Follow: true, FollowLast: true}, "/a/b/up/c", false, "a/b/c", nil},
+		{"absolute symlink stays in the root", Walk{Follow: true, InRoot: true}, "/x/abs/c", false, "a/b/c", nil},
+		{"absolute symlink on the host", Walk{Follow: true}, root + "/x/hostabs", true, "", unix.ENOTDIR},
+		{"absolute symlink on the host, followed last", Walk{Follow: true, FollowLast: true}, root + "/x/hostabs", true, "a/b/c", nil},
+		{"/proc's links on the host", Walk{Follow: true, FollowLast: true}, self + root + "/a", true, "a", nil},
+		{"/proc's links in a container", Walk{Follow: true, FollowLast: true, InRoot: true}, "/proc/self/root/a", true, "", ErrProcLinkInRoot},
+		{"symlink loop", Walk{Follow: true, FollowLast: true}, "/x/loop", false, "", unix.ELOOP},
+		{"symlink without follow", Walk{}, "/a/b/up/c", false, "", ErrSymlink},
+		{"missing", Walk{Follow: true}, "/a/nope/c", false, "", unix.ENOENT},
+		{"a file on the way", Walk{Follow: true}, "/x/f/c", false, "", unix.ENOTDIR},
+		{"too deep", Walk{Follow: true}, deep, false, "", unix.ENAMETOOLONG},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -84,7 +85,7 @@ func TestWalk(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer unix.Close(bfd)
-			fd, err := tt.w.open(bfd, tt.inner)
+			fd, err := tt.w.Open(bfd, tt.inner)
 			if fd >= 0 {
 				defer unix.Close(fd)
 			}
@@ -112,23 +113,23 @@ func TestWalk(t *testing.T) {
 // mount), then each mount it crosses, by the guard's table.
 func TestWalkJudgesEveryMount(t *testing.T) {
 	base := t.TempDir()
-	sub := mountTmpfs(t, base, "sub")
+	sub := testutil.MountTmpfs(t, base, "sub")
 	if err := os.Mkdir(filepath.Join(sub, "x"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	outer, inner := mountIDOf(t, base), mountIDOf(t, sub)
+	outer, inner := testutil.MountID(t, base), testutil.MountID(t, sub)
 	// A table file that never changes: the guard is what the test says.
 	table := filepath.Join(t.TempDir(), "mountinfo")
 	if err := os.WriteFile(table, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	guard := func(ids map[uint64]int) fuseGuard {
+	guard := func(ids map[uint64]int) Guard {
 		f, err := mountinfo.Open(table)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { f.Close() })
-		return fuseGuard{points: map[string]int{}, ids: ids, table: &heldTable{f: f, whole: true}}
+		return Guard{points: map[string]int{}, ids: ids, table: &heldTable{f: f, whole: true}}
 	}
 	for _, tc := range []struct {
 		name string
@@ -136,9 +137,9 @@ func TestWalkJudgesEveryMount(t *testing.T) {
 		want error
 	}{
 		{"both root's", map[uint64]int{outer: 0, inner: 0}, nil},
-		{"the base a user's FUSE mount", map[uint64]int{outer: 1000, inner: 0}, errOnFUSE},
-		{"the base not in the table", map[uint64]int{inner: 0}, errNewMount},
-		{"a crossed mount a user's", map[uint64]int{outer: 0, inner: 1000}, errOnFUSE},
+		{"the base a user's FUSE mount", map[uint64]int{outer: 1000, inner: 0}, ErrOnFUSE},
+		{"the base not in the table", map[uint64]int{inner: 0}, ErrNewMount},
+		{"a crossed mount a user's", map[uint64]int{outer: 0, inner: 1000}, ErrOnFUSE},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bfd, err := unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -146,7 +147,7 @@ func TestWalkJudgesEveryMount(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer unix.Close(bfd)
-			fd, err := walk{g: guard(tc.ids), follow: true}.open(bfd, "/sub/x")
+			fd, err := Walk{Guard: guard(tc.ids), Follow: true}.Open(bfd, "/sub/x")
 			if fd >= 0 {
 				unix.Close(fd)
 			}

@@ -1,4 +1,4 @@
-package sweep
+package pathwalk
 
 import (
 	"errors"
@@ -21,56 +21,56 @@ const (
 	maxDepth = 256
 )
 
-// walk resolves a path one component at a time, each opened O_PATH
+// Walk resolves a path one component at a time, each opened O_PATH
 // relative to the one before and judged by its mount before anything in
 // it is looked up. open(2) of the whole path would look each name up in
 // the directory before it, and a lookup in a user's FUSE directory waits
 // on his server, for ever if it never answers: a mount he put on any
-// component after the guard's table was read would hold the sweep. The
+// component after the guard's table was read would hold the caller. The
 // guard's table shows only the mounts made before.
-type walk struct {
-	g fuseGuard
-	// inRoot: the base is a container's root, and the path stays in it
+type Walk struct {
+	Guard Guard
+	// InRoot: the base is a container's root, and the path stays in it
 	// as openat2's RESOLVE_IN_ROOT keeps it: ".." at the root and
 	// absolute symlinks lead back to it; a magic link is refused.
-	inRoot bool
-	// follow: symlinks before the last component are followed (a
+	InRoot bool
+	// Follow: symlinks before the last component are followed (a
 	// directory the operator named may be reached through his own).
 	// Without it a symlink anywhere is refused: directories a process
 	// named are not followed through symlinks.
-	follow bool
-	// followLast: a symlink as the last component is followed too; else
+	Follow bool
+	// FollowLast: a symlink as the last component is followed too; else
 	// it is refused with ENOTDIR, as an O_PATH|O_NOFOLLOW|O_DIRECTORY
 	// open refuses it.
-	followLast bool
-	// prefix is put before the walked path in errors (the container's
+	FollowLast bool
+	// Prefix is put before the walked path in errors (the container's
 	// root as the host sees it).
-	prefix string
+	Prefix string
 }
 
 var (
-	// errSymlink marks a symlink a walk without follow met.
-	errSymlink = errors.New("is a symlink, and directories named by a process are not followed through symlinks")
-	// errProcLinkInRoot marks a /proc link met inside a container's
+	// ErrSymlink marks a symlink a walk without follow met.
+	ErrSymlink = errors.New("is a symlink, and directories named by a process are not followed through symlinks")
+	// ErrProcLinkInRoot marks a /proc link met inside a container's
 	// root: it would lead out of it.
-	errProcLinkInRoot = errors.New("a /proc link, not followed inside a container's root")
-	// errReplacedOnTheWay marks a symlink replaced between its look and
+	ErrProcLinkInRoot = errors.New("a /proc link, not followed inside a container's root")
+	// ErrReplacedOnTheWay marks a symlink replaced between its look and
 	// its read.
-	errReplacedOnTheWay = errors.New("replaced while the path was walked")
+	ErrReplacedOnTheWay = errors.New("replaced while the path was walked")
 )
 
-// open returns an O_PATH descriptor of the directory inner names,
+// Open returns an O_PATH descriptor of the directory inner names,
 // relative to base (an O_PATH descriptor of "/" or of a container's root,
 // left open). Its errors are an errno, the guard's refusal or a symlink
 // refused, each naming the component where the walk stopped.
-func (w walk) open(base int, inner string) (int, error) {
+func (w Walk) Open(base int, inner string) (int, error) {
 	type step struct {
 		fd   int
 		path string
 	}
 	// The base is judged too: a container's root may be a user's FUSE
 	// mount, and the first lookup would be in it.
-	first, err := w.openJudged(base, "", w.prefix+"/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC)
+	first, err := w.openJudged(base, "", w.Prefix+"/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC)
 	if err != nil {
 		return -1, err
 	}
@@ -104,12 +104,12 @@ func (w walk) open(base int, inner string) (int, error) {
 		}
 		top := stack[len(stack)-1]
 		at := top.path + "/" + c
-		shown := w.prefix + at
+		shown := w.Prefix + at
 		last := !slices.ContainsFunc(todo, func(s string) bool { return s != "" && s != "." })
 		st, err := nosync.Lstat(top.fd, c)
 		// The mount before the stat's error: a FUSE mount of a user who
 		// allows no one else refuses root's stat (EACCES), and is his.
-		if merr := w.g.mount(shown, st.MountID); merr != nil {
+		if merr := w.Guard.Mount(shown, st.MountID); merr != nil {
 			return -1, merr
 		}
 		if err != nil {
@@ -117,9 +117,9 @@ func (w walk) open(base int, inner string) (int, error) {
 		}
 		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
 			switch {
-			case !w.follow:
-				return -1, fmt.Errorf("%s %w", shown, errSymlink)
-			case last && !w.followLast:
+			case !w.Follow:
+				return -1, fmt.Errorf("%s %w", shown, ErrSymlink)
+			case last && !w.FollowLast:
 				return -1, &fs.PathError{Op: "open", Path: shown, Err: unix.ENOTDIR}
 			}
 			if links++; links > maxLinks {
@@ -127,15 +127,15 @@ func (w walk) open(base int, inner string) (int, error) {
 			}
 			proc, err := onProcfs(top.fd)
 			if err != nil {
-				return -1, &fs.PathError{Op: "statfs", Path: w.prefix + top.path, Err: err}
+				return -1, &fs.PathError{Op: "statfs", Path: w.Prefix + top.path, Err: err}
 			}
 			if proc {
 				// /proc/<pid>/root and its kind name no path to
 				// splice: the kernel jumps to what they hold, looking
 				// nothing up on the way, and the mount is judged on
 				// arrival.
-				if w.inRoot {
-					return -1, fmt.Errorf("%s: %w", shown, errProcLinkInRoot)
+				if w.InRoot {
+					return -1, fmt.Errorf("%s: %w", shown, ErrProcLinkInRoot)
 				}
 				if len(stack) > maxDepth {
 					return -1, &fs.PathError{Op: "open", Path: shown, Err: unix.ENAMETOOLONG}
@@ -174,7 +174,7 @@ func (w walk) open(base int, inner string) (int, error) {
 // openJudged opens c in the directory open as fd ("": that directory
 // again) and judges what was opened by its mount: a mount put over c
 // since it was looked at is what the descriptor holds.
-func (w walk) openJudged(fd int, c, shown string, flags int) (int, error) {
+func (w Walk) openJudged(fd int, c, shown string, flags int) (int, error) {
 	if c == "" {
 		c, flags = ".", flags&^unix.O_NOFOLLOW
 	}
@@ -183,7 +183,7 @@ func (w walk) openJudged(fd int, c, shown string, flags int) (int, error) {
 		return -1, &fs.PathError{Op: "open", Path: shown, Err: err}
 	}
 	st, err := nosync.Fstat(next)
-	if merr := w.g.mount(shown, st.MountID); merr != nil {
+	if merr := w.Guard.Mount(shown, st.MountID); merr != nil {
 		unix.Close(next)
 		return -1, merr
 	}
@@ -197,21 +197,21 @@ func (w walk) openJudged(fd int, c, shown string, flags int) (int, error) {
 // readlink reads the symlink c in the directory open as fd, held while it
 // is judged: what is mounted over c since it was looked at is what the
 // descriptor holds, and a read of it asks no server.
-func (w walk) readlink(fd int, c, shown string) (string, error) {
+func (w Walk) readlink(fd int, c, shown string) (string, error) {
 	lfd, err := unix.Openat(fd, c, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return "", &fs.PathError{Op: "open", Path: shown, Err: err}
 	}
 	defer unix.Close(lfd)
 	st, err := nosync.Fstat(lfd)
-	if merr := w.g.mount(shown, st.MountID); merr != nil {
+	if merr := w.Guard.Mount(shown, st.MountID); merr != nil {
 		return "", merr
 	}
 	if err != nil {
 		return "", &fs.PathError{Op: "fstat", Path: shown, Err: errnoOf(err)}
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFLNK {
-		return "", fmt.Errorf("%s: %w", shown, errReplacedOnTheWay)
+		return "", fmt.Errorf("%s: %w", shown, ErrReplacedOnTheWay)
 	}
 	target, err := readlinkat(lfd, "")
 	if err != nil {

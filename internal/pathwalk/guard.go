@@ -1,42 +1,38 @@
-package sweep
+package pathwalk
 
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 
 	"github.com/kc-watchman/kc-watchman/internal/mountinfo"
-	"github.com/kc-watchman/kc-watchman/internal/sockets"
 	"github.com/kc-watchman/kc-watchman/internal/userns"
 )
 
 var (
-	// errOnFUSE marks a directory or entry on a user's FUSE mount.
-	errOnFUSE = errors.New("on a user's FUSE mount")
-	// errNewMount marks a directory on a mount the guard's table does
+	// ErrOnFUSE marks a directory or entry on a user's FUSE mount.
+	ErrOnFUSE = errors.New("on a user's FUSE mount")
+	// ErrNewMount marks a directory on a mount the guard's table does
 	// not hold: mounted after it was read, or past the 16 MiB read.
-	errNewMount = errors.New("on a mount the mount table did not show")
-	// errMountPoint marks an entry with something mounted over it.
-	errMountPoint = errors.New("a mount point")
-	// errReplaced marks a name that no longer holds the socket it was
-	// found with when it is about to be dialled.
-	errReplaced = errors.New("replaced since it was listed")
+	ErrNewMount = errors.New("on a mount the mount table did not show")
 )
 
-// fuseGuard holds the FUSE mounts of users other than root in the swept
-// mount namespace. Root may enter one only where its user allowed others
+// Guard holds the FUSE mounts of users other than root in one mount
+// namespace. Root may enter one only where its user allowed others
 // (allow_other), and then every lookup, open and listing in it waits on
 // that user's server, for ever if it never answers: no deadline ends a
-// system call. So the sweep enters none of them: no directory at or under
-// one, no entry that is one.
+// system call. So kc-watchman enters none of them: no directory at or
+// under one, no entry that is one. The zero Guard judges nothing and
+// refuses nothing (tests).
 //
 // Paths are checked before they are opened; what was opened is checked
 // again by its mount ID (nosync). An ID is judged by a table read since
 // the namespace's mounts last changed: the kernel hands a freed ID out
 // again, and a user's FUSE mount could otherwise pass for the mount the
 // ID was when the table was read.
-type fuseGuard struct {
+type Guard struct {
 	points map[string]int // mount point: its user_id (-1: not a host UID)
 	ids    map[uint64]int // every mount's ID: its FUSE user_id, or 0
 	// err says the mount table could not be read whole; the guard holds
@@ -81,23 +77,24 @@ type heldTable struct {
 // sweep held reading.
 const rereadBudget = 64 << 20
 
-// readFUSEGuard reads the mount table of the namespace t's directories
-// are opened in: the janitor's own, or the target container's, whose
-// mount points are relative to its root as the directories' inner paths
-// are. close releases it.
-func readFUSEGuard(procRoot string, t Target) fuseGuard {
+// ReadGuard reads the mount table of the namespace paths are walked in:
+// the caller's own (initPID 0), or that of the container whose init is
+// initPID, whose mount points are relative to its root as the paths
+// walked inside it are. Close releases it.
+func ReadGuard(procRoot string, initPID int) Guard {
+	container := initPID > 0
 	dir := filepath.Join(procRoot, "self")
-	if t.Container() {
-		dir = filepath.Join(procRoot, strconv.Itoa(t.InitPID))
+	if container {
+		dir = filepath.Join(procRoot, strconv.Itoa(initPID))
 	}
-	g := fuseGuard{points: map[string]int{}, ids: map[uint64]int{}, table: &heldTable{budget: rereadBudget}}
+	g := Guard{points: map[string]int{}, ids: map[uint64]int{}, table: &heldTable{budget: rereadBudget}}
 	m, err := userns.ReadMap(filepath.Join(dir, "uid_map"))
 	g.table.userNS = err != nil || !m.Initial()
-	if g.table.userNS && t.Container() {
+	if g.table.userNS && container {
 		g.table.rootDevs = rootDevs(procRoot)
 	}
 	table := filepath.Join(dir, "mountinfo")
-	if t.Container() && sockets.SameMountNS(procRoot, t.InitPID) {
+	if container && SameMountNS(procRoot, initPID) {
 		// A process chrooted in our own namespace sees only the mounts
 		// under its root, not the one that holds it: its mounts are ours,
 		// judged by our table's IDs. Their points are not its paths, and
@@ -139,14 +136,27 @@ func rootDevs(procRoot string) map[string]bool {
 	return devs
 }
 
-func (g fuseGuard) close() {
+// Err says why the mount table was not read whole; the guard judges by
+// the mounts read before it.
+func (g Guard) Err() error { return g.err }
+
+// SameMountNS reports whether pid sees the caller's mount namespace: a
+// path it names in a private one names another file here.
+func SameMountNS(procRoot string, pid int) bool {
+	theirs, err1 := os.Readlink(procRoot + "/" + strconv.Itoa(pid) + "/ns/mnt")
+	ours, err2 := os.Readlink("/proc/self/ns/mnt")
+	return err1 == nil && err2 == nil && theirs == ours
+}
+
+// Close releases the table held open.
+func (g Guard) Close() {
 	if g.table != nil && g.table.f != nil {
 		g.table.f.Close()
 	}
 }
 
 // add puts ms in the guard, in place of what it held.
-func (g fuseGuard) add(ms []mountinfo.Mount) {
+func (g Guard) add(ms []mountinfo.Mount) {
 	clear(g.points)
 	clear(g.ids)
 	for _, m := range ms {
@@ -175,7 +185,7 @@ func (g fuseGuard) add(ms []mountinfo.Mount) {
 
 // reread reads the table again, whole up to mountinfo.MaxWhole, or marks
 // it stale.
-func (g fuseGuard) reread() {
+func (g Guard) reread() {
 	t := g.table
 	if t.budget <= 0 {
 		t.stale = fmt.Errorf("the mount table kept changing: read again %d MiB during this run", rereadBudget>>20)
@@ -191,7 +201,7 @@ func (g fuseGuard) reread() {
 	t.whole, t.err = true, err
 }
 
-// mount says why the sweep must not use a directory opened (O_PATH, not
+// Mount says why the caller must not use a directory opened (O_PATH, not
 // yet entered) at p on the mount numbered id: a user's FUSE mount, or one
 // the table does not hold. nil when it may, and where mount IDs are
 // unknown: no table could be opened, or a kernel before 5.8.
@@ -203,13 +213,13 @@ func (g fuseGuard) reread() {
 // Kubernetes node's late mounts past a table cut at its first 1 MiB are
 // judged, and a user who made mounts to push his own past the table is
 // refused.
-func (g fuseGuard) mount(p string, id uint64) error {
+func (g Guard) Mount(p string, id uint64) error {
 	if id == 0 || g.table == nil {
 		return nil // no mount IDs (Linux < 5.8), or no guard (tests)
 	}
 	t := g.table
 	refused := func(why error) error {
-		return fmt.Errorf("%s: %w (mount %d; %v), not entered", p, errNewMount, id, why)
+		return fmt.Errorf("%s: %w (mount %d; %v), not entered", p, ErrNewMount, id, why)
 	}
 	if t.stale == nil {
 		switch changed, err := t.f.Changed(); {
@@ -233,9 +243,9 @@ func (g fuseGuard) mount(p string, id uint64) error {
 	case !ok && t.err != nil:
 		return refused(t.err)
 	case !ok:
-		return fmt.Errorf("%s: %w (mount %d, not in the table read again), not entered", p, errNewMount, id)
+		return fmt.Errorf("%s: %w (mount %d, not in the table read again), not entered", p, ErrNewMount, id)
 	case uid != 0:
-		return fmt.Errorf("%s: %w %s (mount %d), not entered: its server could hold the sweep for ever", p, errOnFUSE, fuseOwner(uid), id)
+		return fmt.Errorf("%s: %w %s (mount %d), not entered: its server could hold this run for ever", p, ErrOnFUSE, fuseOwner(uid), id)
 	}
 	return nil
 }
@@ -255,15 +265,15 @@ func fuseOwner(uid int) string {
 	return "of uid " + strconv.Itoa(uid)
 }
 
-// refuse says why the sweep must not enter p: it is at or under a user's
+// Refuse says why the caller must not enter p: it is at or under a user's
 // FUSE mount. nil when it may.
-func (g fuseGuard) refuse(p string) error {
+func (g Guard) Refuse(p string) error {
 	for q := filepath.Clean(p); ; q = filepath.Dir(q) {
 		if uid, ok := g.points[q]; ok {
 			if q == filepath.Clean(p) {
-				return fmt.Errorf("%s: %w %s, not entered: its server could hold the sweep for ever", p, errOnFUSE, fuseOwner(uid))
+				return fmt.Errorf("%s: %w %s, not entered: its server could hold this run for ever", p, ErrOnFUSE, fuseOwner(uid))
 			}
-			return fmt.Errorf("%s: %w %s at %s, not entered: its server could hold the sweep for ever", p, errOnFUSE, fuseOwner(uid), q)
+			return fmt.Errorf("%s: %w %s at %s, not entered: its server could hold this run for ever", p, ErrOnFUSE, fuseOwner(uid), q)
 		}
 		if q == "/" || q == "." {
 			return nil
@@ -271,11 +281,11 @@ func (g fuseGuard) refuse(p string) error {
 	}
 }
 
-// mountPoint says whether p is itself a user's FUSE mount point, for an
+// MountPoint says whether p is itself a user's FUSE mount point, for an
 // entry of a directory that is not on one.
-func (g fuseGuard) mountPoint(p string) error {
+func (g Guard) MountPoint(p string) error {
 	if uid, ok := g.points[filepath.Clean(p)]; ok {
-		return fmt.Errorf("%w %s, not entered", errOnFUSE, fuseOwner(uid))
+		return fmt.Errorf("%w %s, not entered", ErrOnFUSE, fuseOwner(uid))
 	}
 	return nil
 }

@@ -3,6 +3,5 @@
 // each opened O_PATH relative to the one before and judged by its mount
 // (Guard) before anything in it is looked up; symlinks are followed or
 // refused as the caller asks, and a container's paths stay inside its
-// root. The sweep opens its socket directories this way, and the reap
-// the directories of the sockets a dead tree held.
+// root.
 package pathwalk

@@ -24,22 +24,25 @@ var (
 // (allow_other), and then every lookup, open and listing in it waits on
 // that user's server, for ever if it never answers: no deadline ends a
 // system call. So kc-watchman enters none of them: no directory at or
-// under one, no entry that is one. The zero Guard judges nothing and
-// refuses nothing (tests).
+// under one, no entry that is one.
 //
 // Paths are checked before they are opened; what was opened is checked
 // again by its mount ID (nosync). An ID is judged by a table read since
 // the namespace's mounts last changed: the kernel hands a freed ID out
 // again, and a user's FUSE mount could otherwise pass for the mount the
 // ID was when the table was read.
+//
+// A Guard's copies share its table, which a judgment may read again in
+// place: it is not safe for concurrent use. The zero Guard, and one
+// closed, refuse every mount.
 type Guard struct {
 	points map[string]int // mount point: its user_id (-1: not a host UID)
 	ids    map[uint64]int // every mount's ID: its FUSE user_id, or 0
 	// err says the mount table could not be read whole; the guard holds
 	// the mounts read before it.
 	err error
-	// table is the table held open, shared by the guard's copies; nil
-	// where none could be opened.
+	// table is the table held open, shared by the guard's copies; its f
+	// is nil where none could be opened.
 	table *heldTable
 }
 
@@ -50,6 +53,8 @@ type heldTable struct {
 	// nothing of who it is on the host: every FUSE mount there is a
 	// user's.
 	userNS bool
+	// container: the table is a container's, not the caller's own.
+	container bool
 	// whole: read again up to mountinfo.MaxWhole since the first read;
 	// err is the last read's error.
 	whole bool
@@ -57,12 +62,12 @@ type heldTable struct {
 	// budget is what is left of the bytes the table may be read again.
 	budget int64
 	// rootDevs are the devices of the file systems our own table shows
-	// as root's (no user's FUSE), for a target in a user namespace: a
+	// as root's (no user's FUSE), for a container in a user namespace: a
 	// mount made inside one never shows in ours, so a device seen here
 	// is root's doing, whatever its user_id there says.
 	rootDevs map[string]bool
-	// idsOnly: the table is the janitor's own namespace's, read for a
-	// target chrooted in it; its mount points are not the target's paths.
+	// idsOnly: the table is the caller's own namespace's, read for a
+	// container chrooted in it; its mount points are not its paths.
 	idsOnly bool
 	// stale says why the table no longer tells what an ID is: the kernel
 	// said it changed and it could not be read again. Poll says a change
@@ -71,10 +76,9 @@ type heldTable struct {
 }
 
 // rereadBudget bounds what one guard reads of its table again (the last
-// read may go past it): a busy node's mounts come and go, and a sweep
-// needs a few reads of its table; a user who makes and unmakes mounts
-// without end gets the directories judged after it refused, not the
-// sweep held reading.
+// read may go past it): a busy node's mounts come and go, and a run needs
+// a few reads of its table; a user who makes and unmakes mounts without
+// end gets the paths judged after it refused, not the run held reading.
 const rereadBudget = 64 << 20
 
 // ReadGuard reads the mount table of the namespace paths are walked in:
@@ -87,7 +91,7 @@ func ReadGuard(procRoot string, initPID int) Guard {
 	if container {
 		dir = filepath.Join(procRoot, strconv.Itoa(initPID))
 	}
-	g := Guard{points: map[string]int{}, ids: map[uint64]int{}, table: &heldTable{budget: rereadBudget}}
+	g := Guard{points: map[string]int{}, ids: map[uint64]int{}, table: &heldTable{budget: rereadBudget, container: container}}
 	m, err := userns.ReadMap(filepath.Join(dir, "uid_map"))
 	g.table.userNS = err != nil || !m.Initial()
 	if g.table.userNS && container {
@@ -148,12 +152,20 @@ func SameMountNS(procRoot string, pid int) bool {
 	return err1 == nil && err2 == nil && theirs == ours
 }
 
-// Close releases the table held open.
+// Close releases the table held open; the guard then refuses every
+// mount, as it can no longer tell whether the table changed.
 func (g Guard) Close() {
-	if g.table != nil && g.table.f != nil {
+	if g.table == nil {
+		return
+	}
+	if g.table.f != nil {
 		g.table.f.Close()
 	}
+	g.table.stale = errClosed
 }
+
+// errClosed is why a closed guard refuses.
+var errClosed = errors.New("the mount table was closed")
 
 // add puts ms in the guard, in place of what it held.
 func (g Guard) add(ms []mountinfo.Mount) {
@@ -167,9 +179,12 @@ func (g Guard) add(ms []mountinfo.Mount) {
 			// Root's own file system, seen in it too (a userns-remap
 			// container's overlay root, lxcfs): as our table says.
 			uid = 0
-		case !ok && userNS && m.FSType == "overlay":
+		case !ok && userNS && g.table.container && m.FSType == "overlay":
 			// Its layers are whatever the namespace's root chose: his
-			// own FUSE mounts, maybe, reached through it.
+			// own FUSE mounts, maybe, reached through it. In the
+			// caller's own user namespace (a rootless podman's hook)
+			// the caller is that user, or the overlay the host's (an
+			// overlay root), and is not judged so.
 			uid = overlayOfUserNS
 		case !ok:
 			uid = 0
@@ -203,8 +218,8 @@ func (g Guard) reread() {
 
 // Mount says why the caller must not use a directory opened (O_PATH, not
 // yet entered) at p on the mount numbered id: a user's FUSE mount, or one
-// the table does not hold. nil when it may, and where mount IDs are
-// unknown: no table could be opened, or a kernel before 5.8.
+// the table does not hold. nil when it may, and where the kernel gives
+// no mount IDs (before 5.8).
 //
 // The table is read again first if the namespace's mounts changed since
 // it was read: while the caller holds the directory open, its mount's ID
@@ -214,13 +229,16 @@ func (g Guard) reread() {
 // judged, and a user who made mounts to push his own past the table is
 // refused.
 func (g Guard) Mount(p string, id uint64) error {
-	if id == 0 || g.table == nil {
-		return nil // no mount IDs (Linux < 5.8), or no guard (tests)
-	}
-	t := g.table
 	refused := func(why error) error {
 		return fmt.Errorf("%s: %w (mount %d; %v), not entered", p, ErrNewMount, id, why)
 	}
+	switch {
+	case g.table == nil:
+		return refused(errors.New("no mount table was read"))
+	case id == 0:
+		return nil // no mount IDs: Linux before 5.8
+	}
+	t := g.table
 	if t.stale == nil {
 		switch changed, err := t.f.Changed(); {
 		case err != nil:

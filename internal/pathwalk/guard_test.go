@@ -18,7 +18,9 @@ import (
 // first MiB by his own many mounts, or new) is refused, another late or
 // new mount is not; one not there at all, or past 16 MiB, is refused as
 // new. In a user namespace every FUSE mount is a user's: its user_id is
-// counted in its mounter's namespace, and 0 there is no host root.
+// counted in its mounter's namespace, and 0 there is no host root. An
+// overlay in the caller's own user namespace is not (a container's:
+// TestGuardTrustsRootsFileSystemsInAUserNamespace).
 func TestGuardReadsPastTheFirstMiB(t *testing.T) {
 	line := func(id int, point, fstype, super string) string {
 		return fmt.Sprintf("%d 1 0:42 / %s rw - %s src %s\n", id, point, fstype, super)
@@ -56,7 +58,7 @@ func TestGuardReadsPastTheFirstMiB(t *testing.T) {
 		{"FUSE of root", 0, line(5, "/mnt/x", "fuse.sshfs", "rw,user_id=0"), 5, nil, ""},
 		{"FUSE of a user namespace's root", 0, line(5, "/mnt/x", "fuse.sshfs", "rw,user_id=0"), 5, ErrOnFUSE, "0 100000 65536\n"},
 		{"another mount in a user namespace", 0, "", 3, nil, "0 100000 65536\n"},
-		{"an overlay of a user namespace", 0, line(5, "/mnt/o", "overlay", "rw,lowerdir=/home/u/fuse"), 5, ErrOnFUSE, "0 100000 65536\n"},
+		{"an overlay in our own user namespace", 0, line(5, "/", "overlay", "rw,lowerdir=/usr/lib/composefs"), 5, nil, "0 100000 65536\n"},
 		{"an overlay of the host's", 0, line(5, "/mnt/o", "overlay", "rw,lowerdir=/var/lib/x"), 5, nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -169,6 +171,24 @@ func TestGuardTrustsRootsFileSystemsInAUserNamespace(t *testing.T) {
 		err := g.Mount("/x", tc.id)
 		if (tc.want == nil) != (err == nil) || (tc.want != nil && !errors.Is(err, tc.want)) {
 			t.Errorf("%s (mount %d): %v, want %v", tc.name, tc.id, err, tc.want)
+		}
+	}
+}
+
+// TestGuardRefusesWithoutATable: the zero Guard, and one closed, can no
+// longer tell a mount from a user's FUSE mount that took its ID: every
+// mount is refused, none let through.
+func TestGuardRefusesWithoutATable(t *testing.T) {
+	base := t.TempDir()
+	id := testutil.MountID(t, base)
+	closed := ReadGuard("/proc", 0)
+	if err := closed.Mount(base, id); err != nil {
+		t.Fatalf("before Close: %v", err)
+	}
+	closed.Close()
+	for name, g := range map[string]Guard{"zero": {}, "closed": closed} {
+		if err := g.Mount(base, id); !errors.Is(err, ErrNewMount) {
+			t.Errorf("%s guard: mount %d: %v, want refused", name, id, err)
 		}
 	}
 }

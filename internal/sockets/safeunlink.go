@@ -18,8 +18,9 @@ import (
 )
 
 var (
-	// ErrNotSocket is returned (wrapped) by Examine for anything but a
-	// Unix socket: a symlink, a regular file, a FIFO, a directory.
+	// ErrNotSocket is returned (wrapped) for anything but a Unix socket
+	// where one was to be examined or dialled: a symlink, a regular file,
+	// a FIFO, a directory.
 	ErrNotSocket = errors.New("not a socket")
 	// ErrChanged is returned (wrapped) when the entry is no longer the
 	// socket that was examined: another file type, another inode or another
@@ -38,12 +39,18 @@ type File struct {
 	CtimeSec, CtimeNsec int64
 }
 
-// Examine lstats path (never following a final symlink) and returns its
-// identity if it is a Unix socket. path is one a process bound: see
-// within for how it is reached.
+// Examine lstats path, a clean absolute path a process bound (never
+// following a final symlink; see within for how it is reached), and
+// returns its identity if it is a Unix socket.
 func Examine(path string) (File, error) {
+	var r reach
+	defer r.close()
+	return r.examine(path)
+}
+
+func (r *reach) examine(path string) (File, error) {
 	var f File
-	err := within(path, func(dfd int, name string) error {
+	err := r.within(path, func(dfd int, name string) error {
 		st, err := lstatAt(dfd, name)
 		if err != nil {
 			return err
@@ -57,10 +64,12 @@ func Examine(path string) (File, error) {
 	return f, err
 }
 
-// Unlink removes path only if it is still the socket described by want.
-// See unlinkAt.
+// Unlink removes path, reached as Examine reaches it, only if it is still
+// the socket described by want. See unlinkAt.
 func Unlink(path string, want File) error {
-	return within(path, func(dfd int, name string) error { return unlinkAt(dfd, name, want) })
+	var r reach
+	defer r.close()
+	return r.within(path, func(dfd int, name string) error { return unlinkAt(dfd, name, want) })
 }
 
 // unlinkAt removes name from the directory open as dirfd, but only if,
@@ -111,25 +120,38 @@ func lstatAt(dirfd int, name string) (unix.Stat_t, error) {
 	return st.Stat_t, err
 }
 
-// within calls f with the directory of path, an absolute path a process
-// bound a socket to, open O_PATH, and the last component; f's error is
-// returned with path put before it. The directory is walked to a
+// reach walks to the directories of sockets processes bound, judging
+// them by one read of the mount table, read at first use (a tree with no
+// socket costs none). Not safe for concurrent use; close releases it.
+type reach struct {
+	g    pathwalk.Guard
+	read bool
+}
+
+func (r *reach) close() {
+	if r.read {
+		r.g.Close()
+	}
+}
+
+// within calls f with the directory of path, a clean absolute path a
+// process bound a socket to, open O_PATH, and the last component; f's
+// error is returned with path put before it. The directory is walked to a
 // component at a time (pathwalk), judged by the mount table of the
 // caller's namespace: no symlink is followed anywhere on the way, as
 // whoever can change one could redirect an unlink between the
 // examination and the act; and no user's FUSE mount is entered, as a
 // lookup in one waits on his server, for ever if it never answers, and a
 // container's stop waits on the hook.
-func within(path string, f func(dfd int, name string) error) error {
-	// Dir, not Split: a trailing slash would name the last directory
-	// as the file.
-	dir, name := filepath.Dir(path), filepath.Base(path)
-	if !filepath.IsAbs(path) {
-		return fmt.Errorf("%q: not an absolute path", path)
+func (r *reach) within(path string, f func(dfd int, name string) error) error {
+	if !filepath.IsAbs(path) || filepath.Clean(path) != path || path == "/" {
+		return fmt.Errorf("%q: not a clean absolute path to a file", path)
 	}
-	g := pathwalk.ReadGuard("/proc", 0)
-	defer g.Close()
-	if err := g.Refuse(dir); err != nil {
+	dir, name := filepath.Split(path)
+	if !r.read {
+		r.g, r.read = pathwalk.ReadGuard("/proc", 0), true
+	}
+	if err := r.g.Refuse(dir); err != nil {
 		return err
 	}
 	root, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -137,7 +159,7 @@ func within(path string, f func(dfd int, name string) error) error {
 		return &fs.PathError{Op: "open", Path: "/", Err: err}
 	}
 	defer unix.Close(root)
-	dfd, err := pathwalk.Walk{Guard: g}.Open(root, dir)
+	dfd, err := pathwalk.Walk{Guard: r.g}.Open(root, dir)
 	if err != nil {
 		return err
 	}

@@ -68,8 +68,10 @@ func TreeSockets(procRoot string, uid int, members []int) []TreeSocket {
 	}
 	seen := map[string]bool{}
 	var out []TreeSocket
+	var r reach
+	defer r.close()
 	if len(unseen) > 0 {
-		out = boundSockets(unseen, uid, seen)
+		out = boundSockets(&r, unseen, uid, seen)
 	}
 	if len(owner) == 0 {
 		return out
@@ -84,7 +86,7 @@ func TreeSockets(procRoot string, uid int, members []int) []TreeSocket {
 				continue
 			}
 			seen[path] = true
-			f, err := Examine(path)
+			f, err := r.examine(path)
 			if err != nil || f.UID != uid {
 				continue
 			}
@@ -114,7 +116,7 @@ func heldListening(socks []UnixSocket, owner map[uint64]int) int {
 // member's PID, a listener bound to exactly the file the caller sees
 // there, and RemoveTreeSocket's refused connect before the unlink stand in
 // for the descriptor match.
-func boundSockets(pids []int, uid int, seen map[string]bool) []TreeSocket {
+func boundSockets(r *reach, pids []int, uid int, seen map[string]bool) []TreeSocket {
 	listening, err := DiagListening()
 	if err != nil {
 		return nil
@@ -128,7 +130,7 @@ func boundSockets(pids []int, uid int, seen map[string]bool) []TreeSocket {
 			if !plausiblePath(l.Path, pid) {
 				continue
 			}
-			f, err := Examine(l.Path)
+			f, err := r.examine(l.Path)
 			if err != nil || f.Dev != l.Dev || f.Ino != l.Ino || f.UID != uid {
 				break
 			}
@@ -163,7 +165,9 @@ var ErrStillListening = errors.New("something still listens on it")
 // descriptor (PinAt), so that neither the walk nor the connect waits on a
 // user's FUSE server.
 func RemoveTreeSocket(s TreeSocket) error {
-	err := within(s.Path, func(dfd int, name string) error {
+	var r reach
+	defer r.close()
+	err := r.within(s.Path, func(dfd int, name string) error {
 		if err := refused(dfd, name); err != nil {
 			return err
 		}
@@ -195,5 +199,7 @@ func refused(dirfd int, name string) error {
 	case err == nil, errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EINPROGRESS):
 		return ErrStillListening
 	}
-	return fmt.Errorf("probing: %w", err)
+	// Not wrapped: no answer of connect's says the socket is gone (the
+	// name was held), and ENOENT would pass for it.
+	return fmt.Errorf("probing: %v", err)
 }

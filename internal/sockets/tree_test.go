@@ -187,7 +187,7 @@ func TestBoundSocketsRefusesWhatItCannotVouchFor(t *testing.T) {
 	decoy.Close()
 
 	var got []string
-	for _, s := range boundSockets([]int{me.PID}, me.UID, map[string]bool{}) {
+	for _, s := range boundSockets(new(reach), []int{me.PID}, me.UID, map[string]bool{}) {
 		if s.Owner != me.PID {
 			t.Errorf("%s: owner %d, want %d", s.Path, s.Owner, me.PID)
 		}
@@ -199,7 +199,7 @@ func TestBoundSocketsRefusesWhatItCannotVouchFor(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("boundSockets = %q, want %q", got, want)
 	}
-	if s := boundSockets([]int{me.PID + 1}, me.UID, map[string]bool{}); len(s) != 0 {
+	if s := boundSockets(new(reach), []int{me.PID + 1}, me.UID, map[string]bool{}); len(s) != 0 {
 		t.Errorf("boundSockets for another PID = %+v", s)
 	}
 }
@@ -225,26 +225,41 @@ func TestTreeSocketOnAUsersFUSEMount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The name itself becomes a mount point: the walk passes, and only
+	// how the name is dialled tells (connect(2) by name would look it up
+	// and ask the server).
+	replaced := filepath.Join(dir, "kc-2.sock")
+	bound(t, replaced)
+	overName, err := Examine(replaced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(replaced); err != nil {
+		t.Fatal(err)
+	}
+	testutil.MountFUSE(t, dir, "kc-2.sock", opts)
 	testutil.MountFUSE(t, dir, "later", opts)
 	for _, tc := range []struct {
 		name string
 		s    TreeSocket
+		want error
 	}{
-		{"in the mount", TreeSocket{Path: filepath.Join(fuse, "kc-1.sock")}},
-		{"under it", TreeSocket{Path: filepath.Join(fuse, "sub", "kc-1.sock")}},
-		{"mounted over its directory since it was examined", TreeSocket{Path: p, File: examined}},
+		{"in the mount", TreeSocket{Path: filepath.Join(fuse, "kc-1.sock")}, pathwalk.ErrOnFUSE},
+		{"under it", TreeSocket{Path: filepath.Join(fuse, "sub", "kc-1.sock")}, pathwalk.ErrOnFUSE},
+		{"mounted over its directory since it was examined", TreeSocket{Path: p, File: examined}, pathwalk.ErrOnFUSE},
+		{"mounted over its name since it was examined", TreeSocket{Path: replaced, File: overName}, ErrChanged},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := testutil.Within(t, held, "Examine", func() error {
 				_, err := Examine(tc.s.Path)
 				return err
 			})
-			if !errors.Is(err, pathwalk.ErrOnFUSE) {
-				t.Errorf("Examine = %v, want refused as a user's FUSE mount", err)
+			if err == nil || (tc.want == pathwalk.ErrOnFUSE && !errors.Is(err, tc.want)) {
+				t.Errorf("Examine = %v, want refused", err)
 			}
 			err = testutil.Within(t, held, "RemoveTreeSocket", func() error { return RemoveTreeSocket(tc.s) })
-			if !errors.Is(err, pathwalk.ErrOnFUSE) {
-				t.Errorf("RemoveTreeSocket = %v, want refused as a user's FUSE mount", err)
+			if !errors.Is(err, tc.want) {
+				t.Errorf("RemoveTreeSocket = %v, want %v", err, tc.want)
 			}
 		})
 	}

@@ -107,7 +107,7 @@ func (pp *PathPinner) in(path string, f func(dfd int, name string) error) error 
 		return fmt.Errorf("%s: %w", path, sockets.ErrNotSocket)
 	}
 	// The guard's table is read once per namespace, then read again in
-	// place when it changed (pathwalk.Guard.mount), which is not safe
+	// place when it changed (pathwalk.Guard.Mount), which is not safe
 	// concurrently; the walk asks no server, so holding the lock through
 	// it is cheap.
 	pp.mu.Lock()

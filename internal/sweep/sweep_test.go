@@ -332,7 +332,9 @@ func TestOpenDirsGlobAndErrors(t *testing.T) {
 	os.WriteFile(filepath.Join(base, "file"), nil, 0o600)
 	// A glob match that is a symlink to a directory elsewhere is skipped.
 	os.Symlink(t.TempDir(), filepath.Join(base, "link"))
-	dirs, errs := openDirs(Target{}, pathwalk.Guard{}, []string{filepath.Join(base, "*"), filepath.Join(base, "1000"), filepath.Join(base, "missing"), "relative", base + "/*/x"})
+	g := pathwalk.ReadGuard("/proc", 0)
+	defer g.Close()
+	dirs, errs := openDirs(Target{}, g, []string{filepath.Join(base, "*"), filepath.Join(base, "1000"), filepath.Join(base, "missing"), "relative", base + "/*/x"})
 	defer func() {
 		for _, d := range dirs {
 			d.close()

@@ -27,7 +27,7 @@ var (
 // under one, no entry that is one.
 //
 // Paths are checked before they are opened; what was opened is checked
-// again by its mount ID (nosync). An ID is judged by a table read since
+// again by its mount ID (Fstat). An ID is judged by a table read since
 // the namespace's mounts last changed: the kernel hands a freed ID out
 // again, and a user's FUSE mount could otherwise pass for the mount the
 // ID was when the table was read.

@@ -8,8 +8,6 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/kc-watchman/kc-watchman/internal/nosync"
 )
 
 const (
@@ -106,7 +104,7 @@ func (w Walk) Open(base int, inner string) (int, error) {
 		at := top.path + "/" + c
 		shown := w.Prefix + at
 		last := !slices.ContainsFunc(todo, func(s string) bool { return s != "" && s != "." })
-		st, err := nosync.Lstat(top.fd, c)
+		st, err := Lstat(top.fd, c)
 		// The mount before the stat's error: a FUSE mount of a user who
 		// allows no one else refuses root's stat (EACCES), and is his.
 		if merr := w.Guard.Mount(shown, st.MountID); merr != nil {
@@ -182,7 +180,7 @@ func (w Walk) openJudged(fd int, c, shown string, flags int) (int, error) {
 	if err != nil {
 		return -1, &fs.PathError{Op: "open", Path: shown, Err: err}
 	}
-	st, err := nosync.Fstat(next)
+	st, err := Fstat(next)
 	if merr := w.Guard.Mount(shown, st.MountID); merr != nil {
 		unix.Close(next)
 		return -1, merr
@@ -203,7 +201,7 @@ func (w Walk) readlink(fd int, c, shown string) (string, error) {
 		return "", &fs.PathError{Op: "open", Path: shown, Err: err}
 	}
 	defer unix.Close(lfd)
-	st, err := nosync.Fstat(lfd)
+	st, err := Fstat(lfd)
 	if merr := w.Guard.Mount(shown, st.MountID); merr != nil {
 		return "", merr
 	}
@@ -242,7 +240,7 @@ func readlinkat(fd int, name string) (string, error) {
 	return string(buf[:n]), nil
 }
 
-// errnoOf is the errno under a nosync error, or the error itself.
+// errnoOf is the errno under a Stat error, or the error itself.
 func errnoOf(err error) error {
 	var errno unix.Errno
 	if errors.As(err, &errno) {

@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kc-watchman/kc-watchman/internal/nosync"
+	"github.com/kc-watchman/kc-watchman/internal/pathwalk"
 )
 
 // Pinned is a socket file held open (O_PATH) for connecting to it.
@@ -17,7 +17,7 @@ type Pinned struct {
 	// sun_path holds 108 bytes.
 	Path string
 	// Stat is the socket's, read without asking any file system's server.
-	Stat nosync.Stat
+	Stat pathwalk.Stat
 	fd   int // the descriptor + 1: the zero Pinned holds none
 }
 
@@ -37,7 +37,7 @@ func (p Pinned) Release() {
 // crosses into such a mount without asking the server; the check then
 // refuses it (ErrChanged), and a name that is no socket (ErrNotSocket).
 func PinAt(dirfd int, name string) (Pinned, error) {
-	dir, err := nosync.Fstat(dirfd)
+	dir, err := pathwalk.Fstat(dirfd)
 	if err != nil {
 		return Pinned{}, err
 	}
@@ -46,7 +46,7 @@ func PinAt(dirfd int, name string) (Pinned, error) {
 		return Pinned{}, &fs.PathError{Op: "open", Path: name, Err: err}
 	}
 	p := Pinned{Path: "/proc/self/fd/" + strconv.Itoa(fd), fd: fd + 1}
-	p.Stat, err = nosync.Fstat(fd)
+	p.Stat, err = pathwalk.Fstat(fd)
 	switch {
 	case !p.Stat.OnMount(dir.MountID):
 		// Whatever the stat said: a mount of a user who allows no one

@@ -13,7 +13,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kc-watchman/kc-watchman/internal/nosync"
 	"github.com/kc-watchman/kc-watchman/internal/pathwalk"
 )
 
@@ -111,9 +110,9 @@ func unlinkAt(dirfd int, name string, want File) error {
 }
 
 // lstatAt never waits on a FUSE server: the name may have had a user's
-// mount put over it since it was examined (nosync).
+// mount put over it since it was examined (pathwalk.Lstat).
 func lstatAt(dirfd int, name string) (unix.Stat_t, error) {
-	st, err := nosync.Lstat(dirfd, name)
+	st, err := pathwalk.Lstat(dirfd, name)
 	if errors.Is(err, unix.ENOENT) {
 		return st.Stat_t, fmt.Errorf("%s: %w", name, ErrGone)
 	}

@@ -17,7 +17,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kc-watchman/kc-watchman/internal/nosync"
 	"github.com/kc-watchman/kc-watchman/internal/pathwalk"
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
 )
@@ -221,7 +220,7 @@ func openDir(root *os.File, g pathwalk.Guard, inner string, noFollow bool) (*dir
 		return nil, err
 	}
 	defer unix.Close(fd)
-	st, err := nosync.Fstat(fd)
+	st, err := pathwalk.Fstat(fd)
 	if err != nil {
 		return nil, &fs.PathError{Op: "fstat", Path: shown, Err: err}
 	}
@@ -232,7 +231,7 @@ func openDir(root *os.File, g pathwalk.Guard, inner string, noFollow bool) (*dir
 // listing, through that descriptor: what was checked is what is listed.
 // Opening for reading is the first access a file system's server sees, so
 // a user's FUSE directory must have been refused before.
-func enter(pathFD int, inner, shown string, st nosync.Stat) (*dir, error) {
+func enter(pathFD int, inner, shown string, st pathwalk.Stat) (*dir, error) {
 	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(pathFD), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: shown, Err: err}
@@ -277,7 +276,7 @@ func openDiscovered(t Target, g pathwalk.Guard, inner string, owners []int) (*di
 		return nil, err // it names the component where the walk stopped
 	}
 	defer unix.Close(fd)
-	st, err := nosync.Fstat(fd)
+	st, err := pathwalk.Fstat(fd)
 	if err != nil {
 		return nil, &fs.PathError{Op: "fstat", Path: shown, Err: err}
 	}
@@ -474,7 +473,7 @@ func (d *dir) scan(g pathwalk.Guard) ([]*entry, error) {
 		if g.MountPoint(filepath.Join(d.inner, n)) != nil {
 			return -1
 		}
-		st, err := nosync.Lstat(d.fd, n)
+		st, err := pathwalk.Lstat(d.fd, n)
 		if err != nil || !st.OnMount(d.mount) {
 			return -1
 		}
@@ -514,7 +513,7 @@ func (d *dir) scan(g pathwalk.Guard) ([]*entry, error) {
 // refuses a mount point: a mount put over the name after the mount table
 // was read (see pathwalk.Guard) is still not entered.
 func (d *dir) lstat(name string) (*entry, error) {
-	st, err := nosync.Lstat(d.fd, name)
+	st, err := pathwalk.Lstat(d.fd, name)
 	if !st.OnMount(d.mount) {
 		// Also when err is EACCES: a FUSE mount of a user who allows no
 		// one else.
@@ -561,7 +560,7 @@ func FileType(mode uint32) string {
 }
 
 // dirOf wraps an opened directory descriptor and what fstat said of it.
-func dirOf(fd int, inner, shown string, st nosync.Stat) *dir {
+func dirOf(fd int, inner, shown string, st pathwalk.Stat) *dir {
 	return &dir{
 		f: os.NewFile(uintptr(fd), shown), fd: fd,
 		inner: inner, shown: shown,

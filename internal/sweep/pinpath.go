@@ -11,7 +11,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kc-watchman/kc-watchman/internal/nosync"
 	"github.com/kc-watchman/kc-watchman/internal/pathwalk"
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
 )
@@ -70,10 +69,10 @@ func (pp *PathPinner) Pin(path string) (sockets.Pinned, error) {
 
 // Lstat stats the file at path, not following a last symlink, reached as
 // Pin reaches it; for what is mounted over the name, the mount's root.
-func (pp *PathPinner) Lstat(path string) (nosync.Stat, error) {
-	var st nosync.Stat
+func (pp *PathPinner) Lstat(path string) (pathwalk.Stat, error) {
+	var st pathwalk.Stat
 	err := pp.in(path, func(dfd int, name string) (err error) {
-		st, err = nosync.Lstat(dfd, name)
+		st, err = pathwalk.Lstat(dfd, name)
 		return err
 	})
 	return st, err

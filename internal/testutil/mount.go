@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/kc-watchman/kc-watchman/internal/nosync"
 )
 
 // MountTmpfs mounts a small tmpfs on a new directory name in dir,
@@ -30,9 +28,10 @@ func MountTmpfs(t testing.TB, dir, name string) string {
 // reports none (before Linux 5.8).
 func MountID(t testing.TB, p string) uint64 {
 	t.Helper()
-	st, err := nosync.Lstat(unix.AT_FDCWD, p)
-	if err != nil || st.MountID == 0 {
+	var x unix.Statx_t
+	err := unix.Statx(unix.AT_FDCWD, p, unix.AT_SYMLINK_NOFOLLOW|unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID, &x)
+	if err != nil || x.Mask&unix.STATX_MNT_ID == 0 {
 		t.Skipf("no mount ID for %s (%v): Linux 5.8+", p, err)
 	}
-	return st.MountID
+	return x.Mnt_id
 }

@@ -1,15 +1,4 @@
-// Package nosync stats files without waiting on their file system's
-// server.
-//
-// lstat(2) of a file on FUSE may ask the file system's server for fresh
-// attributes, and a user's server that never answers holds the caller in
-// the system call for ever: no deadline ends it, and a path that named a
-// socket when it was listed may have a FUSE mount over it by the time it
-// is looked at. statx(2) with AT_STATX_DONT_SYNC answers from the
-// attributes the kernel already holds (FUSE and NFS honour it; local file
-// systems are always in sync), and its mount ID tells an entry of a
-// directory from something mounted over that entry, without entering it.
-package nosync
+package pathwalk
 
 import (
 	"io/fs"

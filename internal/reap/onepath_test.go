@@ -25,7 +25,7 @@ const module = "github.com/kc-watchman/kc-watchman"
 // it) cannot drift apart in how they kill and unlink.
 var acting = map[string]string{
 	module + "/internal/pgkill":  "Kill",
-	module + "/internal/sockets": "RemoveTreeSocket",
+	module + "/internal/sockets": "RemoveTreeSockets",
 }
 
 // elsewhere are the uses of acting calls outside this package that are
@@ -87,7 +87,7 @@ func TestOnePathFindsCalls(t *testing.T) {
 		{"a group kill", `"` + module + `/internal/pgkill"`, `pgkill.Kill(nil, pgkill.Group{}, pgkill.Options{})`, true},
 		{"renamed import", `pk "` + module + `/internal/pgkill"`, `pk.Kill(nil, pk.Group{}, pk.Options{})`, true},
 		{"as a value", `"` + module + `/internal/pgkill"`, `f := pgkill.Kill; _ = f`, true},
-		{"a socket unlink", `"` + module + `/internal/sockets"`, `_ = sockets.RemoveTreeSocket(sockets.TreeSocket{})`, true},
+		{"a socket unlink", `"` + module + `/internal/sockets"`, `_ = sockets.RemoveTreeSockets(nil)`, true},
 		{"listing a group (control)", `"` + module + `/internal/pgkill"`, `_ = pgkill.Members("/proc", 1)`, false},
 		{"listing sockets (control)", `"` + module + `/internal/sockets"`, `_ = sockets.TreeSockets("/proc", 0, nil)`, false},
 	}

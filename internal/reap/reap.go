@@ -230,12 +230,12 @@ func kill(ctx context.Context, opt Options, log *slog.Logger, c Container, t Tre
 	if r.Outcome == action.WouldNotDie {
 		return // a live owner keeps its sockets
 	}
-	for _, s := range held {
-		if err := sockets.RemoveTreeSocket(s); err != nil {
-			log.Warn("socket left in place", "path", s.Path, "err", err)
+	for i, err := range sockets.RemoveTreeSockets(held) {
+		if err != nil {
+			log.Warn("socket left in place", "path", held[i].Path, "err", err)
 			continue
 		}
-		snap.SocketsUnlinked = append(snap.SocketsUnlinked, s.Path)
+		snap.SocketsUnlinked = append(snap.SocketsUnlinked, held[i].Path)
 	}
 }
 

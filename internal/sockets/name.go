@@ -2,7 +2,7 @@
 // every caller shares: their names (kc-<pid>.sock, kc-<pid>.<x>.sock and
 // the hashed kc-<hex>.sock: ParseName), the one parser of /proc/net/unix
 // (ReadNetUnix), the sockets one supervisor tree listens on and their
-// removal once it is dead (TreeSockets, RemoveTreeSocket: kc-hook and
+// removal once it is dead (TreeSockets, RemoveTreeSockets: kc-hook and
 // reconcile, through internal/reap), the listening sockets sock_diag names
 // (DiagListening, for the rootless hook), and the one unlink primitive:
 // Examine, then Unlink or, relative to an open directory, UnlinkAt, which

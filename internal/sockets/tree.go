@@ -114,7 +114,7 @@ func heldListening(socks []UnixSocket, owner map[uint64]int) int {
 // path leads the caller to the file the socket was bound to, owned by uid.
 // sock_diag cannot say which process holds a socket; a name carrying a
 // member's PID, a listener bound to exactly the file the caller sees
-// there, and RemoveTreeSocket's refused connect before the unlink stand in
+// there, and RemoveTreeSockets' refused connect before the unlink stand in
 // for the descriptor match.
 func boundSockets(r *reach, pids []int, uid int, seen map[string]bool) []TreeSocket {
 	listening, err := DiagListening()
@@ -153,30 +153,34 @@ func plausiblePath(path string, owner int) bool {
 	return ok && !n.Hashed() && n.PID == owner
 }
 
-// ErrStillListening is returned by RemoveTreeSocket when something accepts
+// ErrStillListening is returned by RemoveTreeSockets when something accepts
 // connections on the socket: it is not dead, whoever holds it.
 var ErrStillListening = errors.New("something still listens on it")
 
-// RemoveTreeSocket unlinks s once its tree is dead: only if nothing
-// listens on it any more (connect is refused) and it is still the examined
-// socket. A socket already gone (its server unlinked it on the way out) is
-// what was wanted: no error, nothing to warn about. Its directory is
-// reached as Examine reaches it, and the socket dialled through a
-// descriptor (PinAt), so that neither the walk nor the connect waits on a
-// user's FUSE server.
-func RemoveTreeSocket(s TreeSocket) error {
+// RemoveTreeSockets unlinks the sockets of a tree once it is dead, and
+// returns what became of each, in order: nil when it is gone. One is
+// unlinked only if nothing listens on it any more (connect is refused)
+// and it is still the examined socket; one already gone (its server
+// unlinked it on the way out) is what was wanted, and no error. Their
+// directories are reached as Examine reaches them, judged by one read of
+// the mount table, and each socket dialled through a descriptor (PinAt),
+// so that neither the walk nor the connect waits on a user's FUSE server.
+func RemoveTreeSockets(socks []TreeSocket) []error {
+	errs := make([]error, len(socks))
 	var r reach
 	defer r.close()
-	err := r.within(s.Path, func(dfd int, name string) error {
-		if err := refused(dfd, name); err != nil {
-			return err
+	for i, s := range socks {
+		err := r.within(s.Path, func(dfd int, name string) error {
+			if err := refused(dfd, name); err != nil {
+				return err
+			}
+			return unlinkAt(dfd, name, s.File)
+		})
+		if !errors.Is(err, unix.ENOENT) && !errors.Is(err, ErrGone) {
+			errs[i] = err
 		}
-		return unlinkAt(dfd, name, s.File)
-	})
-	if errors.Is(err, unix.ENOENT) || errors.Is(err, ErrGone) {
-		return nil
 	}
-	return err
+	return errs
 }
 
 // refused connects to name in the directory open as dirfd and expects

@@ -26,6 +26,9 @@ func listen(t *testing.T, path string) *net.UnixListener {
 	return l
 }
 
+// removeOne is RemoveTreeSockets for one socket.
+func removeOne(s TreeSocket) error { return RemoveTreeSockets([]TreeSocket{s})[0] }
+
 // TestTreeSocketsRefusesWhatItCannotVouchFor: the test process plays the
 // tree's only member and binds sockets whose paths it chose, as a
 // supervisor's kernel running user code could.
@@ -73,8 +76,8 @@ func TestTreeSocketsRefusesWhatItCannotVouchFor(t *testing.T) {
 		if len(socks) == 0 {
 			t.Fatal("no sockets")
 		}
-		if err := RemoveTreeSocket(socks[0]); !errors.Is(err, ErrStillListening) {
-			t.Errorf("RemoveTreeSocket on a live socket = %v, want ErrStillListening", err)
+		if err := removeOne(socks[0]); !errors.Is(err, ErrStillListening) {
+			t.Errorf("RemoveTreeSockets on a live socket = %v, want ErrStillListening", err)
 		}
 		if _, err := os.Lstat(socks[0].Path); err != nil {
 			t.Errorf("live socket removed: %v", err)
@@ -95,15 +98,47 @@ func TestTreeSocketsRefusesWhatItCannotVouchFor(t *testing.T) {
 		}
 		l.SetUnlinkOnClose(false)
 		l.Close()
-		if err := RemoveTreeSocket(target); err != nil {
+		if err := removeOne(target); err != nil {
 			t.Fatalf("RemoveSocket = %v", err)
 		}
 		if _, err := os.Lstat(p); !os.IsNotExist(err) {
 			t.Errorf("dead socket still there: %v", err)
 		}
 		// A second time it is already gone: done, not an error to warn of.
-		if err := RemoveTreeSocket(target); err != nil {
-			t.Errorf("RemoveTreeSocket of a socket already gone = %v, want nil", err)
+		if err := removeOne(target); err != nil {
+			t.Errorf("RemoveTreeSockets of a socket already gone = %v, want nil", err)
+		}
+	})
+
+	t.Run("each socket gets its own answer", func(t *testing.T) {
+		dir := t.TempDir()
+		live := filepath.Join(dir, fmt.Sprintf("kc-%d.live.sock", me.PID))
+		dead := filepath.Join(dir, fmt.Sprintf("kc-%d.gone.sock", me.PID))
+		listen(t, live)
+		l := listen(t, dead)
+		var batch []TreeSocket
+		for _, s := range TreeSockets("/proc", me.UID, []int{me.PID}) {
+			if s.Path == live || s.Path == dead {
+				batch = append(batch, s)
+			}
+		}
+		if len(batch) != 2 {
+			t.Fatalf("found %d of the 2 sockets", len(batch))
+		}
+		l.SetUnlinkOnClose(false)
+		l.Close()
+		errs := RemoveTreeSockets(batch)
+		for i, s := range batch {
+			want := error(nil)
+			if s.Path == live {
+				want = ErrStillListening
+			}
+			if !errors.Is(errs[i], want) || (want == nil) != (errs[i] == nil) {
+				t.Errorf("%s: %v, want %v", s.Path, errs[i], want)
+			}
+		}
+		if !testutil.PathExists(live) || testutil.PathExists(dead) {
+			t.Errorf("after the batch: live there %v, dead there %v", testutil.PathExists(live), testutil.PathExists(dead))
 		}
 	})
 
@@ -257,9 +292,9 @@ func TestTreeSocketOnAUsersFUSEMount(t *testing.T) {
 			if err == nil || (tc.want == pathwalk.ErrOnFUSE && !errors.Is(err, tc.want)) {
 				t.Errorf("Examine = %v, want refused", err)
 			}
-			err = testutil.Within(t, held, "RemoveTreeSocket", func() error { return RemoveTreeSocket(tc.s) })
+			err = testutil.Within(t, held, "RemoveTreeSockets", func() error { return removeOne(tc.s) })
 			if !errors.Is(err, tc.want) {
-				t.Errorf("RemoveTreeSocket = %v, want %v", err, tc.want)
+				t.Errorf("RemoveTreeSockets = %v, want %v", err, tc.want)
 			}
 		})
 	}

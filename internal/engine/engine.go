@@ -192,6 +192,39 @@ type Config struct {
 	// DefaultTimeout.
 	Timeout time.Duration
 	Logger  *slog.Logger
+	// Found, when set, keeps what auto detection found across the
+	// questions of one long-running watch (see Found).
+	Found *Found
+}
+
+// Found is what auto detection found so far. An engine found once is
+// still asked, at the endpoint it was found at, when its endpoint is
+// missing later: a daemon restarting has no socket for a moment, and an
+// auto that then left it out would take every container it runs for
+// gone. Asked, it cannot answer, and the truth is unknown. Copies of a
+// Config share it; safe for concurrent use.
+type Found struct {
+	mu sync.Mutex
+	at map[string]string // engine name: endpoint
+}
+
+// NewFound returns an empty Found.
+func NewFound() *Found { return &Found{at: map[string]string{}} }
+
+// note records that n was found at ep, or returns where it was found
+// before when it is not found now.
+func (f *Found) note(n, ep string, found bool) (string, bool) {
+	if f == nil {
+		return ep, found
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if found {
+		f.at[n] = ep
+		return ep, true
+	}
+	was, ok := f.at[n]
+	return was, ok
 }
 
 // AskTimeout is Timeout, or DefaultTimeout when unset.
@@ -267,8 +300,9 @@ func ParseNames(v string) ([]string, error) {
 }
 
 // Select builds the engines to ask: the named ones, or with names nil
-// (auto) every built-in engine whose endpoint Detect finds. Auto finding
-// none is not an error here: Ask then reports the truth unknown.
+// (auto) every built-in engine whose endpoint Detect finds, or that
+// cfg.Found found before. Auto finding none is not an error here: Ask
+// then reports the truth unknown.
 func Select(names []string, cfg Config) ([]Engine, error) {
 	specsMu.Lock()
 	defer specsMu.Unlock()
@@ -279,11 +313,18 @@ func Select(names []string, cfg Config) ([]Engine, error) {
 			if !ok {
 				continue
 			}
-			if ep, found := s.Detect(cfg); found {
+			now, foundNow := s.Detect(cfg)
+			ep, found := cfg.Found.note(n, now, foundNow)
+			switch {
+			case foundNow:
 				cfg.Log().Debug("engine found", "engine", n, "endpoint", ep)
-				names = append(names, n)
-				detected[n] = ep
+			case found:
+				cfg.Log().Debug("engine found before, missing now: asked there all the same", "engine", n, "endpoint", ep)
+			default:
+				continue
 			}
+			names = append(names, n)
+			detected[n] = ep
 		}
 	}
 	var out []Engine

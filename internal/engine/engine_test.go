@@ -158,4 +158,69 @@ func TestResolveOne(t *testing.T) {
 			t.Fatalf("err = %v, want unknown", err)
 		}
 	})
+	t.Run("an engine that cannot be asked makes a lone name match unknown", func(t *testing.T) {
+		down := &fake{name: "docker", err: errors.New("down")}
+		if m, err := ResolveOne(t.Context(), []Engine{pod, down}, "positron-server"); !errors.Is(err, ErrUnknown) {
+			t.Errorf("got %+v, %v; want unknown: docker may run another positron-server", m, err)
+		}
+		if m, err := ResolveOne(t.Context(), []Engine{pod, down}, idA); err != nil || m.ID != idA {
+			t.Errorf("full ID: got %+v, %v; want %s", m, err, idA)
+		}
+	})
+}
+
+// TestAutoKeepsWhatItFound: an engine auto found once and missing later
+// (its daemon restarting) is asked all the same, and the truth is
+// unknown; without Found it is left out, and the rest vouch alone.
+func TestAutoKeepsWhatItFound(t *testing.T) {
+	present := true
+	specsMu.Lock()
+	saved := specs
+	specs = map[string]Spec{
+		"podman": {Name: "podman", Detect: func(Config) (string, bool) { return "fake://podman", true },
+			New: func(Config) (Engine, error) { return &fake{name: "podman", a: Answer{UID: 0}}, nil }},
+		"docker": {Name: "docker", Detect: func(Config) (string, bool) { return "fake://docker", present },
+			New: func(c Config) (Engine, error) {
+				if c.Detected != "fake://docker" {
+					return nil, fmt.Errorf("docker made for %q, not where it was found", c.Detected)
+				}
+				if !present {
+					return &fake{name: "docker", err: errors.New("dial: no such file or directory")}, nil
+				}
+				return &fake{name: "docker", a: Answer{UID: 0}}, nil
+			}},
+	}
+	specsMu.Unlock()
+	t.Cleanup(func() {
+		specsMu.Lock()
+		specs = saved
+		specsMu.Unlock()
+	})
+	ask := func(cfg Config) ([]string, error) {
+		es, err := Select(nil, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range es {
+			names = append(names, e.Name())
+		}
+		_, err = Ask(t.Context(), es)
+		return names, err
+	}
+	found := NewFound()
+	if names, err := ask(Config{Found: found}); err != nil || !slices.Equal(names, []string{"podman", "docker"}) {
+		t.Fatalf("both present: asked %v: %v", names, err)
+	}
+	present = false
+	if names, err := ask(Config{Found: found}); !errors.Is(err, ErrUnknown) || !slices.Equal(names, []string{"podman", "docker"}) {
+		t.Errorf("docker missing after it was found: asked %v: %v, want both asked and the truth unknown", names, err)
+	}
+	if names, err := ask(Config{}); err != nil || !slices.Equal(names, []string{"podman"}) {
+		t.Errorf("docker missing, no Found: asked %v: %v, want podman alone", names, err)
+	}
+	present = true
+	if names, err := ask(Config{Found: found}); err != nil || len(names) != 2 {
+		t.Errorf("docker back: asked %v: %v", names, err)
+	}
 }

@@ -20,8 +20,9 @@ var (
 // engine. Exactly one container must match across all of them; no match
 // wraps ErrNoMatch and several wrap ErrAmbiguous, naming the candidates
 // (both also wrap ErrUsage). An engine that cannot be asked makes the
-// answer unknown (ErrUnknown): a name missing from the engine we
-// could not ask may well be its container.
+// answer unknown (ErrUnknown) unless ref is the full ID of the one match:
+// the engine we could not ask may hold another container of that name,
+// or the container a missing name is.
 func ResolveOne(ctx context.Context, engines []Engine, ref string) (Match, error) {
 	if ref == "" {
 		return Match{}, fmt.Errorf("%w: empty container reference", ErrUsage)
@@ -51,7 +52,7 @@ func ResolveOne(ctx context.Context, engines []Engine, ref string) (Match, error
 		}
 	}
 	switch {
-	case len(all) == 1:
+	case len(all) == 1 && (len(failed) == 0 || all[0].ID == ref):
 		return all[0], nil
 	case len(all) > 1:
 		return Match{}, fmt.Errorf("%w: %w %q: %s", ErrUsage, ErrAmbiguous, ref, candidates(all))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/cull"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
 	"github.com/kc-watchman/kc-watchman/internal/metrics"
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
@@ -56,6 +57,12 @@ func (w *Watch) Once(ctx context.Context, log *slog.Logger) int {
 // when the engines to follow cannot be built.
 func (w *Watch) Run(ctx context.Context, stopping <-chan struct{}, log *slog.Logger) error {
 	w.serial = &sync.Mutex{}
+	if w.Engines == nil && w.Engine.Found == nil {
+		// Every question of this watch (rounds, deaths, pins, event
+		// streams) asks each engine auto found once, for as long as it
+		// runs.
+		w.Engine.Found = engine.NewFound()
+	}
 	if w.Reconcile.Lister != proctable.ListProc && w.Reconcile.Program == nil {
 		// One load of the iterator program for every decision: at a
 		// death, the BTF read and the verifier would be most of a small

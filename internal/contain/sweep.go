@@ -162,6 +162,14 @@ func Sweep(ctx context.Context, c *Cgroup, opt SweepOptions) SweepResult {
 		return res
 	}
 	if c.Kind == KindSystemd {
+		// Stopping the scope has systemd kill its whole subtree: child
+		// cgroups' processes (a delegated scope's), which procs never
+		// listed and no rule judged. Only a scope with none left is
+		// stopped.
+		if !eventIs(fd, "populated", "0") {
+			res.Err = errors.Join(res.Err, fmt.Errorf("%s: its child cgroups still hold processes no rule judged: scope not stopped", c))
+			return res
+		}
 		res.Err = errors.Join(res.Err, c.stopScope(ctx))
 		res.Removed = c.gone(mfd)
 		return res
@@ -264,12 +272,15 @@ func (c *Cgroup) kill(fd int, opt SweepOptions, res *SweepResult) {
 			return
 		}
 		res.Killed = mergeStats(res.Killed, allowed)
-		if len(withheld) == 0 && c.Kind != KindFreezer && c.killAll(fd, pids) {
+		// Unfrozen, a process judged could fork or exec between the
+		// judging and cgroup.kill, which would take what no rule judged:
+		// then each judged one is killed through its pidfd.
+		if len(withheld) == 0 && res.Frozen && c.Kind != KindFreezer && c.killAll(fd, pids) {
 			res.Method = "cgroup.kill"
 			return
 		}
 		res.Method = "pidfd"
-		if len(withheld) == 0 {
+		if len(withheld) == 0 && res.Frozen {
 			res.Method = "sigkill-frozen"
 		}
 		if _, err := pgkill.SignalEach(opt.Root, allowed, c.UID, unix.SIGKILL); err != nil {

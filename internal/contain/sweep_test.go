@@ -2,6 +2,7 @@ package contain
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -367,6 +368,60 @@ func TestSweepLeavesChildCgroups(t *testing.T) {
 	}
 	if !exits(mine, 5*time.Second) {
 		t.Error("the tree's own process lives")
+	}
+}
+
+// stopRecorder is a Scoper that records the scopes it is asked to stop.
+type stopRecorder struct{ stopped []string }
+
+func (r *stopRecorder) StartScope(context.Context, string, string, int) (string, error) {
+	return "", errors.New("not here")
+}
+func (r *stopRecorder) StopScope(_ context.Context, unit string) error {
+	r.stopped = append(r.stopped, unit)
+	return nil
+}
+func (r *stopRecorder) Close() error { return nil }
+
+// TestSweepKeepsAScopeWithChildProcesses: stopping a scope has systemd
+// kill its child cgroups' processes, which no rule judged; a scope whose
+// children still hold some is not stopped, and one empty is.
+func TestSweepKeepsAScopeWithChildProcesses(t *testing.T) {
+	c := contained(t, KindCgroup2)
+	rec := &stopRecorder{}
+	// The scope's cgroup is a cgroup v2 directory like any other; only
+	// how it is removed differs.
+	c.Kind, c.Unit, c.scoper = KindSystemd, "kc-test.scope", rec
+	sub := filepath.Join(c.Mount, c.Path, "nested")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		within(5*time.Second, func() bool { return os.Remove(sub) == nil || os.IsNotExist(os.Remove(sub)) })
+	})
+	nested := exec.Command("sleep", "1000000")
+	if err := nested.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		nested.Process.Kill()
+		nested.Wait()
+	})
+	if err := os.WriteFile(filepath.Join(sub, "cgroup.procs"), []byte(strconv.Itoa(nested.Process.Pid)), 0); err != nil {
+		t.Fatal(err)
+	}
+	res := Sweep(context.Background(), c, SweepOptions{KillWait: 300 * time.Millisecond})
+	if len(rec.stopped) != 0 || res.Err == nil {
+		t.Errorf("with a child cgroup's process: stopped %q, err %v; want the scope kept, and said", rec.stopped, res.Err)
+	}
+	nested.Process.Kill()
+	nested.Wait()
+	if !within(5*time.Second, func() bool { return os.Remove(sub) == nil }) {
+		t.Fatal("the child cgroup would not go")
+	}
+	res = Sweep(context.Background(), c, SweepOptions{KillWait: 300 * time.Millisecond})
+	if len(rec.stopped) != 1 || res.Err != nil {
+		t.Errorf("empty: stopped %q, err %v; want the scope stopped", rec.stopped, res.Err)
 	}
 }
 

@@ -366,13 +366,16 @@ func (r *runner) shutdown(reason string) error {
 }
 
 // groups are the process groups the wrapper answers for: its own, and the
-// command's when the command left it (a supervisor that calls setsid
-// itself). The latter is safe to name only while the command is unreaped:
-// its zombie keeps the group ID from being reused.
+// command's when the command left it to lead one of its own (a supervisor
+// that calls setsid itself). The latter is safe to name only while the
+// command is unreaped: its zombie keeps the group ID from being reused. A
+// group the command joined but does not lead is another's (a wrapper
+// started by hand stays in its shell's session, whose groups the command
+// may join), and is not the wrapper's to take down.
 func (r *runner) groups() []int {
 	gs := []int{r.self.PGID}
 	if r.child != nil && !r.child.reaped {
-		if st, err := fingerprint.ReadStat(r.o.Root, r.child.pid); err == nil && st.PGID > 1 && st.PGID != r.self.PGID {
+		if st, err := fingerprint.ReadStat(r.o.Root, r.child.pid); err == nil && st.PGID == r.child.pid && st.PGID != r.self.PGID {
 			gs = append(gs, st.PGID)
 		}
 	}

@@ -82,6 +82,13 @@ func (w *wrapper) exited() bool {
 // group (and of extraGroups) by identity.
 func startWrapper(t *testing.T, init fingerprint.Stat, flags []string, command ...string) *wrapper {
 	t.Helper()
+	return startWrapperWith(t, nil, init, flags, command...)
+}
+
+// startWrapperWith is startWrapper with the wrapper's process attributes
+// (a shell's job: Setpgid).
+func startWrapperWith(t *testing.T, attr *syscall.SysProcAttr, init fingerprint.Stat, flags []string, command ...string) *wrapper {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
@@ -98,6 +105,7 @@ func startWrapper(t *testing.T, init fingerprint.Stat, flags []string, command .
 	argv = append(argv, cid, strconv.Itoa(init.PID), strconv.FormatUint(init.StartTicks, 10), "--")
 	argv = append(argv, command...)
 	w.cmd = exec.Command(bin, argv...)
+	w.cmd.SysProcAttr = attr
 	w.cmd.Stdout, w.cmd.Stderr = logf, logf
 	if err := w.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -403,6 +411,44 @@ func TestCommandLeavingTheGroup(t *testing.T) {
 	supervisetest.Eventually(t, 10*time.Second, "the fake's own group outlived init", func() bool { return allDead(members) })
 	if code := w.exitCode(t, 10*time.Second); code != 0 {
 		t.Fatalf("exit code %d, want 0", code)
+	}
+}
+
+// TestCommandJoiningAnotherGroup: a wrapper started by hand as a shell's
+// job already leads its group and stays in the shell's session, whose
+// other groups its command may join. Such a group is not the wrapper's:
+// when init dies, its other members live.
+func TestCommandJoiningAnotherGroup(t *testing.T) {
+	_, init := supervisetest.Process(t, "sleep", "1000000")
+	victim := exec.Command("sleep", "1000000")
+	victim.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // another job of the session
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		victim.Process.Kill()
+		victim.Wait()
+	})
+	vpid := victim.Process.Pid
+	joins := fmt.Sprintf(`setpgrp(0, %d) or die "setpgid: $!"; sleep 1000000`, vpid)
+	w := startWrapperWith(t, &syscall.SysProcAttr{Setpgid: true}, init, []string{"--kill-grace=1s"}, "perl", "-e", joins)
+	var cmd int
+	supervisetest.Eventually(t, 5*time.Second, "the command did not join the other group", func() bool {
+		for _, m := range groupOf(vpid) {
+			if m.PID != vpid {
+				cmd = m.PID
+				return true
+			}
+		}
+		return false
+	})
+	t.Cleanup(func() { syscall.Kill(cmd, syscall.SIGKILL) })
+	if err := syscall.Kill(init.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	w.exitCode(t, 10*time.Second)
+	if st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, vpid); err != nil || st.Zombie() {
+		t.Errorf("the other group's process was killed with the wrapper's: %+v, %v", st, err)
 	}
 }
 

@@ -34,17 +34,57 @@ const maxDescendants = 4096
 // none (the /proc fallback, the full scan), from the children files of
 // the tree's own processes only (DESIGN "One view of the host").
 func addDescendants(root string, t *Tree, kids childIndex) {
+	addDescendantsUpTo(root, t, kids, maxDescendants)
+}
+
+func addDescendantsUpTo(root string, t *Tree, kids childIndex, limit int) {
 	if len(t.Members) == 0 {
 		return
 	}
-	t.Escaped, t.Withheld = descendants(root, kids.of(root), t.Members, Rules{
+	var capped bool
+	t.Escaped, t.Withheld, capped = descendants(root, kids.of(root), t.Members, Rules{
 		InGroup:     func(pgid int) bool { return pgid == t.PGID },
 		UID:         t.UID,
 		ContainerID: t.ContainerID,
-	})
+	}, limit)
 	for _, w := range t.Withheld {
 		t.callerBelow = t.callerBelow || w.PID == os.Getpid()
 	}
+	if capped && !t.callerBelow {
+		// The walk stopped short of the caller, maybe, and the shells
+		// between a member and it may be among the escaped: look up
+		// from the caller instead.
+		t.callerBelow = callerUnder(root, t)
+	}
+}
+
+// callerUnder says whether a member or an escaped process of t is an
+// ancestor of the caller, or the caller's ancestry cannot be read to the
+// end (then it may be: the doubt spares the tree). The ancestry is short;
+// it is read only when the walk down was cut.
+func callerUnder(root string, t *Tree) bool {
+	ours := map[int]uint64{}
+	for _, m := range t.Members {
+		ours[m.PID] = m.StartTicks
+	}
+	for _, e := range t.Escaped {
+		ours[e.PID] = e.StartTicks
+	}
+	pid := os.Getppid()
+	for range 1024 {
+		if pid <= 1 {
+			return false
+		}
+		st, err := fingerprint.ReadStat(root, pid)
+		if err != nil {
+			return true
+		}
+		if ticks, ok := ours[pid]; ok && ticks == st.StartTicks {
+			return true
+		}
+		pid = st.PPID
+	}
+	return true
 }
 
 // childIndex is a listing's processes by parent; nil where the listing
@@ -96,10 +136,13 @@ type Rules struct {
 // when it has them (nil: read the children files of the walked processes
 // only).
 func Descendants(root string, l *proctable.Listing, from []fingerprint.Identity, r Rules) (escaped, withheld []fingerprint.Identity) {
-	return descendants(root, indexChildren(l).of(root), from, r)
+	escaped, withheld, _ = descendants(root, indexChildren(l).of(root), from, r, maxDescendants)
+	return escaped, withheld
 }
 
-func descendants(root string, children func(pid int) []int, from []fingerprint.Identity, r Rules) (escaped, withheld []fingerprint.Identity) {
+// descendants walks down from from, reading at most limit processes;
+// capped says it stopped there.
+func descendants(root string, children func(pid int) []int, from []fingerprint.Identity, r Rules, limit int) (escaped, withheld []fingerprint.Identity, capped bool) {
 	visited := make(map[int]bool, len(from))
 	queue := make([]fingerprint.Identity, 0, len(from))
 	for _, m := range from {
@@ -107,12 +150,15 @@ func descendants(root string, children func(pid int) []int, from []fingerprint.I
 		queue = append(queue, m)
 	}
 	seen := 0
-	for len(queue) > 0 && seen < maxDescendants {
+	for len(queue) > 0 {
 		parent := queue[0]
 		queue = queue[1:]
 		for _, pid := range children(parent.PID) {
-			if visited[pid] || seen >= maxDescendants {
+			if visited[pid] {
 				continue
+			}
+			if seen >= limit {
+				return escaped, withheld, true
 			}
 			visited[pid] = true
 			seen++
@@ -159,7 +205,7 @@ func descendants(root string, children func(pid int) []int, from []fingerprint.I
 			queue = append(queue, id)
 		}
 	}
-	return escaped, withheld
+	return escaped, withheld, false
 }
 
 // Member says whether a process found in a tree's cgroup may be

@@ -166,3 +166,46 @@ func TestTreeAboveTheCallerHoldsIt(t *testing.T) {
 		t.Fatalf("a tree above the caller does not hold it: escaped %v withheld %v", pids(tr.Escaped), pids(tr.Withheld))
 	}
 }
+
+// TestCallerUnderACutWalk: where the walk down from a tree stops at its
+// bound, the caller may lie below where it stopped, with the shells
+// between among the escaped; the caller's own ancestry then says whether
+// the tree holds it. A stranger's cut tree does not.
+func TestCallerUnderACutWalk(t *testing.T) {
+	parent, err := fingerprint.Read("/proc", os.Getppid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	above := Tree{PGID: parent.PID, UID: parent.UID, Members: []fingerprint.Identity{parent}}
+	addDescendantsUpTo("/proc", &above, nil, 0)
+	if !above.callerBelow {
+		t.Errorf("a tree whose member is the caller's parent, its walk cut: not taken to hold the caller")
+	}
+
+	sh := exec.Command("sh", "-c", "sleep 1000000 & wait")
+	sh.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		syscall.Kill(-sh.Process.Pid, syscall.SIGKILL)
+		sh.Wait()
+	})
+	var stranger fingerprint.Identity
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		stranger, err = fingerprint.Read("/proc", sh.Process.Pid)
+		if err == nil && len(Children("/proc", sh.Process.Pid)) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stranger's child did not start: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	other := Tree{PGID: stranger.PID, UID: stranger.UID, Members: []fingerprint.Identity{stranger}}
+	addDescendantsUpTo("/proc", &other, nil, 0)
+	if other.callerBelow {
+		t.Errorf("a stranger's tree, its walk cut, taken to hold the caller")
+	}
+}

@@ -9,7 +9,7 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -33,7 +33,38 @@ var Keepalive = keepalive.ClientParameters{Time: 6 * time.Minute, Timeout: 20 * 
 // Conn is a client connection to one engine socket.
 type Conn struct {
 	*grpc.ClientConn
-	peerUID atomic.Int64
+	peers peers
+}
+
+// peers is the UID that accepted every connection so far. gRPC dials
+// again when a connection drops, and a question of several calls
+// (containerd's namespaces, then each one's containers and tasks) may
+// then be answered partly by another process at the same path: its
+// answers pieced together vouch for no one.
+type peers struct {
+	mu     sync.Mutex
+	uid    int
+	dialed bool
+}
+
+func (p *peers) record(uid int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case !p.dialed:
+		p.uid, p.dialed = uid, true
+	case p.uid != uid:
+		p.uid = peercred.UIDUnknown
+	}
+}
+
+func (p *peers) UID() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.dialed {
+		return peercred.UIDUnknown
+	}
+	return p.uid
 }
 
 // Dial prepares a connection to the socket at path, which what names in
@@ -42,14 +73,12 @@ type Conn struct {
 // context.
 func Dial(what, path string, maxRecv int) (*Conn, error) {
 	c := &Conn{}
-	c.peerUID.Store(peercred.UIDUnknown)
 	dial := func(ctx context.Context, _ string) (net.Conn, error) {
 		conn, uid, err := peercred.DialUnixAs(ctx, what, path)
 		if err != nil {
-			c.peerUID.Store(peercred.UIDUnknown)
 			return nil, err
 		}
-		c.peerUID.Store(int64(uid))
+		c.peers.record(uid)
 		return conn, nil
 	}
 	// The target is never resolved: the dialer ignores it.
@@ -67,6 +96,7 @@ func Dial(what, path string, maxRecv int) (*Conn, error) {
 	return c, nil
 }
 
-// PeerUID is the UID of the process that accepted the latest connection
-// (SO_PEERCRED), peercred.UIDUnknown before the first call.
-func (c *Conn) PeerUID() int { return int(c.peerUID.Load()) }
+// PeerUID is the UID of the process that accepted every connection so
+// far (SO_PEERCRED); peercred.UIDUnknown before the first, and once two
+// were accepted by different UIDs.
+func (c *Conn) PeerUID() int { return c.peers.UID() }

@@ -305,6 +305,15 @@ func TestQueryRealPodman(t *testing.T) {
 	if !maps.Equal(api.States, cli.States) {
 		t.Errorf("raw states differ:\napi %v\ncli %v", api.States, cli.States)
 	}
+	// The plain CLI's own arguments (it keeps to its own store even where
+	// containers.conf says remote), on this store.
+	local, err := queryCLI(t.Context(), p.bin, append(localArgs(), p.globalArgs()...), log)
+	if err != nil {
+		t.Fatalf("CLI %v query: %v", localArgs(), err)
+	}
+	if !maps.Equal(api.States, local.States) {
+		t.Errorf("raw states differ:\napi   %v\nlocal %v", api.States, local.States)
+	}
 
 	// The CLI as a second client of the same service (what Query does by
 	// itself for a non-default URL): podman --url … ps.

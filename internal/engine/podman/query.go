@@ -130,15 +130,20 @@ func cliGlobalArgs(ep endpoint, override []string) []string {
 		return override
 	}
 	if isDefault(ep) {
-		return nil
+		return localArgs()
 	}
 	return []string{"--url", ep.Raw}
 }
 
+// localArgs make the CLI read its own store, whatever containers.conf
+// says (remote = true, an active service): its answer is then this
+// process's, as Query trusts it to be.
+func localArgs() []string { return []string{"--remote=false"} }
+
 // LocalCLIArgs returns the global arguments that make the podman CLI read
 // the same podman's store as url directly, without its service: override
-// when set (the caller vouches for it), none when url is this process's
-// default socket. ok is false when the CLI could reach that podman only
+// when set (the caller vouches for it), localArgs when url is this
+// process's default socket. ok is false when the CLI could reach that podman only
 // through the service (--url).
 func LocalCLIArgs(url string, override []string) (args []string, ok bool) {
 	if override != nil {
@@ -148,7 +153,7 @@ func LocalCLIArgs(url string, override []string) (args []string, ok bool) {
 	if err != nil || !isDefault(ep) {
 		return nil, false
 	}
-	return nil, true
+	return localArgs(), true
 }
 
 // Query asks podman which containers are alive: the API at opt.URL first,

@@ -227,14 +227,16 @@ func TestCLIGlobalArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The default socket: the plain CLI reads the same store.
-	if got := cliGlobalArgs(def, nil); got != nil {
-		t.Errorf("default socket: args = %q, want none", got)
+	// The default socket: the plain CLI reads the same store, kept from
+	// going remote whatever containers.conf says.
+	local := []string{"--remote=false"}
+	if got := cliGlobalArgs(def, nil); !slices.Equal(got, local) {
+		t.Errorf("default socket: args = %q, want %q", got, local)
 	}
 	// Spelled differently, still the default.
 	alt, _ := parseEndpoint("unix://" + strings.Replace(def.Addr, "/", "//", 1))
-	if got := cliGlobalArgs(alt, nil); got != nil {
-		t.Errorf("default socket (%s): args = %q, want none", alt.Raw, got)
+	if got := cliGlobalArgs(alt, nil); !slices.Equal(got, local) {
+		t.Errorf("default socket (%s): args = %q, want %q", alt.Raw, got, local)
 	}
 	// Another socket or tcp: the CLI must ask that same service.
 	for _, u := range []string{"unix:///tmp/other/podman.sock", "unix:///run/user/1000/podman/podman.sock", "tcp://127.0.0.1:8080"} {

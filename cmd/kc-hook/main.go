@@ -122,7 +122,7 @@ func (cl *commandLine) flagSet() *flag.FlagSet {
 	fs.StringVar(&cl.stateDir, "state-dir", ledger.DefaultDir(userns.HostEUID()), "ledger `DIR`")
 	fs.StringVar(&cl.supervisorComm, "supervisor-comm", trees.DefaultComm, "comma-separated supervisor process `NAMES`")
 	fs.DurationVar(&cl.killGrace, "kill-grace", pgkill.DefaultGrace, "wait between SIGTERM and SIGKILL")
-	fs.DurationVar(&cl.deadline, "deadline", 20*time.Second, "bound on a whole poststop run; keep it below the descriptor's timeout")
+	fs.DurationVar(&cl.deadline, "deadline", 20*time.Second, "bound on a whole stage (a pre-start stage then gives up and exits 0); keep it below the descriptor's timeout")
 	fs.StringVar(&cl.logFile, "log-file", "", "JSON-lines log `FILE` (default: STATE-DIR/kc-hook.log)")
 	fs.StringVar(&cl.supervisorsFile, "supervisors-file", supervise.DefaultAllowlistFile, "root-owned allowlist `FILE` of the supervisors the io.kc-watchman.supervisor annotation may name")
 	fs.StringVar(&cl.bpf, "bpf", "auto", "list processes through a BPF task iterator, `MODE` auto (where the kernel allows it, else /proc), on (fail without it) or off (never load a BPF program)")
@@ -238,6 +238,52 @@ func runStage(s *settings, args []string, stdin io.Reader, stderr io.Writer) int
 		// A person typed the command: the State would be awaited forever.
 		return usageError(stderr, hookName, errors.New("stdin is a terminal: the runtime passes the container's State (JSON) on stdin; by hand: echo '{\"id\":\"<64 hex>\",\"status\":\"stopped\"}' | kc-hook poststop"))
 	}
+	if stage == hook.StagePoststop {
+		return stageBody(s, r, stdin, stderr)
+	}
+	return preStart(s, r, stdin, stderr)
+}
+
+// preStart runs a pre-start stage, which must never stop a container from
+// starting: the runtime fails the start when a hook exits non-zero or
+// outlives its descriptor's timeout. Whatever holds the stage (a State
+// never written, a ledger lock, an old wrapper slow to die) or crashes
+// it, the hook says so and exits 0 within --deadline, below that
+// timeout; main's exit ends what is still running.
+func preStart(s *settings, r stageRun, stdin io.Reader, stderr io.Writer) int {
+	done := make(chan int, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				preStartGaveUp(s, r.stage, stderr, fmt.Errorf("crashed: %v", p))
+				done <- exitOK
+			}
+		}()
+		done <- stageBody(s, r, stdin, stderr)
+	}()
+	t := time.NewTimer(s.deadline)
+	defer t.Stop()
+	select {
+	case code := <-done:
+		return code
+	case <-t.C:
+		preStartGaveUp(s, r.stage, stderr, fmt.Errorf("not done after %v (--deadline)", s.deadline))
+		return exitOK
+	}
+}
+
+// preStartGaveUp says why a pre-start stage gave up, on stderr and in the
+// trace (runc throws away the stderr of a hook that exits 0).
+func preStartGaveUp(s *settings, stage hook.Stage, stderr io.Writer, why error) {
+	fmt.Fprintf(stderr, "kc-hook: %s %v; the container starts anyway\n", stage, why)
+	hostUID := userns.HostEUID()
+	e := ledger.TraceEntry{Time: time.Now().UTC(), Stage: string(stage), HostUID: hostUID, StateDir: s.stateDir, Error: why.Error()}
+	_, _ = ledger.WriteTrace(traceFiles(hostUID), e) //nolint:errcheck // stderr already says it
+}
+
+// stageBody reads the State and runs the stage.
+func stageBody(s *settings, r stageRun, stdin io.Reader, stderr io.Writer) int {
+	stage := r.stage
 	st, err := hook.ReadState(stdin)
 	if err != nil {
 		if stage == hook.StagePoststop {

@@ -248,6 +248,29 @@ func withTrace(t *testing.T) string {
 	return p
 }
 
+// TestPreStartGivesUpWithinItsDeadline: a pre-start stage held by
+// anything (here a State never written) gives up within --deadline and
+// exits 0, before the runtime's timeout would fail the start; it says
+// so in the trace.
+func TestPreStartGivesUpWithinItsDeadline(t *testing.T) {
+	withEnv(t, nil)
+	trace := withTrace(t)
+	held, _ := io.Pipe() // never written, never closed
+	var out, errb bytes.Buffer
+	start := time.Now()
+	code := run([]string{"kc-hook", "--state-dir", filepath.Join(t.TempDir(), "state"), "--deadline", "300ms", "createRuntime"}, held, &out, &errb)
+	took := time.Since(start)
+	if code != exitOK || took > 10*time.Second {
+		t.Errorf("exit %d after %v, want 0 soon after the 300ms deadline", code, took)
+	}
+	if !strings.Contains(errb.String(), "the container starts anyway") {
+		t.Errorf("stderr %q does not say the container starts anyway", errb.String())
+	}
+	if b, err := os.ReadFile(trace); err != nil || !strings.Contains(string(b), "--deadline") {
+		t.Errorf("trace: %q, %v", b, err)
+	}
+}
+
 // TestCreateRuntimeNeverFails: a bookkeeping failure must not stop the
 // container from starting.
 func TestCreateRuntimeNeverFails(t *testing.T) {

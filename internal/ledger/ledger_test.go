@@ -367,6 +367,25 @@ func TestTraceWriteAndRead(t *testing.T) {
 			t.Fatal("WriteTrace wrote another user's file")
 		}
 	})
+	t.Run("never a hard link to a file of ours", func(t *testing.T) {
+		// Where protected_hardlinks is off, anyone may link a file of
+		// ours (a binary, 0755) at a trace file's name in the temp dir.
+		precious := filepath.Join(dir, "precious")
+		content := strings.Repeat("x", traceLimit+1) // past the limit: would be emptied
+		if err := os.WriteFile(precious, []byte(content), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, "linked.trace")
+		if err := os.Link(precious, p); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := WriteTrace([]string{p}, e); err == nil {
+			t.Fatal("WriteTrace wrote a file with another name")
+		}
+		if data, _ := os.ReadFile(precious); string(data) != content {
+			t.Fatalf("the linked file was changed: %d bytes", len(data))
+		}
+	})
 	t.Run("never a file others may write", func(t *testing.T) {
 		p := filepath.Join(dir, "open.trace")
 		if err := os.WriteFile(p, nil, 0o600); err != nil {

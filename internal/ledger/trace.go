@@ -81,6 +81,12 @@ func appendTrace(path string, line []byte) error {
 	if err := trust.Stat(path, &st, unix.S_IFREG, false, uint32(os.Geteuid())); err != nil {
 		return err
 	}
+	if st.Nlink != 1 {
+		// A hard link another user made (where protected_hardlinks is
+		// off) to a file of ours elsewhere, a binary maybe: writing it,
+		// or emptying it past the limit, would be writing that file.
+		return fmt.Errorf("%s has %d names: a file of ours linked there, not written", path, st.Nlink)
+	}
 	if st.Size > traceLimit {
 		if err := f.Truncate(0); err != nil {
 			return fmt.Errorf("%s: %w", path, err)
@@ -119,8 +125,8 @@ func readTrace(path string, since time.Time, out []TraceEntry) []TraceEntry {
 	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
 	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil || trust.Stat(path, &st, unix.S_IFREG, false, uint32(os.Geteuid())) != nil {
-		return out
+	if unix.Fstat(fd, &st) != nil || trust.Stat(path, &st, unix.S_IFREG, false, uint32(os.Geteuid())) != nil || st.Nlink != 1 {
+		return out // as appendTrace: a file of ours linked there is not a trace
 	}
 	sc := bufio.NewScanner(io.LimitReader(f, traceLimit*2))
 	for sc.Scan() {

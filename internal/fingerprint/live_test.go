@@ -1,8 +1,10 @@
 package fingerprint_test
 
 import (
+	"bytes"
 	"errors"
 	"os"
+	"os/exec"
 	"reflect"
 	"strconv"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/proctable"
 	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
@@ -346,5 +349,70 @@ func TestZombieLeader(t *testing.T) {
 	})
 	if fingerprint.Alive(root, st) {
 		t.Error("Alive = true after the process exited")
+	}
+}
+
+// TestReadRefusesAHugeArgv: a process may make its argv as large as it
+// likes; past MaxFile it is not read (ErrTooLarge), whether through Dir
+// or the scan's reader, and one just under it is.
+func TestReadRefusesAHugeArgv(t *testing.T) {
+	arg := strings.Repeat("x", 100<<10) // under execve's 128 KiB a string
+	for _, tc := range []struct {
+		name string
+		args int
+		want error
+	}{
+		{"just under", fingerprint.MaxFile/len(arg) - 1, nil},
+		{"past it", fingerprint.MaxFile/len(arg) + 2, fingerprint.ErrTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			argv := []string{"1000000"}
+			for range tc.args {
+				argv = append(argv, arg)
+			}
+			// sh keeps them as its positional parameters while it waits
+			// on its stdin, held open.
+			cmd := exec.Command("/bin/sh", append([]string{"-c", "read x", "sh"}, argv...)...)
+			stdin, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { stdin.Close() })
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				cmd.Process.Kill()
+				cmd.Wait()
+			})
+			pid := cmd.Process.Pid
+			deadline := time.Now().Add(waitLong)
+			// execve names the process before it sets its argv up: wait
+			// for the argv, or for it to be too large.
+			for {
+				data, err := fingerprint.ReadCapped(root + "/" + strconv.Itoa(pid) + "/cmdline")
+				if errors.Is(err, fingerprint.ErrTooLarge) || bytes.HasPrefix(data, []byte("/bin/sh\x00")) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("sh did not start: %q, %v", data[:min(len(data), 64)], err)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			r := proctable.NewReader(root)
+			defer r.Close()
+			for name, read := range map[string]func() (fingerprint.Identity, error){
+				"Read":   func() (fingerprint.Identity, error) { return fingerprint.Read(root, pid) },
+				"Reader": func() (fingerprint.Identity, error) { return r.Identity(pid) },
+			} {
+				id, err := read()
+				if (tc.want == nil) != (err == nil) || (tc.want != nil && !errors.Is(err, tc.want)) {
+					t.Errorf("%s: %v, want %v", name, err, tc.want)
+				}
+				if err == nil && len(id.Argv) != len(argv)+4 {
+					t.Errorf("%s: %d arguments, want %d", name, len(id.Argv), len(argv)+4)
+				}
+			}
+		})
 	}
 }

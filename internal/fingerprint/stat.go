@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"strconv"
@@ -27,6 +28,16 @@ var ErrNotProcess = errors.New("thread ID, not a process")
 
 // ErrMalformed is returned (wrapped) when a /proc file cannot be parsed.
 var ErrMalformed = errors.New("malformed /proc data")
+
+// ErrTooLarge is returned (wrapped) for a /proc file of a process larger
+// than MaxFile.
+var ErrTooLarge = errors.New("larger than kc-watchman reads of a process's /proc file")
+
+// MaxFile bounds what is read of one /proc file of a process. A process
+// makes its argv and environment as large as it likes (execve takes
+// several MiB; prctl(PR_SET_MM) points them at any of its memory), and
+// root would read all of it; no supervisor's comes near.
+const MaxFile = 1 << 20
 
 // Stat holds the fields of /proc/<pid>/stat that identity decisions use.
 type Stat struct {
@@ -169,11 +180,29 @@ type Files interface {
 // Dir is a procfs root read with os.ReadFile.
 type Dir string
 
-// ReadFile reads <d>/<pid>/<name>.
+// ReadFile reads <d>/<pid>/<name>, at most MaxFile bytes of it.
 func (d Dir) ReadFile(pid int, name string) ([]byte, error) {
-	data, err := os.ReadFile(string(d) + "/" + strconv.Itoa(pid) + "/" + name)
+	data, err := ReadCapped(string(d) + "/" + strconv.Itoa(pid) + "/" + name)
 	if err != nil {
 		return nil, ReadError(pid, err)
+	}
+	return data, nil
+}
+
+// ReadCapped reads the file at path, a process's /proc file, if it holds
+// at most MaxFile bytes; ErrTooLarge if more.
+func ReadCapped(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxFile {
+		return nil, fmt.Errorf("%s: %w (%d MiB)", path, ErrTooLarge, MaxFile>>20)
 	}
 	return data, nil
 }

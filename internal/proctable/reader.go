@@ -1,6 +1,7 @@
 package proctable
 
 import (
+	"fmt"
 	"strconv"
 	"unsafe"
 
@@ -74,6 +75,9 @@ func (r *Reader) ReadFile(pid int, file string) ([]byte, error) {
 	n := 0
 	for {
 		if n == len(r.buf) {
+			if n > fingerprint.MaxFile {
+				return nil, fingerprint.ReadError(pid, fmt.Errorf("%s: %w", file, fingerprint.ErrTooLarge))
+			}
 			r.buf = append(r.buf, make([]byte, len(r.buf))...)
 		}
 		m, err := r.readfd(fd, r.buf[n:], raw)
@@ -90,6 +94,9 @@ func (r *Reader) ReadFile(pid int, file string) ([]byte, error) {
 		if single && n < len(r.buf) {
 			break
 		}
+	}
+	if n > fingerprint.MaxFile {
+		return nil, fingerprint.ReadError(pid, fmt.Errorf("%s: %w", file, fingerprint.ErrTooLarge))
 	}
 	return r.buf[:n], nil
 }

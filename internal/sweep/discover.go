@@ -79,6 +79,11 @@ func discoverDirs(view *pidView, target Target, comms []string) []Dir {
 	}
 	live := 0
 	for _, pid := range pids {
+		// The name first: argv is read only of the few that may be
+		// supervisors, not of every process on the host.
+		if st, err := fingerprint.ReadStat(view.procRoot, pid); err != nil || st.Zombie() || !slices.Contains(comms, st.Comm) {
+			continue
+		}
 		id, err := fingerprint.Read(view.procRoot, pid)
 		if err != nil || id.TGID != pid || id.Zombie() || !slices.Contains(comms, id.Comm) {
 			continue
@@ -146,7 +151,7 @@ func flagValues(argv []string, names []string) map[string]string {
 // envValues returns the named variables of pid's initial environment
 // (/proc/<pid>/environ; empty values are left out). Unreadable: none.
 func envValues(procRoot string, pid int, names []string) map[string]string {
-	data, err := os.ReadFile(procRoot + "/" + strconv.Itoa(pid) + "/environ")
+	data, err := fingerprint.ReadCapped(procRoot + "/" + strconv.Itoa(pid) + "/environ")
 	if err != nil {
 		return nil
 	}

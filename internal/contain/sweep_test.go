@@ -326,12 +326,10 @@ func TestSweepWithholdsTheNewborn(t *testing.T) {
 	}
 }
 
-// TestSweepLeavesChildCgroups: cgroup.kill would take a child cgroup's
-// processes too, which the sweep never listed nor judged: with a child
-// cgroup present the tree's own process is killed through its pidfd and
-// the child's lives.
-func TestSweepLeavesChildCgroups(t *testing.T) {
-	c := contained(t, KindCgroup2)
+// inChild starts a process in a new child cgroup of c, both gone when
+// the test ends, and returns it and the child's path.
+func inChild(t *testing.T, c *Cgroup) (*exec.Cmd, string) {
+	t.Helper()
 	sub := filepath.Join(c.Mount, c.Path, "nested")
 	if err := os.Mkdir(sub, 0o755); err != nil {
 		t.Fatal(err)
@@ -351,6 +349,16 @@ func TestSweepLeavesChildCgroups(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(sub, "cgroup.procs"), []byte(strconv.Itoa(nested.Process.Pid)), 0); err != nil {
 		t.Fatal(err)
 	}
+	return nested, sub
+}
+
+// TestSweepLeavesChildCgroups: cgroup.kill would take a child cgroup's
+// processes too, which the sweep never listed nor judged: with a child
+// cgroup present the tree's own process is killed through its pidfd and
+// the child's lives.
+func TestSweepLeavesChildCgroups(t *testing.T) {
+	c := contained(t, KindCgroup2)
+	nested, _ := inChild(t, c)
 	mine := startIn(t, c, "sleep", "1000000")
 	if !within(5*time.Second, func() bool {
 		id, err := fingerprint.Read("/proc", mine.Process.Pid)
@@ -392,24 +400,7 @@ func TestSweepKeepsAScopeWithChildProcesses(t *testing.T) {
 	// The scope's cgroup is a cgroup v2 directory like any other; only
 	// how it is removed differs.
 	c.Kind, c.Unit, c.scoper = KindSystemd, "kc-test.scope", rec
-	sub := filepath.Join(c.Mount, c.Path, "nested")
-	if err := os.Mkdir(sub, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		within(5*time.Second, func() bool { return os.Remove(sub) == nil || os.IsNotExist(os.Remove(sub)) })
-	})
-	nested := exec.Command("sleep", "1000000")
-	if err := nested.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		nested.Process.Kill()
-		nested.Wait()
-	})
-	if err := os.WriteFile(filepath.Join(sub, "cgroup.procs"), []byte(strconv.Itoa(nested.Process.Pid)), 0); err != nil {
-		t.Fatal(err)
-	}
+	nested, sub := inChild(t, c)
 	res := Sweep(context.Background(), c, SweepOptions{KillWait: 300 * time.Millisecond})
 	if len(rec.stopped) != 0 || res.Err == nil {
 		t.Errorf("with a child cgroup's process: stopped %q, err %v; want the scope kept, and said", rec.stopped, res.Err)

@@ -406,7 +406,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 			s.gates[2], s.why[2] = statusGate(s.PID, s.tries...)
 			s.Verdict, s.Reason = compose(s.gates, s.why)
 		}
-		byServer[serverKey{s.e.dir, s.PID}] = s
+		byServer[serverKey{s.e.dir, s.PID, s.e.uid}] = s
 	}
 	for _, s := range hashed {
 		if s.cut {
@@ -418,11 +418,12 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 	}
 
 	// Session sockets follow their server's control socket in the same
-	// directory; without one they are judged on gates 1 and 2 alone,
-	// with gate 3 counted as silent (there is no /status to ask).
+	// directory, of the same owner; without one they are judged on gates
+	// 1 and 2 alone, with gate 3 counted as silent (there is no /status
+	// to ask).
 	var dial []*Socket
 	for _, s := range sessions {
-		srv := byServer[serverKey{s.e.dir, s.PID}]
+		srv := byServer[serverKey{s.e.dir, s.PID, s.e.uid}]
 		switch {
 		case srv != nil && srv.Verdict == VerdictLive:
 			s.Verdict, s.Reason = VerdictLive, "its server "+srv.e.name+" is live"
@@ -440,7 +441,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 			return
 		}
 		for _, s := range p.names {
-			srv := byServer[serverKey{s.e.dir, s.PID}]
+			srv := byServer[serverKey{s.e.dir, s.PID, s.e.uid}]
 			g, why := judgeListen(err, s.e.innerPath(), nu)
 			switch {
 			case srv != nil && g == sayStale:
@@ -518,6 +519,9 @@ func byInode(socks []*Socket) []*probe {
 type serverKey struct {
 	d   *dir
 	pid int
+	// uid owns both: another user's kc-<pid>.sock, planted for a PID a
+	// supervisor gets later, is no server of its sockets.
+	uid int
 }
 
 // compose turns the gates' opinions into a verdict: stale or live only

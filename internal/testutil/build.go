@@ -142,6 +142,12 @@ func goTool() (string, error) {
 
 // removeStaleBuilds deletes build directories whose test binary is gone.
 func removeStaleBuilds() {
+	if os.Getpid() == 1 {
+		// PID 1 of a PID namespace of its own (proc.RunInPIDNamespace):
+		// the test binaries outside are not in this /proc, and their
+		// builds are in use.
+		return
+	}
 	matches, _ := filepath.Glob(filepath.Join(os.TempDir(), buildDirPrefix+"*"))
 	for _, m := range matches {
 		pidStr, _, ok := strings.Cut(strings.TrimPrefix(filepath.Base(m), buildDirPrefix), "-")

@@ -51,9 +51,6 @@ type Set struct {
 	// when the kubelet made it (its CRI labels): reports and audit lines
 	// name the pod an operator knows.
 	Pods map[string]string
-	// Ignored lists IDs an engine printed that are not full container IDs;
-	// they are left out of Live and States (and logged).
-	Ignored []string
 	// UID owns the engine that answered, and is the only UID whose trees this
 	// Set is ground truth for: root's podman does not know a rootless user's
 	// containers (and vice versa), so another UID's supervisor tree is not a

@@ -47,14 +47,12 @@ func queryAPI(ctx context.Context, ep endpoint, store storeArgs, log *slog.Logge
 	if r.err != nil {
 		return engine.Set{}, r.err
 	}
-	logIgnored(log, engine.SourceAPI, r.l)
 	set := engine.Set{
 		Source:   engine.SourceAPI,
 		Live:     r.l.Live,
 		States:   r.l.States,
 		Names:    r.l.Names,
 		PIDs:     r.l.PIDs,
-		Ignored:  r.l.Ignored,
 		UID:      r.uid,
 		Endpoint: ep.Raw,
 		Took:     time.Since(start),

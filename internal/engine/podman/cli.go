@@ -57,14 +57,12 @@ func queryCLI(ctx context.Context, bin string, global []string, log *slog.Logger
 	if err != nil {
 		return engine.Set{}, fmt.Errorf("podman CLI %s: %w%s", endpoint, err, QuoteStderr(stderr.Bytes()))
 	}
-	logIgnored(log, engine.SourceCLI, l)
 	set := engine.Set{
 		Source:   engine.SourceCLI,
 		Live:     l.Live,
 		States:   l.States,
 		Names:    l.Names,
 		PIDs:     l.PIDs,
-		Ignored:  l.Ignored,
 		Endpoint: endpoint,
 		Took:     took,
 	}
@@ -141,8 +139,8 @@ var errNoOutput = errors.New("no output")
 // of containers, "[]" for none, is accepted; empty output, "null" (podman
 // has printed "[]" for no containers since 1.6; taken for an answer it
 // would make every tree look stray), anything else, or an entry whose
-// State is missing or not a string is an error. Entries without a full ID
-// are ignored (listed in Ignored) unless all of them are (see listed).
+// State is missing or not a string, or whose ID is not a full one (see
+// listed), is an error.
 //
 // The list is decoded one entry at a time: an entry of "{}" is 3 bytes of
 // the answer and a struct once decoded, and the answer may be a user's

@@ -16,7 +16,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
@@ -251,43 +250,28 @@ type entry struct {
 
 // listing is the outcome of reading a container list.
 type listing struct {
-	Live    map[string]bool
-	States  map[string]string
-	Names   map[string][]string
-	PIDs    map[string]int
-	Ignored []string
-	// IgnoredMore counts the IDs without a full ID past those in Ignored.
-	IgnoredMore int
+	Live   map[string]bool
+	States map[string]string
+	Names  map[string][]string
+	PIDs   map[string]int
 }
 
-// maxIgnored bounds the IDs without a full ID a listing keeps to be
-// logged; the rest are only counted.
-const maxIgnored = 16
-
 // listed accumulates a container list, one entry at a time, so a list
-// costs what its containers do, not what its entries decode to. IDs
-// that are not full container IDs are ignored (podman never makes one;
-// they mean mangled or truncated output), but if every entry is one of
-// those the whole list is rejected (done): that is what a missing
-// --no-trunc looks like, and a list we cannot match against would make
-// every tree look stray.
+// costs what its containers do, not what its entries decode to. An
+// entry without a full container ID fails the whole list: podman never
+// makes one, so the output is not what we think it is (a missing
+// --no-trunc, a mangled answer), and the container it stands for would
+// be missing from a list whose absences say "gone".
 type listed struct {
-	l       listing
-	entries int
+	l listing
 }
 
 func (b *listed) add(e entry) error {
 	if b.l.Live == nil {
 		b.l = listing{Live: map[string]bool{}, States: map[string]string{}, Names: map[string][]string{}, PIDs: map[string]int{}}
 	}
-	b.entries++
 	if !containerid.Valid(e.ID) {
-		if len(b.l.Ignored) < maxIgnored {
-			b.l.Ignored = append(b.l.Ignored, strings.Clone(e.ID[:min(len(e.ID), 80)]))
-		} else {
-			b.l.IgnoredMore++
-		}
-		return nil
+		return fmt.Errorf("a listed container has no full 64-hex ID (%q; truncated output?)", e.ID[:min(len(e.ID), 80)])
 	}
 	if e.State == "" {
 		// podman always names a state ("unknown" at worst); none means
@@ -308,20 +292,8 @@ func (b *listed) add(e entry) error {
 }
 
 func (b *listed) done() (listing, error) {
-	if b.entries > 0 && len(b.l.States) == 0 {
-		return listing{}, fmt.Errorf("none of the %d listed containers has a full 64-hex ID (truncated output?)", b.entries)
-	}
 	if b.l.Live == nil {
 		b.l = listing{Live: map[string]bool{}, States: map[string]string{}, Names: map[string][]string{}, PIDs: map[string]int{}}
 	}
 	return b.l, nil
-}
-
-func logIgnored(log *slog.Logger, src engine.Source, l listing) {
-	for _, id := range l.Ignored {
-		log.Warn("ignoring a listed container without a full ID", "source", src, "id", id)
-	}
-	if l.IgnoredMore > 0 {
-		log.Warn("ignoring more listed containers without a full ID", "source", src, "count", l.IgnoredMore)
-	}
 }

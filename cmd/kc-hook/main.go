@@ -122,7 +122,7 @@ func (cl *commandLine) flagSet() *flag.FlagSet {
 	fs.StringVar(&cl.stateDir, "state-dir", ledger.DefaultDir(userns.HostEUID()), "ledger `DIR`")
 	fs.StringVar(&cl.supervisorComm, "supervisor-comm", trees.DefaultComm, "comma-separated supervisor process `NAMES`")
 	fs.DurationVar(&cl.killGrace, "kill-grace", pgkill.DefaultGrace, "wait between SIGTERM and SIGKILL")
-	fs.DurationVar(&cl.deadline, "deadline", 20*time.Second, "bound on a whole stage (a pre-start stage then gives up and exits 0); keep it below the descriptor's timeout")
+	fs.DurationVar(&cl.deadline, "deadline", 20*time.Second, "bound on a whole stage (past it, a pre-start stage gives up with exit 0, poststop with 1); keep it below the descriptor's timeout")
 	fs.StringVar(&cl.logFile, "log-file", "", "JSON-lines log `FILE` (default: STATE-DIR/kc-hook.log)")
 	fs.StringVar(&cl.supervisorsFile, "supervisors-file", supervise.DefaultAllowlistFile, "root-owned allowlist `FILE` of the supervisors the io.kc-watchman.supervisor annotation may name")
 	fs.StringVar(&cl.bpf, "bpf", "auto", "list processes through a BPF task iterator, `MODE` auto (where the kernel allows it, else /proc), on (fail without it) or off (never load a BPF program)")
@@ -239,9 +239,32 @@ func runStage(s *settings, args []string, stdin io.Reader, stderr io.Writer) int
 		return usageError(stderr, hookName, errors.New("stdin is a terminal: the runtime passes the container's State (JSON) on stdin; by hand: echo '{\"id\":\"<64 hex>\",\"status\":\"stopped\"}' | kc-hook poststop"))
 	}
 	if stage == hook.StagePoststop {
-		return stageBody(s, r, stdin, stderr)
+		return poststop(s, r, stdin, stderr)
 	}
 	return preStart(s, r, stdin, stderr)
+}
+
+// poststopGrace is how long past --deadline poststop may run before the
+// hook gives up on it: the deadline bounds its signals and waits, and
+// what it cannot bound (a State never written, a read of /proc a user's
+// file system holds) must not hold the hook until the runtime's timeout.
+const poststopGrace = 2 * time.Second
+
+// poststop runs the poststop stage and exits 1 if it is still running
+// poststopGrace after --deadline: kc-janitor reconcile takes over what it
+// left, and main's exit ends what is still running.
+func poststop(s *settings, r stageRun, stdin io.Reader, stderr io.Writer) int {
+	done := make(chan int, 1)
+	go func() { done <- stageBody(s, r, stdin, stderr) }()
+	t := time.NewTimer(s.deadline + poststopGrace)
+	defer t.Stop()
+	select {
+	case code := <-done:
+		return code
+	case <-t.C:
+		fmt.Fprintf(stderr, "kc-hook: poststop not done after %v (--deadline and %v); kc-janitor reconcile will retry\n", s.deadline, poststopGrace)
+		return exitFailed
+	}
 }
 
 // preStart runs a pre-start stage, which must never stop a container from

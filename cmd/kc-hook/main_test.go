@@ -271,6 +271,24 @@ func TestPreStartGivesUpWithinItsDeadline(t *testing.T) {
 	}
 }
 
+// TestPoststopGivesUpPastItsDeadline: poststop held by what its deadline
+// does not reach (here a State never written) exits 1 soon after it,
+// before the runtime's timeout would kill it.
+func TestPoststopGivesUpPastItsDeadline(t *testing.T) {
+	withEnv(t, nil)
+	held, _ := io.Pipe() // never written, never closed
+	var out, errb bytes.Buffer
+	start := time.Now()
+	code := run([]string{"kc-hook", "--state-dir", filepath.Join(t.TempDir(), "state"), "--deadline", "300ms", "poststop"}, held, &out, &errb)
+	took := time.Since(start)
+	if code != exitFailed || took > 10*time.Second {
+		t.Errorf("exit %d after %v, want %d soon after the 300ms deadline and its grace", code, took, exitFailed)
+	}
+	if !strings.Contains(errb.String(), "kc-janitor reconcile will retry") {
+		t.Errorf("stderr %q does not say what takes over", errb.String())
+	}
+}
+
 // TestCreateRuntimeNeverFails: a bookkeeping failure must not stop the
 // container from starting.
 func TestCreateRuntimeNeverFails(t *testing.T) {

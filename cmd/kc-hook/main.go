@@ -198,6 +198,8 @@ type stageRun struct {
 	stage  hook.Stage
 	comms  []string
 	lister proctable.Lister
+	// until is when a pre-start stage gives up (hook.Config.Until).
+	until time.Time
 }
 
 // checkStage validates a stage's arguments and settings. A STAGE kc-hook
@@ -274,6 +276,7 @@ func poststop(s *settings, r stageRun, stdin io.Reader, stderr io.Writer) int {
 // it, the hook says so and exits 0 within --deadline, below that
 // timeout; main's exit ends what is still running.
 func preStart(s *settings, r stageRun, stdin io.Reader, stderr io.Writer) int {
+	r.until = time.Now().Add(s.deadline)
 	done := make(chan int, 1)
 	go func() {
 		defer func() {
@@ -332,6 +335,7 @@ func stageBody(s *settings, r stageRun, stdin io.Reader, stderr io.Writer) int {
 		Deadline:        s.deadline,
 		SupervisorsFile: s.supervisorsFile,
 		Lister:          r.lister,
+		Until:           r.until,
 		Contain:         contain.Options{Systemd: systemd.Scoper},
 	}
 	hostUID := userns.HostEUID()

@@ -30,6 +30,11 @@ type Config struct {
 	// Deadline bounds a whole poststop run; it must stay below the
 	// descriptor's timeout.
 	Deadline time.Duration
+	// Until, when set, is when a pre-start stage gives up (kc-hook exits
+	// 0 then, whatever is under way): a supervisor is not launched so
+	// near it that the exit could land between the wrapper's start and
+	// its record.
+	Until time.Time
 	// Root is the procfs mount; default /proc.
 	Root   string
 	Logger *slog.Logger

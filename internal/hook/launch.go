@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -108,8 +109,15 @@ func launchSupervisor(cfg Config, stage Stage, st *specs.State, init *ledger.Pro
 	env := append([]string{wrapperPath}, cmd.Env...)
 	logPath := SupervisorLog(cfg.StateDir, st.ID)
 
+	if left := timeLeft(cfg); left < launchMargin {
+		log.Error("supervisor not launched: the stage's deadline is too near", "left", left)
+		return
+	}
 	var started *ledger.Process
 	err = store.Update(st.ID, func(r *ledger.Record) error {
+		if left := timeLeft(cfg); left < launchMargin/2 {
+			return fmt.Errorf("the stage's deadline is too near (%v left)", left.Round(time.Millisecond))
+		}
 		if old, spec, ok := liveWrapper(root(cfg), r.Supervisor, st.ID); ok {
 			if fingerprint.Same(spec.Init, initStat) {
 				return errAlreadyRunning
@@ -179,6 +187,11 @@ func stopWrapper(cfg Config, w fingerprint.Stat) error {
 	if deadline <= 0 {
 		deadline = 20 * time.Second
 	}
+	// Time is left to launch the new one, and to record it.
+	deadline = min(deadline, timeLeft(cfg)-launchMargin)
+	if deadline <= 0 {
+		return errors.New("no time left before the stage's deadline")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
 	r := pgkill.Kill(ctx, pgkill.Group{PGID: w.PGID, Members: members}, pgkill.Options{Root: root(cfg), Grace: cfg.KillGrace})
@@ -245,4 +258,17 @@ func logger(cfg Config) *slog.Logger {
 		return cfg.Logger
 	}
 	return slog.New(slog.NewJSONHandler(io.Discard, nil))
+}
+
+// launchMargin is the least time before cfg.Until a launch starts with:
+// the ledger lock's wait (ledger.LockTimeout), the wrapper's start and
+// its record.
+const launchMargin = ledger.LockTimeout + 2*time.Second
+
+// timeLeft is the time until cfg.Until; without one, all the time.
+func timeLeft(cfg Config) time.Duration {
+	if cfg.Until.IsZero() {
+		return math.MaxInt64
+	}
+	return time.Until(cfg.Until)
 }

@@ -191,6 +191,36 @@ func TestLaunchRefused(t *testing.T) {
 	}
 }
 
+// TestLaunchNotNearTheDeadline: a pre-start stage gives up at its
+// deadline, whatever is under way; a supervisor is not launched so near
+// it that the exit could land between the wrapper's start and its
+// record, and one allowlisted is launched with time left.
+func TestLaunchNotNearTheDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		left   time.Duration
+		launch bool
+	}{
+		{"too near", time.Second, false},
+		{"time left", time.Minute, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newLaunchEnv(t, 0o644)
+			e.cfg.Until = time.Now().Add(tc.left)
+			_, init := supervisetest.Process(t, "sleep", "1000000")
+			if err := Record(e.cfg, StageCreateRuntime, e.state(init.PID)); err != nil {
+				t.Fatalf("Record failed (the container must start anyway): %v", err)
+			}
+			if s := e.supervisor(t); (s != nil) != tc.launch {
+				t.Fatalf("supervisor %+v, want launched: %v; log:\n%s", s, tc.launch, e.log.String())
+			}
+			if !tc.launch && !strings.Contains(e.log.String(), "deadline is too near") {
+				t.Errorf("not said why:\n%s", e.log.String())
+			}
+		})
+	}
+}
+
 func TestNoAnnotationNoSupervisor(t *testing.T) {
 	e := newLaunchEnv(t, 0o644)
 	_, init := supervisetest.Process(t, "sleep", "1000000")

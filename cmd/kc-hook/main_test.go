@@ -248,44 +248,38 @@ func withTrace(t *testing.T) string {
 	return p
 }
 
-// TestPreStartGivesUpWithinItsDeadline: a pre-start stage held by
-// anything (here a State never written) gives up within --deadline and
-// exits 0, before the runtime's timeout would fail the start; it says
-// so in the trace.
-func TestPreStartGivesUpWithinItsDeadline(t *testing.T) {
-	withEnv(t, nil)
-	trace := withTrace(t)
-	held, _ := io.Pipe() // never written, never closed
-	var out, errb bytes.Buffer
-	start := time.Now()
-	code := run([]string{"kc-hook", "--state-dir", filepath.Join(t.TempDir(), "state"), "--deadline", "300ms", "createRuntime"}, held, &out, &errb)
-	took := time.Since(start)
-	if code != exitOK || took > 10*time.Second {
-		t.Errorf("exit %d after %v, want 0 soon after the 300ms deadline", code, took)
-	}
-	if !strings.Contains(errb.String(), "the container starts anyway") {
-		t.Errorf("stderr %q does not say the container starts anyway", errb.String())
-	}
-	if b, err := os.ReadFile(trace); err != nil || !strings.Contains(string(b), "--deadline") {
-		t.Errorf("trace: %q, %v", b, err)
-	}
-}
-
-// TestPoststopGivesUpPastItsDeadline: poststop held by what its deadline
-// does not reach (here a State never written) exits 1 soon after it,
-// before the runtime's timeout would kill it.
-func TestPoststopGivesUpPastItsDeadline(t *testing.T) {
-	withEnv(t, nil)
-	held, _ := io.Pipe() // never written, never closed
-	var out, errb bytes.Buffer
-	start := time.Now()
-	code := run([]string{"kc-hook", "--state-dir", filepath.Join(t.TempDir(), "state"), "--deadline", "300ms", "poststop"}, held, &out, &errb)
-	took := time.Since(start)
-	if code != exitFailed || took > 10*time.Second {
-		t.Errorf("exit %d after %v, want %d soon after the 300ms deadline and its grace", code, took, exitFailed)
-	}
-	if !strings.Contains(errb.String(), "kc-janitor reconcile will retry") {
-		t.Errorf("stderr %q does not say what takes over", errb.String())
+// TestStagesGiveUpPastTheirDeadline: a stage held by what --deadline
+// does not reach (here a State never written) gives up before the
+// runtime's timeout would end it: a pre-start stage at the deadline with
+// exit 0 and a line in the trace (a failed hook would fail the start),
+// poststop soon after it with exit 1.
+func TestStagesGiveUpPastTheirDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		stage, says string
+		code        int
+		traced      bool
+	}{
+		{"createRuntime", "the container starts anyway", exitOK, true},
+		{"poststop", "kc-janitor reconcile will retry", exitFailed, false},
+	} {
+		t.Run(tc.stage, func(t *testing.T) {
+			withEnv(t, nil)
+			trace := withTrace(t)
+			held, _ := io.Pipe() // never written, never closed
+			var out, errb bytes.Buffer
+			start := time.Now()
+			code := run([]string{"kc-hook", "--state-dir", filepath.Join(t.TempDir(), "state"), "--deadline", "300ms", tc.stage}, held, &out, &errb)
+			if took := time.Since(start); code != tc.code || took > 10*time.Second {
+				t.Errorf("exit %d after %v, want %d soon after the 300ms deadline", code, took, tc.code)
+			}
+			if !strings.Contains(errb.String(), tc.says) {
+				t.Errorf("stderr %q does not say %q", errb.String(), tc.says)
+			}
+			b, err := os.ReadFile(trace)
+			if traced := err == nil && strings.Contains(string(b), "--deadline"); traced != tc.traced {
+				t.Errorf("trace: %q, %v; want a line: %v", b, err, tc.traced)
+			}
+		})
 	}
 }
 

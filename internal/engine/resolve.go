@@ -52,7 +52,7 @@ func ResolveOne(ctx context.Context, engines []Engine, ref string) (Match, error
 		}
 	}
 	switch {
-	case len(all) == 1 && (len(failed) == 0 || all[0].ID == ref):
+	case len(all) == 1 && (len(failed) == 0 || containerid.Valid(ref) && all[0].ID == ref):
 		return all[0], nil
 	case len(all) > 1:
 		return Match{}, fmt.Errorf("%w: %w %q: %s", ErrUsage, ErrAmbiguous, ref, candidates(all))

@@ -170,14 +170,14 @@ func trimASCIISpace(b []byte) []byte {
 // Files reads the files of /proc/<pid>/ that identities are made of:
 // stat, status and cmdline. The data need stay valid only until the next
 // call; a failure is classified as ReadError does. Dir reads them with
-// os.ReadFile; the scan's reader (package proctable) with fewer system
+// ReadCapped; the scan's reader (package proctable) with fewer system
 // calls. Both parse and check through the functions here, so that they
 // cannot disagree.
 type Files interface {
 	ReadFile(pid int, name string) ([]byte, error)
 }
 
-// Dir is a procfs root read with os.ReadFile.
+// Dir is a procfs root read with ReadCapped.
 type Dir string
 
 // ReadFile reads <d>/<pid>/<name>, at most MaxFile bytes of it.

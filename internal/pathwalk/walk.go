@@ -169,6 +169,17 @@ func (w Walk) Open(base int, inner string) (int, error) {
 	return top.fd, nil
 }
 
+// OpenFrom is Open from the directory base (an absolute path, opened
+// here and closed before it returns).
+func (w Walk) OpenFrom(base, inner string) (int, error) {
+	bfd, err := unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, &fs.PathError{Op: "open", Path: base, Err: err}
+	}
+	defer unix.Close(bfd)
+	return w.Open(bfd, inner)
+}
+
 // openJudged opens c in the directory open as fd ("": that directory
 // again) and judges what was opened by its mount: a mount put over c
 // since it was looked at is what the descriptor holds.

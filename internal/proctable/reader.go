@@ -12,8 +12,8 @@ import (
 
 // Reader reads the files of /proc/<pid>/ with one openat(2) (relative to a
 // descriptor of the procfs root), one read(2) and one close(2) each, into
-// a buffer it reuses. os.ReadFile, which package fingerprint uses,
-// makes about three times as many system calls per file (fstat twice,
+// a buffer it reuses. An os.File, which package fingerprint's Dir reads
+// through, makes about three times as many system calls per file (fstat,
 // fcntl, an epoll registration that procfs refuses, a read to see EOF),
 // and allocates a buffer each time; on a host with tens of thousands of
 // processes those calls are most of a scan's time.
@@ -72,13 +72,13 @@ func (r *Reader) ReadFile(pid int, file string) ([]byte, error) {
 		return nil, fingerprint.ReadError(pid, err)
 	}
 	defer r.closefd(fd, raw)
+	// One byte past the cap tells a file of exactly MaxFile bytes from a
+	// larger one; the buffer never grows past it.
+	const most = fingerprint.MaxFile + 1
 	n := 0
-	for {
+	for n < most {
 		if n == len(r.buf) {
-			if n > fingerprint.MaxFile {
-				return nil, fingerprint.ReadError(pid, fmt.Errorf("%s: %w", file, fingerprint.ErrTooLarge))
-			}
-			r.buf = append(r.buf, make([]byte, len(r.buf))...)
+			r.buf = append(r.buf, make([]byte, min(len(r.buf), most-len(r.buf)))...)
 		}
 		m, err := r.readfd(fd, r.buf[n:], raw)
 		if err == unix.EINTR {
@@ -88,17 +88,14 @@ func (r *Reader) ReadFile(pid int, file string) ([]byte, error) {
 			return nil, fingerprint.ReadError(pid, err)
 		}
 		if m == 0 {
-			break
+			return r.buf[:n], nil
 		}
 		n += m
 		if single && n < len(r.buf) {
-			break
+			return r.buf[:n], nil
 		}
 	}
-	if n > fingerprint.MaxFile {
-		return nil, fingerprint.ReadError(pid, fmt.Errorf("%s: %w", file, fingerprint.ErrTooLarge))
-	}
-	return r.buf[:n], nil
+	return nil, fingerprint.ReadError(pid, fmt.Errorf("%s: %w", file, fingerprint.ErrTooLarge))
 }
 
 // openat opens the NUL-terminated path relative to the root descriptor

@@ -153,12 +153,7 @@ func (r *reach) within(path string, f func(dfd int, name string) error) error {
 	if err := r.g.Refuse(dir); err != nil {
 		return err
 	}
-	root, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return &fs.PathError{Op: "open", Path: "/", Err: err}
-	}
-	defer unix.Close(root)
-	dfd, err := pathwalk.Walk{Guard: r.g}.Open(root, dir)
+	dfd, err := pathwalk.Walk{Guard: r.g}.OpenFrom("/", dir)
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,6 @@ package sweep
 
 import (
 	"fmt"
-	"io/fs"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -119,16 +118,11 @@ func (pp *PathPinner) in(path string, f func(dfd int, name string) error) error 
 	if err := g.Refuse(inner); err != nil {
 		return err
 	}
-	bfd, err := unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return &fs.PathError{Op: "open", Path: base, Err: err}
-	}
-	defer unix.Close(bfd)
 	w := pathwalk.Walk{Guard: g, Follow: true, FollowLast: true}
 	if t.Container() {
 		w.InRoot, w.Prefix = true, base
 	}
-	dfd, err := w.Open(bfd, dir)
+	dfd, err := w.OpenFrom(base, dir)
 	if err != nil {
 		return err
 	}

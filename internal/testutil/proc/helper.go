@@ -31,6 +31,8 @@ const (
 const (
 	modeInnocent     = "innocent"
 	modeZombieLeader = "zombie-leader"
+	modeMappedArgv   = "mapped-argv"
+	modeLockHolder   = "lock-holder"
 )
 
 func init() {
@@ -52,6 +54,10 @@ func Main() {
 		os.Exit(innocentMain())
 	case modeZombieLeader:
 		os.Exit(zombieLeaderMain())
+	case modeMappedArgv:
+		os.Exit(mappedArgvMain())
+	case modeLockHolder:
+		os.Exit(lockHolderMain())
 	}
 	fmt.Fprintf(os.Stderr, "unknown %s=%q\n", helperEnv, mode)
 	os.Exit(2)

@@ -180,9 +180,17 @@ type Files interface {
 // Dir is a procfs root read with ReadCapped.
 type Dir string
 
-// ReadFile reads <d>/<pid>/<name>, at most MaxFile bytes of it.
+// ReadFile reads <d>/<pid>/<name>, at most MaxFile bytes of it; cmdline
+// and environ through ReadMemory.
 func (d Dir) ReadFile(pid int, name string) ([]byte, error) {
-	data, err := ReadCapped(string(d) + "/" + strconv.Itoa(pid) + "/" + name)
+	path := string(d) + "/" + strconv.Itoa(pid) + "/" + name
+	var data []byte
+	var err error
+	if inMemory(name) {
+		data, err = ReadMemory(pid, func() ([]byte, error) { return ReadCapped(path) })
+	} else {
+		data, err = ReadCapped(path)
+	}
 	if err != nil {
 		return nil, ReadError(pid, err)
 	}

@@ -1,6 +1,7 @@
 package proctable
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"unsafe"
@@ -52,14 +53,18 @@ func (r *Reader) Close() {
 // ReadFile returns the contents of <root>/<pid>/<file>, valid until the
 // next call. stat and status are seq_file single records, which procfs hands
 // over whole in the first read(2) when the buffer is large enough: a
-// short first read is the whole file. cmdline is read to EOF.
+// short first read is the whole file. cmdline is read to EOF, through
+// fingerprint.ReadMemory.
 //
 // stat is read with raw system calls (no scheduler hand-off): reading
 // it never waits on the target process (unlike cmdline, which takes its
-// mmap lock), and the hand-offs the Go runtime makes around thousands of
-// short system calls cost more than the calls themselves.
+// memory map lock), and the hand-offs the Go runtime makes around
+// thousands of short system calls cost more than the calls themselves.
 func (r *Reader) ReadFile(pid int, file string) ([]byte, error) {
-	single, raw := file != "cmdline", file == "stat"
+	if file == "cmdline" || file == "environ" {
+		return r.readMemory(pid, file)
+	}
+	raw := file == "stat"
 	r.name = strconv.AppendInt(r.name[:0], int64(pid), 10)
 	r.name = append(r.name, '/')
 	r.name = append(r.name, file...)
@@ -67,41 +72,84 @@ func (r *Reader) ReadFile(pid int, file string) ([]byte, error) {
 		r.name = append([]byte(r.root+"/"), r.name...)
 	}
 	r.name = append(r.name, 0)
-	fd, err := r.openat(r.name, raw)
+	fd, err := openat(r.dirfd, r.name, raw)
 	if err != nil {
 		return nil, fingerprint.ReadError(pid, err)
 	}
-	defer r.closefd(fd, raw)
-	// One byte past the cap tells a file of exactly MaxFile bytes from a
-	// larger one; the buffer never grows past it.
+	defer closefd(fd, raw)
+	var n int
+	r.buf, n, err = readAll(fd, r.buf, true, raw)
+	if err != nil {
+		return nil, fingerprint.ReadError(pid, fmt.Errorf("%s: %w", file, err))
+	}
+	return r.buf[:n], nil
+}
+
+// readMemory reads a file that copies pid's memory. A read given up on
+// runs on alone, so it opens by path (the root's descriptor may be
+// closed under it) and keeps the buffer it was handed.
+func (r *Reader) readMemory(pid int, file string) ([]byte, error) {
+	path := append([]byte(r.root+"/"+strconv.Itoa(pid)+"/"+file), 0)
+	buf, grown := r.buf, []byte(nil)
+	r.buf = nil
+	data, err := fingerprint.ReadMemory(pid, func() ([]byte, error) {
+		fd, err := openat(unix.AT_FDCWD, path, false)
+		if err != nil {
+			return nil, err
+		}
+		defer closefd(fd, false)
+		var n int
+		grown, n, err = readAll(fd, buf, false, false)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		return grown[:n], nil
+	})
+	switch {
+	case errors.Is(err, fingerprint.ErrStalled) || grown == nil:
+		// Not read, or still being read into buf: not ours any more.
+		r.buf = make([]byte, 4096)
+	default:
+		r.buf = grown
+	}
+	if err != nil {
+		return nil, fingerprint.ReadError(pid, err)
+	}
+	return data, nil
+}
+
+// readAll reads fd into buf, growing it up to fingerprint.MaxFile+1
+// bytes (one byte past the cap tells a file of exactly MaxFile bytes from
+// a larger one), and returns the buffer and the length read. A single
+// record ends at the first short read.
+func readAll(fd int, buf []byte, single, raw bool) ([]byte, int, error) {
 	const most = fingerprint.MaxFile + 1
 	n := 0
 	for n < most {
-		if n == len(r.buf) {
-			r.buf = append(r.buf, make([]byte, min(len(r.buf), most-len(r.buf)))...)
+		if n == len(buf) {
+			buf = append(buf, make([]byte, min(max(len(buf), 4096), most-len(buf)))...)
 		}
-		m, err := r.readfd(fd, r.buf[n:], raw)
+		m, err := readfd(fd, buf[n:], raw)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
-			return nil, fingerprint.ReadError(pid, err)
+			return buf, 0, err
 		}
 		if m == 0 {
-			return r.buf[:n], nil
+			return buf, n, nil
 		}
 		n += m
-		if single && n < len(r.buf) {
-			return r.buf[:n], nil
+		if single && n < len(buf) {
+			return buf, n, nil
 		}
 	}
-	return nil, fingerprint.ReadError(pid, fmt.Errorf("%s: %w", file, fingerprint.ErrTooLarge))
+	return buf, 0, fingerprint.ErrTooLarge
 }
 
-// openat opens the NUL-terminated path relative to the root descriptor
-// (an absolute path when there is none).
-func (r *Reader) openat(path []byte, raw bool) (int, error) {
-	dirfd := r.dirfd
+// openat opens the NUL-terminated path relative to dirfd (an absolute
+// path when dirfd is -1 or AT_FDCWD).
+func openat(dirfd int, path []byte, raw bool) (int, error) {
 	if dirfd < 0 {
 		dirfd = unix.AT_FDCWD
 	}
@@ -123,7 +171,7 @@ func (r *Reader) openat(path []byte, raw bool) (int, error) {
 	}
 }
 
-func (r *Reader) readfd(fd int, p []byte, raw bool) (int, error) {
+func readfd(fd int, p []byte, raw bool) (int, error) {
 	var n uintptr
 	var errno unix.Errno
 	if raw {
@@ -137,7 +185,7 @@ func (r *Reader) readfd(fd int, p []byte, raw bool) (int, error) {
 	return int(n), nil
 }
 
-func (r *Reader) closefd(fd int, raw bool) {
+func closefd(fd int, raw bool) {
 	if raw {
 		unix.RawSyscall(unix.SYS_CLOSE, uintptr(fd), 0, 0)
 		return

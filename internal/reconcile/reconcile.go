@@ -286,6 +286,9 @@ func Scan(opt Options) (*Scanned, error) {
 		return nil, fmt.Errorf("scanning processes: %w", err)
 	}
 	sc.snap = snap
+	if len(stats.Stalled) > 0 {
+		log.Warn("argv of some processes not read: their memory did not answer within a second (a thread of theirs can hold it for a user's FUSE server); their groups are not acted on this run", "pids", stats.StalledNote())
+	}
 	if sc.cgroups, err = contain.List(opt.Contain); err != nil {
 		log.Warn("could not list kc-watchman's cgroups", "err", err)
 	}

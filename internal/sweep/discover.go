@@ -151,7 +151,7 @@ func flagValues(argv []string, names []string) map[string]string {
 // envValues returns the named variables of pid's initial environment
 // (/proc/<pid>/environ; empty values are left out). Unreadable: none.
 func envValues(procRoot string, pid int, names []string) map[string]string {
-	data, err := fingerprint.ReadCapped(procRoot + "/" + strconv.Itoa(pid) + "/environ")
+	data, err := fingerprint.Dir(procRoot).ReadFile(pid, "environ")
 	if err != nil {
 		return nil
 	}

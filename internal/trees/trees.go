@@ -19,6 +19,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -177,7 +179,30 @@ type Stats struct {
 	FullReads  int
 	// ArgvReads counts the cmdline reads of Only's filter.
 	ArgvReads int
-	Duration  time.Duration
+	// Stalled lists, in order, the processes whose argv was not read
+	// because their memory did not answer (fingerprint.ErrStalled):
+	// their groups were left out or read as of unknown age, never acted
+	// on. StalledNote words it for a log.
+	Stalled  []int
+	Duration time.Duration
+}
+
+// StalledNote sums up Stalled for a warning: how many, and the first
+// few PIDs (a user can make the list as long as his processes).
+func (st Stats) StalledNote() string {
+	const few = 8
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d: ", len(st.Stalled))
+	for i, pid := range st.Stalled[:min(len(st.Stalled), few)] {
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		b.WriteString(strconv.Itoa(pid))
+	}
+	if len(st.Stalled) > few {
+		b.WriteString(" …")
+	}
+	return b.String()
 }
 
 // Scan finds the supervisor trees on the host.
@@ -283,7 +308,10 @@ func ScanSnapshot(opt Options) ([]Tree, Stats, *proctable.Listing, error) {
 		stats.StatReads += s.stats.StatReads
 		stats.FullReads += s.stats.FullReads
 		stats.ArgvReads += s.stats.ArgvReads
+		stats.Stalled = append(stats.Stalled, s.stats.Stalled...)
 	}
+	slices.Sort(stats.Stalled)
+	stats.Stalled = slices.Compact(stats.Stalled)
 	stats.Duration = time.Since(start)
 	return out, stats, listing, nil
 }
@@ -495,10 +523,23 @@ func (s *scanner) readStat(pid int) (fingerprint.Stat, error) {
 // fingerprint.ReadArgv.
 func (s *scanner) readArgv(pid int) ([]string, error) {
 	s.stats.ArgvReads++
+	var argv []string
+	var err error
 	if s.proc != nil {
-		return s.proc.Argv(pid)
+		argv, err = s.proc.Argv(pid)
+	} else {
+		argv, err = fingerprint.ReadArgv(s.opt.Root, pid)
 	}
-	return fingerprint.ReadArgv(s.opt.Root, pid)
+	return argv, s.noteStalled(pid, err)
+}
+
+// noteStalled records pid in the stats if err says its memory did not
+// answer, and returns err.
+func (s *scanner) noteStalled(pid int, err error) error {
+	if errors.Is(err, fingerprint.ErrStalled) {
+		s.stats.Stalled = append(s.stats.Stalled, pid)
+	}
+	return err
 }
 
 // readIdentityListed is readIdentity for a process listed with the start
@@ -512,17 +553,22 @@ func (s *scanner) readIdentityListed(pid int, listed uint64) (fingerprint.Identi
 		return s.readIdentity(pid)
 	}
 	s.stats.FullReads++
-	return s.proc.IdentitySince(pid, listed)
+	id, err := s.proc.IdentitySince(pid, listed)
+	return id, s.noteStalled(pid, err)
 }
 
 // readIdentity reads pid's full identity: through the fast reader, or
 // (full scan) fingerprint.Read.
 func (s *scanner) readIdentity(pid int) (fingerprint.Identity, error) {
 	s.stats.FullReads++
+	var id fingerprint.Identity
+	var err error
 	if s.proc != nil {
-		return s.proc.Identity(pid)
+		id, err = s.proc.Identity(pid)
+	} else {
+		id, err = fingerprint.Read(s.opt.Root, pid)
 	}
-	return fingerprint.Read(s.opt.Root, pid)
+	return id, s.noteStalled(pid, err)
 }
 
 // leader reads the stat of a process that leads its group.
@@ -823,7 +869,7 @@ func (s *scanner) supervisor(pid int, comm string, argv []string) bool {
 	}
 	if argv == nil {
 		var err error
-		if argv, err = fingerprint.ReadArgv(s.opt.Root, pid); err != nil {
+		if argv, err = fingerprint.ReadArgv(s.opt.Root, pid); s.noteStalled(pid, err) != nil {
 			return false
 		}
 	}

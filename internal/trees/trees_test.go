@@ -329,3 +329,20 @@ func TestLeaderMark(t *testing.T) {
 		}
 	}
 }
+
+func TestStalledNote(t *testing.T) {
+	for _, tc := range []struct {
+		pids []int
+		want string
+	}{
+		{[]int{42}, "1: 42"},
+		{[]int{1, 2, 3, 4, 5, 6, 7, 8}, "8: 1 2 3 4 5 6 7 8"},
+		{[]int{1, 2, 3, 4, 5, 6, 7, 8, 9}, "9: 1 2 3 4 5 6 7 8 …"},
+	} {
+		t.Run(tc.want, func(t *testing.T) {
+			if got := (Stats{Stalled: tc.pids}).StalledNote(); got != tc.want {
+				t.Errorf("StalledNote() = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,73 @@
+package trees
+
+import (
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/proctable"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	helper "github.com/kc-watchman/kc-watchman/internal/testutil/proc"
+)
+
+// TestScanGivesUpOnAStalledArgv: a user's process named kcserver, with a
+// container ID in its argv, holds its memory map's lock for a FUSE server
+// that never answers (see fingerprint's
+// TestArgvOfAProcessFaultingOnAnUnansweringFUSEFile). Every scan returns,
+// finds the other trees, never offers the user's group for a signal, and
+// names the process in Stats.Stalled for the warning.
+func TestScanGivesUpOnAStalledArgv(t *testing.T) {
+	k := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{ContainerID: cidLive, Children: 1})
+	f := testutil.ServeStalledFile(t, t.TempDir(), "fuse")
+	const cidUser = "3333333333333333333333333333333333333333333333333333333333333333"
+	h, err := helper.StartLockHolder(&syscall.SysProcAttr{Setpgid: true}, f.Path, "kcserver", "--container-id="+cidUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Abort(); h.Close() })
+	if err := h.Do("fault"); err != nil {
+		t.Fatal(err)
+	}
+	helper.WaitFor(t, 10*time.Second, "the retried fault's read at the server", func() bool { return f.Reads() > 1 })
+	if err := h.Do("mmap"); err != nil {
+		t.Fatal(err)
+	}
+	if h.Mapped(2 * time.Second) {
+		t.Skip("this kernel does not hold the memory map's lock over the fault: nothing stalls")
+	}
+	for _, tc := range []struct {
+		name string
+		opt  Options
+	}{
+		{"bpf", Options{Lister: proctable.ListBPF}},
+		{"proc", Options{Lister: proctable.ListProc}},
+		{"full", Options{Full: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opt := tc.opt
+			opt.Comms = []string{"kcserver"}
+			type result struct {
+				trees []Tree
+				stats Stats
+				err   error
+			}
+			got := testutil.Within(t, 20*time.Second, "scan", func() result {
+				ts, st, err := Scan(opt)
+				return result{ts, st, err}
+			})
+			if got.err != nil {
+				t.Fatal(got.err)
+			}
+			if tr := findTree(got.trees, k.PGID); tr == nil || !tr.Signalable() {
+				t.Errorf("the other tree: %+v, want it found and signalable", tr)
+			}
+			if tr := findTree(got.trees, h.PID); tr != nil && tr.Signalable() && tr.AgeKnown {
+				t.Errorf("the stalled group was offered for a signal: %+v", tr)
+			}
+			if !slices.Contains(got.stats.Stalled, h.PID) {
+				t.Errorf("Stalled = %v, want %d among them", got.stats.Stalled, h.PID)
+			}
+		})
+	}
+}

@@ -24,24 +24,27 @@ var ErrStalled = errors.New("read of the process's memory did not return")
 // An abandoned read still holds an OS thread in the kernel, which is the
 // whole program's to lose, not one scan's: hence one bound for the
 // program (memReads) rather than one per reader. While one is
-// outstanding its PID is not read again, and once most are no memory is
-// read at all until one returns; a user holding them all makes every run
-// report his trees unreadable, never hang.
-var memReads = newMemReader(time.Second, 16)
+// outstanding its PID is not read again; while an owner (real UID) has
+// four out, no process of his is read; once 64 are out, none at all
+// until one returns. So one user stalling reads makes his own trees
+// unreadable, not others', and every run reports them, never hangs.
+var memReads = newMemReader(time.Second, 64, 4)
 
 // memReader runs reads of processes' memory with a wait, and remembers
 // the ones it walked away from until they return.
 type memReader struct {
-	wait time.Duration
-	most int
+	wait     time.Duration
+	most     int
+	perOwner int
 
-	mu    sync.Mutex
-	stuck map[int]int // PID → abandoned reads not yet returned
-	n     int         // the sum of stuck
+	mu     sync.Mutex
+	stuck  map[int]int // PID → abandoned reads not yet returned
+	owners map[int]int // owner → the same
+	n      int         // the sum of stuck
 }
 
-func newMemReader(wait time.Duration, most int) *memReader {
-	return &memReader{wait: wait, most: most, stuck: map[int]int{}}
+func newMemReader(wait time.Duration, most, perOwner int) *memReader {
+	return &memReader{wait: wait, most: most, perOwner: perOwner, stuck: map[int]int{}, owners: map[int]int{}}
 }
 
 type readResult struct {
@@ -49,18 +52,27 @@ type readResult struct {
 	err  error
 }
 
-// do is ReadMemory with m's wait and bound.
-func (m *memReader) do(pid int, read func() ([]byte, error)) ([]byte, error) {
+// do is ReadMemory with m's bounds; owner returns the process's owner
+// (-1: unknown). It is asked only while reads are out, so that the usual
+// read costs nothing more.
+func (m *memReader) do(pid int, owner func() int, read func() ([]byte, error)) ([]byte, error) {
 	m.mu.Lock()
-	switch {
-	case m.stuck[pid] > 0:
-		m.mu.Unlock()
-		return nil, fmt.Errorf("pid %d: an earlier read of its memory has not returned: %w", pid, ErrStalled)
-	case m.n >= m.most:
-		m.mu.Unlock()
-		return nil, fmt.Errorf("pid %d: not read while %d reads of processes' memory have not returned: %w", pid, m.n, ErrStalled)
-	}
+	busy := m.n > 0
+	refused := m.refuse(pid, -1)
 	m.mu.Unlock()
+	if refused != nil {
+		return nil, refused
+	}
+	uid := -1
+	if busy {
+		uid = owner()
+		m.mu.Lock()
+		refused = m.refuse(pid, uid)
+		m.mu.Unlock()
+		if refused != nil {
+			return nil, refused
+		}
+	}
 
 	done := make(chan readResult, 1)
 	abandoned := false // under mu
@@ -73,6 +85,9 @@ func (m *memReader) do(pid int, read func() ([]byte, error)) ([]byte, error) {
 			if m.stuck[pid]--; m.stuck[pid] == 0 {
 				delete(m.stuck, pid)
 			}
+			if m.owners[uid]--; m.owners[uid] == 0 {
+				delete(m.owners, uid)
+			}
 		}
 		m.mu.Unlock()
 	}()
@@ -82,6 +97,11 @@ func (m *memReader) do(pid int, read func() ([]byte, error)) ([]byte, error) {
 	case r := <-done:
 		return r.data, r.err
 	case <-t.C:
+	}
+	if uid < 0 {
+		// Before the lock: the read, if it returns meanwhile, reads
+		// uid only once abandoned is set, under the lock.
+		uid = owner()
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -94,17 +114,39 @@ func (m *memReader) do(pid int, read func() ([]byte, error)) ([]byte, error) {
 	}
 	abandoned = true
 	m.stuck[pid]++
+	m.owners[uid]++
 	m.n++
 	return nil, fmt.Errorf("pid %d: no answer after %v: %w", pid, m.wait, ErrStalled)
 }
 
-// ReadMemory runs read, a read of pid's cmdline or environ, on a
-// goroutine of its own and returns what it returns, or ErrStalled if it
-// has not returned within a second. read must own everything it touches
-// (descriptor, buffer): once abandoned it runs on alone, and ends when
-// the process's lock is let go or the process is gone.
-func ReadMemory(pid int, read func() ([]byte, error)) ([]byte, error) {
-	return memReads.do(pid, read)
+// refuse says why pid, of owner uid (-1: not known yet), is not read
+// now, or nil. m.mu is held.
+func (m *memReader) refuse(pid, uid int) error {
+	switch {
+	case m.stuck[pid] > 0:
+		return fmt.Errorf("pid %d: an earlier read of its memory has not returned: %w", pid, ErrStalled)
+	case m.n >= m.most:
+		return fmt.Errorf("pid %d: not read while %d reads of processes' memory have not returned: %w", pid, m.n, ErrStalled)
+	case uid >= 0 && m.owners[uid] >= m.perOwner:
+		return fmt.Errorf("pid %d: not read while %d reads of uid %d's processes' memory have not returned: %w", pid, m.owners[uid], uid, ErrStalled)
+	}
+	return nil
+}
+
+// ReadMemory runs read, a read of the cmdline or environ of pid under
+// the procfs root, on a goroutine of its own and returns what it
+// returns, or ErrStalled if it has not returned within a second. read
+// must own everything it touches (descriptor, buffer): once abandoned it
+// runs on alone, and ends when the process lets go of its lock or is
+// gone.
+func ReadMemory(root string, pid int, read func() ([]byte, error)) ([]byte, error) {
+	return memReads.do(pid, func() int {
+		_, uid, err := readStatus(Dir(root), pid)
+		if err != nil {
+			return -1
+		}
+		return uid
+	}, read)
 }
 
 // inMemory reports whether a /proc/<pid>/ file is read from the process's

@@ -9,10 +9,12 @@ import (
 
 // TestMemReaderWalksAwayAndRemembers drives memReader with reads that
 // block until released: a read past the wait is given up on, its PID is
-// not read again until it returns, no read at all is tried while most
-// are outstanding, and both come back once the reads return.
+// not read again until it returns, nor any of its owner's once he has
+// perOwner out, nor any at all while most are out; all come back once
+// the reads return.
 func TestMemReaderWalksAwayAndRemembers(t *testing.T) {
-	m := newMemReader(50*time.Millisecond, 2)
+	m := newMemReader(50*time.Millisecond, 3, 1)
+	owner := map[int]int{1: 10, 2: 10, 3: 20, 4: 50, 5: 30, 6: 40}
 	var mu sync.Mutex
 	called := map[int]int{}
 	calls := func(pid int) int {
@@ -20,10 +22,10 @@ func TestMemReaderWalksAwayAndRemembers(t *testing.T) {
 		defer mu.Unlock()
 		return called[pid]
 	}
-	release := map[int]chan struct{}{1: make(chan struct{}), 2: make(chan struct{})}
+	release := map[int]chan struct{}{1: make(chan struct{}), 5: make(chan struct{}), 6: make(chan struct{})}
 	read := func(pid int) ([]byte, error) {
 		hold := release[pid]
-		return m.do(pid, func() ([]byte, error) {
+		return m.do(pid, func() int { return owner[pid] }, func() ([]byte, error) {
 			mu.Lock()
 			called[pid]++
 			mu.Unlock()
@@ -44,9 +46,11 @@ func TestMemReaderWalksAwayAndRemembers(t *testing.T) {
 		{"a read that returns", 3, false, 1},
 		{"a read past the wait", 1, true, 1},
 		{"the same PID again", 1, true, 1},
-		{"another PID", 3, false, 2},
-		{"a second read past the wait", 2, true, 1},
-		{"any PID once most are out", 4, true, 0},
+		{"another PID of the same owner", 2, true, 0},
+		{"another owner's", 3, false, 2},
+		{"a second owner's read past the wait", 5, true, 1},
+		{"a third owner's read past the wait", 6, true, 1},
+		{"anyone's once most are out", 4, true, 0},
 	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) {
@@ -67,15 +71,16 @@ func TestMemReaderWalksAwayAndRemembers(t *testing.T) {
 			}
 		})
 	}
-	close(release[1])
-	close(release[2])
-	release[1], release[2] = nil, nil
+	for _, pid := range []int{1, 5, 6} {
+		close(release[pid])
+		release[pid] = nil
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		m.mu.Lock()
-		n, stuck := m.n, len(m.stuck)
+		n, stuck, owners := m.n, len(m.stuck), len(m.owners)
 		m.mu.Unlock()
-		if n == 0 && stuck == 0 {
+		if n == 0 && stuck == 0 && owners == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -83,7 +88,7 @@ func TestMemReaderWalksAwayAndRemembers(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	for _, pid := range []int{1, 4} {
+	for _, pid := range []int{1, 2, 4} {
 		if data, err := read(pid); err != nil || string(data) != "argv" {
 			t.Errorf("pid %d after the release: %q, %v", pid, data, err)
 		}

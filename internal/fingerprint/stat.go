@@ -187,7 +187,7 @@ func (d Dir) ReadFile(pid int, name string) ([]byte, error) {
 	var data []byte
 	var err error
 	if inMemory(name) {
-		data, err = ReadMemory(pid, func() ([]byte, error) { return ReadCapped(path) })
+		data, err = ReadMemory(string(d), pid, func() ([]byte, error) { return ReadCapped(path) })
 	} else {
 		data, err = ReadCapped(path)
 	}

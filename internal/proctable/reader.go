@@ -92,7 +92,7 @@ func (r *Reader) readMemory(pid int, file string) ([]byte, error) {
 	path := append([]byte(r.root+"/"+strconv.Itoa(pid)+"/"+file), 0)
 	buf, grown := r.buf, []byte(nil)
 	r.buf = nil
-	data, err := fingerprint.ReadMemory(pid, func() ([]byte, error) {
+	data, err := fingerprint.ReadMemory(r.root, pid, func() ([]byte, error) {
 		fd, err := openat(unix.AT_FDCWD, path, false)
 		if err != nil {
 			return nil, err

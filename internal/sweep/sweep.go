@@ -322,7 +322,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 	// Hashed-name sockets have no server to follow, so they are probed
 	// like control sockets (gates 2 and 3, in the same rounds); gate 1
 	// needs a PID they do not have.
-	probes := byInode(append(append([]*Socket(nil), controls...), hashed...))
+	probes := byOwnerTurns(byInode(append(append([]*Socket(nil), controls...), hashed...)))
 
 	// Round 1: all three gates on control sockets, gates 2 and 3 on
 	// hashed ones (gate 3's first try). A first try that was silent on a
@@ -433,7 +433,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 			dial = append(dial, s)
 		}
 	}
-	dialed := byInode(dial)
+	dialed := byOwnerTurns(byInode(dial))
 	pool(pctx, cfg.Workers, dialed, func(p *probe) {
 		err := p.dial(pctx, cfg.DialTimeout)
 		if pctx.Err() != nil {

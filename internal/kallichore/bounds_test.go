@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -77,48 +78,132 @@ func TestBodyCaps(t *testing.T) {
 // TestBudget: with a budget, an answer waits for the bytes that others
 // are reading to be released; without the budget's room it never starts
 // reading, and once the first answer is done it can.
+// TestBudget: a slow answer holds its share of the budget while it is
+// read, and a second answer waits for the bytes it needs. An announced
+// length is its share from the headers on; an answer that announces none
+// (chunked) holds what has come of it, so one that sends a little and
+// stalls does not hold the budget up (it held all of it, its cap, until
+// its timeout).
 func TestBudget(t *testing.T) {
-	hold := make(chan struct{})
-	started := make(chan struct{}, 1)
-	slow := serve(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Length", strconv.Itoa(len(`{"process_id":1}`)))
+	const budget = 64 << 10
+	for _, tc := range []struct {
+		name     string
+		announce int // the slow answer's Content-Length; 0: chunked
+		wait     bool
+	}{
+		{"announced: the second waits for its bytes", 48 << 10, true},
+		{"chunked: holds what came, the second reads", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hold := make(chan struct{})
+			started := make(chan struct{}, 1)
+			slow := serve(t, func(w http.ResponseWriter, r *http.Request) {
+				body := `{"process_id":1,"pad":"` + strings.Repeat("a", max(0, tc.announce-26)) + `"}`
+				if tc.announce > 0 {
+					w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+				}
+				w.WriteHeader(200)
+				io.WriteString(w, body[:16])
+				w.(http.Flusher).Flush()
+				started <- struct{}{}
+				<-hold
+				io.WriteString(w, body[16:])
+			})
+			quickBody := `{"process_id":2,"pad":"` + strings.Repeat("b", 32<<10) + `"}`
+			quick := serve(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Length", strconv.Itoa(len(quickBody)))
+				io.WriteString(w, quickBody)
+			})
+			c := &Client{Timeout: 10 * time.Second, Budget: NewBudget(budget)}
+			done := make(chan error, 1)
+			go func() { _, err := c.Status(context.Background(), slow); done <- err }()
+			<-started
+			// The server having written is not the client holding its
+			// share: wait until the slow read holds some of the budget.
+			for deadline := time.Now().Add(5 * time.Second); c.Budget.sem.TryAcquire(budget); {
+				c.Budget.sem.Release(budget)
+				if time.Now().After(deadline) {
+					t.Fatal("the slow read never took its share of the budget")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			st, err := c.Status(ctx, quick)
+			switch {
+			case tc.wait && (err == nil || !strings.Contains(err.Error(), "waiting for memory")):
+				t.Errorf("err %v, want a wait for the budget cut by the deadline", err)
+			case !tc.wait && (err != nil || st.ProcessID != 2):
+				t.Errorf("%+v, %v; want the answer while the slow one stalls", st, err)
+			}
+			close(hold)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if st, err := c.Status(context.Background(), quick); err != nil || st.ProcessID != 2 {
+				t.Fatalf("after the slow answer: %+v, %v", st, err)
+			}
+			if !c.Budget.sem.TryAcquire(budget) {
+				t.Fatal("the budget was not all given back")
+			}
+		})
+	}
+}
+
+// TestBudgetNoHoldAndWait: two answers that announce no length are read
+// at once and together outgrow the budget halfway. Neither waits for the
+// other while holding its half (each would until its timeout): one gives
+// up with ErrNoRoom, its bytes given back, and the other is read whole.
+func TestBudgetNoHoldAndWait(t *testing.T) {
+	const budget, half = 64 << 10, 24 << 10
+	c := &Client{Timeout: 20 * time.Second, Budget: NewBudget(budget)}
+	var arrived sync.WaitGroup
+	arrived.Add(2)
+	both := make(chan struct{})
+	answer := func(w http.ResponseWriter, _ *http.Request) {
+		body := `{"process_id":1,"pad":"` + strings.Repeat("a", 2*half) + `"}`
 		w.WriteHeader(200)
-		io.WriteString(w, `{"process_id"`)
+		io.WriteString(w, body[:half])
 		w.(http.Flusher).Flush()
-		started <- struct{}{}
-		<-hold
-		io.WriteString(w, `:1}`)
-	})
-	quick := serve(t, func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(200)
-		w.(http.Flusher).Flush() // chunked: no length announced
-		io.WriteString(w, `{"process_id":2}`)
-	})
-	c := &Client{Timeout: 10 * time.Second, Budget: NewBudget(64 << 10)}
-	done := make(chan error, 1)
-	go func() { _, err := c.Status(context.Background(), slow); done <- err }()
-	<-started
-	// The server having written is not the client holding its share:
-	// wait until the slow read has taken its bytes of the budget.
-	for deadline := time.Now().Add(5 * time.Second); c.Budget.sem.TryAcquire(c.Budget.size); {
-		c.Budget.sem.Release(c.Budget.size)
+		arrived.Done()
+		<-both
+		io.WriteString(w, body[half:])
+	}
+	socks := []string{serve(t, answer), serve(t, answer)}
+	errs := make(chan error, 2)
+	for _, s := range socks {
+		go func() { _, err := c.Status(context.Background(), s); errs <- err }()
+	}
+	arrived.Wait()
+	// Both first halves in hand: more than half the budget held.
+	for deadline := time.Now().Add(5 * time.Second); c.Budget.sem.TryAcquire(budget - 2*half + 1); {
+		c.Budget.sem.Release(budget - 2*half + 1)
 		if time.Now().After(deadline) {
-			t.Fatal("the slow read never took its share of the budget")
+			t.Fatal("the two answers never held their first halves")
 		}
 		time.Sleep(time.Millisecond)
 	}
-	// The quick answer is chunked: it weighs the whole /status cap, more
-	// than the 64 KiB budget, so it must wait for all of it.
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	if _, err := c.Status(ctx, quick); err == nil || !strings.Contains(err.Error(), "waiting for memory") {
-		t.Fatalf("err %v, want a wait for the budget cut by the deadline", err)
+	close(both)
+	var read, noRoom int
+	for range 2 {
+		select {
+		case err := <-errs:
+			switch {
+			case err == nil:
+				read++
+			case errors.Is(err, ErrNoRoom):
+				noRoom++
+			default:
+				t.Errorf("answer: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("an answer waits while holding part of the budget")
+		}
 	}
-	close(hold)
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	if read != 1 || noRoom != 1 {
+		t.Errorf("%d read, %d out of room; want one each", read, noRoom)
 	}
-	if st, err := c.Status(context.Background(), quick); err != nil || st.ProcessID != 2 {
-		t.Fatalf("after the budget was released: %+v, %v", st, err)
+	if !c.Budget.sem.TryAcquire(budget) {
+		t.Error("the budget was not all given back")
 	}
 }

@@ -52,6 +52,9 @@ var (
 	// ErrTooLarge is returned (wrapped) when an answer is over its cap
 	// (MaxStatusBody, MaxSessionsBody or Client.MaxBody).
 	ErrTooLarge = errors.New("answer too large")
+	// ErrNoRoom is returned (wrapped) when an answer that announced no
+	// length outgrew what other answers left of the Budget.
+	ErrNoRoom = errors.New("answer larger than the memory left to read it in")
 )
 
 // HTTPError is returned for an answer whose status code is not 200.
@@ -354,20 +357,25 @@ func (c *capReader) Read(p []byte) (int, error) {
 		if n > 0 {
 			return 0, &readError{fmt.Errorf("%w: answer over %d bytes", ErrTooLarge, c.cap)}
 		}
-		if err != nil && !errors.Is(err, io.EOF) {
-			err = &readError{fmt.Errorf("reading answer: %w", err)}
-		}
-		return 0, err
+		return 0, readErr(err)
 	}
 	if int64(len(p)) > c.n {
 		p = p[:c.n]
 	}
 	n, err := c.r.Read(p)
 	c.n -= int64(n)
-	if err != nil && !errors.Is(err, io.EOF) {
-		err = &readError{fmt.Errorf("reading answer: %w", err)}
+	return n, readErr(err)
+}
+
+// readErr marks err, from the reader under capReader, as a reader's
+// error; EOF stays EOF, and a reader's error (the budget's) stays as it
+// is.
+func readErr(err error) error {
+	var re *readError
+	if err == nil || errors.Is(err, io.EOF) || errors.As(err, &re) {
+		return err
 	}
-	return n, err
+	return &readError{fmt.Errorf("reading answer: %w", err)}
 }
 
 func checkSession(w *wireSession) (ActiveSession, error) {
@@ -481,7 +489,7 @@ func (c *Client) get(ctx context.Context, s Socket, path string, limit int64, de
 // would only get the same one).
 func answered(err error) bool {
 	var he *HTTPError
-	return errors.As(err, &he) || errors.Is(err, ErrBadJSON) || errors.Is(err, ErrShape) || errors.Is(err, ErrTooLarge)
+	return errors.As(err, &he) || errors.Is(err, ErrBadJSON) || errors.Is(err, ErrShape) || errors.Is(err, ErrTooLarge) || errors.Is(err, ErrNoRoom)
 }
 
 // maxErrorBody is how much of a refusal's body is read for the log.
@@ -529,18 +537,21 @@ func (c *Client) getOnce(ctx context.Context, s Socket, path string, limit int64
 		return fmt.Errorf("GET %s on %s: %w: answer over %d bytes (%d announced)", path, socketPath, ErrTooLarge, limit, resp.ContentLength)
 	}
 	// The budget is taken once the headers are in, so a server that never
-	// answers holds none of it; an announced length smaller than the cap
-	// is all the transport will let through.
-	weight := limit
+	// answers holds none of it: an announced length (no more will the
+	// transport let through) at once, else as the body arrives.
+	body := io.Reader(resp.Body)
 	if resp.ContentLength >= 0 {
-		weight = resp.ContentLength
+		release, err := c.Budget.acquire(ctx, resp.ContentLength)
+		if err != nil {
+			return fmt.Errorf("GET %s on %s: waiting for memory to read the answer in: %w", path, socketPath, err)
+		}
+		defer release()
+	} else {
+		charged := &chargedReader{ctx: ctx, r: resp.Body, b: c.Budget}
+		defer charged.release()
+		body = charged
 	}
-	release, err := c.Budget.acquire(ctx, weight)
-	if err != nil {
-		return fmt.Errorf("GET %s on %s: waiting for memory to read the answer in: %w", path, socketPath, err)
-	}
-	defer release()
-	if err := decode(&capReader{r: resp.Body, n: limit, cap: limit}); err != nil {
+	if err := decode(&capReader{r: body, n: limit, cap: limit}); err != nil {
 		return fmt.Errorf("GET %s on %s: %w", path, socketPath, err)
 	}
 	return nil

@@ -55,6 +55,12 @@ func StateDir(dir string) Check {
 		}
 	}
 	store, err := ledger.OpenReadOnly(dir)
+	if errors.Is(err, trust.ErrUntrusted) {
+		c := newCheck(NameStateDir, Warn, "%s writable; its ledger is not used (the hook and reconcile ignore it while others could write it)", dir)
+		c.Remedy = fmt.Sprintf("chmod 0700 %s", filepath.Join(dir, "containers"))
+		c.Items = items
+		return c
+	}
 	if err != nil {
 		c := newCheck(NameStateDir, verdict, "%s writable; no ledger records yet", dir)
 		c.Items = items

@@ -27,6 +27,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/atomicfile"
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/trust"
 )
 
 // LockTimeout bounds the wait for the ledger lock.
@@ -144,31 +145,71 @@ type Store struct {
 
 // Open prepares <stateDir>/containers (mode 0700) and reads the boot ID.
 // A state dir created here is made 0700; an existing one keeps its mode
-// (a mistaken --state-dir=/run must not make /run root-only; doctor warns
-// about a state dir others can write). The containers directory is the
-// ledger's own and is always 0700.
+// (a mistaken --state-dir=/run must not make /run root-only) but must be
+// this UID's and closed to others (checkTrusted), or nothing is touched
+// in it. The containers directory is the ledger's own and is always
+// 0700.
 func Open(stateDir string) (*Store, error) {
-	_, statErr := os.Stat(stateDir)
+	_, statErr := os.Lstat(stateDir)
 	created := errors.Is(statErr, fs.ErrNotExist)
-	dir := filepath.Join(stateDir, "containers")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating ledger directory: %w", err)
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating state directory: %w", err)
 	}
 	if created {
 		if err := os.Chmod(stateDir, 0o700); err != nil {
 			return nil, fmt.Errorf("securing state directory: %w", err)
 		}
 	}
-	// MkdirAll leaves an existing directory's mode alone; the ledger names
-	// processes to kill, so nobody else may write it.
-	if err := os.Chmod(dir, 0o700); err != nil {
+	if err := checkTrusted(stateDir); err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(stateDir, "containers")
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("creating ledger directory: %w", err)
+	}
+	// Mkdir leaves an existing directory's mode alone; the ledger names
+	// processes to kill, so nobody else may write it. Through a
+	// descriptor of the directory itself: never a symlink's target.
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if terr := checkTrusted(dir); terr != nil {
+			return nil, terr
+		}
+		return nil, fmt.Errorf("ledger directory: %w", err)
+	}
+	err = unix.Fchmod(fd, 0o700)
+	unix.Close(fd)
+	if err != nil {
 		return nil, fmt.Errorf("securing ledger directory: %w", err)
+	}
+	if err := checkTrusted(dir); err != nil {
+		return nil, err
 	}
 	boot, err := fingerprint.BootID()
 	if err != nil {
 		return nil, err
 	}
 	return &Store{dir: dir, bootID: boot}, nil
+}
+
+// checkTrusted refuses a ledger another user could write or swap: its
+// records name processes to kill, and one planted there would have a
+// stranger's group taken for a container's tree. The state dir and its
+// containers directory must be directories (not symlinks) of this UID
+// that nobody else may write, as LockApply wants the state dir; an error
+// matches trust.ErrUntrusted.
+func checkTrusted(dirs ...string) error {
+	euid := uint32(os.Geteuid())
+	for _, d := range dirs {
+		var st unix.Stat_t
+		if err := unix.Lstat(d, &st); err != nil {
+			return fmt.Errorf("ledger directory: %w", err)
+		}
+		if err := trust.Stat(d, &st, unix.S_IFDIR, false, euid); err != nil {
+			return fmt.Errorf("ledger not used: %w (others could plant records naming processes to kill; it must be a directory of UID %d, mode 0700)", err, euid)
+		}
+	}
+	return nil
 }
 
 // LayoutCache is where a caller with the ledger keeps the BPF program's
@@ -186,6 +227,9 @@ func OpenReadOnly(stateDir string) (*Store, error) {
 	dir := filepath.Join(stateDir, "containers")
 	if _, err := os.Stat(dir); err != nil {
 		return nil, fmt.Errorf("ledger directory: %w", err)
+	}
+	if err := checkTrusted(stateDir, dir); err != nil {
+		return nil, err
 	}
 	boot, err := fingerprint.BootID()
 	if err != nil {

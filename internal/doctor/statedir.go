@@ -57,7 +57,7 @@ func StateDir(dir string) Check {
 	store, err := ledger.OpenReadOnly(dir)
 	if errors.Is(err, trust.ErrUntrusted) {
 		c := newCheck(NameStateDir, Warn, "%s writable; its ledger is not used (the hook and reconcile ignore it while others could write it)", dir)
-		c.Remedy = fmt.Sprintf("chmod 0700 %s", filepath.Join(dir, "containers"))
+		c.Remedy = fmt.Sprintf("make %s a directory (not a symlink) of UID %d, mode 0700", filepath.Join(dir, "containers"), euid)
 		c.Items = items
 		return c
 	}

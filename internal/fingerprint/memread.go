@@ -3,8 +3,12 @@ package fingerprint
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // ErrStalled is returned (wrapped) when a read of a process's argv or
@@ -24,10 +28,11 @@ var ErrStalled = errors.New("read of the process's memory did not return")
 // An abandoned read still holds an OS thread in the kernel, which is the
 // whole program's to lose, not one scan's: hence one bound for the
 // program (memReads) rather than one per reader. While one is
-// outstanding its PID is not read again; while an owner (real UID) has
-// four out, no process of his is read; once 64 are out, none at all
-// until one returns. So one user stalling reads makes his own trees
-// unreadable, not others', and every run reports them, never hangs.
+// outstanding its PID is not read again; while an owner (ownerOf: a
+// rootless user for all his containers' processes) has four out, no
+// process of his is read; once 64 are out, none at all until one
+// returns. So one user stalling reads makes his own trees unreadable,
+// not others', and every run reports them, never hangs.
 var memReads = newMemReader(time.Second, 64, 4)
 
 // memReader runs reads of processes' memory with a wait, and remembers
@@ -116,7 +121,7 @@ func (m *memReader) do(pid int, owner func() int, read func() ([]byte, error)) (
 	m.stuck[pid]++
 	m.owners[uid]++
 	m.n++
-	return nil, fmt.Errorf("pid %d: no answer after %v: %w", pid, m.wait, ErrStalled)
+	return nil, fmt.Errorf("no answer after %v: %w", m.wait, ErrStalled)
 }
 
 // refuse says why pid, of owner uid (-1: not known yet), is not read
@@ -140,13 +145,62 @@ func (m *memReader) refuse(pid, uid int) error {
 // runs on alone, and ends when the process lets go of its lock or is
 // gone.
 func ReadMemory(root string, pid int, read func() ([]byte, error)) ([]byte, error) {
-	return memReads.do(pid, func() int {
-		_, uid, err := readStatus(Dir(root), pid)
-		if err != nil {
-			return -1
-		}
+	return memReads.do(pid, func() int { return ownerOf(root, pid) }, read)
+}
+
+// ownerOf is whom pid's stalled reads are counted against: the UID that
+// made the outermost user namespace pid runs in below ours, or pid's
+// real UID if it runs in ours. A rootless user runs his containers'
+// processes as any of his 65,536 subordinate UIDs, each in a namespace
+// he made: counted by real UID, he could hold every read there is. -1:
+// unknown.
+func ownerOf(root string, pid int) int {
+	if uid, ok := nsOwner(root, pid); ok {
 		return uid
-	}, read)
+	}
+	_, uid, err := readStatus(Dir(root), pid)
+	if err != nil {
+		return -1
+	}
+	return uid
+}
+
+// nsOwner returns the creator of the outermost user namespace below ours
+// that pid runs in; ok is false if pid runs in ours, or its namespace
+// cannot be opened (another user's, from a rootless hook).
+func nsOwner(root string, pid int) (uid int, ok bool) {
+	var ours, st unix.Stat_t
+	if unix.Stat(root+"/self/ns/user", &ours) != nil {
+		return -1, false
+	}
+	fd, err := unix.Open(root+"/"+strconv.Itoa(pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, false
+	}
+	defer func() { unix.Close(fd) }()
+	same := func(fd int) bool {
+		return unix.Fstat(fd, &st) == nil && st.Dev == ours.Dev && st.Ino == ours.Ino
+	}
+	if same(fd) {
+		return -1, false
+	}
+	for range 32 { // the kernel nests user namespaces 32 deep at most
+		parent, err := unix.IoctlRetInt(fd, unix.NS_GET_PARENT)
+		if err != nil {
+			break // EPERM: the parent is outside ours
+		}
+		if same(parent) {
+			unix.Close(parent)
+			break
+		}
+		unix.Close(fd)
+		fd = parent
+	}
+	var owner uint32
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.NS_GET_OWNER_UID, uintptr(unsafe.Pointer(&owner))); errno != 0 {
+		return -1, false
+	}
+	return int(owner), true
 }
 
 // inMemory reports whether a /proc/<pid>/ file is read from the process's

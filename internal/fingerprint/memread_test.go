@@ -2,7 +2,11 @@ package fingerprint
 
 import (
 	"errors"
+	"os"
+	"os/exec"
+	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -13,7 +17,9 @@ import (
 // perOwner out, nor any at all while most are out; all come back once
 // the reads return.
 func TestMemReaderWalksAwayAndRemembers(t *testing.T) {
-	m := newMemReader(50*time.Millisecond, 3, 1)
+	// Long enough that a read that returns at once is never taken for
+	// stalled on a loaded machine.
+	m := newMemReader(300*time.Millisecond, 3, 1)
 	owner := map[int]int{1: 10, 2: 10, 3: 20, 4: 50, 5: 30, 6: 40}
 	var mu sync.Mutex
 	called := map[int]int{}
@@ -92,5 +98,64 @@ func TestMemReaderWalksAwayAndRemembers(t *testing.T) {
 		if data, err := read(pid); err != nil || string(data) != "argv" {
 			t.Errorf("pid %d after the release: %q, %v", pid, data, err)
 		}
+	}
+}
+
+// TestOwnerOf: processes of a rootless user's containers run as his
+// subordinate UIDs, in namespaces he made (here root stands for him), and
+// are all counted against the one who made the outermost namespace; a
+// namespace made inside one is walked up from. Processes in ours count
+// against their real UID.
+func TestOwnerOf(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it maps UIDs")
+	}
+	userns := func(host int) *syscall.SysProcAttr {
+		m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: host, Size: 1}}
+		// The credential is taken inside the namespace: the process is
+		// then host UID host, as a container's is.
+		return &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER, UidMappings: m, GidMappings: m,
+			Credential: &syscall.Credential{Uid: 0, Gid: 0}}
+	}
+	for _, tc := range []struct {
+		name           string
+		argv           []string
+		attr           *syscall.SysProcAttr
+		realUID, owner int
+	}{
+		{"ours", []string{"sleep", "1000"}, nil, 0, 0},
+		{"another user's", []string{"sleep", "1000"}, &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}, 65534, 65534},
+		{"a subordinate UID", []string{"sleep", "1000"}, userns(100000), 100000, 0},
+		{"another subordinate UID", []string{"sleep", "1000"}, userns(100001), 100001, 0},
+		{"a namespace made inside one", []string{"unshare", "-U", "sleep", "1000"}, userns(100002), 100002, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(tc.argv[0], tc.argv[1:]...)
+			cmd.SysProcAttr = tc.attr
+			cmd.Stderr = os.Stderr
+			if err := cmd.Start(); err != nil {
+				t.Skipf("cannot start it here: %v", err)
+			}
+			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+			pid := cmd.Process.Pid
+			// unshare has made its namespace once it runs sleep.
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				comm, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+				if string(comm) == "sleep\n" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("pid %d never ran sleep (comm %q)", pid, comm)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if _, uid, err := readStatus(Dir("/proc"), pid); err != nil || uid != tc.realUID {
+				t.Fatalf("real UID %d, %v; want %d", uid, err, tc.realUID)
+			}
+			if got := ownerOf("/proc", pid); got != tc.owner {
+				t.Errorf("ownerOf = %d, want %d", got, tc.owner)
+			}
+		})
 	}
 }

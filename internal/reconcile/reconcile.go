@@ -287,7 +287,7 @@ func Scan(opt Options) (*Scanned, error) {
 	}
 	sc.snap = snap
 	if len(stats.Stalled) > 0 {
-		log.Warn("argv of some processes not read: their memory did not answer within a second (a thread of theirs can hold it for a user's FUSE server); their groups are not acted on this run", "pids", stats.StalledNote())
+		log.Warn("argv of some processes not read: their memory did not answer within a second (a thread of theirs can hold it for a user's FUSE server); their groups are of unknown age, not acted on this run", "pids", stats.StalledNote())
 	}
 	if sc.cgroups, err = contain.List(opt.Contain); err != nil {
 		log.Warn("could not list kc-watchman's cgroups", "err", err)

@@ -1,6 +1,7 @@
 package trees
 
 import (
+	"errors"
 	"os"
 	"slices"
 	"strconv"
@@ -131,7 +132,7 @@ type Rules struct {
 // Descendants walks down from the given processes and returns the live
 // descendants outside their groups that may be signalled with them
 // (escaped) and those reported only (withheld: another UID, another
-// container's ID). The walk does not go below a withheld process, nor
+// container's ID, an argv that could not be read). The walk does not go below a withheld process, nor
 // into a container monitor, nor to the caller. l's parent links are used
 // when it has them (nil: read the children files of the walked processes
 // only).
@@ -163,6 +164,15 @@ func descendants(root string, children func(pid int) []int, from []fingerprint.I
 			visited[pid] = true
 			seen++
 			id, err := fingerprint.Read(root, pid)
+			if errors.Is(err, fingerprint.ErrStalled) {
+				// Its argv, which may name another container, cannot
+				// be read: reported, not signalled, and not walked
+				// below.
+				if st, err := fingerprint.ReadStat(root, pid); err == nil && !st.Zombie() && st.PPID == parent.PID {
+					withheld = append(withheld, fingerprint.Identity{Stat: st, TGID: pid, UID: -1})
+				}
+				continue
+			}
 			if err != nil || id.Zombie() {
 				continue // gone since the listing: nothing to kill
 			}

@@ -180,9 +180,12 @@ type Stats struct {
 	// ArgvReads counts the cmdline reads of Only's filter.
 	ArgvReads int
 	// Stalled lists, in order, the processes whose argv was not read
-	// because their memory did not answer (fingerprint.ErrStalled):
-	// their groups were left out or read as of unknown age, never acted
-	// on. StalledNote words it for a log.
+	// because their memory did not answer (fingerprint.ErrStalled). A
+	// group is then read without them, of unknown age (reconcile does not
+	// act on it; the hook's poststop reaps its container's group as
+	// found through the other members), or left out if nothing else ties
+	// it to a container. Reads by a Completer are not counted.
+	// StalledNote words it for a log.
 	Stalled  []int
 	Duration time.Duration
 }

@@ -3,6 +3,8 @@ package sweep
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -35,10 +37,30 @@ func TestByOwnerTurns(t *testing.T) {
 		{"none", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := paths(byOwnerTurns(mk(strings.Fields(tc.in)...))); got != tc.want {
+			if got := paths(byOwnerTurns(mk(strings.Fields(tc.in)...), func(uid int) int { return uid })); got != tc.want {
 				t.Errorf("byOwnerTurns(%s) = %s, want %s", tc.in, got, tc.want)
 			}
 		})
+	}
+}
+
+func TestReadSubIDs(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "subuid")
+	content := "# comment\nroot:100000:65536\n1000:200000:10\nnosuchuser-kc:300000:10\nbroken\n1001:400000:0\n1002:x:1\n"
+	if err := os.WriteFile(f, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := readSubIDs(f)
+	for _, tc := range []struct{ uid, want int }{
+		{100000, 0}, {165535, 0}, {165536, 165536}, {99999, 99999},
+		{200009, 1000}, {200010, 200010}, {300000, 300000}, {400000, 400000}, {0, 0},
+	} {
+		if got := s.owner(tc.uid); got != tc.want {
+			t.Errorf("owner(%d) = %d, want %d", tc.uid, got, tc.want)
+		}
+	}
+	if readSubIDs(filepath.Join(t.TempDir(), "missing")).owner(100000) != 100000 {
+		t.Error("a missing file delegates something")
 	}
 }
 
@@ -46,40 +68,61 @@ func TestByOwnerTurns(t *testing.T) {
 // never answer sort before root's orphan, and there are more of them
 // than the workers can probe before the deadline. Root's orphan is still
 // probed, and unlinked: owners take turns (in path order it came last and
-// was reported not probed).
+// was reported not probed), and a user's subordinate UIDs (/etc/subuid)
+// take his turn, not one each.
 func TestHungSocketsOfOneUserDoNotStarveAnother(t *testing.T) {
 	const n, first = 16, 1000000
-	dir := worldDir(t)
-	testutil.StartSockServer(t, dir, testutil.SockServer{N: n, First: first, UID: nobody})
-	last := fmt.Sprintf("kc-%d.sock", first+n-1)
-	var name string
-	for range 100 {
-		if name = fmt.Sprintf("kc-%d.sock", deadPID(t)); name > last {
-			break
-		}
-	}
-	if name <= last {
-		t.Fatalf("no dead PID whose socket name sorts after %s", last)
-	}
-	orphan := orphanSocket(t, dir, name)
+	for _, tc := range []struct {
+		name    string
+		uid     func(i int) int
+		subuids string
+	}{
+		{"one UID", func(int) int { return nobody }, ""},
+		{"a UID each, all one user's subordinate UIDs", func(i int) int { return 300000 + i }, fmt.Sprintf("%d:300000:65536\n", nobody)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := worldDir(t)
+			if tc.subuids == "" {
+				testutil.StartSockServer(t, dir, testutil.SockServer{N: n, First: first, UID: tc.uid(0)})
+			}
+			for i := 0; tc.subuids != "" && i < n; i++ {
+				testutil.StartSockServer(t, dir, testutil.SockServer{N: 1, First: first + i, UID: tc.uid(i)})
+			}
+			last := fmt.Sprintf("kc-%d.sock", first+n-1)
+			var name string
+			for range 100 {
+				if name = fmt.Sprintf("kc-%d.sock", deadPID(t)); name > last {
+					break
+				}
+			}
+			if name <= last {
+				t.Fatalf("no dead PID whose socket name sorts after %s", last)
+			}
+			orphan := orphanSocket(t, dir, name)
 
-	cfg := fastConfig(dir)
-	cfg.Apply = true
-	cfg.Workers = 2
-	cfg.Timeout = time.Second
-	cfg.Deadline = 2 * time.Second // the hung sockets need 8 s
-	rep, err := Sweep(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep.Unprobed == 0 {
-		t.Fatalf("every hung socket was probed within %v: the test proves nothing", cfg.Deadline)
-	}
-	i := slices.IndexFunc(rep.Sockets, func(s *Socket) bool { return s.Path == orphan })
-	if i < 0 {
-		t.Fatalf("orphan %s not in the report", orphan)
-	}
-	if s := rep.Sockets[i]; s.Verdict != VerdictStale || testutil.PathExists(orphan) {
-		t.Errorf("orphan: %s, %s (%s); want stale and unlinked", s.Verdict, s.Action, s.Reason)
+			cfg := fastConfig(dir)
+			cfg.Apply = true
+			cfg.Workers = 2
+			cfg.Timeout = time.Second
+			cfg.Deadline = 2 * time.Second // the hung sockets need 8 s
+			cfg.subUIDFile = filepath.Join(t.TempDir(), "subuid")
+			if err := os.WriteFile(cfg.subUIDFile, []byte(tc.subuids), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			rep, err := Sweep(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Unprobed == 0 {
+				t.Fatalf("every hung socket was probed within %v: the test proves nothing", cfg.Deadline)
+			}
+			i := slices.IndexFunc(rep.Sockets, func(s *Socket) bool { return s.Path == orphan })
+			if i < 0 {
+				t.Fatalf("orphan %s not in the report", orphan)
+			}
+			if s := rep.Sockets[i]; s.Verdict != VerdictStale || testutil.PathExists(orphan) {
+				t.Errorf("orphan: %s, %s (%s); want stale and unlinked", s.Verdict, s.Action, s.Reason)
+			}
+		})
 	}
 }

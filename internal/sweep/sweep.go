@@ -110,6 +110,8 @@ type Config struct {
 	// defaultDirs replaces DefaultDirs when no Dirs are given, so that
 	// tests can exercise discovery with Apply without sweeping /tmp.
 	defaultDirs []string
+	// subUIDFile replaces /etc/subuid, for tests.
+	subUIDFile string
 }
 
 func (c *Config) defaults() {
@@ -124,6 +126,9 @@ func (c *Config) defaults() {
 	}
 	if c.defaultDirs == nil {
 		c.defaultDirs = DefaultDirs
+	}
+	if c.subUIDFile == "" {
+		c.subUIDFile = "/etc/subuid"
 	}
 	if c.DialTimeout <= 0 {
 		c.DialTimeout = DefaultDialTimeout
@@ -322,7 +327,8 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 	// Hashed-name sockets have no server to follow, so they are probed
 	// like control sockets (gates 2 and 3, in the same rounds); gate 1
 	// needs a PID they do not have.
-	probes := byOwnerTurns(byInode(append(append([]*Socket(nil), controls...), hashed...)))
+	owner := readSubIDs(cfg.subUIDFile).owner
+	probes := byOwnerTurns(byInode(append(append([]*Socket(nil), controls...), hashed...)), owner)
 
 	// Round 1: all three gates on control sockets, gates 2 and 3 on
 	// hashed ones (gate 3's first try). A first try that was silent on a
@@ -433,7 +439,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 			dial = append(dial, s)
 		}
 	}
-	dialed := byOwnerTurns(byInode(dial))
+	dialed := byOwnerTurns(byInode(dial), owner)
 	pool(pctx, cfg.Workers, dialed, func(p *probe) {
 		err := p.dial(pctx, cfg.DialTimeout)
 		if pctx.Err() != nil {

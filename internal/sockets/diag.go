@@ -29,7 +29,11 @@ const (
 	attrName = 0 // UNIX_DIAG_NAME
 	attrVFS  = 1 // UNIX_DIAG_VFS
 
-	tcpListen = 10 // TCP_LISTEN: the state a listening Unix socket reports
+	// The sock states a Unix socket reports (TCP_* of linux/tcp_states.h).
+	tcpEstablished = 1
+	tcpSynSent     = 2
+	tcpClose       = 7
+	tcpListen      = 10 // a listening socket
 
 	reqLen = 24 // sizeof(struct unix_diag_req)
 	msgLen = 16 // sizeof(struct unix_diag_msg)
@@ -56,16 +60,64 @@ var ErrUnsupported = errors.New("unix socket diagnostics unavailable")
 // DiagListening returns the listening path-bound Unix sockets of the caller's
 // network namespace. Abstract and unnamed sockets are left out.
 func DiagListening() ([]DiagSocket, error) {
+	all, err := diagDump(1<<tcpListen, showName|showVFS)
+	if err != nil {
+		return nil, err
+	}
+	var out []DiagSocket
+	for _, s := range all {
+		if s.state == tcpListen {
+			out = append(out, s.DiagSocket)
+		}
+	}
+	return out, nil
+}
+
+// DiagNetUnix is ReadNetUnix of the caller's network namespace from
+// sock_diag, which hands each path over with its length: /proc/net/unix
+// prints paths raw, so a user who binds a name holding a newline and a
+// made-up line after it makes any path look bound, or listening, there.
+func DiagNetUnix() (NetUnix, error) {
+	all, err := diagDump(^uint32(0), showName)
+	if err != nil {
+		return nil, err
+	}
+	n := NetUnix{}
+	for _, s := range all {
+		u := UnixSocket{Inode: s.Inode, Listening: s.state == tcpListen}
+		// net/unix's St is the socket's state, sock_diag's the sock's.
+		switch s.state {
+		case tcpClose:
+			u.State = 1 // unconnected
+		case tcpSynSent:
+			u.State = 2 // connecting
+		case tcpEstablished:
+			u.State = 3 // connected
+		}
+		n[s.Path] = append(n[s.Path], u)
+	}
+	return n, nil
+}
+
+// diagSocket is a DiagSocket in any state.
+type diagSocket struct {
+	DiagSocket
+	state uint8
+}
+
+// diagDump asks sock_diag for the path-bound Unix sockets of the caller's
+// network namespace in the given states (a mask of 1<<state).
+func diagDump(states, show uint32) ([]diagSocket, error) {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
 	if err != nil {
 		return nil, fmt.Errorf("opening a sock_diag socket: %w", err)
 	}
 	defer unix.Close(fd)
-	if err := unix.Sendto(fd, diagRequest(), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+	if err := unix.Sendto(fd, diagRequest(states, show), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return nil, fmt.Errorf("asking sock_diag for Unix sockets: %w", err)
 	}
 	buf := make([]byte, 64<<10)
-	var out []DiagSocket
+	var out []diagSocket
 	for {
 		n, _, err := unix.Recvfrom(fd, buf, 0)
 		if err != nil {
@@ -100,7 +152,7 @@ func DiagListening() ([]DiagSocket, error) {
 	}
 }
 
-func diagRequest() []byte {
+func diagRequest(states, show uint32) []byte {
 	b := make([]byte, unix.NLMSG_HDRLEN+reqLen)
 	ne := binary.NativeEndian
 	ne.PutUint32(b[0:], uint32(len(b)))
@@ -110,18 +162,19 @@ func diagRequest() []byte {
 	ne.PutUint32(b[12:], uint32(os.Getpid())) // port
 	r := b[unix.NLMSG_HDRLEN:]
 	r[0] = unix.AF_UNIX
-	ne.PutUint32(r[4:], 1<<tcpListen)
-	ne.PutUint32(r[12:], showName|showVFS)
+	ne.PutUint32(r[4:], states)
+	ne.PutUint32(r[12:], show)
 	return b
 }
 
-// parse reads one unix_diag_msg and its attributes.
-func parseDiag(data []byte) (DiagSocket, bool) {
-	if len(data) < msgLen || data[0] != unix.AF_UNIX || data[2] != tcpListen {
-		return DiagSocket{}, false
+// parseDiag reads one unix_diag_msg and its attributes; ok is false for
+// a socket bound to no path.
+func parseDiag(data []byte) (diagSocket, bool) {
+	if len(data) < msgLen || data[0] != unix.AF_UNIX {
+		return diagSocket{}, false
 	}
 	ne := binary.NativeEndian
-	s := DiagSocket{Inode: uint64(ne.Uint32(data[4:]))}
+	s := diagSocket{DiagSocket: DiagSocket{Inode: uint64(ne.Uint32(data[4:]))}, state: data[2]}
 	attrs := data[msgLen:]
 	for len(attrs) >= 4 {
 		l := int(ne.Uint16(attrs[0:]))

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 // TestListeningFindsOwnSocket binds a socket and expects sock_diag to name
@@ -62,12 +64,67 @@ func TestParseRejectsShortAndAbstract(t *testing.T) {
 		data []byte
 	}{
 		{"short", []byte{unix.AF_UNIX, 1, tcpListen}},
-		{"not listening", append([]byte{unix.AF_UNIX, 1, 1, 0}, make([]byte, 12)...)},
+		{"no path", append([]byte{unix.AF_UNIX, 1, 1, 0}, make([]byte, 12)...)},
 		{"abstract name", append(append([]byte{unix.AF_UNIX, 1, tcpListen, 0}, make([]byte, 12)...), 8, 0, attrName, 0, 0, 'x', 'y', 0)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if s, ok := parseDiag(tc.data); ok {
 				t.Fatalf("parse accepted %+v", s)
+			}
+		})
+	}
+}
+
+// TestDiagNetUnix: sock_diag's table says what net/unix says of a
+// listener and of a socket bound and not listening, and cannot be made to
+// list a path nobody bound: a name holding a newline forges a line in
+// net/unix, not in sock_diag.
+func TestDiagNetUnix(t *testing.T) {
+	dir, err := os.MkdirTemp("", "kcn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	listener := filepath.Join(dir, "kc-1.sock")
+	l, err := net.Listen("unix", listener)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	bound := filepath.Join(dir, "kc-2.sock")
+	_, release := testutil.BoundSocket(t, bound, unix.SOCK_STREAM)
+	t.Cleanup(release)
+	victim := testutil.OrphanSocket(t, dir, "kc-3.sock")
+	if !testutil.ForgeNetUnixLine(t, dir, victim) {
+		t.Fatalf("the forged name does not fit under %s", dir)
+	}
+
+	diag, err := DiagNetUnix()
+	if err != nil {
+		t.Fatal(err)
+	}
+	proc, err := ReadNetUnix("/proc", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, path          string
+		procSays, diagSays  int // sockets listed at path
+		listening, checkNet bool
+	}{
+		{"a listener", listener, 1, 1, true, true},
+		{"bound, not listening", bound, 1, 1, false, true},
+		{"nobody's, with a line forged in net/unix", victim, 1, 0, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := len(proc[tc.path]); got != tc.procSays {
+				t.Fatalf("net/unix lists %d sockets at %s, want %d (the test's premise)", got, tc.path, tc.procSays)
+			}
+			if got := len(diag[tc.path]); got != tc.diagSays {
+				t.Fatalf("sock_diag lists %d sockets at %s, want %d", got, tc.path, tc.diagSays)
+			}
+			if tc.checkNet && (diag.Listening(tc.path) != tc.listening || diag[tc.path][0].Inode != proc[tc.path][0].Inode) {
+				t.Errorf("sock_diag: %+v; net/unix: %+v", diag[tc.path], proc[tc.path])
 			}
 		})
 	}

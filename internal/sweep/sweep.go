@@ -296,7 +296,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 	// Read after the scan: a socket file the scan saw was bound before
 	// this read, so if its socket is still open, net/unix lists it. (One
 	// bound later is a new file, which UnlinkAt tells from the one seen.)
-	nu, err := sockets.ReadNetUnix(cfg.ProcRoot, cfg.Target.InitPID)
+	nu, err := netUnix(cfg)
 	if err != nil {
 		// Gate 2 still has connect(2), but without net/unix nothing tells
 		// a refusing socket that a process holds from a dead one: gate 2
@@ -493,6 +493,20 @@ func notProbed(ctx context.Context, deadline time.Duration) string {
 		return "not probed: " + err.Error()
 	}
 	return fmt.Sprintf("not probed: the sweep deadline (%s) passed first", deadline)
+}
+
+// netUnix reads the Unix socket table of the target's network namespace:
+// the host's (ours) from sock_diag, where a bound name cannot forge a line
+// (sockets.DiagNetUnix), a container's from its init's net/unix.
+func netUnix(cfg Config) (sockets.NetUnix, error) {
+	if cfg.Target.InitPID == 0 && cfg.ProcRoot == fingerprint.DefaultRoot {
+		nu, err := sockets.DiagNetUnix()
+		if !errors.Is(err, sockets.ErrUnsupported) {
+			return nu, err
+		}
+		cfg.Logger.Debug("no sock_diag for Unix sockets: reading net/unix", "err", err)
+	}
+	return sockets.ReadNetUnix(cfg.ProcRoot, cfg.Target.InitPID)
 }
 
 // probe is what the network said of one socket inode, shared by all the

@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"net"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -61,4 +62,27 @@ func BoundSocket(t testing.TB, p string, typ int) (fd int, release func()) {
 		t.Fatalf("bind %s: %v", p, err)
 	}
 	return fd, release
+}
+
+// ForgeNetUnixLine binds, under dir, a listening socket whose name
+// carries a newline and then a made-up /proc/net/unix line for victim, a
+// short path: the kernel prints names raw, so net/unix then shows victim
+// as a listening socket's path. It reports false where the name does not
+// fit in sun_path. The socket goes with the test.
+func ForgeNetUnixLine(t testing.TB, dir, victim string) bool {
+	t.Helper()
+	// Num RefCount Protocol Flags (__SO_ACCEPTCON) Type St Inode Path.
+	name := filepath.Join(dir, "x\n0: 0 0 10000 1 1 1 "+filepath.Dir(victim), filepath.Base(victim))
+	if len(name) >= 108 {
+		return false
+	}
+	if err := os.MkdirAll(filepath.Dir(name), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("unix", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return true
 }

@@ -2,6 +2,9 @@ package sweep
 
 import (
 	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
 	"testing"
 
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
@@ -23,5 +26,32 @@ func TestForgedNetUnixLineKeepsNoOrphan(t *testing.T) {
 	got := sweep(t, cfg)
 	if s := got[orphan]; s == nil || s.Verdict != VerdictStale || testutil.PathExists(orphan) {
 		t.Errorf("orphan: %+v; want stale and unlinked", s)
+	}
+}
+
+// TestSameNetNS: the host and processes on its network read sock_diag's
+// table; a process in a network namespace of its own does not.
+func TestSameNetNS(t *testing.T) {
+	other := exec.Command("sleep", "1000")
+	other.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+	if err := other.Start(); err != nil {
+		t.Skipf("no network namespace here: %v", err)
+	}
+	t.Cleanup(func() { other.Process.Kill(); other.Wait() })
+	for _, tc := range []struct {
+		name string
+		pid  int
+		want bool
+	}{
+		{"the host", 0, true},
+		{"a process on the host's network", os.Getpid(), true},
+		{"a process in a namespace of its own", other.Process.Pid, false},
+		{"no such process", deadPID(t), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := sameNetNS("/proc", tc.pid); got != tc.want {
+				t.Errorf("sameNetNS(%d) = %v, want %v", tc.pid, got, tc.want)
+			}
+		})
 	}
 }

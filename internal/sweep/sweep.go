@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
 
@@ -496,10 +498,11 @@ func notProbed(ctx context.Context, deadline time.Duration) string {
 }
 
 // netUnix reads the Unix socket table of the target's network namespace:
-// the host's (ours) from sock_diag, where a bound name cannot forge a line
-// (sockets.DiagNetUnix), a container's from its init's net/unix.
+// ours (the host's, or a container's on the host network) from sock_diag,
+// where a bound name cannot forge a line (sockets.DiagNetUnix), another
+// from the container's init's net/unix.
 func netUnix(cfg Config) (sockets.NetUnix, error) {
-	if cfg.Target.InitPID == 0 && cfg.ProcRoot == fingerprint.DefaultRoot {
+	if cfg.ProcRoot == fingerprint.DefaultRoot && sameNetNS(cfg.ProcRoot, cfg.Target.InitPID) {
 		nu, err := sockets.DiagNetUnix()
 		if !errors.Is(err, sockets.ErrUnsupported) {
 			return nu, err
@@ -507,6 +510,18 @@ func netUnix(cfg Config) (sockets.NetUnix, error) {
 		cfg.Logger.Debug("no sock_diag for Unix sockets: reading net/unix", "err", err)
 	}
 	return sockets.ReadNetUnix(cfg.ProcRoot, cfg.Target.InitPID)
+}
+
+// sameNetNS reports whether pid (0: none, the host) runs in our network
+// namespace.
+func sameNetNS(procRoot string, pid int) bool {
+	if pid == 0 {
+		return true
+	}
+	var ours, theirs unix.Stat_t
+	return unix.Stat(procRoot+"/self/ns/net", &ours) == nil &&
+		unix.Stat(procRoot+"/"+strconv.Itoa(pid)+"/ns/net", &theirs) == nil &&
+		ours.Dev == theirs.Dev && ours.Ino == theirs.Ino
 }
 
 // probe is what the network said of one socket inode, shared by all the

@@ -93,22 +93,7 @@ func TestArgvMappedFromAnUnansweringFUSEFile(t *testing.T) {
 // lock, the writer gets it and every reader reads. A reader that hangs
 // fails.
 func TestArgvOfAProcessFaultingOnAnUnansweringFUSEFile(t *testing.T) {
-	f := testutil.ServeStalledFile(t, t.TempDir(), "fuse")
-	h, err := proc.StartLockHolder(&syscall.SysProcAttr{Setpgid: true}, f.Path, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The helper can be killed only once the connection is gone, and
-	// the reads given up on end then too.
-	t.Cleanup(func() { f.Abort(); h.Close() })
-	if err := h.Do("fault"); err != nil {
-		t.Fatal(err)
-	}
-	proc.WaitFor(t, 10*time.Second, "the retried fault's read at the server", func() bool { return f.Reads() > 1 })
-	if err := h.Do("mmap"); err != nil {
-		t.Fatal(err)
-	}
-	held := !h.Mapped(2 * time.Second)
+	h, held := proc.HoldMemoryLock(t, "")
 	t.Logf("the fault holds the memory map's lock: %v", held)
 	r := proctable.NewReader(root)
 	t.Cleanup(r.Close)

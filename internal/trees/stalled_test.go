@@ -3,7 +3,6 @@ package trees
 import (
 	"os"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,21 +20,9 @@ import (
 // names the process in Stats.Stalled for the warning.
 func TestScanGivesUpOnAStalledArgv(t *testing.T) {
 	k := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{ContainerID: cidLive, Children: 1})
-	f := testutil.ServeStalledFile(t, t.TempDir(), "fuse")
 	const cidUser = "3333333333333333333333333333333333333333333333333333333333333333"
-	h, err := helper.StartLockHolder(&syscall.SysProcAttr{Setpgid: true}, f.Path, "kcserver", "--container-id="+cidUser)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Abort(); h.Close() })
-	if err := h.Do("fault"); err != nil {
-		t.Fatal(err)
-	}
-	helper.WaitFor(t, 10*time.Second, "the retried fault's read at the server", func() bool { return f.Reads() > 1 })
-	if err := h.Do("mmap"); err != nil {
-		t.Fatal(err)
-	}
-	if h.Mapped(2 * time.Second) {
+	h, held := helper.HoldMemoryLock(t, "kcserver", "--container-id="+cidUser)
+	if !held {
 		t.Skip("this kernel does not hold the memory map's lock over the fault: nothing stalls")
 	}
 	for _, tc := range []struct {

@@ -77,6 +77,30 @@ func helperCommand(mode string) (*exec.Cmd, error) {
 	return cmd, nil
 }
 
+// startHelper starts this test binary in mode with attr, env added to
+// its environment and args to its argv, its stdin and stdout piped.
+func startHelper(mode string, attr *syscall.SysProcAttr, env, args []string) (*exec.Cmd, io.WriteCloser, io.ReadCloser, error) {
+	cmd, err := helperCommand(mode)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cmd.Args = append(cmd.Args, args...)
+	cmd.Env = append(cmd.Env, env...)
+	cmd.SysProcAttr = attr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, nil, err
+	}
+	return cmd, in, out, nil
+}
+
 // watched are the signals an innocent catches and reports. SIGURG is left
 // out (the Go runtime uses it to preempt goroutines), and so are SIGCHLD and
 // SIGPROF. SIGSTOP and SIGKILL cannot be caught; a SIGSTOP shows as state T
@@ -99,14 +123,8 @@ const sentinel = syscall.SIGPWR
 // caught so far, on "pgid N" joins process group N, and on "thread N
 // [COMM]" starts OS threads until one has thread ID N, which it names COMM.
 func innocentMain() int {
-	if c := os.Getenv(commEnv); c != "" {
-		// /proc/self/comm names the thread-group leader, which is what
-		// /proc/<pid>/comm and stat show; prctl(PR_SET_NAME) would name
-		// whichever thread this goroutine happens to run on.
-		if err := os.WriteFile("/proc/self/comm", []byte(c), 0); err != nil {
-			fmt.Fprintf(os.Stderr, "innocent: set comm: %v\n", err)
-			return 3
-		}
+	if !setComm("innocent") {
+		return 3
 	}
 	var (
 		outMu sync.Mutex
@@ -361,23 +379,8 @@ func StartInnocentWith(attr *syscall.SysProcAttr, opt InnocentOptions) (*Innocen
 	if len(opt.Comm) > 15 || strings.ContainsAny(opt.Comm, " \t\n") {
 		return nil, fmt.Errorf("innocent: bad comm %q", opt.Comm)
 	}
-	cmd, err := helperCommand(modeInnocent)
+	cmd, in, out, err := startHelper(modeInnocent, attr, []string{commEnv + "=" + opt.Comm}, nil)
 	if err != nil {
-		return nil, err
-	}
-	if opt.Comm != "" {
-		cmd.Env = append(cmd.Env, commEnv+"="+opt.Comm)
-	}
-	cmd.SysProcAttr = attr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	i := &Innocent{Cmd: cmd, PID: cmd.Process.Pid, in: in, replies: make(chan string, 16),

@@ -12,9 +12,12 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 // mapEnv names the file a mapped-argv helper maps over its argv.
@@ -26,12 +29,9 @@ const mapEnv = "KC_TESTKIT_PROC_MAP"
 // close. Nothing after the mapping may touch os.Args or the environment:
 // their strings live in those pages.
 func mappedArgvMain() int {
-	file, comm := os.Getenv(mapEnv), os.Getenv(commEnv)
-	if comm != "" {
-		if err := os.WriteFile("/proc/self/comm", []byte(comm), 0); err != nil {
-			fmt.Fprintf(os.Stderr, "mapped-argv: set comm: %v\n", err)
-			return 3
-		}
+	file := os.Getenv(mapEnv)
+	if !setComm("mapped-argv") {
+		return 3
 	}
 	stat, err := os.ReadFile("/proc/self/stat")
 	if err != nil {
@@ -72,50 +72,89 @@ func mappedArgvMain() int {
 	return 0
 }
 
-// MappedArgv is a process whose argv, from its second page on, is a
-// mapping of a file: reading its /proc/<pid>/cmdline reads that file.
-type MappedArgv struct {
+// Mapping is a helper process that maps a file: a mapped-argv or a
+// lock-holder.
+type Mapping struct {
 	Cmd *exec.Cmd
 	PID int
-	in  io.Closer
+	in  io.WriteCloser
+	out *bufio.Reader
 }
 
 // StartMappedArgv starts a mapped-argv helper named comm (at most 15
 // bytes) with attr (may be nil) that maps file over its argv, which ends
 // with args after a padding argument long enough to fill whole pages, and
 // waits until it is mapped. The caller must Close it.
-func StartMappedArgv(attr *syscall.SysProcAttr, file, comm string, args ...string) (*MappedArgv, error) {
-	cmd, err := helperCommand(modeMappedArgv)
+func StartMappedArgv(attr *syscall.SysProcAttr, file, comm string, args ...string) (*Mapping, error) {
+	return startMapping(modeMappedArgv, attr, file, comm, append([]string{"--pad=" + strings.Repeat("x", 3*os.Getpagesize())}, args...))
+}
+
+// StartLockHolder starts a lock-holder helper named comm (if not empty)
+// with args at the end of its argv, mapping file, and waits until it has.
+// Do makes it fault on the mapping and then map memory.
+func StartLockHolder(attr *syscall.SysProcAttr, file, comm string, args ...string) (*Mapping, error) {
+	return startMapping(modeLockHolder, attr, file, comm, args)
+}
+
+func startMapping(mode string, attr *syscall.SysProcAttr, file, comm string, args []string) (*Mapping, error) {
+	cmd, in, out, err := startHelper(mode, attr, []string{mapEnv + "=" + file, commEnv + "=" + comm}, args)
 	if err != nil {
 		return nil, err
 	}
-	cmd.Args = append(cmd.Args, "--pad="+strings.Repeat("x", 3*os.Getpagesize()))
-	cmd.Args = append(cmd.Args, args...)
-	cmd.Env = append(cmd.Env, mapEnv+"="+file, commEnv+"="+comm)
-	cmd.SysProcAttr = attr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	m := &MappedArgv{Cmd: cmd, PID: cmd.Process.Pid, in: in}
-	if line, err := readLine(out, 10*time.Second); err != nil || line != "ready" {
+	m := &Mapping{Cmd: cmd, PID: cmd.Process.Pid, in: in, out: bufio.NewReader(out)}
+	if line, err := readLine(m.out, 10*time.Second); err != nil || line != "ready" {
 		m.Close()
-		return nil, fmt.Errorf("mapped-argv helper: got %q, %v", line, err)
+		return nil, fmt.Errorf("%s helper: got %q, %v", mode, line, err)
 	}
 	return m, nil
 }
 
-// Close kills and reaps the helper.
-func (m *MappedArgv) Close() {
+// Do sends a lock-holder a command ("fault" or "mmap").
+func (m *Mapping) Do(cmd string) error {
+	_, err := io.WriteString(m.in, cmd+"\n")
+	return err
+}
+
+// Mapped reports whether a lock-holder said "mapped" within timeout: its
+// anonymous mapping got the memory map's lock.
+func (m *Mapping) Mapped(timeout time.Duration) bool {
+	line, err := readLine(m.out, timeout)
+	return err == nil && line == "mapped"
+}
+
+// Close kills and reaps the helper. A helper waiting on a FUSE server
+// may not die until the server's connection is aborted.
+func (m *Mapping) Close() {
 	m.in.Close()
 	Reap(m.Cmd)
+}
+
+// HoldMemoryLock starts a lock-holder named comm with args, over a file
+// of a FUSE server that fails the first read and never answers another
+// (testutil.ServeStalledFile), and has it fault on the file and then map
+// memory: held says the fault holds the memory map's lock, so that every
+// reader of the helper's cmdline waits. Cleanup aborts the server, then
+// kills the helper.
+func HoldMemoryLock(t testing.TB, comm string, args ...string) (m *Mapping, held bool) {
+	t.Helper()
+	f := testutil.ServeStalledFile(t, t.TempDir(), "fuse")
+	m, err := StartLockHolder(&syscall.SysProcAttr{Setpgid: true}, f.Path, comm, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The helper can be killed only once the connection is gone, and
+	// reads of its memory given up on end then too.
+	t.Cleanup(func() { f.Abort(); m.Close() })
+	if err := m.Do("fault"); err != nil {
+		t.Fatal(err)
+	}
+	// The first read fails; the retried fault's read is the one that
+	// holds the lock.
+	WaitFor(t, 10*time.Second, "the retried fault's read at the server", func() bool { return f.Reads() > 1 })
+	if err := m.Do("mmap"); err != nil {
+		t.Fatal(err)
+	}
+	return m, !m.Mapped(2 * time.Second)
 }
 
 // faulted keeps the lock holder's read of its mapping from being
@@ -128,11 +167,8 @@ var faulted atomic.Uint32
 // on another and says "mapped" (which waits for the memory map's lock
 // while the first holds it).
 func lockHolderMain() int {
-	if comm := os.Getenv(commEnv); comm != "" {
-		if err := os.WriteFile("/proc/self/comm", []byte(comm), 0); err != nil {
-			fmt.Fprintf(os.Stderr, "lock-holder: set comm: %v\n", err)
-			return 3
-		}
+	if !setComm("lock-holder") {
+		return 3
 	}
 	fd, err := unix.Open(os.Getenv(mapEnv), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -165,59 +201,18 @@ func lockHolderMain() int {
 	return 0
 }
 
-// LockHolder is a lock-holder helper: see StartLockHolder.
-type LockHolder struct {
-	Cmd *exec.Cmd
-	PID int
-	in  io.WriteCloser
-	out *bufio.Reader
-}
-
-// StartLockHolder starts a lock-holder helper named comm (if not empty)
-// with args at the end of its argv, mapping file, and waits until it has.
-func StartLockHolder(attr *syscall.SysProcAttr, file, comm string, args ...string) (*LockHolder, error) {
-	cmd, err := helperCommand(modeLockHolder)
-	if err != nil {
-		return nil, err
+// setComm names this process $KC_TESTKIT_PROC_COMM, if set. /proc/self/comm
+// names the thread-group leader, which is what /proc/<pid>/comm and stat
+// show; prctl(PR_SET_NAME) would name whichever thread this goroutine
+// happens to run on.
+func setComm(who string) bool {
+	c := os.Getenv(commEnv)
+	if c == "" {
+		return true
 	}
-	cmd.Args = append(cmd.Args, args...)
-	cmd.Env = append(cmd.Env, mapEnv+"="+file, commEnv+"="+comm)
-	cmd.SysProcAttr = attr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
+	if err := os.WriteFile("/proc/self/comm", []byte(c), 0); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: set comm: %v\n", who, err)
+		return false
 	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	h := &LockHolder{Cmd: cmd, PID: cmd.Process.Pid, in: in, out: bufio.NewReader(out)}
-	if line, err := readLine(h.out, 10*time.Second); err != nil || line != "ready" {
-		h.Close()
-		return nil, fmt.Errorf("lock-holder helper: got %q, %v", line, err)
-	}
-	return h, nil
-}
-
-// Do sends the helper a command ("fault" or "mmap").
-func (h *LockHolder) Do(cmd string) error {
-	_, err := io.WriteString(h.in, cmd+"\n")
-	return err
-}
-
-// Mapped reports whether the helper said "mapped" within timeout: its
-// anonymous mapping got the memory map's lock.
-func (h *LockHolder) Mapped(timeout time.Duration) bool {
-	line, err := readLine(h.out, timeout)
-	return err == nil && line == "mapped"
-}
-
-// Close kills and reaps the helper. A helper waiting on a FUSE server
-// may not die until the server's connection is aborted.
-func (h *LockHolder) Close() {
-	h.in.Close()
-	Reap(h.Cmd)
+	return true
 }

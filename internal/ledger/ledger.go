@@ -28,6 +28,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/trust"
+	"github.com/kc-watchman/kc-watchman/internal/userns"
 )
 
 // LockTimeout bounds the wait for the ledger lock.
@@ -163,6 +164,9 @@ func Open(stateDir string) (*Store, error) {
 	if err := checkTrusted(stateDir); err != nil {
 		return nil, err
 	}
+	if err := checkParents(stateDir); err != nil {
+		return nil, err
+	}
 	dir := filepath.Join(stateDir, "containers")
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, fmt.Errorf("creating ledger directory: %w", err)
@@ -212,6 +216,26 @@ func checkTrusted(dirs ...string) error {
 	return nil
 }
 
+// checkParents refuses a state dir whose parents another user could
+// change, renaming the state dir away and putting his own in its place:
+// every directory above must be root's or this UID's and closed to
+// others, or sticky (trust.Path). In a user namespace (a rootless
+// podman's hook) the parents' owners are unmapped, shown as the overflow
+// UID, and cannot be judged: they are not.
+func checkParents(stateDir string) error {
+	if m, err := userns.Self(); err != nil || !m.Initial() {
+		return nil
+	}
+	abs, err := filepath.Abs(stateDir)
+	if err != nil {
+		return fmt.Errorf("ledger directory: %w", err)
+	}
+	if _, err := trust.Path(filepath.Dir(abs), unix.S_IFDIR, 0, uint32(os.Geteuid())); err != nil {
+		return fmt.Errorf("ledger not used: %w (another user could put a state dir of his in its place)", err)
+	}
+	return nil
+}
+
 // LayoutCache is where a caller with the ledger keeps the BPF program's
 // layout for the rest of the boot (taskiter.LoadCached): in the ledger's
 // own directory, which nobody else may write. "" for no ledger.
@@ -229,6 +253,9 @@ func OpenReadOnly(stateDir string) (*Store, error) {
 		return nil, fmt.Errorf("ledger directory: %w", err)
 	}
 	if err := checkTrusted(stateDir, dir); err != nil {
+		return nil, err
+	}
+	if err := checkParents(stateDir); err != nil {
 		return nil, err
 	}
 	boot, err := fingerprint.BootID()

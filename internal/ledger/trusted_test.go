@@ -10,8 +10,8 @@ import (
 )
 
 // TestLedgerOthersCouldWriteIsNotUsed: a ledger in a state dir, or a
-// containers directory, that another user could write or swap is
-// neither read nor written (records there name processes to kill), and
+// containers directory, that another user could write or swap (through a
+// parent he may write, unless sticky) is neither read nor written (records there name processes to kill), and
 // Open changes nothing outside it: a containers symlink's target keeps
 // its mode (Open made it 0700, following the link). A containers
 // directory that is ours but loose is closed again by Open.
@@ -45,6 +45,22 @@ func TestLedgerOthersCouldWriteIsNotUsed(t *testing.T) {
 			d := mkdirs(t, base, 0o700, 0o700)
 			chown(t, d, 65534)
 			return d
+		}},
+		{name: "a parent others may write", prepare: func(t *testing.T, base string) string {
+			open := filepath.Join(base, "open")
+			if err := os.Mkdir(open, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			chmod(t, open, 0o777)
+			return mkdirs(t, open, 0o700, 0o700)
+		}},
+		{name: "a sticky parent others may write", open: true, readOnly: true, prepare: func(t *testing.T, base string) string {
+			tmp := filepath.Join(base, "tmp")
+			if err := os.Mkdir(tmp, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			chmod(t, tmp, 0o777|os.ModeSticky)
+			return mkdirs(t, tmp, 0o700, 0o700)
 		}},
 		{name: "containers others may write", open: true, prepare: func(t *testing.T, base string) string {
 			return mkdirs(t, base, 0o700, 0o777)

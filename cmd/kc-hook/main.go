@@ -119,7 +119,7 @@ func (cl *commandLine) flagSet() *flag.FlagSet {
 	fs := newFlagSet(hookName)
 	// Rootless podman runs hooks as root of its user namespace: the
 	// default follows the host UID, which /proc/self/uid_map gives.
-	fs.StringVar(&cl.stateDir, "state-dir", ledger.DefaultDir(userns.HostEUID()), "ledger `DIR`, this user's and closed to others (0700, no symlink: else not used)")
+	fs.StringVar(&cl.stateDir, "state-dir", ledger.DefaultDir(userns.HostEUID()), "ledger `DIR`: this user's, not writable by others, no symlink, or not used")
 	fs.StringVar(&cl.supervisorComm, "supervisor-comm", trees.DefaultComm, "comma-separated supervisor process `NAMES`")
 	fs.DurationVar(&cl.killGrace, "kill-grace", pgkill.DefaultGrace, "wait between SIGTERM and SIGKILL")
 	fs.DurationVar(&cl.deadline, "deadline", 20*time.Second, "bound on a whole stage (past it, a pre-start stage gives up with exit 0, poststop with 1); keep it below the descriptor's timeout")

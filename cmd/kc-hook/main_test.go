@@ -580,7 +580,7 @@ func TestHelpListsEveryOption(t *testing.T) {
 	writeHookHelp(&b)
 	// Words, not columns: the text is wrapped.
 	text := strings.Join(strings.Fields(b.String()), " ")
-	for _, want := range []string{"--state-dir DIR", "ledger DIR, this user's and closed to others (0700, no symlink: else not used) (default: " + ledger.DefaultDir(userns.HostEUID()) + ") [$KC_STATE_DIR]", "wait between SIGTERM and SIGKILL (default: 5s) [$KC_KILL_GRACE]", "--help, -h ", "--version, -v "} {
+	for _, want := range []string{"--state-dir DIR", "ledger DIR: this user's, not writable by others, no symlink, or not used (default: " + ledger.DefaultDir(userns.HostEUID()) + ") [$KC_STATE_DIR]", "wait between SIGTERM and SIGKILL (default: 5s) [$KC_KILL_GRACE]", "--help, -h ", "--version, -v "} {
 		if !strings.Contains(text, strings.TrimSpace(want)) {
 			t.Errorf("kc-hook --help lacks %q", want)
 		}

@@ -37,7 +37,7 @@ func defaultStateDir() string { return ledger.DefaultDir(userns.HostEUID()) }
 func globalFlags(stateDir string) []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: flagPodmanURL, Usage: "podman API `URL` (unix:///path or tcp://); default: CONTAINER_HOST, else the rootful or rootless podman socket", EnvVars: []string{"KC_PODMAN_URL"}},
-		&cli.StringFlag{Name: flagStateDir, Value: stateDir, Usage: "`DIR` holding kc-hook's ledger: this user's, 0700, no symlink, or the ledger is not used (default for a user other than root: /run/user/UID/kc-watchman)", EnvVars: []string{"KC_STATE_DIR"}},
+		&cli.StringFlag{Name: flagStateDir, Value: stateDir, Usage: "`DIR` holding kc-hook's ledger: this user's, not writable by others, no symlink, or the ledger is not used (default for a user other than root: /run/user/UID/kc-watchman)", EnvVars: []string{"KC_STATE_DIR"}},
 		&cli.StringFlag{Name: flagSupervisorComm, Value: trees.DefaultComm, Usage: "comma-separated process `NAMES` (comm) that make a process group a supervisor tree", EnvVars: []string{"KC_SUPERVISOR_COMM"}},
 		&cli.StringFlag{Name: flagFormat, Value: "text", Usage: "output `FORMAT`: text or json", EnvVars: []string{"KC_FORMAT"}},
 		&cli.StringFlag{Name: flagLogFile, Usage: "also append logs to `FILE`", EnvVars: []string{"KC_LOG_FILE"}},

@@ -16,7 +16,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -31,8 +33,7 @@ const (
 
 	// The sock states a Unix socket reports (TCP_* of linux/tcp_states.h).
 	tcpEstablished = 1
-	tcpSynSent     = 2
-	tcpClose       = 7
+	tcpClose       = 7  // unconnected, or bound and not listening
 	tcpListen      = 10 // a listening socket
 
 	reqLen = 24 // sizeof(struct unix_diag_req)
@@ -77,24 +78,33 @@ func DiagListening() ([]DiagSocket, error) {
 // sock_diag, which hands each path over with its length: /proc/net/unix
 // prints paths raw, so a user who binds a name holding a newline and a
 // made-up line after it makes any path look bound, or listening, there.
+//
+// A dump is no snapshot: it goes on, part after part, from a position in
+// a hash bucket, and a socket closed meanwhile ahead of it there makes the
+// next one be skipped. A socket missing from the table is the dangerous
+// error (it reads as unbound), one too many is not: so the table is the
+// union of two dumps, in which a socket open throughout both appears.
 func DiagNetUnix() (NetUnix, error) {
-	all, err := diagDump(^uint32(0), showName)
-	if err != nil {
-		return nil, err
-	}
 	n := NetUnix{}
-	for _, s := range all {
-		u := UnixSocket{Inode: s.Inode, Listening: s.state == tcpListen}
-		// net/unix's St is the socket's state, sock_diag's the sock's.
-		switch s.state {
-		case tcpClose:
-			u.State = 1 // unconnected
-		case tcpSynSent:
-			u.State = 2 // connecting
-		case tcpEstablished:
-			u.State = 3 // connected
+	for range 2 {
+		all, err := diagDump(^uint32(0), showName)
+		if err != nil {
+			return nil, err
 		}
-		n[s.Path] = append(n[s.Path], u)
+		for _, s := range all {
+			if slices.ContainsFunc(n[s.Path], func(u UnixSocket) bool { return u.Inode == s.Inode }) {
+				continue
+			}
+			u := UnixSocket{Inode: s.Inode, Listening: s.state == tcpListen}
+			// net/unix's St is the socket's state, sock_diag's the sock's.
+			switch s.state {
+			case tcpClose:
+				u.State = 1 // unconnected
+			case tcpEstablished:
+				u.State = 3 // connected
+			}
+			n[s.Path] = append(n[s.Path], u)
+		}
 	}
 	return n, nil
 }
@@ -113,6 +123,11 @@ func diagDump(states, show uint32) ([]diagSocket, error) {
 		return nil, fmt.Errorf("opening a sock_diag socket: %w", err)
 	}
 	defer unix.Close(fd)
+	// The kernel answers at once; a wait is bounded all the same.
+	tv := unix.NsecToTimeval(int64(5 * time.Second))
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return nil, fmt.Errorf("sock_diag socket: %w", err)
+	}
 	if err := unix.Sendto(fd, diagRequest(states, show), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return nil, fmt.Errorf("asking sock_diag for Unix sockets: %w", err)
 	}
@@ -130,6 +145,12 @@ func diagDump(states, show uint32) ([]diagSocket, error) {
 		for _, m := range msgs {
 			switch m.Header.Type {
 			case unix.NLMSG_DONE:
+				// The dump's own error, if any, ends it.
+				if len(m.Data) >= 4 {
+					if errno := unix.Errno(-int32(binary.NativeEndian.Uint32(m.Data[:4]))); errno != 0 {
+						return nil, fmt.Errorf("sock_diag: %w", errno)
+					}
+				}
 				return out, nil
 			case unix.NLMSG_ERROR:
 				if len(m.Data) >= 4 {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -75,12 +76,38 @@ func stateName(s UnixSocket) string {
 }
 
 // ReadNetUnix reads the Unix socket table of the network namespace of pid
-// (0: our own).
+// (0: our own). Like a sock_diag dump (DiagNetUnix), a read is no
+// snapshot: the kernel goes on from a position in a hash bucket at each
+// read(2), and a socket closed meanwhile ahead of it makes the next one
+// be skipped. A socket missing reads as unbound, the dangerous error, so
+// the table is the union of two reads.
 func ReadNetUnix(procRoot string, pid int) (NetUnix, error) {
 	p := procRoot + "/self/net/unix"
 	if pid > 0 {
 		p = procRoot + "/" + strconv.Itoa(pid) + "/net/unix"
 	}
+	var out NetUnix
+	for range 2 {
+		n, err := readNetUnixOnce(p)
+		if err != nil {
+			return nil, err
+		}
+		if out == nil {
+			out = n
+			continue
+		}
+		for path, socks := range n {
+			for _, u := range socks {
+				if !slices.ContainsFunc(out[path], func(o UnixSocket) bool { return o.Inode == u.Inode }) {
+					out[path] = append(out[path], u)
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+func readNetUnixOnce(p string) (NetUnix, error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return nil, err

@@ -520,13 +520,14 @@ func TestStateDir(t *testing.T) {
 		}
 	})
 	for _, tc := range []struct {
-		name  string
-		mode  os.FileMode
-		wants []string
+		name    string
+		mode    os.FileMode
+		verdict Verdict
+		wants   []string
 	}{
-		{"unreadable record", 0o700, []string{"unreadable record"}},
+		{"unreadable record", 0o700, Warn, []string{"unreadable record"}},
 		// The records are not read: a planted one could name anyone.
-		{"loose ledger dir", 0o777, []string{"mode 0777", "not used"}},
+		{"loose ledger dir", 0o777, Error, []string{"mode 0777", "not used"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "state")
@@ -538,8 +539,8 @@ func TestStateDir(t *testing.T) {
 			c := StateDir(dir)
 			all := c.Detail + strings.Join(c.Items, "\n")
 			for _, w := range tc.wants {
-				if c.Verdict != Warn || !strings.Contains(all, w) {
-					t.Errorf("want a warning saying %q: %+v", w, c)
+				if c.Verdict != tc.verdict || !strings.Contains(all, w) {
+					t.Errorf("want %v saying %q: %+v", tc.verdict, w, c)
 				}
 			}
 		})

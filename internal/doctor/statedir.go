@@ -56,8 +56,10 @@ func StateDir(dir string) Check {
 	}
 	store, err := ledger.OpenReadOnly(dir)
 	if errors.Is(err, trust.ErrUntrusted) {
-		c := newCheck(NameStateDir, Warn, "%s writable; its ledger is not used (the hook and reconcile ignore it while others could write it)", dir)
-		c.Remedy = fmt.Sprintf("make %s a directory (not a symlink) of UID %d, mode 0700", filepath.Join(dir, "containers"), euid)
+		// The hook and reconcile do not use it: trees only its records
+		// tie to a container are not found, and nothing is recorded.
+		c := newCheck(NameStateDir, Error, "%v", err)
+		c.Remedy = fmt.Sprintf("make %s and %s directories (not symlinks) of UID %d that others may not write (0700), under directories of root or UID %d", dir, filepath.Join(dir, "containers"), euid, euid)
 		c.Items = items
 		return c
 	}

@@ -148,8 +148,7 @@ type Store struct {
 // A state dir created here is made 0700; an existing one keeps its mode
 // (a mistaken --state-dir=/run must not make /run root-only) but must be
 // this UID's and closed to others (checkTrusted), or nothing is touched
-// in it. The containers directory is the ledger's own and is always
-// 0700.
+// in it; so must the containers directory, which is then made 0700.
 func Open(stateDir string) (*Store, error) {
 	_, statErr := os.Lstat(stateDir)
 	created := errors.Is(statErr, fs.ErrNotExist)
@@ -171,23 +170,22 @@ func Open(stateDir string) (*Store, error) {
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, fmt.Errorf("creating ledger directory: %w", err)
 	}
-	// Mkdir leaves an existing directory's mode alone; the ledger names
-	// processes to kill, so nobody else may write it. Through a
-	// descriptor of the directory itself: never a symlink's target.
+	// One that others could write may hold their records already:
+	// refused, not closed and used.
+	if err := checkTrusted(dir); err != nil {
+		return nil, err
+	}
+	// Mkdir leaves an existing directory's mode alone (0755 is trusted
+	// too); through a descriptor of the directory itself, never a
+	// symlink's target.
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		if terr := checkTrusted(dir); terr != nil {
-			return nil, terr
-		}
 		return nil, fmt.Errorf("ledger directory: %w", err)
 	}
 	err = unix.Fchmod(fd, 0o700)
 	unix.Close(fd)
 	if err != nil {
 		return nil, fmt.Errorf("securing ledger directory: %w", err)
-	}
-	if err := checkTrusted(dir); err != nil {
-		return nil, err
 	}
 	boot, err := fingerprint.BootID()
 	if err != nil {
@@ -210,7 +208,7 @@ func checkTrusted(dirs ...string) error {
 			return fmt.Errorf("ledger directory: %w", err)
 		}
 		if err := trust.Stat(d, &st, unix.S_IFDIR, false, euid); err != nil {
-			return fmt.Errorf("ledger not used: %w (others could plant records naming processes to kill; it must be a directory of UID %d, mode 0700)", err, euid)
+			return fmt.Errorf("ledger not used: %w (others could plant records naming processes to kill; it must be a directory of UID %d that others may not write, e.g. mode 0700)", err, euid)
 		}
 	}
 	return nil

@@ -30,6 +30,9 @@ func TestLedgerOthersCouldWriteIsNotUsed(t *testing.T) {
 		{name: "ours, 0700", open: true, readOnly: true, prepare: func(t *testing.T, base string) string {
 			return mkdirs(t, base, 0o700, 0o700)
 		}},
+		{name: "ours, 0755", open: true, readOnly: true, prepare: func(t *testing.T, base string) string {
+			return mkdirs(t, base, 0o755, 0o755)
+		}},
 		{name: "state dir others may write", prepare: func(t *testing.T, base string) string {
 			return mkdirs(t, base, 0o777, 0o700)
 		}},
@@ -62,7 +65,7 @@ func TestLedgerOthersCouldWriteIsNotUsed(t *testing.T) {
 			chmod(t, tmp, 0o777|os.ModeSticky)
 			return mkdirs(t, tmp, 0o700, 0o700)
 		}},
-		{name: "containers others may write", open: true, prepare: func(t *testing.T, base string) string {
+		{name: "containers others may write", prepare: func(t *testing.T, base string) string {
 			return mkdirs(t, base, 0o700, 0o777)
 		}},
 		{name: "containers another user's", prepare: func(t *testing.T, base string) string {

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
@@ -442,7 +444,11 @@ func TestCommandJoiningAnotherGroup(t *testing.T) {
 		}
 		return false
 	})
-	t.Cleanup(func() { syscall.Kill(cmd, syscall.SIGKILL) })
+	// Through a pidfd taken now: by cleanup time the PID may be
+	// another process's.
+	if pfd, err := unix.PidfdOpen(cmd, 0); err == nil {
+		t.Cleanup(func() { unix.PidfdSendSignal(pfd, unix.SIGKILL, nil, 0); unix.Close(pfd) })
+	}
 	if err := syscall.Kill(init.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

@@ -132,10 +132,10 @@ type Rules struct {
 // Descendants walks down from the given processes and returns the live
 // descendants outside their groups that may be signalled with them
 // (escaped) and those reported only (withheld: another UID, another
-// container's ID, an argv that could not be read). The walk does not go below a withheld process, nor
-// into a container monitor, nor to the caller. l's parent links are used
-// when it has them (nil: read the children files of the walked processes
-// only).
+// container's ID, an argv that could not be read). The walk does not go
+// below a withheld process, nor into a container monitor, nor to the
+// caller. l's parent links are used when it has them (nil: read the
+// children files of the walked processes only).
 func Descendants(root string, l *proctable.Listing, from []fingerprint.Identity, r Rules) (escaped, withheld []fingerprint.Identity) {
 	escaped, withheld, _ = descendants(root, indexChildren(l).of(root), from, r, maxDescendants)
 	return escaped, withheld

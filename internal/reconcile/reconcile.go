@@ -408,6 +408,9 @@ func (sc *Scanned) complete(live engine.Set) []trees.Tree {
 		}
 		out = append(out, t)
 	}
+	if st := cp.Stalled(); len(st) > 0 {
+		sc.log.Warn("argv of some members not read: their memory did not answer within a second; their trees are of unknown age, not acted on this run", "pids", trees.Stats{Stalled: st}.StalledNote())
+	}
 	return out
 }
 

@@ -2,7 +2,9 @@ package trees
 
 import (
 	"os"
+	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -77,4 +79,57 @@ func TestScanGivesUpOnAStalledArgv(t *testing.T) {
 			t.Errorf("the stalled process is not reported withheld (%d withheld)", len(withheld))
 		}
 	})
+}
+
+// TestCompletionGivesUpOnAStalledMember: a partial tree's leader reads
+// well, and a member of its group holds its memory map's lock. Completing
+// the tree returns, reads it without that member and of unknown age, and
+// names the member in the Completer's Stalled for reconcile's warning.
+func TestCompletionGivesUpOnAStalledMember(t *testing.T) {
+	const comm = "kcsrv-stallmem"
+	cid := testutil.RandomHex(t, 64)
+	plain := filepath.Join(t.TempDir(), "plain")
+	if err := os.WriteFile(plain, make([]byte, 4096), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	leader, err := helper.StartLockHolder(&syscall.SysProcAttr{Setpgid: true}, plain, comm, "--container-id="+cid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(leader.Close)
+	member, held := helper.HoldMemoryLockIn(t, &syscall.SysProcAttr{Setpgid: true, Pgid: leader.PID}, "kernel")
+	if !held {
+		t.Skip("this kernel does not hold the memory map's lock over the fault: nothing stalls")
+	}
+	ts, _, err := Scan(Options{Comms: []string{comm}, Lister: proctable.ListBPF, Partial: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := findTree(ts, leader.PID)
+	if tr == nil || !tr.Partial {
+		t.Fatalf("the group as scanned: %+v, want a partial tree", tr)
+	}
+	var cp Completer
+	defer cp.Close()
+	type result struct {
+		tr Tree
+		ok bool
+	}
+	got := testutil.Within(t, 20*time.Second, "completion", func() result {
+		full, ok := cp.Complete(*tr)
+		return result{full, ok}
+	})
+	if !got.ok {
+		t.Fatal("completed to no tree")
+	}
+	full := got.tr
+	if full.Signalable() && full.AgeKnown {
+		t.Errorf("the tree with a stalled member was offered for a signal: %+v", full)
+	}
+	if !slices.Contains(cp.Stalled(), member.PID) {
+		if member.Mapped(5 * time.Second) {
+			t.Skip("the mapping was only slow: nothing held the lock")
+		}
+		t.Errorf("Stalled = %v, want %d among them", cp.Stalled(), member.PID)
+	}
 }

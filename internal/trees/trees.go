@@ -184,7 +184,7 @@ type Stats struct {
 	// group is then read without them, of unknown age (reconcile does not
 	// act on it; the hook's poststop reaps its container's group as
 	// found through the other members), or left out if nothing else ties
-	// it to a container. Reads by a Completer are not counted.
+	// it to a container. A Completer's reads are in its Stalled.
 	// StalledNote words it for a log.
 	Stalled  []int
 	Duration time.Duration
@@ -392,6 +392,18 @@ func (cp *Completer) Complete(t Tree) (Tree, bool) {
 	}
 	c.finish(&full)
 	return full, true
+}
+
+// Stalled lists, in order, the processes whose memory did not answer
+// while the completions read them, as Stats.Stalled does for a scan: the
+// trees they are in were read without them.
+func (cp *Completer) Stalled() []int {
+	var out []int
+	for _, s := range cp.scanners {
+		out = append(out, s.stats.Stalled...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // Close releases the readers.

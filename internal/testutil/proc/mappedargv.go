@@ -137,8 +137,15 @@ func (m *Mapping) Close() {
 // kills the helper.
 func HoldMemoryLock(t testing.TB, comm string, args ...string) (m *Mapping, held bool) {
 	t.Helper()
+	return HoldMemoryLockIn(t, &syscall.SysProcAttr{Setpgid: true}, comm, args...)
+}
+
+// HoldMemoryLockIn is HoldMemoryLock with the helper started with attr
+// (to put it in another process's group, say).
+func HoldMemoryLockIn(t testing.TB, attr *syscall.SysProcAttr, comm string, args ...string) (m *Mapping, held bool) {
+	t.Helper()
 	f := testutil.ServeStalledFile(t, t.TempDir(), "fuse")
-	m, err := StartLockHolder(&syscall.SysProcAttr{Setpgid: true}, f.Path, comm, args...)
+	m, err := StartLockHolder(attr, f.Path, comm, args...)
 	if err != nil {
 		t.Fatal(err)
 	}

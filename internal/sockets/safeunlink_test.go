@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -117,6 +118,36 @@ func TestUnlink(t *testing.T) {
 		os.Symlink(real, link)
 		if err := Unlink(filepath.Join(link, "e.sock"), f); err == nil || !testutil.PathExists(p) {
 			t.Errorf("Unlink through a symlinked directory = %v, exists %v", err, testutil.PathExists(p))
+		}
+	})
+	// A bound path is whatever a process passed to bind(2). Walked from
+	// "/", a relative or unclean one leads somewhere its text does not
+	// say: each must be refused, even for the right socket.
+	t.Run("paths that are not clean and absolute", func(t *testing.T) {
+		p := filepath.Join(dir, "f.sock")
+		bound(t, p)
+		f, err := Examine(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(filepath.Join(dir, "sub"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		wd, err := os.Getwd()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, err := filepath.Rel(wd, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range []string{rel, strings.TrimPrefix(p, "/"), dir + "/sub/../f.sock", dir + "//f.sock", dir + "/./f.sock", "/"} {
+			if _, err := Examine(q); err == nil {
+				t.Errorf("Examine(%q) = nil error", q)
+			}
+			if err := Unlink(q, f); err == nil || !testutil.PathExists(p) {
+				t.Errorf("Unlink(%q) = %v, exists %v", q, err, testutil.PathExists(p))
+			}
 		}
 	})
 	t.Run("names that are not file names", func(t *testing.T) {

@@ -4,7 +4,12 @@ import (
 	"testing"
 
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
-// TestMain removes the binaries testutil.Build compiled for these tests.
-func TestMain(m *testing.M) { testutil.Main(m) }
+// TestMain runs this binary as a helper process when asked to, and
+// removes the binaries testutil.Build compiled for these tests.
+func TestMain(m *testing.M) {
+	proc.Main()
+	testutil.Main(m)
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 // TestStopWrapperRefusesARecycledGroup: the recorded wrapper is gone and
@@ -35,5 +36,24 @@ func TestStopWrapperRefusesARecycledGroup(t *testing.T) {
 	st, err := fingerprint.ReadStat("/proc", innocent.PID)
 	if err != nil || !fingerprint.Same(st, innocent) || st.Zombie() || st.State == 'T' {
 		t.Fatalf("the innocent group leader was harmed: %+v, %v", st, err)
+	}
+}
+
+// TestStopWrapperWithNoTimeLeft: with less time before the stage's
+// deadline than a launch needs, the earlier wrapper is not signalled at
+// all (a TERM with no time to follow it up would leave it half stopped,
+// and the launch is given up anyway).
+func TestStopWrapperWithNoTimeLeft(t *testing.T) {
+	w, err := proc.StartInnocent(&syscall.SysProcAttr{Setpgid: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	cfg := Config{KillGrace: 100 * time.Millisecond, Until: time.Now().Add(launchMargin / 2)}
+	if err := stopWrapper(cfg, w.Stat); err == nil {
+		t.Fatal("stopWrapper = nil, want an error: no time left")
+	}
+	if n, what := w.Harm(); n > 0 {
+		t.Fatalf("the wrapper was signalled: %s", what)
 	}
 }

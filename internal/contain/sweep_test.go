@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
@@ -432,5 +434,58 @@ func TestPrepareThawsAReusedCgroup(t *testing.T) {
 	defer again.Close()
 	if data, err := os.ReadFile(freeze); err != nil || strings.TrimSpace(string(data)) != "0" {
 		t.Errorf("cgroup.freeze = %q, %v after Prepare reused it; want 0", data, err)
+	}
+}
+
+// TestCgroupKillOnlyWhenFrozen: cgroup.kill takes whatever is in the
+// cgroup when it is written, judged or not, so it is written only while
+// the cgroup is frozen (nothing in it can fork or exec since it was
+// judged); a cgroup whose freeze did not take has its judged processes
+// killed one by one through their pidfds.
+func TestCgroupKillOnlyWhenFrozen(t *testing.T) {
+	for _, tc := range []struct {
+		frozen bool
+		want   string
+	}{
+		{false, "pidfd"},
+		{true, "cgroup.kill"},
+	} {
+		t.Run(tc.want, func(t *testing.T) {
+			c := contained(t, KindCgroup2)
+			cmd := startIn(t, c, "sleep", "1000000")
+			if !within(5*time.Second, func() bool {
+				id, err := fingerprint.Read("/proc", cmd.Process.Pid)
+				return err == nil && id.Comm == "sleep"
+			}) {
+				t.Fatal("the tree's sleep did not start")
+			}
+			mfd, err := openMount(c.Mount, c.Kind)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(mfd)
+			fd, err := openPath(mfd, c.Path, c.Kind)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(fd)
+			res := SweepResult{}
+			if tc.frozen {
+				if res.Frozen = c.freeze(fd, 5*time.Second); !res.Frozen {
+					t.Fatal("the cgroup did not freeze")
+				}
+				defer c.thaw(fd)
+			}
+			c.kill(fd, SweepOptions{}.withDefaults(), &res)
+			if res.Method != tc.want || res.Err != nil || len(res.Killed) != 1 {
+				t.Errorf("kill: method %q, killed %d, err %v; want %q, 1", res.Method, len(res.Killed), res.Err, tc.want)
+			}
+			if err := c.thaw(fd); err != nil {
+				t.Fatal(err)
+			}
+			if !exits(cmd, 5*time.Second) {
+				t.Error("the tree's process lives")
+			}
+		})
 	}
 }

@@ -19,7 +19,7 @@ import (
 func TestMemReaderWalksAwayAndRemembers(t *testing.T) {
 	// Long enough that a read that returns at once is never taken for
 	// stalled on a loaded machine.
-	m := newMemReader(300*time.Millisecond, 3, 1)
+	m := newMemReader(300*time.Millisecond, 300*time.Millisecond, 3, 1)
 	owner := map[int]int{1: 10, 2: 10, 3: 20, 4: 50, 5: 30, 6: 40}
 	var mu sync.Mutex
 	called := map[int]int{}
@@ -157,5 +157,36 @@ func TestOwnerOf(t *testing.T) {
 				t.Errorf("ownerOf = %d, want %d", got, tc.owner)
 			}
 		})
+	}
+}
+
+// TestMemReaderWaitsLessForASuspect: once a read of an owner's process
+// is out, reads of his other processes are waited for only the suspect's
+// wait; another owner's still get the full one.
+func TestMemReaderWaitsLessForASuspect(t *testing.T) {
+	const wait, suspect = time.Second, 10 * time.Millisecond
+	m := newMemReader(wait, suspect, 8, 4)
+	owner := map[int]int{1: 10, 2: 10, 3: 20}
+	hold := make(chan struct{})
+	defer close(hold)
+	stall := func(pid int) time.Duration {
+		start := time.Now()
+		_, err := m.do(pid, func() int { return owner[pid] }, func() ([]byte, error) {
+			<-hold
+			return nil, nil
+		})
+		if !errors.Is(err, ErrStalled) {
+			t.Fatalf("read(%d): %v, want ErrStalled", pid, err)
+		}
+		return time.Since(start)
+	}
+	if d := stall(1); d < wait {
+		t.Errorf("the first read was given up after %v, before the wait (%v)", d, wait)
+	}
+	if d := stall(2); d >= wait/2 {
+		t.Errorf("a suspect's next read was waited for %v; want about %v", d, suspect)
+	}
+	if d := stall(3); d < wait {
+		t.Errorf("another owner's read was given up after %v, before the wait (%v)", d, wait)
 	}
 }

@@ -27,13 +27,15 @@ const (
 	flagContainerdAddress   = "containerd-address"
 	flagContainerdNamespace = "containerd-namespace"
 	flagCRIEndpoint         = "cri-endpoint"
+	flagPodmanTimeout       = "podman-timeout"
+	flagPodmanArg           = "podman-arg"
 )
 
 func engineFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: flagEngine, Value: "auto", Usage: "container `ENGINES` to ask: auto (every engine whose endpoint exists here) or a comma list of podman, docker, containerd, cri", EnvVars: []string{"KC_ENGINE"}},
-		&cli.DurationFlag{Name: "podman-timeout", Value: 10 * time.Second, Usage: "bound on asking each container engine (for podman: API, then CLI)", EnvVars: []string{"KC_PODMAN_TIMEOUT"}},
-		&cli.StringSliceFlag{Name: "podman-arg", Usage: "global `ARG` for the podman CLI, repeatable (e.g. --podman-arg=--root=/srv/storage); a podman API service whose store is not the --root/--runroot named here is not believed: the CLI is asked instead", EnvVars: []string{"KC_PODMAN_ARGS"}},
+		&cli.DurationFlag{Name: flagPodmanTimeout, Value: 10 * time.Second, Usage: "bound on asking each container engine (for podman: API, then CLI)", EnvVars: []string{"KC_PODMAN_TIMEOUT"}},
+		&cli.StringSliceFlag{Name: flagPodmanArg, Usage: "global `ARG` for the podman CLI, repeatable (e.g. --podman-arg=--root=/srv/storage); a podman API service whose store is not the --root/--runroot named here is not believed: the CLI is asked instead", EnvVars: []string{"KC_PODMAN_ARGS"}},
 		&cli.StringFlag{Name: flagContainerdAddress, Usage: "containerd socket `PATH`; default: CONTAINERD_ADDRESS, else the one of /run/containerd/containerd.sock, /run/k3s/containerd/containerd.sock (k3s, RKE2) and /var/snap/microk8s/common/run/containerd.sock that exists (several: exit 3 until one is named)", EnvVars: []string{"KC_CONTAINERD_ADDRESS"}},
 		&cli.StringSliceFlag{Name: flagContainerdNamespace, Usage: "ask only containerd `NAMESPACE` (repeatable or comma-separated; default every namespace: moby is Docker's, k8s.io Kubernetes', default ctr's and nerdctl's)", EnvVars: []string{"KC_CONTAINERD_NAMESPACE"}},
 		&cli.StringFlag{Name: flagCRIEndpoint, Usage: "CRI runtime socket `PATH` for --engine cri (CRI-O, or containerd's CRI plugin); default: /run/crio/crio.sock, else the containerd socket that exists (none when several do); auto asks CRI only where CRI-O's socket exists", EnvVars: []string{"KC_CRI_ENDPOINT"}},
@@ -49,12 +51,14 @@ func loadEngineGlobals(c *cli.Context, g *globals) error {
 		return engineUsageErr(err)
 	}
 	g.Engines = names
-	if c.Duration("podman-timeout") <= 0 {
+	if sharedDuration(c, flagPodmanTimeout) <= 0 {
 		return usageErr("--podman-timeout must be positive")
 	}
-	for _, a := range c.StringSlice("podman-arg") {
-		if a == "" {
-			return usageErr("--podman-arg must not be empty")
+	for _, lc := range c.Lineage() {
+		for _, a := range lc.StringSlice(flagPodmanArg) {
+			if strings.TrimSpace(a) == "" {
+				return usageErr("--podman-arg must not be empty")
+			}
 		}
 	}
 	g.DockerURL = sharedString(c, flagDockerURL)
@@ -82,10 +86,10 @@ func engineConfig(c *cli.Context, g globals, log *slog.Logger) engine.Config {
 		ContainerdAddress:    g.ContainerdAddress,
 		ContainerdNamespaces: g.ContainerdNamespaces,
 		CRIEndpoint:          g.CRIEndpoint,
-		Timeout:              c.Duration("podman-timeout"),
+		Timeout:              sharedDuration(c, flagPodmanTimeout),
 		Logger:               log,
 	}
-	if args := c.StringSlice("podman-arg"); len(args) > 0 {
+	if args := sharedSlice(c, flagPodmanArg); len(args) > 0 {
 		cfg.PodmanArgs = args
 	}
 	return cfg

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -85,17 +86,23 @@ func (g globals) reporting() globals {
 	return g
 }
 
-// sharedString, sharedBool and sharedSlice read a global flag given
-// before or after the command name (cliapp.SharedString).
+// sharedString, sharedBool, sharedSlice and sharedDuration read a global
+// flag given before or after the command name (cliapp.SharedString).
 func sharedString(c *cli.Context, name string) string {
 	// The app's flags are the global ones: only their environment
 	// variables are read.
 	return cliapp.SharedString(c, name, c.App.Flags)
 }
 
-func sharedBool(c *cli.Context, name string) bool { return cliapp.SharedBool(c, name) }
+func sharedBool(c *cli.Context, name string) bool { return cliapp.SharedBool(c, name, c.App.Flags) }
 
-func sharedSlice(c *cli.Context, name string) []string { return cliapp.SharedSlice(c, name) }
+func sharedSlice(c *cli.Context, name string) []string {
+	return cliapp.SharedSlice(c, name, c.App.Flags)
+}
+
+func sharedDuration(c *cli.Context, name string) time.Duration {
+	return cliapp.SharedDuration(c, name, c.App.Flags)
+}
 
 func loadGlobals(c *cli.Context) (globals, error) {
 	g := globals{

@@ -19,6 +19,8 @@ func TestReconcileUsageErrors(t *testing.T) {
 		{"zero kill-grace", []string{"reconcile", "--kill-grace", "0s"}},
 		{"malformed kill-grace", []string{"reconcile", "--kill-grace", "5 s"}},
 		{"zero podman-timeout", []string{"reconcile", "--podman-timeout", "0s"}},
+		{"zero podman-timeout before the command", []string{"--podman-timeout", "0s", "reconcile"}},
+		{"empty podman-arg before the command", []string{"--podman-arg", " ", "reconcile"}},
 		{"short container id", []string{"reconcile", "--container", "abc123"}},
 		{"empty supervisor comm", []string{"reconcile", "--supervisor-comm", " , "}},
 		{"supervisor comm too long", []string{"reconcile", "--supervisor-comm", "a-name-longer-than-15"}},

@@ -185,6 +185,16 @@ func TestQuietAndLogLevel(t *testing.T) {
 	if code != exitOK || !strings.Contains(stdout, "[DRY-RUN] would unlink "+orphan) {
 		t.Errorf("without --quiet the finding is printed: exit %d, %q", code, stdout)
 	}
+	// A flag typed before the command beats the environment, as after.
+	for _, args := range [][]string{
+		{"--quiet=false", "sweep", "--socket-dir", socks},
+		{"sweep", "--quiet=false", "--socket-dir", socks},
+	} {
+		code, stdout, _ := runJanitor(t, []string{"KC_QUIET=1"}, args...)
+		if code != exitOK || !strings.Contains(stdout, "[DRY-RUN] would unlink "+orphan) {
+			t.Errorf("KC_QUIET=1 %q: exit %d, stdout %q; want the finding printed", args, code, stdout)
+		}
+	}
 	if strings.Contains(stderr, "would unlink") {
 		t.Errorf("by default a one-shot command's findings are on stdout only, stderr %q", stderr)
 	}

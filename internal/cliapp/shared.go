@@ -2,68 +2,91 @@ package cliapp
 
 import (
 	"os"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 )
 
-// SharedString resolves a global flag given either after the command name
-// (the command's own copy) or before it (the app's copy); urfave/cli/v2
-// would otherwise only ever see the command's copy. A flag typed on the
+// A global flag is given to the app and to every command, so that it can
+// be typed before or after the command name; urfave/cli/v2 keeps a copy
+// of it at each position and a command sees only its own. The Shared
+// functions resolve which copy the user typed. A flag typed on the
 // command line beats the environment at either position: urfave/cli
-// reports both as "set", so a copy whose value differs from the
-// environment's is the one the user typed. flags are the global flags,
-// for their variables.
+// reports a copy the environment filled as "set" too, so a copy whose
+// value differs from the environment's is the one the user typed; the
+// command's own copy (the environment's value, or the default) is taken
+// when neither was typed. flags are the global flags, for their
+// variables.
+
+// SharedString resolves a global string flag.
 func SharedString(c *cli.Context, name string, flags []cli.Flag) string {
-	env, fromEnv := envValue(flags, name)
-	for _, lc := range c.Lineage() {
-		if lc.IsSet(name) && (!fromEnv || lc.String(name) != env) {
-			return lc.String(name)
-		}
-	}
-	return c.String(name)
+	return typed(c, name, flags, func(lc *cli.Context, env string) bool {
+		return lc.String(name) == env
+	}).String(name)
 }
 
-// SharedBool is SharedString for a boolean global flag: set at either
-// position.
-func SharedBool(c *cli.Context, name string) bool {
-	for _, lc := range c.Lineage() {
-		if lc.IsSet(name) && lc.Bool(name) {
-			return true
+// SharedBool resolves a global boolean flag.
+func SharedBool(c *cli.Context, name string, flags []cli.Flag) bool {
+	return typed(c, name, flags, func(lc *cli.Context, env string) bool {
+		b, err := strconv.ParseBool(env)
+		return err == nil && lc.Bool(name) == b
+	}).Bool(name)
+}
+
+// SharedDuration resolves a global duration flag.
+func SharedDuration(c *cli.Context, name string, flags []cli.Flag) time.Duration {
+	return typed(c, name, flags, func(lc *cli.Context, env string) bool {
+		d, err := time.ParseDuration(env)
+		return err == nil && lc.Duration(name) == d
+	}).Duration(name)
+}
+
+// SharedSlice resolves a global repeatable flag, its values trimmed and
+// empty ones left out.
+func SharedSlice(c *cli.Context, name string, flags []cli.Flag) []string {
+	return values(typed(c, name, flags, func(lc *cli.Context, env string) bool {
+		// urfave/cli splits a variable's value at commas.
+		return slices.Equal(values(lc.StringSlice(name)), values(strings.Split(env, ",")))
+	}).StringSlice(name))
+}
+
+func values(vs []string) []string {
+	var out []string
+	for _, v := range vs {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
 		}
 	}
-	return false
+	return out
+}
+
+// typed returns the context whose copy of the flag name the user typed,
+// or c. fromEnv says whether a copy holds what the environment gave it.
+func typed(c *cli.Context, name string, flags []cli.Flag, fromEnv func(lc *cli.Context, env string) bool) *cli.Context {
+	env, set := envValue(flags, name)
+	for _, lc := range c.Lineage() {
+		if lc.IsSet(name) && (!set || !fromEnv(lc, env)) {
+			return lc
+		}
+	}
+	return c
 }
 
 // envValue returns the value the environment gives the flag name.
 func envValue(flags []cli.Flag, name string) (string, bool) {
 	for _, f := range flags {
-		sf, ok := f.(*cli.StringFlag)
-		if !ok || sf.Name != name {
+		df, ok := f.(cli.DocGenerationFlag)
+		if !ok || !slices.Contains(f.Names(), name) {
 			continue
 		}
-		for _, ev := range sf.EnvVars {
+		for _, ev := range df.GetEnvVars() {
 			if v, ok := os.LookupEnv(ev); ok {
 				return v, true
 			}
 		}
 	}
 	return "", false
-}
-
-// SharedSlice is SharedString for a repeatable flag: the innermost
-// position that set it wins.
-func SharedSlice(c *cli.Context, name string) []string {
-	for _, lc := range c.Lineage() {
-		if lc.IsSet(name) {
-			var out []string
-			for _, v := range lc.StringSlice(name) {
-				if v = strings.TrimSpace(v); v != "" {
-					out = append(out, v)
-				}
-			}
-			return out
-		}
-	}
-	return nil
 }

@@ -39,7 +39,7 @@ Examples:
    kc-janitor reconcile --format json
    kc-janitor reconcile --apply --kill-grace 10s`,
 		Flags: append([]cli.Flag{
-			&cli.BoolFlag{Name: "apply", Usage: "reap the strays", DefaultText: "dry run", EnvVars: []string{"KC_APPLY"}},
+			&cli.BoolFlag{Name: "apply", Usage: "reap the strays", DefaultText: "dry run", EnvVars: []string{"KC_RECONCILE_APPLY", "KC_APPLY"}},
 		}, reconcileFlags()...),
 		Action: runReconcile,
 	}

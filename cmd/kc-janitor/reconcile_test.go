@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -82,6 +83,38 @@ func TestFlagBeatsEnvironmentAtEitherPosition(t *testing.T) {
 			_, out := runJanitorCapture(t, args...)
 			if !json.Valid([]byte(out)) {
 				t.Errorf("output is not JSON: %q", out)
+			}
+		})
+	}
+}
+
+// TestReconcileApplyVariables: KC_RECONCILE_APPLY, once set, wins over
+// KC_APPLY for reconcile as for watch (the README's rollout step).
+func TestReconcileApplyVariables(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	for _, tc := range []struct {
+		env    []string
+		dryRun bool
+	}{
+		{[]string{"KC_RECONCILE_APPLY=0", "KC_APPLY=1"}, true},
+		{[]string{"KC_RECONCILE_APPLY=1", "KC_APPLY=0"}, false},
+		{[]string{"KC_APPLY=1"}, false},
+		{nil, true},
+	} {
+		t.Run(strings.Join(tc.env, " "), func(t *testing.T) {
+			for _, kv := range tc.env {
+				k, v, _ := strings.Cut(kv, "=")
+				t.Setenv(k, v)
+			}
+			code, out := runJanitorCapture(t, "reconcile", "--engine", "podman", "--podman-url", "unix:///nonexistent/podman.sock", "--format", "json", "--state-dir", filepath.Join(t.TempDir(), "state"))
+			var rep struct {
+				DryRun bool `json:"dry_run"`
+			}
+			if err := json.Unmarshal([]byte(out), &rep); err != nil || code != exitUnknown {
+				t.Fatalf("exit %d, %v: %q", code, err, out)
+			}
+			if rep.DryRun != tc.dryRun {
+				t.Errorf("dry_run %v, want %v", rep.DryRun, tc.dryRun)
 			}
 		})
 	}

@@ -84,7 +84,7 @@ func pinnable(s Settings, answers []engine.Answer, ask func(by listedBy, ids []s
 
 // reason is err's kind, for counting.
 func reason(err error) string {
-	for _, e := range []error{errNoPID, errInitDead, errStartMismatch, errNotItsCgroup, errNotPIDNSInit, errSharedPID} {
+	for _, e := range []error{errNoPID, errInitDead, errInitUnseen, errStartMismatch, errNotItsCgroup, errNotPIDNSInit, errSharedPID} {
 		if errors.Is(err, e) {
 			return e.Error()
 		}

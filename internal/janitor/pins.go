@@ -21,9 +21,14 @@ import (
 // Why a container's init is not pinned (DESIGN "Engines"): each one leaves the
 // container to the engines' events alone.
 var (
-	// errInitDead: pidfd_open said ESRCH, or the process is a zombie: the
-	// container died before it could be pinned, and is decided at once.
-	errInitDead      = errors.New("the init has already exited")
+	// errInitDead: pidfd_open said ESRCH, or the process is a zombie, and
+	// the process was the init (recorded, or checked): the container died
+	// before it could be pinned, and is decided at once.
+	errInitDead = errors.New("the init has already exited")
+	// errInitUnseen: no process holds the PID an engine gave, and nothing
+	// recorded it: the init may have exited, or the PID be of another PID
+	// namespace.
+	errInitUnseen    = errors.New("no process here holds the PID the engine gave (exited, or a PID of the engine's own PID namespace)")
 	errStartMismatch = errors.New("the process's start time is not the init's")
 	errNotItsCgroup  = errors.New("the process is not in the container's cgroup")
 	errNotPIDNSInit  = errors.New("the process is not PID 1 of a private PID namespace")
@@ -32,18 +37,30 @@ var (
 
 // pinInit opens a pidfd for container id's init at host PID pid and checks
 // it is that init: started at wantStart (the ledger's record; 0 when there
-// is none: then the start read before opening, which the open re-checks),
-// in a cgroup carrying the container's ID, PID 1 of its own PID namespace.
-// An engine in another PID namespace (Docker in Docker, kind) answers PIDs
-// of its namespace, which fail these checks here.
+// is none), in a cgroup carrying the container's ID, PID 1 of its own PID
+// namespace. Only such a process, once gone, is a death (errInitDead).
+//
+// Without a record nothing vouches for the PID: an engine in another PID
+// namespace (Docker in Docker, a kind node's containerd) answers PIDs of
+// its own, which here are nobody's or a stranger's. The process holding
+// the PID is then checked before it is taken for the init (between two
+// reads of its start time, so that the check is of that process), and a
+// PID nobody holds is errInitUnseen, not a death: the container is left
+// to the engines' events.
 func pinInit(root, id string, pid int, wantStart uint64) (*fingerprint.Pinned, error) {
 	if wantStart == 0 {
 		st, err := fingerprint.ReadStat(root, pid)
 		if errors.Is(err, fingerprint.ErrNotFound) {
-			return nil, fmt.Errorf("pid %d: %w", pid, errInitDead)
+			return nil, fmt.Errorf("pid %d: %w", pid, errInitUnseen)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("reading the init's start time: %w", err)
+		}
+		if err := checkInit(root, id, pid); err != nil {
+			return nil, err
+		}
+		if again, err := fingerprint.ReadStat(root, pid); err != nil || again.StartTicks != st.StartTicks {
+			return nil, fmt.Errorf("pid %d: gone or replaced while checked: %w", pid, errInitUnseen)
 		}
 		wantStart = st.StartTicks
 	}

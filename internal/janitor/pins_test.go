@@ -44,6 +44,53 @@ func TestPinInitRefusals(t *testing.T) {
 	if _, err := pinInit("/proc", id, pid, st.StartTicks); !errors.Is(err, errInitDead) {
 		t.Errorf("a reaped process: %v, want %v", err, errInitDead)
 	}
+	// Without a record, a PID nobody holds is no proof of a death: an
+	// engine in another PID namespace gives PIDs of its own.
+	if _, err := pinInit("/proc", id, pid, 0); !errors.Is(err, errInitUnseen) || errors.Is(err, errInitDead) {
+		t.Errorf("a PID nobody holds, unrecorded: %v, want %v", err, errInitUnseen)
+	}
+	// Nor is a stranger's zombie holding it.
+	z := exec.Command("true")
+	if err := z.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { z.Wait() })
+	proc.WaitState(t, "/proc", z.Process.Pid, "Z", 10*time.Second)
+	if _, err := pinInit("/proc", id, z.Process.Pid, 0); errors.Is(err, errInitDead) || err == nil {
+		t.Errorf("a stranger's zombie, unrecorded: %v, want a refusal", err)
+	}
+}
+
+// TestPinnerUnseenPIDIsNoDeath: an answer naming, for a live container, a
+// PID no process holds here (an engine in another PID namespace) reports
+// no death, which would take the container for gone; the container is
+// followed by events alone.
+func TestPinnerUnseenPIDIsNoDeath(t *testing.T) {
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var deaths []engine.Death
+	pn, err := newPinner("/proc", slog.New(slog.DiscardHandler), nil, nil, func(d engine.Death) {
+		mu.Lock()
+		deaths = append(deaths, d)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pn.close()
+	id := strings.Repeat("7c", 32)
+	pn.refresh([]engine.Answer{{Engine: "docker", Containers: []engine.Container{{ID: id, Live: true, InitPID: cmd.Process.Pid}}}})
+	if pinned, eventsOnly := pn.counts(); pinned != 0 || eventsOnly != 1 {
+		t.Errorf("pinned %d, events only %d; want 0, 1", pinned, eventsOnly)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(deaths) != 0 {
+		t.Errorf("deaths reported: %+v", deaths)
+	}
 }
 
 // TestPinnerPodman: a real podman container's init is pinned, and not

@@ -49,19 +49,34 @@ func watchInit(ctx context.Context, root string, init fingerprint.Stat, forcePol
 			// not proof that init is gone. Poll its identity instead.
 		}
 	}
-	if !fingerprint.Alive(root, init) {
+	if gone(root, init) {
 		return nil, "", fmt.Errorf("%w: pid %d with start time %d is not alive", ErrInitGone, init.PID, init.StartTicks)
 	}
 	go pollAlive(ctx, root, init, interval, dead)
 	return dead, WatchPoll, nil
 }
 
-// pollAlive closes dead once init is no longer alive.
+// gone reports whether init has died: its PID held by no process, by
+// another, or by its zombie. A stat that cannot be read for another
+// reason (EMFILE, ENOMEM under load) says nothing: taken for a death, it
+// would have the container's supervisors killed while it runs.
+func gone(root string, init fingerprint.Stat) bool {
+	st, err := fingerprint.Revalidate(root, init)
+	switch {
+	case err == nil:
+		return st.Zombie()
+	case errors.Is(err, fingerprint.ErrNotFound), errors.Is(err, fingerprint.ErrRecycled), errors.Is(err, fingerprint.ErrNotProcess):
+		return true
+	}
+	return false
+}
+
+// pollAlive closes dead once init is gone.
 func pollAlive(ctx context.Context, root string, init fingerprint.Stat, interval time.Duration, dead chan<- struct{}) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		if !fingerprint.Alive(root, init) {
+		if gone(root, init) {
 			close(dead)
 			return
 		}

@@ -152,6 +152,16 @@ func TestResolveOne(t *testing.T) {
 			t.Fatalf("err = %v", err)
 		}
 	})
+	t.Run("one container two engines know is one match", func(t *testing.T) {
+		// dockerd's containers are containerd's too, in namespace moby.
+		moby := &fake{name: "containerd", a: Answer{Containers: []Container{{ID: idB, State: "running", Live: true, InitPID: 8}}}}
+		for _, ref := range []string{"bbbbbbbbbbbb", idB, "other"} {
+			m, err := ResolveOne(t.Context(), []Engine{pod, dock, moby}, ref)
+			if err != nil || m.ID != idB || m.Engine != "docker" || m.InitPID != 8 {
+				t.Errorf("%s: got %+v, %v; want docker's %s", ref, m, err, idB)
+			}
+		}
+	})
 	t.Run("an engine that cannot be asked makes no-match unknown", func(t *testing.T) {
 		_, err := ResolveOne(t.Context(), []Engine{pod, &fake{name: "docker", err: errors.New("down")}}, "other")
 		if !errors.Is(err, ErrUnknown) {

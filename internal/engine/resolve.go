@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
@@ -37,6 +38,7 @@ func ResolveOne(ctx context.Context, engines []Engine, ref string) (Match, error
 		}
 		all = append(all, ms...)
 	}
+	all = sameContainers(all)
 	// A full ID beats a name or prefix match elsewhere: docker's and
 	// podman's IDs are 64 hex and a name could be one too, but an exact
 	// ID match is what the user meant.
@@ -64,6 +66,32 @@ func ResolveOne(ctx context.Context, engines []Engine, ref string) (Match, error
 		names = append(names, e.Name())
 	}
 	return Match{}, fmt.Errorf("%w: %w: %q (asked %s)", ErrUsage, ErrNoMatch, ref, strings.Join(names, ", "))
+}
+
+// sameContainers merges the matches of one container found by several
+// engines (dockerd's containers are containerd's too, in namespace moby)
+// into the first engine's, which names it in Known order: one
+// container, not an ambiguity.
+func sameContainers(ms []Match) []Match {
+	out := ms[:0:0]
+	at := map[string]int{}
+	for _, m := range ms {
+		i, ok := at[m.ID]
+		if !ok {
+			at[m.ID] = len(out)
+			out = append(out, m)
+			continue
+		}
+		if out[i].InitPID == 0 {
+			out[i].InitPID = m.InitPID
+		}
+		for _, n := range m.Names {
+			if !slices.Contains(out[i].Names, n) {
+				out[i].Names = append(out[i].Names, n)
+			}
+		}
+	}
+	return out
 }
 
 func candidates(ms []Match) string {

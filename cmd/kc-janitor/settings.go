@@ -211,6 +211,11 @@ func sweepTarget(c *cli.Context, g globals) (sweep.Target, error) {
 	}
 	name := c.String(flagContainer)
 	if name == "" {
+		if c.IsSet(flagContainer) {
+			// An unset variable in a cron line or unit must not widen
+			// a run meant for one container to the whole host.
+			return sweep.Target{}, usageErr("--container (or KC_CONTAINER) is set but empty: name the container, or leave it unset to look at the host")
+		}
 		return sweep.Target{}, nil
 	}
 	m, err := resolveContainer(c, g, name, true)

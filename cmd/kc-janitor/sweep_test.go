@@ -280,3 +280,32 @@ func TestSweepCLIHashed(t *testing.T) {
 		}
 	})
 }
+
+// TestEmptyContainerIsNoHost: a --container or KC_CONTAINER that is set
+// but empty (an unset variable in a cron line) is a usage error, never a
+// run over the whole host's sockets.
+func TestEmptyContainerIsNoHost(t *testing.T) {
+	dir := t.TempDir()
+	stale := orphanSock(t, dir, goneSockName(t))
+	for _, tc := range []struct {
+		name string
+		env  bool
+		args []string
+	}{
+		{"flag", false, []string{"sweep", "--apply", "--container", "", "--socket-dir", dir}},
+		{"variable", true, []string{"sweep", "--apply", "--socket-dir", dir}},
+		{"cull, variable", true, []string{"cull", "--socket-dir", dir}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.env {
+				t.Setenv("KC_CONTAINER", "")
+			}
+			if code, out := runJanitorCapture(t, tc.args...); code != exitUsage {
+				t.Errorf("exit %d, want %d; output %q", code, exitUsage, out)
+			}
+			if !testutil.PathExists(stale) {
+				t.Fatal("the host's orphan was unlinked")
+			}
+		})
+	}
+}

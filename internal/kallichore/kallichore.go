@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"syscall"
 	"time"
+	"unicode/utf8"
 )
 
 // Default timeouts, the seed culler's: connect within 3 s, the whole
@@ -137,7 +138,7 @@ func (n *Number) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	if len(b) == 0 || b[0] == '"' {
-		return fmt.Errorf("want a number, got %s", b)
+		return fmt.Errorf("want a number, got %s", clip(string(b), 64))
 	}
 	var v json.Number
 	if err := json.Unmarshal(b, &v); err != nil {
@@ -149,7 +150,7 @@ func (n *Number) UnmarshalJSON(b []byte) error {
 	}
 	f, err := v.Float64()
 	if err != nil || f > 9.2e18 || f < -9.2e18 {
-		return fmt.Errorf("number %s out of range", v)
+		return fmt.Errorf("number %s out of range", clip(string(v), 64))
 	}
 	*n = Number(int64(f))
 	return nil
@@ -207,7 +208,7 @@ func (l *sessionList) UnmarshalJSON(data []byte) error {
 		}
 		var w wireSession
 		if err := dec.Decode(&w); err != nil {
-			return fmt.Errorf("%w: session %d: %v", ErrShape, i, err)
+			return fmt.Errorf("%w: session %d: %s", ErrShape, i, clip(err.Error(), clipError))
 		}
 		s, err := checkSession(&w)
 		if err != nil {
@@ -326,11 +327,11 @@ func decodeOne(r io.Reader, v any) error {
 	case errors.As(err, &re):
 		return re.err
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.As(err, &se):
-		return fmt.Errorf("%w: %v", ErrBadJSON, err)
+		return fmt.Errorf("%w: %s", ErrBadJSON, clip(err.Error(), clipError))
 	case errors.Is(err, ErrShape):
 		return err
 	}
-	return fmt.Errorf("%w: %v", ErrShape, err)
+	return fmt.Errorf("%w: %s", ErrShape, clip(err.Error(), clipError))
 }
 
 // readError marks an error of the reader under a decoder, so that it is
@@ -383,15 +384,40 @@ func checkSession(w *wireSession) (ActiveSession, error) {
 	case w.SessionID == nil || *w.SessionID == "":
 		return ActiveSession{}, fmt.Errorf("%w: no session_id", ErrShape)
 	case w.Status == nil:
-		return ActiveSession{}, fmt.Errorf("%w: session %q: no status", ErrShape, *w.SessionID)
+		return ActiveSession{}, fmt.Errorf("%w: session %q: no status", ErrShape, clip(*w.SessionID, clipID))
 	case w.Connected == nil:
-		return ActiveSession{}, fmt.Errorf("%w: session %q: no connected", ErrShape, *w.SessionID)
+		return ActiveSession{}, fmt.Errorf("%w: session %q: no connected", ErrShape, clip(*w.SessionID, clipID))
 	case w.IdleSeconds == nil:
-		return ActiveSession{}, fmt.Errorf("%w: session %q: no idle_seconds", ErrShape, *w.SessionID)
+		return ActiveSession{}, fmt.Errorf("%w: session %q: no idle_seconds", ErrShape, clip(*w.SessionID, clipID))
 	}
 	s := w.ActiveSession
 	s.SessionID, s.Status, s.Connected, s.IdleSeconds = *w.SessionID, *w.Status, *w.Connected, *w.IdleSeconds
+	// What a report or log line prints of a session is cut: anyone can
+	// serve a socket in /tmp, and one field of a 16 MiB answer would
+	// otherwise be a 16 MiB line in the audit log and the journal.
+	s.SessionID, s.Status, s.Language = clip(s.SessionID, clipID), clip(s.Status, clipID), clip(s.Language, clipID)
+	s.WorkingDirectory = clip(s.WorkingDirectory, clipPath)
 	return s, nil
+}
+
+// The most of a session's field kept: an ID or a word, and a path
+// (PATH_MAX); and of a decoder's error, which may quote the answer.
+const (
+	clipID    = 256
+	clipPath  = 4096
+	clipError = 512
+)
+
+// clip cuts s to at most n bytes, on a rune boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s…(%d bytes)", s[:cut], len(s))
 }
 
 // Client talks to supervisors. The zero value uses the default timeouts

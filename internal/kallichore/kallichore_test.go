@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 const statusOK = `{"sessions":2,"active":1,"busy":false,"idle_seconds":12,"busy_seconds":3,
@@ -403,5 +404,41 @@ func TestRetryAfter(t *testing.T) {
 				t.Errorf("%d connections, want %d", got, tt.wantConns)
 			}
 		})
+	}
+}
+
+// TestSessionFieldsAreClipped: whoever serves a socket in /tmp chooses a
+// session's fields, and cull prints them in its audit log, its report and
+// the journal: one field of a 16 MiB answer must not be a 16 MiB line.
+// Errors that quote a field are cut too.
+func TestSessionFieldsAreClipped(t *testing.T) {
+	huge := strings.Repeat("é", 1<<19) // 1 MiB, two bytes a rune
+	in := `[{"session_id":"` + huge + `","status":"` + huge + `","language":"` + huge + `","working_directory":"/` + huge + `","connected":false,"idle_seconds":1}]`
+	l, err := DecodeSessions([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := l.Sessions[0]
+	for name, tc := range map[string]struct {
+		got string
+		max int
+	}{
+		"session_id":        {s.SessionID, clipID},
+		"status":            {s.Status, clipID},
+		"language":          {s.Language, clipID},
+		"working_directory": {s.WorkingDirectory, clipPath},
+	} {
+		if len(tc.got) > tc.max+32 || !utf8.ValidString(tc.got) || !strings.HasSuffix(tc.got, "bytes)") {
+			t.Errorf("%s: %d bytes (valid UTF-8: %v), want at most about %d, marked as cut", name, len(tc.got), utf8.ValidString(tc.got), tc.max)
+		}
+	}
+	for _, in := range []string{
+		`[{"session_id":"` + huge + `","connected":false,"idle_seconds":1}]`,
+		`[{"session_id":"s","status":"idle","connected":false,"idle_seconds":"` + huge + `"}]`,
+		`[{"session_id":"s","status":"idle","connected":false,"idle_seconds":1` + strings.Repeat("0", 1<<20) + `}]`,
+	} {
+		if _, err := DecodeSessions([]byte(in)); err == nil || len(err.Error()) > 1024 {
+			t.Errorf("error of %d bytes (%.80v), want under 1 KiB", len(fmt.Sprint(err)), err)
+		}
 	}
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -164,5 +166,29 @@ func TestHookLogOnlyOurs(t *testing.T) {
 				t.Errorf("openRotated(%s) = %v; want opened %v", tc.path, err, tc.ok)
 			}
 		})
+	}
+}
+
+// TestHookLogMakesOnlyTheStateDir: the default log's state dir is made
+// when missing; a --log-file in a directory that does not exist (a typo in
+// a descriptor) is not, and the hook logs to stderr instead.
+func TestHookLogMakesOnlyTheStateDir(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	_, closeLog, err := openLog(state, "", slog.LevelInfo, io.Discard)
+	if err != nil {
+		t.Fatalf("default log: %v", err)
+	}
+	closeLog()
+	if _, err := os.Stat(filepath.Join(state, "kc-hook.log")); err != nil {
+		t.Errorf("default log not made in the state dir: %v", err)
+	}
+	typo := filepath.Join(t.TempDir(), "var", "lgo", "kc-hook.log")
+	_, closeLog, err = openLog(state, typo, slog.LevelInfo, io.Discard)
+	closeLog()
+	if err == nil {
+		t.Error("a --log-file in a missing directory was opened")
+	}
+	if _, err := os.Stat(filepath.Dir(filepath.Dir(typo))); !os.IsNotExist(err) {
+		t.Errorf("the --log-file's directories were made: %v", err)
 	}
 }

@@ -493,15 +493,17 @@ func preStartStage(args []string) (hook.Stage, bool) {
 // point it elsewhere.
 var traceFiles = ledger.TraceFiles
 
-// openLog opens the JSON-lines log, creating the state dir if needed. When
-// it cannot, logs go to stderr (which the runtime may throw away) and the
-// error says why.
+// openLog opens the JSON-lines log, creating the state dir if needed (a
+// --log-file's directory must exist: a typo in a descriptor must not have
+// root make directories). When it cannot, logs go to stderr (which the
+// runtime may throw away) and the error says why.
 func openLog(stateDir, path string, level slog.Level, stderr io.Writer) (*slog.Logger, func(), error) {
+	var err error
 	if path == "" {
 		path = filepath.Join(stateDir, "kc-hook.log")
+		err = os.MkdirAll(stateDir, 0o700)
 	}
 	opts := &slog.HandlerOptions{Level: level}
-	err := os.MkdirAll(filepath.Dir(path), 0o700)
 	if err == nil {
 		var f *os.File
 		if f, err = openRotated(path, maxLogSize); err == nil {

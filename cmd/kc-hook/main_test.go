@@ -485,6 +485,8 @@ func TestUsage(t *testing.T) {
 		{name: "supervise with a bad signal", args: []string{"supervise", "--pdeathsig=STOP", cid, "2", "5", "--", "/bin/true"}, code: exitBadInput, stderr: `signal "STOP"`},
 		{name: "supervise with a relative state dir", args: []string{"--state-dir=rel", "supervise", cid, "2", "5", "--", "/bin/true"}, code: exitBadInput, stderr: "kc-hook supervise: --state-dir must be an absolute path"},
 		{name: "supervise kill grace beats the global one", args: []string{"--kill-grace=1s", "supervise", "--kill-grace=0s", cid, "2", "5", "--", "/bin/true"}, code: exitBadInput, stderr: "--kill-grace must be positive"},
+		{name: "supervise zero refresh", args: []string{"supervise", "--refresh=0s", cid, "2", "5", "--", "/bin/true"}, code: exitBadInput, stderr: "--refresh must be positive"},
+		{name: "supervise negative init poll", env: map[string]string{"KC_SUPERVISE_INIT_POLL": "-1s"}, args: []string{"supervise", cid, "2", "5", "--", "/bin/true"}, code: exitBadInput, stderr: "--init-poll must be positive"},
 		{name: "supervise unknown flag", args: []string{"supervise", "--nope"}, code: exitBadInput, stderr: "kc-hook supervise: unknown flag --nope (see kc-hook supervise --help)\n"},
 		{name: "supervise malformed variable", env: map[string]string{"KC_SUPERVISE_MAX_RESTARTS": "x"}, args: []string{"supervise"}, code: exitBadInput,
 			stderr: "kc-hook supervise: invalid value \"x\" for $KC_SUPERVISE_MAX_RESTARTS (--max-restarts): not a whole number (see kc-hook supervise --help)\n"},

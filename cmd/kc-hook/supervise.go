@@ -137,6 +137,19 @@ func runSupervise(g *settings, args []string, stdout, stderr io.Writer) int {
 	if grace <= 0 {
 		return usageError(stderr, superviseCmd, fmt.Errorf("--kill-grace must be positive, not %s", grace))
 	}
+	// Left to the library, a zero or negative one would silently become
+	// its default.
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"restart-delay", s.restartDelay}, {"max-restart-delay", s.maxRestartDelay}, {"stable-after", s.stableAfter},
+		{"refresh", s.refresh}, {"init-poll", s.initPoll},
+	} {
+		if d.v <= 0 {
+			return usageError(stderr, superviseCmd, fmt.Errorf("--%s must be positive, not %s", d.name, d.v))
+		}
+	}
 
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: g.level})).With("container", spec.ContainerID, "wrapper_pid", os.Getpid())
 	var store *ledger.Store

@@ -232,6 +232,11 @@ func TestVersionAndFormat(t *testing.T) {
 	if code, _, stderr := runJanitor(t, nil, "watch", "--once", "--format", "json"); code != exitUsage || !strings.Contains(stderr, "--log-format json") {
 		t.Errorf("watch --format json: exit %d, %q", code, stderr)
 	}
+	// KC_FORMAT=json in /etc/default/kc-janitor, for the other commands,
+	// must not stop the watch service or its timer.
+	if code, _, stderr := runJanitor(t, []string{"KC_FORMAT=json"}, "watch", "--once", "--no-reconcile", "--socket-dir", t.TempDir()); code != exitOK {
+		t.Errorf("KC_FORMAT=json watch: exit %d, %q", code, stderr)
+	}
 }
 
 // TestUsageErrorsLeaveAnAuditLine: a command line that cannot be parsed

@@ -98,8 +98,10 @@ Examples:
 
 func runWatch(c *cli.Context) error {
 	se, err := preamble(c, "watch", plan{scan: true, probe: true, idle: true, noReport: true, check: func(g globals) error {
-		if g.JSON {
-			// watch prints no report: what it finds is in its log lines.
+		// watch prints no report: what it finds is in its log lines. A
+		// KC_FORMAT=json meant for the other commands, in
+		// /etc/default/kc-janitor, must not stop the service.
+		if g.JSON && os.Getenv("KC_FORMAT") != "json" {
 			return usageErr("watch prints no report, only log lines: for JSON use --log-format json, not --format json")
 		}
 		if c.Duration("interval") <= 0 {

@@ -34,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -161,10 +162,31 @@ func Kill(ctx context.Context, g Group, opt Options) Result {
 	k := &killer{opt: opt, pgid: g.PGID, res: &res}
 	defer k.close()
 	res.Outcome, res.Err = k.round(ctx, g.Members)
-	if res.Outcome == action.Reaped {
+	switch {
+	case res.Outcome == action.Reaped:
 		res.Outcome, res.Err = k.joiners(ctx, g.Members)
+	case res.Outcome == action.Gone && !numberReused(opt.Root, g):
+		// The recorded members died before the first signal, but a
+		// process that joined the group after it was recorded (a
+		// kernel's worker started since the scan) may live on in it.
+		if outcome, err := k.joiners(ctx, g.Members); err != nil || len(res.Joiners) > 0 {
+			res.Outcome, res.Err = outcome, err
+		}
 	}
 	return res
+}
+
+// numberReused reports whether the group's number is held by a process
+// that is none of its recorded members: a group's number is its leader's
+// PID, allocated as long as the group has a process, so a process of that
+// PID that is not the recorded one got the number after the recorded
+// group had emptied. Whatever is in the group now is not ours.
+func numberReused(root string, g Group) bool {
+	st, err := fingerprint.ReadStat(root, g.PGID)
+	if err != nil {
+		return false
+	}
+	return !slices.ContainsFunc(g.Members, func(m fingerprint.Stat) bool { return fingerprint.Same(m, st) })
 }
 
 // killer is one Kill in progress.
@@ -217,7 +239,12 @@ func (k *killer) round(ctx context.Context, members []fingerprint.Stat) (action.
 	err = k.signalGroup(members, unix.SIGKILL)
 	switch {
 	case errors.Is(err, errNoOccupant):
-		// The last member died between the poll and the revalidation.
+		// The last member died between the poll and the revalidation,
+		// or the living ones left the group during the grace (setsid):
+		// those the group's signals no longer reach are not dead.
+		if left := alive(k.opt.Root, g); len(left) > 0 {
+			return action.WouldNotDie, fmt.Errorf("group %d: %s left it after SIGTERM, alive: not signalled again", k.pgid, describe(left))
+		}
 		return action.Reaped, nil
 	case err != nil:
 		return action.WouldNotDie, err

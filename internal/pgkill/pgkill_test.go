@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"reflect"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -434,5 +435,73 @@ func TestKillOthersConfirmsThroughConfirm(t *testing.T) {
 	}
 	if !fingerprint.Alive(fingerprint.DefaultRoot, unseen) {
 		t.Error("a member neither lister named was signalled: /proc was listed")
+	}
+}
+
+// TestKillGoneLooksForJoiners: the recorded members died before the
+// first signal, but a process that joined the group after it was recorded
+// (a kernel's worker started since the scan) lives on in it. With a
+// recorded zombie still in the group to prove it is the recorded one, the
+// joiner is killed; without, it is reported, not signalled, and the tree
+// not called gone.
+func TestKillGoneLooksForJoiners(t *testing.T) {
+	for _, reap := range []bool{false, true} {
+		name := map[bool]string{false: "the leader a zombie", true: "the leader reaped"}[reap]
+		t.Run(name, func(t *testing.T) {
+			leader, joiner := sleepCmd(), sleepCmd()
+			g := startGroup(t, leader, joiner)
+			recorded := pgkill.Group{PGID: g.PGID, Members: g.Members[:1]}
+			if err := leader.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			if reap {
+				proc.Reap(leader)
+				proc.WaitGone(t, root, leader.Process.Pid, waitLong)
+			} else {
+				proc.WaitState(t, root, leader.Process.Pid, "Z", waitLong)
+			}
+			res := pgkill.Kill(context.Background(), recorded, pgkill.Options{Grace: waitLong, Poll: 5 * time.Millisecond})
+			if reap {
+				wantResult(t, res, action.WouldNotDie, nil, true)
+				if !proc.Exists(root, joiner.Process.Pid) || proc.Dead(joiner.Process.Pid) {
+					t.Error("a process in a group that could not be proven the recorded one was signalled")
+				}
+				return
+			}
+			wantResult(t, res, action.Reaped, []syscall.Signal{syscall.SIGTERM}, false)
+			if len(res.Joiners) != 1 || res.Joiners[0].PID != joiner.Process.Pid {
+				t.Errorf("joiners %+v, want %d", res.Joiners, joiner.Process.Pid)
+			}
+			if sig := exitSignal(t, joiner); sig != syscall.SIGTERM {
+				t.Errorf("the joiner ended by %v, want SIGTERM", sig)
+			}
+		})
+	}
+}
+
+// TestKillMemberLeavesDuringGrace: a member that catches SIGTERM and
+// moves to a group of its own during the grace is out of the group's
+// reach: it is reported alive, not taken for dead once the group is
+// empty.
+func TestKillMemberLeavesDuringGrace(t *testing.T) {
+	leader := sleepCmd()
+	g := startGroup(t, leader)
+	inn, st := startInnocent(t, &syscall.SysProcAttr{Setpgid: true, Pgid: g.PGID})
+	st.PGID = g.PGID
+	g.Members = append(g.Members, st)
+	done := make(chan pgkill.Result, 1)
+	go func() {
+		done <- pgkill.Kill(context.Background(), g, pgkill.Options{Grace: 2 * time.Second, Poll: 5 * time.Millisecond})
+	}()
+	proc.WaitFor(t, waitLong, "the member's SIGTERM", func() bool { return len(inn.Caught()) > 0 })
+	if err := inn.Setpgid(0); err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	if res.Outcome != action.WouldNotDie || res.Err == nil || !strings.Contains(res.Err.Error(), "left it") {
+		t.Fatalf("Kill = %+v; want would-not-die naming the member that left", res)
+	}
+	if now, err := fingerprint.ReadStat(root, inn.PID); err != nil || !fingerprint.Same(now, st) || now.Zombie() {
+		t.Errorf("the member that left: %+v, %v", now, err)
 	}
 }

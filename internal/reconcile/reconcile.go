@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/contain"
 	"github.com/kc-watchman/kc-watchman/internal/corroborate"
@@ -446,9 +448,11 @@ func (sc *Scanned) changedSnapshots(live engine.Set) map[string]bool {
 }
 
 // dropDead leaves out the strays none of whose members is still the
-// scanned process: another run reaped them between this run's scan and its
-// turn at the apply lock, or they exited. Reporting them again would count
-// one reap twice.
+// scanned process and whose group is empty: another run reaped them
+// between this run's scan and its turn at the apply lock, or they exited.
+// Reporting them again would count one reap twice. A group that still has
+// processes goes on to the kill, which looks for what joined it since the
+// scan (a kernel's worker outliving the members recorded).
 func dropDead(opt Options, ts []Tree) []Tree {
 	root := opt.Root
 	if root == "" {
@@ -456,12 +460,18 @@ func dropDead(opt Options, ts []Tree) []Tree {
 	}
 	out := ts[:0]
 	for _, t := range ts {
-		if t.Action == action.WouldReap && !anyMemberAlive(root, t.Members) {
+		if t.Action == action.WouldReap && !anyMemberAlive(root, t.Members) && groupEmpty(t.PGID) {
 			continue
 		}
 		out = append(out, t)
 	}
 	return out
+}
+
+// groupEmpty reports whether no process, zombies included, is in group
+// pgid.
+func groupEmpty(pgid int) bool {
+	return pgid > 1 && errors.Is(unix.Kill(-pgid, 0), unix.ESRCH)
 }
 
 func anyMemberAlive(root string, ms []Member) bool {

@@ -176,6 +176,12 @@ func Kill(ctx context.Context, g Group, opt Options) Result {
 	return res
 }
 
+// GroupEmpty reports whether no process, zombies included, is in group
+// pgid now (whichever group holds the number).
+func GroupEmpty(pgid int) bool {
+	return pgid > 1 && errors.Is(unix.Kill(-pgid, 0), unix.ESRCH)
+}
+
 // numberReused reports whether the group's number is held by a process
 // that is none of its recorded members: a group's number is its leader's
 // PID, allocated as long as the group has a process, so a process of that

@@ -13,8 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/contain"
 	"github.com/kc-watchman/kc-watchman/internal/corroborate"
@@ -460,18 +458,12 @@ func dropDead(opt Options, ts []Tree) []Tree {
 	}
 	out := ts[:0]
 	for _, t := range ts {
-		if t.Action == action.WouldReap && !anyMemberAlive(root, t.Members) && groupEmpty(t.PGID) {
+		if t.Action == action.WouldReap && !anyMemberAlive(root, t.Members) && pgkill.GroupEmpty(t.PGID) {
 			continue
 		}
 		out = append(out, t)
 	}
 	return out
-}
-
-// groupEmpty reports whether no process, zombies included, is in group
-// pgid.
-func groupEmpty(pgid int) bool {
-	return pgid > 1 && errors.Is(unix.Kill(-pgid, 0), unix.ESRCH)
 }
 
 func anyMemberAlive(root string, ms []Member) bool {

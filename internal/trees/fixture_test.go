@@ -20,6 +20,10 @@ type proc struct {
 	// garbled replaces the stat file with bytes no parser accepts (a
 	// read that fails for another reason than the process being gone).
 	garbled bool
+	// unreadableArgv makes cmdline unreadable (a directory): a member
+	// whose stat and status read, and whose argv does not, as when its
+	// memory stalls.
+	unreadableArgv bool
 }
 
 // writeFixture lays out a procfs-like tree under a temp dir, with an uptime
@@ -54,6 +58,12 @@ func writeFixture(t *testing.T, procs []proc) string {
 			cmdline += "\x00"
 		}
 		for name, data := range map[string]string{"stat": stat, "status": status, "cmdline": cmdline} {
+			if name == "cmdline" && p.unreadableArgv {
+				if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
 			if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
 				t.Fatal(err)
 			}

@@ -586,6 +586,34 @@ func (s *scanner) readIdentity(pid int) (fingerprint.Identity, error) {
 	return id, s.noteStalled(pid, err)
 }
 
+// joinUID folds a member's UID into a tree's: -2 none yet, -1 mixed or
+// unknown.
+func joinUID(tree, member int) int {
+	switch {
+	case member < 0:
+		return -1
+	case tree == -2:
+		return member
+	case tree != member:
+		return -1
+	}
+	return tree
+}
+
+// statusUID reads pid's real UID from its status, which takes no lock the
+// process can hold (its memory's does); -1 when it cannot.
+func (s *scanner) statusUID(pid int) int {
+	data, err := fingerprint.Dir(s.opt.Root).ReadFile(pid, "status")
+	if err != nil {
+		return -1
+	}
+	_, uid, err := fingerprint.ParseStatus(data)
+	if err != nil {
+		return -1
+	}
+	return uid
+}
+
 // leader reads the stat of a process that leads its group.
 func (s *scanner) leader(pid int) leaderMark {
 	st, err := s.readStat(pid)
@@ -680,6 +708,9 @@ func (s *scanner) examine(c candidate) (Tree, bool) {
 		if err != nil {
 			if !errors.Is(err, fingerprint.ErrNotFound) {
 				t.AgeKnown = false
+				// Left out of the members, it is still in the group
+				// a kill reaches: its owner counts all the same.
+				t.UID = joinUID(t.UID, s.statusUID(pid))
 			}
 			continue
 		}
@@ -687,12 +718,7 @@ func (s *scanner) examine(c candidate) (Tree, bool) {
 			continue
 		}
 		t.Members = append(t.Members, id)
-		switch {
-		case t.UID == -2:
-			t.UID = id.UID
-		case t.UID != id.UID:
-			t.UID = -1
-		}
+		t.UID = joinUID(t.UID, id.UID)
 		for _, cid := range containerid.FromArgv(id.Argv) {
 			t.addID(cid)
 		}

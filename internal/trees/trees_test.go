@@ -155,6 +155,25 @@ func TestScanDecisions(t *testing.T) {
 			want: []summary{{PGID: 100, Container: cidA, UID: -1, Members: []int{100, 101}}},
 		},
 		{
+			// Left out of the members, its argv unread (its memory
+			// stalled), it is still in the group a kill reaches: its
+			// UID, from its status, counts.
+			name: "mixed uids, one member's argv unreadable",
+			procs: []proc{
+				{pid: 100, pgid: 100, comm: "kcserver", uid: 1000, start: 90000, argv: []string{"kcserver", cidA}},
+				{pid: 101, pgid: 100, comm: "sleep", uid: 0, start: 90000, unreadableArgv: true},
+			},
+			want: []summary{{PGID: 100, Container: cidA, UID: -1, Members: []int{100}}},
+		},
+		{
+			name: "one uid, one member's argv unreadable",
+			procs: []proc{
+				{pid: 100, pgid: 100, comm: "kcserver", uid: 1000, start: 90000, argv: []string{"kcserver", cidA}},
+				{pid: 101, pgid: 100, comm: "sleep", uid: 1000, start: 90000, unreadableArgv: true},
+			},
+			want: []summary{{PGID: 100, Container: cidA, UID: 1000, Members: []int{100}}},
+		},
+		{
 			name: "foreign group: invisible to the fast scan",
 			procs: []proc{
 				{pid: 100, pgid: 100, comm: "bash", start: 90000, argv: []string{"bash"}},

@@ -164,6 +164,10 @@ type Report struct {
 	// Refused says why an apply run reaped nothing although it found
 	// strays (the blast-radius guard).
 	Refused string `json:"refused,omitempty"`
+	// WouldRefuse, in a dry run, says why an apply run with the same
+	// findings would reap nothing (the blast-radius guard), so that an
+	// audit shows it before --apply is switched on.
+	WouldRefuse string `json:"would_refuse,omitempty"`
 }
 
 // Failed reports whether a tree would not die, a reap went unrecorded or
@@ -359,6 +363,12 @@ func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 			return rep, nil
 		}
 		rep.Cgroups, rep.Unrecorded = reapStrays(ctx, opt, log, rep.Trees, sc.bootTicks, sc.vanished, spare)
+	}
+	if !opt.Apply {
+		if why := blastRadius(opt, rep.Trees, populatedCount(opt, left)); why != "" {
+			rep.WouldRefuse = why
+			log.Warn("an --apply run would reap nothing (blast-radius guard)", "why", why)
+		}
 	}
 	sc.sweepLeftCgroups(ctx, &rep, left, spare)
 	if opt.Apply {

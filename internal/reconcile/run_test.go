@@ -159,6 +159,15 @@ func TestRunRealTrees(t *testing.T) {
 		if rep.Refused == "" || !rep.Failed() {
 			t.Fatalf("two strays over --max-reap 1 were not refused: %+v", rep)
 		}
+		// A dry run says so before --apply is switched on.
+		guarded.Apply = false
+		dry, err := Run(ctx, guarded, live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dry.WouldRefuse == "" || dry.Refused != "" || dry.Failed() {
+			t.Errorf("dry run of two strays over --max-reap 1: would refuse %q, refused %q, failed %v", dry.WouldRefuse, dry.Refused, dry.Failed())
+		}
 		for _, pgid := range []int{stray.PGID, other.PGID} {
 			tr := findByPGID(rep, pgid)
 			if tr == nil || tr.Action != action.WouldReap || alive(t, tr.Members) != len(tr.Members) {

@@ -86,6 +86,16 @@ func runApp(app *cli.App, args []string) error {
 		auditParseError(cmd, msg)
 		return cli.Exit(msg, exitUsage)
 	}
+	// An error in a flag typed before the command name is the app's to
+	// report; the run it stopped still leaves its audit line.
+	if cmd := cliapp.CommandIn(app, args[1:]); cmd != "" && app.OnUsageError != nil {
+		report := app.OnUsageError
+		app.OnUsageError = func(c *cli.Context, err error, sub bool) error {
+			e := report(c, err, sub)
+			auditParseError(cmd, e.Error())
+			return e
+		}
+	}
 	return app.Run(cliapp.NormalizeDurations(app, args))
 }
 

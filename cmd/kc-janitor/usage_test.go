@@ -253,6 +253,9 @@ func TestUsageErrorsLeaveAnAuditLine(t *testing.T) {
 		{"KC_LOG_FILE", []string{"reconcile", "--min-age", "soon"}, "cmd=reconcile exit=2"},
 		// -v meant as "verbose" in a cron line: the run did nothing.
 		{"KC_SWEEPER_LOG", []string{"-v", "sweep"}, "cmd=sweep exit=2"},
+		// The error is in a global flag typed before the command.
+		{"KC_SWEEPER_LOG", []string{"--bogus-flag", "sweep"}, "cmd=sweep exit=2"},
+		{"KC_CULLER_LOG", []string{"--podman-timeout", "soon", "cull"}, "cmd=cull exit=2"},
 		// The log names the variable that gave the value, as stderr does.
 		{"KC_SWEEPER_LOG", []string{"sweep", "--socket-dir", "/nonexistent-kc"}, `cmd=sweep exit=2 err="$KC_PROBE_WORKERS (--workers) must be positive"`},
 	} {

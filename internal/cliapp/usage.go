@@ -328,3 +328,12 @@ func VersionWithCommand(app *cli.App, args []string) (string, bool) {
 	}
 	return "", false
 }
+
+// CommandIn returns the name of the command args (without the program
+// name) run, or "" when they name none.
+func CommandIn(app *cli.App, args []string) string {
+	if cl := scan(app, args); cl.cmd != nil {
+		return cl.cmd.Name
+	}
+	return ""
+}

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -84,7 +86,8 @@ With --container (KC_CONTAINER), every step stays inside the containers
 named: reconcile and the deaths judge only their trees, and sweep and cull
 look into their socket directories (found again every round, as a
 restarted container has a new init; a container that is not running fails
-that round's sweep) instead of the host's.
+that round's sweep) instead of the host's. A name means the container it
+names when watch starts: one created later under that name is another.
 
 Examples:
    kc-janitor watch --interval 15m
@@ -129,12 +132,15 @@ func runWatch(c *cli.Context) error {
 	w.Sockets.Apply = c.Bool("sweep-apply")
 	w.Events = w.ReconcileOn && !c.Bool("no-events")
 	w.Pidfd = w.ReconcileOn && !c.Bool("no-pidfd")
-	if refs := c.StringSlice(flagContainer); len(refs) > 0 {
+	if ids := slices.Sorted(maps.Keys(se.s.Reconcile.Containers)); len(ids) > 0 {
 		// A watch scoped to containers never widens past them: sweep and
-		// cull look into those containers, not the host's /tmp.
+		// cull look into those containers, not the host's /tmp. They
+		// follow the containers the names meant at start-up, as the
+		// trees' decisions do: a container created later under the same
+		// name is not the one the watch was started for.
 		w.SocketTargets = func(context.Context) ([]sweep.Target, error) {
 			var ts []sweep.Target
-			for _, ref := range refs {
+			for _, ref := range ids {
 				m, err := resolveContainer(c, se.g, ref, true)
 				if err != nil {
 					return nil, err

@@ -123,3 +123,27 @@ func TestWatchDockerPidfdDeaths(t *testing.T) {
 		t.Errorf("%d rounds ran, want only the first: the reap was not the pidfd's", n)
 	}
 }
+
+// TestWatchContainerByNameFollowsOneContainer: `watch --container NAME`
+// follows the container the name meant when it started, its sockets as
+// its trees: once that container is removed and another is created under
+// the same name, the sweep does not move into the new one (its trees are
+// not the watch's to judge either), and says it cannot look.
+func TestWatchContainerByNameFollowsOneContainer(t *testing.T) {
+	pm := podmantest.New(t)
+	url := pm.StartAPI(t)
+	name := "kcw-" + testutil.RandomHex(t, 8)
+	first := pm.Run(t, "--name", name)
+	firstPID := pm.InitPID(t, first)
+	w := startWatch(t, append(podmanWatchArgs(pm, url), "--interval", "1s", "--container", name)...)
+	w.waitLine(t, map[string]any{"msg": "sweep", "container_pid": float64(firstPID)})
+	if _, err := pm.Podman("rm", "-f", "-t", "0", first); err != nil {
+		t.Fatal(err)
+	}
+	second := pm.Run(t, "--name", name)
+	secondPID := pm.InitPID(t, second)
+	w.waitLine(t, map[string]any{"msg": "cannot look into the container; sweep and cull skipped"})
+	if ls := w.lines(map[string]any{"msg": "sweep", "container_pid": float64(secondPID)}); len(ls) > 0 {
+		t.Errorf("the sweep moved into the new container of the same name: %v", ls[0])
+	}
+}

@@ -223,3 +223,41 @@ func TestStatusQuiet(t *testing.T) {
 		t.Errorf("a problem, yet printed %q", out)
 	}
 }
+
+// TestStatusScopedLeavesHostSockets: status and doctor scoped with
+// --container do not widen to the host's socket dirs (DESIGN: a command
+// never widens past the container named); they say so.
+func TestStatusScopedLeavesHostSockets(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	id := strings.Repeat("6", 64)
+	args := []string{"--format", "json", "--state-dir", filepath.Join(t.TempDir(), "state"), "--podman-url", "unix:///nonexistent/podman.sock", "--container", id}
+	_, out := runJanitorCapture(t, append([]string{"status"}, args...)...)
+	var rep janitor.StatusReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if rep.SocketsSkipped == "" || len(rep.Sockets) != 0 {
+		t.Errorf("status --container: sockets_skipped %q, %d sockets; want skipped, none", rep.SocketsSkipped, len(rep.Sockets))
+	}
+	_, out = runJanitorCapture(t, append([]string{"doctor"}, args...)...)
+	var doc struct {
+		Checks []struct {
+			Check, Verdict, Message string
+		} `json:"checks"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	seen := 0
+	for _, c := range doc.Checks {
+		if c.Check == "orphan-sockets" || c.Check == "abandoned-sessions" {
+			seen++
+			if !strings.Contains(c.Message, "not looked at") {
+				t.Errorf("doctor --container, %s: %s %q; want not looked at", c.Check, c.Verdict, c.Message)
+			}
+		}
+	}
+	if seen != 2 {
+		t.Errorf("doctor --container: %d of the socket and session checks in %s", seen, out)
+	}
+}

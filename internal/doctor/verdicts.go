@@ -72,6 +72,11 @@ func Strays(in StraysInput) Check {
 	return c
 }
 
+// Skipped is check name not run, and why: ok, as it was not asked for.
+func Skipped(name, why string) Check {
+	return newCheck(name, OK, "%s", why)
+}
+
 // Sockets checks for orphan kc-*.sock sockets (a dry-run sweep).
 func Sockets(rep *sweep.Report, err error) Check {
 	if err != nil {

@@ -89,7 +89,24 @@ func Doctor(ctx context.Context, s Settings, fix bool, hooksDirs []string, log *
 		rep.Add(doctor.Strays(in))
 	}
 
-	// Sockets (a dry-run sweep) and the sessions of the live ones.
+	// Sockets (a dry-run sweep) and the sessions of the live ones: the
+	// host's, unless the run is scoped to containers.
+	if why := socketsOutOfScope(s); why != "" {
+		rep.Add(doctor.Skipped(doctor.NameSockets, why))
+		rep.Add(doctor.Skipped(doctor.NameSessions, why))
+	} else {
+		socketChecks(ctx, s, ms, &rep)
+	}
+
+	for _, ch := range rep.Checks {
+		ms.Set(metrics.DoctorCheck, float64(ch.Verdict), ch.Name)
+	}
+	return rep
+}
+
+// socketChecks sweeps the host's sockets, dry, and audits the sessions
+// of the live ones.
+func socketChecks(ctx context.Context, s Settings, ms *metrics.Set, rep *doctor.Report) {
 	scfg := s.Sockets
 	scfg.Apply = false
 	scfg.KeepDirs = true // the audit dials through them (Socket.Pin)
@@ -103,11 +120,6 @@ func Doctor(ctx context.Context, s Settings, fix bool, hooksDirs []string, log *
 		RecordCull(ms, sups)
 	}
 	rep.Add(doctor.Sessions(sups, s.Threshold, serr))
-
-	for _, ch := range rep.Checks {
-		ms.Set(metrics.DoctorCheck, float64(ch.Verdict), ch.Name)
-	}
-	return rep
 }
 
 // engineInputs asks every engine --engine selects, and its version, for

@@ -32,7 +32,10 @@ type StatusReport struct {
 	Source        string             `json:"source"`
 	Trees         []statusTree       `json:"trees"`
 	Sockets       []sweep.SocketJSON `json:"sockets"`
-	Errors        []string           `json:"errors"`
+	// SocketsSkipped says why the sockets were not looked at (a run
+	// scoped with --container does not widen to the host's).
+	SocketsSkipped string   `json:"sockets_skipped,omitempty"`
+	Errors         []string `json:"errors"`
 	// truth is the engines' answer the text report names.
 	truth engine.Truth
 }
@@ -143,7 +146,12 @@ func Status(ctx context.Context, s Settings, log *slog.Logger) (StatusReport, er
 		out.Trees = append(out.Trees, j)
 	}
 
-	// Sockets, as a dry-run sweep classifies them.
+	// Sockets, as a dry-run sweep classifies them: the host's, unless
+	// the run is scoped to containers.
+	if why := socketsOutOfScope(s); why != "" {
+		out.SocketsSkipped = why
+		return out, nil
+	}
 	scfg := s.Sockets
 	scfg.Apply = false
 	srep, err := sweep.Sweep(ctx, scfg)
@@ -232,7 +240,11 @@ func (st StatusReport) Text(w io.Writer) error {
 		}
 	}
 
-	fmt.Fprintf(tw, "\nSOCKETS: %s\n", countOf(len(st.Sockets), "socket"))
+	if st.SocketsSkipped != "" {
+		fmt.Fprintf(tw, "\nSOCKETS: %s\n", st.SocketsSkipped)
+	} else {
+		fmt.Fprintf(tw, "\nSOCKETS: %s\n", countOf(len(st.Sockets), "socket"))
+	}
 	if len(st.Sockets) > 0 {
 		fmt.Fprintln(tw, "PATH\tKIND\tPID\tVERDICT\tREASON")
 		for _, s := range st.Sockets {
@@ -282,4 +294,14 @@ func liveState(live engine.Set, known bool, id string) string {
 		return s
 	}
 	return "gone"
+}
+
+// socketsOutOfScope says why a command scoped with --container does not
+// look at the host's default socket dirs (it never widens past the
+// containers named), or "": dirs named with --socket-dir are looked at.
+func socketsOutOfScope(s Settings) string {
+	if len(s.Reconcile.Containers) == 0 || s.Sockets.Target.Container() || len(s.Sockets.Dirs) > 0 {
+		return ""
+	}
+	return "not looked at: --container names containers, and the host's socket dirs are not theirs (name dirs with --socket-dir; sweep or cull --container look inside one)"
 }

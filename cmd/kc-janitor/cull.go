@@ -36,7 +36,14 @@ given.`,
 }
 
 func runCull(c *cli.Context) error {
-	se, err := preamble(c, "cull", plan{target: true, idle: true, logEnv: "KC_CULLER_LOG"})
+	se, err := preamble(c, "cull", plan{target: true, idle: true, logEnv: "KC_CULLER_LOG", check: func(globals) error {
+		// A socket named by path is read from the host: with a
+		// container named too, the run would widen past it.
+		if len(c.StringSlice("socket")) > 0 && (c.String(flagContainer) != "" || c.Int(flagContainerPID) > 0) {
+			return usageErr("--socket (KC_SOCKET) names host paths: it does not go with --container (KC_CONTAINER); to audit a container's supervisors, leave --socket out")
+		}
+		return nil
+	}})
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -174,6 +175,9 @@ func TestCullCLIUsage(t *testing.T) {
 		{"cull", "--idle", "soon"},
 		{"cull", "--idle", "-5"},
 		{"cull", "--format", "yaml"},
+		// A named host socket would widen a run scoped to a container.
+		{"cull", "--socket", "/tmp/kc-1.sock", "--container", "web"},
+		{"cull", "--socket", "/tmp/kc-1.sock", "--container-pid", strconv.Itoa(os.Getpid())},
 	} {
 		if code, out := runJanitorCapture(t, args...); code != exitUsage {
 			t.Errorf("%v: exit %d, want %d\n%s", args, code, exitUsage, out)

@@ -1,6 +1,10 @@
 package pgkill
 
-import "github.com/kc-watchman/kc-watchman/internal/fingerprint"
+import (
+	"syscall"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+)
 
 // WithJoinerSeams returns o with the test seams of the search for joiners
 // set (nil leaves one unset). Kill runs them on its own goroutine.
@@ -17,4 +21,6 @@ func WithSearchSeam(o Options, f func(round int)) Options {
 }
 
 // SignalWhilePinned exposes the stop, re-check, signal, continue step.
-var SignalWhilePinned = signalWhilePinned
+func SignalWhilePinned(root string, pgid int, pin *fingerprint.Pinned, sig syscall.Signal) error {
+	return signalWhilePinned(root, pgid, pin, sig, func() error { return nil }, -1)
+}

@@ -34,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -79,6 +80,13 @@ type Options struct {
 	// sees every member Members could have missed (the wrapper: the
 	// cgroup its command was started in).
 	Confirm func(groups []int) []fingerprint.Stat
+	// UID, with CheckUID, is the real UID a group's processes must have
+	// when it is signalled: a member that ran a setuid program since it
+	// was recorded, or a process of another UID that joined the group,
+	// makes Kill signal nothing more (the group is not one UID's tree
+	// any more; DESIGN "Identity rules").
+	UID      int
+	CheckUID bool
 
 	// seams let a test act at moments only Kill knows; zero outside tests.
 	seams joinerSeams
@@ -341,14 +349,14 @@ func (k *killer) findJoiners(round int, known []fingerprint.Stat) ([]fingerprint
 	// them all along, so the number was its own during the search.
 	switch k.recordedGroup() {
 	case groupLive:
-		return found, nil
+		return found, k.owned(found)
 	case groupEmpty:
 		// Whatever holds the number now is not ours, and nothing of
 		// ours is left.
 		return nil, nil
 	}
 	if witnessed(k.opt.Root, k.pgid, known) {
-		return found, nil
+		return found, k.owned(found)
 	}
 	return nil, fmt.Errorf("group %d: %s joined it after it was recorded, but no recorded process is left in it to prove it is still the recorded group; not signalled",
 		k.pgid, describe(found))
@@ -442,10 +450,11 @@ func scanGroup(root string, pgid int) ([]fingerprint.Stat, error) {
 // proves the group is the recorded one.
 func (k *killer) signalGroup(members []fingerprint.Stat, sig syscall.Signal) error {
 	var unsure error
+	owned := func() error { return k.owned(members) }
 	for _, m := range leaderFirst(k.pgid, members) {
-		err := k.signalVia(m, sig)
+		err := k.signalVia(m, sig, owned)
 		if outOfDescriptors(err) && k.releaseLeader(m) {
-			err = k.signalVia(m, sig)
+			err = k.signalVia(m, sig, owned)
 		}
 		var u unsureError
 		switch {
@@ -466,9 +475,46 @@ func (k *killer) signalGroup(members []fingerprint.Stat, sig syscall.Signal) err
 	return errNoOccupant
 }
 
-// signalVia signals the group while m, pinned, is verified in it. The
-// leader's pin is kept for recordedGroup.
-func (k *killer) signalVia(m fingerprint.Stat, sig syscall.Signal) error {
+// owned checks, with Options.CheckUID, that each of procs still in the
+// group has the tree's UID.
+func (k *killer) owned(procs []fingerprint.Stat) error {
+	if !k.opt.CheckUID {
+		return nil
+	}
+	for _, p := range procs {
+		uid, err := uidOf(k.opt.Root, k.pgid, p)
+		if err == nil && uid != k.opt.UID {
+			return fmt.Errorf("group %d: %d(%s) runs as uid %d now, not the tree's %d: %w", k.pgid, p.PID, p.Comm, uid, k.opt.UID, errOtherUID)
+		}
+	}
+	return nil
+}
+
+// errOtherUID marks a group holding a process of a UID other than the
+// tree's: it is not signalled.
+var errOtherUID = errors.New("not signalled")
+
+// uidOf reads the real UID of p, if p is still that process and in group
+// pgid (a read between two of its identity, so that the UID is p's).
+func uidOf(root string, pgid int, p fingerprint.Stat) (int, error) {
+	data, err := fingerprint.Dir(root).ReadFile(p.PID, "status")
+	if err != nil {
+		return -1, err
+	}
+	_, uid, err := fingerprint.ParseStatus(data)
+	if err != nil {
+		return -1, err
+	}
+	if st, err := fingerprint.Revalidate(root, p); err != nil || st.PGID != pgid || st.Zombie() {
+		return -1, errNoOccupant
+	}
+	return uid, nil
+}
+
+// signalVia signals the group while m, pinned, is verified in it and
+// owned says its processes are the tree's. The leader's pin is kept for
+// recordedGroup.
+func (k *killer) signalVia(m fingerprint.Stat, sig syscall.Signal, owned func() error) error {
 	held := k.leader != nil && fingerprint.Same(k.leader.Stat, m)
 	var pin *fingerprint.Pinned
 	var err error
@@ -485,7 +531,11 @@ func (k *killer) signalVia(m fingerprint.Stat, sig syscall.Signal) error {
 		}
 		return unsureError{err}
 	}
-	err = signalWhilePinned(k.opt.Root, k.pgid, pin, sig)
+	as := -1
+	if k.opt.CheckUID {
+		as = k.opt.UID
+	}
+	err = signalWhilePinned(k.opt.Root, k.pgid, pin, sig, owned, as)
 	switch {
 	case held:
 	case err == nil && pin.PID == k.pgid && k.leader == nil:
@@ -572,14 +622,17 @@ func occupant(root string, pgid int, m fingerprint.Stat) (*fingerprint.Pinned, e
 }
 
 // signalWhilePinned signals pgid while pin, stopped, proves the group is
-// the recorded one. The group is checked before the stop too: a member that
+// the recorded one and owned finds no process of another UID. The group is checked before the stop too: a member that
 // has left the group must not get a stop and continue meant for another
 // group. A member its owner had stopped (state T) is neither stopped again
 // nor continued: the continue would undo the owner's stop.
-func signalWhilePinned(root string, pgid int, pin *fingerprint.Pinned, sig syscall.Signal) error {
+func signalWhilePinned(root string, pgid int, pin *fingerprint.Pinned, sig syscall.Signal, owned func() error, as int) error {
 	before, err := occupies(root, pgid, pin.Stat)
 	if err != nil {
 		return err
+	}
+	if err := owned(); err != nil {
+		return err // not even stopped
 	}
 	if !stoppedState(before.State) {
 		if err := pin.Signal(unix.SIGSTOP); err != nil {
@@ -598,13 +651,41 @@ func signalWhilePinned(root string, pgid int, pin *fingerprint.Pinned, sig sysca
 	if _, err := occupies(root, pgid, pin.Stat); err != nil {
 		return err
 	}
-	if err := unix.Kill(-pgid, sig); err != nil {
+	if err := owned(); err != nil {
+		return err
+	}
+	if err := killpgAs(pgid, sig, as); err != nil {
 		if errors.Is(err, unix.ESRCH) {
 			return nil
 		}
 		return fmt.Errorf("killpg(%d, %v): %w", pgid, sig, err)
 	}
 	return nil
+}
+
+// killpgAs sends sig to group pgid. With uid > 0, and the caller root,
+// it sends it as uid: from a thread of its own whose real, effective and
+// saved UIDs are uid (and so has no capability), so that the kernel
+// itself refuses the signal to any process of the group that is not
+// uid's, whatever joined the group or ran a setuid program since it was
+// recorded. setresuid(2) through the raw system call changes the calling
+// thread only (Go's Setresuid changes them all); the thread stays locked
+// and ends with its goroutine, credentials and all, and the runtime does
+// not start threads from a locked one.
+func killpgAs(pgid int, sig syscall.Signal, uid int) error {
+	if uid <= 0 || unix.Geteuid() != 0 {
+		return unix.Kill(-pgid, sig)
+	}
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: see above
+		if _, _, errno := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); errno != 0 {
+			done <- fmt.Errorf("taking uid %d to signal its group: %w", uid, errno)
+			return
+		}
+		done <- unix.Kill(-pgid, sig)
+	}()
+	return <-done
 }
 
 // occupies re-reads the pinned member and says whether it is still a live

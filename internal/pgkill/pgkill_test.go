@@ -505,3 +505,40 @@ func TestKillMemberLeavesDuringGrace(t *testing.T) {
 		t.Errorf("the member that left: %+v, %v", now, err)
 	}
 }
+
+// TestKillRefusesAnotherUIDsProcess: with CheckUID, a group whose
+// recorded member now runs as another UID than the tree's (a setuid
+// program run since the scan; here the tree is recorded as uid 65534's),
+// or that a process of another UID joined, is not signalled.
+func TestKillRefusesAnotherUIDsProcess(t *testing.T) {
+	t.Run("a recorded member", func(t *testing.T) {
+		inn, st := startInnocent(t, &syscall.SysProcAttr{Setpgid: true})
+		res := pgkill.Kill(context.Background(), pgkill.Group{PGID: st.PGID, Members: []fingerprint.Stat{st}},
+			pgkill.Options{Grace: 100 * time.Millisecond, UID: 65534, CheckUID: true})
+		wantResult(t, res, action.WouldNotDie, nil, true)
+		checkUntouched(t, inn, st)
+	})
+	// Of a tree of uid 65534's, a root process joined the group after it
+	// was recorded: the group's signals, sent as 65534, never reach it,
+	// and the search for joiners names it and signals nothing more.
+	t.Run("a joiner", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root: the tree runs as another user")
+		}
+		nobody := &syscall.Credential{Uid: 65534, Gid: 65534}
+		leader := trapCmd()
+		leader.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: nobody}
+		proc.Start(t, leader)
+		lst := waitSleeping(t, leader.Process.Pid)
+		inn, ist := startInnocent(t, &syscall.SysProcAttr{Setpgid: true, Pgid: lst.PGID})
+		res := pgkill.Kill(context.Background(), pgkill.Group{PGID: lst.PGID, Members: []fingerprint.Stat{lst}},
+			pgkill.Options{Grace: 200 * time.Millisecond, Poll: 5 * time.Millisecond, UID: 65534, CheckUID: true})
+		if res.Outcome != action.WouldNotDie || res.Err == nil || !strings.Contains(res.Err.Error(), "uid 0") {
+			t.Errorf("Kill = %+v; want would-not-die naming the root joiner", res)
+		}
+		if sig := exitSignal(t, leader); sig != syscall.SIGKILL {
+			t.Errorf("the tree's own process ended by %v, want SIGKILL (it ignores SIGTERM)", sig)
+		}
+		checkUntouched(t, inn, ist)
+	})
+}

@@ -54,7 +54,8 @@ func runMeasured(t *testing.T, args ...string) (int, string, int64, time.Duratio
 // TestFatAnswersMemory: another user's 32 sockets answering /status and
 // /sessions with 32 MiB bodies keep kc-janitor sweep and cull (32
 // supervisors) under 200 MiB of peak RSS, below the shipped units'
-// MemoryMax=256M; the answers are refused as over their caps, not read.
+// MemoryMax=256M; the answers are refused as over their caps (or, for
+// cull, the budget they share), not read.
 // (Before the caps, sweep peaked at 2.4 GB here.)
 func TestFatAnswersMemory(t *testing.T) {
 	const (
@@ -89,8 +90,12 @@ func TestFatAnswersMemory(t *testing.T) {
 	if rss > maxRSS {
 		t.Errorf("cull peak RSS %d MiB, want under %d MiB", rss>>20, maxRSS>>20)
 	}
-	if !strings.Contains(out, "answer over 16777216 bytes") {
-		t.Errorf("cull does not say the answers were over the cap: %.2000s", out)
+	// Sent without a length, the answers are charged as they come: one
+	// that reaches the cap is refused as over it, one that cannot have
+	// more of the budget while the others hold it gives up first. Which
+	// of the two each meets depends on timing; neither is read in full.
+	if !strings.Contains(out, "answer over 16777216 bytes") && !strings.Contains(out, "larger than the memory left to read it in") {
+		t.Errorf("cull does not say the answers were over the cap or the budget: %.2000s", out)
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -140,6 +141,11 @@ func writeHookHelp(w io.Writer) {
 	writeOptions(w, new(commandLine).flagSet(), hookEnv, "--help, -h\tshow this help", "--version, -v\tprint the version",
 		checkSettingsFlag+"\tfirst on the line: only judge the options, variables and STAGE after it and print \"settings ok\" (exit 0) or \"settings refused: WHY\" (exit 2); kc-janitor doctor runs this")
 }
+
+// The main goroutine keeps the main thread, so that no other goroutine
+// runs there: pgkill signals a tree's group from a thread that takes the
+// tree's UID, which must be one the runtime can end (see pgkill).
+func init() { runtime.LockOSThread() }
 
 func main() {
 	os.Exit(run(os.Args, os.Stdin, os.Stdout, os.Stderr))

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -26,6 +27,11 @@ const (
 
 // version is set by the Makefile through -ldflags.
 var version = "dev"
+
+// The main goroutine keeps the main thread, so that no other goroutine
+// runs there: pgkill signals a tree's group from a thread that takes the
+// tree's UID, which must be one the runtime can end (see pgkill).
+func init() { runtime.LockOSThread() }
 
 func main() {
 	os.Exit(run(os.Args))

@@ -162,6 +162,16 @@ func TestResolveOne(t *testing.T) {
 			}
 		}
 	})
+	t.Run("one ID twice in one engine, or with two inits, is two containers", func(t *testing.T) {
+		twoNS := &fake{name: "containerd", a: Answer{Containers: []Container{{ID: idB, Live: true, InitPID: 8}, {ID: idB, Live: true, InitPID: 9}}}}
+		if m, err := ResolveOne(t.Context(), []Engine{twoNS}, idB); !errors.Is(err, ErrAmbiguous) {
+			t.Errorf("one ID in two namespaces: got %+v, %v; want ambiguous", m, err)
+		}
+		other := &fake{name: "containerd", a: Answer{Containers: []Container{{ID: idB, Live: true, InitPID: 9}}}}
+		if m, err := ResolveOne(t.Context(), []Engine{dock, other}, idB); !errors.Is(err, ErrAmbiguous) {
+			t.Errorf("two engines, two inits: got %+v, %v; want ambiguous", m, err)
+		}
+	})
 	t.Run("an engine that cannot be asked makes no-match unknown", func(t *testing.T) {
 		_, err := ResolveOne(t.Context(), []Engine{pod, &fake{name: "docker", err: errors.New("down")}}, "other")
 		if !errors.Is(err, ErrUnknown) {

@@ -71,14 +71,16 @@ func ResolveOne(ctx context.Context, engines []Engine, ref string) (Match, error
 // sameContainers merges the matches of one container found by several
 // engines (dockerd's containers are containerd's too, in namespace moby)
 // into the first engine's, which names it in Known order: one
-// container, not an ambiguity.
+// container, not an ambiguity. Only matches of different engines that
+// agree on the init (or where one knows none) are merged: one ID in two
+// containerd namespaces is two containers.
 func sameContainers(ms []Match) []Match {
 	out := ms[:0:0]
-	at := map[string]int{}
 	for _, m := range ms {
-		i, ok := at[m.ID]
-		if !ok {
-			at[m.ID] = len(out)
+		i := slices.IndexFunc(out, func(o Match) bool {
+			return o.ID == m.ID && o.Engine != m.Engine && (o.InitPID == m.InitPID || o.InitPID == 0 || m.InitPID == 0)
+		})
+		if i < 0 {
 			out = append(out, m)
 			continue
 		}

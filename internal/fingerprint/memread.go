@@ -149,7 +149,8 @@ func (m *memReader) refuse(pid, uid int) error {
 
 // ReadMemory runs read, a read of the cmdline or environ of pid under
 // the procfs root, on a goroutine of its own and returns what it
-// returns, or ErrStalled if it has not returned within a second. read
+// returns, or ErrStalled if it has not returned in time (a second, less
+// for an owner with reads out: see memReads). read
 // must own everything it touches (descriptor, buffer): once abandoned it
 // runs on alone, and ends when the process lets go of its lock or is
 // gone.

@@ -141,7 +141,7 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 	}
 	log.Debug("scanned processes", "processes", stats.Processes, "groups", stats.Groups, "stat_reads", stats.StatReads, "argv_reads", stats.ArgvReads, "full_reads", stats.FullReads, "lister", stats.Lister, "lister_fallback", stats.ListerFallback, "duration", stats.Duration)
 	if len(stats.Stalled) > 0 {
-		log.Warn("argv of some processes not read: their memory did not answer within a second; a group they are in counts only if its other members tie it to the container", "pids", stats.StalledNote())
+		log.Warn("argv of some processes not read: their memory did not answer in time; a group they are in counts only if its other members tie it to the container", "pids", stats.StalledNote())
 	}
 
 	uids := translator(cfg)

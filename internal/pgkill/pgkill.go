@@ -35,7 +35,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -191,16 +191,25 @@ func GroupEmpty(pgid int) bool {
 }
 
 // numberReused reports whether the group's number is held by a process
-// that is none of its recorded members: a group's number is its leader's
-// PID, allocated as long as the group has a process, so a process of that
-// PID that is not the recorded one got the number after the recorded
-// group had emptied. Whatever is in the group now is not ours.
+// that got it after the recorded group had emptied: a group's number is
+// its leader's PID, allocated as long as the group has a process, so a
+// process of that PID born after every recorded member is not the
+// recorded group's. Whatever is in the group now is not ours. (A process
+// born before them may be the group's own leader, left out of the record
+// when its argv could not be read.)
 func numberReused(root string, g Group) bool {
 	st, err := fingerprint.ReadStat(root, g.PGID)
 	if err != nil {
 		return false
 	}
-	return !slices.ContainsFunc(g.Members, func(m fingerprint.Stat) bool { return fingerprint.Same(m, st) })
+	newest := uint64(0)
+	for _, m := range g.Members {
+		if fingerprint.Same(m, st) {
+			return false
+		}
+		newest = max(newest, m.StartTicks)
+	}
+	return st.StartTicks > newest
 }
 
 // killer is one Kill in progress.
@@ -476,15 +485,17 @@ func (k *killer) signalGroup(members []fingerprint.Stat, sig syscall.Signal) err
 }
 
 // owned checks, with Options.CheckUID, that each of procs still in the
-// group has the tree's UID.
+// group has the tree's UID as its real, effective and saved UID (a
+// setuid program keeps its caller's real UID).
 func (k *killer) owned(procs []fingerprint.Stat) error {
 	if !k.opt.CheckUID {
 		return nil
 	}
 	for _, p := range procs {
-		uid, err := uidOf(k.opt.Root, k.pgid, p)
-		if err == nil && uid != k.opt.UID {
-			return fmt.Errorf("group %d: %d(%s) runs as uid %d now, not the tree's %d: %w", k.pgid, p.PID, p.Comm, uid, k.opt.UID, errOtherUID)
+		ids, err := uidsOf(k.opt.Root, k.pgid, p)
+		if err == nil && (ids[0] != k.opt.UID || ids[1] != k.opt.UID || ids[2] != k.opt.UID) {
+			return fmt.Errorf("group %d: %d(%s) runs as uid %d (real, effective, saved: %v) now, not the tree's %d: %w",
+				k.pgid, p.PID, p.Comm, ids[1], ids, k.opt.UID, errOtherUID)
 		}
 	}
 	return nil
@@ -494,21 +505,39 @@ func (k *killer) owned(procs []fingerprint.Stat) error {
 // tree's: it is not signalled.
 var errOtherUID = errors.New("not signalled")
 
-// uidOf reads the real UID of p, if p is still that process and in group
-// pgid (a read between two of its identity, so that the UID is p's).
-func uidOf(root string, pgid int, p fingerprint.Stat) (int, error) {
+// uidsOf reads the real, effective and saved UIDs of p, if p is still that
+// process and in group pgid (read between two of its identity, so that
+// they are p's).
+func uidsOf(root string, pgid int, p fingerprint.Stat) ([3]int, error) {
+	var ids [3]int
 	data, err := fingerprint.Dir(root).ReadFile(p.PID, "status")
 	if err != nil {
-		return -1, err
+		return ids, err
 	}
-	_, uid, err := fingerprint.ParseStatus(data)
-	if err != nil {
-		return -1, err
+	line, ok := statusLine(data, "Uid:")
+	f := strings.Fields(line)
+	if !ok || len(f) < 3 {
+		return ids, fmt.Errorf("pid %d: status has no Uid line: %w", p.PID, fingerprint.ErrMalformed)
+	}
+	for i := range ids {
+		if ids[i], err = strconv.Atoi(f[i]); err != nil {
+			return ids, fmt.Errorf("pid %d: status Uid %q: %w", p.PID, line, fingerprint.ErrMalformed)
+		}
 	}
 	if st, err := fingerprint.Revalidate(root, p); err != nil || st.PGID != pgid || st.Zombie() {
-		return -1, errNoOccupant
+		return ids, errNoOccupant
 	}
-	return uid, nil
+	return ids, nil
+}
+
+// statusLine returns what follows key on its line of a status file.
+func statusLine(data []byte, key string) (string, bool) {
+	for _, l := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(l, key); ok {
+			return rest, true
+		}
+	}
+	return "", false
 }
 
 // signalVia signals the group while m, pinned, is verified in it and
@@ -664,29 +693,46 @@ func signalWhilePinned(root string, pgid int, pin *fingerprint.Pinned, sig sysca
 }
 
 // killpgAs sends sig to group pgid. With uid > 0, and the caller root,
-// it sends it as uid: from a thread of its own whose real, effective and
-// saved UIDs are uid (and so has no capability), so that the kernel
-// itself refuses the signal to any process of the group that is not
-// uid's, whatever joined the group or ran a setuid program since it was
-// recorded. setresuid(2) through the raw system call changes the calling
-// thread only (Go's Setresuid changes them all); the thread stays locked
-// and ends with its goroutine, credentials and all, and the runtime does
-// not start threads from a locked one.
+// it sends it as uid, so that the kernel itself refuses the signal to a
+// process of the group whose real and saved UIDs are not uid's, whatever
+// joined the group or took another UID since it was recorded.
+//
+// It sends from a thread of its own: setresuid(2) through the raw system
+// call changes the calling thread only (Go's Setresuid changes them
+// all); the thread stays locked and ends with its goroutine, and the
+// runtime starts no thread from a locked one. The effective UID is uid,
+// which is what the kernel checks the signal by; the real and saved UIDs
+// are one no process has (thread capabilities go with root's UIDs), so
+// that uid, whose processes these are, cannot signal that thread (a
+// SIGSTOP to it stops the whole program). The main thread, which the
+// runtime would keep rather than end, and whose credentials /proc shows
+// for the program, never takes them; nor does a thread that cannot (no
+// CAP_SETUID, a user namespace that does not map them): the signal then
+// goes out as root's, as before.
 func killpgAs(pgid int, sig syscall.Signal, uid int) error {
 	if uid <= 0 || unix.Geteuid() != 0 {
 		return unix.Kill(-pgid, sig)
 	}
+	noone := uint32(noUID)
+	if uint32(uid) == noone {
+		noone--
+	}
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: see above
-		if _, _, errno := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); errno != 0 {
-			done <- fmt.Errorf("taking uid %d to signal its group: %w", uid, errno)
-			return
+		if unix.Gettid() != unix.Getpid() {
+			// On failure the thread is still root's, and sends as
+			// root: as good as before, never worse.
+			_, _, _ = unix.RawSyscall(sysSetresuid, uintptr(noone), uintptr(uid), uintptr(noone))
 		}
 		done <- unix.Kill(-pgid, sig)
 	}()
 	return <-done
 }
+
+// noUID is a UID no process runs as: (uid_t)-2, the last one that is not
+// the "no change" -1.
+const noUID uint32 = 1<<32 - 2
 
 // occupies re-reads the pinned member and says whether it is still a live
 // member of pgid.

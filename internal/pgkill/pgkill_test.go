@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"reflect"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,6 +17,10 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
+
+// init keeps the main thread to the main goroutine, as the programs do,
+// so that a group signalled with a tree's UID is signalled from another.
+func init() { runtime.LockOSThread() }
 
 func TestMain(m *testing.M) {
 	proc.Main()
@@ -283,7 +288,13 @@ func TestKillInnocentOwnsGroup(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			g := pgkill.Group{PGID: p, Members: tt.members}
 			res := pgkill.Kill(context.Background(), g, pgkill.Options{Grace: 100 * time.Millisecond, Poll: 5 * time.Millisecond})
-			wantResult(t, res, action.Gone, nil, false)
+			// Gone, or, where the innocent could still be the recorded
+			// group's own unrecorded leader (born before a recorded
+			// member, as these made-up records have it), would-not-die
+			// for want of proof: never a signal.
+			if len(res.Signals) != 0 || (res.Outcome != action.Gone && res.Outcome != action.WouldNotDie) {
+				t.Errorf("Kill = %+v; want gone or would-not-die, and no signal", res)
+			}
 			checkUntouched(t, inn, ist)
 			checkUntouched(t, moved, mst)
 		})
@@ -518,6 +529,25 @@ func TestKillRefusesAnotherUIDsProcess(t *testing.T) {
 		wantResult(t, res, action.WouldNotDie, nil, true)
 		checkUntouched(t, inn, st)
 	})
+	// A setuid program keeps its caller's real UID: the effective and
+	// saved ones count too.
+	t.Run("a recorded member running setuid", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root")
+		}
+		cmd := exec.Command("setpriv", "--ruid=65534", "--euid=0", "--init-groups", "sleep", "1000")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		proc.Start(t, cmd)
+		st := waitSleeping(t, cmd.Process.Pid)
+		res := pgkill.Kill(context.Background(), pgkill.Group{PGID: st.PGID, Members: []fingerprint.Stat{st}},
+			pgkill.Options{Grace: 100 * time.Millisecond, UID: 65534, CheckUID: true})
+		if res.Outcome != action.WouldNotDie || len(res.Signals) != 0 || res.Err == nil || !strings.Contains(res.Err.Error(), "[65534 0 0]") {
+			t.Errorf("Kill = %+v; want would-not-die, no signal, naming the effective UID", res)
+		}
+		if now, err := fingerprint.ReadStat(root, st.PID); err != nil || !fingerprint.Same(now, st) || now.Zombie() || now.State == 'T' {
+			t.Errorf("the setuid member: %+v, %v", now, err)
+		}
+	})
 	// Of a tree of uid 65534's, a root process joined the group after it
 	// was recorded: the group's signals, sent as 65534, never reach it,
 	// and the search for joiners names it and signals nothing more.
@@ -540,5 +570,39 @@ func TestKillRefusesAnotherUIDsProcess(t *testing.T) {
 			t.Errorf("the tree's own process ended by %v, want SIGKILL (it ignores SIGTERM)", sig)
 		}
 		checkUntouched(t, inn, ist)
+		// The UID was taken by a thread that ended: the program's own
+		// (its main thread's, as /proc and kill(2) see it) is root's.
+		status, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(status), "\n") {
+			if strings.HasPrefix(l, "Uid:") && strings.Join(strings.Fields(l)[1:], " ") != "0 0 0 0" {
+				t.Errorf("the program's UIDs after signalling as 65534: %q", l)
+			}
+		}
 	})
+}
+
+// TestKillGoneUnrecordedLeader: the group's leader was left out of the
+// record (its argv could not be read) and the recorded members died
+// before the kill. The live process holding the group's number was born
+// before them: it is the group's own leader, not a stranger that got the
+// number later, so the tree is not reported gone while it lives.
+func TestKillGoneUnrecordedLeader(t *testing.T) {
+	leader, member := sleepCmd(), sleepCmd()
+	g := startGroup(t, leader, member)
+	recorded := pgkill.Group{PGID: g.PGID, Members: g.Members[1:]}
+	if err := member.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	proc.Reap(member)
+	proc.WaitGone(t, root, member.Process.Pid, waitLong)
+	res := pgkill.Kill(context.Background(), recorded, pgkill.Options{Grace: waitLong, Poll: 5 * time.Millisecond})
+	if res.Outcome == action.Gone {
+		t.Fatalf("Kill = %+v; the group's live leader was not looked for", res)
+	}
+	if len(res.Signals) != 0 {
+		t.Errorf("signals %v to a group no recorded process vouches for", res.Signals)
+	}
 }

@@ -291,7 +291,7 @@ func Scan(opt Options) (*Scanned, error) {
 	}
 	sc.snap = snap
 	if len(stats.Stalled) > 0 {
-		log.Warn("argv of some processes not read: their memory did not answer within a second (a thread of theirs can hold it for a user's FUSE server); their groups are of unknown age, not acted on this run", "pids", stats.StalledNote())
+		log.Warn("argv of some processes not read: their memory did not answer in time (a thread of theirs can hold it for a user's FUSE server); their groups are of unknown age, not acted on this run", "pids", stats.StalledNote())
 	}
 	if sc.cgroups, err = contain.List(opt.Contain); err != nil {
 		log.Warn("could not list kc-watchman's cgroups", "err", err)
@@ -419,7 +419,7 @@ func (sc *Scanned) complete(live engine.Set) []trees.Tree {
 		out = append(out, t)
 	}
 	if st := cp.Stalled(); len(st) > 0 {
-		sc.log.Warn("argv of some members not read: their memory did not answer within a second; their trees are of unknown age, not acted on this run", "pids", trees.Stats{Stalled: st}.StalledNote())
+		sc.log.Warn("argv of some members not read: their memory did not answer in time; their trees are of unknown age, not acted on this run", "pids", trees.Stats{Stalled: st}.StalledNote())
 	}
 	return out
 }

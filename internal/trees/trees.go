@@ -601,17 +601,27 @@ func joinUID(tree, member int) int {
 }
 
 // statusUID reads pid's real UID from its status, which takes no lock the
-// process can hold (its memory's does); -1 when it cannot.
-func (s *scanner) statusUID(pid int) int {
+// process can hold (its memory's does): -1 when it cannot be read. here
+// is false when pid is gone, or another process than the one listed
+// (started at listed, when known).
+func (s *scanner) statusUID(pid int, listed uint64) (uid int, here bool) {
 	data, err := fingerprint.Dir(s.opt.Root).ReadFile(pid, "status")
-	if err != nil {
-		return -1
+	if errors.Is(err, fingerprint.ErrNotFound) {
+		return -1, false
 	}
-	_, uid, err := fingerprint.ParseStatus(data)
-	if err != nil {
-		return -1
+	if err == nil {
+		_, uid, err = fingerprint.ParseStatus(data)
 	}
-	return uid
+	if listed != 0 {
+		st, serr := s.readStat(pid)
+		if errors.Is(serr, fingerprint.ErrNotFound) || serr == nil && st.StartTicks != listed {
+			return -1, false
+		}
+	}
+	if err != nil {
+		return -1, true
+	}
+	return uid, true
 }
 
 // leader reads the stat of a process that leads its group.
@@ -710,7 +720,9 @@ func (s *scanner) examine(c candidate) (Tree, bool) {
 				t.AgeKnown = false
 				// Left out of the members, it is still in the group
 				// a kill reaches: its owner counts all the same.
-				t.UID = joinUID(t.UID, s.statusUID(pid))
+				if uid, here := s.statusUID(pid, listed); here {
+					t.UID = joinUID(t.UID, uid)
+				}
 			}
 			continue
 		}

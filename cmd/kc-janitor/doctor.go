@@ -55,7 +55,8 @@ supervisor trees (a dry-run reconcile; --fix reaps them as reconcile
 --apply would); orphan sockets (a dry-run sweep); abandoned sessions (a
 cull audit).
 
-Nothing is changed without --fix, and --fix only reaps stray trees.`,
+Without --fix nothing is changed (the state dir check writes and removes
+one probe file there), and --fix only reaps stray trees.`,
 		Flags:  flags,
 		Action: runDoctor,
 	}

@@ -408,16 +408,18 @@ const (
 	clipError = 512
 )
 
-// clip cuts s to at most n bytes, on a rune boundary, marking the cut.
+// clip cuts s to at most n bytes, on a rune boundary, marking the cut
+// within the n bytes: a clipped string clips to itself.
 func clip(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	cut := n
+	mark := fmt.Sprintf("…(%d bytes)", len(s))
+	cut := max(n-len(mark), 0)
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
-	return fmt.Sprintf("%s…(%d bytes)", s[:cut], len(s))
+	return s[:cut] + mark
 }
 
 // Client talks to supervisors. The zero value uses the default timeouts

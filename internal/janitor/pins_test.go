@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -70,26 +71,14 @@ func TestPinnerUnseenPIDIsNoDeath(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var deaths []engine.Death
-	pn, err := newPinner("/proc", slog.New(slog.DiscardHandler), nil, nil, func(d engine.Death) {
-		mu.Lock()
-		deaths = append(deaths, d)
-		mu.Unlock()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pn.close()
+	pn, deaths := recordingPinner(t)
 	id := strings.Repeat("7c", 32)
 	pn.refresh([]engine.Answer{{Engine: "docker", Containers: []engine.Container{{ID: id, Live: true, InitPID: cmd.Process.Pid}}}})
 	if pinned, eventsOnly := pn.counts(); pinned != 0 || eventsOnly != 1 {
 		t.Errorf("pinned %d, events only %d; want 0, 1", pinned, eventsOnly)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(deaths) != 0 {
-		t.Errorf("deaths reported: %+v", deaths)
+	if ds := deaths(); len(ds) != 0 {
+		t.Errorf("deaths reported: %+v", ds)
 	}
 }
 
@@ -117,17 +106,7 @@ func TestPinnerPodman(t *testing.T) {
 	}
 	p.Close()
 
-	var mu sync.Mutex
-	var deaths []engine.Death
-	pn, err := newPinner("/proc", slog.New(slog.DiscardHandler), nil, nil, func(d engine.Death) {
-		mu.Lock()
-		deaths = append(deaths, d)
-		mu.Unlock()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pn.close()
+	pn, deaths := recordingPinner(t)
 	otherPID := pm.InitPID(t, other)
 	answers := []engine.Answer{{Engine: "podman", Containers: []engine.Container{
 		{ID: id, Live: true, InitPID: pid},
@@ -145,12 +124,8 @@ func TestPinnerPodman(t *testing.T) {
 	if _, err := pm.Podman("kill", id); err != nil {
 		t.Fatal(err)
 	}
-	proc.WaitFor(t, 10*time.Second, "the pidfd's death", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(deaths) == 1
-	})
-	if d := deaths[0]; d.ID != id || d.Engine != "podman" || d.Via != "pidfd" {
+	proc.WaitFor(t, 10*time.Second, "the pidfd's death", func() bool { return len(deaths()) == 1 })
+	if d := deaths()[0]; d.ID != id || d.Engine != "podman" || d.Via != "pidfd" {
 		t.Errorf("death %+v", d)
 	}
 	if pinned, _ := pn.counts(); pinned != 0 {
@@ -229,5 +204,27 @@ func (p *pinner) settle() {
 			return
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// recordingPinner returns a pinner on /proc, closed when t ends, and a
+// function returning the deaths it has reported so far.
+func recordingPinner(t *testing.T) (*pinner, func() []engine.Death) {
+	t.Helper()
+	var mu sync.Mutex
+	var deaths []engine.Death
+	pn, err := newPinner("/proc", slog.New(slog.DiscardHandler), nil, nil, func(d engine.Death) {
+		mu.Lock()
+		deaths = append(deaths, d)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pn.close)
+	return pn, func() []engine.Death {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(deaths)
 	}
 }

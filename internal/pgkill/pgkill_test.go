@@ -116,6 +116,20 @@ func exitSignal(t *testing.T, cmd *exec.Cmd) syscall.Signal {
 	return ws.Signal()
 }
 
+// killed SIGKILLs cmd and waits until it is reaped (reap) or a zombie.
+func killed(t *testing.T, cmd *exec.Cmd, reap bool) {
+	t.Helper()
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if reap {
+		proc.Reap(cmd)
+		proc.WaitGone(t, root, cmd.Process.Pid, waitLong)
+	} else {
+		proc.WaitState(t, root, cmd.Process.Pid, "Z", waitLong)
+	}
+}
+
 func wantResult(t *testing.T, got pgkill.Result, outcome action.Action, signals []syscall.Signal, wantErr bool) {
 	t.Helper()
 	if got.Outcome != outcome || !reflect.DeepEqual(got.Signals, signals) || (got.Err != nil) != wantErr {
@@ -186,15 +200,7 @@ func TestKillGone(t *testing.T) {
 			cmds := []*exec.Cmd{sleepCmd(), sleepCmd()}
 			g := startGroup(t, cmds...)
 			for _, cmd := range cmds {
-				if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-					t.Fatal(err)
-				}
-				if reap {
-					proc.Reap(cmd)
-					proc.WaitGone(t, root, cmd.Process.Pid, waitLong)
-				} else {
-					proc.WaitState(t, root, cmd.Process.Pid, "Z", waitLong)
-				}
+				killed(t, cmd, reap)
 			}
 			res := pgkill.Kill(context.Background(), g, pgkill.Options{Grace: waitLong})
 			wantResult(t, res, action.Gone, nil, false)
@@ -462,15 +468,7 @@ func TestKillGoneLooksForJoiners(t *testing.T) {
 			leader, joiner := sleepCmd(), sleepCmd()
 			g := startGroup(t, leader, joiner)
 			recorded := pgkill.Group{PGID: g.PGID, Members: g.Members[:1]}
-			if err := leader.Process.Signal(syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			if reap {
-				proc.Reap(leader)
-				proc.WaitGone(t, root, leader.Process.Pid, waitLong)
-			} else {
-				proc.WaitState(t, root, leader.Process.Pid, "Z", waitLong)
-			}
+			killed(t, leader, reap)
 			res := pgkill.Kill(context.Background(), recorded, pgkill.Options{Grace: waitLong, Poll: 5 * time.Millisecond})
 			if reap {
 				wantResult(t, res, action.WouldNotDie, nil, true)

@@ -243,7 +243,7 @@ func (k *killer) round(ctx context.Context, members []fingerprint.Stat) (action.
 	err := k.signalGroup(members, unix.SIGTERM)
 	switch {
 	case errors.Is(err, errNoOccupant):
-		return action.Gone, nil
+		return k.leftGroup(ctx, g, action.Gone)
 	case err != nil:
 		return action.WouldNotDie, err
 	}
@@ -263,12 +263,8 @@ func (k *killer) round(ctx context.Context, members []fingerprint.Stat) (action.
 	switch {
 	case errors.Is(err, errNoOccupant):
 		// The last member died between the poll and the revalidation,
-		// or the living ones left the group during the grace (setsid):
-		// those the group's signals no longer reach are not dead.
-		if left := alive(k.opt.Root, g); len(left) > 0 {
-			return action.WouldNotDie, fmt.Errorf("group %d: %s left it after SIGTERM, alive: not signalled again", k.pgid, describe(left))
-		}
-		return action.Reaped, nil
+		// or the living ones left the group during the grace (setsid).
+		return k.leftGroup(ctx, g, action.Reaped)
 	case err != nil:
 		return action.WouldNotDie, err
 	}
@@ -285,6 +281,34 @@ func (k *killer) round(ctx context.Context, members []fingerprint.Stat) (action.
 		return action.Reaped, nil
 	}
 	return action.WouldNotDie, fmt.Errorf("group %d: still alive after SIGKILL: %s", k.pgid, describe(alive(k.opt.Root, g)))
+}
+
+// leftGroup settles a round none of whose members occupies the group any
+// more: outcome if they are all dead; those alive left it (setsid), out
+// of the group's signals' reach but recorded, so still the tree's. With
+// Options.CheckUID they are killed one by one as escaped members are
+// (KillEscaped: a pidfd each, the tree's UID); without, reported.
+func (k *killer) leftGroup(ctx context.Context, g Group, outcome action.Action) (action.Action, error) {
+	left := alive(k.opt.Root, g)
+	if len(left) == 0 {
+		return outcome, nil
+	}
+	if !k.opt.CheckUID {
+		return action.WouldNotDie, fmt.Errorf("group %d: %s left it, alive: not signalled", k.pgid, describe(left))
+	}
+	opt := k.opt
+	if !k.graceEnd.IsZero() {
+		// They had the group's SIGTERM: what is left of its grace.
+		opt.Grace = max(time.Until(k.graceEnd), time.Nanosecond)
+	}
+	r := KillEscaped(ctx, left, k.opt.UID, opt)
+	switch r.Outcome {
+	case action.WouldNotDie:
+		return r.Outcome, fmt.Errorf("group %d: members that left it: %w", k.pgid, r.Err)
+	case action.Reaped:
+		return action.Reaped, nil
+	}
+	return outcome, nil
 }
 
 // joiners runs rounds on the processes found in the group once the

@@ -2,6 +2,7 @@ package pgkill_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"reflect"
@@ -490,28 +491,38 @@ func TestKillGoneLooksForJoiners(t *testing.T) {
 
 // TestKillMemberLeavesDuringGrace: a member that catches SIGTERM and
 // moves to a group of its own during the grace is out of the group's
-// reach: it is reported alive, not taken for dead once the group is
-// empty.
+// reach, and not dead: with CheckUID it is killed as an escaped member is
+// (a pidfd, the tree's UID); without, it is reported alive. Either way the
+// tree is not taken for reaped while it lives.
 func TestKillMemberLeavesDuringGrace(t *testing.T) {
-	leader := sleepCmd()
-	g := startGroup(t, leader)
-	inn, st := startInnocent(t, &syscall.SysProcAttr{Setpgid: true, Pgid: g.PGID})
-	st.PGID = g.PGID
-	g.Members = append(g.Members, st)
-	done := make(chan pgkill.Result, 1)
-	go func() {
-		done <- pgkill.Kill(context.Background(), g, pgkill.Options{Grace: 2 * time.Second, Poll: 5 * time.Millisecond})
-	}()
-	proc.WaitFor(t, waitLong, "the member's SIGTERM", func() bool { return len(inn.Caught()) > 0 })
-	if err := inn.Setpgid(0); err != nil {
-		t.Fatal(err)
-	}
-	res := <-done
-	if res.Outcome != action.WouldNotDie || res.Err == nil || !strings.Contains(res.Err.Error(), "left it") {
-		t.Fatalf("Kill = %+v; want would-not-die naming the member that left", res)
-	}
-	if now, err := fingerprint.ReadStat(root, inn.PID); err != nil || !fingerprint.Same(now, st) || now.Zombie() {
-		t.Errorf("the member that left: %+v, %v", now, err)
+	for _, checkUID := range []bool{false, true} {
+		t.Run(fmt.Sprintf("CheckUID %v", checkUID), func(t *testing.T) {
+			leader := sleepCmd()
+			g := startGroup(t, leader)
+			inn, st := startInnocent(t, &syscall.SysProcAttr{Setpgid: true, Pgid: g.PGID})
+			st.PGID = g.PGID
+			g.Members = append(g.Members, st)
+			done := make(chan pgkill.Result, 1)
+			go func() {
+				done <- pgkill.Kill(context.Background(), g, pgkill.Options{Grace: 2 * time.Second, Poll: 5 * time.Millisecond, UID: 0, CheckUID: checkUID})
+			}()
+			proc.WaitFor(t, waitLong, "the member's SIGTERM", func() bool { return len(inn.Caught()) > 0 })
+			if err := inn.Setpgid(0); err != nil {
+				t.Fatal(err)
+			}
+			res := <-done
+			now, err := fingerprint.ReadStat(root, inn.PID)
+			alive := err == nil && fingerprint.Same(now, st) && !now.Zombie()
+			if checkUID {
+				if res.Outcome != action.Reaped || res.Err != nil || alive {
+					t.Fatalf("Kill = %+v, the member alive %v; want reaped, the member killed", res, alive)
+				}
+				return
+			}
+			if res.Outcome != action.WouldNotDie || res.Err == nil || !strings.Contains(res.Err.Error(), "left it") || !alive {
+				t.Fatalf("Kill = %+v, the member alive %v; want would-not-die naming the member that left, alive", res, alive)
+			}
+		})
 	}
 }
 

@@ -2,6 +2,8 @@ package trees
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"testing"
@@ -361,6 +363,40 @@ func TestStalledNote(t *testing.T) {
 		t.Run(tc.want, func(t *testing.T) {
 			if got := (Stats{Stalled: tc.pids}).StalledNote(); got != tc.want {
 				t.Errorf("StalledNote() = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestStatusUID: the UID of a member whose argv could not be read comes
+// from its status; one gone by then, or another process than the one
+// listed, says nothing (it must not make the tree's UID unknown), and a
+// status that cannot be read makes it unknown.
+func TestStatusUID(t *testing.T) {
+	root := writeFixture(t, []proc{
+		{pid: 101, pgid: 100, comm: "sleep", uid: 1000, start: 90000},
+		{pid: 102, pgid: 100, comm: "sleep", uid: 1000, start: 90000},
+	})
+	if err := os.WriteFile(filepath.Join(root, "102", "status"), []byte("garbled\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := &scanner{opt: Options{Root: root}}
+	for _, tc := range []struct {
+		name   string
+		pid    int
+		listed uint64
+		uid    int
+		here   bool
+	}{
+		{"read", 101, 90000, 1000, true},
+		{"start unknown", 101, 0, 1000, true},
+		{"another process under the PID", 101, 80000, -1, false},
+		{"gone", 103, 90000, -1, false},
+		{"status unreadable", 102, 90000, -1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if uid, here := s.statusUID(tc.pid, tc.listed); uid != tc.uid || here != tc.here {
+				t.Errorf("statusUID(%d, %d) = %d, %v; want %d, %v", tc.pid, tc.listed, uid, here, tc.uid, tc.here)
 			}
 		})
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -39,7 +40,8 @@ func runCull(c *cli.Context) error {
 	se, err := preamble(c, "cull", plan{target: true, idle: true, logEnv: "KC_CULLER_LOG", check: func(globals) error {
 		// A socket named by path is read from the host: with a
 		// container named too, the run would widen past it.
-		if len(c.StringSlice("socket")) > 0 && (c.String(flagContainer) != "" || c.Int(flagContainerPID) > 0) {
+		if slices.ContainsFunc(c.StringSlice("socket"), func(p string) bool { return strings.TrimSpace(p) != "" }) &&
+			(c.String(flagContainer) != "" || c.Int(flagContainerPID) > 0) {
 			return usageErr("--socket (KC_SOCKET) names host paths: it does not go with --container (KC_CONTAINER); to audit a container's supervisors, leave --socket out")
 		}
 		return nil

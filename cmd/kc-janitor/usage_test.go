@@ -195,6 +195,12 @@ func TestQuietAndLogLevel(t *testing.T) {
 			t.Errorf("KC_QUIET=1 %q: exit %d, stdout %q; want the finding printed", args, code, stdout)
 		}
 	}
+	// An empty variable reads as false, as urfave/cli reads it.
+	for _, args := range [][]string{{"-q", "sweep", "--socket-dir", socks}, {"sweep", "-q", "--socket-dir", socks}} {
+		if code, stdout, _ := runJanitor(t, []string{"KC_QUIET="}, args...); code != exitOK || stdout != "" {
+			t.Errorf("KC_QUIET= %q: exit %d, stdout %q; want quiet", args, code, stdout)
+		}
+	}
 	if strings.Contains(stderr, "would unlink") {
 		t.Errorf("by default a one-shot command's findings are on stdout only, stderr %q", stderr)
 	}
@@ -236,6 +242,10 @@ func TestVersionAndFormat(t *testing.T) {
 	// must not stop the watch service or its timer.
 	if code, _, stderr := runJanitor(t, []string{"KC_FORMAT=json"}, "watch", "--once", "--no-reconcile", "--socket-dir", t.TempDir()); code != exitOK {
 		t.Errorf("KC_FORMAT=json watch: exit %d, %q", code, stderr)
+	}
+	// Typed, it is refused whatever the environment says.
+	if code, _, stderr := runJanitor(t, []string{"KC_FORMAT=json"}, "watch", "--once", "--format", "json"); code != exitUsage {
+		t.Errorf("KC_FORMAT=json watch --format json: exit %d, %q", code, stderr)
 	}
 }
 

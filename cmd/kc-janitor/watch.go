@@ -15,6 +15,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kc-watchman/kc-watchman/internal/cliapp"
 	"github.com/kc-watchman/kc-watchman/internal/janitor"
 	"github.com/kc-watchman/kc-watchman/internal/sweep"
 )
@@ -104,7 +105,7 @@ func runWatch(c *cli.Context) error {
 		// watch prints no report: what it finds is in its log lines. A
 		// KC_FORMAT=json meant for the other commands, in
 		// /etc/default/kc-janitor, must not stop the service.
-		if g.JSON && os.Getenv("KC_FORMAT") != "json" {
+		if g.JSON && (os.Getenv("KC_FORMAT") != "json" || cliapp.Typed(c.App, os.Args[1:], flagFormat)) {
 			return usageErr("watch prints no report, only log lines: for JSON use --log-format json, not --format json")
 		}
 		if c.Duration("interval") <= 0 {

@@ -31,8 +31,15 @@ func SharedString(c *cli.Context, name string, flags []cli.Flag) string {
 // SharedBool resolves a global boolean flag.
 func SharedBool(c *cli.Context, name string, flags []cli.Flag) bool {
 	return typed(c, name, flags, func(lc *cli.Context, env string) bool {
-		b, err := strconv.ParseBool(env)
-		return err == nil && lc.Bool(name) == b
+		// urfave/cli reads an empty variable as false.
+		b := false
+		if env != "" {
+			var err error
+			if b, err = strconv.ParseBool(env); err != nil {
+				return false
+			}
+		}
+		return lc.Bool(name) == b
 	}).Bool(name)
 }
 

@@ -281,6 +281,12 @@ func scan(app *cli.App, args []string) commandLine {
 	return cl
 }
 
+// Typed reports whether args (without the program name) hold the flag
+// name, before or after the command name.
+func Typed(app *cli.App, args []string, name string) bool {
+	return scan(app, args).typed[name]
+}
+
 // FromEnv names the variable a refused value came from: a message that
 // starts with a flag the command line (args, without the program name)
 // does not hold, while one of that flag's variables (the command's own

@@ -275,7 +275,7 @@ func (rep Report) Text(w io.Writer) {
 	case rep.Refused != "":
 		fmt.Fprintf(w, "nothing was reaped: %s\n", rep.Refused)
 	case rep.WouldRefuse != "":
-		fmt.Fprintf(w, "%d stray tree(s) found, but an --apply run would reap none: %s\n", n, rep.WouldRefuse)
+		fmt.Fprintf(w, "%d stray tree(s) found, but an --apply run would reap nothing: %s\n", n, rep.WouldRefuse)
 	case n > 0:
 		fmt.Fprintf(w, "%d stray tree(s) would be reaped; run with --apply to reap them\n", n)
 	}

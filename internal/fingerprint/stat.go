@@ -248,6 +248,33 @@ func ReadStatFrom(f Files, pid int) (Stat, error) {
 	return s, nil
 }
 
+// ReadUIDs returns the real, effective and saved UIDs of pid from its
+// status (a setuid program keeps its caller's real UID).
+func ReadUIDs(root string, pid int) ([3]int, error) {
+	var ids [3]int
+	data, err := Dir(root).ReadFile(pid, "status")
+	if err != nil {
+		return ids, err
+	}
+	for line := range bytes.SplitSeq(data, []byte("\n")) {
+		rest, ok := bytes.CutPrefix(line, []byte("Uid:"))
+		if !ok {
+			continue
+		}
+		f := bytes.Fields(rest)
+		if len(f) < 3 {
+			break
+		}
+		for i := range ids {
+			if ids[i], err = strconv.Atoi(string(f[i])); err != nil || ids[i] < 0 {
+				return ids, fmt.Errorf("pid %d: status Uid %q: %w", pid, rest, ErrMalformed)
+			}
+		}
+		return ids, nil
+	}
+	return ids, fmt.Errorf("pid %d: status has no Uid line: %w", pid, ErrMalformed)
+}
+
 // ParseStatus returns the Tgid and the real UID (the first field of Uid)
 // from the contents of /proc/<pid>/status.
 func ParseStatus(data []byte) (tgid, uid int, err error) {

@@ -35,7 +35,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -510,14 +509,20 @@ func (k *killer) signalGroup(members []fingerprint.Stat, sig syscall.Signal) err
 
 // owned checks, with Options.CheckUID, that each of procs still in the
 // group has the tree's UID as its real, effective and saved UID (a
-// setuid program keeps its caller's real UID).
+// setuid program keeps its caller's real UID). One whose UIDs cannot be
+// read is not vouched for either.
 func (k *killer) owned(procs []fingerprint.Stat) error {
 	if !k.opt.CheckUID {
 		return nil
 	}
 	for _, p := range procs {
 		ids, err := uidsOf(k.opt.Root, k.pgid, p)
-		if err == nil && (ids[0] != k.opt.UID || ids[1] != k.opt.UID || ids[2] != k.opt.UID) {
+		switch {
+		case errors.Is(err, errNoOccupant), errors.Is(err, fingerprint.ErrNotFound):
+			// Not in the group now: its signals do not reach it.
+		case err != nil:
+			return fmt.Errorf("group %d: cannot read the UIDs of %d(%s): %w", k.pgid, p.PID, p.Comm, err)
+		case ids != [3]int{k.opt.UID, k.opt.UID, k.opt.UID}:
 			return fmt.Errorf("group %d: %d(%s) runs as uid %d (real, effective, saved: %v) now, not the tree's %d: %w",
 				k.pgid, p.PID, p.Comm, ids[1], ids, k.opt.UID, errOtherUID)
 		}
@@ -529,39 +534,17 @@ func (k *killer) owned(procs []fingerprint.Stat) error {
 // tree's: it is not signalled.
 var errOtherUID = errors.New("not signalled")
 
-// uidsOf reads the real, effective and saved UIDs of p, if p is still that
-// process and in group pgid (read between two of its identity, so that
-// they are p's).
+// uidsOf reads the UIDs of p, if p is still that process and in group
+// pgid (read between two of its identity, so that they are p's).
 func uidsOf(root string, pgid int, p fingerprint.Stat) ([3]int, error) {
-	var ids [3]int
-	data, err := fingerprint.Dir(root).ReadFile(p.PID, "status")
+	ids, err := fingerprint.ReadUIDs(root, p.PID)
 	if err != nil {
 		return ids, err
-	}
-	line, ok := statusLine(data, "Uid:")
-	f := strings.Fields(line)
-	if !ok || len(f) < 3 {
-		return ids, fmt.Errorf("pid %d: status has no Uid line: %w", p.PID, fingerprint.ErrMalformed)
-	}
-	for i := range ids {
-		if ids[i], err = strconv.Atoi(f[i]); err != nil {
-			return ids, fmt.Errorf("pid %d: status Uid %q: %w", p.PID, line, fingerprint.ErrMalformed)
-		}
 	}
 	if st, err := fingerprint.Revalidate(root, p); err != nil || st.PGID != pgid || st.Zombie() {
 		return ids, errNoOccupant
 	}
 	return ids, nil
-}
-
-// statusLine returns what follows key on its line of a status file.
-func statusLine(data []byte, key string) (string, bool) {
-	for _, l := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(l, key); ok {
-			return rest, true
-		}
-	}
-	return "", false
 }
 
 // signalVia signals the group while m, pinned, is verified in it and

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"runtime"
 	"strconv"
@@ -614,4 +615,55 @@ func TestKillGoneUnrecordedLeader(t *testing.T) {
 	if len(res.Signals) != 0 {
 		t.Errorf("signals %v to a group no recorded process vouches for", res.Signals)
 	}
+}
+
+// TestKillRefusesWhatItCannotVouchFor: with CheckUID, a member whose UIDs
+// cannot be read (a status without them, standing for a read that fails)
+// is not signalled; a recorded member that left the group and now runs
+// setuid (real UID the tree's, effective root) is not killed as an
+// escaped member either.
+func TestKillRefusesWhatItCannotVouchFor(t *testing.T) {
+	t.Run("UIDs unreadable", func(t *testing.T) {
+		inn, st := startInnocent(t, &syscall.SysProcAttr{Setpgid: true})
+		fake := filepath.Join(t.TempDir(), strconv.Itoa(st.PID))
+		if err := os.Mkdir(fake, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		stat, err := os.ReadFile(filepath.Join(root, strconv.Itoa(st.PID), "stat"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		status := fmt.Sprintf("Name:\tinnocent\nTgid:\t%d\nPid:\t%d\nUid:\t0\n", st.PID, st.PID)
+		for name, data := range map[string]string{"stat": string(stat), "status": status} {
+			if err := os.WriteFile(filepath.Join(fake, name), []byte(data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res := pgkill.Kill(context.Background(), pgkill.Group{PGID: st.PGID, Members: []fingerprint.Stat{st}},
+			pgkill.Options{Root: filepath.Dir(fake), Grace: 100 * time.Millisecond, UID: 0, CheckUID: true})
+		if res.Outcome != action.WouldNotDie || len(res.Signals) != 0 {
+			t.Errorf("Kill = %+v; want would-not-die, no signal", res)
+		}
+		checkUntouched(t, inn, st)
+	})
+	t.Run("left the group, running setuid", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root")
+		}
+		other := sleepCmd()
+		g := startGroup(t, other)
+		cmd := exec.Command("setpriv", "--ruid=65534", "--euid=0", "--init-groups", "sleep", "1000")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		proc.Start(t, cmd)
+		st := waitSleeping(t, cmd.Process.Pid)
+		st.PGID = g.PGID // recorded in the group, since left for one of its own
+		res := pgkill.Kill(context.Background(), pgkill.Group{PGID: g.PGID, Members: []fingerprint.Stat{st}},
+			pgkill.Options{Grace: 100 * time.Millisecond, UID: 65534, CheckUID: true})
+		if res.Outcome != action.WouldNotDie || res.Err == nil {
+			t.Errorf("Kill = %+v; want would-not-die", res)
+		}
+		if now, err := fingerprint.ReadStat(root, st.PID); err != nil || now.StartTicks != st.StartTicks || now.Zombie() {
+			t.Errorf("the setuid member that left was killed: %+v, %v", now, err)
+		}
+	})
 }

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 func TestReconcileUsageErrors(t *testing.T) {
@@ -106,7 +108,9 @@ func TestReconcileApplyVariables(t *testing.T) {
 				k, v, _ := strings.Cut(kv, "=")
 				t.Setenv(k, v)
 			}
-			code, out := runJanitorCapture(t, "reconcile", "--engine", "podman", "--podman-url", "unix:///nonexistent/podman.sock", "--format", "json", "--state-dir", filepath.Join(t.TempDir(), "state"))
+			// Scoped to a container no host has, should an engine answer.
+			code, out := runJanitorCapture(t, "reconcile", "--engine", "podman", "--podman-url", "unix:///nonexistent/podman.sock", "--format", "json",
+				"--state-dir", filepath.Join(t.TempDir(), "state"), "--container", testutil.RandomHex(t, 64))
 			var rep struct {
 				DryRun bool `json:"dry_run"`
 			}

@@ -11,10 +11,11 @@ import (
 
 // TestLedgerOthersCouldWriteIsNotUsed: a ledger in a state dir, or a
 // containers directory, that another user could write or swap (through a
-// parent he may write, unless sticky) is neither read nor written (records there name processes to kill), and
-// Open changes nothing outside it: a containers symlink's target keeps
-// its mode (Open made it 0700, following the link). A containers
-// directory that is ours but loose is closed again by Open.
+// parent he may write, unless sticky) is neither read nor written:
+// records there name processes to kill. A containers directory others
+// may write is refused, not closed and used. Open changes nothing outside
+// the ledger: a containers symlink's target keeps its mode (Open made it
+// 0700, following the link).
 func TestLedgerOthersCouldWriteIsNotUsed(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: it gives directories away")

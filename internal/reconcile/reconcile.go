@@ -652,6 +652,14 @@ func collect(opt Options, log *slog.Logger, records []*ledger.Record, live engin
 		if live.IsLive(r.ContainerID) || skip[r.ContainerID] || (len(opt.Containers) > 0 && !opt.Containers[r.ContainerID]) {
 			continue
 		}
+		// Kept as read by the scan is kept under the lock too (a record
+		// is only ever touched later), so it is not locked and read
+		// again: weeks of dry runs would pay three opens, and a hook's
+		// hold on the lock, for every container of the retention, each
+		// run.
+		if time.Since(r.UpdatedAt) < max(keep, opt.MinAge) && (!opt.Apply || opt.Store.Current(r)) {
+			continue
+		}
 		removed, err := opt.Store.Remove(r.ContainerID, func(cur *ledger.Record) bool {
 			if opt.Apply && !opt.Store.Current(cur) {
 				return false

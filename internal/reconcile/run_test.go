@@ -1,8 +1,12 @@
 package reconcile
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +15,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"golang.org/x/sys/unix"
 )
 
 func findByPGID(rep Report, pgid int) *Tree {
@@ -371,5 +376,47 @@ func TestDryRunCollectsAfterRetention(t *testing.T) {
 		if _, err := store.Load(id); err != nil {
 			t.Errorf("record %s… collected by a dry run: %v", id[:4], err)
 		}
+	}
+}
+
+// TestCollectLeavesYoungRecordsUnlocked: a record the scan read as
+// within the retention is kept without being locked and read again. A
+// dry run used to lock every gone container's record of the week, each
+// run; with a hook holding a stripe lock, it waited LockTimeout for it.
+func TestCollectLeavesYoungRecordsUnlocked(t *testing.T) {
+	dir := t.TempDir()
+	store, err := ledger.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const gone = "9999999999999999999999999999999999999999999999999999999999999999"
+	if err := store.Update(gone, func(r *ledger.Record) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	// A writer of the same stripe (a hook, stopped mid-write) holds it.
+	f, err := os.OpenFile(filepath.Join(dir, "containers", ".lock-9"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	opt := Options{Comms: []string{"kcsrv-young"}, Store: store, LedgerRetention: time.Hour, Containers: map[string]bool{gone: true},
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	live := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()}
+	rep, err := Run(context.Background(), opt, live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.LedgerCollected != 0 {
+		t.Errorf("a dry run collected %d records younger than the retention", rep.LedgerCollected)
+	}
+	if strings.Contains(logs.String(), "could not collect") {
+		t.Errorf("a record within the retention was locked again:\n%s", logs.String())
+	}
+	if _, err := store.Load(gone); err != nil {
+		t.Errorf("the young record is gone: %v", err)
 	}
 }

@@ -261,7 +261,9 @@ func signalableOf(ts []Tree) []Tree {
 // identities for the container: those are what a tree whose anchor died
 // is found by, and the hook's record would forget them.
 func TestOnlyScanConfirmsWhenItMust(t *testing.T) {
-	const other = "3333333333333333333333333333333333333333333333333333333333333333"
+	// Random: other packages' tests run kcserver trees of fixed IDs
+	// meanwhile (go test runs packages in parallel).
+	other := testutil.RandomHex(t, 64)
 	self := os.Getpid()
 	hideSelf := func(pid int) bool { return pid == self } // the census cannot vouch then
 	for _, tt := range []struct {

@@ -91,6 +91,80 @@ func TestPartial(t *testing.T) {
 		}
 	})
 
+	// The ledger's snapshot of a group: every member, given to id.
+	knownAs := func(g Tree, id string) map[Key]string {
+		out := map[Key]string{}
+		for _, m := range g.Members {
+			out[Key{PID: m.PID, StartTicks: m.StartTicks, PGID: g.PGID}] = id
+		}
+		return out
+	}
+
+	t.Run("a leader the ledger knows is taken without its argv", func(t *testing.T) {
+		_, unknown := scan(t, Options{Partial: true})
+		ts, stats := scan(t, Options{Partial: true, Known: knownAs(want[plain.PGID], plainID)})
+		p, ok := ours(ts)[plain.PGID]
+		if !ok || !p.Partial || p.ContainerID != plainID || p.Ambiguous || !p.Signalable() {
+			t.Fatalf("partial tree of a known leader's group: %+v", p)
+		}
+		if stats.ArgvReads != unknown.ArgvReads-1 {
+			t.Errorf("argv read %d times with the leader known, %d without: want one fewer", stats.ArgvReads, unknown.ArgvReads)
+		}
+		var cp Completer
+		defer cp.Close()
+		done, ok := cp.Complete(p)
+		if !ok || done.Partial || done.ContainerID != plainID || done.Ambiguous {
+			t.Errorf("completed: %+v", done)
+		}
+	})
+
+	t.Run("a leader the ledger gives to another container than its argv does is ambiguous once read", func(t *testing.T) {
+		thirdID := testutil.RandomHex(t, 64)
+		ts, _ := scan(t, Options{Partial: true, Known: knownAs(want[plain.PGID], thirdID)})
+		p, ok := ours(ts)[plain.PGID]
+		if !ok || !p.Partial || p.ContainerID != thirdID {
+			t.Fatalf("partial tree: %+v", p)
+		}
+		var cp Completer
+		defer cp.Close()
+		done, ok := cp.Complete(p)
+		if !ok || !done.Ambiguous || done.Signalable() {
+			t.Errorf("completed tree of a leader whose argv and ledger disagree: %+v", done)
+		}
+	})
+
+	t.Run("Only's filter reads no member the ledger gives to the tree's container", func(t *testing.T) {
+		only := map[string]bool{testutil.RandomHex(t, 64): true}
+		for _, c := range []struct {
+			name   string
+			known  map[Key]string
+			reads  bool
+			pgid   int
+			leader string
+		}{
+			{"all known", knownAs(want[plain.PGID], plainID), false, plain.PGID, plainID},
+			{"none known", nil, true, plain.PGID, plainID},
+		} {
+			ts, _ := scan(t, Options{Partial: true, Known: c.known, Only: only})
+			p, ok := ours(ts)[c.pgid]
+			if !ok || !p.Partial {
+				t.Fatalf("%s: partial tree: %+v", c.name, p)
+			}
+			var cp Completer
+			if done, ok := cp.Complete(p); ok {
+				t.Errorf("%s: an unwanted tree was completed: %+v", c.name, done)
+			}
+			reads := 0
+			for _, s := range cp.scanners {
+				reads += s.stats.ArgvReads
+			}
+			cp.Close()
+			if (reads > 0) != c.reads {
+				t.Errorf("%s: Only's filter read %d argv, want reads: %v", c.name, reads, c.reads)
+			}
+		}
+	})
+
 	t.Run("not with the /proc lister", func(t *testing.T) {
 		ts, _, err := Scan(Options{Comms: []string{comm}, Lister: proctable.ListProc, Partial: true})
 		if err != nil {

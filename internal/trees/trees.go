@@ -177,7 +177,8 @@ type Stats struct {
 	Groups     int
 	StatReads  int
 	FullReads  int
-	// ArgvReads counts the cmdline reads of Only's filter.
+	// ArgvReads counts the cmdline reads outside full identity reads
+	// (a leader's for Options.Partial, members' for Only's filter).
 	ArgvReads int
 	// Stalled lists, in order, the processes whose argv was not read
 	// because their memory did not answer (fingerprint.ErrStalled). A
@@ -379,9 +380,17 @@ func (cp *Completer) Complete(t Tree) (Tree, bool) {
 	}
 	// A tree of a container Options.Only does not want is read only as
 	// far as Only's filter: it matters only if a member carries a
-	// wanted ID. The leader's argv, read by the scan, carries none.
+	// wanted ID. The leader's argv, read by the scan, carries none; nor
+	// does a member the ledger gives to the same container (its snapshot
+	// was of a full read, which would have found another ID).
 	if only := s.opt.Only; len(only) > 0 && !slices.ContainsFunc(t.ContainerIDs, func(id string) bool { return only[id] }) {
-		others := slices.DeleteFunc(slices.Clone(t.cand.pids), func(pid int) bool { return pid == t.PGID })
+		others := make([]int, 0, len(t.cand.pids))
+		for k, pid := range t.cand.pids {
+			if pid == t.PGID || (k < len(t.cand.starts) && s.opt.Known[Key{PID: pid, StartTicks: t.cand.starts[k], PGID: t.PGID}] == t.ContainerID) {
+				continue
+			}
+			others = append(others, pid)
+		}
 		if !s.mayHoldOnly(others) {
 			return Tree{}, false
 		}
@@ -804,6 +813,13 @@ func (s *scanner) examine(c candidate) (Tree, bool) {
 // where it cannot, and the group is then read in full. The leader's stat
 // is read after its argv: the argv is the listed leader's only if the
 // PID was not reused in between.
+//
+// A leader the ledger knows (Options.Known: same PID, start time and
+// group) is its container's without its argv: the snapshot was taken of
+// a full read (DESIGN "Ledger" attributes by exact identity), and a tree
+// whose container is not live is read in full before any decision, the
+// leader's argv included. On a host of many live containers this is most
+// of a run's reads.
 func (s *scanner) partial(c candidate) (Tree, bool) {
 	l := s.listing
 	if l == nil || l.UIDs == nil || l.PPIDs == nil || len(c.at) != len(c.pids) || len(c.starts) != len(c.pids) {
@@ -813,15 +829,22 @@ func (s *scanner) partial(c candidate) (Tree, bool) {
 	if lead < 0 {
 		return Tree{}, false
 	}
-	argv, err := s.readArgv(c.pgid)
-	if err != nil {
-		return Tree{}, false
+	known, byLedger := s.opt.Known[Key{PID: c.pgid, StartTicks: c.starts[lead], PGID: c.pgid}]
+	var argv []string
+	if !byLedger {
+		var err error
+		if argv, err = s.readArgv(c.pgid); err != nil {
+			return Tree{}, false
+		}
 	}
 	st, err := s.readStat(c.pgid)
-	if err != nil || st.StartTicks != c.starts[lead] || st.PGID != c.pgid || st.Zombie() || !s.supervisor(c.pgid, st.Comm, argv) {
+	if err != nil || st.StartTicks != c.starts[lead] || st.PGID != c.pgid || st.Zombie() || (!byLedger && !s.supervisor(c.pgid, st.Comm, argv)) {
 		return Tree{}, false
 	}
-	ids := containerid.FromArgv(argv)
+	ids := []string{known}
+	if !byLedger {
+		ids = containerid.FromArgv(argv)
+	}
 	if len(ids) != 1 {
 		return Tree{}, false
 	}

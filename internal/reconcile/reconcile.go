@@ -386,7 +386,7 @@ func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 
 // complete reads in full the trees the scan left partial whose
 // container the answer does not call live: a live container's tree is
-// spared as the leader's argv and the listing show it, and only the
+// spared as its leader (argv or ledger) and the listing show it, and only the
 // others are decided on every member's files (DESIGN "One view of the
 // host"). The completion reads the members the scan listed, before the
 // engines were asked, so the order that closes the race stands.

@@ -76,8 +76,9 @@ type Options struct {
 	// then read in full only if a member's argv carries one of the IDs
 	// or a member's PID is in Known. Other groups are dropped after one
 	// cmdline read per member, which is what makes a hook's scan cheap;
-	// with Partial, a group whose leader names another container is a
-	// Partial tree of it, its members' argv read only by Complete.
+	// with Partial, a group whose leader names another container (or is
+	// its by Known) is a Partial tree of it, and Complete reads the argv
+	// only of its members Known does not give to that container.
 	// Trees of other containers that share a group with one of these are
 	// still reported, as without Only. Such a scan that finds no tree
 	// also skips confirming the BPF task iterator's listing against
@@ -85,8 +86,9 @@ type Options struct {
 	Only map[string]bool
 
 	// Partial leaves a group led by a live supervisor whose argv names
-	// one container, and no other by the ledger, unread but for the
-	// leader: the tree is built from the listing (Tree.Partial), and its
+	// one container (or Known gives it one without its argv), and no
+	// other by the ledger, unread but for the leader's stat and argv:
+	// the tree is built from the listing (Tree.Partial), and its
 	// caller reads it in full (Completer) only if it must decide
 	// more about it than that it is that container's — a reconcile,
 	// for a container the engines do not call live. Only a listing of
@@ -145,9 +147,10 @@ type Tree struct {
 	// Withheld are descendants outside the group of another UID or
 	// carrying another container's ID: reported, never signalled.
 	Withheld []fingerprint.Identity
-	// Partial: only the leader's argv was read (Options.Partial). The
-	// container is the leader's; Members come from the listing and carry
-	// no argv but the leader's, so another container's ID on a member
+	// Partial: only the leader's stat, and its argv unless Known gave
+	// its container, were read (Options.Partial). The container is the
+	// leader's; Members come from the listing and carry no argv but the
+	// leader's (if read), so another container's ID on a member
 	// (which would make the tree Ambiguous) is not ruled out. Such a tree
 	// may be spared as it stands; anything else reads it with Complete.
 	Partial bool
@@ -380,9 +383,10 @@ func (cp *Completer) Complete(t Tree) (Tree, bool) {
 	}
 	// A tree of a container Options.Only does not want is read only as
 	// far as Only's filter: it matters only if a member carries a
-	// wanted ID. The leader's argv, read by the scan, carries none; nor
-	// does a member the ledger gives to the same container (its snapshot
-	// was of a full read, which would have found another ID).
+	// wanted ID. The leader's argv, read by the scan, carries none. A
+	// member the ledger gives to the same container is not read either:
+	// it is that container's by the identity rule a reap of it follows
+	// (DESIGN "Ledger"), whatever it has exec'd since.
 	if only := s.opt.Only; len(only) > 0 && !slices.ContainsFunc(t.ContainerIDs, func(id string) bool { return only[id] }) {
 		others := make([]int, 0, len(t.cand.pids))
 		for k, pid := range t.cand.pids {
@@ -815,11 +819,13 @@ func (s *scanner) examine(c candidate) (Tree, bool) {
 // PID was not reused in between.
 //
 // A leader the ledger knows (Options.Known: same PID, start time and
-// group) is its container's without its argv: the snapshot was taken of
-// a full read (DESIGN "Ledger" attributes by exact identity), and a tree
+// group), its comm still a supervisor's, is its container's without its
+// argv, by the identity rule the ledger is for (DESIGN "Ledger"); a tree
 // whose container is not live is read in full before any decision, the
 // leader's argv included. On a host of many live containers this is most
-// of a run's reads.
+// of a run's reads. The price: a known leader of a live container that
+// exec'd with another container's ID in its argv is that live
+// container's (spared), not ambiguous, until its container dies.
 func (s *scanner) partial(c candidate) (Tree, bool) {
 	l := s.listing
 	if l == nil || l.UIDs == nil || l.PPIDs == nil || len(c.at) != len(c.pids) || len(c.starts) != len(c.pids) {
@@ -838,7 +844,7 @@ func (s *scanner) partial(c candidate) (Tree, bool) {
 		}
 	}
 	st, err := s.readStat(c.pgid)
-	if err != nil || st.StartTicks != c.starts[lead] || st.PGID != c.pgid || st.Zombie() || (!byLedger && !s.supervisor(c.pgid, st.Comm, argv)) {
+	if err != nil || st.StartTicks != c.starts[lead] || st.PGID != c.pgid || st.Zombie() || !s.comms[st.Comm] || (!byLedger && !s.supervisor(c.pgid, st.Comm, argv)) {
 		return Tree{}, false
 	}
 	ids := []string{known}

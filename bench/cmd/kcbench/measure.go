@@ -511,11 +511,15 @@ func (b *bench) reconcileBench(n, procs int) error {
 	}
 	args := map[string][]string{}
 	rrs := map[string]*reconcileResult{}
+	// One ledger for all paths, as a host has one: after the warm-up
+	// round it holds every engine's live trees, which a path limited to
+	// its own engine's containers then knows as others' without reading
+	// them (DESIGN "One view of the host").
+	stateDir := filepath.Join(b.tmp, fmt.Sprintf("janitor-state-%d", n))
+	if err := os.MkdirAll(filepath.Join(stateDir, "containers"), 0o700); err != nil {
+		return err
+	}
 	for _, path := range paths {
-		stateDir := filepath.Join(b.tmp, fmt.Sprintf("janitor-state-%d-%s", n, path))
-		if err := os.MkdirAll(filepath.Join(stateDir, "containers"), 0o700); err != nil {
-			return err
-		}
 		a := append([]string{"--state-dir", stateDir, "--min-age", "0s"}, b.janArgs[path]...)
 		args[path] = append(a, b.containerFilter(path)...)
 		rrs[path] = &reconcileResult{N: n, Processes: procs, Path: path}

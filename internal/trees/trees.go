@@ -86,8 +86,8 @@ type Options struct {
 	Only map[string]bool
 
 	// Partial leaves a group led by a live supervisor whose argv names
-	// one container (or Known gives it one without its argv), and no
-	// other by the ledger, unread but for the leader's stat and argv:
+	// one container (or Known gives it one), and no other by the
+	// ledger, unread but for the leader's argv and stat (none if known):
 	// the tree is built from the listing (Tree.Partial), and its
 	// caller reads it in full (Completer) only if it must decide
 	// more about it than that it is that container's — a reconcile,
@@ -147,8 +147,8 @@ type Tree struct {
 	// Withheld are descendants outside the group of another UID or
 	// carrying another container's ID: reported, never signalled.
 	Withheld []fingerprint.Identity
-	// Partial: only the leader's stat, and its argv unless Known gave
-	// its container, were read (Options.Partial). The container is the
+	// Partial: only the leader's argv and stat, or nothing where Known
+	// gave its container, were read (Options.Partial). The container is the
 	// leader's; Members come from the listing and carry no argv but the
 	// leader's (if read), so another container's ID on a member
 	// (which would make the tree Ambiguous) is not ruled out. Such a tree
@@ -819,8 +819,8 @@ func (s *scanner) examine(c candidate) (Tree, bool) {
 // PID was not reused in between.
 //
 // A leader the ledger knows (Options.Known: same PID, start time and
-// group), its comm still a supervisor's, is its container's without its
-// argv, by the identity rule the ledger is for (DESIGN "Ledger"); a tree
+// group), listed with a supervisor's comm, is its container's without a
+// file read, by the identity rule the ledger is for (DESIGN "Ledger"); a tree
 // whose container is not live is read in full before any decision, the
 // leader's argv included. On a host of many live containers this is most
 // of a run's reads. The price: a known leader of a live container that
@@ -837,18 +837,23 @@ func (s *scanner) partial(c candidate) (Tree, bool) {
 	}
 	known, byLedger := s.opt.Known[Key{PID: c.pgid, StartTicks: c.starts[lead], PGID: c.pgid}]
 	var argv []string
-	if !byLedger {
+	var st fingerprint.Stat
+	ids := []string{known}
+	if byLedger {
+		// The listing says as much as a stat read would for a tree
+		// spared as live, and a tree that is not is read in full.
+		if comm, zombie, seen := l.Seen(c.at[lead]); !seen || zombie || !s.comms[comm] {
+			return Tree{}, false
+		}
+	} else {
 		var err error
 		if argv, err = s.readArgv(c.pgid); err != nil {
 			return Tree{}, false
 		}
-	}
-	st, err := s.readStat(c.pgid)
-	if err != nil || st.StartTicks != c.starts[lead] || st.PGID != c.pgid || st.Zombie() || !s.comms[st.Comm] || (!byLedger && !s.supervisor(c.pgid, st.Comm, argv)) {
-		return Tree{}, false
-	}
-	ids := []string{known}
-	if !byLedger {
+		st, err = s.readStat(c.pgid)
+		if err != nil || st.StartTicks != c.starts[lead] || st.PGID != c.pgid || st.Zombie() || !s.supervisor(c.pgid, st.Comm, argv) {
+			return Tree{}, false
+		}
 		ids = containerid.FromArgv(argv)
 	}
 	if len(ids) != 1 {
@@ -868,7 +873,7 @@ func (s *scanner) partial(c candidate) (Tree, bool) {
 			continue
 		}
 		id := fingerprint.Identity{Stat: fingerprint.Stat{PID: pid, Comm: comm, PPID: int(l.PPIDs[i]), PGID: c.pgid, StartTicks: c.starts[k]}, TGID: pid, UID: int(l.UIDs[i])}
-		if k == lead {
+		if k == lead && !byLedger {
 			id.Stat, id.Argv = st, argv
 		}
 		switch {

@@ -18,7 +18,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -392,28 +394,47 @@ func (s *Store) write(r *Record) error {
 	return atomicfile.Write(s.dir, ".tmp-"+r.ContainerID+"-*", s.path(r.ContainerID), data, 0o600, "ledger record")
 }
 
-// List returns every readable record, and one error per record that could
-// not be read. Temporary files are skipped.
+// listWorkers bounds the goroutines List reads records on. Every run
+// reads the whole ledger, which holds each live container and, through
+// weeks of dry runs, each container of the retention: a busy host's
+// thousands of records, a file and a JSON decode each.
+const listWorkers = 4
+
+// List returns every readable record, in name order, and one error per
+// record that could not be read. Temporary files are skipped.
 func (s *Store) List() ([]*Record, []error) {
 	ents, err := os.ReadDir(s.dir)
 	if err != nil {
 		return nil, []error{fmt.Errorf("reading ledger directory: %w", err)}
 	}
-	var recs []*Record
-	var errs []error
+	var names []string
 	for _, e := range ents {
 		name := e.Name()
-		if !strings.HasSuffix(name, ".json") || !containerid.Valid(strings.TrimSuffix(name, ".json")) {
-			continue
+		if strings.HasSuffix(name, ".json") && containerid.Valid(strings.TrimSuffix(name, ".json")) {
+			names = append(names, name)
 		}
-		r, err := s.load(filepath.Join(s.dir, name))
-		if err != nil {
-			if !errors.Is(err, fs.ErrNotExist) {
-				errs = append(errs, err)
+	}
+	read := make([]*Record, len(names))
+	failed := make([]error, len(names))
+	workers := min(listWorkers, runtime.GOMAXPROCS(0), (len(names)+63)/64)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < len(names); i += workers {
+				read[i], failed[i] = s.load(filepath.Join(s.dir, names[i]))
 			}
-			continue
+		})
+	}
+	wg.Wait()
+	var recs []*Record
+	var errs []error
+	for i, r := range read {
+		switch err := failed[i]; {
+		case err == nil:
+			recs = append(recs, r)
+		case !errors.Is(err, fs.ErrNotExist):
+			errs = append(errs, err)
 		}
-		recs = append(recs, r)
 	}
 	return recs, errs
 }

@@ -383,10 +383,12 @@ func (cp *Completer) Complete(t Tree) (Tree, bool) {
 	}
 	// A tree of a container Options.Only does not want is read only as
 	// far as Only's filter: it matters only if a member carries a
-	// wanted ID. The leader's argv, read by the scan, carries none. A
-	// member the ledger gives to the same container is not read either:
-	// it is that container's by the identity rule a reap of it follows
-	// (DESIGN "Ledger"), whatever it has exec'd since.
+	// wanted ID. The leader's argv, if the scan read it, carries none.
+	// A member the ledger gives to the same container (a known leader
+	// too) is not read: it is that container's by the identity rule a
+	// reap of it follows (DESIGN "Ledger"), whatever it has exec'd
+	// since. So such a member that exec'd with a wanted ID no longer
+	// makes the tree ambiguous, nor spares that container's cgroup.
 	if only := s.opt.Only; len(only) > 0 && !slices.ContainsFunc(t.ContainerIDs, func(id string) bool { return only[id] }) {
 		others := make([]int, 0, len(t.cand.pids))
 		for k, pid := range t.cand.pids {

@@ -24,3 +24,5 @@ func WithSearchSeam(o Options, f func(round int)) Options {
 func SignalWhilePinned(root string, pgid int, pin *fingerprint.Pinned, sig syscall.Signal) error {
 	return signalWhilePinned(root, pgid, pin, sig, func() error { return nil }, -1)
 }
+
+func SignalAs(pgid int, sig syscall.Signal, uid int) (int, error) { return signalAs(pgid, sig, uid) }

@@ -80,10 +80,12 @@ type Options struct {
 	// cgroup its command was started in).
 	Confirm func(groups []int) []fingerprint.Stat
 	// UID, with CheckUID, is the real UID a group's processes must have
-	// when it is signalled: a member that ran a setuid program since it
-	// was recorded, or a process of another UID that joined the group,
-	// makes Kill signal nothing more (the group is not one UID's tree
-	// any more; DESIGN "Identity rules").
+	// when it is signalled: a recorded member that ran a setuid program
+	// since it was recorded, or a joiner found of another UID, makes
+	// Kill signal nothing more (the group is not one UID's tree any
+	// more; DESIGN "Identity rules"). The group's signals go out as UID
+	// (killpgAs): a process that joined unseen gets them only if UID
+	// could have sent them itself.
 	UID      int
 	CheckUID bool
 
@@ -706,35 +708,60 @@ func signalWhilePinned(root string, pgid int, pin *fingerprint.Pinned, sig sysca
 //
 // It sends from a thread of its own: setresuid(2) through the raw system
 // call changes the calling thread only (Go's Setresuid changes them
-// all); the thread stays locked and ends with its goroutine, and the
-// runtime starts no thread from a locked one. The effective UID is uid,
-// which is what the kernel checks the signal by; the real and saved UIDs
-// are one no process has (thread capabilities go with root's UIDs), so
-// that uid, whose processes these are, cannot signal that thread (a
-// SIGSTOP to it stops the whole program). The main thread, which the
-// runtime would keep rather than end, and whose credentials /proc shows
-// for the program, never takes them; nor does a thread that cannot (no
-// CAP_SETUID, a user namespace that does not map them): the signal then
+// all), and the thread stays locked while it is uid's. The effective UID
+// is uid, which is what the kernel checks the signal by; the real UID is
+// one no process has and the saved one root's, so that uid, whose
+// processes these are, cannot signal that thread (a SIGSTOP to it stops
+// the whole program), and the thread can take root's UIDs back. It does,
+// and goes back to the runtime's pool: a thread that ended would fire
+// PR_SET_PDEATHSIG on the children forked from it (a podman CLI, watch's
+// `podman events`). One that cannot take them back stays locked and ends
+// with its goroutine. The main thread, whose credentials /proc shows for
+// the program, never takes uid's; nor does a thread that cannot (no
+// CAP_SETUID, a user namespace that does not map it): the signal then
 // goes out as root's, as before.
 func killpgAs(pgid int, sig syscall.Signal, uid int) error {
+	_, err := signalAs(pgid, sig, uid)
+	return err
+}
+
+// signalAs is killpgAs; it also returns the thread it signalled from (0
+// when it signalled as root from the caller's).
+func signalAs(pgid int, sig syscall.Signal, uid int) (tid int, err error) {
 	if uid <= 0 || unix.Geteuid() != 0 {
-		return unix.Kill(-pgid, sig)
+		return 0, unix.Kill(-pgid, sig)
 	}
 	noone := uint32(noUID)
 	if uint32(uid) == noone {
 		noone--
 	}
-	done := make(chan error, 1)
+	type sent struct {
+		tid int
+		err error
+	}
+	done := make(chan sent, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked: see above
-		if unix.Gettid() != unix.Getpid() {
+		runtime.LockOSThread()
+		tid := unix.Gettid()
+		dropped := false
+		if tid != unix.Getpid() {
 			// On failure the thread is still root's, and sends as
 			// root: as good as before, never worse.
-			_, _, _ = unix.RawSyscall(sysSetresuid, uintptr(noone), uintptr(uid), uintptr(noone))
+			_, _, errno := unix.RawSyscall(sysSetresuid, uintptr(noone), uintptr(uid), 0)
+			dropped = errno == 0
 		}
-		done <- unix.Kill(-pgid, sig)
+		err := unix.Kill(-pgid, sig)
+		if dropped {
+			if _, _, errno := unix.RawSyscall(sysSetresuid, 0, 0, 0); errno != 0 {
+				done <- sent{tid, err}
+				return // locked: the thread ends with the goroutine
+			}
+		}
+		runtime.UnlockOSThread()
+		done <- sent{tid, err}
 	}()
-	return <-done
+	r := <-done
+	return r.tid, r.err
 }
 
 // noUID is a UID no process runs as: (uid_t)-2, the last one that is not

@@ -2,6 +2,7 @@ package pgkill_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -666,4 +667,48 @@ func TestKillRefusesWhatItCannotVouchFor(t *testing.T) {
 			t.Errorf("the setuid member that left was killed: %+v, %v", now, err)
 		}
 	})
+}
+
+// TestSignalAsGivesTheThreadBack: the thread a group's signal went out
+// from as the tree's UID is root's again afterwards, and alive. A thread
+// that ended would have fired PR_SET_PDEATHSIG on whatever the program
+// had forked from it (watch's `podman events`, a podman CLI query).
+func TestSignalAsGivesTheThreadBack(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("signalling as another UID needs root")
+	}
+	cmd := exec.Command("sleep", "1000")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	for range 20 {
+		tid, err := pgkill.SignalAs(cmd.Process.Pid, 0, 65534)
+		if err != nil {
+			t.Fatalf("signal 0 to uid 65534's group as 65534: %v", err)
+		}
+		if tid == 0 || tid == os.Getpid() {
+			t.Fatalf("signalled from thread %d, want one of its own", tid)
+		}
+		status, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/status", tid))
+		if err != nil {
+			t.Fatalf("the thread that signalled is gone: %v", err)
+		}
+		for _, l := range strings.Split(string(status), "\n") {
+			if strings.HasPrefix(l, "Uid:") && strings.Join(strings.Fields(l)[1:], " ") != "0 0 0 0" {
+				t.Fatalf("thread %d after signalling as 65534: %q", tid, l)
+			}
+		}
+	}
+	// The kernel still refuses what 65534 could not send.
+	root := exec.Command("sleep", "1000")
+	root.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := root.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Process.Kill(); root.Wait() })
+	if _, err := pgkill.SignalAs(root.Process.Pid, 0, 65534); !errors.Is(err, syscall.EPERM) {
+		t.Errorf("signal 0 to root's group as 65534: %v, want EPERM", err)
+	}
 }

@@ -171,6 +171,12 @@ func TestResolveOne(t *testing.T) {
 		if m, err := ResolveOne(t.Context(), []Engine{dock, other}, idB); !errors.Is(err, ErrAmbiguous) {
 			t.Errorf("two engines, two inits: got %+v, %v; want ambiguous", m, err)
 		}
+		// idC is stopped in docker: a running container of its ID
+		// elsewhere is another one, its init not docker's container's.
+		running := &fake{name: "containerd", a: Answer{Containers: []Container{{ID: idC, Live: true, InitPID: 9}}}}
+		if m, err := ResolveOne(t.Context(), []Engine{dock, running}, idC); !errors.Is(err, ErrAmbiguous) {
+			t.Errorf("a stopped container and a running one of its ID: got %+v, %v; want ambiguous", m, err)
+		}
 	})
 	t.Run("an engine that cannot be asked makes no-match unknown", func(t *testing.T) {
 		_, err := ResolveOne(t.Context(), []Engine{pod, &fake{name: "docker", err: errors.New("down")}}, "other")

@@ -72,20 +72,18 @@ func ResolveOne(ctx context.Context, engines []Engine, ref string) (Match, error
 // engines (dockerd's containers are containerd's too, in namespace moby)
 // into the first engine's, which names it in Known order: one
 // container, not an ambiguity. Only matches of different engines that
-// agree on the init (or where one knows none) are merged: one ID in two
-// containerd namespaces is two containers.
+// agree on the init are merged: one ID in two containerd namespaces is
+// two containers, and so is a stopped container (no init) and a running
+// one of that ID elsewhere, whose init must not be lent to it.
 func sameContainers(ms []Match) []Match {
 	out := ms[:0:0]
 	for _, m := range ms {
 		i := slices.IndexFunc(out, func(o Match) bool {
-			return o.ID == m.ID && o.Engine != m.Engine && (o.InitPID == m.InitPID || o.InitPID == 0 || m.InitPID == 0)
+			return o.ID == m.ID && o.Engine != m.Engine && o.InitPID == m.InitPID
 		})
 		if i < 0 {
 			out = append(out, m)
 			continue
-		}
-		if out[i].InitPID == 0 {
-			out[i].InitPID = m.InitPID
 		}
 		for _, n := range m.Names {
 			if !slices.Contains(out[i].Names, n) {

@@ -363,12 +363,9 @@ func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 			return rep, nil
 		}
 		rep.Cgroups, rep.Unrecorded = reapStrays(ctx, opt, log, rep.Trees, sc.bootTicks, sc.vanished, spare)
-	}
-	if !opt.Apply {
-		if why := blastRadius(opt, rep.Trees, populatedCount(opt, left)); why != "" {
-			rep.WouldRefuse = why
-			log.Warn("an --apply run would reap nothing (blast-radius guard)", "why", why)
-		}
+	} else if why := blastRadius(opt, rep.Trees, populatedCount(opt, left)); why != "" {
+		rep.WouldRefuse = why
+		log.Warn("an --apply run would reap nothing (blast-radius guard)", "why", why)
 	}
 	sc.sweepLeftCgroups(ctx, &rep, left, spare)
 	if opt.Apply {
@@ -647,6 +644,10 @@ func collect(opt Options, log *slog.Logger, records []*ledger.Record, live engin
 	if opt.Store == nil {
 		return 0
 	}
+	// young: kept for its age alone, whatever else is true of it.
+	young := func(r *ledger.Record) bool {
+		return time.Since(r.UpdatedAt) < max(keep, opt.MinAge) && (!opt.Apply || opt.Store.Current(r))
+	}
 	n := 0
 	for _, r := range records {
 		if live.IsLive(r.ContainerID) || skip[r.ContainerID] || (len(opt.Containers) > 0 && !opt.Containers[r.ContainerID]) {
@@ -657,14 +658,11 @@ func collect(opt Options, log *slog.Logger, records []*ledger.Record, live engin
 		// again: weeks of dry runs would pay three opens, and a hook's
 		// hold on the lock, for every container of the retention, each
 		// run.
-		if time.Since(r.UpdatedAt) < max(keep, opt.MinAge) && (!opt.Apply || opt.Store.Current(r)) {
+		if young(r) {
 			continue
 		}
 		removed, err := opt.Store.Remove(r.ContainerID, func(cur *ledger.Record) bool {
-			if opt.Apply && !opt.Store.Current(cur) {
-				return false
-			}
-			if time.Since(cur.UpdatedAt) < max(keep, opt.MinAge) {
+			if young(cur) {
 				return true
 			}
 			if !opt.Store.Current(cur) {

@@ -49,9 +49,12 @@ func TestReconcileUsageErrors(t *testing.T) {
 // touched, and the exit code says "ground truth unknown".
 func TestReconcileUnreachable(t *testing.T) {
 	t.Setenv("PATH", t.TempDir()) // no podman CLI to fall back to
+	// Scoped all the same: an --apply run of a test never reaches
+	// further than a container of its own.
+	own := strings.Repeat("e", 63) + "1"
 	for _, args := range [][]string{
-		{"reconcile", "--podman-url", "unix:///nonexistent/podman.sock", "--format", "json", "--apply"},
-		{"--podman-url", "unix:///nonexistent/podman.sock", "--format", "json", "reconcile", "--apply"},
+		{"reconcile", "--podman-url", "unix:///nonexistent/podman.sock", "--format", "json", "--apply", "--container", own},
+		{"--podman-url", "unix:///nonexistent/podman.sock", "--format", "json", "reconcile", "--apply", "--container", own},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			code, out := runJanitorCapture(t, args...)

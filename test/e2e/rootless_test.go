@@ -254,23 +254,31 @@ func TestRootlessPoststop(t *testing.T) {
 	out, _ = ru.run(t, env, kcj, "doctor", "--format", "json")
 	var rep struct {
 		Checks []struct {
-			Name, Verdict, Detail string
+			Name    string `json:"check"`
+			Verdict string `json:"verdict"`
+			Detail  string `json:"message"`
 		} `json:"checks"`
 	}
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("doctor: %v: %s", err, out)
 	}
+	seen := 0
 	for _, c := range rep.Checks {
 		switch c.Name {
 		case "state-dir":
+			seen++
 			if c.Verdict != "ok" || !strings.Contains(c.Detail, stateDir) {
 				t.Errorf("doctor state-dir: %s %s", c.Verdict, c.Detail)
 			}
 		case "hook-installed", "hook-alive":
+			seen++
 			if c.Verdict != "ok" {
 				t.Errorf("doctor %s: %s %s", c.Name, c.Verdict, c.Detail)
 			}
 		}
+	}
+	if seen != 3 {
+		t.Errorf("doctor as the user: %d of its state-dir and hook checks in %s", seen, out)
 	}
 }
 

@@ -20,7 +20,8 @@ lists the supervisor trees running now with their container's engine
 (podman, docker, containerd, cri) and its state there ("gone": no
 engine lists it; "?": an engine could not be asked) and what reconcile
 would decide for them. SOCKETS lists kc-*.sock files with their
-classification, as a dry-run sweep sees them. With -q it prints only
+classification, as a dry-run sweep sees them (with --container, only
+those of --socket-dir). With -q it prints only
 when it has PROBLEMS.`,
 		Flags:  flags,
 		Action: runStatus,

@@ -36,6 +36,12 @@ setsid /bin/sh "$0" $((n+1)) &
 // when the test ends.
 func contained(t *testing.T, kind Kind) *Cgroup {
 	t.Helper()
+	return containedAs(t, kind, os.Getuid())
+}
+
+// containedAs is contained for a tree of uid.
+func containedAs(t *testing.T, kind Kind, uid int) *Cgroup {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
@@ -44,7 +50,7 @@ func contained(t *testing.T, kind Kind) *Cgroup {
 		t.Skipf("no %s here: %s", kind, h.Why)
 	}
 	id := newID(t)
-	c, err := Prepare(context.Background(), h, id, os.Getuid())
+	c, err := Prepare(context.Background(), h, id, uid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,6 +215,46 @@ func TestSweepWithholdsOtherUID(t *testing.T) {
 	}
 	if state, _ := os.ReadFile(filepath.Join(c.Mount, c.Path, "cgroup.freeze")); strings.TrimSpace(string(state)) != "0" {
 		t.Errorf("the cgroup was left frozen: %q", state)
+	}
+	if !exits(mine, 5*time.Second) {
+		t.Error("the tree's own process lives")
+	}
+}
+
+// TestSweepWithholdsASetuidProgram: a setuid program the tree's user ran
+// (real UID the tree's, effective and saved root's) is not the tree's to
+// signal: it is withheld, so the frozen cgroup is not killed whole
+// (cgroup.kill would take it too), and the tree's own process dies
+// through its pidfd.
+func TestSweepWithholdsASetuidProgram(t *testing.T) {
+	const uid = 65534
+	c := containedAs(t, KindCgroup2, uid)
+	mine := startIn(t, c, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "1000000")
+	suid := startIn(t, c, "setpriv", "--ruid=65534", "--euid=0", "--init-groups", "sleep", "1000001")
+	for _, cmd := range []*exec.Cmd{mine, suid} {
+		if !within(5*time.Second, func() bool {
+			id, err := fingerprint.Read("/proc", cmd.Process.Pid)
+			return err == nil && id.Comm == "sleep" && id.UID == uid
+		}) {
+			t.Fatalf("%v did not start", cmd.Args)
+		}
+	}
+	if id, err := fingerprint.Read("/proc", suid.Process.Pid); err != nil || id.RunsAs(uid) || id.EUID != 0 {
+		t.Fatalf("the setuid sleep: %+v, %v; want real UID %d, effective 0", id, err, uid)
+	}
+
+	res := Sweep(context.Background(), c, SweepOptions{KillWait: 300 * time.Millisecond})
+	if res.Method != "pidfd" || res.Removed {
+		t.Errorf("sweep = %+v, want the tree's process killed through its pidfd, the cgroup kept", res)
+	}
+	if len(res.Withheld) != 1 || res.Withheld[0].PID != suid.Process.Pid {
+		t.Errorf("withheld %+v, want the setuid sleep %d", res.Withheld, suid.Process.Pid)
+	}
+	if err := suid.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("the setuid program was signalled: %v", err)
+	}
+	if id, err := fingerprint.Read("/proc", suid.Process.Pid); err != nil || id.Zombie() {
+		t.Errorf("the setuid program: %+v, %v; want it alive", id, err)
 	}
 	if !exits(mine, 5*time.Second) {
 		t.Error("the tree's own process lives")

@@ -26,7 +26,7 @@ func TestReadFixtures(t *testing.T) {
 			pid:  26231,
 			want: fingerprint.Identity{
 				Stat: fingerprint.Stat{PID: 26231, Comm: "kcserver", State: 'S', PPID: 1, PGID: 26231, SID: 26231, Threads: 4, StartTicks: 1000},
-				TGID: 26231, UID: 1000, Argv: []string{"kcserver", "--container-id=" + fixtureID},
+				TGID: 26231, UID: 1000, EUID: 1000, SUID: 1000, Argv: []string{"kcserver", "--container-id=" + fixtureID},
 			},
 			alive: true,
 		},
@@ -44,7 +44,7 @@ func TestReadFixtures(t *testing.T) {
 			pid:  26233,
 			want: fingerprint.Identity{
 				Stat: fingerprint.Stat{PID: 26233, Comm: "sleep", State: 'Z', PPID: 26231, PGID: 26231, SID: 26231, Threads: 1, StartTicks: 1002},
-				TGID: 26233, UID: 1000,
+				TGID: 26233, UID: 1000, EUID: 1000, SUID: 1000,
 			},
 		},
 		{name: "thread of another process", pid: 26234, wantErr: fingerprint.ErrNotProcess},

@@ -14,7 +14,16 @@ type Identity struct {
 	Stat
 	TGID int
 	UID  int // real UID
-	Argv []string
+	// EUID and SUID are the effective and saved UIDs: a setuid program
+	// keeps its caller's real UID, and only these say it runs as another.
+	EUID, SUID int
+	Argv       []string
+}
+
+// RunsAs reports whether uid is the process's real, effective and saved
+// UID alike: only then is it wholly that user's.
+func (id Identity) RunsAs(uid int) bool {
+	return id.UID == uid && id.EUID == uid && id.SUID == uid
 }
 
 // Same reports whether a and b describe the same process: equal PID and
@@ -49,10 +58,11 @@ func ReadFrom(f Files, pid int) (Identity, error) {
 // the process gone (ErrNotFound).
 func ReadSince(f Files, pid int, start uint64) (Identity, error) {
 	var id Identity
-	var err error
-	if id.TGID, id.UID, err = readStatus(f, pid); err != nil {
+	tgid, ids, err := readStatus(f, pid)
+	if err != nil {
 		return id, err
 	}
+	id.TGID, id.UID, id.EUID, id.SUID = tgid, ids[0], ids[1], ids[2]
 	if id.TGID != pid {
 		return id, fmt.Errorf("pid %d (thread of %d): %w", pid, id.TGID, ErrNotProcess)
 	}

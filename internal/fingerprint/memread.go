@@ -168,11 +168,11 @@ func ownerOf(root string, pid int) int {
 	if uid, ok := nsOwner(root, pid); ok {
 		return uid
 	}
-	_, uid, err := readStatus(Dir(root), pid)
+	_, ids, err := readStatus(Dir(root), pid)
 	if err != nil {
 		return -1
 	}
-	return uid
+	return ids[0]
 }
 
 // nsOwner returns the creator of the outermost user namespace below ours

@@ -150,8 +150,8 @@ func TestOwnerOf(t *testing.T) {
 				}
 				time.Sleep(time.Millisecond)
 			}
-			if _, uid, err := readStatus(Dir("/proc"), pid); err != nil || uid != tc.realUID {
-				t.Fatalf("real UID %d, %v; want %d", uid, err, tc.realUID)
+			if _, ids, err := readStatus(Dir("/proc"), pid); err != nil || ids[0] != tc.realUID {
+				t.Fatalf("real UID %d, %v; want %d", ids[0], err, tc.realUID)
 			}
 			if got := ownerOf("/proc", pid); got != tc.owner {
 				t.Errorf("ownerOf = %d, want %d", got, tc.owner)

@@ -251,35 +251,23 @@ func ReadStatFrom(f Files, pid int) (Stat, error) {
 // ReadUIDs returns the real, effective and saved UIDs of pid from its
 // status (a setuid program keeps its caller's real UID).
 func ReadUIDs(root string, pid int) ([3]int, error) {
-	var ids [3]int
-	data, err := Dir(root).ReadFile(pid, "status")
-	if err != nil {
-		return ids, err
-	}
-	for line := range bytes.SplitSeq(data, []byte("\n")) {
-		rest, ok := bytes.CutPrefix(line, []byte("Uid:"))
-		if !ok {
-			continue
-		}
-		f := bytes.Fields(rest)
-		if len(f) < 3 {
-			break
-		}
-		for i := range ids {
-			if ids[i], err = strconv.Atoi(string(f[i])); err != nil || ids[i] < 0 {
-				return ids, fmt.Errorf("pid %d: status Uid %q: %w", pid, rest, ErrMalformed)
-			}
-		}
-		return ids, nil
-	}
-	return ids, fmt.Errorf("pid %d: status has no Uid line: %w", pid, ErrMalformed)
+	_, ids, err := readStatus(Dir(root), pid)
+	return ids, err
 }
 
 // ParseStatus returns the Tgid and the real UID (the first field of Uid)
 // from the contents of /proc/<pid>/status.
 func ParseStatus(data []byte) (tgid, uid int, err error) {
-	tgid, uid = -1, -1
-	for len(data) > 0 && (tgid < 0 || uid < 0) {
+	tgid, ids, err := parseStatus(data)
+	return tgid, ids[0], err
+}
+
+// parseStatus returns the Tgid and the real, effective and saved UIDs
+// from the contents of /proc/<pid>/status.
+func parseStatus(data []byte) (tgid int, ids [3]int, err error) {
+	tgid = -1
+	haveUIDs := false
+	for len(data) > 0 && (tgid < 0 || !haveUIDs) {
 		line := data
 		if i := bytes.IndexByte(data, '\n'); i >= 0 {
 			line, data = data[:i], data[i+1:]
@@ -290,16 +278,35 @@ func ParseStatus(data []byte) (tgid, uid int, err error) {
 		case bytes.HasPrefix(line, []byte("Tgid:")):
 			tgid, err = firstInt(line[len("Tgid:"):])
 		case bytes.HasPrefix(line, []byte("Uid:")):
-			uid, err = firstInt(line[len("Uid:"):])
+			ids, err = uidFields(line[len("Uid:"):])
+			haveUIDs = true
 		}
 		if err != nil {
-			return -1, -1, err
+			return -1, ids, err
 		}
 	}
-	if tgid < 0 || uid < 0 {
-		return -1, -1, fmt.Errorf("status lacks Tgid or Uid: %w", ErrMalformed)
+	if tgid < 0 || !haveUIDs {
+		return -1, ids, fmt.Errorf("status lacks Tgid or Uid: %w", ErrMalformed)
 	}
-	return tgid, uid, nil
+	return tgid, ids, nil
+}
+
+// uidFields parses the real, effective and saved UIDs, the first three of
+// a Uid line's numbers (the fourth is the filesystem UID).
+func uidFields(b []byte) ([3]int, error) {
+	var ids [3]int
+	f := bytes.Fields(b)
+	if len(f) < len(ids) {
+		return ids, fmt.Errorf("%w: status Uid %q", ErrMalformed, bytes.TrimSpace(b))
+	}
+	for i := range ids {
+		v, ok := decimal(f[i], math.MaxInt)
+		if !ok {
+			return ids, fmt.Errorf("%w: status Uid %q", ErrMalformed, bytes.TrimSpace(b))
+		}
+		ids[i] = int(v)
+	}
+	return ids, nil
 }
 
 // firstInt parses the first of the tab-separated numbers of a status
@@ -316,14 +323,15 @@ func firstInt(b []byte) (int, error) {
 	return int(v), nil
 }
 
-// readStatus reads pid's Tgid and real UID through f.
-func readStatus(f Files, pid int) (tgid, uid int, err error) {
+// readStatus reads pid's Tgid and real, effective and saved UIDs
+// through f.
+func readStatus(f Files, pid int) (tgid int, ids [3]int, err error) {
 	data, err := f.ReadFile(pid, "status")
 	if err != nil {
-		return -1, -1, err
+		return -1, ids, err
 	}
-	if tgid, uid, err = ParseStatus(data); err != nil {
-		return -1, -1, fmt.Errorf("pid %d: status: %w", pid, err)
+	if tgid, ids, err = parseStatus(data); err != nil {
+		return -1, ids, fmt.Errorf("pid %d: status: %w", pid, err)
 	}
-	return tgid, uid, nil
+	return tgid, ids, nil
 }

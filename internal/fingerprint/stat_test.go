@@ -3,8 +3,10 @@ package fingerprint_test
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
@@ -222,6 +224,74 @@ func TestSplitArgv(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := fingerprint.SplitArgv([]byte(tt.in)); !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("SplitArgv(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestParseStatus: the Tgid and the real UID come from status, and a
+// Uid line short of its real, effective and saved UIDs is malformed, not
+// read as root's.
+func TestParseStatus(t *testing.T) {
+	tests := []struct {
+		name      string
+		status    string
+		tgid, uid int
+		wantErr   bool
+	}{
+		{"a process", "Name:\tsleep\nTgid:\t42\nPid:\t42\nUid:\t1000\t1000\t1000\t1000\n", 42, 1000, false},
+		{"a setuid program", "Tgid:\t42\nUid:\t1000\t0\t0\t0\n", 42, 1000, false},
+		{"a thread", "Tgid:\t41\nPid:\t42\nUid:\t0\t0\t0\t0\n", 41, 0, false},
+		{"no Uid line", "Tgid:\t42\n", -1, -1, true},
+		{"no Tgid line", "Uid:\t0\t0\t0\t0\n", -1, -1, true},
+		{"a Uid line of one field", "Tgid:\t42\nUid:\t1000\n", -1, -1, true},
+		{"a Uid that is no number", "Tgid:\t42\nUid:\t10x0\t0\t0\t0\n", -1, -1, true},
+		{"a negative Uid", "Tgid:\t42\nUid:\t-1\t0\t0\t0\n", -1, -1, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tgid, uid, err := fingerprint.ParseStatus([]byte(tt.status))
+			if (err != nil) != tt.wantErr || (err != nil && !errors.Is(err, fingerprint.ErrMalformed)) {
+				t.Fatalf("err = %v, want error %v (ErrMalformed)", err, tt.wantErr)
+			}
+			if !tt.wantErr && (tgid != tt.tgid || uid != tt.uid) {
+				t.Errorf("ParseStatus = %d, %d; want %d, %d", tgid, uid, tt.tgid, tt.uid)
+			}
+		})
+	}
+}
+
+// TestReadRunsAs: a setuid program keeps its caller's real UID; its
+// identity says it runs as another all the same.
+func TestReadRunsAs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the processes run as uid 65534")
+	}
+	tests := []struct {
+		name   string
+		argv   []string
+		runsAs bool
+		uids   [3]int
+	}{
+		{"uid 65534's process", []string{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "1000"}, true, [3]int{65534, 65534, 65534}},
+		{"uid 65534's setuid program", []string{"setpriv", "--ruid=65534", "--euid=0", "--init-groups", "sleep", "1000"}, false, [3]int{65534, 0, 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := exec.Command(tt.argv[0], tt.argv[1:]...)
+			proc.Start(t, cmd)
+			var id fingerprint.Identity
+			proc.WaitFor(t, 5*time.Second, "sleep", func() bool {
+				var err error
+				id, err = fingerprint.Read("/proc", cmd.Process.Pid)
+				return err == nil && id.Comm == "sleep"
+			})
+			if got := [3]int{id.UID, id.EUID, id.SUID}; got != tt.uids || id.RunsAs(65534) != tt.runsAs {
+				t.Errorf("uids %v, RunsAs(65534) %v; want %v, %v", got, id.RunsAs(65534), tt.uids, tt.runsAs)
+			}
+			ids, err := fingerprint.ReadUIDs("/proc", cmd.Process.Pid)
+			if err != nil || ids != tt.uids {
+				t.Errorf("ReadUIDs = %v, %v; want %v", ids, err, tt.uids)
 			}
 		})
 	}

@@ -112,17 +112,11 @@ func signalPinned(root string, m fingerprint.Stat, uid int, sig syscall.Signal) 
 	if err != nil {
 		return fmt.Errorf("escaped member %d: %w", m.PID, err)
 	}
-	if id.UID != uid {
-		return fmt.Errorf("escaped member %d now runs as uid %d, not the tree's %d: %w", m.PID, id.UID, uid, errRefusedTarget)
-	}
 	// A setuid program keeps its caller's real UID: the effective and
 	// saved ones must be the tree's too.
-	ids, err := fingerprint.ReadUIDs(root, m.PID)
-	if err != nil {
-		return fmt.Errorf("escaped member %d: %w", m.PID, err)
-	}
-	if ids != [3]int{uid, uid, uid} {
-		return fmt.Errorf("escaped member %d now runs as uids %v (real, effective, saved), not the tree's %d: %w", m.PID, ids, uid, errRefusedTarget)
+	if !id.RunsAs(uid) {
+		return fmt.Errorf("escaped member %d now runs as uids %v (real, effective, saved), not the tree's %d: %w",
+			m.PID, [3]int{id.UID, id.EUID, id.SUID}, uid, errRefusedTarget)
 	}
 	if err := pin.Signal(sig); err != nil {
 		return fmt.Errorf("escaped member %d: %w", m.PID, err)

@@ -228,9 +228,11 @@ func (r Rules) Member(id fingerprint.Identity) bool {
 
 // allows says whether a descendant may be signalled with the tree: only
 // one of the tree's UID that carries no other container's ID (the identity rules'
-// anchors and ownership rules).
+// anchors and ownership rules). A setuid program the tree's user ran
+// keeps the user's real UID but runs as another: it is not the tree's
+// to signal (DESIGN "Killing safely").
 func (r Rules) allows(id fingerprint.Identity) bool {
-	if r.UID < 0 || id.UID != r.UID {
+	if r.UID < 0 || !id.RunsAs(r.UID) {
 		return false
 	}
 	for _, cid := range containerid.FromArgv(id.Argv) {

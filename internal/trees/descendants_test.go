@@ -209,3 +209,37 @@ func TestCallerUnderACutWalk(t *testing.T) {
 		t.Errorf("a stranger's tree, its walk cut, taken to hold the caller")
 	}
 }
+
+// TestRulesMember: a process of the tree's cgroup or below it is the
+// tree's only if it runs wholly as the tree's UID, is no monitor, and
+// names no other container.
+func TestRulesMember(t *testing.T) {
+	const cidOther = "b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4"
+	r := Rules{InGroup: func(int) bool { return false }, UID: 1000, ContainerID: cidA}
+	as := func(uid, euid, suid int, comm string, argv ...string) fingerprint.Identity {
+		return fingerprint.Identity{Stat: fingerprint.Stat{PID: 42, Comm: comm}, TGID: 42, UID: uid, EUID: euid, SUID: suid, Argv: argv}
+	}
+	tests := []struct {
+		name string
+		id   fingerprint.Identity
+		want bool
+	}{
+		{"the tree's user's process", as(1000, 1000, 1000, "python3", "python3", "-m", "ipykernel"), true},
+		{"one naming the tree's container", as(1000, 1000, 1000, "kcserver", "kcserver", "--container-id", cidA), true},
+		{"another user's", as(1001, 1001, 1001, "python3"), false},
+		{"a setuid program the user ran", as(1000, 0, 0, "sudo", "sudo", "ls"), false},
+		{"one that kept root as its saved UID", as(1000, 1000, 0, "ping"), false},
+		{"a monitor", as(1000, 1000, 1000, "conmon"), false},
+		{"one naming another container", as(1000, 1000, 1000, "kcserver", "kcserver", "--container-id", cidOther), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := r.Member(tt.id); got != tt.want {
+				t.Errorf("Member(%+v) = %v, want %v", tt.id, got, tt.want)
+			}
+		})
+	}
+	if (Rules{UID: -1}).Member(as(0, 0, 0, "python3")) {
+		t.Error("a tree of no known UID has members")
+	}
+}

@@ -40,6 +40,11 @@ func TestPinInitRefusals(t *testing.T) {
 	if _, err := pinInit("/proc", id, pid, st.StartTicks); !errors.Is(err, errNotItsCgroup) {
 		t.Errorf("a host process: %v, want %v", err, errNotItsCgroup)
 	}
+	// Unrecorded, a live stranger holding the PID is no init of the
+	// container either.
+	if _, err := pinInit("/proc", id, pid, 0); !errors.Is(err, errNotItsCgroup) {
+		t.Errorf("a host process, unrecorded: %v, want %v", err, errNotItsCgroup)
+	}
 	cmd.Process.Kill()
 	cmd.Wait()
 	if _, err := pinInit("/proc", id, pid, st.StartTicks); !errors.Is(err, errInitDead) {

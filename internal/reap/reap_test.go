@@ -89,6 +89,41 @@ func TestRunRefusesWhateverTheCallerDecided(t *testing.T) {
 	}
 }
 
+// TestRunSignalsAsTheTreesUID: a tree the caller gives as uid 65534's
+// whose processes are root's (they ran setuid, or joined it) is not
+// signalled: every signal of a tree goes out under its UID's rules.
+func TestRunSignalsAsTheTreesUID(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the tree's processes must be another UID's than its own")
+	}
+	id := testID(20)
+	k, found := startTree(t, id)
+	if found.UID != 0 {
+		t.Fatalf("the tree runs as uid %d, want root's", found.UID)
+	}
+	store, err := ledger.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := Tree{Tree: found, HostUID: 65534}
+	tr.Tree.UID = 65534
+	res := Run(context.Background(), Options{Grace: 200 * time.Millisecond, Store: store, Source: "test"}, Container{ID: id, Trees: []Tree{tr}})
+	if len(res.Trees) != 1 || res.Trees[0].Action != action.WouldNotDie || res.Trees[0].Error == "" {
+		t.Fatalf("Run = %+v, want the tree would-not-die with the reason", res)
+	}
+	if n := alive(found); n != len(found.Members) {
+		t.Errorf("%d of %d members alive after a refusal", n, len(found.Members))
+	}
+	for _, m := range found.Members {
+		if st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, m.PID); err != nil || st.State == 'T' {
+			t.Errorf("member %d: %+v, %v; want it running, not left stopped", m.PID, st, err)
+		}
+	}
+	if _, err := os.Lstat(k.Socket); err != nil {
+		t.Errorf("socket of a tree not signalled: %v", err)
+	}
+}
+
 // TestRunReaps: a tree reap may act on is killed, its socket unlinked,
 // and the ledger says so. Without All only its own snapshot is replaced;
 // with All the container's snapshots are the ones given, and the stage

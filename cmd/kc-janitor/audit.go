@@ -45,7 +45,7 @@ func withAudit(name string, action cli.ActionFunc) cli.ActionFunc {
 		}
 		if code == exitUsage {
 			// As stderr says it: by the variable, where one gave the value.
-			msg = cliapp.FromEnv(c.App, os.Args[1:], msg)
+			msg = cliapp.FromEnv(c.App, commandLine(c), msg)
 		}
 		if msg == "" {
 			msg = "see the records above"

@@ -102,7 +102,24 @@ func runApp(app *cli.App, args []string) error {
 			return e
 		}
 	}
+	// What the operator typed, for the checks that tell a flag from its
+	// variable (watch's --format, the audit line's wording).
+	if app.Metadata == nil {
+		app.Metadata = map[string]any{}
+	}
+	app.Metadata[typedArgs] = args[1:]
 	return app.Run(cliapp.NormalizeDurations(app, args))
+}
+
+// typedArgs is the App.Metadata key of the command line, without the
+// program's name.
+const typedArgs = "typed-args"
+
+// commandLine is the command line run was given, without the program's
+// name.
+func commandLine(c *cli.Context) []string {
+	args, _ := c.App.Metadata[typedArgs].([]string)
+	return args
 }
 
 func newApp() *cli.App {

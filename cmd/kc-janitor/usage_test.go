@@ -247,6 +247,12 @@ func TestVersionAndFormat(t *testing.T) {
 	if code, _, stderr := runJanitor(t, []string{"KC_FORMAT=json"}, "watch", "--once", "--format", "json"); code != exitUsage {
 		t.Errorf("KC_FORMAT=json watch --format json: exit %d, %q", code, stderr)
 	}
+	// The same, run in this process: the command line is run's, not the
+	// program's (the test binary's own flags here).
+	t.Setenv("KC_FORMAT", "json")
+	if code, out := runJanitorCapture(t, "watch", "--once", "--format", "json", "--engine", "podman", "--podman-url", "unix://"+t.TempDir()+"/absent.sock"); code != exitUsage {
+		t.Errorf("in-process KC_FORMAT=json watch --format json: exit %d, %q", code, out)
+	}
 }
 
 // TestUsageErrorsLeaveAnAuditLine: a command line that cannot be parsed

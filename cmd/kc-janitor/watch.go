@@ -105,7 +105,7 @@ func runWatch(c *cli.Context) error {
 		// watch prints no report: what it finds is in its log lines. A
 		// KC_FORMAT=json meant for the other commands, in
 		// /etc/default/kc-janitor, must not stop the service.
-		if g.JSON && (os.Getenv("KC_FORMAT") != "json" || cliapp.Typed(c.App, os.Args[1:], flagFormat)) {
+		if g.JSON && (os.Getenv("KC_FORMAT") != "json" || cliapp.Typed(c.App, commandLine(c), flagFormat)) {
 			return usageErr("watch prints no report, only log lines: for JSON use --log-format json, not --format json")
 		}
 		if c.Duration("interval") <= 0 {

@@ -17,8 +17,9 @@ import (
 // TestSignalPinnedRefusesTheWrongTarget: an escaped member is signalled
 // by itself, with no group to vouch for it; its identity is all there is.
 // A recorded identity whose PID now names another process gets nothing,
-// nor does one that runs as another UID than the tree's now (a setuid
-// program run since the scan); the recorded process gets the signal.
+// nor does a thread ID, nor one that runs as another UID than the tree's
+// now (a setuid program run since the scan); the recorded process gets
+// the signal.
 func TestSignalPinnedRefusesTheWrongTarget(t *testing.T) {
 	inn, err := proc.StartInnocent(&syscall.SysProcAttr{Setsid: true})
 	if err != nil {
@@ -37,6 +38,7 @@ func TestSignalPinnedRefusesTheWrongTarget(t *testing.T) {
 		wantErr bool
 	}{
 		{"recycled PID", recycled, uid, 0, false},
+		{"thread ID", threadOf(t, inn.PID), uid, 0, false},
 		{"runs as another UID now", st, uid + 4242, 0, true},
 		{"the recorded process (control)", st, uid, 1, false},
 	} {

@@ -25,23 +25,7 @@ func TestSignalMemberRefusesTheWrongTarget(t *testing.T) {
 	t.Cleanup(inn.Close)
 	st := proc.MustStat(t, fingerprint.DefaultRoot, inn.PID)
 
-	// A thread of the innocent (a Go program has several): its ID answers
-	// in /proc like a process's.
-	tid := 0
-	ents, err := os.ReadDir("/proc/" + strconv.Itoa(inn.PID) + "/task")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range ents {
-		if n, err := strconv.Atoi(e.Name()); err == nil && n != inn.PID {
-			tid = n
-			break
-		}
-	}
-	if tid == 0 {
-		t.Fatalf("innocent %d has no thread besides its main one", inn.PID)
-	}
-	thread := proc.MustStat(t, fingerprint.DefaultRoot, tid)
+	thread := threadOf(t, inn.PID)
 
 	recycled := st
 	recycled.StartTicks++ // the recorded process was another one
@@ -117,4 +101,21 @@ func TestSignalMemberRefusesTheCaller(t *testing.T) {
 		t.Error("the calling process caught the signal")
 	case <-time.After(100 * time.Millisecond):
 	}
+}
+
+// threadOf returns a thread of pid other than its main one (a Go program
+// has several): its ID answers in /proc like a process's.
+func threadOf(t *testing.T, pid int) fingerprint.Stat {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if n, err := strconv.Atoi(e.Name()); err == nil && n != pid {
+			return proc.MustStat(t, fingerprint.DefaultRoot, n)
+		}
+	}
+	t.Fatalf("process %d has no thread besides its main one", pid)
+	return fingerprint.Stat{}
 }

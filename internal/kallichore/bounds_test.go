@@ -75,24 +75,23 @@ func TestBodyCaps(t *testing.T) {
 	}
 }
 
-// TestBudget: with a budget, an answer waits for the bytes that others
-// are reading to be released; without the budget's room it never starts
-// reading, and once the first answer is done it can.
-// TestBudget: a slow answer holds its share of the budget while it is
-// read, and a second answer waits for the bytes it needs. An announced
-// length is its share from the headers on; an answer that announces none
-// (chunked) holds what has come of it, so one that sends a little and
-// stalls does not hold the budget up (it held all of it, its cap, until
-// its timeout).
+// TestBudget: a slow answer holds what has come of it while it is read,
+// whatever length it announces, so one that sends a little and stalls
+// does not hold the budget up (announcing its cap, it held all of it
+// until its timeout); an answer that needs more than is free waits.
 func TestBudget(t *testing.T) {
-	const budget = 64 << 10
+	// A read holds, besides what came, up to chargeChunk ahead of it.
+	const budget = 4 * chargeChunk
 	for _, tc := range []struct {
 		name     string
 		announce int // the slow answer's Content-Length; 0: chunked
+		quick    int // the bytes of the second answer's padding
 		wait     bool
 	}{
-		{"announced: the second waits for its bytes", 48 << 10, true},
-		{"chunked: holds what came, the second reads", 0, false},
+		{"announced: holds what came, the second reads", 3 * chargeChunk, 32 << 10, false},
+		{"announced as the whole budget: the second reads", budget, 32 << 10, false},
+		{"chunked: holds what came, the second reads", 0, 32 << 10, false},
+		{"the second needs more than is free: no room", 0, budget, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			hold := make(chan struct{})
@@ -109,7 +108,7 @@ func TestBudget(t *testing.T) {
 				<-hold
 				io.WriteString(w, body[16:])
 			})
-			quickBody := `{"process_id":2,"pad":"` + strings.Repeat("b", 32<<10) + `"}`
+			quickBody := `{"process_id":2,"pad":"` + strings.Repeat("b", tc.quick) + `"}`
 			quick := serve(t, func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Content-Length", strconv.Itoa(len(quickBody)))
 				io.WriteString(w, quickBody)
@@ -131,8 +130,8 @@ func TestBudget(t *testing.T) {
 			defer cancel()
 			st, err := c.Status(ctx, quick)
 			switch {
-			case tc.wait && (err == nil || !strings.Contains(err.Error(), "waiting for memory")):
-				t.Errorf("err %v, want a wait for the budget cut by the deadline", err)
+			case tc.wait && !errors.Is(err, ErrNoRoom) && (err == nil || !strings.Contains(err.Error(), "waiting for memory")):
+				t.Errorf("err %v, want no room in the budget while the slow answer holds some", err)
 			case !tc.wait && (err != nil || st.ProcessID != 2):
 				t.Errorf("%+v, %v; want the answer while the slow one stalls", st, err)
 			}

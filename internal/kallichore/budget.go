@@ -10,9 +10,9 @@ import (
 
 // DefaultBudget is the bytes of answers a janitor reads at once, across
 // every probe and audit sharing a Budget: 16 status answers at their cap,
-// or one sessions answer. An answer weighs what it announces (Kallichore
-// announces a few hundred bytes) from its headers on, else what has come
-// of it. Decoding holds several
+// or one sessions answer. An answer weighs what has come of it
+// (Kallichore's are a few hundred bytes), whatever length it announces.
+// Decoding holds several
 // times what is read (the decoder's buffer grows by doubling, then the
 // values decoded), so this keeps a run near 150 MiB whatever the sockets
 // in /tmp serve (cull of 32 supervisors serving 32 MiB: 157 MiB peak RSS;
@@ -34,25 +34,12 @@ func NewBudget(size int64) *Budget {
 	return &Budget{sem: semaphore.NewWeighted(size), size: size}
 }
 
-// acquire waits until n bytes are free (all of it, if n is more than the
-// whole budget: one answer at a time) or ctx ends.
-func (b *Budget) acquire(ctx context.Context, n int64) (release func(), err error) {
-	if b == nil {
-		return func() {}, nil
-	}
-	n = max(1, min(n, b.size))
-	if err := b.sem.Acquire(ctx, n); err != nil {
-		return nil, err
-	}
-	return func() { b.sem.Release(n) }, nil
-}
-
 // chargeChunk is the most a chargedReader takes of the budget ahead of
 // one read.
 const chargeChunk = 64 << 10
 
-// chargedReader charges b for an answer as it arrives. An answer that
-// announces no length used to weigh its cap from its headers on, so a
+// chargedReader charges b for an answer as it arrives. An answer used
+// to weigh its announced length, or its cap, from its headers on, so a
 // server that sent headers and stalled held up to all of the budget
 // until its timeout, and every other answer waited; now it holds what it
 // sent. Each read takes up to chargeChunk ahead and gives back what did

@@ -564,22 +564,13 @@ func (c *Client) getOnce(ctx context.Context, s Socket, path string, limit int64
 	if resp.ContentLength > limit {
 		return fmt.Errorf("GET %s on %s: %w: answer over %d bytes (%d announced)", path, socketPath, ErrTooLarge, limit, resp.ContentLength)
 	}
-	// The budget is taken once the headers are in, so a server that never
-	// answers holds none of it: an announced length (no more will the
-	// transport let through) at once, else as the body arrives.
-	body := io.Reader(resp.Body)
-	if resp.ContentLength >= 0 {
-		release, err := c.Budget.acquire(ctx, resp.ContentLength)
-		if err != nil {
-			return fmt.Errorf("GET %s on %s: waiting for memory to read the answer in: %w", path, socketPath, err)
-		}
-		defer release()
-	} else {
-		charged := &chargedReader{ctx: ctx, r: resp.Body, b: c.Budget}
-		defer charged.release()
-		body = charged
-	}
-	if err := decode(&capReader{r: body, n: limit, cap: limit}); err != nil {
+	// The budget is charged as the body arrives, announced length or
+	// not: a server that announces its cap and sends nothing must not
+	// hold all of the budget until its timeout while every other
+	// supervisor's answer waits.
+	charged := &chargedReader{ctx: ctx, r: resp.Body, b: c.Budget}
+	defer charged.release()
+	if err := decode(&capReader{r: charged, n: limit, cap: limit}); err != nil {
 		return fmt.Errorf("GET %s on %s: %w", path, socketPath, err)
 	}
 	return nil

@@ -255,16 +255,9 @@ func ReadUIDs(root string, pid int) ([3]int, error) {
 	return ids, err
 }
 
-// ParseStatus returns the Tgid and the real UID (the first field of Uid)
+// ParseStatus returns the Tgid and the real, effective and saved UIDs
 // from the contents of /proc/<pid>/status.
-func ParseStatus(data []byte) (tgid, uid int, err error) {
-	tgid, ids, err := parseStatus(data)
-	return tgid, ids[0], err
-}
-
-// parseStatus returns the Tgid and the real, effective and saved UIDs
-// from the contents of /proc/<pid>/status.
-func parseStatus(data []byte) (tgid int, ids [3]int, err error) {
+func ParseStatus(data []byte) (tgid int, ids [3]int, err error) {
 	tgid = -1
 	haveUIDs := false
 	for len(data) > 0 && (tgid < 0 || !haveUIDs) {
@@ -330,7 +323,7 @@ func readStatus(f Files, pid int) (tgid int, ids [3]int, err error) {
 	if err != nil {
 		return -1, ids, err
 	}
-	if tgid, ids, err = parseStatus(data); err != nil {
+	if tgid, ids, err = ParseStatus(data); err != nil {
 		return -1, ids, fmt.Errorf("pid %d: status: %w", pid, err)
 	}
 	return tgid, ids, nil

@@ -229,33 +229,34 @@ func TestSplitArgv(t *testing.T) {
 	}
 }
 
-// TestParseStatus: the Tgid and the real UID come from status, and a
-// Uid line short of its real, effective and saved UIDs is malformed, not
-// read as root's.
+// TestParseStatus: the Tgid and the real, effective and saved UIDs come
+// from status, and a Uid line short of them is malformed, not read as
+// root's.
 func TestParseStatus(t *testing.T) {
 	tests := []struct {
-		name      string
-		status    string
-		tgid, uid int
-		wantErr   bool
+		name    string
+		status  string
+		tgid    int
+		uids    [3]int
+		wantErr bool
 	}{
-		{"a process", "Name:\tsleep\nTgid:\t42\nPid:\t42\nUid:\t1000\t1000\t1000\t1000\n", 42, 1000, false},
-		{"a setuid program", "Tgid:\t42\nUid:\t1000\t0\t0\t0\n", 42, 1000, false},
-		{"a thread", "Tgid:\t41\nPid:\t42\nUid:\t0\t0\t0\t0\n", 41, 0, false},
-		{"no Uid line", "Tgid:\t42\n", -1, -1, true},
-		{"no Tgid line", "Uid:\t0\t0\t0\t0\n", -1, -1, true},
-		{"a Uid line of one field", "Tgid:\t42\nUid:\t1000\n", -1, -1, true},
-		{"a Uid that is no number", "Tgid:\t42\nUid:\t10x0\t0\t0\t0\n", -1, -1, true},
-		{"a negative Uid", "Tgid:\t42\nUid:\t-1\t0\t0\t0\n", -1, -1, true},
+		{"a process", "Name:\tsleep\nTgid:\t42\nPid:\t42\nUid:\t1000\t1000\t1000\t1000\n", 42, [3]int{1000, 1000, 1000}, false},
+		{"a setuid program", "Tgid:\t42\nUid:\t1000\t0\t0\t0\n", 42, [3]int{1000, 0, 0}, false},
+		{"a thread", "Tgid:\t41\nPid:\t42\nUid:\t0\t0\t0\t0\n", 41, [3]int{0, 0, 0}, false},
+		{"no Uid line", "Tgid:\t42\n", 0, [3]int{}, true},
+		{"no Tgid line", "Uid:\t0\t0\t0\t0\n", 0, [3]int{}, true},
+		{"a Uid line of one field", "Tgid:\t42\nUid:\t1000\n", 0, [3]int{}, true},
+		{"a Uid that is no number", "Tgid:\t42\nUid:\t10x0\t0\t0\t0\n", 0, [3]int{}, true},
+		{"a negative Uid", "Tgid:\t42\nUid:\t-1\t0\t0\t0\n", 0, [3]int{}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tgid, uid, err := fingerprint.ParseStatus([]byte(tt.status))
+			tgid, uids, err := fingerprint.ParseStatus([]byte(tt.status))
 			if (err != nil) != tt.wantErr || (err != nil && !errors.Is(err, fingerprint.ErrMalformed)) {
 				t.Fatalf("err = %v, want error %v (ErrMalformed)", err, tt.wantErr)
 			}
-			if !tt.wantErr && (tgid != tt.tgid || uid != tt.uid) {
-				t.Errorf("ParseStatus = %d, %d; want %d, %d", tgid, uid, tt.tgid, tt.uid)
+			if !tt.wantErr && (tgid != tt.tgid || uids != tt.uids) {
+				t.Errorf("ParseStatus = %d, %v; want %d, %v", tgid, uids, tt.tgid, tt.uids)
 			}
 		})
 	}

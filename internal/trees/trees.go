@@ -615,9 +615,11 @@ func joinUID(tree, member int) int {
 	return tree
 }
 
-// statusUID reads pid's real UID from its status, which takes no lock the
-// process can hold (its memory's does): -1 when it cannot be read. here
-// is false when pid is gone, or another process than the one listed
+// statusUID reads pid's UID from its status, which takes no lock the
+// process can hold (its memory's does): -1 when it cannot be read, or
+// when its effective or saved UID is not its real one (a setuid program:
+// left out of the members, no later check would see it run as another).
+// here is false when pid is gone, or another process than the one listed
 // (started at listed, when known).
 func (s *scanner) statusUID(pid int, listed uint64) (uid int, here bool) {
 	data, err := fingerprint.Dir(s.opt.Root).ReadFile(pid, "status")
@@ -625,7 +627,13 @@ func (s *scanner) statusUID(pid int, listed uint64) (uid int, here bool) {
 		return -1, false
 	}
 	if err == nil {
-		_, uid, err = fingerprint.ParseStatus(data)
+		var ids [3]int
+		if _, ids, err = fingerprint.ParseStatus(data); err == nil {
+			uid = ids[0]
+			if ids[1] != uid || ids[2] != uid {
+				uid = -1
+			}
+		}
 	}
 	if listed != 0 {
 		st, serr := s.readStat(pid)

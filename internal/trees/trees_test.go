@@ -371,13 +371,18 @@ func TestStalledNote(t *testing.T) {
 // TestStatusUID: the UID of a member whose argv could not be read comes
 // from its status; one gone by then, or another process than the one
 // listed, says nothing (it must not make the tree's UID unknown), and a
-// status that cannot be read makes it unknown.
+// status that cannot be read makes it unknown, as does a setuid program
+// (its real UID the tree's, its effective one root's).
 func TestStatusUID(t *testing.T) {
 	root := writeFixture(t, []proc{
 		{pid: 101, pgid: 100, comm: "sleep", uid: 1000, start: 90000},
 		{pid: 102, pgid: 100, comm: "sleep", uid: 1000, start: 90000},
+		{pid: 104, pgid: 100, comm: "sudo", uid: 1000, start: 90000},
 	})
 	if err := os.WriteFile(filepath.Join(root, "102", "status"), []byte("garbled\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "104", "status"), []byte("Name:\tsudo\nTgid:\t104\nPid:\t104\nUid:\t1000\t0\t0\t0\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	s := &scanner{opt: Options{Root: root}}
@@ -393,6 +398,7 @@ func TestStatusUID(t *testing.T) {
 		{"another process under the PID", 101, 80000, -1, false},
 		{"gone", 103, 90000, -1, false},
 		{"status unreadable", 102, 90000, -1, true},
+		{"a setuid program", 104, 90000, -1, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if uid, here := s.statusUID(tc.pid, tc.listed); uid != tc.uid || here != tc.here {

@@ -543,7 +543,12 @@ func uidsOf(root string, pgid int, p fingerprint.Stat) ([3]int, error) {
 	if err != nil {
 		return ids, err
 	}
-	if st, err := fingerprint.Revalidate(root, p); err != nil || st.PGID != pgid || st.Zombie() {
+	st, err := fingerprint.Revalidate(root, p)
+	switch {
+	case err != nil && !notOccupying(err):
+		// Not known to be gone: its UIDs, just read, may be another's.
+		return ids, err
+	case err != nil || st.PGID != pgid || st.Zombie():
 		return ids, errNoOccupant
 	}
 	return ids, nil

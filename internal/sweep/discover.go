@@ -53,7 +53,7 @@ var (
 // a directory learned from a process must name exactly one directory.
 // Each is returned with the UIDs of the processes that named it, which
 // openDiscovered holds it to: anyone can start a process named kcserver.
-func discoverDirs(view *pidView, target Target, comms []string) []Dir {
+func discoverDirs(view *pidView, target Target, comms []string) (dirs []Dir, dropped map[int]int) {
 	var pids []int
 	if view.container {
 		pids = view.hostPIDs()
@@ -61,22 +61,8 @@ func discoverDirs(view *pidView, target Target, comms []string) []Dir {
 		pids = listPIDs(view.procRoot)
 	}
 	sort.Ints(pids)
-	found := map[string]*Dir{}
-	add := func(p, source string, uid int) {
-		p = filepath.Clean(p)
-		if !filepath.IsAbs(p) || hasMeta(p) {
-			return
-		}
-		d := found[p]
-		if d == nil {
-			d = &Dir{Path: p, discovered: true}
-			found[p] = d
-		}
-		d.Sources = appendNew(d.Sources, source)
-		if !slices.Contains(d.owners, uid) {
-			d.owners = append(d.owners, uid)
-		}
-	}
+	found := newDirSet()
+	add := found.add
 	live := 0
 	for _, pid := range pids {
 		// The name first: argv is read only of the few that may be
@@ -107,8 +93,55 @@ func discoverDirs(view *pidView, target Target, comms []string) []Dir {
 			}
 		}
 	}
-	out := make([]Dir, 0, len(found))
-	for _, d := range found {
+	return found.dirs(), found.dropped
+}
+
+// Bounds on the directories learnt from processes: anyone can start
+// processes named kcserver, each naming four directories, and every
+// directory is listed (up to maxNames sockets) and its names judged.
+const (
+	maxDirsPerOwner   = 8
+	maxDiscoveredDirs = 256
+)
+
+// dirSet gathers the directories processes name, at most
+// maxDirsPerOwner new ones per UID and maxDiscoveredDirs in all; a
+// directory already named takes further sources and owners.
+type dirSet struct {
+	found   map[string]*Dir
+	perUID  map[int]int
+	dropped map[int]int // the directories left out, by the UID that named them
+}
+
+func newDirSet() *dirSet {
+	return &dirSet{found: map[string]*Dir{}, perUID: map[int]int{}, dropped: map[int]int{}}
+}
+
+func (s *dirSet) add(p, source string, uid int) {
+	p = filepath.Clean(p)
+	if !filepath.IsAbs(p) || hasMeta(p) {
+		return
+	}
+	d := s.found[p]
+	if d == nil {
+		if s.perUID[uid] >= maxDirsPerOwner || len(s.found) >= maxDiscoveredDirs {
+			s.dropped[uid]++
+			return
+		}
+		s.perUID[uid]++
+		d = &Dir{Path: p, discovered: true}
+		s.found[p] = d
+	}
+	d.Sources = appendNew(d.Sources, source)
+	if !slices.Contains(d.owners, uid) {
+		d.owners = append(d.owners, uid)
+	}
+}
+
+// dirs are the directories gathered, by path.
+func (s *dirSet) dirs() []Dir {
+	out := make([]Dir, 0, len(s.found))
+	for _, d := range s.found {
 		out = append(out, *d)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
@@ -206,7 +239,12 @@ func openAll(cfg Config, view *pidView, rep *Report) ([]*dir, pathwalk.Guard) {
 	var found []Dir
 	if len(cfg.Dirs) == 0 {
 		given, source = cfg.defaultDirs, "default"
-		found = discoverDirs(view, cfg.Target, cfg.SupervisorComms)
+		var dropped map[int]int
+		found, dropped = discoverDirs(view, cfg.Target, cfg.SupervisorComms)
+		for uid, n := range dropped {
+			cfg.Logger.Warn("socket directories named by supervisors not swept: more than the bound per user or in all",
+				"uid", uid, "left_out", n, "per_user", maxDirsPerOwner, "in_all", maxDiscoveredDirs)
+		}
 	}
 	rep.Dirs = mergeDirs(given, source, found)
 	var trusted []string

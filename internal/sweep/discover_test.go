@@ -80,7 +80,7 @@ func TestDiscoverSkipsRelativeAndGlobs(t *testing.T) {
 	const comm = "kcsrv-disc-bad"
 	k := testutil.StartKCServer(t, "", testutil.Fake{Comm: comm, Args: []string{"--unix-socket=" + shortTemp(t) + "/c.sock"},
 		Env: []string{"XDG_RUNTIME_DIR=relative/dir", "TMPDIR=/tmp/*"}})
-	found := discoverDirs(hostView("/proc"), Target{}, []string{comm})
+	found, _ := discoverDirs(hostView("/proc"), Target{}, []string{comm})
 	if len(found) != 1 || !strings.HasSuffix(k.Socket, "/c.sock") || found[0].Path+"/c.sock" != k.Socket {
 		t.Errorf("found %+v, want only the --unix-socket's directory of %s", found, k.Socket)
 	}
@@ -96,4 +96,45 @@ func shortTemp(t *testing.T) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(d) })
 	return d
+}
+
+// TestDirSetBounds: one user's supervisors add at most maxDirsPerOwner
+// directories and all of them maxDiscoveredDirs; a directory already
+// named still takes the sources and owners of those past the bound.
+func TestDirSetBounds(t *testing.T) {
+	s := newDirSet()
+	for i := range maxDirsPerOwner + 3 {
+		s.add(fmt.Sprintf("/dev/shm/u1000/d%d", i), "kcserver 10 --socket-dir", 1000)
+	}
+	s.add("/run/user/1001", "kcserver 11 XDG_RUNTIME_DIR", 1001)
+	s.add("/dev/shm/u1000/d0", "kcserver 12 TMPDIR", 1001)
+	s.add("/dev/shm/u1000/d0", "kcserver 13 TMPDIR", 1000)
+	for i := range maxDiscoveredDirs {
+		s.add(fmt.Sprintf("/home/u%d/kc", 2000+i), "kcserver 14 --socket-dir", 2000+i)
+	}
+	dirs := s.dirs()
+	if len(dirs) != maxDiscoveredDirs {
+		t.Errorf("%d directories, want the bound %d", len(dirs), maxDiscoveredDirs)
+	}
+	perUID := map[int]int{}
+	for _, d := range dirs {
+		perUID[d.owners[0]]++
+	}
+	if perUID[1000] != maxDirsPerOwner || perUID[1001] != 1 {
+		t.Errorf("directories by first owner %v, want uid 1000's bounded to %d and uid 1001's kept", perUID, maxDirsPerOwner)
+	}
+	if s.dropped[1000] != 3 || s.dropped[1000+1] != 0 {
+		t.Errorf("dropped %v, want uid 1000's three past its bound", s.dropped)
+	}
+	i := slices.IndexFunc(dirs, func(d Dir) bool { return d.Path == "/dev/shm/u1000/d0" })
+	if i < 0 {
+		t.Fatalf("the first directory named is gone: %+v", dirs)
+	}
+	if !slices.Equal(dirs[i].owners, []int{1000, 1001}) || len(dirs[i].Sources) != 3 {
+		t.Errorf("a directory named again: %+v, want both owners and three sources", dirs[i])
+	}
+	want := maxDirsPerOwner + 1 + (maxDiscoveredDirs - maxDirsPerOwner - 1)
+	if got := len(dirs); got != want {
+		t.Errorf("%d directories, want %d", got, want)
+	}
 }

@@ -456,11 +456,13 @@ type entry struct {
 }
 
 // scan lists d's entries whose names parse as supervisor sockets and
-// lstats them (fstatat with AT_SYMLINK_NOFOLLOW, relative to d's fd).
-// Entries that vanish meanwhile are skipped; one that cannot be lstat'ed
-// is returned with its error, and the others are still read. An error
-// listing d is returned with the entries listed before it.
-func (d *dir) scan(g pathwalk.Guard) ([]*entry, error) {
+// lstats them (fstatat with AT_SYMLINK_NOFOLLOW, relative to d's fd),
+// within lim. Entries that vanish meanwhile are skipped; one that cannot
+// be lstat'ed is returned with its error, and the others are still read.
+// An error listing d is returned with the entries listed before it. Each
+// name counts, for the listing's fair shares, against the user owner
+// gives its file's UID to: a rootless user's subordinate UIDs are his.
+func (d *dir) scan(g pathwalk.Guard, lim limits, owner func(uid int) int) ([]*entry, error) {
 	// Reading advances the descriptor's offset; rewind so a directory
 	// can be scanned again (and so the fd is left as found).
 	if _, err := d.f.Seek(0, 0); err != nil {
@@ -469,7 +471,7 @@ func (d *dir) scan(g pathwalk.Guard) ([]*entry, error) {
 	l, listErr := readNames(d.fd, func(n string) bool {
 		_, ok := sockets.ParseName(n)
 		return ok
-	}, unix.DT_SOCK, limits{maxNames, maxOthers, maxEntries}, func(n string) int {
+	}, unix.DT_SOCK, lim, func(n string) int {
 		if g.MountPoint(filepath.Join(d.inner, n)) != nil {
 			return -1
 		}
@@ -477,7 +479,7 @@ func (d *dir) scan(g pathwalk.Guard) ([]*entry, error) {
 		if err != nil || !st.OnMount(d.mount) {
 			return -1
 		}
-		return int(st.Uid)
+		return owner(int(st.Uid))
 	})
 	if listErr != nil {
 		listErr = fmt.Errorf("list %s: %w", d.shown, listErr)

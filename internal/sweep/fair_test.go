@@ -126,3 +126,53 @@ func TestHungSocketsOfOneUserDoNotStarveAnother(t *testing.T) {
 		})
 	}
 }
+
+// TestListingSharesBySubordinateOwner: a rootless user's sockets, each
+// of another of his subordinate UIDs, share one owner's part of a full
+// listing; another user's socket, listed last, is kept (counted by UID,
+// each of his would have had a part, and it none).
+func TestListingSharesBySubordinateOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the sockets are given to other UIDs")
+	}
+	dir := shortTemp(t)
+	for i := range 8 {
+		orphanSocket(t, dir, fmt.Sprintf("kc-%d.sock", 100+i))
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := f.Readdirnames(-1) // in the order a listing reads them
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := names[len(names)-1]
+	for i, n := range names {
+		uid := 100000 + i
+		if n == other {
+			uid = 2000
+		}
+		if err := os.Lchown(filepath.Join(dir, n), uid, uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	subuid := filepath.Join(t.TempDir(), "subuid")
+	if err := os.WriteFile(subuid, []byte("1000:100000:65536\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fastConfig(dir)
+	cfg.subUIDFile, cfg.maxNames = subuid, 4
+	rep, err := Sweep(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byUID := map[int]int{}
+	for _, s := range rep.Sockets {
+		byUID[s.UID]++
+	}
+	if byUID[2000] != 1 || len(rep.Sockets) != 4 {
+		t.Errorf("sockets listed by UID %v, want uid 2000's among the 4 kept", byUID)
+	}
+}

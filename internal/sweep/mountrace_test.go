@@ -53,7 +53,7 @@ func TestMountsAfterTheTableIsRead(t *testing.T) {
 		err error
 	}
 	r := testutil.Within(t, held, "the scan, with a FUSE mount over kc-1.sock", func() scanned {
-		es, err := d.scan(g)
+		es, err := d.scan(g, limits{maxNames, maxOthers, maxEntries}, func(uid int) int { return uid })
 		return scanned{es, err}
 	})
 	if r.err != nil {

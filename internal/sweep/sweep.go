@@ -114,6 +114,9 @@ type Config struct {
 	defaultDirs []string
 	// subUIDFile replaces /etc/subuid, for tests.
 	subUIDFile string
+	// maxNames replaces the sockets a directory's listing keeps, for
+	// tests.
+	maxNames int
 }
 
 func (c *Config) defaults() {
@@ -271,9 +274,14 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 		}()
 	}
 
+	owner := readSubIDs(cfg.subUIDFile).owner
+	lim := limits{maxNames, maxOthers, maxEntries}
+	if cfg.maxNames > 0 {
+		lim.names = cfg.maxNames
+	}
 	var all []*Socket
 	for _, d := range dirs {
-		ents, err := d.scan(guard)
+		ents, err := d.scan(guard, lim, owner)
 		if err != nil {
 			rep.DirErrors = append(rep.DirErrors, err)
 		}
@@ -329,7 +337,6 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 	// Hashed-name sockets have no server to follow, so they are probed
 	// like control sockets (gates 2 and 3, in the same rounds); gate 1
 	// needs a PID they do not have.
-	owner := readSubIDs(cfg.subUIDFile).owner
 	probes := byOwnerTurns(byInode(append(append([]*Socket(nil), controls...), hashed...)), owner)
 
 	// Round 1: all three gates on control sockets, gates 2 and 3 on

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -86,14 +85,14 @@ func pinInit(root, id string, pid int, wantStart uint64) (*fingerprint.Pinned, e
 // PID namespace of its own.
 func checkInit(root, id string, pid int) error {
 	dir := filepath.Join(root, fmt.Sprint(pid))
-	cg, err := os.ReadFile(filepath.Join(dir, "cgroup"))
+	cg, err := fingerprint.ReadCapped(filepath.Join(dir, "cgroup"))
 	if err != nil {
 		return fmt.Errorf("reading the init's cgroup: %w", err)
 	}
 	if !strings.Contains(string(cg), id) {
 		return fmt.Errorf("pid %d: %w", pid, errNotItsCgroup)
 	}
-	status, err := os.ReadFile(filepath.Join(dir, "status"))
+	status, err := fingerprint.ReadCapped(filepath.Join(dir, "status"))
 	if err != nil {
 		return fmt.Errorf("reading the init's status: %w", err)
 	}

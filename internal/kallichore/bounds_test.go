@@ -78,7 +78,8 @@ func TestBodyCaps(t *testing.T) {
 // TestBudget: a slow answer holds what has come of it while it is read,
 // whatever length it announces, so one that sends a little and stalls
 // does not hold the budget up (announcing its cap, it held all of it
-// until its timeout); an answer that needs more than is free waits.
+// until its timeout); an answer that needs more than is free finds no
+// room, and is read once the slow one is done.
 func TestBudget(t *testing.T) {
 	// A read holds, besides what came, up to chargeChunk ahead of it.
 	const budget = 4 * chargeChunk

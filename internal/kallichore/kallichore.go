@@ -53,8 +53,8 @@ var (
 	// ErrTooLarge is returned (wrapped) when an answer is over its cap
 	// (MaxStatusBody, MaxSessionsBody or Client.MaxBody).
 	ErrTooLarge = errors.New("answer too large")
-	// ErrNoRoom is returned (wrapped) when an answer that announced no
-	// length outgrew what other answers left of the Budget.
+	// ErrNoRoom is returned (wrapped) when an answer outgrew what other
+	// answers left of the Budget.
 	ErrNoRoom = errors.New("answer larger than the memory left to read it in")
 )
 
@@ -514,10 +514,11 @@ func (c *Client) get(ctx context.Context, s Socket, path string, limit int64, de
 }
 
 // answered reports whether err came with an answer (so that asking again
-// would only get the same one).
+// would only get the same one). An answer cut for want of room in the
+// budget is not: the room is what other answers leave.
 func answered(err error) bool {
 	var he *HTTPError
-	return errors.As(err, &he) || errors.Is(err, ErrBadJSON) || errors.Is(err, ErrShape) || errors.Is(err, ErrTooLarge) || errors.Is(err, ErrNoRoom)
+	return errors.As(err, &he) || errors.Is(err, ErrBadJSON) || errors.Is(err, ErrShape) || errors.Is(err, ErrTooLarge)
 }
 
 // maxErrorBody is how much of a refusal's body is read for the log.

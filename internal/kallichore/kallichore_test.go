@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -440,5 +441,29 @@ func TestSessionFieldsAreClipped(t *testing.T) {
 		if _, err := DecodeSessions([]byte(in)); err == nil || len(err.Error()) > 1024 {
 			t.Errorf("error of %d bytes (%.80v), want under 1 KiB", len(fmt.Sprint(err)), err)
 		}
+	}
+}
+
+// TestAnswered: what a retry would only get again is an answer; a
+// dropped connection, a timeout, or no room left in the budget (what
+// other answers leave) is not.
+func TestAnswered(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want bool
+	}{
+		{&HTTPError{Code: 500}, true},
+		{fmt.Errorf("GET /status: %w", ErrBadJSON), true},
+		{fmt.Errorf("GET /status: %w", ErrShape), true},
+		{fmt.Errorf("GET /status: %w", ErrTooLarge), true},
+		{fmt.Errorf("GET /sessions: %w: 64 bytes read", ErrNoRoom), false},
+		{fmt.Errorf("GET /status: %w", context.DeadlineExceeded), false},
+		{fmt.Errorf("GET /status: %w", syscall.ECONNRESET), false},
+	} {
+		t.Run(tt.err.Error(), func(t *testing.T) {
+			if got := answered(tt.err); got != tt.want {
+				t.Errorf("answered(%v) = %v, want %v", tt.err, got, tt.want)
+			}
+		})
 	}
 }

@@ -53,7 +53,7 @@ var (
 // a directory learned from a process must name exactly one directory.
 // Each is returned with the UIDs of the processes that named it, which
 // openDiscovered holds it to: anyone can start a process named kcserver.
-func discoverDirs(view *pidView, target Target, comms []string) (dirs []Dir, dropped map[int]int) {
+func discoverDirs(view *pidView, target Target, comms []string, found *dirSet) {
 	var pids []int
 	if view.container {
 		pids = view.hostPIDs()
@@ -61,7 +61,6 @@ func discoverDirs(view *pidView, target Target, comms []string) (dirs []Dir, dro
 		pids = listPIDs(view.procRoot)
 	}
 	sort.Ints(pids)
-	found := newDirSet()
 	add := found.add
 	live := 0
 	for _, pid := range pids {
@@ -93,7 +92,6 @@ func discoverDirs(view *pidView, target Target, comms []string) (dirs []Dir, dro
 			}
 		}
 	}
-	return found.dirs(), found.dropped
 }
 
 // Bounds on the directories learnt from processes: anyone can start
@@ -105,16 +103,22 @@ const (
 )
 
 // dirSet gathers the directories processes name, at most
-// maxDirsPerOwner new ones per UID and maxDiscoveredDirs in all; a
-// directory already named takes further sources and owners.
+// maxDirsPerOwner new ones per user and maxDiscoveredDirs in all; a
+// directory already named takes further sources and owners, and one the
+// sweep looks in anyway (a default) costs nothing.
 type dirSet struct {
+	// owner is the user a UID counts against (a rootless user's
+	// subordinate UIDs are his).
+	owner   func(uid int) int
+	free    []string // patterns of the directories looked in anyway
 	found   map[string]*Dir
-	perUID  map[int]int
-	dropped map[int]int // the directories left out, by the UID that named them
+	counted int // the directories found that are not free
+	perUser map[int]int
+	dropped map[string]int // the directories left out, with the user who named each first
 }
 
-func newDirSet() *dirSet {
-	return &dirSet{found: map[string]*Dir{}, perUID: map[int]int{}, dropped: map[int]int{}}
+func newDirSet(owner func(uid int) int, free []string) *dirSet {
+	return &dirSet{owner: owner, free: free, found: map[string]*Dir{}, perUser: map[int]int{}, dropped: map[string]int{}}
 }
 
 func (s *dirSet) add(p, source string, uid int) {
@@ -124,11 +128,17 @@ func (s *dirSet) add(p, source string, uid int) {
 	}
 	d := s.found[p]
 	if d == nil {
-		if s.perUID[uid] >= maxDirsPerOwner || len(s.found) >= maxDiscoveredDirs {
-			s.dropped[uid]++
-			return
+		if !s.isFree(p) {
+			user := s.owner(uid)
+			if s.perUser[user] >= maxDirsPerOwner || s.counted >= maxDiscoveredDirs {
+				if _, ok := s.dropped[p]; !ok {
+					s.dropped[p] = user
+				}
+				return
+			}
+			s.perUser[user]++
+			s.counted++
 		}
-		s.perUID[uid]++
 		d = &Dir{Path: p, discovered: true}
 		s.found[p] = d
 	}
@@ -136,6 +146,29 @@ func (s *dirSet) add(p, source string, uid int) {
 	if !slices.Contains(d.owners, uid) {
 		d.owners = append(d.owners, uid)
 	}
+}
+
+func (s *dirSet) isFree(p string) bool {
+	for _, pat := range s.free {
+		if ok, _ := filepath.Match(pat, p); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// droppedNote sums up the directories left out for the log: how many, of
+// how many users, and the first few of those users.
+func (s *dirSet) droppedNote() (dirs, users int, some []int) {
+	byUser := map[int]bool{}
+	for _, u := range s.dropped {
+		byUser[u] = true
+	}
+	for u := range byUser {
+		some = append(some, u)
+	}
+	slices.Sort(some)
+	return len(s.dropped), len(some), some[:min(len(some), 5)]
 }
 
 // dirs are the directories gathered, by path.
@@ -239,11 +272,12 @@ func openAll(cfg Config, view *pidView, rep *Report) ([]*dir, pathwalk.Guard) {
 	var found []Dir
 	if len(cfg.Dirs) == 0 {
 		given, source = cfg.defaultDirs, "default"
-		var dropped map[int]int
-		found, dropped = discoverDirs(view, cfg.Target, cfg.SupervisorComms)
-		for uid, n := range dropped {
+		set := newDirSet(readSubIDs(cfg.subUIDFile).owner, given)
+		discoverDirs(view, cfg.Target, cfg.SupervisorComms, set)
+		found = set.dirs()
+		if n, users, some := set.droppedNote(); n > 0 {
 			cfg.Logger.Warn("socket directories named by supervisors not swept: more than the bound per user or in all",
-				"uid", uid, "left_out", n, "per_user", maxDirsPerOwner, "in_all", maxDiscoveredDirs)
+				"left_out", n, "users", users, "first_users", fmt.Sprint(some), "per_user", maxDirsPerOwner, "in_all", maxDiscoveredDirs)
 		}
 	}
 	rep.Dirs = mergeDirs(given, source, found)

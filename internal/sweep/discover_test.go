@@ -80,7 +80,9 @@ func TestDiscoverSkipsRelativeAndGlobs(t *testing.T) {
 	const comm = "kcsrv-disc-bad"
 	k := testutil.StartKCServer(t, "", testutil.Fake{Comm: comm, Args: []string{"--unix-socket=" + shortTemp(t) + "/c.sock"},
 		Env: []string{"XDG_RUNTIME_DIR=relative/dir", "TMPDIR=/tmp/*"}})
-	found, _ := discoverDirs(hostView("/proc"), Target{}, []string{comm})
+	set := newDirSet(func(uid int) int { return uid }, nil)
+	discoverDirs(hostView("/proc"), Target{}, []string{comm}, set)
+	found := set.dirs()
 	if len(found) != 1 || !strings.HasSuffix(k.Socket, "/c.sock") || found[0].Path+"/c.sock" != k.Socket {
 		t.Errorf("found %+v, want only the --unix-socket's directory of %s", found, k.Socket)
 	}
@@ -99,13 +101,19 @@ func shortTemp(t *testing.T) string {
 }
 
 // TestDirSetBounds: one user's supervisors add at most maxDirsPerOwner
-// directories and all of them maxDiscoveredDirs; a directory already
-// named still takes the sources and owners of those past the bound.
+// directories, his subordinate UIDs' counted as his, and all of them
+// maxDiscoveredDirs; a directory already named still takes the sources
+// and owners of those past the bound, and a default one costs nothing.
 func TestDirSetBounds(t *testing.T) {
-	s := newDirSet()
+	subs := subIDs{{start: 100000, count: 65536, owner: 1000}}
+	s := newDirSet(subs.owner, []string{"/tmp", "/run/user/*"})
+	s.add("/tmp", "kcserver 9 TMPDIR", 1000)
+	s.add("/run/user/1000", "kcserver 9 XDG_RUNTIME_DIR", 1000)
 	for i := range maxDirsPerOwner + 3 {
-		s.add(fmt.Sprintf("/dev/shm/u1000/d%d", i), "kcserver 10 --socket-dir", 1000)
+		// Each named by another of the user's subordinate UIDs.
+		s.add(fmt.Sprintf("/dev/shm/u1000/d%d", i), "kcserver 10 --socket-dir", 100000+i)
 	}
+	s.add("/dev/shm/u1000/d9", "kcserver 10 TMPDIR", 1000) // left out already: counted once
 	s.add("/run/user/1001", "kcserver 11 XDG_RUNTIME_DIR", 1001)
 	s.add("/dev/shm/u1000/d0", "kcserver 12 TMPDIR", 1001)
 	s.add("/dev/shm/u1000/d0", "kcserver 13 TMPDIR", 1000)
@@ -113,28 +121,29 @@ func TestDirSetBounds(t *testing.T) {
 		s.add(fmt.Sprintf("/home/u%d/kc", 2000+i), "kcserver 14 --socket-dir", 2000+i)
 	}
 	dirs := s.dirs()
-	if len(dirs) != maxDiscoveredDirs {
-		t.Errorf("%d directories, want the bound %d", len(dirs), maxDiscoveredDirs)
-	}
-	perUID := map[int]int{}
+	mine := 0
 	for _, d := range dirs {
-		perUID[d.owners[0]]++
+		if strings.HasPrefix(d.Path, "/dev/shm/u1000/") {
+			mine++
+		}
 	}
-	if perUID[1000] != maxDirsPerOwner || perUID[1001] != 1 {
-		t.Errorf("directories by first owner %v, want uid 1000's bounded to %d and uid 1001's kept", perUID, maxDirsPerOwner)
+	if mine != maxDirsPerOwner {
+		t.Errorf("%d of uid 1000's directories kept, want %d", mine, maxDirsPerOwner)
 	}
-	if s.dropped[1000] != 3 || s.dropped[1000+1] != 0 {
-		t.Errorf("dropped %v, want uid 1000's three past its bound", s.dropped)
+	// The three under the defaults' patterns are free; the rest are
+	// bounded in all: uid 1000's took 8 of the 256, so the last 8 other
+	// users' are left out.
+	if got := len(dirs); got != maxDiscoveredDirs+3 {
+		t.Errorf("%d directories, want the bound %d and the three under the defaults", got, maxDiscoveredDirs)
+	}
+	if n, users, some := s.droppedNote(); n != 3+maxDirsPerOwner || users != 1+maxDirsPerOwner || some[0] != 1000 {
+		t.Errorf("dropped %d directories of %d users (%v), want uid 1000's 3 and one each of %d others", n, users, some, maxDirsPerOwner)
 	}
 	i := slices.IndexFunc(dirs, func(d Dir) bool { return d.Path == "/dev/shm/u1000/d0" })
 	if i < 0 {
 		t.Fatalf("the first directory named is gone: %+v", dirs)
 	}
-	if !slices.Equal(dirs[i].owners, []int{1000, 1001}) || len(dirs[i].Sources) != 3 {
-		t.Errorf("a directory named again: %+v, want both owners and three sources", dirs[i])
-	}
-	want := maxDirsPerOwner + 1 + (maxDiscoveredDirs - maxDirsPerOwner - 1)
-	if got := len(dirs); got != want {
-		t.Errorf("%d directories, want %d", got, want)
+	if !slices.Equal(dirs[i].owners, []int{100000, 1001, 1000}) || len(dirs[i].Sources) != 3 {
+		t.Errorf("a directory named again: %+v, want its three owners and sources", dirs[i])
 	}
 }

@@ -24,7 +24,7 @@ type Cgroup struct {
 	Path  string
 	// Unit is the systemd scope (KindSystemd).
 	Unit string
-	// UID is the real UID the tree runs as.
+	// UID is the UID the tree runs as (trees.Rules.UID).
 	UID int
 
 	containerID string

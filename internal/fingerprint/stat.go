@@ -258,7 +258,7 @@ func ReadUIDs(root string, pid int) ([3]int, error) {
 // ParseStatus returns the Tgid and the real, effective and saved UIDs
 // from the contents of /proc/<pid>/status.
 func ParseStatus(data []byte) (tgid int, ids [3]int, err error) {
-	tgid = -1
+	tgid, ids = -1, noUIDs
 	haveUIDs := false
 	for len(data) > 0 && (tgid < 0 || !haveUIDs) {
 		line := data
@@ -275,14 +275,18 @@ func ParseStatus(data []byte) (tgid int, ids [3]int, err error) {
 			haveUIDs = true
 		}
 		if err != nil {
-			return -1, ids, err
+			return -1, noUIDs, err
 		}
 	}
 	if tgid < 0 || !haveUIDs {
-		return -1, ids, fmt.Errorf("status lacks Tgid or Uid: %w", ErrMalformed)
+		return -1, noUIDs, fmt.Errorf("status lacks Tgid or Uid: %w", ErrMalformed)
 	}
 	return tgid, ids, nil
 }
+
+// noUIDs are the UIDs a status that cannot be read gives: never a zero,
+// which would read as root's.
+var noUIDs = [3]int{-1, -1, -1}
 
 // uidFields parses the real, effective and saved UIDs, the first three of
 // a Uid line's numbers (the fourth is the filesystem UID).
@@ -290,12 +294,12 @@ func uidFields(b []byte) ([3]int, error) {
 	var ids [3]int
 	f := bytes.Fields(b)
 	if len(f) < len(ids) {
-		return ids, fmt.Errorf("%w: status Uid %q", ErrMalformed, bytes.TrimSpace(b))
+		return noUIDs, fmt.Errorf("%w: Uid %q", ErrMalformed, bytes.TrimSpace(b))
 	}
 	for i := range ids {
 		v, ok := decimal(f[i], math.MaxInt)
 		if !ok {
-			return ids, fmt.Errorf("%w: status Uid %q", ErrMalformed, bytes.TrimSpace(b))
+			return noUIDs, fmt.Errorf("%w: Uid %q", ErrMalformed, bytes.TrimSpace(b))
 		}
 		ids[i] = int(v)
 	}
@@ -321,10 +325,10 @@ func firstInt(b []byte) (int, error) {
 func readStatus(f Files, pid int) (tgid int, ids [3]int, err error) {
 	data, err := f.ReadFile(pid, "status")
 	if err != nil {
-		return -1, ids, err
+		return -1, noUIDs, err
 	}
 	if tgid, ids, err = ParseStatus(data); err != nil {
-		return -1, ids, fmt.Errorf("pid %d: status: %w", pid, err)
+		return -1, noUIDs, fmt.Errorf("pid %d: status: %w", pid, err)
 	}
 	return tgid, ids, nil
 }

@@ -87,8 +87,9 @@ type Cgroup struct {
 	Path string `json:"path"`
 	// Unit is the systemd scope, for kind "systemd".
 	Unit string `json:"unit,omitempty"`
-	// UID is the real UID the contained tree runs as; a process of any
-	// other in the cgroup is reported, never signalled.
+	// UID is the UID the contained tree runs as; a process in the cgroup
+	// that does not run wholly as it (a setuid program) is reported,
+	// never signalled.
 	UID int `json:"uid"`
 	// Outcome of the last sweep: action.Reaped, action.Gone,
 	// action.WouldNotDie, or a skip when it was refused.

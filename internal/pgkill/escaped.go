@@ -17,8 +17,9 @@ import (
 // setsid child, a daemon; DESIGN "Descendants that leave the group"). No group vouches for them, so each
 // is signalled on its own through a pidfd opened before its identity (PID
 // and start time) is read again: a PID handed to another process since
-// the scan is never signalled, and neither is the caller, nor one whose
-// real UID is no longer uid (a setuid program run since the scan). SIGTERM, the
+// the scan is never signalled, and neither is the caller, nor one that
+// no longer runs wholly as uid (real, effective and saved: a setuid
+// program run since the scan keeps only the real one). SIGTERM, the
 // grace, SIGKILL, as Kill does for a group; the outcome is Reaped when
 // every one is dead, Gone when none was left to signal, WouldNotDie
 // otherwise.
@@ -65,8 +66,8 @@ func KillEscaped(ctx context.Context, procs []fingerprint.Stat, uid int, opt Opt
 }
 
 // SignalEach sends sig once to each of procs through a pidfd, under
-// KillEscaped's rules (the recorded process still, of real UID uid, never
-// the caller), and reports whether any was signalled. A contained tree's
+// KillEscaped's rules (the recorded process still, running wholly as
+// uid, never the caller), and reports whether any was signalled. A contained tree's
 // sweep uses it on a frozen cgroup, where a SIGTERM and its grace would
 // only wait.
 func SignalEach(root string, procs []fingerprint.Stat, uid int, sig syscall.Signal) (bool, error) {

@@ -79,10 +79,10 @@ type Options struct {
 	// sees every member Members could have missed (the wrapper: the
 	// cgroup its command was started in).
 	Confirm func(groups []int) []fingerprint.Stat
-	// UID, with CheckUID, is the real UID a group's processes must have
-	// when it is signalled: a recorded member that ran a setuid program
-	// since it was recorded, or a joiner found of another UID, makes
-	// Kill signal nothing more (the group is not one UID's tree any
+	// UID, with CheckUID, is the UID every process Kill sees in a group
+	// must run as (real, effective and saved) when it is signalled: a
+	// recorded member that ran a setuid program since it was recorded,
+	// or a joiner found running as another, makes Kill signal nothing more (the group is not one UID's tree any
 	// more; DESIGN "Identity rules"). The group's signals go out as UID
 	// (killpgAs): a process that joined unseen gets them only if UID
 	// could have sent them itself.

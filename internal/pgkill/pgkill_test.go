@@ -618,13 +618,14 @@ func TestKillGoneUnrecordedLeader(t *testing.T) {
 	}
 }
 
-// TestKillRefusesWhatItCannotVouchFor: with CheckUID, a member whose UIDs
-// cannot be read (a status without them, standing for a read that fails)
-// is not signalled; a recorded member that left the group and now runs
+// TestKillRefusesWhatItCannotVouchFor: with CheckUID, a member whose
+// status cannot be read whole (a Uid line short of the effective and
+// saved UIDs) is not signalled: its identity cannot be checked, so it is
+// not even pinned; a recorded member that left the group and now runs
 // setuid (real UID the tree's, effective root) is not killed as an
 // escaped member either.
 func TestKillRefusesWhatItCannotVouchFor(t *testing.T) {
-	t.Run("UIDs unreadable", func(t *testing.T) {
+	t.Run("status unreadable", func(t *testing.T) {
 		inn, st := startInnocent(t, &syscall.SysProcAttr{Setpgid: true})
 		fake := filepath.Join(t.TempDir(), strconv.Itoa(st.PID))
 		if err := os.Mkdir(fake, 0o755); err != nil {

@@ -44,7 +44,7 @@ func (r *runner) sweep(keep bool) {
 	r.reapAdopted()
 	args := []any{"cgroup", r.cg.String(), "action", res.Outcome, "method", res.Method, "killed", describe(res.Killed), "frozen", res.Frozen, "removed", res.Removed}
 	for _, w := range res.Withheld {
-		r.log.Warn("process in the cgroup not signalled: another UID's, another container's or a monitor", "pid", w.PID, "comm", w.Comm, "uid", w.UID)
+		r.log.Warn("process in the cgroup not signalled: another UID's (or setuid), another container's or a monitor", "pid", w.PID, "comm", w.Comm, "uid", w.UID, "euid", w.EUID, "suid", w.SUID)
 	}
 	switch {
 	case res.Outcome == action.WouldNotDie || res.Err != nil:

@@ -503,7 +503,7 @@ func (r *runner) stopEscaped(groups []int, popt pgkill.Options) []fingerprint.St
 	for round := 0; round < maxEscapedRounds; round++ {
 		esc, withheld := trees.Descendants(r.o.Root, nil, []fingerprint.Identity{self}, rules)
 		for _, w := range withheld {
-			r.log.Warn("descendant not signalled: another UID's or another container's", "pid", w.PID, "comm", w.Comm, "uid", w.UID)
+			r.log.Warn("descendant not signalled: another UID's (or setuid) or another container's", "pid", w.PID, "comm", w.Comm, "uid", w.UID, "euid", w.EUID, "suid", w.SUID)
 		}
 		if len(esc) == 0 {
 			return nil

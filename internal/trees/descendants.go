@@ -121,8 +121,9 @@ type Rules struct {
 	// the wrapper's member-by-member kill reaches them); the walk goes
 	// through them without reporting them.
 	InGroup func(pgid int) bool
-	// UID is the tree's real UID; a descendant of any other (or any, when
-	// negative) is withheld.
+	// UID is the tree's UID; a descendant that does not run wholly as it
+	// (real, effective and saved: a setuid program keeps only the real
+	// one), or any when negative, is withheld.
 	UID int
 	// ContainerID is the tree's container; a descendant carrying any
 	// other container's ID is withheld.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -82,7 +83,10 @@ func pinInit(root, id string, pid int, wantStart uint64) (*fingerprint.Pinned, e
 }
 
 // checkInit checks pid's cgroup names container id and pid is PID 1 of a
-// PID namespace of its own.
+// PID namespace whose parent is ours: the number the engine gave is the
+// process's here. A sandbox nested in the container (a browser's zygote,
+// bwrap) is PID 1 of a namespace below the container's, in its cgroup;
+// taken for the init, its exit would read as the container's death.
 func checkInit(root, id string, pid int) error {
 	dir := filepath.Join(root, fmt.Sprint(pid))
 	cg, err := fingerprint.ReadCapped(filepath.Join(dir, "cgroup"))
@@ -99,7 +103,7 @@ func checkInit(root, id string, pid int) error {
 	for _, l := range strings.Split(string(status), "\n") {
 		if f, ok := strings.CutPrefix(l, "NSpid:"); ok {
 			ns := strings.Fields(f)
-			if len(ns) >= 2 && ns[len(ns)-1] == "1" {
+			if len(ns) >= 2 && ns[len(ns)-1] == "1" && ns[len(ns)-2] == strconv.Itoa(pid) {
 				return nil
 			}
 			return fmt.Errorf("pid %d: NSpid %v: %w", pid, ns, errNotPIDNSInit)

@@ -3,10 +3,13 @@ package janitor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -231,5 +234,41 @@ func recordingPinner(t *testing.T) (*pinner, func() []engine.Death) {
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Clone(deaths)
+	}
+}
+
+// TestCheckInit: a container's init is PID 1 of a namespace whose parent
+// is ours, in the container's cgroup; a PID 1 nested deeper (a sandbox
+// in the container) or a process that is no namespace's init is not.
+func TestCheckInit(t *testing.T) {
+	const pid = 4242
+	id := strings.Repeat("c3", 32)
+	cgroup := "0::/machine.slice/libpod-" + id + ".scope/container\n"
+	for _, tt := range []struct {
+		name, cgroup, nspid string
+		want                error
+	}{
+		{"the init", cgroup, "4242\t1", nil},
+		{"a sandbox nested in the container", cgroup, "4242\t57\t1", errNotPIDNSInit},
+		{"a process of the container", cgroup, "4242\t57", errNotPIDNSInit},
+		{"a process of ours", cgroup, "4242", errNotPIDNSInit},
+		{"another container's init", "0::/machine.slice/libpod-" + strings.Repeat("d4", 32) + ".scope\n", "4242\t1", errNotItsCgroup},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			dir := filepath.Join(root, strconv.Itoa(pid))
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			status := fmt.Sprintf("Name:\tinit\nTgid:\t%d\nPid:\t%d\nNSpid:\t%s\n", pid, pid, tt.nspid)
+			for name, data := range map[string]string{"cgroup": tt.cgroup, "status": status} {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := checkInit(root, id, pid); !errors.Is(err, tt.want) || (tt.want == nil) != (err == nil) {
+				t.Errorf("checkInit = %v, want %v", err, tt.want)
+			}
+		})
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
 	"github.com/kc-watchman/kc-watchman/internal/proctable/taskiter"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 // TestSweepsCgroupsOfGoneContainers: a kc-watchman/<id> cgroup whose
@@ -250,4 +251,40 @@ func TestPopulatedCgroupsNeedACompleteListing(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDeathSweepSparesWhatStartedAfterIt: a death's engines are asked
+// while the host is scanned, so their answer can predate a restart into
+// the same kc-watchman/<id> cgroup. What started in a gone container's
+// cgroup after its death is withheld (the restarted container's); what
+// started before it is swept.
+func TestDeathSweepSparesWhatStartedAfterIt(t *testing.T) {
+	h := contain.Detect(contain.Options{})
+	if h.Kind != contain.KindCgroup2 {
+		t.Skipf("containment here is %s (%s)", h, h.Why)
+	}
+	waitTicks := func(from uint64) {
+		proc.WaitFor(t, 5*time.Second, "the clock's ticks", func() bool { return bootTicks() > from+2 })
+	}
+	before, after := testutil.RandomHex(t, 64), testutil.RandomHex(t, 64)
+	old := contained(t, h, before)
+	waitTicks(bootTicks())
+	died := time.Now()
+	waitTicks(bootTicks())
+	restarted := contained(t, h, after)
+	// Ticks after it, as a scan would be: what started in the scan's
+	// own tick is withheld in any case.
+	waitTicks(bootTicks())
+
+	live := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()}
+	opt := Options{Containers: map[string]bool{before: true, after: true}, Apply: true,
+		DiedAtByID: map[string]time.Time{before: died, after: died}}
+	rep, err := Run(context.Background(), opt, live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !running(restarted.Process.Pid) || !isDir(filepath.Join(h.Mount, contain.Dir, after)) {
+		t.Errorf("cgroups %+v: what started after the death was swept", rep.Cgroups)
+	}
+	proc.WaitFor(t, 5*time.Second, "the process started before the death to die", func() bool { return !running(old.Process.Pid) })
 }

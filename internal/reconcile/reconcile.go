@@ -362,7 +362,7 @@ func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 			log.Error("blast-radius guard: nothing reaped", "why", why)
 			return rep, nil
 		}
-		rep.Cgroups, rep.Unrecorded = reapStrays(ctx, opt, log, rep.Trees, sc.bootTicks, sc.vanished, spare)
+		rep.Cgroups, rep.Unrecorded = reapStrays(ctx, opt, log, rep.Trees, sc.bornBefore(), sc.vanished, spare)
 	} else if why := blastRadius(opt, rep.Trees, populatedCount(opt, left)); why != "" {
 		rep.WouldRefuse = why
 		log.Warn("an --apply run would reap nothing (blast-radius guard)", "why", why)

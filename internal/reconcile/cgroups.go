@@ -230,12 +230,7 @@ func (sc *Scanned) bornBefore() uint64 {
 	if died.IsZero() {
 		return sc.bootTicks
 	}
-	tick := time.Second / trees.ClockTicks
-	ago := uint64((max(sc.scanned.Sub(died), 0)+tick-1)/tick) + 1
-	if ago >= sc.bootTicks {
-		return 1 // before this boot's first tick: all are withheld
-	}
-	return sc.bootTicks - ago
+	return min(sc.bootTicks, sc.tickBefore(died))
 }
 
 // spared is what this run's cgroup sweeps withhold: the processes of every

@@ -221,13 +221,32 @@ func Decide(t trees.Tree, live engine.Set, minAge time.Duration) action.Action {
 }
 
 // bornAfter says whether every member of t started after the death at
-// died. Ages were read during the scan, which ended at scanned: measuring
-// the time since the death from then makes it a little longer, so the
-// doubt falls on sparing. Not from now: the engines' answer came between,
-// and a slow one (a second under load) made a tree started a moment
-// before the death look born after it, and spared.
-func bornAfter(t trees.Tree, died, scanned time.Time) bool {
-	return !died.IsZero() && t.AgeKnown && t.Oldest < scanned.Sub(died)
+// died, in /proc's start ticks (see tickBefore): one started in the
+// death's own tick counts as after it, so the doubt falls on sparing.
+// The death is placed from the scan's end, not from now: the engines'
+// answer came between, and a slow one (a second under load) made a tree
+// started a moment before the death look born after it, and spared.
+func (sc *Scanned) bornAfter(t trees.Tree, died time.Time) bool {
+	if died.IsZero() || !t.AgeKnown || len(t.Members) == 0 || sc.bootTicks == 0 {
+		return false
+	}
+	first := t.Members[0].StartTicks
+	for _, m := range t.Members[1:] {
+		first = min(first, m.StartTicks)
+	}
+	return first >= sc.tickBefore(died)
+}
+
+// tickBefore is the tick, in /proc's start ticks, a tick before the one
+// at died, placed from the scan's end (sc.scanned, sc.bootTicks); at
+// least 1.
+func (sc *Scanned) tickBefore(died time.Time) uint64 {
+	tick := time.Second / trees.ClockTicks
+	ago := uint64((max(sc.scanned.Sub(died), 0)+tick-1)/tick) + 1
+	if ago >= sc.bootTicks {
+		return 1
+	}
+	return sc.bootTicks - ago
 }
 
 // Scanned is a scan of the host's supervisor trees, taken before podman is
@@ -329,7 +348,7 @@ func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 		if at, ok := opt.DiedAtByID[t.ContainerID]; ok {
 			died = at
 		}
-		if rt.Action == action.WouldReap && bornAfter(t, died, sc.scanned) {
+		if rt.Action == action.WouldReap && sc.bornAfter(t, died) {
 			rt.Action = action.SkipYoung
 		}
 		if t.AgeKnown {

@@ -15,6 +15,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/trees"
 	"golang.org/x/sys/unix"
 )
 
@@ -419,5 +420,44 @@ func TestCollectLeavesYoungRecordsUnlocked(t *testing.T) {
 	}
 	if _, err := store.Load(gone); err != nil {
 		t.Errorf("the young record is gone: %v", err)
+	}
+}
+
+// TestBornAfter: a tree is a restarted container's when every member
+// started at or after the tick before the death's, the death placed from
+// the scan's end (100 ms before it here: the tick before is 11 ticks back).
+func TestBornAfter(t *testing.T) {
+	scanned := time.Now()
+	sc := &Scanned{scanned: scanned, bootTicks: 100000}
+	died := scanned.Add(-100 * time.Millisecond)
+	tree := func(starts ...uint64) trees.Tree {
+		tr := trees.Tree{AgeKnown: true}
+		for i, s := range starts {
+			tr.Members = append(tr.Members, fingerprint.Identity{Stat: fingerprint.Stat{PID: 100 + i, StartTicks: s}})
+		}
+		return tr
+	}
+	unknown := tree(99995)
+	unknown.AgeKnown = false
+	for _, tt := range []struct {
+		name string
+		t    trees.Tree
+		died time.Time
+		want bool
+	}{
+		{"started after the death", tree(99995, 99999), died, true},
+		{"started in the death's tick", tree(99990), died, true},
+		{"started the tick before", tree(99989), died, true},
+		{"started before it", tree(99988), died, false},
+		{"one member older than the death", tree(99999, 99900), died, false},
+		{"no death", tree(99999), time.Time{}, false},
+		{"ages unknown", unknown, died, false},
+		{"a death after the scan", tree(99999), scanned.Add(time.Second), true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := sc.bornAfter(tt.t, tt.died); got != tt.want {
+				t.Errorf("bornAfter = %v, want %v (tick before the death %d)", got, tt.want, sc.tickBefore(tt.died))
+			}
+		})
 	}
 }

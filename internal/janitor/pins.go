@@ -31,14 +31,15 @@ var (
 	errInitUnseen    = errors.New("no process here holds the PID the engine gave (exited, or a PID of the engine's own PID namespace)")
 	errStartMismatch = errors.New("the process's start time is not the init's")
 	errNotItsCgroup  = errors.New("the process is not in the container's cgroup")
-	errNotPIDNSInit  = errors.New("the process is not PID 1 of a private PID namespace")
+	errNotPIDNSInit  = errors.New("the process is not PID 1 of a PID namespace right below ours")
 	errSharedPID     = errors.New("one host PID stands for several containers")
 )
 
 // pinInit opens a pidfd for container id's init at host PID pid and checks
 // it is that init: started at wantStart (the ledger's record; 0 when there
-// is none), in a cgroup carrying the container's ID, PID 1 of its own PID
-// namespace. Only such a process, once gone, is a death (errInitDead).
+// is none), in a cgroup carrying the container's ID, PID 1 of a PID
+// namespace right below ours. Only such a process, once gone, is a death
+// (errInitDead).
 //
 // Without a record nothing vouches for the PID: an engine in another PID
 // namespace (Docker in Docker, a kind node's containerd) answers PIDs of
@@ -83,10 +84,10 @@ func pinInit(root, id string, pid int, wantStart uint64) (*fingerprint.Pinned, e
 }
 
 // checkInit checks pid's cgroup names container id and pid is PID 1 of a
-// PID namespace whose parent is ours: the number the engine gave is the
-// process's here. A sandbox nested in the container (a browser's zygote,
-// bwrap) is PID 1 of a namespace below the container's, in its cgroup;
-// taken for the init, its exit would read as the container's death.
+// PID namespace right below ours (NSpid: its PID here, then 1). A sandbox
+// nested in the container (a browser's zygote, bwrap) is PID 1 of a
+// namespace below the container's, in its cgroup; taken for the init, its
+// exit would read as the container's death.
 func checkInit(root, id string, pid int) error {
 	dir := filepath.Join(root, fmt.Sprint(pid))
 	cg, err := fingerprint.ReadCapped(filepath.Join(dir, "cgroup"))
@@ -103,7 +104,7 @@ func checkInit(root, id string, pid int) error {
 	for _, l := range strings.Split(string(status), "\n") {
 		if f, ok := strings.CutPrefix(l, "NSpid:"); ok {
 			ns := strings.Fields(f)
-			if len(ns) >= 2 && ns[len(ns)-1] == "1" && ns[len(ns)-2] == strconv.Itoa(pid) {
+			if len(ns) == 2 && ns[0] == strconv.Itoa(pid) && ns[1] == "1" {
 				return nil
 			}
 			return fmt.Errorf("pid %d: NSpid %v: %w", pid, ns, errNotPIDNSInit)

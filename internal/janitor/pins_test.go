@@ -237,8 +237,8 @@ func recordingPinner(t *testing.T) (*pinner, func() []engine.Death) {
 	}
 }
 
-// TestCheckInit: a container's init is PID 1 of a namespace whose parent
-// is ours, in the container's cgroup; a PID 1 nested deeper (a sandbox
+// TestCheckInit: a container's init is PID 1 of a namespace right below
+// ours, in the container's cgroup; a PID 1 nested deeper (a sandbox
 // in the container) or a process that is no namespace's init is not.
 func TestCheckInit(t *testing.T) {
 	const pid = 4242
@@ -250,6 +250,7 @@ func TestCheckInit(t *testing.T) {
 	}{
 		{"the init", cgroup, "4242\t1", nil},
 		{"a sandbox nested in the container", cgroup, "4242\t57\t1", errNotPIDNSInit},
+		{"a sandbox nested in the container, its PID there ours", cgroup, "4242\t4242\t1", errNotPIDNSInit},
 		{"a process of the container", cgroup, "4242\t57", errNotPIDNSInit},
 		{"a process of ours", cgroup, "4242", errNotPIDNSInit},
 		{"another container's init", "0::/machine.slice/libpod-" + strings.Repeat("d4", 32) + ".scope\n", "4242\t1", errNotItsCgroup},

@@ -163,7 +163,7 @@ func (sc *Scanned) sweepLeftCgroups(ctx context.Context, rep *Report, ls []conta
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			c := Cgroup{ContainerID: id, Cgroup: sweepListed(ctx, opt, log, l, sc.bornBefore(), spare)}
+			c := Cgroup{ContainerID: id, Cgroup: sweepListed(ctx, opt, log, l, sc.bornBefore(id), spare)}
 			mu.Lock()
 			rep.Cgroups = append(rep.Cgroups, c)
 			mu.Unlock()
@@ -210,22 +210,20 @@ func bootTicks() uint64 {
 	return uint64(time.Duration(ts.Nano()) / (time.Second / trees.ClockTicks))
 }
 
-// bornBefore is the start tick (in /proc's clock) a process in a gone
-// container's cgroup must have started before for this run's sweeps to
-// judge it: the scan's end and, for deaths, the earliest of them. A
-// death's engines are asked while the host is scanned, so an answer can
-// predate a restart into the same cgroup; what started after the death
-// is the restarted container's, as its trees are (bornAfter). A tick
-// early: one started in the death's tick is withheld too.
-func (sc *Scanned) bornBefore() uint64 {
+// bornBefore is the start tick (in /proc's clock) a process in container
+// id's cgroup must have started before for this run's sweeps to judge it:
+// the scan's end and, for a death, the death's. A death's engines are
+// asked while the host is scanned, so an answer can predate a restart
+// into the same cgroup; what started after the death is the restarted
+// container's, as its trees are (bornAfter). A tick early: one started
+// in the death's tick is withheld too.
+func (sc *Scanned) bornBefore(id string) uint64 {
 	if sc.bootTicks == 0 {
 		return 0 // unknown: nothing is withheld by age
 	}
 	died := sc.opt.DiedAt
-	for _, at := range sc.opt.DiedAtByID {
-		if died.IsZero() || at.Before(died) {
-			died = at
-		}
+	if at, ok := sc.opt.DiedAtByID[id]; ok {
+		died = at
 	}
 	if died.IsZero() {
 		return sc.bootTicks

@@ -257,28 +257,31 @@ func TestPopulatedCgroupsNeedACompleteListing(t *testing.T) {
 // while the host is scanned, so their answer can predate a restart into
 // the same kc-watchman/<id> cgroup. What started in a gone container's
 // cgroup after its death is withheld (the restarted container's); what
-// started before it is swept.
+// started before it is swept, though after another death of the burst.
 func TestDeathSweepSparesWhatStartedAfterIt(t *testing.T) {
 	h := contain.Detect(contain.Options{})
 	if h.Kind != contain.KindCgroup2 {
 		t.Skipf("containment here is %s (%s)", h, h.Why)
 	}
-	waitTicks := func(from uint64) {
+	waitTicks := func() {
+		from := bootTicks()
 		proc.WaitFor(t, 5*time.Second, "the clock's ticks", func() bool { return bootTicks() > from+2 })
 	}
 	before, after := testutil.RandomHex(t, 64), testutil.RandomHex(t, 64)
+	afterDied := time.Now()
+	waitTicks()
 	old := contained(t, h, before)
-	waitTicks(bootTicks())
-	died := time.Now()
-	waitTicks(bootTicks())
+	waitTicks()
+	beforeDied := time.Now()
+	waitTicks()
 	restarted := contained(t, h, after)
 	// Ticks after it, as a scan would be: what started in the scan's
 	// own tick is withheld in any case.
-	waitTicks(bootTicks())
+	waitTicks()
 
 	live := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()}
 	opt := Options{Containers: map[string]bool{before: true, after: true}, Apply: true,
-		DiedAtByID: map[string]time.Time{before: died, after: died}}
+		DiedAtByID: map[string]time.Time{before: beforeDied, after: afterDied}}
 	rep, err := Run(context.Background(), opt, live)
 	if err != nil {
 		t.Fatal(err)
@@ -286,5 +289,5 @@ func TestDeathSweepSparesWhatStartedAfterIt(t *testing.T) {
 	if !running(restarted.Process.Pid) || !isDir(filepath.Join(h.Mount, contain.Dir, after)) {
 		t.Errorf("cgroups %+v: what started after the death was swept", rep.Cgroups)
 	}
-	proc.WaitFor(t, 5*time.Second, "the process started before the death to die", func() bool { return !running(old.Process.Pid) })
+	proc.WaitFor(t, 5*time.Second, "the process started before its container's death to die", func() bool { return !running(old.Process.Pid) })
 }

@@ -227,8 +227,12 @@ func Decide(t trees.Tree, live engine.Set, minAge time.Duration) action.Action {
 // answer came between, and a slow one (a second under load) made a tree
 // started a moment before the death look born after it, and spared.
 func (sc *Scanned) bornAfter(t trees.Tree, died time.Time) bool {
-	if died.IsZero() || !t.AgeKnown || len(t.Members) == 0 || sc.bootTicks == 0 {
+	if died.IsZero() || !t.AgeKnown || len(t.Members) == 0 {
 		return false
+	}
+	if sc.bootTicks == 0 {
+		// The boot clock unread: by the ages, as of the scan's end.
+		return t.Oldest < sc.scanned.Sub(died)
 	}
 	first := t.Members[0].StartTicks
 	for _, m := range t.Members[1:] {
@@ -303,8 +307,9 @@ func Scan(opt Options) (*Scanned, error) {
 	}
 	found, stats, snap, err := trees.ScanSnapshot(trees.Options{Root: opt.Root, Comms: opt.Comms, Known: known, Full: opt.FullScan, Lister: opt.Lister, Program: opt.Program,
 		LayoutCache: ledger.LayoutCache(opt.Store), Watch: corroborate.Watch, Only: opt.Containers, Partial: true})
-	sc.scanned = time.Now()
+	// The ticks first: read a moment early, they withhold and spare more.
 	sc.bootTicks = bootTicks()
+	sc.scanned = time.Now()
 	if err != nil {
 		return nil, fmt.Errorf("scanning processes: %w", err)
 	}
@@ -381,7 +386,7 @@ func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 			log.Error("blast-radius guard: nothing reaped", "why", why)
 			return rep, nil
 		}
-		rep.Cgroups, rep.Unrecorded = reapStrays(ctx, opt, log, rep.Trees, sc.bornBefore(), sc.vanished, spare)
+		rep.Cgroups, rep.Unrecorded = reapStrays(ctx, opt, log, rep.Trees, sc.bornBefore, sc.vanished, spare)
 	} else if why := blastRadius(opt, rep.Trees, populatedCount(opt, left)); why != "" {
 		rep.WouldRefuse = why
 		log.Warn("an --apply run would reap nothing (blast-radius guard)", "why", why)
@@ -581,7 +586,7 @@ func sameTrees(a, b []ledger.Tree) bool {
 // and copies what became of them into the report. It returns the
 // containers' swept cgroups, and why an outcome could not be recorded,
 // if one could not.
-func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree, bornBefore uint64, keep map[string]bool, spare func(fingerprint.Stat) bool) ([]Cgroup, error) {
+func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree, bornBefore func(id string) uint64, keep map[string]bool, spare func(fingerprint.Stat) bool) ([]Cgroup, error) {
 	byContainer := map[string][]int{}
 	spared := maps.Clone(keep) // a tree of it is left: its cgroup may hold it
 	if spared == nil {
@@ -597,7 +602,7 @@ func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree, b
 		}
 		spared[ts[i].ContainerID] = true
 	}
-	ropt := reap.Options{Root: opt.Root, Grace: opt.KillGrace, Store: opt.Store, Source: "reconcile", Contain: opt.Contain, Logger: log, BornBefore: bornBefore, Spare: spare}
+	ropt := reap.Options{Root: opt.Root, Grace: opt.KillGrace, Store: opt.Store, Source: "reconcile", Contain: opt.Contain, Logger: log, Spare: spare}
 	var (
 		wg         sync.WaitGroup
 		mu         sync.Mutex
@@ -613,6 +618,8 @@ func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree, b
 				// The janitor reads /proc in host terms.
 				c.Trees = append(c.Trees, reap.Tree{Tree: ts[i].tree, HostUID: ts[i].tree.UID})
 			}
+			ropt := ropt
+			ropt.BornBefore = bornBefore(id)
 			res := reap.Run(ctx, ropt, c)
 			mu.Lock()
 			if res.Unrecorded != nil {

@@ -460,4 +460,11 @@ func TestBornAfter(t *testing.T) {
 			}
 		})
 	}
+	// The boot clock unread: by the ages as of the scan's end.
+	noClock := &Scanned{scanned: scanned}
+	young, old := tree(99999), tree(99999)
+	young.Oldest, old.Oldest = 50*time.Millisecond, 150*time.Millisecond
+	if !noClock.bornAfter(young, died) || noClock.bornAfter(old, died) {
+		t.Error("without the boot clock, a tree 50 ms old must be born after a death 100 ms ago, one 150 ms old not")
+	}
 }

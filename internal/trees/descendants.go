@@ -244,8 +244,8 @@ func (r Rules) allows(id fingerprint.Identity) bool {
 	return true
 }
 
-// Children reads the children of every thread of pid; a process that is
-// gone has none.
+// Children reads the children of every thread of pid, in PID order; a
+// process that is gone has none.
 func Children(root string, pid int) []int {
 	dir := root + "/" + strconv.Itoa(pid) + "/task"
 	tids, err := os.ReadDir(dir)
@@ -259,10 +259,14 @@ func Children(root string, pid int) []int {
 			continue // the thread exited: its children are another's now
 		}
 		for _, f := range strings.Fields(string(data)) {
-			if c, err := strconv.Atoi(f); err == nil && !slices.Contains(out, c) {
+			if c, err := strconv.Atoi(f); err == nil {
 				out = append(out, c)
 			}
 		}
 	}
-	return out
+	// A child is listed once, under the thread that forked it; sorted
+	// rather than searched, so that a user's process with thousands of
+	// children costs no quadratic time.
+	slices.Sort(out)
+	return slices.Compact(out)
 }

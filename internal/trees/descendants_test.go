@@ -3,6 +3,8 @@ package trees
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -241,5 +243,26 @@ func TestRulesMember(t *testing.T) {
 	}
 	if (Rules{UID: -1}).Member(as(0, 0, 0, "python3")) {
 		t.Error("a tree of no known UID has members")
+	}
+}
+
+// TestChildrenOfEveryThread: the children of all of a process's threads,
+// each once, in PID order; a process that is gone has none.
+func TestChildrenOfEveryThread(t *testing.T) {
+	root := t.TempDir()
+	for tid, kids := range map[string]string{"42": "7 5 ", "43": "5 9", "44": ""} {
+		dir := filepath.Join(root, "42", "task", tid)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "children"), []byte(kids), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := Children(root, 42); !slices.Equal(got, []int{5, 7, 9}) {
+		t.Errorf("Children = %v, want [5 7 9]", got)
+	}
+	if got := Children(root, 43); got != nil {
+		t.Errorf("Children of a gone process = %v, want none", got)
 	}
 }

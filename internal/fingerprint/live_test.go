@@ -51,8 +51,9 @@ func TestReadLive(t *testing.T) {
 	if want := []string{"sleep", "1000"}; !reflect.DeepEqual(id.Argv, want) {
 		t.Errorf("Argv = %q, want %q", id.Argv, want)
 	}
-	if id.State != 'S' && id.State != 'R' {
-		t.Errorf("State = %c, want S or R", id.State)
+	// D: a process just started can wait on a page of its binary.
+	if id.State != 'S' && id.State != 'R' && id.State != 'D' {
+		t.Errorf("State = %c, want S, R or D", id.State)
 	}
 	if id.Threads != 1 || id.Zombie() {
 		t.Errorf("Threads = %d, Zombie = %v; want 1, false", id.Threads, id.Zombie())

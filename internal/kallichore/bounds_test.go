@@ -153,7 +153,9 @@ func TestBudget(t *testing.T) {
 // TestBudgetNoHoldAndWait: two answers that announce no length are read
 // at once and together outgrow the budget halfway. Neither waits for the
 // other while holding its half (each would until its timeout): one gives
-// up with ErrNoRoom, its bytes given back, and the other is read whole.
+// up with ErrNoRoom, its bytes given back, and the other is read whole —
+// or, when both find no room at the same moment, both give up (each is
+// asked again once, with Client.RetryAfter).
 func TestBudgetNoHoldAndWait(t *testing.T) {
 	const budget, half = 64 << 10, 24 << 10
 	c := &Client{Timeout: 20 * time.Second, Budget: NewBudget(budget)}
@@ -200,8 +202,8 @@ func TestBudgetNoHoldAndWait(t *testing.T) {
 			t.Fatal("an answer waits while holding part of the budget")
 		}
 	}
-	if read != 1 || noRoom != 1 {
-		t.Errorf("%d read, %d out of room; want one each", read, noRoom)
+	if noRoom < 1 || read+noRoom != 2 {
+		t.Errorf("%d read, %d out of room; want at least one out of room, none waiting", read, noRoom)
 	}
 	if !c.Budget.sem.TryAcquire(budget) {
 		t.Error("the budget was not all given back")

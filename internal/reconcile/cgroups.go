@@ -218,12 +218,12 @@ func bootTicks() uint64 {
 // container's, as its trees are (bornAfter). A tick early: one started
 // in the death's tick is withheld too.
 func (sc *Scanned) bornBefore(id string) uint64 {
+	died := sc.opt.diedAt(id)
 	if sc.bootTicks == 0 {
+		if !died.IsZero() {
+			return 1 // the death cannot be placed: all is withheld
+		}
 		return 0 // unknown: nothing is withheld by age
-	}
-	died := sc.opt.DiedAt
-	if at, ok := sc.opt.DiedAtByID[id]; ok {
-		died = at
 	}
 	if died.IsZero() {
 		return sc.bootTicks

@@ -220,6 +220,15 @@ func Decide(t trees.Tree, live engine.Set, minAge time.Duration) action.Action {
 	return action.WouldReap
 }
 
+// diedAt is when container id died, for a run deciding on deaths (zero
+// otherwise): a tree's decision and its cgroup's sweep judge by the same.
+func (o Options) diedAt(id string) time.Time {
+	if at, ok := o.DiedAtByID[id]; ok {
+		return at
+	}
+	return o.DiedAt
+}
+
 // bornAfter says whether every member of t started after the death at
 // died, in /proc's start ticks (see tickBefore): one started in the
 // death's own tick counts as after it, so the doubt falls on sparing.
@@ -349,11 +358,7 @@ func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 			continue
 		}
 		rt := Tree{ContainerID: t.ContainerID, Pod: live.Pods[t.ContainerID], PGID: t.PGID, UID: t.UID, Action: Decide(t, live, opt.MinAge), tree: t}
-		died := opt.DiedAt
-		if at, ok := opt.DiedAtByID[t.ContainerID]; ok {
-			died = at
-		}
-		if rt.Action == action.WouldReap && sc.bornAfter(t, died) {
+		if rt.Action == action.WouldReap && sc.bornAfter(t, opt.diedAt(t.ContainerID)) {
 			rt.Action = action.SkipYoung
 		}
 		if t.AgeKnown {

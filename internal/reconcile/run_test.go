@@ -468,3 +468,17 @@ func TestBornAfter(t *testing.T) {
 		t.Error("without the boot clock, a tree 50 ms old must be born after a death 100 ms ago, one 150 ms old not")
 	}
 }
+
+// TestBornBeforeWithoutTheBootClock: unable to read the boot clock, a
+// death's cgroup sweep withholds everything rather than nothing; a run
+// on no death withholds nothing by age, as before.
+func TestBornBeforeWithoutTheBootClock(t *testing.T) {
+	id := strings.Repeat("ab", 32)
+	died := &Scanned{scanned: time.Now(), opt: Options{DiedAtByID: map[string]time.Time{id: time.Now()}}}
+	if got := died.bornBefore(id); got != 1 {
+		t.Errorf("bornBefore with a death = %d, want 1", got)
+	}
+	if got := died.bornBefore(strings.Repeat("cd", 32)); got != 0 {
+		t.Errorf("bornBefore of another container = %d, want 0", got)
+	}
+}

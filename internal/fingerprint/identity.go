@@ -23,7 +23,16 @@ type Identity struct {
 // RunsAs reports whether uid is the process's real, effective and saved
 // UID alike: only then is it wholly that user's.
 func (id Identity) RunsAs(uid int) bool {
-	return id.UID == uid && id.EUID == uid && id.SUID == uid
+	return uid >= 0 && SoleUID([3]int{id.UID, id.EUID, id.SUID}) == uid
+}
+
+// SoleUID is the UID a process runs as wholly, given its real, effective
+// and saved UIDs (ReadUIDs), or -1 when they differ (a setuid program).
+func SoleUID(ids [3]int) int {
+	if ids[1] != ids[0] || ids[2] != ids[0] {
+		return -1
+	}
+	return ids[0]
 }
 
 // Same reports whether a and b describe the same process: equal PID and

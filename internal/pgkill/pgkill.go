@@ -524,7 +524,7 @@ func (k *killer) owned(procs []fingerprint.Stat) error {
 			// Not in the group now: its signals do not reach it.
 		case err != nil:
 			return fmt.Errorf("group %d: cannot read the UIDs of %d(%s): %w", k.pgid, p.PID, p.Comm, err)
-		case ids != [3]int{k.opt.UID, k.opt.UID, k.opt.UID}:
+		case fingerprint.SoleUID(ids) != k.opt.UID:
 			return fmt.Errorf("group %d: %d(%s) runs as uid %d (real, effective, saved: %v) now, not the tree's %d: %w",
 				k.pgid, p.PID, p.Comm, ids[1], ids, k.opt.UID, errOtherUID)
 		}

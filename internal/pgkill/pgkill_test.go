@@ -581,8 +581,9 @@ func TestKillRefusesAnotherUIDsProcess(t *testing.T) {
 			t.Errorf("the tree's own process ended by %v, want SIGKILL (it ignores SIGTERM)", sig)
 		}
 		checkUntouched(t, inn, ist)
-		// The UID was taken by a thread that ended: the program's own
-		// (its main thread's, as /proc and kill(2) see it) is root's.
+		// The UID was taken by a thread of its own, which took root's
+		// back: the program's (its main thread's, as /proc and kill(2)
+		// see it) is root's.
 		status, err := os.ReadFile("/proc/self/status")
 		if err != nil {
 			t.Fatal(err)

@@ -170,7 +170,7 @@ func descendants(root string, children func(pid int) []int, from []fingerprint.I
 				// be read: reported, not signalled, and not walked
 				// below.
 				if st, err := fingerprint.ReadStat(root, pid); err == nil && !st.Zombie() && st.PPID == parent.PID {
-					withheld = append(withheld, fingerprint.Identity{Stat: st, TGID: pid, UID: -1})
+					withheld = append(withheld, fingerprint.Identity{Stat: st, TGID: pid, UID: -1, EUID: -1, SUID: -1})
 				}
 				continue
 			}

@@ -129,7 +129,8 @@ type Tree struct {
 	Foreign bool
 	// ByLedger: the container was known only from a ledger snapshot.
 	ByLedger bool
-	// UID is the real UID shared by all members, or -1 when they differ.
+	// UID is the real UID shared by all members, or -1 when they differ
+	// or one left out of them (unreadable) runs setuid.
 	UID int
 	// Age is the youngest member's age; AgeKnown is false when it could
 	// not be read (the tree may be mid-create).
@@ -629,10 +630,7 @@ func (s *scanner) statusUID(pid int, listed uint64) (uid int, here bool) {
 	if err == nil {
 		var ids [3]int
 		if _, ids, err = fingerprint.ParseStatus(data); err == nil {
-			uid = ids[0]
-			if ids[1] != uid || ids[2] != uid {
-				uid = -1
-			}
+			uid = fingerprint.SoleUID(ids)
 		}
 	}
 	if listed != 0 {

@@ -258,7 +258,7 @@ func (c *Cgroup) kill(fd int, opt SweepOptions, res *SweepResult) {
 			case err != nil && errors.Is(err, fingerprint.ErrNotFound):
 				continue
 			case err != nil:
-				withheld = append(withheld, fingerprint.Identity{Stat: fingerprint.Stat{PID: pid}})
+				withheld = append(withheld, fingerprint.Identity{Stat: fingerprint.Stat{PID: pid}, UID: -1, EUID: -1, SUID: -1})
 			case id.Zombie():
 			case pid == os.Getpid() || pid <= 1 || !rules.Member(id),
 				opt.BornBefore > 0 && id.StartTicks >= opt.BornBefore, // same tick: the doubt spares

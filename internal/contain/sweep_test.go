@@ -256,6 +256,9 @@ func TestSweepWithholdsASetuidProgram(t *testing.T) {
 	if id, err := fingerprint.Read("/proc", suid.Process.Pid); err != nil || id.Zombie() {
 		t.Errorf("the setuid program: %+v, %v; want it alive", id, err)
 	}
+	if state, _ := os.ReadFile(filepath.Join(c.Mount, c.Path, "cgroup.freeze")); strings.TrimSpace(string(state)) != "0" {
+		t.Errorf("the cgroup was left frozen: %q", state)
+	}
 	if !exits(mine, 5*time.Second) {
 		t.Error("the tree's own process lives")
 	}

@@ -12,9 +12,8 @@ import (
 // every probe and audit sharing a Budget: 16 status answers at their cap,
 // or one sessions answer. An answer weighs what has come of it
 // (Kallichore's are a few hundred bytes), whatever length it announces.
-// Decoding holds several
-// times what is read (the decoder's buffer grows by doubling, then the
-// values decoded), so this keeps a run near 150 MiB whatever the sockets
+// Decoding holds several times what is read (the decoder's buffer grows
+// by doubling, then the values decoded), so this keeps a run near 150 MiB whatever the sockets
 // in /tmp serve (cull of 32 supervisors serving 32 MiB: 157 MiB peak RSS;
 // with 64 MiB it was 261 MiB).
 const DefaultBudget = 16 << 20
@@ -38,11 +37,9 @@ func NewBudget(size int64) *Budget {
 // one read.
 const chargeChunk = 64 << 10
 
-// chargedReader charges b for an answer as it arrives. An answer used
-// to weigh its announced length, or its cap, from its headers on, so a
-// server that sent headers and stalled held up to all of the budget
-// until its timeout, and every other answer waited; now it holds what it
-// sent. Each read takes up to chargeChunk ahead and gives back what did
+// chargedReader charges b for an answer as it arrives, so a server that
+// sends headers (announcing any length) and stalls holds what it sent,
+// not the budget every other answer waits for. Each read takes up to chargeChunk ahead and gives back what did
 // not come; one answer holds at most the whole budget (then it reads on
 // uncharged, as one answer at a time would).
 //

@@ -436,8 +436,9 @@ type Client struct {
 	// by every client sharing it.
 	Budget *Budget
 	// RetryAfter, when positive, makes a request that got no answer at all
-	// (refused, timed out, reset; not an HTTP or JSON error) be tried once
-	// more after this pause, as the seed culler does.
+	// (refused, timed out, reset, or cut for want of room in the Budget;
+	// not an HTTP or JSON error) be tried once more after this pause, as
+	// the seed culler does.
 	RetryAfter time.Duration
 }
 

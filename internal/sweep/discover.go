@@ -51,8 +51,9 @@ var (
 // inside the target (the processes' own mount namespace is taken to be
 // the init's). Relative paths and paths with glob characters are skipped:
 // a directory learned from a process must name exactly one directory.
-// Each is returned with the UIDs of the processes that named it, which
-// openDiscovered holds it to: anyone can start a process named kcserver.
+// Each is added to found with the UIDs of the processes that named it,
+// which openDiscovered holds it to: anyone can start a process named
+// kcserver.
 func discoverDirs(view *pidView, target Target, comms []string, found *dirSet) {
 	var pids []int
 	if view.container {
@@ -61,7 +62,6 @@ func discoverDirs(view *pidView, target Target, comms []string, found *dirSet) {
 		pids = listPIDs(view.procRoot)
 	}
 	sort.Ints(pids)
-	add := found.add
 	live := 0
 	for _, pid := range pids {
 		// The name first: argv is read only of the few that may be
@@ -79,16 +79,16 @@ func discoverDirs(view *pidView, target Target, comms []string, found *dirSet) {
 			if flag == "--unix-socket" {
 				val = filepath.Dir(val)
 			}
-			add(val, who+" "+flag, id.UID)
+			found.add(val, who+" "+flag, id.UID)
 		}
 		for k, v := range envValues(view.procRoot, pid, socketEnv) {
-			add(v, who+" "+k, id.UID)
+			found.add(v, who+" "+k, id.UID)
 		}
 	}
 	if live == 0 && target.Container() {
 		if id, err := fingerprint.Read(view.procRoot, target.InitPID); err == nil {
 			for k, v := range envValues(view.procRoot, target.InitPID, socketEnv) {
-				add(v, fmt.Sprintf("container init %d %s", target.InitPID, k), id.UID)
+				found.add(v, fmt.Sprintf("container init %d %s", target.InitPID, k), id.UID)
 			}
 		}
 	}
@@ -267,12 +267,12 @@ func mergeDirs(given []string, givenSource string, found []Dir) []Dir {
 // openDiscovered's rules is refused, with a warning: a process anyone can
 // start must not be able to fail the sweep. The guard it returns keeps
 // the listing out of users' FUSE mounts too.
-func openAll(cfg Config, view *pidView, rep *Report) ([]*dir, pathwalk.Guard) {
+func openAll(cfg Config, view *pidView, rep *Report, owner func(uid int) int) ([]*dir, pathwalk.Guard) {
 	given, source := cfg.Dirs, "--socket-dir"
 	var found []Dir
 	if len(cfg.Dirs) == 0 {
 		given, source = cfg.defaultDirs, "default"
-		set := newDirSet(readSubIDs(cfg.subUIDFile).owner, given)
+		set := newDirSet(owner, given)
 		discoverDirs(view, cfg.Target, cfg.SupervisorComms, set)
 		found = set.dirs()
 		if n, users, some := set.droppedNote(); n > 0 {

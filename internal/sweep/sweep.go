@@ -262,7 +262,9 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, err
 		}
 	}
-	dirs, guard := openAll(cfg, view, rep)
+	// A rootless user's subordinate UIDs are his, in every share below.
+	owner := readSubIDs(cfg.subUIDFile).owner
+	dirs, guard := openAll(cfg, view, rep, owner)
 	defer guard.Close()
 	if cfg.KeepDirs {
 		rep.dirs = dirs
@@ -274,7 +276,6 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 		}()
 	}
 
-	owner := readSubIDs(cfg.subUIDFile).owner
 	lim := limits{maxNames, maxOthers, maxEntries}
 	if cfg.maxNames > 0 {
 		lim.names = cfg.maxNames

@@ -186,12 +186,14 @@ func Run(ctx context.Context, opt Options, c Container) Result {
 // refusal is why a tree is never signalled, whoever called it a stray
 // (DESIGN "Identity rules"): a group led by a foreign process, or holding the caller
 // itself; members naming two containers; members with no UID on the
-// host. Callers decide before this; it holds whatever they decided.
+// host; a tree read in part (trees.Tree.Partial), whose members' argv no
+// one has seen, so that another container's ID among them is not ruled
+// out. Callers decide before this; it holds whatever they decided.
 func refusal(t Tree) action.Action {
 	switch {
 	case t.Foreign || t.HoldsCaller():
 		return action.SkipForeign
-	case t.Ambiguous:
+	case t.Ambiguous || t.Partial:
 		return action.SkipAmbiguous
 	case t.HostUID < 0:
 		return action.SkipOtherUID

@@ -48,7 +48,8 @@ func alive(tr trees.Tree) int {
 }
 
 // TestRunRefusesWhateverTheCallerDecided: a tree led by a foreign
-// process, naming two containers or with no host UID is recorded and left
+// process, naming two containers, read in part or with no host UID is
+// recorded and left
 // alone — members alive, socket in place — even when a caller hands it
 // over as a stray.
 func TestRunRefusesWhateverTheCallerDecided(t *testing.T) {
@@ -59,6 +60,7 @@ func TestRunRefusesWhateverTheCallerDecided(t *testing.T) {
 	}{
 		{"foreign leader", func(tr *Tree) { tr.Foreign = true }, action.SkipForeign},
 		{"two containers", func(tr *Tree) { tr.Ambiguous = true }, action.SkipAmbiguous},
+		{"read in part", func(tr *Tree) { tr.Partial = true }, action.SkipAmbiguous},
 		{"no host uid", func(tr *Tree) { tr.HostUID = -1 }, action.SkipOtherUID},
 	}
 	for i, tt := range tests {

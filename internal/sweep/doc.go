@@ -15,7 +15,8 @@
 //     network namespace (a socket bound and not listening refuses too);
 //  3. GET /status is silent twice, a short pause apart. (An answer with a
 //     process_id other than the PID in the name is not silence: gate 3 is
-//     then unsure, since the name may be a hashed one that reads as a PID.)
+//     then unsure, since the name may be a hashed one that reads as a PID.
+//     Nor is an answer too large to read: something listens.)
 //
 // Gates that disagree give the verdict "unknown": the socket is kept and
 // reported. Session sockets follow their server's control socket.

@@ -119,18 +119,32 @@ type statusTry struct {
 	pid      int    // process_id answered
 	err      error  // why it was silent
 	other    string // answered, but not a Kallichore status
+	unread   string // answered, but the answer could not be read (no room)
 	replaced error  // not asked: the name no longer held the socket (pin)
 }
 
 func tryStatus(ctx context.Context, c *kallichore.Client, s kallichore.Socket) statusTry {
 	st, err := c.StatusOf(ctx, s)
+	return statusTryOf(st.ProcessID, err)
+}
+
+// statusTryOf reads StatusOf's result. Only a try that got no answer is
+// silence: gate 3 takes two of those for a dead server.
+func statusTryOf(pid int, err error) statusTry {
 	if err == nil {
-		return statusTry{answered: true, pid: st.ProcessID}
+		return statusTry{answered: true, pid: pid}
 	}
 	var he *kallichore.HTTPError
-	if errors.As(err, &he) || errors.Is(err, kallichore.ErrBadJSON) || errors.Is(err, kallichore.ErrShape) {
-		// Something answers, but it is not a Kallichore /status.
+	switch {
+	case errors.As(err, &he) || errors.Is(err, kallichore.ErrBadJSON) || errors.Is(err, kallichore.ErrShape) ||
+		errors.Is(err, kallichore.ErrTooLarge):
+		// Something answers, but it is not a Kallichore /status (one
+		// is a few hundred bytes).
 		return statusTry{answered: true, other: trimErr(err)}
+	case errors.Is(err, kallichore.ErrNoRoom):
+		// An answer came that could not be held beside the others
+		// being read.
+		return statusTry{answered: true, unread: trimErr(err)}
 	}
 	return statusTry{err: err}
 }
@@ -148,6 +162,8 @@ func statusGate(pid int, tries ...statusTry) (say, string) {
 			return sayUnsure, "/status not asked: the name was " + errReplaced.Error()
 		case t.answered && t.other != "":
 			return sayUnsure, "something answers /status, but not Kallichore: " + t.other
+		case t.answered && t.unread != "":
+			return sayUnsure, "/status answered, but the answer was not read: " + t.unread
 		case t.answered && t.pid == pid:
 			return sayLive, "/status answers with process_id " + strconv.Itoa(pid)
 		case t.answered:

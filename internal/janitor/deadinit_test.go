@@ -92,9 +92,8 @@ func TestNameDeadInits(t *testing.T) {
 	}
 }
 
-// TestDeathsOnly: the engines are asked during the scan only for a run
-// whose every container has its time of death (the rule that spares a
-// tree born after it stands in for the scan-first order).
+// TestDeathsOnly: a run decides on deaths alone only when every container
+// it is about has its time of death.
 func TestDeathsOnly(t *testing.T) {
 	a, b := strings.Repeat("a", 64), strings.Repeat("b", 64)
 	now := time.Now()

@@ -32,9 +32,8 @@ func Doctor(ctx context.Context, s Settings, fix bool, hooksDirs []string, log *
 	hostUID := userns.HostEUID()
 	hookDefault := ledger.DefaultDir(hostUID)
 	// Orphaned trees, exactly as reconcile sees (and with --fix, reaps)
-	// them, through reconcile's own scan-then-ask path. It goes first: the
-	// engines are asked again below for their own checks, and a tree born
-	// while they answer must not be scanned before an answer older than it.
+	// them, through reconcile's own path, with its own answer: the
+	// engines are asked again below for their own checks.
 	fixing := s
 	fixing.Reconcile.Apply = fix
 	fixing.Reconcile.Logger = log

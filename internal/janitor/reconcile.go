@@ -42,10 +42,13 @@ func Reconcile(ctx context.Context, s Settings, log *slog.Logger) (rep Report, l
 }
 
 // ScanThenAsk is the one way to a decision about trees (reconcile, watch
-// and doctor --fix): scan first, then ask the engines, so a tree created
-// after the answer is never judged against it. create lets the janitor
-// make its state dir (0700) once the engines have answered, dry runs
-// included, so the ledger's snapshots stay fresh in audit weeks (DESIGN "Ledger").
+// and doctor --fix): the engines are asked while the host is scanned,
+// and what was born after the question (a death's decision: after the
+// death) is not judged by their answer, so a container created after it
+// never has its tree reaped on an answer that could not know it. A run
+// waits for the slower of the two only. create lets the janitor make its
+// state dir (0700) once the engines have answered, dry runs included, so
+// the ledger's snapshots stay fresh in audit weeks (DESIGN "Ledger").
 func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger) (rep Report, live engine.Set, liveErr, err error) {
 	opt := s.Reconcile
 	if !create {
@@ -63,32 +66,30 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 	if opt.Store, storeErr = openStore(s.StateDir, false); storeErr != nil {
 		withoutLedger(log, s.StateDir, storeErr, loud)
 	}
-	var scanned *reconcile.Scanned
 	var tr engine.Truth
-	if deathsOnly(opt) {
-		// The scan-first order keeps a tree made after the answer from
-		// being judged by it. A death's decision is kept from that by
-		// its own rule instead: a tree whose members all started after
-		// the death is a restarted container's and is spared, whatever
-		// the answer. So the engines are asked while the host is
-		// scanned, and a death waits for the slower of the two only.
-		asked := make(chan struct{})
-		go func() {
-			defer close(asked)
-			tr, err = s.Ask(ctx, log)
-		}()
-		var scanErr error
-		scanned, scanErr = reconcile.Scan(opt)
-		<-asked
-		if scanErr != nil {
-			return rep, live, nil, scanErr
-		}
-	} else {
-		scanned, err = reconcile.Scan(opt)
-		if err != nil {
-			return rep, live, nil, err
-		}
+	askCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	asked := make(chan struct{})
+	// Before the question leaves: a moment early spares more.
+	opt.AskedAt = time.Now()
+	go func() {
+		defer close(asked)
+		tr, err = s.Ask(askCtx, log)
+	}()
+	scanned, scanErr := reconcile.Scan(opt)
+	if scanErr != nil {
+		cancel()
+	}
+	<-asked
+	if scanErr != nil {
+		return rep, live, nil, scanErr
+	}
+	if err == nil && scanned.Doubted(tr.Set) {
+		// A tree (or cgroup) born after the question would be spared: asked
+		// again now, the answer is later than all the scan saw.
+		log.Debug("the engines answered before trees the scan found were born; asking again")
 		tr, err = s.Ask(ctx, log)
+		scanned.Reasked()
 	}
 	if tr.Statuses != nil {
 		rep.Engines = tr.Statuses
@@ -363,8 +364,8 @@ func (s Settings) nameDeadInits(ctx context.Context, opt reconcile.Options, live
 }
 
 // deathsOnly: the run decides on deaths alone, every container in its
-// scope with its time of death (watch's death handling), so that a tree
-// born after the death is spared whatever the engines answer.
+// scope with its time of death (watch's death handling, whose rounds say
+// what a missing ledger means, not each death).
 func deathsOnly(opt reconcile.Options) bool {
 	if len(opt.Containers) == 0 {
 		return false

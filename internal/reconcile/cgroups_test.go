@@ -263,21 +263,17 @@ func TestDeathSweepSparesWhatStartedAfterIt(t *testing.T) {
 	if h.Kind != contain.KindCgroup2 {
 		t.Skipf("containment here is %s (%s)", h, h.Why)
 	}
-	waitTicks := func() {
-		from := bootTicks()
-		proc.WaitFor(t, 5*time.Second, "the clock's ticks", func() bool { return bootTicks() > from+2 })
-	}
 	before, after := testutil.RandomHex(t, 64), testutil.RandomHex(t, 64)
 	afterDied := time.Now()
-	waitTicks()
+	waitTicks(t)
 	old := contained(t, h, before)
-	waitTicks()
+	waitTicks(t)
 	beforeDied := time.Now()
-	waitTicks()
+	waitTicks(t)
 	restarted := contained(t, h, after)
 	// Ticks after it, as a scan would be: what started in the scan's
 	// own tick is withheld in any case.
-	waitTicks()
+	waitTicks(t)
 
 	live := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()}
 	opt := Options{Containers: map[string]bool{before: true, after: true}, Apply: true,
@@ -290,4 +286,138 @@ func TestDeathSweepSparesWhatStartedAfterIt(t *testing.T) {
 		t.Errorf("cgroups %+v: what started after the death was swept", rep.Cgroups)
 	}
 	proc.WaitFor(t, 5*time.Second, "the process started before its container's death to die", func() bool { return !running(old.Process.Pid) })
+}
+
+// TestRecordedCgroupSweepIsJudgedByItsOwnDeath: two gone containers'
+// stray trees, each recorded with its cgroup, are reaped in one run,
+// and each cgroup's sweep (reap's, with the tree) withholds only what
+// started after its own container's death: a's restart, started after
+// a died, lives on; b's process, started after a's death but before b's,
+// dies. One time for the whole run, whichever, gets one of them wrong.
+func TestRecordedCgroupSweepIsJudgedByItsOwnDeath(t *testing.T) {
+	h := contain.Detect(contain.Options{})
+	if h.Kind != contain.KindCgroup2 {
+		t.Skipf("containment here is %s (%s)", h, h.Why)
+	}
+	const comm = "kcsrv-reborn"
+	a, b := testutil.RandomHex(t, 64), testutil.RandomHex(t, 64)
+	store, err := ledger.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{a, b} {
+		if err := store.Update(id, func(r *ledger.Record) error {
+			r.Cgroup = &ledger.Cgroup{Kind: string(contain.KindCgroup2), Path: contain.Dir + "/" + id, UID: os.Geteuid()}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	treeA, treeB := testutil.StartMixedGroup(t, comm, a, a), testutil.StartMixedGroup(t, comm, b, b)
+	oldA := contained(t, h, a)
+	waitTicks(t)
+	aDied := time.Now()
+	waitTicks(t)
+	restartA := contained(t, h, a)
+	oldB := contained(t, h, b)
+	waitTicks(t)
+	bDied := time.Now()
+	waitTicks(t)
+
+	live := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()}
+	opt := Options{Comms: []string{comm}, Containers: map[string]bool{a: true, b: true}, Apply: true,
+		KillGrace: 300 * time.Millisecond, Store: store, DiedAtByID: map[string]time.Time{a: aDied, b: bDied}}
+	rep, err := Run(context.Background(), opt, live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []testutil.MixedGroup{treeA, treeB} {
+		if tr := findByPGID(rep, g.PGID); tr == nil || tr.Action != action.Reaped {
+			t.Errorf("stray tree %d: %+v, want %s", g.PGID, tr, action.Reaped)
+		}
+	}
+	if !running(restartA.Process.Pid) {
+		t.Errorf("cgroups %+v: a's restart, started after a's death, was killed", rep.Cgroups)
+	}
+	for _, c := range []*exec.Cmd{oldA, oldB} {
+		if running(c.Process.Pid) {
+			t.Errorf("cgroups %+v: process %d, started before its container's death, lives on", rep.Cgroups, c.Process.Pid)
+		}
+	}
+}
+
+// waitTicks returns once /proc's clock is a few ticks on: what starts
+// next starts ticks after what started before.
+func waitTicks(t *testing.T) {
+	t.Helper()
+	from := bootTicks()
+	proc.WaitFor(t, 5*time.Second, "the clock's ticks", func() bool { return bootTicks() > from+2 })
+}
+
+// TestAnswerDoesNotJudgeWhatWasBornAfterTheQuestion: the engines are
+// asked while the host is scanned, so their answer cannot know a
+// container created after the question. A tree born after it is
+// skipped-young and a kc-watchman cgroup made after it is left, and the
+// scan says it doubts the answer (Doubted): asked again once the scan is
+// over (Reasked), the same answer calls both stray, as does one asked
+// after both were made. Born after a death too, the tree is spared
+// whatever the answer, and nothing is in doubt.
+func TestAnswerDoesNotJudgeWhatWasBornAfterTheQuestion(t *testing.T) {
+	const comm = "kcsrv-asked"
+	h := contain.Detect(contain.Options{})
+	withCgroup := h.Kind == contain.KindCgroup2
+	id, cgID := testutil.RandomHex(t, 64), testutil.RandomHex(t, 64)
+	asked := time.Now()
+	waitTicks(t)
+	tree := testutil.StartMixedGroup(t, comm, id, id)
+	if withCgroup {
+		contained(t, h, cgID)
+	}
+	waitTicks(t)
+	live := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()}
+	scope := map[string]bool{id: true, cgID: true}
+	for _, tc := range []struct {
+		name    string
+		opt     Options
+		reask   bool
+		doubted bool
+		want    action.Action
+	}{
+		{"asked before they were born", Options{AskedAt: asked}, false, true, action.SkipYoung},
+		{"asked again after the scan", Options{AskedAt: asked}, true, true, action.WouldReap},
+		{"asked after they were born", Options{AskedAt: time.Now()}, false, false, action.WouldReap},
+		{"born after a death", Options{AskedAt: asked, DiedAt: asked}, false, false, action.SkipYoung},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opt := tc.opt
+			opt.Comms, opt.Containers = []string{comm}, scope
+			if !opt.DiedAt.IsZero() {
+				opt.Containers = map[string]bool{id: true}
+			}
+			sc, err := Scan(opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := sc.Doubted(live); got != tc.doubted {
+				t.Errorf("Doubted = %v, want %v", got, tc.doubted)
+			}
+			if tc.reask {
+				sc.Reasked()
+			}
+			rep, err := sc.Run(context.Background(), live)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tr := findByPGID(rep, tree.PGID); tr == nil || tr.Action != tc.want {
+				t.Errorf("tree %d: %+v, want %s", tree.PGID, tr, tc.want)
+			}
+			if !withCgroup || !opt.DiedAt.IsZero() {
+				return
+			}
+			swept := slices.ContainsFunc(rep.Cgroups, func(c Cgroup) bool { return c.ContainerID == cgID })
+			if swept != (tc.want == action.WouldReap) {
+				t.Errorf("cgroups %+v: the cgroup made after the question judged %v, want %v", rep.Cgroups, swept, !swept)
+			}
+		})
+	}
 }

@@ -59,6 +59,12 @@ type Options struct {
 	// DiedAtByID is DiedAt for each container of a burst of deaths
 	// decided together; it wins over DiedAt for the containers it names.
 	DiedAtByID map[string]time.Time
+	// AskedAt, when set, is when the engines were asked, the scan under
+	// way: the answer cannot speak for a container created after it, so
+	// what was born after it is not judged by it, as what was born after
+	// a death is not (a tree is skipped-young, a cgroup left, a process
+	// in a swept cgroup withheld).
+	AskedAt time.Time
 	// InitExited maps the containers whose init the kernel reported
 	// exited (a pinned pidfd became readable) to that init's host PID.
 	// Their trees do not count toward --max-reap: the guard is against a
@@ -220,9 +226,21 @@ func Decide(t trees.Tree, live engine.Set, minAge time.Duration) action.Action {
 	return action.WouldReap
 }
 
-// diedAt is when container id died, for a run deciding on deaths (zero
-// otherwise): a tree's decision and its cgroup's sweep judge by the same.
+// diedAt is the moment the run's answer speaks of for container id: its
+// death, for a run deciding on deaths (the engines are asked after it),
+// else when the engines were asked (AskedAt); zero when the scan ended
+// before they were. A tree's decision and its cgroup's sweep judge by
+// the same.
 func (o Options) diedAt(id string) time.Time {
+	at := o.deathOf(id)
+	if at.IsZero() || !o.AskedAt.IsZero() && o.AskedAt.Before(at) {
+		return o.AskedAt
+	}
+	return at
+}
+
+// deathOf is when container id died, for a run deciding on deaths.
+func (o Options) deathOf(id string) time.Time {
 	if at, ok := o.DiedAtByID[id]; ok {
 		return at
 	}
@@ -262,8 +280,8 @@ func (sc *Scanned) tickBefore(died time.Time) uint64 {
 	return sc.bootTicks - ago
 }
 
-// Scanned is a scan of the host's supervisor trees, taken before podman is
-// asked which containers are alive.
+// Scanned is a scan of the host's supervisor trees, taken while (or
+// before) the engines are asked which containers are alive.
 type Scanned struct {
 	opt     Options
 	log     *slog.Logger
@@ -275,7 +293,8 @@ type Scanned struct {
 	// scanned is when the scan ended: the trees' ages are as of then.
 	scanned time.Time
 	// cgroups are kc-watchman's cgroups on cgroupfs, listed with the scan
-	// (before the engines are asked, as the trees are).
+	// (judged as the trees are: what was made after the question is
+	// left).
 	cgroups []contain.Listed
 	// bootTicks is the scan's end in /proc's start ticks.
 	bootTicks uint64
@@ -288,11 +307,11 @@ type Scanned struct {
 	confirm func() (int, error)
 }
 
-// Scan reads the ledger and scans /proc. It changes nothing. Scanning
-// before asking podman closes a race (and Scan, ask, Scanned.Run is the
-// only way to a decision, so no caller can ask first): a container created after podman's
-// answer has its trees, if any, only in a later scan, so a tree found here
-// is either in podman's answer or really without a live container.
+// Scan reads the ledger and scans /proc. It changes nothing. The engines
+// may be asked while it runs (Options.AskedAt): a container created after
+// their answer has its trees, if any, born after the question, and those
+// are spared; a tree born before it is either in the answer or really
+// without a live container.
 func Scan(opt Options) (*Scanned, error) {
 	if opt.KillGrace <= 0 {
 		opt.KillGrace = pgkill.DefaultGrace
@@ -333,6 +352,39 @@ func Scan(opt Options) (*Scanned, error) {
 	sc.found = found
 	return sc, nil
 }
+
+// Doubted reports whether live, asked while the scan ran (AskedAt), would
+// call stray a tree or a cgroup that was born after the question and not
+// after a death: the answer cannot speak for it, and the run would spare
+// it. The caller then asks again, the scan over, and decides with
+// Reasked. Only a --min-age shorter than the scan makes this happen: a
+// tree born after the question is younger than that.
+func (sc *Scanned) Doubted(live engine.Set) bool {
+	opt := sc.opt
+	if opt.AskedAt.IsZero() {
+		return false
+	}
+	for _, t := range sc.found {
+		if t.HoldsCaller() || len(opt.Containers) > 0 && !anyIn(t.ContainerIDs, opt.Containers) {
+			continue
+		}
+		// Born after a death, it is spared whatever the answer.
+		if Decide(t, live, opt.MinAge) == action.WouldReap && sc.bornAfter(t, opt.AskedAt) && !sc.bornAfter(t, opt.deathOf(t.ContainerID)) {
+			return true
+		}
+	}
+	for _, l := range sc.cgroups {
+		if (len(opt.Containers) == 0 || opt.Containers[l.ContainerID]) && !live.IsLive(l.ContainerID) &&
+			sc.scanned.Sub(l.Changed) >= opt.MinAge && sc.madeAfterAsking(l) {
+			return true
+		}
+	}
+	return false
+}
+
+// Reasked says the answer the run decides with was asked after the scan
+// ended: nothing the scan holds postdates it.
+func (sc *Scanned) Reasked() { sc.opt.AskedAt = time.Time{} }
 
 // UseStore gives a scan taken without a ledger one to record outcomes in
 // (an apply run creates the state dir only once podman has answered).

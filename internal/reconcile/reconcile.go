@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -477,29 +478,71 @@ func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 // cgroup unswept this run (sc.vanished), as its decision would have.
 func (sc *Scanned) complete(live engine.Set) []trees.Tree {
 	changed := sc.changedSnapshots(live)
-	var cp trees.Completer
-	defer cp.Close()
-	out := make([]trees.Tree, 0, len(sc.found))
-	for _, t := range sc.found {
+	var todo []int
+	for i, t := range sc.found {
 		if t.Partial && (!live.IsLive(t.ContainerID) || changed[t.ContainerID]) {
-			id, wanted := t.ContainerID, len(sc.opt.Containers) == 0 || sc.opt.Containers[t.ContainerID]
-			var ok bool
-			if t, ok = cp.Complete(t); !ok {
-				if wanted {
-					if sc.vanished == nil {
-						sc.vanished = map[string]bool{}
-					}
-					sc.vanished[id] = true
-				}
-				continue
-			}
+			todo = append(todo, i)
 		}
-		out = append(out, t)
 	}
-	if st := cp.Stalled(); len(st) > 0 {
-		sc.log.Warn("argv of some members not read: their memory did not answer in time; their trees are of unknown age, not acted on this run", "pids", trees.Stats{Stalled: st}.StalledNote())
+	full, stalled := completeAll(sc.found, todo)
+	out := make([]trees.Tree, 0, len(sc.found))
+	for i, t := range full {
+		if t.PGID != 0 {
+			out = append(out, t)
+			continue
+		}
+		if id := sc.found[i].ContainerID; len(sc.opt.Containers) == 0 || sc.opt.Containers[id] {
+			if sc.vanished == nil {
+				sc.vanished = map[string]bool{}
+			}
+			sc.vanished[id] = true
+		}
+	}
+	if len(stalled) > 0 {
+		sc.log.Warn("argv of some members not read: their memory did not answer in time; their trees are of unknown age, not acted on this run", "pids", trees.Stats{Stalled: stalled}.StalledNote())
 	}
 	return out
+}
+
+// completeAll reads found's trees at todo in full, a few at a time (each
+// is a few files per member, and a host of many strays has many), and
+// returns found with those replaced, a zero Tree for each that is no
+// tree any more, and the PIDs whose memory did not answer.
+func completeAll(found []trees.Tree, todo []int) ([]trees.Tree, []int) {
+	out := slices.Clone(found)
+	var (
+		mu      sync.Mutex
+		stalled []int
+		wg      sync.WaitGroup
+		next    = make(chan int)
+	)
+	for range min(len(todo), runtime.GOMAXPROCS(0), 4) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// A Completer is one goroutine's: it holds its own /proc
+			// reader.
+			var cp trees.Completer
+			defer cp.Close()
+			for i := range next {
+				t, ok := cp.Complete(found[i])
+				if !ok {
+					t = trees.Tree{}
+				}
+				out[i] = t
+			}
+			mu.Lock()
+			stalled = append(stalled, cp.Stalled()...)
+			mu.Unlock()
+		}()
+	}
+	for _, i := range todo {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	slices.Sort(stalled)
+	return out, stalled
 }
 
 // changedSnapshots are the live containers whose trees, as scanned, are

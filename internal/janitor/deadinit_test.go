@@ -92,8 +92,9 @@ func TestNameDeadInits(t *testing.T) {
 	}
 }
 
-// TestDeathsOnly: a run decides on deaths alone only when every container
-// it is about has its time of death.
+// TestDeathsOnly: the engines' answer, asked during the scan, is taken as
+// it is only by a run whose every container has its time of death (the
+// rule that spares a tree born after it stands in for asking again).
 func TestDeathsOnly(t *testing.T) {
 	a, b := strings.Repeat("a", 64), strings.Repeat("b", 64)
 	now := time.Now()

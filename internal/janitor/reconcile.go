@@ -42,13 +42,15 @@ func Reconcile(ctx context.Context, s Settings, log *slog.Logger) (rep Report, l
 }
 
 // ScanThenAsk is the one way to a decision about trees (reconcile, watch
-// and doctor --fix): the engines are asked while the host is scanned,
-// and what was born after the question (a death's decision: after the
-// death) is not judged by their answer, so a container created after it
-// never has its tree reaped on an answer that could not know it. A run
-// waits for the slower of the two only. create lets the janitor make its
-// state dir (0700) once the engines have answered, dry runs included, so
-// the ledger's snapshots stay fresh in audit weeks (DESIGN "Ledger").
+// and doctor --fix). The engines are asked while the host is scanned. A
+// decision on deaths takes that answer as it is: a tree born after the
+// death is spared whatever it says. Any other run takes it only if it
+// calls every tree the scan found live (nothing to act on, a healthy
+// host's usual run); else the engines are asked again once the scan is
+// over, so that no tree is judged by an answer older than what the scan
+// read of it. create lets the janitor make its state dir (0700) once the
+// engines have answered, dry runs included, so the ledger's snapshots
+// stay fresh in audit weeks (DESIGN "Ledger").
 func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger) (rep Report, live engine.Set, liveErr, err error) {
 	opt := s.Reconcile
 	if !create {
@@ -70,8 +72,6 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 	askCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	asked := make(chan struct{})
-	// Before the question leaves: a moment early spares more.
-	opt.AskedAt = time.Now()
 	go func() {
 		defer close(asked)
 		tr, err = s.Ask(askCtx, log)
@@ -84,12 +84,9 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 	if scanErr != nil {
 		return rep, live, nil, scanErr
 	}
-	if err == nil && scanned.Doubted(tr.Set) {
-		// A tree (or cgroup) born after the question would be spared: asked
-		// again now, the answer is later than all the scan saw.
-		log.Debug("the engines answered before trees the scan found were born; asking again")
+	if err == nil && !deathsOnly(opt) && scanned.Doubted(tr.Set) {
+		log.Debug("the engines' answer leaves trees to act on; asking again now the scan is over")
 		tr, err = s.Ask(ctx, log)
-		scanned.Reasked()
 	}
 	if tr.Statuses != nil {
 		rep.Engines = tr.Statuses
@@ -364,8 +361,8 @@ func (s Settings) nameDeadInits(ctx context.Context, opt reconcile.Options, live
 }
 
 // deathsOnly: the run decides on deaths alone, every container in its
-// scope with its time of death (watch's death handling, whose rounds say
-// what a missing ledger means, not each death).
+// scope with its time of death (watch's death handling), so that a tree
+// born after the death is spared whatever the engines answer.
 func deathsOnly(opt reconcile.Options) bool {
 	if len(opt.Containers) == 0 {
 		return false

@@ -30,8 +30,7 @@ import (
 // for the cgroup's owner; one with a tree this run does not reap
 // (contradicted, too young, ambiguous, foreign: its cgroup may hold it),
 // or whose partial tree was gone before it could be read;
-// a cgroup changed within MinAge or after the engines were asked;
-// anything outside --container. A
+// a cgroup changed within MinAge; anything outside --container. A
 // populated one is then checked for evidence of running like a stray
 // tree (corroborateCgroups) and counted by the blast-radius guard.
 func (sc *Scanned) leftCgroups(ts []Tree, live engine.Set) []contain.Listed {
@@ -56,7 +55,7 @@ func (sc *Scanned) leftCgroups(ts []Tree, live engine.Set) []contain.Listed {
 		switch {
 		case spare[id], live.IsLive(id), !live.Vouches(l.Record.UID),
 			len(opt.Containers) > 0 && !opt.Containers[id],
-			sc.scanned.Sub(l.Changed) < opt.MinAge, sc.madeAfterAsking(l):
+			sc.scanned.Sub(l.Changed) < opt.MinAge:
 			continue
 		}
 		spare[id] = true // listed on both hierarchies: one sweep
@@ -67,14 +66,6 @@ func (sc *Scanned) leftCgroups(ts []Tree, live engine.Set) []contain.Listed {
 		sc.log.Warn("could not read whether kc-watchman's cgroups hold processes; taken as populated", "err", err)
 	}
 	return out
-}
-
-// madeAfterAsking: the cgroup changed (was made) after the engines were
-// asked, or within a tick of it: a container created after the question
-// has its cgroup made after it too, and the answer cannot say it is gone.
-func (sc *Scanned) madeAfterAsking(l contain.Listed) bool {
-	at := sc.opt.AskedAt
-	return !at.IsZero() && l.Changed.After(at.Add(-time.Second/trees.ClockTicks))
 }
 
 // corroborateCgroups drops the populated cgroups whose container local
@@ -144,8 +135,8 @@ func populatedCount(opt Options, ls []contain.Listed) int {
 // sweepLeftCgroups sweeps the cgroups leftCgroups picked (a dry run
 // reports them as would-reap), but those swept with their tree already.
 // The sweep itself withholds every process the member rules refuse, and
-// every one started after the scan or the moment its answer speaks of
-// (bornBefore: the container restarted meanwhile, into the same cgroup).
+// every one started after the scan (the container restarted meanwhile,
+// into the same cgroup).
 func (sc *Scanned) sweepLeftCgroups(ctx context.Context, rep *Report, ls []contain.Listed, spare func(fingerprint.Stat) bool) {
 	opt, log := sc.opt, sc.log
 	swept := map[string]bool{}
@@ -221,16 +212,16 @@ func bootTicks() uint64 {
 
 // bornBefore is the start tick (in /proc's clock) a process in container
 // id's cgroup must have started before for this run's sweeps to judge it:
-// the scan's end and the moment the answer speaks of (diedAt: the death,
-// or the question). An answer can predate a restart into the same cgroup;
-// what started after that moment is the restarted container's, as its
-// trees are (bornAfter). A tick early: one started in that tick is
-// withheld too.
+// the scan's end and, for a death, the death's. A death's engines are
+// asked while the host is scanned, so an answer can predate a restart
+// into the same cgroup; what started after the death is the restarted
+// container's, as its trees are (bornAfter). A tick early: one started
+// in the death's tick is withheld too.
 func (sc *Scanned) bornBefore(id string) uint64 {
 	died := sc.opt.diedAt(id)
 	if sc.bootTicks == 0 {
 		if !died.IsZero() {
-			return 1 // the moment cannot be placed: all is withheld
+			return 1 // the death cannot be placed: all is withheld
 		}
 		return 0 // unknown: nothing is withheld by age
 	}

@@ -354,69 +354,48 @@ func waitTicks(t *testing.T) {
 	proc.WaitFor(t, 5*time.Second, "the clock's ticks", func() bool { return bootTicks() > from+2 })
 }
 
-// TestAnswerDoesNotJudgeWhatWasBornAfterTheQuestion: the engines are
-// asked while the host is scanned, so their answer cannot know a
-// container created after the question. A tree born after it is
-// skipped-young and a kc-watchman cgroup made after it is left, and the
-// scan says it doubts the answer (Doubted): asked again once the scan is
-// over (Reasked), the same answer calls both stray, as does one asked
-// after both were made. Born after a death too, the tree is spared
-// whatever the answer, and nothing is in doubt.
-func TestAnswerDoesNotJudgeWhatWasBornAfterTheQuestion(t *testing.T) {
-	const comm = "kcsrv-asked"
+// TestDoubted: an answer asked while the host was scanned is doubted as
+// soon as it leaves anything to act on — a tree or a kc-watchman cgroup,
+// in scope, of a container it does not call live — and only then.
+func TestDoubted(t *testing.T) {
+	const comm = "kcsrv-doubted"
 	h := contain.Detect(contain.Options{})
 	withCgroup := h.Kind == contain.KindCgroup2
-	id, cgID := testutil.RandomHex(t, 64), testutil.RandomHex(t, 64)
-	asked := time.Now()
-	waitTicks(t)
-	tree := testutil.StartMixedGroup(t, comm, id, id)
+	treeID, cgID, other := testutil.RandomHex(t, 64), testutil.RandomHex(t, 64), testutil.RandomHex(t, 64)
+	testutil.StartMixedGroup(t, comm, treeID, treeID)
 	if withCgroup {
 		contained(t, h, cgID)
 	}
-	waitTicks(t)
-	live := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()}
-	scope := map[string]bool{id: true, cgID: true}
+	liveSet := func(ids ...string) engine.Set {
+		s := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()}
+		for _, id := range ids {
+			s.Live[id] = true
+		}
+		return s
+	}
 	for _, tc := range []struct {
-		name    string
-		opt     Options
-		reask   bool
-		doubted bool
-		want    action.Action
+		name  string
+		scope []string
+		live  engine.Set
+		want  bool
 	}{
-		{"asked before they were born", Options{AskedAt: asked}, false, true, action.SkipYoung},
-		{"asked again after the scan", Options{AskedAt: asked}, true, true, action.WouldReap},
-		{"asked after they were born", Options{AskedAt: time.Now()}, false, false, action.WouldReap},
-		{"born after a death", Options{AskedAt: asked, DiedAt: asked}, false, false, action.SkipYoung},
+		{"the tree's container gone", []string{treeID}, liveSet(), true},
+		{"the tree's container live", []string{treeID}, liveSet(treeID), false},
+		{"the cgroup's container gone", []string{cgID}, liveSet(), withCgroup},
+		{"both live", []string{treeID, cgID}, liveSet(treeID, cgID), false},
+		{"outside --container", []string{other}, liveSet(), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			opt := tc.opt
-			opt.Comms, opt.Containers = []string{comm}, scope
-			if !opt.DiedAt.IsZero() {
-				opt.Containers = map[string]bool{id: true}
+			scope := map[string]bool{}
+			for _, id := range tc.scope {
+				scope[id] = true
 			}
-			sc, err := Scan(opt)
+			sc, err := Scan(Options{Comms: []string{comm}, Containers: scope})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := sc.Doubted(live); got != tc.doubted {
-				t.Errorf("Doubted = %v, want %v", got, tc.doubted)
-			}
-			if tc.reask {
-				sc.Reasked()
-			}
-			rep, err := sc.Run(context.Background(), live)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tr := findByPGID(rep, tree.PGID); tr == nil || tr.Action != tc.want {
-				t.Errorf("tree %d: %+v, want %s", tree.PGID, tr, tc.want)
-			}
-			if !withCgroup || !opt.DiedAt.IsZero() {
-				return
-			}
-			swept := slices.ContainsFunc(rep.Cgroups, func(c Cgroup) bool { return c.ContainerID == cgID })
-			if swept != (tc.want == action.WouldReap) {
-				t.Errorf("cgroups %+v: the cgroup made after the question judged %v, want %v", rep.Cgroups, swept, !swept)
+			if got := sc.Doubted(tc.live); got != tc.want {
+				t.Errorf("Doubted = %v, want %v (trees %+v, cgroups %+v)", got, tc.want, sc.found, sc.cgroups)
 			}
 		})
 	}

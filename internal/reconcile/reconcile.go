@@ -60,12 +60,6 @@ type Options struct {
 	// DiedAtByID is DiedAt for each container of a burst of deaths
 	// decided together; it wins over DiedAt for the containers it names.
 	DiedAtByID map[string]time.Time
-	// AskedAt, when set, is when the engines were asked, the scan under
-	// way: the answer cannot speak for a container created after it, so
-	// what was born after it is not judged by it, as what was born after
-	// a death is not (a tree is skipped-young, a cgroup left, a process
-	// in a swept cgroup withheld).
-	AskedAt time.Time
 	// InitExited maps the containers whose init the kernel reported
 	// exited (a pinned pidfd became readable) to that init's host PID.
 	// Their trees do not count toward --max-reap: the guard is against a
@@ -227,21 +221,9 @@ func Decide(t trees.Tree, live engine.Set, minAge time.Duration) action.Action {
 	return action.WouldReap
 }
 
-// diedAt is the moment the run's answer speaks of for container id: its
-// death, for a run deciding on deaths (the engines are asked after it),
-// else when the engines were asked (AskedAt); zero when the scan ended
-// before they were. A tree's decision and its cgroup's sweep judge by
-// the same.
+// diedAt is when container id died, for a run deciding on deaths (zero
+// otherwise): a tree's decision and its cgroup's sweep judge by the same.
 func (o Options) diedAt(id string) time.Time {
-	at := o.deathOf(id)
-	if at.IsZero() || !o.AskedAt.IsZero() && o.AskedAt.Before(at) {
-		return o.AskedAt
-	}
-	return at
-}
-
-// deathOf is when container id died, for a run deciding on deaths.
-func (o Options) deathOf(id string) time.Time {
 	if at, ok := o.DiedAtByID[id]; ok {
 		return at
 	}
@@ -281,8 +263,8 @@ func (sc *Scanned) tickBefore(died time.Time) uint64 {
 	return sc.bootTicks - ago
 }
 
-// Scanned is a scan of the host's supervisor trees, taken while (or
-// before) the engines are asked which containers are alive.
+// Scanned is a scan of the host's supervisor trees, taken before podman is
+// asked which containers are alive.
 type Scanned struct {
 	opt     Options
 	log     *slog.Logger
@@ -294,8 +276,7 @@ type Scanned struct {
 	// scanned is when the scan ended: the trees' ages are as of then.
 	scanned time.Time
 	// cgroups are kc-watchman's cgroups on cgroupfs, listed with the scan
-	// (judged as the trees are: what was made after the question is
-	// left).
+	// (before the engines are asked, as the trees are).
 	cgroups []contain.Listed
 	// bootTicks is the scan's end in /proc's start ticks.
 	bootTicks uint64
@@ -308,11 +289,12 @@ type Scanned struct {
 	confirm func() (int, error)
 }
 
-// Scan reads the ledger and scans /proc. It changes nothing. The engines
-// may be asked while it runs (Options.AskedAt): a container created after
-// their answer has its trees, if any, born after the question, and those
-// are spared; a tree born before it is either in the answer or really
-// without a live container.
+// Scan reads the ledger and scans /proc. It changes nothing. Acting only
+// on an answer asked after the scan closes a race (the engines may be
+// asked while it runs, but an answer that leaves anything to act on is
+// asked again: Doubted): a container created after the answer has its
+// trees, if any, only in a later scan, so a tree found here is either in
+// the answer or really without a live container.
 func Scan(opt Options) (*Scanned, error) {
 	if opt.KillGrace <= 0 {
 		opt.KillGrace = pgkill.DefaultGrace
@@ -354,38 +336,32 @@ func Scan(opt Options) (*Scanned, error) {
 	return sc, nil
 }
 
-// Doubted reports whether live, asked while the scan ran (AskedAt), would
-// call stray a tree or a cgroup that was born after the question and not
-// after a death: the answer cannot speak for it, and the run would spare
-// it. The caller then asks again, the scan over, and decides with
-// Reasked. Only a --min-age shorter than the scan makes this happen: a
-// tree born after the question is younger than that.
+// Doubted reports whether live, asked while the scan ran, leaves the
+// run anything to act on: a tree in scope whose container it does not
+// call live, or a kc-watchman cgroup of such a container. Such an answer
+// may predate what the scan read (a container created meanwhile, an
+// argv exec'd to name it), so the caller asks again, the scan over,
+// and decides with that answer; one that calls every tree live is
+// taken as it is (the scan's trees are spared whatever came after it).
 func (sc *Scanned) Doubted(live engine.Set) bool {
-	opt := sc.opt
-	if opt.AskedAt.IsZero() {
-		return false
-	}
+	inScope := func(id string) bool { return len(sc.opt.Containers) == 0 || sc.opt.Containers[id] }
 	for _, t := range sc.found {
-		if t.HoldsCaller() || len(opt.Containers) > 0 && !anyIn(t.ContainerIDs, opt.Containers) {
+		if t.HoldsCaller() {
 			continue
 		}
-		// Born after a death, it is spared whatever the answer.
-		if Decide(t, live, opt.MinAge) == action.WouldReap && sc.bornAfter(t, opt.AskedAt) && !sc.bornAfter(t, opt.deathOf(t.ContainerID)) {
-			return true
+		for _, id := range t.ContainerIDs {
+			if inScope(id) && !live.IsLive(id) {
+				return true
+			}
 		}
 	}
 	for _, l := range sc.cgroups {
-		if (len(opt.Containers) == 0 || opt.Containers[l.ContainerID]) && !live.IsLive(l.ContainerID) &&
-			sc.scanned.Sub(l.Changed) >= opt.MinAge && sc.madeAfterAsking(l) {
+		if inScope(l.ContainerID) && !live.IsLive(l.ContainerID) {
 			return true
 		}
 	}
 	return false
 }
-
-// Reasked says the answer the run decides with was asked after the scan
-// ended: nothing the scan holds postdates it.
-func (sc *Scanned) Reasked() { sc.opt.AskedAt = time.Time{} }
 
 // UseStore gives a scan taken without a ledger one to record outcomes in
 // (an apply run creates the state dir only once podman has answered).
@@ -467,8 +443,8 @@ func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 // container the answer does not call live: a live container's tree is
 // spared as its leader (argv or ledger) and the listing show it, and only the
 // others are decided on every member's files (DESIGN "One view of the
-// host"). The completion reads the members the scan listed, before the
-// engines were asked, so the order that closes the race stands.
+// host"). The completion reads the members the scan listed; an answer
+// that leaves any tree to act on was asked after the scan (Doubted).
 //
 // A live container's partial trees are read in full too when its ledger
 // snapshot would change: a snapshot gives its members to the container
@@ -542,7 +518,7 @@ func completeAll(found []trees.Tree, todo []int) ([]trees.Tree, []int) {
 	close(next)
 	wg.Wait()
 	slices.Sort(stalled)
-	return out, stalled
+	return out, slices.Compact(stalled)
 }
 
 // changedSnapshots are the live containers whose trees, as scanned, are

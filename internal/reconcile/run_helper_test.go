@@ -7,7 +7,8 @@ import (
 )
 
 // Run scans and then decides with live, an answer taken before the scan.
-// Only tests may do this: production code asks after Scan (see Scan).
+// Only tests may do this: production code acts only on an answer asked
+// after Scan (see Scanned.Doubted).
 func Run(ctx context.Context, opt Options, live engine.Set) (Report, error) {
 	sc, err := Scan(opt)
 	if err != nil {

@@ -20,11 +20,10 @@ const raceAskComm = "kcrel-askrace"
 // supervisor tree (a real process), then answers [] — as an answer
 // computed an instant before the container was created would; asked
 // again, it lists the container running. No tree is judged by an answer
-// older than it: the run's scan either missed the tree or, seeing it born
-// after the question, asked again (an old doctor --fix asked, then
-// scanned, found the tree and reaped it). Once the container is gone, the
-// next run reaps the tree: it was reapable then, only the timing spared
-// it.
+// older than its read: the run's scan either missed the tree or, seeing
+// a tree the answer did not call live, asked again (an old doctor --fix
+// asked, then scanned, found the tree and reaped it). Once the container
+// is gone, the next run reaps the tree.
 func TestTreeBornWhileAskingIsSpared(t *testing.T) {
 	for _, cmd := range [][]string{
 		{"doctor", "--fix", "--format", "json", "--socket-dir", t.TempDir(), "--hooks-dir", t.TempDir()},

@@ -1,0 +1,88 @@
+package janitor
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/reconcile"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/docker"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
+)
+
+// TestScanThenAskAsksAgain: the engines are asked while the host is
+// scanned. An answer that leaves a tree to act on was perhaps given
+// before the scan read that tree, so they are asked again and the
+// second answer decides: here the container it lists running, which the
+// first did not know, keeps its tree. An answer that calls every tree
+// live is enough, and so is any answer for a decision on deaths (a tree
+// born after the death is spared whatever it says).
+func TestScanThenAskAsksAgain(t *testing.T) {
+	const comm = "kcsrv-askagain"
+	id := testutil.RandomHex(t, 64)
+	g := testutil.StartMixedGroup(t, comm, id, id)
+	st, err := fingerprint.ReadStat("/proc", g.PGID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// In /proc's clock the deaths below are ticks after the tree started.
+	if err := proc.WaitTickPast("/proc", st.StartTicks+2, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	running := fmt.Sprintf(`[{"Id":%q,"Names":["/c"],"State":"running"}]`, id)
+	for _, tc := range []struct {
+		name    string
+		answers []string // the list's answers in turn; the last one after
+		died    bool
+		asked   int32
+		want    action.Action
+	}{
+		{"the first answer calls it gone", []string{`[]`, running}, false, 2, action.SkipLive},
+		{"gone both times", []string{`[]`}, false, 2, action.WouldReap},
+		{"the first answer calls it live", []string{running, `[]`}, false, 1, action.SkipLive},
+		{"a death", []string{`[]`, running}, true, 1, action.WouldReap},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var n atomic.Int32
+			u, _ := dockertest.Fake(t, func(w http.ResponseWriter, r *http.Request) {
+				if !strings.HasSuffix(r.URL.Path, "/containers/json") {
+					http.NotFound(w, r)
+					return
+				}
+				k := int(n.Add(1)) - 1
+				fmt.Fprint(w, tc.answers[min(k, len(tc.answers)-1)])
+			})
+			opt := reconcile.Options{Comms: []string{comm}, Containers: map[string]bool{id: true}}
+			if tc.died {
+				// Ticks after the tree started: the death's rule spares
+				// nothing here.
+				opt.DiedAt = time.Now()
+			}
+			s := Settings{Engines: []string{"docker"}, Engine: engine.Config{DockerURL: u}, StateDir: t.TempDir(), Reconcile: opt}
+			rep, _, liveErr, err := ScanThenAsk(t.Context(), s, false, slog.New(slog.DiscardHandler))
+			if err != nil || liveErr != nil {
+				t.Fatalf("ScanThenAsk: %v, %v", liveErr, err)
+			}
+			if got := n.Load(); got != tc.asked {
+				t.Errorf("the engine was asked %d times, want %d", got, tc.asked)
+			}
+			var got action.Action
+			for _, tr := range rep.Trees {
+				if tr.PGID == g.PGID {
+					got = tr.Action
+				}
+			}
+			if got != tc.want {
+				t.Errorf("tree %d: %q, want %q (%+v)", g.PGID, got, tc.want, rep.Trees)
+			}
+		})
+	}
+}

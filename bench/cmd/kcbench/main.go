@@ -524,7 +524,13 @@ func (b *bench) plant() error {
 	if err := testutil.CopyFile(b.kcserver, conmon, 0o755); err != nil {
 		return err
 	}
-	if _, _, err := pop.startKCServer(conmon, "decoy-conmon", b.strayIDs[0], nil, "--socket-dir="+sock); err != nil {
+	// Its wrapper makes a tree of the container it names: a stray's, or
+	// with -strays 0 a live one's, so that the run has no stray at all.
+	decoyID := randomID()
+	if all := append(slices.Clone(b.strayIDs), b.allLive()...); len(all) > 0 {
+		decoyID = all[0]
+	}
+	if _, _, err := pop.startKCServer(conmon, "decoy-conmon", decoyID, nil, "--socket-dir="+sock); err != nil {
 		return err
 	}
 	// A supervisor without a container ID (a desktop Positron's).
@@ -544,7 +550,12 @@ func (b *bench) plant() error {
 	// A crashed supervisor: its wrapper SIGKILLed and kcserver gone, the kernels live on in
 	// its group with nothing tying them to the container but the ledger's
 	// identities (passed to the in-process scans as Known).
+	// Its cgroup, kept, is a gone container's to sweep; with -strays 0 a
+	// live one's, so that the run has nothing to act on.
 	crashedID := randomID()
+	if live := b.allLive(); len(b.strayIDs) == 0 && len(live) > 0 {
+		crashedID = live[len(live)-1]
+	}
 	cc, kc, err := pop.startKCServer(b.kcserver, "decoy-crashed", crashedID, []string{"KCFAKE_CHILDREN=2"}, "--socket-dir="+sock)
 	if err != nil {
 		return err

@@ -68,10 +68,12 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 	if opt.Store, storeErr = openStore(s.StateDir, false); storeErr != nil {
 		withoutLedger(log, s.StateDir, storeErr, loud)
 	}
-	var tr engine.Truth
 	askCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	asked := make(chan struct{})
+	var (
+		tr    engine.Truth
+		asked = make(chan struct{})
+	)
 	go func() {
 		defer close(asked)
 		tr, err = s.Ask(askCtx, log)
@@ -79,11 +81,10 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 	scanned, scanErr := reconcile.Scan(opt)
 	if scanErr != nil {
 		cancel()
-	}
-	<-asked
-	if scanErr != nil {
+		<-asked
 		return rep, live, nil, scanErr
 	}
+	<-asked
 	if err == nil && !deathsOnly(opt) && scanned.Doubted(tr.Set) {
 		log.Debug("the engines' answer leaves trees to act on; asking again now the scan is over")
 		tr, err = s.Ask(ctx, log)

@@ -68,7 +68,7 @@ func TestBodyCaps(t *testing.T) {
 			if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "answer over ") {
 				t.Fatalf("err %v, want ErrTooLarge naming the cap", err)
 			}
-			if !answered(err) {
+			if !Answered(err) {
 				t.Errorf("an answer over the cap is an answer: asking again would get it again")
 			}
 		})

@@ -503,7 +503,7 @@ func (c *Client) timeouts() (dial, total time.Duration) {
 
 func (c *Client) get(ctx context.Context, s Socket, path string, limit int64, decode func(io.Reader) error) error {
 	err := c.getOnce(ctx, s, path, limit, decode)
-	if err == nil || c.RetryAfter <= 0 || answered(err) {
+	if err == nil || c.RetryAfter <= 0 || Answered(err) {
 		return err
 	}
 	select {
@@ -514,10 +514,10 @@ func (c *Client) get(ctx context.Context, s Socket, path string, limit int64, de
 	return c.getOnce(ctx, s, path, limit, decode)
 }
 
-// answered reports whether err came with an answer (so that asking again
+// Answered reports whether err came with an answer (so that asking again
 // would only get the same one). An answer cut for want of room in the
 // budget is not: the room is what other answers leave.
-func answered(err error) bool {
+func Answered(err error) bool {
 	var he *HTTPError
 	return errors.As(err, &he) || errors.Is(err, ErrBadJSON) || errors.Is(err, ErrShape) || errors.Is(err, ErrTooLarge)
 }

@@ -461,8 +461,8 @@ func TestAnswered(t *testing.T) {
 		{fmt.Errorf("GET /status: %w", syscall.ECONNRESET), false},
 	} {
 		t.Run(tt.err.Error(), func(t *testing.T) {
-			if got := answered(tt.err); got != tt.want {
-				t.Errorf("answered(%v) = %v, want %v", tt.err, got, tt.want)
+			if got := Answered(tt.err); got != tt.want {
+				t.Errorf("Answered(%v) = %v, want %v", tt.err, got, tt.want)
 			}
 		})
 	}

@@ -49,9 +49,8 @@ func alive(tr trees.Tree) int {
 
 // TestRunRefusesWhateverTheCallerDecided: a tree led by a foreign
 // process, naming two containers, read in part or with no host UID is
-// recorded and left
-// alone — members alive, socket in place — even when a caller hands it
-// over as a stray.
+// recorded and left alone — members alive, socket in place — even when a
+// caller hands it over as a stray.
 func TestRunRefusesWhateverTheCallerDecided(t *testing.T) {
 	tests := []struct {
 		name string

@@ -381,11 +381,14 @@ func TestDoubted(t *testing.T) {
 	}{
 		{"the tree's container gone", []string{treeID}, liveSet(), true},
 		{"the tree's container live", []string{treeID}, liveSet(treeID), false},
-		{"the cgroup's container gone", []string{cgID}, liveSet(), withCgroup},
+		{"the cgroup's container gone", []string{cgID}, liveSet(), true},
 		{"both live", []string{treeID, cgID}, liveSet(treeID, cgID), false},
 		{"outside --container", []string{other}, liveSet(), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.scope[0] == cgID && !withCgroup {
+				t.Skipf("containment here is %s (%s)", h, h.Why)
+			}
 			scope := map[string]bool{}
 			for _, id := range tc.scope {
 				scope[id] = true

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -15,6 +18,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 // TestRunCompletesPartialTrees: the scan reads a tree led by a live
@@ -259,5 +263,62 @@ func TestVanishedPartialTreeKeepsItsCgroup(t *testing.T) {
 	}
 	if !running(inGone.Process.Pid) {
 		t.Error("the process in the vanished tree's cgroup was killed")
+	}
+}
+
+// TestTreeThatMovesBetweenScanAndFullRead: a live container's tree, read
+// through its leader, is read in full because its ledger snapshot would
+// change; its leader has exec'd meanwhile to name another container, one
+// the answer (asked with the scan) may not know. The group is left for
+// the next run, not judged as that container's stray.
+func TestTreeThatMovesBetweenScanAndFullRead(t *testing.T) {
+	const comm = "kcsrv-moved"
+	liveID, newID := testutil.RandomHex(t, 64), testutil.RandomHex(t, 64)
+	sh := filepath.Join(t.TempDir(), comm)
+	if err := testutil.CopyFile("/bin/sh", sh, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := fmt.Sprintf(`trap 'exec %s -c "sleep 100000; :" %s' USR1; sleep 100000 & wait`, sh, newID)
+	cmd := exec.Command(sh, "-c", script, liveID)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pgid := cmd.Process.Pid
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }() //nolint:errcheck // killed below
+	t.Cleanup(func() { syscall.Kill(-pgid, syscall.SIGKILL); <-done })
+	argv := func() string { b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pgid)); return string(b) }
+	proc.WaitFor(t, 5*time.Second, "the leader and its child", func() bool {
+		kids, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pgid, pgid))
+		return strings.Contains(argv(), liveID) && len(strings.TrimSpace(string(kids))) > 0
+	})
+
+	store, err := ledger.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := Options{Comms: []string{comm}, Containers: map[string]bool{liveID: true, newID: true}, Store: store}
+	sc, err := Scan(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	partial := false
+	for _, tr := range sc.found {
+		partial = partial || tr.PGID == pgid && tr.Partial
+	}
+	if !partial {
+		t.Fatalf("the scan did not read group %d through its leader: %+v", pgid, sc.found)
+	}
+	if err := syscall.Kill(pgid, syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	proc.WaitFor(t, 5*time.Second, "the leader to exec", func() bool { return slices.Contains(strings.Split(argv(), "\x00"), newID) })
+	rep, err := sc.Run(context.Background(), engine.Set{Source: engine.SourceAPI, Live: map[string]bool{liveID: true}, UID: os.Geteuid()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr := findByPGID(rep, pgid); tr != nil {
+		t.Errorf("the group was decided on its full read: %+v", tr)
 	}
 }

@@ -263,8 +263,9 @@ func (sc *Scanned) tickBefore(died time.Time) uint64 {
 	return sc.bootTicks - ago
 }
 
-// Scanned is a scan of the host's supervisor trees, taken before podman is
-// asked which containers are alive.
+// Scanned is a scan of the host's supervisor trees. The engines may be
+// asked which containers are alive while it is taken; an answer that
+// leaves anything to act on is asked after it (Doubted).
 type Scanned struct {
 	opt     Options
 	log     *slog.Logger
@@ -276,7 +277,7 @@ type Scanned struct {
 	// scanned is when the scan ended: the trees' ages are as of then.
 	scanned time.Time
 	// cgroups are kc-watchman's cgroups on cgroupfs, listed with the scan
-	// (before the engines are asked, as the trees are).
+	// (and judged, as the trees are, by an answer asked after it).
 	cgroups []contain.Listed
 	// bootTicks is the scan's end in /proc's start ticks.
 	bootTicks uint64
@@ -344,11 +345,10 @@ func Scan(opt Options) (*Scanned, error) {
 // and decides with that answer; one that calls every tree live is
 // taken as it is (the scan's trees are spared whatever came after it).
 func (sc *Scanned) Doubted(live engine.Set) bool {
+	// As Run will see it: a kernel-reported death makes a container gone.
+	live = staleLive(sc.opt, slog.New(slog.DiscardHandler), live)
 	inScope := func(id string) bool { return len(sc.opt.Containers) == 0 || sc.opt.Containers[id] }
 	for _, t := range sc.found {
-		if t.HoldsCaller() {
-			continue
-		}
 		for _, id := range t.ContainerIDs {
 			if inScope(id) && !live.IsLive(id) {
 				return true
@@ -443,8 +443,9 @@ func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 // container the answer does not call live: a live container's tree is
 // spared as its leader (argv or ledger) and the listing show it, and only the
 // others are decided on every member's files (DESIGN "One view of the
-// host"). The completion reads the members the scan listed; an answer
-// that leaves any tree to act on was asked after the scan (Doubted).
+// host"). The completion reads the members the scan listed; a group it
+// finds another container's is left for the next run (an exec since the
+// scan may name a container newer than the answer).
 //
 // A live container's partial trees are read in full too when its ledger
 // snapshot would change: a snapshot gives its members to the container
@@ -460,18 +461,26 @@ func (sc *Scanned) complete(live engine.Set) []trees.Tree {
 			todo = append(todo, i)
 		}
 	}
-	full, stalled := completeAll(sc.found, todo)
+	full, ok, stalled := completeAll(sc.found, todo)
 	out := make([]trees.Tree, 0, len(sc.found))
 	for i, t := range full {
-		if t.PGID != 0 {
+		was := sc.found[i]
+		// A full read that gives the group to another container alone
+		// read an argv exec'd since the scan, maybe to name a container
+		// newer than the answer: the group waits for a run that scans it
+		// so (an ambiguous one is reported as such).
+		moved := ok[i] && was.Partial && !t.Ambiguous && t.ContainerID != was.ContainerID
+		if ok[i] && !moved {
 			out = append(out, t)
 			continue
 		}
-		if id := sc.found[i].ContainerID; len(sc.opt.Containers) == 0 || sc.opt.Containers[id] {
-			if sc.vanished == nil {
-				sc.vanished = map[string]bool{}
+		for _, id := range append(slices.Clone(was.ContainerIDs), t.ContainerIDs...) {
+			if len(sc.opt.Containers) == 0 || sc.opt.Containers[id] {
+				if sc.vanished == nil {
+					sc.vanished = map[string]bool{}
+				}
+				sc.vanished[id] = true
 			}
-			sc.vanished[id] = true
 		}
 	}
 	if len(stalled) > 0 {
@@ -481,16 +490,27 @@ func (sc *Scanned) complete(live engine.Set) []trees.Tree {
 }
 
 // completeAll reads found's trees at todo in full, a few at a time (each
-// is a few files per member, and a host of many strays has many), and
-// returns found with those replaced, a zero Tree for each that is no
-// tree any more, and the PIDs whose memory did not answer.
-func completeAll(found []trees.Tree, todo []int) ([]trees.Tree, []int) {
+// is a few files per member, and a host of many strays has many). It
+// returns found with those replaced, whether each is still a tree (a
+// group read in full may be no tree any more), and the PIDs whose memory
+// did not answer. A reader's panic is the caller's again, as it was when
+// the trees were read in turn.
+func completeAll(found []trees.Tree, todo []int) ([]trees.Tree, []bool, []int) {
 	out := slices.Clone(found)
+	ok := make([]bool, len(found))
+	for i := range ok {
+		ok[i] = true
+	}
+	next := make(chan int, len(todo))
+	for _, i := range todo {
+		next <- i
+	}
+	close(next)
 	var (
-		mu      sync.Mutex
-		stalled []int
-		wg      sync.WaitGroup
-		next    = make(chan int)
+		mu       sync.Mutex
+		stalled  []int
+		panicked any
+		wg       sync.WaitGroup
 	)
 	for range min(len(todo), runtime.GOMAXPROCS(0), 4) {
 		wg.Add(1)
@@ -500,25 +520,25 @@ func completeAll(found []trees.Tree, todo []int) ([]trees.Tree, []int) {
 			// reader.
 			var cp trees.Completer
 			defer cp.Close()
-			for i := range next {
-				t, ok := cp.Complete(found[i])
-				if !ok {
-					t = trees.Tree{}
+			defer func() {
+				mu.Lock()
+				defer mu.Unlock()
+				if r := recover(); r != nil && panicked == nil {
+					panicked = r
 				}
-				out[i] = t
+				stalled = append(stalled, cp.Stalled()...)
+			}()
+			for i := range next {
+				out[i], ok[i] = cp.Complete(found[i])
 			}
-			mu.Lock()
-			stalled = append(stalled, cp.Stalled()...)
-			mu.Unlock()
 		}()
 	}
-	for _, i := range todo {
-		next <- i
-	}
-	close(next)
 	wg.Wait()
+	if panicked != nil {
+		panic(panicked)
+	}
 	slices.Sort(stalled)
-	return out, slices.Compact(stalled)
+	return out, ok, slices.Compact(stalled)
 }
 
 // changedSnapshots are the live containers whose trees, as scanned, are

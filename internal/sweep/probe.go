@@ -134,10 +134,8 @@ func statusTryOf(pid int, err error) statusTry {
 	if err == nil {
 		return statusTry{answered: true, pid: pid}
 	}
-	var he *kallichore.HTTPError
 	switch {
-	case errors.As(err, &he) || errors.Is(err, kallichore.ErrBadJSON) || errors.Is(err, kallichore.ErrShape) ||
-		errors.Is(err, kallichore.ErrTooLarge):
+	case kallichore.Answered(err):
 		// Something answers, but it is not a Kallichore /status (one
 		// is a few hundred bytes).
 		return statusTry{answered: true, other: trimErr(err)}

@@ -605,6 +605,8 @@ func judgeHashed(s *Socket, age, minAge time.Duration) (Verdict, string) {
 		switch {
 		case t.answered && t.other != "":
 			return VerdictLive, reason + "; something answers /status: " + t.other
+		case t.answered && t.unread != "":
+			return VerdictLive, reason + "; /status answered, but the answer was not read: " + t.unread
 		case t.answered:
 			return VerdictLive, reason + "; /status answers with process_id " + strconv.Itoa(t.pid)
 		}

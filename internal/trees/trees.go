@@ -352,7 +352,7 @@ func (c *completion) finish(t *Tree) {
 
 // Completer reads Partial trees in full, one after the other, on one
 // /proc reader per scan; Close releases them. It is not safe for
-// concurrent use.
+// concurrent use; several Completers may read one scan's trees at once.
 type Completer struct {
 	scanners map[*completion]*scanner
 }

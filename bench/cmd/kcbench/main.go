@@ -551,7 +551,8 @@ func (b *bench) plant() error {
 	// its group with nothing tying them to the container but the ledger's
 	// identities (passed to the in-process scans as Known).
 	// Its cgroup, kept, is a gone container's to sweep; with -strays 0 a
-	// live one's, so that the run has nothing to act on.
+	// live one's, so that a run has nothing to act on (with several
+	// engines: the last's, which paths scoped to another do not see).
 	crashedID := randomID()
 	if live := b.allLive(); len(b.strayIDs) == 0 && len(live) > 0 {
 		crashedID = live[len(live)-1]

@@ -1,6 +1,7 @@
 package janitor
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -85,4 +86,33 @@ func TestScanThenAskAsksAgain(t *testing.T) {
 			}
 		})
 	}
+
+	// The second question fails: the truth is unknown, nothing touched,
+	// even in an apply run.
+	t.Run("the second answer fails", func(t *testing.T) {
+		var n atomic.Int32
+		u, _ := dockertest.Fake(t, func(w http.ResponseWriter, r *http.Request) {
+			if !strings.HasSuffix(r.URL.Path, "/containers/json") {
+				http.NotFound(w, r)
+				return
+			}
+			if n.Add(1) > 1 {
+				http.Error(w, "boom", http.StatusInternalServerError)
+				return
+			}
+			fmt.Fprint(w, `[]`)
+		})
+		opt := reconcile.Options{Comms: []string{comm}, Containers: map[string]bool{id: true}, Apply: true, KillGrace: 200 * time.Millisecond}
+		s := Settings{Engines: []string{"docker"}, Engine: engine.Config{DockerURL: u}, StateDir: t.TempDir(), Reconcile: opt}
+		_, _, liveErr, err := ScanThenAsk(t.Context(), s, true, slog.New(slog.DiscardHandler))
+		if err != nil || !errors.Is(liveErr, engine.ErrUnknown) {
+			t.Fatalf("ScanThenAsk: %v, %v; want the truth unknown", liveErr, err)
+		}
+		if got := n.Load(); got != 2 {
+			t.Errorf("the engine was asked %d times, want 2", got)
+		}
+		if !fingerprint.Alive("/proc", st) {
+			t.Error("the tree was signalled on the first answer")
+		}
+	})
 }

@@ -524,7 +524,9 @@ func (k *killer) owned(procs []fingerprint.Stat) error {
 			// Not in the group now: its signals do not reach it.
 		case err != nil:
 			return fmt.Errorf("group %d: cannot read the UIDs of %d(%s): %w", k.pgid, p.PID, p.Comm, err)
-		case fingerprint.SoleUID(ids) != k.opt.UID:
+		case k.opt.UID < 0 || fingerprint.SoleUID(ids) != k.opt.UID:
+			// A tree of no known UID vouches for nobody: SoleUID's -1
+			// for a setuid member must not match it.
 			return fmt.Errorf("group %d: %d(%s) runs as uid %d (real, effective, saved: %v) now, not the tree's %d: %w",
 				k.pgid, p.PID, p.Comm, ids[1], ids, k.opt.UID, errOtherUID)
 		}

@@ -195,7 +195,8 @@ func refusal(t Tree) action.Action {
 		return action.SkipForeign
 	case t.Ambiguous || t.Partial:
 		return action.SkipAmbiguous
-	case t.HostUID < 0:
+	case t.HostUID < 0, t.UID < 0:
+		// No UID to signal as: pgkill's UID check needs one.
 		return action.SkipOtherUID
 	}
 	return ""

@@ -61,6 +61,7 @@ func TestRunRefusesWhateverTheCallerDecided(t *testing.T) {
 		{"two containers", func(tr *Tree) { tr.Ambiguous = true }, action.SkipAmbiguous},
 		{"read in part", func(tr *Tree) { tr.Partial = true }, action.SkipAmbiguous},
 		{"no host uid", func(tr *Tree) { tr.HostUID = -1 }, action.SkipOtherUID},
+		{"no uid as seen", func(tr *Tree) { tr.UID = -1 }, action.SkipOtherUID},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

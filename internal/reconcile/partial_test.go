@@ -321,4 +321,7 @@ func TestTreeThatMovesBetweenScanAndFullRead(t *testing.T) {
 	if tr := findByPGID(rep, pgid); tr != nil {
 		t.Errorf("the group was decided on its full read: %+v", tr)
 	}
+	if !sc.vanished[liveID] || !sc.vanished[newID] {
+		t.Errorf("vanished %v, want both containers' cgroups kept this run", sc.vanished)
+	}
 }

@@ -880,7 +880,8 @@ func (s *scanner) partial(c candidate) (Tree, bool) {
 		if zombie {
 			continue
 		}
-		id := fingerprint.Identity{Stat: fingerprint.Stat{PID: pid, Comm: comm, PPID: int(l.PPIDs[i]), PGID: c.pgid, StartTicks: c.starts[k]}, TGID: pid, UID: int(l.UIDs[i])}
+		// The listing gives the real UID only: the others are unread (-1).
+		id := fingerprint.Identity{Stat: fingerprint.Stat{PID: pid, Comm: comm, PPID: int(l.PPIDs[i]), PGID: c.pgid, StartTicks: c.starts[k]}, TGID: pid, UID: int(l.UIDs[i]), EUID: -1, SUID: -1}
 		if k == lead && !byLedger {
 			id.Stat, id.Argv = st, argv
 		}

@@ -60,8 +60,9 @@ pid 0.
 Without --socket-dir, the directories named by live supervisors (their
 --socket-dir, --unix-socket, XDG_RUNTIME_DIR and TMPDIR) are swept too, but
 only those reached without symlinks and owned by root or by the process
-that named them, at most 8 per user and 256 in all past /tmp and
-/run/user/*; the others are reported as not swept. An entry that cannot
+that named them (the others are reported as not swept); past /tmp and
+/run/user/*, at most 8 per user and 256 in all are learnt, and one
+warning line counts those left out. An entry that cannot
 be read (another user's FUSE mount) is kept as unknown.
 
 Dry run unless --apply (KC_SWEEP=1 or KC_APPLY=1). Only sockets (never

@@ -34,7 +34,8 @@ const (
 	// SkipOtherUID: the tree's UID is not one the caller has ground truth
 	// for, or may signal.
 	SkipOtherUID Action = "skipped-other-uid"
-	// SkipAmbiguous: members name two containers.
+	// SkipAmbiguous: members name two containers, or the tree was read
+	// only in part (reap refuses it whoever hands it over).
 	SkipAmbiguous Action = "skipped-ambiguous"
 	// SkipContradicted: the engines do not list the container but local
 	// evidence says it still runs (DESIGN "Ground truth must be corroborated").

@@ -67,8 +67,9 @@ type SweepResult struct {
 	// "pidfd" (some were withheld).
 	Method string
 	Killed []fingerprint.Stat
-	// Withheld were never signalled: another UID's, another container's,
-	// a container monitor, or unreadable.
+	// Withheld were never signalled: another UID's (or setuid), another
+	// container's, a container monitor, unreadable, started at or after
+	// BornBefore, or spared (Spare).
 	Withheld []fingerprint.Identity
 	Frozen   bool
 	Empty    bool

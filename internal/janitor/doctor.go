@@ -22,7 +22,7 @@ import (
 
 // Doctor runs every check of doctor in report order and records them in
 // ms. Nothing is changed unless fix is set, and then only strays are
-// reaped, through the one scan-then-ask path. hooksDirs are the hooks.d
+// reaped, through the one reconcile path (ScanThenAsk). hooksDirs are the hooks.d
 // directories podman reads.
 func Doctor(ctx context.Context, s Settings, fix bool, hooksDirs []string, log *slog.Logger, ms *metrics.Set) doctor.Report {
 	rep := doctor.Report{Fix: fix}

@@ -1,5 +1,6 @@
 // Package janitor is the work behind kc-janitor's commands: the one
-// scan-then-ask reconcile pass, the round (reconcile, then sweep, then
+// reconcile pass (ScanThenAsk: no tree is acted on by an answer older
+// than the scan, but a death's), the round (reconcile, then sweep, then
 // cull) watch repeats, the handling of container deaths between rounds,
 // doctor's run of its checks and status's view. It takes settings already
 // resolved from the flags; turning flags into settings, exit codes and the

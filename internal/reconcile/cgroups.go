@@ -135,8 +135,8 @@ func populatedCount(opt Options, ls []contain.Listed) int {
 // sweepLeftCgroups sweeps the cgroups leftCgroups picked (a dry run
 // reports them as would-reap), but those swept with their tree already.
 // The sweep itself withholds every process the member rules refuse, and
-// every one started after the scan (the container restarted meanwhile,
-// into the same cgroup).
+// every one started after the scan or the container's death (bornBefore:
+// the container restarted meanwhile, into the same cgroup).
 func (sc *Scanned) sweepLeftCgroups(ctx context.Context, rep *Report, ls []contain.Listed, spare func(fingerprint.Stat) bool) {
 	opt, log := sc.opt, sc.log
 	swept := map[string]bool{}

@@ -55,7 +55,8 @@ type Options struct {
 	// DiedAt, when set, is when the container(s) in Containers died (a
 	// death event): a tree whose members all started after it is a
 	// restarted container's, not the dead one's, and is left alone
-	// (skipped-young) whatever the engines answer.
+	// (skipped-young) whatever the engines answer; its cgroup's sweep
+	// withholds what started from the tick before it (bornBefore).
 	DiedAt time.Time
 	// DiedAtByID is DiedAt for each container of a burst of deaths
 	// decided together; it wins over DiedAt for the containers it names.
@@ -132,8 +133,9 @@ type Tree struct {
 	UID        int      `json:"uid"`
 	AgeSeconds int64    `json:"age_seconds"`
 	Members    []Member `json:"members"`
-	// Withheld are descendants outside the group of another UID or
-	// carrying another container's ID: reported, never signalled.
+	// Withheld are descendants outside the group of another UID (or
+	// setuid) or carrying another container's ID: reported, never
+	// signalled.
 	Withheld []Member      `json:"withheld,omitempty"`
 	Action   action.Action `json:"action"`
 	Error    *string       `json:"error"`
@@ -265,7 +267,8 @@ func (sc *Scanned) tickBefore(died time.Time) uint64 {
 
 // Scanned is a scan of the host's supervisor trees. The engines may be
 // asked which containers are alive while it is taken; an answer that
-// leaves anything to act on is asked after it (Doubted).
+// leaves anything to act on is asked after it (Doubted), but on deaths
+// alone, whose own rule spares what was born after them.
 type Scanned struct {
 	opt     Options
 	log     *slog.Logger
@@ -293,7 +296,7 @@ type Scanned struct {
 // Scan reads the ledger and scans /proc. It changes nothing. Acting only
 // on an answer asked after the scan closes a race (the engines may be
 // asked while it runs, but an answer that leaves anything to act on is
-// asked again: Doubted): a container created after the answer has its
+// asked again, Doubted; deaths have their own rule, bornAfter): a container created after the answer has its
 // trees, if any, only in a later scan, so a tree found here is either in
 // the answer or really without a live container.
 func Scan(opt Options) (*Scanned, error) {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 const module = "github.com/kc-watchman/kc-watchman"
@@ -25,7 +27,7 @@ var forbidden = []string{
 // deps lists the packages pkg links, built as the Makefile builds it.
 func deps(t *testing.T, pkg string) []string {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-deps", pkg)
+	cmd := exec.Command("go", "list", "-tags", testutil.BuildTags, "-deps", pkg)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -77,5 +79,30 @@ func TestBinariesLinkNoTestHelper(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestJanitorLinksNoDocConverter fails when kc-janitor, built as the
+// Makefile builds it, links a markdown or man page converter: their
+// packages' initialisation (blackfriday's regular expressions) ran on
+// every start of the janitor, a tenth of its start-up, for a page only
+// `kc-janitor man` writes. The Makefile must build with the tags this
+// listing uses.
+func TestJanitorLinksNoDocConverter(t *testing.T) {
+	mk, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(mk), "TAGS        := "+testutil.BuildTags+"\n") || !strings.Contains(string(mk), `-tags "$(TAGS)"`) {
+		t.Errorf("the Makefile does not build with TAGS %q, as internal/testutil.BuildTags says", testutil.BuildTags)
+	}
+	janitor := deps(t, module+"/cmd/kc-janitor")
+	if !slices.Contains(janitor, "github.com/urfave/cli/v2") {
+		t.Fatalf("kc-janitor's listing lacks urfave/cli: the listing is broken: %v", janitor)
+	}
+	for _, p := range []string{"github.com/cpuguy83/go-md2man/v2/md2man", "github.com/russross/blackfriday/v2"} {
+		if slices.Contains(janitor, p) {
+			t.Errorf("kc-janitor links %s", p)
+		}
 	}
 }

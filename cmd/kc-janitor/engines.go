@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -122,7 +123,10 @@ func engineUsageErr(err error) error {
 // containerRef is what a --container value may look like: a container
 // name (Docker's and podman's rule), which full IDs and ID prefixes
 // match too.
-var containerRef = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
+// Compiled when first used, not at every start.
+var containerRef = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
+})
 
 // resolveContainer turns a --container value into a container, the same
 // way on every command: a full 64-hex ID is taken as is unless needPID
@@ -131,7 +135,7 @@ var containerRef = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
 // several → exit 2 naming the candidates; an engine that cannot be asked
 // → exit 3.
 func resolveContainer(c *cli.Context, g globals, ref string, needPID bool) (engine.Match, error) {
-	if !containerRef.MatchString(ref) {
+	if !containerRef().MatchString(ref) {
 		return engine.Match{}, usageErr("--container %q is not a container name, ID or ID prefix", ref)
 	}
 	if containerid.Valid(ref) && !needPID {

@@ -112,7 +112,8 @@ func TestManPageGlobalsOnce(t *testing.T) {
 	_, out := runJanitorCapture(t, "man")
 	for _, g := range globalNames() {
 		// An option's paragraph starts with its name in bold.
-		if n := len(regexp.MustCompile(`\\fB--`+g+`[ ,\\]`).FindAllString(out, -1)); n != 1 {
+		bold := `\fB` + strings.ReplaceAll("--"+g, "-", `\-`)
+		if n := len(regexp.MustCompile(regexp.QuoteMeta(bold)+`[ ,\\]`).FindAllString(out, -1)); n != 1 {
 			t.Errorf("--%s described %d times in the man page", g, n)
 		}
 	}

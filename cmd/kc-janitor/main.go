@@ -171,12 +171,16 @@ func commands(stateDir string) []*cli.Command {
 		completionCommand(),
 		installHookCommand(),
 	}
+	global := map[string]bool{}
+	for _, f := range append(append(globalFlags(stateDir), engineFlags()...), metricsFlags()...) {
+		global[f.Names()[0]] = true
+	}
 	for _, c := range cmds {
 		withExitStatus(c)
 		c.Flags = append(c.Flags, globalFlags(stateDir)...)
 		c.Flags = append(c.Flags, engineFlags()...)
 		c.Flags = append(c.Flags, metricsFlags()...)
-		ownHelp(c)
+		ownHelp(c, global)
 		// urfave/cli's own help subcommand would answer a malformed flag
 		// after it ("reconcile help --x") with its help and "Incorrect
 		// Usage" on stdout; helpArg keeps "reconcile help" working.

@@ -199,10 +199,10 @@ func TestMetricsAfterUnknownGroundTruth(t *testing.T) {
 
 func TestManAndCompletion(t *testing.T) {
 	code, out := runJanitorCapture(t, "man")
-	if code != exitOK || !strings.Contains(out, ".TH kc-janitor 8") {
+	if code != exitOK || !strings.Contains(out, `.TH KC\-JANITOR 8`) {
 		t.Fatalf("exit %d:\n%.300s", code, out)
 	}
-	for _, want := range []string{"doctor", "reconcile", "--metrics-file", `kc-*\&.sock`, "/proc/<init pid>/root"} {
+	for _, want := range []string{".SS doctor", ".SS reconcile", `\fB\-\-metrics\-file FILE\fR`, `kc\-*.sock`, "/proc/<init pid>/root", "KC_*"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("man page lacks %q", want)
 		}

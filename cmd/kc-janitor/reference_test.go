@@ -48,7 +48,7 @@ func TestHelpListsExitStatus(t *testing.T) {
 		})
 	}
 	_, out := runJanitorCapture(t, "man")
-	for _, want := range []string{"EXIT STATUS", "ENVIRONMENT", "[$KC_MIN_AGE]", `\fBKC_SWEEPER_LOG\fP`, "three gates agree"} {
+	for _, want := range []string{"EXIT STATUS", "ENVIRONMENT", "[$KC_MIN_AGE]", `\fBKC_SWEEPER_LOG\fR`, "three gates agree"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("man page lacks %q", want)
 		}

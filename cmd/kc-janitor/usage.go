@@ -48,13 +48,10 @@ var notRead = map[string][]string{
 }
 
 // ownHelp leaves in a command's help only the flags it reads and that are
-// its own: the global flags every command also takes are described once,
-// in kc-janitor --help, and accepted after the command name all the same.
-func ownHelp(c *cli.Command) {
-	global := map[string]bool{}
-	for _, f := range append(append(globalFlags(""), engineFlags()...), metricsFlags()...) {
-		global[f.Names()[0]] = true
-	}
+// its own: the global flags every command also takes (global, by name)
+// are described once, in kc-janitor --help, and accepted after the
+// command name all the same.
+func ownHelp(c *cli.Command, global map[string]bool) {
 	cliapp.HideFlags(c, func(name string) bool {
 		return global[name] || slices.Contains(notRead[c.Name], name)
 	})

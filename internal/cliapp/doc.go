@@ -2,11 +2,9 @@ package cliapp
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
-	"github.com/cpuguy83/go-md2man/v2/md2man"
 	"github.com/urfave/cli/v2"
 )
 
@@ -24,71 +22,117 @@ type Doc struct {
 	ConfigIntro string
 }
 
-// loneStar is a '*' that is not part of a "**" bold marker.
-var loneStar = regexp.MustCompile(`(^|[^*\\])\*([^*]|$)`)
-
 // ManPage renders d's man page from the app's commands and flags: each
 // flag with its variables and default, each command's description, EXIT
-// STATUS and ENVIRONMENT. Help texts are plain text, so their lone
-// '*' (kc-*.sock, KC_*, /run/user/*) and '<' are escaped before markdown
-// takes them for emphasis or HTML.
+// STATUS and ENVIRONMENT. It writes roff itself: help texts are plain
+// text (a markdown converter took their '*' and '_', kc-*.sock and KC_*,
+// for emphasis), and the converter's package initialisation cost every
+// run of the janitor, man page or not, a tenth of a millisecond or more.
 func (d Doc) ManPage(app *cli.App) ([]byte, error) {
-	var b strings.Builder
-	fmt.Fprintf(&b, "# NAME\n\n%s - %s\n\n", app.Name, app.Usage)
-	fmt.Fprintf(&b, "# SYNOPSIS\n\n%s [GLOBAL OPTIONS] COMMAND [OPTIONS]\n\n", app.Name)
-	fmt.Fprintf(&b, "# DESCRIPTION\n\n%s\n\n", app.Description)
-	b.WriteString("# GLOBAL OPTIONS\n\n")
-	manFlags(&b, visible(app.Flags))
-	b.WriteString("# COMMANDS\n\n")
+	var m man
+	m.line(fmt.Sprintf(`.TH %s %d "" "kc-watchman" "System Administration"`, roffEscape(strings.ToUpper(app.Name)), d.Section))
+	// Option names must not be hyphenated, nor long paths spread lines.
+	m.line(".nh")
+	m.line(".ad l")
+	m.line(".SH NAME")
+	m.text(app.Name + " - " + app.Usage)
+	m.line(".SH SYNOPSIS")
+	m.text(app.Name + " [GLOBAL OPTIONS] COMMAND [OPTIONS]")
+	m.line(".SH DESCRIPTION")
+	m.text(app.Description)
+	m.line(".SH GLOBAL OPTIONS")
+	m.flags(visible(app.Flags))
+	m.line(".SH COMMANDS")
 	for _, c := range documented(app) {
-		fmt.Fprintf(&b, "## %s\n\n%s\n\n", c.Name, c.Usage)
+		m.line(".SS " + roffEscape(c.Name))
+		m.text(c.Usage)
 		if c.Description != "" {
-			fmt.Fprintf(&b, "%s\n\n", c.Description)
+			m.line(".PP")
+			m.text(c.Description)
 		}
-		manFlags(&b, ownFlags(app, c))
+		m.flags(ownFlags(app, c))
 	}
-	b.WriteString("# EXIT STATUS\n\n")
+	m.line(".SH EXIT STATUS")
 	for _, c := range documented(app) {
 		if st, ok := d.ExitStatus[c.Name]; ok {
-			fmt.Fprintf(&b, "**%s**: %s\n\n", c.Name, st)
+			m.item(c.Name, st)
 		}
 	}
-	b.WriteString("# ENVIRONMENT\n\nEvery option has a variable, shown next to it above; the option, when given, wins.\n\n")
+	m.line(".SH ENVIRONMENT")
+	m.text("Every option has a variable, shown next to it above; the option, when given, wins.")
 	for _, f := range allFlags(app) {
 		r := rowOf(f)
 		if r.env != "" {
-			fmt.Fprintf(&b, "**%s**: %s\n\n", r.env, strings.TrimSuffix(strings.Fields(r.names)[0], ","))
+			m.item(r.env, strings.TrimSuffix(strings.Fields(r.names)[0], ","))
 		}
 	}
 	for _, v := range d.OtherEnv {
-		fmt.Fprintf(&b, "**%s**: %s\n\n", v[0], v[1])
+		m.item(v[0], v[1])
 	}
-	fmt.Fprintf(&b, "# SEE ALSO\n\n%s\n", d.SeeAlso)
-	md := b.String()
-	// Twice: a match consumes the character after the star, so "a*b*c"
-	// needs a second pass for the second star.
-	md = loneStar.ReplaceAllString(md, `$1\*$2`)
-	md = loneStar.ReplaceAllString(md, `$1\*$2`)
-	md = strings.ReplaceAll(md, "_", `\_`)
-	md = strings.ReplaceAll(md, "<", `\<`) // /proc/<pid>: not an HTML tag
-	md = fmt.Sprintf("%% %s %d\n", app.Name, d.Section) + md
-	return md2man.Render([]byte(md)), nil
+	m.line(".SH SEE ALSO")
+	m.text(d.SeeAlso)
+	return []byte(m.String()), nil
 }
 
-// manFlags writes one paragraph per flag: names, placeholder, meaning,
-// default and variables.
-func manFlags(b *strings.Builder, flags []cli.Flag) {
+// man builds a roff document.
+type man struct{ strings.Builder }
+
+// line writes a request as it is.
+func (m *man) line(s string) {
+	m.WriteString(s)
+	m.WriteByte('\n')
+}
+
+// text writes plain text; a blank line in it starts a new paragraph.
+func (m *man) text(s string) {
+	for i, para := range strings.Split(strings.TrimSpace(s), "\n\n") {
+		if i > 0 {
+			m.line(".PP")
+		}
+		for _, l := range strings.Split(para, "\n") {
+			m.line(roffLine(l))
+		}
+	}
+}
+
+// item writes a tagged paragraph: the tag in bold, then the body.
+func (m *man) item(tag, body string) {
+	m.line(".TP")
+	m.line(`\fB` + roffEscape(tag) + `\fR`)
+	m.text(body)
+}
+
+// flags writes a tagged paragraph per flag: its names and placeholder;
+// its meaning, default and variables.
+func (m *man) flags(flags []cli.Flag) {
 	for _, f := range flags {
 		r := rowOf(f)
-		fmt.Fprintf(b, "**%s**: %s", r.names, r.usage)
+		body := r.usage
 		if r.def != "" {
-			fmt.Fprintf(b, " (default: %s)", r.def)
+			body += " (default: " + r.def + ")"
 		}
 		if r.env != "" {
-			fmt.Fprintf(b, " [$%s]", strings.ReplaceAll(r.env, ", ", ", $"))
+			body += " [$" + strings.ReplaceAll(r.env, ", ", ", $") + "]"
 		}
-		b.WriteString("\n\n")
+		m.item(r.names, body)
 	}
+}
+
+// roffEscape makes s print as it is written: a backslash starts an
+// escape, and a plain '-' may print as a hyphen, which breaks an option
+// name pasted from the page.
+func roffEscape(s string) string {
+	return strings.NewReplacer(`\`, `\e`, "-", `\-`).Replace(s)
+}
+
+// roffLine is s as a line of text: one that starts with a dot or an
+// apostrophe would be read as a request.
+func roffLine(s string) string {
+	s = roffEscape(s)
+	if strings.HasPrefix(s, ".") || strings.HasPrefix(s, "'") {
+		s = `\&` + s
+	}
+	return s
 }
 
 // allFlags are the app's flags, then every command's own, each name once.

@@ -154,11 +154,29 @@ func fill(words []string, indent, width int) string {
 // not read.
 func HideFlags(c *cli.Command, hide func(name string) bool) {
 	for _, f := range c.Flags {
-		if !hide(f.Names()[0]) {
-			continue
+		if hide(f.Names()[0]) {
+			setHidden(f)
 		}
-		// Every flag type of urfave/cli has the field; a flag without
-		// one is left visible.
+	}
+}
+
+// setHidden hides f. The flag types the programs use are named: looking
+// the field up by reflection for each of a hundred flags was a twentieth
+// of the janitor's start-up. Any other type of urfave/cli has the field
+// too; a flag without one is left visible.
+func setHidden(f cli.Flag) {
+	switch f := f.(type) {
+	case *cli.BoolFlag:
+		f.Hidden = true
+	case *cli.StringFlag:
+		f.Hidden = true
+	case *cli.StringSliceFlag:
+		f.Hidden = true
+	case *cli.DurationFlag:
+		f.Hidden = true
+	case *cli.IntFlag:
+		f.Hidden = true
+	default:
 		v := reflect.ValueOf(f)
 		if v.Kind() == reflect.Pointer && v.Elem().Kind() == reflect.Struct {
 			if h := v.Elem().FieldByName("Hidden"); h.IsValid() && h.CanSet() && h.Kind() == reflect.Bool {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/urfave/cli/v2"
 )
@@ -90,13 +91,20 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
+// The expressions below are compiled when first needed (a usage error),
+// not at every start of the programs.
 var (
 	// A flag's name after "for flag" (urfave/cli's words for a variable
 	// it could not parse, without dashes) or "for -" (package flag's).
-	goFlagName   = regexp.MustCompile(`\b(?:for flag -{0,2}|for -{1,2})([A-Za-z0-9][A-Za-z0-9_-]*)`)
-	undefinedArg = regexp.MustCompile(`^flag provided but not defined: -{1,2}(.*)$`)
-	missingValue = regexp.MustCompile(`^flag needs an argument: -{1,2}(.*)$`)
+	goFlagName   = compiled(`\b(?:for flag -{0,2}|for -{1,2})([A-Za-z0-9][A-Za-z0-9_-]*)`)
+	undefinedArg = compiled(`^flag provided but not defined: -{1,2}(.*)$`)
+	missingValue = compiled(`^flag needs an argument: -{1,2}(.*)$`)
 )
+
+// compiled returns a function that compiles expr on its first call.
+func compiled(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
+}
 
 // DurationHint is what every duration flag accepts, as usage errors say.
 const DurationHint = "want a duration such as 90s, 5m or 1h30m, or a number of seconds"
@@ -113,18 +121,18 @@ func UsageMessage(err error, cmds []*cli.Command) string {
 // flag is worded by UnknownFlag, with the flag it likely meant.
 func UsageMessageIn(c *cli.Context, err error, cmds []*cli.Command) string {
 	msg := err.Error()
-	if m := undefinedArg.FindStringSubmatch(msg); m != nil {
+	if m := undefinedArg().FindStringSubmatch(msg); m != nil {
 		return UnknownFlag(c, m[1])
 	}
-	if m := missingValue.FindStringSubmatch(msg); m != nil {
+	if m := missingValue().FindStringSubmatch(msg); m != nil {
 		return fmt.Sprintf("%s needs a value", Dashed(m[1]))
 	}
 	var name string
-	if m := goFlagName.FindStringSubmatch(msg); m != nil {
+	if m := goFlagName().FindStringSubmatch(msg); m != nil {
 		name = m[1]
 	}
-	msg = goFlagName.ReplaceAllStringFunc(msg, func(s string) string {
-		return "for " + Dashed(goFlagName.FindStringSubmatch(s)[1])
+	msg = goFlagName().ReplaceAllStringFunc(msg, func(s string) string {
+		return "for " + Dashed(goFlagName().FindStringSubmatch(s)[1])
 	})
 	hints := map[string]string{"duration": DurationHint, "bool": "want true or false", "int": "want a whole number"}
 	if hint, ok := hints[flagKind(cmds, name)]; ok && (strings.Contains(msg, "invalid") || strings.Contains(msg, "could not parse")) {
@@ -227,7 +235,7 @@ func isBareNumber(s string) bool {
 }
 
 // leadingFlag is the flag a usage message starts with: "--format must be …".
-var leadingFlag = regexp.MustCompile(`^--([a-z0-9][a-z0-9-]*)`)
+var leadingFlag = compiled(`^--([a-z0-9][a-z0-9-]*)`)
 
 // commandLine is what a scan of the arguments finds: the command named
 // (nil for none), whether the version flag came before it, and the flags
@@ -295,7 +303,7 @@ func Typed(app *cli.App, args []string, name string) bool {
 // never typed --format looks for it in the unit's environment file, not
 // in the cron line.
 func FromEnv(app *cli.App, args []string, msg string) string {
-	m := leadingFlag.FindStringSubmatch(msg)
+	m := leadingFlag().FindStringSubmatch(msg)
 	if m == nil {
 		return msg
 	}

@@ -49,7 +49,10 @@ func (pp *PathPinner) Close() {
 }
 
 // containerPath is a socket path as the sweep reports a container's.
-var containerPath = regexp.MustCompile(`^/proc/([1-9][0-9]*)/root(/.*)$`)
+// Compiled when first used, not at every start of the janitor.
+var containerPath = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^/proc/([1-9][0-9]*)/root(/.*)$`)
+})
 
 // Pin pins the socket at path; its last component is not followed (a
 // symlink is not a socket: sockets.ErrNotSocket). An abstract address
@@ -94,7 +97,7 @@ func (pp *PathPinner) in(path string, f func(dfd int, name string) error) error 
 	}
 	var t Target
 	inner, base := abs, "/"
-	if m := containerPath.FindStringSubmatch(abs); m != nil {
+	if m := containerPath().FindStringSubmatch(abs); m != nil {
 		if pid, err := strconv.Atoi(m[1]); err == nil {
 			t = Target{InitPID: pid}
 			inner, base = m[2], filepath.Join(pp.procRoot, m[1], "root")

@@ -110,16 +110,19 @@ func compile(pkg, name string) (string, error) {
 	return out, GoBuild(pkg, out)
 }
 
+// BuildTags are the Makefile's TAGS.
+const BuildTags = "urfave_cli_no_docs"
+
 // GoBuild compiles pkg (an import path, or a directory relative to the
 // working directory) into the binary out as the Makefile does:
-// CGO_ENABLED=0. It is the one place tests, the reliability suite
+// CGO_ENABLED=0, BuildTags. It is the one place tests, the reliability suite
 // and the benchmark harness build the project's programs.
 func GoBuild(pkg, out string) error {
 	gobin, err := goTool()
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(gobin, "build", "-o", out, pkg)
+	cmd := exec.Command(gobin, "build", "-tags", BuildTags, "-o", out, pkg)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

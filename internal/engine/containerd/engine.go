@@ -7,6 +7,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
@@ -19,7 +20,10 @@ func init() {
 
 // namespaceName is containerd's rule for a namespace identifier: a name
 // it would refuse can only be a typo.
-var namespaceName = regexp.MustCompile(`^[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*$`)
+// Compiled when first used, not at every start of the janitor.
+var namespaceName = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*$`)
+})
 
 // containerd asks containerd through the gRPC services of its api module
 // (client.go; docs/ENGINES.md, "containerd"). Each question
@@ -66,7 +70,7 @@ func CheckSettings(addr string, namespaces []string) error {
 		return fmt.Errorf("%w: --containerd-address: %w", engine.ErrUsage, err)
 	}
 	for _, ns := range namespaces {
-		if len(ns) > 76 || !namespaceName.MatchString(ns) {
+		if len(ns) > 76 || !namespaceName().MatchString(ns) {
 			return fmt.Errorf("%w: --containerd-namespace %q: not a containerd namespace name (letters, digits, and . _ - between them)", engine.ErrUsage, ns)
 		}
 	}

@@ -116,3 +116,47 @@ func TestScanThenAskAsksAgain(t *testing.T) {
 		}
 	})
 }
+
+// TestScanErrorCancelsTheQuestion: when the scan fails, the question
+// asked beside it is cancelled, not waited for: an engine that never
+// answers does not hold the run for its whole timeout.
+func TestScanErrorCancelsTheQuestion(t *testing.T) {
+	asked, cancelled := make(chan struct{}), make(chan struct{})
+	u, _ := dockertest.Fake(t, func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/containers/json") {
+			http.NotFound(w, r)
+			return
+		}
+		close(asked)
+		<-r.Context().Done()
+		close(cancelled)
+	})
+	s := Settings{Engines: []string{"docker"}, Engine: engine.Config{DockerURL: u, Timeout: time.Hour}, StateDir: t.TempDir(),
+		Reconcile: reconcile.Options{Comms: []string{"kcsrv-noscan"}}}
+	s.scan = func(reconcile.Options) (*reconcile.Scanned, error) {
+		<-asked
+		return nil, errors.New("scanning processes: the test's failure")
+	}
+	type result struct{ liveErr, err error }
+	done := make(chan result, 1)
+	go func() {
+		_, _, liveErr, err := ScanThenAsk(t.Context(), s, false, slog.New(slog.DiscardHandler))
+		done <- result{liveErr, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err == nil || r.liveErr != nil {
+			t.Fatalf("ScanThenAsk: %v, %v; want the scan's error", r.liveErr, r.err)
+		}
+		if !strings.Contains(r.err.Error(), "scanning processes") {
+			t.Errorf("error %q does not say the scan failed", r.err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("ScanThenAsk waited for a question the failed scan no longer needs")
+	}
+	select {
+	case <-cancelled:
+	case <-time.After(time.Minute):
+		t.Error("the question was left running")
+	}
+}

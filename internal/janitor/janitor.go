@@ -43,6 +43,9 @@ type Settings struct {
 	// onTruth, when set, is told every answer the engines give a
 	// decision (watch's pins follow them).
 	onTruth func(engine.Truth)
+	// scan, when set, stands in for reconcile.Scan (tests fail it while
+	// the engines are being asked).
+	scan func(reconcile.Options) (*reconcile.Scanned, error)
 }
 
 // Select builds the engines to ask. The error wraps engine.ErrUsage when

@@ -78,7 +78,11 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 		defer close(asked)
 		tr, err = s.Ask(askCtx, log)
 	}()
-	scanned, scanErr := reconcile.Scan(opt)
+	scan := reconcile.Scan
+	if s.scan != nil {
+		scan = s.scan
+	}
+	scanned, scanErr := scan(opt)
 	if scanErr != nil {
 		cancel()
 		<-asked
@@ -87,7 +91,15 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 	<-asked
 	if err == nil && !deathsOnly(opt) && scanned.Doubted(tr.Set) {
 		log.Debug("the engines' answer leaves trees to act on; asking again now the scan is over")
-		tr, err = s.Ask(ctx, log)
+		first := tr.Set
+		again := make(chan struct{})
+		go func() {
+			defer close(again)
+			tr, err = s.Ask(askCtx, log)
+		}()
+		// A dry run's strays are read in full while the engines answer.
+		scanned.ReadDoubted(first)
+		<-again
 	}
 	if tr.Statuses != nil {
 		rep.Engines = tr.Statuses

@@ -19,6 +19,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
 	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
+	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
 // TestRunCompletesPartialTrees: the scan reads a tree led by a live
@@ -274,46 +275,14 @@ func TestVanishedPartialTreeKeepsItsCgroup(t *testing.T) {
 func TestTreeThatMovesBetweenScanAndFullRead(t *testing.T) {
 	const comm = "kcsrv-moved"
 	liveID, newID := testutil.RandomHex(t, 64), testutil.RandomHex(t, 64)
-	sh := filepath.Join(t.TempDir(), comm)
-	if err := testutil.CopyFile("/bin/sh", sh, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	script := fmt.Sprintf(`trap 'exec %s -c "sleep 100000; :" %s' USR1; sleep 100000 & wait`, sh, newID)
-	cmd := exec.Command(sh, "-c", script, liveID)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pgid := cmd.Process.Pid
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }() //nolint:errcheck // killed below
-	t.Cleanup(func() { syscall.Kill(-pgid, syscall.SIGKILL); <-done })
-	argv := func() string { b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pgid)); return string(b) }
-	proc.WaitFor(t, 5*time.Second, "the leader and its child", func() bool {
-		kids, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pgid, pgid))
-		return strings.Contains(argv(), liveID) && len(strings.TrimSpace(string(kids))) > 0
-	})
-
+	pgid, moveTo := movingLeader(t, comm, liveID)
 	store, err := ledger.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	opt := Options{Comms: []string{comm}, Containers: map[string]bool{liveID: true, newID: true}, Store: store}
-	sc, err := Scan(opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	partial := false
-	for _, tr := range sc.found {
-		partial = partial || tr.PGID == pgid && tr.Partial
-	}
-	if !partial {
-		t.Fatalf("the scan did not read group %d through its leader: %+v", pgid, sc.found)
-	}
-	if err := syscall.Kill(pgid, syscall.SIGUSR1); err != nil {
-		t.Fatal(err)
-	}
-	proc.WaitFor(t, 5*time.Second, "the leader to exec", func() bool { return slices.Contains(strings.Split(argv(), "\x00"), newID) })
+	sc := scanPartial(t, opt, pgid)
+	moveTo(newID)
 	rep, err := sc.Run(context.Background(), engine.Set{Source: engine.SourceAPI, Live: map[string]bool{liveID: true}, UID: os.Geteuid()})
 	if err != nil {
 		t.Fatal(err)
@@ -324,4 +293,94 @@ func TestTreeThatMovesBetweenScanAndFullRead(t *testing.T) {
 	if !sc.vanished[liveID] || !sc.vanished[newID] {
 		t.Errorf("vanished %v, want both containers' cgroups kept this run", sc.vanished)
 	}
+}
+
+// TestReadDoubtedIsNotReadAgain: a stray read in full while the engines
+// are asked again (ReadDoubted) is decided on that read, part of the
+// scan; Run does not read it a second time. Its leader execs to name
+// another container after that read: a second read would leave the
+// group for the next run, as above.
+func TestReadDoubtedIsNotReadAgain(t *testing.T) {
+	const comm = "kcsrv-early"
+	goneID, newID := testutil.RandomHex(t, 64), testutil.RandomHex(t, 64)
+	pgid, moveTo := movingLeader(t, comm, goneID)
+	opt := Options{Comms: []string{comm}, Containers: map[string]bool{goneID: true, newID: true}}
+	sc := scanPartial(t, opt, pgid)
+	none := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()}
+	sc.ReadDoubted(none)
+	if r, ok := sc.early[slices.IndexFunc(sc.found, func(tr trees.Tree) bool { return tr.PGID == pgid })]; !ok || !r.ok || r.tree.Partial {
+		t.Fatalf("the stray was not read in full ahead: %+v", sc.early)
+	}
+	moveTo(newID)
+	rep, err := sc.Run(context.Background(), none)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := findByPGID(rep, pgid)
+	if tr == nil || tr.ContainerID != goneID || tr.Action != action.WouldReap {
+		t.Fatalf("got %+v, want the group decided as %s's stray on its first full read (report %+v)", tr, goneID, rep.Trees)
+	}
+
+	// An apply run reads its strays in Run, under the apply lock
+	// (TestConcurrentApplyRunsReapOnce).
+	opt.Apply = true
+	sc = scanPartial(t, opt, pgid)
+	sc.ReadDoubted(none)
+	if len(sc.early) != 0 {
+		t.Errorf("an apply run read %d trees ahead of the lock", len(sc.early))
+	}
+}
+
+// movingLeader starts a group led by a shell named comm whose argv names
+// id and whose child keeps the group from being a lone process; moveTo
+// makes the leader exec to name another ID and waits until it has.
+func movingLeader(t *testing.T, comm, id string) (pgid int, moveTo func(string)) {
+	t.Helper()
+	sh := filepath.Join(t.TempDir(), comm)
+	if err := testutil.CopyFile("/bin/sh", sh, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	next := filepath.Join(t.TempDir(), "next")
+	script := fmt.Sprintf(`trap 'exec %s -c "sleep 100000; :" "$(cat %s)"' USR1; sleep 100000 & wait`, sh, next)
+	cmd := exec.Command(sh, "-c", script, id)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pgid = cmd.Process.Pid
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }() //nolint:errcheck // killed below
+	t.Cleanup(func() { syscall.Kill(-pgid, syscall.SIGKILL); <-done })
+	argv := func() []string {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pgid))
+		return strings.Split(string(b), "\x00")
+	}
+	proc.WaitFor(t, 5*time.Second, "the leader and its child", func() bool {
+		kids, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pgid, pgid))
+		return slices.Contains(argv(), id) && len(strings.TrimSpace(string(kids))) > 0
+	})
+	return pgid, func(newID string) {
+		t.Helper()
+		if err := os.WriteFile(next, []byte(newID), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Kill(pgid, syscall.SIGUSR1); err != nil {
+			t.Fatal(err)
+		}
+		proc.WaitFor(t, 5*time.Second, "the leader to exec", func() bool { return slices.Contains(argv(), newID) })
+	}
+}
+
+// scanPartial scans with opt and fails unless group pgid was read
+// through its leader alone (a partial tree).
+func scanPartial(t *testing.T, opt Options, pgid int) *Scanned {
+	t.Helper()
+	sc, err := Scan(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(sc.found, func(tr trees.Tree) bool { return tr.PGID == pgid && tr.Partial }) {
+		t.Fatalf("the scan did not read group %d through its leader: %+v", pgid, sc.found)
+	}
+	return sc
 }

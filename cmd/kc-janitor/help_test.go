@@ -113,7 +113,7 @@ func TestManPageGlobalsOnce(t *testing.T) {
 	for _, g := range globalNames() {
 		// An option's paragraph starts with its name in bold.
 		bold := `\fB` + strings.ReplaceAll("--"+g, "-", `\-`)
-		if n := len(regexp.MustCompile(regexp.QuoteMeta(bold)+`[ ,\\]`).FindAllString(out, -1)); n != 1 {
+		if n := len(regexp.MustCompile(regexp.QuoteMeta(bold)+`(?:[ ,]|\\fR)`).FindAllString(out, -1)); n != 1 {
 			t.Errorf("--%s described %d times in the man page", g, n)
 		}
 	}

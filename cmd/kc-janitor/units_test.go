@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 var units = []string{"kc-janitor.service", "kc-janitor.timer", "kc-janitor-watch.service",
@@ -149,10 +151,8 @@ func TestMakeInstallDestdir(t *testing.T) {
 		t.Skip("make not installed")
 	}
 	bin := filepath.Join(t.TempDir(), "kc-janitor")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	if err := testutil.GoBuild(".", bin); err != nil {
+		t.Fatal(err)
 	}
 	dest := t.TempDir()
 	settings := filepath.Join(dest, "etc/default/kc-janitor")

@@ -84,10 +84,17 @@ func (m *man) line(s string) {
 }
 
 // text writes plain text; a blank line in it starts a new paragraph.
-func (m *man) text(s string) {
-	for i, para := range strings.Split(strings.TrimSpace(s), "\n\n") {
+func (m *man) text(s string) { m.paras(s, ".PP") }
+
+// paras writes plain text, sep between its paragraphs.
+func (m *man) paras(s, sep string) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return
+	}
+	for i, para := range strings.Split(s, "\n\n") {
 		if i > 0 {
-			m.line(".PP")
+			m.line(sep)
 		}
 		for _, l := range strings.Split(para, "\n") {
 			m.line(roffLine(l))
@@ -99,7 +106,8 @@ func (m *man) text(s string) {
 func (m *man) item(tag, body string) {
 	m.line(".TP")
 	m.line(`\fB` + roffEscape(tag) + `\fR`)
-	m.text(body)
+	// .PP would end the tag's indent.
+	m.paras(body, ".IP")
 }
 
 // flags writes a tagged paragraph per flag: its names and placeholder;

@@ -38,11 +38,11 @@ func TestManPageText(t *testing.T) {
 			Flags: []cli.Flag{&cli.BoolFlag{Name: "apply", Usage: "really"}},
 		}},
 	}
-	page, err := Doc{Section: 8, SeeAlso: "other(1)", ExitStatus: map[string]string{"run": "0 ok"}}.ManPage(app)
+	page, err := Doc{Section: 8, SeeAlso: "other(1)", ExitStatus: map[string]string{"run": "0 ok\n\n1 not"}}.ManPage(app)
 	if err != nil {
 		t.Fatal(err)
 	}
-	requests := map[string]bool{".TH": true, ".nh": true, ".ad": true, ".SH": true, ".SS": true, ".PP": true, ".TP": true}
+	requests := map[string]bool{".TH": true, ".nh": true, ".ad": true, ".SH": true, ".SS": true, ".PP": true, ".TP": true, ".IP": true}
 	for _, l := range strings.Split(string(page), "\n") {
 		if (strings.HasPrefix(l, ".") || strings.HasPrefix(l, "'")) && !requests[strings.Fields(l)[0]] {
 			t.Errorf("line %q is read as a request", l)
@@ -53,7 +53,7 @@ func TestManPageText(t *testing.T) {
 		"First paragraph,\n\\&.dotted line.\n.PP\nSecond \\e paragraph.\n",
 		".TP\n\\fB\\-\\-dir DIR\\fR\nlook in DIR [$TOOL_DIR]\n",
 		".SS run\nrun it\n.PP\n\\&'Runs' it.\n.TP\n\\fB\\-\\-apply\\fR\nreally\n",
-		".SH EXIT STATUS\n.TP\n\\fBrun\\fR\n0 ok\n",
+		".SH EXIT STATUS\n.TP\n\\fBrun\\fR\n0 ok\n.IP\n1 not\n",
 		".TP\n\\fBTOOL_DIR\\fR\n\\-\\-dir\n",
 	} {
 		if !strings.Contains(string(page), want) {

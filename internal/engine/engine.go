@@ -369,6 +369,72 @@ type Truth struct {
 // engines that failed: callers must then touch nothing. Statuses are
 // filled either way.
 func Ask(ctx context.Context, engines []Engine) (Truth, error) {
+	return askEach(engines, func(e Engine) (Answer, error) { return e.Live(ctx) })
+}
+
+// Narrower is an Engine that can be asked about some containers only.
+type Narrower interface {
+	// LiveOf is Live about ids (full IDs) alone: its answer lists those
+	// of them the engine knows, and perhaps others.
+	LiveOf(ctx context.Context, ids []string) (Answer, error)
+}
+
+// MaxNarrow is the most IDs a narrowed question names (each takes 64
+// bytes of its URL); an engine is asked for its whole list past it.
+const MaxNarrow = 64
+
+// AskAbout asks every engine again, as Ask, where before is their
+// earlier answer: about ids alone where an engine can be asked so
+// (Narrower). Such an answer is before's with ids' containers as the
+// engine lists them now, so the Truth is what a whole list would say of
+// ids and what before said of the rest. An engine whose answer came
+// from elsewhere this time (another source or UID) is asked for its
+// whole list.
+func AskAbout(ctx context.Context, engines []Engine, ids []string, before Truth) (Truth, error) {
+	prev := map[string]Answer{}
+	for _, a := range before.Answers {
+		prev[a.Engine] = a
+	}
+	about := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		about[id] = true
+	}
+	return askEach(engines, func(e Engine) (Answer, error) {
+		n, ok := e.(Narrower)
+		old, known := prev[e.Name()]
+		if !ok || !known || len(ids) == 0 || len(ids) > MaxNarrow {
+			return e.Live(ctx)
+		}
+		a, err := n.LiveOf(ctx, ids)
+		if err != nil {
+			return a, err
+		}
+		if a.Source != old.Source || a.UID != old.UID || a.Endpoint != old.Endpoint {
+			return e.Live(ctx)
+		}
+		return narrowed(old, a, about), nil
+	})
+}
+
+// narrowed is old with the containers in about as again lists them.
+func narrowed(old, again Answer, about map[string]bool) Answer {
+	out := again
+	out.Containers = make([]Container, 0, len(old.Containers))
+	for _, c := range old.Containers {
+		if !about[c.ID] {
+			out.Containers = append(out.Containers, c)
+		}
+	}
+	for _, c := range again.Containers {
+		if about[c.ID] {
+			out.Containers = append(out.Containers, c)
+		}
+	}
+	return out
+}
+
+// askEach asks every engine at once through live; see Ask.
+func askEach(engines []Engine, live func(Engine) (Answer, error)) (Truth, error) {
 	if len(engines) == 0 {
 		return Truth{}, fmt.Errorf("%w: no container engine found on this host (podman, docker, containerd, CRI-O); name one with --engine", ErrUnknown)
 	}
@@ -379,7 +445,7 @@ func Ask(ctx context.Context, engines []Engine) (Truth, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			answers[i], errs[i] = e.Live(ctx)
+			answers[i], errs[i] = live(e)
 		}()
 	}
 	wg.Wait()

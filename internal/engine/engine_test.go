@@ -250,3 +250,101 @@ func TestAutoKeepsWhatItFound(t *testing.T) {
 		t.Errorf("docker back: asked %v: %v", names, err)
 	}
 }
+
+// narrowing is a fake engine that can be asked about some containers: its
+// narrowed answer lists what about returns for the IDs asked.
+type narrowing struct {
+	fake
+	about  func(ids []string) Answer
+	asked  [][]string
+	wholes int
+}
+
+func (n *narrowing) Live(ctx context.Context) (Answer, error) {
+	n.wholes++
+	return n.fake.Live(ctx)
+}
+
+func (n *narrowing) LiveOf(_ context.Context, ids []string) (Answer, error) {
+	n.asked = append(n.asked, ids)
+	a := n.about(ids)
+	a.Engine = n.name
+	return a, n.err
+}
+
+// TestAskAbout: asked again about some containers, an engine that can
+// narrow its list gives their state as of now and leaves the rest as its
+// earlier answer had it; one that cannot, or whose answer now comes from
+// elsewhere, is asked for its whole list.
+func TestAskAbout(t *testing.T) {
+	before := Answer{Engine: "docker", Endpoint: "fake://docker", Source: SourceAPI, UID: 0, Containers: []Container{
+		{ID: idA, State: "exited"},
+		{ID: idB, State: "running", Live: true, InitPID: 7},
+	}}
+	now := Answer{Endpoint: "fake://docker", Source: SourceAPI, UID: 0, Containers: []Container{
+		{ID: idA, State: "running", Live: true, InitPID: 9},
+		{ID: idB, State: "exited"}, // not asked about: the earlier answer stands
+		{ID: idC, State: "running", Live: true},
+	}}
+	for _, tc := range []struct {
+		name       string
+		ids        []string
+		changed    func(*Answer)
+		wantLive   []string
+		wantNarrow int
+		wantWhole  int
+	}{
+		{"narrowed", []string{idA}, nil, []string{idA, idB}, 1, 0},
+		{"asked about one it lists no more", []string{idB}, func(a *Answer) { a.Containers = nil }, nil, 1, 0},
+		{"another UID answers", []string{idA}, func(a *Answer) { a.UID = 1000 }, []string{idA, idC}, 1, 1},
+		{"another source answers", []string{idA}, func(a *Answer) { a.Source = SourceCLI }, []string{idA, idC}, 1, 1},
+		{"too many to name", slices.Repeat([]string{idA}, MaxNarrow+1), nil, []string{idA, idC}, 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			again := now
+			again.Containers = slices.Clone(now.Containers)
+			if tc.changed != nil {
+				tc.changed(&again)
+			}
+			e := &narrowing{fake: fake{name: "docker", a: now}, about: func([]string) Answer { return again }}
+			tr, err := AskAbout(t.Context(), []Engine{e}, tc.ids, Truth{Answers: []Answer{before}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := liveOf(tr.Set); !slices.Equal(got, tc.wantLive) {
+				t.Errorf("live %v, want %v", got, tc.wantLive)
+			}
+			if len(e.asked) != tc.wantNarrow || e.wholes != tc.wantWhole {
+				t.Errorf("asked about some %d times and for the whole list %d, want %d and %d", len(e.asked), e.wholes, tc.wantNarrow, tc.wantWhole)
+			}
+			if tc.name == "narrowed" && (tr.Set.PIDs[idA] != 9 || tr.Set.PIDs[idB] != 7 || tr.Statuses[0].Containers != 2) {
+				t.Errorf("PIDs %v, statuses %+v: want idA's from now, idB's from before, two containers", tr.Set.PIDs, tr.Statuses)
+			}
+		})
+	}
+	t.Run("an engine that cannot narrow", func(t *testing.T) {
+		e := &fake{name: "docker", a: now}
+		tr, err := AskAbout(t.Context(), []Engine{e}, []string{idA}, Truth{Answers: []Answer{before}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := liveOf(tr.Set); !slices.Equal(got, []string{idA, idC}) {
+			t.Errorf("live %v, want its whole answer's", got)
+		}
+	})
+	t.Run("the narrowed question fails", func(t *testing.T) {
+		e := &narrowing{fake: fake{name: "docker", err: errors.New("boom")}, about: func([]string) Answer { return Answer{} }}
+		if _, err := AskAbout(t.Context(), []Engine{e}, []string{idA}, Truth{Answers: []Answer{before}}); !errors.Is(err, ErrUnknown) {
+			t.Errorf("err %v, want ground truth unknown", err)
+		}
+	})
+}
+
+func liveOf(s Set) []string {
+	var ids []string
+	for id := range s.Live {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -74,4 +75,18 @@ func (u URL) Client(what string) (*http.Client, func() (int, error)) {
 		return (&net.Dialer{}).DialContext(ctx, "tcp", u.Addr)
 	}, DisableCompression: true}
 	return &http.Client{Transport: tr}, func() (int, error) { return UIDUnknown, nil }
+}
+
+// IDFilter is the query parameter that limits a Docker or libpod
+// container list to ids ("" for none), to be put after "?all=…". Both
+// match an ID by prefix: a full ID names its container alone.
+func IDFilter(ids []string) string {
+	if len(ids) == 0 {
+		return ""
+	}
+	b, err := json.Marshal(map[string][]string{"id": ids})
+	if err != nil {
+		panic(err) // a map of strings always marshals
+	}
+	return "&filters=" + url.QueryEscape(string(b))
 }

@@ -53,12 +53,16 @@ func TestScanThenAskAsksAgain(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var n atomic.Int32
+			var filters atomic.Value
 			u, _ := dockertest.Fake(t, func(w http.ResponseWriter, r *http.Request) {
 				if !strings.HasSuffix(r.URL.Path, "/containers/json") {
 					http.NotFound(w, r)
 					return
 				}
 				k := int(n.Add(1)) - 1
+				if k == 1 {
+					filters.Store(r.URL.Query().Get("filters"))
+				}
 				fmt.Fprint(w, tc.answers[min(k, len(tc.answers)-1)])
 			})
 			opt := reconcile.Options{Comms: []string{comm}, Containers: map[string]bool{id: true}}
@@ -74,6 +78,10 @@ func TestScanThenAskAsksAgain(t *testing.T) {
 			}
 			if got := n.Load(); got != tc.asked {
 				t.Errorf("the engine was asked %d times, want %d", got, tc.asked)
+			}
+			// Asked again about the doubted container alone.
+			if want := fmt.Sprintf(`{"id":[%q]}`, id); tc.asked > 1 && filters.Load() != want {
+				t.Errorf("the second question's filters %q, want %q", filters.Load(), want)
 			}
 			var got action.Action
 			for _, tr := range rep.Trees {

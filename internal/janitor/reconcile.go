@@ -89,16 +89,20 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 		return rep, live, nil, scanErr
 	}
 	<-asked
-	if err == nil && !deathsOnly(opt) && scanned.Doubted(tr.Set) {
-		log.Debug("the engines' answer leaves trees to act on; asking again now the scan is over")
-		first := tr.Set
+	var doubted []string
+	if err == nil && !deathsOnly(opt) {
+		doubted = scanned.Doubted(tr.Set)
+	}
+	if len(doubted) > 0 {
+		log.Debug("the engines' answer leaves trees to act on; asking again now the scan is over", "containers", len(doubted))
+		first := tr
 		again := make(chan struct{})
 		go func() {
 			defer close(again)
-			tr, err = s.Ask(askCtx, log)
+			tr, err = s.AskAbout(askCtx, doubted, first, log)
 		}()
 		// A dry run's strays are read in full while the engines answer.
-		scanned.ReadDoubted(first)
+		scanned.ReadDoubted(first.Set)
 		<-again
 	}
 	if tr.Statuses != nil {

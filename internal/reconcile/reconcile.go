@@ -351,23 +351,27 @@ func Scan(opt Options) (*Scanned, error) {
 // argv exec'd to name it), so the caller asks again, the scan over,
 // and decides with that answer; one that calls every tree live is
 // taken as it is (the scan's trees are spared whatever came after it).
-func (sc *Scanned) Doubted(live engine.Set) bool {
+//
+// It returns those containers, sorted: the ones to ask about again.
+func (sc *Scanned) Doubted(live engine.Set) []string {
 	// As Run will see it: a kernel-reported death makes a container gone.
 	live = staleLive(sc.opt, slog.New(slog.DiscardHandler), live)
 	inScope := func(id string) bool { return len(sc.opt.Containers) == 0 || sc.opt.Containers[id] }
+	var ids []string
 	for _, t := range sc.found {
 		for _, id := range t.ContainerIDs {
 			if inScope(id) && !live.IsLive(id) {
-				return true
+				ids = append(ids, id)
 			}
 		}
 	}
 	for _, l := range sc.cgroups {
 		if inScope(l.ContainerID) && !live.IsLive(l.ContainerID) {
-			return true
+			ids = append(ids, l.ContainerID)
 		}
 	}
-	return false
+	slices.Sort(ids)
+	return slices.Compact(ids)
 }
 
 // readTree is a partial tree as read in full.
@@ -379,8 +383,10 @@ type readTree struct {
 // ReadDoubted reads in full the partial trees whose container live does
 // not call live: those Run reads first when its answer agrees. The
 // caller overlaps it with asking again (Doubted); Run reads only what
-// this did not. It is part of the scan, read before the answer Run
-// decides with, and its reads are judged as complete judges its own.
+// this did not, and judges these reads as its own: they may come before
+// or after the answer it decides with, and a group a full read gives to
+// another container waits for the next run either way. A tree the new
+// answer calls live was read for nothing.
 //
 // An apply run reads nothing here: it reads its strays once it holds the
 // apply lock, where a tree another run reaped meanwhile shows gone and
@@ -509,12 +515,15 @@ func (sc *Scanned) complete(live engine.Set) []trees.Tree {
 	full, ok, stalled := completeAll(sc.found, todo)
 	for _, i := range early {
 		full[i], ok[i] = sc.early[i].tree, sc.early[i].ok
+		// Only the stalls of trees decided on here are news.
+		for _, m := range sc.found[i].Members {
+			if slices.Contains(sc.earlyStalled, m.PID) {
+				stalled = append(stalled, m.PID)
+			}
+		}
 	}
-	if len(early) > 0 {
-		stalled = append(stalled, sc.earlyStalled...)
-		slices.Sort(stalled)
-		stalled = slices.Compact(stalled)
-	}
+	slices.Sort(stalled)
+	stalled = slices.Compact(stalled)
 	out := make([]trees.Tree, 0, len(sc.found))
 	for i, t := range full {
 		was := sc.found[i]

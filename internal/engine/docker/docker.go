@@ -218,14 +218,14 @@ func deref(s *string) string {
 }
 
 // list asks for every container.
-func (d *docker) list(ctx context.Context) (engine.Answer, error) {
+func (d *docker) list(ctx context.Context, ids []string) (engine.Answer, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.AskTimeout())
 	defer cancel()
 	start := time.Now()
 	hc, uidOf := d.client()
 	defer hc.CloseIdleConnections()
 	var raw dockerList
-	if err := d.get(ctx, hc, "/containers/json?all=1", &raw); err != nil {
+	if err := d.get(ctx, hc, "/containers/json?all=1"+engine.IDFilter(ids), &raw); err != nil {
 		return engine.Answer{}, err
 	}
 	if raw.null {
@@ -240,12 +240,17 @@ func (d *docker) list(ctx context.Context) (engine.Answer, error) {
 	return a, nil
 }
 
-func (d *docker) Live(ctx context.Context) (engine.Answer, error) { return d.list(ctx) }
+func (d *docker) Live(ctx context.Context) (engine.Answer, error) { return d.list(ctx, nil) }
+
+// LiveOf lists the containers ids name through the list's id filter.
+func (d *docker) LiveOf(ctx context.Context, ids []string) (engine.Answer, error) {
+	return d.list(ctx, ids)
+}
 
 // Resolve matches ref against the full list (so that an ambiguous prefix
 // names every candidate) and asks each match's init PID.
 func (d *docker) Resolve(ctx context.Context, ref string) ([]engine.Match, error) {
-	a, err := d.list(ctx)
+	a, err := d.list(ctx, nil)
 	if err != nil {
 		return nil, err
 	}

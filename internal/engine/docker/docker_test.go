@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -50,6 +51,25 @@ func TestDockerRealEngine(t *testing.T) {
 	}
 	if a.UID != os.Geteuid() || a.Source != engine.SourceAPI {
 		t.Errorf("answer uid %d source %s, want the dockerd's uid %d from api", a.UID, a.Source, os.Geteuid())
+	}
+
+	// Asked about some containers: those of them dockerd knows, as the
+	// whole list has them, and no other.
+	gone := strings.Repeat("0", 64)
+	n, ok := e.(engine.Narrower)
+	if !ok {
+		t.Fatal("the docker engine cannot be asked about some containers")
+	}
+	some, err := n.LiveOf(t.Context(), []string{running, exited, gone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, c := range some.Containers {
+		got[c.ID] = c.Live
+	}
+	if !maps.Equal(got, map[string]bool{running: true, exited: false}) || some.UID != a.UID || some.Source != a.Source || some.Endpoint != a.Endpoint {
+		t.Errorf("asked about %s, %s and an unknown one: %+v", running[:12], exited[:12], some)
 	}
 
 	for _, ref := range []string{running, running[:12], name} {

@@ -20,7 +20,7 @@ import (
 // queryAPI lists all containers through the podman API service at ep. The
 // query runs in a goroutine and queryAPI returns as soon as ctx is done,
 // whatever the exchange is blocked in.
-func queryAPI(ctx context.Context, ep endpoint, store storeArgs, log *slog.Logger) (engine.Set, error) {
+func queryAPI(ctx context.Context, ep endpoint, store storeArgs, only []string, log *slog.Logger) (engine.Set, error) {
 	type result struct {
 		l   listing
 		uid int
@@ -35,7 +35,7 @@ func queryAPI(ctx context.Context, ep endpoint, store storeArgs, log *slog.Logge
 			ch <- result{err: fmt.Errorf("podman API %s: %w", ep.Raw, err)}
 			return
 		}
-		l, uid, err := listAPI(ctx, ep, store)
+		l, uid, err := listAPI(ctx, ep, store, only)
 		ch <- result{l, uid, err}
 	}()
 	var r result
@@ -70,13 +70,14 @@ const libpodAPI = "/v4.0.0/libpod"
 // grow the janitor. A list of 64 MiB is some 100,000 containers.
 const maxAPIBody = 64 << 20
 
-// listAPI lists all containers (GET /containers/json?all=true). Over a
+// listAPI lists all containers (GET /containers/json?all=true), or those
+// only names (the list's id filter). Over a
 // unix socket the request goes through a peercred transport, so the UID
 // returned is the peer of the connection that answered (UIDUnknown for
 // tcp). With store set, the service's own store paths (GET /info) must
 // be the ones named, or the answer is not about the store the caller
 // asked for.
-func listAPI(ctx context.Context, ep endpoint, store storeArgs) (listing, int, error) {
+func listAPI(ctx context.Context, ep endpoint, store storeArgs, only []string) (listing, int, error) {
 	uri := ep.Raw
 	hc, uidOf := ep.Client("podman's API socket")
 	defer hc.CloseIdleConnections()
@@ -101,7 +102,7 @@ func listAPI(ctx context.Context, ep endpoint, store storeArgs) (listing, int, e
 			return listing{}, engine.UIDUnknown, fmt.Errorf("podman API %s: %w: %w", uri, errOtherStore, err)
 		}
 	}
-	body, err := getAPI(ctx, hc, "/containers/json?all=true")
+	body, err := getAPI(ctx, hc, "/containers/json?all=true"+engine.IDFilter(only))
 	if err != nil {
 		return listing{}, engine.UIDUnknown, fmt.Errorf("podman API %s: list containers: %w", uri, err)
 	}

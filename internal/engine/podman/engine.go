@@ -60,8 +60,15 @@ func detectPodman(cfg engine.Config) (string, bool) {
 func (p *podman) Name() string     { return "podman" }
 func (p *podman) Endpoint() string { return p.url }
 
-func (p *podman) Live(ctx context.Context) (engine.Answer, error) {
-	lo := Options{URL: p.cfg.PodmanURL, CLIArgs: p.cfg.PodmanArgs, PodmanBin: p.cfg.PodmanBin, Timeout: p.cfg.AskTimeout(), Logger: p.cfg.Log()}
+func (p *podman) Live(ctx context.Context) (engine.Answer, error) { return p.live(ctx, nil) }
+
+// LiveOf asks the API about ids alone; the CLI fallback lists them all.
+func (p *podman) LiveOf(ctx context.Context, ids []string) (engine.Answer, error) {
+	return p.live(ctx, ids)
+}
+
+func (p *podman) live(ctx context.Context, only []string) (engine.Answer, error) {
+	lo := Options{URL: p.cfg.PodmanURL, CLIArgs: p.cfg.PodmanArgs, PodmanBin: p.cfg.PodmanBin, Timeout: p.cfg.AskTimeout(), Logger: p.cfg.Log(), Only: only}
 	set, err := Query(ctx, lo)
 	if err != nil {
 		return engine.Answer{}, err

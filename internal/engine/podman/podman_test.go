@@ -290,6 +290,19 @@ func TestQueryRealPodman(t *testing.T) {
 		t.Errorf("api endpoint = %q", api.Endpoint)
 	}
 
+	// The API asked about some containers: those of them it knows, as
+	// the whole list has them, and no other; an ID prefix names the
+	// containers it begins (engine.AskAbout takes only the IDs it asked).
+	gone := strings.Repeat("0", 64)
+	only, err := Query(t.Context(), Options{URL: p.url(), PodmanBin: filepath.Join(p.dir, "no-cli"), Timeout: 30 * time.Second, Logger: log,
+		Only: []string{running, exited, gone, created[:12]}})
+	if err != nil {
+		t.Fatalf("API query about some: %v", err)
+	}
+	if !maps.Equal(only.States, map[string]string{running: "running", exited: "exited", created: "created"}) || !maps.Equal(only.Live, map[string]bool{running: true, created: true}) {
+		t.Errorf("asked about %s, %s, an unknown one and %s's prefix: states %v, live %v", running, exited, created, only.States, only.Live)
+	}
+
 	// The CLI on the same store (the API URL points nowhere; CLIArgs name
 	// the store, as a caller with a private-storage service would).
 	cli, err := Query(t.Context(), Options{

@@ -65,6 +65,9 @@ type Options struct {
 	Timeout time.Duration
 	// Logger receives debug/warn lines; nil discards them.
 	Logger *slog.Logger
+	// Only, when set, limits the API's list to these containers (full
+	// IDs); the CLI lists every container all the same.
+	Only []string
 }
 
 // DefaultURL is the API socket of this process's own podman: the rootful
@@ -196,7 +199,7 @@ func Query(ctx context.Context, opt Options) (engine.Set, error) {
 		if opt.CLIArgs != nil && store.empty() {
 			log.Info("--podman-arg names no store (--root/--runroot): it applies to the CLI fallback only", "args", opt.CLIArgs)
 		}
-		set, err := queryAPI(actx, ep, store, log)
+		set, err := queryAPI(actx, ep, store, opt.Only, log)
 		acancel()
 		if err == nil {
 			return set, nil

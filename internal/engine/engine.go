@@ -375,8 +375,9 @@ func Ask(ctx context.Context, engines []Engine) (Truth, error) {
 // Narrower is an Engine that can be asked about some containers only.
 type Narrower interface {
 	// LiveOf is Live about ids (full IDs) alone: its answer lists those
-	// of them the engine knows, and perhaps others.
-	LiveOf(ctx context.Context, ids []string) (Answer, error)
+	// of them the engine knows, and perhaps others; whole says it lists
+	// every container (the engine could not be asked about some).
+	LiveOf(ctx context.Context, ids []string) (a Answer, whole bool, err error)
 }
 
 // MaxNarrow is the most IDs a narrowed question names (each takes 64
@@ -387,9 +388,10 @@ const MaxNarrow = 64
 // earlier answer: about ids alone where an engine can be asked so
 // (Narrower). Such an answer is before's with ids' containers as the
 // engine lists them now, so the Truth is what a whole list would say of
-// ids and what before said of the rest. An engine whose answer came
-// from elsewhere this time (another source or UID) is asked for its
-// whole list.
+// ids and what before said of the rest. An engine whose narrowed answer
+// came from elsewhere this time (another source, UID or endpoint) is
+// asked for its whole list; one that could only give its whole list
+// (podman's CLI) has it taken as it is.
 func AskAbout(ctx context.Context, engines []Engine, ids []string, before Truth) (Truth, error) {
 	prev := map[string]Answer{}
 	for _, a := range before.Answers {
@@ -405,8 +407,8 @@ func AskAbout(ctx context.Context, engines []Engine, ids []string, before Truth)
 		if !ok || !known || len(ids) == 0 || len(ids) > MaxNarrow {
 			return e.Live(ctx)
 		}
-		a, err := n.LiveOf(ctx, ids)
-		if err != nil {
+		a, whole, err := n.LiveOf(ctx, ids)
+		if err != nil || whole {
 			return a, err
 		}
 		if a.Source != old.Source || a.UID != old.UID || a.Endpoint != old.Endpoint {

@@ -256,6 +256,7 @@ func TestAutoKeepsWhatItFound(t *testing.T) {
 type narrowing struct {
 	fake
 	about  func(ids []string) Answer
+	whole  bool
 	asked  [][]string
 	wholes int
 }
@@ -265,11 +266,11 @@ func (n *narrowing) Live(ctx context.Context) (Answer, error) {
 	return n.fake.Live(ctx)
 }
 
-func (n *narrowing) LiveOf(_ context.Context, ids []string) (Answer, error) {
+func (n *narrowing) LiveOf(_ context.Context, ids []string) (Answer, bool, error) {
 	n.asked = append(n.asked, ids)
 	a := n.about(ids)
 	a.Engine = n.name
-	return a, n.err
+	return a, n.whole, n.err
 }
 
 // TestAskAbout: asked again about some containers, an engine that can
@@ -322,6 +323,18 @@ func TestAskAbout(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a whole list from elsewhere", func(t *testing.T) {
+		cli := now
+		cli.Source = SourceCLI
+		e := &narrowing{fake: fake{name: "docker", a: now}, whole: true, about: func([]string) Answer { return cli }}
+		tr, err := AskAbout(t.Context(), []Engine{e}, []string{idA}, Truth{Answers: []Answer{before}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := liveOf(tr.Set); !slices.Equal(got, []string{idA, idC}) || e.wholes != 0 || tr.Set.Source != SourceCLI {
+			t.Errorf("live %v from %s, asked again %d times: want the whole CLI answer, taken as it is", got, tr.Set.Source, e.wholes)
+		}
+	})
 	t.Run("an engine that cannot narrow", func(t *testing.T) {
 		e := &fake{name: "docker", a: now}
 		tr, err := AskAbout(t.Context(), []Engine{e}, []string{idA}, Truth{Answers: []Answer{before}})

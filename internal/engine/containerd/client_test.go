@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -230,6 +231,36 @@ func TestLive(t *testing.T) {
 		}
 		if got, ok := find(cs, id); !ok || got.Live || got.Status != NoTask {
 			t.Errorf("container without a task = %+v, %v; want listed, not live, %q", got, ok, NoTask)
+		}
+	})
+	// ListOf is List for the containers it names: the same entries, no
+	// other, whatever their task (running, stopped, none).
+	t.Run("about some", func(t *testing.T) {
+		notask := testutil.RandomHex(t, 64)
+		containerdtest.Ctr(t, addr, "kc-test-a", "containers", "create", containerdtest.ImageName, notask, "/bin/true")
+		t.Cleanup(func() { containerdtest.Remove(addr, "kc-test-a", notask) })
+		ids := []string{running, other, stopped, notask, testutil.RandomHex(t, 64)}
+		whole, err := c.List(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []Container
+		for _, x := range whole {
+			if slices.Contains(ids, x.ID) {
+				want = append(want, x)
+			}
+		}
+		some, err := c.ListOf(ctx, nil, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		less := func(a, b Container) int { return strings.Compare(a.ID, b.ID) }
+		slices.SortFunc(want, less)
+		slices.SortFunc(some, less)
+		if len(want) != 4 || !slices.EqualFunc(some, want, func(a, b Container) bool {
+			return a.Namespace == b.Namespace && a.ID == b.ID && a.Status == b.Status && a.Live == b.Live && a.PID == b.PID && a.Image == b.Image
+		}) {
+			t.Errorf("ListOf = %+v;\nList has %+v", some, want)
 		}
 	})
 	t.Run("events", func(t *testing.T) {

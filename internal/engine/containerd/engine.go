@@ -125,7 +125,7 @@ func (c *containerd) Endpoint() string { return c.address }
 
 // list asks every namespace (or the named ones) at once; uid is the
 // answering peer's.
-func (c *containerd) list(ctx context.Context) (cs []Container, took time.Duration, uid int, err error) {
+func (c *containerd) list(ctx context.Context, only []string) (cs []Container, took time.Duration, uid int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.AskTimeout())
 	defer cancel()
 	cl, err := c.open()
@@ -134,7 +134,11 @@ func (c *containerd) list(ctx context.Context) (cs []Container, took time.Durati
 	}
 	defer cl.Close()
 	start := time.Now()
-	cs, err = cl.List(ctx, c.namespaces)
+	if only == nil {
+		cs, err = cl.List(ctx, c.namespaces)
+	} else {
+		cs, err = cl.ListOf(ctx, c.namespaces, only)
+	}
 	return cs, time.Since(start), cl.PeerUID(), err
 }
 
@@ -142,8 +146,16 @@ func (c *containerd) list(ctx context.Context) (cs []Container, took time.Durati
 // only those can be carried by a supervisor tree. Other IDs (ctr and
 // nerdctl names) are left out of the ground truth, and Resolve still
 // finds them.
-func (c *containerd) Live(ctx context.Context) (engine.Answer, error) {
-	cs, took, uid, err := c.list(ctx)
+func (c *containerd) Live(ctx context.Context) (engine.Answer, error) { return c.live(ctx, nil) }
+
+// LiveOf asks about ids alone (Client.ListOf).
+func (c *containerd) LiveOf(ctx context.Context, ids []string) (engine.Answer, bool, error) {
+	a, err := c.live(ctx, ids)
+	return a, false, err
+}
+
+func (c *containerd) live(ctx context.Context, only []string) (engine.Answer, error) {
+	cs, took, uid, err := c.list(ctx, only)
 	if err != nil {
 		return engine.Answer{}, err
 	}
@@ -163,7 +175,7 @@ func (c *containerd) Live(ctx context.Context) (engine.Answer, error) {
 // Resolve matches ref against every listed container, 64-hex or not, in
 // every namespace asked: the same ID in two namespaces is two candidates.
 func (c *containerd) Resolve(ctx context.Context, ref string) ([]engine.Match, error) {
-	cs, _, _, err := c.list(ctx)
+	cs, _, _, err := c.list(ctx, nil)
 	if err != nil {
 		return nil, err
 	}

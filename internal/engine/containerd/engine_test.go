@@ -79,6 +79,20 @@ func TestContainerdEngine(t *testing.T) {
 		t.Errorf("Live: %v (uid %d); want %s with PID %d and %s, both namespaces", live, a.UID, a1, pid1, a2)
 	}
 
+	// Asked about some containers: those of them containerd knows, each
+	// with its task as the whole list has it, and no other.
+	t.Run("about some", func(t *testing.T) {
+		gone := hexID(prefix)
+		some, whole, err := e.(engine.Narrower).LiveOf(ctx, []string{a1, gone})
+		if err != nil || whole {
+			t.Fatalf("LiveOf: whole %v, %v", whole, err)
+		}
+		if len(some.Containers) != 1 || some.Containers[0].ID != a1 || !some.Containers[0].Live || some.Containers[0].InitPID != pid1 ||
+			some.UID != a.UID || some.Endpoint != a.Endpoint || some.Source != a.Source {
+			t.Errorf("asked about %s and an unknown one: %+v; want %s alone, live with PID %d", a1[:12], some, a1[:12], pid1)
+		}
+	})
+
 	for _, tc := range []struct {
 		ref  string
 		want []string

@@ -243,8 +243,9 @@ func (d *docker) list(ctx context.Context, ids []string) (engine.Answer, error) 
 func (d *docker) Live(ctx context.Context) (engine.Answer, error) { return d.list(ctx, nil) }
 
 // LiveOf lists the containers ids name through the list's id filter.
-func (d *docker) LiveOf(ctx context.Context, ids []string) (engine.Answer, error) {
-	return d.list(ctx, ids)
+func (d *docker) LiveOf(ctx context.Context, ids []string) (engine.Answer, bool, error) {
+	a, err := d.list(ctx, ids)
+	return a, false, err
 }
 
 // Resolve matches ref against the full list (so that an ambiguous prefix

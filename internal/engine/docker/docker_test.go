@@ -60,9 +60,9 @@ func TestDockerRealEngine(t *testing.T) {
 	if !ok {
 		t.Fatal("the docker engine cannot be asked about some containers")
 	}
-	some, err := n.LiveOf(t.Context(), []string{running, exited, gone})
-	if err != nil {
-		t.Fatal(err)
+	some, whole, err := n.LiveOf(t.Context(), []string{running, exited, gone})
+	if err != nil || whole {
+		t.Fatalf("LiveOf: whole %v, %v", whole, err)
 	}
 	got := map[string]bool{}
 	for _, c := range some.Containers {

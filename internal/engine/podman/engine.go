@@ -62,9 +62,11 @@ func (p *podman) Endpoint() string { return p.url }
 
 func (p *podman) Live(ctx context.Context) (engine.Answer, error) { return p.live(ctx, nil) }
 
-// LiveOf asks the API about ids alone; the CLI fallback lists them all.
-func (p *podman) LiveOf(ctx context.Context, ids []string) (engine.Answer, error) {
-	return p.live(ctx, ids)
+// LiveOf asks the API about ids alone; the CLI fallback lists every
+// container (whole).
+func (p *podman) LiveOf(ctx context.Context, ids []string) (engine.Answer, bool, error) {
+	a, err := p.live(ctx, ids)
+	return a, a.Source == engine.SourceCLI, err
 }
 
 func (p *podman) live(ctx context.Context, only []string) (engine.Answer, error) {

@@ -3,6 +3,7 @@ package podman
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -299,4 +300,23 @@ func TestVersionCLI(t *testing.T) {
 		}
 		childGone()
 	})
+}
+
+// TestLiveOfFromTheCLIIsWhole: asked about some containers with no API
+// service, podman answers through the CLI, which lists every container:
+// the answer says it is whole, so engine.AskAbout takes it as it is.
+func TestLiveOfFromTheCLIIsWhole(t *testing.T) {
+	id := strings.Repeat("a", 64)
+	bin := writeScript(t, t.TempDir(), "podman", fmt.Sprintf(`echo '[{"Id":"%s","State":"running"}]'`+"\n", id))
+	e, err := New(engine.Config{PodmanURL: "unix://" + filepath.Join(t.TempDir(), "absent.sock"), PodmanBin: bin, PodmanArgs: []string{}, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, whole, err := e.(engine.Narrower).LiveOf(t.Context(), []string{strings.Repeat("b", 64)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !whole || a.Source != engine.SourceCLI || len(a.Containers) != 1 || a.Containers[0].ID != id {
+		t.Errorf("whole %v, %+v: want the CLI's whole list", whole, a)
+	}
 }

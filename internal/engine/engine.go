@@ -380,21 +380,31 @@ type Narrower interface {
 	LiveOf(ctx context.Context, ids []string) (a Answer, whole bool, err error)
 }
 
-// MaxNarrow is the most IDs a narrowed question names (each takes 64
-// bytes of its URL); an engine is asked for its whole list past it.
+// MaxNarrow is the most IDs a narrowed question names (each takes some
+// 75 bytes of its URL); an engine is asked for its whole list past it.
 const MaxNarrow = 64
 
 // AskAbout asks every engine again, as Ask, where before is their
-// earlier answer: about ids alone where an engine can be asked so
-// (Narrower). Such an answer is before's with ids' containers as the
+// earlier answer: about ids (full IDs) alone where an engine can be asked
+// so (Narrower). Such an answer is before's with ids' containers as the
 // engine lists them now, so the Truth is what a whole list would say of
-// ids and what before said of the rest. An engine whose narrowed answer
-// came from elsewhere this time (another source, UID or endpoint) is
-// asked for its whole list; one that could only give its whole list
-// (podman's CLI) has it taken as it is.
+// ids and what before said of the rest. The question also names one
+// container before listed (a canary): an answer without it was not
+// filtered as asked, and the engine is asked for its whole list, as it is
+// when its narrowed answer came from elsewhere this time (another source,
+// UID or endpoint); a whole list (podman's CLI) is taken as it is. Every
+// engine of before must be among engines: one left out would take its
+// containers, live ones included, out of the answer.
 func AskAbout(ctx context.Context, engines []Engine, ids []string, before Truth) (Truth, error) {
+	asked := map[string]bool{}
+	for _, e := range engines {
+		asked[e.Name()] = true
+	}
 	prev := map[string]Answer{}
 	for _, a := range before.Answers {
+		if !asked[a.Engine] {
+			return Truth{}, fmt.Errorf("%w: %s answered before but is not asked again", ErrUnknown, a.Engine)
+		}
 		prev[a.Engine] = a
 	}
 	about := make(map[string]bool, len(ids))
@@ -404,14 +414,20 @@ func AskAbout(ctx context.Context, engines []Engine, ids []string, before Truth)
 	return askEach(engines, func(e Engine) (Answer, error) {
 		n, ok := e.(Narrower)
 		old, known := prev[e.Name()]
-		if !ok || !known || len(ids) == 0 || len(ids) > MaxNarrow {
+		if !ok || !known || len(ids) == 0 || len(ids) >= MaxNarrow {
 			return e.Live(ctx)
 		}
-		a, whole, err := n.LiveOf(ctx, ids)
+		ask, canary := ids, ""
+		if i := slices.IndexFunc(old.Containers, func(c Container) bool { return !about[c.ID] }); i >= 0 {
+			canary = old.Containers[i].ID
+			ask = append(slices.Clone(ids), canary)
+		}
+		a, whole, err := n.LiveOf(ctx, ask)
 		if err != nil || whole {
 			return a, err
 		}
-		if a.Source != old.Source || a.UID != old.UID || a.Endpoint != old.Endpoint {
+		if a.Source != old.Source || a.UID != old.UID || a.Endpoint != old.Endpoint ||
+			canary != "" && !slices.ContainsFunc(a.Containers, func(c Container) bool { return c.ID == canary }) {
 			return e.Live(ctx)
 		}
 		return narrowed(old, a, about), nil

@@ -251,11 +251,12 @@ func TestAutoKeepsWhatItFound(t *testing.T) {
 	}
 }
 
-// narrowing is a fake engine that can be asked about some containers: its
-// narrowed answer lists what about returns for the IDs asked.
+// narrowing is a fake engine that can be asked about some containers:
+// LiveOf answers through filter, by default the containers of its answer
+// the IDs name.
 type narrowing struct {
 	fake
-	about  func(ids []string) Answer
+	filter func(a Answer, ids []string) Answer
 	whole  bool
 	asked  [][]string
 	wholes int
@@ -268,15 +269,20 @@ func (n *narrowing) Live(ctx context.Context) (Answer, error) {
 
 func (n *narrowing) LiveOf(_ context.Context, ids []string) (Answer, bool, error) {
 	n.asked = append(n.asked, ids)
-	a := n.about(ids)
+	a := n.a
 	a.Engine = n.name
+	if n.filter != nil {
+		return n.filter(a, ids), n.whole, n.err
+	}
+	a.Containers = slices.DeleteFunc(slices.Clone(a.Containers), func(c Container) bool { return !slices.Contains(ids, c.ID) })
 	return a, n.whole, n.err
 }
 
 // TestAskAbout: asked again about some containers, an engine that can
 // narrow its list gives their state as of now and leaves the rest as its
-// earlier answer had it; one that cannot, or whose answer now comes from
-// elsewhere, is asked for its whole list.
+// earlier answer had it; one that cannot, whose answer now comes from
+// elsewhere, or that drops the canary it was asked about too, is asked
+// for its whole list.
 func TestAskAbout(t *testing.T) {
 	before := Answer{Engine: "docker", Endpoint: "fake://docker", Source: SourceAPI, UID: 0, Containers: []Container{
 		{ID: idA, State: "exited"},
@@ -290,24 +296,34 @@ func TestAskAbout(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		ids        []string
-		changed    func(*Answer)
+		changed    func(*narrowing)
 		wantLive   []string
 		wantNarrow int
 		wantWhole  int
 	}{
 		{"narrowed", []string{idA}, nil, []string{idA, idB}, 1, 0},
-		{"asked about one it lists no more", []string{idB}, func(a *Answer) { a.Containers = nil }, nil, 1, 0},
-		{"another UID answers", []string{idA}, func(a *Answer) { a.UID = 1000 }, []string{idA, idC}, 1, 1},
-		{"another source answers", []string{idA}, func(a *Answer) { a.Source = SourceCLI }, []string{idA, idC}, 1, 1},
-		{"too many to name", slices.Repeat([]string{idA}, MaxNarrow+1), nil, []string{idA, idC}, 0, 1},
+		{"the filter ignored", []string{idA}, func(n *narrowing) { n.filter = func(a Answer, _ []string) Answer { return a } }, []string{idA, idB}, 1, 0},
+		{"asked about one it lists no more", []string{idB}, func(n *narrowing) {
+			n.a.Containers = slices.DeleteFunc(n.a.Containers, func(c Container) bool { return c.ID == idB })
+		}, nil, 1, 0},
+		{"the canary missing: the filter misapplied", []string{idA}, func(n *narrowing) {
+			n.filter = func(a Answer, _ []string) Answer { a.Containers = nil; return a }
+		}, []string{idA, idC}, 1, 1},
+		{"another UID answers", []string{idA}, func(n *narrowing) { n.a.UID = 1000 }, []string{idA, idC}, 1, 1},
+		{"another source answers", []string{idA}, func(n *narrowing) { n.a.Source = SourceCLI }, []string{idA, idC}, 1, 1},
+		{"another endpoint answers", []string{idA}, func(n *narrowing) { n.a.Endpoint = "fake://other" }, []string{idA, idC}, 1, 1},
+		{"too many to name", slices.Repeat([]string{idA}, MaxNarrow), nil, []string{idA, idC}, 0, 1},
+		{"a whole list from elsewhere", []string{idA}, func(n *narrowing) {
+			n.whole, n.a.Source = true, SourceCLI
+			n.filter = func(a Answer, _ []string) Answer { return a }
+		}, []string{idA, idC}, 1, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			again := now
-			again.Containers = slices.Clone(now.Containers)
+			e := &narrowing{fake: fake{name: "docker", a: now}}
+			e.a.Containers = slices.Clone(now.Containers)
 			if tc.changed != nil {
-				tc.changed(&again)
+				tc.changed(e)
 			}
-			e := &narrowing{fake: fake{name: "docker", a: now}, about: func([]string) Answer { return again }}
 			tr, err := AskAbout(t.Context(), []Engine{e}, tc.ids, Truth{Answers: []Answer{before}})
 			if err != nil {
 				t.Fatal(err)
@@ -318,23 +334,14 @@ func TestAskAbout(t *testing.T) {
 			if len(e.asked) != tc.wantNarrow || e.wholes != tc.wantWhole {
 				t.Errorf("asked about some %d times and for the whole list %d, want %d and %d", len(e.asked), e.wholes, tc.wantNarrow, tc.wantWhole)
 			}
+			if len(e.asked) > 0 && len(tc.ids) == 1 && !slices.Equal(e.asked[0], []string{tc.ids[0], otherThan(before, tc.ids[0])}) {
+				t.Errorf("asked about %v, want %s and a canary the first answer listed", e.asked[0], tc.ids[0])
+			}
 			if tc.name == "narrowed" && (tr.Set.PIDs[idA] != 9 || tr.Set.PIDs[idB] != 7 || tr.Statuses[0].Containers != 2) {
 				t.Errorf("PIDs %v, statuses %+v: want idA's from now, idB's from before, two containers", tr.Set.PIDs, tr.Statuses)
 			}
 		})
 	}
-	t.Run("a whole list from elsewhere", func(t *testing.T) {
-		cli := now
-		cli.Source = SourceCLI
-		e := &narrowing{fake: fake{name: "docker", a: now}, whole: true, about: func([]string) Answer { return cli }}
-		tr, err := AskAbout(t.Context(), []Engine{e}, []string{idA}, Truth{Answers: []Answer{before}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := liveOf(tr.Set); !slices.Equal(got, []string{idA, idC}) || e.wholes != 0 || tr.Set.Source != SourceCLI {
-			t.Errorf("live %v from %s, asked again %d times: want the whole CLI answer, taken as it is", got, tr.Set.Source, e.wholes)
-		}
-	})
 	t.Run("an engine that cannot narrow", func(t *testing.T) {
 		e := &fake{name: "docker", a: now}
 		tr, err := AskAbout(t.Context(), []Engine{e}, []string{idA}, Truth{Answers: []Answer{before}})
@@ -346,11 +353,27 @@ func TestAskAbout(t *testing.T) {
 		}
 	})
 	t.Run("the narrowed question fails", func(t *testing.T) {
-		e := &narrowing{fake: fake{name: "docker", err: errors.New("boom")}, about: func([]string) Answer { return Answer{} }}
+		e := &narrowing{fake: fake{name: "docker", err: errors.New("boom")}}
 		if _, err := AskAbout(t.Context(), []Engine{e}, []string{idA}, Truth{Answers: []Answer{before}}); !errors.Is(err, ErrUnknown) {
 			t.Errorf("err %v, want ground truth unknown", err)
 		}
 	})
+	t.Run("an engine that answered before is not asked", func(t *testing.T) {
+		e := &narrowing{fake: fake{name: "podman", a: now}}
+		if _, err := AskAbout(t.Context(), []Engine{e}, []string{idA}, Truth{Answers: []Answer{before}}); !errors.Is(err, ErrUnknown) || len(e.asked)+e.wholes != 0 {
+			t.Errorf("err %v after %d questions, want ground truth unknown and none asked", err, len(e.asked)+e.wholes)
+		}
+	})
+}
+
+// otherThan is the first container of a whose ID is not id.
+func otherThan(a Answer, id string) string {
+	for _, c := range a.Containers {
+		if c.ID != id {
+			return c.ID
+		}
+	}
+	return ""
 }
 
 func liveOf(s Set) []string {

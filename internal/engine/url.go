@@ -78,8 +78,9 @@ func (u URL) Client(what string) (*http.Client, func() (int, error)) {
 }
 
 // IDFilter is the query parameter that limits a Docker or libpod
-// container list to ids ("" for none), to be put after "?all=…". Both
-// match an ID by prefix: a full ID names its container alone.
+// container list to ids ("" for none), to be put after "?all=…". libpod
+// matches an ID by prefix, dockerd by its ID index and an unanchored
+// regular expression: a full 64-hex ID names its container alone.
 func IDFilter(ids []string) string {
 	if len(ids) == 0 {
 		return ""

@@ -168,3 +168,54 @@ func TestScanErrorCancelsTheQuestion(t *testing.T) {
 		t.Error("the question was left running")
 	}
 }
+
+// TestAskedAgainAboutTheDoubtedAlone: the second question names the
+// doubted container, and a container the first answer listed as a
+// canary; what the answer says of any other container, even one it
+// lists as exited now, does not undo the first answer's "live": that
+// tree is spared this run, the doubted one judged.
+func TestAskedAgainAboutTheDoubtedAlone(t *testing.T) {
+	const comm = "kcsrv-askabout"
+	live, gone := testutil.RandomHex(t, 64), testutil.RandomHex(t, 64)
+	gl := testutil.StartMixedGroup(t, comm, live, live)
+	gg := testutil.StartMixedGroup(t, comm, gone, gone)
+	var n atomic.Int32
+	var filters atomic.Value
+	u, _ := dockertest.Fake(t, func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/containers/json") {
+			http.NotFound(w, r)
+			return
+		}
+		if n.Add(1) == 1 {
+			fmt.Fprintf(w, `[{"Id":%q,"Names":["/l"],"State":"running"}]`, live)
+			return
+		}
+		filters.Store(r.URL.Query().Get("filters"))
+		// The filter ignored, the first container stopped meanwhile.
+		fmt.Fprintf(w, `[{"Id":%q,"Names":["/l"],"State":"exited"}]`, live)
+	})
+	opt := reconcile.Options{Comms: []string{comm}, Containers: map[string]bool{live: true, gone: true}}
+	s := Settings{Engines: []string{"docker"}, Engine: engine.Config{DockerURL: u}, StateDir: t.TempDir(), Reconcile: opt}
+	rep, _, liveErr, err := ScanThenAsk(t.Context(), s, false, slog.New(slog.DiscardHandler))
+	if err != nil || liveErr != nil {
+		t.Fatalf("ScanThenAsk: %v, %v", liveErr, err)
+	}
+	if got := n.Load(); got != 2 {
+		t.Errorf("the engine was asked %d times, want 2", got)
+	}
+	if want := fmt.Sprintf(`{"id":[%q,%q]}`, gone, live); filters.Load() != want {
+		t.Errorf("the second question's filters %q, want %q (the doubted, then the canary)", filters.Load(), want)
+	}
+	want := map[int]action.Action{gl.PGID: action.SkipLive, gg.PGID: action.WouldReap}
+	for _, tr := range rep.Trees {
+		if a, ok := want[tr.PGID]; ok {
+			if tr.Action != a {
+				t.Errorf("tree %d of %s: %q, want %q", tr.PGID, tr.ContainerID[:12], tr.Action, a)
+			}
+			delete(want, tr.PGID)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("trees not reported: %v (%+v)", want, rep.Trees)
+	}
+}

@@ -60,22 +60,16 @@ func (s Settings) Select(log *slog.Logger) ([]engine.Engine, error) {
 // wraps engine.ErrUnknown when the truth is unknown, engine.ErrUsage
 // when --engine or an endpoint is malformed.
 func (s Settings) Ask(ctx context.Context, log *slog.Logger) (engine.Truth, error) {
-	return s.ask(log, func(es []engine.Engine) (engine.Truth, error) { return engine.Ask(ctx, es) })
-}
-
-// AskAbout asks the engines again about ids (engine.AskAbout), before
-// being their last answer.
-func (s Settings) AskAbout(ctx context.Context, ids []string, before engine.Truth, log *slog.Logger) (engine.Truth, error) {
-	return s.ask(log, func(es []engine.Engine) (engine.Truth, error) { return engine.AskAbout(ctx, es, ids, before) })
-}
-
-// ask selects the engines, asks them through q and logs each answer.
-func (s Settings) ask(log *slog.Logger, q func([]engine.Engine) (engine.Truth, error)) (engine.Truth, error) {
 	es, err := s.Select(log)
 	if err != nil {
 		return engine.Truth{}, err
 	}
-	tr, err := q(es)
+	tr, err := engine.Ask(ctx, es)
+	return logged(log, tr, err)
+}
+
+// logged logs each engine's answer in tr at debug level.
+func logged(log *slog.Logger, tr engine.Truth, err error) (engine.Truth, error) {
 	for _, st := range tr.Statuses {
 		if st.Error == nil {
 			log.Debug("engine answered", "engine", st.Name, "endpoint", st.Endpoint, "source", st.Source, "uid", st.UID, "containers", st.Containers, "live", st.Live)

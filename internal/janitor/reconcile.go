@@ -47,8 +47,9 @@ func Reconcile(ctx context.Context, s Settings, log *slog.Logger) (rep Report, l
 // death is spared whatever it says. Any other run takes it only if it
 // calls every tree the scan found live (nothing to act on, a healthy
 // host's usual run); else the engines are asked again once the scan is
-// over, so that no tree is judged by an answer older than what the scan
-// read of it. create lets the janitor make its state dir (0700) once the
+// over, about the containers it left in doubt (engine.AskAbout), so that
+// no tree is acted on by an answer older than what the scan read of it.
+// create lets the janitor make its state dir (0700) once the
 // engines have answered, dry runs included, so the ledger's snapshots
 // stay fresh in audit weeks (DESIGN "Ledger").
 func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger) (rep Report, live engine.Set, liveErr, err error) {
@@ -72,11 +73,17 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 	defer cancel()
 	var (
 		tr    engine.Truth
+		es    []engine.Engine
 		asked = make(chan struct{})
 	)
 	go func() {
 		defer close(asked)
-		tr, err = s.Ask(askCtx, log)
+		// One selection serves both questions: an engine gone in between
+		// must not leave the second answer without its containers.
+		if es, err = s.Select(log); err == nil {
+			tr, err = engine.Ask(askCtx, es)
+			tr, err = logged(log, tr, err)
+		}
 	}()
 	scan := reconcile.Scan
 	if s.scan != nil {
@@ -99,7 +106,8 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 		again := make(chan struct{})
 		go func() {
 			defer close(again)
-			tr, err = s.AskAbout(askCtx, doubted, first, log)
+			tr, err = engine.AskAbout(askCtx, es, doubted, first)
+			tr, err = logged(log, tr, err)
 		}()
 		// A dry run's strays are read in full while the engines answer.
 		scanned.ReadDoubted(first.Set)

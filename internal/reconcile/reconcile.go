@@ -344,15 +344,13 @@ func Scan(opt Options) (*Scanned, error) {
 	return sc, nil
 }
 
-// Doubted reports whether live, asked while the scan ran, leaves the
-// run anything to act on: a tree in scope whose container it does not
-// call live, or a kc-watchman cgroup of such a container. Such an answer
-// may predate what the scan read (a container created meanwhile, an
-// argv exec'd to name it), so the caller asks again, the scan over,
-// and decides with that answer; one that calls every tree live is
-// taken as it is (the scan's trees are spared whatever came after it).
-//
-// It returns those containers, sorted: the ones to ask about again.
+// Doubted returns, sorted, the containers live (asked while the scan
+// ran) leaves the run something to act on for: those of trees in scope
+// it does not call live, and of kc-watchman cgroups. Such an answer may
+// predate what the scan read (a container created meanwhile, an argv
+// exec'd to name it), so the caller asks again about them, the scan
+// over, and decides with that answer; one that leaves none is taken as
+// it is (the scan's trees are spared whatever came after it).
 func (sc *Scanned) Doubted(live engine.Set) []string {
 	// As Run will see it: a kernel-reported death makes a container gone.
 	live = staleLive(sc.opt, slog.New(slog.DiscardHandler), live)

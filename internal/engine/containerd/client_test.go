@@ -257,6 +257,9 @@ func TestLive(t *testing.T) {
 		less := func(a, b Container) int { return strings.Compare(a.ID, b.ID) }
 		slices.SortFunc(want, less)
 		slices.SortFunc(some, less)
+		if none, err := c.ListOf(ctx, nil, ids[4:]); err != nil || len(none) != 0 {
+			t.Errorf("ListOf an unknown container: %+v, %v", none, err)
+		}
 		if len(want) != 4 || !slices.EqualFunc(some, want, func(a, b Container) bool {
 			return a.Namespace == b.Namespace && a.ID == b.ID && a.Status == b.Status && a.Live == b.Live && a.PID == b.PID && a.Image == b.Image
 		}) {

@@ -148,9 +148,15 @@ func (c *containerd) list(ctx context.Context, only []string) (cs []Container, t
 // finds them.
 func (c *containerd) Live(ctx context.Context) (engine.Answer, error) { return c.live(ctx, nil) }
 
-// LiveOf asks about ids alone (Client.ListOf).
+// LiveOf asks about ids alone (Client.ListOf); when a task of theirs
+// cannot be asked, it lists everything (whole).
 func (c *containerd) LiveOf(ctx context.Context, ids []string) (engine.Answer, bool, error) {
 	a, err := c.live(ctx, ids)
+	if errors.Is(err, ErrTaskUnread) {
+		c.cfg.Log().Info("containerd: a task could not be asked alone; listing every task", "err", err)
+		a, err = c.live(ctx, nil)
+		return a, true, err
+	}
 	return a, false, err
 }
 

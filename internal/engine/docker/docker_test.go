@@ -71,6 +71,10 @@ func TestDockerRealEngine(t *testing.T) {
 	if !maps.Equal(got, map[string]bool{running: true, exited: false}) || some.UID != a.UID || some.Source != a.Source || some.Endpoint != a.Endpoint {
 		t.Errorf("asked about %s, %s and an unknown one: %+v", running[:12], exited[:12], some)
 	}
+	// Only about unknown ones (the usual stray): an empty list, not null.
+	if none, _, err := n.LiveOf(t.Context(), []string{gone}); err != nil || len(none.Containers) != 0 {
+		t.Errorf("asked about an unknown container: %+v, %v", none, err)
+	}
 
 	for _, ref := range []string{running, running[:12], name} {
 		ms, err := e.Resolve(t.Context(), ref)

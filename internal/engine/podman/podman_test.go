@@ -302,6 +302,22 @@ func TestQueryRealPodman(t *testing.T) {
 	if !maps.Equal(only.States, map[string]string{running: "running", exited: "exited", created: "created"}) || !maps.Equal(only.Live, map[string]bool{running: true, created: true}) {
 		t.Errorf("asked about %s, %s, an unknown one and %s's prefix: states %v, live %v", running, exited, created, only.States, only.Live)
 	}
+	// The engine asks so, through the API: a narrowed answer (not whole),
+	// from where the whole list came; about an unknown container alone,
+	// an empty list.
+	e, err := New(engine.Config{PodmanURL: p.url(), PodmanBin: filepath.Join(p.dir, "no-cli"), Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		ids []string
+		n   int
+	}{{[]string{running}, 1}, {[]string{gone}, 0}} {
+		a, whole, err := e.(engine.Narrower).LiveOf(t.Context(), tc.ids)
+		if err != nil || whole || a.Source != engine.SourceAPI || a.Endpoint != api.Endpoint || a.UID != api.UID || len(a.Containers) != tc.n {
+			t.Errorf("LiveOf(%v): %+v, whole %v, %v; want %d containers from %s", tc.ids, a, whole, err, tc.n, api.Endpoint)
+		}
+	}
 
 	// The CLI on the same store (the API URL points nowhere; CLIArgs name
 	// the store, as a caller with a private-storage service would).

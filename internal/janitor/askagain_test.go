@@ -52,19 +52,7 @@ func TestScanThenAskAsksAgain(t *testing.T) {
 		{"a death", []string{`[]`, running}, true, 1, action.WouldReap},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var n atomic.Int32
-			var filters atomic.Value
-			u, _ := dockertest.Fake(t, func(w http.ResponseWriter, r *http.Request) {
-				if !strings.HasSuffix(r.URL.Path, "/containers/json") {
-					http.NotFound(w, r)
-					return
-				}
-				k := int(n.Add(1)) - 1
-				if k == 1 {
-					filters.Store(r.URL.Query().Get("filters"))
-				}
-				fmt.Fprint(w, tc.answers[min(k, len(tc.answers)-1)])
-			})
+			u, n, filters := listingDockerd(t, tc.answers...)
 			opt := reconcile.Options{Comms: []string{comm}, Containers: map[string]bool{id: true}}
 			if tc.died {
 				// Ticks after the tree started: the death's rule spares
@@ -179,21 +167,11 @@ func TestAskedAgainAboutTheDoubtedAlone(t *testing.T) {
 	live, gone := testutil.RandomHex(t, 64), testutil.RandomHex(t, 64)
 	gl := testutil.StartMixedGroup(t, comm, live, live)
 	gg := testutil.StartMixedGroup(t, comm, gone, gone)
-	var n atomic.Int32
-	var filters atomic.Value
-	u, _ := dockertest.Fake(t, func(w http.ResponseWriter, r *http.Request) {
-		if !strings.HasSuffix(r.URL.Path, "/containers/json") {
-			http.NotFound(w, r)
-			return
-		}
-		if n.Add(1) == 1 {
-			fmt.Fprintf(w, `[{"Id":%q,"Names":["/l"],"State":"running"}]`, live)
-			return
-		}
-		filters.Store(r.URL.Query().Get("filters"))
-		// The filter ignored, the first container stopped meanwhile.
-		fmt.Fprintf(w, `[{"Id":%q,"Names":["/l"],"State":"exited"}]`, live)
-	})
+	// The second answer ignores the filter; the first container stopped
+	// meanwhile.
+	u, n, filters := listingDockerd(t,
+		fmt.Sprintf(`[{"Id":%q,"Names":["/l"],"State":"running"}]`, live),
+		fmt.Sprintf(`[{"Id":%q,"Names":["/l"],"State":"exited"}]`, live))
 	opt := reconcile.Options{Comms: []string{comm}, Containers: map[string]bool{live: true, gone: true}}
 	s := Settings{Engines: []string{"docker"}, Engine: engine.Config{DockerURL: u}, StateDir: t.TempDir(), Reconcile: opt}
 	rep, _, liveErr, err := ScanThenAsk(t.Context(), s, false, slog.New(slog.DiscardHandler))
@@ -218,4 +196,24 @@ func TestAskedAgainAboutTheDoubtedAlone(t *testing.T) {
 	if len(want) > 0 {
 		t.Errorf("trees not reported: %v (%+v)", want, rep.Trees)
 	}
+}
+
+// listingDockerd is a dockerd whose container lists answer answers in
+// turn, the last one from then on; asked counts the lists, filters is
+// the second list's filters parameter.
+func listingDockerd(t *testing.T, answers ...string) (url string, asked *atomic.Int32, filters *atomic.Value) {
+	t.Helper()
+	asked, filters = new(atomic.Int32), new(atomic.Value)
+	url, _ = dockertest.Fake(t, func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/containers/json") {
+			http.NotFound(w, r)
+			return
+		}
+		k := int(asked.Add(1)) - 1
+		if k == 1 {
+			filters.Store(r.URL.Query().Get("filters"))
+		}
+		fmt.Fprint(w, answers[min(k, len(answers)-1)])
+	})
+	return url, asked, filters
 }

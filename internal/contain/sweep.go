@@ -253,6 +253,7 @@ func (c *Cgroup) kill(fd int, opt SweepOptions, res *SweepResult) {
 		}
 		var allowed []fingerprint.Stat
 		withheld := res.Withheld[:0:0]
+		judged := map[int]uint64{}
 		for _, pid := range pids {
 			id, err := fingerprint.Read(opt.Root, pid)
 			switch {
@@ -261,12 +262,14 @@ func (c *Cgroup) kill(fd int, opt SweepOptions, res *SweepResult) {
 			case err != nil:
 				withheld = append(withheld, fingerprint.Identity{Stat: fingerprint.Stat{PID: pid}, UID: -1, EUID: -1, SUID: -1})
 			case id.Zombie():
+				judged[pid] = id.StartTicks
 			case pid == os.Getpid() || pid <= 1 || !rules.Member(id),
 				opt.BornBefore > 0 && id.StartTicks >= opt.BornBefore, // same tick: the doubt spares
 				opt.Spare != nil && opt.Spare(id.Stat):
 				withheld = append(withheld, id)
 			default:
 				allowed = append(allowed, id.Stat)
+				judged[pid] = id.StartTicks
 			}
 		}
 		res.Withheld = withheld
@@ -277,7 +280,7 @@ func (c *Cgroup) kill(fd int, opt SweepOptions, res *SweepResult) {
 		// Unfrozen, a process judged could fork or exec between the
 		// judging and cgroup.kill, which would take what no rule judged:
 		// then each judged one is killed through its pidfd.
-		if len(withheld) == 0 && res.Frozen && c.Kind != KindFreezer && c.killAll(fd, pids) {
+		if len(withheld) == 0 && res.Frozen && c.Kind != KindFreezer && c.killAll(fd, opt.Root, judged) {
 			res.Method = "cgroup.kill"
 			return
 		}
@@ -295,8 +298,9 @@ func (c *Cgroup) kill(fd int, opt SweepOptions, res *SweepResult) {
 }
 
 // killAll writes cgroup.kill once the cgroup holds exactly the processes
-// judged: one moved in since is judged first.
-func (c *Cgroup) killAll(fd int, judged []int) bool {
+// judged (PID: start ticks), each still the one judged: one moved in
+// since, or a PID that names another process since, is judged first.
+func (c *Cgroup) killAll(fd int, root string, judged map[int]uint64) bool {
 	// cgroup.kill takes the child cgroups too, whose processes procs
 	// does not list and no rule judged (a delegated scope's, a nested
 	// runtime's): those are left to the pidfds of the judged ones.
@@ -304,19 +308,33 @@ func (c *Cgroup) killAll(fd int, judged []int) bool {
 		return false
 	}
 	now, err := procs(fd)
-	if err != nil || len(now) != len(judged) {
+	if err != nil || !stillJudged(root, now, judged) {
 		return false
-	}
-	for _, p := range now {
-		if !slices.Contains(judged, p) {
-			return false
-		}
 	}
 	err = writeAt(fd, "cgroup.kill", "1")
 	if err != nil && !errors.Is(err, unix.ENOENT) {
 		c.opt.Logger.Warn("cgroup.kill failed; killing each process", "cgroup", c.String(), "err", err)
 	}
 	return err == nil
+}
+
+// stillJudged reports whether now are exactly the processes judged, each
+// with the start it was judged with: a PID recycled since names a
+// process no rule judged.
+func stillJudged(root string, now []int, judged map[int]uint64) bool {
+	if len(now) != len(judged) {
+		return false
+	}
+	for _, p := range now {
+		start, ok := judged[p]
+		if !ok {
+			return false
+		}
+		if st, err := fingerprint.ReadStat(root, p); err != nil || st.StartTicks != start {
+			return false
+		}
+	}
+	return true
 }
 
 // waitEmpty waits, at most limit, for the cgroup to hold no process, and

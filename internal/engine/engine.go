@@ -380,9 +380,10 @@ type Narrower interface {
 	LiveOf(ctx context.Context, ids []string) (a Answer, whole bool, err error)
 }
 
-// MaxNarrow is the most IDs a narrowed question names (each takes some
-// 75 bytes of its URL); an engine is asked for its whole list past it.
-const MaxNarrow = 64
+// maxNarrow is the most IDs a narrowed question names, canary included
+// (each takes some 75 bytes of its URL); an engine is asked for its whole
+// list past it.
+const maxNarrow = 64
 
 // AskAbout asks every engine again, as Ask, where before is their
 // earlier answer: about ids (full IDs) alone where an engine can be asked
@@ -391,10 +392,12 @@ const MaxNarrow = 64
 // ids and what before said of the rest. The question also names one
 // container before listed (a canary): an answer without it was not
 // filtered as asked, and the engine is asked for its whole list, as it is
-// when its narrowed answer came from elsewhere this time (another source,
-// UID or endpoint); a whole list (podman's CLI) is taken as it is. Every
-// engine of before must be among engines: one left out would take its
-// containers, live ones included, out of the answer.
+// when before listed no other container (nothing to check the answer
+// with), or its narrowed answer came from elsewhere this time (another
+// source, UID or endpoint); a whole list (podman's CLI) is taken as it
+// is. An engine new since before is asked for its whole list; one of
+// before missing from engines (its endpoint gone since) makes the truth
+// unknown: its containers, live ones included, would drop out.
 func AskAbout(ctx context.Context, engines []Engine, ids []string, before Truth) (Truth, error) {
 	asked := map[string]bool{}
 	for _, e := range engines {
@@ -403,7 +406,7 @@ func AskAbout(ctx context.Context, engines []Engine, ids []string, before Truth)
 	prev := map[string]Answer{}
 	for _, a := range before.Answers {
 		if !asked[a.Engine] {
-			return Truth{}, fmt.Errorf("%w: %s answered before but is not asked again", ErrUnknown, a.Engine)
+			return Truth{}, fmt.Errorf("%w: %s answered the first question but was not found for the second (its endpoint gone meanwhile?)", ErrUnknown, a.Engine)
 		}
 		prev[a.Engine] = a
 	}
@@ -414,20 +417,17 @@ func AskAbout(ctx context.Context, engines []Engine, ids []string, before Truth)
 	return askEach(engines, func(e Engine) (Answer, error) {
 		n, ok := e.(Narrower)
 		old, known := prev[e.Name()]
-		if !ok || !known || len(ids) == 0 || len(ids) >= MaxNarrow {
+		i := slices.IndexFunc(old.Containers, func(c Container) bool { return !about[c.ID] })
+		if !ok || !known || len(ids) == 0 || len(ids) >= maxNarrow || i < 0 {
 			return e.Live(ctx)
 		}
-		ask, canary := ids, ""
-		if i := slices.IndexFunc(old.Containers, func(c Container) bool { return !about[c.ID] }); i >= 0 {
-			canary = old.Containers[i].ID
-			ask = append(slices.Clone(ids), canary)
-		}
-		a, whole, err := n.LiveOf(ctx, ask)
+		canary := old.Containers[i].ID
+		a, whole, err := n.LiveOf(ctx, append(slices.Clone(ids), canary))
 		if err != nil || whole {
 			return a, err
 		}
 		if a.Source != old.Source || a.UID != old.UID || a.Endpoint != old.Endpoint ||
-			canary != "" && !slices.ContainsFunc(a.Containers, func(c Container) bool { return c.ID == canary }) {
+			!slices.ContainsFunc(a.Containers, func(c Container) bool { return c.ID == canary }) {
 			return e.Live(ctx)
 		}
 		return narrowed(old, a, about), nil

@@ -312,7 +312,8 @@ func TestAskAbout(t *testing.T) {
 		{"another UID answers", []string{idA}, func(n *narrowing) { n.a.UID = 1000 }, []string{idA, idC}, 1, 1},
 		{"another source answers", []string{idA}, func(n *narrowing) { n.a.Source = SourceCLI }, []string{idA, idC}, 1, 1},
 		{"another endpoint answers", []string{idA}, func(n *narrowing) { n.a.Endpoint = "fake://other" }, []string{idA, idC}, 1, 1},
-		{"too many to name", slices.Repeat([]string{idA}, MaxNarrow), nil, []string{idA, idC}, 0, 1},
+		{"too many to name", slices.Repeat([]string{idA}, maxNarrow), nil, []string{idA, idC}, 0, 1},
+		{"no other container to check the answer with", []string{idA, idB}, nil, []string{idA, idC}, 0, 1},
 		{"a whole list from elsewhere", []string{idA}, func(n *narrowing) {
 			n.whole, n.a.Source = true, SourceCLI
 			n.filter = func(a Answer, _ []string) Answer { return a }
@@ -358,10 +359,21 @@ func TestAskAbout(t *testing.T) {
 			t.Errorf("err %v, want ground truth unknown", err)
 		}
 	})
-	t.Run("an engine that answered before is not asked", func(t *testing.T) {
+	t.Run("an engine that answered before is gone", func(t *testing.T) {
 		e := &narrowing{fake: fake{name: "podman", a: now}}
 		if _, err := AskAbout(t.Context(), []Engine{e}, []string{idA}, Truth{Answers: []Answer{before}}); !errors.Is(err, ErrUnknown) || len(e.asked)+e.wholes != 0 {
 			t.Errorf("err %v after %d questions, want ground truth unknown and none asked", err, len(e.asked)+e.wholes)
+		}
+	})
+	t.Run("an engine found since", func(t *testing.T) {
+		d := &narrowing{fake: fake{name: "docker", a: now}}
+		p := &narrowing{fake: fake{name: "podman", a: Answer{Endpoint: "fake://podman", Source: SourceAPI, Containers: []Container{{ID: idB, State: "running", Live: true}}}}}
+		tr, err := AskAbout(t.Context(), []Engine{d, p}, []string{idB}, Truth{Answers: []Answer{before}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !tr.Set.IsLive(idB) || p.wholes != 1 || len(p.asked) != 0 {
+			t.Errorf("live %v; the new engine asked %d times about some, %d for its list: want its whole list, calling %s live", liveOf(tr.Set), len(p.asked), p.wholes, idB[:12])
 		}
 	})
 }

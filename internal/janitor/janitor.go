@@ -65,11 +65,11 @@ func (s Settings) Ask(ctx context.Context, log *slog.Logger) (engine.Truth, erro
 		return engine.Truth{}, err
 	}
 	tr, err := engine.Ask(ctx, es)
-	return logged(log, tr, err)
+	return logAnswers(log, tr, err)
 }
 
-// logged logs each engine's answer in tr at debug level.
-func logged(log *slog.Logger, tr engine.Truth, err error) (engine.Truth, error) {
+// logAnswers logs each engine's answer in tr at debug level.
+func logAnswers(log *slog.Logger, tr engine.Truth, err error) (engine.Truth, error) {
 	for _, st := range tr.Statuses {
 		if st.Error == nil {
 			log.Debug("engine answered", "engine", st.Name, "endpoint", st.Endpoint, "source", st.Source, "uid", st.UID, "containers", st.Containers, "live", st.Live)

@@ -78,11 +78,9 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 	)
 	go func() {
 		defer close(asked)
-		// One selection serves both questions: an engine gone in between
-		// must not leave the second answer without its containers.
 		if es, err = s.Select(log); err == nil {
 			tr, err = engine.Ask(askCtx, es)
-			tr, err = logged(log, tr, err)
+			tr, err = logAnswers(log, tr, err)
 		}
 	}()
 	scan := reconcile.Scan
@@ -106,8 +104,12 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 		again := make(chan struct{})
 		go func() {
 			defer close(again)
-			tr, err = engine.AskAbout(askCtx, es, doubted, first)
-			tr, err = logged(log, tr, err)
+			// Selected again: an engine found since is asked for its whole
+			// list; one gone since makes the truth unknown (AskAbout).
+			if es, err = s.Select(log); err == nil {
+				tr, err = engine.AskAbout(askCtx, es, doubted, first)
+				tr, err = logAnswers(log, tr, err)
+			}
 		}()
 		// A dry run's strays are read in full while the engines answer.
 		scanned.ReadDoubted(first.Set)

@@ -15,8 +15,8 @@ import (
 // end (TestMain calling Main or RemoveBuilds): else every `go test` of it
 // leaves a kc-testkit-build-* directory in the temporary directory.
 func TestEveryBuildingPackageCleansUp(t *testing.T) {
-	builds := regexp.MustCompile(`\btestutil\.(Build|BuildKCServer|StartKCServer)\(|\bsupervisetest\.`)
-	cleans := regexp.MustCompile(`\b(testutil\.)?(Main|RemoveBuilds)\(`)
+	builds := regexp.MustCompile(`\btestutil\.(Build|BuildKCServer|StartKCServer|StartSockServer)\(|\bsupervisetest\.`)
+	cleans := regexp.MustCompile(`\btestutil\.(Main|RemoveBuilds)\(|\bsupervisetest\.RemoveBuild\(|(?m)^\s*(Main|RemoveBuilds)\(`)
 	type pkg struct{ builds, cleans bool }
 	pkgs := map[string]*pkg{}
 	root := filepath.Join("..", "..")

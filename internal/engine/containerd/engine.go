@@ -153,7 +153,7 @@ func (c *containerd) Live(ctx context.Context) (engine.Answer, error) { return c
 func (c *containerd) LiveOf(ctx context.Context, ids []string) (engine.Answer, bool, error) {
 	a, err := c.live(ctx, ids)
 	if errors.Is(err, ErrTaskUnread) {
-		c.cfg.Log().Info("containerd: a task could not be asked alone; listing every task", "err", err)
+		c.cfg.Log().Info("a task could not be asked alone; listing every task", "engine", "containerd", "err", err)
 		a, err = c.live(ctx, nil)
 		return a, true, err
 	}

@@ -92,16 +92,15 @@ func (c *Client) List(ctx context.Context, namespaces []string) ([]Container, er
 	return c.list(ctx, namespaces, nil)
 }
 
-// ErrTaskUnread is ListOf's error when a listed container's task could not
-// be asked (its shim not answering): the whole list, which leaves such a
-// task out, is the answer to take.
+// ErrTaskUnread is ListOf's error when a task could not be asked alone:
+// the whole list, containerd's own account of such a task (unknown, or
+// left out when its shim is gone), is the answer to take.
 var ErrTaskUnread = errors.New("a task's state could not be read")
 
 // ListOf is List about the containers ids name alone: those the list
-// filtered to them holds, each with its task (one Get each), not every
-// task, which costs a question to each one's shim. A task whose container
-// record is gone is not seen, where List keeps it as live: containerd
-// deleted the container.
+// filtered to them holds, and their tasks (one Get per ID, a task without
+// its container record included, as List has it), not every task, which
+// costs a question to each one's shim.
 func (c *Client) ListOf(ctx context.Context, namespaces, ids []string) ([]Container, error) {
 	if len(ids) == 0 {
 		return nil, nil
@@ -161,17 +160,15 @@ func (c *Client) listNamespace(ctx context.Context, ns string, only []string) ([
 		}
 		ts = tr.GetTasks()
 	}
-	if only != nil {
-		for _, ct := range cr.GetContainers() {
-			tr, err := tasksapi.NewTasksClient(c.conn).Get(nctx, &tasksapi.GetRequest{ContainerID: ct.GetID()})
-			if status.Code(err) == codes.NotFound {
-				continue
-			}
-			if err != nil {
-				return nil, fmt.Errorf("%w: %w", ErrTaskUnread, c.wrap("get the task of "+ct.GetID()+" in namespace "+ns, err))
-			}
-			ts = append(ts, tr.GetProcess())
+	for _, id := range only {
+		tr, err := tasksapi.NewTasksClient(c.conn).Get(nctx, &tasksapi.GetRequest{ContainerID: id})
+		if status.Code(err) == codes.NotFound {
+			continue
 		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrTaskUnread, c.wrap("get the task of "+id+" in namespace "+ns, err))
+		}
+		ts = append(ts, tr.GetProcess())
 	}
 	tasks := map[string]*tasktypes.Process{}
 	for _, t := range ts {

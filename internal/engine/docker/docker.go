@@ -217,7 +217,8 @@ func deref(s *string) string {
 	return *s
 }
 
-// list asks for every container.
+// list asks for every container, or for those ids name (the list's id
+// filter).
 func (d *docker) list(ctx context.Context, ids []string) (engine.Answer, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.AskTimeout())
 	defer cancel()

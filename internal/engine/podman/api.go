@@ -17,7 +17,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/engine/peercred"
 )
 
-// queryAPI lists all containers through the podman API service at ep. The
+// queryAPI lists all containers (or only's) through the podman API service at ep. The
 // query runs in a goroutine and queryAPI returns as soon as ctx is done,
 // whatever the exchange is blocked in.
 func queryAPI(ctx context.Context, ep endpoint, store storeArgs, only []string, log *slog.Logger) (engine.Set, error) {

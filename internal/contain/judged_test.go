@@ -1,10 +1,9 @@
 package contain
 
 import (
-	"os/exec"
 	"testing"
 
-	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 // TestStillJudged: cgroup.kill is written only while the cgroup holds
@@ -12,20 +11,7 @@ import (
 // now names another process (recycled: another start), a process moved
 // in, or one gone since sends the sweep to each judged process's pidfd.
 func TestStillJudged(t *testing.T) {
-	var stats []fingerprint.Stat
-	for range 2 {
-		cmd := exec.Command("sleep", "1000000")
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		st, err := fingerprint.ReadStat("/proc", cmd.Process.Pid)
-		if err != nil {
-			t.Fatal(err)
-		}
-		stats = append(stats, st)
-	}
-	a, b := stats[0], stats[1]
+	a, b := testutil.StartSleep(t, nil, "1000000"), testutil.StartSleep(t, nil, "1000000")
 	for _, tc := range []struct {
 		name   string
 		now    []int

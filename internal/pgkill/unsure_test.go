@@ -3,7 +3,6 @@ package pgkill
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 // TestUnverifiableMembersAreNotGone: when the members' /proc entries cannot
@@ -19,16 +19,7 @@ import (
 // signal nor report the group gone — callers would then unlink the live
 // tree's sockets and call it reaped.
 func TestUnverifiableMembersAreNotGone(t *testing.T) {
-	cmd := exec.Command("sleep", "1000")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	st, err := fingerprint.ReadStat("/proc", cmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := testutil.StartSleep(t, &syscall.SysProcAttr{Setpgid: true}, "1000")
 	root := t.TempDir()
 	dir := filepath.Join(root, strconv.Itoa(st.PID))
 	if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -33,17 +33,7 @@ func randomID(t *testing.T) string {
 // startSleep starts a same-UID sleep in a session of its own: a bystander.
 func startSleep(t *testing.T, arg string) fingerprint.Stat {
 	t.Helper()
-	cmd := exec.Command("sleep", arg)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, cmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
+	return testutil.StartSleep(t, &syscall.SysProcAttr{Setsid: true}, arg)
 }
 
 // sleepers finds the live sleeps whose last argument is one of args.

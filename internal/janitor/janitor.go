@@ -68,6 +68,18 @@ func (s Settings) Ask(ctx context.Context, log *slog.Logger) (engine.Truth, erro
 	return logAnswers(log, tr, err)
 }
 
+// AskAbout asks the engines again about ids, before being their first
+// answer (engine.AskAbout). An engine found since is asked for its whole
+// list.
+func (s Settings) AskAbout(ctx context.Context, ids []string, before engine.Truth, log *slog.Logger) (engine.Truth, error) {
+	es, err := s.Select(log)
+	if err != nil {
+		return engine.Truth{}, err
+	}
+	tr, err := engine.AskAbout(ctx, es, ids, before)
+	return logAnswers(log, tr, err)
+}
+
 // logAnswers logs each engine's answer in tr at debug level.
 func logAnswers(log *slog.Logger, tr engine.Truth, err error) (engine.Truth, error) {
 	for _, st := range tr.Statuses {

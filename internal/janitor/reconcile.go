@@ -69,19 +69,21 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 	if opt.Store, storeErr = openStore(s.StateDir, false); storeErr != nil {
 		withoutLedger(log, s.StateDir, storeErr, loud)
 	}
+	if s.Engine.Found == nil {
+		// Both questions ask what auto found for the first: an engine
+		// gone by the second is asked there all the same, fails, and
+		// the truth is unknown, its status saying why.
+		s.Engine.Found = engine.NewFound()
+	}
 	askCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
 		tr    engine.Truth
-		es    []engine.Engine
 		asked = make(chan struct{})
 	)
 	go func() {
 		defer close(asked)
-		if es, err = s.Select(log); err == nil {
-			tr, err = engine.Ask(askCtx, es)
-			tr, err = logAnswers(log, tr, err)
-		}
+		tr, err = s.Ask(askCtx, log)
 	}()
 	scan := reconcile.Scan
 	if s.scan != nil {
@@ -100,20 +102,7 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 	}
 	if len(doubted) > 0 {
 		log.Debug("the engines' answer leaves trees to act on; asking again now the scan is over", "containers", len(doubted))
-		first := tr
-		again := make(chan struct{})
-		go func() {
-			defer close(again)
-			// Selected again: an engine found since is asked for its whole
-			// list; one gone since makes the truth unknown (AskAbout).
-			if es, err = s.Select(log); err == nil {
-				tr, err = engine.AskAbout(askCtx, es, doubted, first)
-				tr, err = logAnswers(log, tr, err)
-			}
-		}()
-		// A dry run's strays are read in full while the engines answer.
-		scanned.ReadDoubted(first.Set)
-		<-again
+		tr, err = s.AskAbout(ctx, doubted, tr, log)
 	}
 	if tr.Statuses != nil {
 		rep.Engines = tr.Statuses

@@ -295,42 +295,6 @@ func TestTreeThatMovesBetweenScanAndFullRead(t *testing.T) {
 	}
 }
 
-// TestReadDoubtedIsNotReadAgain: a stray read in full while the engines
-// are asked again (ReadDoubted) is decided on that read, part of the
-// scan; Run does not read it a second time. Its leader execs to name
-// another container after that read: a second read would leave the
-// group for the next run, as above.
-func TestReadDoubtedIsNotReadAgain(t *testing.T) {
-	const comm = "kcsrv-early"
-	goneID, newID := testutil.RandomHex(t, 64), testutil.RandomHex(t, 64)
-	pgid, moveTo := movingLeader(t, comm, goneID)
-	opt := Options{Comms: []string{comm}, Containers: map[string]bool{goneID: true, newID: true}}
-	sc := scanPartial(t, opt, pgid)
-	none := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()}
-	sc.ReadDoubted(none)
-	if r, ok := sc.early[slices.IndexFunc(sc.found, func(tr trees.Tree) bool { return tr.PGID == pgid })]; !ok || !r.ok || r.tree.Partial {
-		t.Fatalf("the stray was not read in full ahead: %+v", sc.early)
-	}
-	moveTo(newID)
-	rep, err := sc.Run(context.Background(), none)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := findByPGID(rep, pgid)
-	if tr == nil || tr.ContainerID != goneID || tr.Action != action.WouldReap {
-		t.Fatalf("got %+v, want the group decided as %s's stray on its first full read (report %+v)", tr, goneID, rep.Trees)
-	}
-
-	// An apply run reads its strays in Run, under the apply lock
-	// (TestConcurrentApplyRunsReapOnce).
-	opt.Apply = true
-	sc = scanPartial(t, opt, pgid)
-	sc.ReadDoubted(none)
-	if len(sc.early) != 0 {
-		t.Errorf("an apply run read %d trees ahead of the lock", len(sc.early))
-	}
-}
-
 // movingLeader starts a group led by a shell named comm whose argv names
 // id and whose child keeps the group from being a lone process; moveTo
 // makes the leader exec to name another ID and waits until it has.

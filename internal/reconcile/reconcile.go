@@ -289,10 +289,6 @@ type Scanned struct {
 	// vanished are the containers of partial trees gone before they
 	// could be read in full (see complete).
 	vanished map[string]bool
-	// early holds partial trees ReadDoubted read in full, by index in
-	// found, and the members whose argv stalled then.
-	early        map[int]readTree
-	earlyStalled []int
 	// confirm completes snap; nil: snap.Confirm (tests make it fail).
 	confirm func() (int, error)
 }
@@ -370,42 +366,6 @@ func (sc *Scanned) Doubted(live engine.Set) []string {
 	}
 	slices.Sort(ids)
 	return slices.Compact(ids)
-}
-
-// readTree is a partial tree as read in full.
-type readTree struct {
-	tree trees.Tree
-	ok   bool
-}
-
-// ReadDoubted reads in full the partial trees whose container live does
-// not call live: those Run reads first when its answer agrees. The
-// caller overlaps it with asking again (Doubted); Run reads only what
-// this did not, and judges these reads as its own: they may come before
-// or after the answer it decides with, and a group a full read gives to
-// another container waits for the next run either way. A tree the new
-// answer calls live was read for nothing.
-//
-// An apply run reads nothing here: it reads its strays once it holds the
-// apply lock, where a tree another run reaped meanwhile shows gone and
-// is not reported reaped a second time.
-func (sc *Scanned) ReadDoubted(live engine.Set) {
-	if sc.opt.Apply {
-		return
-	}
-	live = staleLive(sc.opt, slog.New(slog.DiscardHandler), live)
-	var todo []int
-	for i, t := range sc.found {
-		if t.Partial && !live.IsLive(t.ContainerID) {
-			todo = append(todo, i)
-		}
-	}
-	full, ok, stalled := completeAll(sc.found, todo)
-	sc.early = make(map[int]readTree, len(todo))
-	for _, i := range todo {
-		sc.early[i] = readTree{full[i], ok[i]}
-	}
-	sc.earlyStalled = stalled
 }
 
 // UseStore gives a scan taken without a ledger one to record outcomes in
@@ -500,28 +460,13 @@ func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 // cgroup unswept this run (sc.vanished), as its decision would have.
 func (sc *Scanned) complete(live engine.Set) []trees.Tree {
 	changed := sc.changedSnapshots(live)
-	var todo, early []int
+	var todo []int
 	for i, t := range sc.found {
 		if t.Partial && (!live.IsLive(t.ContainerID) || changed[t.ContainerID]) {
-			if _, read := sc.early[i]; read {
-				early = append(early, i)
-			} else {
-				todo = append(todo, i)
-			}
+			todo = append(todo, i)
 		}
 	}
 	full, ok, stalled := completeAll(sc.found, todo)
-	for _, i := range early {
-		full[i], ok[i] = sc.early[i].tree, sc.early[i].ok
-		// Only the stalls of trees decided on here are news.
-		for _, m := range sc.found[i].Members {
-			if slices.Contains(sc.earlyStalled, m.PID) {
-				stalled = append(stalled, m.PID)
-			}
-		}
-	}
-	slices.Sort(stalled)
-	stalled = slices.Compact(stalled)
 	out := make([]trees.Tree, 0, len(sc.found))
 	for i, t := range full {
 		was := sc.found[i]

@@ -374,9 +374,10 @@ func Ask(ctx context.Context, engines []Engine) (Truth, error) {
 
 // Narrower is an Engine that can be asked about some containers only.
 type Narrower interface {
-	// LiveOf is Live about ids (full IDs) alone: its answer lists those
-	// of them the engine knows, and perhaps others; whole says it lists
-	// every container (the engine could not be asked about some).
+	// LiveOf is Live about ids (full IDs, at least one) alone: its answer
+	// lists those of them the engine knows, and perhaps others; whole
+	// says it lists every container (the engine could not be asked about
+	// some).
 	LiveOf(ctx context.Context, ids []string) (a Answer, whole bool, err error)
 }
 
@@ -417,7 +418,12 @@ func AskAbout(ctx context.Context, engines []Engine, ids []string, before Truth)
 	return askEach(engines, func(e Engine) (Answer, error) {
 		n, ok := e.(Narrower)
 		old, known := prev[e.Name()]
-		i := slices.IndexFunc(old.Containers, func(c Container) bool { return !about[c.ID] })
+		// A live container makes the likelier canary: an exited one may
+		// be removed before the question, which costs a third one.
+		i := slices.IndexFunc(old.Containers, func(c Container) bool { return !about[c.ID] && c.Live })
+		if i < 0 {
+			i = slices.IndexFunc(old.Containers, func(c Container) bool { return !about[c.ID] })
+		}
 		if !ok || !known || len(ids) == 0 || len(ids) >= maxNarrow || i < 0 {
 			return e.Live(ctx)
 		}

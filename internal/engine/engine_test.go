@@ -343,6 +343,15 @@ func TestAskAbout(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a live canary first", func(t *testing.T) {
+		e := &narrowing{fake: fake{name: "docker", a: now}}
+		if _, err := AskAbout(t.Context(), []Engine{e}, []string{idC}, Truth{Answers: []Answer{before}}); err != nil {
+			t.Fatal(err)
+		}
+		if len(e.asked) != 1 || !slices.Equal(e.asked[0], []string{idC, idB}) {
+			t.Errorf("asked about %v, want %s and the live %s, not the exited %s", e.asked, idC[:12], idB[:12], idA[:12])
+		}
+	})
 	t.Run("an engine that cannot narrow", func(t *testing.T) {
 		e := &fake{name: "docker", a: now}
 		tr, err := AskAbout(t.Context(), []Engine{e}, []string{idA}, Truth{Answers: []Answer{before}})

@@ -206,7 +206,8 @@ func refusal(t Tree) action.Action {
 // member's PID and start time at signal time) and, once its members are
 // dead, unlinks the sockets they held.
 func kill(ctx context.Context, opt Options, log *slog.Logger, c Container, t Tree, held []sockets.TreeSocket, snap *ledger.Tree) {
-	popt := pgkill.Options{Root: opt.Root, Grace: opt.Grace, UID: t.Tree.UID, CheckUID: t.Tree.UID >= 0}
+	// refusal turned away a tree of unknown UID; pgkill refuses one too.
+	popt := pgkill.Options{Root: opt.Root, Grace: opt.Grace, UID: t.Tree.UID, CheckUID: true}
 	// The escaped members share the group's grace rather than wait for
 	// it to end: a kernel's setsid child must not double the stop time.
 	var esc pgkill.Result

@@ -245,16 +245,8 @@ func TestRunLeavesACgroupItsDecisionDoesNotCover(t *testing.T) {
 		t.Run(fmt.Sprintf("recorded=%v/%+v", recorded, tc.c("x")), func(t *testing.T) {
 			id, cg, store := preparedCgroup(t, h, recorded)
 			fd, _ := cg.CloneFD()
-			inside := exec.Command("sleep", strconv.Itoa(7000000+int(time.Now().UnixNano()%1000000)))
-			inside.SysProcAttr = &syscall.SysProcAttr{Setsid: true, UseCgroupFD: true, CgroupFD: fd}
-			if err := inside.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { inside.Process.Kill(); inside.Wait() })
-			st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, inside.Process.Pid)
-			if err != nil {
-				t.Fatal(err)
-			}
+			st := testutil.StartSleep(t, &syscall.SysProcAttr{Setsid: true, UseCgroupFD: true, CgroupFD: fd},
+				strconv.Itoa(7000000+int(time.Now().UnixNano()%1000000)))
 			res := Run(context.Background(), Options{Store: store, Source: "reconcile"}, tc.c(id))
 			if res.Cgroup != nil {
 				t.Errorf("cgroup %+v, want it left alone", res.Cgroup)

@@ -1,7 +1,6 @@
 package supervise_test
 
 import (
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,16 +21,7 @@ import (
 // both lived on under PID 1 (issue 30).
 func TestEscapedDescendantsDieWithInit(t *testing.T) {
 	initCmd, init := supervisetest.Process(t, "sleep", "1000000")
-	bystanderCmd := exec.Command("sleep", "1000000")
-	bystanderCmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := bystanderCmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bystanderCmd.Process.Kill(); bystanderCmd.Wait() })
-	bystander, err := fingerprint.ReadStat(fingerprint.DefaultRoot, bystanderCmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bystander := testutil.StartSleep(t, &syscall.SysProcAttr{Setsid: true}, "1000000")
 
 	k := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{ContainerID: cid, InitPID: init.PID, SetsidChild: true, DaemonChild: true})
 	wrapper := k.Cmd.Process.Pid

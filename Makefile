@@ -7,7 +7,8 @@ VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 
 LDFLAGS     := -s -w -X main.version=$(VERSION)
 # urfave_cli_no_docs leaves out urfave/cli's markdown and man page
 # writers (kc-janitor writes its own): their packages' initialisation
-# cost every run its start-up. internal/testutil.BuildTags is the same.
+# cost every run its start-up. Every build, vet and test here uses
+# them; internal/testutil.BuildTags is the same.
 TAGS        := urfave_cli_no_docs
 
 PREFIX      ?= /usr/local
@@ -44,8 +45,8 @@ build:
 	$(GO) build -trimpath -tags "$(TAGS)" -ldflags "$(LDFLAGS)" -o bin/kc-janitor ./cmd/kc-janitor
 
 vet:
-	$(GO) vet ./...
-	$(GO) vet -tags reliability ./test/reliability/
+	$(GO) vet -tags "$(TAGS)" ./...
+	$(GO) vet -tags "reliability $(TAGS)" ./test/reliability/
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { gofmt -l .; echo 'gofmt needed'; exit 1; }
 
 # go test -json through scripts/testsummary: go test's own output (ok/FAIL
@@ -54,7 +55,7 @@ vet:
 TESTSUMMARY := .tmp/testsummary
 test: vet
 	@mkdir -p $(dir $(TESTSUMMARY)) && $(GO) build -o $(TESTSUMMARY) ./scripts/testsummary
-	$(TESTSUMMARY) $(GO) test -json $(TESTFLAGS) $(PKGS)
+	$(TESTSUMMARY) $(GO) test -json -tags "$(TAGS)" $(TESTFLAGS) $(PKGS)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
@@ -178,7 +179,7 @@ demo: build
 	./scripts/demo.sh
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(GO) test -tags "$(TAGS)" -run '^$$' -bench . -benchmem ./...
 
 # The side-by-side harness of docs/PERFORMANCE.md (root; a few minutes).
 # BENCH_ARGS example: -n 1000,10000 -podman off
@@ -188,7 +189,7 @@ bench-harness: build
 # The reliability suite of docs/RELIABILITY.md (root, real podman; a few
 # minutes). KC_RELIABILITY_REPORT=FILE also writes its figures to FILE.
 reliability:
-	$(GO) test -tags reliability $(TESTFLAGS) -v ./test/reliability/
+	$(GO) test -tags "reliability $(TAGS)" $(TESTFLAGS) -v ./test/reliability/
 
 # Every fuzz target for FUZZ_SECONDS each (the corpora are committed).
 FUZZ_SECONDS ?= 20

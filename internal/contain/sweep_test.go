@@ -334,6 +334,59 @@ func TestSweepWithholdsAnotherContainersProcess(t *testing.T) {
 	}
 }
 
+// TestSweepWithholdsAnUnreadableProcess: a process whose status cannot be
+// read (here: a /proc whose status for it lacks its UIDs) is nobody's to
+// judge: it is withheld, so the frozen cgroup is not killed whole, and
+// the readable member dies through its pidfd.
+func TestSweepWithholdsAnUnreadableProcess(t *testing.T) {
+	c := contained(t, KindCgroup2)
+	readable := startIn(t, c, "sleep", "1000000")
+	unreadable := startIn(t, c, "sleep", "1000001")
+	root := t.TempDir()
+	for _, cmd := range []*exec.Cmd{readable, unreadable} {
+		pid := cmd.Process.Pid
+		if !within(5*time.Second, func() bool {
+			id, err := fingerprint.Read("/proc", pid)
+			return err == nil && id.Comm == "sleep"
+		}) {
+			t.Fatalf("sleep %d did not start", pid)
+		}
+		dir := filepath.Join(root, strconv.Itoa(pid))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"stat", "status", "cmdline"} {
+			data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cmd == unreadable && name == "status" {
+				data = []byte("Name:\tsleep\nState:\tS (sleeping)\n")
+			}
+			if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	res := Sweep(context.Background(), c, SweepOptions{Root: root, KillWait: 300 * time.Millisecond})
+	if res.Outcome != action.SkipForeign || res.Removed || res.Method != "pidfd" {
+		t.Errorf("sweep = %+v, want skipped-foreign through pidfds, cgroup kept", res)
+	}
+	if len(res.Withheld) != 1 || res.Withheld[0].PID != unreadable.Process.Pid || res.Withheld[0].UID != -1 {
+		t.Errorf("withheld %+v, want the unreadable %d with no UID", res.Withheld, unreadable.Process.Pid)
+	}
+	if err := unreadable.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("the unreadable process was killed: %v", err)
+	}
+	if !exits(readable, 5*time.Second) {
+		t.Error("the readable member lives")
+	}
+	if !c.Exists() {
+		t.Error("the cgroup holding an unjudged process was removed")
+	}
+}
+
 // TestSweepWithholdsTheNewborn: with BornBefore, a process that started
 // after it (a restarted container's supervisor, put in the same cgroup
 // after the sweep was decided) is withheld, and the older one killed.

@@ -2,8 +2,6 @@ package containerd
 
 import (
 	"context"
-	"net"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +12,7 @@ import (
 	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
 	tasktypes "github.com/containerd/containerd/api/types/task"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -97,24 +96,6 @@ func (f fakeTasks) List(context.Context, *tasksapi.ListTasksRequest) (*tasksapi.
 	return r, nil
 }
 
-// serveFake serves s on a Unix socket for the test's lifetime and returns
-// its path.
-func serveFake(t *testing.T, s *fakeState) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "containerd.sock")
-	l, err := net.Listen("unix", p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	namespacesapi.RegisterNamespacesServer(srv, fakeNamespaces{})
-	containersapi.RegisterContainersServer(srv, fakeContainers{s: s})
-	tasksapi.RegisterTasksServer(srv, fakeTasks{s: s})
-	go srv.Serve(l)
-	t.Cleanup(srv.Stop)
-	return p
-}
-
 // TestLiveOfWhenATaskCannotBeAskedAlone: a task Get that fails other than
 // NotFound says nothing of the container; the whole list, containerd's own
 // account, is the answer, and when that fails too the question fails. A
@@ -125,7 +106,7 @@ func TestLiveOfWhenATaskCannotBeAskedAlone(t *testing.T) {
 	running := tasktypes.Status_RUNNING
 	for _, tc := range []struct {
 		name    string
-		state   fakeState
+		state   *fakeState
 		ask     []string
 		live    []string // the answer's live containers, sorted
 		listed  int      // containers in the answer
@@ -134,36 +115,40 @@ func TestLiveOfWhenATaskCannotBeAskedAlone(t *testing.T) {
 		wantGet []string
 	}{
 		{name: "each task asked alone",
-			state: fakeState{containers: []string{a, b, c}, tasks: map[string]tasktypes.Status{a: running, c: running}},
+			state: &fakeState{containers: []string{a, b, c}, tasks: map[string]tasktypes.Status{a: running, c: running}},
 			ask:   []string{a, b},
 			live:  []string{a}, listed: 2, wantGet: []string{a, b}},
 		{name: "a status containerd cannot tell is live",
-			state: fakeState{containers: []string{a}, tasks: map[string]tasktypes.Status{a: tasktypes.Status_UNKNOWN}},
+			state: &fakeState{containers: []string{a}, tasks: map[string]tasktypes.Status{a: tasktypes.Status_UNKNOWN}},
 			ask:   []string{a},
 			live:  []string{a}, listed: 1, wantGet: []string{a}},
 		{name: "a task without its container record",
-			state: fakeState{containers: []string{a}, tasks: map[string]tasktypes.Status{a: running, orphan: running}},
+			state: &fakeState{containers: []string{a}, tasks: map[string]tasktypes.Status{a: running, orphan: running}},
 			ask:   []string{a, orphan},
 			live:  []string{a, orphan}, listed: 2, wantGet: []string{a, orphan}},
 		{name: "a Get that fails: the whole list",
-			state: fakeState{containers: []string{a, b, c}, tasks: map[string]tasktypes.Status{a: running, b: running, c: running},
+			state: &fakeState{containers: []string{a, b, c}, tasks: map[string]tasktypes.Status{a: running, b: running, c: running},
 				getErr: map[string]codes.Code{b: codes.Unavailable}},
 			ask:  []string{a, b},
 			live: []string{a, b, c}, listed: 3, whole: true, wantGet: []string{a, b}},
 		{name: "a Get that times out: the whole list",
-			state: fakeState{containers: []string{a, b}, tasks: map[string]tasktypes.Status{a: running, b: running},
+			state: &fakeState{containers: []string{a, b}, tasks: map[string]tasktypes.Status{a: running, b: running},
 				getErr: map[string]codes.Code{a: codes.DeadlineExceeded}},
 			ask:  []string{a, b},
 			live: []string{a, b}, listed: 2, whole: true, wantGet: []string{a}},
 		{name: "the whole list fails too",
-			state: fakeState{containers: []string{a, b}, tasks: map[string]tasktypes.Status{a: running, b: running},
+			state: &fakeState{containers: []string{a, b}, tasks: map[string]tasktypes.Status{a: running, b: running},
 				getErr: map[string]codes.Code{b: codes.Internal}, listErr: codes.Unavailable},
 			ask:   []string{a, b},
 			fails: true, wantGet: []string{a, b}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st := &tc.state
-			e, err := New(engine.Config{ContainerdAddress: serveFake(t, st)})
+			st := tc.state
+			e, err := New(engine.Config{ContainerdAddress: testutil.ServeGRPC(t, func(srv *grpc.Server) {
+				namespacesapi.RegisterNamespacesServer(srv, fakeNamespaces{})
+				containersapi.RegisterContainersServer(srv, fakeContainers{s: st})
+				tasksapi.RegisterTasksServer(srv, fakeTasks{s: st})
+			})})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -14,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/kc-watchman/kc-watchman/internal/engine"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 func TestVerboseInfo(t *testing.T) {
@@ -83,17 +84,7 @@ func (f *fakeRuntime) GetContainerEvents(_ *runtimeapi.GetEventsRequest, s grpc.
 }
 
 func serve(t *testing.T, f *fakeRuntime) string {
-	t.Helper()
-	sock := filepath.Join(t.TempDir(), "cri.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	runtimeapi.RegisterRuntimeServiceServer(srv, f)
-	go srv.Serve(l)
-	t.Cleanup(srv.Stop)
-	return sock
+	return testutil.ServeGRPC(t, func(srv *grpc.Server) { runtimeapi.RegisterRuntimeServiceServer(srv, f) })
 }
 
 func client(t *testing.T, sock string) *Client {

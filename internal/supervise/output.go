@@ -51,9 +51,18 @@ func capOutput(f *os.File, max int64) (w *os.File, stop func(), err error) {
 
 // cappedFile empties f before a write that would take it past max. The
 // size is f's own (the wrapper's log lines share the file).
+//
+// A write that fails (a full tmpfs) loses its bytes and never fails the
+// copy: stopping it would close the pipe, and the supervisor and its
+// kernels would die of EPIPE at their next print. The loss is noted in
+// the file once it takes writes again.
 type cappedFile struct {
 	f   *os.File
 	max int64
+	// lost counts the bytes dropped since the last note; why is the
+	// first failure's error.
+	lost int64
+	why  error
 }
 
 func (c *cappedFile) Write(p []byte) (int, error) {
@@ -69,8 +78,18 @@ func (c *cappedFile) Write(p []byte) (int, error) {
 			p = p[int64(len(p))-keep:]
 		}
 	}
-	if _, err := c.f.Write(p); err != nil {
-		return 0, err
+	if c.lost > 0 {
+		if _, err := fmt.Fprintf(c.f, "kc-hook supervise: %d bytes of output were lost: %v\n", c.lost, c.why); err != nil {
+			c.lost += int64(n)
+			return n, nil
+		}
+		c.lost, c.why = 0, nil
+	}
+	if w, err := c.f.Write(p); err != nil {
+		if c.lost == 0 {
+			c.why = err
+		}
+		c.lost += int64(len(p) - w)
 	}
 	return n, nil
 }

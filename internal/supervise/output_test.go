@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 // TestCappedFile: a file written past its cap is emptied, says so, and
@@ -45,5 +47,53 @@ func TestCappedFile(t *testing.T) {
 				t.Errorf("log of %d bytes starting %q, ending %q", len(data), data[:min(len(data), 60)], data[max(0, len(data)-8):])
 			}
 		})
+	}
+}
+
+// TestCappedOutputOnAFullDisk: when the log's file system is full, the
+// supervisor's writes still succeed (its output is dropped, not its
+// pipe closed: a kernel would die of EPIPE at its next print), and once
+// there is room again the log says how much was lost.
+func TestCappedOutputOnAFullDisk(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a tmpfs")
+	}
+	dir := testutil.MountTmpfs(t, t.TempDir(), "run")
+	filler := filepath.Join(dir, "filler")
+	if err := os.WriteFile(filler, bytes.Repeat([]byte("f"), 48<<10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "supervisor.log")
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w, stop, err := capOutput(f, DefaultOutputCap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Four times a pipe's buffer: the copy must go on reading for these
+	// writes to return.
+	chunk := bytes.Repeat([]byte("k"), 4<<10)
+	for i := range 64 {
+		if _, err := w.Write(chunk); err != nil {
+			stop()
+			t.Fatalf("write %d of the supervisor's output: %v", i, err)
+		}
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write([]byte("room again\n")); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), "bytes of output were lost: write "+path+": no space left on device\n") || !strings.HasSuffix(string(data), "room again\n") {
+		t.Errorf("log of %d bytes ends %q; want the loss noted, then the output that fit", len(data), data[max(0, len(data)-120):])
 	}
 }

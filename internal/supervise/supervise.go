@@ -212,6 +212,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	r.log.Info("watching container init", "init_pid", o.Init.PID, "init_start_ticks", o.Init.StartTicks, "method", how)
+	r.matchOOMScore()
 
 	restarts := 0
 	for {

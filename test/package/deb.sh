@@ -7,6 +7,7 @@
 #     and the packaged kc-hook they name;
 #   - no systemd unit is enabled by the install (audit first);
 #   - /etc/default/kc-janitor is a conffile: kept on remove, gone on purge;
+#   - a removal is refused while a file in /etc still names its kc-hook;
 #   - the maintainer scripts touch no systemd under dpkg --root; a purge
 #     drops the links enabling the package's units and nothing else (an
 #     operator's own unit of the same name stays enabled);
@@ -101,6 +102,21 @@ own=$root/etc/systemd/system/graphical.target.wants/kc-janitor.service
 mkdir -p "${own%/*}"
 ln -s /etc/systemd/system/kc-janitor.service "$own"
 echo 'not a link' >"$wants/kc-janitor.service"
+# An operator's copy naming the packaged kc-hook (a descriptor in /etc,
+# containerd's base spec) makes the removal refuse: runc would fail every
+# container it applies to once the binary is gone.
+for copy in etc/containers/oci/hooks.d/kc-hook-poststop.json:usr/share/containers/oci/hooks.d/kc-hook-poststop.json \
+	etc/containerd/kc-watchman-base-spec.json:usr/share/kc-watchman/containerd/base-runtime-spec.json; do
+	mkdir -p "$root/$(dirname "${copy%%:*}")"
+	cp "$root/${copy#*:}" "$root/${copy%%:*}"
+	PATH="$aside/bin:$PATH" dpkg --root="$root" --force-script-chrootless -r "$name" >"$aside/log" 2>&1 &&
+		fail "dpkg -r removed the package while ${copy%%:*} names its kc-hook"
+	grep -q "not removed: these files still run /usr/libexec/kc-watchman/kc-hook" "$aside/log" && grep -qF "/${copy%%:*}" "$aside/log" ||
+		fail "the refused removal does not say why: $(cat "$aside/log")"
+	[ -x "$root/usr/libexec/kc-watchman/kc-hook" ] || fail "the refused removal deleted kc-hook"
+	rm "$root/${copy%%:*}"
+done
+rm -r "$root/etc/containers" "$root/etc/containerd"
 pkg -r "$name"
 grep -q '^KC_APPLY=1$' "$root/etc/default/kc-janitor" || fail "remove did not keep the edited /etc/default/kc-janitor"
 [ -L "$wants/kc-janitor.timer" ] || fail "remove dropped the operator's enablement of kc-janitor.timer"

@@ -72,22 +72,32 @@ docs: build
 # no Go, and root would build into its own caches.
 install: install-bin install-hooks install-units install-man install-completion
 
+# A binary or descriptor is written beside its place under a name no
+# runtime reads (not *.json), then renamed over it: a container created
+# meanwhile runs the old hook or the new one, never a missing or half
+# written one.
 install-bin: built
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(HOOKDIR)
-	install -m 0755 bin/kc-janitor $(DESTDIR)$(BINDIR)/kc-janitor
-	install -m 0755 bin/kc-hook $(DESTDIR)$(HOOKDIR)/kc-hook
+	install -m 0755 bin/kc-janitor $(DESTDIR)$(BINDIR)/.kc-janitor.new
+	mv -f $(DESTDIR)$(BINDIR)/.kc-janitor.new $(DESTDIR)$(BINDIR)/kc-janitor
+	install -m 0755 bin/kc-hook $(DESTDIR)$(HOOKDIR)/.kc-hook.new
+	mv -f $(DESTDIR)$(HOOKDIR)/.kc-hook.new $(DESTDIR)$(HOOKDIR)/kc-hook
 
+# A descriptor naming a kc-hook that is not there fails every container
+# its runtime creates: the binary comes first (make -j included).
 install-hooks:
+	@test -x $(DESTDIR)$(HOOKDIR)/kc-hook || { echo "$(DESTDIR)$(HOOKDIR)/kc-hook is not installed: run make install-bin first"; exit 1; }
 	install -d $(DESTDIR)$(HOOKSDDIR)
 	for f in hooks.d/*.json; do \
-		sed 's|/usr/local/libexec/oci/hooks.d/kc-hook|$(HOOKDIR)/kc-hook|g' $$f > $(DESTDIR)$(HOOKSDDIR)/$$(basename $$f); \
-		chmod 0644 $(DESTDIR)$(HOOKSDDIR)/$$(basename $$f); \
+		t=$(DESTDIR)$(HOOKSDDIR)/.$$(basename $$f).new; \
+		sed 's|/usr/local/libexec/oci/hooks.d/kc-hook|$(HOOKDIR)/kc-hook|g' $$f > $$t && chmod 0644 $$t && \
+			mv -f $$t $(DESTDIR)$(HOOKSDDIR)/$$(basename $$f) || exit 1; \
 	done
 
 install-units:
 	install -d $(DESTDIR)$(USERUNITDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/default
 	for f in $(UNITS); do \
-		sed 's|/usr/local/bin/kc-janitor|$(BINDIR)/kc-janitor|g' $$f > $(DESTDIR)$(UNITDIR)/$$(basename $$f); \
+		sed 's|/usr/local/bin/kc-janitor|$(BINDIR)/kc-janitor|g; s|/etc/default/kc-janitor|$(SYSCONFDIR)/default/kc-janitor|g' $$f > $(DESTDIR)$(UNITDIR)/$$(basename $$f); \
 		chmod 0644 $(DESTDIR)$(UNITDIR)/$$(basename $$f); \
 	done
 	test -e $(DESTDIR)$(SYSCONFDIR)/default/kc-janitor || \

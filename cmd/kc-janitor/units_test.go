@@ -155,13 +155,30 @@ func TestMakeInstallDestdir(t *testing.T) {
 		t.Fatal(err)
 	}
 	dest := t.TempDir()
-	settings := filepath.Join(dest, "etc/default/kc-janitor")
+	settings := filepath.Join(dest, "opt/etc/default/kc-janitor")
 	os.MkdirAll(filepath.Dir(settings), 0o755)
 	os.WriteFile(settings, []byte("KC_APPLY=1\n"), 0o644)
-	cmd := exec.Command(mk, "-C", "../..", "install-units", "install-man", "install-completion", "install-hooks",
-		"DESTDIR="+dest, "PREFIX=/opt/kc", "JANITOR="+bin)
-	if out, err := cmd.CombinedOutput(); err != nil {
+	install := func(targets ...string) ([]byte, error) {
+		args := append([]string{"-C", "../.."}, targets...)
+		return exec.Command(mk, append(args, "DESTDIR="+dest, "PREFIX=/opt/kc", "SYSCONFDIR=/opt/etc", "JANITOR="+bin)...).CombinedOutput()
+	}
+	// No descriptor before the kc-hook it names.
+	if out, err := install("install-hooks"); err == nil || !strings.Contains(string(out), "kc-hook is not installed") {
+		t.Errorf("install-hooks without kc-hook: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dest, "usr/share/containers/oci/hooks.d/kc-hook-poststop.json")); err == nil {
+		t.Error("a descriptor was installed naming a kc-hook that is not there")
+	}
+	hook := filepath.Join(dest, "opt/kc/libexec/oci/hooks.d/kc-hook")
+	os.MkdirAll(filepath.Dir(hook), 0o755)
+	if err := os.WriteFile(hook, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := install("install-units", "install-man", "install-completion", "install-hooks"); err != nil {
 		t.Fatalf("make: %v\n%s", err, out)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dest, "usr/share/containers/oci/hooks.d/.*")); len(left) > 0 {
+		t.Errorf("temporary files left beside the descriptors: %v", left)
 	}
 	for _, f := range []string{
 		"opt/kc/lib/systemd/system/kc-janitor.service", "opt/kc/lib/systemd/system/kc-janitor.timer",
@@ -179,6 +196,9 @@ func TestMakeInstallDestdir(t *testing.T) {
 		}
 		if strings.HasSuffix(f, ".service") && !strings.Contains(string(data), "/opt/kc/bin/kc-janitor ") {
 			t.Errorf("%s: ExecStart not rewritten", f)
+		}
+		if strings.Contains(string(data), "EnvironmentFile=") && !strings.Contains(string(data), "EnvironmentFile=-/opt/etc/default/kc-janitor\n") {
+			t.Errorf("%s: EnvironmentFile does not name SYSCONFDIR's settings", f)
 		}
 	}
 	// The descriptors go where podman reads them, whatever PREFIX is.

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 const supervisorWrapperSh = `#!/bin/sh
 out=$1
 shift
+echo "supervisor-wrapper: running $1" >>"$out"
 "$@" >>"$out" 2>&1
 echo "exit $?" >>"$out"
 `
@@ -33,13 +35,16 @@ func TestPositronLaunchShape(t *testing.T) {
 	if err := os.WriteFile(script, []byte(supervisorWrapperSh), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	out := filepath.Join(t.TempDir(), "kcserver.log")
 	fake, ready := fakeKCServer(t, t.TempDir())
 	// The login shell execs the script, as the allowlist example in
-	// docs/KALLICHORE.md does: one shell less in the group.
-	argv := append([]string{"/bin/bash", "-l", "-c", `exec "$0" "$@"`, script, out}, fake...)
+	// docs/KALLICHORE.md does: one shell less in the group. Its output
+	// file is the wrapper's capped log, as there.
+	argv := append([]string{"/bin/bash", "-l", "-c", `exec "$0" "$@"`, script, "/dev/stdout"}, fake...)
 	w := startWrapper(t, init, []string{"--kill-grace=1s"}, argv...)
 	kc := waitReady(t, w, ready)
+	if !strings.Contains(w.logText(), "supervisor-wrapper: running ") {
+		t.Errorf("the script's output is not in the wrapper's log:\n%s", w.logText())
+	}
 
 	var tr *trees.Tree
 	supervisetest.Eventually(t, 10*time.Second, "no tree: wrapper, script shell, kcserver, 2 kernels", func() bool {

@@ -48,10 +48,32 @@ func stillLiveRetries() []time.Duration {
 	return out
 }
 
-// coalesceWindow: a death of a container handled this recently is the
+// coalesceWindow: a death of a container handled this recently may be the
 // same death reported again (Docker's "die", then containerd's
 // /tasks/exit and /tasks/delete of its task in the moby namespace).
 const coalesceWindow = 10 * time.Second
+
+// sameDeathSlack: a report of a death at most this much later than the one
+// handled (by their At) is that death again: engines stamp it when they
+// notice, a pidfd at once, podman's "died" once its cleanup ran. A later
+// one is a new death of the container (restarted since) and is handled.
+const sameDeathSlack = 2 * time.Second
+
+// settledDeath is a container's death handled and settled.
+type settledDeath struct {
+	at, done time.Time
+	// pid is the init whose pidfd reported it (0: an engine's event): a
+	// pidfd report of another init is another death, whenever it came.
+	pid int
+}
+
+// sameDeath reports whether d is the death s settled, reported again.
+func (s settledDeath) sameDeath(d engine.Death) bool {
+	if s.pid > 0 && d.Via == "pidfd" && d.PID > 0 && d.PID != s.pid {
+		return false
+	}
+	return !d.At.After(s.at.Add(sameDeathSlack))
+}
 
 // followDeaths subscribes to e's death events and passes each death to
 // onDeath until ctx is done, re-subscribing with backoff when the stream
@@ -145,7 +167,8 @@ type deathHandler struct {
 	// handled (a pidfd, then the engine's event); handled anew if that
 	// handling ends with the container still live, so that an engine
 	// slower to agree than the retries are long (dockerd in a drain)
-	// does not lose the death to the next round.
+	// does not lose the death to the next round, or if it is a later
+	// death (settledDeath.sameDeath).
 	again map[string]engine.Death
 	// nudges wakes the wait between attempts of the handling a death is
 	// in when another source reports it: dockerd's "die" comes when it
@@ -158,7 +181,7 @@ type deathHandler struct {
 	// scans counts the attempts made, each one scan and one engine
 	// question: a burst costs one, not one per death.
 	scans    atomic.Int64
-	recent   map[string]time.Time
+	recent   map[string]settledDeath
 	handled  map[string]int  // by engine, for the metrics file
 	skipped  map[string]int  // event messages passed over, by engine
 	followed map[string]bool // reported at 0 until a death
@@ -168,7 +191,7 @@ type deathHandler struct {
 
 func newDeathHandler(w Watch, log *slog.Logger, serial *sync.Mutex, work, stop context.Context) *deathHandler {
 	return &deathHandler{w: w, log: log, serial: serial, work: work, stop: stop, retries: stillLiveRetries(),
-		inFlight: map[string]bool{}, again: map[string]engine.Death{}, nudges: map[string]chan struct{}{}, recent: map[string]time.Time{}, handled: map[string]int{}, skipped: map[string]int{}, followed: map[string]bool{}}
+		inFlight: map[string]bool{}, again: map[string]engine.Death{}, nudges: map[string]chan struct{}{}, recent: map[string]settledDeath{}, handled: map[string]int{}, skipped: map[string]int{}, followed: map[string]bool{}}
 }
 
 // burstWindow: deaths that arrive this close together (a pod's
@@ -194,12 +217,17 @@ func (h *deathHandler) death(d engine.Death) {
 		return
 	}
 	now := time.Now()
-	for id, at := range h.recent {
-		if now.Sub(at) > coalesceWindow {
+	for id, s := range h.recent {
+		if now.Sub(s.done) > coalesceWindow {
 			delete(h.recent, id)
 		}
 	}
-	if _, seen := h.recent[d.ID]; seen || h.inFlight[d.ID] {
+	s, seen := h.recent[d.ID]
+	if seen && !s.sameDeath(d) {
+		seen = false
+		delete(h.recent, d.ID)
+	}
+	if seen || h.inFlight[d.ID] {
 		if !seen {
 			h.again[d.ID] = d
 			select {
@@ -299,19 +327,23 @@ func (h *deathHandler) handle(batch []engine.Death) {
 		for _, d := range batch {
 			delete(h.inFlight, d.ID)
 			delete(h.nudges, d.ID)
+			done := settledDeath{at: d.At, done: time.Now()}
+			if d.Via == "pidfd" {
+				done.pid = d.PID
+			}
 			if settled[d.ID] {
-				h.recent[d.ID] = time.Now()
+				h.recent[d.ID] = done
 			}
 			if r, ok := h.again[d.ID]; ok {
 				delete(h.again, d.ID)
-				if !settled[d.ID] {
+				if !settled[d.ID] || !done.sameDeath(r) {
 					anew = append(anew, r)
 				}
 			}
 		}
 		h.mu.Unlock()
 		for _, d := range anew {
-			h.log.Debug("container death reported again while it was handled, and still undecided; handled anew", "engine", d.Engine, "container", d.ID)
+			h.log.Debug("container death reported again while it was handled, undecided or a later death; handled anew", "engine", d.Engine, "container", d.ID)
 			h.death(d)
 		}
 	}()

@@ -481,3 +481,62 @@ func TestDeathHandlerReportedAgain(t *testing.T) {
 		t.Errorf("the settled container: %d attempts, want 1", got)
 	}
 }
+
+// TestDeathHandlerLaterDeath: a container's death reported again is
+// coalesced only if it is the death just handled: by its time (within
+// sameDeathSlack) and, for pidfds, its init. A container restarted and
+// dead again within coalesceWindow (docker start, then stop) is handled
+// again, whether its second death comes after the first settled or while
+// the first is still being handled.
+func TestDeathHandlerLaterDeath(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		second   func(first engine.Death) engine.Death
+		inFlight bool // the second is reported while the first is handled
+		attempts int
+	}{
+		{"its event, a moment later", func(f engine.Death) engine.Death {
+			return engine.Death{Engine: "docker", ID: f.ID, At: f.At.Add(300 * time.Millisecond)}
+		}, false, 1},
+		{"a later death", func(f engine.Death) engine.Death {
+			return engine.Death{Engine: "docker", ID: f.ID, At: f.At.Add(sameDeathSlack + time.Second)}
+		}, false, 2},
+		{"another init's pidfd", func(f engine.Death) engine.Death {
+			return engine.Death{Engine: "docker", ID: f.ID, At: f.At.Add(time.Second), Via: "pidfd", PID: f.PID + 1}
+		}, false, 2},
+		{"a later death while the first is handled", func(f engine.Death) engine.Death {
+			return engine.Death{Engine: "docker", ID: f.ID, At: f.At.Add(sameDeathSlack + time.Second)}
+		}, true, 2},
+		{"its event while the first is handled", func(f engine.Death) engine.Death {
+			return engine.Death{Engine: "docker", ID: f.ID, At: f.At.Add(100 * time.Millisecond)}
+		}, true, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := strings.Repeat("d8", 32)
+			sa := &scriptedAttempts{calls: map[string]int{}, gate: make(chan struct{}), scripts: map[string][]action.Action{id: {action.Reaped}}}
+			log, buf := jsonLogger()
+			var serial sync.Mutex
+			h := newDeathHandler(Watch{}, log, &serial, t.Context(), t.Context())
+			h.retries = []time.Duration{time.Millisecond}
+			h.attempt = sa.attempt
+			first := engine.Death{Engine: "docker", ID: id, At: time.Now().Add(-time.Minute), Via: "pidfd", PID: 4242}
+			h.death(first)
+			if tc.inFlight {
+				proc.WaitFor(t, time.Minute, "the first handling started", func() bool { return sa.busy.Load() == 1 })
+				h.death(tc.second(first))
+				close(sa.gate)
+			} else {
+				close(sa.gate)
+				proc.WaitFor(t, time.Minute, "the first death handled", func() bool { return len(buf.records("container death handled")) == 1 })
+				h.death(tc.second(first))
+			}
+			if tc.attempts > 1 {
+				proc.WaitFor(t, time.Minute, "the second death handled", func() bool { return len(buf.records("container death handled")) == 2 })
+			}
+			h.close()
+			if got := sa.count(id); got != tc.attempts {
+				t.Errorf("%d attempts, want %d", got, tc.attempts)
+			}
+		})
+	}
+}

@@ -74,7 +74,8 @@ decides that container's trees the moment its init exits, the same way,
 whatever the engine's events do; deaths within 5ms of each other are
 decided on one scan. An init whose start time, cgroup or PID namespace
 is not the container's is not pinned, and its container is followed by
-events alone. --no-pidfd turns this off.
+events and by the relist every 5s (gone from its engine's list: dead).
+--no-pidfd turns this off.
 
 A round that fails (an engine unreachable, an unreadable directory, a tree
 that would not die, even a crash inside a step) is logged and the next

@@ -11,6 +11,6 @@ func Pidfds(pinnable, eventsOnly int, why []string) Check {
 	if eventsOnly == 0 {
 		return newCheck(NamePidfds, OK, "%s pinnable by watch", plural(pinnable, "live container", "live containers"))
 	}
-	return newCheck(NamePidfds, OK, "%s pinnable by watch, %d followed by events alone: %s",
+	return newCheck(NamePidfds, OK, "%s pinnable by watch, %d followed by events and relists: %s",
 		plural(pinnable, "live container", "live containers"), eventsOnly, strings.Join(why, "; "))
 }

@@ -141,7 +141,8 @@ type Death struct {
 	ID     string
 	At     time.Time
 	// Via is "pidfd" when the death was seen from the kernel (the init's
-	// pidfd became readable), "" when the engine reported it.
+	// pidfd became readable), "relist" when an answer no longer listed a
+	// container no pin held, "" when the engine reported it.
 	Via string
 	// PID is the init's host PID the kernel saw exit (Via "pidfd").
 	PID int

@@ -132,7 +132,7 @@ type pinner struct {
 	scope map[string]bool
 	store func() *ledger.Store
 	// max keeps the pidfds under the file limit; containers past it are
-	// followed by events alone.
+	// followed by events and relists.
 	max int
 	// askPID, when set, asks the engine of an answer for the init PIDs
 	// of ids its list gave none for (Docker's inspect, askInitPIDs); an
@@ -153,6 +153,9 @@ type pinner struct {
 	asking bool
 	// eventsOnly is the live containers the last refresh left unpinned.
 	eventsOnly int
+	// unpinned is each of those: its death is seen by the next answer
+	// that no longer lists it, if no event said it before.
+	unpinned map[string]unpinnedLive
 	said       [2]int
 	wg         sync.WaitGroup
 }
@@ -181,7 +184,7 @@ func newPinner(root string, log *slog.Logger, scope map[string]bool, store func(
 		max = int(min(rl.Cur/2, 1<<20))
 	}
 	p := &pinner{root: root, log: log.With("step", "pidfd"), death: death, scope: scope, store: store, max: max,
-		epfd: epfd, wake: wake, pins: map[string]*pin{}, byKey: map[int32]*pin{}, refused: map[string]int{}, diedAt: map[string]time.Time{}}
+		epfd: epfd, wake: wake, pins: map[string]*pin{}, byKey: map[int32]*pin{}, refused: map[string]int{}, diedAt: map[string]time.Time{}, unpinned: map[string]unpinnedLive{}}
 	p.wg.Add(1)
 	go p.loop()
 	return p, nil
@@ -351,6 +354,9 @@ func (p *pinner) apply(answers []engine.Answer, told map[listedBy]map[string]int
 		p.mu.Unlock()
 		return
 	}
+	if told == nil {
+		dead = p.goneUnpinned(answers, live)
+	}
 	for id, pn := range p.pins {
 		// The background pass only adds: its answers may be older than
 		// a pin made since.
@@ -379,7 +385,7 @@ func (p *pinner) apply(answers []engine.Answer, told map[listedBy]map[string]int
 		if byPID[w.pid] > 1 {
 			p.refused[id] = w.pid
 			eventsOnly++
-			log.Info("container init not pinned; its death is followed by events alone", "why", errSharedPID)
+			log.Info("container init not pinned; its death is followed by events and relists", "why", errSharedPID)
 			continue
 		}
 		if len(p.pins) >= p.max {
@@ -397,7 +403,7 @@ func (p *pinner) apply(answers []engine.Answer, told map[listedBy]map[string]int
 		if err != nil {
 			p.refused[id] = w.pid
 			eventsOnly++
-			log.Info("container init not pinned; its death is followed by events alone", "why", err)
+			log.Info("container init not pinned; its death is followed by events and relists", "why", err)
 			continue
 		}
 		p.nextKey++
@@ -408,10 +414,11 @@ func (p *pinner) apply(answers []engine.Answer, told map[listedBy]map[string]int
 		if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, pn.Fd(), &unix.EpollEvent{Events: unix.EPOLLIN, Fd: np.key}); err != nil {
 			pn.Close()
 			eventsOnly++
-			log.Warn("container init not pinned; its death is followed by events alone", "why", fmt.Errorf("epoll: %w", err))
+			log.Warn("container init not pinned; its death is followed by events and relists", "why", fmt.Errorf("epoll: %w", err))
 			continue
 		}
 		p.pins[id], p.byKey[np.key] = np, np
+		delete(p.unpinned, id)
 	}
 	for id := range p.refused {
 		if told == nil && !live[id] {
@@ -422,6 +429,9 @@ func (p *pinner) apply(answers []engine.Answer, told map[listedBy]map[string]int
 		if _, ok := wants[id]; !ok {
 			eventsOnly++
 		}
+	}
+	if told == nil {
+		p.noteUnpinned(answers)
 	}
 	pinned := len(p.pins)
 	changed := false
@@ -436,6 +446,58 @@ func (p *pinner) apply(answers []engine.Answer, told map[listedBy]map[string]int
 	}
 	for _, d := range dead {
 		p.death(d)
+	}
+}
+
+// unpinnedLive is a live container an answer listed and no pin holds.
+type unpinnedLive struct {
+	by listedBy
+	// at is when the engines were asked: it was live then.
+	at time.Time
+}
+
+// goneUnpinned reports the containers the last refresh left unpinned that
+// the same engine no longer lists live: a death no event may ever tell
+// (CRI without events, podman's CLI), seen within pinRelist rather than
+// at the next round. It is dated to when they were last listed live, so
+// that nothing started since is judged by it; an event that came first
+// coalesces it (settledDeath). p.mu is held.
+func (p *pinner) goneUnpinned(answers []engine.Answer, live map[string]bool) []engine.Death {
+	answered := map[listedBy]bool{}
+	for _, a := range answers {
+		answered[listedIn(a)] = true
+	}
+	var dead []engine.Death
+	for id, u := range p.unpinned {
+		if _, pinned := p.pins[id]; live[id] || pinned || !answered[u.by] {
+			continue
+		}
+		dead = append(dead, engine.Death{Engine: u.by.engine, ID: id, At: u.at, Via: "relist"})
+	}
+	return dead
+}
+
+// noteUnpinned remembers the live containers answers listed that no pin
+// holds now. p.mu is held.
+func (p *pinner) noteUnpinned(answers []engine.Answer) {
+	// An answer is as old as its question.
+	var took time.Duration
+	for _, a := range answers {
+		took = max(took, a.Took)
+	}
+	at := time.Now().Add(-took)
+	clear(p.unpinned)
+	for _, a := range answers {
+		for _, c := range a.Containers {
+			if !c.Live || (len(p.scope) > 0 && !p.scope[c.ID]) {
+				continue
+			}
+			if _, pinned := p.pins[c.ID]; !pinned {
+				if _, dup := p.unpinned[c.ID]; !dup {
+					p.unpinned[c.ID] = unpinnedLive{by: listedIn(a), at: at}
+				}
+			}
+		}
 	}
 }
 
@@ -502,7 +564,7 @@ func askInitPIDs(ctx context.Context, es []engine.Engine, by listedBy, ids []str
 			for id := range next {
 				pid, uid, err := asker.InitPID(ctx, id)
 				if err != nil {
-					log.Debug("init PID not known; the container is followed by events alone", "container", id, "engine", eng, "err", err)
+					log.Debug("init PID not known; the container is followed by events and relists", "container", id, "engine", eng, "err", err)
 					continue
 				}
 				if uid < 0 || uid != by.uid {

@@ -90,6 +90,59 @@ func TestPinnerUnseenPIDIsNoDeath(t *testing.T) {
 	}
 }
 
+// TestPinnerUnpinnedGoneIsADeath: a live container no pin holds (its
+// init unseen here, or no PID given: CRI without events, podman's CLI) is
+// reported dead by the first answer of its engine that no longer lists it,
+// dated to when it was last listed live; not by an answer of another
+// engine, nor while it is listed, nor twice.
+func TestPinnerUnpinnedGoneIsADeath(t *testing.T) {
+	pn, deaths := recordingPinner(t)
+	gone, stays, other := strings.Repeat("1a", 32), strings.Repeat("2b", 32), strings.Repeat("3c", 32)
+	cri := func(ids ...string) engine.Answer {
+		a := engine.Answer{Engine: "cri", Endpoint: "/run/crio/crio.sock", UID: 0, Took: 50 * time.Millisecond}
+		for _, id := range ids {
+			a.Containers = append(a.Containers, engine.Container{ID: id, Live: true})
+		}
+		return a
+	}
+	podman := engine.Answer{Engine: "podman", Endpoint: "unix:///run/podman/podman.sock", Containers: []engine.Container{{ID: other, Live: true}}}
+	before := time.Now()
+	pn.refresh([]engine.Answer{cri(gone, stays), podman})
+	listed := time.Now()
+	pn.refresh([]engine.Answer{cri(gone, stays), podman})
+	if ds := deaths(); len(ds) != 0 {
+		t.Fatalf("deaths while every container is listed: %+v", ds)
+	}
+	// Only podman answers: nothing is known of the CRI runtime's.
+	pn.refresh([]engine.Answer{podman})
+	if ds := deaths(); len(ds) != 0 {
+		t.Fatalf("deaths from an answer of another engine: %+v", ds)
+	}
+	pn.refresh([]engine.Answer{cri(gone, stays), podman})
+	listed = time.Now()
+	// Both answer; neither lists what went.
+	noneLeft := engine.Answer{Engine: podman.Engine, Endpoint: podman.Endpoint}
+	pn.refresh([]engine.Answer{cri(stays), noneLeft})
+	ds := deaths()
+	if len(ds) != 2 {
+		t.Fatalf("deaths %+v; want %s's and %s's", ds, gone[:4], other[:4])
+	}
+	slices.SortFunc(ds, func(a, b engine.Death) int { return strings.Compare(a.ID, b.ID) })
+	for i, want := range []struct{ id, engine string }{{gone, "cri"}, {other, "podman"}} {
+		d := ds[i]
+		if d.ID != want.id || d.Engine != want.engine || d.Via != "relist" || d.At.Before(before.Add(-time.Second)) || d.At.After(time.Now()) {
+			t.Errorf("death %+v; want %s's, by %s, via relist, dated when last listed", d, want.id[:4], want.engine)
+		}
+	}
+	if ds[0].At.After(listed.Add(time.Second)) {
+		t.Errorf("%s's death dated %v, after it was last listed", gone[:4], ds[0].At)
+	}
+	pn.refresh([]engine.Answer{cri(stays), noneLeft})
+	if ds := deaths(); len(ds) != 2 {
+		t.Errorf("reported again: %+v", ds)
+	}
+}
+
 // TestPinnerPodman: a real podman container's init is pinned, and not
 // with a start time other than its own; `podman kill` makes its pidfd
 // report the death at once; one PID given for two containers is pinned

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -162,7 +163,11 @@ type deathHandler struct {
 	mu         sync.Mutex
 	closed     bool
 	catchingUp bool
-	inFlight   map[string]bool
+	// catchUpNext: the engines whose catch-up was asked for while one ran.
+	catchUpNext []string
+	// catchUpRetries: catchUpRetries, or a test's.
+	catchUpRetries []time.Duration
+	inFlight       map[string]bool
 	// again: deaths reported again while their first report was being
 	// handled (a pidfd, then the engine's event); handled anew if that
 	// handling ends with the container still live, so that an engine
@@ -190,7 +195,7 @@ type deathHandler struct {
 }
 
 func newDeathHandler(w Watch, log *slog.Logger, serial *sync.Mutex, work, stop context.Context) *deathHandler {
-	return &deathHandler{w: w, log: log, serial: serial, work: work, stop: stop, retries: stillLiveRetries(),
+	return &deathHandler{w: w, log: log, serial: serial, work: work, stop: stop, retries: stillLiveRetries(), catchUpRetries: catchUpRetries,
 		inFlight: map[string]bool{}, again: map[string]engine.Death{}, nudges: map[string]chan struct{}{}, recent: map[string]settledDeath{}, handled: map[string]int{}, skipped: map[string]int{}, followed: map[string]bool{}}
 }
 
@@ -265,46 +270,85 @@ func (h *deathHandler) flush() {
 // followed again after a drop: containerd keeps no events to replay and
 // dockerd only its last 256, so a death while the stream was down would
 // otherwise wait for the next round. One at a time: one asked for while
-// another runs is dropped (a death between the two is the round's).
+// another runs runs after it (once, for every engine that asked
+// meanwhile: two streams back a moment apart, the second engine may have
+// been down for the first). One whose ground truth is unknown (an
+// engine still restarting) is tried again with backoff, up to
+// catchUpRetries, then left to the round.
 func (h *deathHandler) catchUp(eng string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.closed || h.catchingUp {
+	if h.closed {
+		return
+	}
+	if h.catchingUp {
+		h.catchUpNext = append(h.catchUpNext, eng)
 		return
 	}
 	h.catchingUp = true
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
-		defer func() {
+		engs := []string{eng}
+		for {
+			h.catchUpOnce(strings.Join(engs, ","))
 			h.mu.Lock()
-			h.catchingUp = false
-			h.mu.Unlock()
-		}()
-		log := h.log.With("engine", eng)
-		defer func() {
-			if r := recover(); r != nil {
-				log.Error("catching up crashed; the next round covers it", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			engs, h.catchUpNext = h.catchUpNext, nil
+			if len(engs) == 0 || h.closed {
+				h.catchingUp = false
+				h.mu.Unlock()
+				return
 			}
-		}()
-		opt := h.w.Reconcile
-		opt.Logger = log
+			h.mu.Unlock()
+			slices.Sort(engs)
+			engs = slices.Compact(engs)
+		}
+	}()
+}
+
+// catchUpRetries are the waits before each new try of a catch-up whose
+// ground truth was unknown: about half a minute in all.
+var catchUpRetries = []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second}
+
+// catchUpOnce is one catch-up, for engines eng, tried again while the
+// ground truth is unknown.
+func (h *deathHandler) catchUpOnce(eng string) {
+	log := h.log.With("engine", eng)
+	defer func() {
+		if r := recover(); r != nil {
+			log.Error("catching up crashed; the next round covers it", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		}
+	}()
+	opt := h.w.Reconcile
+	opt.Logger = log
+	for try := 0; ; try++ {
 		rep, liveErr, err := h.locked(opt, log)
 		switch {
+		case liveErr != nil && try < len(h.catchUpRetries):
+			log.Warn("not caught up after the event stream was down: ground truth unknown; nothing touched, trying again", "err", liveErr, "retry_in", h.catchUpRetries[try].String())
+			if _, ok := h.wait(h.catchUpRetries[try], nil); !ok || h.isClosed() {
+				return
+			}
+			continue
 		case liveErr != nil:
 			log.Error("not caught up after the event stream was down: ground truth unknown; nothing touched", "err", liveErr)
-			return
 		case errors.Is(err, errStopping):
-			return
 		case err != nil:
 			log.Error("not caught up after the event stream was down; the next round covers it", "err", err)
-			return
+		default:
+			logTrees(h.work, log, rep.Report)
+			log.Info("caught up after the event stream was down", "trees", len(rep.Trees),
+				"reaped", rep.Count(action.Reaped)+rep.Count(action.Gone), "would_reap", rep.Count(action.WouldReap),
+				"would_not_die", rep.Count(action.WouldNotDie), "dry_run", rep.DryRun)
 		}
-		logTrees(h.work, log, rep.Report)
-		log.Info("caught up after the event stream was down", "trees", len(rep.Trees),
-			"reaped", rep.Count(action.Reaped)+rep.Count(action.Gone), "would_reap", rep.Count(action.WouldReap),
-			"would_not_die", rep.Count(action.WouldNotDie), "dry_run", rep.DryRun)
-	}()
+		return
+	}
+}
+
+func (h *deathHandler) isClosed() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.closed
 }
 
 // close stops taking deaths and waits for those under way.

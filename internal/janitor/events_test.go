@@ -325,8 +325,8 @@ func TestDeathHandler(t *testing.T) {
 }
 
 // TestDeathHandlerCatchUp: after a stream was down, one reconcile covers
-// watch's whole scope (not one container); a second asked for while it
-// runs is dropped; none starts once the handler is closed.
+// watch's whole scope (not one container); those asked for while it runs
+// make one more after it; none starts once the handler is closed.
 func TestDeathHandlerCatchUp(t *testing.T) {
 	a, b := strings.Repeat("a6", 32), strings.Repeat("b7", 32)
 	log, buf := jsonLogger()
@@ -347,13 +347,20 @@ func TestDeathHandlerCatchUp(t *testing.T) {
 			{ContainerID: a, PGID: 10, Action: action.Reaped}, {ContainerID: b, PGID: 11, Action: action.SkipLive}}}}, nil, nil
 	}
 	h.catchUp("containerd")
-	h.catchUp("docker") // while the first runs
+	proc.WaitFor(t, time.Minute, "the first catch-up", func() bool { return calls.Load() == 1 })
+	// While it runs: one more after it, for both.
+	h.catchUp("docker")
+	h.catchUp("cri")
+	h.catchUp("docker")
 	close(gate)
-	proc.WaitFor(t, time.Minute, "the catch-up", func() bool { return len(buf.records("caught up after the event stream was down")) == 1 })
+	proc.WaitFor(t, time.Minute, "the catch-ups", func() bool { return len(buf.records("caught up after the event stream was down")) == 2 })
 	h.close()
 	h.catchUp("containerd")
-	if n := calls.Load(); n != 1 {
-		t.Errorf("%d catch-ups ran, want 1", n)
+	if n := calls.Load(); n != 2 {
+		t.Errorf("%d catch-ups ran, want 2", n)
+	}
+	if l := buf.records("caught up after the event stream was down")[1]; l["engine"] != "cri,docker" {
+		t.Errorf("the second catch-up is for %v, want cri,docker", l["engine"])
 	}
 	for _, id := range []string{a, b} {
 		if _, ok := scope.Load(id); !ok {
@@ -363,6 +370,47 @@ func TestDeathHandlerCatchUp(t *testing.T) {
 	l := buf.records("caught up after the event stream was down")[0]
 	if l["reaped"] != float64(1) || l["trees"] != float64(2) || l["engine"] != "containerd" {
 		t.Errorf("catch-up line %v", l)
+	}
+}
+
+// TestDeathHandlerCatchUpTriesAgain: a catch-up whose ground truth is
+// unknown (an engine still coming back) is tried again, and then done;
+// one that stays unknown gives up after its retries, touching nothing.
+func TestDeathHandlerCatchUpTriesAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		unknown  int32 // attempts whose truth is unknown
+		attempts int32
+		caught   bool
+	}{
+		{"back on the second try", 1, 2, true},
+		{"never back", 100, 3, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			log, buf := jsonLogger()
+			var serial sync.Mutex
+			h := newDeathHandler(Watch{}, log, &serial, t.Context(), t.Context())
+			h.catchUpRetries = []time.Duration{time.Millisecond, time.Millisecond}
+			var calls atomic.Int32
+			h.attempt = func(context.Context, reconcile.Options, *slog.Logger) (Report, error, error) {
+				if calls.Add(1) <= tc.unknown {
+					return Report{}, fmt.Errorf("%w: containerd is starting", engine.ErrUnknown), nil
+				}
+				return Report{Report: reconcile.Report{LivenessKnown: true}}, nil, nil
+			}
+			h.catchUp("containerd")
+			proc.WaitFor(t, time.Minute, "the catch-up to end", func() bool {
+				return len(buf.records("caught up after the event stream was down"))+
+					len(buf.records("not caught up after the event stream was down: ground truth unknown; nothing touched")) == 1
+			})
+			h.close()
+			if n := calls.Load(); n != tc.attempts {
+				t.Errorf("%d attempts, want %d", n, tc.attempts)
+			}
+			if got := len(buf.records("caught up after the event stream was down")) == 1; got != tc.caught {
+				t.Errorf("caught up: %v, want %v", got, tc.caught)
+			}
+		})
 	}
 }
 

@@ -156,8 +156,8 @@ type pinner struct {
 	// unpinned is each of those: its death is seen by the next answer
 	// that no longer lists it, if no event said it before.
 	unpinned map[string]unpinnedLive
-	said       [2]int
-	wg         sync.WaitGroup
+	said     [2]int
+	wg       sync.WaitGroup
 }
 
 func newPinner(root string, log *slog.Logger, scope map[string]bool, store func() *ledger.Store, death func(engine.Death)) (*pinner, error) {

@@ -416,6 +416,10 @@ func (h *deathHandler) handle(batch []engine.Death) {
 		log.Debug("container deaths decided together", "burst", len(batch))
 	}
 	waits := 0 // the backoff's steps taken; a nudged attempt takes none
+	var budget time.Duration
+	for _, r := range h.retries {
+		budget += r
+	}
 	for attempts := 1; len(waiting) > 0; attempts++ {
 		opt := h.w.Reconcile
 		opt.Containers = map[string]bool{}
@@ -430,7 +434,10 @@ func (h *deathHandler) handle(batch []engine.Death) {
 		}
 		opt.Logger = log
 		rep, liveErr, err := h.locked(opt, log)
-		last := waits >= len(h.retries)
+		// The budget is the backoff's sum in time, not only in steps: an
+		// engine that hangs to its timeout on every attempt would hold
+		// the rounds for ten of them.
+		last := waits >= len(h.retries) || time.Since(start) >= budget
 		var again []string
 		for _, id := range slices.Sorted(maps.Keys(waiting)) {
 			d := waiting[id]

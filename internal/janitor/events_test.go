@@ -454,6 +454,32 @@ func TestDeathHandlerBurst(t *testing.T) {
 	}
 }
 
+// TestDeathHandlerSlowUnknownTruth: the retries of a death whose truth is
+// unknown end with the backoff's time, not only its steps: an engine that
+// answers nothing until its timeout on every attempt does not hold the
+// rounds for ten such attempts.
+func TestDeathHandlerSlowUnknownTruth(t *testing.T) {
+	id := strings.Repeat("e9", 32)
+	log, buf := jsonLogger()
+	var serial sync.Mutex
+	h := newDeathHandler(Watch{}, log, &serial, t.Context(), t.Context())
+	h.retries = slices.Repeat([]time.Duration{time.Millisecond}, 9)
+	var calls atomic.Int32
+	h.attempt = func(context.Context, reconcile.Options, *slog.Logger) (Report, error, error) {
+		calls.Add(1)
+		time.Sleep(20 * time.Millisecond) // the engine's timeout, scaled down
+		return Report{}, fmt.Errorf("%w: dockerd did not answer in time", engine.ErrUnknown), nil
+	}
+	h.death(engine.Death{Engine: "docker", ID: id, At: time.Now()})
+	proc.WaitFor(t, time.Minute, "the death given up", func() bool {
+		return len(buf.records("container death not handled: ground truth unknown; nothing touched")) == 1
+	})
+	h.close()
+	if n := calls.Load(); n > 2 {
+		t.Errorf("%d attempts of 20 ms each within a 9 ms budget, want at most 2", n)
+	}
+}
+
 // TestDeathHandlerNudged: a dead container the engine still calls live is
 // asked again as soon as another source reports its death (dockerd's
 // "die" after the pidfd), not on the backoff's next step, here an hour

@@ -201,7 +201,7 @@ bench-harness: build
 reliability:
 	$(GO) test -tags "reliability $(TAGS)" $(TESTFLAGS) -v ./test/reliability/
 
-# Every fuzz target for FUZZ_SECONDS each (the corpora are committed).
+# Every fuzz target (scripts/fuzz.sh lists them) for FUZZ_SECONDS each.
 FUZZ_SECONDS ?= 20
 fuzz:
 	./scripts/fuzz.sh $(FUZZ_SECONDS)

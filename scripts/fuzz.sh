@@ -4,14 +4,15 @@
 #
 #   scripts/fuzz.sh [SECONDS]     # per target; default $KC_FUZZ_SECONDS or 25
 #
-# Four targets x 25s keeps the CI fuzz budget at 100s of fuzzing (plus the
-# instrumented builds, cached after the first run). The seed corpora are
-# committed under each package's testdata/fuzz/<Target>/; a crash makes go
-# test write the failing input there too — commit it with the fix.
+# Five targets x 25s keeps the fuzz budget at about two minutes (plus the
+# instrumented builds, cached after the first run; CI gives each 15s). The
+# seeds are each target's f.Add calls and, where committed, its package's
+# testdata/fuzz/<Target>/; a crash makes go test write the failing input
+# there — commit it with the fix.
 #
 # Output: one line per target, then a total, in a parseable form:
 #   FUZZ target=FuzzReadState pkg=./internal/hook seconds=25 execs=123456 result=ok
-#   FUZZ total targets=4 execs=... failures=0
+#   FUZZ total targets=5 execs=... failures=0
 # result=deadline-race marks a run Go's coordinator ended with a bare
 # "context deadline exceeded" (go.dev/issue/75804) that wrote no input and
 # whose corpus still passes; it is not a failure.
@@ -32,6 +33,7 @@ targets=(
 	"./internal/kallichore FuzzDecodeStatus"
 	"./internal/kallichore FuzzDecodeSessions"
 	"./internal/sockets FuzzParseName"
+	"./internal/fingerprint FuzzParseStat"
 )
 
 log=$(mktemp)

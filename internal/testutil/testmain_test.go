@@ -55,3 +55,48 @@ func TestEveryBuildingPackageCleansUp(t *testing.T) {
 		}
 	}
 }
+
+// TestFuzzScriptRunsEveryTarget: scripts/fuzz.sh (make fuzz, CI) names
+// every fuzz target of the tree with its package; a new one left out of
+// it would never be fuzzed.
+func TestFuzzScriptRunsEveryTarget(t *testing.T) {
+	root := filepath.Join("..", "..")
+	script, err := os.ReadFile(filepath.Join(root, "scripts", "fuzz.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fuzz := regexp.MustCompile(`(?m)^func (Fuzz\w+)\(`)
+	found := 0
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == ".tmp" || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range fuzz.FindAllSubmatch(src, -1) {
+			found++
+			rel, err := filepath.Rel(root, filepath.Dir(path))
+			if err != nil {
+				return err
+			}
+			if want := `"./` + filepath.ToSlash(rel) + " " + string(m[1]) + `"`; !strings.Contains(string(script), want) {
+				t.Errorf("scripts/fuzz.sh does not run %s (want the line %s)", m[1], want)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found == 0 {
+		t.Fatal("no fuzz target found: the check is blind")
+	}
+}

@@ -218,7 +218,7 @@ func TestMakeInstallDestdir(t *testing.T) {
 
 // TestUnitsMemoryMax: every service, system and user, bounds its memory,
 // above what a round was measured to peak at when every socket it probed
-// answered with bodies over their caps (157 MiB, TestFatAnswersMemory).
+// answered with bodies over their caps (108 MiB, docs/RELIABILITY.md).
 func TestUnitsMemoryMax(t *testing.T) {
 	re := regexp.MustCompile(`(?m)^MemoryMax=(\d+)M$`)
 	for p, data := range serviceUnits(t) {
@@ -228,7 +228,7 @@ func TestUnitsMemoryMax(t *testing.T) {
 			continue
 		}
 		if n, _ := strconv.Atoi(string(m[1])); n < 200 {
-			t.Errorf("%s: MemoryMax=%dM, under the 157 MiB a round was measured at plus slack", p, n)
+			t.Errorf("%s: MemoryMax=%dM, under the 108 MiB a round was measured at plus slack", p, n)
 		}
 	}
 }

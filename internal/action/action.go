@@ -28,8 +28,8 @@ const (
 	SkipLive       Action = "skipped-live"
 	SkipYoung      Action = "skipped-young"
 	SkipAgeUnknown Action = "skipped-age-unknown"
-	// SkipForeign: the group's leader is neither an anchor nor a
-	// supervisor (DESIGN "Identity rules").
+	// SkipForeign: the group's live leader is not in the supervisor set
+	// (DESIGN "Identity rules").
 	SkipForeign Action = "skipped-foreign"
 	// SkipOtherUID: the tree's UID is not one the caller has ground truth
 	// for, or may signal.

@@ -123,9 +123,10 @@ type Tree struct {
 	ContainerIDs []string
 	// Ambiguous: members carry different container IDs. Never signalled.
 	Ambiguous bool
-	// Foreign: the group's leader is alive and is neither an anchor nor a
-	// supervisor (a shell that ran a supervisor by hand). Never
-	// signalled. Only the full scan reports these.
+	// Foreign: the group's leader is alive and not in the supervisor set,
+	// anchor or not (a shell that ran a supervisor by hand, a wrapper
+	// --supervisor-comm does not name). Never signalled. Only the full
+	// scan reports these.
 	Foreign bool
 	// ByLedger: the container was known only from a ledger snapshot.
 	ByLedger bool

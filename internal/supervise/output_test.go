@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
@@ -81,6 +84,22 @@ func TestCappedOutputOnAFullDisk(t *testing.T) {
 			stop()
 			t.Fatalf("write %d of the supervisor's output: %v", i, err)
 		}
+	}
+	// Room comes back once the copy has read all of it: what it reads
+	// later would otherwise fill the room again.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := unix.IoctlGetInt(int(w.Fd()), unix.TIOCINQ) // FIONREAD
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the copy left %d bytes unread", n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)

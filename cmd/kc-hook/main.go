@@ -123,7 +123,7 @@ func (cl *commandLine) flagSet() *flag.FlagSet {
 	fs.StringVar(&cl.stateDir, "state-dir", ledger.DefaultDir(userns.HostEUID()), "ledger `DIR`: this user's, not writable by others, no symlink, or not used")
 	fs.StringVar(&cl.supervisorComm, "supervisor-comm", trees.DefaultComm, "comma-separated supervisor process `NAMES`")
 	fs.DurationVar(&cl.killGrace, "kill-grace", pgkill.DefaultGrace, "wait between SIGTERM and SIGKILL")
-	fs.DurationVar(&cl.deadline, "deadline", 20*time.Second, "bound on a whole stage (past it, a pre-start stage gives up with exit 0, poststop with 1); keep it below the descriptor's timeout")
+	fs.DurationVar(&cl.deadline, "deadline", 20*time.Second, "bound on a whole stage (past it, a pre-start stage gives up with exit 0, poststop with 1 two seconds later); keep it below the descriptor's timeout, by more than 2s for poststop (kc-janitor doctor checks)")
 	fs.StringVar(&cl.logFile, "log-file", "", "JSON-lines log `FILE` (default: STATE-DIR/kc-hook.log)")
 	fs.StringVar(&cl.supervisorsFile, "supervisors-file", supervise.DefaultAllowlistFile, "root-owned allowlist `FILE` of the supervisors the io.kc-watchman.supervisor annotation may name")
 	fs.StringVar(&cl.bpf, "bpf", "auto", "list processes through a BPF task iterator, `MODE` auto (where the kernel allows it, else /proc), on (fail without it) or off (never load a BPF program)")

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/doctor"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/supervise"
 	"github.com/kc-watchman/kc-watchman/internal/userns"
@@ -666,5 +667,20 @@ func TestStagesRunWithoutTheCollector(t *testing.T) {
 	}
 	if gc := debug.SetGCPercent(100); gc != -1 {
 		t.Errorf("after poststop, GC percent %d, want -1 (off)", gc)
+	}
+}
+
+// TestDoctorKnowsTheHooksDeadline: kc-janitor doctor judges a descriptor's
+// timeout by kc-hook's default deadline and poststop's grace; it cannot
+// import them (kc-hook links none of the janitor), so they are compared
+// here.
+func TestDoctorKnowsTheHooksDeadline(t *testing.T) {
+	var cl commandLine
+	f := cl.flagSet().Lookup("deadline")
+	if f == nil || f.DefValue != doctor.HookDefaultDeadline.String() {
+		t.Errorf("kc-hook's --deadline defaults to %v, doctor assumes %v", f, doctor.HookDefaultDeadline)
+	}
+	if poststopGrace != doctor.HookPoststopGrace {
+		t.Errorf("poststop's grace is %v, doctor assumes %v", poststopGrace, doctor.HookPoststopGrace)
 	}
 }

@@ -912,6 +912,48 @@ func TestDescriptorSetting(t *testing.T) {
 	}
 }
 
+// TestDescriptorTimeoutAboveDeadline: the runtime's timeout must leave
+// kc-hook its deadline (a pre-start stage killed by the runtime fails the
+// container's start), and poststop 2 s more; the deadline is the
+// descriptor's (flag, then variable, a bare number of seconds too) or
+// kc-hook's default.
+func TestDescriptorTimeoutAboveDeadline(t *testing.T) {
+	hook := fakeHook(t)
+	for _, tc := range []struct {
+		name    string
+		stage   string
+		timeout int
+		args    []string
+		env     []string
+		refused bool
+	}{
+		{"the shipped 30s", "poststop", 30, nil, nil, false},
+		{"the default deadline", "createRuntime", 20, nil, nil, true},
+		{"poststop's grace", "poststop", 22, nil, nil, true},
+		{"poststop with room", "poststop", 23, nil, nil, false},
+		{"a deadline in env", "createRuntime", 30, nil, []string{"KC_HOOK_DEADLINE=30s"}, true},
+		{"in seconds", "createRuntime", 30, nil, []string{"KC_HOOK_DEADLINE=45"}, true},
+		{"a short deadline", "createRuntime", 10, nil, []string{"KC_HOOK_DEADLINE=5s"}, false},
+		{"the flag beats env", "createRuntime", 10, []string{"--deadline=5s"}, []string{"KC_HOOK_DEADLINE=60s"}, false},
+		{"an unparsable deadline is the hook's to refuse", "createRuntime", 30, nil, []string{"KC_HOOK_DEADLINE=soon"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := map[string]any{
+				"version": "1.0.0",
+				"hook":    map[string]any{"path": hook, "args": append(append([]string{"kc-hook"}, tc.args...), tc.stage), "env": tc.env, "timeout": tc.timeout},
+				"when":    map[string]any{"always": true},
+				"stages":  []string{tc.stage},
+			}
+			data, _ := json.Marshal(d)
+			got := ParseDescriptor("x.json", data)
+			refused := slices.ContainsFunc(got.Problems, func(p string) bool { return strings.Contains(p, "is not above kc-hook's --deadline") })
+			if refused != tc.refused || (!tc.refused && len(got.Problems) > 0) {
+				t.Errorf("problems %q; want the timeout refused: %v", got.Problems, tc.refused)
+			}
+		})
+	}
+}
+
 // TestHookInstalledDefaultMismatch: a descriptor naming no state dir
 // makes the hook use its own default, which need not be the janitor's
 // (a janitor given --state-dir, or root's janitor reading a user's hooks).

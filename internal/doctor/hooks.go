@@ -11,7 +11,9 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	hook "go.podman.io/common/pkg/hooks/1.0.0"
 
@@ -133,6 +135,9 @@ func ParseDescriptor(file string, data []byte) Descriptor {
 	if d.Timeout != nil && *d.Timeout <= 0 {
 		d.Problems = append(d.Problems, fmt.Sprintf("hook.timeout %d: must be positive", *d.Timeout))
 	}
+	if p := d.timeoutBelowDeadline(h.Stages); p != "" {
+		d.Problems = append(d.Problems, p)
+	}
 	var conds []string
 	w := h.When
 	if w.Always != nil {
@@ -193,6 +198,49 @@ func ParseDescriptor(file string, data []byte) Descriptor {
 		}
 	}
 	return d
+}
+
+// kc-hook's deadline when its descriptor sets none, and how long poststop
+// may run past it (cmd/kc-hook; TestDoctorKnowsTheHooksDeadline keeps
+// them equal).
+const (
+	HookDefaultDeadline = 20 * time.Second
+	HookPoststopGrace   = 2 * time.Second
+)
+
+// timeoutBelowDeadline says what is wrong when the runtime's timeout for
+// the hook is not above what kc-hook may take: the runtime kills a
+// pre-start stage still within its deadline, and that fails the
+// container's start; a poststop killed so leaves its trees to the
+// janitor. A deadline kc-hook cannot parse is for --check-settings to
+// say.
+func (d Descriptor) timeoutBelowDeadline(stages []string) string {
+	if d.Timeout == nil || *d.Timeout <= 0 {
+		return ""
+	}
+	deadline := HookDefaultDeadline
+	if v, ok := d.Setting("deadline", "KC_HOOK_DEADLINE"); ok {
+		v = strings.TrimSpace(v)
+		if _, err := strconv.ParseFloat(v, 64); err == nil {
+			v += "s"
+		}
+		if dl, err := time.ParseDuration(v); err == nil && dl > 0 {
+			deadline = dl
+		}
+	}
+	limit := time.Duration(*d.Timeout) * time.Second
+	for _, st := range stages {
+		if st == "poststop" {
+			if deadline+HookPoststopGrace >= limit {
+				return fmt.Sprintf("hook.timeout %ds is not above kc-hook's --deadline %s and the %s poststop may take past it: the runtime would kill it first, leaving its trees to kc-janitor",
+					*d.Timeout, deadline, HookPoststopGrace)
+			}
+		} else if deadline >= limit {
+			return fmt.Sprintf("hook.timeout %ds is not above kc-hook's --deadline %s: the runtime would kill a slow %s stage first, failing the container's start",
+				*d.Timeout, deadline, st)
+		}
+	}
+	return ""
 }
 
 // stageArg is the stage kc-hook would run as: its last argument (argv[0]

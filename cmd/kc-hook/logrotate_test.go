@@ -148,11 +148,19 @@ func TestHookLogOnlyOurs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	linked := filepath.Join(dir, "linked.log")
+	if err := os.WriteFile(linked, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(linked, filepath.Join(dir, "elsewhere")); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name, path string
 		ok         bool
 	}{
 		{"a FIFO with a reader", fifo, false},
+		{"a file with another name", linked, false},
 		{"another user's file", theirs, os.Geteuid() != 0},
 		{"/dev/null", "/dev/null", true},
 		{"a new file", filepath.Join(dir, "new.log"), true},
@@ -190,5 +198,26 @@ func TestHookLogMakesOnlyTheStateDir(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Dir(filepath.Dir(typo))); !os.IsNotExist(err) {
 		t.Errorf("the --log-file's directories were made: %v", err)
+	}
+}
+
+// TestHookLogNotInAnUntrustedStateDir: the default log is not written in a
+// state dir the ledger would refuse (others may write it): the hook logs
+// to stderr, and nothing is created there.
+func TestHookLogNotInAnUntrustedStateDir(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(state, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	_, closeLog, err := openLog(state, "", slog.LevelInfo, io.Discard)
+	closeLog()
+	if err == nil || !strings.Contains(err.Error(), "ledger not used") {
+		t.Errorf("openLog in a world-writable state dir: %v; want the ledger's refusal", err)
+	}
+	if _, err := os.Lstat(filepath.Join(state, "kc-hook.log")); !os.IsNotExist(err) {
+		t.Errorf("a log was created in it: %v", err)
 	}
 }

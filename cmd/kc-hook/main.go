@@ -507,7 +507,11 @@ func openLog(stateDir, path string, level slog.Level, stderr io.Writer) (*slog.L
 	var err error
 	if path == "" {
 		path = filepath.Join(stateDir, "kc-hook.log")
-		err = os.MkdirAll(stateDir, 0o700)
+		if err = os.MkdirAll(stateDir, 0o700); err == nil {
+			// Root appends and renames there: not in a state dir the
+			// ledger refuses (others could write or swap it).
+			err = ledger.CheckDir(stateDir)
+		}
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	if err == nil {
@@ -551,6 +555,11 @@ func openRotated(path string, max int64) (*os.File, error) {
 		case st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid():
 			f.Close()
 			return nil, false, fmt.Errorf("%s: not a regular file of uid %d", path, os.Geteuid())
+		case st.Nlink != 1:
+			// A hard link to a file of ours elsewhere (a root-owned one,
+			// linked where a user can reach it) would get our lines.
+			f.Close()
+			return nil, false, fmt.Errorf("%s: the file has %d names (hard links)", path, st.Nlink)
 		}
 		return f, false, nil
 	}

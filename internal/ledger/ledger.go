@@ -197,6 +197,16 @@ func Open(stateDir string) (*Store, error) {
 	return &Store{dir: dir, bootID: boot}, nil
 }
 
+// CheckDir applies Open's rules for a state dir that already exists
+// (trusted, and its parents) without making anything: what else goes in
+// it (kc-hook's log) is not written where the ledger would not be.
+func CheckDir(stateDir string) error {
+	if err := checkTrusted(stateDir); err != nil {
+		return err
+	}
+	return checkParents(stateDir)
+}
+
 // checkTrusted refuses a ledger another user could write or swap: its
 // records name processes to kill, and one planted there would have a
 // stranger's group taken for a container's tree. The state dir and its

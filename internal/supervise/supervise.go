@@ -304,6 +304,15 @@ func (r *runner) lead() error {
 		if _, err := unix.Setsid(); err != nil {
 			return fmt.Errorf("becoming a session leader: %w", err)
 		}
+	} else if sid, err := unix.Getsid(0); err != nil || sid != pid {
+		// A shell's job: the group is the job's, and the rest of a
+		// pipeline (kc-hook supervise … | tee log) would be taken down
+		// and recorded as the tree's.
+		for _, m := range pgkill.Members(r.o.Root, pid) {
+			if m.PID != pid {
+				return fmt.Errorf("process group %d also holds %s (%d), which would be taken down with the tree: start the wrapper alone (setsid kc-hook supervise …)", pid, m.Comm, m.PID)
+			}
+		}
 	}
 	st, err := fingerprint.ReadStat(r.o.Root, pid)
 	if err != nil {

@@ -1,6 +1,7 @@
 package supervise_test
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -475,5 +476,49 @@ func TestUsage(t *testing.T) {
 		if !ok || ee.ExitCode() != 2 {
 			t.Errorf("%q: err %v, want exit 2; output %s", args, err, out)
 		}
+	}
+}
+
+// TestWrapperRefusesASharedGroup: a wrapper that already leads a group
+// holding another process (run by hand at the head of a pipeline, or
+// exec'd by a shell with a background job) refuses to run: that process
+// would be taken down and recorded as the tree's. Nothing is started,
+// nothing signalled.
+func TestWrapperRefusesASharedGroup(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	_, init := supervisetest.Process(t, "sleep", "1000000")
+	bin := supervisetest.BuildKCHook(t)
+	dir := t.TempDir()
+	marker, pidFile := filepath.Join(dir, "ran"), filepath.Join(dir, "bystander")
+	args := []string{"--state-dir=" + filepath.Join(dir, "state"), "supervise", cid, strconv.Itoa(init.PID), strconv.FormatUint(init.StartTicks, 10), "--", "/bin/sh", "-c", "touch " + marker}
+	// The shell leads the group, leaves a job in it and execs the wrapper.
+	cmd := exec.Command("/bin/sh", append([]string{"-c", `sleep 1000002 >/dev/null 2>&1 & echo $! > "$0.tmp" && mv "$0.tmp" "$0"; exec "$@"`, pidFile, bin}, args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pgid := cmd.Process.Pid
+	supervisetest.KillGroups(t, func() []int { return []int{pgid} })
+	err := cmd.Wait()
+	if err == nil {
+		t.Fatalf("the wrapper ran in a shared group:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "also holds sleep") {
+		t.Errorf("output does not name the bystander:\n%s", out.String())
+	}
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bystander, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err := syscall.Kill(bystander, 0); err != nil {
+		t.Errorf("the bystander %d was signalled: %v", bystander, err)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the command ran")
 	}
 }

@@ -311,6 +311,19 @@ func (c *Checker) inContainer(lines []string, id string, exact []string) (string
 	return "", false
 }
 
+// InContainerCgroup reports whether a process whose /proc/<pid>/cgroup
+// reads data is in container id's own cgroup by an engine's naming
+// (NameMatches): not its monitor's (libpod-conmon-<id>.scope), nor one
+// of kc-watchman's named after it.
+func InContainerCgroup(data []byte, id string) bool {
+	for _, l := range strings.Split(string(data), "\n") {
+		if path := linePath(l); path != "" && NameMatches(path, id) && !ownPath(path) {
+			return true
+		}
+	}
+	return false
+}
+
 // linePath is the path of a /proc/<pid>/cgroup line
 // ("hierarchy:controllers:path"), "" for a line of another form.
 func linePath(l string) string {

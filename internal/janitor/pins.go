@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kc-watchman/kc-watchman/internal/corroborate"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
@@ -94,7 +95,7 @@ func checkInit(root, id string, pid int) error {
 	if err != nil {
 		return fmt.Errorf("reading the init's cgroup: %w", err)
 	}
-	if !strings.Contains(string(cg), id) {
+	if !corroborate.InContainerCgroup(cg, id) {
 		return fmt.Errorf("pid %d: %w", pid, errNotItsCgroup)
 	}
 	status, err := fingerprint.ReadCapped(filepath.Join(dir, "status"))

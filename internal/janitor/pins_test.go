@@ -307,6 +307,10 @@ func TestCheckInit(t *testing.T) {
 		{"a process of the container", cgroup, "4242\t57", errNotPIDNSInit},
 		{"a process of ours", cgroup, "4242", errNotPIDNSInit},
 		{"another container's init", "0::/machine.slice/libpod-" + strings.Repeat("d4", 32) + ".scope\n", "4242\t1", errNotItsCgroup},
+		{"docker's, cgroup v1", "12:pids:/docker/" + id + "\n1:name=systemd:/docker/" + id + "\n", "4242\t1", nil},
+		{"its monitor's cgroup", "0::/machine.slice/libpod-conmon-" + id + ".scope\n", "4242\t1", errNotItsCgroup},
+		{"kc-watchman's cgroup named after it", "0::/kc-watchman/" + id + "\n", "4242\t1", errNotItsCgroup},
+		{"a cgroup merely naming it", "0::/user.slice/session-" + id + ".scope\n", "4242\t1", errNotItsCgroup},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			root := t.TempDir()

@@ -352,13 +352,15 @@ func ownPath(path string) bool {
 
 // NameMatches reports whether the cgroup path is named as container id's
 // own by an engine's convention (DESIGN "Ground truth must be corroborated"): its last component exactly
-// (or the one before crun's "container" subgroup). A monitor's cgroup
+// (or the one before crun's "container" subgroup, or before the
+// "init.scope" a systemd running as the container's init moves itself
+// to). A monitor's cgroup
 // (libpod-conmon-<id>.scope, crio-conmon-<id>.scope, podman's "runtime"
 // sibling) never matches.
 func NameMatches(path, id string) bool {
 	path = strings.TrimSuffix(path, "/")
 	last := path[strings.LastIndexByte(path, '/')+1:]
-	if last == "container" {
+	if last == "container" || last == "init.scope" {
 		path = path[:len(path)-len(last)-1]
 		last = path[strings.LastIndexByte(path, '/')+1:]
 	}

@@ -363,6 +363,9 @@ type Truth struct {
 	Set      Set
 	Answers  []Answer
 	Statuses []Status
+	// Asked is when the question was asked: the answers say what was
+	// live then, at the earliest (a narrowed answer: the first question).
+	Asked time.Time
 }
 
 // Ask asks every engine at once. If any of them cannot be asked, or there
@@ -416,7 +419,7 @@ func AskAbout(ctx context.Context, engines []Engine, ids []string, before Truth)
 	for _, id := range ids {
 		about[id] = true
 	}
-	return askEach(engines, func(e Engine) (Answer, error) {
+	tr, err := askEach(engines, func(e Engine) (Answer, error) {
 		n, ok := e.(Narrower)
 		old, known := prev[e.Name()]
 		// A live container makes the likelier canary: an exited one may
@@ -439,6 +442,11 @@ func AskAbout(ctx context.Context, engines []Engine, ids []string, before Truth)
 		}
 		return narrowed(old, a, about), nil
 	})
+	// What the first answer said of the others is as old as it.
+	if !before.Asked.IsZero() && before.Asked.Before(tr.Asked) {
+		tr.Asked = before.Asked
+	}
+	return tr, err
 }
 
 // narrowed is old with the containers in about as again lists them.
@@ -463,6 +471,7 @@ func askEach(engines []Engine, live func(Engine) (Answer, error)) (Truth, error)
 	if len(engines) == 0 {
 		return Truth{}, fmt.Errorf("%w: no container engine found on this host (podman, docker, containerd, CRI-O); name one with --engine", ErrUnknown)
 	}
+	asked := time.Now()
 	answers := make([]Answer, len(engines))
 	errs := make([]error, len(engines))
 	var wg sync.WaitGroup
@@ -475,7 +484,7 @@ func askEach(engines []Engine, live func(Engine) (Answer, error)) (Truth, error)
 	}
 	wg.Wait()
 
-	var tr Truth
+	tr := Truth{Asked: asked}
 	var failed []error
 	for i, e := range engines {
 		st := Status{Name: e.Name(), Endpoint: e.Endpoint(), UID: UIDUnknown}

@@ -70,8 +70,9 @@ type settledDeath struct {
 
 // sameDeath reports whether d is the death s settled, reported again.
 func (s settledDeath) sameDeath(d engine.Death) bool {
-	if s.pid > 0 && d.Via == "pidfd" && d.PID > 0 && d.PID != s.pid {
-		return false
+	if s.pid > 0 && d.Via == "pidfd" && d.PID > 0 {
+		// An init dies once: its pidfd's word, however late.
+		return d.PID == s.pid
 	}
 	return !d.At.After(s.at.Add(sameDeathSlack))
 }
@@ -234,7 +235,11 @@ func (h *deathHandler) death(d engine.Death) {
 	}
 	if seen || h.inFlight[d.ID] {
 		if !seen {
-			h.again[d.ID] = d
+			// The latest report: a later death must not be overwritten
+			// by a late report of the one being handled.
+			if old, ok := h.again[d.ID]; !ok || d.At.After(old.At) {
+				h.again[d.ID] = d
+			}
 			select {
 			case h.nudges[d.ID] <- struct{}{}: // a nil channel never takes
 			default:
@@ -416,7 +421,7 @@ func (h *deathHandler) handle(batch []engine.Death) {
 		log.Debug("container deaths decided together", "burst", len(batch))
 	}
 	waits := 0 // the backoff's steps taken; a nudged attempt takes none
-	var budget time.Duration
+	var budget, unknownFor time.Duration
 	for _, r := range h.retries {
 		budget += r
 	}
@@ -433,11 +438,17 @@ func (h *deathHandler) handle(batch []engine.Death) {
 			}
 		}
 		opt.Logger = log
+		began := time.Now()
 		rep, liveErr, err := h.locked(opt, log)
 		// The budget is the backoff's sum in time, not only in steps: an
 		// engine that hangs to its timeout on every attempt would hold
-		// the rounds for ten of them.
-		last := waits >= len(h.retries) || time.Since(start) >= budget
+		// the rounds for ten of them. Only the attempts whose truth was
+		// unknown count: not the wait for the lock behind a round, nor a
+		// burst-mate's grace.
+		if liveErr != nil {
+			unknownFor += time.Since(began)
+		}
+		last := waits >= len(h.retries) || unknownFor >= budget
 		var again []string
 		for _, id := range slices.Sorted(maps.Keys(waiting)) {
 			d := waiting[id]
@@ -740,7 +751,7 @@ func startDeathEvents(work context.Context, w *Watch, serial *sync.Mutex, log *s
 			// Every answer the engines give a round or a death moves the
 			// pins: a restarted container's new init is pinned by the
 			// first decision that sees it.
-			w.onTruth = func(tr engine.Truth) { pins.refresh(tr.Answers) }
+			w.onTruth = pins.refresh
 		}
 	}
 	h = newDeathHandler(*w, log, serial, work, ctx)

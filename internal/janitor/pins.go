@@ -157,8 +157,15 @@ type pinner struct {
 	// unpinned is each of those: its death is seen by the next answer
 	// that no longer lists it, if no event said it before.
 	unpinned map[string]unpinnedLive
-	said     [2]int
-	wg       sync.WaitGroup
+	// listed is how many live containers each engine's last answer
+	// listed, to tell a death from a list gone wrong.
+	listed map[listedBy]int
+	// newest is when the newest answer applied was asked: an older one
+	// (a round's, applied after its scan, behind a relist's) moves no
+	// pin away and says no container went.
+	newest time.Time
+	said   [2]int
+	wg     sync.WaitGroup
 }
 
 func newPinner(root string, log *slog.Logger, scope map[string]bool, store func() *ledger.Store, death func(engine.Death)) (*pinner, error) {
@@ -185,7 +192,7 @@ func newPinner(root string, log *slog.Logger, scope map[string]bool, store func(
 		max = int(min(rl.Cur/2, 1<<20))
 	}
 	p := &pinner{root: root, log: log.With("step", "pidfd"), death: death, scope: scope, store: store, max: max,
-		epfd: epfd, wake: wake, pins: map[string]*pin{}, byKey: map[int32]*pin{}, refused: map[string]int{}, diedAt: map[string]time.Time{}, unpinned: map[string]unpinnedLive{}}
+		epfd: epfd, wake: wake, pins: map[string]*pin{}, byKey: map[int32]*pin{}, refused: map[string]int{}, diedAt: map[string]time.Time{}, unpinned: map[string]unpinnedLive{}, listed: map[listedBy]int{}}
 	p.wg.Add(1)
 	go p.loop()
 	return p, nil
@@ -243,11 +250,12 @@ func (p *pinner) drop(pn *pin) {
 // container's (askPID) in the background, never on a decision's path, and
 // without an answer the ledger's record of it is used; either is
 // validated like any other before it is pinned.
-func (p *pinner) refresh(answers []engine.Answer) { p.apply(answers, nil) }
+func (p *pinner) refresh(tr engine.Truth) { p.apply(tr.Answers, tr.Asked, nil) }
 
-// apply is refresh; told, when not nil, is askPID's answers for the
-// containers the engines listed without an init PID.
-func (p *pinner) apply(answers []engine.Answer, told map[listedBy]map[string]int) {
+// apply is refresh of answers asked at asked; told, when not nil, is
+// askPID's answers for the containers the engines listed without an
+// init PID.
+func (p *pinner) apply(answers []engine.Answer, asked time.Time, told map[listedBy]map[string]int) {
 	type want struct {
 		engine string
 		pid    int
@@ -318,7 +326,7 @@ func (p *pinner) apply(answers []engine.Answer, told map[listedBy]map[string]int
 			for by, ids := range ask {
 				got[by] = p.askPID(by, ids)
 			}
-			p.apply(answers, got)
+			p.apply(answers, asked, got)
 			p.mu.Lock()
 			p.asking = false
 			p.mu.Unlock()
@@ -355,13 +363,15 @@ func (p *pinner) apply(answers []engine.Answer, told map[listedBy]map[string]int
 		p.mu.Unlock()
 		return
 	}
-	if told == nil {
+	fresh := told == nil && !asked.Before(p.newest)
+	if fresh {
+		p.newest = asked
 		dead = p.goneUnpinned(answers, live)
 	}
 	for id, pn := range p.pins {
-		// The background pass only adds: its answers may be older than
-		// a pin made since.
-		if told != nil {
+		// The background pass and an older answer only add: they may
+		// be older than a pin made since.
+		if !fresh {
 			break
 		}
 		if w, ok := wants[id]; !ok || w.pid != pn.p.PID || byPID[w.pid] > 1 {
@@ -431,8 +441,8 @@ func (p *pinner) apply(answers []engine.Answer, told map[listedBy]map[string]int
 			eventsOnly++
 		}
 	}
-	if told == nil {
-		p.noteUnpinned(answers)
+	if fresh {
+		p.noteUnpinned(answers, asked)
 	}
 	pinned := len(p.pins)
 	changed := false
@@ -462,41 +472,52 @@ type unpinnedLive struct {
 // (CRI without events, podman's CLI), seen within pinRelist rather than
 // at the next round. It is dated to when they were last listed live, so
 // that nothing started since is judged by it; an event that came first
-// coalesces it (settledDeath). p.mu is held.
+// coalesces it (settledDeath). An answer that drops more than half of
+// what its engine listed live (from 3) is a list gone wrong, not deaths:
+// rounds refuse such a run (--max-reap's half rule), and so does this.
+// p.mu is held.
 func (p *pinner) goneUnpinned(answers []engine.Answer, live map[string]bool) []engine.Death {
 	answered := map[listedBy]bool{}
 	for _, a := range answers {
 		answered[listedIn(a)] = true
 	}
-	var dead []engine.Death
+	gone := map[listedBy][]engine.Death{}
 	for id, u := range p.unpinned {
 		if _, pinned := p.pins[id]; live[id] || pinned || !answered[u.by] {
 			continue
 		}
-		dead = append(dead, engine.Death{Engine: u.by.engine, ID: id, At: u.at, Via: "relist"})
+		gone[u.by] = append(gone[u.by], engine.Death{Engine: u.by.engine, ID: id, At: u.at, Via: "relist"})
+	}
+	var dead []engine.Death
+	for by, ds := range gone {
+		if n := p.listed[by]; len(ds) >= 3 && 2*len(ds) > n {
+			p.log.Warn("an answer no longer lists more than half of its engine's live containers; taken for a list gone wrong, not deaths (the next round decides)",
+				"engine", by.engine, "endpoint", by.endpoint, "gone", len(ds), "listed_before", n)
+			continue
+		}
+		dead = append(dead, ds...)
 	}
 	return dead
 }
 
-// noteUnpinned remembers the live containers answers listed that no pin
-// holds now. p.mu is held.
-func (p *pinner) noteUnpinned(answers []engine.Answer) {
-	// An answer is as old as its question.
-	var took time.Duration
-	for _, a := range answers {
-		took = max(took, a.Took)
-	}
-	at := time.Now().Add(-took)
+// noteUnpinned remembers the live containers answers (asked at asked)
+// listed that no pin holds now, but those whose init just died: their
+// engine lists them until it catches up, and that is no later death.
+// p.mu is held.
+func (p *pinner) noteUnpinned(answers []engine.Answer, asked time.Time) {
 	clear(p.unpinned)
+	clear(p.listed)
 	for _, a := range answers {
+		by := listedIn(a)
 		for _, c := range a.Containers {
 			if !c.Live || (len(p.scope) > 0 && !p.scope[c.ID]) {
 				continue
 			}
-			if _, pinned := p.pins[c.ID]; !pinned {
-				if _, dup := p.unpinned[c.ID]; !dup {
-					p.unpinned[c.ID] = unpinnedLive{by: listedIn(a), at: at}
-				}
+			p.listed[by]++
+			_, pinned := p.pins[c.ID]
+			_, died := p.diedAt[c.ID]
+			if _, dup := p.unpinned[c.ID]; !pinned && !died && !dup {
+				p.unpinned[c.ID] = unpinnedLive{by: by, at: asked}
 			}
 		}
 	}
@@ -620,7 +641,7 @@ func (p *pinner) relist(ctx context.Context, every time.Duration, ask func(conte
 			case <-t.C:
 			}
 			if tr, err := ask(ctx); err == nil {
-				p.refresh(tr.Answers)
+				p.refresh(tr)
 			}
 		}
 	}()

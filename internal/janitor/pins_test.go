@@ -81,7 +81,7 @@ func TestPinnerUnseenPIDIsNoDeath(t *testing.T) {
 	}
 	pn, deaths := recordingPinner(t)
 	id := strings.Repeat("7c", 32)
-	pn.refresh([]engine.Answer{{Engine: "docker", Containers: []engine.Container{{ID: id, Live: true, InitPID: cmd.Process.Pid}}}})
+	pn.refresh(engine.Truth{Answers: []engine.Answer{{Engine: "docker", Containers: []engine.Container{{ID: id, Live: true, InitPID: cmd.Process.Pid}}}}, Asked: time.Now()})
 	if pinned, eventsOnly := pn.counts(); pinned != 0 || eventsOnly != 1 {
 		t.Errorf("pinned %d, events only %d; want 0, 1", pinned, eventsOnly)
 	}
@@ -93,53 +93,59 @@ func TestPinnerUnseenPIDIsNoDeath(t *testing.T) {
 // TestPinnerUnpinnedGoneIsADeath: a live container no pin holds (its
 // init unseen here, or no PID given: CRI without events, podman's CLI) is
 // reported dead by the first answer of its engine that no longer lists it,
-// dated to when it was last listed live; not by an answer of another
-// engine, nor while it is listed, nor twice.
+// dated to when the last answer listing it was asked; not by an answer of
+// another engine, nor by one asked before the newest applied (a round's,
+// applied after its scan), nor while it is listed, nor twice; and not
+// when the answer drops more than half of what its engine listed (a list
+// gone wrong).
 func TestPinnerUnpinnedGoneIsADeath(t *testing.T) {
 	pn, deaths := recordingPinner(t)
 	gone, stays, other := strings.Repeat("1a", 32), strings.Repeat("2b", 32), strings.Repeat("3c", 32)
 	cri := func(ids ...string) engine.Answer {
-		a := engine.Answer{Engine: "cri", Endpoint: "/run/crio/crio.sock", UID: 0, Took: 50 * time.Millisecond}
+		a := engine.Answer{Engine: "cri", Endpoint: "/run/crio/crio.sock", UID: 0}
 		for _, id := range ids {
 			a.Containers = append(a.Containers, engine.Container{ID: id, Live: true})
 		}
 		return a
 	}
 	podman := engine.Answer{Engine: "podman", Endpoint: "unix:///run/podman/podman.sock", Containers: []engine.Container{{ID: other, Live: true}}}
-	before := time.Now()
-	pn.refresh([]engine.Answer{cri(gone, stays), podman})
-	listed := time.Now()
-	pn.refresh([]engine.Answer{cri(gone, stays), podman})
-	if ds := deaths(); len(ds) != 0 {
-		t.Fatalf("deaths while every container is listed: %+v", ds)
-	}
-	// Only podman answers: nothing is known of the CRI runtime's.
-	pn.refresh([]engine.Answer{podman})
-	if ds := deaths(); len(ds) != 0 {
-		t.Fatalf("deaths from an answer of another engine: %+v", ds)
-	}
-	pn.refresh([]engine.Answer{cri(gone, stays), podman})
-	listed = time.Now()
-	// Both answer; neither lists what went.
 	noneLeft := engine.Answer{Engine: podman.Engine, Endpoint: podman.Endpoint}
-	pn.refresh([]engine.Answer{cri(stays), noneLeft})
+	t0 := time.Now().Add(-time.Hour)
+	at := func(min int) time.Time { return t0.Add(time.Duration(min) * time.Minute) }
+	truth := func(asked time.Time, as ...engine.Answer) engine.Truth {
+		return engine.Truth{Answers: as, Asked: asked}
+	}
+
+	pn.refresh(truth(at(1), cri(gone, stays), podman))
+	pn.refresh(truth(at(2), cri(gone, stays), podman))
+	// Only podman answers: nothing is known of the CRI runtime's.
+	pn.refresh(truth(at(3), podman))
+	// Asked before the newest: a round's answer applied after its scan.
+	pn.refresh(truth(at(2), cri(stays), noneLeft))
+	if ds := deaths(); len(ds) != 0 {
+		t.Fatalf("deaths before any answer of their engine left them out: %+v", ds)
+	}
+	pn.refresh(truth(at(4), cri(gone, stays), podman))
+	pn.refresh(truth(at(5), cri(stays), noneLeft))
 	ds := deaths()
-	if len(ds) != 2 {
-		t.Fatalf("deaths %+v; want %s's and %s's", ds, gone[:4], other[:4])
-	}
 	slices.SortFunc(ds, func(a, b engine.Death) int { return strings.Compare(a.ID, b.ID) })
-	for i, want := range []struct{ id, engine string }{{gone, "cri"}, {other, "podman"}} {
-		d := ds[i]
-		if d.ID != want.id || d.Engine != want.engine || d.Via != "relist" || d.At.Before(before.Add(-time.Second)) || d.At.After(time.Now()) {
-			t.Errorf("death %+v; want %s's, by %s, via relist, dated when last listed", d, want.id[:4], want.engine)
-		}
+	want := []engine.Death{{Engine: "cri", ID: gone, At: at(4), Via: "relist"}, {Engine: "podman", ID: other, At: at(4), Via: "relist"}}
+	if !slices.EqualFunc(ds, want, func(a, b engine.Death) bool {
+		return a.Engine == b.Engine && a.ID == b.ID && a.At.Equal(b.At) && a.Via == b.Via
+	}) {
+		t.Errorf("deaths %+v; want %+v", ds, want)
 	}
-	if ds[0].At.After(listed.Add(time.Second)) {
-		t.Errorf("%s's death dated %v, after it was last listed", gone[:4], ds[0].At)
-	}
-	pn.refresh([]engine.Answer{cri(stays), noneLeft})
+	pn.refresh(truth(at(6), cri(stays), noneLeft))
 	if ds := deaths(); len(ds) != 2 {
 		t.Errorf("reported again: %+v", ds)
+	}
+
+	// Three of four gone at once from one engine's list: no deaths.
+	ids := []string{strings.Repeat("4d", 32), strings.Repeat("5e", 32), strings.Repeat("6f", 32)}
+	pn.refresh(truth(at(7), cri(append(slices.Clone(ids), stays)...)))
+	pn.refresh(truth(at(8), cri(stays)))
+	if ds := deaths(); len(ds) != 2 {
+		t.Errorf("a list that lost most of its containers reported deaths: %+v", ds[2:])
 	}
 }
 
@@ -178,7 +184,7 @@ func TestPinnerPodman(t *testing.T) {
 	if pinned, eventsOnly, why := pinnable(Settings{StateDir: t.TempDir()}, answers, nil); pinned != 1 || eventsOnly != 3 || len(why) != 2 {
 		t.Errorf("doctor: pinnable %d, events only %d (%v); want 1, and 3 for two reasons", pinned, eventsOnly, why)
 	}
-	pn.refresh(answers)
+	pn.refresh(engine.Truth{Answers: answers, Asked: time.Now()})
 	if pinned, eventsOnly := pn.counts(); pinned != 1 || eventsOnly != 3 {
 		t.Fatalf("pinned %d, events only %d; want 1, and the two sharing a PID and the one without a PID", pinned, eventsOnly)
 	}
@@ -246,7 +252,7 @@ func TestPinnerDocker(t *testing.T) {
 			}
 			defer pn.close()
 			pn.askPID = tc.ask
-			pn.refresh(answers)
+			pn.refresh(engine.Truth{Answers: answers, Asked: time.Now()})
 			pn.settle()
 			if pinned, eventsOnly := pn.counts(); pinned != tc.pinned || eventsOnly != tc.evOnly {
 				t.Errorf("pinned %d, events only %d; want %d, %d", pinned, eventsOnly, tc.pinned, tc.evOnly)
@@ -307,6 +313,7 @@ func TestCheckInit(t *testing.T) {
 		{"a process of the container", cgroup, "4242\t57", errNotPIDNSInit},
 		{"a process of ours", cgroup, "4242", errNotPIDNSInit},
 		{"another container's init", "0::/machine.slice/libpod-" + strings.Repeat("d4", 32) + ".scope\n", "4242\t1", errNotItsCgroup},
+		{"systemd as its init (podman --systemd)", "0::/machine.slice/libpod-" + id + ".scope/init.scope\n", "4242\t1", nil},
 		{"docker's, cgroup v1", "12:pids:/docker/" + id + "\n1:name=systemd:/docker/" + id + "\n", "4242\t1", nil},
 		{"its monitor's cgroup", "0::/machine.slice/libpod-conmon-" + id + ".scope\n", "4242\t1", errNotItsCgroup},
 		{"kc-watchman's cgroup named after it", "0::/kc-watchman/" + id + "\n", "4242\t1", errNotItsCgroup},

@@ -36,6 +36,11 @@ USERUNITS   := contrib/systemd/user/kc-janitor.service contrib/systemd/user/kc-j
 TESTFLAGS   ?= -count=1 -timeout 15m
 PKGS        ?= ./...
 
+# One recipe at a time, -j or not: install-hooks must follow install-bin
+# (a descriptor naming a missing kc-hook fails every container), and the
+# builds parallelise inside go anyway.
+.NOTPARALLEL:
+
 .PHONY: all build built janitor-built test vet fmt docs pkgroot deb rpm deb-test rpm-test image install install-bin install-hooks install-units install-man install-completion uninstall demo bench bench-harness reliability fuzz clean
 
 all: build
@@ -97,14 +102,14 @@ install-hooks:
 install-units:
 	install -d $(DESTDIR)$(USERUNITDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/default
 	for f in $(UNITS); do \
-		sed 's|/usr/local/bin/kc-janitor|$(BINDIR)/kc-janitor|g; s|/etc/default/kc-janitor|$(SYSCONFDIR)/default/kc-janitor|g' $$f > $(DESTDIR)$(UNITDIR)/$$(basename $$f); \
-		chmod 0644 $(DESTDIR)$(UNITDIR)/$$(basename $$f); \
+		sed 's|/usr/local/bin/kc-janitor|$(BINDIR)/kc-janitor|g; s|/etc/default/kc-janitor|$(SYSCONFDIR)/default/kc-janitor|g' $$f > $(DESTDIR)$(UNITDIR)/$$(basename $$f) && \
+			chmod 0644 $(DESTDIR)$(UNITDIR)/$$(basename $$f) || exit 1; \
 	done
 	test -e $(DESTDIR)$(SYSCONFDIR)/default/kc-janitor || \
 		install -m 0644 contrib/systemd/kc-janitor.env $(DESTDIR)$(SYSCONFDIR)/default/kc-janitor
 	for f in $(USERUNITS); do \
-		sed 's|/usr/local/bin/kc-janitor|$(BINDIR)/kc-janitor|g' $$f > $(DESTDIR)$(USERUNITDIR)/$$(basename $$f); \
-		chmod 0644 $(DESTDIR)$(USERUNITDIR)/$$(basename $$f); \
+		sed 's|/usr/local/bin/kc-janitor|$(BINDIR)/kc-janitor|g' $$f > $(DESTDIR)$(USERUNITDIR)/$$(basename $$f) && \
+			chmod 0644 $(DESTDIR)$(USERUNITDIR)/$$(basename $$f) || exit 1; \
 	done
 
 install-man: janitor-built

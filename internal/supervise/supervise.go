@@ -286,6 +286,8 @@ type runner struct {
 	// subreaper: orphaned descendants are reparented to the wrapper,
 	// which must reap them (reapAdopted).
 	subreaper bool
+	// oom: the command's oom_score_adj when it is not the wrapper's.
+	oom *oomScores
 	// cg is the command's cgroup; nil when it is not contained. cloned:
 	// the command was started inside it (cgroup v2, CLONE_INTO_CGROUP),
 	// so that everything it forks is in it unless moved out.
@@ -625,7 +627,7 @@ func (r *runner) startCommand(cgroupFD int, into bool) (*child, error) {
 		// that forked the child exits, not the process: keep this
 		// thread, locked and alive, until the child has been reaped.
 		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
+		if err := r.withOOMScore(cmd.Start); err != nil {
 			errc <- err
 			return // exits the locked thread; there is no child
 		}

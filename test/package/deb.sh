@@ -105,10 +105,23 @@ echo 'not a link' >"$wants/kc-janitor.service"
 # An operator's copy naming the packaged kc-hook (a descriptor in /etc,
 # containerd's base spec) makes the removal refuse: runc would fail every
 # container it applies to once the binary is gone.
+# A link to the packaged base spec (relative here: dpkg --root) counts,
+# and so does a user's own descriptor.
 for copy in etc/containers/oci/hooks.d/kc-hook-poststop.json:usr/share/containers/oci/hooks.d/kc-hook-poststop.json \
-	etc/containerd/kc-watchman-base-spec.json:usr/share/kc-watchman/containerd/base-runtime-spec.json; do
-	mkdir -p "$root/$(dirname "${copy%%:*}")"
-	cp "$root/${copy#*:}" "$root/${copy%%:*}"
+	etc/containerd/kc-watchman-base-spec.json:usr/share/kc-watchman/containerd/base-runtime-spec.json \
+	link:etc/containerd/kc-watchman-base-spec.json:../../usr/share/kc-watchman/containerd/base-runtime-spec.json \
+	home/kc/.config/containers/oci/hooks.d/kc-hook-poststop.json:usr/share/containers/oci/hooks.d/kc-hook-poststop.json; do
+	case $copy in
+	link:*)
+		copy=${copy#link:}
+		mkdir -p "$root/$(dirname "${copy%%:*}")"
+		ln -s "${copy#*:}" "$root/${copy%%:*}"
+		;;
+	*)
+		mkdir -p "$root/$(dirname "${copy%%:*}")"
+		cp "$root/${copy#*:}" "$root/${copy%%:*}"
+		;;
+	esac
 	PATH="$aside/bin:$PATH" dpkg --root="$root" --force-script-chrootless -r "$name" >"$aside/log" 2>&1 &&
 		fail "dpkg -r removed the package while ${copy%%:*} names its kc-hook"
 	grep -q "not removed: these files still run /usr/libexec/kc-watchman/kc-hook" "$aside/log" && grep -qF "/${copy%%:*}" "$aside/log" ||
@@ -116,8 +129,13 @@ for copy in etc/containers/oci/hooks.d/kc-hook-poststop.json:usr/share/container
 	[ -x "$root/usr/libexec/kc-watchman/kc-hook" ] || fail "the refused removal deleted kc-hook"
 	rm "$root/${copy%%:*}"
 done
-rm -r "$root/etc/containers" "$root/etc/containerd"
+# What does not count: a link to the package's own descriptor (it
+# dangles, and podman skips it), a backup no runtime reads.
+mkdir -p "$root/etc/containers/oci/hooks.d"
+ln -s ../../../../usr/share/containers/oci/hooks.d/kc-hook-poststop.json "$root/etc/containers/oci/hooks.d/kc-hook-poststop.json"
+cp "$root/usr/share/containers/oci/hooks.d/kc-hook-poststop.json" "$root/etc/containers/oci/hooks.d/kc-hook-poststop.json.bak"
 pkg -r "$name"
+rm -r "$root/etc/containers" "$root/etc/containerd" "$root/home"
 grep -q '^KC_APPLY=1$' "$root/etc/default/kc-janitor" || fail "remove did not keep the edited /etc/default/kc-janitor"
 [ -L "$wants/kc-janitor.timer" ] || fail "remove dropped the operator's enablement of kc-janitor.timer"
 pkg -P "$name"

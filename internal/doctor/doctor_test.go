@@ -954,6 +954,27 @@ func TestDescriptorTimeoutAboveDeadline(t *testing.T) {
 	}
 }
 
+// TestDescriptorVariableSetTwice: a KC_* variable set twice in a
+// descriptor's env is a problem: which value kc-hook gets depends on the
+// runtime (runc the last, crun the first).
+func TestDescriptorVariableSetTwice(t *testing.T) {
+	hook := fakeHook(t)
+	for _, tc := range []struct {
+		env     []string
+		problem bool
+	}{
+		{[]string{"KC_STATE_DIR=/a", "KC_HOOK_DEADLINE=10s"}, false},
+		{[]string{"KC_HOOK_DEADLINE=10s", "KC_HOOK_DEADLINE=60s"}, true},
+		{[]string{"PATH=/bin", "PATH=/usr/bin"}, false},
+	} {
+		got := ParseDescriptor("x.json", []byte(descriptor(hook, "createRuntime", tc.env...)))
+		twice := slices.ContainsFunc(got.Problems, func(p string) bool { return strings.Contains(p, "twice") })
+		if twice != tc.problem {
+			t.Errorf("env %q: problems %q; want a variable set twice: %v", tc.env, got.Problems, tc.problem)
+		}
+	}
+}
+
 // TestHookInstalledDefaultMismatch: a descriptor naming no state dir
 // makes the hook use its own default, which need not be the janitor's
 // (a janitor given --state-dir, or root's janitor reading a user's hooks).

@@ -131,6 +131,18 @@ func ParseDescriptor(file string, data []byte) Descriptor {
 		d.Problems = append(d.Problems, fmt.Sprintf("version %q, want %q", h.Version, hook.Version))
 	}
 	d.Path, d.Args, d.Env, d.Timeout = h.Hook.Path, h.Hook.Args, h.Hook.Env, h.Hook.Timeout
+	// runc's Go takes a variable's last value, crun passes the list to
+	// execve and kc-hook's Go takes the first: which one the hook runs
+	// with depends on the runtime.
+	seen := map[string]bool{}
+	for _, kv := range d.Env {
+		if k, _, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, "KC_") {
+			if seen[k] {
+				d.Problems = append(d.Problems, fmt.Sprintf("hook.env sets %s twice: runc uses the last value, crun the first", k))
+			}
+			seen[k] = true
+		}
+	}
 	d.Problems = append(d.Problems, checkPath(d.Path)...)
 	if d.Timeout != nil && *d.Timeout <= 0 {
 		d.Problems = append(d.Problems, fmt.Sprintf("hook.timeout %d: must be positive", *d.Timeout))

@@ -20,20 +20,7 @@ func TestEveryBuildingPackageCleansUp(t *testing.T) {
 	type pkg struct{ builds, cleans bool }
 	pkgs := map[string]*pkg{}
 	root := filepath.Join("..", "..")
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && (d.Name() == ".git" || d.Name() == ".tmp" || d.Name() == "testdata") {
-			return filepath.SkipDir
-		}
-		if !strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		src, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
+	err := eachTestFile(root, func(path string, src []byte) error {
 		p := pkgs[filepath.Dir(path)]
 		if p == nil {
 			p = &pkg{}
@@ -67,20 +54,7 @@ func TestFuzzScriptRunsEveryTarget(t *testing.T) {
 	}
 	fuzz := regexp.MustCompile(`(?m)^func (Fuzz\w+)\(`)
 	found := 0
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && (d.Name() == ".git" || d.Name() == ".tmp" || d.Name() == "testdata") {
-			return filepath.SkipDir
-		}
-		if !strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		src, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
+	err = eachTestFile(root, func(path string, src []byte) error {
 		for _, m := range fuzz.FindAllSubmatch(src, -1) {
 			found++
 			rel, err := filepath.Rel(root, filepath.Dir(path))
@@ -99,4 +73,25 @@ func TestFuzzScriptRunsEveryTarget(t *testing.T) {
 	if found == 0 {
 		t.Fatal("no fuzz target found: the check is blind")
 	}
+}
+
+// eachTestFile calls fn with every _test.go file of the tree under root
+// and its content.
+func eachTestFile(root string, fn func(path string, src []byte) error) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == ".tmp" || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return fn(path, src)
+	})
 }

@@ -360,9 +360,11 @@ func ownPath(path string) bool {
 func NameMatches(path, id string) bool {
 	path = strings.TrimSuffix(path, "/")
 	last := path[strings.LastIndexByte(path, '/')+1:]
-	if last == "container" || last == "init.scope" {
-		path = path[:len(path)-len(last)-1]
-		last = path[strings.LastIndexByte(path, '/')+1:]
+	for _, sub := range []string{"init.scope", "container"} {
+		if last == sub {
+			path = path[:len(path)-len(last)-1]
+			last = path[strings.LastIndexByte(path, '/')+1:]
+		}
 	}
 	if id == "" || !strings.Contains(last, id) {
 		return false

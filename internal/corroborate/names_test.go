@@ -11,6 +11,8 @@ func TestNameMatches(t *testing.T) {
 		{"/machine.slice/libpod-" + id + ".scope", true},
 		{"/machine.slice/libpod-" + id + ".scope/container", true},
 		{"/machine.slice/libpod-" + id + ".scope/init.scope", true},
+		{"/machine.slice/libpod-" + id + ".scope/container/init.scope", true},
+		{"/machine.slice/libpod-" + id + ".scope/init.scope/container", false},
 		{"/machine.slice/libpod-conmon-" + id + ".scope/init.scope", false},
 		{"/libpod_parent/libpod-" + id, true},
 		{"/libpod_parent/libpod-payload-" + id, true},

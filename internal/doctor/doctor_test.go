@@ -966,6 +966,7 @@ func TestDescriptorVariableSetTwice(t *testing.T) {
 		{[]string{"KC_STATE_DIR=/a", "KC_HOOK_DEADLINE=10s"}, false},
 		{[]string{"KC_HOOK_DEADLINE=10s", "KC_HOOK_DEADLINE=60s"}, true},
 		{[]string{"PATH=/bin", "PATH=/usr/bin"}, false},
+		{[]string{"KC_STATE_DIR=/a", "KC_STATE_DIR=/a"}, false},
 	} {
 		got := ParseDescriptor("x.json", []byte(descriptor(hook, "createRuntime", tc.env...)))
 		twice := slices.ContainsFunc(got.Problems, func(p string) bool { return strings.Contains(p, "twice") })

@@ -134,13 +134,17 @@ func ParseDescriptor(file string, data []byte) Descriptor {
 	// runc's Go takes a variable's last value, crun passes the list to
 	// execve and kc-hook's Go takes the first: which one the hook runs
 	// with depends on the runtime.
-	seen := map[string]bool{}
+	first, said := map[string]string{}, map[string]bool{}
 	for _, kv := range d.Env {
-		if k, _, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, "KC_") {
-			if seen[k] {
-				d.Problems = append(d.Problems, fmt.Sprintf("hook.env sets %s twice: runc uses the last value, crun the first", k))
-			}
-			seen[k] = true
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || !strings.HasPrefix(k, "KC_") {
+			continue
+		}
+		if was, seen := first[k]; !seen {
+			first[k] = v
+		} else if was != v && !said[k] {
+			said[k] = true
+			d.Problems = append(d.Problems, fmt.Sprintf("hook.env sets %s twice, to %q and %q: runc uses the last value, crun the first", k, was, v))
 		}
 	}
 	d.Problems = append(d.Problems, checkPath(d.Path)...)

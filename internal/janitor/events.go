@@ -327,7 +327,7 @@ func (h *deathHandler) catchUpOnce(eng string) {
 	opt := h.w.Reconcile
 	opt.Logger = log
 	for try := 0; ; try++ {
-		rep, liveErr, err := h.locked(opt, log)
+		rep, liveErr, err, _ := h.locked(opt, log)
 		switch {
 		case liveErr != nil && try < len(h.catchUpRetries):
 			log.Warn("not caught up after the event stream was down: ground truth unknown; nothing touched, trying again", "err", liveErr, "retry_in", h.catchUpRetries[try].String())
@@ -438,15 +438,14 @@ func (h *deathHandler) handle(batch []engine.Death) {
 			}
 		}
 		opt.Logger = log
-		began := time.Now()
-		rep, liveErr, err := h.locked(opt, log)
+		rep, liveErr, err, took := h.locked(opt, log)
 		// The budget is the backoff's sum in time, not only in steps: an
 		// engine that hangs to its timeout on every attempt would hold
 		// the rounds for ten of them. Only the attempts whose truth was
 		// unknown count: not the wait for the lock behind a round, nor a
 		// burst-mate's grace.
 		if liveErr != nil {
-			unknownFor += time.Since(began)
+			unknownFor += took
 		}
 		last := waits >= len(h.retries) || unknownFor >= budget
 		var again []string
@@ -540,16 +539,18 @@ var errStopping = errors.New("watch is stopping")
 // stop, a death still waiting for its turn makes none: in a mass teardown
 // dozens queue here, and the operator asked for the handling under way to
 // finish, not for a scan and a reap per queued death after the signal.
-func (h *deathHandler) locked(opt reconcile.Options, log *slog.Logger) (Report, error, error) {
+func (h *deathHandler) locked(opt reconcile.Options, log *slog.Logger) (rep Report, liveErr, err error, took time.Duration) {
 	h.serial.Lock()
 	defer h.serial.Unlock()
 	if h.stop.Err() != nil {
-		return Report{}, nil, errStopping
+		return Report{}, nil, errStopping, 0
 	}
 	h.scans.Add(1)
-	rep, liveErr, err := h.attempt(h.work, opt, log)
+	start := time.Now()
+	rep, liveErr, err = h.attempt(h.work, opt, log)
+	took = time.Since(start)
 	h.w.Live.reconciled(rep)
-	return rep, liveErr, err
+	return rep, liveErr, err, took
 }
 
 // wait sleeps for d, or until nudged and nudgeWindow more; ok is false

@@ -160,6 +160,10 @@ type pinner struct {
 	// listed is how many live containers each engine's last answer
 	// listed, to tell a death from a list gone wrong.
 	listed map[listedBy]int
+	// doubted are the containers an answer dropped too many of at once:
+	// reported if the next answer of their engine does not list them
+	// either.
+	doubted map[string]unpinnedLive
 	// newest is when the newest answer applied was asked: an older one
 	// (a round's, applied after its scan, behind a relist's) moves no
 	// pin away and says no container went.
@@ -192,7 +196,7 @@ func newPinner(root string, log *slog.Logger, scope map[string]bool, store func(
 		max = int(min(rl.Cur/2, 1<<20))
 	}
 	p := &pinner{root: root, log: log.With("step", "pidfd"), death: death, scope: scope, store: store, max: max,
-		epfd: epfd, wake: wake, pins: map[string]*pin{}, byKey: map[int32]*pin{}, refused: map[string]int{}, diedAt: map[string]time.Time{}, unpinned: map[string]unpinnedLive{}, listed: map[listedBy]int{}}
+		epfd: epfd, wake: wake, pins: map[string]*pin{}, byKey: map[int32]*pin{}, refused: map[string]int{}, diedAt: map[string]time.Time{}, unpinned: map[string]unpinnedLive{}, listed: map[listedBy]int{}, doubted: map[string]unpinnedLive{}}
 	p.wg.Add(1)
 	go p.loop()
 	return p, nil
@@ -432,7 +436,7 @@ func (p *pinner) apply(answers []engine.Answer, asked time.Time, told map[listed
 		delete(p.unpinned, id)
 	}
 	for id := range p.refused {
-		if told == nil && !live[id] {
+		if fresh && !live[id] {
 			delete(p.refused, id)
 		}
 	}
@@ -446,7 +450,7 @@ func (p *pinner) apply(answers []engine.Answer, asked time.Time, told map[listed
 	}
 	pinned := len(p.pins)
 	changed := false
-	if !later { // else the background pass counts
+	if !later && fresh { // else the background pass, or a newer answer, counts
 		p.eventsOnly = eventsOnly
 		changed = p.said != [2]int{pinned, eventsOnly}
 		p.said = [2]int{pinned, eventsOnly}
@@ -473,14 +477,21 @@ type unpinnedLive struct {
 // at the next round. It is dated to when they were last listed live, so
 // that nothing started since is judged by it; an event that came first
 // coalesces it (settledDeath). An answer that drops more than half of
-// what its engine listed live (from 3) is a list gone wrong, not deaths:
-// rounds refuse such a run (--max-reap's half rule), and so does this.
-// p.mu is held.
+// what its engine listed live (from 3) may be a list gone wrong: those
+// are reported only if the engine's next answer does not list them
+// either. p.mu is held.
 func (p *pinner) goneUnpinned(answers []engine.Answer, live map[string]bool) []engine.Death {
 	answered := map[listedBy]bool{}
 	for _, a := range answers {
 		answered[listedIn(a)] = true
 	}
+	var dead []engine.Death
+	for id, u := range p.doubted {
+		if _, pinned := p.pins[id]; !live[id] && !pinned && answered[u.by] {
+			dead = append(dead, engine.Death{Engine: u.by.engine, ID: id, At: u.at, Via: "relist"})
+		}
+	}
+	clear(p.doubted)
 	gone := map[listedBy][]engine.Death{}
 	for id, u := range p.unpinned {
 		if _, pinned := p.pins[id]; live[id] || pinned || !answered[u.by] {
@@ -488,11 +499,13 @@ func (p *pinner) goneUnpinned(answers []engine.Answer, live map[string]bool) []e
 		}
 		gone[u.by] = append(gone[u.by], engine.Death{Engine: u.by.engine, ID: id, At: u.at, Via: "relist"})
 	}
-	var dead []engine.Death
 	for by, ds := range gone {
 		if n := p.listed[by]; len(ds) >= 3 && 2*len(ds) > n {
-			p.log.Warn("an answer no longer lists more than half of its engine's live containers; taken for a list gone wrong, not deaths (the next round decides)",
+			p.log.Warn("an answer no longer lists more than half of its engine's live containers; their deaths wait for its next answer",
 				"engine", by.engine, "endpoint", by.endpoint, "gone", len(ds), "listed_before", n)
+			for _, d := range ds {
+				p.doubted[d.ID] = unpinnedLive{by: by, at: d.At}
+			}
 			continue
 		}
 		dead = append(dead, ds...)

@@ -140,12 +140,29 @@ func TestPinnerUnpinnedGoneIsADeath(t *testing.T) {
 		t.Errorf("reported again: %+v", ds)
 	}
 
-	// Three of four gone at once from one engine's list: no deaths.
+	// Three of four gone at once from one engine's list: no deaths until
+	// its next answer says so too; none if it lists them again.
 	ids := []string{strings.Repeat("4d", 32), strings.Repeat("5e", 32), strings.Repeat("6f", 32)}
 	pn.refresh(truth(at(7), cri(append(slices.Clone(ids), stays)...)))
 	pn.refresh(truth(at(8), cri(stays)))
 	if ds := deaths(); len(ds) != 2 {
-		t.Errorf("a list that lost most of its containers reported deaths: %+v", ds[2:])
+		t.Errorf("a list that lost most of its containers reported deaths at once: %+v", ds[2:])
+	}
+	pn.refresh(truth(at(9), cri(append(slices.Clone(ids), stays)...)))
+	pn.refresh(truth(at(10), cri(append(slices.Clone(ids), stays)...)))
+	if ds := deaths(); len(ds) != 2 {
+		t.Errorf("containers listed again reported dead: %+v", ds[2:])
+	}
+	pn.refresh(truth(at(11), cri(stays)))
+	pn.refresh(truth(at(12), cri(stays)))
+	ds = deaths()
+	if len(ds) != 5 {
+		t.Fatalf("deaths %+v; want the three confirmed by the next answer", ds[2:])
+	}
+	for _, d := range ds[2:] {
+		if !slices.Contains(ids, d.ID) || !d.At.Equal(at(10)) || d.Via != "relist" {
+			t.Errorf("death %+v; want one of the three, dated when last listed", d)
+		}
 	}
 }
 

@@ -134,6 +134,10 @@ done
 mkdir -p "$root/etc/containers/oci/hooks.d"
 ln -s ../../../../usr/share/containers/oci/hooks.d/kc-hook-poststop.json "$root/etc/containers/oci/hooks.d/kc-hook-poststop.json"
 cp "$root/usr/share/containers/oci/hooks.d/kc-hook-poststop.json" "$root/etc/containers/oci/hooks.d/kc-hook-poststop.json.bak"
+# Nor the shipped containerd snippet, merged: its comment names the
+# packaged base spec, its setting the operator's copy.
+mkdir -p "$root/etc/containerd"
+cp "$root/usr/share/kc-watchman/containerd/config.toml" "$root/etc/containerd/config.toml"
 pkg -r "$name"
 rm -r "$root/etc/containers" "$root/etc/containerd" "$root/home"
 grep -q '^KC_APPLY=1$' "$root/etc/default/kc-janitor" || fail "remove did not keep the edited /etc/default/kc-janitor"

@@ -450,7 +450,9 @@ func (p *pinner) apply(answers []engine.Answer, asked time.Time, told map[listed
 	}
 	pinned := len(p.pins)
 	changed := false
-	if !later && fresh { // else the background pass, or a newer answer, counts
+	// The background pass counts for its answer; an older answer than one
+	// applied does not.
+	if !later && (told != nil || fresh) {
 		p.eventsOnly = eventsOnly
 		changed = p.said != [2]int{pinned, eventsOnly}
 		p.said = [2]int{pinned, eventsOnly}

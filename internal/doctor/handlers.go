@@ -92,7 +92,8 @@ func ContainerdHandlers(root, configPath string) ([]Handler, error) {
 
 // specHooks lists the stages of the OCI spec at path (under root) whose
 // hook is kc-hook, or says what is wrong with it: a kc-hook the node does
-// not have fails every container of the handler (runc cannot run it).
+// not have fails every container of the handler (runc cannot run it), and
+// so may a timeout not above kc-hook's deadline (runc kills it first).
 func specHooks(root, path string) (stages []string, problem string, broken bool) {
 	data, err := readConfig(filepath.Join(root, path), maxConfigBytes)
 	if err != nil {
@@ -100,7 +101,10 @@ func specHooks(root, path string) (stages []string, problem string, broken bool)
 	}
 	var spec struct {
 		Hooks map[string][]struct {
-			Path string `json:"path"`
+			Path    string   `json:"path"`
+			Args    []string `json:"args"`
+			Env     []string `json:"env"`
+			Timeout *int     `json:"timeout"`
 		} `json:"hooks"`
 	}
 	if err := json.Unmarshal(data, &spec); err != nil {
@@ -113,6 +117,10 @@ func specHooks(root, path string) (stages []string, problem string, broken bool)
 			}
 			if err := runnable(root, h.Path); err != nil {
 				return nil, fmt.Sprintf("its base spec names kc-hook at %s, which cannot be run here (%v): runc fails every container of this handler", h.Path, err), true
+			}
+			d := Descriptor{Args: h.Args, Env: h.Env, Timeout: h.Timeout}
+			if p := d.timeoutBelowDeadline([]string{stage}); p != "" {
+				return nil, "its base spec's " + p, true
 			}
 			stages = append(stages, stage)
 			break
@@ -186,9 +194,11 @@ func WithContainerdHandlers(c Check, root string) Check {
 			return c
 		}
 		var carrying []string
-		broken := false
+		broken := ""
 		for _, h := range hs {
-			broken = broken || h.Broken
+			if h.Broken && broken == "" {
+				broken = h.Name + ": " + h.Problem
+			}
 			if h.Carries() {
 				carrying = append(carrying, h.Name)
 				c.Items = append(c.Items, fmt.Sprintf("containerd handler %s: kc-hook at %s (%s)", h.Name, strings.Join(h.Stages, ", "), h.BaseSpec))
@@ -209,10 +219,10 @@ func WithContainerdHandlers(c Check, root string) Check {
 			// the janitor's rounds alone.
 			c.Verdict = Warn
 		}
-		if broken {
+		if broken != "" {
 			c.Verdict = Error
-			c.Detail = fmt.Sprintf("containerd (%s) has a handler whose base spec names a kc-hook that cannot be run: its containers fail to start", conf)
-			c.Remedy = "put kc-hook where the base spec names it (kc-janitor install-hook), or drop that base_runtime_spec and restart containerd"
+			c.Detail = fmt.Sprintf("containerd (%s) has a handler whose base spec's kc-hook fails its containers' start (%s)", conf, broken)
+			c.Remedy = "put kc-hook where the base spec names it (kc-janitor install-hook) and keep its timeout above kc-hook's --deadline, or drop that base_runtime_spec and restart containerd"
 		}
 		return c
 	}

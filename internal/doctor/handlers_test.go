@@ -65,6 +65,20 @@ func TestContainerdHandlers(t *testing.T) {
 			items:       []string{"handler runc: its base spec names kc-hook at /usr/local/libexec/oci/hooks.d/kc-hook, which cannot be run here"},
 		},
 		{
+			// runc kills a createRuntime stage still within its deadline:
+			// the container fails to start.
+			name: "a timeout not above kc-hook's deadline",
+			config: `version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  base_runtime_spec = "/etc/containerd/kc.json"
+`,
+			files: map[string]string{"/etc/containerd/kc.json": `{"hooks":{"createRuntime":[{"path":"/usr/local/libexec/oci/hooks.d/kc-hook","timeout":20}]}}`,
+				"/usr/local/libexec/oci/hooks.d/kc-hook": "#!/bin/sh\n"},
+			descriptors: true,
+			verdict:     Error,
+			items:       []string{"handler runc: its base spec's hook.timeout 20s is not above kc-hook's --deadline 20s"},
+		},
+		{
 			name: "base spec missing",
 			config: `version = 2
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]

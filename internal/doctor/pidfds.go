@@ -4,9 +4,9 @@ import "strings"
 
 // Pidfds reports how many live containers watch would follow through
 // their init's pidfd (their deaths seen at once) and how many by the
-// engines' events alone, with why (DESIGN "Engines"). Events alone is not a
+// engines' events and relists, with why (DESIGN "Engines"). That is not a
 // fault: the death still comes, later (podman's file events: up to
-// 250 ms; an engine without events: the next round).
+// 250 ms; an engine without events: the next relist, within 5 s).
 func Pidfds(pinnable, eventsOnly int, why []string) Check {
 	if eventsOnly == 0 {
 		return newCheck(NamePidfds, OK, "%s pinnable by watch", plural(pinnable, "live container", "live containers"))

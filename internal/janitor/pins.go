@@ -20,7 +20,7 @@ import (
 )
 
 // Why a container's init is not pinned (DESIGN "Engines"): each one leaves the
-// container to the engines' events alone.
+// container to the engines' events and the relists.
 var (
 	// errInitDead: pidfd_open said ESRCH, or the process is a zombie, and
 	// the process was the init (recorded, or checked): the container died
@@ -539,7 +539,7 @@ func (p *pinner) noteUnpinned(answers []engine.Answer, asked time.Time) {
 }
 
 // counts says how many live containers the last refresh pinned and how
-// many it left to the engines' events alone.
+// many it left to the engines' events and the relists.
 func (p *pinner) counts() (pinned, eventsOnly int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -73,7 +73,7 @@ func TestPinInitRefusals(t *testing.T) {
 // TestPinnerUnseenPIDIsNoDeath: an answer naming, for a live container, a
 // PID no process holds here (an engine in another PID namespace) reports
 // no death, which would take the container for gone; the container is
-// followed by events alone.
+// followed by events and relists.
 func TestPinnerUnseenPIDIsNoDeath(t *testing.T) {
 	cmd := exec.Command("true")
 	if err := cmd.Run(); err != nil {
@@ -220,7 +220,7 @@ func TestPinnerPodman(t *testing.T) {
 // TestPinnerDocker: Docker's list gives no init PID; the pinner asks
 // inspect's State.Pid and pins it, doctor counts it as pinnable, and
 // without an answer (and no ledger record) the container is followed by
-// events alone.
+// events and relists.
 func TestPinnerDocker(t *testing.T) {
 	dt := dockertest.Need(t)
 	id := dt.Run(t, nil)

@@ -88,7 +88,7 @@ var catalogue = map[string]desc{
 
 	WatchEventsSkipped: {"Event messages the running watch passed over, by engine: over 1 MiB or not the JSON the engine sends. The stream goes on; a death among them waits for the next round.", []string{"engine"}},
 
-	WatchContainersFollowed: {"Live containers the running watch follows, by how their death is seen: pidfd (their init is pinned: seen at once) or events (the engine's death events alone: an init that could not be pinned, or past the file limit).", []string{"via"}},
+	WatchContainersFollowed: {"Live containers the running watch follows, by how their death is seen: pidfd (their init is pinned: seen at once) or events (the engine's death events and watch's relists: an init that could not be pinned, or past the file limit).", []string{"via"}},
 
 	LastRun:     {"Unix time the command last finished.", []string{"command"}},
 	RunDuration: {"How long the command's last run took, in seconds.", []string{"command"}},

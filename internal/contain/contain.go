@@ -63,6 +63,15 @@ type Options struct {
 	// too (never where PID 1 is systemd).
 	Force  Kind
 	Logger *slog.Logger
+	// euid, for tests, stands in for os.Geteuid.
+	euid func() int
+}
+
+func (o Options) geteuid() int {
+	if o.euid != nil {
+		return o.euid()
+	}
+	return os.Geteuid()
 }
 
 func (o Options) withDefaults() Options {
@@ -127,14 +136,16 @@ func Detect(opt Options) Host {
 	_, serr := os.Lstat(opt.SystemdMarker)
 	systemd := serr == nil // whatever Force says: never cgroupfs under systemd
 	switch {
+	case opt.geteuid() != 0 || !initialUserNS():
+		// Before systemd's cases: a scope is asked of the system bus,
+		// which a rootless caller cannot use.
+		h.Why = "rootless: containment is root's only (no cgroup or scope is delegated to this user)"
 	case systemd && opt.Systemd == nil:
 		h.Why = "PID 1 is systemd and this build has no systemd client: kc-watchman never creates cgroups in a hierarchy systemd manages"
 	case systemd && v2 == "":
 		h.Why = "PID 1 is systemd but no cgroup v2 hierarchy is mounted to sweep its scopes in"
 	case systemd:
 		h.Kind, h.Mount, h.Why = KindSystemd, v2, "PID 1 is systemd: a transient scope per supervisor, with Delegate=yes"
-	case os.Geteuid() != 0 || !initialUserNS():
-		h.Why = "rootless without systemd: no cgroup delegated to this user"
 	case v2 != "" && opt.Force != KindFreezer:
 		h.Kind, h.Mount, h.Why = KindCgroup2, v2, "PID 1 is not systemd: "+Dir+"/<container-id> made there per supervisor, frozen and killed with cgroup.freeze and cgroup.kill"
 	case fr != "":

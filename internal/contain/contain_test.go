@@ -66,6 +66,10 @@ func TestDetect(t *testing.T) {
 		{"no systemd", Options{SystemdMarker: filepath.Join(t.TempDir(), "none")}, real.Kind, ""},
 		{"forced freezer", Options{SystemdMarker: filepath.Join(t.TempDir(), "none"), Force: KindFreezer}, KindFreezer, "freezer"},
 		{"no freezer forced under systemd", Options{SystemdMarker: marker, Force: KindFreezer}, KindNone, "never creates cgroups"},
+		// A scope is asked of the system bus, which a rootless hook
+		// cannot use: systemd or not, it gets the subreaper alone.
+		{"rootless under systemd", Options{SystemdMarker: marker, Systemd: nopScoper, euid: func() int { return 1000 }}, KindNone, "rootless"},
+		{"rootless without systemd", Options{SystemdMarker: filepath.Join(t.TempDir(), "none"), euid: func() int { return 1000 }}, KindNone, "rootless"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if os.Geteuid() != 0 && tc.want != KindNone {

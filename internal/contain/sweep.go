@@ -120,8 +120,10 @@ func Sweep(ctx context.Context, c *Cgroup, opt SweepOptions) SweepResult {
 	defer unix.Close(mfd)
 	fd, err := openPath(mfd, c.Path, c.Kind)
 	if errors.Is(err, unix.ENOENT) {
+		// Nothing of the tree's is left to stop: systemd collects a scope
+		// once empty, and a unit of this name now is a restarted
+		// container's new one, whose supervisor stopping it would kill.
 		res.Empty, res.Removed = true, true
-		res.Err = c.stopScope(ctx)
 		return res
 	}
 	if err != nil {
@@ -279,8 +281,12 @@ func (c *Cgroup) kill(fd int, opt SweepOptions, res *SweepResult) {
 		res.Killed = mergeStats(res.Killed, allowed)
 		// Unfrozen, a process judged could fork or exec between the
 		// judging and cgroup.kill, which would take what no rule judged:
-		// then each judged one is killed through its pidfd.
-		if len(withheld) == 0 && res.Frozen && c.Kind != KindFreezer && c.killAll(fd, opt.Root, judged) {
+		// then each judged one is killed through its pidfd. Frozen or
+		// not, a process can be started into the cgroup from outside
+		// (a restarted container's wrapper reuses it, CLONE_INTO_CGROUP)
+		// after the last look: a decision that spares what was born
+		// after it (BornBefore) kills the judged ones only.
+		if len(withheld) == 0 && res.Frozen && c.Kind != KindFreezer && opt.BornBefore == 0 && c.killAll(fd, opt.Root, judged) {
 			res.Method = "cgroup.kill"
 			return
 		}

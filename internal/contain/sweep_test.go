@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -517,6 +518,22 @@ func TestSweepKeepsAScopeWithChildProcesses(t *testing.T) {
 	}
 }
 
+// TestSweepOfAGoneScopeStopsNothing: a scope's cgroup already gone has
+// nothing of the tree's left; a unit of its name now is a restarted
+// container's, whose supervisor stopping it would kill.
+func TestSweepOfAGoneScopeStopsNothing(t *testing.T) {
+	c := contained(t, KindCgroup2)
+	rec := &stopRecorder{}
+	c.Kind, c.Unit, c.scoper = KindSystemd, "kc-test.scope", rec
+	if err := os.Remove(filepath.Join(c.Mount, c.Path)); err != nil {
+		t.Fatal(err)
+	}
+	res := Sweep(context.Background(), c, SweepOptions{KillWait: 300 * time.Millisecond})
+	if len(rec.stopped) != 0 || !res.Removed || res.Err != nil {
+		t.Errorf("stopped %q, removed %v, err %v; want nothing stopped, the cgroup reported removed", rec.stopped, res.Removed, res.Err)
+	}
+}
+
 // TestPrepareThawsAReusedCgroup: a cgroup left frozen (its wrapper killed
 // between freeze and thaw) is thawed when the container's next wrapper
 // takes it again, or its supervisor would start frozen.
@@ -544,10 +561,15 @@ func TestPrepareThawsAReusedCgroup(t *testing.T) {
 func TestCgroupKillOnlyWhenFrozen(t *testing.T) {
 	for _, tc := range []struct {
 		frozen bool
-		want   string
+		// bornBefore: a decision that spares what was born after it; a
+		// process started into the cgroup from outside after the last
+		// look would be taken by cgroup.kill.
+		bornBefore uint64
+		want       string
 	}{
-		{false, "pidfd"},
-		{true, "cgroup.kill"},
+		{false, 0, "pidfd"},
+		{true, 0, "cgroup.kill"},
+		{true, math.MaxUint64, "sigkill-frozen"},
 	} {
 		t.Run(tc.want, func(t *testing.T) {
 			c := contained(t, KindCgroup2)
@@ -575,7 +597,7 @@ func TestCgroupKillOnlyWhenFrozen(t *testing.T) {
 				}
 				defer c.thaw(fd)
 			}
-			c.kill(fd, SweepOptions{}.withDefaults(), &res)
+			c.kill(fd, SweepOptions{BornBefore: tc.bornBefore}.withDefaults(), &res)
 			if res.Method != tc.want || res.Err != nil || len(res.Killed) != 1 {
 				t.Errorf("kill: method %q, killed %d, err %v; want %q, 1", res.Method, len(res.Killed), res.Err, tc.want)
 			}

@@ -153,14 +153,9 @@ type Store struct {
 // this UID's and closed to others (checkTrusted), or nothing is touched
 // in it; so must the containers directory, which is then made 0700.
 func Open(stateDir string) (*Store, error) {
-	_, statErr := os.Lstat(stateDir)
-	created := errors.Is(statErr, fs.ErrNotExist)
-	if err := os.MkdirAll(stateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating state directory: %w", err)
-	}
-	if created {
-		if err := os.Chmod(stateDir, 0o700); err != nil {
-			return nil, fmt.Errorf("securing state directory: %w", err)
+	if _, err := os.Lstat(stateDir); errors.Is(err, fs.ErrNotExist) {
+		if err := makeStateDir(stateDir); err != nil {
+			return nil, err
 		}
 	}
 	if err := checkTrusted(stateDir); err != nil {
@@ -195,6 +190,51 @@ func Open(stateDir string) (*Store, error) {
 		return nil, err
 	}
 	return &Store{dir: dir, bootID: boot}, nil
+}
+
+// makeStateDir makes a missing state dir, 0700, and the directories
+// above it that are missing, once those that exist are trusted
+// (checkParents' rule): nothing is made or chmodded through a directory
+// or symlink another user could change.
+func makeStateDir(stateDir string) error {
+	abs, err := filepath.Abs(stateDir)
+	if err != nil {
+		return fmt.Errorf("ledger directory: %w", err)
+	}
+	have := filepath.Dir(abs)
+	for have != "/" {
+		if _, err := os.Lstat(have); !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		have = filepath.Dir(have)
+	}
+	if err := checkDirAbove(have); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
+		return fmt.Errorf("creating state directory: %w", err)
+	}
+	// Judged again: what MkdirAll found made meanwhile is not its own.
+	if err := checkParents(abs); err != nil {
+		return err
+	}
+	if err := unix.Mkdir(abs, 0o700); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return nil // someone's since: checkTrusted judges it
+		}
+		return fmt.Errorf("creating state directory: %w", err)
+	}
+	// The umask may have taken bits; set through the directory made,
+	// never a symlink put in its place since.
+	fd, err := unix.Open(abs, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("securing state directory: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Fchmod(fd, 0o700); err != nil {
+		return fmt.Errorf("securing state directory: %w", err)
+	}
+	return nil
 }
 
 // CheckDir applies Open's rules for a state dir that already exists
@@ -234,14 +274,20 @@ func checkTrusted(dirs ...string) error {
 // podman's hook) the parents' owners are unmapped, shown as the overflow
 // UID, and cannot be judged: they are not.
 func checkParents(stateDir string) error {
-	if m, err := userns.Self(); err != nil || !m.Initial() {
-		return nil
-	}
 	abs, err := filepath.Abs(stateDir)
 	if err != nil {
 		return fmt.Errorf("ledger directory: %w", err)
 	}
-	if _, err := trust.Path(filepath.Dir(abs), unix.S_IFDIR, 0, uint32(os.Geteuid())); err != nil {
+	return checkDirAbove(filepath.Dir(abs))
+}
+
+// checkDirAbove applies checkParents' rule to dir, an absolute path, and
+// every directory above it.
+func checkDirAbove(dir string) error {
+	if m, err := userns.Self(); err != nil || !m.Initial() {
+		return nil
+	}
+	if _, err := trust.Path(dir, unix.S_IFDIR, 0, uint32(os.Geteuid())); err != nil {
 		return fmt.Errorf("ledger not used: %w (another user could put a state dir of his in its place)", err)
 	}
 	return nil

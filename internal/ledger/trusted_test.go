@@ -120,6 +120,40 @@ func TestLedgerOthersCouldWriteIsNotUsed(t *testing.T) {
 	}
 }
 
+// TestOpenMakesNothingThroughAnUntrustedParent: a missing state dir is
+// made only below directories Open trusts; one named through another
+// user's symlink in a directory others may write is refused before
+// anything is made where the link points.
+func TestOpenMakesNothingThroughAnUntrustedParent(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it gives directories away")
+	}
+	base := t.TempDir()
+	open, target := filepath.Join(base, "open"), filepath.Join(base, "target")
+	for _, d := range []string{open, target} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	chmod(t, open, 0o777)
+	chown(t, open, 65534)
+	link := filepath.Join(open, "lnk")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(link, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{filepath.Join(link, "state"), filepath.Join(link, "a", "state")} {
+		if _, err := Open(dir); !errors.Is(err, trust.ErrUntrusted) {
+			t.Errorf("Open(%s) = %v, want it refused as untrusted", dir, err)
+		}
+	}
+	if left, _ := os.ReadDir(target); len(left) != 0 {
+		t.Errorf("the link's target holds %v; want nothing made there", left)
+	}
+}
+
 // mkdirs makes base/state with mode state and base/state/containers with
 // mode containers, and returns base/state.
 func mkdirs(t *testing.T, base string, state, containers os.FileMode) string {

@@ -512,7 +512,9 @@ func askEach(engines []Engine, live func(Engine) (Answer, error)) (Truth, error)
 
 // Union merges answers into one Set. Source, Endpoint and UID are
 // the first answer's (reconcile's JSON "source" stays the first engine's);
-// UIDs holds every answer's known UID.
+// UIDs holds every answer's known UID. A container listed by answers of
+// different UIDs gets its init PID from root's answers alone (see
+// PIDFrom).
 func Union(answers []Answer) Set {
 	s := Set{
 		Live:   map[string]bool{},
@@ -523,6 +525,8 @@ func Union(answers []Answer) Set {
 		UID:    UIDUnknown,
 		UIDs:   []int{},
 	}
+	listers := Listers(answers)
+	doubtful := map[string]bool{}
 	for i, a := range answers {
 		if i == 0 {
 			s.Source, s.Endpoint, s.UID = a.Source, a.Endpoint, a.UID
@@ -545,13 +549,44 @@ func Union(answers []Answer) Set {
 			if c.Pod != "" {
 				s.Pods[c.ID] = c.Pod
 			}
-			if c.InitPID > 0 {
+			if c.InitPID > 0 && PIDFrom(listers, a, c.ID) {
+				if old, ok := s.PIDs[c.ID]; ok && old != c.InitPID {
+					doubtful[c.ID] = true
+				}
 				s.PIDs[c.ID] = c.InitPID
 			}
 		}
 	}
+	// Two inits named for one container: neither is taken.
+	for id := range doubtful {
+		delete(s.PIDs, id)
+	}
 	sort.Ints(s.UIDs)
 	return s
+}
+
+// Listers maps each container ID the answers list to the UIDs of the
+// answers listing it (UIDUnknown included).
+func Listers(answers []Answer) map[string][]int {
+	m := map[string][]int{}
+	for _, a := range answers {
+		for _, c := range a.Containers {
+			if !slices.Contains(m[c.ID], a.UID) {
+				m[c.ID] = append(m[c.ID], a.UID)
+			}
+		}
+	}
+	return m
+}
+
+// PIDFrom reports whether a's init PID for container id may be taken: a
+// user's engine can list a container of root's by its ID, naming as its
+// init a process of his own, whose death would then call root's
+// container gone. Where answers of more than one UID list the
+// container, only root's answers name its init.
+func PIDFrom(listers map[string][]int, a Answer, id string) bool {
+	uids := listers[id]
+	return len(uids) == 1 || a.UID == 0
 }
 
 // MatchRef picks from cs the containers ref names, in this order: the

@@ -271,12 +271,16 @@ func (p *pinner) apply(answers []engine.Answer, asked time.Time, told map[listed
 	live := map[string]bool{}
 	// Live containers whose engine gave no init PID, and the answer.
 	noPID := map[string]listedBy{}
+	listers := engine.Listers(answers)
 	for _, a := range answers {
 		for _, c := range a.Containers {
 			if !c.Live || (len(p.scope) > 0 && !p.scope[c.ID]) {
 				continue
 			}
 			live[c.ID] = true
+			if c.InitPID > 0 && !engine.PIDFrom(listers, a, c.ID) {
+				continue // a user's word on a container root's engine lists too
+			}
 			if c.InitPID <= 0 {
 				if _, ok := noPID[c.ID]; !ok {
 					noPID[c.ID] = listedIn(a)

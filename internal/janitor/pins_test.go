@@ -90,6 +90,42 @@ func TestPinnerUnseenPIDIsNoDeath(t *testing.T) {
 	}
 }
 
+// TestPinnerTakesNoUsersInitOfRootsContainer: a user's engine listing a
+// container root's engine lists too, naming a process of his own as its
+// init, is not believed: that process is never pinned (its death would
+// call root's container gone).
+func TestPinnerTakesNoUsersInitOfRootsContainer(t *testing.T) {
+	cmd := exec.Command("sleep", "600")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	id := strings.Repeat("5d", 32)
+	for _, tc := range []struct {
+		name    string
+		answers []engine.Answer
+		tried   bool
+	}{
+		{"root's engine alone", []engine.Answer{{Engine: "podman", UID: 0, Containers: []engine.Container{{ID: id, Live: true, InitPID: cmd.Process.Pid}}}}, true},
+		{"a user's engine too", []engine.Answer{
+			{Engine: "docker", UID: 0, Containers: []engine.Container{{ID: id, Live: true}}},
+			{Engine: "podman", UID: 1000, Containers: []engine.Container{{ID: id, Live: true, InitPID: cmd.Process.Pid}}},
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pn, _ := recordingPinner(t)
+			pn.refresh(engine.Truth{Answers: tc.answers, Asked: time.Now()})
+			pn.mu.Lock()
+			_, tried := pn.refused[id]
+			pn.mu.Unlock()
+			// The sleep is in no container's cgroup: a pin tried is refused.
+			if tried != tc.tried {
+				t.Errorf("the PID tried for a pin: %v, want %v", tried, tc.tried)
+			}
+		})
+	}
+}
+
 // TestPinnerUnpinnedGoneIsADeath: a live container no pin holds (its
 // init unseen here, or no PID given: CRI without events, podman's CLI) is
 // reported dead by the first answer of its engine that no longer lists it,

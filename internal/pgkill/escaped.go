@@ -1,6 +1,7 @@
 package pgkill
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,12 +31,13 @@ func KillEscaped(ctx context.Context, procs []fingerprint.Stat, uid int, opt Opt
 		return res
 	}
 	g := Group{Members: procs}
-	sent, err := signalEach(opt.Root, procs, uid, unix.SIGTERM)
-	if err != nil {
-		res.Outcome, res.Err = action.WouldNotDie, err
-		return res
-	}
+	// A member refused (one running as another UID now) is said at the
+	// end; the others still get the grace and SIGKILL.
+	sent, termErr := signalEach(opt.Root, procs, uid, unix.SIGTERM)
 	if !sent {
+		if termErr != nil {
+			res.Outcome, res.Err = action.WouldNotDie, termErr
+		}
 		return res
 	}
 	res.Signals = append(res.Signals, unix.SIGTERM)
@@ -46,11 +48,7 @@ func KillEscaped(ctx context.Context, procs []fingerprint.Stat, uid int, opt Opt
 		res.Outcome = action.Reaped
 		return res
 	}
-	sent, err = signalEach(opt.Root, alive(opt.Root, g), uid, unix.SIGKILL)
-	if err != nil {
-		res.Outcome, res.Err = action.WouldNotDie, err
-		return res
-	}
+	sent, killErr := signalEach(opt.Root, alive(opt.Root, g), uid, unix.SIGKILL)
 	if sent {
 		res.Signals = append(res.Signals, unix.SIGKILL)
 	}
@@ -61,7 +59,7 @@ func KillEscaped(ctx context.Context, procs []fingerprint.Stat, uid int, opt Opt
 		return res
 	}
 	res.Outcome = action.WouldNotDie
-	res.Err = fmt.Errorf("escaped members still alive after SIGKILL: %s", describe(alive(opt.Root, g)))
+	res.Err = errors.Join(fmt.Errorf("escaped members still alive after SIGKILL: %s", describe(alive(opt.Root, g))), cmp.Or(killErr, termErr))
 	return res
 }
 
@@ -108,16 +106,21 @@ func signalPinned(root string, m fingerprint.Stat, uid int, sig syscall.Signal) 
 		return fmt.Errorf("escaped member %d: %w", m.PID, err)
 	}
 	defer pin.Close()
-	// Read once the pidfd holds the process: the UID is that process's.
-	id, err := fingerprint.ReadSince(fingerprint.Dir(root), m.PID, m.StartTicks)
+	// Read once the pidfd holds the process, and proven its by the stat
+	// read after. status only: its argv would take the process's memory
+	// lock, which a thread of its can hold (a FUSE server's read).
+	ids, err := fingerprint.ReadUIDs(root, m.PID)
+	if err == nil {
+		_, err = fingerprint.Revalidate(root, m)
+	}
 	if err != nil {
 		return fmt.Errorf("escaped member %d: %w", m.PID, err)
 	}
 	// A setuid program keeps its caller's real UID: the effective and
 	// saved ones must be the tree's too.
-	if !id.RunsAs(uid) {
+	if uid < 0 || fingerprint.SoleUID(ids) != uid {
 		return fmt.Errorf("escaped member %d now runs as uids %v (real, effective, saved), not the tree's %d: %w",
-			m.PID, [3]int{id.UID, id.EUID, id.SUID}, uid, errRefusedTarget)
+			m.PID, ids, uid, errRefusedTarget)
 	}
 	if err := pin.Signal(sig); err != nil {
 		return fmt.Errorf("escaped member %d: %w", m.PID, err)

@@ -79,6 +79,38 @@ func TestKillEscapedRefusesTheCallerAndInit(t *testing.T) {
 	}
 }
 
+// TestKillEscapedGoesOnPastARefusal: a member refused (it runs as
+// another UID now) is said, and left alone; the others still get the
+// grace and SIGKILL.
+func TestKillEscapedGoesOnPastARefusal(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a process of another user")
+	}
+	stubborn := exec.Command("sh", "-c", `trap "" TERM; exec sleep 1000`)
+	stubborn.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	proc.Start(t, stubborn)
+	other := exec.Command("sleep", "1000")
+	other.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	proc.Start(t, other)
+	var st, ost fingerprint.Stat
+	proc.WaitFor(t, 5*time.Second, "both to exec sleep", func() bool {
+		var err, oerr error
+		st, err = fingerprint.ReadStat(fingerprint.DefaultRoot, stubborn.Process.Pid)
+		ost, oerr = fingerprint.ReadStat(fingerprint.DefaultRoot, other.Process.Pid)
+		return err == nil && oerr == nil && st.Comm == "sleep" && ost.Comm == "sleep"
+	})
+	r := KillEscaped(context.Background(), []fingerprint.Stat{ost, st}, 0, Options{Grace: 100 * time.Millisecond, KillWait: 300 * time.Millisecond})
+	if r.Outcome != action.WouldNotDie || r.Err == nil || len(r.Signals) != 2 {
+		t.Errorf("KillEscaped = %v %v %v; want SIGTERM and SIGKILL sent, the refusal said", r.Outcome, r.Signals, r.Err)
+	}
+	if fingerprint.Alive(fingerprint.DefaultRoot, st) {
+		t.Error("the tree's member ignoring SIGTERM lives on")
+	}
+	if !fingerprint.Alive(fingerprint.DefaultRoot, ost) {
+		t.Error("another user's process was killed")
+	}
+}
+
 // TestKillEscapedKillsOutsideAnyGroup: a process in a session of its own
 // that ignores SIGTERM dies of the SIGKILL after the grace, signalled
 // through its pidfd (no killpg could reach it by the tree's group).

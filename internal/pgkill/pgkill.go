@@ -273,6 +273,20 @@ func (k *killer) round(ctx context.Context, members []fingerprint.Stat) (action.
 	if k.killEnd.IsZero() {
 		k.killEnd = time.Now().Add(k.opt.KillWait)
 	}
+	// Members that left the group during the grace (setsid) while others
+	// held it: out of the group's SIGKILL, still the tree's.
+	out := outside(k.opt.Root, members, k.pgid)
+	if len(out) > 0 && !k.opt.CheckUID {
+		return action.WouldNotDie, fmt.Errorf("group %d: %s left it, alive: not signalled", k.pgid, describe(out))
+	}
+	var escErr error
+	if len(out) > 0 {
+		opt := k.opt
+		opt.Grace = time.Nanosecond // they had the group's SIGTERM and grace
+		if r := KillEscaped(ctx, out, k.opt.UID, opt); r.Outcome == action.WouldNotDie {
+			escErr = fmt.Errorf("group %d: members that left it: %w", k.pgid, r.Err)
+		}
+	}
 
 	// SIGKILL cannot be ignored; the wait only covers the kernel tearing
 	// the processes down. It is bounded even when ctx has already expired.
@@ -281,7 +295,19 @@ func (k *killer) round(ctx context.Context, members []fingerprint.Stat) (action.
 	if waitDead(killCtx, k.opt, g) {
 		return action.Reaped, nil
 	}
-	return action.WouldNotDie, fmt.Errorf("group %d: still alive after SIGKILL: %s", k.pgid, describe(alive(k.opt.Root, g)))
+	return action.WouldNotDie, errors.Join(escErr, fmt.Errorf("group %d: still alive after SIGKILL: %s", k.pgid, describe(alive(k.opt.Root, g))))
+}
+
+// outside returns the members alive, still the recorded processes, that
+// are no longer in group pgid.
+func outside(root string, members []fingerprint.Stat, pgid int) []fingerprint.Stat {
+	var out []fingerprint.Stat
+	for _, m := range members {
+		if st, err := fingerprint.Revalidate(root, m); err == nil && !st.Zombie() && st.PGID != pgid {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // leftGroup settles a round none of whose members occupies the group any

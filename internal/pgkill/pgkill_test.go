@@ -497,9 +497,18 @@ func TestKillGoneLooksForJoiners(t *testing.T) {
 // (a pidfd, the tree's UID); without, it is reported alive. Either way the
 // tree is not taken for reaped while it lives.
 func TestKillMemberLeavesDuringGrace(t *testing.T) {
-	for _, checkUID := range []bool{false, true} {
-		t.Run(fmt.Sprintf("CheckUID %v", checkUID), func(t *testing.T) {
+	for _, tc := range []struct {
+		checkUID bool
+		// stubborn: the leader ignores SIGTERM, so the group still has an
+		// occupant for its SIGKILL, which misses the member that left.
+		stubborn bool
+	}{{false, false}, {true, false}, {false, true}, {true, true}} {
+		checkUID := tc.checkUID
+		t.Run(fmt.Sprintf("CheckUID %v, leader ignoring SIGTERM %v", checkUID, tc.stubborn), func(t *testing.T) {
 			leader := sleepCmd()
+			if tc.stubborn {
+				leader = trapCmd()
+			}
 			g := startGroup(t, leader)
 			inn, st := startInnocent(t, &syscall.SysProcAttr{Setpgid: true, Pgid: g.PGID})
 			st.PGID = g.PGID
@@ -518,6 +527,9 @@ func TestKillMemberLeavesDuringGrace(t *testing.T) {
 			if checkUID {
 				if res.Outcome != action.Reaped || res.Err != nil || alive {
 					t.Fatalf("Kill = %+v, the member alive %v; want reaped, the member killed", res, alive)
+				}
+				if fingerprint.Alive(root, g.Members[0]) {
+					t.Fatal("the leader lives on")
 				}
 				return
 			}

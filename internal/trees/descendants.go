@@ -165,10 +165,11 @@ func descendants(root string, children func(pid int) []int, from []fingerprint.I
 			visited[pid] = true
 			seen++
 			id, err := fingerprint.Read(root, pid)
-			if errors.Is(err, fingerprint.ErrStalled) {
+			gone := errors.Is(err, fingerprint.ErrNotFound) || errors.Is(err, fingerprint.ErrRecycled) || errors.Is(err, fingerprint.ErrNotProcess)
+			if err != nil && !gone {
 				// Its argv, which may name another container, cannot
-				// be read: reported, not signalled, and not walked
-				// below.
+				// be read (its memory held, over the cap, malformed):
+				// reported, not signalled, and not walked below.
 				if st, err := fingerprint.ReadStat(root, pid); err == nil && !st.Zombie() && st.PPID == parent.PID {
 					withheld = append(withheld, fingerprint.Identity{Stat: st, TGID: pid, UID: -1, EUID: -1, SUID: -1})
 				}

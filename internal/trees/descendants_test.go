@@ -143,6 +143,38 @@ func TestDescendantsWithheld(t *testing.T) {
 	}
 }
 
+// TestDescendantsUnreadableIsWithheld: a descendant whose argv cannot be
+// read (here over the read cap; a process can make its own so) is
+// reported, not taken for gone, and nothing below it is walked.
+func TestDescendantsUnreadableIsWithheld(t *testing.T) {
+	member := exec.Command("bash", "-c", `setsid sh -c 'sleep 1000000; :' $(head -c 1200000 /dev/zero | tr '\0' a | fold -w 120000) & wait`)
+	member.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	tproc.StartGroup(t, member)
+	var big fingerprint.Stat
+	tproc.WaitFor(t, 10*time.Second, "the member's setsid child and its sleep", func() bool {
+		for _, c := range Children(fingerprint.DefaultRoot, member.Process.Pid) {
+			if st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, c); err == nil && st.PGID == c && st.Comm == "sh" && len(Children(fingerprint.DefaultRoot, c)) > 0 {
+				big = st
+				return true
+			}
+		}
+		return false
+	})
+	t.Cleanup(func() { syscall.Kill(-big.PID, syscall.SIGKILL) })
+	if _, err := fingerprint.Read(fingerprint.DefaultRoot, big.PID); err == nil {
+		t.Fatal("the child's argv reads: no case")
+	}
+	m, err := fingerprint.Read(fingerprint.DefaultRoot, member.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Rules{InGroup: func(pgid int) bool { return pgid == m.PGID }, UID: m.UID, ContainerID: cidA}
+	esc, withheld := Descendants(fingerprint.DefaultRoot, nil, []fingerprint.Identity{m}, r)
+	if len(esc) != 0 || len(withheld) != 1 || withheld[0].PID != big.PID {
+		t.Fatalf("escaped %v withheld %v; want only %d withheld", pids(esc), pids(withheld), big.PID)
+	}
+}
+
 // TestTreeAboveTheCallerHoldsIt: a tree the calling process descends from
 // (a janitor run in a terminal a kernel opened) holds the caller: the
 // caller is withheld, and the tree refused as a whole.

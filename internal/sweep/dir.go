@@ -325,6 +325,65 @@ type listing struct {
 	left int
 }
 
+// shareOut divides lim.names, the sockets one sweep holds, among dirs:
+// a user who may name directories of his own (discover) and fills each
+// with sockets neither makes the sweep large nor crowds the others out.
+// Each directory's sockets are counted first (names only, nothing
+// kept); a directory with fewer than an equal share of what is left
+// keeps room for all of them, the rest share what remains equally, and
+// what no directory needed is shared out as room to grow in.
+func shareOut(dirs []*dir, lim limits) []int {
+	caps := make([]int, len(dirs))
+	if len(dirs) < 2 {
+		for i := range caps {
+			caps[i] = lim.names
+		}
+		return caps
+	}
+	counts := make([]int, len(dirs))
+	order := make([]int, len(dirs))
+	for i, d := range dirs {
+		counts[i], order[i] = d.countSockets(lim.entries), i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return counts[order[a]] < counts[order[b]] })
+	left := lim.names
+	for k, i := range order {
+		caps[i] = min(counts[i], left/(len(dirs)-k))
+		left -= caps[i]
+	}
+	for i := range caps {
+		caps[i] += left / len(dirs)
+	}
+	return caps
+}
+
+// countSockets counts the names that look like supervisor sockets and
+// are listed as sockets (or of no type), up to entries read; it keeps
+// none. The offset is rewound, before and after.
+func (d *dir) countSockets(entries int) int {
+	if _, err := d.f.Seek(0, 0); err != nil {
+		return 0
+	}
+	defer d.f.Seek(0, 0)
+	n, read := 0, 0
+	buf := make([]byte, 32<<10)
+	for read <= entries {
+		more, err := readDirents(d.fd, buf, func(name string, typ uint8) {
+			read++
+			if typ != unix.DT_SOCK && typ != unix.DT_UNKNOWN {
+				return
+			}
+			if _, ok := sockets.ParseName(name); ok {
+				n++
+			}
+		})
+		if err != nil || !more {
+			break
+		}
+	}
+	return n
+}
+
 // readNames reads the names in the directory open at fd a batch at a time
 // and keeps those keep accepts: anyone may fill /tmp with names, and only
 // the few that matter are held. Names of the file type want (a DT_*

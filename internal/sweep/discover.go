@@ -96,7 +96,8 @@ func discoverDirs(view *pidView, target Target, comms []string, found *dirSet) {
 
 // Bounds on the directories learnt from processes: anyone can start
 // processes named kcserver, each naming four directories, and every
-// directory is listed (up to maxNames sockets) and its names judged.
+// directory is listed (its share of maxNames sockets, shareOut) and its
+// names judged.
 const (
 	maxDirsPerOwner   = 8
 	maxDiscoveredDirs = 256

@@ -176,3 +176,36 @@ func TestListingSharesBySubordinateOwner(t *testing.T) {
 		t.Errorf("sockets listed by UID %v, want uid 2000's among the 4 kept", byUID)
 	}
 }
+
+// TestSocketsSharedAmongDirectories: one sweep holds at most its bound
+// of sockets in all, shared among its directories: one with few keeps
+// all of them, the full ones split the rest (a user who names
+// directories of his own and fills them neither makes the sweep large
+// nor crowds /tmp out).
+func TestSocketsSharedAmongDirectories(t *testing.T) {
+	few, full1, full2 := shortTemp(t), shortTemp(t), shortTemp(t)
+	for i := range 2 {
+		orphanSocket(t, few, fmt.Sprintf("kc-%d.sock", 100+i))
+	}
+	for _, d := range []string{full1, full2} {
+		for i := range 12 {
+			orphanSocket(t, d, fmt.Sprintf("kc-%d.sock", 200+i))
+		}
+	}
+	cfg := fastConfig(full1, few, full2)
+	cfg.maxNames = 10
+	rep, err := Sweep(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := map[string]int{}
+	for _, s := range rep.Sockets {
+		in[filepath.Dir(s.Path)]++
+	}
+	if len(rep.Sockets) > 10 || in[few] != 2 || in[full1] != 4 || in[full2] != 4 {
+		t.Errorf("sockets kept by directory %v (%d in all); want the 2 of %s and 4 of each full one, 10 at most", in, len(rep.Sockets), few)
+	}
+	if len(rep.DirErrors) != 2 {
+		t.Errorf("directory errors %v; want the two full ones' sockets left said", rep.DirErrors)
+	}
+}

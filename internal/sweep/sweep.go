@@ -281,8 +281,11 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 		lim.names = cfg.maxNames
 	}
 	var all []*Socket
-	for _, d := range dirs {
-		ents, err := d.scan(guard, lim, owner)
+	caps := shareOut(dirs, lim)
+	for i, d := range dirs {
+		dlim := lim
+		dlim.names = caps[i]
+		ents, err := d.scan(guard, dlim, owner)
 		if err != nil {
 			rep.DirErrors = append(rep.DirErrors, err)
 		}

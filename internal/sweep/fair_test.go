@@ -127,6 +127,40 @@ func TestHungSocketsOfOneUserDoNotStarveAnother(t *testing.T) {
 	}
 }
 
+// TestHungSocketsLeaveTimeForSessions: hung servers of one user that
+// would fill the server rounds up to the deadline still leave time to
+// dial the session sockets of the servers judged: a dead server's
+// orphan session socket is unlinked with its control socket.
+func TestHungSocketsLeaveTimeForSessions(t *testing.T) {
+	const n, first = 16, 1000000
+	dir := worldDir(t)
+	testutil.StartSockServer(t, dir, testutil.SockServer{N: n, First: first, UID: nobody})
+	pid := deadPID(t)
+	control := orphanSocket(t, dir, fmt.Sprintf("kc-%d.sock", pid))
+	session := orphanSocket(t, dir, fmt.Sprintf("kc-%d.abcd1234.sock", pid))
+	cfg := fastConfig(dir)
+	cfg.Apply = true
+	cfg.Workers = 2
+	cfg.Timeout = time.Second
+	cfg.Deadline = 2 * time.Second // the hung sockets need 8 s
+	rep, err := Sweep(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Unprobed == 0 {
+		t.Fatalf("every hung socket was probed within %v: the test proves nothing", cfg.Deadline)
+	}
+	for _, p := range []string{control, session} {
+		i := slices.IndexFunc(rep.Sockets, func(s *Socket) bool { return s.Path == p })
+		if i < 0 {
+			t.Fatalf("%s not in the report", p)
+		}
+		if s := rep.Sockets[i]; s.Verdict != VerdictStale || testutil.PathExists(p) {
+			t.Errorf("%s: %s, %s (%s); want stale and unlinked", p, s.Verdict, s.Action, s.Reason)
+		}
+	}
+}
+
 // TestListingSharesBySubordinateOwner: a rootless user's sockets, each
 // of another of his subordinate UIDs, share one owner's part of a full
 // listing; another user's socket, listed last, is kept (counted by UID,

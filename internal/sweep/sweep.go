@@ -342,6 +342,16 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 	// like control sockets (gates 2 and 3, in the same rounds); gate 1
 	// needs a PID they do not have.
 	probes := byOwnerTurns(byInode(append(append([]*Socket(nil), controls...), hashed...)), owner)
+	// The server rounds end early enough for the session sockets of the
+	// servers they judged to be dialed: one user's hung servers, which
+	// can fill the rounds up to the deadline, never leave every session
+	// socket of everyone unprobed.
+	rctx, rcancel := pctx, context.CancelFunc(func() {})
+	if len(sessions) > 0 {
+		reserve := min(cfg.Deadline/4, max(2*cfg.DialTimeout, cfg.Deadline/10))
+		rctx, rcancel = context.WithTimeout(pctx, cfg.Deadline-reserve)
+	}
+	defer rcancel()
 
 	// Round 1: all three gates on control sockets, gates 2 and 3 on
 	// hashed ones (gate 3's first try). A first try that was silent on a
@@ -364,12 +374,12 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 			for p := range second {
 				select {
 				case <-time.After(time.Until(p.triedAt.Add(cfg.Pause))):
-				case <-pctx.Done():
+				case <-rctx.Done():
 					p.cut = true
 					continue
 				}
-				t := p.status(pctx, client)
-				if pctx.Err() != nil {
+				t := p.status(rctx, client)
+				if rctx.Err() != nil {
 					p.cut = true
 					continue
 				}
@@ -377,9 +387,9 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 			}
 		}()
 	}
-	pool(pctx, cfg.Workers, probes, func(p *probe) {
-		dialErr := p.dial(pctx, cfg.DialTimeout)
-		if pctx.Err() != nil {
+	pool(rctx, cfg.Workers, probes, func(p *probe) {
+		dialErr := p.dial(rctx, cfg.DialTimeout)
+		if rctx.Err() != nil {
 			p.cut = true
 			return
 		}
@@ -399,8 +409,8 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 		if !ask {
 			return
 		}
-		t := p.status(pctx, client)
-		if pctx.Err() != nil {
+		t := p.status(rctx, client)
+		if rctx.Err() != nil {
 			p.cut = true
 			return
 		}

@@ -11,7 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
 	"github.com/kc-watchman/kc-watchman/internal/sockets"
@@ -69,8 +71,12 @@ type Supervisor struct {
 	SessionsTotal int
 	MemoryBytes   int64
 	// Candidates are the sessions meeting the rule, in the server's order,
-	// holding only what the audit reports of them.
-	Candidates []kallichore.ActiveSession
+	// holding only what the audit reports of them; past the audit's
+	// bounds (maxListed, maxListedAll) the rest are only counted, in
+	// Unlisted and their memory in UnlistedMemoryBytes.
+	Candidates          []kallichore.ActiveSession
+	Unlisted            int
+	UnlistedMemoryBytes int64
 	// Err is set when /sessions could not be read; the rest is then zero.
 	Err error
 }
@@ -94,6 +100,8 @@ func Audit(ctx context.Context, c *kallichore.Client, sources []Source, threshol
 	// any, and once per audit.
 	paths := sweep.NewPathPinner("/proc")
 	defer paths.Close()
+	listed := new(atomic.Int64)
+	listed.Store(maxListedAll)
 	out := make([]Supervisor, len(sources))
 	sem := make(chan struct{}, workers)
 	var wg sync.WaitGroup
@@ -114,14 +122,25 @@ func Audit(ctx context.Context, c *kallichore.Client, sources []Source, threshol
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			out[i] = audit(ctx, c, src, thresholdSeconds, paths)
+			out[i] = audit(ctx, c, src, thresholdSeconds, paths, listed)
 		}()
 	}
 	wg.Wait()
 	return out
 }
 
-func audit(ctx context.Context, c *kallichore.Client, src Source, threshold int64, paths *sweep.PathPinner) Supervisor {
+// Bounds on the sessions an audit lists: any user can run a process
+// named kcserver whose /sessions lists thousands of idle sessions, and
+// every supervisor's are held until the run reports. Past them sessions
+// are counted, not listed.
+const (
+	maxListed    = 1024 // of one supervisor
+	maxListedAll = 8192 // of all, as the audits take them
+	// maxShownPath clips a listed session's working directory.
+	maxShownPath = 1024
+)
+
+func audit(ctx context.Context, c *kallichore.Client, src Source, threshold int64, paths *sweep.PathPinner, listed *atomic.Int64) Supervisor {
 	sup := Supervisor{Source: src}
 	// Pinned: a socket found by a sweep may have a user's FUSE mount over
 	// it or its directory by now; through the sweep's directory nothing
@@ -146,9 +165,15 @@ func audit(ctx context.Context, c *kallichore.Client, src Source, threshold int6
 	sup.SessionsTotal = l.Total
 	for _, s := range l.Sessions {
 		sup.MemoryBytes += s.MemoryBytes()
-		if IsCandidate(s, threshold) {
-			sup.Candidates = append(sup.Candidates, reported(s))
+		if !IsCandidate(s, threshold) {
+			continue
 		}
+		if len(sup.Candidates) < maxListed && listed.Add(-1) >= 0 {
+			sup.Candidates = append(sup.Candidates, reported(s))
+			continue
+		}
+		sup.Unlisted++
+		sup.UnlistedMemoryBytes += s.MemoryBytes()
 	}
 	return sup
 }
@@ -159,6 +184,19 @@ func audit(ctx context.Context, c *kallichore.Client, src Source, threshold int6
 func reported(s kallichore.ActiveSession) kallichore.ActiveSession {
 	return kallichore.ActiveSession{
 		SessionID: s.SessionID, Language: s.Language, Status: s.Status, Connected: s.Connected,
-		IdleSeconds: s.IdleSeconds, WorkingDirectory: s.WorkingDirectory, ResourceUsage: s.ResourceUsage,
+		IdleSeconds: s.IdleSeconds, WorkingDirectory: clipPath(s.WorkingDirectory), ResourceUsage: s.ResourceUsage,
 	}
+}
+
+// clipPath cuts p to maxShownPath bytes, at a character's start, marking
+// the cut.
+func clipPath(p string) string {
+	if len(p) <= maxShownPath {
+		return p
+	}
+	cut := maxShownPath
+	for cut > 0 && !utf8.RuneStart(p[cut]) {
+		cut--
+	}
+	return p[:cut] + "…"
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -156,6 +157,51 @@ func TestAudit(t *testing.T) {
 		if s.Socket != srcs[i].Socket || s.PID != srcs[i].PID {
 			t.Errorf("result %d is for %s, want %s", i, s.Socket, srcs[i].Socket)
 		}
+	}
+}
+
+// TestAuditBoundsWhatItLists: supervisors (anyone can run one) listing
+// many idle sessions have at most maxListed each, maxListedAll in all,
+// listed, their working directories clipped; the rest are counted, with
+// their memory.
+func TestAuditBoundsWhatItLists(t *testing.T) {
+	const sups, each = 9, maxListed + 6
+	long := "/home/" + strings.Repeat("d", 1500)
+	ss := make([]sess, each)
+	for i := range ss {
+		ss[i] = sess{ID: fmt.Sprintf("s%d", i), Language: "python", Status: "idle", Idle: 90000, WD: long, Usage: mem(1)}
+	}
+	file := sessionsFile(t, ss...)
+	dir := t.TempDir()
+	var srcs []Source
+	for range sups {
+		k := testutil.StartKCServer(t, dir, testutil.Fake{Sessions: file})
+		srcs = append(srcs, Source{Socket: k.Socket, PID: k.PID})
+	}
+	got := Audit(context.Background(), &kallichore.Client{Timeout: 10 * time.Second}, srcs, 86400, 2)
+	listed, unlisted, unlistedMem := 0, 0, int64(0)
+	for _, s := range got {
+		if s.Err != nil || len(s.Candidates) > maxListed || len(s.Candidates)+s.Unlisted != each {
+			t.Fatalf("%s: %d listed, %d not, err %v; want at most %d listed, %d in all", s.Socket, len(s.Candidates), s.Unlisted, s.Err, maxListed, each)
+		}
+		for _, c := range s.Candidates {
+			if len(c.WorkingDirectory) > maxShownPath+len("…") || !strings.HasPrefix(long, strings.TrimSuffix(c.WorkingDirectory, "…")) {
+				t.Fatalf("working directory of %d bytes listed, want at most %d", len(c.WorkingDirectory), maxShownPath)
+			}
+		}
+		listed += len(s.Candidates)
+		unlisted += s.Unlisted
+		unlistedMem += s.UnlistedMemoryBytes
+	}
+	if listed != maxListedAll || unlisted != sups*each-maxListedAll || unlistedMem != int64(unlisted) {
+		t.Errorf("%d listed, %d unlisted holding %d bytes; want %d listed in all, the rest counted", listed, unlisted, unlistedMem, maxListedAll)
+	}
+	var text strings.Builder
+	if err := WriteText(&text, 86400, got); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("%d sessions idle", sups*each); !strings.Contains(text.String(), want) {
+		t.Errorf("text report's totals lack %q", want)
 	}
 }
 

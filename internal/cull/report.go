@@ -25,6 +25,8 @@ type supervisorJSON struct {
 	MemoryBytes   int64           `json:"memory_bytes"`
 	Error         *string         `json:"error"`
 	Candidates    []candidateJSON `json:"candidates"`
+	// CandidatesUnlisted counts those past the audit's bounds.
+	CandidatesUnlisted int `json:"candidates_unlisted,omitempty"`
 }
 
 type candidateJSON struct {
@@ -54,6 +56,11 @@ func Log(log *slog.Logger, threshold int64, sups []Supervisor) (failed bool, n i
 				"language", cand.Language, "idle_seconds", cand.IdleSeconds, "memory_bytes", cand.MemoryBytes(),
 				"working_directory", cand.WorkingDirectory)
 		}
+		if s.Unlisted > 0 {
+			n += s.Unlisted
+			log.Warn("[AUDIT] idle sessions past the audit's bound, counted but not listed", "socket", s.Socket, "pid", s.PID,
+				"sessions", s.Unlisted, "memory_bytes", s.UnlistedMemoryBytes)
+		}
 	}
 	log.Info("cull", "supervisors", len(sups), "abandoned_sessions", n, "threshold_seconds", threshold)
 	return failed, n
@@ -65,7 +72,7 @@ func WriteJSON(w io.Writer, threshold int64, sups []Supervisor) error {
 	for _, s := range sups {
 		j := supervisorJSON{
 			Socket: s.Socket, PID: s.PID, SessionsTotal: s.SessionsTotal,
-			MemoryBytes: s.MemoryBytes, Candidates: []candidateJSON{},
+			MemoryBytes: s.MemoryBytes, Candidates: []candidateJSON{}, CandidatesUnlisted: s.Unlisted,
 		}
 		if s.Err != nil {
 			msg := s.Err.Error()
@@ -96,7 +103,12 @@ func WriteText(w io.Writer, threshold int64, sups []Supervisor) error {
 			continue
 		}
 		fmt.Fprintf(tw, "%s (pid %s): %s, %s kernel memory, %d idle > %s\n",
-			printable.Quote(s.Socket), pidText(s.PID), plural(s.SessionsTotal, "session"), HumanBytes(s.MemoryBytes), len(s.Candidates), limit)
+			printable.Quote(s.Socket), pidText(s.PID), plural(s.SessionsTotal, "session"), HumanBytes(s.MemoryBytes), len(s.Candidates)+s.Unlisted, limit)
+		total += s.Unlisted
+		mem += s.UnlistedMemoryBytes
+		if s.Unlisted > 0 {
+			fmt.Fprintf(tw, "  %s, holding %s, past the audit's bound: counted, not listed\n", plural(s.Unlisted, "more session"), HumanBytes(s.UnlistedMemoryBytes))
+		}
 		if len(s.Candidates) == 0 {
 			continue
 		}

@@ -129,6 +129,12 @@ func Sessions(sups []cull.Supervisor, thresholdSeconds int64, err error) Check {
 				s.Socket, s.PID, c.SessionID, c.Language, cull.HumanSeconds(c.IdleSeconds),
 				cull.HumanBytes(c.MemoryBytes()), c.WorkingDirectory))
 		}
+		if s.Unlisted > 0 {
+			n += s.Unlisted
+			mem += s.UnlistedMemoryBytes
+			items = append(items, fmt.Sprintf("%s (pid %d): %d more idle sessions, %s, not listed (the audit's bound)",
+				s.Socket, s.PID, s.Unlisted, cull.HumanBytes(s.UnlistedMemoryBytes)))
+		}
 	}
 	detail := fmt.Sprintf("%s idle and disconnected for more than %s in %s", plural(n, "session", "sessions"), cull.ExactSeconds(thresholdSeconds),
 		plural(len(sups), "live supervisor", "live supervisors"))

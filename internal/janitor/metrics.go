@@ -80,6 +80,8 @@ func RecordCull(s *metrics.Set, sups []cull.Supervisor) {
 			sessions++
 			mem += c.MemoryBytes()
 		}
+		sessions += sup.Unlisted
+		mem += sup.UnlistedMemoryBytes
 	}
 	s.Set(metrics.Supervisors, float64(len(sups)))
 	s.Set(metrics.SupervisorsUnreadable, float64(unreadable))

@@ -213,19 +213,22 @@ type Found struct {
 func NewFound() *Found { return &Found{at: map[string]string{}} }
 
 // note records that n was found at ep, or returns where it was found
-// before when it is not found now.
+// first, found now or not: an engine found at another endpoint now (a
+// second containerd whose socket appeared while the first restarts) is
+// another engine, whose answer would call the first's containers gone.
 func (f *Found) note(n, ep string, found bool) (string, bool) {
 	if f == nil {
 		return ep, found
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if was, ok := f.at[n]; ok {
+		return was, true
+	}
 	if found {
 		f.at[n] = ep
-		return ep, true
 	}
-	was, ok := f.at[n]
-	return was, ok
+	return ep, found
 }
 
 // AskTimeout is Timeout, or DefaultTimeout when unset.
@@ -317,6 +320,8 @@ func Select(names []string, cfg Config) ([]Engine, error) {
 			now, foundNow := s.Detect(cfg)
 			ep, found := cfg.Found.note(n, now, foundNow)
 			switch {
+			case foundNow && ep != now:
+				cfg.Log().Debug("engine found elsewhere now: asked where it was found first", "engine", n, "endpoint", ep, "now", now)
 			case foundNow:
 				cfg.Log().Debug("engine found", "engine", n, "endpoint", ep)
 			case found:

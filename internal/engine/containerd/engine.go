@@ -52,10 +52,14 @@ var KnownSockets = []string{
 }
 
 // containerdAddress is --containerd-address, else $CONTAINERD_ADDRESS,
-// else the first of the known sockets that exists (else upstream's).
+// else where auto found it first (cfg.Detected), else the first of the
+// known sockets that exists (else upstream's).
 func containerdAddress(cfg engine.Config) string {
 	if cfg.ContainerdAddress != "" || os.Getenv("CONTAINERD_ADDRESS") != "" {
 		return ResolveAddress(cfg.ContainerdAddress)
+	}
+	if cfg.Detected != "" {
+		return cfg.Detected
 	}
 	if p, ok := engine.FirstExisting(KnownSockets); ok {
 		return p

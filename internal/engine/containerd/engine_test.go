@@ -177,3 +177,45 @@ func TestContainerdSocketsOfKubernetesDistributions(t *testing.T) {
 		})
 	}
 }
+
+// TestAutoKeepsWhereItFoundContainerd: across one watch's questions,
+// auto asks containerd where it found it first; a socket of another
+// containerd that appeared since (the first restarting) is not asked in
+// its place, whose answer would call the first's containers gone.
+func TestAutoKeepsWhereItFoundContainerd(t *testing.T) {
+	t.Setenv("CONTAINERD_ADDRESS", "")
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.sock"), filepath.Join(dir, "b.sock")
+	saved := KnownSockets
+	KnownSockets = []string{a, b}
+	t.Cleanup(func() { KnownSockets = saved })
+	cfg := engine.Config{Found: engine.NewFound()}
+	endpoint := func() string {
+		t.Helper()
+		es, err := engine.Select(nil, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range es {
+			if e.Name() == "containerd" {
+				return e.Endpoint()
+			}
+		}
+		return ""
+	}
+	if err := os.WriteFile(a, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := endpoint(); got != a {
+		t.Fatalf("first: containerd at %q, want %q", got, a)
+	}
+	if err := os.Remove(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(b, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := endpoint(); got != a {
+		t.Errorf("with only another's socket now: containerd at %q, want %q, where it was found", got, a)
+	}
+}

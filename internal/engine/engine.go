@@ -531,6 +531,7 @@ func Union(answers []Answer) Set {
 		UIDs:   []int{},
 	}
 	listers := Listers(answers)
+	s.ListedBy = listers
 	doubtful := map[string]bool{}
 	for i, a := range answers {
 		if i == 0 {

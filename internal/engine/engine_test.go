@@ -118,6 +118,31 @@ func TestUnionInitPIDs(t *testing.T) {
 	}
 }
 
+// TestListedFor: a container counts as listed (an exited one: its
+// evidence of running then judged as such) only by an answer that is
+// ground truth for the tree's UID; a user's engine listing a container
+// of root's by its ID does not make it known to root.
+func TestListedFor(t *testing.T) {
+	s := Union([]Answer{
+		{UID: 0, Containers: []Container{{ID: idB, State: "exited"}}},
+		{UID: 1000, Containers: []Container{{ID: idA, State: "exited"}}},
+	})
+	for _, tc := range []struct {
+		id   string
+		uid  int
+		want bool
+	}{{idA, 0, false}, {idA, 1000, true}, {idB, 0, true}, {idB, 1000, false}, {idC, 0, false}, {idA, UIDUnknown, false}} {
+		if got := s.ListedFor(tc.id, tc.uid); got != tc.want {
+			t.Errorf("ListedFor(%.4s, %d) = %v, want %v", tc.id, tc.uid, got, tc.want)
+		}
+	}
+	// A Set of one answer: what it lists.
+	one := Set{States: map[string]string{idA: "exited"}}
+	if !one.ListedFor(idA, 0) || one.ListedFor(idB, 0) {
+		t.Error("a Set of one answer: listed is what it lists")
+	}
+}
+
 func TestAskAnyFailureIsUnknown(t *testing.T) {
 	ok := &fake{name: "podman", a: Answer{UID: 0}}
 	bad := &fake{name: "docker", err: errors.New("connection refused")}

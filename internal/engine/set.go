@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/engine/peercred"
@@ -62,6 +63,9 @@ type Set struct {
 	// truth for: the union of several engines' answers vouches for each
 	// engine's UID (see Vouches).
 	UIDs []int
+	// ListedBy maps a listed container's full ID to the UIDs of the
+	// answers listing it (Union); nil for a Set of one answer.
+	ListedBy map[string][]int
 	// Endpoint describes what was asked: the API URL, or the CLI command.
 	Endpoint string
 	// Took is how long the successful query took (the failed API attempt
@@ -71,6 +75,17 @@ type Set struct {
 
 // IsLive reports whether id is a live container in s.
 func (s Set) IsLive(id string) bool { return s.Live[id] }
+
+// ListedFor reports whether an answer that is ground truth for trees of
+// uid lists id, live or not: a user's engine listing a container of
+// root's (an exited one of his, by its ID) says nothing of it to root.
+func (s Set) ListedFor(id string, uid int) bool {
+	if s.ListedBy == nil {
+		_, ok := s.States[id]
+		return ok
+	}
+	return uid >= 0 && slices.Contains(s.ListedBy[id], uid)
+}
 
 // Vouches reports whether s is ground truth for trees of uid: the endpoint
 // that answered runs as uid (or, for a union, one of them does).

@@ -100,7 +100,7 @@ func (sc *Scanned) corroborateCgroups(ls []contain.Listed, live engine.Set) ([]c
 			}
 			ck = sc.checker()
 		}
-		_, known := live.States[l.ContainerID]
+		known := live.ListedFor(l.ContainerID, l.Record.UID)
 		ev, running, err := ck.Check(corroborate.Query{ID: l.ContainerID, UID: l.Record.UID, Exited: known})
 		var msg string
 		switch {

@@ -32,7 +32,7 @@ func (sc *Scanned) corroborate(ts []Tree, live engine.Set) (int, []string) {
 	ck := sc.checker()
 	var why []string
 	for _, t := range candidates {
-		_, known := live.States[t.ContainerID]
+		known := live.ListedFor(t.ContainerID, t.UID)
 		q := corroborate.Query{ID: t.ContainerID, UID: t.UID, Exited: known}
 		for _, m := range t.tree.Members {
 			q.Members = append(q.Members, m.PID)

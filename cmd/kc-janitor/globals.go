@@ -41,7 +41,7 @@ func globalFlags(stateDir string) []cli.Flag {
 		&cli.StringFlag{Name: flagStateDir, Value: stateDir, Usage: "`DIR` holding kc-hook's ledger: this user's, not writable by others, no symlink, or the ledger is not used (default for a user other than root: /run/user/UID/kc-watchman)", EnvVars: []string{"KC_STATE_DIR"}},
 		&cli.StringFlag{Name: flagSupervisorComm, Value: trees.DefaultComm, Usage: "comma-separated process `NAMES` (comm) that make a process group a supervisor tree", EnvVars: []string{"KC_SUPERVISOR_COMM"}},
 		&cli.StringFlag{Name: flagFormat, Value: "text", Usage: "output `FORMAT`: text or json", EnvVars: []string{"KC_FORMAT"}},
-		&cli.StringFlag{Name: flagLogFile, Usage: "also append logs to `FILE`", EnvVars: []string{"KC_LOG_FILE"}},
+		&cli.StringFlag{Name: flagLogFile, Usage: "also append logs to `FILE` (this user's, one link; no symlink)", EnvVars: []string{"KC_LOG_FILE"}},
 		&cli.StringFlag{Name: flagLogFormat, Value: "text", Usage: "log `FORMAT`: text or json", EnvVars: []string{"KC_LOG_FORMAT"}},
 		&cli.StringFlag{Name: flagLogLevel, Usage: "least `LEVEL` logged on stderr: debug, info, warn or error (default: info for watch; warn for the other commands, whose report on stdout holds every finding)", EnvVars: []string{"KC_LOG_LEVEL"}},
 		&cli.BoolFlag{Name: flagQuiet, Aliases: []string{"q"}, Usage: "for cron: same as --log-level warn, and the report on stdout is left out unless something failed (findings still go to the log file)", EnvVars: []string{"KC_QUIET"}},

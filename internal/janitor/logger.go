@@ -1,11 +1,14 @@
 package janitor
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+
+	"golang.org/x/sys/unix"
 )
 
 // Log says where and how the janitor logs.
@@ -64,18 +67,49 @@ func newHandler(json bool, w io.Writer, level slog.Level, noTime bool) slog.Hand
 }
 
 // openLogFile opens path for appending, creating the file (0640) but never
-// its directory.
+// its directory. A log in a directory others may write (a seed's
+// ./kc-sweeper.log, /tmp) is theirs to plant things at: a symlink is not
+// followed (root would append to its target), a FIFO not waited on, and
+// what is opened must be a regular file of ours with no other link, or
+// a device (/dev/null), which only root can make.
 func openLogFile(path string) (*os.File, error) {
 	if st, err := os.Stat(filepath.Dir(path)); err != nil {
 		return nil, fmt.Errorf("log file %s: its directory cannot be used (create it first): %w", path, err)
 	} else if !st.IsDir() {
 		return nil, fmt.Errorf("log file %s: %s is not a directory", path, filepath.Dir(path))
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o640)
 	if err != nil {
+		if errors.Is(err, unix.ELOOP) {
+			err = fmt.Errorf("%w (a symlink is not followed)", err)
+		}
 		return nil, fmt.Errorf("cannot open log file %s: %w", path, err)
 	}
-	return f, nil
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("cannot open log file %s: %w", path, err)
+	}
+	var why string
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		if st.Uid != uint32(os.Geteuid()) {
+			why = fmt.Sprintf("owned by uid %d, not this user", st.Uid)
+		} else if st.Nlink != 1 {
+			why = fmt.Sprintf("it has %d links", st.Nlink)
+		}
+	case unix.S_IFCHR:
+		if st.Uid != 0 {
+			why = "a device not root's"
+		}
+	default:
+		why = "not a regular file"
+	}
+	if why != "" {
+		unix.Close(fd)
+		return nil, fmt.Errorf("log file %s not used: %s", path, why)
+	}
+	return os.NewFile(uintptr(fd), path), nil
 }
 
 // AppendFailure writes one ERROR record to l.File (and nowhere else): the

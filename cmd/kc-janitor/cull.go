@@ -57,6 +57,7 @@ func runCull(c *cli.Context) error {
 	// reported as not read, never asked (a retry would only wait to be
 	// refused again).
 	var named []cull.Supervisor
+	dirFailed := false
 	if paths := c.StringSlice("socket"); len(paths) > 0 {
 		pp := sweep.NewPathPinner("/proc")
 		defer pp.Close()
@@ -88,8 +89,9 @@ func runCull(c *cli.Context) error {
 		}
 		defer rep.Close()
 		for _, e := range rep.DirErrors {
-			log.Warn("socket directory", "err", e)
+			log.Error("socket directory", "err", e)
 		}
+		dirFailed = len(rep.DirErrors) > 0
 		sources = append(sources, cull.Sources(rep.Sockets, func(s *sweep.Socket) {
 			log.Info("supervisor socket not live, not audited", "path", s.Path, "verdict", string(s.Verdict), "reason", s.Reason)
 		})...)
@@ -107,6 +109,9 @@ func runCull(c *cli.Context) error {
 	}
 	janitor.RecordCull(metricsOf(c), sups)
 	failed, _ := cull.Log(log, threshold, sups)
+	// A socket directory that could not be read hides supervisors as a
+	// supervisor that could not be read hides sessions.
+	failed = failed || dirFailed
 	switch {
 	case g.JSON:
 		err = cull.WriteJSON(c.App.Writer, threshold, sups)

@@ -259,6 +259,17 @@ func TestCullCLINoSupervisors(t *testing.T) {
 	}
 }
 
+// TestCullCLIUnreadableSocketDir: a socket directory that cannot be read
+// hides its supervisors: cull exits 1, as sweep does, quiet or not.
+func TestCullCLIUnreadableSocketDir(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "typo")
+	for _, args := range [][]string{{"cull", "--socket-dir", missing}, {"-q", "cull", "--socket-dir", missing}, {"sweep", "--socket-dir", missing}} {
+		if code, out := runJanitorCapture(t, args...); code != exitFailed {
+			t.Errorf("%v: exit %d, want %d\n%s", args, code, exitFailed, out)
+		}
+	}
+}
+
 // TestSlowSupervisorIsLive: a kcserver that takes 2 s to answer is live
 // with the default timeouts (the seed's: 3 s connect, 5 s, a retry after
 // 2 s): sweep calls it live and keeps it, cull reads it and exits 0.

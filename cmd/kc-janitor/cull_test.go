@@ -178,11 +178,20 @@ func TestCullCLIUsage(t *testing.T) {
 		// A named host socket would widen a run scoped to a container.
 		{"cull", "--socket", "/tmp/kc-1.sock", "--container", "web"},
 		{"cull", "--socket", "/tmp/kc-1.sock", "--container-pid", strconv.Itoa(os.Getpid())},
+		// Two containers named: which one's sockets would be a guess.
+		{"sweep", "--container", "web", "--container-pid", strconv.Itoa(os.Getpid())},
+		{"cull", "--container", "web", "--container-pid", strconv.Itoa(os.Getpid())},
 	} {
 		if code, out := runJanitorCapture(t, args...); code != exitUsage {
 			t.Errorf("%v: exit %d, want %d\n%s", args, code, exitUsage, out)
 		}
 	}
+	t.Run("a leftover KC_CONTAINER_PID", func(t *testing.T) {
+		t.Setenv("KC_CONTAINER_PID", strconv.Itoa(os.Getpid()))
+		if code, out := runJanitorCapture(t, "sweep", "--container", "web"); code != exitUsage {
+			t.Errorf("exit %d, want %d\n%s", code, exitUsage, out)
+		}
+	})
 	t.Setenv("KC_IDLE_SECONDS", "lots")
 	if code, _ := runJanitorCapture(t, "cull", "--socket-dir", t.TempDir()); code != exitUsage {
 		t.Errorf("bad KC_IDLE_SECONDS: exit %d", code)

@@ -207,6 +207,11 @@ func sweepTarget(c *cli.Context, g globals) (sweep.Target, error) {
 	if pid := c.Int(flagContainerPID); pid < 0 {
 		return sweep.Target{}, usageErr("--container-pid must not be negative")
 	} else if pid > 0 {
+		if c.IsSet(flagContainer) {
+			// A leftover KC_CONTAINER_PID must not send a run meant for
+			// one container into another's sockets.
+			return sweep.Target{}, usageErr("--container-pid (or KC_CONTAINER_PID) and --container (or KC_CONTAINER) both name a container: give one")
+		}
 		return sweep.Target{InitPID: pid}, nil
 	}
 	name := c.String(flagContainer)

@@ -67,19 +67,20 @@ func runReconcile(c *cli.Context) error {
 	g, log := se.g, se.log
 	se.s.Reconcile.Apply = c.Bool("apply")
 
+	out := &reportWriter{w: c.App.Writer}
 	rep, liveErr, err := janitor.Reconcile(c.Context, se.s, log)
 	if err == nil {
 		janitor.RecordReconcile(metricsOf(c), "reconcile", rep.Report, liveErr == nil)
 	}
 	if liveErr != nil {
 		if g.JSON {
-			writeJSON(c.App.Writer, rep)
+			writeJSON(out, rep)
 		} else {
 			msg := liveErr.Error()
 			if !errors.Is(liveErr, engine.ErrUnknown) {
 				msg = "ground truth unknown: " + msg
 			}
-			fmt.Fprintf(c.App.Writer, "%s\nnothing was touched.\n", msg)
+			fmt.Fprintf(out, "%s\nnothing was touched.\n", msg)
 		}
 		return cli.Exit("", exitUnknown)
 	}
@@ -90,21 +91,46 @@ func runReconcile(c *cli.Context) error {
 	janitor.LogReconcile(c.Context, log, rep.Report)
 	switch {
 	case g.JSON:
-		writeJSON(c.App.Writer, rep)
+		writeJSON(out, rep)
 	case g.Quiet() && !rep.Failed():
 		// A quiet run prints only failures: its findings are in the log
 		// (for cron, which mails whatever reaches stdout).
 	default:
-		rep.Text(c.App.Writer)
+		rep.Text(out)
 	}
 	if rep.Failed() {
 		return cli.Exit("", exitFailed)
 	}
-	return nil
+	return out.done()
 }
 
 func writeJSON(w io.Writer, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
+}
+
+// reportWriter keeps the first failed write of a command's report: a
+// report lost to a full disk or a closed pipe must not pass for a run
+// that said what it did (exit 1).
+type reportWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (r *reportWriter) Write(p []byte) (int, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	n, err := r.w.Write(p)
+	r.err = err
+	return n, err
+}
+
+// done is the command's result once its report is written.
+func (r *reportWriter) done() error {
+	if r.err != nil {
+		return cli.Exit(fmt.Sprintf("writing the report: %v", r.err), exitFailed)
+	}
+	return nil
 }

@@ -38,13 +38,14 @@ func runStatus(c *cli.Context) error {
 	if err != nil {
 		return err // a usage error
 	}
+	out := &reportWriter{w: c.App.Writer}
 	switch {
 	case se.g.JSON:
-		writeJSON(c.App.Writer, rep)
-		return nil
+		writeJSON(out, rep)
 	case se.g.Quiet() && len(rep.Errors) == 0:
 		// For cron: the look is printed only when it has PROBLEMS.
-		return nil
+	default:
+		rep.Text(out)
 	}
-	return rep.Text(c.App.Writer)
+	return out.done()
 }

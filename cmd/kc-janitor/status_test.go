@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -11,8 +13,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/urfave/cli/v2"
 
 	"github.com/kc-watchman/kc-watchman/internal/doctor"
 	"github.com/kc-watchman/kc-watchman/internal/janitor"
@@ -246,5 +251,43 @@ func TestStatusScopedLeavesHostSockets(t *testing.T) {
 		if c := checkOf(t, rep2, name); !strings.Contains(c.Detail, "not looked at") {
 			t.Errorf("doctor --container, %s: %s %q; want not looked at", name, c.Verdict, c.Detail)
 		}
+	}
+}
+
+// failingWriter fails every write, as stdout on a full disk does.
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, syscall.ENOSPC }
+
+// TestReportLostExitsFailed: a report that cannot be written (stdout on
+// a full disk, a closed pipe) exits 1, not 0 (a clean run) nor 2 (a
+// usage error).
+func TestReportLostExitsFailed(t *testing.T) {
+	// A podman whose answer is no container (the CLI, asked when the
+	// service's socket is missing).
+	bin := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bin, "podman"), []byte("#!/bin/sh\necho '[]'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+":/usr/bin:/bin")
+	id := strings.Repeat("6", 64)
+	common := []string{"--state-dir", filepath.Join(t.TempDir(), "state"), "--podman-url", "unix:///nonexistent/podman.sock", "--engine", "podman"}
+	for _, args := range [][]string{
+		{"status", "--socket-dir", t.TempDir(), "--container", id},
+		{"status", "--socket-dir", t.TempDir(), "--container", id, "--format", "json"},
+		{"reconcile", "--container", id},
+		{"reconcile", "--container", id, "--format", "json"},
+	} {
+		args = append(args[:1:1], append(append([]string(nil), common...), args[1:]...)...)
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			app := newApp()
+			app.Writer, app.ErrWriter = failingWriter{}, io.Discard
+			err := runApp(app, append([]string{"kc-janitor"}, args...))
+			t.Logf("%v", err)
+			var ec cli.ExitCoder
+			if !errors.As(err, &ec) || ec.ExitCode() != exitFailed {
+				t.Errorf("err %v; want exit %d", err, exitFailed)
+			}
+		})
 	}
 }

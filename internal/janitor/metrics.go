@@ -40,20 +40,23 @@ func RecordReconcile(s *metrics.Set, command string, rep reconcile.Report, known
 	s.Set(metrics.StraysFailed, float64(counts[action.WouldNotDie]))
 }
 
-// RecordSweep records a sweep report.
-func RecordSweep(s *metrics.Set, rep *sweep.Report) {
-	if s == nil || rep == nil {
+// RecordSweep records the reports of one round's sweeps (a watch
+// scoped to several containers sweeps each), summed.
+func RecordSweep(s *metrics.Set, reps ...*sweep.Report) {
+	if s == nil || len(reps) == 0 {
 		return
 	}
 	verdicts := map[sweep.Verdict]int{sweep.VerdictLive: 0, sweep.VerdictStale: 0, sweep.VerdictUnknown: 0}
 	unlinked, failed := 0, 0
-	for _, k := range rep.Sockets {
-		verdicts[k.Verdict]++
-		switch k.Action {
-		case sweep.ActionUnlinked:
-			unlinked++
-		case sweep.ActionFailed:
-			failed++
+	for _, rep := range reps {
+		for _, k := range rep.Sockets {
+			verdicts[k.Verdict]++
+			switch k.Action {
+			case sweep.ActionUnlinked:
+				unlinked++
+			case sweep.ActionFailed:
+				failed++
+			}
 		}
 	}
 	for v, n := range verdicts {
@@ -62,6 +65,14 @@ func RecordSweep(s *metrics.Set, rep *sweep.Report) {
 	s.Set(metrics.SocketsStale, float64(verdicts[sweep.VerdictStale]))
 	s.Set(metrics.SocketsUnlinked, float64(unlinked))
 	s.Set(metrics.SocketsFailed, float64(failed))
+}
+
+// DropSweepAndCull takes the sweep's and cull's counts out of the file:
+// a round that could not look (the containers to sweep could not be
+// found) must not leave the last ones to be read as current.
+func DropSweepAndCull(s *metrics.Set) {
+	s.Drop(metrics.Sockets, metrics.SocketsStale, metrics.SocketsUnlinked, metrics.SocketsFailed,
+		metrics.Supervisors, metrics.SupervisorsUnreadable, metrics.SessionsAbandoned, metrics.SessionsAbandonedMemoryBytes)
 }
 
 // RecordCull records a cull audit.

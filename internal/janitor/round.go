@@ -141,16 +141,23 @@ func (w *Watch) round(ctx context.Context, log *slog.Logger) int {
 
 	var liveControls []cull.Source
 	var swept []*sweep.Report
+	looked := true
 	if w.ReconcileOn {
 		note(step(log, ms, "reconcile", func() int { return w.reconcile(ctx, log, ms) }))
 	}
 	note(step(log, ms, "sweep", func() int {
-		code, srcs, reps := w.sweep(ctx, log, ms)
-		liveControls, swept = srcs, reps
+		code, srcs, reps, ok := w.sweep(ctx, log, ms)
+		liveControls, swept, looked = srcs, reps, ok
 		return code
 	}))
-	if w.CullOn {
+	// A sweep that could not look found no supervisors to audit: an
+	// audit of none would record a clean one.
+	switch {
+	case w.CullOn && looked:
 		note(step(log, ms, "cull", func() int { return w.cull(ctx, log, ms, liveControls) }))
+	case w.CullOn:
+		now := time.Now()
+		ms.Run("cull", now, now, false)
 	}
 	for _, rep := range swept {
 		rep.Close()
@@ -209,33 +216,35 @@ func (w *Watch) reconcile(ctx context.Context, log *slog.Logger, ms *metrics.Set
 // sweep sweeps every target and returns the live control sockets for
 // cull, with the reports whose directories they are pinned through (see
 // sweep.Socket.Pin): the caller closes them once the audit is done.
-func (w *Watch) sweep(ctx context.Context, log *slog.Logger, ms *metrics.Set) (int, []cull.Source, []*sweep.Report) {
+// looked is false when the targets could not be found (nothing swept,
+// and the sweep's and cull's last counts dropped).
+func (w *Watch) sweep(ctx context.Context, log *slog.Logger, ms *metrics.Set) (code int, live []cull.Source, reps []*sweep.Report, looked bool) {
 	targets := []sweep.Target{w.Sockets.Target}
 	if w.SocketTargets != nil {
 		var err error
 		if targets, err = w.SocketTargets(ctx); err != nil {
 			log.Error("cannot look into the container; sweep and cull skipped", "step", "sweep", "err", err)
-			return ExitFailed, nil, nil
+			DropSweepAndCull(ms)
+			return ExitFailed, nil, nil, false
 		}
 	}
-	code := ExitOK
-	var live []cull.Source
-	var reps []*sweep.Report
+	code = ExitOK
 	// One listing of the host's PID namespaces for every container of
 	// the round, not a walk of /proc each (sweep.NSIndex).
 	idx := sweep.NewNSIndex()
 	for _, t := range targets {
-		c, srcs, rep := w.sweepOne(ctx, log, ms, t, idx)
+		c, srcs, rep := w.sweepOne(ctx, log, t, idx)
 		code = max(code, c)
 		live = append(live, srcs...)
 		if rep != nil {
 			reps = append(reps, rep)
 		}
 	}
-	return code, live, reps
+	RecordSweep(ms, reps...)
+	return code, live, reps, true
 }
 
-func (w *Watch) sweepOne(ctx context.Context, log *slog.Logger, ms *metrics.Set, t sweep.Target, idx *sweep.NSIndex) (int, []cull.Source, *sweep.Report) {
+func (w *Watch) sweepOne(ctx context.Context, log *slog.Logger, t sweep.Target, idx *sweep.NSIndex) (int, []cull.Source, *sweep.Report) {
 	cfg := w.Sockets
 	cfg.Target, cfg.Namespaces = t, idx
 	cfg.KeepDirs = w.CullOn
@@ -248,7 +257,6 @@ func (w *Watch) sweepOne(ctx context.Context, log *slog.Logger, ms *metrics.Set,
 		log.Error("sweep failed", "err", err)
 		return ExitFailed, nil, nil
 	}
-	RecordSweep(ms, rep)
 	w.Live.swept(rep)
 	live := cull.Sources(rep.Sockets, nil)
 	for _, e := range rep.DirErrors {

@@ -1,0 +1,78 @@
+package janitor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kc-watchman/kc-watchman/internal/metrics"
+	"github.com/kc-watchman/kc-watchman/internal/sweep"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+)
+
+// TestRoundThatCannotLookDropsItsCounts: a watch round that cannot find
+// the containers to sweep sweeps and audits nothing; the sweep's and
+// cull's counts of the round before are taken out of the metrics file,
+// not left to be read as current, and cull's run is not a success.
+func TestRoundThatCannotLookDropsItsCounts(t *testing.T) {
+	dir := t.TempDir()
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.OrphanSocket(t, dir, fmt.Sprintf("kc-%d.sock", gone.Process.Pid))
+	file := filepath.Join(t.TempDir(), "kc.prom")
+	var lookErr error
+	w := Watch{CullOn: true, MetricsFile: file}
+	w.Sockets = sweep.Config{Dirs: []string{dir}, DialTimeout: 200 * time.Millisecond, Timeout: 500 * time.Millisecond, Pause: 50 * time.Millisecond}
+	w.SocketTargets = func(context.Context) ([]sweep.Target, error) { return []sweep.Target{{}}, lookErr }
+	read := func() string {
+		t.Helper()
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(data)
+	}
+	w.Once(t.Context(), slog.New(slog.DiscardHandler))
+	if got := read(); !strings.Contains(got, metrics.SocketsStale+" 1") || !strings.Contains(got, metrics.RunSuccess+`{command="cull"} 1`) {
+		t.Fatalf("first round's metrics lack the stale socket or cull's success:\n%s", got)
+	}
+	lookErr = errors.New("the container could not be resolved")
+	w.Once(t.Context(), slog.New(slog.DiscardHandler))
+	got := read()
+	for _, gone := range []string{metrics.SocketsStale, metrics.Supervisors + " ", metrics.SessionsAbandoned + " "} {
+		if strings.Contains(got, gone) {
+			t.Errorf("%s still in the file after a round that could not look:\n%s", gone, got)
+		}
+	}
+	if !strings.Contains(got, metrics.RunSuccess+`{command="cull"} 0`) {
+		t.Errorf("cull's run not failed:\n%s", got)
+	}
+}
+
+// TestRecordSweepSums: a round's sweeps of several containers are
+// counted together, not the last one's alone.
+func TestRecordSweepSums(t *testing.T) {
+	failed := &sweep.Report{Sockets: []*sweep.Socket{{Verdict: sweep.VerdictStale, Action: sweep.ActionFailed}}}
+	clean := &sweep.Report{Sockets: []*sweep.Socket{{Verdict: sweep.VerdictLive}}}
+	ms := metrics.New()
+	RecordSweep(ms, failed, clean)
+	file := filepath.Join(t.TempDir(), "kc.prom")
+	if err := metrics.WriteFile(file, ms); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(file)
+	for _, want := range []string{metrics.SocketsFailed + " 1", metrics.SocketsStale + " 1", metrics.Sockets + `{verdict="live"} 1`} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("%q not in\n%s", want, data)
+		}
+	}
+}

@@ -73,11 +73,11 @@ func (sc *Scanned) leftCgroups(ts []Tree, live engine.Set) []contain.Listed {
 // returns the count of root's evidence against containers the engines do
 // not list at all, for the wrong-store rule. An empty cgroup is kept:
 // removing it kills nothing.
-func (sc *Scanned) corroborateCgroups(ls []contain.Listed, live engine.Set) ([]contain.Listed, int, []string) {
+func (sc *Scanned) corroborateCgroups(ls []contain.Listed, live engine.Set) ([]contain.Listed, map[string]string) {
 	var (
 		ck   *corroborate.Checker
 		kept []contain.Listed
-		why  []string
+		why  = map[string]string{}
 	)
 	for _, l := range ls {
 		if !l.Populated {
@@ -95,7 +95,7 @@ func (sc *Scanned) corroborateCgroups(ls []contain.Listed, live engine.Set) ([]c
 				}
 				if _, err := confirm(); err != nil {
 					sc.log.Warn("cannot complete the process listing; populated cgroups left alone", "err", err)
-					return kept, 0, nil
+					return kept, nil
 				}
 			}
 			ck = sc.checker()
@@ -107,7 +107,7 @@ func (sc *Scanned) corroborateCgroups(ls []contain.Listed, live engine.Set) ([]c
 		case running:
 			msg = fmt.Sprintf("container %s is not listed as running by the engines but %s", l.ContainerID, ev)
 			if ev.Root() && !known {
-				why = append(why, msg)
+				why[l.ContainerID] = msg
 			}
 		case err != nil:
 			msg = fmt.Sprintf("container %s: cannot look for evidence of it running: %v", l.ContainerID, err)
@@ -117,7 +117,7 @@ func (sc *Scanned) corroborateCgroups(ls []contain.Listed, live engine.Set) ([]c
 		}
 		sc.log.Warn("ground truth contradicted; cgroup left alone", "container", l.ContainerID, "cgroup", l.Record.Path, "evidence", msg)
 	}
-	return kept, len(why), why
+	return kept, why
 }
 
 // populatedCount counts the cgroups a sweep would kill in, but those of

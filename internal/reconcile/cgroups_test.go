@@ -236,7 +236,7 @@ func TestPopulatedCgroupsNeedACompleteListing(t *testing.T) {
 				sc.confirm = func() (int, error) { return 0, tc.confirmErr }
 			}
 			ls := []contain.Listed{{ContainerID: gone, Populated: true}, {ContainerID: empty}}
-			kept, _, _ := sc.corroborateCgroups(ls, live)
+			kept, _ := sc.corroborateCgroups(ls, live)
 			var got []string
 			for _, l := range kept {
 				got = append(got, l.ContainerID)

@@ -2,6 +2,8 @@ package reconcile
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
@@ -15,11 +17,11 @@ import (
 var ErrWrongStore = fmt.Errorf("%w: more than one container the engines do not list still runs here; the engine is probably asked about the wrong store (a different --root, another user's service)", engine.ErrUnknown)
 
 // corroborate checks every would-be stray against local evidence and
-// marks the contradicted ones. It returns how many count toward the
-// wrong-store rule (root's evidence for containers no engine knows: a
-// user can fake his own, and a container an engine lists as exited is a
-// burst of deaths, not a wrong store) and why.
-func (sc *Scanned) corroborate(ts []Tree, live engine.Set) (int, []string) {
+// marks the contradicted ones. It returns, by container, those that
+// count toward the wrong-store rule (root's evidence for containers no
+// engine knows: a user can fake his own, and a container an engine lists
+// as exited is a burst of deaths, not a wrong store) and why.
+func (sc *Scanned) corroborate(ts []Tree, live engine.Set) map[string]string {
 	var candidates []*Tree
 	for i := range ts {
 		if ts[i].Action == action.WouldReap {
@@ -27,10 +29,10 @@ func (sc *Scanned) corroborate(ts []Tree, live engine.Set) (int, []string) {
 		}
 	}
 	if len(candidates) == 0 {
-		return 0, nil
+		return nil
 	}
 	ck := sc.checker()
-	var why []string
+	why := map[string]string{}
 	for _, t := range candidates {
 		known := live.ListedFor(t.ContainerID, t.UID)
 		q := corroborate.Query{ID: t.ContainerID, UID: t.UID, Exited: known}
@@ -51,15 +53,26 @@ func (sc *Scanned) corroborate(ts []Tree, live engine.Set) (int, []string) {
 		t.Action = action.SkipContradicted
 		t.Error = &msg
 		if running && ev.Root() && !known {
-			why = append(why, msg)
+			why[t.ContainerID] = msg
 		}
 		sc.log.Warn("ground truth contradicted; tree left alone", "container", t.ContainerID, "pgid", t.PGID, "evidence", msg)
 	}
-	return len(why), why
+	return why
 }
 
-func wrongStore(why []string) error {
-	return fmt.Errorf("%w: %s", ErrWrongStore, strings.Join(why, "; "))
+// wrongStore is the error of a run whose evidence (by container) says
+// its answer is the wrong one, or nil: one contradicted container is a
+// race, more than one are not (two trees of one are one).
+func wrongStore(why ...map[string]string) error {
+	all := map[string]string{}
+	for _, w := range why {
+		maps.Copy(all, w)
+	}
+	if len(all) < 2 {
+		return nil
+	}
+	msgs := slices.Sorted(maps.Values(all))
+	return fmt.Errorf("%w: %s", ErrWrongStore, strings.Join(msgs, "; "))
 }
 
 // checker looks for evidence in the run's one snapshot: one for the

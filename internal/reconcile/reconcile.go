@@ -407,18 +407,18 @@ func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 	// Before anything is touched: a stray whose container still runs here
 	// is a contradiction; more than one means the answer is the wrong one.
 	// The cgroups of gone containers count as their trees do.
-	n, why := sc.corroborate(rep.Trees, live)
-	left, nc, whyc := sc.corroborateCgroups(sc.leftCgroups(rep.Trees, live), live)
-	if n+nc > 1 {
+	why := sc.corroborate(rep.Trees, live)
+	left, whyc := sc.corroborateCgroups(sc.leftCgroups(rep.Trees, live), live)
+	if err := wrongStore(why, whyc); err != nil {
 		rep.LivenessKnown = false
-		return rep, wrongStore(append(why, whyc...))
+		return rep, err
 	}
 
 	refreshSnapshots(opt, log, rep.Trees, records)
 	spare := sc.spared(rep.Trees)
 	if opt.Apply {
 		rep.Trees = dropDead(opt, rep.Trees)
-		if why := blastRadius(opt, rep.Trees, populatedCount(opt, left)); why != "" {
+		if why := blastRadius(opt, rep.Trees, populatedCount(opt, left), live); why != "" {
 			// A wrong answer at scale looks exactly like this: reap
 			// nothing, collect nothing, and say so.
 			rep.Refused = why
@@ -426,7 +426,7 @@ func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 			return rep, nil
 		}
 		rep.Cgroups, rep.Unrecorded = reapStrays(ctx, opt, log, rep.Trees, sc.bornBefore, sc.vanished, spare)
-	} else if why := blastRadius(opt, rep.Trees, populatedCount(opt, left)); why != "" {
+	} else if why := blastRadius(opt, rep.Trees, populatedCount(opt, left), live); why != "" {
 		rep.WouldRefuse = why
 		log.Warn("an --apply run would reap nothing (blast-radius guard)", "why", why)
 	}
@@ -614,16 +614,21 @@ const guardMinStrays = 3
 
 // blastRadius says why an apply run with these decisions must not reap,
 // or "" when it may. A run scoped with --container is judged by MaxReap
-// alone: every tree of a gone container is stray by definition.
-func blastRadius(opt Options, ts []Tree, cgroups int) string {
+// alone: every tree of a gone container is stray by definition. "All
+// trees" are those of the UIDs the answer vouches for: anyone can start
+// groups named kcserver, which would otherwise pad the count.
+func blastRadius(opt Options, ts []Tree, cgroups int, live engine.Set) string {
 	if opt.MaxReap <= 0 {
 		return ""
 	}
-	n, exited := 0, 0
+	n, exited, all := 0, 0, 0
 	if cgroups > opt.MaxReap {
 		return fmt.Sprintf("%d populated cgroups of gone containers found, more than --max-reap %d: if their containers are all truly gone, raise --max-reap (KC_MAX_REAP) for one run", cgroups, opt.MaxReap)
 	}
 	for _, t := range ts {
+		if live.Vouches(t.UID) {
+			all++
+		}
 		switch {
 		case t.Action != action.WouldReap:
 		case opt.InitExited[t.ContainerID] > 0:
@@ -635,8 +640,8 @@ func blastRadius(opt Options, ts []Tree, cgroups int) string {
 	switch {
 	case n > opt.MaxReap:
 		return fmt.Sprintf("%d stray trees found, more than --max-reap %d: if they are all truly stray, raise --max-reap (KC_MAX_REAP) for one run", n, opt.MaxReap)
-	case len(opt.Containers) == 0 && n >= guardMinStrays && 2*n > len(ts)-exited:
-		return fmt.Sprintf("%d of %d trees found stray, more than half: check that the engines asked are this host's (--engine, --containerd-namespace), or reap with --container", n, len(ts))
+	case len(opt.Containers) == 0 && n >= guardMinStrays && 2*n > all-exited:
+		return fmt.Sprintf("%d of %d trees found stray, more than half: check that the engines asked are this host's (--engine, --containerd-namespace), or reap with --container", n, all)
 	}
 	return ""
 }

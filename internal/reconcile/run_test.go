@@ -3,6 +3,7 @@ package reconcile
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -289,6 +290,14 @@ func TestBlastRadius(t *testing.T) {
 		}
 		return ts
 	}
+	// others are another user's groups, which no answer here vouches for.
+	others := func(n int) []Tree {
+		var ts []Tree
+		for range n {
+			ts = append(ts, Tree{UID: 1000, Action: action.SkipOtherUID})
+		}
+		return ts
+	}
 	// drained are the trees of a container whose init the kernel saw exit.
 	drained := func(stray, other int) []Tree {
 		ts := trees(stray, other)
@@ -317,9 +326,12 @@ func TestBlastRadius(t *testing.T) {
 		{"a drain: the kernel saw every init exit", 50, scoped, drained(100, 0), false},
 		{"a drain beside too many others", 5, scoped, append(drained(100, 0), trees(6, 0)...), true},
 		{"a drain beside a few others", 5, scoped, append(drained(100, 0), trees(5, 0)...), false},
+		// Anyone can start groups named kcserver: another user's do not
+		// count among all trees.
+		{"three of six, three another user's", 50, nil, append(trees(3, 0), others(3)...), true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			why := blastRadius(Options{MaxReap: tt.max, Containers: tt.scope, InitExited: exited}, tt.ts, 0)
+			why := blastRadius(Options{MaxReap: tt.max, Containers: tt.scope, InitExited: exited}, tt.ts, 0, engine.Set{UID: 0})
 			if (why != "") != tt.refused {
 				t.Errorf("refused %q, want refused=%v", why, tt.refused)
 			}
@@ -480,5 +492,31 @@ func TestBornBeforeWithoutTheBootClock(t *testing.T) {
 	}
 	if got := died.bornBefore(strings.Repeat("cd", 32)); got != 0 {
 		t.Errorf("bornBefore of another container = %d, want 0", got)
+	}
+}
+
+// TestWrongStoreCountsContainers: the wrong-store rule is about
+// containers the engines do not list but that run here: two trees (or a
+// tree and a cgroup) of one such container are one, a race; two such
+// containers are not.
+func TestWrongStoreCountsContainers(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		trees map[string]string
+		cgs   map[string]string
+		wrong bool
+	}{
+		{"none", nil, nil, false},
+		{"one container's tree", map[string]string{cidGone: "runs"}, nil, false},
+		{"one container's tree and cgroup", map[string]string{cidGone: "runs"}, map[string]string{cidGone: "runs"}, false},
+		{"two containers", map[string]string{cidGone: "runs", cidLive: "runs"}, nil, true},
+		{"a tree and another's cgroup", map[string]string{cidGone: "runs"}, map[string]string{cidLive: "runs"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := wrongStore(tc.trees, tc.cgs)
+			if (err != nil) != tc.wrong || (err != nil && !errors.Is(err, ErrWrongStore)) {
+				t.Errorf("wrongStore = %v, want wrong %v", err, tc.wrong)
+			}
+		})
 	}
 }

@@ -47,8 +47,8 @@ func (c *Cgroup) String() string {
 }
 
 // Prepare readies containerID's cgroup on h before its supervisor starts:
-// <mount>/kc-watchman/<id> made (or found) on cgroupfs, or a Scoper
-// connected for a systemd scope, which Enter starts. uid is the UID the
+// <mount>/kc-watchman/<id> made (or found) on cgroupfs, or, for a
+// systemd scope, its unit named (Enter starts it). uid is the UID the
 // tree will run as.
 func Prepare(ctx context.Context, h Host, containerID string, uid int) (*Cgroup, error) {
 	if !containerid.Valid(containerID) {
@@ -60,11 +60,7 @@ func Prepare(ctx context.Context, h Host, containerID string, uid int) (*Cgroup,
 		if h.opt.Systemd == nil {
 			return nil, errors.New("no systemd client linked")
 		}
-		s, err := h.opt.Systemd(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("connecting to systemd: %w", err)
-		}
-		c.scoper, c.Unit = s, UnitName(containerID)
+		c.Unit = UnitName(containerID)
 		return c, nil
 	case KindCgroup2, KindFreezer:
 	default:
@@ -134,8 +130,16 @@ func (c *Cgroup) Enter(ctx context.Context, pid int) error {
 	switch {
 	case c.Kind == KindCgroup2 && c.dirFD >= 0:
 		return nil // started inside
-	case c.Kind == KindSystemd && c.Path == "":
-		p, err := c.scoper.StartScope(ctx, c.Unit, Slice, pid)
+	case c.Kind == KindSystemd && (c.Path == "" || !c.Exists()):
+		// systemd collects a scope once its last process is gone: a
+		// restarted command gets a new one.
+		c.Path = ""
+		s, done, err := c.bus(ctx)
+		if err != nil {
+			return fmt.Errorf("starting scope %s: %w", c.Unit, err)
+		}
+		defer done()
+		p, err := s.StartScope(ctx, c.Unit, Slice, pid)
 		if err != nil {
 			return fmt.Errorf("starting scope %s: %w", c.Unit, err)
 		}
@@ -159,7 +163,26 @@ func (c *Cgroup) Enter(ctx context.Context, pid int) error {
 	return writeAt(fd, "cgroup.procs", strconv.Itoa(pid))
 }
 
-// Close releases the descriptors and the systemd connection; the cgroup
+// bus connects to systemd for one call. No connection is held for a
+// container's life: root's connections to the system bus are capped
+// (dbus-daemon's max_connections_per_user, 256), and a wrapper per
+// container holding one would leave the runtimes none to start the next
+// container with. A Scoper set on c (tests) is used as it is.
+func (c *Cgroup) bus(ctx context.Context) (Scoper, func(), error) {
+	if c.scoper != nil {
+		return c.scoper, func() {}, nil
+	}
+	if c.opt.Systemd == nil {
+		return nil, nil, errors.New("no systemd client linked")
+	}
+	s, err := c.opt.Systemd(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connecting to systemd: %w", err)
+	}
+	return s, func() { s.Close() }, nil
+}
+
+// Close releases the descriptors (and a Scoper set on c); the cgroup
 // stays.
 func (c *Cgroup) Close() error {
 	if c == nil {
@@ -219,15 +242,7 @@ func FromRecord(r ledger.Cgroup, containerID string, opt Options) (*Cgroup, erro
 	if mnt == "" {
 		return nil, fmt.Errorf("no %s hierarchy is mounted here", kind)
 	}
-	c := &Cgroup{Kind: kind, Mount: mnt, Path: p, Unit: r.Unit, UID: r.UID, containerID: containerID, dirFD: -1, opt: opt}
-	if kind == KindSystemd && opt.Systemd != nil {
-		if s, err := opt.Systemd(context.Background()); err == nil {
-			c.scoper = s
-		} else {
-			opt.Logger.Warn("no systemd connection; the scope is swept but not stopped", "unit", r.Unit, "err", err)
-		}
-	}
-	return c, nil
+	return &Cgroup{Kind: kind, Mount: mnt, Path: p, Unit: r.Unit, UID: r.UID, containerID: containerID, dirFD: -1, opt: opt}, nil
 }
 
 // SlicePath is Slice's cgroup relative to the mount. systemd nests a

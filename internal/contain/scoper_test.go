@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -160,5 +161,79 @@ func TestSystemdScopeElsewhere(t *testing.T) {
 			}
 		}
 		f.mu.Unlock()
+	}
+}
+
+// countingScoper counts the connections to systemd still open.
+type countingScoper struct {
+	*fakeScoper
+	open *atomic.Int32
+}
+
+func (c countingScoper) Close() error { c.open.Add(-1); return nil }
+
+// TestSystemdScopeHoldsNoConnection: a wrapper connects to systemd for
+// each call only (root's bus connections are capped, and runtimes need
+// theirs); and a command restarted after systemd collected its scope
+// (empty once the command exited) gets a new one, not none.
+func TestSystemdScopeHoldsNoConnection(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	real := Detect(Options{})
+	if real.Kind != KindCgroup2 {
+		t.Skipf("no cgroup v2 to stand in for systemd's: %s", real.Why)
+	}
+	f := &fakeScoper{mount: real.Mount}
+	var open atomic.Int32
+	opt := Options{SystemdMarker: t.TempDir(), Systemd: func(context.Context) (Scoper, error) {
+		open.Add(1)
+		return countingScoper{f, &open}, nil
+	}}
+	h := Detect(opt)
+	id := newID(t)
+	scope := filepath.Join(real.Mount, SlicePath, UnitName(id))
+	t.Cleanup(func() {
+		os.Remove(scope)
+		os.Remove(filepath.Join(real.Mount, SlicePath))
+		os.Remove(filepath.Join(real.Mount, "kc.slice"))
+	})
+	c, err := Prepare(context.Background(), h, id, os.Getuid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for round := range 2 {
+		cmd := exec.Command("sleep", "1000000")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Enter(context.Background(), cmd.Process.Pid); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if n := open.Load(); n != 0 {
+			t.Errorf("round %d: %d connections to systemd held after the scope started", round, n)
+		}
+		data, err := os.ReadFile(filepath.Join(scope, "cgroup.procs"))
+		if err != nil || !strings.Contains(string(data), strconv.Itoa(cmd.Process.Pid)) {
+			t.Errorf("round %d: the command is not in its scope: %q, %v", round, data, err)
+		}
+		cmd.Process.Kill()
+		cmd.Wait()
+		// systemd collects the emptied scope.
+		if !within(5*time.Second, func() bool { return os.Remove(scope) == nil }) {
+			t.Fatal("the scope's cgroup would not go")
+		}
+	}
+	f.mu.Lock()
+	starts := 0
+	for _, call := range f.calls {
+		if strings.HasPrefix(call, "start ") {
+			starts++
+		}
+	}
+	f.mu.Unlock()
+	if starts != 2 {
+		t.Errorf("scopes started: %d, want one per command", starts)
 	}
 }

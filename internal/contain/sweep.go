@@ -364,10 +364,16 @@ func (c *Cgroup) waitEmpty(ctx context.Context, fd int, limit time.Duration, wit
 }
 
 func (c *Cgroup) stopScope(ctx context.Context) error {
-	if c.Kind != KindSystemd || c.scoper == nil {
+	if c.Kind != KindSystemd {
 		return nil
 	}
-	if err := c.scoper.StopScope(ctx, c.Unit); err != nil {
+	s, done, err := c.bus(ctx)
+	if err != nil {
+		c.opt.Logger.Warn("no systemd connection; the scope is swept but not stopped", "unit", c.Unit, "err", err)
+		return nil
+	}
+	defer done()
+	if err := s.StopScope(ctx, c.Unit); err != nil {
 		return fmt.Errorf("stopping %s: %w", c.Unit, err)
 	}
 	return nil

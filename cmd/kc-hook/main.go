@@ -387,6 +387,11 @@ func stageBody(s *settings, r stageRun, stdin io.Reader, stderr io.Writer) int {
 	case res.Failed:
 		fmt.Fprintf(stderr, "kc-hook: a supervisor tree of container %.12s would not die; kc-janitor reconcile will retry\n", st.ID)
 		return exitFailed
+	case len(res.Refused) > 0:
+		for _, t := range res.Refused {
+			fmt.Fprintf(stderr, "kc-hook: supervisor tree pgid %d of container %.12s left alive: %s (kc-janitor reconcile reports it)\n", t.PGID, st.ID, t.Action)
+		}
+		return exitFailed
 	case err != nil && len(res.Trees) == 0 && !errors.Is(err, context.DeadlineExceeded):
 		fmt.Fprintln(stderr, "kc-hook:", err)
 		return exitFailed

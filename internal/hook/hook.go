@@ -13,6 +13,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/contain"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
@@ -60,6 +61,10 @@ type Result struct {
 	Trees []ledger.Tree
 	// Failed is set when a tree would not die: poststop then exits 1.
 	Failed bool
+	// Refused are the container's trees reap would not touch although
+	// they are the container's (of no single UID, or naming another
+	// container too): left alive, so poststop exits 1 naming them.
+	Refused []ledger.Tree
 	// Unrecorded is why the outcome could not be written to the ledger,
 	// when it could not: the trees were still dealt with.
 	Unrecorded error
@@ -179,6 +184,11 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 	out := reap.Run(ctx, reap.Options{Root: root(cfg), Grace: cfg.KillGrace, Store: rec, Source: "poststop", Stage: string(StagePoststop), Contain: cfg.Contain, Logger: log},
 		reap.Container{ID: st.ID, Trees: mine, All: true})
 	res.Trees, res.Failed = out.Trees, out.Failed()
+	for _, t := range out.Trees {
+		if t.Action == action.SkipOtherUID || t.Action == action.SkipAmbiguous {
+			res.Refused = append(res.Refused, t)
+		}
+	}
 	if out.Unrecorded != nil {
 		res.Unrecorded = out.Unrecorded
 	}

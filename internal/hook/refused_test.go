@@ -1,0 +1,71 @@
+package hook
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+)
+
+// TestPoststopSaysWhatItLeaves: a tree of the dead container that reap
+// refuses (here of no single UID: a member runs as another user) is left
+// alive, and said: Refused names it, for kc-hook to exit 1 with.
+func TestPoststopSaysWhatItLeaves(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a member of another UID")
+	}
+	const id = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a"
+	bin := filepath.Join(t.TempDir(), "kcserver")
+	data, err := os.ReadFile("/bin/sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	leader := exec.Command(bin, "-c", "sleep 1000000; :", id)
+	leader.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := leader.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pgid := leader.Process.Pid
+	t.Cleanup(func() { syscall.Kill(-pgid, syscall.SIGKILL); leader.Wait() })
+	other := exec.Command("sleep", "1000000")
+	other.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: pgid, Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Process.Kill(); other.Wait() })
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, other.Process.Pid)
+		if err == nil && st.Comm == "sleep" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the other user's member did not start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cfg := Config{StateDir: t.TempDir(), Comms: []string{"kcserver"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	res, err := Poststop(context.Background(), cfg, &specs.State{ID: id, Status: specs.StateStopped})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Refused) != 1 || res.Refused[0].PGID != pgid || res.Refused[0].Action != action.SkipOtherUID {
+		t.Fatalf("refused %+v (trees %+v); want the mixed group, skipped-other-uid", res.Refused, res.Trees)
+	}
+	if !fingerprint.Running(fingerprint.DefaultRoot, other.Process.Pid) {
+		t.Error("the other user's process was killed")
+	}
+}

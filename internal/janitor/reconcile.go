@@ -56,7 +56,7 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 	opt := s.Reconcile
 	if !create {
 		// A look (doctor without --fix) changes nothing, ledger included.
-		opt.LedgerRetention = -1
+		opt.LedgerRetention, opt.Look = -1, true
 	}
 	rep = Report{Report: reconcile.Report{DryRun: !opt.Apply, Trees: []reconcile.Tree{}}, Engines: []engine.Status{}}
 	// The scan only reads the ledger; nothing is created before the

@@ -78,6 +78,9 @@ type Options struct {
 	// dry run collects nothing). An apply run collects such records at
 	// once (after MinAge).
 	LedgerRetention time.Duration
+	// Look changes nothing, the ledger included: no snapshot is written
+	// (doctor without --fix).
+	Look bool
 	// Contain finds the supervisors' cgroups the ledger names, to sweep
 	// them with their trees (and, with a systemd client, stop scopes).
 	Contain contain.Options
@@ -414,7 +417,9 @@ func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 		return rep, err
 	}
 
-	refreshSnapshots(opt, log, rep.Trees, records)
+	if !opt.Look {
+		refreshSnapshots(opt, log, rep.Trees, records)
+	}
 	spare := sc.spared(rep.Trees)
 	if opt.Apply {
 		rep.Trees = dropDead(opt, rep.Trees)

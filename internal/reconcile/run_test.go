@@ -131,6 +131,20 @@ func TestRunRealTrees(t *testing.T) {
 		}
 	})
 
+	t.Run("a look writes no snapshot", func(t *testing.T) {
+		if err := store.Update(liveID, func(r *ledger.Record) error { r.Trees = nil; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		look := opt
+		look.Look = true
+		if _, err := Run(ctx, look, live); err != nil {
+			t.Fatal(err)
+		}
+		if rec, err := store.Load(liveID); err != nil || len(rec.Trees) != 0 {
+			t.Errorf("live snapshot after a look: %+v, %v; want none written", rec, err)
+		}
+	})
+
 	t.Run("dry run lists and kills nothing", func(t *testing.T) {
 		rep, err := Run(ctx, opt, live)
 		if err != nil {

@@ -285,6 +285,9 @@ func (rep Report) Text(w io.Writer) {
 	}
 	tw.Flush()
 	rep.cgroupsText(w)
+	if rep.Unrecorded != nil {
+		fmt.Fprintf(w, "reaped, but not recorded in the ledger: %s\n", printable.Quote(rep.Unrecorded.Error()))
+	}
 	switch n := rep.Count(action.WouldReap); {
 	case rep.Refused != "":
 		fmt.Fprintf(w, "nothing was reaped: %s\n", rep.Refused)

@@ -166,7 +166,9 @@ type Report struct {
 	LedgerCollected int `json:"ledger_collected"`
 	// Unrecorded is why a reap's outcome could not be written to the
 	// ledger: the audit trail of a kill is missing, so the run fails.
-	Unrecorded error `json:"-"`
+	// UnrecordedText says it in the JSON.
+	Unrecorded     error  `json:"-"`
+	UnrecordedText string `json:"unrecorded,omitempty"`
 	// Refused says why an apply run reaped nothing although it found
 	// strays (the blast-radius guard).
 	Refused string `json:"refused,omitempty"`
@@ -431,6 +433,9 @@ func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 			return rep, nil
 		}
 		rep.Cgroups, rep.Unrecorded = reapStrays(ctx, opt, log, rep.Trees, sc.bornBefore, sc.vanished, spare)
+		if rep.Unrecorded != nil {
+			rep.UnrecordedText = rep.Unrecorded.Error()
+		}
 	} else if why := blastRadius(opt, rep.Trees, populatedCount(opt, left), live); why != "" {
 		rep.WouldRefuse = why
 		log.Warn("an --apply run would reap nothing (blast-radius guard)", "why", why)

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"os"
@@ -532,5 +533,46 @@ func TestWrongStoreCountsContainers(t *testing.T) {
 				t.Errorf("wrongStore = %v, want wrong %v", err, tc.wrong)
 			}
 		})
+	}
+}
+
+// TestReapUnrecordedIsSaid: a reap whose outcome the ledger cannot take
+// fails the run and says why in the report (JSON "unrecorded"), not only
+// in the log.
+func TestReapUnrecordedIsSaid(t *testing.T) {
+	const comm = "kcsrv-unrecorded"
+	gone := testutil.RandomHex(t, 64)
+	stray := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{Comm: comm, ContainerID: gone})
+	state := t.TempDir()
+	store, err := ledger.Open(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := Options{Comms: []string{comm}, Containers: map[string]bool{gone: true}, KillGrace: 300 * time.Millisecond, Store: store, Apply: true}
+	sc, err := Scan(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The ledger's directory becomes a file: no record can be written.
+	dir := filepath.Join(state, "containers")
+	if err := os.Rename(dir, dir+".away"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := sc.Run(context.Background(), engine.Set{Source: engine.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr := findByPGID(rep, stray.PGID); tr == nil || tr.Action != action.Reaped {
+		t.Fatalf("stray: %+v, want reaped", tr)
+	}
+	data, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Failed() || rep.UnrecordedText == "" || !strings.Contains(string(data), `"unrecorded":`) {
+		t.Errorf("failed %v, JSON %s; want the run failed and why said", rep.Failed(), data)
 	}
 }

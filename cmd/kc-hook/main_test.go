@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/doctor"
+	"github.com/kc-watchman/kc-watchman/internal/hook"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/supervise"
 	"github.com/kc-watchman/kc-watchman/internal/userns"
@@ -682,5 +683,8 @@ func TestDoctorKnowsTheHooksDeadline(t *testing.T) {
 	}
 	if poststopGrace != doctor.HookPoststopGrace {
 		t.Errorf("poststop's grace is %v, doctor assumes %v", poststopGrace, doctor.HookPoststopGrace)
+	}
+	if hook.LaunchMargin != doctor.HookLaunchMargin {
+		t.Errorf("a launch needs %v left, doctor assumes %v", hook.LaunchMargin, doctor.HookLaunchMargin)
 	}
 }

@@ -933,8 +933,8 @@ func TestDescriptorTimeoutAboveDeadline(t *testing.T) {
 		{"poststop with room", "poststop", 23, nil, nil, false},
 		{"a deadline in env", "createRuntime", 30, nil, []string{"KC_HOOK_DEADLINE=30s"}, true},
 		{"in seconds", "createRuntime", 30, nil, []string{"KC_HOOK_DEADLINE=45"}, true},
-		{"a short deadline", "createRuntime", 10, nil, []string{"KC_HOOK_DEADLINE=5s"}, false},
-		{"the flag beats env", "createRuntime", 10, []string{"--deadline=5s"}, []string{"KC_HOOK_DEADLINE=60s"}, false},
+		{"a short deadline", "createRuntime", 10, nil, []string{"KC_HOOK_DEADLINE=8s"}, false},
+		{"the flag beats env", "createRuntime", 10, []string{"--deadline=8s"}, []string{"KC_HOOK_DEADLINE=60s"}, false},
 		{"an unparsable deadline is the hook's to refuse", "createRuntime", 30, nil, []string{"KC_HOOK_DEADLINE=soon"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -949,6 +949,38 @@ func TestDescriptorTimeoutAboveDeadline(t *testing.T) {
 			refused := slices.ContainsFunc(got.Problems, func(p string) bool { return strings.Contains(p, "is not above kc-hook's --deadline") })
 			if refused != tc.refused || (!tc.refused && len(got.Problems) > 0) {
 				t.Errorf("problems %q; want the timeout refused: %v", got.Problems, tc.refused)
+			}
+		})
+	}
+}
+
+// TestDescriptorDeadlineLeavesTimeToLaunch: a stage that launches
+// supervisors under a deadline no longer than what a launch needs left
+// (kc-hook's LaunchMargin) would skip every launch: a problem; poststop
+// launches nothing.
+func TestDescriptorDeadlineLeavesTimeToLaunch(t *testing.T) {
+	hook := fakeHook(t)
+	for _, tc := range []struct {
+		stage, deadline string
+		refused         bool
+	}{
+		{"createRuntime", "7s", true},
+		{"poststart", "5", true},
+		{"createRuntime", "8s", false},
+		{"poststop", "5s", false},
+	} {
+		t.Run(tc.stage+" "+tc.deadline, func(t *testing.T) {
+			d := map[string]any{
+				"version": "1.0.0",
+				"hook":    map[string]any{"path": hook, "args": []string{"kc-hook", tc.stage}, "env": []string{"KC_HOOK_DEADLINE=" + tc.deadline}, "timeout": 30},
+				"when":    map[string]any{"always": true},
+				"stages":  []string{tc.stage},
+			}
+			data, _ := json.Marshal(d)
+			got := ParseDescriptor("x.json", data)
+			refused := slices.ContainsFunc(got.Problems, func(p string) bool { return strings.Contains(p, "leaves no time to launch a supervisor") })
+			if refused != tc.refused || len(got.Problems) != map[bool]int{true: 1}[tc.refused] {
+				t.Errorf("problems %q; want the deadline refused: %v", got.Problems, tc.refused)
 			}
 		})
 	}

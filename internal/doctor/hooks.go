@@ -154,6 +154,9 @@ func ParseDescriptor(file string, data []byte) Descriptor {
 	if p := d.timeoutBelowDeadline(h.Stages); p != "" {
 		d.Problems = append(d.Problems, p)
 	}
+	if p := d.deadlineBelowLaunch(h.Stages); p != "" {
+		d.Problems = append(d.Problems, p)
+	}
 	var conds []string
 	w := h.When
 	if w.Always != nil {
@@ -216,13 +219,45 @@ func ParseDescriptor(file string, data []byte) Descriptor {
 	return d
 }
 
-// kc-hook's deadline when its descriptor sets none, and how long poststop
-// may run past it (cmd/kc-hook; TestDoctorKnowsTheHooksDeadline keeps
-// them equal).
+// kc-hook's deadline when its descriptor sets none, how long poststop
+// may run past it, and the least time before it a supervisor's launch
+// starts with (cmd/kc-hook, internal/hook; TestDoctorKnowsTheHooksDeadline
+// keeps them equal).
 const (
 	HookDefaultDeadline = 20 * time.Second
 	HookPoststopGrace   = 2 * time.Second
+	HookLaunchMargin    = 7 * time.Second
 )
+
+// deadline is kc-hook's --deadline as the descriptor sets it (bare
+// seconds too), else its default. One kc-hook cannot parse is for
+// --check-settings to say.
+func (d Descriptor) deadline() time.Duration {
+	if v, ok := d.Setting("deadline", "KC_HOOK_DEADLINE"); ok {
+		v = strings.TrimSpace(v)
+		if _, err := strconv.ParseFloat(v, 64); err == nil {
+			v += "s"
+		}
+		if dl, err := time.ParseDuration(v); err == nil && dl > 0 {
+			return dl
+		}
+	}
+	return HookDefaultDeadline
+}
+
+// deadlineBelowLaunch says what is wrong when a stage that launches
+// supervisors (createRuntime, poststart) runs under a deadline that
+// leaves none the time to start: every launch would be skipped, said
+// only in kc-hook's log.
+func (d Descriptor) deadlineBelowLaunch(stages []string) string {
+	dl := d.deadline()
+	for _, st := range stages {
+		if (st == "createRuntime" || st == "poststart" || st == "prestart") && dl <= HookLaunchMargin {
+			return fmt.Sprintf("kc-hook's --deadline %s leaves no time to launch a supervisor at %s: it starts one only with more than %s left", dl, st, HookLaunchMargin)
+		}
+	}
+	return ""
+}
 
 // timeoutBelowDeadline says what is wrong when the runtime's timeout for
 // the hook is not above what kc-hook may take: the runtime kills a
@@ -234,16 +269,7 @@ func (d Descriptor) timeoutBelowDeadline(stages []string) string {
 	if d.Timeout == nil || *d.Timeout <= 0 {
 		return ""
 	}
-	deadline := HookDefaultDeadline
-	if v, ok := d.Setting("deadline", "KC_HOOK_DEADLINE"); ok {
-		v = strings.TrimSpace(v)
-		if _, err := strconv.ParseFloat(v, 64); err == nil {
-			v += "s"
-		}
-		if dl, err := time.ParseDuration(v); err == nil && dl > 0 {
-			deadline = dl
-		}
-	}
+	deadline := d.deadline()
 	limit := time.Duration(*d.Timeout) * time.Second
 	for _, st := range stages {
 		if st == "poststop" {

@@ -109,13 +109,13 @@ func launchSupervisor(cfg Config, stage Stage, st *specs.State, init *ledger.Pro
 	env := append([]string{wrapperPath}, cmd.Env...)
 	logPath := SupervisorLog(cfg.StateDir, st.ID)
 
-	if left := timeLeft(cfg); left < launchMargin {
+	if left := timeLeft(cfg); left < LaunchMargin {
 		log.Error("supervisor not launched: the stage's deadline is too near", "left", left)
 		return
 	}
 	var started *ledger.Process
 	err = store.Update(st.ID, func(r *ledger.Record) error {
-		if left := timeLeft(cfg); left < launchMargin/2 {
+		if left := timeLeft(cfg); left < LaunchMargin/2 {
 			return fmt.Errorf("the stage's deadline is too near (%v left)", left.Round(time.Millisecond))
 		}
 		if old, spec, ok := liveWrapper(root(cfg), r.Supervisor, st.ID); ok {
@@ -188,7 +188,7 @@ func stopWrapper(cfg Config, w fingerprint.Stat) error {
 		deadline = 20 * time.Second
 	}
 	// Time is left to launch the new one, and to record it.
-	deadline = min(deadline, timeLeft(cfg)-launchMargin)
+	deadline = min(deadline, timeLeft(cfg)-LaunchMargin)
 	if deadline <= 0 {
 		return errors.New("no time left before the stage's deadline")
 	}
@@ -260,10 +260,10 @@ func logger(cfg Config) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(io.Discard, nil))
 }
 
-// launchMargin is the least time before cfg.Until a launch starts with:
+// LaunchMargin is the least time before cfg.Until a launch starts with:
 // the ledger lock's wait (ledger.LockTimeout), the wrapper's start and
-// its record.
-const launchMargin = ledger.LockTimeout + 2*time.Second
+// its record. doctor refuses a descriptor whose deadline is no longer.
+const LaunchMargin = ledger.LockTimeout + 2*time.Second
 
 // timeLeft is the time until cfg.Until; without one, all the time.
 func timeLeft(cfg Config) time.Duration {

@@ -49,7 +49,7 @@ func TestStopWrapperWithNoTimeLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	cfg := Config{KillGrace: 100 * time.Millisecond, Until: time.Now().Add(launchMargin / 2)}
+	cfg := Config{KillGrace: 100 * time.Millisecond, Until: time.Now().Add(LaunchMargin / 2)}
 	if err := stopWrapper(cfg, w.Stat); err == nil {
 		t.Fatal("stopWrapper = nil, want an error: no time left")
 	}

@@ -208,6 +208,7 @@ func TestSystemdScopeHoldsNoConnection(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 		if err := c.Enter(context.Background(), cmd.Process.Pid); err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
@@ -219,7 +220,7 @@ func TestSystemdScopeHoldsNoConnection(t *testing.T) {
 			t.Errorf("round %d: the command is not in its scope: %q, %v", round, data, err)
 		}
 		cmd.Process.Kill()
-		cmd.Wait()
+		cmd.Wait() //nolint:errcheck // killed
 		// systemd collects the emptied scope.
 		if !within(5*time.Second, func() bool { return os.Remove(scope) == nil }) {
 			t.Fatal("the scope's cgroup would not go")

@@ -131,6 +131,19 @@ func Sweep(ctx context.Context, c *Cgroup, opt SweepOptions) SweepResult {
 		return res
 	}
 	defer unix.Close(fd)
+	var scoper Scoper
+	if c.Kind == KindSystemd && !opt.Keep {
+		// Connected before anything is killed: the stop then follows the
+		// emptying at once, not after a connection's setup, during which
+		// a restart of the container could start a scope of this name.
+		s, done, err := c.bus(ctx)
+		if err != nil {
+			c.opt.Logger.Warn("no systemd connection; the scope is swept but not stopped", "unit", c.Unit, "err", err)
+		} else {
+			defer done()
+			scoper = s
+		}
+	}
 
 	pids, err := procs(fd)
 	if err != nil {
@@ -174,7 +187,7 @@ func Sweep(ctx context.Context, c *Cgroup, opt SweepOptions) SweepResult {
 			res.Err = errors.Join(res.Err, fmt.Errorf("%s: its child cgroups still hold processes no rule judged: scope not stopped", c))
 			return res
 		}
-		res.Err = errors.Join(res.Err, c.stopScope(ctx))
+		res.Err = errors.Join(res.Err, c.stopScope(ctx, scoper, mfd, fd))
 		res.Removed = c.gone(mfd)
 		return res
 	}
@@ -363,16 +376,19 @@ func (c *Cgroup) waitEmpty(ctx context.Context, fd int, limit time.Duration, wit
 	return empty
 }
 
-func (c *Cgroup) stopScope(ctx context.Context) error {
-	if c.Kind != KindSystemd {
+// stopScope stops the scope swept through fd with s, by its unit's name:
+// only while that name's cgroup is still the directory swept (a scope
+// collected since and started again by a restarted container is
+// another, whose supervisor systemd would kill).
+func (c *Cgroup) stopScope(ctx context.Context, s Scoper, mfd, fd int) error {
+	if c.Kind != KindSystemd || s == nil {
 		return nil
 	}
-	s, done, err := c.bus(ctx)
-	if err != nil {
-		c.opt.Logger.Warn("no systemd connection; the scope is swept but not stopped", "unit", c.Unit, "err", err)
+	var swept, now unix.Stat_t
+	if unix.Fstat(fd, &swept) != nil || unix.Fstatat(mfd, c.Path, &now, unix.AT_SYMLINK_NOFOLLOW) != nil ||
+		swept.Dev != now.Dev || swept.Ino != now.Ino {
 		return nil
 	}
-	defer done()
 	if err := s.StopScope(ctx, c.Unit); err != nil {
 		return fmt.Errorf("stopping %s: %w", c.Unit, err)
 	}

@@ -534,6 +534,46 @@ func TestSweepOfAGoneScopeStopsNothing(t *testing.T) {
 	}
 }
 
+// TestSweepStopsOnlyTheScopeItSwept: a scope's name may be a new scope's
+// by the time the sweep would stop it (systemd collected the emptied one
+// and a restart of the container started another): the stop is sent
+// only while the name's cgroup is the one swept.
+func TestSweepStopsOnlyTheScopeItSwept(t *testing.T) {
+	c := contained(t, KindCgroup2)
+	c.Kind, c.Unit = KindSystemd, "kc-test.scope"
+	mfd, err := openMount(c.Mount, KindCgroup2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(mfd)
+	open := func() int {
+		t.Helper()
+		fd, err := openPath(mfd, c.Path, KindCgroup2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Close(fd) })
+		return fd
+	}
+	swept := open()
+	rec := &stopRecorder{}
+	if err := c.stopScope(context.Background(), rec, mfd, swept); err != nil || len(rec.stopped) != 1 {
+		t.Fatalf("the scope swept: stopped %q, %v; want it stopped", rec.stopped, err)
+	}
+	// Collected, and a scope of its name started again.
+	dir := filepath.Join(c.Mount, c.Path)
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rec = &stopRecorder{}
+	if err := c.stopScope(context.Background(), rec, mfd, swept); err != nil || len(rec.stopped) != 0 {
+		t.Errorf("a new scope of the name: stopped %q, %v; want it left alone", rec.stopped, err)
+	}
+}
+
 // TestPrepareThawsAReusedCgroup: a cgroup left frozen (its wrapper killed
 // between freeze and thaw) is thawed when the container's next wrapper
 // takes it again, or its supervisor would start frozen.

@@ -166,6 +166,10 @@ func TestHookInstalled(t *testing.T) {
 		{"other state dir", func(t *testing.T, dir string) {
 			installPair(t, dir, fakeHook(t), "KC_STATE_DIR=/var/lib/elsewhere")
 		}, Warn, "the janitor reads /run/kc-watchman"},
+		// It still records: no "no init process" said of it.
+		{"a deadline no launch fits in", func(t *testing.T, dir string) {
+			installPair(t, dir, fakeHook(t), "KC_HOOK_DEADLINE=5s")
+		}, Warn, "no supervisor is launched"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "hooks.d")
@@ -174,6 +178,9 @@ func TestHookInstalled(t *testing.T) {
 			all := got.Detail + "\n" + strings.Join(got.Items, "\n")
 			if got.Verdict != c.want || !strings.Contains(all, c.text) {
 				t.Errorf("verdict %v, want %v; want %q in:\n%s", got.Verdict, c.want, c.text, all)
+			}
+			if c.text != "no init process" && strings.Contains(all, "no init process") {
+				t.Errorf("a recording descriptor not counted:\n%s", all)
 			}
 		})
 	}
@@ -956,8 +963,8 @@ func TestDescriptorTimeoutAboveDeadline(t *testing.T) {
 
 // TestDescriptorDeadlineLeavesTimeToLaunch: a stage that launches
 // supervisors under a deadline no longer than what a launch needs left
-// (kc-hook's LaunchMargin) would skip every launch: a problem; poststop
-// launches nothing.
+// (kc-hook's LaunchMargin) would skip every launch: said (a warning; the
+// descriptor still records); poststop launches nothing.
 func TestDescriptorDeadlineLeavesTimeToLaunch(t *testing.T) {
 	hook := fakeHook(t)
 	for _, tc := range []struct {
@@ -978,9 +985,9 @@ func TestDescriptorDeadlineLeavesTimeToLaunch(t *testing.T) {
 			}
 			data, _ := json.Marshal(d)
 			got := ParseDescriptor("x.json", data)
-			refused := slices.ContainsFunc(got.Problems, func(p string) bool { return strings.Contains(p, "leaves no time to launch a supervisor") })
-			if refused != tc.refused || len(got.Problems) != map[bool]int{true: 1}[tc.refused] {
-				t.Errorf("problems %q; want the deadline refused: %v", got.Problems, tc.refused)
+			p := got.deadlineBelowLaunch(got.Stages)
+			if refused := strings.Contains(p, "leaves no time to launch a supervisor"); refused != tc.refused || len(got.Problems) != 0 {
+				t.Errorf("%q, problems %q; want the deadline said: %v, the descriptor valid", p, got.Problems, tc.refused)
 			}
 		})
 	}

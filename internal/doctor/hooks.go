@@ -154,9 +154,6 @@ func ParseDescriptor(file string, data []byte) Descriptor {
 	if p := d.timeoutBelowDeadline(h.Stages); p != "" {
 		d.Problems = append(d.Problems, p)
 	}
-	if p := d.deadlineBelowLaunch(h.Stages); p != "" {
-		d.Problems = append(d.Problems, p)
-	}
 	var conds []string
 	w := h.When
 	if w.Always != nil {
@@ -248,7 +245,7 @@ func (d Descriptor) deadline() time.Duration {
 // deadlineBelowLaunch says what is wrong when a stage that launches
 // supervisors (createRuntime, poststart) runs under a deadline that
 // leaves none the time to start: every launch would be skipped, said
-// only in kc-hook's log.
+// only in kc-hook's log (a warning of HookInstalled's).
 func (d Descriptor) deadlineBelowLaunch(stages []string) string {
 	dl := d.deadline()
 	for _, st := range stages {
@@ -509,6 +506,14 @@ func HookInstalled(ctx context.Context, dirs []string, stateDir, hookDefault str
 		case err != nil:
 			verdict = max(verdict, Warn)
 			items = append(items, fmt.Sprintf("%s: %v%s", d.File, err, also))
+		}
+	}
+	for _, d := range recorders {
+		// A host may launch no supervisor: a warning, not a broken
+		// descriptor (it still records).
+		if p := d.deadlineBelowLaunch(d.Stages); p != "" {
+			verdict = max(verdict, Warn)
+			items = append(items, fmt.Sprintf("%s: %s; no supervisor is launched (the container starts all the same)", d.File, p))
 		}
 	}
 	for _, d := range append(post, recorders...) {

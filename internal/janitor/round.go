@@ -240,6 +240,12 @@ func (w *Watch) sweep(ctx context.Context, log *slog.Logger, ms *metrics.Set) (c
 			reps = append(reps, rep)
 		}
 	}
+	if len(targets) > 0 && len(reps) == 0 {
+		// Not one target could be swept (a container stopped meanwhile):
+		// as if none could be found.
+		DropSweepAndCull(ms)
+		return code, nil, nil, false
+	}
 	RecordSweep(ms, reps...)
 	return code, live, reps, true
 }

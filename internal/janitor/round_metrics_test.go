@@ -45,16 +45,38 @@ func TestRoundThatCannotLookDropsItsCounts(t *testing.T) {
 	if got := read(); !strings.Contains(got, metrics.SocketsStale+" 1") || !strings.Contains(got, metrics.RunSuccess+`{command="cull"} 1`) {
 		t.Fatalf("first round's metrics lack the stale socket or cull's success:\n%s", got)
 	}
-	lookErr = errors.New("the container could not be resolved")
-	w.Once(t.Context(), slog.New(slog.DiscardHandler))
-	got := read()
-	for _, gone := range []string{metrics.SocketsStale, metrics.Supervisors + " ", metrics.SessionsAbandoned + " "} {
-		if strings.Contains(got, gone) {
-			t.Errorf("%s still in the file after a round that could not look:\n%s", gone, got)
-		}
+	// Its container not found; then found but gone before its sweep.
+	stopped := exec.Command("true")
+	if err := stopped.Run(); err != nil {
+		t.Fatal(err)
 	}
-	if !strings.Contains(got, metrics.RunSuccess+`{command="cull"} 0`) {
-		t.Errorf("cull's run not failed:\n%s", got)
+	for _, tc := range []struct {
+		name    string
+		targets []sweep.Target
+		err     error
+	}{
+		{"not found", []sweep.Target{{}}, errors.New("the container could not be resolved")},
+		{"gone before its sweep", []sweep.Target{{InitPID: stopped.Process.Pid}}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lookErr = nil
+			w.SocketTargets = func(context.Context) ([]sweep.Target, error) { return []sweep.Target{{}}, nil }
+			w.Once(t.Context(), slog.New(slog.DiscardHandler))
+			if got := read(); !strings.Contains(got, metrics.SocketsStale+" 1") {
+				t.Fatalf("a round that looked lacks the stale socket:\n%s", got)
+			}
+			w.SocketTargets = func(context.Context) ([]sweep.Target, error) { return tc.targets, tc.err }
+			w.Once(t.Context(), slog.New(slog.DiscardHandler))
+			got := read()
+			for _, gone := range []string{metrics.SocketsStale, metrics.Supervisors + " ", metrics.SessionsAbandoned + " "} {
+				if strings.Contains(got, gone) {
+					t.Errorf("%s still in the file after a round that could not look:\n%s", gone, got)
+				}
+			}
+			if !strings.Contains(got, metrics.RunSuccess+`{command="cull"} 0`) {
+				t.Errorf("cull's run not failed:\n%s", got)
+			}
+		})
 	}
 }
 

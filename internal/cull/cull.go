@@ -102,6 +102,10 @@ func Audit(ctx context.Context, c *kallichore.Client, sources []Source, threshol
 	defer paths.Close()
 	listed := new(atomic.Int64)
 	listed.Store(maxListedAll)
+	// Each supervisor's share of the bound, whatever order the audits
+	// end in: the first ones (a user's, named to sort first) cannot use
+	// up what the others would list.
+	share := min(maxListed, max(maxListedAll/max(len(sources), 1), 1))
 	out := make([]Supervisor, len(sources))
 	sem := make(chan struct{}, workers)
 	var wg sync.WaitGroup
@@ -122,7 +126,7 @@ func Audit(ctx context.Context, c *kallichore.Client, sources []Source, threshol
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			out[i] = audit(ctx, c, src, thresholdSeconds, paths, listed)
+			out[i] = audit(ctx, c, src, thresholdSeconds, paths, share, listed)
 		}()
 	}
 	wg.Wait()
@@ -132,7 +136,8 @@ func Audit(ctx context.Context, c *kallichore.Client, sources []Source, threshol
 // Bounds on the sessions an audit lists: any user can run a process
 // named kcserver whose /sessions lists thousands of idle sessions, and
 // every supervisor's are held until the run reports. Past them sessions
-// are counted, not listed.
+// are counted, not listed. Each supervisor lists at most an equal share
+// of maxListedAll (and of maxListed).
 const (
 	maxListed    = 1024 // of one supervisor
 	maxListedAll = 8192 // of all, as the audits take them
@@ -140,7 +145,7 @@ const (
 	maxShownPath = 1024
 )
 
-func audit(ctx context.Context, c *kallichore.Client, src Source, threshold int64, paths *sweep.PathPinner, listed *atomic.Int64) Supervisor {
+func audit(ctx context.Context, c *kallichore.Client, src Source, threshold int64, paths *sweep.PathPinner, share int, listed *atomic.Int64) Supervisor {
 	sup := Supervisor{Source: src}
 	// Pinned: a socket found by a sweep may have a user's FUSE mount over
 	// it or its directory by now; through the sweep's directory nothing
@@ -168,7 +173,7 @@ func audit(ctx context.Context, c *kallichore.Client, src Source, threshold int6
 		if !IsCandidate(s, threshold) {
 			continue
 		}
-		if len(sup.Candidates) < maxListed && listed.Add(-1) >= 0 {
+		if len(sup.Candidates) < share && listed.Add(-1) >= 0 {
 			sup.Candidates = append(sup.Candidates, reported(s))
 			continue
 		}

@@ -161,9 +161,9 @@ func TestAudit(t *testing.T) {
 }
 
 // TestAuditBoundsWhatItLists: supervisors (anyone can run one) listing
-// many idle sessions have at most maxListed each, maxListedAll in all,
-// listed, their working directories clipped; the rest are counted, with
-// their memory.
+// many idle sessions have at most maxListed each, an equal share of
+// maxListedAll, listed, their working directories clipped; the rest are
+// counted, with their memory.
 func TestAuditBoundsWhatItLists(t *testing.T) {
 	const sups, each = 9, maxListed + 6
 	long := "/home/" + strings.Repeat("d", 1500)
@@ -193,8 +193,14 @@ func TestAuditBoundsWhatItLists(t *testing.T) {
 		unlisted += s.Unlisted
 		unlistedMem += s.UnlistedMemoryBytes
 	}
-	if listed != maxListedAll || unlisted != sups*each-maxListedAll || unlistedMem != int64(unlisted) {
-		t.Errorf("%d listed, %d unlisted holding %d bytes; want %d listed in all, the rest counted", listed, unlisted, unlistedMem, maxListedAll)
+	share := maxListedAll / sups
+	if listed != sups*share || unlisted != sups*each-listed || unlistedMem != int64(unlisted) {
+		t.Errorf("%d listed, %d unlisted holding %d bytes; want %d each listed, the rest counted", listed, unlisted, unlistedMem, share)
+	}
+	for _, s := range got {
+		if len(s.Candidates) != share {
+			t.Errorf("%s: %d listed, want its share %d", s.Socket, len(s.Candidates), share)
+		}
 	}
 	var text strings.Builder
 	if err := WriteText(&text, 86400, got); err != nil {

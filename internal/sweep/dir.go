@@ -343,7 +343,7 @@ func shareOut(dirs []*dir, lim limits) []int {
 	counts := make([]int, len(dirs))
 	order := make([]int, len(dirs))
 	for i, d := range dirs {
-		counts[i], order[i] = d.countSockets(lim.entries), i
+		counts[i], order[i] = d.countSockets(lim.names, lim.entries), i
 	}
 	sort.SliceStable(order, func(a, b int) bool { return counts[order[a]] < counts[order[b]] })
 	left := lim.names
@@ -358,16 +358,17 @@ func shareOut(dirs []*dir, lim limits) []int {
 }
 
 // countSockets counts the names that look like supervisor sockets and
-// are listed as sockets (or of no type), up to entries read; it keeps
-// none. The offset is rewound, before and after.
-func (d *dir) countSockets(entries int) int {
+// are listed as sockets (or of no type), up to upTo of them (more would
+// change no share) and entries read; it keeps none. The offset is
+// rewound, before and after.
+func (d *dir) countSockets(upTo, entries int) int {
 	if _, err := d.f.Seek(0, 0); err != nil {
 		return 0
 	}
 	defer d.f.Seek(0, 0)
 	n, read := 0, 0
 	buf := make([]byte, 32<<10)
-	for read <= entries {
+	for read <= entries && n < upTo {
 		more, err := readDirents(d.fd, buf, func(name string, typ uint8) {
 			read++
 			if typ != unix.DT_SOCK && typ != unix.DT_UNKNOWN {

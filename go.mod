@@ -12,6 +12,7 @@ require (
 	github.com/prometheus/common v0.63.0
 	github.com/urfave/cli/v2 v2.27.7
 	go.podman.io/common v0.67.0
+	golang.org/x/net v0.57.0
 	golang.org/x/sync v0.22.0
 	golang.org/x/sys v0.50.0
 	google.golang.org/grpc v1.79.3
@@ -48,7 +49,6 @@ require (
 	go.opentelemetry.io/otel/trace v1.41.0 // indirect
 	go.podman.io/storage v1.62.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
-	golang.org/x/net v0.57.0 // indirect
 	golang.org/x/text v0.40.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260128011058-8636f8732409 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -162,6 +163,67 @@ func TestMetricsServer(t *testing.T) {
 
 // TestMetricsServerDryRunDeath: a death handled in a dry run reaps
 // nothing and leaves the histogram empty.
+// TestMetricsServerBoundsItsClients: a client's header past the bound is
+// refused (431), not held; connections past the cap wait, and are
+// served once others close.
+func TestMetricsServerBoundsItsClients(t *testing.T) {
+	srv, err := Listen("127.0.0.1:0", NewLive(), time.Minute, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	req, err := http.NewRequest(http.MethodGet, "http://"+srv.Addr()+"/readyz", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Padding", strings.Repeat("a", 64<<10))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("a 64 KiB header: %d, want %d", resp.StatusCode, http.StatusRequestHeaderFieldsTooLarge)
+	}
+	// The cap's worth of idle connections, then a probe: it is served
+	// once one of them goes.
+	var held []net.Conn
+	for range maxMetricsConns {
+		c, err := net.Dial("tcp", srv.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	got := make(chan int, 1)
+	go func() {
+		resp, err := http.Get("http://" + srv.Addr() + "/readyz")
+		if err != nil {
+			got <- 0
+			return
+		}
+		resp.Body.Close()
+		got <- resp.StatusCode
+	}()
+	select {
+	case code := <-got:
+		t.Fatalf("a probe past the cap was served (%d) while %d connections were held", code, len(held))
+	case <-time.After(300 * time.Millisecond):
+	}
+	held[0].Close()
+	select {
+	case code := <-got:
+		if code != http.StatusOK {
+			t.Errorf("the probe: %d", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the probe was not served once a connection closed")
+	}
+	for _, c := range held[1:] {
+		c.Close()
+	}
+}
+
 func TestMetricsServerDryRunDeath(t *testing.T) {
 	live := NewLive()
 	var serial sync.Mutex

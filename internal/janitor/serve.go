@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 )
 
 // MetricsServer serves a watch's /metrics, /healthz and /readyz.
@@ -27,6 +28,10 @@ func Listen(addr string, live *Live, staleAfter time.Duration, log *slog.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("metrics listener: %w", err)
 	}
+	// Anyone who can reach the port (a local user, any pod on the node)
+	// could otherwise hold connections without end: descriptors the
+	// watch needs for its pidfds and engines, and memory.
+	ln = netutil.LimitListener(ln, maxMetricsConns)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(live.Registry(), promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -43,8 +48,8 @@ func Listen(addr string, live *Live, staleAfter time.Duration, log *slog.Logger)
 	// rollout, and an engine that is down is an alert, not a reason to.
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	s := &MetricsServer{
-		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-			WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute},
+		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 2 * time.Second, ReadTimeout: 10 * time.Second,
+			WriteTimeout: 30 * time.Second, IdleTimeout: 10 * time.Second, MaxHeaderBytes: maxMetricsHeader},
 		ln:   ln,
 		done: make(chan struct{}),
 	}
@@ -57,6 +62,13 @@ func Listen(addr string, live *Live, staleAfter time.Duration, log *slog.Logger)
 	log.Info("serving metrics", "addr", ln.Addr().String())
 	return s, nil
 }
+
+// Bounds on the metrics server's clients: a scrape or probe sends a few
+// hundred bytes of header.
+const (
+	maxMetricsConns  = 64
+	maxMetricsHeader = 8 << 10
+)
 
 // Addr is the address bound (the port chosen for ":0").
 func (s *MetricsServer) Addr() string { return s.ln.Addr().String() }

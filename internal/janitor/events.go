@@ -93,13 +93,16 @@ func followDeaths(ctx context.Context, e engine.Engine, bo backoff, log *slog.Lo
 	// stamps, and a clock stepped back between a death and the drop made
 	// a re-subscription from "now" skip the gap, silently.
 	since := time.Now()
-	// The death at since comes again in the replay; the handler's
-	// coalescing, or a scan that finds its trees gone, takes care of it.
-	// Deaths reach this one at a time, from this goroutine's stream.
-	// The last one, not the latest stamp: after a step back, later deaths
-	// carry earlier stamps.
+	// The death at since comes again in the replay, hours later maybe
+	// (past the handler's coalescing): passed on once. Deaths reach this
+	// one at a time, from this goroutine's stream. The last one, not the
+	// latest stamp: after a step back, later deaths carry earlier stamps.
+	var last engine.Death
 	deliver := func(d engine.Death) {
-		since = d.At
+		if last.ID != "" && d.ID == last.ID && d.At.Equal(last.At) {
+			return
+		}
+		last, since = d, d.At
 		onDeath(d)
 	}
 	for resumed := false; ; resumed = true {

@@ -119,6 +119,9 @@ func TestFollowDeathsResubscribes(t *testing.T) {
 				case 0:
 					w.Write([]byte(dieEventAt(a, atA)))
 				case 1:
+					// The replay from since holds the death at it again:
+					// passed on once.
+					w.Write([]byte(dieEventAt(a, atA)))
 					w.Write([]byte("{not json\n"))
 				case 5:
 					w.Write([]byte(dieEvent(b)))

@@ -345,9 +345,13 @@ func (h *deathHandler) catchUpOnce(eng string) {
 			log.Error("not caught up after the event stream was down; the next round covers it", "err", err)
 		default:
 			logTrees(h.work, log, rep.Report)
-			log.Info("caught up after the event stream was down", "trees", len(rep.Trees),
+			lvl, msg := slog.LevelInfo, "caught up after the event stream was down"
+			if rep.Unrecorded != nil {
+				lvl, msg = slog.LevelError, msg+", but reaped without recording in the ledger: the audit trail of these kills is missing"
+			}
+			log.Log(context.Background(), lvl, msg, "trees", len(rep.Trees),
 				"reaped", rep.Count(action.Reaped)+rep.Count(action.Gone), "would_reap", rep.Count(action.WouldReap),
-				"would_not_die", rep.Count(action.WouldNotDie), "dry_run", rep.DryRun)
+				"would_not_die", rep.Count(action.WouldNotDie), "dry_run", rep.DryRun, "unrecorded", rep.Unrecorded)
 		}
 		return
 	}
@@ -527,12 +531,15 @@ func (h *deathHandler) report(d engine.Death, log *slog.Logger, rep Report, live
 	h.count(d.Engine)
 	reaped := rep.Count(action.Reaped)+rep.Count(action.Gone) > 0
 	h.w.Live.death(d.Engine, d.At, reaped && !rep.DryRun)
-	if rep.Refused != "" {
+	switch {
+	case rep.Refused != "":
 		// The blast-radius guard: nothing was reaped, and the line says why.
 		log.Error("container death handled; nothing reaped", append(append(counts, "refused", rep.Refused), attrs...)...)
-		return
+	case rep.Unrecorded != nil:
+		log.Error("container death handled, but reaped without recording in the ledger: the audit trail of these kills is missing", append(append(counts, "unrecorded", rep.Unrecorded), attrs...)...)
+	default:
+		log.Info("container death handled", append(counts, attrs...)...)
 	}
-	log.Info("container death handled", append(counts, attrs...)...)
 }
 
 // errStopping: watch was asked to stop before this death's turn came.

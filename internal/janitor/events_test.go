@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -643,5 +644,26 @@ func TestDeathHandlerLaterDeath(t *testing.T) {
 				t.Errorf("%d attempts, want %d", got, tc.attempts)
 			}
 		})
+	}
+}
+
+// TestDeathReapedUnrecordedIsAnError: a death whose reap the ledger could
+// not take is no quiet success: its line is an error naming why.
+func TestDeathReapedUnrecordedIsAnError(t *testing.T) {
+	log, buf := jsonLogger()
+	id := strings.Repeat("de", 32)
+	var serial sync.Mutex
+	w := Watch{}
+	w.Reconcile.Apply = true
+	h := newDeathHandler(w, log, &serial, t.Context(), t.Context())
+	h.attempt = func(context.Context, reconcile.Options, *slog.Logger) (Report, error, error) {
+		return Report{Report: reconcile.Report{LivenessKnown: true, Trees: []reconcile.Tree{{ContainerID: id, PGID: 7, Action: action.Reaped}},
+			Unrecorded: errors.New("no space left on device")}}, nil, nil
+	}
+	h.death(engine.Death{Engine: "docker", ID: id, At: time.Now()})
+	h.close()
+	recs := buf.records("container death handled, but reaped without recording in the ledger: the audit trail of these kills is missing")
+	if len(recs) != 1 || recs[0]["level"] != "ERROR" || recs[0]["unrecorded"] != "no space left on device" {
+		t.Errorf("records %v; want one error naming why", recs)
 	}
 }

@@ -114,6 +114,9 @@ func TestDoctorPodmanUnreachable(t *testing.T) {
 	if c := checkOf(t, rep, doctor.NameStateDir); c.Verdict != doctor.OK {
 		t.Errorf("state dir: %+v", c)
 	}
+	if c := checkOf(t, rep, doctor.NamePidfds); c.Verdict != doctor.Warn || !strings.Contains(c.Detail, "cannot tell") {
+		t.Errorf("death pidfds: %+v; want no count passed off as one", c)
+	}
 }
 
 var doctorLine = regexp.MustCompile(`^[a-z ]+ \.{3,} (ok|WARN|ERROR)( \(.+\))?$`)

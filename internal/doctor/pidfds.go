@@ -14,3 +14,9 @@ func Pidfds(pinnable, eventsOnly int, why []string) Check {
 	return newCheck(NamePidfds, OK, "%s pinnable by watch, %d followed by events and relists: %s",
 		plural(pinnable, "live container", "live containers"), eventsOnly, strings.Join(why, "; "))
 }
+
+// PidfdsUnknown is Pidfds when the engines could not be asked (or the
+// host not scanned): no count is a verified one.
+func PidfdsUnknown(why string) Check {
+	return newCheck(NamePidfds, Warn, "cannot tell how many live containers watch would pin: %s", why)
+}

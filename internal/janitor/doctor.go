@@ -66,13 +66,20 @@ func Doctor(ctx context.Context, s Settings, fix bool, hooksDirs []string, log *
 	}
 	rep.Add(doctor.StateDir(s.StateDir))
 	rep.Add(doctor.Listing(s.Reconcile.Lister))
-	rep.Add(doctor.Pidfds(pinnable(s, answers, func(by listedBy, ids []string) map[string]int {
-		es, err := s.Select(log)
-		if err != nil {
-			return nil
-		}
-		return askInitPIDs(ctx, es, by, ids, s.Engine.Timeout, log)
-	})))
+	switch {
+	case liveErr != nil:
+		rep.Add(doctor.PidfdsUnknown("the engines could not be asked"))
+	case scanErr != nil:
+		rep.Add(doctor.PidfdsUnknown("the host could not be scanned"))
+	default:
+		rep.Add(doctor.Pidfds(pinnable(s, answers, func(by listedBy, ids []string) map[string]int {
+			es, err := s.Select(log)
+			if err != nil {
+				return nil
+			}
+			return askInitPIDs(ctx, es, by, ids, s.Engine.Timeout, log)
+		})))
+	}
 	rep.Add(doctor.Containment(contain.Detect(s.Reconcile.Contain)))
 
 	in := doctor.StraysInput{LivenessErr: liveErr, Fix: fix}

@@ -80,17 +80,7 @@ func TestSystemdScope(t *testing.T) {
 	if h.Kind != KindSystemd {
 		t.Fatalf("Detect = %s (%s), want systemd", h.Kind, h.Why)
 	}
-	id := newID(t)
-	t.Cleanup(func() {
-		os.Remove(filepath.Join(real.Mount, SlicePath, UnitName(id)))
-		os.Remove(filepath.Join(real.Mount, SlicePath))
-		os.Remove(filepath.Join(real.Mount, "kc.slice"))
-	})
-	c, err := Prepare(context.Background(), h, id, os.Getuid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, id := preparedScope(t, h, real.Mount)
 	if _, ok := c.CloneFD(); ok {
 		t.Error("a systemd scope offered a cgroup fd: systemd moves the pid")
 	}
@@ -124,6 +114,25 @@ func TestSystemdScope(t *testing.T) {
 	if got := f.calls; len(got) != 2 || got[1] != "stop "+UnitName(id) {
 		t.Errorf("scoper calls %q, want a start and a stop", got)
 	}
+}
+
+// preparedScope prepares a new container's scope on h, standing in for
+// systemd's on the cgroup v2 mount; the scope and its slices go with
+// the test.
+func preparedScope(t *testing.T, h Host, mount string) (*Cgroup, string) {
+	t.Helper()
+	id := newID(t)
+	t.Cleanup(func() {
+		os.Remove(filepath.Join(mount, SlicePath, UnitName(id)))
+		os.Remove(filepath.Join(mount, SlicePath))
+		os.Remove(filepath.Join(mount, "kc.slice"))
+	})
+	c, err := Prepare(context.Background(), h, id, os.Getuid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, id
 }
 
 // TestSystemdScopeElsewhere: a scope systemd put anywhere but directly in
@@ -190,19 +199,8 @@ func TestSystemdScopeHoldsNoConnection(t *testing.T) {
 		open.Add(1)
 		return countingScoper{f, &open}, nil
 	}}
-	h := Detect(opt)
-	id := newID(t)
+	c, id := preparedScope(t, Detect(opt), real.Mount)
 	scope := filepath.Join(real.Mount, SlicePath, UnitName(id))
-	t.Cleanup(func() {
-		os.Remove(scope)
-		os.Remove(filepath.Join(real.Mount, SlicePath))
-		os.Remove(filepath.Join(real.Mount, "kc.slice"))
-	})
-	c, err := Prepare(context.Background(), h, id, os.Getuid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	for round := range 2 {
 		cmd := exec.Command("sleep", "1000000")
 		if err := cmd.Start(); err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 // TestPoststopSaysWhatItLeaves: a tree of the dead container that reap
@@ -46,17 +47,10 @@ func TestPoststopSaysWhatItLeaves(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { other.Process.Kill(); other.Wait() })
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	proc.WaitFor(t, 5*time.Second, "the other user's member to exec sleep", func() bool {
 		st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, other.Process.Pid)
-		if err == nil && st.Comm == "sleep" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the other user's member did not start")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err == nil && st.Comm == "sleep"
+	})
 	cfg := Config{StateDir: t.TempDir(), Comms: []string{"kcserver"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	res, err := Poststop(context.Background(), cfg, &specs.State{ID: id, Status: specs.StateStopped})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -20,6 +21,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kc-watchman/kc-watchman/internal/doctor"
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/janitor"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
@@ -289,5 +291,58 @@ func TestReportLostExitsFailed(t *testing.T) {
 				t.Errorf("err %v; want exit %d", err, exitFailed)
 			}
 		})
+	}
+}
+
+// TestStatusDecidesWithEvidence: status says what reconcile would decide,
+// local evidence included: the tree of a container no engine lists but
+// whose recorded init still runs here is skipped-contradicted, not a
+// would-reap.
+func TestStatusDecidesWithEvidence(t *testing.T) {
+	// A podman whose answer is no container (the CLI, asked when the
+	// service's socket is missing).
+	bin := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bin, "podman"), []byte("#!/bin/sh\necho '[]'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+":/usr/bin:/bin")
+	id := strings.Repeat("7a", 32)
+	testutil.StartKCServer(t, t.TempDir(), testutil.Fake{ContainerID: id})
+	init := exec.Command("sleep", "1000")
+	if err := init.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { init.Process.Kill(); init.Wait() })
+	st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, init.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(t.TempDir(), "state")
+	store, err := ledger.Open(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Update(id, func(r *ledger.Record) error {
+		r.Init = &ledger.Process{PID: init.Process.Pid, StartTicks: st.StartTicks}
+		r.Stages = map[string]time.Time{"createRuntime": time.Now()}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// --podman-arg makes the CLI's answer the store's own, ground truth
+	// for root's trees (through --url alone it vouches for none).
+	code, out := runJanitorCapture(t, "status", "--state-dir", state, "--socket-dir", t.TempDir(), "--engine", "podman",
+		"--podman-url", "unix:///nonexistent/podman.sock", "--podman-arg=--root="+t.TempDir(), "--min-age", "0s", "--container", id, "--format", "json")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	var raw struct {
+		Trees []struct{ Action string } `json:"trees"`
+	}
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if len(raw.Trees) != 1 || raw.Trees[0].Action != "skipped-contradicted" {
+		t.Errorf("trees %+v; want the one tree skipped-contradicted:\n%s", raw.Trees, out)
 	}
 }

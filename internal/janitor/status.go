@@ -8,11 +8,13 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/cull"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
@@ -145,6 +147,9 @@ func Status(ctx context.Context, s Settings, log *slog.Logger) (StatusReport, er
 		j.Decision = j.Action
 		out.Trees = append(out.Trees, j)
 	}
+	if known && slices.ContainsFunc(out.Trees, func(j statusTree) bool { return j.Action == string(action.WouldReap) }) {
+		out.corroborate(ctx, s, log)
+	}
 
 	// Sockets, as a dry-run sweep classifies them: the host's, unless
 	// the run is scoped to containers.
@@ -167,6 +172,39 @@ func Status(ctx context.Context, s Settings, log *slog.Logger) (StatusReport, er
 	}
 
 	return out, nil
+}
+
+// corroborate decides the would-be strays as reconcile would, with its
+// local evidence (a stray whose container still runs here is
+// skipped-contradicted; two such containers make its truth unknown),
+// through reconcile's own path as doctor's look takes it: nothing
+// changes, the ledger included.
+func (out *StatusReport) corroborate(ctx context.Context, s Settings, log *slog.Logger) {
+	look := s
+	look.Reconcile.Apply = false
+	rep, _, liveErr, err := ScanThenAsk(ctx, look, false, log)
+	switch {
+	case err != nil:
+		out.Errors = append(out.Errors, "deciding as reconcile: "+err.Error())
+		return
+	case liveErr != nil:
+		// Reconcile would touch nothing: no tree's decision is known.
+		out.Errors = append(out.Errors, "reconcile: "+liveErr.Error())
+		for i := range out.Trees {
+			out.Trees[i].Action, out.Trees[i].Decision = "?", "?"
+		}
+		return
+	}
+	for _, rt := range rep.Trees {
+		if rt.Action != action.SkipContradicted {
+			continue
+		}
+		for i, j := range out.Trees {
+			if j.PGID == rt.PGID && j.ContainerID == rt.ContainerID {
+				out.Trees[i].Action, out.Trees[i].Decision = string(rt.Action), string(rt.Action)
+			}
+		}
+	}
 }
 
 // anyIn says whether one of ids is in set.

@@ -3,6 +3,7 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -441,6 +442,7 @@ func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 		log.Warn("an --apply run would reap nothing (blast-radius guard)", "why", why)
 	}
 	sc.sweepLeftCgroups(ctx, &rep, left, spare)
+	rep.Trees = append(rep.Trees, survivors(opt, records, live, rep.Trees)...)
 	if opt.Apply {
 		rep.LedgerCollected = collect(opt, log, records, live, contradicted(rep.Trees), opt.MinAge)
 	} else if opt.LedgerRetention >= 0 {
@@ -452,6 +454,46 @@ func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 		rep.LedgerCollected = collect(opt, log, records, live, contradicted(rep.Trees), keep)
 	}
 	return rep, nil
+}
+
+// survivors are the members that left their tree's group (escaped) of a
+// gone container's tree an earlier run recorded as would-not-die, still
+// alive: no scan finds them again (a group led by a live process that
+// is no supervisor is never one to signal), so each is reported, as
+// would-not-die, and not signalled. The run then fails, as the one that
+// could not kill them did.
+func survivors(opt Options, records []*ledger.Record, live engine.Set, found []Tree) []Tree {
+	seen := map[int]bool{}
+	for _, t := range found {
+		for _, m := range t.Members {
+			seen[m.PID] = true
+		}
+	}
+	var out []Tree
+	for _, r := range records {
+		if live.IsLive(r.ContainerID) || (len(opt.Containers) > 0 && !opt.Containers[r.ContainerID]) || (opt.Store != nil && !opt.Store.Current(r)) {
+			continue
+		}
+		for _, t := range r.Trees {
+			if t.Action != action.WouldNotDie {
+				continue
+			}
+			for _, m := range t.Members {
+				if !m.Escaped || seen[m.PID] {
+					continue
+				}
+				st, err := fingerprint.Revalidate(cmp.Or(opt.Root, fingerprint.DefaultRoot), fingerprint.Stat{PID: m.PID, StartTicks: m.StartTicks})
+				if err != nil || st.Zombie() {
+					continue
+				}
+				seen[m.PID] = true
+				why := "left the group of a tree that would not die, and still lives: not signalled again (a group led by a live process that is no supervisor is never signalled); see to it by hand"
+				out = append(out, Tree{ContainerID: r.ContainerID, PGID: st.PGID, UID: t.UID, AgeSeconds: -1, Action: action.WouldNotDie, Error: &why,
+					Members: []Member{{PID: m.PID, StartTicks: m.StartTicks, Comm: st.Comm, Escaped: true}}})
+			}
+		}
+	}
+	return out
 }
 
 // complete reads in full the trees the scan left partial whose

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -574,5 +576,55 @@ func TestReapUnrecordedIsSaid(t *testing.T) {
 	}
 	if !rep.Failed() || rep.UnrecordedText == "" || !strings.Contains(string(data), `"unrecorded":`) {
 		t.Errorf("failed %v, JSON %s; want the run failed and why said", rep.Failed(), data)
+	}
+}
+
+// TestSurvivorsOfAReapAreReported: a member that left its tree's group
+// and would not die (a kernel's setsid child stuck in the kernel) is no
+// tree any later scan finds; the record of its gone container names it,
+// and each run reports it as would-not-die, unsignalled, until it is
+// gone.
+func TestSurvivorsOfAReapAreReported(t *testing.T) {
+	survivor := exec.Command("sleep", "1000000")
+	survivor.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := survivor.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { survivor.Process.Kill(); survivor.Wait() })
+	st, err := fingerprint.ReadStat("/proc", survivor.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := testutil.RandomHex(t, 64)
+	store, err := ledger.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Update(gone, func(r *ledger.Record) error {
+		r.Trees = []ledger.Tree{{PGID: 4242, UID: os.Geteuid(), Action: action.WouldNotDie, Members: []ledger.Process{
+			{PID: 4242, StartTicks: 1, Comm: "kcserver"},
+			{PID: survivor.Process.Pid, StartTicks: st.StartTicks, Comm: "sleep", Escaped: true},
+		}}}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	opt := Options{Comms: []string{"kcsrv-survivor"}, Containers: map[string]bool{gone: true}, Store: store, Apply: true, KillGrace: 100 * time.Millisecond}
+	live := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()}
+	rep, err := Run(context.Background(), opt, live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Trees) != 1 || rep.Trees[0].Action != action.WouldNotDie || len(rep.Trees[0].Members) != 1 || rep.Trees[0].Members[0].PID != survivor.Process.Pid || !rep.Failed() {
+		t.Fatalf("report %+v; want the survivor reported would-not-die and the run failed", rep)
+	}
+	if !fingerprint.Alive("/proc", st) {
+		t.Error("the survivor was signalled")
+	}
+	// Gone, it is reported no more.
+	survivor.Process.Kill()
+	survivor.Wait()
+	if rep, err := Run(context.Background(), opt, live); err != nil || len(rep.Trees) != 0 || rep.Failed() {
+		t.Errorf("after its death: %+v, %v; want nothing reported", rep, err)
 	}
 }

@@ -287,6 +287,12 @@ func TestReadRunsAs(t *testing.T) {
 				id, err = fingerprint.Read("/proc", cmd.Process.Pid)
 				return err == nil && id.Comm == "sleep"
 			})
+			// A read can straddle the exec (status read by setpriv before
+			// it switched, stat by sleep): read again, all after it.
+			id, err := fingerprint.Read("/proc", cmd.Process.Pid)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if got := [3]int{id.UID, id.EUID, id.SUID}; got != tt.uids || id.RunsAs(65534) != tt.runsAs {
 				t.Errorf("uids %v, RunsAs(65534) %v; want %v, %v", got, id.RunsAs(65534), tt.uids, tt.runsAs)
 			}

@@ -261,17 +261,23 @@ type failingWriter struct{}
 
 func (failingWriter) Write([]byte) (int, error) { return 0, syscall.ENOSPC }
 
-// TestReportLostExitsFailed: a report that cannot be written (stdout on
-// a full disk, a closed pipe) exits 1, not 0 (a clean run) nor 2 (a
-// usage error).
-func TestReportLostExitsFailed(t *testing.T) {
-	// A podman whose answer is no container (the CLI, asked when the
-	// service's socket is missing).
+// noContainersPodman puts first on PATH a podman CLI whose answer is no
+// container: the engine kc-janitor asks when the service's socket
+// (--podman-url unix:///nonexistent/…) is missing.
+func noContainersPodman(t *testing.T) {
+	t.Helper()
 	bin := t.TempDir()
 	if err := os.WriteFile(filepath.Join(bin, "podman"), []byte("#!/bin/sh\necho '[]'\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", bin+":/usr/bin:/bin")
+}
+
+// TestReportLostExitsFailed: a report that cannot be written (stdout on
+// a full disk, a closed pipe) exits 1, not 0 (a clean run) nor 2 (a
+// usage error).
+func TestReportLostExitsFailed(t *testing.T) {
+	noContainersPodman(t)
 	id := strings.Repeat("6", 64)
 	common := []string{"--state-dir", filepath.Join(t.TempDir(), "state"), "--podman-url", "unix:///nonexistent/podman.sock", "--engine", "podman"}
 	for _, args := range [][]string{
@@ -299,13 +305,7 @@ func TestReportLostExitsFailed(t *testing.T) {
 // whose recorded init still runs here is skipped-contradicted, not a
 // would-reap.
 func TestStatusDecidesWithEvidence(t *testing.T) {
-	// A podman whose answer is no container (the CLI, asked when the
-	// service's socket is missing).
-	bin := t.TempDir()
-	if err := os.WriteFile(filepath.Join(bin, "podman"), []byte("#!/bin/sh\necho '[]'\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PATH", bin+":/usr/bin:/bin")
+	noContainersPodman(t)
 	id := strings.Repeat("7a", 32)
 	testutil.StartKCServer(t, t.TempDir(), testutil.Fake{ContainerID: id})
 	init := exec.Command("sleep", "1000")

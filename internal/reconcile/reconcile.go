@@ -475,7 +475,8 @@ func survivors(opt Options, records []*ledger.Record, live engine.Set, found []T
 			continue
 		}
 		for _, t := range r.Trees {
-			if t.Action != action.WouldNotDie {
+			// Of a UID the answer is ground truth for, as any stray.
+			if t.Action != action.WouldNotDie || !live.Vouches(t.UID) {
 				continue
 			}
 			for _, m := range t.Members {

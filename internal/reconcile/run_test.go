@@ -610,6 +610,12 @@ func TestSurvivorsOfAReapAreReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	opt := Options{Comms: []string{"kcsrv-survivor"}, Containers: map[string]bool{gone: true}, Store: store, Apply: true, KillGrace: 100 * time.Millisecond}
+	// An answer that is no ground truth for the tree's UID says nothing
+	// of its container: nothing reported.
+	other := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid() + 1000}
+	if rep, err := Run(context.Background(), opt, other); err != nil || len(rep.Trees) != 0 {
+		t.Fatalf("another UID's answer: %+v, %v; want nothing reported", rep, err)
+	}
 	live := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()}
 	rep, err := Run(context.Background(), opt, live)
 	if err != nil {

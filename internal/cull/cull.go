@@ -169,7 +169,7 @@ func audit(ctx context.Context, c *kallichore.Client, src Source, threshold int6
 	}
 	sup.SessionsTotal = l.Total
 	for _, s := range l.Sessions {
-		sup.MemoryBytes += s.MemoryBytes()
+		sup.MemoryBytes = kallichore.AddBytes(sup.MemoryBytes, s.MemoryBytes())
 		if !IsCandidate(s, threshold) {
 			continue
 		}
@@ -178,7 +178,7 @@ func audit(ctx context.Context, c *kallichore.Client, src Source, threshold int6
 			continue
 		}
 		sup.Unlisted++
-		sup.UnlistedMemoryBytes += s.MemoryBytes()
+		sup.UnlistedMemoryBytes = kallichore.AddBytes(sup.UnlistedMemoryBytes, s.MemoryBytes())
 	}
 	return sup
 }

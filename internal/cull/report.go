@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/kallichore"
 	"github.com/kc-watchman/kc-watchman/internal/printable"
 )
 
@@ -105,7 +106,7 @@ func WriteText(w io.Writer, threshold int64, sups []Supervisor) error {
 		fmt.Fprintf(tw, "%s (pid %s): %s, %s kernel memory, %d idle > %s\n",
 			printable.Quote(s.Socket), pidText(s.PID), plural(s.SessionsTotal, "session"), HumanBytes(s.MemoryBytes), len(s.Candidates)+s.Unlisted, limit)
 		total += s.Unlisted
-		mem += s.UnlistedMemoryBytes
+		mem = kallichore.AddBytes(mem, s.UnlistedMemoryBytes)
 		if s.Unlisted > 0 {
 			fmt.Fprintf(tw, "  %s, holding %s, past the audit's bound: counted, not listed\n", plural(s.Unlisted, "more session"), HumanBytes(s.UnlistedMemoryBytes))
 		}
@@ -115,7 +116,7 @@ func WriteText(w io.Writer, threshold int64, sups []Supervisor) error {
 		fmt.Fprintln(tw, "  SESSION\tLANGUAGE\tSTATUS\tIDLE\tMEMORY\tWORKING DIRECTORY")
 		for _, c := range s.Candidates {
 			total++
-			mem += c.MemoryBytes()
+			mem = kallichore.AddBytes(mem, c.MemoryBytes())
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", printable.Quote(c.SessionID), printable.Quote(Dash(c.Language)), printable.Quote(c.Status),
 				HumanSeconds(c.IdleSeconds), HumanBytes(c.MemoryBytes()), printable.Quote(Dash(c.WorkingDirectory)))
 		}

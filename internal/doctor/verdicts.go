@@ -5,6 +5,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/cull"
+	"github.com/kc-watchman/kc-watchman/internal/kallichore"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 	"github.com/kc-watchman/kc-watchman/internal/sweep"
 )
@@ -124,14 +125,14 @@ func Sessions(sups []cull.Supervisor, thresholdSeconds int64, err error) Check {
 		}
 		for _, c := range s.Candidates {
 			n++
-			mem += c.MemoryBytes()
+			mem = kallichore.AddBytes(mem, c.MemoryBytes())
 			items = append(items, fmt.Sprintf("%s (pid %d): session %s (%s) idle %s, %s, %s",
 				s.Socket, s.PID, c.SessionID, c.Language, cull.HumanSeconds(c.IdleSeconds),
 				cull.HumanBytes(c.MemoryBytes()), c.WorkingDirectory))
 		}
 		if s.Unlisted > 0 {
 			n += s.Unlisted
-			mem += s.UnlistedMemoryBytes
+			mem = kallichore.AddBytes(mem, s.UnlistedMemoryBytes)
 			items = append(items, fmt.Sprintf("%s (pid %d): %d more idle sessions, %s, not listed (the audit's bound)",
 				s.Socket, s.PID, s.Unlisted, cull.HumanBytes(s.UnlistedMemoryBytes)))
 		}

@@ -3,6 +3,7 @@ package janitor
 import (
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/cull"
+	"github.com/kc-watchman/kc-watchman/internal/kallichore"
 	"github.com/kc-watchman/kc-watchman/internal/metrics"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 	"github.com/kc-watchman/kc-watchman/internal/sweep"
@@ -89,10 +90,10 @@ func RecordCull(s *metrics.Set, sups []cull.Supervisor) {
 		}
 		for _, c := range sup.Candidates {
 			sessions++
-			mem += c.MemoryBytes()
+			mem = kallichore.AddBytes(mem, c.MemoryBytes())
 		}
 		sessions += sup.Unlisted
-		mem += sup.UnlistedMemoryBytes
+		mem = kallichore.AddBytes(mem, sup.UnlistedMemoryBytes)
 	}
 	s.Set(metrics.Supervisors, float64(len(sups)))
 	s.Set(metrics.SupervisorsUnreadable, float64(unreadable))

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"syscall"
@@ -156,12 +157,24 @@ func (n *Number) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// MemoryBytes returns the session's sampled memory, 0 when unknown.
+// MemoryBytes returns the session's sampled memory, 0 when unknown or
+// negative: anyone can serve a socket in /tmp, and a negative figure
+// would cancel other supervisors' real ones out of every total.
 func (s ActiveSession) MemoryBytes() int64 {
 	if s.ResourceUsage == nil {
 		return 0
 	}
-	return int64(s.ResourceUsage.MemoryBytes)
+	return max(0, int64(s.ResourceUsage.MemoryBytes))
+}
+
+// AddBytes is a+b for the non-negative byte counts of sessions, held at
+// the largest int64 instead of wrapping: a few made-up answers of huge
+// figures must not wrap a total to a small one.
+func AddBytes(a, b int64) int64 {
+	if b > math.MaxInt64-a {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // wire types: pointers mark the fields that must be present.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -145,6 +146,43 @@ func TestDecodeSessions(t *testing.T) {
 	}
 	if string(s.KernelInfo) != `{"banner":"hi"}` {
 		t.Errorf("kernel_info %s", s.KernelInfo)
+	}
+}
+
+// TestMemoryFiguresCannotCancelOut: a made-up answer's negative or huge
+// memory_bytes neither lowers nor wraps a total of real ones.
+func TestMemoryFiguresCannotCancelOut(t *testing.T) {
+	tests := []struct {
+		name   string
+		memory string
+		want   int64
+	}{
+		{"real", "1073741824", 1 << 30},
+		{"negative", "-1073741824", 0},
+		{"most negative", "-9223372036854775808", 0},
+		{"largest", "9223372036854775807", math.MaxInt64},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := DecodeSessions([]byte(`[{"session_id":"s","status":"idle","connected":false,"idle_seconds":1,"resource_usage":{"memory_bytes":` + tt.memory + `}}]`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := l.Sessions[0].MemoryBytes(); got != tt.want {
+				t.Errorf("MemoryBytes %d, want %d", got, tt.want)
+			}
+		})
+	}
+	sums := []struct{ a, b, want int64 }{
+		{1 << 30, 1 << 30, 2 << 30},
+		{math.MaxInt64, 1, math.MaxInt64},
+		{math.MaxInt64 - 1, math.MaxInt64 - 1, math.MaxInt64},
+		{0, 0, 0},
+	}
+	for _, s := range sums {
+		if got := AddBytes(s.a, s.b); got != s.want {
+			t.Errorf("AddBytes(%d, %d) = %d, want %d", s.a, s.b, got, s.want)
+		}
 	}
 }
 

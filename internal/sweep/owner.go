@@ -258,8 +258,8 @@ func (v *pidView) missed(mapped bool) error {
 }
 
 // ownerGate is gate 1: is the socket's named owner a live supervisor that
-// could have created it?
-func ownerGate(v *pidView, pid int, comms []string, changed, boot time.Time) (say, string) {
+// could have created it? uid is the socket file's owner.
+func ownerGate(v *pidView, pid, uid int, comms []string, changed, boot time.Time) (say, string) {
 	host, ok, err := v.hostPID(pid)
 	if err != nil {
 		return sayUnsure, err.Error()
@@ -268,11 +268,11 @@ func ownerGate(v *pidView, pid int, comms []string, changed, boot time.Time) (sa
 		return sayStale, fmt.Sprintf("no process %d in the container", pid)
 	}
 	id, err := fingerprint.Read(v.procRoot, host)
-	return judgeOwner(pid, host, v.container, id, err, comms, changed, boot)
+	return judgeOwner(pid, host, uid, v.container, id, err, comms, changed, boot)
 }
 
 // judgeOwner is gate 1's decision on what /proc said about the owner.
-func judgeOwner(pid, host int, container bool, id fingerprint.Identity, err error, comms []string, changed, boot time.Time) (say, string) {
+func judgeOwner(pid, host, uid int, container bool, id fingerprint.Identity, err error, comms []string, changed, boot time.Time) (say, string) {
 	who := "pid " + strconv.Itoa(pid)
 	if container {
 		who += " (host pid " + strconv.Itoa(host) + ")"
@@ -293,6 +293,12 @@ func judgeOwner(pid, host int, container bool, id fingerprint.Identity, err erro
 	if start.After(changed.Add(startSlack)) {
 		return sayStale, fmt.Sprintf("%s (%s) started %s, after the socket was created %s: a recycled pid",
 			who, id.Comm, start.Format(time.RFC3339), changed.Format(time.RFC3339))
+	}
+	if uid != id.UID && uid != id.EUID && uid != id.SUID {
+		// Anyone may bind a free name in /tmp after the supervisor
+		// started: a socket its process could not have made is not its
+		// own, and what answers there speaks for someone else.
+		return sayUnsure, fmt.Sprintf("%s is a live %s, but runs as uid %d and the socket is uid %d's: not its socket", who, id.Comm, id.UID, uid)
 	}
 	return sayLive, fmt.Sprintf("%s is a live %s", who, id.Comm)
 }

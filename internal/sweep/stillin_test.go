@@ -150,7 +150,7 @@ func TestWalkThatCannotReadIsUnsure(t *testing.T) {
 			if tt.wantErr {
 				want = sayUnsure
 			}
-			if got, why := ownerGate(v, 5, []string{"kcserver"}, time.Now(), time.Now()); got != want {
+			if got, why := ownerGate(v, 5, 0, []string{"kcserver"}, time.Now(), time.Now()); got != want {
 				t.Errorf("owner of a socket named for pid 5: %v (%s), want %v", got, why, want)
 			}
 		})

@@ -396,7 +396,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 		ask, again := false, false
 		for _, s := range p.names {
 			if !s.Hashed {
-				s.gates[0], s.why[0] = ownerGate(view, s.PID, cfg.SupervisorComms, s.e.changed, boot)
+				s.gates[0], s.why[0] = ownerGate(view, s.PID, s.e.uid, cfg.SupervisorComms, s.e.changed, boot)
 			}
 			s.gates[1], s.why[1] = judgeListen(dialErr, s.e.innerPath(), nu)
 			// A session socket carries a kernel's channel stream, not
@@ -478,7 +478,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 			case srv != nil:
 				s.Verdict, s.Reason = VerdictUnknown, "its server "+srv.e.name+" is stale, but this socket: "+why
 			default:
-				s.gates[0], s.why[0] = ownerGate(view, s.PID, cfg.SupervisorComms, s.e.changed, boot)
+				s.gates[0], s.why[0] = ownerGate(view, s.PID, s.e.uid, cfg.SupervisorComms, s.e.changed, boot)
 				s.gates[1], s.why[1] = g, why
 				s.gates[2], s.why[2] = sayStale, fmt.Sprintf("no control socket kc-%d.sock", s.PID)
 				s.Verdict, s.Reason = compose(s.gates, s.why)

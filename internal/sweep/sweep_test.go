@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -283,19 +284,23 @@ func TestJudgeOwner(t *testing.T) {
 		id   func() fingerprint.Identity
 		err  error
 		want say
+		uid  int // the socket file's owner
 	}{
-		{"live kcserver started before the socket", func() fingerprint.Identity { return kc }, nil, sayLive},
-		{"started just after, within slack", func() fingerprint.Identity { i := kc; i.StartTicks = atTicks(100) + 50; return i }, nil, sayLive},
-		{"started after the socket: recycled", func() fingerprint.Identity { i := kc; i.StartTicks = atTicks(102); return i }, nil, sayStale},
-		{"zombie", func() fingerprint.Identity { i := kc; i.State = 'Z'; return i }, nil, sayStale},
-		{"other comm", func() fingerprint.Identity { i := kc; i.Comm = "tokio-runtime-w"; return i }, nil, sayStale},
-		{"thread", func() fingerprint.Identity { i := kc; i.TGID = 4; return i }, fingerprint.ErrNotProcess, sayStale},
-		{"absent", func() fingerprint.Identity { return fingerprint.Identity{} }, fingerprint.ErrNotFound, sayStale},
-		{"unreadable", func() fingerprint.Identity { return fingerprint.Identity{} }, fingerprint.ErrMalformed, sayUnsure},
+		{"live kcserver started before the socket", func() fingerprint.Identity { return kc }, nil, sayLive, 0},
+		{"another user's socket under its name", func() fingerprint.Identity { return kc }, nil, sayUnsure, 65534},
+		{"socket of the user a setuid supervisor runs as", func() fingerprint.Identity { i := kc; i.EUID, i.SUID = 1000, 1000; return i }, nil, sayLive, 1000},
+		{"socket of its real user", func() fingerprint.Identity { i := kc; i.UID = 1000; return i }, nil, sayLive, 1000},
+		{"started just after, within slack", func() fingerprint.Identity { i := kc; i.StartTicks = atTicks(100) + 50; return i }, nil, sayLive, 0},
+		{"started after the socket: recycled", func() fingerprint.Identity { i := kc; i.StartTicks = atTicks(102); return i }, nil, sayStale, 0},
+		{"zombie", func() fingerprint.Identity { i := kc; i.State = 'Z'; return i }, nil, sayStale, 0},
+		{"other comm", func() fingerprint.Identity { i := kc; i.Comm = "tokio-runtime-w"; return i }, nil, sayStale, 0},
+		{"thread", func() fingerprint.Identity { i := kc; i.TGID = 4; return i }, fingerprint.ErrNotProcess, sayStale, 0},
+		{"absent", func() fingerprint.Identity { return fingerprint.Identity{} }, fingerprint.ErrNotFound, sayStale, 0},
+		{"unreadable", func() fingerprint.Identity { return fingerprint.Identity{} }, fingerprint.ErrMalformed, sayUnsure, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, why := judgeOwner(5, 5, false, tt.id(), tt.err, comms, created, boot)
+			got, why := judgeOwner(5, 5, tt.uid, false, tt.id(), tt.err, comms, created, boot)
 			if got != tt.want {
 				t.Errorf("got %s (%s), want %s", got, why, tt.want)
 			}
@@ -699,5 +704,48 @@ func TestNSIndexIsCheckedAtUse(t *testing.T) {
 	}
 	if h2, ok, err := view.hostPID(inner); err != nil || ok {
 		t.Errorf("pid %d, gone: maps to %d, %v, %v; want not found", inner, h2, ok, err)
+	}
+}
+
+// TestPlantedSocketIsNotTheSupervisors: another user binds the free name
+// kc-<pid>.sock of a live supervisor that keeps its socket elsewhere and
+// answers /status with that PID. The socket is not the supervisor's (its
+// process could not have made it): not live, so cull never audits what
+// answers there as that supervisor.
+func TestPlantedSocketIsNotTheSupervisors(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a supervisor of one user, a socket of another")
+	}
+	kc := testutil.StartKCServer(t, t.TempDir(), testutil.Fake{})
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, fmt.Sprintf("kc-%d.sock", kc.PID))
+	l, err := net.Listen("unix", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(p, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/status":
+			fmt.Fprintf(w, `{"process_id":%d,"sessions":1,"active":0,"busy":false,"version":"0.1"}`, kc.PID)
+		default:
+			fmt.Fprint(w, `{"total":1,"sessions":[{"session_id":"made-up","status":"idle","connected":false,"idle_seconds":999999}]}`)
+		}
+	})}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+
+	s := sweep(t, fastConfig(dir))[p]
+	if s == nil {
+		t.Fatal("planted socket not found")
+	}
+	if s.Verdict != VerdictUnknown || s.Action != ActionKept || !strings.Contains(s.Reason, "not its socket") {
+		t.Errorf("planted socket: %s, %s (%s); want unknown and kept, not its socket", s.Verdict, s.Action, s.Reason)
 	}
 }

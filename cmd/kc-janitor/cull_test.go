@@ -148,6 +148,26 @@ func TestCullCLIUnreadableSupervisor(t *testing.T) {
 	}
 }
 
+// TestCullCLIHungSupervisorIsReported: a supervisor found in a socket
+// directory that listens but never answers /status is left unknown by the
+// sweep; cull still asks it and reports it unreadable (exit 1): dropped, it
+// vanished from the report of a run that exited 0.
+func TestCullCLIHungSupervisorIsReported(t *testing.T) {
+	dir := t.TempDir()
+	hung := testutil.StartKCServer(t, dir, testutil.Fake{Hang: true})
+	code, out := runJanitorCapture(t, "cull", "--socket-dir", dir, "--format", "json", "--timeout", "300ms")
+	if code != exitFailed {
+		t.Fatalf("exit %d, want %d\n%s", code, exitFailed, out)
+	}
+	var got cullOut
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got.Supervisors) != 1 {
+		t.Fatalf("%s (%v)", out, err)
+	}
+	if s := got.Supervisors[0]; s.Socket != hung.Socket || s.Error == nil {
+		t.Errorf("hung supervisor: %+v, want it reported with an error", s)
+	}
+}
+
 func TestCullCLIText(t *testing.T) {
 	dir := t.TempDir()
 	testutil.StartKCServer(t, dir, testutil.Fake{Sessions: writeSessions(t, cullSessions)})

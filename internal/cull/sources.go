@@ -5,22 +5,33 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/sweep"
 )
 
-// Sources are the supervisors a sweep found alive: its live control
-// sockets, the only ones whose /sessions are worth asking for. A session
-// socket is its server's, and a control socket that is stale or unknown
-// has no server to answer. notLive, if not nil, is told of every control
-// socket left out.
+// Sources are the supervisors a sweep found: its live control sockets,
+// and those left unknown only because /status was slow while a live
+// supervisor of the socket's owner listens there (its audit then says
+// whether it answers; dropped, it would vanish from the report). A session
+// socket is its server's, and any other control socket has no server to
+// answer. Names of one socket file (hard links) are one supervisor, audited
+// and counted once. notLive, if not nil, is told of every control socket
+// left out.
 func Sources(socks []*sweep.Socket, notLive func(*sweep.Socket)) []Source {
 	var out []Source
+	seen := map[[2]uint64]bool{}
 	for _, s := range socks {
 		if s.Kind != sockets.KindControl {
 			continue
 		}
-		if s.Verdict != sweep.VerdictLive {
+		if s.Verdict != sweep.VerdictLive && (s.Verdict != sweep.VerdictUnknown || !s.OwnerListens()) {
 			if notLive != nil {
 				notLive(s)
 			}
 			continue
+		}
+		if s.ID.Ino != 0 {
+			key := [2]uint64{s.ID.Dev, s.ID.Ino}
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
 		}
 		out = append(out, Source{Socket: s.Path, PID: s.PID, Pin: s.Pin})
 	}

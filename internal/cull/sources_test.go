@@ -48,3 +48,22 @@ func TestSources(t *testing.T) {
 		})
 	}
 }
+
+// TestSourcesOneFileOnce: names of one socket file (a user hard-links her
+// live socket into a directory the sweep also looks in) are one
+// supervisor, audited and counted once.
+func TestSourcesOneFileOnce(t *testing.T) {
+	file := sockets.File{Dev: 7, Ino: 42}
+	swept := []*sweep.Socket{
+		{Path: "/tmp/kc-10.sock", PID: 10, Kind: sockets.KindControl, Verdict: sweep.VerdictLive, ID: file},
+		{Path: "/tmp/m/kc-10.sock", PID: 10, Kind: sockets.KindControl, Verdict: sweep.VerdictLive, ID: file},
+		{Path: "/tmp/kc-11.sock", PID: 11, Kind: sockets.KindControl, Verdict: sweep.VerdictLive, ID: sockets.File{Dev: 7, Ino: 43}},
+	}
+	var got []string
+	for _, s := range Sources(swept, nil) {
+		got = append(got, s.Socket)
+	}
+	if want := []string{"/tmp/kc-10.sock", "/tmp/kc-11.sock"}; !slices.Equal(got, want) {
+		t.Errorf("Sources = %q, want %q", got, want)
+	}
+}

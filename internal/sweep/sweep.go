@@ -185,6 +185,13 @@ type Socket struct {
 	tries []statusTry
 }
 
+// OwnerListens reports whether gates 1 and 2 found s named for a live
+// supervisor of its owner and listening: a server there whatever /status
+// said (an unknown one may just have been slow to answer).
+func (s *Socket) OwnerListens() bool {
+	return !s.Hashed && s.gates[0] == sayLive && s.gates[1] == sayLive
+}
+
 // Pin holds s's socket file open for dialling, through the directory the
 // sweep listed it in (Config.KeepDirs), if it is still the socket
 // classified (sockets.ErrChanged if not). Nothing is looked up by path:

@@ -169,6 +169,14 @@ func liveWrapper(root string, p *ledger.Process, cid string) (fingerprint.Stat, 
 // wrapper take its own group down; SIGKILL follows after the grace).
 func stopWrapper(cfg Config, w fingerprint.Stat) error {
 	members := pgkill.Members(root(cfg), w.PGID)
+	// The wrapper's UID is the group's: a member running as another (one
+	// that ran setpriv or a setuid program) makes Kill signal nothing,
+	// as every kill of a tree does. Read before the revalidation below,
+	// which proves it the wrapper's.
+	ids, err := fingerprint.ReadUIDs(root(cfg), w.PID)
+	if err != nil {
+		return nil
+	}
 	// The listing names the wrapper's group only if the wrapper still held
 	// it afterwards: a group number cannot be reused while a member (even
 	// a zombie) holds it, and a dead wrapper cannot come back. Otherwise
@@ -194,7 +202,8 @@ func stopWrapper(cfg Config, w fingerprint.Stat) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
-	r := pgkill.Kill(ctx, pgkill.Group{PGID: w.PGID, Members: members}, pgkill.Options{Root: root(cfg), Grace: cfg.KillGrace})
+	opt := pgkill.Options{Root: root(cfg), Grace: cfg.KillGrace, UID: fingerprint.SoleUID(ids), CheckUID: true}
+	r := pgkill.Kill(ctx, pgkill.Group{PGID: w.PGID, Members: members}, opt)
 	if r.Outcome == action.WouldNotDie {
 		return r.Err
 	}

@@ -1,13 +1,16 @@
 package hook
 
 import (
+	"os"
 	"os/exec"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
+	supervisetest "github.com/kc-watchman/kc-watchman/internal/testutil/supervise"
 )
 
 // TestStopWrapperRefusesARecycledGroup: the recorded wrapper is gone and
@@ -55,5 +58,41 @@ func TestStopWrapperWithNoTimeLeft(t *testing.T) {
 	}
 	if n, what := w.Harm(); n > 0 {
 		t.Fatalf("the wrapper was signalled: %s", what)
+	}
+}
+
+// TestStopWrapperSparesAnotherUsersMember: an earlier wrapper's group
+// holds a member running as another user (its command ran setpriv
+// without setsid). Stopping that wrapper on a restart must not signal it,
+// as no kill of a tree signals a member of another UID.
+func TestStopWrapperSparesAnotherUsersMember(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: setpriv to another user")
+	}
+	cmd := exec.Command("bash", "-c", "setpriv --reuid=65534 --regid=65534 --clear-groups sleep 1000001 & wait")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
+	wrapper, err := fingerprint.ReadStat("/proc", cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var other fingerprint.Stat
+	supervisetest.Eventually(t, 10*time.Second, "the member of uid 65534", func() bool {
+		for _, m := range pgkill.Members("/proc", wrapper.PGID) {
+			if ids, err := fingerprint.ReadUIDs("/proc", m.PID); err == nil && ids[0] == 65534 && m.Comm == "sleep" {
+				other = m
+				return true
+			}
+		}
+		return false
+	})
+
+	cfg := Config{KillGrace: 100 * time.Millisecond, Deadline: time.Second}
+	stopWrapper(cfg, wrapper)
+	if !fingerprint.Alive("/proc", other) {
+		t.Fatal("stopWrapper killed a member of another user")
 	}
 }

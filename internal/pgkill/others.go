@@ -120,7 +120,7 @@ func othersPhase(opt Options, groups []int, sig syscall.Signal, wait time.Durati
 				continue
 			}
 			sent[key] = true
-			if signalMember(opt.Root, m, groups, sig) != nil {
+			if signalMember(opt.Root, m, groups, opt.CheckUID, opt.UID, sig) != nil {
 				*refused++
 			}
 		}
@@ -140,10 +140,12 @@ func othersPhase(opt Options, groups []int, sig syscall.Signal, wait time.Durati
 
 // signalMember signals m through a pidfd after re-verifying, with the
 // pidfd open, that it is the listed process and still in one of groups,
-// and that it is not the caller. Without a pidfd it signals nothing: a
-// kill(2) by PID after a check could reach whatever took the PID in
-// between (kernels without pidfd_open are below the project's minimum).
-func signalMember(root string, m fingerprint.Stat, groups []int, sig syscall.Signal) error {
+// and that it is not the caller; with checkUID, that it still runs wholly
+// as uid (a member that ran a setuid program since it was listed is
+// another user's now). Without a pidfd it signals nothing: a kill(2) by
+// PID after a check could reach whatever took the PID in between
+// (kernels without pidfd_open are below the project's minimum).
+func signalMember(root string, m fingerprint.Stat, groups []int, checkUID bool, uid int, sig syscall.Signal) error {
 	if m.PID == os.Getpid() {
 		return fmt.Errorf("pid %d is the calling process; it is never signalled", m.PID)
 	}
@@ -154,6 +156,20 @@ func signalMember(root string, m fingerprint.Stat, groups []int, sig syscall.Sig
 	defer pin.Close()
 	if !slices.Contains(groups, pin.PGID) {
 		return fmt.Errorf("pid %d left the group", m.PID)
+	}
+	if checkUID {
+		// status only, proven m's by the stat read after (as
+		// signalPinned does).
+		ids, err := fingerprint.ReadUIDs(root, m.PID)
+		if err == nil {
+			_, err = fingerprint.Revalidate(root, m)
+		}
+		if err != nil {
+			return fmt.Errorf("member %d: %w", m.PID, err)
+		}
+		if fingerprint.SoleUID(ids) != uid {
+			return fmt.Errorf("member %d runs as uids %v (real, effective, saved), not %d: %w", m.PID, ids, uid, errRefusedTarget)
+		}
 	}
 	return pin.Signal(sig)
 }

@@ -85,7 +85,8 @@ type Options struct {
 	// or a joiner found running as another, makes Kill signal nothing more (the group is not one UID's tree any
 	// more; DESIGN "Identity rules"). The group's signals go out as UID
 	// (killpgAs): a process that joined unseen gets them only if UID
-	// could have sent them itself.
+	// could have sent them itself. KillOthers signals only members that
+	// run wholly as UID.
 	UID      int
 	CheckUID bool
 

@@ -112,3 +112,62 @@ func TestTeardownSparesOthersDescendants(t *testing.T) {
 		t.Errorf("the spared descendants were not reported:\n%s", log)
 	}
 }
+
+// TestTeardownSparesOthersMembers: the same two processes as above left
+// in the group (no setsid) are spared too: a member of another UID (it
+// ran setpriv) or carrying another container's ID is never signalled by
+// the wrapper, as by any other kill of a tree; its own member dies.
+func TestTeardownSparesOthersMembers(t *testing.T) {
+	initCmd, init := supervisetest.Process(t, "sleep", "1000000")
+	other := strings.Repeat("c", 64)
+	script := `sleep 1000000 & ` +
+		`setpriv --reuid=65534 --regid=65534 --clear-groups sleep 1000001 & ` +
+		`bash -c 'exec -a --container-id=` + other + ` sleep 1000002' & wait`
+	w := startWrapper(t, init, []string{"--kill-grace=2s"}, "bash", "-c", script)
+
+	var mine, otherUID, otherCtnr fingerprint.Stat
+	supervisetest.Eventually(t, 10*time.Second, "the command's three children in its group", func() bool {
+		mine, otherUID, otherCtnr = fingerprint.Stat{}, fingerprint.Stat{}, fingerprint.Stat{}
+		var bash []int
+		for _, c := range trees.Children(fingerprint.DefaultRoot, w.st.PID) {
+			bash = append(bash, trees.Children(fingerprint.DefaultRoot, c)...)
+		}
+		for _, pid := range bash {
+			id, err := fingerprint.Read(fingerprint.DefaultRoot, pid)
+			if err != nil || id.PGID == id.PID || id.Comm != "sleep" || len(id.Argv) == 0 {
+				continue
+			}
+			switch {
+			case strings.HasPrefix(id.Argv[0], "--container-id="):
+				otherCtnr = id.Stat
+			case id.UID == 65534:
+				otherUID = id.Stat
+			case id.Argv[len(id.Argv)-1] == "1000000":
+				mine = id.Stat
+			}
+		}
+		return mine.PID != 0 && otherUID.PID != 0 && otherCtnr.PID != 0
+	})
+	t.Cleanup(func() {
+		for _, s := range []fingerprint.Stat{mine, otherUID, otherCtnr} {
+			if p, err := fingerprint.Pin(fingerprint.DefaultRoot, s); err == nil {
+				p.Signal(syscall.SIGKILL)
+				p.Close()
+			}
+		}
+	})
+
+	if err := initCmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	w.exitCode(t, 15*time.Second)
+	supervisetest.Eventually(t, 10*time.Second, "the wrapper's own member dead", func() bool { return allDead([]fingerprint.Stat{mine}) })
+	for _, s := range []fingerprint.Stat{otherUID, otherCtnr} {
+		if !fingerprint.Alive(fingerprint.DefaultRoot, s) {
+			t.Errorf("%d (uid or container not the tree's) was killed", s.PID)
+		}
+	}
+	if log := w.logText(); !strings.Contains(log, "group member not signalled") {
+		t.Errorf("the spared members were not reported:\n%s", log)
+	}
+}

@@ -396,15 +396,29 @@ func (r *runner) groups() []int {
 
 // stopGroup takes down every other member of the groups through pgkill
 // (SIGTERM, grace, SIGKILL, members that appear meanwhile included) and
-// returns the members still alive. The command is not reaped here.
+// returns the members still alive, those withheld (memberJudge) among
+// them. The command is not reaped here.
 func (r *runner) stopGroup() []fingerprint.Stat {
 	popt := pgkill.Options{Root: r.o.Root, Grace: r.o.KillGrace, KillWait: r.o.KillWait, Poll: r.o.Poll}
+	list := func(groups []int) []fingerprint.Stat { return pgkill.Members(r.o.Root, groups...) }
+	confirm := list
 	if r.subreaper && r.self.SID == r.self.PID {
-		popt.Members = r.membersBelow
+		list = r.membersBelow
 		if r.cloned {
-			popt.Confirm = r.membersInCgroup
+			confirm = r.membersInCgroup
 		}
 	}
+	var judge *memberJudge
+	if self, err := fingerprint.Read(r.o.Root, os.Getpid()); err != nil {
+		// Unjudged members are not signalled: listing none, KillOthers
+		// sends nothing.
+		r.log.Warn("cannot read the wrapper's own identity; the group's members are not signalled", "err", err)
+		judge = newMemberJudge(r.o.Root, -1, r.o.ContainerID, r.log)
+	} else {
+		judge = newMemberJudge(r.o.Root, self.UID, r.o.ContainerID, r.log)
+		popt.UID, popt.CheckUID = self.UID, true
+	}
+	popt.Members, popt.Confirm = judge.filter(list), judge.filter(confirm)
 	groups := r.groups()
 	// Escaped descendants share the group's grace: found before the
 	// group dies (a setsid child still has its parent then), killed
@@ -424,7 +438,7 @@ func (r *runner) stopGroup() []fingerprint.Stat {
 	// one more look below it.
 	left = append(left, r.stopEscaped(groups, popt)...)
 	r.reapAdopted()
-	return append(res.Left, left...)
+	return append(append(res.Left, left...), judge.left()...)
 }
 
 // maxBelow bounds membersBelow's walk; a bigger tree is listed through

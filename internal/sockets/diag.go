@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"syscall"
 	"time"
@@ -61,7 +62,7 @@ var ErrUnsupported = errors.New("unix socket diagnostics unavailable")
 // DiagListening returns the listening path-bound Unix sockets of the caller's
 // network namespace. Abstract and unnamed sockets are left out.
 func DiagListening() ([]DiagSocket, error) {
-	all, err := diagDump(1<<tcpListen, showName|showVFS)
+	all, err := diagDump(-1, 1<<tcpListen, showName|showVFS)
 	if err != nil {
 		return nil, err
 	}
@@ -84,10 +85,25 @@ func DiagListening() ([]DiagSocket, error) {
 // next one be skipped. A socket missing from the table is the dangerous
 // error (it reads as unbound), one too many is not: so the table is the
 // union of two dumps, in which a socket open throughout both appears.
-func DiagNetUnix() (NetUnix, error) {
+//
+// Each socket is also filed by the socket file bind(2) made (NetUnix.Held):
+// a file reached by another name than the binder's is still known held.
+func DiagNetUnix() (NetUnix, error) { return diagNetUnix(-1) }
+
+// DiagNetUnixIn is DiagNetUnix of the network namespace ns (an open
+// /proc/<pid>/ns/net): its sock_diag socket is made there, by a thread
+// that enters the namespace for that alone, and asked from here. A
+// container's /proc/<pid>/net/unix knows no socket files, only paths.
+func DiagNetUnixIn(ns *os.File) (NetUnix, error) {
+	n, err := diagNetUnix(int(ns.Fd()))
+	runtime.KeepAlive(ns)
+	return n, err
+}
+
+func diagNetUnix(ns int) (NetUnix, error) {
 	n := NetUnix{}
 	for range 2 {
-		all, err := diagDump(^uint32(0), showName)
+		all, err := diagDump(ns, ^uint32(0), showName|showVFS)
 		if err != nil {
 			return nil, err
 		}
@@ -104,6 +120,10 @@ func DiagNetUnix() (NetUnix, error) {
 				u.State = 3 // connected
 			}
 			n[s.Path] = append(n[s.Path], u)
+			if s.HasVFS {
+				k := fileKey(s.Dev, s.Ino)
+				n[k] = append(n[k], u)
+			}
 		}
 	}
 	return n, nil
@@ -115,10 +135,11 @@ type diagSocket struct {
 	state uint8
 }
 
-// diagDump asks sock_diag for the path-bound Unix sockets of the caller's
-// network namespace in the given states (a mask of 1<<state).
-func diagDump(states, show uint32) ([]diagSocket, error) {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+// diagDump asks sock_diag for the path-bound Unix sockets of the network
+// namespace ns (an open descriptor; -1: the caller's) in the given states
+// (a mask of 1<<state).
+func diagDump(ns int, states, show uint32) ([]diagSocket, error) {
+	fd, err := diagSocketIn(ns)
 	if err != nil {
 		return nil, fmt.Errorf("opening a sock_diag socket: %w", err)
 	}
@@ -171,6 +192,51 @@ func diagDump(states, show uint32) ([]diagSocket, error) {
 			}
 		}
 	}
+}
+
+// diagSocketIn opens a sock_diag socket in the network namespace ns (-1:
+// ours). A netlink socket answers for the namespace it was made in, so a
+// locked thread enters ns, makes it, and comes back; a thread that could
+// not come back is never unlocked, and Go ends it with its goroutine.
+func diagSocketIn(ns int) (int, error) {
+	open := func() (int, error) {
+		return unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	}
+	if ns < 0 {
+		return open()
+	}
+	type result struct {
+		fd  int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		ours, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- result{-1, fmt.Errorf("our network namespace: %w", err)}
+			return
+		}
+		defer unix.Close(ours)
+		if err := unix.Setns(ns, unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			done <- result{-1, fmt.Errorf("entering the network namespace: %w", err)}
+			return
+		}
+		fd, err := open()
+		if back := unix.Setns(ours, unix.CLONE_NEWNET); back != nil {
+			if err == nil {
+				unix.Close(fd)
+			}
+			done <- result{-1, fmt.Errorf("leaving the network namespace: %w", back)}
+			return // still locked: the thread ends here
+		}
+		runtime.UnlockOSThread()
+		done <- result{fd, err}
+	}()
+	r := <-done
+	return r.fd, r.err
 }
 
 func diagRequest(states, show uint32) []byte {

@@ -3,8 +3,12 @@ package sockets
 import (
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -127,5 +131,54 @@ func TestDiagNetUnix(t *testing.T) {
 				t.Errorf("sock_diag: %+v; net/unix: %+v", diag[tc.path], proc[tc.path])
 			}
 		})
+	}
+}
+
+// TestDiagNetUnixIn: a supervisor listening in a network namespace of its
+// own is not in our table; asked in its namespace, its socket is there,
+// by its path and by the socket file.
+func TestDiagNetUnixIn(t *testing.T) {
+	dir := t.TempDir()
+	ready := filepath.Join(dir, "ready")
+	cmd := exec.Command(testutil.BuildKCServer(t), "--transport=socket", "--socket-dir="+dir)
+	cmd.Env = []string{"KCFAKE_READY_FILE=" + ready}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+	if err := cmd.Start(); err != nil {
+		t.Skipf("no network namespace here: %v", err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	for deadline := time.Now().Add(15 * time.Second); !testutil.PathExists(ready); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the fake is not listening")
+		}
+	}
+	p := filepath.Join(dir, "kc-"+strconv.Itoa(cmd.Process.Pid)+".sock")
+	f, err := Examine(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ours, err := DiagNetUnix()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ours.Held(p, f)) > 0 {
+		t.Fatalf("%s is in our namespace's table: the test needs it elsewhere", p)
+	}
+	ns, err := os.Open("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	theirs, err := DiagNetUnixIn(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !Listening(theirs.Held(p, f)) || !Listening(theirs.Held("/elsewhere/"+filepath.Base(p), f)) {
+		t.Errorf("%s not listening in its namespace's table (by path %v, by file %v)", p, theirs.Listening(p), Listening(theirs.Held("", f)))
+	}
+	// Asking there left this thread, and every other, in our namespace.
+	if again, err := DiagNetUnix(); err != nil || len(again.Held(p, f)) > 0 {
+		t.Errorf("after asking in another namespace, ours shows %s: %v", p, err)
 	}
 }

@@ -22,6 +22,32 @@ type UnixSocket struct {
 	Listening bool
 }
 
+// fileKey is where a NetUnix from sock_diag also files the sockets bound
+// to one socket file, by the file's device and inode: a path is what the
+// binder passed to bind(2), relative or through a symlink, and need not be
+// the one a sweep reaches the file by. A path never holds a NUL. The
+// kernel gives 32 bits of the inode number; more than one file sharing
+// them only adds holders, the safe error.
+func fileKey(dev, ino uint64) string {
+	return "\x00" + strconv.FormatUint(dev, 10) + ":" + strconv.FormatUint(ino&0xffffffff, 10)
+}
+
+// Held returns the sockets bound to the socket file f, found at path p:
+// those listed under p and, where the table knows the files (sock_diag),
+// those bound to f by any other name.
+func (n NetUnix) Held(p string, f File) []UnixSocket {
+	out := n[p]
+	if f.Ino == 0 {
+		return out
+	}
+	for _, u := range n[fileKey(f.Dev, f.Ino)] {
+		if !slices.ContainsFunc(out, func(o UnixSocket) bool { return o.Inode == u.Inode }) {
+			out = append(slices.Clip(out), u)
+		}
+	}
+	return out
+}
+
 // NetUnix is every Unix socket bound to a path in one network namespace,
 // in any state, by that path as the binding process gave it to bind(2),
 // from its /proc/<pid>/net/unix. nil means the table could not be read.
@@ -34,8 +60,11 @@ type UnixSocket struct {
 type NetUnix map[string][]UnixSocket
 
 // Listening reports whether a socket bound to p listens.
-func (n NetUnix) Listening(p string) bool {
-	for _, s := range n[p] {
+func (n NetUnix) Listening(p string) bool { return Listening(n[p]) }
+
+// Listening reports whether one of socks listens.
+func Listening(socks []UnixSocket) bool {
+	for _, s := range socks {
 		if s.Listening {
 			return true
 		}
@@ -45,12 +74,15 @@ func (n NetUnix) Listening(p string) bool {
 
 // Holders describes the sockets bound to p for a reason, e.g.
 // "socket inode 4711 (unconnected)".
-func (n NetUnix) Holders(p string) string {
+func (n NetUnix) Holders(p string) string { return Holders(n[p]) }
+
+// Holders describes socks for a reason.
+func Holders(socks []UnixSocket) string {
 	const most = 3
 	var parts []string
-	for i, s := range n[p] {
+	for i, s := range socks {
 		if i == most {
-			parts = append(parts, fmt.Sprintf("%d more", len(n[p])-most))
+			parts = append(parts, fmt.Sprintf("%d more", len(socks)-most))
 			break
 		}
 		parts = append(parts, fmt.Sprintf("socket inode %d (%s)", s.Inode, stateName(s)))

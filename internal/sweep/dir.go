@@ -600,6 +600,9 @@ func (e *entry) isSocket() bool { return e.mode == unix.S_IFSOCK }
 func (e *entry) shownPath() string { return path.Join(e.dir.shown, e.name) }
 func (e *entry) innerPath() string { return path.Join(e.dir.inner, e.name) }
 
+// file is the socket file e names, as it was lstat'ed.
+func (e *entry) file() sockets.File { return sockets.File{Dev: e.dev, Ino: e.ino, UID: e.uid} }
+
 // FileType names a file type (a stat mode's S_IFMT bits) as reports write it.
 func FileType(mode uint32) string {
 	switch mode {

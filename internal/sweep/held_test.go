@@ -51,7 +51,7 @@ func TestListenGate(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			got, why := judgeListen(dialSocket(context.Background(), p, time.Second), p, nu)
+			got, why := judgeListen(dialSocket(context.Background(), p, time.Second), p, sockets.File{}, nu)
 			if got != tt.want || !strings.Contains(why, tt.wantWhy) {
 				t.Errorf("%s (%s), want %s with %q", got, why, tt.want, tt.wantWhy)
 			}
@@ -174,5 +174,43 @@ func TestSweepHeldSockets(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestSweepHeldThroughAnotherName: the holder bound the socket file by
+// one name and the sweep reaches it by another (a --socket-dir through a
+// symlink, as /var/run is to /run; or a holder that bound through one).
+// net/unix lists only the binder's path; the file is known held all the
+// same, and kept however old.
+func TestSweepHeldThroughAnotherName(t *testing.T) {
+	tests := []struct {
+		name string
+		// bindDir and sweepDir are the names of one directory.
+		bindDir, sweepDir func(real, link string) string
+	}{
+		{"swept through a symlink", func(real, _ string) string { return real }, func(_, link string) string { return link }},
+		{"bound through a symlink", func(_, link string) string { return link }, func(real, _ string) string { return real }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			real := t.TempDir()
+			link := filepath.Join(t.TempDir(), "link")
+			if err := os.Symlink(real, link); err != nil {
+				t.Fatal(err)
+			}
+			_, release := boundSocket(t, filepath.Join(tt.bindDir(real, link), hashedName), unix.SOCK_STREAM)
+			defer release()
+			p := filepath.Join(tt.sweepDir(real, link), hashedName)
+			cfg := fastConfig(tt.sweepDir(real, link))
+			cfg.Now = agedAt(t, p, time.Hour)
+			cfg.Apply = true
+			s := sweep(t, cfg)[p]
+			if s == nil {
+				t.Fatalf("%s not reported", p)
+			}
+			if s.Verdict != VerdictLive || s.Action != ActionKept || !testutil.PathExists(p) {
+				t.Errorf("verdict %s, action %s (%s); want live and kept", s.Verdict, s.Action, s.Reason)
+			}
+		})
 	}
 }

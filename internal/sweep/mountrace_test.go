@@ -95,7 +95,7 @@ func TestMountsAfterTheTableIsRead(t *testing.T) {
 	if !errors.Is(got.dial, errReplaced) {
 		t.Errorf("dial: %v, want %v", got.dial, errReplaced)
 	}
-	if say, _ := judgeListen(got.dial, e.innerPath(), sockets.NetUnix{}); say != sayUnsure {
+	if say, _ := judgeListen(got.dial, e.innerPath(), e.file(), sockets.NetUnix{}); say != sayUnsure {
 		t.Errorf("gate 2 on a replaced name: %v, want unsure", say)
 	}
 	if !errors.Is(got.status.replaced, errReplaced) {

@@ -29,14 +29,16 @@ func dialSocket(ctx context.Context, dialPath string, timeout time.Duration) err
 }
 
 // judgeListen is gate 2's decision on what connect(2) said (err) and what
-// net/unix says of innerPath. The connect is the same for every name of
-// one socket; net/unix is asked about each name.
+// net/unix says of innerPath and the socket file f found there (by its
+// device and inode, where the table knows them: the binder's path may be
+// another name of it). The connect is the same for every name of one
+// socket; net/unix is asked about each name.
 //
 // connect(2) refused is not enough to call it stale: a socket bound and
 // not (yet, or ever) listening refuses too, and so does the name of a
 // client socket bound to it. Only a path that no socket in net/unix
 // carries is free; any socket there means a live process holds it.
-func judgeListen(err error, innerPath string, nu sockets.NetUnix) (say, string) {
+func judgeListen(err error, innerPath string, f sockets.File, nu sockets.NetUnix) (say, string) {
 	if err == nil {
 		return sayLive, "listening"
 	}
@@ -51,12 +53,12 @@ func judgeListen(err error, innerPath string, nu sockets.NetUnix) (say, string) 
 		return sayUnsure, "vanished while probed"
 	case errors.Is(err, errReplaced):
 		return sayUnsure, "not dialled: the name was " + errReplaced.Error()
-	case nu.Listening(innerPath):
+	case sockets.Listening(nu.Held(innerPath, f)):
 		// A listener whose accept queue is full (a hung server) makes
 		// connect time out or fail with EAGAIN.
 		return sayLive, fmt.Sprintf("listener in net/unix (connect: %v)", cause)
-	case len(nu[innerPath]) > 0:
-		return sayLive, fmt.Sprintf("not listening (connect: %v), but bound in net/unix: a live process holds it (%s)", cause, nu.Holders(innerPath))
+	case len(nu.Held(innerPath, f)) > 0:
+		return sayLive, fmt.Sprintf("not listening (connect: %v), but bound in net/unix: a live process holds it (%s)", cause, sockets.Holders(nu.Held(innerPath, f)))
 	case nu == nil:
 		return sayUnsure, fmt.Sprintf("connect: %v, and net/unix unread: cannot tell whether a process holds it", cause)
 	case errors.Is(err, syscall.ECONNREFUSED):

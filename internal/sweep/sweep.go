@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -405,7 +406,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 			if !s.Hashed {
 				s.gates[0], s.why[0] = ownerGate(view, s.PID, s.e.uid, cfg.SupervisorComms, s.e.changed, boot)
 			}
-			s.gates[1], s.why[1] = judgeListen(dialErr, s.e.innerPath(), nu)
+			s.gates[1], s.why[1] = judgeListen(dialErr, s.e.innerPath(), s.e.file(), nu)
 			// A session socket carries a kernel's channel stream, not
 			// HTTP: asking a hashed name that something holds /status
 			// would only wait out the timeout, and the holder already
@@ -478,7 +479,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		for _, s := range p.names {
 			srv := byServer[serverKey{s.e.dir, s.PID, s.e.uid}]
-			g, why := judgeListen(err, s.e.innerPath(), nu)
+			g, why := judgeListen(err, s.e.innerPath(), s.e.file(), nu)
 			switch {
 			case srv != nil && g == sayStale:
 				s.Verdict, s.Reason = VerdictStale, "its server "+srv.e.name+" is stale; "+why
@@ -525,19 +526,32 @@ func notProbed(ctx context.Context, deadline time.Duration) string {
 	return fmt.Sprintf("not probed: the sweep deadline (%s) passed first", deadline)
 }
 
-// netUnix reads the Unix socket table of the target's network namespace:
-// ours (the host's, or a container's on the host network) from sock_diag,
-// where a bound name cannot forge a line (sockets.DiagNetUnix), another
-// from the container's init's net/unix.
+// netUnix reads the Unix socket table of the target's network namespace
+// (ours: the host's, or a container's on the host network; else the
+// container's init's) from sock_diag, where a bound name cannot forge a
+// line and each socket is known by its file too (sockets.DiagNetUnix);
+// failing that, from net/unix, which knows only the binders' paths.
 func netUnix(cfg Config) (sockets.NetUnix, error) {
-	if cfg.ProcRoot == fingerprint.DefaultRoot && sameNetNS(cfg.ProcRoot, cfg.Target.InitPID) {
-		nu, err := sockets.DiagNetUnix()
+	if cfg.ProcRoot == fingerprint.DefaultRoot {
+		nu, err := diagNetUnix(cfg)
 		if err == nil {
 			return nu, nil
 		}
-		cfg.Logger.Warn("cannot ask sock_diag for Unix sockets: reading net/unix, where a socket name can forge a line", "err", err)
+		cfg.Logger.Warn("cannot ask sock_diag for Unix sockets: reading net/unix, where a socket name can forge a line and a socket is known only by its binder's path", "err", err)
 	}
 	return sockets.ReadNetUnix(cfg.ProcRoot, cfg.Target.InitPID)
+}
+
+func diagNetUnix(cfg Config) (sockets.NetUnix, error) {
+	if sameNetNS(cfg.ProcRoot, cfg.Target.InitPID) {
+		return sockets.DiagNetUnix()
+	}
+	ns, err := os.Open(cfg.ProcRoot + "/" + strconv.Itoa(cfg.Target.InitPID) + "/ns/net")
+	if err != nil {
+		return nil, err
+	}
+	defer ns.Close()
+	return sockets.DiagNetUnixIn(ns)
 }
 
 // sameNetNS reports whether pid (0: none, the host) runs in our network

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -29,8 +30,15 @@ const ApplyLockName = "apply.lock"
 // means the run could not record what it kills, so it must not kill: the
 // error says why. It waits for a holder until ctx ends or wait passes.
 func LockApply(ctx context.Context, stateDir string, wait time.Duration) (unlock func(), err error) {
-	if err := os.MkdirAll(stateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("state dir %s: cannot create it, so nothing can be recorded: %w", stateDir, err)
+	// As Open: nothing made, and no lock taken, through a directory above
+	// that another user could change.
+	if _, err := os.Lstat(stateDir); errors.Is(err, fs.ErrNotExist) {
+		if err := makeStateDir(stateDir); err != nil {
+			return nil, fmt.Errorf("state dir %s: cannot create it, so nothing can be recorded: %w", stateDir, err)
+		}
+	}
+	if err := checkParents(stateDir); err != nil {
+		return nil, err
 	}
 	var st unix.Stat_t
 	if err := unix.Lstat(stateDir, &st); err != nil {

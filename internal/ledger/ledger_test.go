@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -525,5 +526,18 @@ func TestStripedLocks(t *testing.T) {
 	}
 	if err := s.Update(held, func(*Record) error { return nil }); !errors.Is(err, ErrLocked) {
 		t.Errorf("a record of the held stripe: %v, want ErrLocked", err)
+	}
+}
+
+// TestTraceFilesIgnoreTMPDIR: the hook runs with PATH alone and leaves its
+// last-resort trace in /tmp; doctor reads the same list from a shell whose
+// TMPDIR may be set, and must look there too.
+func TestTraceFilesIgnoreTMPDIR(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	for _, uid := range []int{0, 1001} {
+		files := TraceFiles(uid)
+		if want := "/tmp/kc-hook-" + strconv.Itoa(uid) + ".trace"; files[len(files)-1] != want {
+			t.Errorf("TraceFiles(%d) = %q, want the last %s", uid, files, want)
+		}
 	}
 }

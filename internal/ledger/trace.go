@@ -36,9 +36,11 @@ type TraceEntry struct {
 const traceLimit = 256 << 10
 
 // TraceFiles are where a hook running as hostUID leaves its trace, in
-// order of preference.
+// order of preference. The last is in /tmp, not $TMPDIR: the hook runs
+// with the descriptor's environment (PATH alone), and doctor, which reads
+// the same list in an operator's shell, must look where it wrote.
 func TraceFiles(hostUID int) []string {
-	tmp := filepath.Join(os.TempDir(), "kc-hook-"+strconv.Itoa(hostUID)+".trace")
+	tmp := filepath.Join("/tmp", "kc-hook-"+strconv.Itoa(hostUID)+".trace")
 	if hostUID == 0 {
 		return []string{RootStateDir + ".trace", tmp}
 	}

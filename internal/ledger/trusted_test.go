@@ -1,10 +1,12 @@
 package ledger
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/trust"
 )
@@ -144,13 +146,31 @@ func TestOpenMakesNothingThroughAnUntrustedParent(t *testing.T) {
 	if err := os.Lchown(link, 65534, 65534); err != nil {
 		t.Fatal(err)
 	}
-	for _, dir := range []string{filepath.Join(link, "state"), filepath.Join(link, "a", "state")} {
-		if _, err := Open(dir); !errors.Is(err, trust.ErrUntrusted) {
-			t.Errorf("Open(%s) = %v, want it refused as untrusted", dir, err)
-		}
+	openers := []struct {
+		name string
+		open func(dir string) error
+	}{
+		{"Open", func(dir string) error { _, err := Open(dir); return err }},
+		// A reconcile --apply takes its lock before it opens the store.
+		{"LockApply", func(dir string) error {
+			unlock, err := LockApply(context.Background(), dir, 10*time.Millisecond)
+			if err == nil {
+				unlock()
+			}
+			return err
+		}},
 	}
-	if left, _ := os.ReadDir(target); len(left) != 0 {
-		t.Errorf("the link's target holds %v; want nothing made there", left)
+	for _, o := range openers {
+		t.Run(o.name, func(t *testing.T) {
+			for _, dir := range []string{filepath.Join(link, "state"), filepath.Join(link, "a", "state")} {
+				if err := o.open(dir); !errors.Is(err, trust.ErrUntrusted) {
+					t.Errorf("%s(%s) = %v, want it refused as untrusted", o.name, dir, err)
+				}
+			}
+			if left, _ := os.ReadDir(target); len(left) != 0 {
+				t.Errorf("the link's target holds %v; want nothing made there", left)
+			}
+		})
 	}
 }
 

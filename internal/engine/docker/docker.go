@@ -13,7 +13,9 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
@@ -24,10 +26,30 @@ func init() {
 	engine.Register(engine.Spec{Name: "docker", Detect: detectDocker, New: New})
 }
 
-// dockerAPI is the Engine API version asked for: dockerd 20.10 speaks up
-// to 1.41 and every later dockerd still accepts it. The three calls used
-// (containers/json, containers/{id}/json, events) are unchanged since.
+// dockerAPI is the Engine API version asked for first: dockerd 20.10
+// speaks up to 1.41. Docker 29 refuses anything below 1.44, saying which
+// it accepts (minimumAPI); the client then asks in that version from then
+// on. The fields read (Id, State, State.Pid, Running, Restarting; an
+// event's Type, Action, Actor.ID, timeNano) are the same in both.
 const dockerAPI = "/v1.41"
+
+// tooOld is dockerd's refusal of an API version below its minimum (moby's
+// versionUnsupportedError, status 400).
+var tooOld = regexp.MustCompile(`^client version \S+ is too old\. Minimum supported API version is (1\.[0-9]{1,3})\b`)
+
+// minimumAPI is the version prefix dockerd's refusal names as its
+// minimum, if err is that refusal.
+func minimumAPI(err error) (string, bool) {
+	se := (*dockerStatusError)(nil)
+	if !errors.As(err, &se) || se.code != http.StatusBadRequest {
+		return "", false
+	}
+	m := tooOld.FindStringSubmatch(se.msg)
+	if m == nil {
+		return "", false
+	}
+	return "/v" + m[1], true
+}
 
 // maxDockerBody bounds an answer read into memory (a container list of
 // tens of thousands of entries fits easily).
@@ -61,6 +83,26 @@ func CheckURL(raw string) error {
 type docker struct {
 	cfg engine.Config
 	ep  engine.URL
+	// api is the version prefix dockerd accepted (nil: dockerAPI).
+	api atomic.Pointer[string]
+}
+
+func (d *docker) apiPrefix() string {
+	if v := d.api.Load(); v != nil {
+		return *v
+	}
+	return dockerAPI
+}
+
+// newerAPI takes up the minimum version dockerd's refusal err names and
+// says whether a question asked in another version is worth asking again.
+func (d *docker) newerAPI(err error) bool {
+	v, ok := minimumAPI(err)
+	if !ok || v == d.apiPrefix() {
+		return false
+	}
+	d.api.Store(&v)
+	return true
 }
 
 func dockerURL(cfg engine.Config) string {
@@ -105,9 +147,18 @@ func (d *docker) client() (*http.Client, func() (int, error)) {
 	return d.ep.Client("docker's API socket")
 }
 
-// get asks path and decodes the JSON answer into v.
+// get asks path and decodes the JSON answer into v; asked in a version
+// dockerd no longer speaks, once more in the one it names.
 func (d *docker) get(ctx context.Context, hc *http.Client, path string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://docker"+dockerAPI+path, nil)
+	err := d.getIn(ctx, hc, d.apiPrefix(), path, v)
+	if d.newerAPI(err) {
+		err = d.getIn(ctx, hc, d.apiPrefix(), path, v)
+	}
+	return err
+}
+
+func (d *docker) getIn(ctx context.Context, hc *http.Client, api, path string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://docker"+api+path, nil)
 	if err != nil {
 		return err
 	}
@@ -323,6 +374,25 @@ type dockerEvent struct {
 	} `json:"Actor"`
 }
 
+// events opens the /events stream with query q and checks its status.
+func (d *docker) events(ctx context.Context, hc *http.Client, q url.Values) (*http.Response, context.CancelFunc, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://docker"+d.apiPrefix()+"/events?"+q.Encode(), nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	resp, stop, err := engine.OpenStream(ctx, hc, req, d.cfg.AskTimeout())
+	if err != nil {
+		return nil, nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		stop()
+		return nil, nil, &dockerStatusError{code: resp.StatusCode, msg: engine.APIMessage(b)}
+	}
+	return resp, stop, nil
+}
+
 // Deaths follows /events for container "die" messages. dockerd answers
 // the request's headers before it subscribes; w.Since (replayed from its
 // buffer under the same lock as the subscription) closes that gap.
@@ -333,11 +403,10 @@ func (d *docker) Deaths(ctx context.Context, w engine.DeathWatch) error {
 	if !w.Since.IsZero() {
 		q.Set("since", fmt.Sprintf("%d.%09d", w.Since.Unix(), w.Since.Nanosecond()))
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://docker"+dockerAPI+"/events?"+q.Encode(), nil)
-	if err != nil {
-		return err
+	resp, stop, err := d.events(ctx, hc, q)
+	if d.newerAPI(err) {
+		resp, stop, err = d.events(ctx, hc, q)
 	}
-	resp, stop, err := engine.OpenStream(ctx, hc, req, d.cfg.AskTimeout())
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -346,10 +415,6 @@ func (d *docker) Deaths(ctx context.Context, w engine.DeathWatch) error {
 	}
 	defer stop()
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("docker events %s: %w", d.ep.Raw, &dockerStatusError{code: resp.StatusCode, msg: engine.APIMessage(b)})
-	}
 	if w.Ready != nil {
 		w.Ready()
 	}

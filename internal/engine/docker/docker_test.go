@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -239,4 +240,73 @@ func TestDockerListCostsItsBytes(t *testing.T) {
 	if got := after.TotalAlloc - before.TotalAlloc; got > 2*uint64(len(body)) {
 		t.Errorf("decoding %d bytes allocated %d MiB", len(body), got>>20)
 	}
+}
+
+// TestDockerTooOldVersion: Docker 29 refuses API versions below 1.44,
+// naming its minimum. The client asks again in that version, and from
+// then on only in it, for lists and event streams alike; any other 400 is
+// an error as before.
+func TestDockerTooOldVersion(t *testing.T) {
+	id := strings.Repeat("ab", 32)
+	var old atomic.Int32
+	dockerd29 := func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case !strings.HasPrefix(r.URL.Path, "/v1.44/"):
+			old.Add(1)
+			w.WriteHeader(http.StatusBadRequest)
+			w.Write([]byte(`{"message":"client version 1.41 is too old. Minimum supported API version is 1.44, please upgrade your client to a newer version"}`))
+		case r.URL.Path == "/v1.44/containers/json":
+			w.Write([]byte(`[{"Id":"` + id + `","Names":["/web"],"State":"running"}]`))
+		case r.URL.Path == "/v1.44/events":
+			w.Write([]byte(`{"Type":"container","Action":"die","Actor":{"ID":"` + id + `"},"timeNano":1}` + "\n"))
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+		default:
+			w.WriteHeader(http.StatusNotFound)
+		}
+	}
+	t.Run("lists", func(t *testing.T) {
+		old.Store(0)
+		u, _ := dockertest.Fake(t, dockerd29)
+		e, _ := New(engine.Config{DockerURL: u, Timeout: 5 * time.Second})
+		for range 2 {
+			a, err := e.Live(t.Context())
+			if err != nil || a.LiveCount() != 1 || a.Containers[0].ID != id {
+				t.Fatalf("Live() = %+v, %v; want %s live", a, err, id)
+			}
+		}
+		if n := old.Load(); n != 1 {
+			t.Errorf("asked %d times in a version dockerd refuses, want once", n)
+		}
+	})
+	t.Run("events", func(t *testing.T) {
+		old.Store(0)
+		u, _ := dockertest.Fake(t, dockerd29)
+		e, _ := New(engine.Config{DockerURL: u, Timeout: 5 * time.Second})
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		got := make(chan engine.Death, 1)
+		done := make(chan error, 1)
+		go func() { done <- e.Deaths(ctx, engine.DeathWatch{Death: func(d engine.Death) { got <- d }}) }()
+		select {
+		case d := <-got:
+			if d.ID != id {
+				t.Errorf("death of %s, want %s", d.ID, id)
+			}
+		case err := <-done:
+			t.Fatalf("Deaths ended: %v", err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no death reported")
+		}
+	})
+	t.Run("another bad request", func(t *testing.T) {
+		u, _ := dockertest.Fake(t, func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusBadRequest)
+			w.Write([]byte(`{"message":"client version 1.41 is too old. Minimum supported API version is 1.41, please upgrade"}`))
+		})
+		e, _ := New(engine.Config{DockerURL: u, Timeout: 5 * time.Second})
+		if _, err := e.Live(t.Context()); err == nil || !strings.Contains(err.Error(), "too old") {
+			t.Fatalf("Live() err = %v, want dockerd's refusal", err)
+		}
+	})
 }

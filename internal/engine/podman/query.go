@@ -38,6 +38,15 @@ var liveStates = map[string]bool{
 	"stopping":    true,
 }
 
+// podmanStates are every state libpod names (ContainerState.String); any
+// other means we are not reading the output we think we are, and a
+// container it stands for would be taken as not live (DESIGN "Engines":
+// a state the engine never reports makes the truth unknown).
+var podmanStates = map[string]bool{
+	"created": true, "configured": true, "initialized": true, "running": true, "paused": true,
+	"stopping": true, "stopped": true, "exited": true, "removing": true, "unknown": true,
+}
+
 // IsLiveState reports whether podman's raw state string (ListContainer.State
 // in the API, "State" in `podman ps --format json`; never the display
 // "Status") counts as live.
@@ -280,6 +289,9 @@ func (b *listed) add(e entry) error {
 		// podman always names a state ("unknown" at worst); none means
 		// we are not reading the output we think we are.
 		return fmt.Errorf("container %s: no state", e.ID)
+	}
+	if !podmanStates[e.State] {
+		return fmt.Errorf("container %s: unknown state %q", e.ID, e.State[:min(len(e.State), 80)])
 	}
 	b.l.States[e.ID] = e.State
 	if len(e.Names) > 0 {

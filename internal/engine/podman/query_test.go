@@ -61,17 +61,19 @@ func TestParseCLI(t *testing.T) {
 				{"Id": "` + id('7') + `", "State": "stopped"},
 				{"Id": "` + id('8') + `", "State": "exited", "Status": "Up 3 minutes"},
 				{"Id": "` + id('9') + `", "State": "removing"},
-				{"Id": "` + id('a') + `", "State": "unknown"},
-				{"Id": "` + id('b') + `", "State": "Running"}
+				{"Id": "` + id('a') + `", "State": "unknown"}
 			]`,
 			live: []string{id('1'), id('2'), id('3'), id('4'), id('5'), id('6')},
 			states: map[string]string{
 				id('1'): "created", id('2'): "configured", id('3'): "initialized",
 				id('4'): "running", id('5'): "paused", id('6'): "stopping",
 				id('7'): "stopped", id('8'): "exited", id('9'): "removing",
-				id('a'): "unknown", id('b'): "Running",
+				id('a'): "unknown",
 			},
 		},
+		// A state podman never names: not its output, and not "not live".
+		{name: "a state podman never names", in: `[{"Id": "` + id('a') + `", "State": "running"}, {"Id": "` + id('b') + `", "State": "Running"}]`, wantErr: true},
+		{name: "a status for a state", in: `[{"Id": "` + id('a') + `", "State": "Up 3 minutes"}]`, wantErr: true},
 		// One entry without a full ID fails the list: the container it
 		// stands for would be missing from a list whose absences say gone.
 		{name: "a short ID among full ones", in: `[{"Id": "` + id('a') + `", "State": "running"}, {"Id": "f42f18001b73", "State": "running"}]`, wantErr: true},

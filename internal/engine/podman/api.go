@@ -81,26 +81,8 @@ func listAPI(ctx context.Context, ep endpoint, store storeArgs, only []string) (
 	uri := ep.Raw
 	hc, uidOf := ep.Client("podman's API socket")
 	defer hc.CloseIdleConnections()
-	if !store.empty() {
-		var info struct {
-			Store *struct {
-				GraphRoot string `json:"graphRoot"`
-				RunRoot   string `json:"runRoot"`
-			} `json:"store"`
-		}
-		body, err := getAPI(ctx, hc, "/info")
-		if err == nil {
-			err = json.Unmarshal(body, &info)
-		}
-		if err != nil {
-			return listing{}, engine.UIDUnknown, fmt.Errorf("podman API %s: info (to check --podman-arg's store): %w", uri, err)
-		}
-		if info.Store == nil {
-			return listing{}, engine.UIDUnknown, fmt.Errorf("podman API %s: info has no store", uri)
-		}
-		if err := store.check(info.Store.GraphRoot, info.Store.RunRoot); err != nil {
-			return listing{}, engine.UIDUnknown, fmt.Errorf("podman API %s: %w: %w", uri, errOtherStore, err)
-		}
+	if err := checkStore(ctx, hc, uri, store); err != nil {
+		return listing{}, engine.UIDUnknown, err
 	}
 	body, err := getAPI(ctx, hc, "/containers/json?all=true"+engine.IDFilter(only))
 	if err != nil {
@@ -122,6 +104,35 @@ func listAPI(ctx context.Context, ep endpoint, store storeArgs, only []string) (
 		return listing{}, engine.UIDUnknown, fmt.Errorf("podman API %s: %w", uri, err)
 	}
 	return l, uid, nil
+}
+
+// checkStore checks, when store names one, that the service at uri
+// (through hc) serves that store (GET /info): its answers are not about
+// the store the caller asked for otherwise (errOtherStore).
+func checkStore(ctx context.Context, hc *http.Client, uri string, store storeArgs) error {
+	if store.empty() {
+		return nil
+	}
+	var info struct {
+		Store *struct {
+			GraphRoot string `json:"graphRoot"`
+			RunRoot   string `json:"runRoot"`
+		} `json:"store"`
+	}
+	body, err := getAPI(ctx, hc, "/info")
+	if err == nil {
+		err = json.Unmarshal(body, &info)
+	}
+	if err != nil {
+		return fmt.Errorf("podman API %s: info (to check --podman-arg's store): %w", uri, err)
+	}
+	if info.Store == nil {
+		return fmt.Errorf("podman API %s: info has no store", uri)
+	}
+	if err := store.check(info.Store.GraphRoot, info.Store.RunRoot); err != nil {
+		return fmt.Errorf("podman API %s: %w: %w", uri, errOtherStore, err)
+	}
+	return nil
 }
 
 // getAPI asks the libpod API for path and returns the body of a 200

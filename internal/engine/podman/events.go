@@ -49,6 +49,17 @@ func (p *podman) Deaths(ctx context.Context, w engine.DeathWatch) error {
 	}
 	hc, uidOf := ep.Client("podman's API socket")
 	defer hc.CloseIdleConnections()
+	// As for the list: a service of another store than --podman-arg names
+	// would report another podman's deaths.
+	ictx, icancel := context.WithTimeout(ctx, p.cfg.AskTimeout())
+	err = checkStore(ictx, hc, ep.Raw, parseStoreArgs(p.cfg.PodmanArgs))
+	icancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return p.deathsWithoutAPI(ctx, w, err)
+	}
 	q := url.Values{"stream": {"true"}, "filters": {podmanDeathFilter}}
 	if !w.Since.IsZero() {
 		// Replayed from podman's events log: the stream is open before

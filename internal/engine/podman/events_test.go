@@ -249,4 +249,33 @@ func TestPodmanDeathsStream(t *testing.T) {
 			})
 		}
 	})
+
+	t.Run("a service of another store", func(t *testing.T) {
+		// --podman-arg names a store the service does not serve: its
+		// deaths are another podman's, and the CLI's (with the store's
+		// arguments) are followed instead, as for the list.
+		other := strings.Repeat("cd", 32)
+		u, _ := dockertest.Fake(t, func(w http.ResponseWriter, r *http.Request) {
+			switch r.URL.Path {
+			case libpodAPI + "/info":
+				w.Write([]byte(`{"store":{"graphRoot":"/var/lib/containers/storage","runRoot":"/run/containers/storage"}}`))
+			case podmanEventsPath:
+				w.Write([]byte(event("died", other) + "\n"))
+			default:
+				http.NotFound(w, r)
+			}
+		})
+		bin := filepath.Join(t.TempDir(), "podman")
+		line := fmt.Sprintf(`{"ID":%q,"Status":"died","Time":"2026-12-02T02:05:18.728478786Z","Type":"container"}`, id)
+		if err := os.WriteFile(bin, []byte("#!/bin/sh\necho '"+line+"'\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		root := t.TempDir()
+		e, _ := New(engine.Config{PodmanURL: u, PodmanArgs: []string{"--root", root, "--runroot", root + "/run"}, PodmanBin: bin})
+		var got []string
+		e.Deaths(t.Context(), engine.DeathWatch{Death: func(d engine.Death) { got = append(got, d.ID) }})
+		if fmt.Sprint(got) != fmt.Sprint([]string{id}) {
+			t.Errorf("deaths %v, want the CLI's %s (not the other store's %s)", got, id[:12], other[:12])
+		}
+	})
 }

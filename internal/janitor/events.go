@@ -220,6 +220,9 @@ func (h *deathHandler) death(d engine.Death) {
 		log.Debug("container death outside --container; left alone")
 		return
 	}
+	if h.pins != nil {
+		h.pins.died(d.ID)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {

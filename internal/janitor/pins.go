@@ -239,6 +239,21 @@ func (p *pinner) loop() {
 	}
 }
 
+// died is told of every death reported for id, by any source: a
+// container whose init could not be pinned is asked again once its next
+// init may run (a restart), rather than followed by events for its life.
+// Docker's list names no init, so without this a container refused once
+// (its init exited between inspect and the pin: a crash loop's) was never
+// pinned again while its engine kept it live.
+func (p *pinner) died(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.refused[id]; ok {
+		delete(p.refused, id)
+		p.diedAt[id] = time.Now()
+	}
+}
+
 // drop forgets pn and closes its pidfd; p.mu is held.
 func (p *pinner) drop(pn *pin) {
 	unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, pn.p.Fd(), nil)

@@ -314,6 +314,53 @@ func TestPinnerDocker(t *testing.T) {
 	}
 }
 
+// TestPinnerAsksAgainAfterADeath: Docker's list names no init, so the
+// pinner asks inspect; an init that exited before the pin (a crash loop's)
+// is refused. Once a death of that container is reported, its next init
+// is asked for again (after pinRelist, so as not to name the dead one),
+// rather than the container being followed by events for its life.
+func TestPinnerAsksAgainAfterADeath(t *testing.T) {
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	id := strings.Repeat("6e", 32)
+	pn, _ := recordingPinner(t)
+	var mu sync.Mutex
+	asked := 0
+	pn.askPID = func(_ listedBy, ids []string) map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		asked++
+		return map[string]int{id: gone.Process.Pid}
+	}
+	answer := engine.Truth{Answers: []engine.Answer{{Engine: "docker", Containers: []engine.Container{{ID: id, Live: true}}}}}
+	refresh := func() int {
+		answer.Asked = time.Now()
+		pn.refresh(answer)
+		pn.settle()
+		mu.Lock()
+		defer mu.Unlock()
+		return asked
+	}
+	if n := refresh(); n != 1 {
+		t.Fatalf("asked %d times, want once", n)
+	}
+	if n := refresh(); n != 1 {
+		t.Fatalf("refused, then asked %d times before any death, want once", n)
+	}
+	pn.died(id)
+	if n := refresh(); n != 1 {
+		t.Fatalf("asked %d times right after the death, want still once (the dead init)", n)
+	}
+	pn.mu.Lock()
+	pn.diedAt[id] = time.Now().Add(-pinRelist)
+	pn.mu.Unlock()
+	if n := refresh(); n != 2 {
+		t.Errorf("asked %d times once the death is pinRelist old, want twice", n)
+	}
+}
+
 // settle waits for the init PIDs asked in the background to be applied.
 func (p *pinner) settle() {
 	for {

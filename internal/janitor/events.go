@@ -380,6 +380,10 @@ func (h *deathHandler) close() {
 func (h *deathHandler) handle(batch []engine.Death) {
 	defer h.wg.Done()
 	settled := map[string]bool{}
+	// uncounted are deaths still live after every attempt: counted once
+	// here unless another report of them is handled anew (and counted
+	// there): one death, one count.
+	uncounted := map[string]engine.Death{}
 	defer func() {
 		var anew []engine.Death
 		h.mu.Lock()
@@ -401,6 +405,12 @@ func (h *deathHandler) handle(batch []engine.Death) {
 			}
 		}
 		h.mu.Unlock()
+		for _, d := range anew {
+			delete(uncounted, d.ID)
+		}
+		for _, d := range uncounted {
+			h.tally(d, false)
+		}
 		for _, d := range anew {
 			h.log.Debug("container death reported again while it was handled, undecided or a later death; handled anew", "engine", d.Engine, "container", d.ID)
 			h.death(d)
@@ -470,7 +480,10 @@ func (h *deathHandler) handle(batch []engine.Death) {
 				continue
 			}
 			delete(waiting, id)
-			h.report(d, logOf(d), one, liveErr, err, attempts, start, len(batch))
+			h.report(d, logOf(d), one, liveErr, err, attempts, start, len(batch), !stillLive)
+			if stillLive && liveErr == nil {
+				uncounted[id] = d
+			}
 			// A container still live after every attempt was restarted,
 			// or its task was killed and not deleted (the shim lives on):
 			// its next death or /tasks/delete must not be coalesced away.
@@ -486,7 +499,7 @@ func (h *deathHandler) handle(batch []engine.Death) {
 			if !ok {
 				for _, id := range again {
 					d := waiting[id]
-					h.report(d, logOf(d), Report{}, nil, errStopping, attempts, start, len(batch))
+					h.report(d, logOf(d), Report{}, nil, errStopping, attempts, start, len(batch), false)
 				}
 				return
 			}
@@ -506,8 +519,9 @@ func only(rep Report, id string) Report {
 	return out
 }
 
-// report logs the outcome of one death of a burst.
-func (h *deathHandler) report(d engine.Death, log *slog.Logger, rep Report, liveErr, err error, attempts int, start time.Time, burst int) {
+// report logs the outcome of one death of a burst, and counts it when
+// count says so (handle counts a death still live at the end itself).
+func (h *deathHandler) report(d engine.Death, log *slog.Logger, rep Report, liveErr, err error, attempts int, start time.Time, burst int, count bool) {
 	latency := time.Since(d.At)
 	via := d.Via
 	if via == "" {
@@ -531,9 +545,9 @@ func (h *deathHandler) report(d engine.Death, log *slog.Logger, rep Report, live
 		"skipped_live", rep.Count(action.SkipLive), "skipped_contradicted", rep.Count(action.SkipContradicted), "dry_run", rep.DryRun}
 	// Counted (and the metrics file written) before the line: a reader of
 	// the line finds the file current.
-	h.count(d.Engine)
-	reaped := rep.Count(action.Reaped)+rep.Count(action.Gone) > 0
-	h.w.Live.death(d.Engine, d.At, reaped && !rep.DryRun)
+	if count {
+		h.tally(d, rep.Count(action.Reaped)+rep.Count(action.Gone) > 0 && !rep.DryRun)
+	}
 	switch {
 	case rep.Refused != "":
 		// The blast-radius guard: nothing was reaped, and the line says why.
@@ -595,6 +609,12 @@ const nudgeWindow = 20 * time.Millisecond
 
 // count records a handled death and, with --metrics-file, writes the
 // counts at once: the next round may be an interval away.
+// tally counts one death handled, and whether it reaped.
+func (h *deathHandler) tally(d engine.Death, reaped bool) {
+	h.count(d.Engine)
+	h.w.Live.death(d.Engine, d.At, reaped)
+}
+
 func (h *deathHandler) count(eng string) {
 	h.mu.Lock()
 	h.handled[eng]++

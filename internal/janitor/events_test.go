@@ -583,6 +583,14 @@ func TestDeathHandlerReportedAgain(t *testing.T) {
 	if got := sa.count(quick); got != 1 {
 		t.Errorf("the settled container: %d attempts, want 1", got)
 	}
+	// Two deaths: the slow one's handling that ended still live, then
+	// handled anew, is counted once.
+	h.mu.Lock()
+	handled := h.handled["docker"]
+	h.mu.Unlock()
+	if handled != 2 {
+		t.Errorf("deaths handled counted %d, want 2", handled)
+	}
 }
 
 // TestDeathHandlerLaterDeath: a container's death reported again is
@@ -665,5 +673,30 @@ func TestDeathReapedUnrecordedIsAnError(t *testing.T) {
 	recs := buf.records("container death handled, but reaped without recording in the ledger: the audit trail of these kills is missing")
 	if len(recs) != 1 || recs[0]["level"] != "ERROR" || recs[0]["unrecorded"] != "no space left on device" {
 		t.Errorf("records %v; want one error naming why", recs)
+	}
+}
+
+// TestDeathHandlerStillLiveCountsOnce: a death the engines still call
+// live after every attempt (a restarted container) is handled, logged and
+// counted once.
+func TestDeathHandlerStillLiveCountsOnce(t *testing.T) {
+	id := strings.Repeat("e9", 32)
+	sa := &scriptedAttempts{calls: map[string]int{}, gate: make(chan struct{}), scripts: map[string][]action.Action{
+		id: {action.SkipLive, action.SkipLive},
+	}}
+	close(sa.gate)
+	log, buf := jsonLogger()
+	var serial sync.Mutex
+	h := newDeathHandler(Watch{}, log, &serial, t.Context(), t.Context())
+	h.retries = []time.Duration{time.Millisecond}
+	h.attempt = sa.attempt
+	h.death(engine.Death{Engine: "docker", ID: id, At: time.Now(), Via: "pidfd", PID: 4242})
+	proc.WaitFor(t, time.Minute, "the death handled", func() bool { return len(buf.records("container death handled")) == 1 })
+	h.close()
+	h.mu.Lock()
+	handled := h.handled["docker"]
+	h.mu.Unlock()
+	if handled != 1 {
+		t.Errorf("deaths handled counted %d, want 1", handled)
 	}
 }

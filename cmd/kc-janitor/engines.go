@@ -134,7 +134,7 @@ var containerRef = sync.OnceValue(func() *regexp.Regexp {
 // a unique ID prefix or a name is resolved by the engines. No match or
 // several → exit 2 naming the candidates; an engine that cannot be asked
 // → exit 3.
-func resolveContainer(c *cli.Context, g globals, ref string, needPID bool) (engine.Match, error) {
+func resolveContainer(ctx context.Context, c *cli.Context, g globals, ref string, needPID bool) (engine.Match, error) {
 	if !containerRef().MatchString(ref) {
 		return engine.Match{}, usageErr("--container %q is not a container name, ID or ID prefix", ref)
 	}
@@ -146,7 +146,7 @@ func resolveContainer(c *cli.Context, g globals, ref string, needPID bool) (engi
 	if err != nil {
 		return engine.Match{}, err
 	}
-	ctx, cancel := context.WithTimeout(c.Context, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	m, err := engine.ResolveOne(ctx, es, ref)
 	switch {

@@ -145,7 +145,7 @@ func reconcileOptions(c *cli.Context, g globals) (reconcile.Options, error) {
 	// Only once every engine setting is known good: resolving a name asks
 	// the engines.
 	for _, ref := range c.StringSlice("container") {
-		m, err := resolveContainer(c, g, ref, false)
+		m, err := resolveContainer(c.Context, c, g, ref, false)
 		if err != nil {
 			return opt, err
 		}
@@ -223,7 +223,7 @@ func sweepTarget(c *cli.Context, g globals) (sweep.Target, error) {
 		}
 		return sweep.Target{}, nil
 	}
-	m, err := resolveContainer(c, g, name, true)
+	m, err := resolveContainer(c.Context, c, g, name, true)
 	if err != nil {
 		return sweep.Target{}, err
 	}

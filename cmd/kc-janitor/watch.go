@@ -140,10 +140,11 @@ func runWatch(c *cli.Context) error {
 		// follow the containers the names meant at start-up, as the
 		// trees' decisions do: a container created later under the same
 		// name is not the one the watch was started for.
-		w.SocketTargets = func(context.Context) ([]sweep.Target, error) {
+		// A round's ctx: a second signal abandons a hung engine's lookup.
+		w.SocketTargets = func(ctx context.Context) ([]sweep.Target, error) {
 			var ts []sweep.Target
 			for _, ref := range ids {
-				m, err := resolveContainer(c, se.g, ref, true)
+				m, err := resolveContainer(ctx, c, se.g, ref, true)
 				if err != nil {
 					return nil, err
 				}

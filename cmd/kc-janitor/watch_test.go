@@ -1,14 +1,18 @@
 package main
 
 import (
+	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/metrics"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/docker"
 	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
@@ -105,4 +109,47 @@ func countLines(path, substr string) int {
 		return 0
 	}
 	return strings.Count(string(data), substr)
+}
+
+// TestWatchSecondSignalAbandonsATargetLookup: a watch scoped to a
+// container looks it up again each round to reach its sockets; with its
+// engine hung there, a second SIGTERM abandons the lookup at once, as the
+// help promises, instead of waiting out --podman-timeout.
+func TestWatchSecondSignalAbandonsATargetLookup(t *testing.T) {
+	id := strings.Repeat("5f", 32)
+	var lists atomic.Int32
+	u, _ := dockertest.Fake(t, func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/containers/json") {
+			http.NotFound(w, r)
+			return
+		}
+		if lists.Add(1) == 1 {
+			fmt.Fprintf(w, `[{"Id":%q,"State":"running","Names":["web"],"Pid":%d}]`, id, os.Getpid())
+			return
+		}
+		<-r.Context().Done() // hung from the first round on
+	})
+	dir := t.TempDir()
+	logFile := filepath.Join(dir, "watch.log")
+	res := make(chan int, 1)
+	go func() {
+		code, _ := runJanitorCapture(t, "watch", "--interval", "1h", "--engine", "podman", "--podman-url", u,
+			"--podman-timeout", "30s", "--container", "web", "--no-reconcile", "--no-cull",
+			"--state-dir", filepath.Join(dir, "state"), "--log-file", logFile, "--log-format", "json")
+		res <- code
+	}()
+	proc.WaitFor(t, time.Minute, "the round's lookup", func() bool { return lists.Load() >= 2 && countLines(logFile, `"msg":"watching"`) == 1 })
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// Two signals, not one the kernel coalesced.
+	proc.WaitFor(t, time.Minute, "the first signal taken", func() bool { return countLines(logFile, `"msg":"stopping after the current round"`) == 1 })
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-res:
+	case <-time.After(10 * time.Second):
+		t.Fatal("watch still waiting on the hung engine 10s after a second SIGTERM")
+	}
 }

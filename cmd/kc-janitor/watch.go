@@ -64,8 +64,9 @@ stray is only logged as would-reap. A dropped event stream is subscribed
 again with backoff (250ms up to 30s), then one reconcile catches up on
 the deaths it missed. Without a podman API service, podman's deaths come
 from "podman events" run as a child when the CLI reads the same store
-(the default socket, or --podman-arg naming it); else there are none
-and kc-hook's poststop, or the next round, does this job.
+(the default socket, or --podman-arg naming it); else there are none,
+and the pinned inits with their relists (below), kc-hook's poststop or
+the next round do this job.
 --no-events (or --no-reconcile) turns this off; --once never follows.
 
 watch also holds a pidfd for each live container's init (the PID

@@ -723,8 +723,11 @@ func (f *followers) look(late bool) {
 				if told {
 					lvl = slog.LevelDebug
 				}
-				f.log.Log(f.ctx, lvl, "engine reports no container deaths; its strays wait for the next round",
-					"engine", name, "endpoint", e.Endpoint(), "why", err, "looking_again_in", redetectEvery)
+				msg := "engine reports no container deaths; its strays wait for the next round"
+				if f.h.pins != nil {
+					msg = "engine reports no container deaths; they are seen through pinned inits and the relists (every 5s)"
+				}
+				f.log.Log(f.ctx, lvl, msg, "engine", name, "endpoint", e.Endpoint(), "why", err, "looking_again_in", redetectEvery)
 			}
 		}()
 	}

@@ -100,7 +100,9 @@ func TestWatchPodmanDeathEvents(t *testing.T) {
 		// its (absent) service.
 		gone := "unix://" + filepath.Join(t.TempDir(), "podman.sock")
 		w := startWatch(t, "--engine", "podman", "--podman-url", gone, "--supervisor-comm", comm, "--container", pm.Run(t))
-		w.waitLine(t, map[string]any{"msg": "engine reports no container deaths; its strays wait for the next round", "engine": "podman"})
+		// pidfds are on: the container's death is still seen, through its
+		// pinned init, and the line says so.
+		w.waitLine(t, map[string]any{"msg": "engine reports no container deaths; they are seen through pinned inits and the relists (every 5s)", "engine": "podman"})
 		if n := len(w.lines(map[string]any{"msg": "following container deaths"})); n != 0 {
 			t.Errorf("watch follows deaths without a service (%d lines)", n)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/contain"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 // containLoop: each generation starts the next in a session of its own
@@ -149,10 +150,10 @@ func containTrial(t *testing.T, h contain.Host, otherUID bool) (time.Duration, c
 	time.Sleep(100 * time.Millisecond) // a loop that got away shows here
 	left = max(left, len(loopProcs(script)))
 	innocents := 0
-	if bystander.Process.Signal(syscall.Signal(0)) != nil {
+	if !proc.Runs(bystander.Process.Pid) {
 		innocents++
 	}
-	if other != nil && other.Process.Signal(syscall.Signal(0)) != nil {
+	if other != nil && !proc.Runs(other.Process.Pid) {
 		innocents++
 	}
 	return d, res, left, innocents

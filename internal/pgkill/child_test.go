@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -62,19 +63,17 @@ func TestRunOwnGroup(t *testing.T) {
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			if tc.timedOut {
-				// The deadline comes once the child has done what the case
-				// is about (written its PID), however slow the machine.
-				go func() {
-					for ctx.Err() == nil {
-						if data, err := os.ReadFile(pidFile); err == nil && len(data) > 0 {
-							cancel()
-							return
-						}
-						time.Sleep(5 * time.Millisecond)
-					}
-				}()
-			}
+			// The child is pinned as soon as it has written its PID, alive
+			// then: cleaned up through that pidfd, never by a PID that may
+			// be another process's once it was killed and reaped. For a
+			// deadline, it comes once the child has done what the case is
+			// about, however slow the machine.
+			pinned := pinWhenWritten(ctx, pidFile, func() {
+				if tc.timedOut {
+					cancel()
+				}
+			})
+			defer killPinned(cancel, pinned)
 			var timedOut bool
 			var err error
 			ran := make(chan struct{})
@@ -85,22 +84,12 @@ func TestRunOwnGroup(t *testing.T) {
 			select {
 			case <-ran:
 			case <-time.After(10 * time.Second):
-				if fd, err := unix.PidfdOpen(testutil.ReadPID(t, pidFile), 0); err == nil {
-					unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
-					unix.Close(fd)
-				}
-				t.Fatal("RunOwnGroup did not return within 10 s")
+				t.Fatal("RunOwnGroup did not return within 10 s") // the deferred pidfd kills the child
 			}
 			if timedOut != tc.timedOut {
 				t.Errorf("timedOut = %v (err %v), want %v", timedOut, err, tc.timedOut)
 			}
 			pid := testutil.ReadPID(t, pidFile)
-			// Cleaned up through a pidfd: once killed and reaped, the PID
-			// may be another process's.
-			if fd, err := unix.PidfdOpen(pid, 0); err == nil {
-				defer unix.Close(fd)
-				defer unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
-			}
 			if tc.survives {
 				if !fingerprint.Running(fingerprint.DefaultRoot, pid) {
 					t.Errorf("the child %d in its own session was killed", pid)
@@ -111,6 +100,48 @@ func TestRunOwnGroup(t *testing.T) {
 				t.Fatalf("the child %d outlived the run", pid)
 			}
 		})
+	}
+}
+
+// pinWhenWritten opens a pidfd for the PID the child writes to pidFile as
+// soon as it is there (the child alive then, and one of ours: its comm is
+// sleep's, perl's, or sh's before it execs sleep), calls then, and sends the pidfd (-1: none) once.
+// Opened later, once the child was killed and reaped, it could pin
+// whatever took the PID.
+func pinWhenWritten(ctx context.Context, pidFile string, then func()) <-chan int {
+	pinned := make(chan int, 1)
+	go func() {
+		// A last look once ctx ends: the test may be over before the
+		// first tick, with a survivor to clean up.
+		for done := false; !done; time.Sleep(5 * time.Millisecond) {
+			done = ctx.Err() != nil
+			if data, err := os.ReadFile(pidFile); err == nil && len(data) > 0 {
+				fd := -1
+				pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+				if f, err := unix.PidfdOpen(pid, 0); err == nil {
+					if st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, pid); err == nil && (st.Comm == "sleep" || st.Comm == "perl" || st.Comm == "sh") {
+						fd = f
+					} else {
+						unix.Close(f)
+					}
+				}
+				pinned <- fd
+				then()
+				return
+			}
+		}
+		pinned <- -1
+	}()
+	return pinned
+}
+
+// killPinned ends the wait of pinWhenWritten (cancel) and kills what it
+// pinned.
+func killPinned(cancel func(), pinned <-chan int) {
+	cancel()
+	if fd := <-pinned; fd >= 0 {
+		unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+		unix.Close(fd)
 	}
 }
 
@@ -129,15 +160,13 @@ func TestOwnGroupKilledOnCancel(t *testing.T) {
 			pidFile := filepath.Join(t.TempDir(), "child")
 			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 			defer cancel()
+			pctx, pcancel := context.WithCancel(context.Background())
+			defer killPinned(pcancel, pinWhenWritten(pctx, pidFile, func() {}))
 			cmd := exec.CommandContext(ctx, "/bin/sh", "-c", tc.script, "sh", pidFile)
 			pgkill.OwnGroupKilledOnCancel(cmd)
 			err := cmd.Run()
 			cancel() // the context ends after the child, where it exited first
 			pid := testutil.ReadPID(t, pidFile)
-			if fd, err := unix.PidfdOpen(pid, 0); err == nil {
-				defer unix.Close(fd)
-				defer unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
-			}
 			if tc.survives {
 				if err != nil {
 					t.Fatalf("the child failed: %v", err)

@@ -8,10 +8,12 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
@@ -49,7 +51,22 @@ func TestCommandChildDiesWithCaller(t *testing.T) {
 		caller.Process.Kill()
 		t.Fatalf("caller said %q (%v)", line, err)
 	}
-	t.Cleanup(func() { syscall.Kill(child, syscall.SIGKILL) })
+	// Cleaned up through a pidfd opened now, while the caller holds the
+	// child unreaped: by cleanup time the PID may be another's.
+	pidfd, err := unix.PidfdOpen(child, 0)
+	if err != nil {
+		caller.Process.Kill()
+		t.Fatalf("pidfd of the child %d: %v", child, err)
+	}
+	if st, err := fingerprint.ReadStat("/proc", child); err != nil || st.PPID != caller.Process.Pid {
+		unix.Close(pidfd)
+		caller.Process.Kill()
+		t.Fatalf("pid %d is not the caller's child: %+v, %v", child, st, err)
+	}
+	t.Cleanup(func() {
+		unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+		unix.Close(pidfd)
+	})
 	if err := caller.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/testutil/podman"
@@ -144,8 +146,16 @@ func (p *privatePodman) serve(t testing.TB) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// The service's exit is seen without reaping it (WNOWAIT): unreaped,
+	// its PID, and so its group's ID, cannot be another's when the
+	// cleanup signals the group.
 	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
+	go func() {
+		var info unix.Siginfo
+		for unix.Waitid(unix.P_PID, cmd.Process.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil) == unix.EINTR {
+		}
+		close(exited)
+	}()
 	t.Cleanup(func() {
 		// By PID (the service leads its own group): TERM, then KILL.
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
@@ -155,6 +165,7 @@ func (p *privatePodman) serve(t testing.TB) {
 			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			<-exited
 		}
+		cmd.Wait()
 	})
 	deadline := time.Now().Add(30 * time.Second)
 	for {

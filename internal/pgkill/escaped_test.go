@@ -2,6 +2,7 @@ package pgkill
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -76,6 +77,16 @@ func TestKillEscapedRefusesTheCallerAndInit(t *testing.T) {
 	case <-caught:
 		t.Error("the calling process caught SIGTERM")
 	case <-time.After(100 * time.Millisecond):
+	}
+	// PID 1 as it really is (its start time too, so that no other check
+	// refuses it first): refused as a target. Signal 0 does nothing to
+	// init should the guard ever fail.
+	init, err := fingerprint.ReadStat(fingerprint.DefaultRoot, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := signalPinned(fingerprint.DefaultRoot, init, 0, 0); !errors.Is(err, errRefusedTarget) {
+		t.Errorf("signalPinned(init) = %v, want %v", err, errRefusedTarget)
 	}
 }
 

@@ -85,6 +85,21 @@ func TestUnlink(t *testing.T) {
 			t.Errorf("Unlink = %v, exists %v", err, testutil.PathExists(p))
 		}
 	})
+	t.Run("same inode, changed since examined", func(t *testing.T) {
+		// What a socket unlinked and bound again at once under the same
+		// inode number looks like (tmpfs reuses them): only the change
+		// time tells.
+		p := filepath.Join(dir, "ctime.sock")
+		bound(t, p)
+		f, err := Examine(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.CtimeNsec++
+		if err := Unlink(p, f); !errors.Is(err, ErrChanged) || !testutil.PathExists(p) {
+			t.Errorf("Unlink = %v, exists %v; want ErrChanged and kept", err, testutil.PathExists(p))
+		}
+	})
 	t.Run("swapped for a symlink", func(t *testing.T) {
 		p := filepath.Join(dir, "c.sock")
 		bound(t, p)

@@ -127,10 +127,18 @@ func TestContainerdEngine(t *testing.T) {
 		defer dcancel()
 		deaths := make(chan engine.Death, 8)
 		done := make(chan error, 1)
-		go func() { done <- e.Deaths(dctx, engine.DeathWatch{Death: func(d engine.Death) { deaths <- d }}) }()
-		// Kill until an event comes: the subscription may not be
-		// registered the instant Deaths starts.
-		deadline := time.Now().Add(30 * time.Second)
+		ready := make(chan struct{})
+		go func() {
+			done <- e.Deaths(dctx, engine.DeathWatch{Ready: func() { close(ready) }, Death: func(d engine.Death) { deaths <- d }})
+		}()
+		// The task is killed once containerd has the subscription.
+		select {
+		case <-ready:
+		case err := <-done:
+			t.Fatalf("Deaths returned %v before subscribing", err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("no subscription within 30s")
+		}
 		containerdtest.Kill(t, addr, "kc-eng-b", a2)
 		containerdtest.Ctr(t, addr, "kc-eng-b", "tasks", "rm", a2)
 		select {
@@ -140,8 +148,8 @@ func TestContainerdEngine(t *testing.T) {
 			}
 		case err := <-done:
 			t.Fatalf("Deaths returned %v", err)
-		case <-time.After(time.Until(deadline)):
-			t.Skip("no event: the subscription was registered after the task died (a race the periodic round covers)")
+		case <-time.After(30 * time.Second):
+			t.Fatal("no death event within 30s of the kill")
 		}
 	})
 }

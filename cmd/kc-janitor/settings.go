@@ -11,7 +11,9 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/contain"
 	"github.com/kc-watchman/kc-watchman/internal/contain/systemd"
 	"github.com/kc-watchman/kc-watchman/internal/cull"
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/engine/podman"
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/janitor"
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
@@ -227,10 +229,25 @@ func sweepTarget(c *cli.Context, g globals) (sweep.Target, error) {
 	if err != nil {
 		return sweep.Target{}, err
 	}
-	if m.InitPID <= 0 {
-		return sweep.Target{}, cli.Exit(fmt.Sprintf("container %s (%s %s) is not running: its sockets cannot be reached", name, m.Engine, m.ID), exitFailed)
+	t, err := containerTarget(name, m)
+	if err != nil {
+		return sweep.Target{}, cli.Exit(err.Error(), exitFailed)
 	}
-	return sweep.Target{InitPID: m.InitPID}, nil
+	return t, nil
+}
+
+// containerTarget is the sweep target of the running container m (which
+// ref named): its init PID and, read right after the engine's answer,
+// that init's start time, by which the sweep holds it.
+func containerTarget(ref string, m engine.Match) (sweep.Target, error) {
+	if m.InitPID <= 0 {
+		return sweep.Target{}, fmt.Errorf("container %s (%s %s) is not running: its sockets cannot be reached", ref, m.Engine, m.ID)
+	}
+	st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, m.InitPID)
+	if err != nil || st.Zombie() {
+		return sweep.Target{}, fmt.Errorf("container %s (%s %s): its init %d is gone: its sockets cannot be reached", ref, m.Engine, m.ID, m.InitPID)
+	}
+	return sweep.Target{InitPID: m.InitPID, StartTicks: st.StartTicks}, nil
 }
 
 // checkSocketDirs refuses --socket-dir patterns the sweep could only

@@ -149,10 +149,11 @@ func runWatch(c *cli.Context) error {
 				if err != nil {
 					return nil, err
 				}
-				if m.InitPID <= 0 {
-					return nil, fmt.Errorf("container %s (%s %s) is not running: its sockets cannot be reached", ref, m.Engine, m.ID)
+				t, err := containerTarget(ref, m)
+				if err != nil {
+					return nil, err
 				}
-				ts = append(ts, sweep.Target{InitPID: m.InitPID})
+				ts = append(ts, t)
 			}
 			return ts, nil
 		}

@@ -78,6 +78,15 @@ func (p *Pinned) Signal(sig syscall.Signal) error {
 // exits). It stays owned by p.
 func (p *Pinned) Fd() int { return p.fd }
 
+// Exited reports whether the pinned process has exited (its pidfd is
+// readable). While it has not, its PID has named it all along: a PID is
+// not reused before its process is reaped.
+func (p *Pinned) Exited() bool {
+	fds := []unix.PollFd{{Fd: int32(p.fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0 && fds[0].Revents&unix.POLLIN != 0
+}
+
 // Close releases the pidfd.
 func (p *Pinned) Close() error {
 	if p.fd < 0 {

@@ -398,7 +398,7 @@ func (p *pinner) apply(answers []engine.Answer, asked time.Time, told map[listed
 			break
 		}
 		if w, ok := wants[id]; !ok || w.pid != pn.p.PID || byPID[w.pid] > 1 {
-			if readable(pn.p.Fd()) {
+			if pn.p.Exited() {
 				dead = append(dead, engine.Death{Engine: pn.engine, ID: id, At: time.Now(), Via: "pidfd", PID: pn.p.PID})
 				p.diedAt[id] = time.Now()
 			}
@@ -651,13 +651,6 @@ func recordedPID(st *ledger.Store, id string) int {
 		return 0
 	}
 	return r.Init.PID
-}
-
-// readable says whether a pidfd reports its process exited.
-func readable(fd int) bool {
-	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	n, err := unix.Poll(fds, 0)
-	return err == nil && n > 0 && fds[0].Revents&unix.POLLIN != 0
 }
 
 // relist asks the engines every every until ctx is done, so that a

@@ -36,6 +36,10 @@ type Target struct {
 	// looked up in its PID namespace and listeners in its network
 	// namespace. 0 means the host.
 	InitPID int
+	// StartTicks is the init's start time as it was resolved: the sweep
+	// pins the init by it and refuses a PID that is another process's
+	// by then. 0 checks nothing (a PID an operator gave).
+	StartTicks uint64
 }
 
 // Container reports whether t is a container rather than the host.

@@ -265,7 +265,18 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("boot time: %w", err)
 	}
 	view := hostView(cfg.ProcRoot)
+	var init *fingerprint.Pinned
 	if cfg.Target.Container() {
+		// Everything below looks the container up by its init's PID: the
+		// init is held from here to the last such look, and a PID that
+		// names another process by then (the container stopped, the
+		// number reused) is no container of the caller's.
+		if cfg.Target.StartTicks != 0 {
+			if init, err = fingerprint.Pin(cfg.ProcRoot, fingerprint.Stat{PID: cfg.Target.InitPID, StartTicks: cfg.Target.StartTicks}); err != nil {
+				return nil, fmt.Errorf("container init %d is not the process the container was resolved to (it stopped?): %w", cfg.Target.InitPID, err)
+			}
+			defer init.Close()
+		}
 		if view, err = containerView(cfg.ProcRoot, cfg.Target.InitPID, cfg.Namespaces); err != nil {
 			return nil, err
 		}
@@ -325,6 +336,11 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 		// stays "unsure" for those.
 		cfg.Logger.Warn("cannot read net/unix", "err", err)
 		nu = nil
+	}
+	if init != nil && init.Exited() {
+		// Its PID may have named another process in any look above.
+		rep.Close()
+		return nil, fmt.Errorf("container init %d exited during the sweep: nothing judged, nothing unlinked", cfg.Target.InitPID)
 	}
 
 	// Every probe below runs under the deadline; the caller's ctx still

@@ -749,3 +749,26 @@ func TestPlantedSocketIsNotTheSupervisors(t *testing.T) {
 		t.Errorf("planted socket: %s, %s (%s); want unknown and kept, not its socket", s.Verdict, s.Action, s.Reason)
 	}
 }
+
+// TestSweepRefusesARecycledTarget: a container target is held by its
+// init's start time as resolved; a PID that names another process by the
+// time the sweep starts (the container stopped, the number reused) is
+// refused before anything is looked up through it.
+func TestSweepRefusesARecycledTarget(t *testing.T) {
+	pid := startSleep(t)
+	st, err := fingerprint.ReadStat("/proc", pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	p := orphanSocket(t, dir, fmt.Sprintf("kc-%d.sock", deadPID(t)))
+	cfg := fastConfig(dir)
+	cfg.Apply = true
+	cfg.Target = Target{InitPID: pid, StartTicks: st.StartTicks + 1}
+	if rep, err := Sweep(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "not the process") {
+		t.Errorf("Sweep = %+v, %v; want the recycled init refused", rep, err)
+	}
+	if !testutil.PathExists(p) {
+		t.Error("a socket was unlinked through a recycled target")
+	}
+}

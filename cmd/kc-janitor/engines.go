@@ -122,10 +122,10 @@ func engineUsageErr(err error) error {
 
 // containerRef is what a --container value may look like: a container
 // name (Docker's and podman's rule), which full IDs and ID prefixes
-// match too.
-// Compiled when first used, not at every start.
+// match too, or a Kubernetes namespace/pod/container (the CRI engine's
+// names). Compiled when first used, not at every start.
 var containerRef = sync.OnceValue(func() *regexp.Regexp {
-	return regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
+	return regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*(/[a-zA-Z0-9][a-zA-Z0-9_.-]*/[a-zA-Z0-9][a-zA-Z0-9_.-]*)?$`)
 })
 
 // resolveContainer turns a --container value into a container, the same

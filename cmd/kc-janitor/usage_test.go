@@ -292,3 +292,30 @@ func TestUsageErrorsLeaveAnAuditLine(t *testing.T) {
 		})
 	}
 }
+
+// TestContainerRefs: --container takes a name, an ID or ID prefix, or the
+// CRI engine's namespace/pod/container; nothing else reaches an engine.
+func TestContainerRefs(t *testing.T) {
+	for _, tc := range []struct {
+		ref string
+		ok  bool
+	}{
+		{"web", true},
+		{"f42f18001b73", true},
+		{"my_app.1-2", true},
+		{"default/web-7d9f/app", true},
+		{"kube-system/coredns-5d78c9869d-abcde/coredns", true},
+		{"x/y", false},
+		{"a/b/c/d", false},
+		{"a//c", false},
+		{"/a/b", false},
+		{"a/b/", false},
+		{"../b/c", false},
+		{"a/-b/c", false},
+		{"", false},
+	} {
+		if got := containerRef().MatchString(tc.ref); got != tc.ok {
+			t.Errorf("containerRef(%q) = %v, want %v", tc.ref, got, tc.ok)
+		}
+	}
+}

@@ -249,7 +249,7 @@ func (d Descriptor) deadline() time.Duration {
 func (d Descriptor) deadlineBelowLaunch(stages []string) string {
 	dl := d.deadline()
 	for _, st := range stages {
-		if (st == "createRuntime" || st == "poststart" || st == "prestart") && dl <= HookLaunchMargin {
+		if launches([]string{st}) && dl <= HookLaunchMargin {
 			return fmt.Sprintf("kc-hook's --deadline %s leaves no time to launch a supervisor at %s: it starts one only with more than %s left", dl, st, HookLaunchMargin)
 		}
 	}

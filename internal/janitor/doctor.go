@@ -16,6 +16,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/metrics"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
+	"github.com/kc-watchman/kc-watchman/internal/supervise"
 	"github.com/kc-watchman/kc-watchman/internal/sweep"
 	"github.com/kc-watchman/kc-watchman/internal/userns"
 )
@@ -47,6 +48,7 @@ func Doctor(ctx context.Context, s Settings, fix bool, hooksDirs []string, log *
 		installed = doctor.HookWithoutPodman(installed, descs)
 	}
 	installed = doctor.WithContainerdHandlers(installed, "")
+	installed = doctor.WithRootlessAllowlist(installed, descs, hostUID != 0, supervise.DefaultAllowlistFile)
 	rep.Add(installed)
 	boot, err := doctor.BootTime(fingerprint.DefaultRoot)
 	if err != nil {

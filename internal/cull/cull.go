@@ -57,6 +57,9 @@ func ParseIdle(s string) (int64, error) {
 type Source struct {
 	Socket string // path of its control socket, as reported
 	PID    int    // its PID as named by the socket (0 if unknown)
+	// Owner is the UID owning the socket file (0: root's, or unknown):
+	// one owner's answers share half of the client's Budget.
+	Owner int
 	// Pin holds the socket open for dialling: through the directory the
 	// sweep that found it opened (sweep's Socket.Pin), or by its path
 	// (sweep.PathPinner); nil: Audit pins Socket by its path.
@@ -162,7 +165,7 @@ func audit(ctx context.Context, c *kallichore.Client, src Source, threshold int6
 		return sup
 	}
 	defer pin.Release()
-	l, err := c.SessionsOf(ctx, kallichore.Socket{Dial: pin.Path, Name: src.Socket})
+	l, err := c.SessionsOf(ctx, kallichore.Socket{Dial: pin.Path, Name: src.Socket, Owner: src.Owner})
 	if err != nil {
 		sup.Err = err
 		return sup

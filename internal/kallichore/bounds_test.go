@@ -1,6 +1,7 @@
 package kallichore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -207,5 +208,52 @@ func TestBudgetNoHoldAndWait(t *testing.T) {
 	}
 	if !c.Budget.sem.TryAcquire(budget) {
 		t.Error("the budget was not all given back")
+	}
+}
+
+// TestBudgetOwnersShareHalf: one owner's answers hold at most half of the
+// budget together. A user whose supervisors send large answers and stall
+// leaves the other half to other users' answers, which read at once; an
+// owner's answer over that half alone is refused.
+func TestBudgetOwnersShareHalf(t *testing.T) {
+	const size = 1 << 20
+	read := func(b *Budget, owner, n int, ctx context.Context) (*chargedReader, error) {
+		r := &chargedReader{ctx: ctx, r: bytes.NewReader(make([]byte, n)), b: b, own: b.ownerShare(owner)}
+		_, err := io.ReadFull(r, make([]byte, n))
+		return r, err
+	}
+	// What the client's decoder gets back (readError), unwrapped.
+	noRoom := func(err error) bool {
+		re := (*readError)(nil)
+		return errors.As(err, &re) && errors.Is(re.err, ErrNoRoom)
+	}
+	b := NewBudget(size)
+	held, err := read(b, 1000, 400<<10, t.Context())
+	if err != nil {
+		t.Fatalf("the user's first answer: %v", err)
+	}
+	defer held.release()
+	second, err := read(b, 1000, 600<<10, t.Context())
+	second.release()
+	if !noRoom(err) {
+		t.Errorf("the same user's second answer: %v, want ErrNoRoom (past his half)", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	other, err := read(b, 1001, 400<<10, ctx)
+	other.release()
+	if err != nil {
+		t.Errorf("another user's answer: %v, want it read while the first user's stall", err)
+	}
+	alone, err := read(NewBudget(size), 1000, size/2+1, t.Context())
+	alone.release()
+	if !noRoom(err) {
+		t.Errorf("one owner's answer over half the budget: %v, want ErrNoRoom", err)
+	}
+	// Root's sockets (owner 0) are bounded by the budget alone.
+	root, err := read(NewBudget(size), 0, size/2+1, t.Context())
+	root.release()
+	if err != nil {
+		t.Errorf("root's answer over half the budget: %v, want it read", err)
 	}
 }

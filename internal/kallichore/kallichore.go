@@ -471,11 +471,16 @@ func Sessions(ctx context.Context, socketPath string) (SessionList, error) {
 // Socket is a supervisor's socket as the client reaches it: Dial is the
 // path connect(2) is given, Name the one errors show. They differ for a
 // socket held open and dialled through /proc/self/fd (sockets.Pin).
-type Socket struct{ Dial, Name string }
+type Socket struct {
+	Dial, Name string
+	// Owner is the UID owning the socket file, whose answers share half
+	// of the Budget (0: none, as root's own).
+	Owner int
+}
 
 // Status performs GET /status.
 func (c *Client) Status(ctx context.Context, socketPath string) (ServerStatus, error) {
-	return c.StatusOf(ctx, Socket{socketPath, socketPath})
+	return c.StatusOf(ctx, Socket{Dial: socketPath, Name: socketPath})
 }
 
 // StatusOf performs GET /status on s.
@@ -490,7 +495,7 @@ func (c *Client) StatusOf(ctx context.Context, s Socket) (ServerStatus, error) {
 
 // Sessions performs GET /sessions.
 func (c *Client) Sessions(ctx context.Context, socketPath string) (SessionList, error) {
-	return c.SessionsOf(ctx, Socket{socketPath, socketPath})
+	return c.SessionsOf(ctx, Socket{Dial: socketPath, Name: socketPath})
 }
 
 // SessionsOf performs GET /sessions on s.
@@ -583,7 +588,7 @@ func (c *Client) getOnce(ctx context.Context, s Socket, path string, limit int64
 	// not: a server that announces its cap and sends nothing must not
 	// hold all of the budget until its timeout while every other
 	// supervisor's answer waits.
-	charged := &chargedReader{ctx: ctx, r: resp.Body, b: c.Budget}
+	charged := &chargedReader{ctx: ctx, r: resp.Body, b: c.Budget, own: c.Budget.ownerShare(s.Owner)}
 	defer charged.release()
 	if err := decode(&capReader{r: charged, n: limit, cap: limit}); err != nil {
 		return fmt.Errorf("GET %s on %s: %w", path, socketPath, err)

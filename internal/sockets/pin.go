@@ -29,6 +29,15 @@ func (p Pinned) Release() {
 	}
 }
 
+// Fstat re-reads the held socket file's stat: its change time moves when
+// another of its names is unlinked.
+func (p Pinned) Fstat() (pathwalk.Stat, error) {
+	if p.fd <= 0 {
+		return pathwalk.Stat{}, fmt.Errorf("nothing pinned: %w", fs.ErrInvalid)
+	}
+	return pathwalk.Fstat(p.fd - 1)
+}
+
 // PinAt opens name in the directory open as dirfd for connecting to it,
 // if it is a socket of that directory's own mount. connect(2) by name
 // would look the name up when it runs: a user may have replaced his

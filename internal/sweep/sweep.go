@@ -526,9 +526,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 		cfg.Logger.Warn("sweep deadline passed: sockets not probed by then are unknown and kept",
 			"deadline", cfg.Deadline.String(), "unprobed", rep.Unprobed)
 	}
-	for _, s := range all {
-		act(cfg, s)
-	}
+	actAll(cfg, all)
 	sort.Slice(all, func(i, j int) bool { return all[i].Path < all[j].Path })
 	rep.Sockets = all
 	return rep, ctx.Err()
@@ -688,6 +686,48 @@ func judgeHashed(s *Socket, age, minAge time.Duration) (Verdict, string) {
 }
 
 // act decides and performs the action for one classified socket.
+// actAll acts on every socket. Stale names of one socket file (hard
+// links) are unlinked holding the file (O_PATH, pinned by the first as
+// classified): unlinking one name moves the file's change time, which the
+// next name's check (UnlinkAt) would take for another socket, every run.
+// Held, the inode cannot be freed and its number reused, so the change
+// time each check expects is the one read through the hold.
+func actAll(cfg Config, all []*Socket) {
+	type fileKey [2]uint64
+	key := func(s *Socket) (fileKey, bool) {
+		return fileKey{s.ID.Dev, s.ID.Ino}, cfg.Apply && s.Verdict == VerdictStale && s.e != nil && s.e.err == nil && s.ID.Ino != 0
+	}
+	names := map[fileKey]int{}
+	for _, s := range all {
+		if k, ok := key(s); ok {
+			names[k]++
+		}
+	}
+	held := map[fileKey]sockets.Pinned{}
+	defer func() {
+		for _, p := range held {
+			p.Release()
+		}
+	}()
+	for _, s := range all {
+		if k, ok := key(s); ok && names[k] > 1 {
+			pin, ok := held[k]
+			if !ok {
+				if p, err := s.e.pin(); err == nil {
+					pin, ok = p, true
+					held[k] = p
+				}
+			}
+			if ok {
+				if st, err := pin.Fstat(); err == nil {
+					s.ID.CtimeSec, s.ID.CtimeNsec = st.Ctim.Sec, st.Ctim.Nsec
+				}
+			}
+		}
+		act(cfg, s)
+	}
+}
+
 func act(cfg Config, s *Socket) {
 	log := cfg.Logger.With("path", s.Path, "pid", s.PID, "kind", string(s.Kind), "verdict", string(s.Verdict), "reason", s.Reason)
 	if s.Hashed {

@@ -772,3 +772,24 @@ func TestSweepRefusesARecycledTarget(t *testing.T) {
 		t.Error("a socket was unlinked through a recycled target")
 	}
 }
+
+// TestSweepUnlinksEveryNameOfAStaleSocket: a stale socket file with two
+// names (a hard link) loses both in one run; unlinking the first moves
+// the file's change time, which must not make the second look like
+// another socket.
+func TestSweepUnlinksEveryNameOfAStaleSocket(t *testing.T) {
+	dir := t.TempDir()
+	first := orphanSocket(t, dir, fmt.Sprintf("kc-%d.sock", deadPID(t)))
+	second := filepath.Join(dir, fmt.Sprintf("kc-%d.sock", deadPID(t)))
+	if err := os.Link(first, second); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fastConfig(dir)
+	cfg.Apply = true
+	got := sweep(t, cfg)
+	for _, p := range []string{first, second} {
+		if s := got[p]; s == nil || s.Action != ActionUnlinked || testutil.PathExists(p) {
+			t.Errorf("%s: %+v, exists %v; want unlinked", p, s, testutil.PathExists(p))
+		}
+	}
+}

@@ -68,11 +68,17 @@ stop_containerd() {
 	local d=$CONTAINERD_DIR
 	if [ -n "$CONTAINERD_PID" ] && kill -0 "$CONTAINERD_PID" 2>/dev/null; then
 		echo "==> stopping private containerd (pid $CONTAINERD_PID)" >&2
-		# Tasks the tests left behind: kill them so their shims exit.
+		# Tasks the tests left behind: killed, then deleted (a shim exits
+		# only once its task is deleted, and nothing else here deletes
+		# one: the CRI plugin is off), and their containers removed.
 		local ns id
 		for ns in $(ctr -a "$d/containerd.sock" namespaces ls -q 2>/dev/null </dev/null); do
 			for id in $(ctr -a "$d/containerd.sock" -n "$ns" tasks ls -q 2>/dev/null </dev/null); do
 				ctr -a "$d/containerd.sock" -n "$ns" tasks kill -s KILL "$id" >/dev/null 2>&1 </dev/null || true
+				ctr -a "$d/containerd.sock" -n "$ns" tasks delete -f "$id" >/dev/null 2>&1 </dev/null || true
+			done
+			for id in $(ctr -a "$d/containerd.sock" -n "$ns" containers ls -q 2>/dev/null </dev/null); do
+				ctr -a "$d/containerd.sock" -n "$ns" containers rm "$id" >/dev/null 2>&1 </dev/null || true
 			done
 		done
 		kill -TERM "$CONTAINERD_PID" 2>/dev/null || true

@@ -106,6 +106,7 @@ ours_alive() {
 	return 1
 }
 
+DEMO_TICKS=$(ticks $$)
 T=$(mktemp -d /tmp/kc-demo.XXXXXX)
 TRE=${T//./[.]} # matches $T, but not a command line holding this pattern
 P=()
@@ -123,9 +124,18 @@ cleanup() {
 		# conmon's asynchronous "podman container cleanup" must finish
 		# before the store goes away.
 		poll 10 eval '[ -z "$(grep -laE "$TRE" /proc/[0-9]*/cmdline 2>/dev/null)" ]'
-		left=$(grep -laE "$TRE" /proc/[0-9]*/cmdline 2>/dev/null | cut -d/ -f3)
+		# Only the private podman's own (conmon, podman, its runtime),
+		# started since the demo: an admin's `tail -f $T/...` is not ours.
+		left=
+		for pid in $(grep -laE "$TRE" /proc/[0-9]*/cmdline 2>/dev/null | cut -d/ -f3); do
+			e=$(ticks "$pid")
+			case $(cat "/proc/$pid/comm" 2>/dev/null) in
+			conmon | podman | runc | catatonit) [ -n "$e" ] && [ "$e" -ge "$DEMO_TICKS" ] && left="$left $pid" ;;
+			esac
+		done
 		if [ -n "$left" ]; then
-			echo "demo: cleanup: killing leftover processes of the private podman: $left" >&2
+			echo "demo: cleanup: killing leftover processes of the private podman:$left" >&2
+			# shellcheck disable=SC2086
 			kill -KILL $left 2>/dev/null
 		fi
 		grep " $T/" /proc/mounts | awk '{print $2}' | sort -r | xargs -r -n1 umount -l

@@ -165,14 +165,41 @@ func liveWrapper(root string, p *ledger.Process, cid string) (fingerprint.Stat, 
 	return st, spec, true
 }
 
-// stopWrapper takes a wrapper's group down with pgkill (SIGTERM makes the
-// wrapper take its own group down; SIGKILL follows after the grace).
+// stopWrapper stops an earlier wrapper of the container. SIGTERM to the
+// wrapper alone, through a pidfd, makes it take its own group down by its
+// own rules (its command's UID as well as its own: an allowlist entry may
+// start the command through setpriv; members of other UIDs and other
+// containers spared), and it is waited for. One that has not exited
+// within half the time left gets pgkill's group kill as the wrapper's
+// UID, which signals nothing in a group of mixed UIDs.
 func stopWrapper(cfg Config, w fingerprint.Stat) error {
+	deadline := cfg.Deadline
+	if deadline <= 0 {
+		deadline = 20 * time.Second
+	}
+	// Time is left to launch the new one, and to record it.
+	deadline = min(deadline, timeLeft(cfg)-LaunchMargin)
+	if deadline <= 0 {
+		return errors.New("no time left before the stage's deadline")
+	}
+	end := time.Now().Add(deadline)
+	if st, err := fingerprint.ReadStat(root(cfg), w.PID); err != nil || st.StartTicks != w.StartTicks || st.PGID != w.PGID {
+		return nil // gone, its PID another's, or not the group it led
+	}
+	if gone, _ := pgkill.Terminate(root(cfg), w, deadline/2); gone {
+		return nil
+	}
+	return killWrapperGroup(cfg, w, time.Until(end))
+}
+
+// killWrapperGroup takes a wrapper's group down with pgkill (SIGTERM,
+// SIGKILL after the grace) within d, as the wrapper's UID.
+func killWrapperGroup(cfg Config, w fingerprint.Stat, d time.Duration) error {
+	if d <= 0 {
+		return errors.New("the earlier wrapper did not stop in time")
+	}
 	members := pgkill.Members(root(cfg), w.PGID)
-	// The wrapper's UID is the group's: a member running as another (one
-	// that ran setpriv or a setuid program) makes Kill signal nothing,
-	// as every kill of a tree does. Read before the revalidation below,
-	// which proves it the wrapper's.
+	// Read before the revalidation below, which proves them the wrapper's.
 	ids, err := fingerprint.ReadUIDs(root(cfg), w.PID)
 	if err != nil {
 		return nil
@@ -191,21 +218,12 @@ func stopWrapper(cfg Config, w fingerprint.Stat) error {
 	if !found {
 		members = append(members, w)
 	}
-	deadline := cfg.Deadline
-	if deadline <= 0 {
-		deadline = 20 * time.Second
-	}
-	// Time is left to launch the new one, and to record it.
-	deadline = min(deadline, timeLeft(cfg)-LaunchMargin)
-	if deadline <= 0 {
-		return errors.New("no time left before the stage's deadline")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	opt := pgkill.Options{Root: root(cfg), Grace: cfg.KillGrace, UID: fingerprint.SoleUID(ids), CheckUID: true}
 	r := pgkill.Kill(ctx, pgkill.Group{PGID: w.PGID, Members: members}, opt)
-	if r.Outcome == action.WouldNotDie {
-		return r.Err
+	if r.Outcome == action.WouldNotDie || r.Outcome == action.SkipOtherUID {
+		return fmt.Errorf("the earlier wrapper did not stop, and its group is not one UID's: %w", r.Err)
 	}
 	return nil
 }

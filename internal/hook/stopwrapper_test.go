@@ -63,8 +63,9 @@ func TestStopWrapperWithNoTimeLeft(t *testing.T) {
 
 // TestStopWrapperSparesAnotherUsersMember: an earlier wrapper's group
 // holds a member running as another user (its command ran setpriv
-// without setsid). Stopping that wrapper on a restart must not signal it,
-// as no kill of a tree signals a member of another UID.
+// without setsid). Stopping that wrapper on a restart stops the wrapper
+// (which takes its group down by its own rules) and does not signal the
+// member itself.
 func TestStopWrapperSparesAnotherUsersMember(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: setpriv to another user")
@@ -91,7 +92,12 @@ func TestStopWrapperSparesAnotherUsersMember(t *testing.T) {
 	})
 
 	cfg := Config{KillGrace: 100 * time.Millisecond, Deadline: time.Second}
-	stopWrapper(cfg, wrapper)
+	if err := stopWrapper(cfg, wrapper); err != nil {
+		t.Errorf("stopWrapper = %v, want the wrapper stopped", err)
+	}
+	if fingerprint.Alive("/proc", wrapper) {
+		t.Error("the wrapper was not stopped")
+	}
 	if !fingerprint.Alive("/proc", other) {
 		t.Fatal("stopWrapper killed a member of another user")
 	}

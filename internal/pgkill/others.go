@@ -120,7 +120,7 @@ func othersPhase(opt Options, groups []int, sig syscall.Signal, wait time.Durati
 				continue
 			}
 			sent[key] = true
-			if signalMember(opt.Root, m, groups, opt.CheckUID, opt.UID, sig) != nil {
+			if signalMember(opt.Root, m, groups, opt.MemberUIDs, sig) != nil {
 				*refused++
 			}
 		}
@@ -140,12 +140,12 @@ func othersPhase(opt Options, groups []int, sig syscall.Signal, wait time.Durati
 
 // signalMember signals m through a pidfd after re-verifying, with the
 // pidfd open, that it is the listed process and still in one of groups,
-// and that it is not the caller; with checkUID, that it still runs wholly
-// as uid (a member that ran a setuid program since it was listed is
+// and that it is not the caller; with uids, that it still runs wholly as
+// one of them (a member that ran a setuid program since it was listed is
 // another user's now). Without a pidfd it signals nothing: a kill(2) by
 // PID after a check could reach whatever took the PID in between
 // (kernels without pidfd_open are below the project's minimum).
-func signalMember(root string, m fingerprint.Stat, groups []int, checkUID bool, uid int, sig syscall.Signal) error {
+func signalMember(root string, m fingerprint.Stat, groups []int, uids []int, sig syscall.Signal) error {
 	if m.PID == os.Getpid() {
 		return fmt.Errorf("pid %d is the calling process; it is never signalled", m.PID)
 	}
@@ -157,7 +157,7 @@ func signalMember(root string, m fingerprint.Stat, groups []int, checkUID bool, 
 	if !slices.Contains(groups, pin.PGID) {
 		return fmt.Errorf("pid %d left the group", m.PID)
 	}
-	if checkUID {
+	if len(uids) > 0 {
 		// status only, proven m's by the stat read after (as
 		// signalPinned does).
 		ids, err := fingerprint.ReadUIDs(root, m.PID)
@@ -167,8 +167,8 @@ func signalMember(root string, m fingerprint.Stat, groups []int, checkUID bool, 
 		if err != nil {
 			return fmt.Errorf("member %d: %w", m.PID, err)
 		}
-		if fingerprint.SoleUID(ids) != uid {
-			return fmt.Errorf("member %d runs as uids %v (real, effective, saved), not %d: %w", m.PID, ids, uid, errRefusedTarget)
+		if u := fingerprint.SoleUID(ids); u < 0 || !slices.Contains(uids, u) {
+			return fmt.Errorf("member %d runs as uids %v (real, effective, saved), none of %v: %w", m.PID, ids, uids, errRefusedTarget)
 		}
 	}
 	return pin.Signal(sig)

@@ -85,10 +85,13 @@ type Options struct {
 	// or a joiner found running as another, makes Kill signal nothing more (the group is not one UID's tree any
 	// more; DESIGN "Identity rules"). The group's signals go out as UID
 	// (killpgAs): a process that joined unseen gets them only if UID
-	// could have sent them itself. KillOthers signals only members that
-	// run wholly as UID.
+	// could have sent them itself.
 	UID      int
 	CheckUID bool
+	// MemberUIDs, when set, are the UIDs KillOthers signals members
+	// running wholly as, checked through the pidfd right before each
+	// signal; others are refused.
+	MemberUIDs []int
 
 	// seams let a test act at moments only Kill knows; zero outside tests.
 	seams joinerSeams

@@ -34,15 +34,14 @@ func TestSignalMemberRefusesTheWrongTarget(t *testing.T) {
 		m      fingerprint.Stat
 		groups []int
 		want   int // signals the innocent catches
-		// checkUID: the member must run wholly as uid.
-		checkUID bool
-		uid      int
+		// uids: the member must run wholly as one of them.
+		uids []int
 	}{
-		{"recycled PID", recycled, []int{st.PGID}, 0, false, 0},
-		{"thread ID", thread, []int{st.PGID}, 0, false, 0},
-		{"outside the wrapper's groups", st, []int{os.Getpid()}, 0, false, 0},
-		{"another user's process", st, []int{st.PGID}, 0, true, 65534},
-		{"the recorded member (control)", st, []int{st.PGID}, 1, true, os.Geteuid()},
+		{"recycled PID", recycled, []int{st.PGID}, 0, nil},
+		{"thread ID", thread, []int{st.PGID}, 0, nil},
+		{"outside the wrapper's groups", st, []int{os.Getpid()}, 0, nil},
+		{"another user's process", st, []int{st.PGID}, 0, []int{65534, 65533}},
+		{"the recorded member (control)", st, []int{st.PGID}, 1, []int{65534, os.Geteuid()}},
 	}
 	start, err := inn.Sync()
 	if err != nil {
@@ -54,7 +53,7 @@ func TestSignalMemberRefusesTheWrongTarget(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = signalMember(fingerprint.DefaultRoot, tt.m, tt.groups, tt.checkUID, tt.uid, syscall.SIGUSR1)
+			err = signalMember(fingerprint.DefaultRoot, tt.m, tt.groups, tt.uids, syscall.SIGUSR1)
 			if (err == nil) != (tt.want > 0) {
 				t.Errorf("signalMember = %v", err)
 			}
@@ -97,7 +96,7 @@ func TestSignalMemberRefusesTheCaller(t *testing.T) {
 	signal.Notify(caught, syscall.SIGUSR2)
 	defer signal.Stop(caught)
 	self := proc.MustStat(t, fingerprint.DefaultRoot, os.Getpid())
-	if err := signalMember(fingerprint.DefaultRoot, self, []int{self.PGID}, false, 0, syscall.SIGUSR2); err == nil {
+	if err := signalMember(fingerprint.DefaultRoot, self, []int{self.PGID}, nil, syscall.SIGUSR2); err == nil {
 		t.Error("signalMember signalled the calling process")
 	}
 	select {

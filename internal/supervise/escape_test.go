@@ -171,3 +171,40 @@ func TestTeardownSparesOthersMembers(t *testing.T) {
 		t.Errorf("the spared members were not reported:\n%s", log)
 	}
 }
+
+// TestTeardownStopsACommandRunAsAnotherUser: an allowlist entry may start
+// its command through setpriv, so that the supervisor does not run as
+// root. The command and its kernels then run as that user, not as the
+// wrapper: they are the wrapper's tree all the same, and die with the
+// container.
+func TestTeardownStopsACommandRunAsAnotherUser(t *testing.T) {
+	initCmd, init := supervisetest.Process(t, "sleep", "1000000")
+	w := startWrapper(t, init, []string{"--kill-grace=2s"},
+		"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", "sleep 1000003 & wait")
+	var members []fingerprint.Stat
+	supervisetest.Eventually(t, 10*time.Second, "the command and its child, as uid 65534", func() bool {
+		members = nil
+		for _, c := range trees.Children(fingerprint.DefaultRoot, w.st.PID) {
+			for _, pid := range append([]int{c}, trees.Children(fingerprint.DefaultRoot, c)...) {
+				id, err := fingerprint.Read(fingerprint.DefaultRoot, pid)
+				if err == nil && id.UID == 65534 && (id.Comm == "sh" || id.Comm == "sleep") {
+					members = append(members, id.Stat)
+				}
+			}
+		}
+		return len(members) == 2
+	})
+	t.Cleanup(func() {
+		for _, s := range members {
+			if p, err := fingerprint.Pin(fingerprint.DefaultRoot, s); err == nil {
+				p.Signal(syscall.SIGKILL)
+				p.Close()
+			}
+		}
+	})
+	if err := initCmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	w.exitCode(t, 15*time.Second)
+	supervisetest.Eventually(t, 10*time.Second, "the command and its child dead", func() bool { return allDead(members) })
+}

@@ -10,14 +10,16 @@ import (
 
 // memberJudge holds the wrapper's own teardown to the rules every other
 // kill of a tree follows (DESIGN "Killing safely", "Identity rules"): a
-// group member that does not run wholly as the wrapper's UID (one that
-// ran setpriv, runuser or a setuid program), or that carries another
+// group member that runs wholly as neither the wrapper's UID nor its
+// command's (a command the allowlist starts through setpriv runs as the
+// user it names, and so do its kernels; one that ran another setpriv,
+// runuser or a setuid program does not), or that carries another
 // container's ID, is not signalled, whether or not it left the group.
 // Each member is judged once, by PID and start time; KillOthers checks
 // the UID again, through the pidfd, right before each signal.
 type memberJudge struct {
 	root  string
-	rules trees.Rules
+	rules []trees.Rules // one per UID allowed
 	log   *slog.Logger
 	// judged maps a member (PID and start) to whether it may be
 	// signalled; withheld lists those that may not, in judging order.
@@ -25,8 +27,22 @@ type memberJudge struct {
 	withheld []fingerprint.Stat
 }
 
-func newMemberJudge(root string, uid int, containerID string, log *slog.Logger) *memberJudge {
-	return &memberJudge{root: root, rules: trees.Rules{UID: uid, ContainerID: containerID}, log: log, judged: map[fingerprint.Stat]bool{}}
+func newMemberJudge(root string, uids []int, containerID string, log *slog.Logger) *memberJudge {
+	j := &memberJudge{root: root, log: log, judged: map[fingerprint.Stat]bool{}}
+	for _, uid := range uids {
+		j.rules = append(j.rules, trees.Rules{UID: uid, ContainerID: containerID})
+	}
+	return j
+}
+
+// member says whether id may be signalled under one of the rules.
+func (j *memberJudge) member(id fingerprint.Identity) bool {
+	for _, r := range j.rules {
+		if r.Member(id) {
+			return true
+		}
+	}
+	return false
 }
 
 // filter wraps a lister of the groups' members to return only those the
@@ -60,7 +76,7 @@ func (j *memberJudge) allows(m fingerprint.Stat) bool {
 		j.withhold(key, m)
 		j.log.Warn("group member not signalled: unreadable", "pid", m.PID, "comm", m.Comm, "err", err)
 		return false
-	case !j.rules.Member(id):
+	case !j.member(id):
 		j.withhold(key, m)
 		j.log.Warn("group member not signalled: another UID's (or setuid) or another container's",
 			"pid", id.PID, "comm", id.Comm, "uid", id.UID, "euid", id.EUID, "suid", id.SUID)

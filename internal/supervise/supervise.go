@@ -408,17 +408,15 @@ func (r *runner) stopGroup() []fingerprint.Stat {
 			confirm = r.membersInCgroup
 		}
 	}
-	var judge *memberJudge
-	if self, err := fingerprint.Read(r.o.Root, os.Getpid()); err != nil {
+	uids := r.treeUIDs()
+	if len(uids) == 0 {
 		// Unjudged members are not signalled: listing none, KillOthers
 		// sends nothing.
-		r.log.Warn("cannot read the wrapper's own identity; the group's members are not signalled", "err", err)
-		judge = newMemberJudge(r.o.Root, -1, r.o.ContainerID, r.log)
-	} else {
-		judge = newMemberJudge(r.o.Root, self.UID, r.o.ContainerID, r.log)
-		popt.UID, popt.CheckUID = self.UID, true
+		r.log.Warn("cannot read the wrapper's own identity; the group's members are not signalled")
 	}
+	judge := newMemberJudge(r.o.Root, uids, r.o.ContainerID, r.log)
 	popt.Members, popt.Confirm = judge.filter(list), judge.filter(confirm)
+	popt.MemberUIDs = append(uids, -1) // never empty: empty would check nothing
 	groups := r.groups()
 	// Escaped descendants share the group's grace: found before the
 	// group dies (a setsid child still has its parent then), killed
@@ -439,6 +437,25 @@ func (r *runner) stopGroup() []fingerprint.Stat {
 	left = append(left, r.stopEscaped(groups, popt)...)
 	r.reapAdopted()
 	return append(append(res.Left, left...), judge.left()...)
+}
+
+// treeUIDs are the UIDs the wrapper's tree runs as: the wrapper's, and
+// its command's while it is unreaped (its PID is its own until then) and
+// runs wholly as one (an allowlist entry may start it through setpriv).
+func (r *runner) treeUIDs() []int {
+	ids, err := fingerprint.ReadUIDs(r.o.Root, os.Getpid())
+	if err != nil || fingerprint.SoleUID(ids) < 0 {
+		return nil
+	}
+	uids := []int{ids[0]}
+	if r.child != nil && !r.child.reaped {
+		if cids, err := fingerprint.ReadUIDs(r.o.Root, r.child.pid); err == nil {
+			if u := fingerprint.SoleUID(cids); u >= 0 && u != ids[0] {
+				uids = append(uids, u)
+			}
+		}
+	}
+	return uids
 }
 
 // maxBelow bounds membersBelow's walk; a bigger tree is listed through

@@ -187,10 +187,19 @@ type Socket struct {
 }
 
 // OwnerListens reports whether gates 1 and 2 found s named for a live
-// supervisor of its owner and listening: a server there whatever /status
-// said (an unknown one may just have been slow to answer).
+// supervisor of its owner and listening, and /status never answered: a
+// server there that was only slow. One that answered as another server,
+// or as no Kallichore, is not the supervisor the name says.
 func (s *Socket) OwnerListens() bool {
-	return !s.Hashed && s.gates[0] == sayLive && s.gates[1] == sayLive
+	if s.Hashed || s.gates[0] != sayLive || s.gates[1] != sayLive {
+		return false
+	}
+	for _, t := range s.tries {
+		if t.answered {
+			return false
+		}
+	}
+	return true
 }
 
 // Pin holds s's socket file open for dialling, through the directory the

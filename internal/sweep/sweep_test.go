@@ -793,3 +793,34 @@ func TestSweepUnlinksEveryNameOfAStaleSocket(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnerListens: a control socket cull audits though the sweep left it
+// unknown is one named for a live supervisor of its owner, listening,
+// whose /status never answered (slow); one that answered as another
+// server, or as no Kallichore, is not that supervisor.
+func TestOwnerListens(t *testing.T) {
+	L, U := sayLive, sayUnsure
+	silent := statusTry{}
+	for _, tc := range []struct {
+		name   string
+		gates  [3]say
+		tries  []statusTry
+		hashed bool
+		want   bool
+	}{
+		{"slow: silent once", [3]say{L, L, U}, []statusTry{silent}, false, true},
+		{"not probed", [3]say{L, L, U}, nil, false, true},
+		{"another server's process_id", [3]say{L, L, U}, []statusTry{{answered: true, pid: 31000}}, false, false},
+		{"not Kallichore", [3]say{L, L, U}, []statusTry{{answered: true, other: "HTTP 404"}}, false, false},
+		{"owner unsure", [3]say{U, L, U}, []statusTry{silent}, false, false},
+		{"not listening", [3]say{L, U, U}, []statusTry{silent}, false, false},
+		{"hashed", [3]say{L, L, U}, []statusTry{silent}, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Socket{Hashed: tc.hashed, gates: tc.gates, tries: tc.tries}
+			if got := s.OwnerListens(); got != tc.want {
+				t.Errorf("OwnerListens = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -136,7 +136,7 @@ var containerRef = sync.OnceValue(func() *regexp.Regexp {
 // → exit 3.
 func resolveContainer(ctx context.Context, c *cli.Context, g globals, ref string, needPID bool) (engine.Match, error) {
 	if !containerRef().MatchString(ref) {
-		return engine.Match{}, usageErr("--container %q is not a container name, ID or ID prefix", ref)
+		return engine.Match{}, usageErr("--container %q is not a container name, ID, ID prefix or namespace/pod/container", ref)
 	}
 	if containerid.Valid(ref) && !needPID {
 		return engine.Match{ID: ref}, nil

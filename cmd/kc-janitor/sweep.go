@@ -23,7 +23,7 @@ const (
 func socketFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringSliceFlag{Name: flagSocketDir, Usage: "socket `DIR` to look in (repeatable; the last component may be a glob); default: /tmp and /run/user/*", EnvVars: []string{"KC_SOCKET_DIR"}},
-		&cli.StringFlag{Name: flagContainer, Usage: "look in the socket dirs inside container `NAME`, ID or unique ID prefix, of any engine asked (through /proc/<init pid>/root, with the container's PID and network namespaces)", EnvVars: []string{"KC_CONTAINER"}},
+		&cli.StringFlag{Name: flagContainer, Usage: "look in the socket dirs inside container `NAME`, ID, unique ID prefix or namespace/pod/container, of any engine asked (through /proc/<init pid>/root, with the container's PID and network namespaces)", EnvVars: []string{"KC_CONTAINER"}},
 		&cli.IntFlag{Name: flagContainerPID, Usage: "host `PID` of the container's init process (instead of asking the engines)", EnvVars: []string{"KC_CONTAINER_PID"}, Hidden: true},
 		&cli.DurationFlag{Name: flagTimeout, Value: sweep.DefaultTimeout, Usage: "timeout of one request to a supervisor", EnvVars: []string{"KC_PROBE_TIMEOUT"}},
 		&cli.IntFlag{Name: flagWorkers, Value: sweep.DefaultWorkers, Usage: "sockets probed concurrently", EnvVars: []string{"KC_PROBE_WORKERS"}},

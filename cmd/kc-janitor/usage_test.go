@@ -92,7 +92,7 @@ func TestUsageErrorsNameTheVariable(t *testing.T) {
 		{[]string{"KC_PROBE_WORKERS=0"}, []string{"sweep", "--socket-dir", socks, "--workers=0"}, "kc-janitor: --workers must be positive"},
 		// The command's own flag's variables: sweep reads KC_CONTAINER,
 		// never reconcile's KC_RECONCILE_CONTAINERS.
-		{[]string{"KC_RECONCILE_CONTAINERS=x/y", "KC_CONTAINER=x/y"}, []string{"sweep", "--socket-dir", socks}, `kc-janitor: $KC_CONTAINER (--container) "x/y" is not a container name, ID or ID prefix`},
+		{[]string{"KC_RECONCILE_CONTAINERS=x/y", "KC_CONTAINER=x/y"}, []string{"sweep", "--socket-dir", socks}, `kc-janitor: $KC_CONTAINER (--container) "x/y" is not a container name, ID, ID prefix or namespace/pod/container`},
 		// A flag's value that looks like the end of the options.
 		{[]string{"KC_STATE_DIR=/x"}, []string{"reconcile", "--podman-arg", "--", "--state-dir", "rel"}, `kc-janitor: --state-dir must be an absolute path, not "rel"`},
 	} {

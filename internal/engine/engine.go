@@ -596,8 +596,9 @@ func PIDFrom(listers map[string][]int, a Answer, id string) bool {
 }
 
 // MatchRef picks from cs the containers ref names, in this order: the
-// container whose full ID is ref, else those with ref as a name, else
-// those whose ID starts with ref. Engines use it to implement Resolve.
+// container whose full ID is ref, else those with ref as a name or as
+// their Kubernetes namespace/pod/container, else those whose ID starts
+// with ref. Engines use it to implement Resolve.
 func MatchRef(engine string, cs []Container, ref string) []Match {
 	pick := func(ok func(Container) bool) []Match {
 		var out []Match
@@ -611,7 +612,7 @@ func MatchRef(engine string, cs []Container, ref string) []Match {
 	if m := pick(func(c Container) bool { return c.ID == ref }); len(m) > 0 {
 		return m
 	}
-	if m := pick(func(c Container) bool { return slices.Contains(c.Names, ref) }); len(m) > 0 {
+	if m := pick(func(c Container) bool { return slices.Contains(c.Names, ref) || (c.Pod != "" && c.Pod == ref) }); len(m) > 0 {
 		return m
 	}
 	return pick(func(c Container) bool { return strings.HasPrefix(c.ID, ref) })

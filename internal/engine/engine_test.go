@@ -461,3 +461,31 @@ func liveOf(s Set) []string {
 	slices.Sort(ids)
 	return ids
 }
+
+// TestMatchRefPods: a kubelet's namespace/pod/container names its
+// container on every engine that reports it (containerd fills Pod, not
+// Names), never a prefix of anything.
+func TestMatchRefPods(t *testing.T) {
+	a, b := strings.Repeat("a", 64), strings.Repeat("b", 64)
+	cs := []Container{
+		{ID: a, Pod: "default/web-7d9f/app"},
+		{ID: b, Names: []string{"sidecar"}, Pod: "default/web-7d9f/sidecar"},
+	}
+	for _, tc := range []struct {
+		ref  string
+		want []string
+	}{
+		{"default/web-7d9f/app", []string{a}},
+		{"default/web-7d9f/sidecar", []string{b}},
+		{"sidecar", []string{b}},
+		{"default/web-7d9f", nil},
+	} {
+		var got []string
+		for _, m := range MatchRef("containerd", cs, tc.ref) {
+			got = append(got, m.ID)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("MatchRef(%q) = %v, want %v", tc.ref, got, tc.want)
+		}
+	}
+}

@@ -139,7 +139,7 @@ func TestEngineBadInput(t *testing.T) {
 		{"name matching nothing, cull", []string{"KC_CONTAINER=kc-no-such-container"}, append([]string{"cull", "--engine", "docker"}, dock...), `no such container: "kc-no-such-container"`},
 		{"name matching nothing, reconcile", nil, append(append([]string{"reconcile", "--engine", "docker", "--container", "kc-no-such-container"}, dock...), reap...), `no such container: "kc-no-such-container"`},
 		{"prefix of two containers", nil, append([]string{"sweep", "--engine", "docker", "--container", id[:1]}, dock...), id[:12]},
-		{"not a container reference", nil, append([]string{"cull", "--engine", "docker", "--container", "../etc"}, dock...), "is not a container name, ID or ID prefix"},
+		{"not a container reference", nil, append([]string{"cull", "--engine", "docker", "--container", "../etc"}, dock...), "is not a container name, ID, ID prefix or namespace/pod/container"},
 	}
 	base := slices.DeleteFunc(os.Environ(), func(kv string) bool {
 		k, _, _ := strings.Cut(kv, "=")

@@ -57,8 +57,9 @@ func ParseIdle(s string) (int64, error) {
 type Source struct {
 	Socket string // path of its control socket, as reported
 	PID    int    // its PID as named by the socket (0 if unknown)
-	// Owner is the UID owning the socket file (0: root's, or unknown):
-	// one owner's answers share half of the client's Budget.
+	// Owner is who owns the socket file (sweep.Socket.Owner; 0: the
+	// host's root, or unknown): one owner's answers share half of the
+	// client's Budget.
 	Owner int
 	// Pin holds the socket open for dialling: through the directory the
 	// sweep that found it opened (sweep's Socket.Pin), or by its path

@@ -33,7 +33,7 @@ func Sources(socks []*sweep.Socket, notLive func(*sweep.Socket)) []Source {
 			}
 			seen[key] = true
 		}
-		out = append(out, Source{Socket: s.Path, PID: s.PID, Owner: max(s.UID, 0), Pin: s.Pin})
+		out = append(out, Source{Socket: s.Path, PID: s.PID, Owner: s.Owner, Pin: s.Pin})
 	}
 	return out
 }

@@ -36,7 +36,7 @@ type Budget struct {
 
 // ownerShare returns the semaphore of owner's half of b (nil: none).
 func (b *Budget) ownerShare(owner int) *semaphore.Weighted {
-	if b == nil || owner <= 0 {
+	if b == nil || owner == 0 {
 		return nil
 	}
 	b.mu.Lock()

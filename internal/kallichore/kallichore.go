@@ -473,8 +473,8 @@ func Sessions(ctx context.Context, socketPath string) (SessionList, error) {
 // socket held open and dialled through /proc/self/fd (sockets.Pin).
 type Socket struct {
 	Dial, Name string
-	// Owner is the UID owning the socket file, whose answers share half
-	// of the Budget (0: none, as root's own).
+	// Owner keys who owns the socket file: the answers of one owner
+	// share half of the Budget (0: none, as the host root's own).
 	Owner int
 }
 

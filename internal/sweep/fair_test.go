@@ -243,3 +243,27 @@ func TestSocketsSharedAmongDirectories(t *testing.T) {
 		t.Errorf("directory errors %v; want the two full ones' sockets left said", rep.DirErrors)
 	}
 }
+
+// TestBudgetOwner: the answers of a user's subordinate UIDs count as his
+// in the read budget, and a container's root apart from the host's (who
+// is not bounded apart).
+func TestBudgetOwner(t *testing.T) {
+	subs := subIDs{{owner: 1000, start: 100000, count: 65536}}
+	container := Target{InitPID: 4242}
+	for _, tc := range []struct {
+		name string
+		t    Target
+		uid  int
+		want int
+	}{
+		{"a user", Target{}, 1000, 1000},
+		{"one of his subordinate UIDs", Target{}, 100001, 1000},
+		{"another of them", container, 165535, 1000},
+		{"the host's root", Target{}, 0, 0},
+		{"a container's root", container, 0, -4242},
+	} {
+		if got := budgetOwner(tc.t, subs.owner(tc.uid)); got != tc.want {
+			t.Errorf("%s: budgetOwner = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}

@@ -112,7 +112,7 @@ func (p *probe) status(ctx context.Context, c *kallichore.Client) statusTry {
 		return statusTry{replaced: err}
 	}
 	defer unpin()
-	return tryStatus(ctx, c, kallichore.Socket{Dial: path, Name: p.names[0].e.name, Owner: p.names[0].e.uid})
+	return tryStatus(ctx, c, kallichore.Socket{Dial: path, Name: p.names[0].e.name, Owner: p.names[0].Owner})
 }
 
 // statusTry is one GET /status attempt of gate 3.

@@ -176,6 +176,11 @@ type Socket struct {
 	// UID is the file's owner as classified; ID its identity.
 	UID int
 	ID  sockets.File
+	// Owner is who answers through it count against in a shared read
+	// budget (kallichore.Socket.Owner): the user a subordinate UID is
+	// one of, a container's root apart from the host's; 0 for the
+	// host's root.
+	Owner int
 
 	e *entry
 	// cut says the deadline (or the caller) ended probing before this
@@ -184,6 +189,16 @@ type Socket struct {
 	gates [3]say
 	why   [3]string
 	tries []statusTry
+}
+
+// budgetOwner is the key a socket of uid (a subordinate UID mapped to its
+// user already) counts against in the read budget: root inside a
+// container is the container's, not the host's, and is bounded apart.
+func budgetOwner(t Target, uid int) int {
+	if uid == 0 && t.Container() {
+		return -t.InitPID
+	}
+	return uid
 }
 
 // OwnerListens reports whether gates 1 and 2 found s named for a live
@@ -324,6 +339,7 @@ func Sweep(ctx context.Context, cfg Config) (*Report, error) {
 			s := &Socket{
 				Path: e.shownPath(), PID: e.parsed.PID, Kind: e.parsed.Kind, Session: e.parsed.Session, Hashed: e.parsed.Hashed(),
 				UID: e.uid, ID: sockets.File{Dev: e.dev, Ino: e.ino, UID: e.uid, CtimeSec: e.ctime.Sec, CtimeNsec: e.ctime.Nsec}, e: e,
+				Owner: budgetOwner(cfg.Target, owner(e.uid)),
 			}
 			if e.err != nil {
 				// One entry nobody can lstat (a FUSE mount of another

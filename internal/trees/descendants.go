@@ -51,10 +51,12 @@ func addDescendantsUpTo(root string, t *Tree, kids childIndex, limit int) {
 	for _, w := range t.Withheld {
 		t.callerBelow = t.callerBelow || w.PID == os.Getpid()
 	}
-	if capped && !t.callerBelow {
-		// The walk stopped short of the caller, maybe, and the shells
-		// between a member and it may be among the escaped: look up
-		// from the caller instead.
+	if (capped || len(t.Withheld) > 0) && !t.callerBelow {
+		// The walk stopped short of the caller, maybe: at its bound, or
+		// at a process it withholds (sudo or su between a kernel's
+		// terminal and the janitor run from it), below which nothing is
+		// walked. The shells between a member and the caller may be
+		// among the escaped: look up from the caller instead.
 		t.callerBelow = callerUnder(root, t)
 	}
 }
@@ -62,7 +64,7 @@ func addDescendantsUpTo(root string, t *Tree, kids childIndex, limit int) {
 // callerUnder says whether a member or an escaped process of t is an
 // ancestor of the caller, or the caller's ancestry cannot be read to the
 // end (then it may be: the doubt spares the tree). The ancestry is short;
-// it is read only when the walk down was cut.
+// it is read only when the walk down was cut or withheld something.
 func callerUnder(root string, t *Tree) bool {
 	ours := map[int]uint64{}
 	for _, m := range t.Members {

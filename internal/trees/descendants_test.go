@@ -201,6 +201,40 @@ func TestTreeAboveTheCallerHoldsIt(t *testing.T) {
 	}
 }
 
+// TestTreeAboveAnotherUIDAboveTheCallerHoldsIt: the walk down from a tree
+// stops at a process it withholds (another UID's: sudo or su between a
+// kernel's terminal and a janitor run from it); the caller below it is
+// still found held, from its own ancestry.
+func TestTreeAboveAnotherUIDAboveTheCallerHoldsIt(t *testing.T) {
+	self, err := fingerprint.Read(fingerprint.DefaultRoot, os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := self
+	for parent.PGID == self.PGID {
+		if parent.PPID <= 1 {
+			t.Skip("no ancestor outside the test's own group but init")
+		}
+		if parent, err = fingerprint.Read(fingerprint.DefaultRoot, parent.PPID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A tree of another UID than the processes between it and the
+	// caller: they are withheld, the walk goes no further.
+	uid := 65534
+	if parent.UID == uid {
+		uid--
+	}
+	tr := Tree{PGID: parent.PGID, UID: uid, ContainerID: cidA, Members: []fingerprint.Identity{parent}}
+	addDescendants(fingerprint.DefaultRoot, &tr, nil)
+	if len(tr.Withheld) == 0 || slices.ContainsFunc(tr.Withheld, func(w fingerprint.Identity) bool { return w.PID == os.Getpid() }) {
+		t.Skipf("no process withheld between the tree and the caller (withheld %v)", pids(tr.Withheld))
+	}
+	if !tr.HoldsCaller() {
+		t.Fatalf("a tree above a withheld process above the caller does not hold it: withheld %v", pids(tr.Withheld))
+	}
+}
+
 // TestCallerUnderACutWalk: where the walk down from a tree stops at its
 // bound, the caller may lie below where it stopped, with the shells
 // between among the escaped; the caller's own ancestry then says whether

@@ -346,3 +346,35 @@ func TestStatusDecidesWithEvidence(t *testing.T) {
 		t.Errorf("trees %+v; want the one tree skipped-contradicted:\n%s", raw.Trees, out)
 	}
 }
+
+// TestStatusSaysReconcileWouldRefuse: where reconcile --apply would reap
+// none of the strays (more than --max-reap), status says so beside its
+// would-reap column, in the text and the JSON.
+func TestStatusSaysReconcileWouldRefuse(t *testing.T) {
+	noContainersPodman(t)
+	var args []string
+	for _, c := range []string{"7b", "7c", "7d"} {
+		id := strings.Repeat(c, 32)
+		testutil.StartKCServer(t, t.TempDir(), testutil.Fake{ContainerID: id})
+		args = append(args, "--container", id)
+	}
+	common := append([]string{"status", "--state-dir", filepath.Join(t.TempDir(), "state"), "--socket-dir", t.TempDir(), "--engine", "podman",
+		"--podman-url", "unix:///nonexistent/podman.sock", "--podman-arg=--root=" + t.TempDir(), "--min-age", "0s", "--max-reap", "2"}, args...)
+	code, out := runJanitorCapture(t, append(common, "--format", "json")...)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	var raw struct {
+		Trees       []struct{ Action string } `json:"trees"`
+		WouldRefuse string                    `json:"would_refuse"`
+	}
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if len(raw.Trees) != 3 || raw.WouldRefuse == "" {
+		t.Errorf("trees %+v, would_refuse %q; want three would-reap trees and reconcile's refusal:\n%s", raw.Trees, raw.WouldRefuse, out)
+	}
+	if code, out := runJanitorCapture(t, common...); code != exitOK || !strings.Contains(out, "reconcile --apply would reap none of them") {
+		t.Errorf("text: exit %d, want the refusal said:\n%s", code, out)
+	}
+}

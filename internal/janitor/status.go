@@ -34,6 +34,9 @@ type StatusReport struct {
 	Source        string             `json:"source"`
 	Trees         []statusTree       `json:"trees"`
 	Sockets       []sweep.SocketJSON `json:"sockets"`
+	// WouldRefuse says why reconcile --apply would reap none of the
+	// would-reap trees (its blast-radius guard), as reconcile's report.
+	WouldRefuse string `json:"would_refuse,omitempty"`
 	// SocketsSkipped says why the sockets were not looked at (a run
 	// scoped with --container does not widen to the host's).
 	SocketsSkipped string   `json:"sockets_skipped,omitempty"`
@@ -135,6 +138,9 @@ func Status(ctx context.Context, s Settings, log *slog.Logger) (StatusReport, er
 		if len(s.Reconcile.Containers) > 0 && !anyIn(t.ContainerIDs, s.Reconcile.Containers) {
 			continue
 		}
+		if t.HoldsCaller() {
+			continue // reconcile leaves out the tree it runs in
+		}
 		j := statusTree{ContainerID: t.ContainerID, ContainerState: liveState(live, known, t.ContainerID), Engine: engineOf[t.ContainerID],
 			PGID: t.PGID, UID: t.UID, AgeSeconds: -1, ByLedger: t.ByLedger, Members: []reconcile.Member{}, Action: "?"}
 		if t.AgeKnown {
@@ -190,11 +196,13 @@ func (out *StatusReport) corroborate(ctx context.Context, s Settings, log *slog.
 	case liveErr != nil:
 		// Reconcile would touch nothing: no tree's decision is known.
 		out.Errors = append(out.Errors, "reconcile: "+liveErr.Error())
+		out.LivenessKnown = false
 		for i := range out.Trees {
 			out.Trees[i].Action, out.Trees[i].Decision = "?", "?"
 		}
 		return
 	}
+	out.WouldRefuse = rep.WouldRefuse
 	for _, rt := range rep.Trees {
 		if rt.Action != action.SkipContradicted {
 			continue
@@ -276,6 +284,9 @@ func (st StatusReport) Text(w io.Writer) error {
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", cid, cull.Dash(t.Engine), t.ContainerState, t.PGID, t.UID, age, reconcile.MembersText(t.Members, reconcile.ShownMembers), t.Action)
 		}
+	}
+	if st.WouldRefuse != "" {
+		fmt.Fprintf(tw, "reconcile --apply would reap none of them: %s\n", st.WouldRefuse)
 	}
 
 	if st.SocketsSkipped != "" {

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"slices"
 	"syscall"
 	"time"
 
@@ -102,15 +101,17 @@ func DiagNetUnixIn(ns *os.File) (NetUnix, error) {
 
 func diagNetUnix(ns int) (NetUnix, error) {
 	n := NetUnix{}
+	seen := map[uint64]bool{} // by inode: see ReadNetUnix
 	for range 2 {
 		all, err := diagDump(ns, ^uint32(0), showName|showVFS)
 		if err != nil {
 			return nil, err
 		}
 		for _, s := range all {
-			if slices.ContainsFunc(n[s.Path], func(u UnixSocket) bool { return u.Inode == s.Inode }) {
+			if seen[s.Inode] {
 				continue
 			}
+			seen[s.Inode] = true
 			u := UnixSocket{Inode: s.Inode, Listening: s.state == tcpListen}
 			// net/unix's St is the socket's state, sock_diag's the sock's.
 			switch s.state {
@@ -187,6 +188,9 @@ func diagDump(ns int, states, show uint32) ([]diagSocket, error) {
 				return nil, errors.New("sock_diag: truncated error message")
 			case unix.SOCK_DIAG_BY_FAMILY:
 				if s, ok := parseDiag(m.Data); ok {
+					if len(out) >= maxNetUnix {
+						return nil, fmt.Errorf("sock_diag: %w: over %d sockets", errNetUnixTooLarge, maxNetUnix)
+					}
 					out = append(out, s)
 				}
 			}

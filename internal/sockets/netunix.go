@@ -119,6 +119,7 @@ func ReadNetUnix(procRoot string, pid int) (NetUnix, error) {
 		p = procRoot + "/" + strconv.Itoa(pid) + "/net/unix"
 	}
 	var out NetUnix
+	seen := map[uint64]bool{}
 	for range 2 {
 		n, err := readNetUnixOnce(p)
 		if err != nil {
@@ -126,11 +127,21 @@ func ReadNetUnix(procRoot string, pid int) (NetUnix, error) {
 		}
 		if out == nil {
 			out = n
+			for _, socks := range n {
+				for _, u := range socks {
+					seen[u.Inode] = true
+				}
+			}
 			continue
 		}
+		// By inode, never by comparing lists: the kernel lists every
+		// accepted connection under its listener's path, and a user's
+		// 100,000 of them under one path made a pairwise merge take
+		// seconds of a poststop's deadline.
 		for path, socks := range n {
 			for _, u := range socks {
-				if !slices.ContainsFunc(out[path], func(o UnixSocket) bool { return o.Inode == u.Inode }) {
+				if !seen[u.Inode] {
+					seen[u.Inode] = true
 					out[path] = append(out[path], u)
 				}
 			}
@@ -139,13 +150,21 @@ func ReadNetUnix(procRoot string, pid int) (NetUnix, error) {
 	return out, nil
 }
 
+// maxNetUnix bounds the sockets a table may list: a larger one is no
+// evidence (nil: "cannot tell"), not a cost any user can impose on root's
+// runs. A busy host has tens of thousands.
+const maxNetUnix = 1 << 20
+
+// errNetUnixTooLarge is returned (wrapped) for a table over maxNetUnix.
+var errNetUnixTooLarge = errors.New("unix socket table too large")
+
 func readNetUnixOnce(p string) (NetUnix, error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	n, err := parseNetUnix(f)
+	n, err := parseNetUnix(f, maxNetUnix)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
@@ -163,8 +182,9 @@ var errNetUnixFormat = errors.New("unexpected net/unix format")
 //
 // The path is everything after the seventh field (it may hold spaces);
 // abstract sockets ("@…") and unnamed ones are skipped.
-func parseNetUnix(r io.Reader) (NetUnix, error) {
+func parseNetUnix(r io.Reader, most int) (NetUnix, error) {
 	out := NetUnix{}
+	entries := 0
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
 	// An unknown layout is an error rather than an empty table: an empty
@@ -213,6 +233,9 @@ func parseNetUnix(r io.Reader) (NetUnix, error) {
 			// failing the whole table on it would let any user who can
 			// bind a socket switch this evidence off.
 			continue
+		}
+		if entries++; entries > most {
+			return nil, fmt.Errorf("%w: over %d sockets", errNetUnixTooLarge, most)
 		}
 		out[path] = append(out[path], UnixSocket{Inode: inode, State: uint8(state), Listening: flags&soAcceptCon != 0})
 	}

@@ -2,6 +2,8 @@ package sockets
 
 import (
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -71,7 +73,7 @@ func TestParseNetUnix(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseNetUnix(strings.NewReader(tt.in))
+			got, err := parseNetUnix(strings.NewReader(tt.in), maxNetUnix)
 			if tt.wantErr {
 				if !errors.Is(err, errNetUnixFormat) || got != nil {
 					t.Fatalf("got %v, %v; want a format error and no table", got, err)
@@ -104,4 +106,65 @@ func TestParseNetUnix(t *testing.T) {
 			t.Errorf("own bound socket %s: %+v, want one, unconnected", b, nu[b])
 		}
 	})
+}
+
+// TestParseNetUnixBound: a table listing more sockets than the bound is
+// no evidence (an error, read as "cannot tell"), not a cost.
+func TestParseNetUnixBound(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("Num       RefCount Protocol Flags    Type St Inode Path\n")
+	for i := range 11 {
+		fmt.Fprintf(&b, "0000000000000000: 00000002 00000000 00000000 0001 03 %d /tmp/kc-1.sock\n", 1000+i)
+	}
+	if _, err := parseNetUnix(strings.NewReader(b.String()), 10); !errors.Is(err, errNetUnixTooLarge) {
+		t.Errorf("11 sockets, bound 10: %v, want %v", err, errNetUnixTooLarge)
+	}
+	n, err := parseNetUnix(strings.NewReader(b.String()), 11)
+	if err != nil || len(n["/tmp/kc-1.sock"]) != 11 {
+		t.Errorf("11 sockets, bound 11: %d, %v", len(n["/tmp/kc-1.sock"]), err)
+	}
+}
+
+// TestReadNetUnixMergesByInode: the two reads are merged by inode, one
+// entry each, however many sockets share a path (a listener's accepted
+// connections).
+func TestReadNetUnixMergesByInode(t *testing.T) {
+	root := t.TempDir()
+	writeNetUnix(t, root, 5000)
+	n, err := ReadNetUnix(root, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(n["/tmp/kc-1.sock"]); got != 5000 {
+		t.Errorf("%d sockets under the path, want 5000", got)
+	}
+}
+
+// BenchmarkReadNetUnixOnePath: a user's 100,000 accepted connections
+// under one path (pairwise merging took seconds).
+func BenchmarkReadNetUnixOnePath(b *testing.B) {
+	root := b.TempDir()
+	writeNetUnix(b, root, 100000)
+	for b.Loop() {
+		if _, err := ReadNetUnix(root, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// writeNetUnix writes root/1/net/unix listing n connected sockets under
+// one path.
+func writeNetUnix(t testing.TB, root string, n int) {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("Num       RefCount Protocol Flags    Type St Inode Path\n")
+	for i := range n {
+		fmt.Fprintf(&b, "0000000000000000: 00000002 00000000 00000000 0001 03 %d /tmp/kc-1.sock\n", 100000+i)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "1", "net"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "1", "net", "unix"), []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -152,19 +152,26 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 	uids := translator(cfg)
 	self := hostEUID(uids)
 	var mine []reap.Tree
+	// spared: a tree of the container left out here, which its cgroup
+	// may hold: no sweep of it (reap.Container.KeepCgroup).
+	spared := false
 	for _, t := range found {
-		if t.HoldsCaller() {
-			log.Warn("not touching the hook's own process group", "pgid", t.PGID)
+		if !slices.Contains(t.ContainerIDs, st.ID) {
 			continue
 		}
-		if !slices.Contains(t.ContainerIDs, st.ID) {
+		if t.HoldsCaller() {
+			log.Warn("not touching the hook's own process group", "pgid", t.PGID)
+			spared = true
 			continue
 		}
 		host := -1
 		if t.UID >= 0 {
 			host, _ = uids.Host(t.UID)
 		}
-		if self != 0 && host != self {
+		// A tree of mixed UIDs (t.UID -1) is not another user's to leave
+		// unsaid: reap refuses it, and the hook reports it (exit 1).
+		if self != 0 && t.UID >= 0 && host != self {
+			spared = true
 			// Another user's tree carrying the same ID (root's podman,
 			// another user's) is theirs to reap: signalling it would fail
 			// with EPERM, and this user's ledger is no place for it.
@@ -182,7 +189,7 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 		rec = store
 	}
 	out := reap.Run(ctx, reap.Options{Root: root(cfg), Grace: cfg.KillGrace, Store: rec, Source: "poststop", Stage: string(StagePoststop), Contain: cfg.Contain, Logger: log},
-		reap.Container{ID: st.ID, Trees: mine, All: true})
+		reap.Container{ID: st.ID, Trees: mine, All: true, KeepCgroup: spared})
 	res.Trees, res.Failed = out.Trees, out.Failed()
 	for _, t := range out.Trees {
 		if t.Action == action.SkipOtherUID || t.Action == action.SkipAmbiguous {

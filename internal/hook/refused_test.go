@@ -16,6 +16,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
+	"github.com/kc-watchman/kc-watchman/internal/userns"
 )
 
 // TestPoststopSaysWhatItLeaves: a tree of the dead container that reap
@@ -51,15 +52,27 @@ func TestPoststopSaysWhatItLeaves(t *testing.T) {
 		st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, other.Process.Pid)
 		return err == nil && st.Comm == "sleep"
 	})
-	cfg := Config{StateDir: t.TempDir(), Comms: []string{"kcserver"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	res, err := Poststop(context.Background(), cfg, &specs.State{ID: id, Status: specs.StateStopped})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(res.Refused) != 1 || res.Refused[0].PGID != pgid || res.Refused[0].Action != action.SkipOtherUID {
-		t.Fatalf("refused %+v (trees %+v); want the mixed group, skipped-other-uid", res.Refused, res.Trees)
-	}
-	if !fingerprint.Running(fingerprint.DefaultRoot, other.Process.Pid) {
-		t.Error("the other user's process was killed")
+	for _, tc := range []struct {
+		name string
+		uids *userns.Translator
+	}{
+		{"root's hook", nil},
+		// A rootless user's hook: his tree of mixed UIDs is his to
+		// report, not another user's to leave unsaid.
+		{"a rootless user's hook", &userns.Translator{Map: userns.Map{{Inside: 0, Outside: 1001, Count: 1}, {Inside: 1, Outside: 100000, Count: 65534}}, Overflow: 65535}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{StateDir: t.TempDir(), Comms: []string{"kcserver"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), UIDs: tc.uids}
+			res, err := Poststop(context.Background(), cfg, &specs.State{ID: id, Status: specs.StateStopped})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Refused) != 1 || res.Refused[0].PGID != pgid || res.Refused[0].Action != action.SkipOtherUID {
+				t.Fatalf("refused %+v (trees %+v); want the mixed group, skipped-other-uid", res.Refused, res.Trees)
+			}
+			if !fingerprint.Running(fingerprint.DefaultRoot, other.Process.Pid) {
+				t.Error("the other user's process was killed")
+			}
+		})
 	}
 }

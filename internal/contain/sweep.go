@@ -98,6 +98,21 @@ func (r SweepResult) Record(c *Cgroup) ledger.Cgroup {
 // kernels without it), else SIGKILL the allowed ones through their pidfds
 // and report the rest; thaw; wait for it to empty; remove it (stop the
 // scope, for systemd, once no child cgroup holds a process).
+// busDialWait bounds the systemd connection a sweep makes.
+const busDialWait = 5 * time.Second
+
+// timeLeft is the time before ctx's deadline (an hour without one; none
+// once it is done).
+func timeLeft(ctx context.Context) time.Duration {
+	if ctx.Err() != nil {
+		return 0
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		return max(time.Until(dl), 0)
+	}
+	return time.Hour
+}
+
 func Sweep(ctx context.Context, c *Cgroup, opt SweepOptions) SweepResult {
 	opt = opt.withDefaults()
 	res := SweepResult{Outcome: action.Gone}
@@ -136,7 +151,11 @@ func Sweep(ctx context.Context, c *Cgroup, opt SweepOptions) SweepResult {
 		// Connected before anything is killed: the stop then follows the
 		// emptying at once, not after a connection's setup, during which
 		// a restart of the container could start a scope of this name.
-		s, done, err := c.bus(ctx)
+		// A bus slow to answer costs a share of the time, not all of it
+		// before anything is killed.
+		dctx, cancel := context.WithTimeout(ctx, min(busDialWait, timeLeft(ctx)/4))
+		s, done, err := c.bus(dctx)
+		cancel()
 		if err != nil {
 			c.opt.Logger.Warn("no systemd connection; the scope is swept but not stopped", "unit", c.Unit, "err", err)
 		} else {
@@ -154,7 +173,14 @@ func Sweep(ctx context.Context, c *Cgroup, opt SweepOptions) SweepResult {
 	// until they are gone, and a freeze would wait for them: with none
 	// running, there is nothing to freeze or kill, only to wait for.
 	if slices.ContainsFunc(pids, func(pid int) bool { return fingerprint.Running(opt.Root, pid) }) {
-		res.Frozen = c.freeze(fd, opt.FreezeWait)
+		// The freeze and its thaw must both happen before the caller's
+		// time is up (kc-hook's poststop exits at its deadline with this
+		// still running): a cgroup left frozen holds what the sweep
+		// spares, and nothing thaws it later. Without the time, the
+		// judged processes are killed through their pidfds, unfrozen.
+		if wait := min(opt.FreezeWait, timeLeft(ctx)/2); wait > 0 {
+			res.Frozen = c.freeze(fd, wait)
+		}
 		c.kill(fd, opt, &res)
 		if err := c.thaw(fd); err != nil {
 			res.Err = errors.Join(res.Err, err)

@@ -657,3 +657,30 @@ func TestCgroupKillOnlyWhenFrozen(t *testing.T) {
 		})
 	}
 }
+
+// TestSweepOutOfTimeFreezesNothing: a sweep that starts with its caller's
+// time up (kc-hook's poststop exits at its deadline, this still running)
+// freezes nothing, which would be left frozen with what it spares; the
+// judged processes are killed through their pidfds all the same.
+func TestSweepOutOfTimeFreezesNothing(t *testing.T) {
+	c := contained(t, KindCgroup2)
+	p := startIn(t, c, "sleep", "1000000")
+	if !within(5*time.Second, func() bool {
+		st, err := fingerprint.ReadStat("/proc", p.Process.Pid)
+		return err == nil && st.Comm == "sleep"
+	}) {
+		t.Fatal("the process did not start")
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	res := Sweep(ctx, c, SweepOptions{KillWait: 300 * time.Millisecond})
+	if res.Frozen || res.Method != "pidfd" {
+		t.Errorf("sweep = %+v, want no freeze, pidfds", res)
+	}
+	if !exits(p, 5*time.Second) {
+		t.Error("the judged process lives")
+	}
+	if state, _ := os.ReadFile(filepath.Join(c.Mount, c.Path, "cgroup.freeze")); strings.TrimSpace(string(state)) == "1" {
+		t.Error("the cgroup was left frozen")
+	}
+}

@@ -32,9 +32,10 @@ var acting = map[string]string{
 // not a tree's reaping, by package and function.
 var elsewhere = map[string]string{
 	// The previous init's `kc-hook supervise` wrapper, stopped before a
-	// new one is launched: the wrapper records its own outcome in the
-	// ledger, under the lock reap would take.
-	module + "/internal/hook.stopWrapper": module + "/internal/pgkill.Kill",
+	// new one is launched (its group killed when SIGTERM did not stop
+	// it): the wrapper records its own outcome in the ledger, under the
+	// lock reap would take.
+	module + "/internal/hook.killWrapperGroup": module + "/internal/pgkill.Kill",
 }
 
 // callers must reach the one path.

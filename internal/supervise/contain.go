@@ -38,6 +38,13 @@ func (r *runner) sweep(keep bool) {
 	if r.cg == nil {
 		return
 	}
+	if r.cg.Path == "" {
+		// A scope never entered (its command never started): nothing of
+		// the tree's is in it, and a record of a scope with no cgroup
+		// would be refused by every later reap, said as a refusal.
+		r.log.Info("cgroup sweep: the scope was never entered; nothing to sweep", "unit", r.cg.Unit)
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	res := contain.Sweep(ctx, r.cg, contain.SweepOptions{Root: r.o.Root, KillWait: r.o.KillWait, Keep: keep})

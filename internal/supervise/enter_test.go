@@ -3,6 +3,7 @@ package supervise
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/contain"
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
@@ -134,4 +136,26 @@ func startIn(t *testing.T, dir string) *inCgroup {
 	go func() { p.cmd.Wait(); close(p.exited) }()          //nolint:errcheck // exited is what is read
 	t.Cleanup(func() { p.cmd.Process.Kill(); <-p.exited }) //nolint:errcheck // it may be gone
 	return p
+}
+
+// TestSweepOfAScopeNeverEntered: a systemd scope the command never entered
+// (the command never started) is not swept, and not recorded: a record of
+// a scope with no cgroup would be refused, and said so, by every later
+// reap of the container.
+func TestSweepOfAScopeNeverEntered(t *testing.T) {
+	store, err := ledger.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := strings.Repeat("4e", 32)
+	var logs strings.Builder
+	o := Options{Spec: Spec{ContainerID: id, Command: []string{"/nonexistent"}}, Store: store}.withDefaults()
+	r := &runner{o: o, log: slog.New(slog.NewTextHandler(&logs, nil)), cg: &contain.Cgroup{Kind: contain.KindSystemd, Unit: contain.UnitName(id)}}
+	r.sweep(false)
+	if rec, err := store.Load(id); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("record %+v, %v; want none written", rec, err)
+	}
+	if strings.Contains(logs.String(), "level=ERROR") {
+		t.Errorf("an error logged for a scope never entered:\n%s", logs.String())
+	}
 }

@@ -90,9 +90,18 @@ install-bin: built
 
 # A descriptor naming a kc-hook that is not there fails every container
 # its runtime creates: the binary comes first (make -j included).
+# A descriptor of the same name that runs another kc-hook (the package's)
+# is not replaced: the package would still list it as its own and run
+# this install's hook. FORCE=1 replaces it.
 install-hooks:
 	@test -x $(DESTDIR)$(HOOKDIR)/kc-hook || { echo "$(DESTDIR)$(HOOKDIR)/kc-hook is not installed: run make install-bin first"; exit 1; }
 	install -d $(DESTDIR)$(HOOKSDDIR)
+	@for f in hooks.d/*.json; do \
+		d=$(DESTDIR)$(HOOKSDDIR)/$$(basename $$f); \
+		if [ -e $$d ] && [ "$(FORCE)" != 1 ] && ! grep -qF '"$(HOOKDIR)/kc-hook"' $$d; then \
+			echo "$$d runs another kc-hook (a package's?): not replaced; FORCE=1 replaces it"; exit 1; \
+		fi; \
+	done
 	for f in hooks.d/*.json; do \
 		t=$(DESTDIR)$(HOOKSDDIR)/.$$(basename $$f).new; \
 		sed 's|/usr/local/libexec/oci/hooks.d/kc-hook|$(HOOKDIR)/kc-hook|g' $$f > $$t && chmod 0644 $$t && \
@@ -140,9 +149,27 @@ janitor-built:
 
 # Leaves $(SYSCONFDIR)/default/kc-janitor (the operator's settings) alone.
 # The hook descriptors before the binary they name: an engine that reads a
-# descriptor whose hook is missing fails every container it creates.
+# descriptor whose hook is missing fails every container it creates. So
+# it refuses while another file the runtimes read (containerd's base
+# spec, an operator's descriptor; not in a comment) still names this
+# kc-hook (FORCE=1 removes anyway), and removes only descriptors naming
+# it (a package's own stay).
 uninstall:
-	for f in hooks.d/*.json; do rm -f $(DESTDIR)$(HOOKSDDIR)/$$(basename $$f); done
+	@[ "$(FORCE)" = 1 ] || { \
+		users=$$( { grep -RlsIE --include='*.json' --include='*.toml' --include='*.conf' -e '^[^#]*$(HOOKDIR)/kc-hook' \
+			$(DESTDIR)/etc/containers $(DESTDIR)/etc/containerd $(DESTDIR)/etc/crio; \
+			for h in $(DESTDIR)/root $(DESTDIR)/home/*; do \
+				grep -rlsIE --include='*.json' --include='*.conf' -e '^[^#]*$(HOOKDIR)/kc-hook' $$h/.config/containers; \
+			done; } | grep -vE '^$(DESTDIR)$(HOOKSDDIR)/kc-hook-[a-zA-Z]+\.json$$'); \
+		[ -z "$$users" ] || { \
+			echo "not uninstalled: these files still run $(HOOKDIR)/kc-hook, which uninstall deletes:"; \
+			printf '  %s\n' $$users; \
+			echo "every container they apply to would fail to start: edit or remove them first (restart containerd or CRI-O after); FORCE=1 uninstalls anyway"; \
+			exit 1; }; }
+	for f in hooks.d/*.json; do \
+		d=$(DESTDIR)$(HOOKSDDIR)/$$(basename $$f); \
+		if grep -qF '"$(HOOKDIR)/kc-hook"' $$d 2>/dev/null; then rm -f $$d; fi; \
+	done
 	rm -f $(DESTDIR)$(BINDIR)/kc-janitor $(DESTDIR)$(HOOKDIR)/kc-hook
 	for f in $(UNITS); do rm -f $(DESTDIR)$(UNITDIR)/$$(basename $$f); done
 	for f in $(USERUNITS); do rm -f $(DESTDIR)$(USERUNITDIR)/$$(basename $$f); done

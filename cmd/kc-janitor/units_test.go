@@ -316,3 +316,67 @@ func TestMakeInstallRefusesStaleBinaries(t *testing.T) {
 		}
 	}
 }
+
+// TestMakeUninstallAndThePackage: install-hooks does not replace a
+// descriptor of the same name that runs another kc-hook (the package's),
+// unless FORCE=1; uninstall refuses while a file the runtimes read still
+// names the kc-hook it deletes (containerd's base spec), and removes only
+// the descriptors naming it.
+func TestMakeUninstallAndThePackage(t *testing.T) {
+	mk, err := exec.LookPath("make")
+	if err != nil {
+		t.Skip("make not installed")
+	}
+	dest := t.TempDir()
+	run := func(args ...string) ([]byte, error) {
+		args = append([]string{"-C", "../.."}, args...)
+		return exec.Command(mk, append(args, "DESTDIR="+dest, "PREFIX=/opt/kc")...).CombinedOutput()
+	}
+	write := func(rel, data string) string {
+		p := filepath.Join(dest, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	hook := write("opt/kc/libexec/oci/hooks.d/kc-hook", "#!/bin/sh\n")
+	const pkgDesc = `{"version": "1.0.0", "hook": {"path": "/usr/libexec/kc-watchman/kc-hook"}}`
+	stop := write("usr/share/containers/oci/hooks.d/kc-hook-poststop.json", pkgDesc)
+
+	if out, err := run("install-hooks"); err == nil || !strings.Contains(string(out), "runs another kc-hook") {
+		t.Errorf("install-hooks over the package's descriptor: %v\n%s", err, out)
+	}
+	if data, _ := os.ReadFile(stop); string(data) != pkgDesc {
+		t.Errorf("the package's descriptor was replaced: %s", data)
+	}
+	if out, err := run("uninstall"); err != nil {
+		t.Fatalf("uninstall: %v\n%s", err, out)
+	}
+	if data, _ := os.ReadFile(stop); string(data) != pkgDesc {
+		t.Errorf("uninstall removed the package's descriptor: %s", data)
+	}
+
+	write("opt/kc/libexec/oci/hooks.d/kc-hook", "#!/bin/sh\n")
+	if out, err := run("install-hooks", "FORCE=1"); err != nil {
+		t.Fatalf("install-hooks FORCE=1: %v\n%s", err, out)
+	}
+	spec := write("etc/containerd/kc-watchman-base-spec.json", `{"hooks": {"poststop": [{"path": "/opt/kc/libexec/oci/hooks.d/kc-hook"}]}}`)
+	if out, err := run("uninstall"); err == nil || !strings.Contains(string(out), spec) {
+		t.Errorf("uninstall while containerd's base spec names the hook: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(hook); err != nil {
+		t.Errorf("the hook containerd still runs was removed: %v", err)
+	}
+	os.Remove(spec)
+	if out, err := run("uninstall"); err != nil {
+		t.Fatalf("uninstall: %v\n%s", err, out)
+	}
+	for _, p := range []string{hook, stop} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s left after uninstall", p)
+		}
+	}
+}

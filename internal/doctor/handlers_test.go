@@ -15,11 +15,23 @@ func TestContainerdHandlers(t *testing.T) {
 		config string
 		files  map[string]string
 		// descriptors: hooks.d has kc-hook's (the check starts ok, not
-		// at Error).
-		descriptors bool
-		verdict     Verdict
-		items       []string
+		// at Error); badDescriptors: it has them, and they are an error
+		// (one another user may write).
+		descriptors, badDescriptors bool
+		verdict                     Verdict
+		items                       []string
 	}{
+		{
+			name: "a carrying handler does not excuse a bad descriptor",
+			config: `version = 3
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+  base_runtime_spec = "/etc/containerd/kc.json"
+`,
+			files:       map[string]string{"/etc/containerd/kc.json": hooked, "/usr/local/libexec/oci/hooks.d/kc-hook": "#!/bin/sh\n"},
+			descriptors: true, badDescriptors: true,
+			verdict: Error,
+			items:   []string{"handler runc: kc-hook"},
+		},
 		{
 			name: "v2 runc carries, kata has no base spec",
 			config: `version = 2
@@ -114,7 +126,10 @@ func TestContainerdHandlers(t *testing.T) {
 			if tc.descriptors {
 				from = OK
 			}
-			c := WithContainerdHandlers(newCheck(NameHookInstalled, from, "descriptors"), root)
+			if tc.badDescriptors {
+				from = Error
+			}
+			c := WithContainerdHandlers(newCheck(NameHookInstalled, from, "descriptors"), root, !tc.descriptors)
 			if c.Verdict != tc.verdict {
 				t.Errorf("verdict %v (%s), want %v", c.Verdict, c.Text(), tc.verdict)
 			}

@@ -47,7 +47,7 @@ func Doctor(ctx context.Context, s Settings, fix bool, hooksDirs []string, log *
 	if !podmanAsked(ein) {
 		installed = doctor.HookWithoutPodman(installed, descs)
 	}
-	installed = doctor.WithContainerdHandlers(installed, "")
+	installed = doctor.WithContainerdHandlers(installed, "", len(descs) == 0)
 	installed = doctor.WithRootlessAllowlist(installed, descs, hostUID != 0, supervise.DefaultAllowlistFile)
 	rep.Add(installed)
 	boot, err := doctor.BootTime(fingerprint.DefaultRoot)

@@ -183,11 +183,20 @@ func TestDoctorBrokenHook(t *testing.T) {
 func TestDoctorMetrics(t *testing.T) {
 	h := newDoctorHost(t)
 	mf := filepath.Join(t.TempDir(), "kc.prom")
+	// A check an earlier run made and this one does not (an engine no
+	// longer asked) goes from the file.
+	stale := "# TYPE kc_janitor_doctor_check gauge\nkc_janitor_doctor_check{check=\"no-longer-made\"} 2\n"
+	if err := os.WriteFile(mf, []byte(stale), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	code, _ := runJanitorCapture(t, h.args("--metrics-file", mf)...)
 	if code != 1 {
 		t.Errorf("exit %d", code)
 	}
 	fams := readMetrics(t, mf)
+	if v, ok := gauge(fams, metrics.DoctorCheck, "check", "no-longer-made"); ok {
+		t.Errorf("an earlier run's check is still in the file: %v", v)
+	}
 	for name, want := range map[string]float64{
 		doctor.NameHookInstalled: 0, doctor.NamePodman: 1, doctor.NameStrays: 1, doctor.NameStateDir: 0,
 	} {

@@ -170,10 +170,16 @@ func HookAlive(in AliveInput) Check {
 	// Only failures to write the state dir checked here: a hook
 	// configured elsewhere (or a test's) is another matter.
 	traced = slices.DeleteFunc(traced, func(e ledger.TraceEntry) bool { return filepath.Clean(e.StateDir) != filepath.Clean(in.StateDir) })
-	if len(traced) > 0 && traced[len(traced)-1].Time.After(last.at) {
+	// The latest by time: the trace files are read one after another,
+	// and the last one's entries may be older than the first's.
+	var latest ledger.TraceEntry
+	if len(traced) > 0 {
+		latest = slices.MaxFunc(traced, func(a, b ledger.TraceEntry) int { return a.Time.Compare(b.Time) })
+	}
+	if len(traced) > 0 && latest.Time.After(last.at) {
 		// The hook fires but cannot keep its books: whatever it reaps goes
 		// unrecorded, and what it could not reap is invisible to reconcile.
-		e := traced[len(traced)-1]
+		e := latest
 		c := newCheck(NameHookAlive, Error, "kc-hook ran but could not write its state dir %s %s since boot; last, %s ago at %s: %s (trace: %s)",
 			e.StateDir, plural(len(traced), "time", "times"), in.Now.Sub(e.Time).Round(time.Second), e.Stage, e.Error, strings.Join(files, ", "))
 		c.Items = problems

@@ -879,6 +879,26 @@ func TestHookAliveRootless(t *testing.T) {
 			t.Errorf("after a later recorded run: %+v", c)
 		}
 	})
+	t.Run("the latest trace by time, whatever file holds it", func(t *testing.T) {
+		// /run's trace (read first) has the newest failure, /tmp's an
+		// older one; a run was recorded between them.
+		dir := t.TempDir()
+		first, second := filepath.Join(dir, "run.trace"), filepath.Join(dir, "tmp.trace")
+		newer := ledger.TraceEntry{Time: now.Add(-time.Minute), Stage: "poststop", HostUID: 1001, StateDir: dir, Error: "the newer failure"}
+		older := newer
+		older.Time, older.Error = now.Add(-2*time.Hour+time.Minute), "the older failure"
+		if _, err := ledger.WriteTrace([]string{first}, newer); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ledger.WriteTrace([]string{second}, older); err != nil {
+			t.Fatal(err)
+		}
+		in := AliveInput{StateDir: dir, LogFile: write(t, dir, "kc-hook.log", line(now.Add(-30*time.Minute), 1001)), Boot: now.Add(-3 * time.Hour),
+			LiveContainers: 1, Now: now, HostUID: 1001, TraceFiles: []string{first, second}}
+		if c := HookAlive(in); c.Verdict != Error || !strings.Contains(c.Detail, "the newer failure") {
+			t.Errorf("%+v; want the newer failure, after the last recorded run, an error", c)
+		}
+	})
 }
 
 // TestStateDirMissing: doctor says kc-hook creates a missing state dir

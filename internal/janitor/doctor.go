@@ -106,6 +106,9 @@ func Doctor(ctx context.Context, s Settings, fix bool, hooksDirs []string, log *
 		socketChecks(ctx, s, ms, &rep)
 	}
 
+	// The whole family, every run: a check this run did not make (an
+	// engine no longer asked) must not stay in the file at its old value.
+	ms.Drop(metrics.DoctorCheck)
 	for _, ch := range rep.Checks {
 		ms.Set(metrics.DoctorCheck, float64(ch.Verdict), ch.Name)
 	}

@@ -688,6 +688,12 @@ func TestEnginesSummary(t *testing.T) {
 	}
 }
 
+// with is r changed by f.
+func with(r reconcile.Report, f func(*reconcile.Report)) reconcile.Report {
+	f(&r)
+	return r
+}
+
 func TestStraysVerdict(t *testing.T) {
 	tree := func(a action.Action) reconcile.Tree {
 		return reconcile.Tree{ContainerID: strings.Repeat("e", 64), PGID: 42, AgeSeconds: 100, Action: a,
@@ -711,6 +717,15 @@ func TestStraysVerdict(t *testing.T) {
 		{"dry", StraysInput{Report: rep(action.WouldReap, action.SkipLive)}, Warn, "1 stray tree; remedy: run kc-janitor doctor --fix"},
 		{"fixed", StraysInput{Report: rep(action.Reaped, action.Gone), Fix: true}, OK, "fixed: reaped 2"},
 		{"would not die", StraysInput{Report: rep(action.Reaped, action.WouldNotDie), Fix: true}, Error, "1 would not die"},
+		{"refused by the blast-radius guard", StraysInput{Report: with(rep(action.WouldReap, action.WouldReap), func(r *reconcile.Report) { r.Refused = "too many" }), Fix: true}, Error, "nothing reaped: too many"},
+		{"reaped unrecorded", StraysInput{Report: with(rep(action.Reaped), func(r *reconcile.Report) { r.Unrecorded = errors.New("disk full") }), Fix: true}, Error, "not recorded in the ledger: disk full"},
+		{"a cgroup that would not die", StraysInput{Report: with(rep(), func(r *reconcile.Report) {
+			r.Cgroups = []reconcile.Cgroup{{ContainerID: strings.Repeat("e", 64), Cgroup: ledger.Cgroup{Path: "kc-watchman/e", Outcome: action.WouldNotDie}}}
+		}), Fix: true}, Error, "1 would not die"},
+		{"a cgroup to sweep, dry", StraysInput{Report: with(rep(), func(r *reconcile.Report) {
+			r.Cgroups = []reconcile.Cgroup{{ContainerID: strings.Repeat("e", 64), Cgroup: ledger.Cgroup{Path: "kc-watchman/e", Outcome: action.WouldReap}}}
+		})}, Warn, "1 stray tree"},
+		{"dry, and --fix would be refused", StraysInput{Report: with(rep(action.WouldReap), func(r *reconcile.Report) { r.WouldRefuse = "too many" })}, Warn, "--fix would reap none of them: too many"},
 	} {
 		got := Strays(c.in)
 		if got.Verdict != c.want || !strings.Contains(got.Text(), c.text) {

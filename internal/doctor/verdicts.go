@@ -51,26 +51,57 @@ func Strays(in StraysInput) Check {
 			items = append(items, describeTree(t))
 		}
 	}
-	others := len(rep.Trees) - len(items)
+	strayTrees := len(items)
+	// A gone container's supervisor cgroup holding processes is a stray
+	// too, swept as its trees are.
+	cgroupsLeft := 0
+	for _, cg := range rep.Cgroups {
+		switch cg.Outcome {
+		case action.WouldReap, action.Reaped, action.WouldNotDie:
+			items = append(items, fmt.Sprintf("container %s: cgroup %s: %s", short(cg.ContainerID), cg.Path, cg.Outcome))
+			if cg.Outcome == action.WouldNotDie {
+				cgroupsLeft++
+			}
+		}
+	}
+	others := len(rep.Trees) - strayTrees
 	switch {
 	case len(items) == 0 && others == 0:
 		return newCheck(NameStrays, OK, "none")
 	case len(items) == 0:
 		return newCheck(NameStrays, OK, "none; %s with a live container, young, or not ours", plural(others, "tree", "trees"))
 	}
+	reaped := rep.Count(action.Reaped) + rep.Count(action.Gone)
 	var c Check
 	switch {
+	case !in.Fix && rep.WouldRefuse != "":
+		c = newCheck(NameStrays, Warn, "%s; --fix would reap none of them: %s", plural(strayTrees, "stray tree", "stray trees"), rep.WouldRefuse)
+		c.Remedy = "check the engines' answers first: a wrong ground truth at scale looks like this; then reconcile --apply with a higher --max-reap"
 	case !in.Fix:
 		c = newCheck(NameStrays, Warn, "%s", plural(len(items), "stray tree", "stray trees"))
 		c.Remedy = "run kc-janitor doctor --fix or kc-janitor reconcile --apply to reap them"
-	case rep.Count(action.WouldNotDie) > 0:
-		c = newCheck(NameStrays, Error, "reaped %d, %d would not die", rep.Count(action.Reaped)+rep.Count(action.Gone), rep.Count(action.WouldNotDie))
+	case rep.Refused != "":
+		c = newCheck(NameStrays, Error, "nothing reaped: %s", rep.Refused)
+		c.Remedy = "check the engines' answers first: a wrong ground truth at scale looks like this; then reconcile --apply with a higher --max-reap"
+	case rep.Count(action.WouldNotDie) > 0 || cgroupsLeft > 0:
+		c = newCheck(NameStrays, Error, "reaped %d, %d would not die", reaped, rep.Count(action.WouldNotDie)+cgroupsLeft)
 		c.Remedy = "look at the processes listed (a process in D state, or one a debugger holds, ignores SIGKILL) and run doctor --fix again"
+	case rep.Unrecorded != nil:
+		c = newCheck(NameStrays, Error, "reaped %s, but not recorded in the ledger: %v", plural(reaped, "stray tree", "stray trees"), rep.Unrecorded)
+		c.Remedy = "fix the state dir (see its check): what is reaped unrecorded leaves no audit trail"
 	default:
-		c = newCheck(NameStrays, OK, "fixed: reaped %s", plural(rep.Count(action.Reaped)+rep.Count(action.Gone), "stray tree", "stray trees"))
+		c = newCheck(NameStrays, OK, "fixed: reaped %s", plural(reaped, "stray tree", "stray trees"))
 	}
 	c.Items = items
 	return c
+}
+
+// short is a container ID's first 12 characters.
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
 }
 
 // Skipped is check name not run, and why: ok, as it was not asked for.

@@ -214,7 +214,13 @@ func sweepTarget(c *cli.Context, g globals) (sweep.Target, error) {
 			// one container into another's sockets.
 			return sweep.Target{}, usageErr("--container-pid (or KC_CONTAINER_PID) and --container (or KC_CONTAINER) both name a container: give one")
 		}
-		return sweep.Target{InitPID: pid}, nil
+		// Held by its start time now, as a resolved init is: a PID that
+		// names another process during the sweep stops it.
+		st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, pid)
+		if err != nil || st.Zombie() {
+			return sweep.Target{}, cli.Exit(fmt.Sprintf("--container-pid %d: no such process: its sockets cannot be reached", pid), exitFailed)
+		}
+		return sweep.Target{InitPID: pid, StartTicks: st.StartTicks}, nil
 	}
 	name := c.String(flagContainer)
 	if name == "" {

@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -307,5 +308,18 @@ func TestEmptyContainerIsNoHost(t *testing.T) {
 				t.Fatal("the host's orphan was unlinked")
 			}
 		})
+	}
+}
+
+// TestSweepContainerPIDGone: --container-pid (KC_CONTAINER_PID) naming no
+// process is refused before anything is looked up through it (exit 1).
+func TestSweepContainerPIDGone(t *testing.T) {
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runJanitor(t, []string{"KC_CONTAINER_PID=" + strconv.Itoa(gone.Process.Pid)}, "sweep", "--socket-dir", t.TempDir())
+	if code != exitFailed || !strings.Contains(stderr, "no such process") {
+		t.Errorf("exit %d, want %d and no such process:\n%s", code, exitFailed, stderr)
 	}
 }

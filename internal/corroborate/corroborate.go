@@ -496,7 +496,7 @@ func (c *Checker) scan() error {
 		pid, at int // at: its index in snap, -1 for none
 	}
 	var kids []kid
-	if snap.PPIDs != nil {
+	if snap.PPIDs != nil && !snap.PPIDsPartial {
 		for i, pid := range snap.PIDs {
 			if _, ok := monitors[int(snap.PPIDs[i])]; ok && snap.PGIDs[i] >= 0 {
 				kids = append(kids, kid{pid, i})

@@ -1,6 +1,7 @@
 package proctable
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -228,16 +229,28 @@ func (l *Listing) addMissed(r *passReader, listed []int) (missed, grouped int) {
 			continue
 		}
 		missed++
-		pgid := -1
-		if v, _, errno := unix.RawSyscall(unix.SYS_GETPGID, uintptr(pid), 0, 0); errno == 0 {
-			pgid = int(v)
+		// Its parent and start too: a listing with parent links is
+		// walked through them alone (a tree's escaped children, a
+		// monitor's container init), and one missed there hides what
+		// runs below it.
+		st, err := r.stat(pid)
+		pgid, ppid, start := -1, -1, uint64(0)
+		if err == nil {
+			pgid, ppid, start = st.PGID, st.PPID, st.StartTicks
+		} else {
+			if !errors.Is(err, fingerprint.ErrNotFound) {
+				l.PPIDsPartial = true
+			}
+			if v, _, errno := unix.RawSyscall(unix.SYS_GETPGID, uintptr(pid), 0, 0); errno == 0 {
+				pgid = int(v)
+			}
 		}
 		if pgid > 0 {
 			grouped++
 		}
-		l.add(pid, pgid, 0, -1, -1)
+		l.add(pid, pgid, start, ppid, -1)
 		if pgid == pid {
-			l.Leaders = append(l.Leaders, r.leader(pid))
+			l.Leaders = append(l.Leaders, r.leaderFrom(pid, st, err))
 		}
 	}
 	return missed, grouped

@@ -40,6 +40,11 @@ func TestListIsComplete(t *testing.T) {
 		if j < 0 || l.Leaders[j].State != Live || l.Leaders[j].Comm != "sleep" {
 			t.Fatalf("leader %d: %+v, want it live and named sleep", pid, l.Leaders[max(j, 0)])
 		}
+		// A listing with parent links has them for what Confirm added
+		// too: walked alone, a link missing hides what runs below.
+		if l.PPIDs != nil && (int(l.PPIDs[i]) != os.Getpid() || l.Starts[i] == 0 || l.PPIDsPartial) {
+			t.Fatalf("%d listed with parent %d, start %d (partial %v); want ours, its start", pid, l.PPIDs[i], l.Starts[i], l.PPIDsPartial)
+		}
 	}
 	for _, lister := range []Lister{ListProc, ListBPF} {
 		t.Run(lister.String(), func(t *testing.T) {

@@ -172,6 +172,10 @@ type Listing struct {
 	Starts []uint64
 	PPIDs  []int32
 	UIDs   []int32
+	// PPIDsPartial: a process Confirm added could not be read, and its
+	// parent (-1) is unknown though it lives: the parent links are not
+	// to be walked alone (children files instead).
+	PPIDsPartial bool
 	// Watched are the processes Options.Watch picked, in listing order;
 	// for a /proc listing, only group leaders (see WatchedAll).
 	Watched []Proc
@@ -395,6 +399,11 @@ func (r *passReader) stat(pid int) (fingerprint.Stat, error) {
 // leader reads a process that leads its own group.
 func (r *passReader) leader(pid int) Leader {
 	st, err := r.stat(pid)
+	return r.leaderFrom(pid, st, err)
+}
+
+// leaderFrom is leader from a stat read already made.
+func (r *passReader) leaderFrom(pid int, st fingerprint.Stat, err error) Leader {
 	l := Leader{PID: pid, State: LeaderOf(pid, st, err)}
 	if l.State == Live && r.named[st.Comm] {
 		l.Comm = st.Comm

@@ -97,7 +97,7 @@ type childIndex map[int][]int
 // indexChildren indexes l's processes by parent, once for all of a
 // scan's trees: per tree, it cost a pass over the whole host.
 func indexChildren(l *proctable.Listing) childIndex {
-	if l == nil || l.PPIDs == nil {
+	if l == nil || l.PPIDs == nil || l.PPIDsPartial {
 		return nil
 	}
 	byParent := make(childIndex, len(l.PIDs)/4)

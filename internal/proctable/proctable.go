@@ -359,7 +359,14 @@ func (l *Listing) WatchedAll(r *Reader) ([]Proc, error) {
 			continue // gone, a kernel thread, or its comm was read
 		}
 		st, err := r.Stat(pid)
-		if err != nil || !l.watch([]byte(st.Comm)) {
+		switch {
+		case errors.Is(err, fingerprint.ErrNotFound), errors.Is(err, fingerprint.ErrNotProcess):
+			continue // gone since
+		case err != nil:
+			// It may be a watched process (a container's monitor): left
+			// out, its absence would read as evidence of none.
+			return nil, fmt.Errorf("reading process %d: %w", pid, err)
+		case !l.watch([]byte(st.Comm)):
 			continue
 		}
 		all = append(all, procOf(st))

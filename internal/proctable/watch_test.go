@@ -106,3 +106,25 @@ func TestWatchedAll(t *testing.T) {
 		})
 	}
 }
+
+// TestWatchedAllUnreadableIsAnError: a process whose stat cannot be read
+// (other than gone) may be a watched one, a container's monitor: left
+// out, its absence would be taken for evidence of none. WatchedAll says
+// so; a process gone since is passed over.
+func TestWatchedAllUnreadableIsAnError(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "200", "stat"), 0o755); err != nil {
+		t.Fatal(err) // a stat that cannot be read: EISDIR
+	}
+	watch := func([]byte) bool { return true }
+	r := NewReader(root)
+	defer r.Close()
+	l := &Listing{PIDs: []int{200}, PGIDs: []int32{200}, Leaders: []Leader{{PID: 200, State: Unreadable}}, watch: watch}
+	if all, err := l.WatchedAll(r); err == nil {
+		t.Errorf("WatchedAll = %+v, nil; want an error for the unreadable process", all)
+	}
+	gone := &Listing{PIDs: []int{300}, PGIDs: []int32{300}, Leaders: []Leader{{PID: 300, State: Unreadable}}, watch: watch}
+	if all, err := gone.WatchedAll(r); err != nil || len(all) != 0 {
+		t.Errorf("WatchedAll of a process gone since = %+v, %v; want none, no error", all, err)
+	}
+}

@@ -185,7 +185,9 @@ func TestDoctorMetrics(t *testing.T) {
 	mf := filepath.Join(t.TempDir(), "kc.prom")
 	// A check an earlier run made and this one does not (an engine no
 	// longer asked) goes from the file.
-	stale := "# TYPE kc_janitor_doctor_check gauge\nkc_janitor_doctor_check{check=\"no-longer-made\"} 2\n"
+	stale := "# TYPE kc_janitor_doctor_check gauge\nkc_janitor_doctor_check{check=\"no-longer-made\"} 2\n" +
+		// An apply run's gauge in the shared file: a look leaves it.
+		"# TYPE kc_janitor_strays_failed gauge\nkc_janitor_strays_failed 1\n"
 	if err := os.WriteFile(mf, []byte(stale), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -196,6 +198,9 @@ func TestDoctorMetrics(t *testing.T) {
 	fams := readMetrics(t, mf)
 	if v, ok := gauge(fams, metrics.DoctorCheck, "check", "no-longer-made"); ok {
 		t.Errorf("an earlier run's check is still in the file: %v", v)
+	}
+	if v, ok := gauge(fams, metrics.StraysFailed); !ok || v != 1 {
+		t.Errorf("a look changed an apply run's strays_failed: %v %v, want 1", v, ok)
 	}
 	for name, want := range map[string]float64{
 		doctor.NameHookInstalled: 0, doctor.NamePodman: 1, doctor.NameStrays: 1, doctor.NameStateDir: 0,

@@ -84,16 +84,26 @@ func Doctor(ctx context.Context, s Settings, fix bool, hooksDirs []string, log *
 	}
 	rep.Add(doctor.Containment(contain.Detect(s.Reconcile.Contain)))
 
+	// A look records its checks and whether the engines answered, not
+	// the run gauges of what it looked at: in a file apply runs share,
+	// those are theirs (a look resetting kc_janitor_strays_failed would
+	// clear the alert on a tree that would not die). --fix reaps, and
+	// records what it did.
+	counts := ms
+	if !fix {
+		counts = nil
+		ms.Bool(metrics.GroundTruthKnown, liveErr == nil, "doctor")
+	}
 	in := doctor.StraysInput{LivenessErr: liveErr, Fix: fix}
 	switch {
 	case liveErr != nil:
-		RecordReconcile(ms, "doctor", reconcile.Report{}, false)
+		RecordReconcile(counts, "doctor", reconcile.Report{}, false)
 		rep.Add(doctor.Strays(in))
 	case scanErr != nil:
 		rep.Add(doctor.ScanFailed(scanErr))
 	default:
 		in.Report = rj.Report
-		RecordReconcile(ms, "doctor", rj.Report, true)
+		RecordReconcile(counts, "doctor", rj.Report, true)
 		rep.Add(doctor.Strays(in))
 	}
 
@@ -103,7 +113,7 @@ func Doctor(ctx context.Context, s Settings, fix bool, hooksDirs []string, log *
 		rep.Add(doctor.Skipped(doctor.NameSockets, why))
 		rep.Add(doctor.Skipped(doctor.NameSessions, why))
 	} else {
-		socketChecks(ctx, s, ms, &rep)
+		socketChecks(ctx, s, &rep)
 	}
 
 	// The whole family, every run: a check this run did not make (an
@@ -116,8 +126,9 @@ func Doctor(ctx context.Context, s Settings, fix bool, hooksDirs []string, log *
 }
 
 // socketChecks sweeps the host's sockets, dry, and audits the sessions
-// of the live ones.
-func socketChecks(ctx context.Context, s Settings, ms *metrics.Set, rep *doctor.Report) {
+// of the live ones. It records no gauges: those are the runs' that act
+// (a dry sweep's "0 unlinked" would overwrite watch's in a shared file).
+func socketChecks(ctx context.Context, s Settings, rep *doctor.Report) {
 	scfg := s.Sockets
 	scfg.Apply = false
 	scfg.KeepDirs = true // the audit dials through them (Socket.Pin)
@@ -126,9 +137,7 @@ func socketChecks(ctx context.Context, s Settings, ms *metrics.Set, rep *doctor.
 	rep.Add(doctor.Sockets(srep, serr))
 	var sups []cull.Supervisor
 	if serr == nil {
-		RecordSweep(ms, srep)
 		sups = Audit(ctx, scfg, cull.Sources(srep.Sockets, nil), s.Threshold)
-		RecordCull(ms, sups)
 	}
 	rep.Add(doctor.Sessions(sups, s.Threshold, serr))
 }

@@ -315,3 +315,22 @@ func TestDoctorNamedEngineOnly(t *testing.T) {
 		})
 	}
 }
+
+// TestDoctorFixStateDirRefused: a --fix whose state dir cannot be locked
+// (a symlink) reaps nothing and says why, as a state-dir problem: not as
+// a failure to scan the processes.
+func TestDoctorFixStateDirRefused(t *testing.T) {
+	h := newDoctorHost(t)
+	noContainersPodman(t)
+	link := filepath.Join(t.TempDir(), "state-link")
+	if err := os.Symlink(h.state, link); err != nil {
+		t.Fatal(err)
+	}
+	args := append(h.args("--fix", "--format", "json", "--engine", "podman", "--podman-arg=--root="+t.TempDir()), "--state-dir", link)
+	_, out := runJanitorCapture(t, args...)
+	rep := decodeDoctor(t, out)
+	ch := checkOf(t, rep, doctor.NameStrays)
+	if ch.Verdict != doctor.Error || strings.Contains(ch.Detail, "cannot scan processes") || !strings.Contains(ch.Remedy, "state dir") {
+		t.Errorf("stray-trees check %+v; want an error naming the state dir, not the scan", ch)
+	}
+}

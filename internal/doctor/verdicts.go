@@ -193,5 +193,13 @@ func ScanFailed(err error) Check {
 	return c
 }
 
+// StateDirFailed is the stray-trees check of a --fix whose state dir
+// could not be locked or opened after the scan: nothing was reaped.
+func StateDirFailed(err error) Check {
+	c := newCheck(NameStrays, Error, "%v", err)
+	c.Remedy = "see the state dir check: it must be a directory of this UID (no symlink), closed to others, under directories only root (or this UID) can change; another reaping run may hold its apply lock"
+	return c
+}
+
 // procRemedy is what to do when /proc cannot be listed or read.
 const procRemedy = "check that /proc is mounted and readable here (hidepid= hides other users' processes from all but root)"

@@ -71,7 +71,7 @@ func Doctor(ctx context.Context, s Settings, fix bool, hooksDirs []string, log *
 	switch {
 	case liveErr != nil:
 		rep.Add(doctor.PidfdsUnknown("the engines could not be asked"))
-	case scanErr != nil:
+	case scanErr != nil && !errors.Is(scanErr, ErrStateDir):
 		rep.Add(doctor.PidfdsUnknown("the host could not be scanned"))
 	default:
 		rep.Add(doctor.Pidfds(pinnable(s, answers, func(by listedBy, ids []string) map[string]int {
@@ -99,6 +99,8 @@ func Doctor(ctx context.Context, s Settings, fix bool, hooksDirs []string, log *
 	case liveErr != nil:
 		RecordReconcile(counts, "doctor", reconcile.Report{}, false)
 		rep.Add(doctor.Strays(in))
+	case errors.Is(scanErr, ErrStateDir):
+		rep.Add(doctor.StateDirFailed(scanErr))
 	case scanErr != nil:
 		rep.Add(doctor.ScanFailed(scanErr))
 	default:

@@ -41,6 +41,10 @@ func Reconcile(ctx context.Context, s Settings, log *slog.Logger) (rep Report, l
 	return rep, liveErr, err
 }
 
+// ErrStateDir marks a run's failure, after the scan, to lock or open its
+// state dir: an --apply run then reaps nothing.
+var ErrStateDir = errors.New("state dir unusable")
+
 // ScanThenAsk is the one way to a decision about trees (reconcile, watch
 // and doctor --fix). The engines are asked while the host is scanned. A
 // decision on deaths takes that answer as it is: a tree born after the
@@ -127,7 +131,7 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 		// answered: a run that touches nothing creates nothing.
 		unlock, err := ledger.LockApply(ctx, s.StateDir, ApplyLockWait)
 		if err != nil {
-			return rep, live, nil, fmt.Errorf("nothing reaped: %w", err)
+			return rep, live, nil, fmt.Errorf("nothing reaped: %w: %w", ErrStateDir, err)
 		}
 		defer unlock()
 	}
@@ -137,7 +141,7 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 			withoutLedger(log, s.StateDir, err, loud)
 		}
 		if st == nil && opt.Apply {
-			return rep, live, nil, fmt.Errorf("nothing reaped: the ledger in %s cannot be opened, so no reap could be recorded", s.StateDir)
+			return rep, live, nil, fmt.Errorf("nothing reaped: %w: the ledger in %s cannot be opened, so no reap could be recorded", ErrStateDir, s.StateDir)
 		}
 		if st != nil {
 			scanned.UseStore(st)

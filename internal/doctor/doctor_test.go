@@ -736,6 +736,13 @@ func TestStraysVerdict(t *testing.T) {
 	if len(got.Items) != 1 || !strings.Contains(got.Items[0], "eeeeeeeeeeee pgid 42") || !strings.Contains(got.Items[0], "kcserver(42)") {
 		t.Errorf("items %q", got.Items)
 	}
+	// A stray tree's cgroup goes with it: one item, not two.
+	got = Strays(StraysInput{Report: with(rep(action.WouldReap), func(r *reconcile.Report) {
+		r.Cgroups = []reconcile.Cgroup{{ContainerID: strings.Repeat("e", 64), Cgroup: ledger.Cgroup{Path: "kc-watchman/e", Outcome: action.WouldReap}}}
+	})})
+	if len(got.Items) != 1 {
+		t.Errorf("a stray tree and its cgroup: items %q, want the tree alone", got.Items)
+	}
 	// A user's group of thousands, one of them named to read as two.
 	big := tree(action.WouldReap)
 	big.Members = []reconcile.Member{{PID: 42, Comm: "a b"}}

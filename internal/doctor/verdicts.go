@@ -53,15 +53,20 @@ func Strays(in StraysInput) Check {
 	}
 	strayTrees := len(items)
 	// A gone container's supervisor cgroup holding processes is a stray
-	// too, swept as its trees are.
+	// too, listed where no stray tree of its container stands for it.
+	withTrees := map[string]bool{}
+	for _, t := range rep.Trees {
+		withTrees[t.ContainerID] = true
+	}
 	cgroupsLeft := 0
 	for _, cg := range rep.Cgroups {
-		switch cg.Outcome {
-		case action.WouldReap, action.Reaped, action.WouldNotDie:
+		if cg.Outcome == action.WouldNotDie {
+			cgroupsLeft++
+		}
+		switch {
+		case cg.Outcome == action.WouldNotDie,
+			(cg.Outcome == action.WouldReap || cg.Outcome == action.Reaped) && !withTrees[cg.ContainerID]:
 			items = append(items, fmt.Sprintf("container %s: cgroup %s: %s", short(cg.ContainerID), cg.Path, cg.Outcome))
-			if cg.Outcome == action.WouldNotDie {
-				cgroupsLeft++
-			}
 		}
 	}
 	others := len(rep.Trees) - strayTrees

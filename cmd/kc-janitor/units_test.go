@@ -380,3 +380,36 @@ func TestMakeUninstallAndThePackage(t *testing.T) {
 		}
 	}
 }
+
+// TestContainerUnitMetricsFile: the container unit's runs write their
+// metrics to a file of the instance's own beside KC_METRICS_FILE, where
+// they cannot overwrite the host's sweep's gauges; without the variable,
+// none.
+func TestContainerUnitMetricsFile(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(unitDir, "kc-janitor-container@.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^ExecStart=/bin/sh -c '(.*)' sh %i$`).FindSubmatch(data)
+	if m == nil {
+		t.Fatal("no ExecStart=/bin/sh -c '…' sh %i")
+	}
+	// systemd's unescaping of what it hands the shell.
+	script := strings.NewReplacer("$$", "$", "%%", "%").Replace(string(m[1]))
+	fake := filepath.Join(t.TempDir(), "kc-janitor")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho \"$1 ${KC_METRICS_FILE:-none}\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script = strings.ReplaceAll(script, "/usr/local/bin/kc-janitor", fake)
+	for _, tc := range []struct{ env, want string }{
+		{"KC_METRICS_FILE=/m/kc-janitor.prom", "sweep /m/kc-janitor-positron.prom\ncull /m/kc-janitor-positron.prom\n"},
+		{"KC_OTHER=1", "sweep none\ncull none\n"},
+	} {
+		cmd := exec.Command("/bin/sh", "-c", script, "sh", "positron")
+		cmd.Env = []string{tc.env, "PATH=/usr/bin:/bin"}
+		out, err := cmd.Output()
+		if err != nil || string(out) != tc.want {
+			t.Errorf("%s: %q, %v; want %q", tc.env, out, err, tc.want)
+		}
+	}
+}

@@ -23,6 +23,10 @@ import (
 type SweepOptions struct {
 	// Root is the procfs mount; default /proc.
 	Root string
+	// UIDs are more UIDs than the cgroup's the tree runs as wholly (a
+	// wrapper's command started through setpriv): its processes are
+	// judged the tree's too.
+	UIDs []int
 	// FreezeWait bounds the wait for the cgroup to report frozen (default
 	// 2s); a cgroup that does not freeze in time is swept anyway.
 	FreezeWait time.Duration
@@ -283,7 +287,7 @@ func (c *Cgroup) thaw(fd int) error {
 // kill applies the member rules to every process in the cgroup and kills
 // those that pass, all at once when all do.
 func (c *Cgroup) kill(fd int, opt SweepOptions, res *SweepResult) {
-	rules := trees.Rules{UID: c.UID, ContainerID: c.containerID}
+	rules := trees.Rules{UID: c.UID, AlsoUIDs: opt.UIDs, ContainerID: c.containerID}
 	// A process not frozen could still fork: list again until a round
 	// finds nothing new to kill (bounded; a frozen cgroup needs one).
 	for round := 0; round < 8; round++ {
@@ -333,7 +337,7 @@ func (c *Cgroup) kill(fd int, opt SweepOptions, res *SweepResult) {
 		if len(withheld) == 0 && res.Frozen {
 			res.Method = "sigkill-frozen"
 		}
-		if _, err := pgkill.SignalEach(opt.Root, allowed, c.UID, unix.SIGKILL); err != nil {
+		if _, err := pgkill.SignalEach(opt.Root, allowed, append([]int{c.UID}, opt.UIDs...), unix.SIGKILL); err != nil {
 			res.Err = errors.Join(res.Err, err)
 		}
 		if res.Frozen {

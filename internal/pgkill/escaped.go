@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -19,8 +20,9 @@ import (
 // is signalled on its own through a pidfd opened before its identity (PID
 // and start time) is read again: a PID handed to another process since
 // the scan is never signalled, and neither is the caller, nor one that
-// no longer runs wholly as uid (real, effective and saved: a setuid
-// program run since the scan keeps only the real one). SIGTERM, the
+// no longer runs wholly as uid, or one of opt.MemberUIDs (real, effective
+// and saved: a setuid program run since the scan keeps only the real
+// one). SIGTERM, the
 // grace, SIGKILL, as Kill does for a group; the outcome is Reaped when
 // every one is dead, Gone when none was left to signal, WouldNotDie
 // otherwise.
@@ -31,9 +33,10 @@ func KillEscaped(ctx context.Context, procs []fingerprint.Stat, uid int, opt Opt
 		return res
 	}
 	g := Group{Members: procs}
+	uids := append([]int{uid}, opt.MemberUIDs...)
 	// A member refused (one running as another UID now) is said at the
 	// end; the others still get the grace and SIGKILL.
-	sent, termErr := signalEach(opt.Root, procs, uid, unix.SIGTERM)
+	sent, termErr := signalEach(opt.Root, procs, uids, unix.SIGTERM)
 	if !sent {
 		if termErr != nil {
 			res.Outcome, res.Err = action.WouldNotDie, termErr
@@ -48,7 +51,7 @@ func KillEscaped(ctx context.Context, procs []fingerprint.Stat, uid int, opt Opt
 		res.Outcome = action.Reaped
 		return res
 	}
-	sent, killErr := signalEach(opt.Root, alive(opt.Root, g), uid, unix.SIGKILL)
+	sent, killErr := signalEach(opt.Root, alive(opt.Root, g), uids, unix.SIGKILL)
 	if sent {
 		res.Signals = append(res.Signals, unix.SIGKILL)
 	}
@@ -64,26 +67,26 @@ func KillEscaped(ctx context.Context, procs []fingerprint.Stat, uid int, opt Opt
 }
 
 // SignalEach sends sig once to each of procs through a pidfd, under
-// KillEscaped's rules (the recorded process still, running wholly as
-// uid, never the caller), and reports whether any was signalled. A contained tree's
-// sweep uses it on a frozen cgroup, where a SIGTERM and its grace would
-// only wait.
-func SignalEach(root string, procs []fingerprint.Stat, uid int, sig syscall.Signal) (bool, error) {
+// KillEscaped's rules (the recorded process still, running wholly as one
+// of uids, never the caller), and reports whether any was signalled. A
+// contained tree's sweep uses it on a frozen cgroup, where a SIGTERM and
+// its grace would only wait.
+func SignalEach(root string, procs []fingerprint.Stat, uids []int, sig syscall.Signal) (bool, error) {
 	if root == "" {
 		root = fingerprint.DefaultRoot
 	}
-	return signalEach(root, procs, uid, sig)
+	return signalEach(root, procs, uids, sig)
 }
 
 // signalEach signals every process that is still the recorded one and
 // reports whether any was signalled; a process that is gone or whose PID
 // now names another is skipped, any other failure (EPERM) is an error
 // once the rest have been tried.
-func signalEach(root string, procs []fingerprint.Stat, uid int, sig syscall.Signal) (bool, error) {
+func signalEach(root string, procs []fingerprint.Stat, uids []int, sig syscall.Signal) (bool, error) {
 	var sent bool
 	var errs []error
 	for _, m := range procs {
-		err := signalPinned(root, m, uid, sig)
+		err := signalPinned(root, m, uids, sig)
 		switch {
 		case err == nil:
 			sent = true
@@ -96,8 +99,9 @@ func signalEach(root string, procs []fingerprint.Stat, uid int, sig syscall.Sign
 }
 
 // signalPinned signals m through a pidfd once the pidfd is proven to be
-// m's (fingerprint.Pin) and m still runs as uid; never the caller.
-func signalPinned(root string, m fingerprint.Stat, uid int, sig syscall.Signal) error {
+// m's (fingerprint.Pin) and m still runs wholly as one of uids; never the
+// caller.
+func signalPinned(root string, m fingerprint.Stat, uids []int, sig syscall.Signal) error {
 	if m.PID == os.Getpid() || m.PID <= 1 {
 		return fmt.Errorf("pid %d is never signalled: %w", m.PID, errRefusedTarget)
 	}
@@ -118,9 +122,9 @@ func signalPinned(root string, m fingerprint.Stat, uid int, sig syscall.Signal) 
 	}
 	// A setuid program keeps its caller's real UID: the effective and
 	// saved ones must be the tree's too.
-	if uid < 0 || fingerprint.SoleUID(ids) != uid {
-		return fmt.Errorf("escaped member %d now runs as uids %v (real, effective, saved), not the tree's %d: %w",
-			m.PID, ids, uid, errRefusedTarget)
+	if u := fingerprint.SoleUID(ids); u < 0 || !slices.Contains(uids, u) {
+		return fmt.Errorf("escaped member %d now runs as uids %v (real, effective, saved), not the tree's %v: %w",
+			m.PID, ids, uids, errRefusedTarget)
 	}
 	if err := pin.Signal(sig); err != nil {
 		return fmt.Errorf("escaped member %d: %w", m.PID, err)

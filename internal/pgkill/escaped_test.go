@@ -48,7 +48,7 @@ func TestSignalPinnedRefusesTheWrongTarget(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sent, err := signalEach(fingerprint.DefaultRoot, []fingerprint.Stat{tt.m}, tt.uid, syscall.SIGUSR1)
+			sent, err := signalEach(fingerprint.DefaultRoot, []fingerprint.Stat{tt.m}, []int{tt.uid}, syscall.SIGUSR1)
 			if (err != nil) != tt.wantErr || sent != (tt.want > 0) {
 				t.Errorf("signalEach = %v, %v", sent, err)
 			}
@@ -85,7 +85,7 @@ func TestKillEscapedRefusesTheCallerAndInit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := signalPinned(fingerprint.DefaultRoot, init, 0, 0); !errors.Is(err, errRefusedTarget) {
+	if err := signalPinned(fingerprint.DefaultRoot, init, []int{0}, 0); !errors.Is(err, errRefusedTarget) {
 		t.Errorf("signalPinned(init) = %v, want %v", err, errRefusedTarget)
 	}
 }

@@ -47,7 +47,7 @@ func (r *runner) sweep(keep bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	res := contain.Sweep(ctx, r.cg, contain.SweepOptions{Root: r.o.Root, KillWait: r.o.KillWait, Keep: keep})
+	res := contain.Sweep(ctx, r.cg, contain.SweepOptions{Root: r.o.Root, KillWait: r.o.KillWait, Keep: keep, UIDs: r.uids})
 	r.reapAdopted()
 	args := []any{"cgroup", r.cg.String(), "action", res.Outcome, "method", res.Method, "killed", describe(res.Killed), "frozen", res.Frozen, "removed", res.Removed}
 	for _, w := range res.Withheld {

@@ -180,9 +180,9 @@ func TestTeardownSparesOthersMembers(t *testing.T) {
 func TestTeardownStopsACommandRunAsAnotherUser(t *testing.T) {
 	initCmd, init := supervisetest.Process(t, "sleep", "1000000")
 	w := startWrapper(t, init, []string{"--kill-grace=2s"},
-		"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", "sleep 1000003 & wait")
+		"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", "setsid sleep 1000004 & sleep 1000003 & wait")
 	var members []fingerprint.Stat
-	supervisetest.Eventually(t, 10*time.Second, "the command and its child, as uid 65534", func() bool {
+	supervisetest.Eventually(t, 10*time.Second, "the command, its child and its setsid child, as uid 65534", func() bool {
 		members = nil
 		for _, c := range trees.Children(fingerprint.DefaultRoot, w.st.PID) {
 			for _, pid := range append([]int{c}, trees.Children(fingerprint.DefaultRoot, c)...) {
@@ -192,7 +192,7 @@ func TestTeardownStopsACommandRunAsAnotherUser(t *testing.T) {
 				}
 			}
 		}
-		return len(members) == 2
+		return len(members) == 3
 	})
 	t.Cleanup(func() {
 		for _, s := range members {
@@ -206,5 +206,5 @@ func TestTeardownStopsACommandRunAsAnotherUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.exitCode(t, 15*time.Second)
-	supervisetest.Eventually(t, 10*time.Second, "the command and its child dead", func() bool { return allDead(members) })
+	supervisetest.Eventually(t, 10*time.Second, "the command and its children dead, the setsid one too", func() bool { return allDead(members) })
 }

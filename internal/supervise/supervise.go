@@ -276,9 +276,12 @@ func (r *runner) givesUp(restarts int, ran time.Duration) bool {
 }
 
 type runner struct {
-	o     Options
-	log   *slog.Logger
-	self  fingerprint.Stat
+	o    Options
+	log  *slog.Logger
+	self fingerprint.Stat
+	// uids are the UIDs the tree runs as (treeUIDs), as stopGroup found
+	// them.
+	uids  []int
 	child *child
 	// snaps remembers the membership last written per group, so the
 	// ledger is written only when it changes.
@@ -409,6 +412,7 @@ func (r *runner) stopGroup() []fingerprint.Stat {
 		}
 	}
 	uids := r.treeUIDs()
+	r.uids = uids // for the cgroup's sweep, once the command is reaped
 	if len(uids) == 0 {
 		// Unjudged members are not signalled: listing none, KillOthers
 		// sends nothing.
@@ -541,7 +545,7 @@ func (r *runner) stopEscaped(groups []int, popt pgkill.Options) []fingerprint.St
 		r.log.Warn("cannot read the wrapper's own identity; escaped descendants are not looked for", "err", err)
 		return nil
 	}
-	rules := trees.Rules{InGroup: func(pgid int) bool { return slices.Contains(groups, pgid) }, UID: self.UID, ContainerID: r.o.ContainerID}
+	rules := trees.Rules{InGroup: func(pgid int) bool { return slices.Contains(groups, pgid) }, UID: self.UID, AlsoUIDs: r.uids, ContainerID: r.o.ContainerID}
 	var left []fingerprint.Stat
 	for round := 0; round < maxEscapedRounds; round++ {
 		esc, withheld := trees.Descendants(r.o.Root, nil, []fingerprint.Identity{self}, rules)

@@ -127,6 +127,9 @@ type Rules struct {
 	// (real, effective and saved: a setuid program keeps only the real
 	// one), or any when negative, is withheld.
 	UID int
+	// AlsoUIDs are more UIDs the tree runs as wholly: a kc-hook wrapper's
+	// command that an allowlist entry starts through setpriv.
+	AlsoUIDs []int
 	// ContainerID is the tree's container; a descendant carrying any
 	// other container's ID is withheld.
 	ContainerID string
@@ -236,7 +239,7 @@ func (r Rules) Member(id fingerprint.Identity) bool {
 // keeps the user's real UID but runs as another: it is not the tree's
 // to signal (DESIGN "Killing safely").
 func (r Rules) allows(id fingerprint.Identity) bool {
-	if r.UID < 0 || !id.RunsAs(r.UID) {
+	if r.UID < 0 || !id.RunsAs(r.UID) && !slices.ContainsFunc(r.AlsoUIDs, id.RunsAs) {
 		return false
 	}
 	for _, cid := range containerid.FromArgv(id.Argv) {

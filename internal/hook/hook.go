@@ -152,8 +152,8 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 	uids := translator(cfg)
 	self := hostEUID(uids)
 	var mine []reap.Tree
-	// spared: a tree of the container left out here, which its cgroup
-	// may hold: no sweep of it (reap.Container.KeepCgroup).
+	// spared: a tree of the container left out here that its cgroup may
+	// hold (the hook's own): no sweep of it (reap.Container.KeepCgroup).
 	spared := false
 	for _, t := range found {
 		if !slices.Contains(t.ContainerIDs, st.ID) {
@@ -171,7 +171,10 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 		// A tree of mixed UIDs (t.UID -1) is not another user's to leave
 		// unsaid: reap refuses it, and the hook reports it (exit 1).
 		if self != 0 && t.UID >= 0 && host != self {
-			spared = true
+			// Not in this user's cgroup (another user cannot move a
+			// process there, and the sweep withholds other UIDs'
+			// anyway): no reason to keep the cgroup, which anyone's
+			// process carrying the ID would otherwise buy.
 			// Another user's tree carrying the same ID (root's podman,
 			// another user's) is theirs to reap: signalling it would fail
 			// with EPERM, and this user's ledger is no place for it.

@@ -22,6 +22,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"slices"
 
@@ -362,6 +363,11 @@ func (l *Listing) WatchedAll(r *Reader) ([]Proc, error) {
 		switch {
 		case errors.Is(err, fingerprint.ErrNotFound), errors.Is(err, fingerprint.ErrNotProcess):
 			continue // gone since
+		case errors.Is(err, fs.ErrPermission):
+			// hidepid=1 shows a non-root caller other users' PIDs and
+			// refuses their files: hidden from it, as hidepid=2 hides
+			// them wholly (a user's janitor judges his own trees).
+			continue
 		case err != nil:
 			// It may be a watched process (a container's monitor): left
 			// out, its absence would read as evidence of none.

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -126,5 +127,48 @@ func TestWatchedAllUnreadableIsAnError(t *testing.T) {
 	gone := &Listing{PIDs: []int{300}, PGIDs: []int32{300}, Leaders: []Leader{{PID: 300, State: Unreadable}}, watch: watch}
 	if all, err := gone.WatchedAll(r); err != nil || len(all) != 0 {
 		t.Errorf("WatchedAll of a process gone since = %+v, %v; want none, no error", all, err)
+	}
+}
+
+// TestWatchedAllHiddenIsNoError: hidepid=1 lists other users' processes
+// to a non-root caller and refuses their files: hidden, as hidepid=2
+// hides them, not an error that would leave the caller's janitor unable
+// to judge even its own trees.
+func TestWatchedAllHiddenIsNoError(t *testing.T) {
+	if os.Geteuid() == 0 {
+		// Root reads every stat: the refusal is a non-root caller's. The
+		// test runs again as nobody, from a copy nobody can run.
+		dir := t.TempDir()
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		bin := filepath.Join(dir, "proctable.test")
+		data, err := os.ReadFile(os.Args[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(bin, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin, "-test.run=^TestWatchedAllHiddenIsNoError$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "TMPDIR=/tmp")
+		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "PASS") {
+			t.Errorf("as nobody: %v\n%s", err, out)
+		}
+		return
+	}
+	root := t.TempDir()
+	stat := filepath.Join(root, "200", "stat")
+	if err := os.MkdirAll(filepath.Dir(stat), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(stat, []byte("x"), 0); err != nil {
+		t.Fatal(err)
+	}
+	r := NewReader(root)
+	defer r.Close()
+	l := &Listing{PIDs: []int{200}, PGIDs: []int32{200}, Leaders: []Leader{{PID: 200, State: Unreadable}}, watch: func([]byte) bool { return true }}
+	if all, err := l.WatchedAll(r); err != nil || len(all) != 0 {
+		t.Errorf("WatchedAll = %+v, %v; want none, no error", all, err)
 	}
 }

@@ -612,7 +612,13 @@ func MatchRef(engine string, cs []Container, ref string) []Match {
 	if m := pick(func(c Container) bool { return c.ID == ref }); len(m) > 0 {
 		return m
 	}
-	if m := pick(func(c Container) bool { return slices.Contains(c.Names, ref) || (c.Pod != "" && c.Pod == ref) }); len(m) > 0 {
+	named := func(c Container) bool { return slices.Contains(c.Names, ref) || (c.Pod != "" && c.Pod == ref) }
+	if m := pick(named); len(m) > 0 {
+		// A pod's container restarted keeps its exited attempts (the
+		// kubelet's), all of the same name: the live one is meant.
+		if live := pick(func(c Container) bool { return named(c) && c.Live }); len(m) > 1 && len(live) > 0 {
+			return live
+		}
 		return m
 	}
 	return pick(func(c Container) bool { return strings.HasPrefix(c.ID, ref) })

@@ -467,9 +467,12 @@ func liveOf(s Set) []string {
 // Names), never a prefix of anything.
 func TestMatchRefPods(t *testing.T) {
 	a, b := strings.Repeat("a", 64), strings.Repeat("b", 64)
+	c := strings.Repeat("c", 64)
 	cs := []Container{
-		{ID: a, Pod: "default/web-7d9f/app"},
+		{ID: a, Pod: "default/web-7d9f/app", Live: true},
 		{ID: b, Names: []string{"sidecar"}, Pod: "default/web-7d9f/sidecar"},
+		// The kubelet keeps a restarted container's exited attempt.
+		{ID: c, Pod: "default/web-7d9f/app"},
 	}
 	for _, tc := range []struct {
 		ref  string

@@ -36,9 +36,9 @@ type Target struct {
 	// looked up in its PID namespace and listeners in its network
 	// namespace. 0 means the host.
 	InitPID int
-	// StartTicks is the init's start time as it was resolved: the sweep
-	// pins the init by it and refuses a PID that is another process's
-	// by then. 0 checks nothing (a PID an operator gave).
+	// StartTicks is the init's start time as it was resolved (or read
+	// with --container-pid): the sweep pins the init by it and refuses a
+	// PID that is another process's by then. 0 checks nothing.
 	StartTicks uint64
 }
 

@@ -196,7 +196,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case cl.supervise():
 		return runSupervise(&cl.settings, cl.args[1:], stdout, stderr)
 	}
-	return runStage(&cl.settings, cl.args, stdin, stderr)
+	return runStage(&cl.settings, cl.args, args[1:], stdin, stderr)
 }
 
 // stageRun is what a stage runs with, once its settings are checked.
@@ -231,7 +231,11 @@ func checkStage(s *settings, args []string) (stageRun, error) {
 	return r, nil
 }
 
-func runStage(s *settings, args []string, stdin io.Reader, stderr io.Writer) int {
+// runStage runs the stage args name; all is the whole command line after
+// the program name, for settingsError: a string option left without its
+// value takes the stage name for it (args is then empty), and the stage
+// is found in all.
+func runStage(s *settings, args, all []string, stdin io.Reader, stderr io.Writer) int {
 	r, err := checkStage(s, args)
 	stage := r.stage
 	switch {
@@ -239,7 +243,7 @@ func runStage(s *settings, args []string, stdin io.Reader, stderr io.Writer) int
 		// Unknown in every stage, so a usage error in every stage.
 		return usageError(stderr, hookName, err)
 	case err != nil:
-		return settingsError(stderr, args, s.stateDir, err)
+		return settingsError(stderr, all, s.stateDir, err)
 	}
 	oneshot.Tune()
 	if f, ok := stdin.(*os.File); ok && isTerminal(f) {

@@ -145,6 +145,8 @@ func TestPreStartBadSettingsNeverFail(t *testing.T) {
 		{"comm over 15 bytes", map[string]string{"KC_SUPERVISOR_COMM": "a-very-long-supervisor"}, nil},
 		{"unknown flag", nil, []string{"--nope"}},
 		{"flag after the stage", nil, []string{"STAGE", "--kill-grace=1s"}},
+		// A templated value left empty: the option takes the stage name.
+		{"option missing its value", nil, []string{"--supervisors-file", "STAGE"}},
 	}
 	for _, stage := range []string{"createRuntime", "prestart", "createContainer", "startContainer", "poststart", "poststop"} {
 		for _, tt := range settings {

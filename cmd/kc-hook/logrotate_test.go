@@ -221,3 +221,63 @@ func TestHookLogNotInAnUntrustedStateDir(t *testing.T) {
 		t.Errorf("a log was created in it: %v", err)
 	}
 }
+
+// TestHookLogMakesNothingThroughAnUntrustedParent: the default log's state
+// dir is made as the ledger makes one: not through a directory or symlink
+// another user could change.
+func TestHookLogMakesNothingThroughAnUntrustedParent(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it gives a directory away")
+	}
+	base := t.TempDir()
+	open, target := filepath.Join(base, "open"), filepath.Join(base, "target")
+	for _, d := range []string{open, target} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(open, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(open, "lnk")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(link, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	_, closeLog, err := openLog(filepath.Join(link, "state"), "", slog.LevelInfo, io.Discard)
+	closeLog()
+	if err == nil {
+		t.Error("the default log was opened through another user's symlink")
+	}
+	if left, _ := os.ReadDir(target); len(left) != 0 {
+		t.Errorf("the link's target holds %v; want nothing made there", left)
+	}
+}
+
+// TestHookLogStartsOverWhenItCannotRotate: a log at its cap that cannot
+// be renamed to .1 (a directory there, which anyone may make where
+// --log-file names a shared dir) starts over instead of growing.
+func TestHookLogStartsOverWhenItCannotRotate(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kc-hook.log")
+	if err := os.Mkdir(path+".1", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const max = 4096
+	line := strings.Repeat("x", 99) + "\n"
+	for range 200 {
+		f, err := openRotated(path, max)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteString(line)
+		f.Close()
+	}
+	if st, err := os.Stat(path); err != nil || st.Size() > 2*max {
+		t.Errorf("log %v, %v; want it under %d bytes", st.Size(), err, 2*max)
+	}
+}

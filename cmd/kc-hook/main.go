@@ -516,7 +516,9 @@ func openLog(stateDir, path string, level slog.Level, stderr io.Writer) (*slog.L
 	var err error
 	if path == "" {
 		path = filepath.Join(stateDir, "kc-hook.log")
-		if err = os.MkdirAll(stateDir, 0o700); err == nil {
+		// Made as the ledger makes it: nothing through a directory or
+		// symlink another user could change.
+		if err = ledger.MakeStateDir(stateDir); err == nil {
 			// Root appends and renames there: not in a state dir the
 			// ledger refuses (others could write or swap it).
 			err = ledger.CheckDir(stateDir)
@@ -588,7 +590,11 @@ func openRotated(path string, max int64) (*os.File, error) {
 	// would be renamed, not the log.
 	if cur, err := os.Lstat(path); err == nil && os.SameFile(cur, st) {
 		if err := os.Rename(path, path+".1"); err != nil {
-			return f, nil // an unrotated log is better than none
+			// No rotation (a directory someone made at path.1): start
+			// over rather than grow without bound. The file is proven
+			// ours, one name, and the lock is held.
+			f.Truncate(0) //nolint:errcheck // a log that could not be cut is still a log
+			return f, nil
 		}
 	}
 	f.Close() // drops the lock

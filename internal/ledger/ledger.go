@@ -192,6 +192,16 @@ func Open(stateDir string) (*Store, error) {
 	return &Store{dir: dir, bootID: boot}, nil
 }
 
+// MakeStateDir makes stateDir as Open does when it is missing (see
+// makeStateDir), and does nothing when it exists: for what else a
+// process writes there (kc-hook's log) before the ledger is opened.
+func MakeStateDir(stateDir string) error {
+	if _, err := os.Lstat(stateDir); !errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return makeStateDir(stateDir)
+}
+
 // makeStateDir makes a missing state dir, 0700, and the directories
 // above it that are missing, once those that exist are trusted
 // (checkParents' rule): nothing is made or chmodded through a directory

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -539,5 +540,36 @@ func TestTraceFilesIgnoreTMPDIR(t *testing.T) {
 		if want := "/tmp/kc-hook-" + strconv.Itoa(uid) + ".trace"; files[len(files)-1] != want {
 			t.Errorf("TraceFiles(%d) = %q, want the last %s", uid, files, want)
 		}
+	}
+}
+
+// TestTraceCutUnderItsLock: a trace over its limit is cut only by the
+// writer holding its lock, the size read again there: one that cannot
+// take it appends, so no hook's line is cut by another's second cut.
+func TestTraceCutUnderItsLock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kc-hook.trace")
+	if err := os.WriteFile(path, bytes.Repeat([]byte("x"), traceLimit+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	held, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(int(held.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	e := TraceEntry{Time: time.Now(), Stage: "poststop", StateDir: "/x", Error: "e"}
+	if _, err := WriteTrace([]string{path}, e); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := os.Stat(path); st.Size() <= traceLimit {
+		t.Errorf("cut while another held the lock: %d bytes", st.Size())
+	}
+	held.Close()
+	if _, err := WriteTrace([]string{path}, e); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := os.Stat(path); st.Size() > traceLimit {
+		t.Errorf("not cut once free: %d bytes", st.Size())
 	}
 }

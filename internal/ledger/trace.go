@@ -90,8 +90,17 @@ func appendTrace(path string, line []byte) error {
 		return fmt.Errorf("%s has %d names: a file of ours linked there, not written", path, st.Nlink)
 	}
 	if st.Size > traceLimit {
-		if err := f.Truncate(0); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
+		// Cut under the file's lock, the size read again there: two
+		// hooks that both saw it over the limit would otherwise cut it
+		// twice, the second time the first one's line. Whoever does not
+		// get the lock at once just appends.
+		if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil {
+			if unix.Fstat(fd, &st) == nil && st.Size > traceLimit {
+				if err := f.Truncate(0); err != nil {
+					return fmt.Errorf("%s: %w", path, err)
+				}
+			}
+			defer unix.Flock(fd, unix.LOCK_UN) //nolint:errcheck // closing drops it too
 		}
 	}
 	if _, err := f.Write(line); err != nil {

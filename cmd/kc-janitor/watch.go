@@ -171,7 +171,8 @@ func runWatch(c *cli.Context) error {
 
 	if addr := c.String("metrics-listen"); addr != "" {
 		w.Live = janitor.NewLive()
-		srv, err := janitor.Listen(addr, w.Live, janitor.StaleAfter(w.Interval, w.Sockets.Deadline), log)
+		stale := janitor.StaleAfter(w.Interval, w.Sockets.Deadline, w.Engine.AskTimeout(), w.Reconcile.KillGrace, len(w.Reconcile.Containers))
+		srv, err := janitor.Listen(addr, w.Live, stale, log)
 		if err != nil {
 			return usageErr("--metrics-listen %s: %v", addr, err)
 		}

@@ -30,8 +30,11 @@ type Live struct {
 	truth           *prometheus.GaugeVec
 	deathToReap     prometheus.Histogram
 
-	// started and finished (unix ns) are what /healthz judges by: a
-	// round that hangs stops finished from moving.
+	// started and finished are what /healthz judges by: a round that
+	// hangs stops finished from moving. finished is the time since
+	// started (ns) at which the last round ended, on the monotonic
+	// clock: a wall clock stepped back (NTP) or forward (a VM resumed)
+	// must not hide a stall nor make one up.
 	started  time.Time
 	finished atomic.Int64
 }
@@ -88,7 +91,7 @@ func (l *Live) round(start, end time.Time, code int) {
 	l.lastRound.Set(float64(end.UnixNano()) / 1e9)
 	l.lastDuration.Set(end.Sub(start).Seconds())
 	l.lastSuccess.Set(ok)
-	l.finished.Store(end.UnixNano())
+	l.finished.Store(int64(max(end.Sub(l.started), 1)))
 }
 
 // reconciled records what one reconcile (a round's, a death's, a
@@ -150,9 +153,5 @@ func (l *Live) follows(eng string) {
 // Healthy reports whether a round finished within limit: since the last
 // round finished, or since the watch started for the first one.
 func (l *Live) Healthy(now time.Time, limit time.Duration) bool {
-	last := l.started
-	if ns := l.finished.Load(); ns != 0 {
-		last = time.Unix(0, ns)
-	}
-	return now.Sub(last) <= limit
+	return now.Sub(l.started)-time.Duration(l.finished.Load()) <= limit
 }

@@ -259,3 +259,18 @@ func TestListenBindError(t *testing.T) {
 		t.Fatal("a second bind of the same address succeeded")
 	}
 }
+
+// TestHealthyByTheMonotonicClock: /healthz judges the time since the last
+// round ended (or since the start) on the monotonic clock.
+func TestHealthyByTheMonotonicClock(t *testing.T) {
+	l := NewLive()
+	limit := time.Minute
+	if !l.Healthy(l.started.Add(limit-time.Second), limit) || l.Healthy(l.started.Add(limit+time.Second), limit) {
+		t.Error("before any round: not judged from the start")
+	}
+	end := l.started.Add(10 * time.Minute)
+	l.round(end.Add(-time.Second), end, 0)
+	if !l.Healthy(end.Add(limit-time.Second), limit) || l.Healthy(end.Add(limit+time.Second), limit) {
+		t.Error("after a round: not judged from its end")
+	}
+}

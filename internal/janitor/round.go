@@ -141,7 +141,9 @@ func (w *Watch) round(ctx context.Context, log *slog.Logger) int {
 
 	var liveControls []cull.Source
 	var swept []*sweep.Report
-	looked := true
+	// Set by the sweep once it looked: one that crashed (step recovers
+	// it) looked at nothing.
+	looked := false
 	if w.ReconcileOn {
 		note(step(log, ms, "reconcile", func() int { return w.reconcile(ctx, log, ms) }))
 	}
@@ -158,6 +160,10 @@ func (w *Watch) round(ctx context.Context, log *slog.Logger) int {
 	case w.CullOn:
 		now := time.Now()
 		ms.Run("cull", now, now, false)
+	}
+	if !looked {
+		// Also where the sweep crashed before it could say so.
+		DropSweepAndCull(ms)
 	}
 	for _, rep := range swept {
 		rep.Close()

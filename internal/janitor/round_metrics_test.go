@@ -57,6 +57,7 @@ func TestRoundThatCannotLookDropsItsCounts(t *testing.T) {
 	}{
 		{"not found", []sweep.Target{{}}, errors.New("the container could not be resolved")},
 		{"gone before its sweep", []sweep.Target{{InitPID: stopped.Process.Pid}}, nil},
+		{"the sweep crashed", nil, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lookErr = nil
@@ -65,7 +66,12 @@ func TestRoundThatCannotLookDropsItsCounts(t *testing.T) {
 			if got := read(); !strings.Contains(got, metrics.SocketsStale+" 1") {
 				t.Fatalf("a round that looked lacks the stale socket:\n%s", got)
 			}
-			w.SocketTargets = func(context.Context) ([]sweep.Target, error) { return tc.targets, tc.err }
+			w.SocketTargets = func(context.Context) ([]sweep.Target, error) {
+				if tc.targets == nil && tc.err == nil {
+					panic("a bug in the sweep")
+				}
+				return tc.targets, tc.err
+			}
 			w.Once(t.Context(), slog.New(slog.DiscardHandler))
 			got := read()
 			for _, gone := range []string{metrics.SocketsStale, metrics.Supervisors + " ", metrics.SessionsAbandoned + " "} {

@@ -89,7 +89,13 @@ func (s *MetricsServer) Close() error {
 }
 
 // StaleAfter is how long /healthz waits for a round: twice the interval
-// plus the sweep's deadline, so one slow round is not a restart.
-func StaleAfter(interval, sweepDeadline time.Duration) time.Duration {
-	return 2*interval + sweepDeadline
+// plus everything one round may wait for within its bounds, so a slow
+// round is not a restart: a sweep deadline per socket target and one for
+// the audit, a lookup of each target, the engines asked twice, the apply
+// lock and a kill's grace and wait.
+func StaleAfter(interval, sweepDeadline, engineTimeout, killGrace time.Duration, targets int) time.Duration {
+	targets = max(targets, 1)
+	const resolve, killWait = 30 * time.Second, 3 * time.Second
+	return 2*interval + time.Duration(targets+1)*sweepDeadline + time.Duration(targets)*resolve +
+		2*engineTimeout + ApplyLockWait + killGrace + killWait
 }

@@ -44,6 +44,10 @@ type Walk struct {
 	// Prefix is put before the walked path in errors (the container's
 	// root as the host sees it).
 	Prefix string
+	// Through, when set, is asked before a name is looked up in a
+	// directory (its path as shown, its stat): an error stops the walk
+	// there (a directory the process a path came from could not search).
+	Through func(shown string, st Stat) error
 }
 
 var (
@@ -104,6 +108,15 @@ func (w Walk) Open(base int, inner string) (int, error) {
 		at := top.path + "/" + c
 		shown := w.Prefix + at
 		last := !slices.ContainsFunc(todo, func(s string) bool { return s != "" && s != "." })
+		if w.Through != nil {
+			dst, err := Fstat(top.fd)
+			if err != nil {
+				return -1, &fs.PathError{Op: "fstat", Path: w.Prefix + top.path + "/", Err: errnoOf(err)}
+			}
+			if err := w.Through(w.Prefix+top.path+"/", dst); err != nil {
+				return -1, err
+			}
+		}
 		st, err := Lstat(top.fd, c)
 		// The mount before the stat's error: a FUSE mount of a user who
 		// allows no one else refuses root's stat (EACCES), and is his.

@@ -283,3 +283,55 @@ func TestDiscoveredDirsRules(t *testing.T) {
 		}
 	}
 }
+
+// TestDiscoveredDirsTheNamerCouldUse: a user's process that names, with
+// no symlink, a root-only directory, or a world-writable one it cannot
+// reach (another container's /tmp below /var/lib), does not have root
+// sweep it; its own directory is swept.
+func TestDiscoveredDirsTheNamerCouldUse(t *testing.T) {
+	const comm = "kcsrv-disc-rch"
+	rootOnly := shortTemp(t) // 0700, root's
+	inRootOnly := orphanSocket(t, rootOnly, fmt.Sprintf("kc-%d.sock", deadPID(t)))
+	hidden := filepath.Join(shortTemp(t), "tmp") // a 1777 dir below a 0700 one
+	if err := os.Mkdir(hidden, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(hidden, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	inHidden := orphanSocket(t, hidden, fmt.Sprintf("kc-%d.sock", deadPID(t)))
+	own := shortTemp(t)
+	if err := os.Chown(own, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	ownOrphan := orphanSocket(t, own, fmt.Sprintf("kc-%d.sock", deadPID(t)))
+	if err := os.Lchown(ownOrphan, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	startFakeAs(t, nobody, comm, []string{"--unix-socket=" + own + "/c.sock", "--socket-dir=" + rootOnly},
+		[]string{"XDG_RUNTIME_DIR=" + own, "TMPDIR=" + hidden})
+
+	cfg := fastConfig()
+	cfg.SupervisorComms = []string{comm}
+	cfg.defaultDirs = []string{shortTemp(t)}
+	cfg.Apply = true
+	got := sweep(t, cfg)
+	for _, p := range []string{inRootOnly, inHidden} {
+		if !testutil.PathExists(p) {
+			t.Errorf("%s was unlinked through a directory its namer could not use", p)
+		}
+	}
+	if s := got[ownOrphan]; s == nil || s.Action != ActionUnlinked {
+		t.Errorf("the process's own directory was not swept: %+v", s)
+	}
+	rep, err := Sweep(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for dir, why := range map[string]string{rootOnly: "may write it", hidden: "not searchable"} {
+		i := slices.IndexFunc(rep.Dirs, func(d Dir) bool { return d.Path == dir })
+		if i < 0 || !strings.Contains(rep.Dirs[i].Refused, why) {
+			t.Errorf("dir %s: %+v, want refused with %q", dir, rep.Dirs, why)
+		}
+	}
+}

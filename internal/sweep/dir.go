@@ -267,7 +267,18 @@ func openDiscovered(t Target, g pathwalk.Guard, inner string, owners []int) (*di
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: base, Err: err}
 	}
-	w := pathwalk.Walk{Guard: g}
+	// Only where a process that named it could have bound a socket:
+	// through directories one of them may search, to one it owns or
+	// anyone may write (/tmp). A user's kcserver naming another
+	// container's /tmp under /var/lib, or any root-only directory, would
+	// have root sweep it, judged in namespaces that are not its own.
+	rootNamed := slices.Contains(owners, 0)
+	w := pathwalk.Walk{Guard: g, Through: func(shown string, st pathwalk.Stat) error {
+		if rootNamed || slices.ContainsFunc(owners, func(uid int) bool { return searchable(st, uid) }) {
+			return nil
+		}
+		return fmt.Errorf("%s: not searchable by uid %s, which named a directory below it", shown, joinInts(owners))
+	}}
 	if t.Container() {
 		w.InRoot, w.Prefix = true, base
 	}
@@ -287,7 +298,20 @@ func openDiscovered(t Target, g pathwalk.Guard, inner string, owners []int) (*di
 	if uid := int(st.Uid); uid != 0 && !slices.Contains(owners, uid) {
 		return nil, fmt.Errorf("%s: owned by uid %d, neither root nor the uid of a process that named it (%s)", shown, uid, joinInts(owners))
 	}
+	if st.Uid == 0 && !rootNamed && st.Mode&0o002 == 0 {
+		return nil, fmt.Errorf("%s: root's, and none of the uids that named it (%s) may write it", shown, joinInts(owners))
+	}
 	return enter(fd, inner, shown, st)
+}
+
+// searchable says whether uid may look names up in the directory st
+// (its owner's x bit, else the others'; a group's is not counted: no
+// process's groups are known here, and a refusal is the safe side).
+func searchable(st pathwalk.Stat, uid int) bool {
+	if int(st.Uid) == uid {
+		return st.Mode&0o100 != 0
+	}
+	return st.Mode&0o001 != 0
 }
 
 func joinInts(v []int) string {

@@ -46,8 +46,8 @@ var (
 )
 
 // discoverDirs finds the socket directories of the live supervisors in
-// view's PID namespace (their argv and environment), or, in a container
-// with none, the directories its init's environment names. The paths are
+// view's PID namespace (their argv and environment) and, in a container,
+// the directories its init's environment names. The paths are
 // inside the target (the processes' own mount namespace is taken to be
 // the init's). Relative paths and paths with glob characters are skipped:
 // a directory learned from a process must name exactly one directory.
@@ -62,7 +62,6 @@ func discoverDirs(view *pidView, target Target, comms []string, found *dirSet) {
 		pids = listPIDs(view.procRoot)
 	}
 	sort.Ints(pids)
-	live := 0
 	for _, pid := range pids {
 		// The name first: argv is read only of the few that may be
 		// supervisors, not of every process on the host.
@@ -73,7 +72,6 @@ func discoverDirs(view *pidView, target Target, comms []string, found *dirSet) {
 		if err != nil || id.TGID != pid || id.Zombie() || !slices.Contains(comms, id.Comm) {
 			continue
 		}
-		live++
 		who := fmt.Sprintf("%s %d", id.Comm, pid)
 		for flag, val := range flagValues(id.Argv, socketFlags) {
 			if flag == "--unix-socket" {
@@ -85,7 +83,9 @@ func discoverDirs(view *pidView, target Target, comms []string, found *dirSet) {
 			found.add(v, who+" "+k, id.UID)
 		}
 	}
-	if live == 0 && target.Container() {
+	// The init's own directories too, whatever else runs: any process
+	// named kcserver in the container would otherwise switch them off.
+	if target.Container() {
 		if id, err := fingerprint.Read(view.procRoot, target.InitPID); err == nil {
 			for k, v := range envValues(view.procRoot, target.InitPID, socketEnv) {
 				found.add(v, fmt.Sprintf("container init %d %s", target.InitPID, k), id.UID)
@@ -115,11 +115,14 @@ type dirSet struct {
 	found   map[string]*Dir
 	counted int // the directories found that are not free
 	perUser map[int]int
-	dropped map[string]int // the directories left out, with the user who named each first
+	// perUserFree counts, per user, the free ones it named first.
+	perUserFree map[int]int
+	dropped     map[string]int // the directories left out, with the user who named each first
+	droppedMore int            // and how many more, past maxDropped
 }
 
 func newDirSet(owner func(uid int) int, free []string) *dirSet {
-	return &dirSet{owner: owner, free: free, found: map[string]*Dir{}, perUser: map[int]int{}, dropped: map[string]int{}}
+	return &dirSet{owner: owner, free: free, found: map[string]*Dir{}, perUser: map[int]int{}, perUserFree: map[int]int{}, dropped: map[string]int{}}
 }
 
 func (s *dirSet) add(p, source string, uid int) {
@@ -129,12 +132,19 @@ func (s *dirSet) add(p, source string, uid int) {
 	}
 	d := s.found[p]
 	if d == nil {
-		if !s.isFree(p) {
-			user := s.owner(uid)
+		user := s.owner(uid)
+		if s.isFree(p) {
+			// Swept anyway, so not counted in all; still bounded per
+			// user: /run/user/<any name> matches /run/user/*, and each
+			// directory found is reported and walked.
+			if s.perUserFree[user] >= maxDirsPerOwner {
+				s.drop(p, user)
+				return
+			}
+			s.perUserFree[user]++
+		} else {
 			if s.perUser[user] >= maxDirsPerOwner || s.counted >= maxDiscoveredDirs {
-				if _, ok := s.dropped[p]; !ok {
-					s.dropped[p] = user
-				}
+				s.drop(p, user)
 				return
 			}
 			s.perUser[user]++
@@ -148,6 +158,22 @@ func (s *dirSet) add(p, source string, uid int) {
 		d.owners = append(d.owners, uid)
 	}
 }
+
+// drop notes p left out, named first by user; past maxDropped only
+// counted.
+func (s *dirSet) drop(p string, user int) {
+	if _, ok := s.dropped[p]; ok {
+		return
+	}
+	if len(s.dropped) >= maxDropped {
+		s.droppedMore++
+		return
+	}
+	s.dropped[p] = user
+}
+
+// maxDropped bounds the directories left out that are remembered by name.
+const maxDropped = 1024
 
 func (s *dirSet) isFree(p string) bool {
 	for _, pat := range s.free {
@@ -169,7 +195,7 @@ func (s *dirSet) droppedNote() (dirs, users int, some []int) {
 		some = append(some, u)
 	}
 	slices.Sort(some)
-	return len(s.dropped), len(some), some[:min(len(some), 5)]
+	return len(s.dropped) + s.droppedMore, len(some), some[:min(len(some), 5)]
 }
 
 // dirs are the directories gathered, by path.

@@ -1,11 +1,15 @@
 package sweep
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
@@ -145,5 +149,63 @@ func TestDirSetBounds(t *testing.T) {
 	}
 	if !slices.Equal(dirs[i].owners, []int{100000, 1001, 1000}) || len(dirs[i].Sources) != 3 {
 		t.Errorf("a directory named again: %+v, want its three owners and sources", dirs[i])
+	}
+}
+
+// TestDirSetBoundsFreeOnes: directories under the defaults' patterns are
+// not counted in all, but one user adds at most maxDirsPerOwner of them
+// (/run/user/<any name> matches /run/user/*), and the ones left out are
+// remembered by name up to maxDropped.
+func TestDirSetBoundsFreeOnes(t *testing.T) {
+	s := newDirSet(func(uid int) int { return uid }, []string{"/tmp", "/run/user/*"})
+	for i := range 10000 {
+		s.add(fmt.Sprintf("/run/user/x%d", i), "kcserver 9 XDG_RUNTIME_DIR", 1000)
+	}
+	if n := len(s.dirs()); n != maxDirsPerOwner {
+		t.Errorf("%d directories kept, want %d", n, maxDirsPerOwner)
+	}
+	if n, _, _ := s.droppedNote(); n != 10000-maxDirsPerOwner || len(s.dropped) > maxDropped {
+		t.Errorf("%d left out (%d by name), want %d (at most %d by name)", n, len(s.dropped), 10000-maxDirsPerOwner, maxDropped)
+	}
+}
+
+// TestDiscoverInitDirsAlways: a container's init's TMPDIR and
+// XDG_RUNTIME_DIR are looked in whatever else runs there: a process named
+// like a supervisor in the container (anyone's) does not switch them off.
+func TestDiscoverInitDirsAlways(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root for a new PID namespace")
+	}
+	if _, err := exec.LookPath("nsenter"); err != nil {
+		t.Skip("no nsenter")
+	}
+	init := exec.Command("sleep", "1000000")
+	init.Env = []string{"TMPDIR=/scratch-of-the-init"}
+	init.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+	if err := init.Start(); err != nil {
+		t.Skipf("cannot create a PID namespace: %v", err)
+	}
+	t.Cleanup(func() { init.Process.Kill(); init.Wait() })
+	other := exec.Command("nsenter", "--target", strconv.Itoa(init.Process.Pid), "--pid", "--", "sh", "-c", "echo ready; sleep 1000000")
+	other.Env = []string{"PATH=/usr/bin:/bin"}
+	out, err := other.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Process.Kill(); other.Wait() })
+	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	view, err := containerView("/proc", init.Process.Pid, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := newDirSet(func(uid int) int { return uid }, nil)
+	discoverDirs(view, Target{InitPID: init.Process.Pid}, []string{"sh"}, set)
+	if !slices.ContainsFunc(set.dirs(), func(d Dir) bool { return d.Path == "/scratch-of-the-init" }) {
+		t.Errorf("the init's TMPDIR not looked in beside a process named sh: %+v", set.dirs())
 	}
 }

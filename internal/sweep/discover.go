@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/pathwalk"
 )
@@ -56,6 +58,11 @@ var (
 // kcserver.
 func discoverDirs(view *pidView, target Target, comms []string, found *dirSet) {
 	var pids []int
+	// On the host, a process of another PID namespace (a pod's, a
+	// container's) names directories whose sockets carry PIDs the host's
+	// gate 1 cannot judge; its own sweep (--container) looks there.
+	var ours unix.Stat_t
+	hostNS := !view.container && unix.Stat(view.procRoot+"/self/ns/pid", &ours) == nil
 	if view.container {
 		pids = view.hostPIDs()
 	} else {
@@ -67,6 +74,12 @@ func discoverDirs(view *pidView, target Target, comms []string, found *dirSet) {
 		// supervisors, not of every process on the host.
 		if st, err := fingerprint.ReadStat(view.procRoot, pid); err != nil || st.Zombie() || !slices.Contains(comms, st.Comm) {
 			continue
+		}
+		if hostNS {
+			var theirs unix.Stat_t
+			if unix.Stat(view.procRoot+"/"+strconv.Itoa(pid)+"/ns/pid", &theirs) != nil || theirs.Dev != ours.Dev || theirs.Ino != ours.Ino {
+				continue
+			}
 		}
 		id, err := fingerprint.Read(view.procRoot, pid)
 		if err != nil || id.TGID != pid || id.Zombie() || !slices.Contains(comms, id.Comm) {

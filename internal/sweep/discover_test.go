@@ -209,3 +209,30 @@ func TestDiscoverInitDirsAlways(t *testing.T) {
 		t.Errorf("the init's TMPDIR not looked in beside a process named sh: %+v", set.dirs())
 	}
 }
+
+// TestDiscoverOnTheHostSkipsOtherPIDNamespaces: on the host, a process of
+// another PID namespace (a pod's) does not add the directories it names,
+// whose sockets carry PIDs the host cannot judge (and would fill the
+// bounds); one of the host's does.
+func TestDiscoverOnTheHostSkipsOtherPIDNamespaces(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root for a new PID namespace")
+	}
+	start := func(dir string, flags uintptr) {
+		cmd := exec.Command("sleep", "1000000")
+		cmd.Env = []string{"TMPDIR=" + dir}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: flags}
+		if err := cmd.Start(); err != nil {
+			t.Skipf("cannot start: %v", err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	}
+	start("/named-in-another-pid-ns", syscall.CLONE_NEWPID)
+	start("/named-on-the-host", 0)
+	set := newDirSet(func(uid int) int { return uid }, nil)
+	discoverDirs(hostView("/proc"), Target{}, []string{"sleep"}, set)
+	has := func(p string) bool { return slices.ContainsFunc(set.dirs(), func(d Dir) bool { return d.Path == p }) }
+	if has("/named-in-another-pid-ns") || !has("/named-on-the-host") {
+		t.Errorf("found %+v; want the host's process's directory, not the other namespace's", set.dirs())
+	}
+}

@@ -110,24 +110,30 @@ func signalPinned(root string, m fingerprint.Stat, uids []int, sig syscall.Signa
 		return fmt.Errorf("escaped member %d: %w", m.PID, err)
 	}
 	defer pin.Close()
-	// Read once the pidfd holds the process, and proven its by the stat
-	// read after. status only: its argv would take the process's memory
-	// lock, which a thread of its can hold (a FUSE server's read).
+	if err := runsAsOneOf(root, m, uids); err != nil {
+		return fmt.Errorf("escaped member %d: %w", m.PID, err)
+	}
+	if err := pin.Signal(sig); err != nil {
+		return fmt.Errorf("escaped member %d: %w", m.PID, err)
+	}
+	return nil
+}
+
+// runsAsOneOf checks, once a pidfd holds m, that m runs wholly as one of
+// uids: its status read, proven m's by the stat read after. status only:
+// its argv would take the process's memory lock, which a thread of its
+// can hold (a FUSE server's read). A setuid program keeps its caller's
+// real UID: the effective and saved ones must be one of uids too.
+func runsAsOneOf(root string, m fingerprint.Stat, uids []int) error {
 	ids, err := fingerprint.ReadUIDs(root, m.PID)
 	if err == nil {
 		_, err = fingerprint.Revalidate(root, m)
 	}
 	if err != nil {
-		return fmt.Errorf("escaped member %d: %w", m.PID, err)
+		return err
 	}
-	// A setuid program keeps its caller's real UID: the effective and
-	// saved ones must be the tree's too.
 	if u := fingerprint.SoleUID(ids); u < 0 || !slices.Contains(uids, u) {
-		return fmt.Errorf("escaped member %d now runs as uids %v (real, effective, saved), not the tree's %v: %w",
-			m.PID, ids, uids, errRefusedTarget)
-	}
-	if err := pin.Signal(sig); err != nil {
-		return fmt.Errorf("escaped member %d: %w", m.PID, err)
+		return fmt.Errorf("it runs as uids %v (real, effective, saved), none of the tree's %v: %w", ids, uids, errRefusedTarget)
 	}
 	return nil
 }

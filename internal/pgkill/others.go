@@ -158,17 +158,8 @@ func signalMember(root string, m fingerprint.Stat, groups []int, uids []int, sig
 		return fmt.Errorf("pid %d left the group", m.PID)
 	}
 	if len(uids) > 0 {
-		// status only, proven m's by the stat read after (as
-		// signalPinned does).
-		ids, err := fingerprint.ReadUIDs(root, m.PID)
-		if err == nil {
-			_, err = fingerprint.Revalidate(root, m)
-		}
-		if err != nil {
+		if err := runsAsOneOf(root, m, uids); err != nil {
 			return fmt.Errorf("member %d: %w", m.PID, err)
-		}
-		if u := fingerprint.SoleUID(ids); u < 0 || !slices.Contains(uids, u) {
-			return fmt.Errorf("member %d runs as uids %v (real, effective, saved), none of %v: %w", m.PID, ids, uids, errRefusedTarget)
 		}
 	}
 	return pin.Signal(sig)

@@ -52,123 +52,75 @@ func TestEscapedDescendantsDieWithInit(t *testing.T) {
 	}
 }
 
-// TestTeardownSparesOthersDescendants: the wrapper's teardown walks
-// below it and signals only what the member rules allow. Of its
-// command's children in sessions of their own, another UID's and one
-// carrying another container's ID live (the wrapper logs them), and so
-// does everything below them; the plain one dies.
-func TestTeardownSparesOthersDescendants(t *testing.T) {
-	initCmd, init := supervisetest.Process(t, "sleep", "1000000")
+// TestTeardownSparesOthers: the wrapper's teardown signals only what the
+// member rules allow, among its command's children in sessions of their
+// own (escaped) and those left in the group alike: another UID's (it ran
+// setpriv) and one carrying another container's ID live, the wrapper
+// logs them, and so does everything below them; the plain one dies.
+func TestTeardownSparesOthers(t *testing.T) {
 	other := strings.Repeat("c", 64)
-	script := `setsid sleep 1000000 & ` +
-		`setsid setpriv --reuid=65534 --regid=65534 --clear-groups sleep 1000001 & ` +
-		`setsid bash -c 'exec -a --container-id=` + other + ` sleep 1000002' & wait`
-	w := startWrapper(t, init, []string{"--kill-grace=2s"}, "bash", "-c", script)
+	for _, tc := range []struct {
+		name, prefix string
+		inGroup      bool   // the children stay in the wrapper's group
+		said         string // the log line naming the spared
+	}{
+		{"escaped descendants", "setsid ", false, "descendant not signalled"},
+		{"group members", "", true, "group member not signalled"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			initCmd, init := supervisetest.Process(t, "sleep", "1000000")
+			script := tc.prefix + `sleep 1000000 & ` +
+				tc.prefix + `setpriv --reuid=65534 --regid=65534 --clear-groups sleep 1000001 & ` +
+				tc.prefix + `bash -c 'exec -a --container-id=` + other + ` sleep 1000002' & wait`
+			w := startWrapper(t, init, []string{"--kill-grace=2s"}, "bash", "-c", script)
 
-	var mine, otherUID, otherCtnr fingerprint.Stat
-	supervisetest.Eventually(t, 10*time.Second, "the command's three setsid children", func() bool {
-		mine, otherUID, otherCtnr = fingerprint.Stat{}, fingerprint.Stat{}, fingerprint.Stat{}
-		var bash []int
-		for _, c := range trees.Children(fingerprint.DefaultRoot, w.st.PID) {
-			bash = append(bash, trees.Children(fingerprint.DefaultRoot, c)...)
-		}
-		for _, pid := range bash {
-			id, err := fingerprint.Read(fingerprint.DefaultRoot, pid)
-			// A child between fork and exec has no argv yet.
-			if err != nil || id.PGID != id.PID || id.Comm != "sleep" || len(id.Argv) == 0 {
-				continue
-			}
-			switch {
-			case strings.HasPrefix(id.Argv[0], "--container-id="):
-				otherCtnr = id.Stat
-			case id.UID == 65534:
-				otherUID = id.Stat
-			case id.Argv[len(id.Argv)-1] == "1000000":
-				mine = id.Stat
-			}
-		}
-		return mine.PID != 0 && otherUID.PID != 0 && otherCtnr.PID != 0
-	})
-	t.Cleanup(func() {
-		for _, s := range []fingerprint.Stat{mine, otherUID, otherCtnr} {
-			if p, err := fingerprint.Pin(fingerprint.DefaultRoot, s); err == nil {
-				p.Signal(syscall.SIGKILL)
-				p.Close()
-			}
-		}
-	})
+			var mine, otherUID, otherCtnr fingerprint.Stat
+			supervisetest.Eventually(t, 10*time.Second, "the command's three children", func() bool {
+				mine, otherUID, otherCtnr = fingerprint.Stat{}, fingerprint.Stat{}, fingerprint.Stat{}
+				var bash []int
+				for _, c := range trees.Children(fingerprint.DefaultRoot, w.st.PID) {
+					bash = append(bash, trees.Children(fingerprint.DefaultRoot, c)...)
+				}
+				for _, pid := range bash {
+					id, err := fingerprint.Read(fingerprint.DefaultRoot, pid)
+					// A child between fork and exec has no argv yet.
+					if err != nil || (id.PGID != id.PID) != tc.inGroup || id.Comm != "sleep" || len(id.Argv) == 0 {
+						continue
+					}
+					switch {
+					case strings.HasPrefix(id.Argv[0], "--container-id="):
+						otherCtnr = id.Stat
+					case id.UID == 65534:
+						otherUID = id.Stat
+					case id.Argv[len(id.Argv)-1] == "1000000":
+						mine = id.Stat
+					}
+				}
+				return mine.PID != 0 && otherUID.PID != 0 && otherCtnr.PID != 0
+			})
+			t.Cleanup(func() {
+				for _, s := range []fingerprint.Stat{mine, otherUID, otherCtnr} {
+					if p, err := fingerprint.Pin(fingerprint.DefaultRoot, s); err == nil {
+						p.Signal(syscall.SIGKILL)
+						p.Close()
+					}
+				}
+			})
 
-	if err := initCmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	w.exitCode(t, 15*time.Second)
-	supervisetest.Eventually(t, 10*time.Second, "the wrapper's own setsid descendant alive", func() bool { return allDead([]fingerprint.Stat{mine}) })
-	for _, s := range []fingerprint.Stat{otherUID, otherCtnr} {
-		if !fingerprint.Alive(fingerprint.DefaultRoot, s) {
-			t.Errorf("%d (uid or container not the tree's) was killed", s.PID)
-		}
-	}
-	if log := w.logText(); !strings.Contains(log, "descendant not signalled") {
-		t.Errorf("the spared descendants were not reported:\n%s", log)
-	}
-}
-
-// TestTeardownSparesOthersMembers: the same two processes as above left
-// in the group (no setsid) are spared too: a member of another UID (it
-// ran setpriv) or carrying another container's ID is never signalled by
-// the wrapper, as by any other kill of a tree; its own member dies.
-func TestTeardownSparesOthersMembers(t *testing.T) {
-	initCmd, init := supervisetest.Process(t, "sleep", "1000000")
-	other := strings.Repeat("c", 64)
-	script := `sleep 1000000 & ` +
-		`setpriv --reuid=65534 --regid=65534 --clear-groups sleep 1000001 & ` +
-		`bash -c 'exec -a --container-id=` + other + ` sleep 1000002' & wait`
-	w := startWrapper(t, init, []string{"--kill-grace=2s"}, "bash", "-c", script)
-
-	var mine, otherUID, otherCtnr fingerprint.Stat
-	supervisetest.Eventually(t, 10*time.Second, "the command's three children in its group", func() bool {
-		mine, otherUID, otherCtnr = fingerprint.Stat{}, fingerprint.Stat{}, fingerprint.Stat{}
-		var bash []int
-		for _, c := range trees.Children(fingerprint.DefaultRoot, w.st.PID) {
-			bash = append(bash, trees.Children(fingerprint.DefaultRoot, c)...)
-		}
-		for _, pid := range bash {
-			id, err := fingerprint.Read(fingerprint.DefaultRoot, pid)
-			if err != nil || id.PGID == id.PID || id.Comm != "sleep" || len(id.Argv) == 0 {
-				continue
+			if err := initCmd.Process.Kill(); err != nil {
+				t.Fatal(err)
 			}
-			switch {
-			case strings.HasPrefix(id.Argv[0], "--container-id="):
-				otherCtnr = id.Stat
-			case id.UID == 65534:
-				otherUID = id.Stat
-			case id.Argv[len(id.Argv)-1] == "1000000":
-				mine = id.Stat
+			w.exitCode(t, 15*time.Second)
+			supervisetest.Eventually(t, 10*time.Second, "the wrapper's own child dead", func() bool { return allDead([]fingerprint.Stat{mine}) })
+			for _, s := range []fingerprint.Stat{otherUID, otherCtnr} {
+				if !fingerprint.Alive(fingerprint.DefaultRoot, s) {
+					t.Errorf("%d (uid or container not the tree's) was killed", s.PID)
+				}
 			}
-		}
-		return mine.PID != 0 && otherUID.PID != 0 && otherCtnr.PID != 0
-	})
-	t.Cleanup(func() {
-		for _, s := range []fingerprint.Stat{mine, otherUID, otherCtnr} {
-			if p, err := fingerprint.Pin(fingerprint.DefaultRoot, s); err == nil {
-				p.Signal(syscall.SIGKILL)
-				p.Close()
+			if log := w.logText(); !strings.Contains(log, tc.said) {
+				t.Errorf("the spared were not reported:\n%s", log)
 			}
-		}
-	})
-
-	if err := initCmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	w.exitCode(t, 15*time.Second)
-	supervisetest.Eventually(t, 10*time.Second, "the wrapper's own member dead", func() bool { return allDead([]fingerprint.Stat{mine}) })
-	for _, s := range []fingerprint.Stat{otherUID, otherCtnr} {
-		if !fingerprint.Alive(fingerprint.DefaultRoot, s) {
-			t.Errorf("%d (uid or container not the tree's) was killed", s.PID)
-		}
-	}
-	if log := w.logText(); !strings.Contains(log, "group member not signalled") {
-		t.Errorf("the spared members were not reported:\n%s", log)
+		})
 	}
 }
 

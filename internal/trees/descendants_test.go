@@ -179,21 +179,9 @@ func TestDescendantsUnreadableIsWithheld(t *testing.T) {
 // (a janitor run in a terminal a kernel opened) holds the caller: the
 // caller is withheld, and the tree refused as a whole.
 func TestTreeAboveTheCallerHoldsIt(t *testing.T) {
-	self, err := fingerprint.Read(fingerprint.DefaultRoot, os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The nearest ancestor outside the caller's group stands for the
 	// kernel's terminal.
-	parent := self
-	for parent.PGID == self.PGID {
-		if parent.PPID <= 1 {
-			t.Skip("no ancestor outside the test's own group but init")
-		}
-		if parent, err = fingerprint.Read(fingerprint.DefaultRoot, parent.PPID); err != nil {
-			t.Fatal(err)
-		}
-	}
+	parent := ancestorOutsideOurGroup(t)
 	tr := Tree{PGID: parent.PGID, UID: parent.UID, ContainerID: cidA, Members: []fingerprint.Identity{parent}}
 	addDescendants(fingerprint.DefaultRoot, &tr, nil)
 	if !tr.HoldsCaller() {
@@ -206,19 +194,7 @@ func TestTreeAboveTheCallerHoldsIt(t *testing.T) {
 // kernel's terminal and a janitor run from it); the caller below it is
 // still found held, from its own ancestry.
 func TestTreeAboveAnotherUIDAboveTheCallerHoldsIt(t *testing.T) {
-	self, err := fingerprint.Read(fingerprint.DefaultRoot, os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	parent := self
-	for parent.PGID == self.PGID {
-		if parent.PPID <= 1 {
-			t.Skip("no ancestor outside the test's own group but init")
-		}
-		if parent, err = fingerprint.Read(fingerprint.DefaultRoot, parent.PPID); err != nil {
-			t.Fatal(err)
-		}
-	}
+	parent := ancestorOutsideOurGroup(t)
 	// A tree of another UID than the processes between it and the
 	// caller: they are withheld, the walk goes no further.
 	uid := 65534
@@ -331,4 +307,25 @@ func TestChildrenOfEveryThread(t *testing.T) {
 	if got := Children(root, 43); got != nil {
 		t.Errorf("Children of a gone process = %v, want none", got)
 	}
+}
+
+// ancestorOutsideOurGroup is the test process's nearest ancestor outside
+// its own process group (skipping the test where there is none but
+// init).
+func ancestorOutsideOurGroup(t *testing.T) fingerprint.Identity {
+	t.Helper()
+	self, err := fingerprint.Read(fingerprint.DefaultRoot, os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := self
+	for parent.PGID == self.PGID {
+		if parent.PPID <= 1 {
+			t.Skip("no ancestor outside the test's own group but init")
+		}
+		if parent, err = fingerprint.Read(fingerprint.DefaultRoot, parent.PPID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return parent
 }

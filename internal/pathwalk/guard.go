@@ -17,6 +17,12 @@ var (
 	// ErrNewMount marks a directory on a mount the guard's table does
 	// not hold: mounted after it was read, or past the 16 MiB read.
 	ErrNewMount = errors.New("on a mount the mount table did not show")
+	// ErrTableStale marks (with ErrNewMount) a refusal because the table
+	// could not be kept current (it kept changing past the re-read
+	// budget, or its change could not be told): nothing new is judged,
+	// whoever mounted what, and a caller must not take it for one
+	// user's mount.
+	ErrTableStale = errors.New("the mount table could not be kept current")
 )
 
 // Guard holds the FUSE mounts of users other than root in one mount
@@ -232,6 +238,11 @@ func (g Guard) Mount(p string, id uint64) error {
 	refused := func(why error) error {
 		return fmt.Errorf("%s: %w (mount %d; %v), not entered", p, ErrNewMount, id, why)
 	}
+	// Only the sentinel is wrapped: a stale table's cause (a read's
+	// error) must not pass for the directory's own.
+	stale := func(why error) error {
+		return fmt.Errorf("%s: %w, %w (mount %d; %v), not entered", p, ErrNewMount, ErrTableStale, id, why)
+	}
 	switch {
 	case g.table == nil:
 		return refused(errors.New("no mount table was read"))
@@ -248,12 +259,12 @@ func (g Guard) Mount(p string, id uint64) error {
 		}
 	}
 	if t.stale != nil {
-		return refused(t.stale)
+		return stale(t.stale)
 	}
 	uid, ok := g.ids[id]
 	if !ok && !t.whole {
 		if g.reread(); t.stale != nil {
-			return refused(t.stale)
+			return stale(t.stale)
 		}
 		uid, ok = g.ids[id]
 	}

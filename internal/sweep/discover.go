@@ -339,7 +339,9 @@ func openAll(cfg Config, view *pidView, rep *Report, owner func(uid int) int) ([
 			continue
 		}
 		var match globMatch
-		if (len(cfg.Dirs) == 0 || errors.As(err, &match)) && (errors.Is(err, pathwalk.ErrOnFUSE) || errors.Is(err, pathwalk.ErrNewMount)) {
+		// Not a table gone stale (it kept changing): that blinds every
+		// directory alike, and is the run's failure, not one user's doing.
+		if (len(cfg.Dirs) == 0 || errors.As(err, &match)) && (errors.Is(err, pathwalk.ErrOnFUSE) || errors.Is(err, pathwalk.ErrNewMount)) && !errors.Is(err, pathwalk.ErrTableStale) {
 			// A user can mount over his own /run/user/<uid>: that must
 			// not fail every sweep, default or --socket-dir '/run/user/*'.
 			cfg.Logger.Warn("socket directory not swept", "why", err)
@@ -359,6 +361,10 @@ func openAll(cfg Config, view *pidView, rep *Report, owner func(uid int) int) ([
 		d, err := openDiscovered(cfg.Target, guard, rd.Path, rd.owners)
 		if err != nil {
 			rd.Refused, rd.err = err.Error(), err
+			if errors.Is(err, pathwalk.ErrTableStale) {
+				rep.DirErrors = append(rep.DirErrors, err)
+				continue
+			}
 			if !isNotExist(err) {
 				cfg.Logger.Warn("socket directory named by a process refused", "dir", rd.Path,
 					"sources", strings.Join(rd.Sources, ", "), "why", rd.Refused)

@@ -100,10 +100,7 @@ func TestTeardownSparesOthers(t *testing.T) {
 			})
 			t.Cleanup(func() {
 				for _, s := range []fingerprint.Stat{mine, otherUID, otherCtnr} {
-					if p, err := fingerprint.Pin(fingerprint.DefaultRoot, s); err == nil {
-						p.Signal(syscall.SIGKILL)
-						p.Close()
-					}
+					supervisetest.KillProcess(s)
 				}
 			})
 
@@ -148,10 +145,7 @@ func TestTeardownStopsACommandRunAsAnotherUser(t *testing.T) {
 	})
 	t.Cleanup(func() {
 		for _, s := range members {
-			if p, err := fingerprint.Pin(fingerprint.DefaultRoot, s); err == nil {
-				p.Signal(syscall.SIGKILL)
-				p.Close()
-			}
+			supervisetest.KillProcess(s)
 		}
 	})
 	if err := initCmd.Process.Kill(); err != nil {

@@ -32,7 +32,8 @@ Without --apply nothing is signalled: the strays are listed as would-reap.
 If an engine cannot be asked, or root's evidence contradicts the engines
 for two or more containers none of them knows, nothing at all is done and
 the exit code is 3. An --apply run that finds more strays than --max-reap
-(or, without --container, more than half of all trees) reaps none.
+(or, without --container, more than half of the trees of the UIDs the
+engines answer for) reaps none.
 
 Examples:
    kc-janitor reconcile                      # dry run
@@ -52,7 +53,7 @@ func reconcileFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "ledger-retention", Value: reconcile.DefaultLedgerRetention, Usage: "dry runs remove the ledger record of a container that is gone and whose processes are all dead once it is this old (only the file: nothing is signalled; --apply removes such records at once)", EnvVars: []string{"KC_LEDGER_RETENTION"}},
 		&cli.DurationFlag{Name: "kill-grace", Value: pgkill.DefaultGrace, Usage: "wait between SIGTERM and SIGKILL", EnvVars: []string{"KC_KILL_GRACE"}},
 		&cli.StringSliceFlag{Name: "container", Usage: "only consider trees of this container, repeatable: a full 64-hex `ID` (taken as is: its container may be gone), or a unique ID prefix, name or namespace/pod/container the engines resolve; KC_RECONCILE_CONTAINERS wins over KC_CONTAINER when both are set", EnvVars: []string{"KC_RECONCILE_CONTAINERS", "KC_CONTAINER"}},
-		&cli.IntFlag{Name: "max-reap", Value: 50, Usage: "with --apply, reap nothing (exit 1) when more trees than `N` are stray, or, without --container, more than half of all trees (from 3 strays on): a wrong ground truth at scale looks exactly like that (watch: trees of containers whose init the kernel saw exit do not count)", EnvVars: []string{"KC_MAX_REAP"}},
+		&cli.IntFlag{Name: "max-reap", Value: 50, Usage: "with --apply, reap nothing (exit 1) when more trees than `N` are stray, or, without --container, more than half of all trees of the UIDs the engines answer for (from 3 strays on): a wrong ground truth at scale looks exactly like that (watch: trees of containers whose init the kernel saw exit do not count)", EnvVars: []string{"KC_MAX_REAP"}},
 		&cli.BoolFlag{Name: "full-scan", Usage: "read every process, also reporting foreign groups (slower)", EnvVars: []string{"KC_FULL_SCAN"}},
 		&cli.StringFlag{Name: "bpf", Value: "auto", Usage: "list processes through a BPF task iterator, `MODE` auto (where the kernel allows it, else /proc), on (fail without it) or off (never load a BPF program); --full-scan reads /proc regardless", EnvVars: []string{"KC_BPF"}},
 	}

@@ -59,10 +59,12 @@ pid 0.
 
 Without --socket-dir, the directories named by live supervisors (their
 --socket-dir, --unix-socket, XDG_RUNTIME_DIR and TMPDIR) are swept too, but
-only those reached without symlinks and owned by root or by the process
-that named them (the others are reported as not swept); past /tmp and
-/run/user/*, at most 8 per user and 256 in all are learnt, and one
-warning line counts those left out. An entry that cannot
+only those reached without symlinks, through directories a UID that named
+them may search, and owned by that UID or root's and writable by it (the
+others are reported as not swept); at most 8 per user (under /tmp and
+/run/user/* too) and 256 in all are learnt, on the host only of
+supervisors in its PID namespace, and one warning line counts those
+left out. An entry that cannot
 be read (another user's FUSE mount) is kept as unknown.
 
 Dry run unless --apply (KC_SWEEP=1 or KC_APPLY=1). Only sockets (never

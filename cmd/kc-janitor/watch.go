@@ -50,7 +50,9 @@ rewritten after every round.
 unlinked, deaths handled and engine errors per engine; the last round;
 kc_janitor_ground_truth_known{engine}; the histogram
 kc_janitor_death_to_reap_seconds), /healthz (503 once no round has
-finished for twice --interval plus --sweep-deadline) and /readyz (200
+finished for twice --interval plus the longest a round may take within
+its bounds: sweep deadlines, lookups, engine timeouts, the apply lock,
+the kill grace) and /readyz (200
 while serving: an engine that is down shows in the metrics, not as an
 unready pod). An address that cannot be bound is a usage error (exit 2).
 --once serves nothing.

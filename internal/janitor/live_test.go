@@ -274,3 +274,16 @@ func TestHealthyByTheMonotonicClock(t *testing.T) {
 		t.Error("after a round: not judged from its end")
 	}
 }
+
+// TestStaleAfter: /healthz waits twice the interval plus what one round
+// may take within its bounds; the manifest's figure (contrib/kubernetes:
+// 15m interval, the defaults otherwise) is 32m58s.
+func TestStaleAfter(t *testing.T) {
+	if got := StaleAfter(15*time.Minute, 30*time.Second, 10*time.Second, 5*time.Second, 0); got != 32*time.Minute+58*time.Second {
+		t.Errorf("StaleAfter = %v, want 32m58s", got)
+	}
+	// Each container swept costs its deadline and its lookup more.
+	if d := StaleAfter(time.Minute, 30*time.Second, 10*time.Second, 5*time.Second, 3) - StaleAfter(time.Minute, 30*time.Second, 10*time.Second, 5*time.Second, 1); d != 2*(30*time.Second+30*time.Second) {
+		t.Errorf("two more containers cost %v, want 2m", d)
+	}
+}

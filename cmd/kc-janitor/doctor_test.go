@@ -326,7 +326,9 @@ func TestDoctorFixStateDirRefused(t *testing.T) {
 	if err := os.Symlink(h.state, link); err != nil {
 		t.Fatal(err)
 	}
-	args := append(h.args("--fix", "--format", "json", "--engine", "podman", "--podman-arg=--root="+t.TempDir()), "--state-dir", link)
+	// Scoped to a comm no process has: were the refusal to regress, this
+	// --fix must reap nothing of the host's.
+	args := append(h.args("--fix", "--format", "json", "--engine", "podman", "--podman-arg=--root="+t.TempDir(), "--supervisor-comm", "kcsrv-fixrefuse"), "--state-dir", link)
 	_, out := runJanitorCapture(t, args...)
 	rep := decodeDoctor(t, out)
 	ch := checkOf(t, rep, doctor.NameStrays)

@@ -118,7 +118,7 @@ func exits(cmd *exec.Cmd, d time.Duration) bool {
 // moment after a sweep: a SIGKILL sent to it takes effect within that
 // (it is a zombie then, which signal 0 still reaches).
 func spared(pid int) bool {
-	return !within(200*time.Millisecond, func() bool { return !proc.Runs(pid) })
+	return !within(200*time.Millisecond, func() bool { return proc.Dead(pid) })
 }
 
 func within(d time.Duration, cond func() bool) bool {
@@ -682,5 +682,40 @@ func TestSweepOutOfTimeFreezesNothing(t *testing.T) {
 	}
 	if state, _ := os.ReadFile(filepath.Join(c.Mount, c.Path, "cgroup.freeze")); strings.TrimSpace(string(state)) == "1" {
 		t.Error("the cgroup was left frozen")
+	}
+}
+
+// TestSweepWithTheCommandsUID: a wrapper's command started through
+// setpriv adds its UID to the tree's (SweepOptions.UIDs): its processes in
+// the cgroup die; a third UID's is still withheld and spared.
+func TestSweepWithTheCommandsUID(t *testing.T) {
+	c := contained(t, KindCgroup2)
+	start := func(uid string) *exec.Cmd {
+		cmd := exec.Command("setpriv", "--reuid="+uid, "--regid="+uid, "--clear-groups", "sleep", "1000001")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		if !within(5*time.Second, func() bool {
+			id, err := fingerprint.Read("/proc", cmd.Process.Pid)
+			return err == nil && strconv.Itoa(id.UID) == uid && id.Comm == "sleep"
+		}) {
+			t.Fatalf("uid %s's sleep did not start", uid)
+		}
+		if err := os.WriteFile(filepath.Join(c.Mount, c.Path, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	command, third := start("65533"), start("65534")
+	res := Sweep(context.Background(), c, SweepOptions{KillWait: 300 * time.Millisecond, UIDs: []int{65533}})
+	if len(res.Withheld) != 1 || res.Withheld[0].PID != third.Process.Pid || res.Method != "pidfd" {
+		t.Errorf("sweep = %+v, want the third UID's %d withheld, pidfds", res, third.Process.Pid)
+	}
+	if !exits(command, 5*time.Second) {
+		t.Error("the command's UID's process lives")
+	}
+	if !spared(third.Process.Pid) {
+		t.Error("the third UID's process was killed")
 	}
 }

@@ -102,3 +102,39 @@ func TestStopWrapperSparesAnotherUsersMember(t *testing.T) {
 		t.Fatal("stopWrapper killed a member of another user")
 	}
 }
+
+// TestStopWrapperThatIgnoresTERM: an earlier wrapper that does not exit
+// on SIGTERM gets the group kill as its UID, which refuses a group that
+// holds another user's member: both are left, and the launch is told.
+func TestStopWrapperThatIgnoresTERM(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: setpriv to another user")
+	}
+	cmd := exec.Command("bash", "-c", `trap "" TERM; setpriv --reuid=65534 --regid=65534 --clear-groups sleep 1000001 & wait`)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
+	wrapper, err := fingerprint.ReadStat("/proc", cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var other fingerprint.Stat
+	supervisetest.Eventually(t, 10*time.Second, "the member of uid 65534", func() bool {
+		for _, m := range pgkill.Members("/proc", wrapper.PGID) {
+			if ids, err := fingerprint.ReadUIDs("/proc", m.PID); err == nil && ids[0] == 65534 && m.Comm == "sleep" {
+				other = m
+				return true
+			}
+		}
+		return false
+	})
+	cfg := Config{KillGrace: 100 * time.Millisecond, Deadline: time.Second}
+	if err := stopWrapper(cfg, wrapper); err == nil {
+		t.Error("stopWrapper = nil; want the refusal said (the group is not one UID's)")
+	}
+	if !fingerprint.Alive("/proc", other) || !fingerprint.Alive("/proc", wrapper) {
+		t.Error("the group kill signalled a group holding another user's member")
+	}
+}

@@ -94,14 +94,6 @@ func (r SweepResult) Record(c *Cgroup) ledger.Cgroup {
 	return lc
 }
 
-// Sweep reaps what is left in the cgroup (DESIGN "Descendants that leave
-// the group"): freeze it, so nothing in it runs (a fork loop included);
-// list its processes and apply the member rules to each (the tree's UID,
-// no other container's ID, no container monitor); if every one passes and
-// the freeze took, cgroup.kill (or SIGKILL to each while frozen, on
-// kernels without it), else SIGKILL the allowed ones through their pidfds
-// and report the rest; thaw; wait for it to empty; remove it (stop the
-// scope, for systemd, once no child cgroup holds a process).
 // busDialWait bounds the systemd connection a sweep makes.
 const busDialWait = 5 * time.Second
 
@@ -117,6 +109,14 @@ func timeLeft(ctx context.Context) time.Duration {
 	return time.Hour
 }
 
+// Sweep reaps what is left in the cgroup (DESIGN "Descendants that leave
+// the group"): freeze it, so nothing in it runs (a fork loop included);
+// list its processes and apply the member rules to each (the tree's UID,
+// no other container's ID, no container monitor); if every one passes and
+// the freeze took, cgroup.kill (or SIGKILL to each while frozen, on
+// kernels without it), else SIGKILL the allowed ones through their pidfds
+// and report the rest; thaw; wait for it to empty; remove it (stop the
+// scope, for systemd, once no child cgroup holds a process).
 func Sweep(ctx context.Context, c *Cgroup, opt SweepOptions) SweepResult {
 	opt = opt.withDefaults()
 	res := SweepResult{Outcome: action.Gone}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 )
 
 // WithRootlessAllowlist adds to the hook-installed check, for a rootless
@@ -32,12 +33,8 @@ func WithRootlessAllowlist(c Check, descs []Descriptor, rootless bool, systemFil
 	return c
 }
 
-// launches says whether a descriptor's stages launch supervisors.
+// launches says whether a descriptor's stages launch supervisors (the
+// stages that record the init).
 func launches(stages []string) bool {
-	for _, st := range stages {
-		if st == "createRuntime" || st == "poststart" || st == "prestart" {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(stages, func(st string) bool { return slices.Contains(recordStages, st) })
 }

@@ -607,14 +607,14 @@ func (h *deathHandler) wait(d time.Duration, nudge <-chan struct{}) (nudged, ok 
 // waits for more of them.
 const nudgeWindow = 20 * time.Millisecond
 
-// count records a handled death and, with --metrics-file, writes the
-// counts at once: the next round may be an interval away.
 // tally counts one death handled, and whether it reaped.
 func (h *deathHandler) tally(d engine.Death, reaped bool) {
 	h.count(d.Engine)
 	h.w.Live.death(d.Engine, d.At, reaped)
 }
 
+// count records a handled death and, with --metrics-file, writes the
+// counts at once: the next round may be an interval away.
 func (h *deathHandler) count(eng string) {
 	h.mu.Lock()
 	h.handled[eng]++

@@ -162,7 +162,8 @@ func (w *Watch) round(ctx context.Context, log *slog.Logger) int {
 		ms.Run("cull", now, now, false)
 	}
 	if !looked {
-		// Also where the sweep crashed before it could say so.
+		// Nothing looked at, or the sweep crashed before it could say
+		// so: the last counts are not current.
 		DropSweepAndCull(ms)
 	}
 	for _, rep := range swept {
@@ -222,15 +223,14 @@ func (w *Watch) reconcile(ctx context.Context, log *slog.Logger, ms *metrics.Set
 // sweep sweeps every target and returns the live control sockets for
 // cull, with the reports whose directories they are pinned through (see
 // sweep.Socket.Pin): the caller closes them once the audit is done.
-// looked is false when the targets could not be found (nothing swept,
-// and the sweep's and cull's last counts dropped).
+// looked is false when the targets could not be found or none could be
+// swept (round then drops the sweep's and cull's last counts).
 func (w *Watch) sweep(ctx context.Context, log *slog.Logger, ms *metrics.Set) (code int, live []cull.Source, reps []*sweep.Report, looked bool) {
 	targets := []sweep.Target{w.Sockets.Target}
 	if w.SocketTargets != nil {
 		var err error
 		if targets, err = w.SocketTargets(ctx); err != nil {
 			log.Error("cannot look into the container; sweep and cull skipped", "step", "sweep", "err", err)
-			DropSweepAndCull(ms)
 			return ExitFailed, nil, nil, false
 		}
 	}
@@ -249,7 +249,6 @@ func (w *Watch) sweep(ctx context.Context, log *slog.Logger, ms *metrics.Set) (c
 	if len(targets) > 0 && len(reps) == 0 {
 		// Not one target could be swept (a container stopped meanwhile):
 		// as if none could be found.
-		DropSweepAndCull(ms)
 		return code, nil, nil, false
 	}
 	RecordSweep(ms, reps...)

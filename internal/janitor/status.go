@@ -180,8 +180,8 @@ func Status(ctx context.Context, s Settings, log *slog.Logger) (StatusReport, er
 	return out, nil
 }
 
-// corroborate decides the would-be strays as reconcile would, with its
-// local evidence (a stray whose container still runs here is
+// corroborate decides the trees as reconcile would, with its local
+// evidence (a stray whose container still runs here is
 // skipped-contradicted; two such containers make its truth unknown),
 // through reconcile's own path as doctor's look takes it: nothing
 // changes, the ledger included.
@@ -203,10 +203,9 @@ func (out *StatusReport) corroborate(ctx context.Context, s Settings, log *slog.
 		return
 	}
 	out.WouldRefuse = rep.WouldRefuse
+	// Every tree as reconcile's own look decided it: not only the
+	// contradicted ones (its scan is later than status's own).
 	for _, rt := range rep.Trees {
-		if rt.Action != action.SkipContradicted {
-			continue
-		}
 		for i, j := range out.Trees {
 			if j.PGID == rt.PGID && j.ContainerID == rt.ContainerID {
 				out.Trees[i].Action, out.Trees[i].Decision = string(rt.Action), string(rt.Action)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -32,10 +31,8 @@ const ApplyLockName = "apply.lock"
 func LockApply(ctx context.Context, stateDir string, wait time.Duration) (unlock func(), err error) {
 	// As Open: nothing made, and no lock taken, through a directory above
 	// that another user could change.
-	if _, err := os.Lstat(stateDir); errors.Is(err, fs.ErrNotExist) {
-		if err := makeStateDir(stateDir); err != nil {
-			return nil, fmt.Errorf("state dir %s: cannot create it, so nothing can be recorded: %w", stateDir, err)
-		}
+	if err := MakeStateDir(stateDir); err != nil {
+		return nil, fmt.Errorf("state dir %s: cannot create it, so nothing can be recorded: %w", stateDir, err)
 	}
 	if err := checkParents(stateDir); err != nil {
 		return nil, err

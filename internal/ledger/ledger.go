@@ -153,10 +153,8 @@ type Store struct {
 // this UID's and closed to others (checkTrusted), or nothing is touched
 // in it; so must the containers directory, which is then made 0700.
 func Open(stateDir string) (*Store, error) {
-	if _, err := os.Lstat(stateDir); errors.Is(err, fs.ErrNotExist) {
-		if err := makeStateDir(stateDir); err != nil {
-			return nil, err
-		}
+	if err := MakeStateDir(stateDir); err != nil {
+		return nil, err
 	}
 	if err := checkTrusted(stateDir); err != nil {
 		return nil, err

@@ -127,7 +127,7 @@ func TestDiagNetUnix(t *testing.T) {
 			if got := len(diag[tc.path]); got != tc.diagSays {
 				t.Fatalf("sock_diag lists %d sockets at %s, want %d", got, tc.path, tc.diagSays)
 			}
-			if tc.checkNet && (diag.Listening(tc.path) != tc.listening || diag[tc.path][0].Inode != proc[tc.path][0].Inode) {
+			if tc.checkNet && (Listening(diag[tc.path]) != tc.listening || diag[tc.path][0].Inode != proc[tc.path][0].Inode) {
 				t.Errorf("sock_diag: %+v; net/unix: %+v", diag[tc.path], proc[tc.path])
 			}
 		})
@@ -175,7 +175,7 @@ func TestDiagNetUnixIn(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !Listening(theirs.Held(p, f)) || !Listening(theirs.Held("/elsewhere/"+filepath.Base(p), f)) {
-		t.Errorf("%s not listening in its namespace's table (by path %v, by file %v)", p, theirs.Listening(p), Listening(theirs.Held("", f)))
+		t.Errorf("%s not listening in its namespace's table (by path %v, by file %v)", p, Listening(theirs[p]), Listening(theirs.Held("", f)))
 	}
 	// Asking there left this thread, and every other, in our namespace.
 	if again, err := DiagNetUnix(); err != nil || len(again.Held(p, f)) > 0 {

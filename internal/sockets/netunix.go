@@ -59,9 +59,6 @@ func (n NetUnix) Held(p string, f File) []UnixSocket {
 // unlinked and replaced; the path is held all the same.
 type NetUnix map[string][]UnixSocket
 
-// Listening reports whether a socket bound to p listens.
-func (n NetUnix) Listening(p string) bool { return Listening(n[p]) }
-
 // Listening reports whether one of socks listens.
 func Listening(socks []UnixSocket) bool {
 	for _, s := range socks {
@@ -72,11 +69,8 @@ func Listening(socks []UnixSocket) bool {
 	return false
 }
 
-// Holders describes the sockets bound to p for a reason, e.g.
-// "socket inode 4711 (unconnected)".
-func (n NetUnix) Holders(p string) string { return Holders(n[p]) }
-
-// Holders describes socks for a reason.
+// Holders describes socks for a reason, e.g. "socket inode 4711
+// (unconnected)".
 func Holders(socks []UnixSocket) string {
 	const most = 3
 	var parts []string

@@ -99,10 +99,10 @@ func TestParseNetUnix(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !nu.Listening(l) {
+		if !Listening(nu[l]) {
 			t.Errorf("own listener %s not listening in /proc/self/net/unix: %+v", l, nu[l])
 		}
-		if len(nu[b]) != 1 || nu.Listening(b) || nu[b][0].State != 1 {
+		if len(nu[b]) != 1 || Listening(nu[b]) || nu[b][0].State != 1 {
 			t.Errorf("own bound socket %s: %+v, want one, unconnected", b, nu[b])
 		}
 	})

@@ -19,7 +19,7 @@ import (
 // the UID again, through the pidfd, right before each signal.
 type memberJudge struct {
 	root  string
-	rules []trees.Rules // one per UID allowed
+	rules trees.Rules
 	log   *slog.Logger
 	// judged maps a member (PID and start) to whether it may be
 	// signalled; withheld lists those that may not, in judging order.
@@ -27,22 +27,13 @@ type memberJudge struct {
 	withheld []fingerprint.Stat
 }
 
+// newMemberJudge judges by uids (none: nothing may be signalled).
 func newMemberJudge(root string, uids []int, containerID string, log *slog.Logger) *memberJudge {
-	j := &memberJudge{root: root, log: log, judged: map[fingerprint.Stat]bool{}}
-	for _, uid := range uids {
-		j.rules = append(j.rules, trees.Rules{UID: uid, ContainerID: containerID})
+	rules := trees.Rules{UID: -1, ContainerID: containerID}
+	if len(uids) > 0 {
+		rules.UID, rules.AlsoUIDs = uids[0], uids[1:]
 	}
-	return j
-}
-
-// member says whether id may be signalled under one of the rules.
-func (j *memberJudge) member(id fingerprint.Identity) bool {
-	for _, r := range j.rules {
-		if r.Member(id) {
-			return true
-		}
-	}
-	return false
+	return &memberJudge{root: root, rules: rules, log: log, judged: map[fingerprint.Stat]bool{}}
 }
 
 // filter wraps a lister of the groups' members to return only those the
@@ -76,7 +67,7 @@ func (j *memberJudge) allows(m fingerprint.Stat) bool {
 		j.withhold(key, m)
 		j.log.Warn("group member not signalled: unreadable", "pid", m.PID, "comm", m.Comm, "err", err)
 		return false
-	case !j.member(id):
+	case !j.rules.Member(id):
 		j.withhold(key, m)
 		j.log.Warn("group member not signalled: another UID's (or setuid) or another container's",
 			"pid", id.PID, "comm", id.Comm, "uid", id.UID, "euid", id.EUID, "suid", id.SUID)

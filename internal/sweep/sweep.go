@@ -710,7 +710,6 @@ func judgeHashed(s *Socket, age, minAge time.Duration) (Verdict, string) {
 	return VerdictStale, fmt.Sprintf("%s; not listening, ctime %s old (minimum age %s)", reason, age.Round(time.Second), minAge)
 }
 
-// act decides and performs the action for one classified socket.
 // actAll acts on every socket. Stale names of one socket file (hard
 // links) are unlinked holding the file (O_PATH, pinned by the first as
 // classified): unlinking one name moves the file's change time, which the
@@ -753,6 +752,7 @@ func actAll(cfg Config, all []*Socket) {
 	}
 }
 
+// act decides and performs the action for one classified socket.
 func act(cfg Config, s *Socket) {
 	log := cfg.Logger.With("path", s.Path, "pid", s.PID, "kind", string(s.Kind), "verdict", string(s.Verdict), "reason", s.Reason)
 	if s.Hashed {

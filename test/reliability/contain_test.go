@@ -150,10 +150,10 @@ func containTrial(t *testing.T, h contain.Host, otherUID bool) (time.Duration, c
 	time.Sleep(100 * time.Millisecond) // a loop that got away shows here
 	left = max(left, len(loopProcs(script)))
 	innocents := 0
-	if !proc.Runs(bystander.Process.Pid) {
+	if proc.Dead(bystander.Process.Pid) {
 		innocents++
 	}
-	if other != nil && !proc.Runs(other.Process.Pid) {
+	if other != nil && proc.Dead(other.Process.Pid) {
 		innocents++
 	}
 	return d, res, left, innocents

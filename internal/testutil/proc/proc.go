@@ -320,12 +320,3 @@ func Running(s string) []int {
 	}
 	return out
 }
-
-// Runs reports whether the test's own unreaped child pid is still
-// running: not a zombie. Signal 0 cannot tell, as it reaches a zombie
-// too, and a child the test has not waited for keeps its PID, so its
-// stat file is its own.
-func Runs(pid int) bool {
-	st, err := fingerprint.ReadStat("/proc", pid)
-	return err == nil && !st.Zombie()
-}

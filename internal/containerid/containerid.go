@@ -23,6 +23,15 @@ func Valid(s string) bool {
 	return true
 }
 
+// Short is the ID as docker ps and podman ps print it: its first 12
+// characters.
+func Short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
 // FromArg returns the container ID token carried by one argv element: the
 // whole element, or the value after the first '=' ("--container-id=<id>").
 func FromArg(arg string) (string, bool) {

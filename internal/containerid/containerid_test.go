@@ -54,3 +54,15 @@ func TestFromArgv(t *testing.T) {
 		})
 	}
 }
+
+func TestShort(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{id1, id1[:12]},
+		{"abc", "abc"},
+		{"", ""},
+	} {
+		if got := Short(tt.in); got != tt.want {
+			t.Errorf("Short(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}

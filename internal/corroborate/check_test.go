@@ -23,11 +23,7 @@ func TestTreeIsNoEvidence(t *testing.T) {
 	const id = "4444444444444444444444444444444444444444444444444444444444444444"
 	cg := testutil.MakeCgroup(t, "default", id)
 	bin := filepath.Join(t.TempDir(), "conmon")
-	data, err := os.ReadFile("/bin/sh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
+	if err := testutil.CopyFile("/bin/sh", bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "-c", `sh -c 'echo 0 > "$0/cgroup.procs" && exec sleep 1000' "$CG" & wait`, "conmon", "-c", id)

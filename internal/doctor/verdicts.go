@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/cull"
 	"github.com/kc-watchman/kc-watchman/internal/kallichore"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
@@ -21,10 +22,7 @@ type StraysInput struct {
 }
 
 func describeTree(t reconcile.Tree) string {
-	cid := t.ContainerID
-	if len(cid) > 12 {
-		cid = cid[:12]
-	}
+	cid := containerid.Short(t.ContainerID)
 	age := "age ?"
 	if t.AgeSeconds >= 0 {
 		age = "age " + cull.HumanSeconds(t.AgeSeconds)
@@ -66,7 +64,7 @@ func Strays(in StraysInput) Check {
 		switch {
 		case cg.Outcome == action.WouldNotDie,
 			(cg.Outcome == action.WouldReap || cg.Outcome == action.Reaped) && !withTrees[cg.ContainerID]:
-			items = append(items, fmt.Sprintf("container %s: cgroup %s: %s", short(cg.ContainerID), cg.Path, cg.Outcome))
+			items = append(items, fmt.Sprintf("container %s: cgroup %s: %s", containerid.Short(cg.ContainerID), cg.Path, cg.Outcome))
 		}
 	}
 	others := len(rep.Trees) - strayTrees
@@ -99,14 +97,6 @@ func Strays(in StraysInput) Check {
 	}
 	c.Items = items
 	return c
-}
-
-// short is a container ID's first 12 characters.
-func short(id string) string {
-	if len(id) > 12 {
-		return id[:12]
-	}
-	return id
 }
 
 // Skipped is check name not run, and why: ok, as it was not asked for.

@@ -97,19 +97,11 @@ func sameContainers(ms []Match) []Match {
 func candidates(ms []Match) string {
 	var parts []string
 	for _, m := range ms {
-		s := m.Engine + " " + short(m.ID)
+		s := m.Engine + " " + containerid.Short(m.ID)
 		if len(m.Names) > 0 {
 			s += " (" + strings.Join(m.Names, ",") + ")"
 		}
 		parts = append(parts, s)
 	}
 	return strings.Join(parts, "; ")
-}
-
-// short is the 12-character ID docker ps and podman ps print.
-func short(id string) string {
-	if len(id) > 12 {
-		return id[:12]
-	}
-	return id
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 	"github.com/kc-watchman/kc-watchman/internal/userns"
 )
@@ -28,11 +29,7 @@ func TestPoststopSaysWhatItLeaves(t *testing.T) {
 	}
 	const id = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a"
 	bin := filepath.Join(t.TempDir(), "kcserver")
-	data, err := os.ReadFile("/bin/sh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
+	if err := testutil.CopyFile("/bin/sh", bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	leader := exec.Command(bin, "-c", "sleep 1000000; :", id)

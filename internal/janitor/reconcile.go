@@ -270,13 +270,7 @@ func (rep Report) Text(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CONTAINER\tPGID\tUID\tAGE\tMEMBERS\tACTION")
 	for _, t := range rep.Trees {
-		cid := t.ContainerID
-		if len(cid) > 12 {
-			cid = cid[:12]
-		}
-		if cid == "" {
-			cid = "-"
-		}
+		cid := short(t.ContainerID)
 		age := "?"
 		if t.AgeSeconds >= 0 {
 			age = cull.HumanSeconds(t.AgeSeconds)

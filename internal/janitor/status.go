@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/cull"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
@@ -229,10 +230,7 @@ func short(id string) string {
 	if id == "" {
 		return "-"
 	}
-	if len(id) > 12 {
-		return id[:12]
-	}
-	return id
+	return containerid.Short(id)
 }
 
 // Text writes status's text report.

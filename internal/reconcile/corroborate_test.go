@@ -30,11 +30,7 @@ import (
 func startMonitor(t *testing.T, comm string, cg *testutil.Cgroup, setpriv []string, args ...string) (int, int) {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), comm)
-	data, err := os.ReadFile("/bin/sh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
+	if err := testutil.CopyFile("/bin/sh", bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	// The shell forks the child: start it in a group of its own so that

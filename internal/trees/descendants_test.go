@@ -150,6 +150,15 @@ func TestDescendantsUnreadableIsWithheld(t *testing.T) {
 	member := exec.Command("bash", "-c", `setsid sh -c 'sleep 1000000; :' $(head -c 1200000 /dev/zero | tr '\0' a | fold -w 120000) & wait`)
 	member.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	tproc.StartGroup(t, member)
+	// Registered before the wait so that a failed wait still kills the
+	// setsid child, which the member's group kill does not reach.
+	t.Cleanup(func() {
+		for _, c := range Children(fingerprint.DefaultRoot, member.Process.Pid) {
+			if st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, c); err == nil && st.PGID == c {
+				syscall.Kill(-c, syscall.SIGKILL)
+			}
+		}
+	})
 	var big fingerprint.Stat
 	tproc.WaitFor(t, 10*time.Second, "the member's setsid child and its sleep", func() bool {
 		for _, c := range Children(fingerprint.DefaultRoot, member.Process.Pid) {
@@ -160,7 +169,6 @@ func TestDescendantsUnreadableIsWithheld(t *testing.T) {
 		}
 		return false
 	})
-	t.Cleanup(func() { syscall.Kill(-big.PID, syscall.SIGKILL) })
 	if _, err := fingerprint.Read(fingerprint.DefaultRoot, big.PID); err == nil {
 		t.Fatal("the child's argv reads: no case")
 	}

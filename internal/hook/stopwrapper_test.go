@@ -61,16 +61,16 @@ func TestStopWrapperWithNoTimeLeft(t *testing.T) {
 	}
 }
 
-// TestStopWrapperSparesAnotherUsersMember: an earlier wrapper's group
-// holds a member running as another user (its command ran setpriv
-// without setsid). Stopping that wrapper on a restart stops the wrapper
-// (which takes its group down by its own rules) and does not signal the
-// member itself.
-func TestStopWrapperSparesAnotherUsersMember(t *testing.T) {
+// startWrapperWithOtherUsersMember starts bash running script as a
+// stand-in for an earlier wrapper, in a group of its own, and waits for
+// the member of uid 65534 the script starts (a command that ran setpriv
+// without setsid). Cleanup kills the group.
+func startWrapperWithOtherUsersMember(t *testing.T, script string) (wrapper, other fingerprint.Stat) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: setpriv to another user")
 	}
-	cmd := exec.Command("bash", "-c", "setpriv --reuid=65534 --regid=65534 --clear-groups sleep 1000001 & wait")
+	cmd := exec.Command("bash", "-c", script)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -80,7 +80,6 @@ func TestStopWrapperSparesAnotherUsersMember(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var other fingerprint.Stat
 	supervisetest.Eventually(t, 10*time.Second, "the member of uid 65534", func() bool {
 		for _, m := range pgkill.Members("/proc", wrapper.PGID) {
 			if ids, err := fingerprint.ReadUIDs("/proc", m.PID); err == nil && ids[0] == 65534 && m.Comm == "sleep" {
@@ -90,7 +89,15 @@ func TestStopWrapperSparesAnotherUsersMember(t *testing.T) {
 		}
 		return false
 	})
+	return wrapper, other
+}
 
+// TestStopWrapperSparesAnotherUsersMember: an earlier wrapper's group
+// holds a member running as another user. Stopping that wrapper on a
+// restart stops the wrapper (which takes its group down by its own rules)
+// and does not signal the member itself.
+func TestStopWrapperSparesAnotherUsersMember(t *testing.T) {
+	wrapper, other := startWrapperWithOtherUsersMember(t, "setpriv --reuid=65534 --regid=65534 --clear-groups sleep 1000001 & wait")
 	cfg := Config{KillGrace: 100 * time.Millisecond, Deadline: time.Second}
 	if err := stopWrapper(cfg, wrapper); err != nil {
 		t.Errorf("stopWrapper = %v, want the wrapper stopped", err)
@@ -107,29 +114,7 @@ func TestStopWrapperSparesAnotherUsersMember(t *testing.T) {
 // on SIGTERM gets the group kill as its UID, which refuses a group that
 // holds another user's member: both are left, and the launch is told.
 func TestStopWrapperThatIgnoresTERM(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: setpriv to another user")
-	}
-	cmd := exec.Command("bash", "-c", `trap "" TERM; setpriv --reuid=65534 --regid=65534 --clear-groups sleep 1000001 & wait`)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
-	wrapper, err := fingerprint.ReadStat("/proc", cmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var other fingerprint.Stat
-	supervisetest.Eventually(t, 10*time.Second, "the member of uid 65534", func() bool {
-		for _, m := range pgkill.Members("/proc", wrapper.PGID) {
-			if ids, err := fingerprint.ReadUIDs("/proc", m.PID); err == nil && ids[0] == 65534 && m.Comm == "sleep" {
-				other = m
-				return true
-			}
-		}
-		return false
-	})
+	wrapper, other := startWrapperWithOtherUsersMember(t, `trap "" TERM; setpriv --reuid=65534 --regid=65534 --clear-groups sleep 1000001 & wait`)
 	cfg := Config{KillGrace: 100 * time.Millisecond, Deadline: time.Second}
 	if err := stopWrapper(cfg, wrapper); err == nil {
 		t.Error("stopWrapper = nil; want the refusal said (the group is not one UID's)")

@@ -41,6 +41,9 @@ func TestSignalMemberRefusesTheWrongTarget(t *testing.T) {
 		{"thread ID", thread, []int{st.PGID}, 0, nil},
 		{"outside the wrapper's groups", st, []int{os.Getpid()}, 0, nil},
 		{"another user's process", st, []int{st.PGID}, 0, []int{65534, 65533}},
+		// supervise's stopGroup passes [-1] when it cannot read its own
+		// UIDs: no process runs as -1, so none is judged ours.
+		{"no UID to signal (the wrapper's own unread)", st, []int{st.PGID}, 0, []int{-1}},
 		{"the recorded member (control)", st, []int{st.PGID}, 1, []int{65534, os.Geteuid()}},
 	}
 	start, err := inn.Sync()

@@ -106,6 +106,12 @@ type Checker struct {
 	// lines, by PID, as read.
 	monitors   map[int]bool
 	monCgroups map[int]map[string]bool
+	// byName and byLine index children (ascending positions in it) by
+	// the container IDs their cgroup lines are named after and by the
+	// lines themselves: a run with many strays and many live containers
+	// (a node drained) looks up each candidate's children instead of
+	// matching all of them.
+	byName, byLine map[string][]int
 }
 
 // child is a live child of a container monitor.
@@ -163,7 +169,8 @@ func (c *Checker) Check(q Query) (Evidence, bool, error) {
 	for _, m := range q.Members {
 		members[m] = true
 	}
-	for _, ch := range c.children {
+	for _, i := range c.candidates(q.ID, exact) {
+		ch := c.children[i]
 		// Another user's process counts only as a child of root's
 		// monitor (a rootful container run as a third UID): a user can
 		// make no child of root's shim or conmon, but can run a monitor
@@ -358,6 +365,31 @@ func ownPath(path string) bool {
 // (libpod-conmon-<id>.scope, crio-conmon-<id>.scope, podman's "runtime"
 // sibling) never matches.
 func NameMatches(path, id string) bool {
+	if id == "" {
+		return false
+	}
+	name := ownName(path)
+	for _, n := range engineNames {
+		if len(name) == len(n.prefix)+len(id)+len(n.suffix) && strings.HasPrefix(name, n.prefix) &&
+			strings.HasSuffix(name, n.suffix) && name[len(n.prefix):len(name)-len(n.suffix)] == id {
+			return true
+		}
+	}
+	return false
+}
+
+// engineNames are the engines' names for a container's own cgroup: the
+// ID between a prefix and a suffix.
+var engineNames = [...]struct{ prefix, suffix string }{
+	{"", ""}, {"libpod-", ".scope"}, {"libpod-", ""}, {"libpod-payload-", ""},
+	{"docker-", ".scope"}, {"cri-containerd-", ".scope"},
+	{"crio-", ".scope"}, {"crio-", ""}, {"nerdctl-", ".scope"},
+}
+
+// ownName is the component of a cgroup path an engine names after the
+// container: the last, or the one before crun's "container" subgroup or
+// a systemd init's "init.scope".
+func ownName(path string) string {
 	path = strings.TrimSuffix(path, "/")
 	last := path[strings.LastIndexByte(path, '/')+1:]
 	for _, sub := range []string{"init.scope", "container"} {
@@ -366,16 +398,22 @@ func NameMatches(path, id string) bool {
 			last = path[strings.LastIndexByte(path, '/')+1:]
 		}
 	}
-	if id == "" || !strings.Contains(last, id) {
-		return false
+	return last
+}
+
+// namedIDs are every container ID the cgroup path is named after
+// (NameMatches holds for exactly these): the Checker indexes a monitor
+// child's lines by them once, instead of matching every line against
+// every candidate's ID.
+func namedIDs(path string) []string {
+	name := ownName(path)
+	var ids []string
+	for _, n := range engineNames {
+		if len(name) > len(n.prefix)+len(n.suffix) && strings.HasPrefix(name, n.prefix) && strings.HasSuffix(name, n.suffix) {
+			ids = append(ids, name[len(n.prefix):len(name)-len(n.suffix)])
+		}
 	}
-	switch last {
-	case id, "libpod-" + id + ".scope", "libpod-" + id, "libpod-payload-" + id,
-		"docker-" + id + ".scope", "cri-containerd-" + id + ".scope",
-		"crio-" + id + ".scope", "crio-" + id, "nerdctl-" + id + ".scope":
-		return true
-	}
-	return false
+	return ids
 }
 
 // descends reports whether pid is, or descends from, one of members.
@@ -545,7 +583,45 @@ func (c *Checker) scan() error {
 		}
 		c.children = append(c.children, ch)
 	}
+	c.index()
 	return nil
+}
+
+// index fills byName and byLine from children.
+func (c *Checker) index() {
+	c.byName, c.byLine = map[string][]int{}, map[string][]int{}
+	add := func(m map[string][]int, k string, i int) {
+		if at := m[k]; len(at) == 0 || at[len(at)-1] != i {
+			m[k] = append(at, i)
+		}
+	}
+	for i, ch := range c.children {
+		for _, l := range ch.cgroups {
+			path := linePath(l)
+			if path == "" {
+				continue
+			}
+			add(c.byLine, l, i)
+			for _, id := range namedIDs(path) {
+				add(c.byName, id, i)
+			}
+		}
+	}
+}
+
+// candidates are the positions in children of those with a line
+// inContainer could take for container id: one of exact's lines, or,
+// with none recorded, a line named after id.
+func (c *Checker) candidates(id string, exact []string) []int {
+	if len(exact) == 0 {
+		return c.byName[id]
+	}
+	var out []int
+	for _, l := range exact {
+		out = append(out, c.byLine[l]...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // notMonitors is ch's cgroup lines but those it shares with its monitor:

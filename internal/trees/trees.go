@@ -133,8 +133,9 @@ type Tree struct {
 	// UID is the real UID shared by all members, or -1 when they differ
 	// or one left out of them (unreadable) runs setuid.
 	UID int
-	// Age is the youngest member's age; AgeKnown is false when it could
-	// not be read (the tree may be mid-create).
+	// Age is the youngest dating member's age (see dating); AgeKnown is
+	// false when a member's could not be read (the tree may be
+	// mid-create).
 	Age      time.Duration
 	AgeKnown bool
 	// Oldest is the oldest member's age (with AgeKnown): a tree whose
@@ -347,8 +348,33 @@ func (c *completion) finish(t *Tree) {
 		addDescendants(c.opt.Root, t, c.kids)
 	}
 	if t.AgeKnown {
-		t.Age, t.Oldest = ages(t.Members, c.uptime)
+		t.Age, _ = ages(t.dating(c.opt.Known), c.uptime)
+		_, t.Oldest = ages(t.Members, c.uptime)
 	}
+}
+
+// dating are the members whose start dates the tree (Age): its leader
+// and the members that name its container, by argv or the ledger. A
+// kernel's short-lived children (a `while sleep` loop, a notebook's
+// subprocesses) name none; counted, they kept a gone container's tree
+// younger than --min-age for as long as it ran. A young member that does
+// name it may be a tree in the making, and counts. A partial tree's
+// members' argv is unread: they all count.
+func (t Tree) dating(known map[Key]string) []fingerprint.Identity {
+	if t.Partial {
+		return t.Members
+	}
+	var out []fingerprint.Identity
+	for _, m := range t.Members {
+		_, recorded := known[Key{PID: m.PID, StartTicks: m.StartTicks, PGID: t.PGID}]
+		if m.PID == t.PGID || recorded || len(containerid.FromArgv(m.Argv)) > 0 {
+			out = append(out, m)
+		}
+	}
+	if len(out) == 0 {
+		return t.Members
+	}
+	return out
 }
 
 // Completer reads Partial trees in full, one after the other, on one

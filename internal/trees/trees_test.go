@@ -276,18 +276,39 @@ func withFiller(procs []proc) []proc {
 	return out
 }
 
+// TestScanAge: a tree is as young as its youngest member that dates it
+// (its leader, a member naming its container by argv or the ledger); a
+// child naming none, as a kernel's short-lived ones, does not make a
+// gone container's tree young. The oldest member's age is every
+// member's.
 func TestScanAge(t *testing.T) {
-	root := writeFixture(t, []proc{
-		{pid: 100, pgid: 100, comm: "kcserver", start: 90000, argv: []string{"kcserver", cidA}},
-		{pid: 101, pgid: 100, comm: "sleep", start: 95000},
-	})
-	got, _, err := Scan(Options{Root: root, Comms: []string{"kcserver"}})
-	if err != nil || len(got) != 1 {
-		t.Fatalf("Scan = %v, %v", got, err)
-	}
-	// uptime 1000s, youngest started at 950s.
-	if !got[0].AgeKnown || got[0].Age != 50*time.Second {
-		t.Errorf("age = %v (known %v), want 50s", got[0].Age, got[0].AgeKnown)
+	leader := proc{pid: 100, pgid: 100, comm: "kcserver", start: 90000, argv: []string{"kcserver", cidA}}
+	recorded := map[Key]string{{PID: 101, StartTicks: 95000, PGID: 100}: cidA}
+	for _, tc := range []struct {
+		name  string
+		procs []proc
+		known map[Key]string
+		want  time.Duration // uptime 1000s: a start at 950s is 50s old
+	}{
+		{"a child naming no container", []proc{leader,
+			{pid: 101, pgid: 100, comm: "sleep", start: 95000, argv: []string{"sleep", "1"}}}, nil, 100 * time.Second},
+		{"a member naming the container", []proc{leader,
+			{pid: 101, pgid: 100, comm: "python", start: 95000, argv: []string{"python", "--container=" + cidA}}}, nil, 50 * time.Second},
+		{"a member the ledger recorded", []proc{leader,
+			{pid: 101, pgid: 100, comm: "sleep", start: 95000, argv: []string{"sleep", "1"}}}, recorded, 50 * time.Second},
+		{"a leader naming none", []proc{
+			{pid: 100, pgid: 100, comm: "kcserver", start: 95000, argv: []string{"kcserver"}},
+			{pid: 101, pgid: 100, comm: "python", start: 90000, argv: []string{"python", cidA}}}, nil, 50 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, _, err := Scan(Options{Root: writeFixture(t, tc.procs), Comms: []string{"kcserver"}, Known: tc.known})
+			if err != nil || len(got) != 1 {
+				t.Fatalf("Scan = %v, %v", got, err)
+			}
+			if !got[0].AgeKnown || got[0].Age != tc.want || got[0].Oldest != 100*time.Second {
+				t.Errorf("age %v, oldest %v (known %v), want %v and 100s", got[0].Age, got[0].Oldest, got[0].AgeKnown, tc.want)
+			}
+		})
 	}
 }
 

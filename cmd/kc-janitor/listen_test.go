@@ -19,7 +19,8 @@ import (
 
 // TestWatchMetricsListen: the real command serves /metrics (valid text
 // format, rounds counted, podman's truth unknown), /healthz and /readyz on
-// the address it logs, and stops serving when it stops.
+// the address it logs, the probes alone on --health-listen's, and stops
+// serving when it stops.
 func TestWatchMetricsListen(t *testing.T) {
 	dir := t.TempDir()
 	logFile := filepath.Join(dir, "watch.log")
@@ -28,30 +29,36 @@ func TestWatchMetricsListen(t *testing.T) {
 	go func() {
 		code, _ := runJanitorCapture(t, "watch", "--interval", "100ms", "--podman-url", "unix:///nonexistent/podman.sock",
 			"--podman-timeout", "1s", "--socket-dir", t.TempDir(), "--state-dir", filepath.Join(dir, "state"),
-			"--log-file", logFile, "--log-format", "json", "--metrics-listen", "127.0.0.1:0", "--no-events")
+			"--log-file", logFile, "--log-format", "json", "--metrics-listen", "127.0.0.1:0", "--health-listen", "127.0.0.1:0", "--no-events")
 		res <- code
 	}()
 	proc.WaitFor(t, time.Minute, "the log lines", func() bool { return countLines(logFile, `"msg":"round failed`) >= 2 })
-	var addr string
+	addrs := map[string]string{}
 	data, _ := os.ReadFile(logFile)
 	for _, line := range strings.Split(string(data), "\n") {
 		var rec map[string]any
-		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == "serving metrics" {
-			addr, _ = rec["addr"].(string)
+		if json.Unmarshal([]byte(line), &rec) == nil {
+			if msg, _ := rec["msg"].(string); strings.HasPrefix(msg, "serving ") {
+				addrs[msg], _ = rec["addr"].(string)
+			}
 		}
 	}
-	if addr == "" {
-		t.Fatalf("no serving metrics line:\n%s", data)
+	addr, health := addrs["serving metrics"], addrs["serving health probes"]
+	if addr == "" || health == "" {
+		t.Fatalf("no serving metrics or health probes line:\n%s", data)
 	}
 	c := &http.Client{Timeout: 10 * time.Second}
-	for _, path := range []string{"/healthz", "/readyz"} {
-		resp, err := c.Get("http://" + addr + path)
+	for _, tc := range []struct {
+		addr, path string
+		want       int
+	}{{addr, "/healthz", 200}, {addr, "/readyz", 200}, {health, "/healthz", 200}, {health, "/readyz", 200}, {health, "/metrics", 404}} {
+		resp, err := c.Get("http://" + tc.addr + tc.path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Errorf("%s %d, want 200", path, resp.StatusCode)
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s%s %d, want %d", tc.addr, tc.path, resp.StatusCode, tc.want)
 		}
 	}
 	resp, err := c.Get("http://" + addr + "/metrics")
@@ -83,9 +90,11 @@ func TestWatchMetricsListen(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("watch did not stop on SIGTERM")
 	}
-	if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-		conn.Close()
-		t.Error("still serving after watch stopped")
+	for _, a := range []string{addr, health} {
+		if conn, err := net.DialTimeout("tcp", a, time.Second); err == nil {
+			conn.Close()
+			t.Errorf("still serving on %s after watch stopped", a)
+		}
 	}
 }
 

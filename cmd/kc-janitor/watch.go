@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net"
 	"os"
@@ -31,6 +32,7 @@ func watchCommand() *cli.Command {
 		&cli.BoolFlag{Name: "no-events", Usage: "do not follow the engines' container deaths (Docker's die, podman's died, containerd's task exit): a dead container's trees then wait for the next round", EnvVars: []string{"KC_WATCH_NO_EVENTS"}},
 		&cli.BoolFlag{Name: "no-pidfd", Usage: "do not hold a pidfd for each live container's init: its death then waits for the engine's event (podman's file events: up to 250ms) or the next round", EnvVars: []string{"KC_WATCH_NO_PIDFD"}},
 		&cli.StringFlag{Name: "metrics-listen", Usage: "serve /metrics, /healthz and /readyz over HTTP on `ADDR` (host:port; off by default)", EnvVars: []string{"KC_METRICS_LISTEN"}},
+		&cli.StringFlag{Name: "health-listen", Usage: "also serve /healthz and /readyz alone on `ADDR`, a listener metrics clients cannot fill (e.g. 127.0.0.1:9476 for the kubelet)", EnvVars: []string{"KC_HEALTH_LISTEN"}},
 		&cli.StringFlag{Name: flagIdle, Value: "24h", Usage: "cull: report sessions idle longer than `DURATION` (or seconds)", EnvVars: []string{"KC_IDLE", "KC_IDLE_SECONDS"}},
 	}
 	flags = append(flags, reconcileFlags()...)
@@ -54,7 +56,10 @@ finished for twice --interval plus the longest a round may take within
 its bounds: sweep deadlines, lookups, engine timeouts, the apply lock,
 the kill grace) and /readyz (200
 while serving: an engine that is down shows in the metrics, not as an
-unready pod). An address that cannot be bound is a usage error (exit 2).
+unready pod). --health-listen ADDR serves the two probes alone, on a
+listener of their own (8 clients) that /metrics clients, who may hold
+all 64 of theirs, cannot fill: bound to loopback, for a kubelet's
+probes. An address that cannot be bound is a usage error (exit 2).
 --once serves nothing.
 
 Between rounds, watch follows the container deaths Docker (/events,
@@ -118,9 +123,11 @@ func runWatch(c *cli.Context) error {
 		// Checked with --once too, where nothing is served: a malformed
 		// address in /etc/default/kc-janitor must not wait for the
 		// service's next start to be found.
-		if addr := c.String("metrics-listen"); addr != "" {
-			if err := checkListenAddr(addr); err != nil {
-				return usageErr("--metrics-listen %q: %v", addr, err)
+		for _, name := range []string{"metrics-listen", "health-listen"} {
+			if addr := c.String(name); addr != "" {
+				if err := checkListenAddr(addr); err != nil {
+					return usageErr("--%s %q: %v", name, addr, err)
+				}
 			}
 		}
 		return nil
@@ -171,16 +178,25 @@ func runWatch(c *cli.Context) error {
 		return nil
 	}
 
-	if addr := c.String("metrics-listen"); addr != "" {
-		w.Live = janitor.NewLive()
-		stale := janitor.StaleAfter(w.Interval, w.Sockets.Deadline, w.Engine.AskTimeout(), w.Reconcile.KillGrace, len(w.Reconcile.Containers))
-		srv, err := janitor.Listen(addr, w.Live, stale, log)
+	stale := janitor.StaleAfter(w.Interval, w.Sockets.Deadline, w.Engine.AskTimeout(), w.Reconcile.KillGrace, len(w.Reconcile.Containers))
+	for _, l := range []struct {
+		flag   string
+		listen func(string, *janitor.Live, time.Duration, *slog.Logger) (*janitor.MetricsServer, error)
+	}{{"metrics-listen", janitor.Listen}, {"health-listen", janitor.ListenHealth}} {
+		addr := c.String(l.flag)
+		if addr == "" {
+			continue
+		}
+		if w.Live == nil {
+			w.Live = janitor.NewLive()
+		}
+		srv, err := l.listen(addr, w.Live, stale, log)
 		if err != nil {
-			return usageErr("--metrics-listen %s: %v", addr, err)
+			return usageErr("--%s %s: %v", l.flag, addr, err)
 		}
 		defer func() {
 			if err := srv.Close(); err != nil {
-				log.Warn("metrics server", "err", err)
+				log.Warn("serving "+l.flag, "err", err)
 			}
 		}()
 	}

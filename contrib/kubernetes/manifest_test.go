@@ -199,8 +199,8 @@ func TestDaemonSetForContainerd(t *testing.T) {
 }
 
 // TestDaemonSetProbesAndMetrics: metrics bound to the pod's IP (the
-// node's, with hostNetwork) rather than every address, the probes on the
-// named port's /healthz and /readyz, scrape annotations that match, an
+// node's, with hostNetwork) rather than every address, the probes on a
+// loopback listener of their own, scrape annotations that match, an
 // init container with no shell, and the namespace allowed to run it.
 func TestDaemonSetProbesAndMetrics(t *testing.T) {
 	ds, c := janitor(t)
@@ -223,12 +223,17 @@ func TestDaemonSetProbesAndMetrics(t *testing.T) {
 	if port != 9475 {
 		t.Errorf("metrics port %d, want 9475", port)
 	}
+	// The probes have a listener of their own, on loopback: metrics
+	// clients, anyone who reaches 9475, cannot fill it.
+	if v := env["KC_HEALTH_LISTEN"].Value; v != "127.0.0.1:9476" {
+		t.Errorf("KC_HEALTH_LISTEN %q, want 127.0.0.1:9476", v)
+	}
 	for what, tc := range map[string]struct {
 		p    *corev1.Probe
 		path string
 	}{"liveness": {c.LivenessProbe, "/healthz"}, "readiness": {c.ReadinessProbe, "/readyz"}} {
-		if tc.p == nil || tc.p.HTTPGet == nil || tc.p.HTTPGet.Path != tc.path || tc.p.HTTPGet.Port.String() != "metrics" {
-			t.Errorf("%s probe %+v, want GET %s on port metrics", what, tc.p, tc.path)
+		if tc.p == nil || tc.p.HTTPGet == nil || tc.p.HTTPGet.Path != tc.path || tc.p.HTTPGet.Host != "127.0.0.1" || tc.p.HTTPGet.Port.String() != "9476" {
+			t.Errorf("%s probe %+v, want GET 127.0.0.1:9476%s", what, tc.p, tc.path)
 		}
 	}
 	a := ds.Spec.Template.Annotations

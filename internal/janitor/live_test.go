@@ -287,3 +287,43 @@ func TestStaleAfter(t *testing.T) {
 		t.Errorf("two more containers cost %v, want 2m", d)
 	}
 }
+
+// TestHealthListenerOfItsOwn: with every metrics connection held (anyone
+// who reaches the metrics port can hold them), the probes on the health
+// listener are still answered; it serves the probes alone.
+func TestHealthListenerOfItsOwn(t *testing.T) {
+	live := NewLive()
+	log := slog.New(slog.DiscardHandler)
+	metrics, err := Listen("127.0.0.1:0", live, time.Minute, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer metrics.Close()
+	health, err := ListenHealth("127.0.0.1:0", live, time.Minute, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer health.Close()
+	for range maxMetricsConns {
+		c, err := net.Dial("tcp", metrics.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	if resp, err := (&http.Client{Timeout: 300 * time.Millisecond}).Get("http://" + metrics.Addr() + "/healthz"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the metrics listener answered (%d) with its %d connections held", resp.StatusCode, maxMetricsConns)
+	}
+	c := &http.Client{Timeout: 10 * time.Second}
+	for path, want := range map[string]int{"/healthz": http.StatusOK, "/readyz": http.StatusOK, "/metrics": http.StatusNotFound} {
+		resp, err := c.Get("http://" + health.Addr() + path)
+		if err != nil {
+			t.Fatalf("%s on the health listener: %v", path, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("%s on the health listener: %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+}

@@ -13,7 +13,8 @@ import (
 	"golang.org/x/net/netutil"
 )
 
-// MetricsServer serves a watch's /metrics, /healthz and /readyz.
+// MetricsServer serves a watch's /metrics, /healthz and /readyz, or the
+// probes alone (ListenHealth).
 type MetricsServer struct {
 	srv  *http.Server
 	ln   net.Listener
@@ -24,16 +25,23 @@ type MetricsServer struct {
 // error and not a log line after the watch has begun. staleAfter is how
 // long /healthz tolerates no round finishing.
 func Listen(addr string, live *Live, staleAfter time.Duration, log *slog.Logger) (*MetricsServer, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("metrics listener: %w", err)
-	}
-	// Anyone who can reach the port (a local user, any pod on the node)
-	// could otherwise hold connections without end: descriptors the
-	// watch needs for its pidfds and engines, and memory.
-	ln = netutil.LimitListener(ln, maxMetricsConns)
-	mux := http.NewServeMux()
+	mux := probes(live, staleAfter)
 	mux.Handle("/metrics", promhttp.HandlerFor(live.Registry(), promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}))
+	return serve(addr, mux, maxMetricsConns, "metrics", log)
+}
+
+// ListenHealth is Listen for /healthz and /readyz alone, on a listener of
+// their own: anyone who can reach the metrics port can hold its
+// connections, and a liveness probe that cannot get one restarts the
+// watch. Bound to loopback (the DaemonSet's probes ask 127.0.0.1), only
+// the node's own users can reach it.
+func ListenHealth(addr string, live *Live, staleAfter time.Duration, log *slog.Logger) (*MetricsServer, error) {
+	return serve(addr, probes(live, staleAfter), maxHealthConns, "health probes", log)
+}
+
+// probes is a mux serving /healthz and /readyz.
+func probes(live *Live, staleAfter time.Duration) *http.ServeMux {
+	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if !live.Healthy(time.Now(), staleAfter) {
 			// A hung round (an engine call or a kill that never returns)
@@ -47,6 +55,19 @@ func Listen(addr string, live *Live, staleAfter time.Duration, log *slog.Logger)
 	// Ready as soon as it answers: an unready DaemonSet pod stalls every
 	// rollout, and an engine that is down is an alert, not a reason to.
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	return mux
+}
+
+// serve binds addr and serves mux to at most conns clients at once.
+func serve(addr string, mux *http.ServeMux, conns int, what string, log *slog.Logger) (*MetricsServer, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s listener: %w", what, err)
+	}
+	// Anyone who can reach the port (a local user, any pod on the node)
+	// could otherwise hold connections without end: descriptors the
+	// watch needs for its pidfds and engines, and memory.
+	ln = netutil.LimitListener(ln, conns)
 	s := &MetricsServer{
 		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 2 * time.Second, ReadTimeout: 10 * time.Second,
 			WriteTimeout: 30 * time.Second, IdleTimeout: 10 * time.Second, MaxHeaderBytes: maxMetricsHeader},
@@ -56,17 +77,18 @@ func Listen(addr string, live *Live, staleAfter time.Duration, log *slog.Logger)
 	go func() {
 		defer close(s.done)
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server stopped", "addr", ln.Addr().String(), "err", err)
+			log.Error(what+" server stopped", "addr", ln.Addr().String(), "err", err)
 		}
 	}()
-	log.Info("serving metrics", "addr", ln.Addr().String())
+	log.Info("serving "+what, "addr", ln.Addr().String())
 	return s, nil
 }
 
-// Bounds on the metrics server's clients: a scrape or probe sends a few
-// hundred bytes of header.
+// Bounds on the servers' clients: a scrape or probe sends a few hundred
+// bytes of header; the kubelet probes one at a time.
 const (
 	maxMetricsConns  = 64
+	maxHealthConns   = 8
 	maxMetricsHeader = 8 << 10
 )
 

@@ -140,7 +140,11 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 	if res.Unrecorded == nil {
 		cache = ledger.LayoutCache(store)
 	}
-	found, stats, err := trees.Scan(trees.Options{Root: root(cfg), Comms: cfg.Comms, Known: known, Lister: cfg.Lister, LayoutCache: cache, Only: map[string]bool{st.ID: true}})
+	// ByLeader: another container's supervisor's group is that
+	// container's, read through its leader alone; a member of it carrying
+	// this ID would make it ambiguous, which is never reaped here.
+	found, stats, err := trees.Scan(trees.Options{Root: root(cfg), Comms: cfg.Comms, Known: known, Lister: cfg.Lister, LayoutCache: cache,
+		Only: map[string]bool{st.ID: true}, ByLeader: true})
 	if err != nil {
 		return res, err
 	}

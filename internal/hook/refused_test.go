@@ -73,3 +73,40 @@ func TestPoststopSaysWhatItLeaves(t *testing.T) {
 		})
 	}
 }
+
+// TestPoststopLeavesAnotherContainersGroup: a group another container's
+// supervisor leads is that container's, even with a member carrying the
+// dead container's ID (ambiguous: never reaped); poststop reads it
+// through its leader, leaves it alive and unreported, and still reaps
+// the dead container's own tree.
+func TestPoststopLeavesAnotherContainersGroup(t *testing.T) {
+	const comm = "kcsrv-byleader"
+	dead, other := testutil.RandomHex(t, 64), testutil.RandomHex(t, 64)
+	theirs := testutil.StartMixedGroup(t, comm, other, dead)
+	mine := testutil.StartMixedGroup(t, comm, dead, dead)
+	cfg := Config{StateDir: t.TempDir(), Comms: []string{comm}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), KillGrace: time.Second}
+	res, err := Poststop(context.Background(), cfg, &specs.State{ID: dead, Status: specs.StateStopped})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Refused) != 0 || res.Failed {
+		t.Errorf("refused %+v, failed %v: want the other container's group left unsaid", res.Refused, res.Failed)
+	}
+	var reaped bool
+	for _, tr := range res.Trees {
+		switch tr.PGID {
+		case theirs.PGID:
+			t.Errorf("the other container's group is among the dead one's trees: %+v", tr)
+		case mine.PGID:
+			reaped = tr.Action == action.Reaped
+		}
+	}
+	if !reaped {
+		t.Errorf("the dead container's own tree was not reaped: %+v", res.Trees)
+	}
+	for _, pid := range []int{theirs.PGID, theirs.Member} {
+		if !fingerprint.Running(fingerprint.DefaultRoot, pid) {
+			t.Errorf("process %d of the other container's group was killed", pid)
+		}
+	}
+}

@@ -158,3 +158,52 @@ func TestIdentitySince(t *testing.T) {
 		}
 	}
 }
+
+// TestScanByLeader: with ByLeader, a group another container's
+// supervisor leads is that container's after its leader's cmdline alone,
+// even with a member carrying a wanted ID (ambiguous, never signalled);
+// a group the ledger ties to a wanted container, or whose leader names
+// none, is read as without it.
+func TestScanByLeader(t *testing.T) {
+	procs := []proc{
+		// B's supervisor leads; a member carries A.
+		{pid: 300, pgid: 300, comm: "kcserver", start: 90000, argv: []string{"kcserver", cidB}},
+		{pid: 301, pgid: 300, comm: "python3", start: 90000, argv: []string{"python3", cidA}},
+		{pid: 302, pgid: 300, comm: "python3", start: 90000, argv: []string{"python3"}},
+		// B's supervisor leads; the ledger gives a member to A.
+		{pid: 400, pgid: 400, comm: "kcserver", start: 90000, argv: []string{"kcserver", cidB}},
+		{pid: 401, pgid: 400, comm: "python3", start: 90000, argv: []string{"python3"}},
+		// A's tree, its anchor not the leader.
+		{pid: 500, pgid: 500, comm: "kcserver", start: 90000, argv: []string{"kcserver"}},
+		{pid: 501, pgid: 500, comm: "sh", start: 90000, argv: []string{"sh", "-c", "x", cidA}},
+	}
+	known := map[Key]string{{PID: 401, StartTicks: 90000, PGID: 400}: cidA}
+	root := writeFixture(t, procs)
+	for _, tc := range []struct {
+		byLeader bool
+		want     []int // PGIDs of the trees returned
+	}{
+		{false, []int{300, 400, 500}},
+		{true, []int{400, 500}},
+	} {
+		t.Run(fmt.Sprintf("ByLeader=%v", tc.byLeader), func(t *testing.T) {
+			got, stats, err := Scan(Options{Root: root, Comms: []string{"kcserver"}, Known: known, Only: map[string]bool{cidA: true}, ByLeader: tc.byLeader})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var pgids []int
+			for _, tr := range got {
+				pgids = append(pgids, tr.PGID)
+				if tr.PGID == 400 && !tr.Ambiguous {
+					t.Errorf("group 400 (B's leader, a member the ledger gives to A): %+v, want ambiguous", tr)
+				}
+			}
+			if !slices.Equal(pgids, tc.want) {
+				t.Errorf("trees %v, want %v", pgids, tc.want)
+			}
+			if tc.byLeader && stats.ArgvReads > len(procs)-2 {
+				t.Errorf("%d argv reads: group 300 was read past its leader", stats.ArgvReads)
+			}
+		})
+	}
+}

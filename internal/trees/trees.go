@@ -80,7 +80,7 @@ type Options struct {
 	// its by Known) is a Partial tree of it, and Complete reads the argv
 	// only of its members Known does not give to that container.
 	// Trees of other containers that share a group with one of these are
-	// still reported, as without Only. Such a scan that finds no tree
+	// still reported, as without Only (but see ByLeader). Such a scan that finds no tree
 	// also skips confirming the BPF task iterator's listing against
 	// /proc (proctable.Listing.Confirm): it has nothing to act on.
 	Only map[string]bool
@@ -96,6 +96,16 @@ type Options struct {
 	// on any other, and for a member the iterator did not list, the
 	// group is read in full as without Partial.
 	Partial bool
+
+	// ByLeader, with Only, takes a group led by a live supervisor whose
+	// argv names one container not in Only, and none of whose members
+	// Known gives to one in Only, for that container's after one cmdline
+	// read, where Only's filter reads one per member. A member carrying
+	// a wanted ID would make the group ambiguous, never signalled: a
+	// scan that reaps only the wanted containers' trees (kc-hook's
+	// poststop) leaves it to its leader's container's poststop and to
+	// reconcile, which read it in full and report it.
+	ByLeader bool
 
 	// Watch is handed to the listing (proctable.Options.Watch): the
 	// processes it picks are kept whole in the snapshot ScanSnapshot
@@ -747,6 +757,9 @@ func (s *scanner) examine(c candidate) (Tree, bool) {
 			return t, true
 		}
 	}
+	if s.opt.ByLeader && len(s.opt.Only) > 0 && leaderLive && s.ledByAnother(c) {
+		return Tree{}, false
+	}
 	if len(s.opt.Only) > 0 && !s.mayHoldOnly(pids) {
 		return Tree{}, false
 	}
@@ -964,6 +977,36 @@ func (s *scanner) mayHoldOnly(pids []int) bool {
 		}
 	}
 	return false
+}
+
+// ledByAnother reports whether group c is led by a live supervisor
+// whose argv names one container, not one of Only's, and Known ties
+// none of its members to one of Only's (see Options.ByLeader). The
+// leader is read as partial reads it: argv, then stat, which must show
+// the process listed.
+func (s *scanner) ledByAnother(c candidate) bool {
+	for _, pid := range c.pids {
+		if s.knownPIDs[pid] {
+			return false
+		}
+	}
+	lead := slices.Index(c.pids, c.pgid)
+	if lead < 0 {
+		return false
+	}
+	argv, err := s.readArgv(c.pgid)
+	if err != nil {
+		return false
+	}
+	st, err := s.readStat(c.pgid)
+	// A start the listing gave (the BPF task iterator's; 0: none) must
+	// be the one read: the PID is the listed process's.
+	if err != nil || st.PGID != c.pgid || st.Zombie() || len(c.starts) == len(c.pids) && c.starts[lead] != 0 && st.StartTicks != c.starts[lead] ||
+		!s.supervisor(c.pgid, st.Comm, argv) {
+		return false
+	}
+	ids := containerid.FromArgv(argv)
+	return len(ids) == 1 && !s.opt.Only[ids[0]]
 }
 
 func (s *scanner) hasSupervisorOrKnown(t Tree) bool {

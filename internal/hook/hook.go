@@ -148,7 +148,7 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 	if err != nil {
 		return res, err
 	}
-	log.Debug("scanned processes", "processes", stats.Processes, "groups", stats.Groups, "stat_reads", stats.StatReads, "argv_reads", stats.ArgvReads, "full_reads", stats.FullReads, "lister", stats.Lister, "lister_fallback", stats.ListerFallback, "duration", stats.Duration)
+	log.Debug("scanned processes", "processes", stats.Processes, "groups", stats.Groups, "stat_reads", stats.StatReads, "argv_reads", stats.ArgvReads, "full_reads", stats.FullReads, "lister", stats.Lister, "lister_fallback", stats.ListerFallback, "others_led", len(stats.OthersLed), "duration", stats.Duration)
 	if len(stats.Stalled) > 0 {
 		log.Warn("argv of some processes not read: their memory did not answer in time; a group they are in counts only if its other members tie it to the container", "pids", stats.StalledNote())
 	}
@@ -195,7 +195,10 @@ func Poststop(ctx context.Context, cfg Config, st *specs.State) (Result, error) 
 	if res.Unrecorded == nil {
 		rec = store
 	}
-	out := reap.Run(ctx, reap.Options{Root: root(cfg), Grace: cfg.KillGrace, Store: rec, Source: "poststop", Stage: string(StagePoststop), Contain: cfg.Contain, Logger: log},
+	// The groups left to their leaders' containers unread are spared by
+	// the cgroup's sweep, as a group refused as ambiguous keeps it.
+	spare := func(st fingerprint.Stat) bool { _, ok := slices.BinarySearch(stats.OthersLed, st.PGID); return ok }
+	out := reap.Run(ctx, reap.Options{Root: root(cfg), Grace: cfg.KillGrace, Store: rec, Source: "poststop", Stage: string(StagePoststop), Contain: cfg.Contain, Logger: log, Spare: spare},
 		reap.Container{ID: st.ID, Trees: mine, All: true, KeepCgroup: spared})
 	res.Trees, res.Failed = out.Trees, out.Failed()
 	for _, t := range out.Trees {

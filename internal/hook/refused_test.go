@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
+	"github.com/kc-watchman/kc-watchman/internal/contain"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
 	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
@@ -78,16 +80,33 @@ func TestPoststopSaysWhatItLeaves(t *testing.T) {
 // supervisor leads is that container's, even with a member carrying the
 // dead container's ID (ambiguous: never reaped); poststop reads it
 // through its leader, leaves it alive and unreported, and still reaps
-// the dead container's own tree.
+// the dead container's own tree. Its member in the dead container's
+// supervisor cgroup (only root can put it there) is spared by the
+// cgroup's sweep, as it was when the group was refused as ambiguous,
+// and the cgroup's own process is not.
 func TestPoststopLeavesAnotherContainersGroup(t *testing.T) {
 	const comm = "kcsrv-byleader"
 	dead, other := testutil.RandomHex(t, 64), testutil.RandomHex(t, 64)
+	h := contain.Detect(contain.Options{})
+	var inCgroup *exec.Cmd
+	if h.Kind == contain.KindCgroup2 {
+		inCgroup = startContained(t, h, dead)
+	}
 	theirs := testutil.StartMixedGroup(t, comm, other, dead)
 	mine := testutil.StartMixedGroup(t, comm, dead, dead)
+	if inCgroup != nil {
+		procs := filepath.Join(h.Mount, contain.Dir, dead, "cgroup.procs")
+		if err := os.WriteFile(procs, []byte(strconv.Itoa(theirs.Member)), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
 	cfg := Config{StateDir: t.TempDir(), Comms: []string{comm}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), KillGrace: time.Second}
 	res, err := Poststop(context.Background(), cfg, &specs.State{ID: dead, Status: specs.StateStopped})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if inCgroup != nil && fingerprint.Running(fingerprint.DefaultRoot, inCgroup.Process.Pid) {
+		t.Errorf("the dead container's supervisor cgroup was not swept: %d lives", inCgroup.Process.Pid)
 	}
 	if len(res.Refused) != 0 || res.Failed {
 		t.Errorf("refused %+v, failed %v: want the other container's group left unsaid", res.Refused, res.Failed)
@@ -109,4 +128,27 @@ func TestPoststopLeavesAnotherContainersGroup(t *testing.T) {
 			t.Errorf("process %d of the other container's group was killed", pid)
 		}
 	}
+}
+
+// startContained starts a sleep in kc-watchman's cgroup of container id
+// (removed at cleanup), as a supervisor wrapper would have.
+func startContained(t *testing.T, h contain.Host, id string) *exec.Cmd {
+	t.Helper()
+	cg, err := contain.Prepare(context.Background(), h, id, os.Getuid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, _ := cg.CloneFD()
+	t.Cleanup(func() { testutil.RemoveContainCgroups(t, id) })
+	cmd := exec.Command("sleep", "1000")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, UseCgroupFD: true, CgroupFD: fd}
+	err = cmd.Start()
+	cg.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()          //nolint:errcheck // reaped, so a killed one leaves /proc
+	t.Cleanup(func() { cmd.Process.Kill(); <-done }) //nolint:errcheck // it may be gone
+	return cmd
 }

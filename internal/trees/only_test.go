@@ -179,17 +179,23 @@ func TestScanByLeader(t *testing.T) {
 	}
 	known := map[Key]string{{PID: 401, StartTicks: 90000, PGID: 400}: cidA}
 	root := writeFixture(t, procs)
+	reads := map[bool]int{}
 	for _, tc := range []struct {
-		byLeader bool
-		want     []int // PGIDs of the trees returned
+		byLeader  bool
+		want      []int // PGIDs of the trees returned
+		othersLed []int
 	}{
-		{false, []int{300, 400, 500}},
-		{true, []int{400, 500}},
+		{false, []int{300, 400, 500}, nil},
+		{true, []int{400, 500}, []int{300}},
 	} {
 		t.Run(fmt.Sprintf("ByLeader=%v", tc.byLeader), func(t *testing.T) {
 			got, stats, err := Scan(Options{Root: root, Comms: []string{"kcserver"}, Known: known, Only: map[string]bool{cidA: true}, ByLeader: tc.byLeader})
 			if err != nil {
 				t.Fatal(err)
+			}
+			reads[tc.byLeader] = stats.ArgvReads
+			if !slices.Equal(stats.OthersLed, tc.othersLed) {
+				t.Errorf("OthersLed %v, want %v", stats.OthersLed, tc.othersLed)
 			}
 			var pgids []int
 			for _, tr := range got {
@@ -201,9 +207,9 @@ func TestScanByLeader(t *testing.T) {
 			if !slices.Equal(pgids, tc.want) {
 				t.Errorf("trees %v, want %v", pgids, tc.want)
 			}
-			if tc.byLeader && stats.ArgvReads > len(procs)-2 {
-				t.Errorf("%d argv reads: group 300 was read past its leader", stats.ArgvReads)
-			}
 		})
+	}
+	if reads[true] >= reads[false] {
+		t.Errorf("%d cmdline reads with ByLeader, %d without: group 300 was read past its leader", reads[true], reads[false])
 	}
 }

@@ -103,8 +103,9 @@ type Options struct {
 	// read, where Only's filter reads one per member. A member carrying
 	// a wanted ID would make the group ambiguous, never signalled: a
 	// scan that reaps only the wanted containers' trees (kc-hook's
-	// poststop) leaves it to its leader's container's poststop and to
-	// reconcile, which read it in full and report it.
+	// poststop) leaves it to its leader's container's poststop, and to
+	// reconcile once that container is gone, which read it in full and
+	// report it (Stats.OthersLed lists such groups).
 	ByLeader bool
 
 	// Watch is handed to the listing (proctable.Options.Watch): the
@@ -203,8 +204,13 @@ type Stats struct {
 	// found through the other members), or left out if nothing else ties
 	// it to a container. A Completer's reads are in its Stalled.
 	// StalledNote words it for a log.
-	Stalled  []int
-	Duration time.Duration
+	Stalled []int
+	// OthersLed lists, in order, the groups ByLeader left to the
+	// container their leader names, unread: whoever sweeps a wanted
+	// container's cgroup spares their processes, as it would a group
+	// refused as ambiguous.
+	OthersLed []int
+	Duration  time.Duration
 }
 
 // StalledNote sums up Stalled for a warning: how many, and the first
@@ -329,9 +335,11 @@ func ScanSnapshot(opt Options) ([]Tree, Stats, *proctable.Listing, error) {
 		stats.FullReads += s.stats.FullReads
 		stats.ArgvReads += s.stats.ArgvReads
 		stats.Stalled = append(stats.Stalled, s.stats.Stalled...)
+		stats.OthersLed = append(stats.OthersLed, s.stats.OthersLed...)
 	}
 	slices.Sort(stats.Stalled)
 	stats.Stalled = slices.Compact(stats.Stalled)
+	slices.Sort(stats.OthersLed)
 	stats.Duration = time.Since(start)
 	return out, stats, listing, nil
 }
@@ -435,7 +443,7 @@ func (cp *Completer) Complete(t Tree) (Tree, bool) {
 			}
 			others = append(others, pid)
 		}
-		if !s.mayHoldOnly(others) {
+		if !s.mayHoldOnly(others, 0, nil) {
 			return Tree{}, false
 		}
 	}
@@ -757,10 +765,15 @@ func (s *scanner) examine(c candidate) (Tree, bool) {
 			return t, true
 		}
 	}
-	if s.opt.ByLeader && len(s.opt.Only) > 0 && leaderLive && s.ledByAnother(c) {
-		return Tree{}, false
+	var leaderArgv []string
+	if s.opt.ByLeader && len(s.opt.Only) > 0 && leaderLive {
+		var other bool
+		if leaderArgv, other = s.ledByAnother(c); other {
+			s.stats.OthersLed = append(s.stats.OthersLed, pgid)
+			return Tree{}, false
+		}
 	}
-	if len(s.opt.Only) > 0 && !s.mayHoldOnly(pids) {
+	if len(s.opt.Only) > 0 && !s.mayHoldOnly(pids, pgid, leaderArgv) {
 		return Tree{}, false
 	}
 	if !leaderSup {
@@ -957,13 +970,17 @@ func (s *scanner) interesting(pgid int, pids []int) bool {
 // mayHoldOnly is Options.Only's filter: could this group hold a tree of
 // one of the wanted containers? It errs towards yes: an unreadable argv
 // keeps the group, and a known PID is enough (the full read then checks
-// the whole identity).
-func (s *scanner) mayHoldOnly(pids []int) bool {
+// the whole identity). leaderArgv, when not nil, is leader's argv as
+// just read.
+func (s *scanner) mayHoldOnly(pids []int, leader int, leaderArgv []string) bool {
 	for _, pid := range pids {
 		if s.knownPIDs[pid] {
 			return true
 		}
-		argv, err := s.readArgv(pid)
+		argv, err := leaderArgv, error(nil)
+		if pid != leader || argv == nil {
+			argv, err = s.readArgv(pid)
+		}
 		if err != nil {
 			if errors.Is(err, fingerprint.ErrNotFound) {
 				continue
@@ -983,30 +1000,31 @@ func (s *scanner) mayHoldOnly(pids []int) bool {
 // whose argv names one container, not one of Only's, and Known ties
 // none of its members to one of Only's (see Options.ByLeader). The
 // leader is read as partial reads it: argv, then stat, which must show
-// the process listed.
-func (s *scanner) ledByAnother(c candidate) bool {
+// the process listed. It returns the leader's argv when it read it, for
+// Only's filter not to read it again.
+func (s *scanner) ledByAnother(c candidate) (argv []string, other bool) {
 	for _, pid := range c.pids {
 		if s.knownPIDs[pid] {
-			return false
+			return nil, false
 		}
 	}
 	lead := slices.Index(c.pids, c.pgid)
 	if lead < 0 {
-		return false
+		return nil, false
 	}
 	argv, err := s.readArgv(c.pgid)
 	if err != nil {
-		return false
+		return nil, false
 	}
 	st, err := s.readStat(c.pgid)
 	// A start the listing gave (the BPF task iterator's; 0: none) must
 	// be the one read: the PID is the listed process's.
 	if err != nil || st.PGID != c.pgid || st.Zombie() || len(c.starts) == len(c.pids) && c.starts[lead] != 0 && st.StartTicks != c.starts[lead] ||
 		!s.supervisor(c.pgid, st.Comm, argv) {
-		return false
+		return argv, false
 	}
 	ids := containerid.FromArgv(argv)
-	return len(ids) == 1 && !s.opt.Only[ids[0]]
+	return argv, len(ids) == 1 && !s.opt.Only[ids[0]]
 }
 
 func (s *scanner) hasSupervisorOrKnown(t Tree) bool {

@@ -21,9 +21,9 @@ func reconcileCommand() *cli.Command {
 		Usage: "find supervisor trees whose container is gone (the container engines are the ground truth) and, with --apply, reap them",
 		Description: `A tree is a stray when no engine asked (--engine: podman, docker,
 containerd; auto asks every one found here) lists its container as live,
-its age (its youngest member that names the container, or its leader's:
-a kernel's short-lived children do not count) is known and above
---min-age, its group is not led by a foreign
+its age (the youngest of its leader and the members that name a
+container, by argv or the ledger: a kernel's short-lived children do not
+count) is known and above --min-age, its group is not led by a foreign
 process, its processes belong to a UID an engine's answer vouches for,
 and no local evidence says the container still runs: a live process in
 its own cgroup under a conmon or containerd-shim, or its recorded init

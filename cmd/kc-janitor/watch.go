@@ -32,7 +32,7 @@ func watchCommand() *cli.Command {
 		&cli.BoolFlag{Name: "no-events", Usage: "do not follow the engines' container deaths (Docker's die, podman's died, containerd's task exit): a dead container's trees then wait for the next round", EnvVars: []string{"KC_WATCH_NO_EVENTS"}},
 		&cli.BoolFlag{Name: "no-pidfd", Usage: "do not hold a pidfd for each live container's init: its death then waits for the engine's event (podman's file events: up to 250ms) or the next round", EnvVars: []string{"KC_WATCH_NO_PIDFD"}},
 		&cli.StringFlag{Name: "metrics-listen", Usage: "serve /metrics, /healthz and /readyz over HTTP on `ADDR` (host:port; off by default)", EnvVars: []string{"KC_METRICS_LISTEN"}},
-		&cli.StringFlag{Name: "health-listen", Usage: "also serve /healthz and /readyz alone on `ADDR`, a listener metrics clients cannot fill (e.g. 127.0.0.1:9476 for the kubelet)", EnvVars: []string{"KC_HEALTH_LISTEN"}},
+		&cli.StringFlag{Name: "health-listen", Usage: "serve /healthz and /readyz alone on `ADDR`, a listener metrics clients cannot fill (e.g. 127.0.0.1:9476 for the kubelet; off by default)", EnvVars: []string{"KC_HEALTH_LISTEN"}},
 		&cli.StringFlag{Name: flagIdle, Value: "24h", Usage: "cull: report sessions idle longer than `DURATION` (or seconds)", EnvVars: []string{"KC_IDLE", "KC_IDLE_SECONDS"}},
 	}
 	flags = append(flags, reconcileFlags()...)

@@ -19,6 +19,7 @@ type MetricsServer struct {
 	srv  *http.Server
 	ln   net.Listener
 	done chan struct{}
+	what string // "metrics" or "health probes"
 }
 
 // Listen binds addr now, so that a port in use is the caller's startup
@@ -33,8 +34,8 @@ func Listen(addr string, live *Live, staleAfter time.Duration, log *slog.Logger)
 // ListenHealth is Listen for /healthz and /readyz alone, on a listener of
 // their own: anyone who can reach the metrics port can hold its
 // connections, and a liveness probe that cannot get one restarts the
-// watch. Bound to loopback (the DaemonSet's probes ask 127.0.0.1), only
-// the node's own users can reach it.
+// watch. Bound to loopback (the DaemonSet's probes ask 127.0.0.1), it
+// is the node's own processes' alone (hostNetwork pods included).
 func ListenHealth(addr string, live *Live, staleAfter time.Duration, log *slog.Logger) (*MetricsServer, error) {
 	return serve(addr, probes(live, staleAfter), maxHealthConns, "health probes", log)
 }
@@ -73,6 +74,7 @@ func serve(addr string, mux *http.ServeMux, conns int, what string, log *slog.Lo
 			WriteTimeout: 30 * time.Second, IdleTimeout: 10 * time.Second, MaxHeaderBytes: maxMetricsHeader},
 		ln:   ln,
 		done: make(chan struct{}),
+		what: what,
 	}
 	go func() {
 		defer close(s.done)
@@ -105,7 +107,7 @@ func (s *MetricsServer) Close() error {
 	}
 	<-s.done
 	if err != nil {
-		return fmt.Errorf("stopping the metrics server: %w", err)
+		return fmt.Errorf("stopping the %s server: %w", s.what, err)
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/contain"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/contained"
 	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 	"github.com/kc-watchman/kc-watchman/internal/userns"
 )
@@ -90,7 +91,7 @@ func TestPoststopLeavesAnotherContainersGroup(t *testing.T) {
 	h := contain.Detect(contain.Options{})
 	var inCgroup *exec.Cmd
 	if h.Kind == contain.KindCgroup2 {
-		inCgroup = startContained(t, h, dead)
+		inCgroup = contained.Sleep(t, h, dead)
 	}
 	theirs := testutil.StartMixedGroup(t, comm, other, dead)
 	mine := testutil.StartMixedGroup(t, comm, dead, dead)
@@ -128,27 +129,4 @@ func TestPoststopLeavesAnotherContainersGroup(t *testing.T) {
 			t.Errorf("process %d of the other container's group was killed", pid)
 		}
 	}
-}
-
-// startContained starts a sleep in kc-watchman's cgroup of container id
-// (removed at cleanup), as a supervisor wrapper would have.
-func startContained(t *testing.T, h contain.Host, id string) *exec.Cmd {
-	t.Helper()
-	cg, err := contain.Prepare(context.Background(), h, id, os.Getuid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	fd, _ := cg.CloneFD()
-	t.Cleanup(func() { testutil.RemoveContainCgroups(t, id) })
-	cmd := exec.Command("sleep", "1000")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, UseCgroupFD: true, CgroupFD: fd}
-	err = cmd.Start()
-	cg.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()          //nolint:errcheck // reaped, so a killed one leaves /proc
-	t.Cleanup(func() { cmd.Process.Kill(); <-done }) //nolint:errcheck // it may be gone
-	return cmd
 }

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
 	"github.com/kc-watchman/kc-watchman/internal/proctable/taskiter"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/contained"
 	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
@@ -35,12 +35,12 @@ func TestSweepsCgroupsOfGoneContainers(t *testing.T) {
 		t.Skipf("containment here is %s (%s)", h, h.Why)
 	}
 	gone, empty, liveID, other := testutil.RandomHex(t, 64), testutil.RandomHex(t, 64), testutil.RandomHex(t, 64), testutil.RandomHex(t, 64)
-	inGone := contained(t, h, gone)
-	contained(t, h, empty).Process.Kill() //nolint:errcheck // an emptied cgroup
-	inLive := contained(t, h, liveID)
-	inOther := contained(t, h, other)
+	inGone := contained.Sleep(t, h, gone)
+	contained.Sleep(t, h, empty).Process.Kill() //nolint:errcheck // an emptied cgroup
+	inLive := contained.Sleep(t, h, liveID)
+	inOther := contained.Sleep(t, h, other)
 	gone2 := testutil.RandomHex(t, 64)
-	inGone2 := contained(t, h, gone2)
+	inGone2 := contained.Sleep(t, h, gone2)
 	live := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{liveID: true}, UID: os.Geteuid()}
 	scope := map[string]bool{gone: true, empty: true, liveID: true}
 	ctx := context.Background()
@@ -172,29 +172,6 @@ func TestSweepsCgroupsOfGoneContainers(t *testing.T) {
 	})
 }
 
-// contained starts a sleep in a session of its own inside
-// kc-watchman/<id> on h, as a supervisor's escaped child would sit there.
-func contained(t *testing.T, h contain.Host, id string) *exec.Cmd {
-	t.Helper()
-	cg, err := contain.Prepare(context.Background(), h, id, os.Getuid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	fd, _ := cg.CloneFD()
-	t.Cleanup(func() { testutil.RemoveContainCgroups(t, id) })
-	cmd := exec.Command("sleep", "1000")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, UseCgroupFD: true, CgroupFD: fd}
-	err = cmd.Start()
-	cg.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()          //nolint:errcheck // reaped, so a killed one leaves /proc
-	t.Cleanup(func() { cmd.Process.Kill(); <-done }) //nolint:errcheck // it may be gone
-	return cmd
-}
-
 func isDir(p string) bool {
 	st, err := os.Lstat(p)
 	return err == nil && st.IsDir()
@@ -266,11 +243,11 @@ func TestDeathSweepSparesWhatStartedAfterIt(t *testing.T) {
 	before, after := testutil.RandomHex(t, 64), testutil.RandomHex(t, 64)
 	afterDied := time.Now()
 	waitTicks(t)
-	old := contained(t, h, before)
+	old := contained.Sleep(t, h, before)
 	waitTicks(t)
 	beforeDied := time.Now()
 	waitTicks(t)
-	restarted := contained(t, h, after)
+	restarted := contained.Sleep(t, h, after)
 	// Ticks after it, as a scan would be: what started in the scan's
 	// own tick is withheld in any case.
 	waitTicks(t)
@@ -314,12 +291,12 @@ func TestRecordedCgroupSweepIsJudgedByItsOwnDeath(t *testing.T) {
 		}
 	}
 	treeA, treeB := testutil.StartMixedGroup(t, comm, a, a), testutil.StartMixedGroup(t, comm, b, b)
-	oldA := contained(t, h, a)
+	oldA := contained.Sleep(t, h, a)
 	waitTicks(t)
 	aDied := time.Now()
 	waitTicks(t)
-	restartA := contained(t, h, a)
-	oldB := contained(t, h, b)
+	restartA := contained.Sleep(t, h, a)
+	oldB := contained.Sleep(t, h, b)
 	waitTicks(t)
 	bDied := time.Now()
 	waitTicks(t)
@@ -369,7 +346,7 @@ func TestDoubted(t *testing.T) {
 	treeID, cgID, other := testutil.RandomHex(t, 64), testutil.RandomHex(t, 64), testutil.RandomHex(t, 64)
 	testutil.StartMixedGroup(t, comm, treeID, treeID)
 	if withCgroup {
-		contained(t, h, cgID)
+		contained.Sleep(t, h, cgID)
 	}
 	liveSet := func(ids ...string) engine.Set {
 		s := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()}

@@ -18,6 +18,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
+	"github.com/kc-watchman/kc-watchman/internal/testutil/contained"
 	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
@@ -154,7 +155,7 @@ func TestCgroupSweepSparesALiveTreesMember(t *testing.T) {
 	for _, withTree := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stray tree %v", withTree), func(t *testing.T) {
 			liveID, gone := testutil.RandomHex(t, 64), testutil.RandomHex(t, 64)
-			inGone := contained(t, h, gone) // the gone container's own process
+			inGone := contained.Sleep(t, h, gone) // the gone container's own process
 			var stray *testutil.MixedGroup
 			if withTree {
 				g := testutil.StartMixedGroup(t, comm, gone, gone) // one ID: a plain tree
@@ -224,7 +225,7 @@ func TestVanishedPartialTreeKeepsItsCgroup(t *testing.T) {
 	}
 	const comm = "kcsrv-partial"
 	gone := testutil.RandomHex(t, 64)
-	inGone := contained(t, h, gone)
+	inGone := contained.Sleep(t, h, gone)
 	tree := testutil.StartMixedGroup(t, comm, gone, gone)
 	live := engine.Set{Source: engine.SourceAPI, Live: map[string]bool{}, UID: os.Geteuid()}
 	opt := Options{Comms: []string{comm}, Containers: map[string]bool{gone: true}, Apply: true, KillGrace: 300 * time.Millisecond}

@@ -25,6 +25,7 @@ var malformed = map[string][]string{
 	"min-age":          {"abc", "1x", "-1s"},
 	"sweep-deadline":   {"abc", "0s", "-1s"},
 	"metrics-listen":   {"localhost", "127.0.0.1:99999"},
+	"health-listen":    {"localhost", "127.0.0.1:99999"},
 	"max-reap":         {"x", "0", "-1"},
 	"ledger-retention": {"abc", "-1s"},
 	"kill-grace":       {"abc", "0s", "-1s"},

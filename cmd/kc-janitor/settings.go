@@ -244,14 +244,28 @@ func sweepTarget(c *cli.Context, g globals) (sweep.Target, error) {
 
 // containerTarget is the sweep target of the running container m (which
 // ref named): its init PID and, read right after the engine's answer,
-// that init's start time, by which the sweep holds it.
+// that init's start time, by which the sweep holds it. The engine gave a
+// PID, not a process: the one holding it is taken for the init only if
+// it may be (janitor.MayBeInit), checked between two reads of its start
+// time so that the check is of that process.
 func containerTarget(ref string, m engine.Match) (sweep.Target, error) {
+	return containerTargetIn(fingerprint.DefaultRoot, ref, m)
+}
+
+func containerTargetIn(root, ref string, m engine.Match) (sweep.Target, error) {
 	if m.InitPID <= 0 {
 		return sweep.Target{}, fmt.Errorf("container %s (%s %s) is not running: its sockets cannot be reached", ref, m.Engine, m.ID)
 	}
-	st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, m.InitPID)
+	gone := fmt.Errorf("container %s (%s %s): its init %d is gone: its sockets cannot be reached", ref, m.Engine, m.ID, m.InitPID)
+	st, err := fingerprint.ReadStat(root, m.InitPID)
 	if err != nil || st.Zombie() {
-		return sweep.Target{}, fmt.Errorf("container %s (%s %s): its init %d is gone: its sockets cannot be reached", ref, m.Engine, m.ID, m.InitPID)
+		return sweep.Target{}, gone
+	}
+	if err := janitor.MayBeInit(root, m.ID, m.InitPID); err != nil {
+		return sweep.Target{}, fmt.Errorf("container %s (%s %s): process %d, which the engine gave as its init, is not (%v; the PID reused since?): its sockets are not looked for", ref, m.Engine, m.ID, m.InitPID, err)
+	}
+	if again, err := fingerprint.ReadStat(root, m.InitPID); err != nil || again.StartTicks != st.StartTicks || again.Zombie() {
+		return sweep.Target{}, gone
 	}
 	return sweep.Target{InitPID: m.InitPID, StartTicks: st.StartTicks}, nil
 }

@@ -90,15 +90,46 @@ func pinInit(root, id string, pid int, wantStart uint64) (*fingerprint.Pinned, e
 // namespace below the container's, in its cgroup; taken for the init, its
 // exit would read as the container's death.
 func checkInit(root, id string, pid int) error {
-	dir := filepath.Join(root, fmt.Sprint(pid))
-	cg, err := fingerprint.ReadCapped(filepath.Join(dir, "cgroup"))
+	in, err := inItsCgroup(root, id, pid)
 	if err != nil {
-		return fmt.Errorf("reading the init's cgroup: %w", err)
+		return err
 	}
-	if !corroborate.InContainerCgroup(cg, id) {
+	if !in {
 		return fmt.Errorf("pid %d: %w", pid, errNotItsCgroup)
 	}
-	status, err := fingerprint.ReadCapped(filepath.Join(dir, "status"))
+	return pidNSInit(root, pid)
+}
+
+// MayBeInit reports why pid cannot be container id's init, or nil: it
+// may be when its cgroup is named after the container or it is PID 1 of
+// a PID namespace right below ours. Looser than a pin's check (both): a
+// sweep's target only needs a PID the engine gave to still be the
+// container's process, and a --pid=host or cgroup-less container's init
+// passes by one of the two, where a PID reused since the answer passes
+// by neither.
+func MayBeInit(root, id string, pid int) error {
+	in, err := inItsCgroup(root, id, pid)
+	if err != nil || in {
+		return err
+	}
+	if err := pidNSInit(root, pid); err != nil {
+		return fmt.Errorf("%w, nor in its cgroup", err)
+	}
+	return nil
+}
+
+// inItsCgroup reports whether pid's cgroup is named after container id.
+func inItsCgroup(root, id string, pid int) (bool, error) {
+	cg, err := fingerprint.ReadCapped(filepath.Join(root, fmt.Sprint(pid), "cgroup"))
+	if err != nil {
+		return false, fmt.Errorf("reading the init's cgroup: %w", err)
+	}
+	return corroborate.InContainerCgroup(cg, id), nil
+}
+
+// pidNSInit checks pid is PID 1 of a PID namespace right below ours.
+func pidNSInit(root string, pid int) error {
+	status, err := fingerprint.ReadCapped(filepath.Join(root, fmt.Sprint(pid), "status"))
 	if err != nil {
 		return fmt.Errorf("reading the init's status: %w", err)
 	}

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -98,4 +100,24 @@ func WriteSummary(t *testing.T, v any) {
 	if err := os.WriteFile(os.Getenv(pidnsEnv), data, 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// NamespaceInit starts a sleep as PID 1 of a new PID namespace (as a
+// container's init is) and returns its PID here; it is killed with its
+// unshare(1) parent at cleanup.
+func NamespaceInit(t testing.TB) int {
+	t.Helper()
+	unshare := StartGroup(t, exec.Command("unshare", "--pid", "--fork", "sleep", "1000"))
+	children := filepath.Join("/proc", strconv.Itoa(unshare.Process.Pid), "task", strconv.Itoa(unshare.Process.Pid), "children")
+	var pid int
+	WaitFor(t, 10*time.Second, "the new PID namespace's init", func() bool {
+		data, err := os.ReadFile(children)
+		if f := strings.Fields(string(data)); err == nil && len(f) == 1 {
+			pid, _ = strconv.Atoi(f[0])
+			st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, pid)
+			return err == nil && st.Comm == "sleep"
+		}
+		return false
+	})
+	return pid
 }

@@ -261,11 +261,12 @@ func containerTargetIn(root, ref string, m engine.Match) (sweep.Target, error) {
 	if err != nil || st.Zombie() {
 		return sweep.Target{}, gone
 	}
-	if err := janitor.MayBeInit(root, m.ID, m.InitPID); err != nil {
-		return sweep.Target{}, fmt.Errorf("container %s (%s %s): process %d, which the engine gave as its init, is not (%v; the PID reused since?): its sockets are not looked for", ref, m.Engine, m.ID, m.InitPID, err)
-	}
+	notInit := janitor.MayBeInit(root, m.ID, m.InitPID)
 	if again, err := fingerprint.ReadStat(root, m.InitPID); err != nil || again.StartTicks != st.StartTicks || again.Zombie() {
 		return sweep.Target{}, gone
+	}
+	if notInit != nil {
+		return sweep.Target{}, fmt.Errorf("container %s (%s %s): the init the engine gave may not be its (%v): its sockets are not looked for; if PID %d is right, name it with --container-pid", ref, m.Engine, m.ID, notInit, m.InitPID)
 	}
 	return sweep.Target{InitPID: m.InitPID, StartTicks: st.StartTicks}, nil
 }

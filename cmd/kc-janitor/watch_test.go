@@ -117,7 +117,6 @@ func countLines(path, substr string) int {
 // help promises, instead of waiting out --podman-timeout.
 func TestWatchSecondSignalAbandonsATargetLookup(t *testing.T) {
 	id := strings.Repeat("5f", 32)
-	initPID := proc.NamespaceInit(t) // the container's init, as the fake engine says
 	var lists atomic.Int32
 	u, _ := dockertest.Fake(t, func(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasSuffix(r.URL.Path, "/containers/json") {
@@ -125,7 +124,7 @@ func TestWatchSecondSignalAbandonsATargetLookup(t *testing.T) {
 			return
 		}
 		if lists.Add(1) == 1 {
-			fmt.Fprintf(w, `[{"Id":%q,"State":"running","Names":["web"],"Pid":%d}]`, id, initPID)
+			fmt.Fprintf(w, `[{"Id":%q,"State":"running","Names":["web"],"Pid":%d}]`, id, os.Getpid())
 			return
 		}
 		<-r.Context().Done() // hung from the first round on

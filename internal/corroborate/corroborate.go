@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kc-watchman/kc-watchman/internal/containerid"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/mountinfo"
@@ -326,6 +327,24 @@ func InContainerCgroup(data []byte, id string) bool {
 	for _, l := range strings.Split(string(data), "\n") {
 		if path := linePath(l); path != "" && NameMatches(path, id) && !ownPath(path) {
 			return true
+		}
+	}
+	return false
+}
+
+// OtherContainerCgroup reports whether a process whose /proc/<pid>/cgroup
+// reads data is in a cgroup an engine named after a container other than
+// id (a full 64-hex ID), kc-watchman's own aside.
+func OtherContainerCgroup(data []byte, id string) bool {
+	for _, l := range strings.Split(string(data), "\n") {
+		path := linePath(l)
+		if path == "" || ownPath(path) {
+			continue
+		}
+		for _, named := range namedIDs(path) {
+			if named != id && containerid.Valid(named) {
+				return true
+			}
 		}
 	}
 	return false

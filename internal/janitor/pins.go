@@ -101,19 +101,36 @@ func checkInit(root, id string, pid int) error {
 }
 
 // MayBeInit reports why pid cannot be container id's init, or nil: it
-// may be when its cgroup is named after the container or it is PID 1 of
-// a PID namespace right below ours. Looser than a pin's check (both): a
-// sweep's target only needs a PID the engine gave to still be the
-// container's process, and a --pid=host or cgroup-less container's init
-// passes by one of the two, where a PID reused since the answer passes
-// by neither.
+// may be when its cgroup is named after the container, or when it is PID
+// 1 of a PID namespace right below ours, a container monitor's child
+// (conmon, containerd-shim*), in no cgroup named after another
+// container. Looser than a pin's check (both): a sweep's target only
+// needs the PID an engine gave to still be the container's process, and
+// a --pid=host or a cgroup-less container's init passes by one of the
+// two, where a PID reused since the answer (a user's unshare(1), another
+// container's init) passes by neither.
 func MayBeInit(root, id string, pid int) error {
-	in, err := inItsCgroup(root, id, pid)
-	if err != nil || in {
-		return err
+	dir := filepath.Join(root, strconv.Itoa(pid))
+	cg, err := fingerprint.ReadCapped(filepath.Join(dir, "cgroup"))
+	if err != nil {
+		return fmt.Errorf("reading its cgroup: %w", err)
+	}
+	switch {
+	case corroborate.InContainerCgroup(cg, id):
+		return nil
+	case corroborate.OtherContainerCgroup(cg, id):
+		return fmt.Errorf("%w: it is in another container's", errNotItsCgroup)
 	}
 	if err := pidNSInit(root, pid); err != nil {
 		return fmt.Errorf("%w, nor in its cgroup", err)
+	}
+	st, err := fingerprint.ReadStat(root, pid)
+	if err != nil {
+		return err
+	}
+	parent, err := fingerprint.ReadStat(root, st.PPID)
+	if err != nil || !corroborate.IsMonitor(parent.Comm) {
+		return fmt.Errorf("pid %d: not in its cgroup, and a PID namespace's init whose parent (%d %q) is no container monitor", pid, st.PPID, parent.Comm)
 	}
 	return nil
 }

@@ -103,11 +103,27 @@ func WriteSummary(t *testing.T, v any) {
 }
 
 // NamespaceInit starts a sleep as PID 1 of a new PID namespace (as a
-// container's init is) and returns its PID here; it is killed with its
-// unshare(1) parent at cleanup.
-func NamespaceInit(t testing.TB) int {
+// container's init is), its parent unshare(1) run under the name parent
+// (a monitor's, "conmon"; "" for unshare's own), and returns its PID
+// here; both are killed at cleanup. It skips t without unshare(1).
+func NamespaceInit(t testing.TB, parent string) int {
 	t.Helper()
-	unshare := StartGroup(t, exec.Command("unshare", "--pid", "--fork", "sleep", "1000"))
+	bin, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skipf("no unshare(1): %v", err)
+	}
+	if parent != "" {
+		named := filepath.Join(t.TempDir(), parent)
+		data, err := os.ReadFile(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(named, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		bin = named
+	}
+	unshare := StartGroup(t, exec.Command(bin, "--pid", "--fork", "sleep", "1000"))
 	children := filepath.Join("/proc", strconv.Itoa(unshare.Process.Pid), "task", strconv.Itoa(unshare.Process.Pid), "children")
 	var pid int
 	WaitFor(t, 10*time.Second, "the new PID namespace's init", func() bool {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -95,8 +96,9 @@ shipped units count as a clean stop (SuccessExitStatus=130 143).
 With --container (KC_CONTAINER), every step stays inside the containers
 named: reconcile and the deaths judge only their trees, and sweep and cull
 look into their socket directories (found again every round, as a
-restarted container has a new init; a container that is not running fails
-that round's sweep) instead of the host's. A name means the container it
+restarted container has a new init; a container that is not running is
+left out and fails the round, the others are still swept) instead of the
+host's. A name means the container it
 names when watch starts: one created later under that name is another.
 
 Examples:
@@ -151,20 +153,28 @@ func runWatch(c *cli.Context) error {
 		// trees' decisions do: a container created later under the same
 		// name is not the one the watch was started for.
 		// A round's ctx: a second signal abandons a hung engine's lookup.
+		// A container that cannot be looked into (stopped, its engine
+		// not answering) is left out of the round's sweep, not the
+		// others with it.
 		w.SocketTargets = func(ctx context.Context) ([]sweep.Target, error) {
 			var ts []sweep.Target
+			var errs []error
 			for _, ref := range ids {
-				m, err := resolveContainer(ctx, c, se.g, ref, true)
-				if err != nil {
-					return nil, err
+				if err := ctx.Err(); err != nil {
+					return ts, errors.Join(append(errs, err)...)
 				}
-				t, err := containerTarget(ref, m)
+				m, err := resolveContainer(ctx, c, se.g, ref, true)
+				var t sweep.Target
+				if err == nil {
+					t, err = containerTarget(ref, m)
+				}
 				if err != nil {
-					return nil, err
+					errs = append(errs, err)
+					continue
 				}
 				ts = append(ts, t)
 			}
-			return ts, nil
+			return ts, errors.Join(errs...)
 		}
 	}
 

@@ -35,7 +35,9 @@ type Watch struct {
 	Live *Live
 	// SocketTargets, when set, are the containers whose socket dirs sweep
 	// and cull look into instead of the host's (watch --container): asked
-	// every round, since a restarted container has a new init.
+	// every round, since a restarted container has a new init. With an
+	// error it returns the targets it could resolve: those are swept, and
+	// the round fails.
 	SocketTargets func(context.Context) ([]sweep.Target, error)
 	// moreMetrics adds the death events' counts to a round's metrics.
 	moreMetrics func(*metrics.Set)
@@ -227,14 +229,21 @@ func (w *Watch) reconcile(ctx context.Context, log *slog.Logger, ms *metrics.Set
 // swept (round then drops the sweep's and cull's last counts).
 func (w *Watch) sweep(ctx context.Context, log *slog.Logger, ms *metrics.Set) (code int, live []cull.Source, reps []*sweep.Report, looked bool) {
 	targets := []sweep.Target{w.Sockets.Target}
+	code = ExitOK
 	if w.SocketTargets != nil {
 		var err error
-		if targets, err = w.SocketTargets(ctx); err != nil {
+		targets, err = w.SocketTargets(ctx)
+		switch {
+		case err != nil && len(targets) == 0:
 			log.Error("cannot look into the container; sweep and cull skipped", "step", "sweep", "err", err)
 			return ExitFailed, nil, nil, false
+		case err != nil:
+			// One stopped container does not keep the others' sockets
+			// from their sweep; the round still fails.
+			log.Error("cannot look into some of the containers; the others are swept", "step", "sweep", "err", err)
+			code = ExitFailed
 		}
 	}
-	code = ExitOK
 	// One listing of the host's PID namespaces for every container of
 	// the round, not a walk of /proc each (sweep.NSIndex).
 	idx := sweep.NewNSIndex()

@@ -55,7 +55,7 @@ func TestRoundThatCannotLookDropsItsCounts(t *testing.T) {
 		targets []sweep.Target
 		err     error
 	}{
-		{"not found", []sweep.Target{{}}, errors.New("the container could not be resolved")},
+		{"not found", nil, errors.New("the container could not be resolved")},
 		{"gone before its sweep", []sweep.Target{{InitPID: stopped.Process.Pid}}, nil},
 		{"the sweep crashed", nil, nil},
 	} {
@@ -83,6 +83,35 @@ func TestRoundThatCannotLookDropsItsCounts(t *testing.T) {
 				t.Errorf("cull's run not failed:\n%s", got)
 			}
 		})
+	}
+}
+
+// TestRoundSweepsTheContainersItCanLookInto: a watch scoped to several
+// containers, one of which cannot be looked into (stopped, its engine not
+// answering), still sweeps and audits the others; the round fails.
+func TestRoundSweepsTheContainersItCanLookInto(t *testing.T) {
+	dir := t.TempDir()
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.OrphanSocket(t, dir, fmt.Sprintf("kc-%d.sock", gone.Process.Pid))
+	file := filepath.Join(t.TempDir(), "kc.prom")
+	w := Watch{CullOn: true, MetricsFile: file}
+	w.Sockets = sweep.Config{Dirs: []string{dir}, DialTimeout: 200 * time.Millisecond, Timeout: 500 * time.Millisecond, Pause: 50 * time.Millisecond}
+	// The host stands for the container that could be resolved.
+	w.SocketTargets = func(context.Context) ([]sweep.Target, error) {
+		return []sweep.Target{{}}, errors.New("container b is not running")
+	}
+	if code := w.Once(t.Context(), slog.New(slog.DiscardHandler)); code != ExitFailed {
+		t.Errorf("round exit %d, want %d", code, ExitFailed)
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(data); !strings.Contains(got, metrics.SocketsStale+" 1") || !strings.Contains(got, metrics.RunSuccess+`{command="cull"} 1`) {
+		t.Errorf("the resolved container was not swept and audited:\n%s", got)
 	}
 }
 

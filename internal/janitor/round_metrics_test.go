@@ -22,16 +22,8 @@ import (
 // cull's counts of the round before are taken out of the metrics file,
 // not left to be read as current, and cull's run is not a success.
 func TestRoundThatCannotLookDropsItsCounts(t *testing.T) {
-	dir := t.TempDir()
-	gone := exec.Command("true")
-	if err := gone.Run(); err != nil {
-		t.Fatal(err)
-	}
-	testutil.OrphanSocket(t, dir, fmt.Sprintf("kc-%d.sock", gone.Process.Pid))
-	file := filepath.Join(t.TempDir(), "kc.prom")
+	w, file := orphanWatch(t)
 	var lookErr error
-	w := Watch{CullOn: true, MetricsFile: file}
-	w.Sockets = sweep.Config{Dirs: []string{dir}, DialTimeout: 200 * time.Millisecond, Timeout: 500 * time.Millisecond, Pause: 50 * time.Millisecond}
 	w.SocketTargets = func(context.Context) ([]sweep.Target, error) { return []sweep.Target{{}}, lookErr }
 	read := func() string {
 		t.Helper()
@@ -90,15 +82,7 @@ func TestRoundThatCannotLookDropsItsCounts(t *testing.T) {
 // containers, one of which cannot be looked into (stopped, its engine not
 // answering), still sweeps and audits the others; the round fails.
 func TestRoundSweepsTheContainersItCanLookInto(t *testing.T) {
-	dir := t.TempDir()
-	gone := exec.Command("true")
-	if err := gone.Run(); err != nil {
-		t.Fatal(err)
-	}
-	testutil.OrphanSocket(t, dir, fmt.Sprintf("kc-%d.sock", gone.Process.Pid))
-	file := filepath.Join(t.TempDir(), "kc.prom")
-	w := Watch{CullOn: true, MetricsFile: file}
-	w.Sockets = sweep.Config{Dirs: []string{dir}, DialTimeout: 200 * time.Millisecond, Timeout: 500 * time.Millisecond, Pause: 50 * time.Millisecond}
+	w, file := orphanWatch(t)
 	// The host stands for the container that could be resolved.
 	w.SocketTargets = func(context.Context) ([]sweep.Target, error) {
 		return []sweep.Target{{}}, errors.New("container b is not running")
@@ -113,6 +97,23 @@ func TestRoundSweepsTheContainersItCanLookInto(t *testing.T) {
 	if got := string(data); !strings.Contains(got, metrics.SocketsStale+" 1") || !strings.Contains(got, metrics.RunSuccess+`{command="cull"} 1`) {
 		t.Errorf("the resolved container was not swept and audited:\n%s", got)
 	}
+}
+
+// orphanWatch is a watch with cull whose sweep looks into a directory
+// holding one orphan socket (a stale count of 1), writing its metrics to
+// file.
+func orphanWatch(t *testing.T) (w Watch, file string) {
+	t.Helper()
+	dir := t.TempDir()
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.OrphanSocket(t, dir, fmt.Sprintf("kc-%d.sock", gone.Process.Pid))
+	file = filepath.Join(t.TempDir(), "kc.prom")
+	w = Watch{CullOn: true, MetricsFile: file}
+	w.Sockets = sweep.Config{Dirs: []string{dir}, DialTimeout: 200 * time.Millisecond, Timeout: 500 * time.Millisecond, Pause: 50 * time.Millisecond}
+	return w, file
 }
 
 // TestRecordSweepSums: a round's sweeps of several containers are

@@ -23,7 +23,7 @@ func reconcileCommand() *cli.Command {
 containerd; auto asks every one found here) lists its container as live,
 its age (the youngest of its leader and the members that name a
 container, by argv or the ledger: a kernel's short-lived children do not
-count) is known and above --min-age, its group is not led by a foreign
+count) is known and at least --min-age, its group is not led by a foreign
 process, its processes belong to a UID an engine's answer vouches for,
 and no local evidence says the container still runs: a live process in
 its own cgroup under a conmon or containerd-shim, or its recorded init

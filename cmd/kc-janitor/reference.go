@@ -14,8 +14,8 @@ import (
 // is 2 everywhere.
 var exitStatus = map[string]string{
 	"reconcile": "0 ok (nothing stray, all reaped, or a dry run); 1 a tree would not die, or another error; 2 usage error; 3 ground truth unknown (no engine could be asked, or the wrong store was): nothing was touched.",
-	"sweep":     "0 ok; 1 an unlink failed, a socket directory could not be read, or the --container named is not running; 2 usage errors and a --container that matches nothing or several; 3 no engine could be asked to resolve --container.",
-	"cull":      "0 ok; 1 a supervisor or socket directory unreadable or not audited in time (the others still reported), or the --container named not running; 2 usage errors and a --container that matches nothing or several; 3 no engine could be asked to resolve --container.",
+	"sweep":     "0 ok; 1 an unlink failed, a socket directory could not be read, or the --container named is not running (or its engine's init may not be its); 2 usage errors and a --container that matches nothing or several; 3 no engine could be asked to resolve --container.",
+	"cull":      "0 ok; 1 a supervisor or socket directory unreadable or not audited in time (the others still reported), or the --container named not running (or its engine's init may not be its); 2 usage errors and a --container that matches nothing or several; 3 no engine could be asked to resolve --container.",
 	"doctor":    "0 all ok; 1 the worst verdict is WARN, or the report or the metrics file could not be written; 2 it is ERROR, or a usage error; 3 no engine could be asked to resolve --container.",
 	"status":    "0, whatever it finds; 1 its report or --metrics-file cannot be written; 2 usage errors and a --container that matches nothing or several; 3 no engine could be asked to resolve --container.",
 	"watch":     "130 or 143 when stopped by SIGINT or SIGTERM (after the current round); with --once the round's worst: 0 ok, 1 a step failed, 3 ground truth unknown; 2 usage error; 3 no engine could be asked to resolve --container at start.",

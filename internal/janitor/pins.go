@@ -137,7 +137,7 @@ func MayBeInit(root, id string, pid int) error {
 
 // inItsCgroup reports whether pid's cgroup is named after container id.
 func inItsCgroup(root, id string, pid int) (bool, error) {
-	cg, err := fingerprint.ReadCapped(filepath.Join(root, fmt.Sprint(pid), "cgroup"))
+	cg, err := fingerprint.ReadCapped(filepath.Join(root, strconv.Itoa(pid), "cgroup"))
 	if err != nil {
 		return false, fmt.Errorf("reading the init's cgroup: %w", err)
 	}
@@ -146,7 +146,7 @@ func inItsCgroup(root, id string, pid int) (bool, error) {
 
 // pidNSInit checks pid is PID 1 of a PID namespace right below ours.
 func pidNSInit(root string, pid int) error {
-	status, err := fingerprint.ReadCapped(filepath.Join(root, fmt.Sprint(pid), "status"))
+	status, err := fingerprint.ReadCapped(filepath.Join(root, strconv.Itoa(pid), "status"))
 	if err != nil {
 		return fmt.Errorf("reading the init's status: %w", err)
 	}

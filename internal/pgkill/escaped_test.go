@@ -32,23 +32,27 @@ func TestSignalPinnedRefusesTheWrongTarget(t *testing.T) {
 	recycled.StartTicks++ // the recorded process was another one
 	uid := os.Geteuid()
 	for _, tt := range []struct {
-		name    string
-		m       fingerprint.Stat
-		uid     int
+		name string
+		m    fingerprint.Stat
+		// uids: the tree's UID and those KillEscaped adds
+		// (Options.MemberUIDs: a setpriv'd command's, supervise's -1).
+		uids    []int
 		want    int
 		wantErr bool
 	}{
-		{"recycled PID", recycled, uid, 0, false},
-		{"thread ID", threadOf(t, inn.PID), uid, 0, false},
-		{"runs as another UID now", st, uid + 4242, 0, true},
-		{"the recorded process (control)", st, uid, 1, false},
+		{"recycled PID", recycled, []int{uid}, 0, false},
+		{"thread ID", threadOf(t, inn.PID), []int{uid}, 0, false},
+		{"runs as another UID now", st, []int{uid + 4242}, 0, true},
+		{"runs as none of the tree's UIDs", st, []int{uid + 4242, -1}, 0, true},
+		{"the recorded process (control)", st, []int{uid}, 1, false},
+		{"one of the tree's UIDs (control)", st, []int{uid + 4242, uid}, 1, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			before, err := inn.Sync()
 			if err != nil {
 				t.Fatal(err)
 			}
-			sent, err := signalEach(fingerprint.DefaultRoot, []fingerprint.Stat{tt.m}, []int{tt.uid}, syscall.SIGUSR1)
+			sent, err := signalEach(fingerprint.DefaultRoot, []fingerprint.Stat{tt.m}, tt.uids, syscall.SIGUSR1)
 			if (err != nil) != tt.wantErr || sent != (tt.want > 0) {
 				t.Errorf("signalEach = %v, %v", sent, err)
 			}

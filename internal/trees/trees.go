@@ -977,8 +977,11 @@ func (s *scanner) mayHoldOnly(pids []int, leader int, leaderArgv []string) bool 
 		if s.knownPIDs[pid] {
 			return true
 		}
-		argv, err := leaderArgv, error(nil)
-		if pid != leader || argv == nil {
+		var argv []string
+		var err error
+		if pid == leader && leaderArgv != nil {
+			argv = leaderArgv
+		} else {
 			argv, err = s.readArgv(pid)
 		}
 		if err != nil {

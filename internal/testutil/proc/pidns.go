@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
 )
 
 // pidnsEnv marks the copy of a test binary that runs as PID 1 of a new PID
@@ -114,11 +115,7 @@ func NamespaceInit(t testing.TB, parent string) int {
 	}
 	if parent != "" {
 		named := filepath.Join(t.TempDir(), parent)
-		data, err := os.ReadFile(bin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(named, data, 0o755); err != nil {
+		if err := testutil.CopyFile(bin, named, 0o755); err != nil {
 			t.Fatal(err)
 		}
 		bin = named

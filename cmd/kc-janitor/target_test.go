@@ -1,16 +1,19 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
 	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
+	"golang.org/x/sys/unix"
 )
 
 // TestContainerTargetIsTheInit: the PID an engine gives for a running
@@ -63,6 +66,82 @@ func TestContainerTargetIsTheInit(t *testing.T) {
 				t.Errorf("target %+v, want pid %d held by its start", got, pid)
 			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 				t.Errorf("target %+v, err %v: want an error saying %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestContainerTargetRecycledBetweenReads: the check that the engine's
+// PID may be the init is of one process only if that PID still names the
+// process whose start time was read first. The fake /proc's cgroup file
+// is a FIFO, so the test gets control exactly while the check reads it
+// and can put another process (another start time) behind the PID then.
+func TestContainerTargetRecycledBetweenReads(t *testing.T) {
+	const pid = 4242
+	id := testutil.RandomHex(t, 64)
+	stat := func(start int) []byte {
+		return []byte(fmt.Sprintf("%d (sleep) S 1 %d %d 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 %d 0 0\n", pid, pid, pid, start))
+	}
+	for _, tc := range []struct {
+		name    string
+		recycle bool
+	}{
+		{"the same process throughout", false},
+		{"another process behind the PID by the second read", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			dir := filepath.Join(root, strconv.Itoa(pid))
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "stat"), stat(100), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			fifo := filepath.Join(dir, "cgroup")
+			if err := unix.Mkfifo(fifo, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			wrote := make(chan error, 1)
+			go func() {
+				// Blocks until the check opens the cgroup file.
+				f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+				if err != nil {
+					wrote <- err
+					return
+				}
+				defer f.Close()
+				if tc.recycle {
+					if err := os.WriteFile(filepath.Join(dir, "stat"), stat(200), 0o644); err != nil {
+						wrote <- err
+						return
+					}
+				}
+				_, err = fmt.Fprintf(f, "0::/machine.slice/libpod-%s.scope\n", id)
+				wrote <- err
+			}()
+			t.Cleanup(func() {
+				// Frees the writer if the check never read the file.
+				if r, err := os.OpenFile(fifo, os.O_RDONLY|unix.O_NONBLOCK, 0); err == nil {
+					r.Close()
+				}
+			})
+			got, err := containerTargetIn(root, "c", engine.Match{Engine: "podman", ID: id, InitPID: pid})
+			select {
+			case werr := <-wrote:
+				if werr != nil {
+					t.Fatal(werr)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the check never read the init's cgroup")
+			}
+			switch {
+			case tc.recycle && err == nil:
+				t.Fatalf("took %+v: the check was of another process than the one held", got)
+			case tc.recycle && !strings.Contains(err.Error(), "is gone"):
+				t.Errorf("err %v: want it to say the init is gone", err)
+			case !tc.recycle && (err != nil || got.InitPID != pid || got.StartTicks != 100):
+				t.Errorf("target %+v, err %v: want pid %d held by start 100", got, err, pid)
 			}
 		})
 	}

@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/pathwalk"
 )
@@ -61,8 +59,10 @@ func discoverDirs(view *pidView, target Target, comms []string, found *dirSet) {
 	// On the host, a process of another PID namespace (a pod's, a
 	// container's) names directories whose sockets carry PIDs the host's
 	// gate 1 cannot judge; its own sweep (--container) looks there.
-	var ours unix.Stat_t
-	hostNS := !view.container && unix.Stat(view.procRoot+"/self/ns/pid", &ours) == nil
+	var ours string
+	if !view.container {
+		ours, _ = os.Readlink(view.procRoot + "/self/ns/pid")
+	}
 	if view.container {
 		pids = view.hostPIDs()
 	} else {
@@ -75,9 +75,8 @@ func discoverDirs(view *pidView, target Target, comms []string, found *dirSet) {
 		if st, err := fingerprint.ReadStat(view.procRoot, pid); err != nil || st.Zombie() || !slices.Contains(comms, st.Comm) {
 			continue
 		}
-		if hostNS {
-			var theirs unix.Stat_t
-			if unix.Stat(view.procRoot+"/"+strconv.Itoa(pid)+"/ns/pid", &theirs) != nil || theirs.Dev != ours.Dev || theirs.Ino != ours.Ino {
+		if ours != "" {
+			if theirs, err := os.Readlink(view.procRoot + "/" + strconv.Itoa(pid) + "/ns/pid"); err != nil || theirs != ours {
 				continue
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -318,6 +319,18 @@ func (c *Cgroup) kill(fd int, opt SweepOptions, res *SweepResult) {
 			}
 		}
 		res.Withheld = withheld
+		// Each PID was listed before its process was read: one that
+		// exited in between, its PID taken by a process outside the
+		// cgroup, was judged in its place. A PID listed again now names
+		// the process read (the pin checks the start time read), so only
+		// processes in the cgroup after they were judged are killed.
+		now, err := procs(fd)
+		if err != nil {
+			res.Err = errors.Join(res.Err, err)
+			return
+		}
+		allowed = slices.DeleteFunc(allowed, func(s fingerprint.Stat) bool { return !slices.Contains(now, s.PID) })
+		maps.DeleteFunc(judged, func(pid int, _ uint64) bool { return !slices.Contains(now, pid) })
 		if len(allowed) == 0 {
 			return
 		}

@@ -1,0 +1,121 @@
+package contain
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/testutil"
+)
+
+// TestSweepSparesWhatLeftBeforeItWasJudged: a PID the sweep listed whose
+// process is outside the cgroup by the time it is read (the listed one
+// exited and its PID went to a host process, or it was moved out) is not
+// killed: neither by cgroup.kill nor through its pidfd. The fake /proc's
+// status file of the leaver is a FIFO, so the test moves it out exactly
+// while the sweep reads it; the member that stays is killed.
+func TestSweepSparesWhatLeftBeforeItWasJudged(t *testing.T) {
+	c := contained(t, KindCgroup2)
+	stays := startIn(t, c, "sleep", "1000000")
+	leaves := startIn(t, c, "sleep", "1000001")
+	out := filepath.Join(c.Mount, filepath.Dir(c.Path), "kc-test-left-"+testutil.RandomHex(t, 8))
+	if err := os.Mkdir(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		leaves.Process.Kill()
+		if !within(5*time.Second, func() bool { return unix.Rmdir(out) == nil }) {
+			t.Errorf("cannot remove %s", out)
+		}
+	})
+	root := t.TempDir()
+	for _, cmd := range []*os.Process{stays.Process, leaves.Process} {
+		pid := cmd.Pid
+		if !within(5*time.Second, func() bool {
+			id, err := fingerprint.Read("/proc", pid)
+			return err == nil && id.Comm == "sleep"
+		}) {
+			t.Fatalf("sleep %d did not start", pid)
+		}
+		dir := filepath.Join(root, strconv.Itoa(pid))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"stat", "status", "cmdline"} {
+			if cmd == leaves.Process && name == "status" {
+				if err := unix.Mkfifo(filepath.Join(dir, name), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			if err := testutil.CopyFile(filepath.Join("/proc", strconv.Itoa(pid), name), filepath.Join(dir, name), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	fifo := filepath.Join(root, strconv.Itoa(leaves.Process.Pid), "status")
+	moved := make(chan error, 1)
+	go func() {
+		f, err := os.OpenFile(fifo, os.O_WRONLY, 0) // until the sweep reads it
+		if err != nil {
+			moved <- err
+			return
+		}
+		defer f.Close()
+		pid := strconv.Itoa(leaves.Process.Pid)
+		err = os.WriteFile(filepath.Join(out, "cgroup.procs"), []byte(pid), 0)
+		if err != nil {
+			moved <- err
+			return
+		}
+		status, err := os.ReadFile("/proc/" + pid + "/status")
+		if err != nil {
+			moved <- err
+			return
+		}
+		// Later reads (a pin's) find a plain file where the FIFO was.
+		plain := fifo + ".plain"
+		if err := os.WriteFile(plain, status, 0o644); err != nil {
+			moved <- err
+			return
+		}
+		if err := os.Rename(plain, fifo); err != nil {
+			moved <- err
+			return
+		}
+		_, err = f.Write(status)
+		moved <- err
+	}()
+	t.Cleanup(func() {
+		// Frees the writer if the sweep never read the file.
+		if r, err := os.OpenFile(fifo, os.O_RDONLY|unix.O_NONBLOCK, 0); err == nil {
+			r.Close()
+		}
+	})
+
+	res := Sweep(context.Background(), c, SweepOptions{Root: root, KillWait: 2 * time.Second})
+	select {
+	case err := <-moved:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sweep never read the leaver's status")
+	}
+	if slices.ContainsFunc(res.Killed, func(s fingerprint.Stat) bool { return s.PID == leaves.Process.Pid }) {
+		t.Errorf("killed %+v: the leaver is among them", res.Killed)
+	}
+	if !spared(leaves.Process.Pid) {
+		t.Fatalf("the process that left the cgroup before it was judged was killed (sweep %+v)", res)
+	}
+	if !exits(stays, 5*time.Second) {
+		t.Errorf("the member that stayed lives (sweep %+v)", res)
+	}
+}

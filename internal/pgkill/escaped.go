@@ -110,32 +110,36 @@ func signalPinned(root string, m fingerprint.Stat, uids []int, sig syscall.Signa
 		return fmt.Errorf("escaped member %d: %w", m.PID, err)
 	}
 	defer pin.Close()
-	if err := runsAsOneOf(root, m, uids); err != nil {
+	u, err := runsAsOneOf(root, m, uids)
+	if err != nil {
 		return fmt.Errorf("escaped member %d: %w", m.PID, err)
 	}
-	if err := pin.Signal(sig); err != nil {
+	if _, err := asUID(u, func() error { return pin.Signal(sig) }); err != nil {
 		return fmt.Errorf("escaped member %d: %w", m.PID, err)
 	}
 	return nil
 }
 
 // runsAsOneOf checks, once a pidfd holds m, that m runs wholly as one of
-// uids: its status read, proven m's by the stat read after. status only:
-// its argv would take the process's memory lock, which a thread of its
-// can hold (a FUSE server's read). A setuid program keeps its caller's
-// real UID: the effective and saved ones must be one of uids too.
-func runsAsOneOf(root string, m fingerprint.Stat, uids []int) error {
+// uids, and returns that UID, which the signal then goes out as
+// (asUID): a UID taken after this read gets nothing. Its status read,
+// proven m's by the stat read after. status only: its argv would take
+// the process's memory lock, which a thread of its can hold (a FUSE
+// server's read). A setuid program keeps its caller's real UID: the
+// effective and saved ones must be one of uids too.
+func runsAsOneOf(root string, m fingerprint.Stat, uids []int) (int, error) {
 	ids, err := fingerprint.ReadUIDs(root, m.PID)
 	if err == nil {
 		_, err = fingerprint.Revalidate(root, m)
 	}
 	if err != nil {
-		return err
+		return -1, err
 	}
-	if u := fingerprint.SoleUID(ids); u < 0 || !slices.Contains(uids, u) {
-		return fmt.Errorf("it runs as uids %v (real, effective, saved), none of the tree's %v: %w", ids, uids, errRefusedTarget)
+	u := fingerprint.SoleUID(ids)
+	if u < 0 || !slices.Contains(uids, u) {
+		return -1, fmt.Errorf("it runs as uids %v (real, effective, saved), none of the tree's %v: %w", ids, uids, errRefusedTarget)
 	}
-	return nil
+	return u, nil
 }
 
 // errRefusedTarget: the caller itself or init, which no tree can hold.

@@ -157,10 +157,12 @@ func signalMember(root string, m fingerprint.Stat, groups []int, uids []int, sig
 	if !slices.Contains(groups, pin.PGID) {
 		return fmt.Errorf("pid %d left the group", m.PID)
 	}
+	as := 0
 	if len(uids) > 0 {
-		if err := runsAsOneOf(root, m, uids); err != nil {
+		if as, err = runsAsOneOf(root, m, uids); err != nil {
 			return fmt.Errorf("member %d: %w", m.PID, err)
 		}
 	}
-	return pin.Signal(sig)
+	_, err = asUID(as, func() error { return pin.Signal(sig) })
+	return err
 }

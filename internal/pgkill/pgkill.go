@@ -710,7 +710,9 @@ func signalWhilePinned(root string, pgid int, pin *fingerprint.Pinned, sig sysca
 		return err // not even stopped
 	}
 	if !stoppedState(before.State) {
-		if err := pin.Signal(unix.SIGSTOP); err != nil {
+		// As the tree's UID, like the group's signal: a member that
+		// ran a setuid program since owned() looked is not stopped.
+		if _, err := asUID(as, func() error { return pin.Signal(unix.SIGSTOP) }); err != nil {
 			if errors.Is(err, fingerprint.ErrNotFound) {
 				return errNoOccupant // it exited after being pinned
 			}
@@ -721,7 +723,7 @@ func signalWhilePinned(root string, pgid int, pin *fingerprint.Pinned, sig sysca
 		_ = waitStopped(root, pin.Stat) // not stopped (uninterruptible sleep): the check below is the best there is
 		// Let the pinned member run again: it must receive SIGTERM, and
 		// if we bail out it must be left as we found it.
-		defer pin.Signal(unix.SIGCONT) //nolint:errcheck // it may be dead by then
+		defer asUID(as, func() error { return pin.Signal(unix.SIGCONT) }) //nolint:errcheck // it may be dead by then
 	}
 	if _, err := occupies(root, pgid, pin.Stat); err != nil {
 		return err
@@ -739,11 +741,28 @@ func signalWhilePinned(root string, pgid int, pin *fingerprint.Pinned, sig sysca
 }
 
 // killpgAs sends sig to group pgid. With uid > 0, and the caller root,
-// it sends it as uid, so that the kernel itself refuses the signal to a
-// process of the group whose real and saved UIDs are not uid's, whatever
-// joined the group or took another UID since it was recorded.
+// it sends it as uid (asUID), so that the kernel itself refuses the
+// signal to a process of the group whose real and saved UIDs are not
+// uid's, whatever joined the group or took another UID since it was
+// recorded.
+func killpgAs(pgid int, sig syscall.Signal, uid int) error {
+	_, err := signalAs(pgid, sig, uid)
+	return err
+}
+
+// signalAs is killpgAs; it also returns the thread it signalled from (0
+// when it signalled as root from the caller's).
+func signalAs(pgid int, sig syscall.Signal, uid int) (tid int, err error) {
+	return asUID(uid, func() error { return unix.Kill(-pgid, sig) })
+}
+
+// asUID runs send, a signal's sending, with uid's effective UID when uid
+// > 0 and the caller is root: the kernel then refuses the signal to a
+// process whose real and saved UIDs are not uid's, so one that took
+// another UID after it was checked (a setuid program it ran) gets
+// nothing. It returns the thread send ran on (0: the caller's, as root).
 //
-// It sends from a thread of its own: setresuid(2) through the raw system
+// send runs on a thread of its own: setresuid(2) through the raw system
 // call changes the calling thread only (Go's Setresuid changes them
 // all), and the thread stays locked while it is uid's. The effective UID
 // is uid, which is what the kernel checks the signal by; the real UID is
@@ -757,16 +776,9 @@ func signalWhilePinned(root string, pgid int, pin *fingerprint.Pinned, sig sysca
 // the program, never takes uid's; nor does a thread that cannot (no
 // CAP_SETUID, a user namespace that does not map it): the signal then
 // goes out as root's, as before.
-func killpgAs(pgid int, sig syscall.Signal, uid int) error {
-	_, err := signalAs(pgid, sig, uid)
-	return err
-}
-
-// signalAs is killpgAs; it also returns the thread it signalled from (0
-// when it signalled as root from the caller's).
-func signalAs(pgid int, sig syscall.Signal, uid int) (tid int, err error) {
+func asUID(uid int, send func() error) (tid int, err error) {
 	if uid <= 0 || unix.Geteuid() != 0 {
-		return 0, unix.Kill(-pgid, sig)
+		return 0, send()
 	}
 	noone := uint32(noUID)
 	if uint32(uid) == noone {
@@ -787,7 +799,7 @@ func signalAs(pgid int, sig syscall.Signal, uid int) (tid int, err error) {
 			_, _, errno := unix.RawSyscall(sysSetresuid, uintptr(noone), uintptr(uid), 0)
 			dropped = errno == 0
 		}
-		err := unix.Kill(-pgid, sig)
+		err := send()
 		if dropped {
 			if _, _, errno := unix.RawSyscall(sysSetresuid, 0, 0, 0); errno != 0 {
 				done <- sent{tid, err}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -36,7 +37,7 @@ func engineFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: flagEngine, Value: "auto", Usage: "container `ENGINES` to ask: auto (every engine whose endpoint exists here) or a comma list of podman, docker, containerd, cri", EnvVars: []string{"KC_ENGINE"}},
 		&cli.DurationFlag{Name: flagPodmanTimeout, Value: 10 * time.Second, Usage: "bound on asking each container engine (for podman: API, then CLI)", EnvVars: []string{"KC_PODMAN_TIMEOUT"}},
-		&cli.StringSliceFlag{Name: flagPodmanArg, Usage: "global `ARG` for the podman CLI, repeatable (e.g. --podman-arg=--root=/srv/storage); a podman API service whose store is not the --root/--runroot named here is not believed: the CLI is asked instead", EnvVars: []string{"KC_PODMAN_ARGS"}},
+		&cli.StringSliceFlag{Name: flagPodmanArg, Usage: "global `ARG` for the podman CLI, one per flag, repeatable (e.g. --podman-arg=--root=/srv/storage; KC_PODMAN_ARGS: comma-separated); a podman API service whose store is not the --root/--runroot named here is not believed: the CLI is asked instead", EnvVars: []string{"KC_PODMAN_ARGS"}},
 		&cli.StringFlag{Name: flagContainerdAddress, Usage: "containerd socket `PATH`; default: CONTAINERD_ADDRESS, else the one of /run/containerd/containerd.sock, /run/k3s/containerd/containerd.sock (k3s, RKE2) and /var/snap/microk8s/common/run/containerd.sock that exists (several: exit 3 until one is named)", EnvVars: []string{"KC_CONTAINERD_ADDRESS"}},
 		&cli.StringSliceFlag{Name: flagContainerdNamespace, Usage: "ask only containerd `NAMESPACE` (repeatable or comma-separated; default every namespace: moby is Docker's, k8s.io Kubernetes', default ctr's and nerdctl's)", EnvVars: []string{"KC_CONTAINERD_NAMESPACE"}},
 		&cli.StringFlag{Name: flagCRIEndpoint, Usage: "CRI runtime socket `PATH` for --engine cri (CRI-O, or containerd's CRI plugin); default: /run/crio/crio.sock, else the containerd socket that exists (none when several do); auto asks CRI only where CRI-O's socket exists", EnvVars: []string{"KC_CRI_ENDPOINT"}},
@@ -57,8 +58,8 @@ func loadEngineGlobals(c *cli.Context, g *globals) error {
 	}
 	for _, lc := range c.Lineage() {
 		for _, a := range lc.StringSlice(flagPodmanArg) {
-			if strings.TrimSpace(a) == "" {
-				return usageErr("--podman-arg must not be empty")
+			if err := checkPodmanArg(a); err != nil {
+				return err
 			}
 		}
 	}
@@ -157,4 +158,19 @@ func resolveContainer(ctx context.Context, c *cli.Context, g globals, ref string
 	default:
 		return m, cli.Exit("--container: "+err.Error()+"; nothing was touched", exitUnknown)
 	}
+}
+
+// checkPodmanArg refuses a --podman-arg podman would take for something
+// else than meant. Each value is one argument: "--root=/a --runroot=/b"
+// (KC_PODMAN_ARGS written as a shell would split it) reaches podman as a
+// --root of "/a --runroot=/b", a new, empty store whose answer calls
+// every tree stray.
+func checkPodmanArg(a string) error {
+	switch f := strings.Fields(a); {
+	case len(f) == 0:
+		return usageErr("--podman-arg must not be empty")
+	case slices.ContainsFunc(f[1:], func(w string) bool { return strings.HasPrefix(w, "-") }):
+		return usageErr("--podman-arg %q holds several arguments: give each its own --podman-arg (KC_PODMAN_ARGS: separate them with commas)", a)
+	}
+	return nil
 }

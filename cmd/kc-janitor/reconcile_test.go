@@ -24,6 +24,7 @@ func TestReconcileUsageErrors(t *testing.T) {
 		{"zero podman-timeout", []string{"reconcile", "--podman-timeout", "0s"}},
 		{"zero podman-timeout before the command", []string{"--podman-timeout", "0s", "reconcile"}},
 		{"empty podman-arg before the command", []string{"--podman-arg", " ", "reconcile"}},
+		{"several arguments in one podman-arg", []string{"reconcile", "--podman-arg", "--root=/nonexistent/a --runroot=/nonexistent/b"}},
 		{"short container id", []string{"reconcile", "--container", "abc123"}},
 		{"empty supervisor comm", []string{"reconcile", "--supervisor-comm", " , "}},
 		{"supervisor comm too long", []string{"reconcile", "--supervisor-comm", "a-name-longer-than-15"}},

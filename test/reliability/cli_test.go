@@ -42,7 +42,7 @@ var malformed = map[string][]string{
 	"socket-dir":           {"relative", "", "/a/*/b", "/tmp/["},
 	"socket":               {""},
 	"podman-url":           {"ftp://host", ":::", "unix://", "tcp://"},
-	"podman-arg":           {""},
+	"podman-arg":           {"", "--root=/nonexistent/a --runroot=/nonexistent/b"},
 	"engine":               {"dokcer", "auto,docker", ",", "lxc"},
 	"docker-url":           {"ftp://host", ":::", "unix://", "tcp://", "ssh://host"},
 	"containerd-address":   {"relative.sock", "unix://", "tcp://127.0.0.1:1"},

@@ -80,7 +80,7 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	for _, want := range []string{"LEDGER " + state + ": 1 record", id[:12], "createRuntime,poststop", "reaped",
-		"TREES (ground truth unknown: an engine was asked and did not answer, see PROBLEMS)", "SOCKETS: 1 socket", sock, "stale", "PROBLEMS"} {
+		"TREES (ground truth unknown: an engine did not answer, or local evidence contradicts its answer; see PROBLEMS)", "SOCKETS: 1 socket", sock, "stale", "PROBLEMS"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in:\n%s", want, out)
 		}
@@ -303,47 +303,79 @@ func TestReportLostExitsFailed(t *testing.T) {
 // TestStatusDecidesWithEvidence: status says what reconcile would decide,
 // local evidence included: the tree of a container no engine lists but
 // whose recorded init still runs here is skipped-contradicted, not a
-// would-reap.
+// would-reap. Two such containers make the answer the wrong store's:
+// then no tree's decision or container state is known ("?"), and no
+// source is named; status exits 0 whatever it finds.
 func TestStatusDecidesWithEvidence(t *testing.T) {
 	noContainersPodman(t)
-	id := strings.Repeat("7a", 32)
-	testutil.StartKCServer(t, t.TempDir(), testutil.Fake{ContainerID: id})
-	init := exec.Command("sleep", "1000")
-	if err := init.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { init.Process.Kill(); init.Wait() })
-	st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, init.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	state := filepath.Join(t.TempDir(), "state")
-	store, err := ledger.Open(state)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.Update(id, func(r *ledger.Record) error {
-		r.Init = &ledger.Process{PID: init.Process.Pid, StartTicks: st.StartTicks}
-		r.Stages = map[string]time.Time{"createRuntime": time.Now()}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	// --podman-arg makes the CLI's answer the store's own, ground truth
-	// for root's trees (through --url alone it vouches for none).
-	code, out := runJanitorCapture(t, "status", "--state-dir", state, "--socket-dir", t.TempDir(), "--engine", "podman",
-		"--podman-url", "unix:///nonexistent/podman.sock", "--podman-arg=--root="+t.TempDir(), "--min-age", "0s", "--container", id, "--format", "json")
-	if code != exitOK {
-		t.Fatalf("exit %d: %s", code, out)
-	}
-	var raw struct {
-		Trees []struct{ Action string } `json:"trees"`
-	}
-	if err := json.Unmarshal([]byte(out), &raw); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	if len(raw.Trees) != 1 || raw.Trees[0].Action != "skipped-contradicted" {
-		t.Errorf("trees %+v; want the one tree skipped-contradicted:\n%s", raw.Trees, out)
+	for _, tc := range []struct {
+		name      string
+		ids       []string
+		known     bool
+		wantState string
+		want      string
+	}{
+		{"one contradicted", []string{strings.Repeat("7a", 32)}, true, "gone", "skipped-contradicted"},
+		{"two contradicted: the wrong store", []string{strings.Repeat("7e", 32), strings.Repeat("7f", 32)}, false, "?", "?"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			state := filepath.Join(t.TempDir(), "state")
+			store, err := ledger.Open(state)
+			if err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"status", "--state-dir", state, "--socket-dir", t.TempDir(), "--engine", "podman",
+				"--podman-url", "unix:///nonexistent/podman.sock", "--podman-arg=--root=" + t.TempDir(), "--min-age", "0s", "--format", "json"}
+			for _, id := range tc.ids {
+				testutil.StartKCServer(t, t.TempDir(), testutil.Fake{ContainerID: id})
+				init := exec.Command("sleep", "1000")
+				if err := init.Start(); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { init.Process.Kill(); init.Wait() })
+				st, err := fingerprint.ReadStat(fingerprint.DefaultRoot, init.Process.Pid)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := store.Update(id, func(r *ledger.Record) error {
+					r.Init = &ledger.Process{PID: init.Process.Pid, StartTicks: st.StartTicks}
+					r.Stages = map[string]time.Time{"createRuntime": time.Now()}
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+				args = append(args, "--container", id)
+			}
+			// --podman-arg makes the CLI's answer the store's own, ground
+			// truth for root's trees (through --url alone it vouches for
+			// none).
+			code, out := runJanitorCapture(t, args...)
+			if code != exitOK {
+				t.Fatalf("exit %d: %s", code, out)
+			}
+			var raw struct {
+				Known  bool   `json:"liveness_known"`
+				Source string `json:"source"`
+				Trees  []struct {
+					Action string `json:"action"`
+					State  string `json:"container_state"`
+				} `json:"trees"`
+			}
+			if err := json.Unmarshal([]byte(out), &raw); err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			if len(raw.Trees) != len(tc.ids) {
+				t.Fatalf("trees %+v; want %d:\n%s", raw.Trees, len(tc.ids), out)
+			}
+			for _, tr := range raw.Trees {
+				if tr.Action != tc.want || tr.State != tc.wantState {
+					t.Errorf("tree %+v; want action %q, container state %q:\n%s", tr, tc.want, tc.wantState, out)
+				}
+			}
+			if raw.Known != tc.known || (raw.Source == "") == tc.known {
+				t.Errorf("liveness_known %v, source %q; want known %v, a source only then", raw.Known, raw.Source, tc.known)
+			}
+		})
 	}
 }
 

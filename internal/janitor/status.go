@@ -197,9 +197,13 @@ func (out *StatusReport) corroborate(ctx context.Context, s Settings, log *slog.
 	case liveErr != nil:
 		// Reconcile would touch nothing: no tree's decision is known.
 		out.Errors = append(out.Errors, "reconcile: "+liveErr.Error())
-		out.LivenessKnown = false
+		// Nor is any container's state: "gone" was the answer's word.
+		out.LivenessKnown, out.Source = false, ""
 		for i := range out.Trees {
-			out.Trees[i].Action, out.Trees[i].Decision = "?", "?"
+			out.Trees[i].Action, out.Trees[i].Decision, out.Trees[i].ContainerState = "?", "?", "?"
+		}
+		for i := range out.Records {
+			out.Records[i].ContainerNow = "?"
 		}
 		return
 	}
@@ -259,7 +263,7 @@ func (st StatusReport) Text(w io.Writer) error {
 		}
 	}
 
-	truth := "ground truth unknown: an engine was asked and did not answer, see PROBLEMS"
+	truth := "ground truth unknown: an engine did not answer, or local evidence contradicts its answer; see PROBLEMS"
 	if known {
 		var asked []string
 		for _, st := range tr.Statuses {

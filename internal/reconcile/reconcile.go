@@ -416,7 +416,14 @@ func (sc *Scanned) Run(ctx context.Context, live engine.Set) (Report, error) {
 	why := sc.corroborate(rep.Trees, live)
 	left, whyc := sc.corroborateCgroups(sc.leftCgroups(rep.Trees, live), live)
 	if err := wrongStore(why, whyc); err != nil {
-		rep.LivenessKnown = false
+		// The answer is the wrong one for every tree, not only for the
+		// contradicted: none would be reaped by it.
+		rep.LivenessKnown, rep.Source = false, ""
+		for i := range rep.Trees {
+			if rep.Trees[i].Action == action.WouldReap {
+				rep.Trees[i].Action = action.SkipContradicted
+			}
+		}
 		return rep, err
 	}
 

@@ -329,3 +329,23 @@ func TestSlowSupervisorIsLive(t *testing.T) {
 		t.Errorf("cull: %s (%v)", out, err)
 	}
 }
+
+// TestCullCLIUnprobedSupervisorIsReported: a live supervisor whose socket
+// the sweep's deadline left unprobed is reported not audited (exit 1):
+// left out, it vanished from the report of a run that exited 0.
+func TestCullCLIUnprobedSupervisorIsReported(t *testing.T) {
+	dir := t.TempDir()
+	k := testutil.StartKCServer(t, dir, testutil.Fake{Sessions: writeSessions(t, cullSessions)})
+	code, out := runJanitorCapture(t, "cull", "--socket-dir", dir, "--format", "json", "--sweep-deadline", "1ns")
+	if code != exitFailed {
+		t.Fatalf("exit %d, want %d\n%s", code, exitFailed, out)
+	}
+	checkCullKeys(t, out)
+	var got cullOut
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got.Supervisors) != 1 {
+		t.Fatalf("%s (%v)", out, err)
+	}
+	if s := got.Supervisors[0]; s.Socket != k.Socket || s.Error == nil || !strings.Contains(*s.Error, "not audited") {
+		t.Errorf("unprobed supervisor: %+v, want it reported not audited", s)
+	}
+}

@@ -65,6 +65,10 @@ type Source struct {
 	// sweep that found it opened (sweep's Socket.Pin), or by its path
 	// (sweep.PathPinner); nil: Audit pins Socket by its path.
 	Pin func() (sockets.Pinned, error)
+	// NotProbed, when set, says why the sweep that found the socket
+	// left it unknown for want of time: Audit does not ask it and
+	// reports it not audited, rather than leave it out of the report.
+	NotProbed string
 }
 
 // Supervisor is the audit of one supervisor.
@@ -116,6 +120,10 @@ func Audit(ctx context.Context, c *kallichore.Client, sources []Source, threshol
 	for i, src := range sources {
 		// Checked before the select, which picks at random between a
 		// free worker and the end.
+		if src.NotProbed != "" {
+			out[i] = Supervisor{Source: src, Err: fmt.Errorf("%w: its socket was %s", ErrNotAudited, src.NotProbed)}
+			continue
+		}
 		if ctx.Err() != nil {
 			out[i] = Supervisor{Source: src, Err: fmt.Errorf("%w: %w", ErrNotAudited, context.Cause(ctx))}
 			continue

@@ -10,9 +10,11 @@ import (
 // supervisor of the socket's owner listens there (its audit then says
 // whether it answers; dropped, it would vanish from the report). A session
 // socket is its server's, and any other control socket has no server to
-// answer. Names of one socket file (hard links) are one supervisor, audited
-// and counted once. notLive, if not nil, is told of every control socket
-// left out.
+// answer. A control socket the sweep's deadline left unprobed may be a
+// live supervisor's: it is a source not audited (Source.NotProbed), not
+// left out. Names of one socket file (hard links) are one supervisor,
+// audited and counted once. notLive, if not nil, is told of every
+// control socket left out.
 func Sources(socks []*sweep.Socket, notLive func(*sweep.Socket)) []Source {
 	var out []Source
 	seen := map[[2]uint64]bool{}
@@ -20,7 +22,8 @@ func Sources(socks []*sweep.Socket, notLive func(*sweep.Socket)) []Source {
 		if s.Kind != sockets.KindControl {
 			continue
 		}
-		if s.Verdict != sweep.VerdictLive && (s.Verdict != sweep.VerdictUnknown || !s.OwnerListens()) {
+		unprobed := s.Verdict == sweep.VerdictUnknown && s.Unprobed()
+		if s.Verdict != sweep.VerdictLive && !unprobed && (s.Verdict != sweep.VerdictUnknown || !s.OwnerListens()) {
 			if notLive != nil {
 				notLive(s)
 			}
@@ -33,7 +36,11 @@ func Sources(socks []*sweep.Socket, notLive func(*sweep.Socket)) []Source {
 			}
 			seen[key] = true
 		}
-		out = append(out, Source{Socket: s.Path, PID: s.PID, Owner: s.Owner, Pin: s.Pin})
+		src := Source{Socket: s.Path, PID: s.PID, Owner: s.Owner, Pin: s.Pin}
+		if unprobed {
+			src.NotProbed = s.Reason
+		}
+		out = append(out, src)
 	}
 	return out
 }

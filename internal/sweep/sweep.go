@@ -201,6 +201,10 @@ func budgetOwner(t Target, uid int) int {
 	return uid
 }
 
+// Unprobed reports whether the sweep's deadline (or its caller) ended
+// probing before s was probed: its verdict is unknown for want of time.
+func (s *Socket) Unprobed() bool { return s.cut }
+
 // OwnerListens reports whether gates 1 and 2 found s named for a live
 // supervisor of its owner and listening, and /status never answered: a
 // server there that was only slow. One that answered as another server,

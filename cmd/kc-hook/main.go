@@ -34,6 +34,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/contain/systemd"
 	"github.com/kc-watchman/kc-watchman/internal/hook"
 	"github.com/kc-watchman/kc-watchman/internal/ledger"
+	"github.com/kc-watchman/kc-watchman/internal/logkeys"
 	"github.com/kc-watchman/kc-watchman/internal/oneshot"
 	"github.com/kc-watchman/kc-watchman/internal/pgkill"
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
@@ -528,10 +529,10 @@ func openLog(stateDir, path string, level slog.Level, stderr io.Writer) (*slog.L
 	if err == nil {
 		var f *os.File
 		if f, err = openRotated(path, maxLogSize); err == nil {
-			return slog.New(slog.NewJSONHandler(f, opts)), func() { f.Close() }, nil
+			return slog.New(logkeys.Unique(slog.NewJSONHandler(f, opts))), func() { f.Close() }, nil
 		}
 	}
-	return slog.New(slog.NewJSONHandler(stderr, opts)), func() {}, fmt.Errorf("cannot open the hook log: %w", err)
+	return slog.New(logkeys.Unique(slog.NewJSONHandler(stderr, opts))), func() {}, fmt.Errorf("cannot open the hook log: %w", err)
 }
 
 // maxLogSize is where the hook log is rotated: every container's start

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kc-watchman/kc-watchman/internal/logkeys"
 )
 
 // Log says where and how the janitor logs.
@@ -29,7 +31,7 @@ func NewLogger(l Log) (*slog.Logger, func(), error) {
 	stderr := newHandler(l.JSON, os.Stderr, l.Level, os.Getenv("JOURNAL_STREAM") != "")
 	closer := func() {}
 	if logFile == "" {
-		return slog.New(stderr), closer, nil
+		return slog.New(logkeys.Unique(stderr)), closer, nil
 	}
 	f, err := openLogFile(logFile)
 	if err != nil {
@@ -37,7 +39,7 @@ func NewLogger(l Log) (*slog.Logger, func(), error) {
 	}
 	closer = func() { f.Close() }
 	file := newHandler(l.JSON, f, min(l.Level, slog.LevelInfo), false)
-	return slog.New(slog.NewMultiHandler(stderr, file)), closer, nil
+	return slog.New(logkeys.Unique(slog.NewMultiHandler(stderr, file))), closer, nil
 }
 
 // newHandler is a text or JSON handler writing records at level or above.

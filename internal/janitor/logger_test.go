@@ -22,6 +22,26 @@ func TestJSONDurations(t *testing.T) {
 	}
 }
 
+// TestLogFileKeysOnce: a key given by a step's logger and again below it
+// (watch's "step" event, then pidfd) is written once, the nearer value.
+func TestLogFileKeysOnce(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "janitor.log")
+	log, closeLog, err := NewLogger(Log{JSON: true, Level: slog.LevelError, File: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.With("step", "event", "container", "c").With("step", "pidfd").Info("m", "container", "c")
+	closeLog()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := string(data)
+	if strings.Count(line, `"step":`) != 1 || !strings.Contains(line, `"step":"pidfd"`) || strings.Count(line, `"container":`) != 1 {
+		t.Errorf("log line %s: want step pidfd and container, once each", line)
+	}
+}
+
 // TestLogFileRefusesWhatOthersPlant: the log file may sit where others
 // can write (a seed's ./kc-sweeper.log): a symlink is not followed (its
 // target is left as it was), a FIFO is not waited on, a file of another

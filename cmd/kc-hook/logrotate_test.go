@@ -259,25 +259,98 @@ func TestHookLogMakesNothingThroughAnUntrustedParent(t *testing.T) {
 	}
 }
 
-// TestHookLogStartsOverWhenItCannotRotate: a log at its cap that cannot
-// be renamed to .1 (a directory there, which anyone may make where
-// --log-file names a shared dir) starts over instead of growing.
-func TestHookLogStartsOverWhenItCannotRotate(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "kc-hook.log")
-	if err := os.Mkdir(path+".1", 0o755); err != nil {
-		t.Fatal(err)
+// TestHookLogRotatesOnlyOverItsOwn: the rename to .1 replaces only a
+// previous log (a regular file of ours, one name). A directory, a
+// symlink or another user's file there (a --log-file in a directory
+// others write) is left as it is, the link's target too, and the log
+// starts over rather than grow without bound.
+func TestHookLogRotatesOnlyOverItsOwn(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// plant lays out path.1; returns what must be left as it is
+		// ("" for nothing).
+		plant   func(t *testing.T, old string) string
+		rotated bool
+	}{
+		{"nothing there", func(t *testing.T, old string) string { return "" }, true},
+		{"a previous log", func(t *testing.T, old string) string {
+			if err := os.WriteFile(old, []byte("oldest"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return ""
+		}, true},
+		{"a directory", func(t *testing.T, old string) string {
+			if err := os.Mkdir(old, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			return old
+		}, false},
+		{"a symlink", func(t *testing.T, old string) string {
+			target := filepath.Join(t.TempDir(), "target")
+			if err := os.WriteFile(target, []byte("theirs"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(target, old); err != nil {
+				t.Fatal(err)
+			}
+			return target
+		}, false},
+		{"another user's file", func(t *testing.T, old string) string {
+			if os.Geteuid() != 0 {
+				t.Skip("needs root to make a file of another user's")
+			}
+			if err := os.WriteFile(old, []byte("theirs"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(old, 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+			return old
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "kc-hook.log")
+			kept := tc.plant(t, path+".1")
+			var before os.FileInfo
+			var beforeData []byte
+			if kept != "" {
+				var err error
+				if before, err = os.Lstat(path + ".1"); err != nil {
+					t.Fatal(err)
+				}
+				beforeData, _ = os.ReadFile(kept)
+			}
+			const max = 4096
+			line := strings.Repeat("x", 99) + "\n"
+			for range 200 {
+				f, err := openRotated(path, max)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.WriteString(line)
+				f.Close()
+			}
+			if st, err := os.Stat(path); err != nil || st.Size() > 2*max {
+				t.Errorf("log %v, %v; want it under %d bytes", st.Size(), err, 2*max)
+			}
+			after, err := os.Lstat(path + ".1")
+			switch {
+			case tc.rotated && (err != nil || !after.Mode().IsRegular() || after.Size() == 0 || after.Size() > 2*max):
+				t.Errorf("%s.1: %v, %v; want the rotated log", path, after, err)
+			case !tc.rotated && (err != nil || !unchanged(before, after)):
+				t.Errorf("%s.1 replaced: %v, %v", path, after, err)
+			}
+			if kept != "" {
+				if data, _ := os.ReadFile(kept); !bytes.Equal(data, beforeData) {
+					t.Errorf("%s changed: %q, was %q", kept, data, beforeData)
+				}
+			}
+		})
 	}
-	const max = 4096
-	line := strings.Repeat("x", 99) + "\n"
-	for range 200 {
-		f, err := openRotated(path, max)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.WriteString(line)
-		f.Close()
-	}
-	if st, err := os.Stat(path); err != nil || st.Size() > 2*max {
-		t.Errorf("log %v, %v; want it under %d bytes", st.Size(), err, 2*max)
-	}
+}
+
+// unchanged reports whether b is still a: a name whose file was replaced
+// can get the freed inode number again.
+func unchanged(a, b os.FileInfo) bool {
+	return os.SameFile(a, b) && a.Mode() == b.Mode() && a.Size() == b.Size() && a.ModTime().Equal(b.ModTime())
 }

@@ -590,10 +590,11 @@ func openRotated(path string, max int64) (*os.File, error) {
 	// this one opened it)? A path that is a symlink is not: the link
 	// would be renamed, not the log.
 	if cur, err := os.Lstat(path); err == nil && os.SameFile(cur, st) {
-		if err := os.Rename(path, path+".1"); err != nil {
-			// No rotation (a directory someone made at path.1): start
-			// over rather than grow without bound. The file is proven
-			// ours, one name, and the lock is held.
+		if err := rotate(path, path+".1"); err != nil {
+			// No rotation (a directory, a symlink or another user's
+			// file at path.1): start over rather than grow without
+			// bound. The file is proven ours, one name, and the lock is
+			// held.
 			f.Truncate(0) //nolint:errcheck // a log that could not be cut is still a log
 			return f, nil
 		}
@@ -601,6 +602,26 @@ func openRotated(path string, max int64) (*os.File, error) {
 	f.Close() // drops the lock
 	f, _, err = open()
 	return f, err
+}
+
+// rotate renames the log to old, which it replaces only when that is
+// the previous log: a regular file of ours with one name. A rename
+// never follows a symlink at old but destroys whatever is there, in a
+// directory others may write (a --log-file in /tmp) another user's
+// file. Where nothing is there, the rename must not replace what
+// appears meanwhile.
+func rotate(path, old string) error {
+	var st unix.Stat_t
+	err := unix.Lstat(old, &st)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return unix.Renameat2(unix.AT_FDCWD, path, unix.AT_FDCWD, old, unix.RENAME_NOREPLACE)
+	case err != nil:
+		return err
+	case st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid() || st.Nlink != 1:
+		return fmt.Errorf("%s is not a previous log of ours", old)
+	}
+	return os.Rename(path, old)
 }
 
 // isTerminal reports whether f is a terminal.

@@ -36,30 +36,12 @@ func TestSweepSparesWhatLeftBeforeItWasJudged(t *testing.T) {
 		}
 	})
 	root := t.TempDir()
-	for _, cmd := range []*os.Process{stays.Process, leaves.Process} {
-		pid := cmd.Pid
-		if !within(5*time.Second, func() bool {
-			id, err := fingerprint.Read("/proc", pid)
-			return err == nil && id.Comm == "sleep"
-		}) {
-			t.Fatalf("sleep %d did not start", pid)
-		}
-		dir := filepath.Join(root, strconv.Itoa(pid))
-		if err := os.Mkdir(dir, 0o755); err != nil {
+	fakeProcOf(t, root, stays.Process.Pid, nil)
+	fakeProcOf(t, root, leaves.Process.Pid, map[string]func(string){"status": func(p string) {
+		if err := unix.Mkfifo(p, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		for _, name := range []string{"stat", "status", "cmdline"} {
-			if cmd == leaves.Process && name == "status" {
-				if err := unix.Mkfifo(filepath.Join(dir, name), 0o600); err != nil {
-					t.Fatal(err)
-				}
-				continue
-			}
-			if err := testutil.CopyFile(filepath.Join("/proc", strconv.Itoa(pid), name), filepath.Join(dir, name), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	}})
 	fifo := filepath.Join(root, strconv.Itoa(leaves.Process.Pid), "status")
 	moved := make(chan error, 1)
 	go func() {

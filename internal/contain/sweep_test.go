@@ -132,6 +132,32 @@ func within(d time.Duration, cond func() bool) bool {
 	return true
 }
 
+// fakeProcOf lays out in root, a fake /proc, the files a sweep reads of
+// the started sleep pid: as /proc has them, but for those in instead,
+// whose functions lay out the file at the path they are given.
+func fakeProcOf(t *testing.T, root string, pid int, instead map[string]func(path string)) {
+	t.Helper()
+	if !within(5*time.Second, func() bool {
+		id, err := fingerprint.Read("/proc", pid)
+		return err == nil && id.Comm == "sleep"
+	}) {
+		t.Fatalf("sleep %d did not start", pid)
+	}
+	dir := filepath.Join(root, strconv.Itoa(pid))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"stat", "status", "cmdline"} {
+		if lay, ok := instead[name]; ok {
+			lay(filepath.Join(dir, name))
+			continue
+		}
+		if err := testutil.CopyFile(filepath.Join("/proc", strconv.Itoa(pid), name), filepath.Join(dir, name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestSweepForkLoop: a fork loop whose every child forks a new-session
 // child and exits, racing the sweep of its cgroup, leaves nothing: frozen,
 // it cannot fork; killed, the cgroup empties and is removed. A process of
@@ -351,31 +377,12 @@ func TestSweepWithholdsAnUnreadableProcess(t *testing.T) {
 	readable := startIn(t, c, "sleep", "1000000")
 	unreadable := startIn(t, c, "sleep", "1000001")
 	root := t.TempDir()
-	for _, cmd := range []*exec.Cmd{readable, unreadable} {
-		pid := cmd.Process.Pid
-		if !within(5*time.Second, func() bool {
-			id, err := fingerprint.Read("/proc", pid)
-			return err == nil && id.Comm == "sleep"
-		}) {
-			t.Fatalf("sleep %d did not start", pid)
-		}
-		dir := filepath.Join(root, strconv.Itoa(pid))
-		if err := os.Mkdir(dir, 0o755); err != nil {
+	fakeProcOf(t, root, readable.Process.Pid, nil)
+	fakeProcOf(t, root, unreadable.Process.Pid, map[string]func(string){"status": func(p string) {
+		if err := os.WriteFile(p, []byte("Name:\tsleep\nState:\tS (sleeping)\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		for _, name := range []string{"stat", "status", "cmdline"} {
-			data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), name))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if cmd == unreadable && name == "status" {
-				data = []byte("Name:\tsleep\nState:\tS (sleeping)\n")
-			}
-			if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	}})
 
 	res := Sweep(context.Background(), c, SweepOptions{Root: root, KillWait: 300 * time.Millisecond})
 	if res.Outcome != action.SkipForeign || res.Removed || res.Method != "pidfd" {

@@ -65,6 +65,10 @@ func runCull(c *cli.Context) error {
 			if p == "" {
 				return usageErr("--socket must not be empty")
 			}
+			if !filepath.IsAbs(p) {
+				// Cron's working directory is not the operator's.
+				return usageErr("--socket must be an absolute path, not %q", p)
+			}
 			src := cull.Source{Socket: p}
 			if n, ok := sockets.ParseName(filepath.Base(p)); ok {
 				src.PID = n.PID

@@ -195,6 +195,7 @@ func TestCullCLIUsage(t *testing.T) {
 		{"cull", "--idle", "soon"},
 		{"cull", "--idle", "-5"},
 		{"cull", "--format", "yaml"},
+		{"cull", "--socket", "kc-1.sock"}, // relative: cron's working directory is not the operator's
 		// A named host socket would widen a run scoped to a container.
 		{"cull", "--socket", "/tmp/kc-1.sock", "--container", "web"},
 		{"cull", "--socket", "/tmp/kc-1.sock", "--container-pid", strconv.Itoa(os.Getpid())},

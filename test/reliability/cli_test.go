@@ -40,7 +40,7 @@ var malformed = map[string][]string{
 	"container-pid": {"x", "-1"},
 	// names and paths
 	"socket-dir":           {"relative", "", "/a/*/b", "/tmp/["},
-	"socket":               {""},
+	"socket":               {"", "relative.sock"},
 	"podman-url":           {"ftp://host", ":::", "unix://", "tcp://"},
 	"podman-arg":           {"", "--root=/nonexistent/a --runroot=/nonexistent/b"},
 	"engine":               {"dokcer", "auto,docker", ",", "lxc"},

@@ -76,6 +76,10 @@ func (f fakeTasks) Get(_ context.Context, r *tasksapi.GetRequest) (*tasksapi.Get
 	if c, ok := f.s.getErr[id]; ok {
 		return nil, status.Error(c, "the shim did not answer")
 	}
+	// containerd looks the container record up first.
+	if !slices.Contains(f.s.containers, id) {
+		return nil, status.Errorf(codes.NotFound, "container %q in namespace: not found", id)
+	}
 	if _, ok := f.s.tasks[id]; !ok {
 		return nil, status.Errorf(codes.NotFound, "task %s not found", id)
 	}
@@ -122,10 +126,14 @@ func TestLiveOfWhenATaskCannotBeAskedAlone(t *testing.T) {
 			state: &fakeState{containers: []string{a}, tasks: map[string]tasktypes.Status{a: tasktypes.Status_UNKNOWN}},
 			ask:   []string{a},
 			live:  []string{a}, listed: 1, wantGet: []string{a}},
-		{name: "a task without its container record",
+		{name: "a status the API does not name: the question fails",
+			state: &fakeState{containers: []string{a}, tasks: map[string]tasktypes.Status{a: tasktypes.Status(9)}},
+			ask:   []string{a},
+			fails: true, wantGet: []string{a}},
+		{name: "a task without its container record: containerd's Get says NotFound",
 			state: &fakeState{containers: []string{a}, tasks: map[string]tasktypes.Status{a: running, orphan: running}},
 			ask:   []string{a, orphan},
-			live:  []string{a, orphan}, listed: 2, wantGet: []string{a, orphan}},
+			live:  []string{a}, listed: 1, wantGet: []string{a, orphan}},
 		{name: "a Get that fails: the whole list",
 			state: &fakeState{containers: []string{a, b, c}, tasks: map[string]tasktypes.Status{a: running, b: running, c: running},
 				getErr: map[string]codes.Code{b: codes.Unavailable}},

@@ -98,9 +98,10 @@ func (c *Client) List(ctx context.Context, namespaces []string) ([]Container, er
 var ErrTaskUnread = errors.New("a task's state could not be read")
 
 // ListOf is List about the containers ids name alone: those the list
-// filtered to them holds, and their tasks (one Get per ID, a task without
-// its container record included, as List has it), not every task, which
-// costs a question to each one's shim.
+// filtered to them holds, and their tasks (one Get per ID), not every
+// task, which costs a question to each one's shim. containerd answers a
+// Get by the container record: a task without one (List keeps such a
+// task, created between its two questions) is NotFound here.
 func (c *Client) ListOf(ctx context.Context, namespaces, ids []string) ([]Container, error) {
 	if len(ids) == 0 {
 		return nil, nil
@@ -188,28 +189,43 @@ func (c *Client) listNamespace(ctx context.Context, ns string, only []string) ([
 			return nil, fmt.Errorf("containerd at %s: namespace %s lists a container with an empty or repeated ID %q", c.address, ns, id)
 		}
 		seen[id] = true
-		c := fromTask(ns, id, ct.GetImage(), tasks[id])
-		c.Labels = ct.GetLabels()
-		out = append(out, c)
+		x, err := fromTask(ns, id, ct.GetImage(), tasks[id])
+		if err != nil {
+			return nil, fmt.Errorf("containerd at %s: %w", c.address, err)
+		}
+		x.Labels = ct.GetLabels()
+		out = append(out, x)
 	}
 	for id, t := range tasks {
 		if !seen[id] {
-			out = append(out, fromTask(ns, id, "", t))
+			x, err := fromTask(ns, id, "", t)
+			if err != nil {
+				return nil, fmt.Errorf("containerd at %s: %w", c.address, err)
+			}
+			out = append(out, x)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
 }
 
-func fromTask(ns, id, image string, t *tasktypes.Process) Container {
+// fromTask is container id of namespace ns with its task t (nil: none).
+// A task status containerd's API does not name (a newer server's) is an
+// error: read as "not live", its container's trees would be strays
+// (DESIGN "Engines": a state the engine never reports makes the truth
+// unknown).
+func fromTask(ns, id, image string, t *tasktypes.Process) (Container, error) {
 	c := Container{Namespace: ns, ID: id, Image: image, Status: NoTask}
 	if t == nil {
-		return c
+		return c, nil
+	}
+	if _, ok := tasktypes.Status_name[int32(t.GetStatus())]; !ok {
+		return c, fmt.Errorf("namespace %s: container %s has a task in status %d, which this containerd API does not name", ns, id, t.GetStatus())
 	}
 	c.Status = statusName(t.GetStatus())
 	c.Live = IsLiveStatus(t.GetStatus())
 	if c.Live {
 		c.PID = int(t.GetPid())
 	}
-	return c
+	return c, nil
 }

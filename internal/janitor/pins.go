@@ -196,6 +196,10 @@ type pinner struct {
 	byKey   map[int32]*pin
 	nextKey int32
 	refused map[string]int // the PID refused for each container, said once
+	// deadInit is the dead init PID reported for each container an
+	// answer still lists live: an engine that has not caught up lists it
+	// so at every answer, and each report would be decided anew.
+	deadInit map[string]int
 	// diedAt is when each container's pin reported its init dead.
 	diedAt map[string]time.Time
 	// asking: askPID is under way in the background.
@@ -244,7 +248,7 @@ func newPinner(root string, log *slog.Logger, scope map[string]bool, store func(
 		max = int(min(rl.Cur/2, 1<<20))
 	}
 	p := &pinner{root: root, log: log.With("step", "pidfd"), death: death, scope: scope, store: store, max: max,
-		epfd: epfd, wake: wake, pins: map[string]*pin{}, byKey: map[int32]*pin{}, refused: map[string]int{}, diedAt: map[string]time.Time{}, unpinned: map[string]unpinnedLive{}, listed: map[listedBy]int{}, doubted: map[string]unpinnedLive{}}
+		epfd: epfd, wake: wake, pins: map[string]*pin{}, byKey: map[int32]*pin{}, refused: map[string]int{}, deadInit: map[string]int{}, diedAt: map[string]time.Time{}, unpinned: map[string]unpinnedLive{}, listed: map[listedBy]int{}, doubted: map[string]unpinnedLive{}}
 	p.wg.Add(1)
 	go p.loop()
 	return p, nil
@@ -479,7 +483,10 @@ func (p *pinner) apply(answers []engine.Answer, asked time.Time, told map[listed
 		}
 		pn, err := pinInit(p.root, id, w.pid, recordedStart(st, id, w.pid))
 		if errors.Is(err, errInitDead) && !w.ledger {
-			dead = append(dead, engine.Death{Engine: w.engine, ID: id, At: time.Now(), Via: "pidfd", PID: w.pid})
+			if p.deadInit[id] != w.pid {
+				p.deadInit[id] = w.pid
+				dead = append(dead, engine.Death{Engine: w.engine, ID: id, At: time.Now(), Via: "pidfd", PID: w.pid})
+			}
 			continue
 		}
 		if err != nil {
@@ -505,6 +512,11 @@ func (p *pinner) apply(answers []engine.Answer, asked time.Time, told map[listed
 	for id := range p.refused {
 		if fresh && !live[id] {
 			delete(p.refused, id)
+		}
+	}
+	for id := range p.deadInit {
+		if fresh && !live[id] {
+			delete(p.deadInit, id)
 		}
 	}
 	for id := range noPID {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
+	"github.com/kc-watchman/kc-watchman/internal/ledger"
 	"github.com/kc-watchman/kc-watchman/internal/testutil/docker"
 	"github.com/kc-watchman/kc-watchman/internal/testutil/podman"
 	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
@@ -87,6 +88,84 @@ func TestPinnerUnseenPIDIsNoDeath(t *testing.T) {
 	}
 	if ds := deaths(); len(ds) != 0 {
 		t.Errorf("deaths reported: %+v", ds)
+	}
+}
+
+// TestPinnerReportsADeadInitOnce: an engine that has not caught up with
+// a death (podman whose conmon died writes no exit) lists the container
+// live, with its dead init, at every answer: the death is reported once,
+// not at each answer, where each would be decided anew; another dead PID
+// is another death, as is the relist's once the engine catches up, and
+// the same PID listed again after that.
+func TestPinnerReportsADeadInitOnce(t *testing.T) {
+	id := strings.Repeat("5d", 32)
+	store, err := ledger.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	record := func(st fingerprint.Stat) {
+		if err := store.Update(id, func(r *ledger.Record) error {
+			r.Init = &ledger.Process{PID: st.PID, StartTicks: st.StartTicks}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// deadInit records a reaped process as id's init.
+	deadInit := func() fingerprint.Stat {
+		cmd := exec.Command("sleep", "600")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		st, err := fingerprint.ReadStat("/proc", cmd.Process.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Process.Kill()
+		cmd.Wait()
+		record(st)
+		return st
+	}
+	var mu sync.Mutex
+	var deaths []engine.Death
+	pn, err := newPinner("/proc", slog.New(slog.DiscardHandler), nil, func() *ledger.Store { return store }, func(d engine.Death) {
+		mu.Lock()
+		deaths = append(deaths, d)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pn.close)
+	asked := time.Now()
+	refresh := func(live bool, pid int) int {
+		asked = asked.Add(time.Second)
+		a := engine.Answer{Engine: "podman", Endpoint: "unix:///run/podman/podman.sock"}
+		if live {
+			a.Containers = []engine.Container{{ID: id, Live: true, InitPID: pid}}
+		}
+		pn.refresh(engine.Truth{Answers: []engine.Answer{a}, Asked: asked})
+		mu.Lock()
+		defer mu.Unlock()
+		return len(deaths)
+	}
+	first := deadInit()
+	for i := range 3 {
+		if n := refresh(true, first.PID); n != 1 {
+			t.Fatalf("answer %d listing the dead init: %d deaths reported, want 1", i+1, n)
+		}
+	}
+	if n := refresh(true, deadInit().PID); n != 2 {
+		t.Errorf("another dead init: %d deaths, want 2", n)
+	}
+	// The engine catches up: the container it stops listing is a death
+	// the relist tells.
+	if n := refresh(false, 0); n != 3 {
+		t.Errorf("no longer listed: %d deaths, want 3", n)
+	}
+	record(first)
+	if n := refresh(true, first.PID); n != 4 {
+		t.Errorf("listed again after it was gone: %d deaths, want 4", n)
 	}
 }
 

@@ -95,18 +95,20 @@ func (w *Watch) Run(ctx context.Context, stopping <-chan struct{}, log *slog.Log
 // loop runs round now and then every interval (measured from the start of
 // the previous round; a round longer than interval is followed by the
 // next at once) until stopping is closed. A round's outcome never ends the
-// loop.
+// loop. No round starts once stopping is closed: a signal taken while
+// watch was starting (its task iterator, its event streams) stops it
+// before a first round, which could reap and sweep for a minute.
 func loop(ctx context.Context, stopping <-chan struct{}, interval time.Duration, round func(context.Context) int, log *slog.Logger) {
 	for n := 1; ; n++ {
-		start := time.Now()
-		code := round(ctx)
-		if code != ExitOK {
-			log.Warn("round failed; the next one runs on time", "round", n, "exit", code)
-		}
 		select {
 		case <-stopping:
 			return
 		default:
+		}
+		start := time.Now()
+		code := round(ctx)
+		if code != ExitOK {
+			log.Warn("round failed; the next one runs on time", "round", n, "exit", code)
 		}
 		t := time.NewTimer(untilNext(start, time.Now(), interval))
 		select {

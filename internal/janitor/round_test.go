@@ -58,6 +58,50 @@ func TestWatchLoopSurvivesFailedRounds(t *testing.T) {
 // after the previous round ended. The wait is checked as a computation;
 // the real loop is only checked never to start a round early, since a
 // loaded machine may start it late.
+// TestWatchLoopStopsBeforeARound: once stopping is closed no round
+// starts, the first included (a SIGTERM while watch was starting), nor
+// one due at once after a round longer than the interval.
+func TestWatchLoopStopsBeforeARound(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// stopAfter closes stopping during that round (0: before the
+		// loop starts).
+		stopAfter int32
+		want      int32
+	}{
+		{"stopped while starting", 0, 0},
+		{"stopped during a round longer than the interval", 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var n atomic.Int32
+			stopping := make(chan struct{})
+			if tc.stopAfter == 0 {
+				close(stopping)
+			}
+			round := func(context.Context) int {
+				if n.Add(1) == tc.stopAfter {
+					close(stopping)
+					time.Sleep(20 * time.Millisecond) // longer than the interval: the next is due at once
+				}
+				return ExitOK
+			}
+			done := make(chan struct{})
+			go func() {
+				loop(context.Background(), stopping, time.Millisecond, round, slog.New(slog.DiscardHandler))
+				close(done)
+			}()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the loop did not stop")
+			}
+			if got := n.Load(); got != tc.want {
+				t.Errorf("%d rounds, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestWatchLoopInterval(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	for _, tt := range []struct {

@@ -66,6 +66,11 @@ type settledDeath struct {
 	// pid is the init whose pidfd reported it (0: an engine's event): a
 	// pidfd report of another init is another death, whenever it came.
 	pid int
+	// spared: a tree of the container was spared as younger than the
+	// death (SkipYoung), which a later time may judge: a restarted run's,
+	// dead again within the slack (Docker's restart policy retries
+	// within a second).
+	spared bool
 }
 
 // sameDeath reports whether d is the death s settled, reported again.
@@ -73,6 +78,9 @@ func (s settledDeath) sameDeath(d engine.Death) bool {
 	if s.pid > 0 && d.Via == "pidfd" && d.PID > 0 {
 		// An init dies once: its pidfd's word, however late.
 		return d.PID == s.pid
+	}
+	if s.spared && d.At.After(s.at) {
+		return false
 	}
 	return !d.At.After(s.at.Add(sameDeathSlack))
 }
@@ -380,6 +388,7 @@ func (h *deathHandler) close() {
 func (h *deathHandler) handle(batch []engine.Death) {
 	defer h.wg.Done()
 	settled := map[string]bool{}
+	spared := map[string]bool{} // settledDeath.spared
 	// uncounted are deaths still live after every attempt: counted once
 	// here unless another report of them is handled anew (and counted
 	// there): one death, one count.
@@ -390,7 +399,7 @@ func (h *deathHandler) handle(batch []engine.Death) {
 		for _, d := range batch {
 			delete(h.inFlight, d.ID)
 			delete(h.nudges, d.ID)
-			done := settledDeath{at: d.At, done: time.Now()}
+			done := settledDeath{at: d.At, done: time.Now(), spared: spared[d.ID]}
 			if d.Via == "pidfd" {
 				done.pid = d.PID
 			}
@@ -488,6 +497,7 @@ func (h *deathHandler) handle(batch []engine.Death) {
 			// or its task was killed and not deleted (the shim lives on):
 			// its next death or /tasks/delete must not be coalesced away.
 			settled[id] = !stillLive
+			spared[id] = one.Count(action.SkipYoung) > 0
 		}
 		if len(again) > 0 {
 			log.Debug("dead container(s) still look live; asking again", "attempt", attempts, "containers", len(again),

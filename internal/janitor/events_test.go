@@ -234,6 +234,8 @@ type scriptedAttempts struct {
 	gate    chan struct{}
 	busy    atomic.Int32
 	overlap atomic.Bool
+	// diedAt are the times each container's attempts were decided by.
+	diedAt map[string][]time.Time
 }
 
 func (s *scriptedAttempts) attempt(_ context.Context, opt reconcile.Options, _ *slog.Logger) (Report, error, error) {
@@ -250,6 +252,9 @@ func (s *scriptedAttempts) attempt(_ context.Context, opt reconcile.Options, _ *
 	for _, id := range slices.Sorted(maps.Keys(opt.Containers)) {
 		n := s.calls[id]
 		s.calls[id]++
+		if s.diedAt != nil {
+			s.diedAt[id] = append(s.diedAt[id], opt.DiedAtByID[id])
+		}
 		script := s.scripts[id]
 		if len(script) == 0 {
 			panic("no script for " + id)
@@ -605,29 +610,44 @@ func TestDeathHandlerLaterDeath(t *testing.T) {
 		second   func(first engine.Death) engine.Death
 		inFlight bool // the second is reported while the first is handled
 		attempts int
+		// spares: the first attempt spares a tree as younger than the
+		// death.
+		spares bool
 	}{
 		{"its event, a moment later", func(f engine.Death) engine.Death {
 			return engine.Death{Engine: "docker", ID: f.ID, At: f.At.Add(300 * time.Millisecond)}
-		}, false, 1},
+		}, false, 1, false},
 		{"a later death", func(f engine.Death) engine.Death {
 			return engine.Death{Engine: "docker", ID: f.ID, At: f.At.Add(sameDeathSlack + time.Second)}
-		}, false, 2},
+		}, false, 2, false},
 		{"the same init's pidfd, late", func(f engine.Death) engine.Death {
 			return engine.Death{Engine: "docker", ID: f.ID, At: f.At.Add(time.Minute), Via: "pidfd", PID: f.PID}
-		}, false, 1},
+		}, false, 1, false},
 		{"another init's pidfd", func(f engine.Death) engine.Death {
 			return engine.Death{Engine: "docker", ID: f.ID, At: f.At.Add(time.Second), Via: "pidfd", PID: f.PID + 1}
-		}, false, 2},
+		}, false, 2, false},
 		{"a later death while the first is handled", func(f engine.Death) engine.Death {
 			return engine.Death{Engine: "docker", ID: f.ID, At: f.At.Add(sameDeathSlack + time.Second)}
-		}, true, 2},
+		}, true, 2, false},
 		{"its event while the first is handled", func(f engine.Death) engine.Death {
 			return engine.Death{Engine: "docker", ID: f.ID, At: f.At.Add(100 * time.Millisecond)}
-		}, true, 1},
+		}, true, 1, false},
+		// A tree spared as younger than the first death: a restarted
+		// run's, judged by the later time.
+		{"a death a moment later, a tree spared as born after the first", func(f engine.Death) engine.Death {
+			return engine.Death{Engine: "docker", ID: f.ID, At: f.At.Add(700 * time.Millisecond)}
+		}, false, 2, true},
+		{"a death a moment later while the first is handled, a tree spared", func(f engine.Death) engine.Death {
+			return engine.Death{Engine: "docker", ID: f.ID, At: f.At.Add(700 * time.Millisecond)}
+		}, true, 2, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := strings.Repeat("d8", 32)
-			sa := &scriptedAttempts{calls: map[string]int{}, gate: make(chan struct{}), scripts: map[string][]action.Action{id: {action.Reaped}}}
+			script := []action.Action{action.Reaped}
+			if tc.spares {
+				script = []action.Action{action.SkipYoung, action.Reaped}
+			}
+			sa := &scriptedAttempts{calls: map[string]int{}, gate: make(chan struct{}), scripts: map[string][]action.Action{id: script}, diedAt: map[string][]time.Time{}}
 			log, buf := jsonLogger()
 			var serial sync.Mutex
 			h := newDeathHandler(Watch{}, log, &serial, t.Context(), t.Context())
@@ -650,6 +670,10 @@ func TestDeathHandlerLaterDeath(t *testing.T) {
 			h.close()
 			if got := sa.count(id); got != tc.attempts {
 				t.Errorf("%d attempts, want %d", got, tc.attempts)
+			}
+			// The attempt anew is decided by the later report's time.
+			if at := sa.diedAt[id]; tc.attempts == 2 && (len(at) != 2 || !at[1].Equal(tc.second(first).At)) {
+				t.Errorf("decided by %v; the second by %v", at, tc.second(first).At)
 			}
 		})
 	}

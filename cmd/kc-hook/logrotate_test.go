@@ -295,6 +295,16 @@ func TestHookLogRotatesOnlyOverItsOwn(t *testing.T) {
 			}
 			return target
 		}, false},
+		{"a hard link to a file of ours elsewhere", func(t *testing.T, old string) string {
+			other := filepath.Join(t.TempDir(), "ours")
+			if err := os.WriteFile(other, []byte("ours, elsewhere"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Link(other, old); err != nil {
+				t.Fatal(err)
+			}
+			return other
+		}, false},
 		{"another user's file", func(t *testing.T, old string) string {
 			if os.Geteuid() != 0 {
 				t.Skip("needs root to make a file of another user's")

@@ -329,8 +329,12 @@ func (c *Cgroup) kill(fd int, opt SweepOptions, res *SweepResult) {
 			res.Err = errors.Join(res.Err, err)
 			return
 		}
-		allowed = slices.DeleteFunc(allowed, func(s fingerprint.Stat) bool { return !slices.Contains(now, s.PID) })
-		maps.DeleteFunc(judged, func(pid int, _ uint64) bool { return !slices.Contains(now, pid) })
+		listed := make(map[int]bool, len(now))
+		for _, pid := range now {
+			listed[pid] = true
+		}
+		allowed = slices.DeleteFunc(allowed, func(s fingerprint.Stat) bool { return !listed[s.PID] })
+		maps.DeleteFunc(judged, func(pid int, _ uint64) bool { return !listed[pid] })
 		if len(allowed) == 0 {
 			return
 		}

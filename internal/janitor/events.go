@@ -85,6 +85,12 @@ func (s settledDeath) sameDeath(d engine.Death) bool {
 	return !d.At.After(s.at.Add(sameDeathSlack))
 }
 
+// redoOf reports whether d is the death s settled, reported again, and
+// decided anew only because s spared a younger tree.
+func (s settledDeath) redoOf(d engine.Death) bool {
+	return s.spared && settledDeath{at: s.at, pid: s.pid}.sameDeath(d)
+}
+
 // followDeaths subscribes to e's death events and passes each death to
 // onDeath until ctx is done, re-subscribing with backoff when the stream
 // drops. ready, if set, is called once each subscription is in place,
@@ -197,8 +203,12 @@ type deathHandler struct {
 	pending []engine.Death // this burst window's, not yet handled
 	// scans counts the attempts made, each one scan and one engine
 	// question: a burst costs one, not one per death.
-	scans    atomic.Int64
-	recent   map[string]settledDeath
+	scans  atomic.Int64
+	recent map[string]settledDeath
+	// redo marks a death handled anew only because its first decision
+	// spared a tree as younger (settledDeath.spared): decided once more,
+	// by the later time, and not counted again.
+	redo     map[string]bool
 	handled  map[string]int  // by engine, for the metrics file
 	skipped  map[string]int  // event messages passed over, by engine
 	followed map[string]bool // reported at 0 until a death
@@ -208,7 +218,7 @@ type deathHandler struct {
 
 func newDeathHandler(w Watch, log *slog.Logger, serial *sync.Mutex, work, stop context.Context) *deathHandler {
 	return &deathHandler{w: w, log: log, serial: serial, work: work, stop: stop, retries: stillLiveRetries(), catchUpRetries: catchUpRetries,
-		inFlight: map[string]bool{}, again: map[string]engine.Death{}, nudges: map[string]chan struct{}{}, recent: map[string]settledDeath{}, handled: map[string]int{}, skipped: map[string]int{}, followed: map[string]bool{}}
+		inFlight: map[string]bool{}, again: map[string]engine.Death{}, nudges: map[string]chan struct{}{}, recent: map[string]settledDeath{}, redo: map[string]bool{}, handled: map[string]int{}, skipped: map[string]int{}, followed: map[string]bool{}}
 }
 
 // burstWindow: deaths that arrive this close together (a pod's
@@ -246,6 +256,9 @@ func (h *deathHandler) death(d engine.Death) {
 	if seen && !s.sameDeath(d) {
 		seen = false
 		delete(h.recent, d.ID)
+		if s.redoOf(d) {
+			h.redo[d.ID] = true
+		}
 	}
 	if seen || h.inFlight[d.ID] {
 		if !seen {
@@ -409,6 +422,9 @@ func (h *deathHandler) handle(batch []engine.Death) {
 			if r, ok := h.again[d.ID]; ok {
 				delete(h.again, d.ID)
 				if !settled[d.ID] || !done.sameDeath(r) {
+					if settled[d.ID] && done.redoOf(r) {
+						h.redo[r.ID] = true
+					}
 					anew = append(anew, r)
 				}
 			}
@@ -436,11 +452,14 @@ func (h *deathHandler) handle(batch []engine.Death) {
 
 	start := time.Now()
 	waiting := map[string]engine.Death{}
+	redo := map[string]bool{}
 	nudge := make(chan struct{}, 1)
 	h.mu.Lock()
 	for _, d := range batch {
 		waiting[d.ID] = d
 		h.nudges[d.ID] = nudge
+		redo[d.ID] = h.redo[d.ID]
+		delete(h.redo, d.ID)
 	}
 	h.mu.Unlock()
 	log := h.log
@@ -489,15 +508,15 @@ func (h *deathHandler) handle(batch []engine.Death) {
 				continue
 			}
 			delete(waiting, id)
-			h.report(d, logOf(d), one, liveErr, err, attempts, start, len(batch), !stillLive)
-			if stillLive && liveErr == nil {
+			h.report(d, logOf(d), one, liveErr, err, attempts, start, len(batch), !stillLive && !redo[id])
+			if stillLive && liveErr == nil && !redo[id] {
 				uncounted[id] = d
 			}
 			// A container still live after every attempt was restarted,
 			// or its task was killed and not deleted (the shim lives on):
 			// its next death or /tasks/delete must not be coalesced away.
 			settled[id] = !stillLive
-			spared[id] = one.Count(action.SkipYoung) > 0
+			spared[id] = one.Count(action.SkipYoung) > 0 && !redo[id] // once
 		}
 		if len(again) > 0 {
 			log.Debug("dead container(s) still look live; asking again", "attempt", attempts, "containers", len(again),

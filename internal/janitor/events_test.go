@@ -679,6 +679,44 @@ func TestDeathHandlerLaterDeath(t *testing.T) {
 	}
 }
 
+// TestDeathHandlerRedoesASparedDeathOnce: a death whose decision spared a
+// younger tree is decided once more by a later report's time, not again
+// for each report after (dockerd's die, then containerd's exit and
+// delete), and is counted once.
+func TestDeathHandlerRedoesASparedDeathOnce(t *testing.T) {
+	id := strings.Repeat("d9", 32)
+	sa := &scriptedAttempts{calls: map[string]int{}, gate: make(chan struct{}), scripts: map[string][]action.Action{id: {action.SkipYoung}}}
+	close(sa.gate)
+	log, buf := jsonLogger()
+	var serial sync.Mutex
+	h := newDeathHandler(Watch{}, log, &serial, t.Context(), t.Context())
+	h.retries = []time.Duration{time.Millisecond}
+	h.attempt = sa.attempt
+	first := engine.Death{Engine: "docker", ID: id, At: time.Now().Add(-time.Minute), Via: "pidfd", PID: 4242}
+	for i, after := range []time.Duration{0, 300 * time.Millisecond, 600 * time.Millisecond, 900 * time.Millisecond} {
+		d := first
+		if after > 0 {
+			d = engine.Death{Engine: "docker", ID: id, At: first.At.Add(after)}
+		}
+		h.death(d)
+		want := min(i+1, 2)
+		proc.WaitFor(t, 10*time.Second, "the report handled or coalesced", func() bool {
+			return len(buf.records("container death handled")) == want && len(buf.records("container death already being handled or just handled; coalesced")) == i+1-want
+		})
+	}
+	h.wg.Wait()
+	h.close()
+	if got := sa.count(id); got != 2 {
+		t.Errorf("%d attempts, want 2: the first, and one by a later time", got)
+	}
+	h.mu.Lock()
+	handled := h.handled["docker"]
+	h.mu.Unlock()
+	if handled != 1 {
+		t.Errorf("deaths handled counted %d, want 1", handled)
+	}
+}
+
 // TestDeathReapedUnrecordedIsAnError: a death whose reap the ledger could
 // not take is no quiet success: its line is an error naming why.
 func TestDeathReapedUnrecordedIsAnError(t *testing.T) {

@@ -280,6 +280,9 @@ func (p *pinner) loop() {
 			if pn, ok := p.byKey[ev.Fd]; ok {
 				p.drop(pn)
 				p.diedAt[pn.id] = now
+				// An answer that still lists it with this PID tells
+				// the same death: not reported again.
+				p.deadInit[pn.id] = pn.p.PID
 				dead = append(dead, pn)
 			}
 		}
@@ -453,6 +456,7 @@ func (p *pinner) apply(answers []engine.Answer, asked time.Time, told map[listed
 			if pn.p.Exited() {
 				dead = append(dead, engine.Death{Engine: pn.engine, ID: id, At: time.Now(), Via: "pidfd", PID: pn.p.PID})
 				p.diedAt[id] = time.Now()
+				p.deadInit[id] = pn.p.PID
 			}
 			p.drop(pn)
 		}

@@ -54,10 +54,6 @@ func TestWatchLoopSurvivesFailedRounds(t *testing.T) {
 	}
 }
 
-// TestWatchLoopInterval: rounds start an interval apart, not an interval
-// after the previous round ended. The wait is checked as a computation;
-// the real loop is only checked never to start a round early, since a
-// loaded machine may start it late.
 // TestWatchLoopStopsBeforeARound: once stopping is closed no round
 // starts, the first included (a SIGTERM while watch was starting), nor
 // one due at once after a round longer than the interval.
@@ -102,6 +98,10 @@ func TestWatchLoopStopsBeforeARound(t *testing.T) {
 	}
 }
 
+// TestWatchLoopInterval: rounds start an interval apart, not an interval
+// after the previous round ended. The wait is checked as a computation;
+// the real loop is only checked never to start a round early, since a
+// loaded machine may start it late.
 func TestWatchLoopInterval(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	for _, tt := range []struct {

@@ -101,3 +101,36 @@ func fakeUIDs(t *testing.T, pid, uid int) string {
 	}
 	return root
 }
+
+// TestPinnedStopGoesOutAsTheTreesUID: the stop that holds a group's
+// pinned member while the group is checked goes out as the tree's UID,
+// like the group's signal: a member whose (fake) status still showed the
+// tree's UID at the check but which runs as root now is neither stopped
+// (a stop shows as a caught SIGCONT once undone) nor signalled.
+func TestPinnedStopGoesOutAsTheTreesUID(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: only root sends as another UID")
+	}
+	const nobody = 65534
+	inn, err := proc.StartInnocent(&syscall.SysProcAttr{Setpgid: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(inn.Close)
+	root := fakeUIDs(t, inn.PID, nobody)
+	pin, err := fingerprint.Pin(root, inn.Stat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pin.Close()
+	before, err := inn.Sync()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := signalWhilePinned(root, inn.Stat.PGID, pin, syscall.SIGUSR1, func() error { return nil }, nobody); err == nil {
+		t.Error("signalled a root process's group as nobody's")
+	}
+	if got := caughtAtLeast(t, inn, before) - before; got != 0 {
+		t.Errorf("the root process caught %d signals (%v), want none: stopped and continued, or signalled", got, inn.Caught())
+	}
+}

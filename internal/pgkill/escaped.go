@@ -122,7 +122,8 @@ func signalPinned(root string, m fingerprint.Stat, uids []int, sig syscall.Signa
 
 // runsAsOneOf checks, once a pidfd holds m, that m runs wholly as one of
 // uids, and returns that UID, which the signal then goes out as
-// (asUID): a UID taken after this read gets nothing. Its status read,
+// (asUID): a process that switched wholly to another UID after this read
+// gets nothing. Its status read,
 // proven m's by the stat read after. status only: its argv would take
 // the process's memory lock, which a thread of its can hold (a FUSE
 // server's read). A setuid program keeps its caller's real UID: the

@@ -711,7 +711,8 @@ func signalWhilePinned(root string, pgid int, pin *fingerprint.Pinned, sig sysca
 	}
 	if !stoppedState(before.State) {
 		// As the tree's UID, like the group's signal: a member that
-		// ran a setuid program since owned() looked is not stopped.
+		// switched wholly to another UID since owned() looked (su,
+		// sudo) is not stopped.
 		if _, err := asUID(as, func() error { return pin.Signal(unix.SIGSTOP) }); err != nil {
 			if errors.Is(err, fingerprint.ErrNotFound) {
 				return errNoOccupant // it exited after being pinned
@@ -722,8 +723,10 @@ func signalWhilePinned(root string, pgid int, pin *fingerprint.Pinned, sig sysca
 		}
 		_ = waitStopped(root, pin.Stat) // not stopped (uninterruptible sleep): the check below is the best there is
 		// Let the pinned member run again: it must receive SIGTERM, and
-		// if we bail out it must be left as we found it.
-		defer asUID(as, func() error { return pin.Signal(unix.SIGCONT) }) //nolint:errcheck // it may be dead by then
+		// if we bail out it must be left as we found it. As root: this
+		// only undoes our own stop, which a member that switched UIDs
+		// since must not keep.
+		defer pin.Signal(unix.SIGCONT) //nolint:errcheck // it may be dead by then
 	}
 	if _, err := occupies(root, pgid, pin.Stat); err != nil {
 		return err
@@ -758,9 +761,11 @@ func signalAs(pgid int, sig syscall.Signal, uid int) (tid int, err error) {
 
 // asUID runs send, a signal's sending, with uid's effective UID when uid
 // > 0 and the caller is root: the kernel then refuses the signal to a
-// process whose real and saved UIDs are not uid's, so one that took
-// another UID after it was checked (a setuid program it ran) gets
-// nothing. It returns the thread send ran on (0: the caller's, as root).
+// process whose real and saved UIDs are not uid's, so one that switched
+// wholly to another UID after it was checked (su, sudo) gets nothing. A
+// setuid program run in between keeps its caller's real UID, which the
+// kernel still takes. It returns the thread send ran on (0: the
+// caller's, as root).
 //
 // send runs on a thread of its own: setresuid(2) through the raw system
 // call changes the calling thread only (Go's Setresuid changes them

@@ -32,6 +32,11 @@ type fakeState struct {
 	listErr    codes.Code            // the task List fails (codes.OK: it does not)
 	gets       []string              // the IDs asked alone, in order
 	lists      int
+	// stream: the containers service serves ListStream too (containerd
+	// does; without it, the client asks List).
+	stream bool
+	// labels are every container's.
+	labels map[string]string
 }
 
 type fakeNamespaces struct {
@@ -48,15 +53,31 @@ type fakeContainers struct {
 }
 
 func (f fakeContainers) List(_ context.Context, r *containersapi.ListContainersRequest) (*containersapi.ListContainersResponse, error) {
+	return &containersapi.ListContainersResponse{Containers: f.listed(r)}, nil
+}
+
+func (f fakeContainers) ListStream(r *containersapi.ListContainersRequest, srv containersapi.Containers_ListStreamServer) error {
+	if !f.s.stream {
+		return status.Error(codes.Unimplemented, "method ListStream not implemented")
+	}
+	for _, c := range f.listed(r) {
+		if err := srv.Send(&containersapi.ListContainerMessage{Container: c}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f fakeContainers) listed(r *containersapi.ListContainersRequest) []*containersapi.Container {
 	f.s.mu.Lock()
 	defer f.s.mu.Unlock()
 	var out []*containersapi.Container
 	for _, id := range f.s.containers {
 		if len(r.GetFilters()) == 0 || slices.Contains(r.GetFilters(), "id=="+id) {
-			out = append(out, &containersapi.Container{ID: id, Image: "busybox"})
+			out = append(out, &containersapi.Container{ID: id, Image: "busybox", Labels: f.s.labels})
 		}
 	}
-	return &containersapi.ListContainersResponse{Containers: out}, nil
+	return out
 }
 
 type fakeTasks struct {
@@ -98,6 +119,55 @@ func (f fakeTasks) List(context.Context, *tasksapi.ListTasksRequest) (*tasksapi.
 		r.Tasks = append(r.Tasks, f.process(id))
 	}
 	return r, nil
+}
+
+// TestListPastOneReplysCap: containers whose labels (CRI copies an
+// image's into them) take the list past the receive cap in one reply
+// are listed one message each, their pods still named; a containerd
+// that does not serve the stream is asked List, whose reply past the
+// cap fails the question (exit 3) rather than lose a container.
+func TestListPastOneReplysCap(t *testing.T) {
+	id := func(c byte) string { return strings.Repeat(string(c), 64) }
+	big := map[string]string{"org.opencontainers.image.description": strings.Repeat("x", 25<<20),
+		engine.LabelPodNamespace: "ns", engine.LabelPodName: "pod", engine.LabelContainer: "c"}
+	for _, tc := range []struct {
+		name   string
+		stream bool
+	}{
+		{"streamed", true},
+		{"one reply", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &fakeState{containers: []string{id('a'), id('b'), id('c')}, labels: big, stream: tc.stream,
+				tasks: map[string]tasktypes.Status{id('a'): tasktypes.Status_RUNNING, id('b'): tasktypes.Status_RUNNING, id('c'): tasktypes.Status_RUNNING}}
+			e, err := New(engine.Config{ContainerdAddress: testutil.ServeGRPC(t, func(srv *grpc.Server) {
+				namespacesapi.RegisterNamespacesServer(srv, fakeNamespaces{})
+				containersapi.RegisterContainersServer(srv, fakeContainers{s: st})
+				tasksapi.RegisterTasksServer(srv, fakeTasks{s: st})
+			})})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ans, err := e.Live(context.Background())
+			if !tc.stream {
+				if err == nil {
+					t.Fatalf("Live = %d containers, nil; want the reply past the cap refused", len(ans.Containers))
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ans.Containers) != 3 {
+				t.Fatalf("%d containers, want 3", len(ans.Containers))
+			}
+			for _, c := range ans.Containers {
+				if !c.Live || c.Pod != "ns/pod/c" {
+					t.Errorf("container %+v: want live, of pod ns/pod/c", c)
+				}
+			}
+		})
+	}
 }
 
 // TestLiveOfWhenATaskCannotBeAskedAlone: a task Get that fails other than

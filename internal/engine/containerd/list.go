@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sort"
 
@@ -13,6 +14,8 @@ import (
 	tasktypes "github.com/containerd/containerd/api/types/task"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/kc-watchman/kc-watchman/internal/engine"
 )
 
 // ErrNoNamespace means a namespace the caller named does not exist in this
@@ -149,7 +152,7 @@ func (c *Client) listNamespace(ctx context.Context, ns string, only []string) ([
 		// Filters are or'ed; an ID is hex, nothing to quote.
 		req.Filters = append(req.Filters, "id=="+id)
 	}
-	cr, err := containersapi.NewContainersClient(c.conn).List(nctx, req)
+	cs, err := c.containers(nctx, req)
 	if err != nil {
 		return nil, c.wrap("list containers in namespace "+ns, err)
 	}
@@ -181,9 +184,9 @@ func (c *Client) listNamespace(ctx context.Context, ns string, only []string) ([
 			tasks[id] = t
 		}
 	}
-	out := make([]Container, 0, len(cr.GetContainers()))
+	out := make([]Container, 0, len(cs))
 	seen := map[string]bool{}
-	for _, ct := range cr.GetContainers() {
+	for _, ct := range cs {
 		id := ct.GetID()
 		if id == "" || seen[id] {
 			return nil, fmt.Errorf("containerd at %s: namespace %s lists a container with an empty or repeated ID %q", c.address, ns, id)
@@ -214,6 +217,57 @@ func (c *Client) listNamespace(ctx context.Context, ns string, only []string) ([
 // error: read as "not live", its container's trees would be strays
 // (DESIGN "Engines": a state the engine never reports makes the truth
 // unknown).
+// containers lists the containers req asks for, one message each
+// (ListStream), each kept with what is read of it: its ID, its image and
+// the labels that name its pod. CRI copies an image's labels into its
+// containers' (with no bound), and in List's one reply a pod author's
+// could take the whole list past the receive cap: every question would
+// fail. A containerd that does not serve the stream is asked List.
+func (c *Client) containers(ctx context.Context, req *containersapi.ListContainersRequest) ([]*containersapi.Container, error) {
+	api := containersapi.NewContainersClient(c.conn)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := api.ListStream(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	var out []*containersapi.Container
+	for {
+		m, err := stream.Recv()
+		switch {
+		case errors.Is(err, io.EOF):
+			return out, nil
+		case status.Code(err) == codes.Unimplemented && len(out) == 0:
+			r, err := api.List(ctx, req)
+			if err != nil {
+				return nil, err
+			}
+			for _, ct := range r.GetContainers() {
+				out = append(out, kept(ct))
+			}
+			return out, nil
+		case err != nil:
+			return nil, err
+		}
+		out = append(out, kept(m.GetContainer()))
+	}
+}
+
+// kept is what is read of ct: the rest (its spec, its other labels) is
+// not held for the whole list.
+func kept(ct *containersapi.Container) *containersapi.Container {
+	k := &containersapi.Container{ID: ct.GetID(), Image: ct.GetImage()}
+	for _, l := range []string{engine.LabelPodNamespace, engine.LabelPodName, engine.LabelContainer} {
+		if v, ok := ct.GetLabels()[l]; ok {
+			if k.Labels == nil {
+				k.Labels = map[string]string{}
+			}
+			k.Labels[l] = v
+		}
+	}
+	return k
+}
+
 func fromTask(ns, id, image string, t *tasktypes.Process) (Container, error) {
 	c := Container{Namespace: ns, ID: id, Image: image, Status: NoTask}
 	if t == nil {

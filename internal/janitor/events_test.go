@@ -265,6 +265,24 @@ func (s *scriptedAttempts) attempt(_ context.Context, opt reconcile.Options, _ *
 	return rep, nil, nil
 }
 
+// scriptedHandler is a death handler deciding through sa, asking again
+// a millisecond after a death still looks live, logging JSON into the
+// returned buffer.
+func scriptedHandler(t *testing.T, sa *scriptedAttempts) (*deathHandler, *syncBuffer) {
+	log, buf := jsonLogger()
+	h := newDeathHandler(Watch{}, log, new(sync.Mutex), t.Context(), t.Context())
+	h.retries = []time.Duration{time.Millisecond}
+	h.attempt = sa.attempt
+	return h, buf
+}
+
+// handledCount is how many deaths reported by eng h counted.
+func (h *deathHandler) handledCount(eng string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.handled[eng]
+}
+
 func (s *scriptedAttempts) count(id string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -560,11 +578,7 @@ func TestDeathHandlerReportedAgain(t *testing.T) {
 		slow:  {action.SkipLive, action.SkipLive, action.Reaped},
 		quick: {action.Reaped},
 	}}
-	log, buf := jsonLogger()
-	var serial sync.Mutex
-	h := newDeathHandler(Watch{}, log, &serial, t.Context(), t.Context())
-	h.retries = []time.Duration{time.Millisecond}
-	h.attempt = sa.attempt
+	h, buf := scriptedHandler(t, sa)
 
 	now := time.Now()
 	for _, id := range []string{slow, quick} {
@@ -590,9 +604,7 @@ func TestDeathHandlerReportedAgain(t *testing.T) {
 	}
 	// Two deaths: the slow one's handling that ended still live, then
 	// handled anew, is counted once.
-	h.mu.Lock()
-	handled := h.handled["docker"]
-	h.mu.Unlock()
+	handled := h.handledCount("docker")
 	if handled != 2 {
 		t.Errorf("deaths handled counted %d, want 2", handled)
 	}
@@ -648,11 +660,7 @@ func TestDeathHandlerLaterDeath(t *testing.T) {
 				script = []action.Action{action.SkipYoung, action.Reaped}
 			}
 			sa := &scriptedAttempts{calls: map[string]int{}, gate: make(chan struct{}), scripts: map[string][]action.Action{id: script}, diedAt: map[string][]time.Time{}}
-			log, buf := jsonLogger()
-			var serial sync.Mutex
-			h := newDeathHandler(Watch{}, log, &serial, t.Context(), t.Context())
-			h.retries = []time.Duration{time.Millisecond}
-			h.attempt = sa.attempt
+			h, buf := scriptedHandler(t, sa)
 			first := engine.Death{Engine: "docker", ID: id, At: time.Now().Add(-time.Minute), Via: "pidfd", PID: 4242}
 			h.death(first)
 			if tc.inFlight {
@@ -687,11 +695,7 @@ func TestDeathHandlerRedoesASparedDeathOnce(t *testing.T) {
 	id := strings.Repeat("d9", 32)
 	sa := &scriptedAttempts{calls: map[string]int{}, gate: make(chan struct{}), scripts: map[string][]action.Action{id: {action.SkipYoung}}}
 	close(sa.gate)
-	log, buf := jsonLogger()
-	var serial sync.Mutex
-	h := newDeathHandler(Watch{}, log, &serial, t.Context(), t.Context())
-	h.retries = []time.Duration{time.Millisecond}
-	h.attempt = sa.attempt
+	h, buf := scriptedHandler(t, sa)
 	first := engine.Death{Engine: "docker", ID: id, At: time.Now().Add(-time.Minute), Via: "pidfd", PID: 4242}
 	for i, after := range []time.Duration{0, 300 * time.Millisecond, 600 * time.Millisecond, 900 * time.Millisecond} {
 		d := first
@@ -709,9 +713,7 @@ func TestDeathHandlerRedoesASparedDeathOnce(t *testing.T) {
 	if got := sa.count(id); got != 2 {
 		t.Errorf("%d attempts, want 2: the first, and one by a later time", got)
 	}
-	h.mu.Lock()
-	handled := h.handled["docker"]
-	h.mu.Unlock()
+	handled := h.handledCount("docker")
 	if handled != 1 {
 		t.Errorf("deaths handled counted %d, want 1", handled)
 	}
@@ -747,17 +749,11 @@ func TestDeathHandlerStillLiveCountsOnce(t *testing.T) {
 		id: {action.SkipLive, action.SkipLive},
 	}}
 	close(sa.gate)
-	log, buf := jsonLogger()
-	var serial sync.Mutex
-	h := newDeathHandler(Watch{}, log, &serial, t.Context(), t.Context())
-	h.retries = []time.Duration{time.Millisecond}
-	h.attempt = sa.attempt
+	h, buf := scriptedHandler(t, sa)
 	h.death(engine.Death{Engine: "docker", ID: id, At: time.Now(), Via: "pidfd", PID: 4242})
 	proc.WaitFor(t, time.Minute, "the death handled", func() bool { return len(buf.records("container death handled")) == 1 })
 	h.close()
-	h.mu.Lock()
-	handled := h.handled["docker"]
-	h.mu.Unlock()
+	handled := h.handledCount("docker")
 	if handled != 1 {
 		t.Errorf("deaths handled counted %d, want 1", handled)
 	}

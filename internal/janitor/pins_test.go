@@ -126,17 +126,7 @@ func TestPinnerReportsADeadInitOnce(t *testing.T) {
 		record(st)
 		return st
 	}
-	var mu sync.Mutex
-	var deaths []engine.Death
-	pn, err := newPinner("/proc", slog.New(slog.DiscardHandler), nil, func() *ledger.Store { return store }, func(d engine.Death) {
-		mu.Lock()
-		deaths = append(deaths, d)
-		mu.Unlock()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pn.close)
+	pn, deaths := recordingPinnerWith(t, func() *ledger.Store { return store })
 	asked := time.Now()
 	refresh := func(live bool, pid int) int {
 		asked = asked.Add(time.Second)
@@ -145,9 +135,7 @@ func TestPinnerReportsADeadInitOnce(t *testing.T) {
 			a.Containers = []engine.Container{{ID: id, Live: true, InitPID: pid}}
 		}
 		pn.refresh(engine.Truth{Answers: []engine.Answer{a}, Asked: asked})
-		mu.Lock()
-		defer mu.Unlock()
-		return len(deaths)
+		return len(deaths())
 	}
 	first := deadInit()
 	for i := range 3 {
@@ -457,9 +445,15 @@ func (p *pinner) settle() {
 // function returning the deaths it has reported so far.
 func recordingPinner(t *testing.T) (*pinner, func() []engine.Death) {
 	t.Helper()
+	return recordingPinnerWith(t, nil)
+}
+
+// recordingPinnerWith is recordingPinner reading the ledger store gives.
+func recordingPinnerWith(t *testing.T, store func() *ledger.Store) (*pinner, func() []engine.Death) {
+	t.Helper()
 	var mu sync.Mutex
 	var deaths []engine.Death
-	pn, err := newPinner("/proc", slog.New(slog.DiscardHandler), nil, nil, func(d engine.Death) {
+	pn, err := newPinner("/proc", slog.New(slog.DiscardHandler), nil, store, func(d engine.Death) {
 		mu.Lock()
 		deaths = append(deaths, d)
 		mu.Unlock()

@@ -39,6 +39,21 @@ type fakeState struct {
 	labels map[string]string
 }
 
+// fakeContainerd is the containerd engine asking a fake containerd
+// serving st.
+func fakeContainerd(t *testing.T, st *fakeState) engine.Engine {
+	t.Helper()
+	e, err := New(engine.Config{ContainerdAddress: testutil.ServeGRPC(t, func(srv *grpc.Server) {
+		namespacesapi.RegisterNamespacesServer(srv, fakeNamespaces{})
+		containersapi.RegisterContainersServer(srv, fakeContainers{s: st})
+		tasksapi.RegisterTasksServer(srv, fakeTasks{s: st})
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
 type fakeNamespaces struct {
 	namespacesapi.UnimplementedNamespacesServer
 }
@@ -140,14 +155,7 @@ func TestListPastOneReplysCap(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			st := &fakeState{containers: []string{id('a'), id('b'), id('c')}, labels: big, stream: tc.stream,
 				tasks: map[string]tasktypes.Status{id('a'): tasktypes.Status_RUNNING, id('b'): tasktypes.Status_RUNNING, id('c'): tasktypes.Status_RUNNING}}
-			e, err := New(engine.Config{ContainerdAddress: testutil.ServeGRPC(t, func(srv *grpc.Server) {
-				namespacesapi.RegisterNamespacesServer(srv, fakeNamespaces{})
-				containersapi.RegisterContainersServer(srv, fakeContainers{s: st})
-				tasksapi.RegisterTasksServer(srv, fakeTasks{s: st})
-			})})
-			if err != nil {
-				t.Fatal(err)
-			}
+			e := fakeContainerd(t, st)
 			ans, err := e.Live(context.Background())
 			if !tc.stream {
 				if err == nil {
@@ -222,14 +230,7 @@ func TestLiveOfWhenATaskCannotBeAskedAlone(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := tc.state
-			e, err := New(engine.Config{ContainerdAddress: testutil.ServeGRPC(t, func(srv *grpc.Server) {
-				namespacesapi.RegisterNamespacesServer(srv, fakeNamespaces{})
-				containersapi.RegisterContainersServer(srv, fakeContainers{s: st})
-				tasksapi.RegisterTasksServer(srv, fakeTasks{s: st})
-			})})
-			if err != nil {
-				t.Fatal(err)
-			}
+			e := fakeContainerd(t, st)
 			ans, whole, err := e.(engine.Narrower).LiveOf(context.Background(), tc.ask)
 			if tc.fails {
 				if err == nil {

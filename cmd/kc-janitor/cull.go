@@ -30,7 +30,7 @@ in the seed culler. KC_CULLER_LOG names a log file when --log-file is not
 given.`,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "idle", Value: "24h", Usage: "report sessions idle longer than `DURATION` (or seconds)", EnvVars: []string{"KC_IDLE", "KC_IDLE_SECONDS"}},
-			&cli.StringSliceFlag{Name: "socket", Usage: "audit the supervisor on control socket `PATH` (repeatable; PATH itself must not be a symlink) instead of discovering them; not with --container", EnvVars: []string{"KC_SOCKET"}},
+			&cli.StringSliceFlag{Name: "socket", Usage: "audit the supervisor on control socket `PATH` (absolute, not a symlink itself; repeatable) instead of discovering them; not with --container", EnvVars: []string{"KC_SOCKET"}},
 		}, socketFlags()...),
 		Action: runCull,
 	}

@@ -78,8 +78,9 @@ func ParseStat(data []byte) (Stat, error) {
 	if open < 1 || end < open {
 		return s, fmt.Errorf("%w: no comm in stat", ErrMalformed)
 	}
-	pid, ok := decimal(trimASCIISpace(data[:open]), maxPID)
-	if !ok || pid == 0 {
+	head := trimASCIISpace(data[:open])
+	pid, ok := decimal(head, maxPID)
+	if !ok || pid == 0 || len(head) > maxPIDDigits {
 		return s, fmt.Errorf("%w: pid %q", ErrMalformed, data[:open])
 	}
 	s.PID = int(pid)
@@ -128,9 +129,12 @@ func ParseStat(data []byte) (Stat, error) {
 	return s, nil
 }
 
-// maxPID bounds a PID: ten digits at most, as the kernel's pid_max is far
-// below that.
-const maxPID = 9_999_999_999
+// maxPID bounds a PID: ten digits at most (leading zeros, which the
+// kernel never writes, count), as the kernel's pid_max is far below that.
+const (
+	maxPID       = 9_999_999_999
+	maxPIDDigits = 10
+)
 
 // decimal parses ASCII digits only (no sign, no space) as a number no
 // greater than limit.

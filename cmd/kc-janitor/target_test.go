@@ -7,13 +7,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kc-watchman/kc-watchman/internal/engine"
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
 	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
-	"golang.org/x/sys/unix"
 )
 
 // TestContainerTargetIsTheInit: the PID an engine gives for a running
@@ -98,43 +96,17 @@ func TestContainerTargetRecycledBetweenReads(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, "stat"), stat(100), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			fifo := filepath.Join(dir, "cgroup")
-			if err := unix.Mkfifo(fifo, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			wrote := make(chan error, 1)
-			go func() {
-				// Blocks until the check opens the cgroup file.
-				f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
-				if err != nil {
-					wrote <- err
-					return
-				}
-				defer f.Close()
+			wait := testutil.OnFIFORead(t, filepath.Join(dir, "cgroup"), func(w *os.File) error {
 				if tc.recycle {
 					if err := os.WriteFile(filepath.Join(dir, "stat"), stat(200), 0o644); err != nil {
-						wrote <- err
-						return
+						return err
 					}
 				}
-				_, err = fmt.Fprintf(f, "0::/machine.slice/libpod-%s.scope\n", id)
-				wrote <- err
-			}()
-			t.Cleanup(func() {
-				// Frees the writer if the check never read the file.
-				if r, err := os.OpenFile(fifo, os.O_RDONLY|unix.O_NONBLOCK, 0); err == nil {
-					r.Close()
-				}
+				_, err := fmt.Fprintf(w, "0::/machine.slice/libpod-%s.scope\n", id)
+				return err
 			})
 			got, err := containerTargetIn(root, "c", engine.Match{Engine: "podman", ID: id, InitPID: pid})
-			select {
-			case werr := <-wrote:
-				if werr != nil {
-					t.Fatal(werr)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("the check never read the init's cgroup")
-			}
+			wait()
 			switch {
 			case tc.recycle && err == nil:
 				t.Fatalf("took %+v: the check was of another process than the one held", got)

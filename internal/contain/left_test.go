@@ -37,60 +37,31 @@ func TestSweepSparesWhatLeftBeforeItWasJudged(t *testing.T) {
 	})
 	root := t.TempDir()
 	fakeProcOf(t, root, stays.Process.Pid, nil)
-	fakeProcOf(t, root, leaves.Process.Pid, map[string]func(string){"status": func(p string) {
-		if err := unix.Mkfifo(p, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}})
+	fakeProcOf(t, root, leaves.Process.Pid, map[string]func(string){"status": func(string) {}})
 	fifo := filepath.Join(root, strconv.Itoa(leaves.Process.Pid), "status")
-	moved := make(chan error, 1)
-	go func() {
-		f, err := os.OpenFile(fifo, os.O_WRONLY, 0) // until the sweep reads it
-		if err != nil {
-			moved <- err
-			return
-		}
-		defer f.Close()
+	wait := testutil.OnFIFORead(t, fifo, func(w *os.File) error {
 		pid := strconv.Itoa(leaves.Process.Pid)
-		err = os.WriteFile(filepath.Join(out, "cgroup.procs"), []byte(pid), 0)
-		if err != nil {
-			moved <- err
-			return
+		if err := os.WriteFile(filepath.Join(out, "cgroup.procs"), []byte(pid), 0); err != nil {
+			return err
 		}
 		status, err := os.ReadFile("/proc/" + pid + "/status")
 		if err != nil {
-			moved <- err
-			return
+			return err
 		}
 		// Later reads (a pin's) find a plain file where the FIFO was.
 		plain := fifo + ".plain"
 		if err := os.WriteFile(plain, status, 0o644); err != nil {
-			moved <- err
-			return
+			return err
 		}
 		if err := os.Rename(plain, fifo); err != nil {
-			moved <- err
-			return
+			return err
 		}
-		_, err = f.Write(status)
-		moved <- err
-	}()
-	t.Cleanup(func() {
-		// Frees the writer if the sweep never read the file.
-		if r, err := os.OpenFile(fifo, os.O_RDONLY|unix.O_NONBLOCK, 0); err == nil {
-			r.Close()
-		}
+		_, err = w.Write(status)
+		return err
 	})
 
 	res := Sweep(context.Background(), c, SweepOptions{Root: root, KillWait: 2 * time.Second})
-	select {
-	case err := <-moved:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the sweep never read the leaver's status")
-	}
+	wait()
 	if slices.ContainsFunc(res.Killed, func(s fingerprint.Stat) bool { return s.PID == leaves.Process.Pid }) {
 		t.Errorf("killed %+v: the leaver is among them", res.Killed)
 	}

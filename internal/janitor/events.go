@@ -536,6 +536,25 @@ func (h *deathHandler) handle(batch []engine.Death) {
 	}
 }
 
+// latestTruth holds the engines' latest answer to a decision of watch's.
+type latestTruth struct {
+	mu sync.Mutex
+	tr engine.Truth
+	ok bool
+}
+
+func (l *latestTruth) set(tr engine.Truth) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.tr, l.ok = tr, true
+}
+
+func (l *latestTruth) get() (engine.Truth, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.tr, l.ok
+}
+
 // only is rep narrowed to the trees of container id.
 func only(rep Report, id string) Report {
 	out := rep
@@ -794,6 +813,10 @@ func startDeathEvents(work context.Context, w *Watch, serial *sync.Mutex, log *s
 	ctx, cancel := context.WithCancel(work)
 	var h *deathHandler
 	var pins *pinner
+	// Every decision's answer: a death's question names its containers
+	// alone, checked against the latest (Settings.before).
+	latest := &latestTruth{}
+	w.before, w.onTruth = latest.get, latest.set
 	if w.Pidfd {
 		store := func() *ledger.Store {
 			st, err := openStore(w.StateDir, false)
@@ -817,13 +840,22 @@ func startDeathEvents(work context.Context, w *Watch, serial *sync.Mutex, log *s
 			// Every answer the engines give a round or a death moves the
 			// pins: a restarted container's new init is pinned by the
 			// first decision that sees it.
-			w.onTruth = pins.refresh
+			w.onTruth = func(tr engine.Truth) {
+				latest.set(tr)
+				pins.refresh(tr)
+			}
 		}
 	}
 	h = newDeathHandler(*w, log, serial, work, ctx)
 	h.pins = pins
 	if pins != nil {
-		pins.relist(ctx, pinRelist, func(ctx context.Context) (engine.Truth, error) { return w.Ask(ctx, log) })
+		pins.relist(ctx, pinRelist, func(ctx context.Context) (engine.Truth, error) {
+			tr, err := w.Ask(ctx, log)
+			if err == nil {
+				latest.set(tr)
+			}
+			return tr, err
+		})
 	}
 	h.attempt = func(ctx context.Context, opt reconcile.Options, log *slog.Logger) (Report, error, error) {
 		s := w.Settings

@@ -41,6 +41,20 @@ func Reconcile(ctx context.Context, s Settings, log *slog.Logger) (rep Report, l
 	return rep, liveErr, err
 }
 
+// firstAnswer is the question asked beside the scan: the engines' whole
+// lists, or, for a decision on deaths where watch holds an earlier
+// answer, a question about the dead containers alone. Such a decision
+// is scoped to them (deathsOnly), so what the answer says of the others,
+// as old as the earlier one, decides nothing.
+func (s Settings) firstAnswer(ctx context.Context, opt reconcile.Options, log *slog.Logger) (engine.Truth, error) {
+	if s.before != nil && deathsOnly(opt) {
+		if before, ok := s.before(); ok {
+			return s.askNarrow(ctx, slices.Sorted(maps.Keys(opt.Containers)), before, log)
+		}
+	}
+	return s.Ask(ctx, log)
+}
+
 // ErrStateDir marks a run's failure, after the scan, to lock or open its
 // state dir: an --apply run then reaps nothing.
 var ErrStateDir = errors.New("state dir unusable")
@@ -87,7 +101,7 @@ func ScanThenAsk(ctx context.Context, s Settings, create bool, log *slog.Logger)
 	)
 	go func() {
 		defer close(asked)
-		tr, err = s.Ask(askCtx, log)
+		tr, err = s.firstAnswer(askCtx, opt, log)
 	}()
 	scan := reconcile.Scan
 	if s.scan != nil {

@@ -23,7 +23,8 @@ func podmanWatchArgs(pm *podmantest.Env, url string) []string {
 // (the private podman's hooks dir is empty), watch with --interval 1h
 // reaps the tree of a container killed with `podman kill`, and of one
 // removed with `podman rm -f`, from their "died" events alone; a running
-// container's tree is not touched. Without an API service the deaths come
+// container's tree is not touched; each death's question names its
+// container (and a canary) alone. Without an API service the deaths come
 // from `podman events` when the CLI reads the same store (--podman-arg),
 // else there are none, and watch says so.
 func TestWatchPodmanDeathEvents(t *testing.T) {
@@ -63,6 +64,17 @@ func TestWatchPodmanDeathEvents(t *testing.T) {
 			}
 			if v := deathsHandled(t, mf, "podman"); v != float64(i+1) {
 				t.Errorf("deaths handled by podman = %v after %d", v, i+1)
+			}
+			// The first round's answer listed all three: the death's
+			// questions name the dead container and a canary alone.
+			asked := w.lines(map[string]any{"msg": "podman API answered", "container": c.id})
+			if len(asked) == 0 {
+				t.Errorf("podman %s: no question of the death's logged", c.cmd[0])
+			}
+			for _, l := range asked {
+				if n, _ := l["containers"].(float64); n < 1 || n > 2 {
+					t.Errorf("podman %s: the death's question listed %v containers, want the dead one and a canary at most: %v", c.cmd[0], l["containers"], l)
+				}
 			}
 		}
 		if len(aliveOf(liveTree)) != len(liveTree) {

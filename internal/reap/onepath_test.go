@@ -88,9 +88,9 @@ func TestOnePathFindsCalls(t *testing.T) {
 		{"a group kill", `"` + module + `/internal/pgkill"`, `pgkill.Kill(nil, pgkill.Group{}, pgkill.Options{})`, true},
 		{"renamed import", `pk "` + module + `/internal/pgkill"`, `pk.Kill(nil, pk.Group{}, pk.Options{})`, true},
 		{"as a value", `"` + module + `/internal/pgkill"`, `f := pgkill.Kill; _ = f`, true},
-		{"a socket unlink", `"` + module + `/internal/sockets"`, `_ = sockets.RemoveTreeSockets(nil)`, true},
+		{"a socket unlink", `"` + module + `/internal/sockets"`, `_ = sockets.RemoveTreeSockets(nil, nil)`, true},
 		{"listing a group (control)", `"` + module + `/internal/pgkill"`, `_ = pgkill.Members("/proc", 1)`, false},
-		{"listing sockets (control)", `"` + module + `/internal/sockets"`, `_ = sockets.TreeSockets("/proc", 0, nil)`, false},
+		{"listing sockets (control)", `"` + module + `/internal/sockets"`, `_ = sockets.TreeSockets("/proc", 0, nil, nil)`, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -50,8 +50,12 @@ type Options struct {
 	BornBefore uint64
 	// Spare withholds from a cgroup sweep the processes it names
 	// (contain.SweepOptions.Spare).
-	Spare  func(fingerprint.Stat) bool
-	Logger *slog.Logger
+	Spare func(fingerprint.Stat) bool
+	// Sockets, when set, are the socket and mount tables the reaps of
+	// one decision share (a burst's hundred containers read them once);
+	// nil reads them for this Run alone.
+	Sockets *sockets.Shared
+	Logger  *slog.Logger
 }
 
 // Tree is one tree to act on.
@@ -122,7 +126,7 @@ func Run(ctx context.Context, opt Options, c Container) Result {
 		snap.UID = t.HostUID
 		// Listed while the members live: a dead process's sockets can no
 		// longer be told from anyone else's.
-		held[i] = sockets.TreeSockets(opt.Root, t.UID, t.PIDs())
+		held[i] = sockets.TreeSockets(opt.Root, t.UID, t.PIDs(), opt.Sockets)
 		for _, s := range held[i] {
 			snap.Sockets = append(snap.Sockets, s.Path)
 		}
@@ -234,7 +238,7 @@ func kill(ctx context.Context, opt Options, log *slog.Logger, c Container, t Tre
 	if r.Outcome == action.WouldNotDie {
 		return // a live owner keeps its sockets
 	}
-	for i, err := range sockets.RemoveTreeSockets(held) {
+	for i, err := range sockets.RemoveTreeSockets(held, opt.Sockets) {
 		if err != nil {
 			log.Warn("socket left in place", "path", held[i].Path, "err", err)
 			continue

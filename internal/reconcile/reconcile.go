@@ -25,6 +25,7 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/proctable"
 	"github.com/kc-watchman/kc-watchman/internal/proctable/taskiter"
 	"github.com/kc-watchman/kc-watchman/internal/reap"
+	"github.com/kc-watchman/kc-watchman/internal/sockets"
 	"github.com/kc-watchman/kc-watchman/internal/trees"
 )
 
@@ -311,6 +312,11 @@ func Scan(opt Options) (*Scanned, error) {
 	}
 	if opt.Root == "" {
 		opt.Root = fingerprint.DefaultRoot
+	}
+	if opt.Contain.Mounts == nil {
+		// One read of the cgroup mounts for the run's listing, sweeps
+		// and reaps.
+		opt.Contain.Mounts = contain.NewMountTable()
 	}
 	log := opt.Logger
 	if log == nil {
@@ -768,7 +774,9 @@ func reapStrays(ctx context.Context, opt Options, log *slog.Logger, ts []Tree, b
 		}
 		spared[ts[i].ContainerID] = true
 	}
-	ropt := reap.Options{Root: opt.Root, Grace: opt.KillGrace, Store: opt.Store, Source: "reconcile", Contain: opt.Contain, Logger: log, Spare: spare}
+	shared := sockets.NewShared()
+	defer shared.Close()
+	ropt := reap.Options{Root: opt.Root, Grace: opt.KillGrace, Store: opt.Store, Source: "reconcile", Contain: opt.Contain, Logger: log, Spare: spare, Sockets: shared}
 	var (
 		wg         sync.WaitGroup
 		mu         sync.Mutex

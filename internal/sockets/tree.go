@@ -39,10 +39,14 @@ type TreeSocket struct {
 // namespace — sock_diag names the listening sockets of the caller's
 // network namespace and the inode of the file each was bound to, and the
 // path must lead the caller to that very inode. Anything else is left
-// alone.
-func TreeSockets(procRoot string, uid int, members []int) []TreeSocket {
+// alone. The tables read are sh's where it is not nil.
+func TreeSockets(procRoot string, uid int, members []int, sh *Shared) []TreeSocket {
 	if uid < 0 {
 		return nil
+	}
+	if sh == nil {
+		sh = NewShared()
+		defer sh.Close()
 	}
 	owner := map[uint64]int{}
 	var unseen []int
@@ -68,10 +72,10 @@ func TreeSockets(procRoot string, uid int, members []int) []TreeSocket {
 	}
 	seen := map[string]bool{}
 	var out []TreeSocket
-	var r reach
-	defer r.close()
 	if len(unseen) > 0 {
-		out = boundSockets(&r, unseen, uid, seen)
+		r, done := sh.reach()
+		out = boundSockets(r, unseen, uid, seen)
+		done()
 	}
 	if len(owner) == 0 {
 		return out
@@ -79,22 +83,35 @@ func TreeSockets(procRoot string, uid int, members []int) []TreeSocket {
 	for _, m := range members {
 		// An unreadable or unknown table is no evidence: try the next
 		// member's (all members normally share one network namespace).
-		nu, _ := ReadNetUnix(procRoot, m)
-		for path, socks := range nu {
-			pid := heldListening(socks, owner)
-			if pid == 0 || seen[path] || !plausiblePath(path, pid) {
-				continue
-			}
-			seen[path] = true
-			f, err := r.examine(path)
-			if err != nil || f.UID != uid {
-				continue
-			}
-			out = append(out, TreeSocket{Path: path, Owner: pid, File: f})
-		}
+		nu, _ := sh.netUnix(procRoot, m)
+		out = heldSockets(sh, nu, owner, uid, seen, out)
 		if len(out) > 0 || len(seen) > 0 {
 			break
 		}
+	}
+	return out
+}
+
+// heldSockets adds to out the sockets of nu a member of owner listens on,
+// found as TreeSockets says.
+func heldSockets(sh *Shared, nu NetUnix, owner map[uint64]int, uid int, seen map[string]bool, out []TreeSocket) []TreeSocket {
+	var r *reach
+	for path, socks := range nu {
+		pid := heldListening(socks, owner)
+		if pid == 0 || seen[path] || !plausiblePath(path, pid) {
+			continue
+		}
+		seen[path] = true
+		if r == nil {
+			var done func()
+			r, done = sh.reach()
+			defer done()
+		}
+		f, err := r.examine(path)
+		if err != nil || f.UID != uid {
+			continue
+		}
+		out = append(out, TreeSocket{Path: path, Owner: pid, File: f})
 	}
 	return out
 }
@@ -163,12 +180,20 @@ var ErrStillListening = errors.New("something still listens on it")
 // and it is still the examined socket; one already gone (its server
 // unlinked it on the way out) is what was wanted, and no error. Their
 // directories are reached as Examine reaches them, judged by one read of
-// the mount table, and each socket dialled through a descriptor (PinAt),
-// so that neither the walk nor the connect waits on a user's FUSE server.
-func RemoveTreeSockets(socks []TreeSocket) []error {
+// the mount table (sh's, where it is not nil), and each socket dialled
+// through a descriptor (PinAt), so that neither the walk nor the connect
+// waits on a user's FUSE server.
+func RemoveTreeSockets(socks []TreeSocket, sh *Shared) []error {
 	errs := make([]error, len(socks))
-	var r reach
-	defer r.close()
+	if len(socks) == 0 {
+		return errs
+	}
+	if sh == nil {
+		sh = NewShared()
+		defer sh.Close()
+	}
+	r, done := sh.reach()
+	defer done()
 	for i, s := range socks {
 		err := r.within(s.Path, func(dfd int, name string) error {
 			if err := refused(dfd, name); err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,12 +28,35 @@ func listen(t *testing.T, path string) *net.UnixListener {
 }
 
 // removeOne is RemoveTreeSockets for one socket.
-func removeOne(s TreeSocket) error { return RemoveTreeSockets([]TreeSocket{s})[0] }
+func removeOne(s TreeSocket, sh *Shared) error { return RemoveTreeSockets([]TreeSocket{s}, sh)[0] }
+
+// shares are the ways a decision reads the tables: on its own, and
+// shared with other reaps (one Shared a decision, made by mk).
+var shares = []struct {
+	name string
+	mk   func() *Shared
+}{
+	{"own tables", func() *Shared { return nil }},
+	{"shared tables", NewShared},
+}
 
 // TestTreeSocketsRefusesWhatItCannotVouchFor: the test process plays the
 // tree's only member and binds sockets whose paths it chose, as a
-// supervisor's kernel running user code could.
+// supervisor's kernel running user code could. The tables read on their
+// own or shared with other reaps, the same is refused.
 func TestTreeSocketsRefusesWhatItCannotVouchFor(t *testing.T) {
+	for _, sv := range shares {
+		t.Run(sv.name, func(t *testing.T) { testTreeSocketsRefuse(t, sv.mk) })
+	}
+}
+
+func testTreeSocketsRefuse(t *testing.T, mk func() *Shared) {
+	// One Shared a decision: each lookup below is one.
+	decision := func(t *testing.T) *Shared {
+		sh := mk()
+		t.Cleanup(sh.Close)
+		return sh
+	}
 	me, err := fingerprint.Read("/proc", os.Getpid())
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +85,7 @@ func TestTreeSocketsRefusesWhatItCannotVouchFor(t *testing.T) {
 	listen(t, filepath.Join(link, fmt.Sprintf("kc-%d.x.sock", me.PID)))
 
 	var got []string
-	for _, s := range TreeSockets("/proc", me.UID, []int{me.PID}) {
+	for _, s := range TreeSockets("/proc", me.UID, []int{me.PID}, decision(t)) {
 		got = append(got, s.Path)
 	}
 	slices.Sort(got)
@@ -72,11 +96,12 @@ func TestTreeSocketsRefusesWhatItCannotVouchFor(t *testing.T) {
 	}
 
 	t.Run("a listening socket is never removed", func(t *testing.T) {
-		socks := TreeSockets("/proc", me.UID, []int{me.PID})
+		sh := decision(t)
+		socks := TreeSockets("/proc", me.UID, []int{me.PID}, sh)
 		if len(socks) == 0 {
 			t.Fatal("no sockets")
 		}
-		if err := removeOne(socks[0]); !errors.Is(err, ErrStillListening) {
+		if err := removeOne(socks[0], sh); !errors.Is(err, ErrStillListening) {
 			t.Errorf("RemoveTreeSockets on a live socket = %v, want ErrStillListening", err)
 		}
 		if _, err := os.Lstat(socks[0].Path); err != nil {
@@ -88,7 +113,8 @@ func TestTreeSocketsRefusesWhatItCannotVouchFor(t *testing.T) {
 		p := filepath.Join(t.TempDir(), fmt.Sprintf("kc-%d.dead.sock", me.PID))
 		l := listen(t, p)
 		var target TreeSocket
-		for _, s := range TreeSockets("/proc", me.UID, []int{me.PID}) {
+		sh := decision(t)
+		for _, s := range TreeSockets("/proc", me.UID, []int{me.PID}, sh) {
 			if s.Path == p {
 				target = s
 			}
@@ -98,14 +124,14 @@ func TestTreeSocketsRefusesWhatItCannotVouchFor(t *testing.T) {
 		}
 		l.SetUnlinkOnClose(false)
 		l.Close()
-		if err := removeOne(target); err != nil {
+		if err := removeOne(target, sh); err != nil {
 			t.Fatalf("RemoveSocket = %v", err)
 		}
 		if _, err := os.Lstat(p); !os.IsNotExist(err) {
 			t.Errorf("dead socket still there: %v", err)
 		}
 		// A second time it is already gone: done, not an error to warn of.
-		if err := removeOne(target); err != nil {
+		if err := removeOne(target, sh); err != nil {
 			t.Errorf("RemoveTreeSockets of a socket already gone = %v, want nil", err)
 		}
 	})
@@ -117,7 +143,8 @@ func TestTreeSocketsRefusesWhatItCannotVouchFor(t *testing.T) {
 		listen(t, live)
 		l := listen(t, dead)
 		var batch []TreeSocket
-		for _, s := range TreeSockets("/proc", me.UID, []int{me.PID}) {
+		sh := decision(t)
+		for _, s := range TreeSockets("/proc", me.UID, []int{me.PID}, sh) {
 			if s.Path == live || s.Path == dead {
 				batch = append(batch, s)
 			}
@@ -127,7 +154,7 @@ func TestTreeSocketsRefusesWhatItCannotVouchFor(t *testing.T) {
 		}
 		l.SetUnlinkOnClose(false)
 		l.Close()
-		errs := RemoveTreeSockets(batch)
+		errs := RemoveTreeSockets(batch, sh)
 		for i, s := range batch {
 			want := error(nil)
 			if s.Path == live {
@@ -143,7 +170,7 @@ func TestTreeSocketsRefusesWhatItCannotVouchFor(t *testing.T) {
 	})
 
 	t.Run("a tree of mixed UIDs gets no sockets", func(t *testing.T) {
-		if s := TreeSockets("/proc", -1, []int{me.PID}); len(s) != 0 {
+		if s := TreeSockets("/proc", -1, []int{me.PID}, decision(t)); len(s) != 0 {
 			t.Errorf("TreeSockets = %+v", s)
 		}
 	})
@@ -245,10 +272,19 @@ func TestBoundSocketsRefusesWhatItCannotVouchFor(t *testing.T) {
 // reach the server and default_permissions makes even a permission check
 // ask it, so any lookup there would wait for ever: the hook's poststop and
 // the reap must refuse the path instead, within bounds.
+//
+// A Shared whose mount table was read before the mounts were made
+// (another reap of the same decision) refuses them too: its guard reads
+// the table again once the mounts change.
 func TestTreeSocketOnAUsersFUSEMount(t *testing.T) {
 	const opts = "allow_other,default_permissions"
 	const held = 20 * time.Second
 	dir := t.TempDir()
+	sh := NewShared()
+	defer sh.Close()
+	if errs := RemoveTreeSockets([]TreeSocket{{Path: filepath.Join(t.TempDir(), "kc-1.sock")}}, sh); errs[0] != nil {
+		t.Fatalf("a socket already gone: %v", errs[0])
+	}
 	fuse := testutil.MountFUSE(t, dir, "fuse", opts)
 	later := filepath.Join(dir, "later")
 	if err := os.Mkdir(later, 0o755); err != nil {
@@ -292,10 +328,68 @@ func TestTreeSocketOnAUsersFUSEMount(t *testing.T) {
 			if err == nil || (tc.want == pathwalk.ErrOnFUSE && !errors.Is(err, tc.want)) {
 				t.Errorf("Examine = %v, want refused", err)
 			}
-			err = testutil.Within(t, held, "RemoveTreeSockets", func() error { return removeOne(tc.s) })
-			if !errors.Is(err, tc.want) {
-				t.Errorf("RemoveTreeSockets = %v, want %v", err, tc.want)
+			for _, share := range []*Shared{nil, sh} {
+				err = testutil.Within(t, held, "RemoveTreeSockets", func() error { return removeOne(tc.s, share) })
+				if !errors.Is(err, tc.want) {
+					t.Errorf("RemoveTreeSockets (shared %v) = %v, want %v", share != nil, err, tc.want)
+				}
 			}
 		})
+	}
+}
+
+// TestSharedReadsEachTableOnce: the reaps of one decision, several at
+// once, read the network namespace's socket table once between them and
+// each finds its own tree's sockets. A socket bound after the table was
+// read is not found by that decision (left for the next, or the sweep),
+// and is by the next.
+func TestSharedReadsEachTableOnce(t *testing.T) {
+	me, err := fingerprint.Read("/proc", os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const trees = 8
+	dir := t.TempDir()
+	var paths []string
+	for i := range trees {
+		p := filepath.Join(dir, fmt.Sprintf("kc-%d.t%d.sock", me.PID, i))
+		listen(t, p)
+		paths = append(paths, p)
+	}
+	sh := NewShared()
+	defer sh.Close()
+	found := make([][]string, trees)
+	var wg sync.WaitGroup
+	for i := range trees {
+		wg.Go(func() {
+			for _, s := range TreeSockets("/proc", me.UID, []int{me.PID}, sh) {
+				found[i] = append(found[i], s.Path)
+			}
+		})
+	}
+	wg.Wait()
+	for i, f := range found {
+		for _, p := range paths {
+			if !slices.Contains(f, p) {
+				t.Errorf("reap %d did not find %s (found %q)", i, p, f)
+			}
+		}
+	}
+	if sh.netReads != 1 {
+		t.Errorf("the socket table was read %d times by %d reaps, want once", sh.netReads, trees)
+	}
+
+	late := filepath.Join(dir, fmt.Sprintf("kc-%d.late.sock", me.PID))
+	listen(t, late)
+	has := func(socks []TreeSocket) bool {
+		return slices.ContainsFunc(socks, func(s TreeSocket) bool { return s.Path == late })
+	}
+	if has(TreeSockets("/proc", me.UID, []int{me.PID}, sh)) {
+		t.Errorf("a socket bound after the decision's table was read was found by it")
+	}
+	next := NewShared()
+	defer next.Close()
+	if !has(TreeSockets("/proc", me.UID, []int{me.PID}, next)) {
+		t.Errorf("the next decision did not find %s", late)
 	}
 }

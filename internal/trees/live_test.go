@@ -67,7 +67,7 @@ func scanRealSupervisor(t *testing.T, k, bare *testutil.KCServer, lister proctab
 	if findTree(got, bare.PID) != nil {
 		t.Errorf("a kcserver without a container ID was reported as a tree")
 	}
-	socks := sockets.TreeSockets("/proc", tr.UID, tr.PIDs())
+	socks := sockets.TreeSockets("/proc", tr.UID, tr.PIDs(), nil)
 	if len(socks) != 1 || socks[0].Path != k.Socket || socks[0].Owner != k.PID {
 		t.Errorf("TreeSockets = %+v, want [%q] held by %d", socks, k.Socket, k.PID)
 	}

@@ -234,7 +234,7 @@ func FromRecord(r ledger.Cgroup, containerID string, opt Options) (*Cgroup, erro
 	if p != want || path.Clean(p) != p || strings.Contains(p, "..") {
 		return nil, fmt.Errorf("cgroup %q is not %s: %w", r.Path, want, ErrRefused)
 	}
-	ms, err := readMounts(opt.Proc)
+	ms, err := mountsOf(opt)
 	if err != nil {
 		return nil, fmt.Errorf("reading the mount table: %w", err)
 	}

@@ -61,7 +61,10 @@ type Options struct {
 	SystemdMarker string
 	// Force, for tests, takes the v1 freezer on a host that has cgroup v2
 	// too (never where PID 1 is systemd).
-	Force  Kind
+	Force Kind
+	// Mounts, when set, is the mount table the cgroups of one decision
+	// share; nil reads it at each use.
+	Mounts *MountTable
 	Logger *slog.Logger
 	// euid, for tests, stands in for os.Geteuid.
 	euid func() int
@@ -127,7 +130,7 @@ func (h Host) String() string {
 func Detect(opt Options) Host {
 	opt = opt.withDefaults()
 	h := Host{Kind: KindNone, opt: opt}
-	mounts, err := readMounts(opt.Proc)
+	mounts, err := mountsOf(opt)
 	if err != nil {
 		h.Why = "cannot read the mount table: " + err.Error()
 		return h

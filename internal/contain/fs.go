@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -14,6 +15,35 @@ import (
 )
 
 type mounts []mountinfo.Mount
+
+// MountTable is the cgroup mounts of the mount table, read once for the
+// cgroups of one decision (Options.Mounts): a burst of a hundred deaths'
+// sweeps would otherwise read a node's whole table once each. Where the
+// hierarchies are mounted does not change under a running host; a
+// cgroup not found where the table said is an error, as any.
+type MountTable struct {
+	once sync.Once
+	ms   mounts
+	err  error
+	// reads counts the table's reads, for tests.
+	reads int
+}
+
+// NewMountTable returns a table read at its first use.
+func NewMountTable() *MountTable { return &MountTable{} }
+
+// mountsOf reads the cgroup mounts: opt.Mounts' where set.
+func mountsOf(opt Options) (mounts, error) {
+	if opt.Mounts == nil {
+		return readMounts(opt.Proc)
+	}
+	t := opt.Mounts
+	t.once.Do(func() {
+		t.ms, t.err = readMounts(opt.Proc)
+		t.reads++
+	})
+	return t.ms, t.err
+}
 
 // readMounts reads <proc>/self/mountinfo, at most mountinfo.Max bytes
 // where they hold a cgroup mount: a host with a mount storm must not make

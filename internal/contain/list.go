@@ -56,7 +56,7 @@ func Find(opt Options, containerID string) ([]Listed, error) {
 // empty.
 func list(opt Options, only string) ([]Listed, error) {
 	opt = opt.withDefaults()
-	ms, err := readMounts(opt.Proc)
+	ms, err := mountsOf(opt)
 	if err != nil {
 		return nil, fmt.Errorf("reading the mount table: %w", err)
 	}

@@ -69,3 +69,30 @@ func TestListFindPopulate(t *testing.T) {
 		})
 	}
 }
+
+// TestMountTableReadOnce: the listing, lookups and detection of one
+// decision share one read of the mount table, and find what reads of
+// their own find.
+func TestMountTableReadOnce(t *testing.T) {
+	c := contained(t, KindCgroup2)
+	opt := Options{Mounts: NewMountTable()}
+	for range 3 {
+		all, err := List(opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(all, func(l Listed) bool { return l.ContainerID == c.containerID }) {
+			t.Errorf("List with a shared table: %s not listed", c.containerID)
+		}
+		found, err := Find(opt, c.containerID)
+		if err != nil || len(found) == 0 {
+			t.Errorf("Find with a shared table: %+v, %v", found, err)
+		}
+		if got, want := Detect(opt).Kind, Detect(Options{}).Kind; got != want {
+			t.Errorf("Detect with a shared table: %s, want %s", got, want)
+		}
+	}
+	if opt.Mounts.reads != 1 {
+		t.Errorf("the mount table was read %d times, want once", opt.Mounts.reads)
+	}
+}

@@ -379,6 +379,9 @@ func TestDoubted(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if sc.opt.Contain.Mounts == nil {
+				t.Error("the scan's cgroups do not share one mount table with its sweeps and reaps")
+			}
 			if got := sc.Doubted(tc.live); (len(got) > 0) != tc.want || len(got) > 0 && !slices.Equal(got, tc.scope[:1]) {
 				t.Errorf("Doubted = %v, want %v (trees %+v, cgroups %+v)", got, tc.want, sc.found, sc.cgroups)
 			}

@@ -543,9 +543,14 @@ type latestTruth struct {
 	ok bool
 }
 
+// set keeps tr unless it was asked before the one held: a death's
+// decision narrowed from an earlier answer may end after a relist.
 func (l *latestTruth) set(tr engine.Truth) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.ok && tr.Asked.Before(l.tr.Asked) {
+		return
+	}
 	l.tr, l.ok = tr, true
 }
 

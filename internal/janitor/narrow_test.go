@@ -107,3 +107,32 @@ func TestDeathAsksAboutItsContainers(t *testing.T) {
 		})
 	}
 }
+
+// TestLatestTruthKeepsTheNewest: a decision narrowed from an earlier
+// answer may end after a relist; its answer, asked at the earlier time,
+// does not take the relist's place. One of the same time (narrowed from
+// it) does: it is newer for the containers it asked about.
+func TestLatestTruthKeepsTheNewest(t *testing.T) {
+	t0 := time.Now()
+	truth := func(asked time.Time, name string) engine.Truth {
+		return engine.Truth{Asked: asked, Answers: []engine.Answer{{Engine: name}}}
+	}
+	var l latestTruth
+	if _, ok := l.get(); ok {
+		t.Fatal("an answer before any was given")
+	}
+	for _, step := range []struct {
+		set  engine.Truth
+		want string
+	}{
+		{truth(t0, "first"), "first"},
+		{truth(t0.Add(time.Second), "relist"), "relist"},
+		{truth(t0, "narrowed from the first"), "relist"},
+		{truth(t0.Add(time.Second), "narrowed from the relist"), "narrowed from the relist"},
+	} {
+		l.set(step.set)
+		if got, _ := l.get(); got.Answers[0].Engine != step.want {
+			t.Errorf("after %q: %q, want %q", step.set.Answers[0].Engine, got.Answers[0].Engine, step.want)
+		}
+	}
+}

@@ -217,8 +217,9 @@ type pinner struct {
 	// either.
 	doubted map[string]unpinnedLive
 	// newest is when the newest answer applied was asked: an older one
-	// (a round's, applied after its scan, behind a relist's) moves no
-	// pin away and says no container went.
+	// (a round's, applied after its scan, behind a relist's), or one of
+	// its time again (a death's question narrowed from it: AskAbout keeps
+	// the older time), moves no pin away and says no container went.
 	newest time.Time
 	said   [2]int
 	wg     sync.WaitGroup
@@ -441,7 +442,7 @@ func (p *pinner) apply(answers []engine.Answer, asked time.Time, told map[listed
 		p.mu.Unlock()
 		return
 	}
-	fresh := told == nil && !asked.Before(p.newest)
+	fresh := told == nil && asked.After(p.newest)
 	if fresh {
 		p.newest = asked
 		dead = p.goneUnpinned(answers, live)

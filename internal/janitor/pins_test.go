@@ -198,7 +198,8 @@ func TestPinnerTakesNoUsersInitOfRootsContainer(t *testing.T) {
 // reported dead by the first answer of its engine that no longer lists it,
 // dated to when the last answer listing it was asked; not by an answer of
 // another engine, nor by one asked before the newest applied (a round's,
-// applied after its scan), nor while it is listed, nor twice; and not
+// applied after its scan) or the newest again, nor while it is listed,
+// nor twice; and not
 // when the answer drops more than half of what its engine listed (a list
 // gone wrong).
 func TestPinnerUnpinnedGoneIsADeath(t *testing.T) {
@@ -247,6 +248,9 @@ func TestPinnerUnpinnedGoneIsADeath(t *testing.T) {
 	// its next answer says so too; none if it lists them again.
 	ids := []string{strings.Repeat("4d", 32), strings.Repeat("5e", 32), strings.Repeat("6f", 32)}
 	pn.refresh(truth(at(7), cri(append(slices.Clone(ids), stays)...)))
+	pn.refresh(truth(at(8), cri(stays)))
+	// The same answer again (a death's question narrowed from it keeps
+	// its time) is no second answer.
 	pn.refresh(truth(at(8), cri(stays)))
 	if ds := deaths(); len(ds) != 2 {
 		t.Errorf("a list that lost most of its containers reported deaths at once: %+v", ds[2:])

@@ -44,10 +44,8 @@ func TreeSockets(procRoot string, uid int, members []int, sh *Shared) []TreeSock
 	if uid < 0 {
 		return nil
 	}
-	if sh == nil {
-		sh = NewShared()
-		defer sh.Close()
-	}
+	rc := &reacher{sh: sh}
+	defer rc.close()
 	owner := map[uint64]int{}
 	var unseen []int
 	for _, pid := range members {
@@ -73,9 +71,7 @@ func TreeSockets(procRoot string, uid int, members []int, sh *Shared) []TreeSock
 	seen := map[string]bool{}
 	var out []TreeSocket
 	if len(unseen) > 0 {
-		r, done := sh.reach()
-		out = boundSockets(r, unseen, uid, seen)
-		done()
+		out = boundSockets(rc, unseen, uid, seen)
 	}
 	if len(owner) == 0 {
 		return out
@@ -84,7 +80,7 @@ func TreeSockets(procRoot string, uid int, members []int, sh *Shared) []TreeSock
 		// An unreadable or unknown table is no evidence: try the next
 		// member's (all members normally share one network namespace).
 		nu, _ := sh.netUnix(procRoot, m)
-		out = heldSockets(sh, nu, owner, uid, seen, out)
+		out = heldSockets(rc, nu, owner, uid, seen, out)
 		if len(out) > 0 || len(seen) > 0 {
 			break
 		}
@@ -94,7 +90,7 @@ func TreeSockets(procRoot string, uid int, members []int, sh *Shared) []TreeSock
 
 // heldSockets adds to out the sockets of nu a member of owner listens on,
 // found as TreeSockets says.
-func heldSockets(sh *Shared, nu NetUnix, owner map[uint64]int, uid int, seen map[string]bool, out []TreeSocket) []TreeSocket {
+func heldSockets(rc *reacher, nu NetUnix, owner map[uint64]int, uid int, seen map[string]bool, out []TreeSocket) []TreeSocket {
 	var r *reach
 	for path, socks := range nu {
 		pid := heldListening(socks, owner)
@@ -104,7 +100,7 @@ func heldSockets(sh *Shared, nu NetUnix, owner map[uint64]int, uid int, seen map
 		seen[path] = true
 		if r == nil {
 			var done func()
-			r, done = sh.reach()
+			r, done = rc.get()
 			defer done()
 		}
 		f, err := r.examine(path)
@@ -133,11 +129,13 @@ func heldListening(socks []UnixSocket, owner map[uint64]int) int {
 // member's PID, a listener bound to exactly the file the caller sees
 // there, and RemoveTreeSockets' refused connect before the unlink stand in
 // for the descriptor match.
-func boundSockets(r *reach, pids []int, uid int, seen map[string]bool) []TreeSocket {
+func boundSockets(rc *reacher, pids []int, uid int, seen map[string]bool) []TreeSocket {
 	listening, err := DiagListening()
 	if err != nil {
 		return nil
 	}
+	r, done := rc.get()
+	defer done()
 	var out []TreeSocket
 	for _, l := range listening {
 		if !l.HasVFS || seen[l.Path] {
@@ -188,11 +186,9 @@ func RemoveTreeSockets(socks []TreeSocket, sh *Shared) []error {
 	if len(socks) == 0 {
 		return errs
 	}
-	if sh == nil {
-		sh = NewShared()
-		defer sh.Close()
-	}
-	r, done := sh.reach()
+	rc := &reacher{sh: sh}
+	defer rc.close()
+	r, done := rc.get()
 	defer done()
 	for i, s := range socks {
 		err := r.within(s.Path, func(dfd int, name string) error {

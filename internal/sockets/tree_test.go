@@ -249,7 +249,7 @@ func TestBoundSocketsRefusesWhatItCannotVouchFor(t *testing.T) {
 	decoy.Close()
 
 	var got []string
-	for _, s := range boundSockets(new(reach), []int{me.PID}, me.UID, map[string]bool{}) {
+	for _, s := range boundSockets(&reacher{}, []int{me.PID}, me.UID, map[string]bool{}) {
 		if s.Owner != me.PID {
 			t.Errorf("%s: owner %d, want %d", s.Path, s.Owner, me.PID)
 		}
@@ -261,7 +261,7 @@ func TestBoundSocketsRefusesWhatItCannotVouchFor(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("boundSockets = %q, want %q", got, want)
 	}
-	if s := boundSockets(new(reach), []int{me.PID + 1}, me.UID, map[string]bool{}); len(s) != 0 {
+	if s := boundSockets(&reacher{}, []int{me.PID + 1}, me.UID, map[string]bool{}); len(s) != 0 {
 		t.Errorf("boundSockets for another PID = %+v", s)
 	}
 }
@@ -391,5 +391,29 @@ func TestSharedReadsEachTableOnce(t *testing.T) {
 	defer next.Close()
 	if !has(TreeSockets("/proc", me.UID, []int{me.PID}, next)) {
 		t.Errorf("the next decision did not find %s", late)
+	}
+}
+
+// TestSharedGuardServesAFewWalks: a decision's walks share a guard for
+// guardUses of them, then read a new one, whose re-read budget is whole
+// again; each still judges, as its own guard would.
+func TestSharedGuardServesAFewWalks(t *testing.T) {
+	sh := NewShared()
+	defer sh.Close()
+	gone := TreeSocket{Path: filepath.Join(t.TempDir(), "kc-1.sock")}
+	const walks = 2*guardUses + 1
+	for range walks {
+		if err := RemoveTreeSockets([]TreeSocket{gone}, sh)[0]; err != nil {
+			t.Fatalf("a socket already gone: %v", err)
+		}
+	}
+	if want := 3; sh.guards != want {
+		t.Errorf("%d walks used %d guards, want %d", walks, sh.guards, want)
+	}
+	sh.Close()
+	for i := range guardUses + 1 {
+		if err := RemoveTreeSockets([]TreeSocket{gone}, sh)[0]; err == nil {
+			t.Fatalf("walk %d after Close was not refused", i+1)
+		}
 	}
 }

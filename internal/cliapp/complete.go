@@ -79,11 +79,11 @@ func Complete(w io.Writer, app *cli.App, words []string, values, lists map[strin
 	}
 	var candidates []string
 	switch {
-	case pending != nil && lists[pending.Names()[0]] != nil && strings.Contains(cur, ","):
+	case pending != nil && lists[namesOf(pending)[0]] != nil && strings.Contains(cur, ","):
 		// The choices not given yet, after those that were.
 		done := cur[:strings.LastIndex(cur, ",")+1]
 		given := strings.Split(done, ",")
-		choices := lists[pending.Names()[0]]
+		choices := lists[namesOf(pending)[0]]
 		if slices.ContainsFunc(given[:len(given)-1], func(g string) bool { return !slices.Contains(choices, g) }) {
 			break // a choice that stands alone (auto), or none at all
 		}
@@ -93,7 +93,7 @@ func Complete(w io.Writer, app *cli.App, words []string, values, lists map[strin
 			}
 		}
 	case pending != nil:
-		candidates = values[pending.Names()[0]]
+		candidates = values[namesOf(pending)[0]]
 	case strings.HasPrefix(cur, "-") && !flagsDone:
 		candidates = flagNames(app, cmd)
 	case cmd == nil && !flagsDone:
@@ -118,7 +118,7 @@ func lookupFlag(app *cli.App, cmd *cli.Command, name string) cli.Flag {
 		flags = cmd.Flags
 	}
 	for _, f := range flags {
-		if slices.Contains(f.Names(), name) {
+		if slices.Contains(namesOf(f), name) {
 			return f
 		}
 	}
@@ -141,7 +141,7 @@ func flagNames(app *cli.App, cmd *cli.Command) []string {
 	}
 	var out []string
 	for _, f := range flags {
-		if n := f.Names()[0]; n != "help" && !slices.Contains(out, "--"+n) {
+		if n := namesOf(f)[0]; n != "help" && !slices.Contains(out, "--"+n) {
 			if cmd != nil && !accepts(cmd, n) {
 				continue
 			}
@@ -154,7 +154,7 @@ func flagNames(app *cli.App, cmd *cli.Command) []string {
 // accepts says whether cmd takes the flag name.
 func accepts(cmd *cli.Command, name string) bool {
 	for _, f := range cmd.Flags {
-		if slices.Contains(f.Names(), name) {
+		if slices.Contains(namesOf(f), name) {
 			return true
 		}
 	}

@@ -149,7 +149,7 @@ func allFlags(app *cli.App) []cli.Flag {
 	var out []cli.Flag
 	add := func(fs []cli.Flag) {
 		for _, f := range fs {
-			if n := f.Names()[0]; !seen[n] {
+			if n := namesOf(f)[0]; !seen[n] {
 				seen[n] = true
 				out = append(out, f)
 			}
@@ -170,15 +170,15 @@ type flagRow struct {
 // rowOf is f as the documents show it.
 func rowOf(f cli.Flag) flagRow {
 	var r flagRow
-	var names []string
-	for _, n := range f.Names() {
+	var spelled []string
+	for _, n := range namesOf(f) {
 		if len(n) == 1 {
-			names = append(names, "-"+n)
+			spelled = append(spelled, "-"+n)
 		} else {
-			names = append(names, "--"+n)
+			spelled = append(spelled, "--"+n)
 		}
 	}
-	r.names = strings.Join(names, ", ")
+	r.names = strings.Join(spelled, ", ")
 	d, ok := f.(cli.DocGenerationFlag)
 	if !ok {
 		return r
@@ -219,7 +219,7 @@ func visible(flags []cli.Flag) []cli.Flag {
 		if vf, ok := f.(cli.VisibleFlag); ok && !vf.IsVisible() {
 			continue
 		}
-		if slices.Contains(f.Names(), "help") {
+		if slices.Contains(namesOf(f), "help") {
 			continue
 		}
 		out = append(out, f)
@@ -231,11 +231,11 @@ func visible(flags []cli.Flag) []cli.Flag {
 func ownFlags(app *cli.App, c *cli.Command) []cli.Flag {
 	global := map[string]bool{}
 	for _, f := range app.Flags {
-		global[f.Names()[0]] = true
+		global[namesOf(f)[0]] = true
 	}
 	var out []cli.Flag
 	for _, f := range visible(c.Flags) {
-		if !global[f.Names()[0]] {
+		if !global[namesOf(f)[0]] {
 			out = append(out, f)
 		}
 	}
@@ -301,7 +301,7 @@ func (d Doc) ConfigDoc(app *cli.App) string {
 				if _, ok := seenIn[cmd]; !ok {
 					seenOrder = append(seenOrder, cmd)
 				}
-				seenIn[cmd] = append(seenIn[cmd], "`--"+f.Names()[0]+"`")
+				seenIn[cmd] = append(seenIn[cmd], "`--"+namesOf(f)[0]+"`")
 				continue
 			}
 			firstIn[key] = c.Name

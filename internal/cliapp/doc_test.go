@@ -1,6 +1,7 @@
 package cliapp
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -58,6 +59,23 @@ func TestManPageText(t *testing.T) {
 	} {
 		if !strings.Contains(string(page), want) {
 			t.Errorf("man page lacks %q:\n%s", want, page)
+		}
+	}
+}
+
+// TestNamesAsUrfaveHasThem: namesOf gives what Names() gives, for each
+// flag type the programs use and for one it falls back on.
+func TestNamesAsUrfaveHasThem(t *testing.T) {
+	for _, f := range []cli.Flag{
+		&cli.BoolFlag{Name: "apply", Aliases: []string{"a"}},
+		&cli.StringFlag{Name: "format", Aliases: []string{"f", "fmt"}},
+		&cli.StringSliceFlag{Name: "container"},
+		&cli.DurationFlag{Name: "min-age"},
+		&cli.IntFlag{Name: "workers", Aliases: []string{"w"}},
+		&cli.Int64Flag{Name: "big", Aliases: []string{"b"}},
+	} {
+		if got, want := namesOf(f), f.Names(); !slices.Equal(got, want) {
+			t.Errorf("namesOf(%T) = %q, want %q", f, got, want)
 		}
 	}
 }

@@ -154,7 +154,7 @@ func fill(words []string, indent, width int) string {
 // not read.
 func HideFlags(c *cli.Command, hide func(name string) bool) {
 	for _, f := range c.Flags {
-		if hide(f.Names()[0]) {
+		if hide(namesOf(f)[0]) {
 			setHidden(f)
 		}
 	}

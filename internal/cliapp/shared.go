@@ -86,7 +86,7 @@ func typed(c *cli.Context, name string, flags []cli.Flag, fromEnv func(lc *cli.C
 func envValue(flags []cli.Flag, name string) (string, bool) {
 	for _, f := range flags {
 		df, ok := f.(cli.DocGenerationFlag)
-		if !ok || !slices.Contains(f.Names(), name) {
+		if !ok || !slices.Contains(namesOf(f), name) {
 			continue
 		}
 		for _, ev := range df.GetEnvVars() {
@@ -96,4 +96,30 @@ func envValue(flags []cli.Flag, name string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// names is namesOf(f) without its cost: urfave/cli runs a regular
+// expression over every name (to cut a v1 "name, alias" string), and
+// the janitor's start-up looks its hundred flags up many times over, once
+// per argument for a command line of a hundred --container values. The
+// programs' flag types are named; any other falls back to Names().
+// TestNamesAsUrfaveHasThem holds it to Names() for every flag.
+func namesOf(f cli.Flag) []string {
+	var name string
+	var aliases []string
+	switch f := f.(type) {
+	case *cli.BoolFlag:
+		name, aliases = f.Name, f.Aliases
+	case *cli.StringFlag:
+		name, aliases = f.Name, f.Aliases
+	case *cli.StringSliceFlag:
+		name, aliases = f.Name, f.Aliases
+	case *cli.DurationFlag:
+		name, aliases = f.Name, f.Aliases
+	case *cli.IntFlag:
+		name, aliases = f.Name, f.Aliases
+	default:
+		return f.Names()
+	}
+	return append([]string{name}, aliases...)
 }

@@ -159,7 +159,7 @@ func flagKind(cmds []*cli.Command, name string) string {
 	}
 	for _, c := range cmds {
 		for _, f := range c.Flags {
-			if !slices.Contains(f.Names(), name) {
+			if !slices.Contains(namesOf(f), name) {
 				continue
 			}
 			switch f.(type) {
@@ -185,7 +185,7 @@ func NormalizeDurations(app *cli.App, args []string) []string {
 	collect := func(flags []cli.Flag) {
 		for _, f := range flags {
 			if d, ok := f.(*cli.DurationFlag); ok {
-				for _, n := range d.Names() {
+				for _, n := range namesOf(d) {
 					names[n] = true
 				}
 				for _, ev := range d.EnvVars {
@@ -274,10 +274,10 @@ func scan(app *cli.App, args []string) commandLine {
 			continue
 		}
 		for _, f := range flags {
-			if !slices.Contains(f.Names(), name) {
+			if !slices.Contains(namesOf(f), name) {
 				continue
 			}
-			for _, n := range f.Names() {
+			for _, n := range namesOf(f) {
 				cl.typed[n] = true
 			}
 			if _, isBool := f.(*cli.BoolFlag); !isBool && !hasValue {
@@ -316,7 +316,7 @@ func FromEnv(app *cli.App, args []string, msg string) string {
 		flags = append(slices.Clone(cl.cmd.Flags), flags...)
 	}
 	for _, f := range flags {
-		if !slices.Contains(f.Names(), m[1]) {
+		if !slices.Contains(namesOf(f), m[1]) {
 			continue
 		}
 		if ev, ok := f.(interface{ GetEnvVars() []string }); ok {

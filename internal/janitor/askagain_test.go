@@ -29,15 +29,7 @@ import (
 func TestScanThenAskAsksAgain(t *testing.T) {
 	const comm = "kcsrv-askagain"
 	id := testutil.RandomHex(t, 64)
-	g := testutil.StartMixedGroup(t, comm, id, id)
-	st, err := fingerprint.ReadStat("/proc", g.PGID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// In /proc's clock the deaths below are ticks after the tree started.
-	if err := proc.WaitTickPast("/proc", st.StartTicks+2, 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	g, st := startTreeBeforeDeaths(t, comm, id)
 	running := fmt.Sprintf(`[{"Id":%q,"Names":["/c"],"State":"running"}]`, id)
 	for _, tc := range []struct {
 		name    string
@@ -72,13 +64,7 @@ func TestScanThenAskAsksAgain(t *testing.T) {
 			if tc.asked > 1 && filters.Load() != "" {
 				t.Errorf("the second question's filters %q, want none", filters.Load())
 			}
-			var got action.Action
-			for _, tr := range rep.Trees {
-				if tr.PGID == g.PGID {
-					got = tr.Action
-				}
-			}
-			if got != tc.want {
+			if got := actionOf(rep, g.PGID); got != tc.want {
 				t.Errorf("tree %d: %q, want %q (%+v)", g.PGID, got, tc.want, rep.Trees)
 			}
 		})
@@ -197,6 +183,33 @@ func TestAskedAgainAboutTheDoubtedAlone(t *testing.T) {
 	if len(want) > 0 {
 		t.Errorf("trees not reported: %v (%+v)", want, rep.Trees)
 	}
+}
+
+// actionOf is what rep did with the tree of group pgid ("" if none).
+func actionOf(rep Report, pgid int) action.Action {
+	for _, tr := range rep.Trees {
+		if tr.PGID == pgid {
+			return tr.Action
+		}
+	}
+	return ""
+}
+
+// startTreeBeforeDeaths starts a tree of container id and waits until
+// /proc's clock is two ticks past its start: a death stamped from then
+// on is after it, and the rule that spares a tree born after its death
+// spares nothing.
+func startTreeBeforeDeaths(t *testing.T, comm, id string) (testutil.MixedGroup, fingerprint.Stat) {
+	t.Helper()
+	g := testutil.StartMixedGroup(t, comm, id, id)
+	st, err := fingerprint.ReadStat("/proc", g.PGID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.WaitTickPast("/proc", st.StartTicks+2, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return g, st
 }
 
 // listingDockerd is a dockerd whose container lists answer answers in

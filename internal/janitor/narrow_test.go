@@ -11,11 +11,9 @@ import (
 
 	"github.com/kc-watchman/kc-watchman/internal/action"
 	"github.com/kc-watchman/kc-watchman/internal/engine"
-	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 	"github.com/kc-watchman/kc-watchman/internal/reconcile"
 	"github.com/kc-watchman/kc-watchman/internal/testutil"
 	dockertest "github.com/kc-watchman/kc-watchman/internal/testutil/docker"
-	"github.com/kc-watchman/kc-watchman/internal/testutil/proc"
 )
 
 // TestDeathAsksAboutItsContainers: where watch holds an earlier answer,
@@ -27,16 +25,7 @@ import (
 func TestDeathAsksAboutItsContainers(t *testing.T) {
 	const comm = "kcsrv-narrow"
 	dead, other := testutil.RandomHex(t, 64), testutil.RandomHex(t, 64)
-	g := testutil.StartMixedGroup(t, comm, dead, dead)
-	st, err := fingerprint.ReadStat("/proc", g.PGID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The deaths below are ticks after the tree started: their rule
-	// spares nothing here.
-	if err := proc.WaitTickPast("/proc", st.StartTicks+2, 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	g, _ := startTreeBeforeDeaths(t, comm, dead)
 	var (
 		mu      sync.Mutex
 		filters []string
@@ -95,13 +84,7 @@ func TestDeathAsksAboutItsContainers(t *testing.T) {
 			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
 				t.Errorf("questions' filters %q, want %q", got, tc.want)
 			}
-			var a action.Action
-			for _, tr := range rep.Trees {
-				if tr.PGID == g.PGID {
-					a = tr.Action
-				}
-			}
-			if a != action.WouldReap {
+			if a := actionOf(rep, g.PGID); a != action.WouldReap {
 				t.Errorf("tree %d: %q, want %q (%+v)", g.PGID, a, action.WouldReap, rep.Trees)
 			}
 		})

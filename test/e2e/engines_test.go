@@ -135,6 +135,7 @@ func TestEngineBadInput(t *testing.T) {
 		{"docker-url http", nil, []string{"doctor", "--docker-url", "http://127.0.0.1:2375"}, `scheme "http" not supported`},
 		{"docker-url a bare path", nil, []string{"sweep", "--docker-url", "/var/run/docker.sock"}, "not supported (unix:// or tcp://); did you mean unix:///var/run/docker.sock?"},
 		{"DOCKER_HOST npipe", []string{"DOCKER_HOST=npipe:////./pipe/docker_engine"}, append([]string{"reconcile", "--engine", "docker"}, reap...), `scheme "npipe" not supported`},
+		{"CONTAINER_HOST ssh", []string{"CONTAINER_HOST=ssh://me@host/run/podman/podman.sock"}, append([]string{"reconcile", "--engine", "podman"}, reap...), `CONTAINER_HOST: podman URL "ssh://me@host/run/podman/podman.sock": scheme "ssh" not supported`},
 		{"name matching nothing, sweep", nil, append([]string{"sweep", "--engine", "docker", "--container", "kc-no-such-container"}, dock...), `no such container: "kc-no-such-container" (asked docker)`},
 		{"name matching nothing, cull", []string{"KC_CONTAINER=kc-no-such-container"}, append([]string{"cull", "--engine", "docker"}, dock...), `no such container: "kc-no-such-container"`},
 		{"name matching nothing, reconcile", nil, append(append([]string{"reconcile", "--engine", "docker", "--container", "kc-no-such-container"}, dock...), reap...), `no such container: "kc-no-such-container"`},
@@ -143,7 +144,7 @@ func TestEngineBadInput(t *testing.T) {
 	}
 	base := slices.DeleteFunc(os.Environ(), func(kv string) bool {
 		k, _, _ := strings.Cut(kv, "=")
-		return strings.HasPrefix(k, "KC_") || k == "DOCKER_HOST"
+		return strings.HasPrefix(k, "KC_") || k == "DOCKER_HOST" || k == "CONTAINER_HOST"
 	})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

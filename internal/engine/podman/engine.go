@@ -25,9 +25,17 @@ type podman struct {
 }
 
 func New(cfg engine.Config) (engine.Engine, error) {
-	if cfg.PodmanURL != "" {
+	switch env := os.Getenv("CONTAINER_HOST"); {
+	case cfg.PodmanURL != "":
 		if err := CheckURL(cfg.PodmanURL); err != nil {
 			return nil, fmt.Errorf("%w: --podman-url: %w", engine.ErrUsage, err)
+		}
+	case env != "":
+		// As Docker's DOCKER_HOST: a URL the janitor cannot ask (podman's
+		// ssh://, for a remote host) is a setting to fix, not an engine
+		// that is down.
+		if err := CheckURL(env); err != nil {
+			return nil, fmt.Errorf("%w: CONTAINER_HOST: %w; unset it or give --podman-url", engine.ErrUsage, err)
 		}
 	}
 	return &podman{cfg: cfg, url: podmanURL(cfg)}, nil

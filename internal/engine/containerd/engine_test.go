@@ -80,16 +80,21 @@ func TestContainerdEngine(t *testing.T) {
 	}
 
 	// Asked about some containers: those of them containerd knows, each
-	// with its task as the whole list has it, and no other.
+	// with its task as the whole list has it, and no other; with one it
+	// has no record of (whose task only the whole list would show), the
+	// whole list.
 	t.Run("about some", func(t *testing.T) {
-		gone := hexID(prefix)
-		some, whole, err := e.(engine.Narrower).LiveOf(ctx, []string{a1, gone})
+		some, whole, err := e.(engine.Narrower).LiveOf(ctx, []string{a1})
 		if err != nil || whole {
 			t.Fatalf("LiveOf: whole %v, %v", whole, err)
 		}
 		if len(some.Containers) != 1 || some.Containers[0].ID != a1 || !some.Containers[0].Live || some.Containers[0].InitPID != pid1 ||
 			some.UID != a.UID || some.Endpoint != a.Endpoint || some.Source != a.Source {
-			t.Errorf("asked about %s and an unknown one: %+v; want %s alone, live with PID %d", a1[:12], some, a1[:12], pid1)
+			t.Errorf("asked about %s: %+v; want it alone, live with PID %d", a1[:12], some, pid1)
+		}
+		all, whole, err := e.(engine.Narrower).LiveOf(ctx, []string{a1, hexID(prefix)})
+		if err != nil || !whole || !slices.ContainsFunc(all.Containers, func(c engine.Container) bool { return c.ID == a1 && c.Live }) {
+			t.Errorf("asked about %s and an unknown one: whole %v, %+v, %v; want the whole list, %s live", a1[:12], whole, all, err, a1[:12])
 		}
 	})
 

@@ -181,7 +181,9 @@ func TestListPastOneReplysCap(t *testing.T) {
 // TestLiveOfWhenATaskCannotBeAskedAlone: a task Get that fails other than
 // NotFound says nothing of the container; the whole list, containerd's own
 // account, is the answer, and when that fails too the question fails. A
-// Get that says NotFound is a container without a live task.
+// Get that says NotFound is a container without a live task; an ID with
+// no container record may still have one (List keeps a task whose
+// record is gone): the whole list.
 func TestLiveOfWhenATaskCannotBeAskedAlone(t *testing.T) {
 	id := func(c byte) string { return strings.Repeat(string(c), 64) }
 	a, b, c, orphan := id('a'), id('b'), id('c'), id('d')
@@ -208,10 +210,14 @@ func TestLiveOfWhenATaskCannotBeAskedAlone(t *testing.T) {
 			state: &fakeState{containers: []string{a}, tasks: map[string]tasktypes.Status{a: tasktypes.Status(9)}},
 			ask:   []string{a},
 			fails: true, wantGet: []string{a}},
-		{name: "a task without its container record: containerd's Get says NotFound",
+		{name: "a task without its container record: the whole list, which keeps it live",
 			state: &fakeState{containers: []string{a}, tasks: map[string]tasktypes.Status{a: running, orphan: running}},
 			ask:   []string{a, orphan},
-			live:  []string{a}, listed: 1, wantGet: []string{a, orphan}},
+			live:  []string{a, orphan}, listed: 2, whole: true, wantGet: []string{a, orphan}},
+		{name: "a container removed with its task: the whole list",
+			state: &fakeState{containers: []string{a}, tasks: map[string]tasktypes.Status{a: running}},
+			ask:   []string{a, orphan},
+			live:  []string{a}, listed: 1, whole: true, wantGet: []string{a, orphan}},
 		{name: "a Get that fails: the whole list",
 			state: &fakeState{containers: []string{a, b, c}, tasks: map[string]tasktypes.Status{a: running, b: running, c: running},
 				getErr: map[string]codes.Code{b: codes.Unavailable}},

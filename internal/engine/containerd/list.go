@@ -103,8 +103,9 @@ var ErrTaskUnread = errors.New("a task's state could not be read")
 // ListOf is List about the containers ids name alone: those the list
 // filtered to them holds, and their tasks (one Get per ID), not every
 // task, which costs a question to each one's shim. containerd answers a
-// Get by the container record: a task without one (List keeps such a
-// task, created between its two questions) is NotFound here.
+// Get by the container record, and a task can outlive it (List keeps
+// such a task, live): an ID no namespace holds a record of is
+// ErrTaskUnread, and the whole list is the answer to take.
 func (c *Client) ListOf(ctx context.Context, namespaces, ids []string) ([]Container, error) {
 	if len(ids) == 0 {
 		return nil, nil
@@ -136,6 +137,11 @@ func (c *Client) list(ctx context.Context, namespaces, only []string) ([]Contain
 			return nil, err
 		}
 		out = append(out, cs...)
+	}
+	for _, id := range only {
+		if !slices.ContainsFunc(out, func(x Container) bool { return x.ID == id }) {
+			return nil, fmt.Errorf("%w: container %s has no record in containerd at %s (a task of it shows in the whole list only)", ErrTaskUnread, id, c.address)
+		}
 	}
 	return out, nil
 }
@@ -212,11 +218,6 @@ func (c *Client) listNamespace(ctx context.Context, ns string, only []string) ([
 	return out, nil
 }
 
-// fromTask is container id of namespace ns with its task t (nil: none).
-// A task status containerd's API does not name (a newer server's) is an
-// error: read as "not live", its container's trees would be strays
-// (DESIGN "Engines": a state the engine never reports makes the truth
-// unknown).
 // containers lists the containers req asks for, one message each
 // (ListStream), each kept with what is read of it: its ID, its image and
 // the labels that name its pod. CRI copies an image's labels into its
@@ -268,6 +269,11 @@ func kept(ct *containersapi.Container) *containersapi.Container {
 	return k
 }
 
+// fromTask is container id of namespace ns with its task t (nil: none).
+// A task status containerd's API does not name (a newer server's) is an
+// error: read as "not live", its container's trees would be strays
+// (DESIGN "Engines": a state the engine never reports makes the truth
+// unknown).
 func fromTask(ns, id, image string, t *tasktypes.Process) (Container, error) {
 	c := Container{Namespace: ns, ID: id, Image: image, Status: NoTask}
 	if t == nil {

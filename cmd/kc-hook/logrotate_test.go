@@ -23,12 +23,8 @@ func TestHookLogRotates(t *testing.T) {
 	path := filepath.Join(dir, "kc-hook.log")
 	const max = 4096
 	old := bytes.Repeat([]byte("o"), max)
-	if err := os.WriteFile(path, old, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path+".1", []byte("oldest"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testutil.WriteFile(t, path, old, 0o600)
+	testutil.WriteFile(t, path+".1", []byte("oldest"), 0o600)
 	var wg sync.WaitGroup
 	for range 32 {
 		wg.Add(1)
@@ -83,9 +79,7 @@ func TestHookLogRefusesASymlink(t *testing.T) {
 	dir := t.TempDir()
 	target := filepath.Join(t.TempDir(), "elsewhere")
 	big := bytes.Repeat([]byte("t"), 8192)
-	if err := os.WriteFile(target, big, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testutil.WriteFile(t, target, big, 0o600)
 	path := filepath.Join(dir, "kc-hook.log")
 	if err := os.Symlink(target, path); err != nil {
 		t.Fatal(err)
@@ -140,18 +134,14 @@ func TestHookLogOnlyOurs(t *testing.T) {
 	}
 	defer reader.Close()
 	theirs := filepath.Join(dir, "theirs.log")
-	if err := os.WriteFile(theirs, nil, 0o666); err != nil {
-		t.Fatal(err)
-	}
+	testutil.WriteFile(t, theirs, nil, 0o666)
 	if os.Geteuid() == 0 {
 		if err := os.Chown(theirs, 65534, 65534); err != nil {
 			t.Fatal(err)
 		}
 	}
 	linked := filepath.Join(dir, "linked.log")
-	if err := os.WriteFile(linked, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testutil.WriteFile(t, linked, nil, 0o600)
 	if err := os.Link(linked, filepath.Join(dir, "elsewhere")); err != nil {
 		t.Fatal(err)
 	}
@@ -274,9 +264,7 @@ func TestHookLogRotatesOnlyOverItsOwn(t *testing.T) {
 	}{
 		{"nothing there", func(t *testing.T, old string) string { return "" }, true},
 		{"a previous log", func(t *testing.T, old string) string {
-			if err := os.WriteFile(old, []byte("oldest"), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			testutil.WriteFile(t, old, []byte("oldest"), 0o600)
 			return ""
 		}, true},
 		{"a directory", func(t *testing.T, old string) string {
@@ -287,9 +275,7 @@ func TestHookLogRotatesOnlyOverItsOwn(t *testing.T) {
 		}, false},
 		{"a symlink", func(t *testing.T, old string) string {
 			target := filepath.Join(t.TempDir(), "target")
-			if err := os.WriteFile(target, []byte("theirs"), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			testutil.WriteFile(t, target, []byte("theirs"), 0o644)
 			if err := os.Symlink(target, old); err != nil {
 				t.Fatal(err)
 			}
@@ -309,9 +295,7 @@ func TestHookLogRotatesOnlyOverItsOwn(t *testing.T) {
 			if os.Geteuid() != 0 {
 				t.Skip("needs root to make a file of another user's")
 			}
-			if err := os.WriteFile(old, []byte("theirs"), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			testutil.WriteFile(t, old, []byte("theirs"), 0o644)
 			if err := os.Chown(old, 65534, 65534); err != nil {
 				t.Fatal(err)
 			}

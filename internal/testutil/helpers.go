@@ -14,6 +14,14 @@ import (
 	"github.com/kc-watchman/kc-watchman/internal/fingerprint"
 )
 
+// WriteFile writes data to path with mode, failing the test if it cannot.
+func WriteFile(t testing.TB, path string, data []byte, mode os.FileMode) {
+	t.Helper()
+	if err := os.WriteFile(path, data, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // PathExists reports whether p names anything, a dangling symlink
 // included (Lstat, never following it).
 func PathExists(p string) bool {

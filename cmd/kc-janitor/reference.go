@@ -69,7 +69,7 @@ var docs = cliapp.Doc{
 var otherEnv = [][2]string{
 	{"KC_SWEEPER_LOG", "sweep's log file when --log-file is not given (as in the seed kc-sweeper.sh); every run appends its summary"},
 	{"KC_CULLER_LOG", "cull's log file when --log-file is not given (as in the seed kc-culler.sh); every run appends its summary"},
-	{"CONTAINER_HOST", "podman's API URL when --podman-url is not given"},
+	{"CONTAINER_HOST", "podman's API URL (unix:// or tcp://; anything else exits 2) when --podman-url is not given"},
 	{"DOCKER_HOST", "the Docker Engine API URL when --docker-url is not given"},
 	{"JOURNAL_STREAM", "set by systemd when stderr is the journal: log lines then carry no time= (journald stamps them)"},
 }

@@ -12,7 +12,8 @@ import (
 // container (DESIGN "One view of the host"): each network namespace's
 // unix socket table, and the caller's mount table, held in a
 // pathwalk.Guard, which reads it again where the mounts changed, as any
-// guard does. A guard serves guardUses walks, then a new one is read:
+// guard does. A guard serves guardUses uses (a lookup's or an unlink
+// batch's walks), then a new one is read:
 // its re-read budget is for a few walks, and on a drain's node, whose
 // mounts keep changing, one budget spent by the whole decision would
 // leave its last reaps' sockets refused. Its use is safe from several
@@ -33,7 +34,7 @@ type Shared struct {
 	netReads int
 }
 
-// guardUses is how many walks a shared guard serves.
+// guardUses is how many uses (calls, not walks) a shared guard serves.
 const guardUses = 8
 
 // netNS names a network namespace by its nsfs inode.
